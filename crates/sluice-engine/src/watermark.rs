@@ -1,0 +1,252 @@
+//! The acknowledgement tracker: commit only the contiguous acknowledged prefix.
+//!
+//! A source registers every record it hands downstream, in source order, with
+//! [`AckTracker::push`]. Records are acknowledged in any order (Kafka delivery reports of
+//! different partitions, sink workers of different sub-partitions). Some entries carry a
+//! *checkpoint*: the source position that may be committed once that entry and every entry
+//! before it are acknowledged. For PostgreSQL the checkpoint is the end LSN of a transaction,
+//! pushed as an already-acknowledged marker after the transaction's last row; for a Kafka
+//! partition it is `offset + 1` of each record.
+//!
+//! The **watermark** is the newest such checkpoint. It only moves forward and it never waits:
+//! reading it is O(1), and acknowledging is amortized O(1), so a checkpoint writes the
+//! watermark it has instead of waiting for in-flight records (the failure mode of Kafka
+//! Connect's offset flush). Memory is one small entry per unreleased record, which the
+//! in-flight budget bounds.
+
+use std::collections::VecDeque;
+
+/// The sequence number [`AckTracker::push`] gives a record; acknowledge it with
+/// [`AckTracker::ack`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Seq(pub u64);
+
+/// A misuse of the tracker; each one is a bug in the caller, reported instead of corrupting the
+/// watermark.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WatermarkError {
+    /// The sequence number was never handed out.
+    #[error("sequence {0} was never pushed")]
+    Unknown(u64),
+    /// The record was acknowledged before.
+    #[error("sequence {0} was already acknowledged")]
+    AlreadyAcked(u64),
+    /// A checkpoint older than one pushed before it.
+    #[error("checkpoint pushed out of order: it is older than the previous checkpoint")]
+    CheckpointRegressed,
+}
+
+#[derive(Debug)]
+struct Entry<C> {
+    acked: bool,
+    checkpoint: Option<C>,
+}
+
+/// Tracks acknowledgements and computes the watermark; see the [module docs](self).
+#[derive(Debug)]
+pub struct AckTracker<C> {
+    /// The sequence number of `entries[0]`.
+    base: u64,
+    entries: VecDeque<Entry<C>>,
+    /// The newest checkpoint pushed, to refuse regressions.
+    last_pushed: Option<C>,
+    watermark: Option<C>,
+}
+
+impl<C: Clone + PartialOrd> AckTracker<C> {
+    /// An empty tracker whose watermark starts at `initial` (the position the source resumed
+    /// from, if any).
+    pub fn new(initial: Option<C>) -> Self {
+        Self {
+            base: 0,
+            entries: VecDeque::new(),
+            last_pushed: initial.clone(),
+            watermark: initial,
+        }
+    }
+
+    /// Registers the next record in source order; `checkpoint` is the position that becomes
+    /// committable once this record and all before it are acknowledged.
+    ///
+    /// # Errors
+    ///
+    /// [`WatermarkError::CheckpointRegressed`] if `checkpoint` is older than one pushed before.
+    pub fn push(&mut self, checkpoint: Option<C>) -> Result<Seq, WatermarkError> {
+        self.push_entry(false, checkpoint)
+    }
+
+    /// Registers a checkpoint that needs no acknowledgement of its own (for example the end of
+    /// a PostgreSQL transaction, after its rows); it becomes the watermark as soon as every
+    /// record before it is acknowledged.
+    ///
+    /// # Errors
+    ///
+    /// [`WatermarkError::CheckpointRegressed`] if `checkpoint` is older than one pushed before.
+    pub fn push_checkpoint(&mut self, checkpoint: C) -> Result<(), WatermarkError> {
+        self.push_entry(true, Some(checkpoint))?;
+        self.release_prefix();
+        Ok(())
+    }
+
+    /// Acknowledges a record; returns `true` if the watermark moved.
+    ///
+    /// # Errors
+    ///
+    /// [`WatermarkError::Unknown`] for a sequence number never pushed and
+    /// [`WatermarkError::AlreadyAcked`] for one acknowledged before.
+    pub fn ack(&mut self, seq: Seq) -> Result<bool, WatermarkError> {
+        let Seq(seq) = seq;
+        if seq < self.base {
+            return Err(WatermarkError::AlreadyAcked(seq));
+        }
+        let index = usize::try_from(seq - self.base).map_err(|_| WatermarkError::Unknown(seq))?;
+        let entry = self
+            .entries
+            .get_mut(index)
+            .ok_or(WatermarkError::Unknown(seq))?;
+        if entry.acked {
+            return Err(WatermarkError::AlreadyAcked(seq));
+        }
+        entry.acked = true;
+        Ok(index == 0 && self.release_prefix())
+    }
+
+    /// The newest committable checkpoint: it and everything pushed before it are acknowledged.
+    pub fn watermark(&self) -> Option<&C> {
+        self.watermark.as_ref()
+    }
+
+    /// How many pushed entries are not yet released (unacknowledged, or behind one that is).
+    pub fn pending(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The sequence number the next push will get.
+    pub fn next_seq(&self) -> Seq {
+        Seq(self.base + self.entries.len() as u64)
+    }
+
+    fn push_entry(&mut self, acked: bool, checkpoint: Option<C>) -> Result<Seq, WatermarkError> {
+        if let Some(new) = &checkpoint {
+            if self.last_pushed.as_ref().is_some_and(|last| new < last) {
+                return Err(WatermarkError::CheckpointRegressed);
+            }
+            self.last_pushed = Some(new.clone());
+        }
+        let seq = self.next_seq();
+        self.entries.push_back(Entry { acked, checkpoint });
+        Ok(seq)
+    }
+
+    /// Pops the acknowledged prefix; returns `true` if the watermark moved.
+    fn release_prefix(&mut self) -> bool {
+        let mut moved = false;
+        while self.entries.front().is_some_and(|entry| entry.acked) {
+            let Some(entry) = self.entries.pop_front() else {
+                break;
+            };
+            self.base += 1;
+            if let Some(checkpoint) = entry.checkpoint {
+                self.watermark = Some(checkpoint);
+                moved = true;
+            }
+        }
+        moved
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn watermark_waits_for_the_gap() {
+        let mut tracker = AckTracker::new(Some(10u64));
+        let a = tracker.push(None).unwrap();
+        let b = tracker.push(None).unwrap();
+        tracker.push_checkpoint(20).unwrap();
+        let c = tracker.push(Some(30)).unwrap();
+        assert_eq!(tracker.watermark(), Some(&10));
+        assert!(!tracker.ack(b).unwrap());
+        assert!(!tracker.ack(c).unwrap());
+        assert_eq!(tracker.watermark(), Some(&10));
+        assert!(tracker.ack(a).unwrap());
+        assert_eq!(tracker.watermark(), Some(&30));
+        assert_eq!(tracker.pending(), 0);
+    }
+
+    #[test]
+    fn misuse_is_reported() {
+        let mut tracker = AckTracker::new(None);
+        let a = tracker.push(Some(5u64)).unwrap();
+        assert_eq!(tracker.ack(Seq(7)), Err(WatermarkError::Unknown(7)));
+        tracker.ack(a).unwrap();
+        assert_eq!(tracker.ack(a), Err(WatermarkError::AlreadyAcked(0)));
+        assert_eq!(
+            tracker.push(Some(4)),
+            Err(WatermarkError::CheckpointRegressed)
+        );
+    }
+
+    /// One step of a random scenario: push a record (maybe with a checkpoint), push an
+    /// acknowledged checkpoint marker, or acknowledge the n-th outstanding record.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push(bool),
+        Marker,
+        Ack(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            any::<bool>().prop_map(Op::Push),
+            Just(Op::Marker),
+            any::<usize>().prop_map(Op::Ack),
+        ]
+    }
+
+    proptest! {
+        /// The tracker agrees with a direct model: the watermark is the checkpoint of the
+        /// newest entry whose whole prefix is acknowledged.
+        #[test]
+        fn agrees_with_model(ops in proptest::collection::vec(op(), 0..400)) {
+            let mut tracker = AckTracker::new(None);
+            // Model: every entry ever pushed, as (acked, checkpoint).
+            let mut model: Vec<(bool, Option<u64>)> = Vec::new();
+            let mut outstanding: Vec<Seq> = Vec::new();
+            let mut next_checkpoint = 0u64;
+            for op in ops {
+                match op {
+                    Op::Push(with_checkpoint) => {
+                        let checkpoint = with_checkpoint.then(|| { next_checkpoint += 1; next_checkpoint });
+                        let seq = tracker.push(checkpoint).unwrap();
+                        prop_assert_eq!(seq.0 as usize, model.len());
+                        model.push((false, checkpoint));
+                        outstanding.push(seq);
+                    }
+                    Op::Marker => {
+                        next_checkpoint += 1;
+                        tracker.push_checkpoint(next_checkpoint).unwrap();
+                        model.push((true, Some(next_checkpoint)));
+                    }
+                    Op::Ack(n) => {
+                        if outstanding.is_empty() { continue; }
+                        let seq = outstanding.swap_remove(n % outstanding.len());
+                        tracker.ack(seq).unwrap();
+                        model[seq.0 as usize].0 = true;
+                        prop_assert_eq!(tracker.ack(seq), Err(WatermarkError::AlreadyAcked(seq.0)));
+                    }
+                }
+                let expected = model
+                    .iter()
+                    .take_while(|(acked, _)| *acked)
+                    .filter_map(|(_, checkpoint)| *checkpoint)
+                    .last();
+                prop_assert_eq!(tracker.watermark().copied(), expected);
+                let released = model.iter().take_while(|(acked, _)| *acked).count();
+                prop_assert_eq!(tracker.pending(), model.len() - released);
+            }
+        }
+    }
+}

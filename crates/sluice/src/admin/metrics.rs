@@ -1,0 +1,189 @@
+//! Metric names, descriptions and handles.
+//!
+//! Names follow `sluice_<subsystem>_<name>_<unit>[_total]`; labels are low-cardinality
+//! (`pipeline`, set globally, and `table`), never keys or values. Hot-path handles are created
+//! once and kept ([`TableMetrics`], [`PipelineMetrics`]) so recording is an atomic add.
+
+use std::sync::Once;
+
+use metrics::{
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
+
+/// Records produced to Kafka and acknowledged, per table.
+pub const PRODUCED_RECORDS: &str = "sluice_produced_records_total";
+/// Bytes (key + value) produced to Kafka and acknowledged, per table.
+pub const PRODUCED_BYTES: &str = "sluice_produced_bytes_total";
+/// Row changes read from the source and not yet acknowledged.
+pub const INFLIGHT_RECORDS: &str = "sluice_inflight_records";
+/// Bytes held for row changes not yet acknowledged.
+pub const INFLIGHT_BYTES: &str = "sluice_inflight_bytes";
+/// The configured in-flight byte budget.
+pub const INFLIGHT_BYTES_LIMIT: &str = "sluice_inflight_bytes_limit";
+/// The watermark: the newest LSN such that it and everything before it is acknowledged.
+pub const WATERMARK_LSN: &str = "sluice_watermark_lsn";
+/// The slot's confirmed flush LSN as the server reports it.
+pub const SLOT_CONFIRMED_LSN: &str = "sluice_slot_confirmed_flush_lsn";
+/// WAL bytes between the server's current position and the slot's confirmed position.
+pub const REPLICATION_LAG_BYTES: &str = "sluice_replication_lag_bytes";
+/// Source commit time to Kafka acknowledgement, per record.
+pub const END_TO_END_LATENCY: &str = "sluice_end_to_end_latency_seconds";
+/// Time to write one checkpoint (standby status update with the watermark).
+pub const CHECKPOINT_DURATION: &str = "sluice_checkpoint_duration_seconds";
+/// Checkpoints that could not be written.
+pub const CHECKPOINT_FAILURES: &str = "sluice_checkpoint_failures_total";
+/// Records per produce request, from librdkafka statistics.
+pub const RECORDS_PER_REQUEST: &str = "sluice_kafka_records_per_request";
+/// Reconnects after retryable failures.
+pub const RECONNECTS: &str = "sluice_reconnects_total";
+/// Records sent to the dead-letter topic.
+pub const DEAD_LETTERED: &str = "sluice_dead_lettered_records_total";
+/// WAL message bytes received from the replication stream.
+pub const SOURCE_RECEIVED_BYTES: &str = "sluice_source_received_bytes_total";
+/// Transactions received from the source.
+pub const SOURCE_TRANSACTIONS: &str = "sluice_source_transactions_total";
+/// 1 while the pipeline streams, 0 otherwise.
+pub const PIPELINE_UP: &str = "sluice_pipeline_up";
+
+/// Histogram buckets for latencies, in seconds.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.000_5, 0.001, 0.002, 0.003, 0.005, 0.007_5, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2,
+    0.3, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0,
+];
+/// Histogram buckets for records per request.
+pub const COUNT_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0, 10000.0, 25000.0,
+    100000.0,
+];
+
+/// Registers every description once.
+pub fn describe() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        describe_counter!(
+            PRODUCED_RECORDS,
+            "records produced to Kafka and acknowledged"
+        );
+        describe_counter!(
+            PRODUCED_BYTES,
+            Unit::Bytes,
+            "key and value bytes produced and acknowledged"
+        );
+        describe_gauge!(
+            INFLIGHT_RECORDS,
+            "row changes read and not yet acknowledged"
+        );
+        describe_gauge!(
+            INFLIGHT_BYTES,
+            Unit::Bytes,
+            "bytes held for row changes not yet acknowledged"
+        );
+        describe_gauge!(
+            INFLIGHT_BYTES_LIMIT,
+            Unit::Bytes,
+            "the in-flight byte budget"
+        );
+        describe_gauge!(
+            WATERMARK_LSN,
+            "newest LSN acknowledged together with everything before it"
+        );
+        describe_gauge!(
+            SLOT_CONFIRMED_LSN,
+            "the replication slot's confirmed_flush_lsn"
+        );
+        describe_gauge!(
+            REPLICATION_LAG_BYTES,
+            Unit::Bytes,
+            "pg_current_wal_lsn() minus the slot's confirmed_flush_lsn"
+        );
+        describe_histogram!(
+            END_TO_END_LATENCY,
+            Unit::Seconds,
+            "source commit to Kafka acknowledgement"
+        );
+        describe_histogram!(
+            CHECKPOINT_DURATION,
+            Unit::Seconds,
+            "time to write a checkpoint"
+        );
+        describe_counter!(CHECKPOINT_FAILURES, "checkpoints that failed");
+        describe_histogram!(
+            RECORDS_PER_REQUEST,
+            "records per produce request (librdkafka statistics)"
+        );
+        describe_counter!(RECONNECTS, "reconnects after retryable failures");
+        describe_counter!(DEAD_LETTERED, "records sent to the dead-letter topic");
+        describe_counter!(
+            SOURCE_RECEIVED_BYTES,
+            Unit::Bytes,
+            "WAL message bytes received"
+        );
+        describe_counter!(SOURCE_TRANSACTIONS, "transactions received from the source");
+        describe_gauge!(PIPELINE_UP, "1 while the pipeline streams");
+    });
+}
+
+/// Counters of one table.
+#[derive(Debug)]
+pub struct TableMetrics {
+    /// Records acknowledged.
+    pub records: Counter,
+    /// Bytes acknowledged.
+    pub bytes: Counter,
+}
+
+impl TableMetrics {
+    /// Handles for `table` (`schema.table`).
+    pub fn new(table: &str) -> Self {
+        Self {
+            records: counter!(PRODUCED_RECORDS, "table" => table.to_owned()),
+            bytes: counter!(PRODUCED_BYTES, "table" => table.to_owned()),
+        }
+    }
+}
+
+/// Handles of one pipeline's hot-path metrics.
+#[derive(Debug, Clone)]
+pub struct PipelineMetrics {
+    /// Per-record end-to-end latency.
+    pub latency: Histogram,
+    /// Checkpoint durations.
+    pub checkpoint_duration: Histogram,
+    /// Checkpoint failures.
+    pub checkpoint_failures: Counter,
+    /// The watermark.
+    pub watermark: Gauge,
+    /// Received WAL bytes.
+    pub received_bytes: Counter,
+    /// Received transactions.
+    pub transactions: Counter,
+    /// Dead-lettered records.
+    pub dead_lettered: Counter,
+}
+
+impl PipelineMetrics {
+    /// Handles for the pipeline.
+    pub fn new() -> Self {
+        Self {
+            latency: histogram!(END_TO_END_LATENCY),
+            checkpoint_duration: histogram!(CHECKPOINT_DURATION),
+            checkpoint_failures: counter!(CHECKPOINT_FAILURES),
+            watermark: gauge!(WATERMARK_LSN),
+            received_bytes: counter!(SOURCE_RECEIVED_BYTES),
+            transactions: counter!(SOURCE_TRANSACTIONS),
+            dead_lettered: counter!(DEAD_LETTERED),
+        }
+    }
+}
+
+impl Default for PipelineMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The records-per-request histogram.
+pub fn records_per_request() -> Histogram {
+    histogram!(RECORDS_PER_REQUEST)
+}

@@ -1,0 +1,720 @@
+//! The pipeline file: one TOML document per pipeline.
+//!
+//! Loading goes in three steps, all before any I/O:
+//! 1. parse the TOML;
+//! 2. replace `${NAME}` and `${NAME:-default}` in every string value with the environment's
+//!    value (a missing variable without a default is an error that names the key);
+//! 3. deserialize strictly (unknown keys are errors that name the key's path and the keys that
+//!    are allowed there) and [`PipelineConfig::validate`] every field, collecting all errors.
+//!
+//! Defaults live in `DEFAULT_*` constants and nowhere else. Field names carry their units.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// Default in-flight byte budget: 64 MiB.
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u32 = 64 * 1024 * 1024;
+/// Default in-flight record budget.
+pub const DEFAULT_MAX_IN_FLIGHT_RECORDS: u32 = 100_000;
+/// Default interval between standby status updates (checkpoints) sent to PostgreSQL.
+pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
+/// Default interval between heartbeat messages written to the WAL; 0 disables them.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
+/// Default topic prefix.
+pub const DEFAULT_TOPIC_PREFIX: &str = "sluice";
+/// Default partition count of topics sluice creates.
+pub const DEFAULT_TOPIC_PARTITIONS: u32 = 1;
+/// Default admin server address.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:8089";
+/// Default first delay before reconnecting after a retryable failure.
+pub const DEFAULT_RESTART_INITIAL_BACKOFF_MS: u64 = 500;
+/// Default cap of the reconnect delay.
+pub const DEFAULT_RESTART_MAX_BACKOFF_MS: u64 = 30_000;
+/// Default cap on the value bytes copied into a dead-letter record.
+pub const DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES: u32 = 900_000;
+/// The prefix of sluice's own heartbeat messages in the WAL.
+pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
+
+/// A whole pipeline file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// The pipeline's name: used in metric labels, the default slot and publication names, and
+    /// the PostgreSQL `application_name`.
+    pub name: String,
+    /// Where changes come from.
+    pub source: SourceConfig,
+    /// Where they go.
+    pub kafka: KafkaConfig,
+    /// In-flight limits and what to do with records Kafka refuses.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+    /// The admin HTTP server.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Reconnects after retryable failures.
+    #[serde(default)]
+    pub restart: RestartConfig,
+}
+
+/// The source section: exactly one source kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+pub enum SourceConfig {
+    /// PostgreSQL logical replication.
+    Postgres(PostgresSourceConfig),
+}
+
+/// `[source.postgres]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSourceConfig {
+    /// A `postgres://user:password@host:port/db` URL (or a key=value connection string).
+    pub url: String,
+    /// Replication slot name; default `sluice_<pipeline name>`.
+    pub slot: Option<String>,
+    /// Publication name; default `sluice_<pipeline name>`.
+    pub publication: Option<String>,
+    /// Create the publication when it does not exist.
+    #[serde(default = "default_true")]
+    pub create_publication: bool,
+    /// Capture every table of these schemas.
+    #[serde(default)]
+    pub schemas: Vec<String>,
+    /// Capture these tables, each `schema.table`.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// Interval between standby status updates (checkpoints).
+    #[serde(default = "default_status_interval_ms")]
+    pub status_interval_ms: u64,
+    /// Interval between heartbeat messages written to the WAL; 0 disables them.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+}
+
+impl fmt::Debug for PostgresSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may hold a password: never print it.
+        f.debug_struct("PostgresSourceConfig")
+            .field("url", &"<redacted>")
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("schemas", &self.schemas)
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `[kafka]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaConfig {
+    /// `host:port[,host:port…]`.
+    pub brokers: String,
+    /// Topics are `<topic_prefix>.<schema>.<table>`.
+    #[serde(default = "default_topic_prefix")]
+    pub topic_prefix: String,
+    /// Write a tombstone (null value) after each delete.
+    #[serde(default = "default_true")]
+    pub tombstones_on_delete: bool,
+    /// Create missing topics.
+    #[serde(default = "default_true")]
+    pub create_topics: bool,
+    /// Partitions of the topics sluice creates.
+    #[serde(default = "default_topic_partitions")]
+    pub topic_partitions: u32,
+    /// Replication factor of the topics sluice creates; unset = the broker's default.
+    pub topic_replication_factor: Option<u16>,
+    /// librdkafka producer properties by their own names; they override sluice's defaults.
+    #[serde(default)]
+    pub producer: BTreeMap<String, String>,
+}
+
+/// What to do with a record Kafka rejects permanently (too large, not authorized, …).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PermanentErrorPolicy {
+    /// Stop the pipeline with the reason; nothing after the record is confirmed to the source.
+    #[default]
+    Stop,
+    /// Send the record to `delivery.dead_letter_topic` with the reason in headers, then go on.
+    DeadLetter,
+}
+
+/// `[delivery]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Bytes of change events between the source and Kafka's acknowledgement.
+    #[serde(default = "default_max_in_flight_bytes")]
+    pub max_in_flight_bytes: u32,
+    /// Row changes between the source and Kafka's acknowledgement.
+    #[serde(default = "default_max_in_flight_records")]
+    pub max_in_flight_records: u32,
+    /// What to do with a record Kafka rejects permanently.
+    #[serde(default)]
+    pub on_permanent_error: PermanentErrorPolicy,
+    /// The dead-letter topic (required with `on_permanent_error = "dead_letter"`).
+    pub dead_letter_topic: Option<String>,
+    /// Values larger than this are left out of dead-letter records (the headers say so).
+    #[serde(default = "default_dead_letter_max_value_bytes")]
+    pub dead_letter_max_value_bytes: u32,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        Self {
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+            max_in_flight_records: DEFAULT_MAX_IN_FLIGHT_RECORDS,
+            on_permanent_error: PermanentErrorPolicy::default(),
+            dead_letter_topic: None,
+            dead_letter_max_value_bytes: DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES,
+        }
+    }
+}
+
+/// `[admin]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// `ip:port` of the admin HTTP server (`/health`, `/metrics`); loopback by default.
+    #[serde(default = "default_admin_listen")]
+    pub listen: String,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_ADMIN_LISTEN.to_owned(),
+        }
+    }
+}
+
+/// `[restart]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestartConfig {
+    /// First delay before reconnecting; doubles per failure, with jitter.
+    #[serde(default = "default_initial_backoff_ms")]
+    pub initial_backoff_ms: u64,
+    /// Cap of the delay.
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: u64,
+}
+
+impl Default for RestartConfig {
+    fn default() -> Self {
+        Self {
+            initial_backoff_ms: DEFAULT_RESTART_INITIAL_BACKOFF_MS,
+            max_backoff_ms: DEFAULT_RESTART_MAX_BACKOFF_MS,
+        }
+    }
+}
+
+const fn default_true() -> bool {
+    true
+}
+const fn default_status_interval_ms() -> u64 {
+    DEFAULT_STATUS_INTERVAL_MS
+}
+const fn default_heartbeat_interval_ms() -> u64 {
+    DEFAULT_HEARTBEAT_INTERVAL_MS
+}
+fn default_topic_prefix() -> String {
+    DEFAULT_TOPIC_PREFIX.to_owned()
+}
+const fn default_topic_partitions() -> u32 {
+    DEFAULT_TOPIC_PARTITIONS
+}
+const fn default_max_in_flight_bytes() -> u32 {
+    DEFAULT_MAX_IN_FLIGHT_BYTES
+}
+const fn default_max_in_flight_records() -> u32 {
+    DEFAULT_MAX_IN_FLIGHT_RECORDS
+}
+const fn default_dead_letter_max_value_bytes() -> u32 {
+    DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES
+}
+fn default_admin_listen() -> String {
+    DEFAULT_ADMIN_LISTEN.to_owned()
+}
+const fn default_initial_backoff_ms() -> u64 {
+    DEFAULT_RESTART_INITIAL_BACKOFF_MS
+}
+const fn default_max_backoff_ms() -> u64 {
+    DEFAULT_RESTART_MAX_BACKOFF_MS
+}
+
+/// One broken rule of the pipeline file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// The key's path, e.g. `source.postgres.tables[1]`.
+    pub key: String,
+    /// What is wrong and the expected form.
+    pub problem: String,
+}
+
+impl fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.problem)
+    }
+}
+
+/// The pipeline file could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read pipeline file {path}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML.
+    #[error("pipeline file {path} is not valid TOML")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// Where and why.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// Keys are unknown, values of the wrong form, or rules broken.
+    #[error("pipeline file {path} is invalid:\n{}", format_issues(.issues))]
+    Invalid {
+        /// The file.
+        path: String,
+        /// Every problem found.
+        issues: Vec<ConfigIssue>,
+    },
+}
+
+fn format_issues(issues: &[ConfigIssue]) -> String {
+    issues
+        .iter()
+        .map(|issue| format!("  - {issue}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl PipelineConfig {
+    /// Reads, interpolates, parses and validates a pipeline file.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file and every invalid key.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string(), &|name| {
+            std::env::var(name).ok()
+        })
+    }
+
+    /// Parses and validates pipeline text; `env` looks up variables for interpolation.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `origin` and every invalid key.
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let mut value: toml::Value =
+            toml::from_str(text).map_err(|source| ConfigError::Syntax {
+                path: origin.to_owned(),
+                source,
+            })?;
+        let invalid = |issues| ConfigError::Invalid {
+            path: origin.to_owned(),
+            issues,
+        };
+        let mut issues = Vec::new();
+        interpolate(&mut value, &mut String::new(), env, &mut issues);
+        if !issues.is_empty() {
+            return Err(invalid(issues));
+        }
+        let config: PipelineConfig = serde_path_to_error::deserialize(value).map_err(|error| {
+            let key = error.path().to_string();
+            invalid(vec![ConfigIssue {
+                key: if key == "." {
+                    "(top level)".into()
+                } else {
+                    key
+                },
+                problem: error.into_inner().to_string(),
+            }])
+        })?;
+        let issues = config.validate();
+        if issues.is_empty() {
+            Ok(config)
+        } else {
+            Err(invalid(issues))
+        }
+    }
+
+    /// Checks every rule that serde's types do not express; returns all broken ones.
+    pub fn validate(&self) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
+        if !is_identifier(&self.name) {
+            issue(
+                "name",
+                format!(
+                    "{:?} is not a valid name: expected 1-40 characters of a-z, 0-9 and _",
+                    self.name
+                ),
+            );
+        }
+        let SourceConfig::Postgres(pg) = &self.source;
+        if let Err(error) = tokio_postgres::Config::from_str(&pg.url) {
+            issue(
+                "source.postgres.url",
+                format!(
+                    "not a PostgreSQL connection URL ({error}): expected postgres://user[:password]@host[:port]/database"
+                ),
+            );
+        }
+        for (key, name) in [
+            ("source.postgres.slot", &pg.slot),
+            ("source.postgres.publication", &pg.publication),
+        ] {
+            if let Some(name) = name.as_deref().filter(|name| !is_slot_name(name)) {
+                issue(
+                    key,
+                    format!("{name:?} is not valid: expected 1-63 characters of a-z, 0-9 and _"),
+                );
+            }
+        }
+        if pg.schemas.is_empty() && pg.tables.is_empty() {
+            issue(
+                "source.postgres",
+                "nothing to capture: set `schemas = [\"public\"]` and/or `tables = [\"schema.table\"]`"
+                    .into(),
+            );
+        }
+        for (index, table) in pg.tables.iter().enumerate() {
+            if parse_table_name(table).is_none() {
+                issue(
+                    &format!("source.postgres.tables[{index}]"),
+                    format!("{table:?} is not a table name: expected \"schema.table\""),
+                );
+            }
+        }
+        if pg.status_interval_ms == 0 || pg.status_interval_ms > 60_000 {
+            issue(
+                "source.postgres.status_interval_ms",
+                format!(
+                    "{} is out of range: expected 1 to 60000 (milliseconds; keep it well below the server's wal_sender_timeout)",
+                    pg.status_interval_ms
+                ),
+            );
+        }
+        if self.kafka.brokers.trim().is_empty() {
+            issue(
+                "kafka.brokers",
+                "empty: expected host:port[,host:port...]".into(),
+            );
+        }
+        if !is_topic_name(&self.kafka.topic_prefix) {
+            issue(
+                "kafka.topic_prefix",
+                format!(
+                    "{:?} is not valid: expected characters a-z, A-Z, 0-9, '.', '_' and '-'",
+                    self.kafka.topic_prefix
+                ),
+            );
+        }
+        if self.kafka.topic_partitions == 0 {
+            issue("kafka.topic_partitions", "0: expected at least 1".into());
+        }
+        if self.delivery.max_in_flight_bytes < 1024 {
+            issue(
+                "delivery.max_in_flight_bytes",
+                format!(
+                    "{} is too small: expected at least 1024 (bytes)",
+                    self.delivery.max_in_flight_bytes
+                ),
+            );
+        }
+        if self.delivery.max_in_flight_records == 0 {
+            issue(
+                "delivery.max_in_flight_records",
+                "0: expected at least 1".into(),
+            );
+        }
+        match (
+            self.delivery.on_permanent_error,
+            &self.delivery.dead_letter_topic,
+        ) {
+            (PermanentErrorPolicy::DeadLetter, None) => issue(
+                "delivery.dead_letter_topic",
+                "missing: required when on_permanent_error = \"dead_letter\"".into(),
+            ),
+            (_, Some(topic)) if !is_topic_name(topic) => issue(
+                "delivery.dead_letter_topic",
+                format!("{topic:?} is not a valid topic name"),
+            ),
+            _ => {}
+        }
+        if SocketAddr::from_str(&self.admin.listen).is_err() {
+            issue(
+                "admin.listen",
+                format!(
+                    "{:?} is not an address: expected ip:port, e.g. 127.0.0.1:8089",
+                    self.admin.listen
+                ),
+            );
+        }
+        if self.restart.initial_backoff_ms == 0
+            || self.restart.initial_backoff_ms > self.restart.max_backoff_ms
+        {
+            issue(
+                "restart.initial_backoff_ms",
+                "expected at least 1 and at most restart.max_backoff_ms".into(),
+            );
+        }
+        issues
+    }
+
+    /// The PostgreSQL source section.
+    pub fn postgres(&self) -> &PostgresSourceConfig {
+        let SourceConfig::Postgres(pg) = &self.source;
+        pg
+    }
+
+    /// The replication slot's name.
+    pub fn slot_name(&self) -> String {
+        self.postgres()
+            .slot
+            .clone()
+            .unwrap_or_else(|| format!("sluice_{}", self.name))
+    }
+
+    /// The publication's name.
+    pub fn publication_name(&self) -> String {
+        self.postgres()
+            .publication
+            .clone()
+            .unwrap_or_else(|| format!("sluice_{}", self.name))
+    }
+
+    /// The byte budget as the engine takes it (validated to be at least 1024).
+    pub fn max_in_flight_bytes(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.delivery.max_in_flight_bytes).unwrap_or(NonZeroU32::MIN)
+    }
+
+    /// The record budget as the engine takes it (validated to be at least 1).
+    pub fn max_in_flight_records(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.delivery.max_in_flight_records).unwrap_or(NonZeroU32::MIN)
+    }
+}
+
+/// Splits `schema.table`.
+pub fn parse_table_name(name: &str) -> Option<(&str, &str)> {
+    let (schema, table) = name.split_once('.')?;
+    (!schema.is_empty() && !table.is_empty() && !table.contains('.')).then_some((schema, table))
+}
+
+fn is_identifier(name: &str) -> bool {
+    (1..=40).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn is_slot_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+fn is_topic_name(name: &str) -> bool {
+    (1..=200).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Replaces `${NAME}` / `${NAME:-default}` in every string of `value`; `path` is the key path
+/// of `value`, for error messages.
+fn interpolate(
+    value: &mut toml::Value,
+    path: &mut String,
+    env: &dyn Fn(&str) -> Option<String>,
+    issues: &mut Vec<ConfigIssue>,
+) {
+    match value {
+        toml::Value::String(text) => match expand(text, env) {
+            Ok(expanded) => *text = expanded,
+            Err(problem) => issues.push(ConfigIssue {
+                key: path.clone(),
+                problem,
+            }),
+        },
+        toml::Value::Array(items) => {
+            for (index, item) in items.iter_mut().enumerate() {
+                let len = path.len();
+                path.push_str(&format!("[{index}]"));
+                interpolate(item, path, env, issues);
+                path.truncate(len);
+            }
+        }
+        toml::Value::Table(table) => {
+            for (key, item) in table.iter_mut() {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                interpolate(item, path, env, issues);
+                path.truncate(len);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Expands `${NAME}` and `${NAME:-default}`; `$$` is a literal `$`.
+fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(after) = after.strip_prefix('$') {
+            out.push('$');
+            rest = after;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let end = body.find('}').ok_or_else(|| {
+                format!("unterminated ${{ in {text:?}: expected ${{NAME}} or ${{NAME:-default}}")
+            })?;
+            let (name, default) = match body[..end].split_once(":-") {
+                Some((name, default)) => (name, Some(default)),
+                None => (&body[..end], None),
+            };
+            match (env(name).filter(|v| !v.is_empty()), default) {
+                (Some(value), _) => out.push_str(&value),
+                (None, Some(default)) => out.push_str(default),
+                (None, None) => {
+                    return Err(format!(
+                        "environment variable {name} is not set (use ${{{name}:-default}} for a default)"
+                    ));
+                }
+            }
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        name = "orders"
+        [source.postgres]
+        url = "${PG_URL}"
+        schemas = ["public"]
+        [kafka]
+        brokers = "${KAFKA_BROKERS:-127.0.0.1:9092}"
+        topic_prefix = "${TOPIC_PREFIX:-sluice}"
+    "#;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "PG_URL").then(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    }
+
+    fn issues(text: &str) -> Vec<ConfigIssue> {
+        match PipelineConfig::from_toml(text, "test.toml", &env) {
+            Err(ConfigError::Invalid { issues, .. }) => issues,
+            other => panic!("expected invalid config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let config = PipelineConfig::from_toml(MINIMAL, "test.toml", &env).unwrap();
+        assert_eq!(config.kafka.brokers, "127.0.0.1:9092");
+        assert_eq!(config.kafka.topic_prefix, "sluice");
+        assert_eq!(config.slot_name(), "sluice_orders");
+        assert_eq!(config.publication_name(), "sluice_orders");
+        assert_eq!(
+            config.delivery.max_in_flight_bytes,
+            DEFAULT_MAX_IN_FLIGHT_BYTES
+        );
+        assert!(config.kafka.tombstones_on_delete);
+    }
+
+    #[test]
+    fn unknown_key_names_its_path_and_the_allowed_keys() {
+        let text = MINIMAL.replace("topic_prefix", "topic_prefx");
+        let issues = issues(&text);
+        assert_eq!(issues.len(), 1);
+        assert_eq!(issues[0].key, "kafka.topic_prefx");
+        assert!(issues[0].problem.contains("unknown field `topic_prefx`"));
+        assert!(issues[0].problem.contains("topic_prefix"), "{issues:?}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let text = format!("{MINIMAL}\n[delivery]\nmax_in_flight_bytes = \"lots\"\n");
+        let issues = issues(&text);
+        assert_eq!(issues[0].key, "delivery.max_in_flight_bytes");
+    }
+
+    #[test]
+    fn missing_variable_names_the_key() {
+        let text = MINIMAL.replace("${PG_URL}", "${NOPE_NOT_SET}");
+        let issues = issues(&text);
+        assert_eq!(issues[0].key, "source.postgres.url");
+        assert!(issues[0].problem.contains("NOPE_NOT_SET"));
+    }
+
+    #[test]
+    fn rules_are_all_reported() {
+        let text = MINIMAL.replace("schemas = [\"public\"]", "tables = [\"nodot\"]")
+            + "\n[delivery]\non_permanent_error = \"dead_letter\"\n[admin]\nlisten = \"localhost\"\n";
+        let keys: Vec<_> = issues(&text).into_iter().map(|i| i.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "source.postgres.tables[0]",
+                "delivery.dead_letter_topic",
+                "admin.listen"
+            ]
+        );
+    }
+
+    #[test]
+    fn expansion() {
+        let env = |name: &str| (name == "A").then(|| "x".to_owned());
+        assert_eq!(expand("a${A}b", &env).unwrap(), "axb");
+        assert_eq!(expand("${B:-d}", &env).unwrap(), "d");
+        assert_eq!(expand("$$1 $x", &env).unwrap(), "$1 $x");
+        assert!(expand("${A", &env).is_err());
+        assert!(expand("${B}", &env).is_err());
+    }
+}

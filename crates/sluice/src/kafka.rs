@@ -1,0 +1,375 @@
+//! The Kafka layer: a producer with CDC defaults whose delivery reports feed the engine's
+//! acknowledgement tracker, and topic administration.
+//!
+//! Delivery reports arrive on librdkafka's poll thread (the [`ThreadedProducer`]'s). The
+//! context turns each into a [`DeliveryEvent`] on a channel to the pipeline loop, which owns
+//! the [`sluice_engine::AckTracker`]. That channel is unbounded on purpose: it only ever holds
+//! reports of records admitted by the in-flight budget, so the budget bounds it.
+//!
+//! Ordering: idempotence is on, so librdkafka keeps per-partition order with up to five
+//! requests in flight, and `message.timeout.ms = 0` means a record is never given up on while
+//! the broker is unreachable (librdkafka reconnects with exponential backoff; the pipeline is
+//! back-pressured meanwhile). A record Kafka rejects for good (too large, not authorized, …)
+//! comes back as [`DeliveryEvent::Failed`] and the pipeline applies its policy.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Headers, Message, OwnedHeaders};
+use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::statistics::Statistics;
+use sluice_engine::{InFlightPermit, Seq};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::admin::metrics as m;
+use crate::config::KafkaConfig;
+use crate::error::PipelineError;
+
+/// sluice's producer defaults for change data capture; every one can be overridden in the
+/// pipeline file's `[kafka.producer]` by its librdkafka name.
+pub const CDC_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
+    // Per-partition order with several requests in flight, no duplicates from retries.
+    ("enable.idempotence", "true"),
+    ("acks", "all"),
+    ("max.in.flight.requests.per.connection", "5"),
+    // Large batches, small linger: full requests under load, low latency when idle.
+    ("batch.size", "1000000"),
+    ("batch.num.messages", "100000"),
+    ("linger.ms", "5"),
+    ("compression.type", "lz4"),
+    // Key -> partition as the Java client computes it.
+    ("partitioner", "murmur2_random"),
+    // Never give up on a record: back-pressure instead while the broker is away.
+    ("message.timeout.ms", "0"),
+    ("statistics.interval.ms", "5000"),
+];
+
+/// The producer's librdkafka configuration: defaults, the pipeline's overrides, and the queue
+/// limits derived from the in-flight budget (so that librdkafka's queue never fills before the
+/// budget does).
+pub fn producer_config(kafka: &KafkaConfig, client_id: &str, max_records: u32) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", &kafka.brokers);
+    config.set("client.id", client_id);
+    for (key, value) in CDC_PRODUCER_DEFAULTS {
+        config.set(*key, *value);
+    }
+    // Deletes may become two records and key changes four.
+    let queue = (u64::from(max_records) * 4 + 10_000).min(2_147_483_647);
+    config.set("queue.buffering.max.messages", queue.to_string());
+    config.set("queue.buffering.max.kbytes", "2097151");
+    for (key, value) in &kafka.producer {
+        config.set(key, value);
+    }
+    config
+}
+
+/// What the pipeline attaches to each record it produces; handed back with its report.
+#[derive(Debug)]
+pub struct Delivery {
+    /// The record's sequence number in the acknowledgement tracker.
+    pub seq: Seq,
+    /// The in-flight budget share of the row change the record belongs to; released when the
+    /// last record of that change is reported.
+    pub permit: Arc<InFlightPermit>,
+    /// Source commit time, Unix microseconds, for the end-to-end latency histogram.
+    pub commit_unix_micros: i64,
+    /// Per-table counters.
+    pub table: Arc<m::TableMetrics>,
+    /// Key and value bytes, for the per-table byte counter.
+    pub bytes: u32,
+}
+
+/// A record as the producer sends it (also how a failed record comes back).
+#[derive(Debug, Clone)]
+pub struct OutRecord {
+    /// Destination topic.
+    pub topic: Arc<str>,
+    /// Key bytes (JSON), if any.
+    pub key: Option<Vec<u8>>,
+    /// Value bytes (JSON); `None` is a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Headers, name and value.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+impl OutRecord {
+    /// Serialized size as counted in metrics.
+    pub fn len(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
+    }
+
+    /// Whether the record carries no key and no value bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The librdkafka headers.
+    pub fn owned_headers(&self) -> OwnedHeaders {
+        self.headers
+            .iter()
+            .fold(OwnedHeaders::new(), |headers, (name, value)| {
+                headers.insert(rdkafka::message::Header {
+                    key: name,
+                    value: Some(value.as_bytes()),
+                })
+            })
+    }
+}
+
+/// The outcome of one produced record.
+#[derive(Debug)]
+pub enum DeliveryEvent {
+    /// Written and acknowledged by the broker (per `acks`).
+    Acked(Box<Delivery>),
+    /// Refused; the pipeline applies its policy.
+    Failed {
+        /// Why.
+        error: KafkaError,
+        /// The record, to dead-letter it.
+        record: OutRecord,
+        /// Its bookkeeping.
+        delivery: Box<Delivery>,
+    },
+}
+
+/// Broker reachability as librdkafka reports it.
+#[derive(Debug, Default)]
+pub struct KafkaHealth {
+    all_brokers_down: AtomicBool,
+    last_error: Mutex<Option<String>>,
+}
+
+impl KafkaHealth {
+    /// Whether librdkafka last said all brokers are down.
+    pub fn all_brokers_down(&self) -> bool {
+        self.all_brokers_down.load(Ordering::Relaxed)
+    }
+
+    /// The last client-level error librdkafka reported.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().map(|e| e.clone()).unwrap_or(None)
+    }
+}
+
+/// The producer's librdkafka context.
+pub struct PipelineProducerContext {
+    deliveries: UnboundedSender<DeliveryEvent>,
+    health: Arc<KafkaHealth>,
+    /// Totals at the previous statistics report: (messages sent, produce requests).
+    last_totals: Mutex<(i64, i64)>,
+}
+
+impl PipelineProducerContext {
+    /// A context that reports deliveries on `deliveries`.
+    pub fn new(deliveries: UnboundedSender<DeliveryEvent>, health: Arc<KafkaHealth>) -> Self {
+        Self {
+            deliveries,
+            health,
+            last_totals: Mutex::new((0, 0)),
+        }
+    }
+}
+
+impl ClientContext for PipelineProducerContext {
+    fn stats(&self, statistics: Statistics) {
+        let requests: i64 = statistics
+            .brokers
+            .values()
+            .map(|broker| broker.req.get("Produce").copied().unwrap_or(0))
+            .sum();
+        let Ok(mut last) = self.last_totals.lock() else {
+            return;
+        };
+        let (messages, produce_requests) = (statistics.txmsgs - last.0, requests - last.1);
+        if produce_requests > 0 {
+            m::records_per_request().record(messages as f64 / produce_requests as f64);
+        }
+        *last = (statistics.txmsgs, requests);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let down = error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown);
+        if down {
+            self.health.all_brokers_down.store(true, Ordering::Relaxed);
+        }
+        tracing::warn!(error = %error, reason, "kafka client error");
+        if let Ok(mut last) = self.health.last_error.lock() {
+            *last = Some(format!("{error}: {reason}"));
+        }
+    }
+}
+
+impl ProducerContext for PipelineProducerContext {
+    type DeliveryOpaque = Box<Delivery>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Self::DeliveryOpaque) {
+        let event = match result {
+            Ok(_) => {
+                self.health.all_brokers_down.store(false, Ordering::Relaxed);
+                DeliveryEvent::Acked(delivery)
+            }
+            Err((error, message)) => DeliveryEvent::Failed {
+                error: error.clone(),
+                record: OutRecord {
+                    topic: Arc::from(message.topic()),
+                    key: message.key().map(<[u8]>::to_vec),
+                    value: message.payload().map(<[u8]>::to_vec),
+                    headers: message
+                        .headers()
+                        .map(|headers| {
+                            headers
+                                .iter()
+                                .filter_map(|h| {
+                                    let name = static_header_name(h.key)?;
+                                    Some((name, String::from_utf8_lossy(h.value?).into_owned()))
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                },
+                delivery,
+            },
+        };
+        // The receiver is gone only when the pipeline run ended; its records are re-read
+        // from the slot's confirmed position by the next run.
+        let _ = self.deliveries.send(event);
+    }
+}
+
+/// The producer type of a pipeline.
+pub type PipelineProducer = ThreadedProducer<PipelineProducerContext>;
+
+/// Header names sluice writes (so failed records can carry them back without allocating names).
+pub const HEADER_NAMES: &[&str] = &[
+    crate::event::HEADER_COMMIT_LSN,
+    crate::event::HEADER_LSN,
+    crate::event::HEADER_TX_INDEX,
+    crate::source::postgres::stream::HEADER_DLQ_REASON,
+    crate::source::postgres::stream::HEADER_DLQ_TOPIC,
+    crate::source::postgres::stream::HEADER_DLQ_VALUE_OMITTED,
+];
+
+fn static_header_name(name: &str) -> Option<&'static str> {
+    HEADER_NAMES.iter().copied().find(|known| *known == name)
+}
+
+/// Whether a delivery error will not go away by retrying the same record.
+pub fn is_permanent(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::MessageSizeTooLarge
+                | RDKafkaErrorCode::InvalidMessageSize
+                | RDKafkaErrorCode::InvalidMessage
+                | RDKafkaErrorCode::InvalidRecord
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::UnknownPartition
+                | RDKafkaErrorCode::InvalidTopic
+                | RDKafkaErrorCode::PolicyViolation
+        )
+    )
+}
+
+/// Creates the topics that do not exist yet, with the configured partitions and replication.
+///
+/// # Errors
+///
+/// Retryable when the cluster cannot be reached; fatal when it refuses the topic (policy,
+/// authorization, invalid settings).
+pub async fn ensure_topics(
+    kafka: &KafkaConfig,
+    topics: &[String],
+    partitions: u32,
+) -> Result<(), PipelineError> {
+    if topics.is_empty() {
+        return Ok(());
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.brokers)
+        .create()
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create a Kafka admin client",
+                "check kafka.brokers",
+                e,
+            )
+        })?;
+    let replication_factor = kafka.topic_replication_factor.map_or(-1, i32::from);
+    let new_topics: Vec<NewTopic<'_>> = topics
+        .iter()
+        .map(|topic| {
+            NewTopic::new(
+                topic,
+                partitions as i32,
+                TopicReplication::Fixed(replication_factor),
+            )
+        })
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = tokio::time::timeout(
+        Duration::from_secs(45),
+        admin.create_topics(&new_topics, &options),
+    )
+    .await
+    .map_err(|elapsed| {
+        PipelineError::retryable(
+            format!("cannot reach Kafka at {} to create topics", kafka.brokers),
+            elapsed,
+        )
+    })?
+    .map_err(|e| {
+        PipelineError::retryable(
+            format!("cannot reach Kafka at {} to create topics", kafka.brokers),
+            e,
+        )
+    })?;
+    for result in results {
+        match result {
+            Ok(topic) => tracing::info!(topic, partitions, "created topic"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((
+                topic,
+                code @ (RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::RequestTimedOut
+                | RDKafkaErrorCode::OperationTimedOut
+                | RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::NotController),
+            )) => {
+                return Err(PipelineError::retryable(
+                    format!("cannot create topic {topic}"),
+                    KafkaError::AdminOp(code),
+                ));
+            }
+            Err((topic, code)) => {
+                return Err(PipelineError::fatal_with(
+                    format!("Kafka refused to create topic {topic}"),
+                    "create the topic yourself, or fix kafka.topic_partitions / kafka.topic_replication_factor and the client's authorization",
+                    KafkaError::AdminOp(code),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The producer overrides in effect, for `sluice check`.
+pub fn effective_producer_settings(kafka: &KafkaConfig) -> BTreeMap<String, String> {
+    let mut settings: BTreeMap<String, String> = CDC_PRODUCER_DEFAULTS
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    settings.extend(kafka.producer.clone());
+    settings
+}

@@ -1,0 +1,24 @@
+//! sluice: change data capture from PostgreSQL into Kafka, and Kafka into sinks.
+//!
+//! The data flow (see `DESIGN.md`):
+//!
+//! ```text
+//! source::postgres  -> decode (pgoutput)  -> event (Debezium JSON, encoded in parallel)
+//!   -> kafka::producer (rdkafka) -> delivery reports -> sluice_engine::AckTracker
+//!   -> checkpoint: the slot's confirmed flush LSN = the watermark
+//! ```
+//!
+//! Module map: [`config`] (the pipeline file), [`cli`] (the `sluice` command line), [`app`]
+//! (wiring and supervision), [`source`] (sources), [`event`] (the change-event format),
+//! [`kafka`] (the Kafka layer), [`sink`] (sinks), [`admin`] (HTTP admin and metrics).
+
+pub mod admin;
+pub mod app;
+pub mod check;
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod event;
+pub mod kafka;
+pub mod sink;
+pub mod source;

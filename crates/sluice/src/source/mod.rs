@@ -1,0 +1,3 @@
+//! Sources: where change events come from.
+
+pub mod postgres;

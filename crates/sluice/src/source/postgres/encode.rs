@@ -1,0 +1,640 @@
+//! Turns decoded row changes into Kafka records in the Debezium envelope.
+//!
+//! This is the CPU-heavy part of the pipeline and runs on worker threads, in batches, while the
+//! replication loop keeps reading; the publisher sends the batches in commit order. Values go
+//! from pgoutput's text form straight to JSON bytes ([`super::value::write_json`]): no
+//! intermediate data model.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use sluice_engine::Lsn;
+
+use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
+use super::value;
+use crate::admin::metrics::TableMetrics;
+use crate::event::{HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, write_int, write_json_str};
+use crate::kafka::OutRecord;
+
+/// A captured table as the last Relation message described it.
+#[derive(Debug)]
+pub struct RelationInfo {
+    /// `schema.table`.
+    pub name: String,
+    /// The table's topic.
+    pub topic: Arc<str>,
+    /// Columns in the order of tuple data.
+    pub columns: Vec<ColumnInfo>,
+    /// Indexes (into `columns`) of the key columns, in order; empty = no key (null keys).
+    pub key_columns: Vec<usize>,
+    /// The table's replica identity.
+    pub replica_identity: ReplicaIdentity,
+    /// The `source` block up to `"ts_ms":`.
+    source_head: String,
+    /// The `source` block from after `ts_ms` up to `"txId":`.
+    source_tail: String,
+    /// Per-table counters.
+    pub metrics: Arc<TableMetrics>,
+    /// A rough per-change overhead of the JSON envelope, for the in-flight budget.
+    pub envelope_overhead: usize,
+}
+
+/// One column.
+#[derive(Debug)]
+pub struct ColumnInfo {
+    /// `"name":` with the name escaped.
+    pub json_label: Vec<u8>,
+    /// The name.
+    pub name: String,
+    /// Type OID.
+    pub type_oid: u32,
+    /// Type modifier (`atttypmod`).
+    pub type_modifier: i32,
+}
+
+/// What every event's `source` block names besides the table.
+#[derive(Debug, Clone)]
+pub struct SourceIdentity {
+    /// The logical server name (the topic prefix).
+    pub server_name: String,
+    /// The database name.
+    pub database: String,
+}
+
+impl RelationInfo {
+    /// Describes a relation; `key_columns` are the primary key's column names (or the replica
+    /// identity's when there is no primary key).
+    pub fn new(
+        identity: &SourceIdentity,
+        schema: &str,
+        table: &str,
+        columns: Vec<(String, u32, i32)>,
+        key_names: &[String],
+        replica_identity: ReplicaIdentity,
+        metrics: Arc<TableMetrics>,
+    ) -> Self {
+        let name = format!("{schema}.{table}");
+        let topic: Arc<str> = Arc::from(format!("{}.{name}", identity.server_name));
+        let columns: Vec<ColumnInfo> = columns
+            .into_iter()
+            .map(|(name, type_oid, type_modifier)| {
+                let mut json_label = Vec::with_capacity(name.len() + 3);
+                write_json_str(&mut json_label, &name);
+                json_label.push(b':');
+                ColumnInfo {
+                    json_label,
+                    name,
+                    type_oid,
+                    type_modifier,
+                }
+            })
+            .collect();
+        let key_columns = key_names
+            .iter()
+            .filter_map(|key| columns.iter().position(|c| &c.name == key))
+            .collect();
+        let mut head = Vec::new();
+        head.extend_from_slice(b"{\"version\":");
+        write_json_str(&mut head, env!("CARGO_PKG_VERSION"));
+        head.extend_from_slice(b",\"connector\":\"postgresql\",\"name\":");
+        write_json_str(&mut head, &identity.server_name);
+        head.extend_from_slice(b",\"ts_ms\":");
+        let mut tail = Vec::new();
+        tail.extend_from_slice(b",\"snapshot\":\"false\",\"db\":");
+        write_json_str(&mut tail, &identity.database);
+        tail.extend_from_slice(b",\"schema\":");
+        write_json_str(&mut tail, schema);
+        tail.extend_from_slice(b",\"table\":");
+        write_json_str(&mut tail, table);
+        tail.extend_from_slice(b",\"txId\":");
+        let envelope_overhead = 2 * columns.iter().map(|c| c.json_label.len()).sum::<usize>()
+            + head.len()
+            + tail.len()
+            + 160;
+        Self {
+            name,
+            topic,
+            columns,
+            key_columns,
+            replica_identity,
+            source_head: String::from_utf8(head).unwrap_or_default(),
+            source_tail: String::from_utf8(tail).unwrap_or_default(),
+            metrics,
+            envelope_overhead,
+        }
+    }
+}
+
+/// What happened to a row.
+#[derive(Debug)]
+pub enum ChangeKind {
+    /// Insert.
+    Insert {
+        /// The new row.
+        new: TupleData,
+    },
+    /// Update.
+    Update {
+        /// The old row ('O', REPLICA IDENTITY FULL) or old key ('K', when the key changed).
+        old: Option<TupleData>,
+        /// Whether `old` holds only key columns.
+        old_is_key_only: bool,
+        /// The new row.
+        new: TupleData,
+        /// Whether the key changed: then the update is written as delete + tombstone + create.
+        key_changed: bool,
+    },
+    /// Delete.
+    Delete {
+        /// The old row or key.
+        old: TupleData,
+        /// Whether `old` holds only key columns.
+        old_is_key_only: bool,
+    },
+    /// Truncate.
+    Truncate,
+}
+
+/// One decoded row change with its position.
+#[derive(Debug)]
+pub struct RowChange {
+    /// The table.
+    pub relation: Arc<RelationInfo>,
+    /// What happened.
+    pub kind: ChangeKind,
+    /// The LSN of the transaction's commit record.
+    pub commit_lsn: Lsn,
+    /// The change's own LSN.
+    pub lsn: Lsn,
+    /// Index of the change's first record within its transaction.
+    pub tx_index: u32,
+    /// Transaction id.
+    pub xid: u32,
+    /// Commit time, Unix microseconds.
+    pub commit_unix_micros: i64,
+    /// Bytes the change holds in flight, as charged to the budget.
+    pub size_hint: usize,
+}
+
+/// A logical decoding message written with `pg_logical_emit_message`.
+#[derive(Debug)]
+pub struct LogicalMessage {
+    /// The message's topic.
+    pub topic: Arc<str>,
+    /// Prefix.
+    pub prefix: String,
+    /// Content.
+    pub content: Bytes,
+    /// Its LSN.
+    pub lsn: Lsn,
+    /// Commit LSN of its transaction (its own LSN when non-transactional).
+    pub commit_lsn: Lsn,
+    /// Index within the transaction.
+    pub tx_index: u32,
+    /// Transaction id, for transactional messages.
+    pub xid: Option<u32>,
+    /// Commit time (or receive time for non-transactional messages), Unix microseconds.
+    pub commit_unix_micros: i64,
+}
+
+impl RowChange {
+    /// How many Kafka records the change becomes.
+    pub fn record_count(&self, tombstones: bool) -> u32 {
+        let with_tombstone = 1 + u32::from(tombstones);
+        match &self.kind {
+            ChangeKind::Insert { .. } | ChangeKind::Truncate => 1,
+            ChangeKind::Update {
+                key_changed: true, ..
+            } => with_tombstone + 1,
+            ChangeKind::Update { .. } => 1,
+            ChangeKind::Delete { .. } => {
+                if self.relation.key_columns.is_empty() {
+                    1
+                } else {
+                    with_tombstone
+                }
+            }
+        }
+    }
+}
+
+/// Encoding choices fixed for a pipeline.
+#[derive(Debug, Clone, Copy)]
+pub struct EncodeOptions {
+    /// Follow deletes with a tombstone.
+    pub tombstones: bool,
+    /// Processing time for the envelope's `ts_ms`.
+    pub now_unix_ms: i64,
+}
+
+/// Encodes a change into its records, in order (`out` gets `record_count` records).
+pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<OutRecord>) {
+    let rel = &change.relation;
+    let mut index = change.tx_index;
+    let mut push = |out: &mut Vec<OutRecord>, key: Option<Vec<u8>>, value: Option<Vec<u8>>| {
+        out.push(OutRecord {
+            topic: Arc::clone(&rel.topic),
+            key,
+            value,
+            headers: position_headers(change.commit_lsn, change.lsn, index),
+        });
+        index += 1;
+    };
+    match &change.kind {
+        ChangeKind::Insert { new } => {
+            let value = envelope(change, options, None, Some((new, None)), Op::Create);
+            push(out, write_key(rel, new), Some(value));
+        }
+        ChangeKind::Update {
+            old,
+            old_is_key_only,
+            new,
+            key_changed,
+        } => {
+            let before = old.as_ref().map(|old| (old, *old_is_key_only));
+            if *key_changed {
+                let old = old.as_ref().expect("a key change comes with the old key");
+                let old_key = write_key(rel, old);
+                let value = envelope(change, options, before, None, Op::Delete);
+                push(out, old_key.clone(), Some(value));
+                if options.tombstones {
+                    push(out, old_key, None);
+                }
+                let value = envelope(change, options, None, Some((new, None)), Op::Create);
+                push(out, write_key(rel, new), Some(value));
+            } else {
+                let old_full = old.as_ref().filter(|_| !old_is_key_only);
+                let value = envelope(change, options, before, Some((new, old_full)), Op::Update);
+                push(out, write_key(rel, new), Some(value));
+            }
+        }
+        ChangeKind::Delete {
+            old,
+            old_is_key_only,
+        } => {
+            let key = write_key(rel, old);
+            let value = envelope(
+                change,
+                options,
+                Some((old, *old_is_key_only)),
+                None,
+                Op::Delete,
+            );
+            let tombstone = options.tombstones && key.is_some();
+            push(out, key.clone(), Some(value));
+            if tombstone {
+                push(out, key, None);
+            }
+        }
+        ChangeKind::Truncate => {
+            let value = envelope(change, options, None, None, Op::Truncate);
+            push(out, None, Some(value));
+        }
+    }
+}
+
+/// Encodes a logical decoding message as Debezium does (`op: "m"`).
+pub fn encode_message(
+    message: &LogicalMessage,
+    identity: &SourceIdentity,
+    now_unix_ms: i64,
+) -> OutRecord {
+    let mut key = Vec::with_capacity(message.prefix.len() + 16);
+    key.extend_from_slice(b"{\"prefix\":");
+    write_json_str(&mut key, &message.prefix);
+    key.push(b'}');
+    let mut value = Vec::with_capacity(message.content.len() * 4 / 3 + 256);
+    value.extend_from_slice(b"{\"op\":\"m\",\"ts_ms\":");
+    write_int(&mut value, now_unix_ms);
+    value.extend_from_slice(b",\"source\":{\"version\":");
+    write_json_str(&mut value, env!("CARGO_PKG_VERSION"));
+    value.extend_from_slice(b",\"connector\":\"postgresql\",\"name\":");
+    write_json_str(&mut value, &identity.server_name);
+    value.extend_from_slice(b",\"ts_ms\":");
+    write_int(&mut value, message.commit_unix_micros.div_euclid(1000));
+    value.extend_from_slice(b",\"snapshot\":\"false\",\"db\":");
+    write_json_str(&mut value, &identity.database);
+    value.extend_from_slice(b",\"schema\":\"\",\"table\":\"\",\"txId\":");
+    match message.xid {
+        Some(xid) => write_int(&mut value, xid),
+        None => value.extend_from_slice(b"null"),
+    }
+    value.extend_from_slice(b",\"lsn\":");
+    write_int(&mut value, message.lsn.0);
+    value.extend_from_slice(b"},\"message\":{\"prefix\":");
+    write_json_str(&mut value, &message.prefix);
+    value.extend_from_slice(b",\"content\":\"");
+    value.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(&message.content)
+            .as_bytes(),
+    );
+    value.extend_from_slice(b"\"}}");
+    OutRecord {
+        topic: Arc::clone(&message.topic),
+        key: Some(key),
+        value: Some(value),
+        headers: position_headers(message.commit_lsn, message.lsn, message.tx_index),
+    }
+}
+
+fn position_headers(commit_lsn: Lsn, lsn: Lsn, tx_index: u32) -> Vec<(&'static str, String)> {
+    vec![
+        (HEADER_COMMIT_LSN, commit_lsn.0.to_string()),
+        (HEADER_LSN, lsn.0.to_string()),
+        (HEADER_TX_INDEX, tx_index.to_string()),
+    ]
+}
+
+/// The key object, or `None` when the table has no key.
+fn write_key(rel: &RelationInfo, tuple: &TupleData) -> Option<Vec<u8>> {
+    if rel.key_columns.is_empty() {
+        return None;
+    }
+    let mut key = Vec::with_capacity(32);
+    key.push(b'{');
+    for (n, &index) in rel.key_columns.iter().enumerate() {
+        if n > 0 {
+            key.push(b',');
+        }
+        let column = &rel.columns[index];
+        key.extend_from_slice(&column.json_label);
+        write_datum(column, tuple.0.get(index), &mut key);
+    }
+    key.push(b'}');
+    Some(key)
+}
+
+/// The value envelope. `before` is `(row, key_only)`; `after` is `(row, old full row)` so
+/// unchanged TOASTed values can be taken from the old row when the server sent one.
+fn envelope(
+    change: &RowChange,
+    options: EncodeOptions,
+    before: Option<(&TupleData, bool)>,
+    after: Option<(&TupleData, Option<&TupleData>)>,
+    op: Op,
+) -> Vec<u8> {
+    let rel = &change.relation;
+    let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
+    out.extend_from_slice(b"{\"before\":");
+    match before {
+        Some((row, key_only)) => write_row(rel, row, None, key_only, &mut out, &mut Vec::new()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"after\":");
+    let mut unavailable = Vec::new();
+    match after {
+        Some((row, old)) => write_row(rel, row, old, false, &mut out, &mut unavailable),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"source\":");
+    out.extend_from_slice(rel.source_head.as_bytes());
+    write_int(&mut out, change.commit_unix_micros.div_euclid(1000));
+    out.extend_from_slice(rel.source_tail.as_bytes());
+    write_int(&mut out, change.xid);
+    out.extend_from_slice(b",\"lsn\":");
+    write_int(&mut out, change.lsn.0);
+    out.extend_from_slice(b",\"xmin\":null},\"op\":\"");
+    out.extend_from_slice(op.code().as_bytes());
+    out.extend_from_slice(b"\",\"ts_ms\":");
+    write_int(&mut out, options.now_unix_ms);
+    if !unavailable.is_empty() {
+        out.extend_from_slice(b",\"unavailable_columns\":[");
+        for (n, index) in unavailable.iter().enumerate() {
+            if n > 0 {
+                out.push(b',');
+            }
+            write_json_str(&mut out, &rel.columns[*index].name);
+        }
+        out.push(b']');
+    }
+    out.push(b'}');
+    out
+}
+
+/// Writes a row object. With `key_only`, only key columns are written (the server sent no
+/// others). Unchanged TOASTed values are taken from `old` when it has them, otherwise left out
+/// and their column index pushed to `unavailable`.
+fn write_row(
+    rel: &RelationInfo,
+    row: &TupleData,
+    old: Option<&TupleData>,
+    key_only: bool,
+    out: &mut Vec<u8>,
+    unavailable: &mut Vec<usize>,
+) {
+    out.push(b'{');
+    let mut first = true;
+    for (index, column) in rel.columns.iter().enumerate() {
+        if key_only && !rel.key_columns.contains(&index) {
+            continue;
+        }
+        let mut datum = row.0.get(index);
+        if matches!(datum, Some(Datum::UnchangedToast)) {
+            match old.and_then(|old| old.0.get(index)) {
+                Some(previous @ (Datum::Text(_) | Datum::Binary(_) | Datum::Null)) => {
+                    datum = Some(previous);
+                }
+                _ => {
+                    unavailable.push(index);
+                    continue;
+                }
+            }
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        out.extend_from_slice(&column.json_label);
+        write_datum(column, datum, out);
+    }
+    out.push(b'}');
+}
+
+fn write_datum(column: &ColumnInfo, datum: Option<&Datum>, out: &mut Vec<u8>) {
+    match datum {
+        None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
+        Some(Datum::Text(text)) => {
+            let start = out.len();
+            if value::write_json(column.type_oid, column.type_modifier, text, out).is_err() {
+                // The text did not parse as its type: keep it, as a string, rather than lose it.
+                out.truncate(start);
+                write_json_str(out, &String::from_utf8_lossy(text));
+            }
+        }
+        Some(Datum::Binary(bytes)) => {
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(bytes)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+    }
+}
+
+/// Whether the key columns differ between an old and a new tuple.
+pub fn key_differs(rel: &RelationInfo, old: &TupleData, new: &TupleData) -> bool {
+    rel.key_columns.iter().any(|&index| {
+        match (old.0.get(index), new.0.get(index)) {
+            // An unchanged TOASTed key column did not change.
+            (_, Some(Datum::UnchangedToast)) => false,
+            (a, b) => a != b,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn relation() -> Arc<RelationInfo> {
+        Arc::new(RelationInfo::new(
+            &SourceIdentity {
+                server_name: "app".into(),
+                database: "db".into(),
+            },
+            "public",
+            "users",
+            vec![
+                ("id".into(), 23, -1),
+                ("name".into(), 25, -1),
+                ("bio".into(), 25, -1),
+            ],
+            &["id".to_owned()],
+            ReplicaIdentity::Default,
+            Arc::new(TableMetrics::new("public.users")),
+        ))
+    }
+
+    fn text(s: &str) -> Datum {
+        Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    fn change(kind: ChangeKind) -> RowChange {
+        RowChange {
+            relation: relation(),
+            kind,
+            commit_lsn: Lsn(0x100),
+            lsn: Lsn(0x80),
+            tx_index: 4,
+            xid: 77,
+            commit_unix_micros: 1_700_000_000_123_456,
+            size_hint: 1,
+        }
+    }
+
+    type Decoded = (Option<Value>, Option<Value>, Vec<(&'static str, String)>);
+
+    fn encode(change: &RowChange) -> Vec<Decoded> {
+        let mut out = Vec::new();
+        let options = EncodeOptions {
+            tombstones: true,
+            now_unix_ms: 5,
+        };
+        encode_change(change, options, &mut out);
+        assert_eq!(out.len() as u32, change.record_count(true));
+        out.into_iter()
+            .map(|r| {
+                let parse =
+                    |b: Option<Vec<u8>>| b.map(|b| serde_json::from_slice::<Value>(&b).unwrap());
+                (parse(r.key), parse(r.value), r.headers)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn insert_is_a_debezium_create() {
+        let row = TupleData(vec![text("1"), text("ann \"a\""), Datum::Null]);
+        let records = encode(&change(ChangeKind::Insert { new: row }));
+        let (key, value, headers) = &records[0];
+        assert_eq!(key.as_ref().unwrap(), &json!({"id": 1}));
+        assert_eq!(
+            value.as_ref().unwrap(),
+            &json!({
+                "before": null,
+                "after": {"id": 1, "name": "ann \"a\"", "bio": null},
+                "source": {
+                    "version": env!("CARGO_PKG_VERSION"), "connector": "postgresql", "name": "app",
+                    "ts_ms": 1_700_000_000_123i64, "snapshot": "false", "db": "db",
+                    "schema": "public", "table": "users", "txId": 77, "lsn": 128, "xmin": null
+                },
+                "op": "c",
+                "ts_ms": 5
+            })
+        );
+        assert_eq!(
+            headers,
+            &vec![
+                (HEADER_COMMIT_LSN, "256".to_owned()),
+                (HEADER_LSN, "128".to_owned()),
+                (HEADER_TX_INDEX, "4".to_owned())
+            ]
+        );
+    }
+
+    #[test]
+    fn unchanged_toast_is_marked_not_nulled() {
+        let new = TupleData(vec![text("1"), text("bo"), Datum::UnchangedToast]);
+        let records = encode(&change(ChangeKind::Update {
+            old: None,
+            old_is_key_only: false,
+            new,
+            key_changed: false,
+        }));
+        let value = records[0].1.as_ref().unwrap();
+        assert_eq!(value["op"], "u");
+        assert_eq!(value["after"], json!({"id": 1, "name": "bo"}));
+        assert_eq!(value["unavailable_columns"], json!(["bio"]));
+    }
+
+    #[test]
+    fn key_change_is_delete_tombstone_create_with_increasing_indexes() {
+        let old = TupleData(vec![text("1"), Datum::Null, Datum::Null]);
+        let new = TupleData(vec![text("2"), text("x"), text("y")]);
+        let rel = relation();
+        assert!(key_differs(&rel, &old, &new));
+        let records = encode(&change(ChangeKind::Update {
+            old: Some(old),
+            old_is_key_only: true,
+            new,
+            key_changed: true,
+        }));
+        let summary: Vec<(Value, Option<Value>, String)> = records
+            .iter()
+            .map(|(k, v, h)| {
+                (
+                    k.clone().unwrap(),
+                    v.as_ref().map(|v| v["op"].clone()),
+                    h[2].1.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (json!({"id": 1}), Some(json!("d")), "4".to_owned()),
+                (json!({"id": 1}), None, "5".to_owned()),
+                (json!({"id": 2}), Some(json!("c")), "6".to_owned()),
+            ]
+        );
+        assert_eq!(records[0].1.as_ref().unwrap()["before"], json!({"id": 1}));
+    }
+
+    #[test]
+    fn delete_is_followed_by_a_tombstone() {
+        let old = TupleData(vec![text("3"), Datum::Null, Datum::Null]);
+        let records = encode(&change(ChangeKind::Delete {
+            old,
+            old_is_key_only: true,
+        }));
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].1.as_ref().unwrap()["op"], "d");
+        assert_eq!(records[0].1.as_ref().unwrap()["after"], Value::Null);
+        assert_eq!(records[1].0.as_ref().unwrap(), &json!({"id": 3}));
+        assert!(records[1].1.is_none());
+    }
+}

@@ -1,0 +1,15 @@
+//! The PostgreSQL source: logical replication with the `pgoutput` plugin.
+//!
+//! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
+//! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
+//! - [`pgoutput`]: the decoder of pgoutput messages.
+//! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
+//! - [`encode`]: row changes to Debezium envelopes.
+//! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
+
+pub mod encode;
+pub mod pgoutput;
+pub mod replication;
+pub mod setup;
+pub mod stream;
+pub mod value;

@@ -1,0 +1,431 @@
+//! The SQL side of the PostgreSQL source: server checks, the tables to capture, the
+//! publication and the slot, primary keys, heartbeats and slot lag.
+//!
+//! Each check that an operator must fix fails with a [`PipelineError::Fatal`] naming the fix;
+//! connection trouble is retryable.
+
+use std::str::FromStr;
+
+use sluice_engine::Lsn;
+use tokio_postgres::{Client, NoTls};
+
+use crate::config::{PipelineConfig, parse_table_name};
+use crate::error::{PipelineError, classify_pg};
+
+/// A SQL connection to the source database.
+pub struct PgCatalog {
+    client: Client,
+    connection: tokio::task::JoinHandle<()>,
+}
+
+/// A captured table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedTable {
+    /// Schema.
+    pub schema: String,
+    /// Table.
+    pub table: String,
+    /// Replica identity: `d`efault, `f`ull, `i`ndex or `n`othing.
+    pub replica_identity: char,
+    /// Whether it has a primary key.
+    pub has_primary_key: bool,
+}
+
+impl CapturedTable {
+    /// `schema.table`.
+    pub fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+}
+
+/// A replication slot's state.
+#[derive(Debug, Clone)]
+pub struct SlotInfo {
+    /// The output plugin.
+    pub plugin: String,
+    /// The confirmed flush position.
+    pub confirmed_flush: Lsn,
+    /// Whether a connection streams from it now.
+    pub active: bool,
+}
+
+impl PgCatalog {
+    /// Connects with the pipeline's URL.
+    ///
+    /// # Errors
+    ///
+    /// Fatal for authentication and missing databases, retryable otherwise.
+    pub async fn connect(config: &PipelineConfig) -> Result<Self, PipelineError> {
+        let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
+            PipelineError::fatal_with(
+                "source.postgres.url is not a valid connection string",
+                "expected postgres://user[:password]@host[:port]/database",
+                e,
+            )
+        })?;
+        let mut pg_config = pg_config;
+        pg_config.application_name(format!("sluice-{}", config.name));
+        pg_config.connect_timeout(std::time::Duration::from_secs(10));
+        let (client, connection) = pg_config.connect(NoTls).await.map_err(|e| {
+            classify_pg(
+                format!(
+                    "cannot connect to PostgreSQL at {}",
+                    describe_host(&pg_config)
+                ),
+                e,
+            )
+        })?;
+        let connection = tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(error = %error, "sql connection ended");
+            }
+        });
+        Ok(Self { client, connection })
+    }
+
+    /// The client, for ad-hoc queries.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Fails unless `wal_level` is `logical`.
+    ///
+    /// # Errors
+    ///
+    /// Fatal with the fix when it is not.
+    pub async fn check_wal_level(&self) -> Result<(), PipelineError> {
+        let row = self
+            .client
+            .query_one("SELECT current_setting('wal_level')", &[])
+            .await
+            .map_err(|e| classify_pg("cannot read wal_level", e))?;
+        let level: String = row.get(0);
+        if level != "logical" {
+            return Err(PipelineError::fatal(
+                format!(
+                    "PostgreSQL's wal_level is '{level}', but logical replication needs 'logical'"
+                ),
+                "run ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL (also check max_replication_slots and max_wal_senders are at least 1 more than in use)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The current database's name.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn database(&self) -> Result<String, PipelineError> {
+        let row = self
+            .client
+            .query_one("SELECT current_database()", &[])
+            .await
+            .map_err(|e| classify_pg("cannot read the database name", e))?;
+        Ok(row.get(0))
+    }
+
+    /// The server's major version number (e.g. 15).
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn server_major_version(&self) -> Result<u32, PipelineError> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT current_setting('server_version_num')::int / 10000",
+                &[],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read the server version", e))?;
+        Ok(row.get::<_, i32>(0) as u32)
+    }
+
+    /// The tables the pipeline captures: every table of `schemas` plus `tables`.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when a configured table or schema does not exist.
+    pub async fn captured_tables(
+        &self,
+        config: &PipelineConfig,
+    ) -> Result<Vec<CapturedTable>, PipelineError> {
+        let pg = config.postgres();
+        const TABLES: &str = "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
+               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname = $1 \
+               AND ($2::text IS NULL OR c.relname = $2) \
+             ORDER BY 1, 2";
+        let mut tables = Vec::new();
+        let mut push = |row: &tokio_postgres::Row| {
+            let table = CapturedTable {
+                schema: row.get(0),
+                table: row.get(1),
+                replica_identity: row.get::<_, String>(2).chars().next().unwrap_or('d'),
+                has_primary_key: row.get(3),
+            };
+            if !tables.contains(&table) {
+                tables.push(table);
+            }
+        };
+        for (index, schema) in pg.schemas.iter().enumerate() {
+            let exists = self
+                .client
+                .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[schema])
+                .await
+                .map_err(|e| classify_pg("cannot list schemas", e))?;
+            if exists.is_none() {
+                return Err(PipelineError::fatal(
+                    format!("schema {schema:?} (source.postgres.schemas[{index}]) does not exist"),
+                    "fix the schema name in the pipeline file, or create the schema",
+                ));
+            }
+            let rows = self
+                .client
+                .query(TABLES, &[schema, &None::<String>])
+                .await
+                .map_err(|e| classify_pg("cannot list tables", e))?;
+            rows.iter().for_each(&mut push);
+        }
+        for (index, name) in pg.tables.iter().enumerate() {
+            let Some((schema, table)) = parse_table_name(name) else {
+                continue;
+            };
+            let rows = self
+                .client
+                .query(TABLES, &[&schema, &Some(table)])
+                .await
+                .map_err(|e| classify_pg("cannot list tables", e))?;
+            if rows.is_empty() {
+                return Err(PipelineError::fatal(
+                    format!("table {name} (source.postgres.tables[{index}]) does not exist"),
+                    "fix the table name in the pipeline file (schema.table, case-sensitive), or create the table",
+                ));
+            }
+            rows.iter().for_each(&mut push);
+        }
+        Ok(tables)
+    }
+
+    /// Creates the publication when absent (and allowed); checks it exists otherwise.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when it is missing and may not be created, or creating it is refused.
+    pub async fn ensure_publication(
+        &self,
+        config: &PipelineConfig,
+        tables: &[CapturedTable],
+    ) -> Result<(), PipelineError> {
+        let name = config.publication_name();
+        let exists = self
+            .client
+            .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+            .await
+            .map_err(|e| classify_pg("cannot read publications", e))?
+            .is_some();
+        if exists {
+            return Ok(());
+        }
+        if !config.postgres().create_publication {
+            return Err(PipelineError::fatal(
+                format!("publication {name:?} does not exist"),
+                format!(
+                    "create it (CREATE PUBLICATION {} FOR TABLE …) or set source.postgres.create_publication = true",
+                    quote_ident(&name)
+                ),
+            ));
+        }
+        let pg = config.postgres();
+        let version = self.server_major_version().await?;
+        let mut targets = Vec::new();
+        if version >= 15 && !pg.schemas.is_empty() {
+            let schemas: Vec<String> = pg.schemas.iter().map(|s| quote_ident(s)).collect();
+            targets.push(format!("TABLES IN SCHEMA {}", schemas.join(", ")));
+            let extra: Vec<String> = pg
+                .tables
+                .iter()
+                .filter_map(|t| parse_table_name(t))
+                .filter(|(schema, _)| !pg.schemas.iter().any(|s| s == schema))
+                .map(|(schema, table)| format!("{}.{}", quote_ident(schema), quote_ident(table)))
+                .collect();
+            if !extra.is_empty() {
+                targets.push(format!("TABLE {}", extra.join(", ")));
+            }
+        } else {
+            if tables.is_empty() {
+                return Err(PipelineError::fatal(
+                    "no table to capture: the configured schemas hold no tables",
+                    "create the tables first, or list them in source.postgres.tables",
+                ));
+            }
+            let list: Vec<String> = tables
+                .iter()
+                .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.table)))
+                .collect();
+            targets.push(format!("TABLE {}", list.join(", ")));
+        }
+        let sql = format!(
+            "CREATE PUBLICATION {} FOR {}",
+            quote_ident(&name),
+            targets.join(", ")
+        );
+        self.client
+            .batch_execute(&sql)
+            .await
+            .map_err(|e| classify_pg(format!("cannot create publication {name:?}"), e))?;
+        tracing::info!(publication = %name, "created publication");
+        Ok(())
+    }
+
+    /// The slot, if it exists.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn slot(&self, name: &str) -> Result<Option<SlotInfo>, PipelineError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT coalesce(plugin, ''), coalesce(confirmed_flush_lsn::text, '0/0'), active \
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&name],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read replication slots", e))?;
+        Ok(row.map(|row| SlotInfo {
+            plugin: row.get(0),
+            confirmed_flush: row.get::<_, String>(1).parse().unwrap_or_default(),
+            active: row.get(2),
+        }))
+    }
+
+    /// Creates the logical slot when absent; returns its state.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when a slot of that name uses another plugin or is physical, or the server refuses
+    /// to create one (no free slots, privileges).
+    pub async fn ensure_slot(&self, name: &str) -> Result<SlotInfo, PipelineError> {
+        if let Some(slot) = self.slot(name).await? {
+            if slot.plugin != "pgoutput" {
+                return Err(PipelineError::fatal(
+                    format!(
+                        "replication slot {name:?} exists but uses plugin {:?}, not pgoutput",
+                        slot.plugin
+                    ),
+                    "choose another source.postgres.slot, or drop that slot if nothing else uses it",
+                ));
+            }
+            return Ok(slot);
+        }
+        self.client
+            .query_one(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')",
+                &[&name],
+            )
+            .await
+            .map_err(|e| match e.code().map(|c| c.code()) {
+                Some("53400") => PipelineError::fatal_with(
+                    format!("cannot create replication slot {name:?}: all replication slots are in use"),
+                    "raise max_replication_slots (and restart PostgreSQL), or drop unused slots (see pg_replication_slots)",
+                    e,
+                ),
+                _ => classify_pg(format!("cannot create replication slot {name:?}"), e),
+            })?;
+        tracing::info!(slot = name, "created replication slot");
+        self.slot(name).await?.ok_or_else(|| {
+            PipelineError::fatal(
+                format!("replication slot {name:?} vanished right after it was created"),
+                "check whether another process drops slots",
+            )
+        })
+    }
+
+    /// The primary key's column names of a relation (by OID), in key order.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn primary_key(&self, relation_oid: u32) -> Result<Vec<String>, PipelineError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT a.attname::text FROM pg_index i \
+                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+                 WHERE i.indrelid = $1::oid AND i.indisprimary ORDER BY k.n",
+                &[&relation_oid],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read a primary key", e))?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
+    }
+
+    /// Writes a heartbeat message into the WAL.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn emit_heartbeat(&self) -> Result<(), PipelineError> {
+        self.client
+            .execute(
+                "SELECT pg_logical_emit_message(false, $1, '')",
+                &[&crate::config::HEARTBEAT_MESSAGE_PREFIX],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot write a heartbeat", e))?;
+        Ok(())
+    }
+
+    /// The slot's confirmed position and the WAL bytes behind the server's current position.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn slot_lag(&self, slot: &str) -> Result<Option<(Lsn, i64)>, PipelineError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT coalesce(confirmed_flush_lsn::text, '0/0'), \
+                        coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0) \
+                 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read slot lag", e))?;
+        Ok(row.map(|row| {
+            (
+                row.get::<_, String>(0).parse().unwrap_or_default(),
+                row.get::<_, i64>(1),
+            )
+        }))
+    }
+}
+
+impl Drop for PgCatalog {
+    fn drop(&mut self) {
+        self.connection.abort();
+    }
+}
+
+/// Quotes an SQL identifier.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// `host:port` of a connection config, for messages (never the password).
+pub fn describe_host(config: &tokio_postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".into());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
+}

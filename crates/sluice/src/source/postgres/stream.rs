@@ -1,0 +1,1081 @@
+//! One run of the PostgreSQL → Kafka pipeline: from connecting to the first error or shutdown.
+//!
+//! # The loop
+//!
+//! One task owns the replication stream, the [`AckTracker`] and the in-flight budget, and runs a
+//! single `select! { biased; … }` with these priorities:
+//!
+//! 1. shutdown;
+//! 2. delivery reports: acknowledge in the tracker (acks before intake keep memory bounded);
+//! 3. the status timer: send a standby status update whose flush LSN is the watermark — this is
+//!    the checkpoint, and it never waits for in-flight records;
+//! 4. the heartbeat timer;
+//! 5. admitting the next decoded change once the budget has room for it;
+//! 6. reading the replication stream — only while nothing waits for admission and the tracker is
+//!    below its limit, so a full budget stops reads and TCP backpressure reaches the server.
+//!
+//! Status updates keep going out while back-pressured or idle, so `wal_sender_timeout` never
+//! fires, and a keepalive that asks for a reply is answered at once.
+//!
+//! # Positions
+//!
+//! pgoutput (without streaming of in-progress transactions) sends only committed transactions,
+//! whole and in commit order. Each row change becomes one to four Kafka records, each pushed to
+//! the tracker; after a transaction's last change, its commit's end LSN is pushed as a
+//! checkpoint marker. The slot's confirmed flush LSN therefore only passes a transaction when
+//! every one of its records is acknowledged, and a restart resumes at the first transaction not
+//! wholly acknowledged (duplicates possible, loss impossible). Between transactions, a
+//! keepalive's `wal_end` and sluice's own heartbeat messages are checkpoints too, so an idle or
+//! filtered-out database still lets the slot advance.
+//!
+//! # Large transactions
+//!
+//! sluice does not request streaming of in-progress transactions (protocol v2). With it, rows of
+//! transactions that may still abort would have to be held or spilled by sluice until their
+//! commit; PostgreSQL already does exactly that (its reorder buffer spills to disk beyond
+//! `logical_decoding_work_mem`) and then sends the committed transaction row by row. sluice
+//! never holds a whole transaction: rows flow through the bounded budget and are released as
+//! Kafka acknowledges them, so a transaction of any size passes in constant memory. The cost is
+//! latency for very large transactions (decoding starts at their commit).
+//!
+//! # Parallel encoding
+//!
+//! Decoded changes are encoded into Debezium JSON in batches on the blocking pool, so encoding
+//! uses every core; the publisher task awaits the batches in the order they were dispatched and
+//! hands records to the producer in commit order.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::util::Timeout;
+use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Lsn, Seq};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::encode::{
+    ChangeKind, EncodeOptions, LogicalMessage, RelationInfo, RowChange, SourceIdentity,
+    encode_change, encode_message, key_differs,
+};
+use super::pgoutput::{self, PgOutputMessage, ReplicaIdentity, TupleData};
+use super::replication::{
+    ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream,
+};
+use super::setup::PgCatalog;
+use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
+use crate::admin::{PipelineState, StatusBoard};
+use crate::config::{HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig};
+use crate::error::PipelineError;
+use crate::kafka::{
+    self, Delivery, DeliveryEvent, KafkaHealth, OutRecord, PipelineProducer,
+    PipelineProducerContext,
+};
+
+/// Header: why a record was dead-lettered.
+pub const HEADER_DLQ_REASON: &str = "sluice.dlq.reason";
+/// Header: the topic the record was meant for.
+pub const HEADER_DLQ_TOPIC: &str = "sluice.dlq.topic";
+/// Header: the size of a value left out of a dead-letter record.
+pub const HEADER_DLQ_VALUE_OMITTED: &str = "sluice.dlq.value_omitted_bytes";
+
+/// Changes per encoding batch.
+const ENCODE_BATCH: usize = 512;
+/// Encoding batches between the loop and the publisher.
+const ENCODE_QUEUE: usize = 16;
+/// Messages read per wake-up before the loop looks at acks and timers again.
+const READ_BURST: usize = 2048;
+/// How long a graceful shutdown waits for in-flight records.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Everything a run needs from outside.
+pub struct RunContext {
+    /// The pipeline.
+    pub config: Arc<PipelineConfig>,
+    /// Its status.
+    pub board: Arc<StatusBoard>,
+    /// Graceful stop.
+    pub shutdown: CancellationToken,
+    /// Hot-path metrics.
+    pub metrics: PipelineMetrics,
+}
+
+/// One decoded change (or logical message) on its way in.
+enum Item {
+    Row(RowChange),
+    Message(LogicalMessage),
+}
+
+/// A step the loop takes in stream order.
+enum Step {
+    /// Admit a change once the budget has room.
+    Admit { item: Item, size: usize },
+    /// Push a checkpoint (a transaction's end, a keepalive's position, a heartbeat).
+    Checkpoint(Lsn),
+}
+
+/// A change admitted to the pipeline, ready to encode.
+struct Admitted {
+    item: Item,
+    first_seq: u64,
+    permit: Arc<InFlightPermit>,
+}
+
+/// A batch being encoded on the blocking pool: records with their bookkeeping, in order.
+type EncodedBatch = JoinHandle<Vec<(OutRecord, Box<Delivery>)>>;
+
+/// The transaction being received.
+struct OpenTransaction {
+    commit_lsn: Lsn,
+    xid: u32,
+    commit_unix_micros: i64,
+    next_index: u32,
+}
+
+/// Runs the pipeline until shutdown (`Ok`) or an error.
+///
+/// # Errors
+///
+/// Retryable errors (lost connections) and fatal ones (configuration, server settings).
+pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
+    let config = &ctx.config;
+    let catalog = PgCatalog::connect(config).await?;
+    catalog.check_wal_level().await?;
+    let tables = catalog.captured_tables(config).await?;
+    catalog.ensure_publication(config, &tables).await?;
+    let slot_name = config.slot_name();
+    let slot = catalog.ensure_slot(&slot_name).await?;
+    let database = catalog.database().await?;
+    let identity = SourceIdentity {
+        server_name: config.kafka.topic_prefix.clone(),
+        database,
+    };
+    let mut known_topics: HashSet<String> = HashSet::new();
+    if config.kafka.create_topics {
+        let mut topics: Vec<String> = tables
+            .iter()
+            .map(|t| format!("{}.{}", identity.server_name, t.qualified()))
+            .collect();
+        topics.extend(config.delivery.dead_letter_topic.clone());
+        kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        known_topics.extend(topics);
+    }
+    tracing::info!(
+        slot = %slot_name,
+        confirmed_flush = %slot.confirmed_flush,
+        tables = tables.len(),
+        "resuming from the slot's confirmed position"
+    );
+
+    let (delivery_tx, delivery_rx) = mpsc::unbounded_channel();
+    let health = Arc::new(KafkaHealth::default());
+    let producer: Arc<PipelineProducer> = Arc::new(
+        kafka::producer_config(
+            &config.kafka,
+            &format!("sluice-{}", config.name),
+            config.delivery.max_in_flight_records,
+        )
+        .create_with_context(PipelineProducerContext::new(
+            delivery_tx.clone(),
+            Arc::clone(&health),
+        ))
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create the Kafka producer",
+                "check the [kafka.producer] properties: each must be a librdkafka producer property with a valid value",
+                e,
+            )
+        })?,
+    );
+
+    let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
+        PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
+    })?;
+    let mut connection =
+        ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
+            .await
+            .map_err(|e| replication_error("cannot open the replication connection", e, config))?;
+    let system = connection
+        .identify_system()
+        .await
+        .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
+    let publication = config.publication_name();
+    let stream = connection
+        .start_logical(
+            &slot_name,
+            Lsn::ZERO,
+            &[
+                ("proto_version", "1"),
+                ("publication_names", &publication),
+                ("messages", "true"),
+            ],
+        )
+        .await
+        .map_err(|e| replication_error("START_REPLICATION failed", e, config))?;
+    tracing::info!(
+        system_id = %system.systemid,
+        timeline = system.timeline,
+        server_wal = %system.xlogpos,
+        "streaming changes"
+    );
+
+    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
+    ctx.board.set_budget(Some(budget.clone()));
+    ctx.board.set_state(PipelineState::Streaming);
+    ctx.board.update(|s| s.last_error = None);
+
+    let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
+    let publisher = tokio::spawn(publish(
+        Arc::clone(&producer),
+        publish_rx,
+        delivery_tx.clone(),
+    ));
+    let catalog = Arc::new(catalog);
+    let monitor = tokio::spawn(monitor_slot(
+        Arc::clone(&catalog),
+        slot_name.clone(),
+        ctx.shutdown.child_token(),
+    ));
+
+    let mut run = StreamRun {
+        ctx,
+        identity,
+        catalog: Arc::clone(&catalog),
+        stream,
+        tracker: AckTracker::new(Some(slot.confirmed_flush)),
+        budget,
+        relations: HashMap::new(),
+        table_metrics: HashMap::new(),
+        known_topics,
+        tx: None,
+        steps: VecDeque::new(),
+        batch: Vec::new(),
+        publish_tx,
+        producer: Arc::clone(&producer),
+        health,
+        last_checkpoint: slot.confirmed_flush,
+        received: slot.confirmed_flush,
+        max_pending: config.delivery.max_in_flight_records as usize * 4,
+    };
+    let result = run.run(delivery_rx).await;
+    // Tear down: stop publishing; the producer's remaining records may still be delivered
+    // (duplicates on the next run, never loss, since nothing unacknowledged was confirmed).
+    drop(run);
+    publisher.abort();
+    monitor.abort();
+    ctx.board.set_budget(None);
+    let _ = tokio::task::spawn_blocking(move || {
+        let _ = producer.flush(Timeout::After(Duration::from_secs(2)));
+    })
+    .await;
+    result
+}
+
+struct StreamRun<'a> {
+    ctx: &'a RunContext,
+    identity: SourceIdentity,
+    catalog: Arc<PgCatalog>,
+    stream: ReplicationStream,
+    tracker: AckTracker<Lsn>,
+    budget: InFlightBudget,
+    relations: HashMap<u32, Arc<RelationInfo>>,
+    table_metrics: HashMap<String, Arc<TableMetrics>>,
+    known_topics: HashSet<String>,
+    tx: Option<OpenTransaction>,
+    steps: VecDeque<Step>,
+    batch: Vec<Admitted>,
+    publish_tx: mpsc::Sender<EncodedBatch>,
+    producer: Arc<PipelineProducer>,
+    health: Arc<KafkaHealth>,
+    /// The newest checkpoint pushed to the tracker.
+    last_checkpoint: Lsn,
+    /// The newest WAL position received.
+    received: Lsn,
+    /// Tracker entries allowed before reads stop.
+    max_pending: usize,
+}
+
+impl StreamRun<'_> {
+    async fn run(
+        &mut self,
+        mut deliveries: mpsc::UnboundedReceiver<DeliveryEvent>,
+    ) -> Result<(), PipelineError> {
+        let config = &self.ctx.config;
+        let pg = config.postgres();
+        let mut status_tick = tokio::time::interval(Duration::from_millis(pg.status_interval_ms));
+        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let heartbeat_ms = if pg.heartbeat_interval_ms == 0 {
+            u64::MAX / 4
+        } else {
+            pg.heartbeat_interval_ms
+        };
+        let mut heartbeat_tick = tokio::time::interval(Duration::from_millis(heartbeat_ms));
+        heartbeat_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        heartbeat_tick.tick().await;
+        let mut heartbeat: Option<JoinHandle<Result<(), PipelineError>>> = None;
+        let mut events = Vec::with_capacity(4096);
+        let mut last_progress_log = Instant::now();
+        let mut last_logged_received = self.received;
+        loop {
+            let waiting_size = match self.steps.front() {
+                Some(Step::Admit { size, .. }) => Some(*size),
+                _ => None,
+            };
+            let can_read = self.steps.is_empty() && self.tracker.pending() < self.max_pending;
+            tokio::select! {
+                biased;
+                // 1. Shutdown.
+                () = self.ctx.shutdown.cancelled() => {
+                    return self.drain(&mut deliveries).await;
+                }
+                // 2. Delivery reports.
+                count = deliveries.recv_many(&mut events, 4096) => {
+                    if count == 0 {
+                        return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                    }
+                    for event in events.drain(..) {
+                        self.on_delivery(event)?;
+                    }
+                }
+                // 3. Checkpoint.
+                _ = status_tick.tick() => {
+                    self.checkpoint(false).await?;
+                    self.ctx.board.update(|s| {
+                        s.watermark_lsn = self.tracker.watermark().map(ToString::to_string);
+                        s.kafka_brokers_down = self.health.all_brokers_down();
+                    });
+                    if last_progress_log.elapsed() >= Duration::from_secs(10)
+                        && self.received != last_logged_received
+                    {
+                        last_progress_log = Instant::now();
+                        last_logged_received = self.received;
+                        tracing::info!(
+                            received = %self.received,
+                            watermark = %self.tracker.watermark().copied().unwrap_or_default(),
+                            inflight_records = self.budget.in_flight_records(),
+                            inflight_bytes = self.budget.in_flight_bytes(),
+                            "progress"
+                        );
+                    }
+                }
+                // 4. Heartbeat.
+                _ = heartbeat_tick.tick() => {
+                    if let Some(previous) = heartbeat.take() {
+                        if previous.is_finished() {
+                            if let Ok(Err(error)) = previous.await {
+                                tracing::warn!(error = %error.chain(), "heartbeat failed");
+                            }
+                        } else {
+                            heartbeat = Some(previous);
+                        }
+                    }
+                    if heartbeat.is_none() {
+                        let catalog = Arc::clone(&self.catalog);
+                        heartbeat = Some(tokio::spawn(async move { catalog.emit_heartbeat().await }));
+                    }
+                }
+                // 5. Admission once the budget has room.
+                permit = self.budget.acquire(waiting_size.unwrap_or(0)), if waiting_size.is_some() => {
+                    self.admit_front(permit)?;
+                    self.process_steps()?;
+                    self.dispatch().await?;
+                }
+                // 6. Read.
+                message = self.stream.next(), if can_read => {
+                    self.on_replication_message(message).await?;
+                    for _ in 0..READ_BURST {
+                        if !self.steps.is_empty() || self.tracker.pending() >= self.max_pending {
+                            break;
+                        }
+                        let Some(message) = self.stream.next().now_or_never() else { break };
+                        self.on_replication_message(message).await?;
+                    }
+                    self.dispatch().await?;
+                }
+            }
+        }
+    }
+
+    /// Handles one read from the replication stream.
+    async fn on_replication_message(
+        &mut self,
+        message: Result<Option<ReplicationMessage>, ReplicationError>,
+    ) -> Result<(), PipelineError> {
+        let message = message
+            .map_err(|e| replication_error("the replication stream failed", e, &self.ctx.config))?
+            .ok_or_else(|| {
+                PipelineError::retryable(
+                    "the server ended the replication stream",
+                    std::io::Error::other("CopyDone"),
+                )
+            })?;
+        match message {
+            ReplicationMessage::XLogData {
+                wal_start,
+                wal_end,
+                data,
+                ..
+            } => {
+                self.ctx.metrics.received_bytes.increment(data.len() as u64);
+                self.received = self.received.max(wal_end).max(wal_start);
+                let size = data.len();
+                let decoded = pgoutput::decode(data).map_err(|e| {
+                    PipelineError::fatal_with(
+                        format!("cannot decode the pgoutput message at {wal_start}"),
+                        "this is a bug in sluice or an unsupported server version: report it with the server version",
+                        e,
+                    )
+                })?;
+                self.on_pgoutput(decoded, wal_start, size).await?;
+            }
+            ReplicationMessage::Keepalive {
+                wal_end,
+                reply_requested,
+                ..
+            } => {
+                self.received = self.received.max(wal_end);
+                if self.tx.is_none() {
+                    self.steps.push_back(Step::Checkpoint(wal_end));
+                }
+                self.process_steps()?;
+                if reply_requested {
+                    self.checkpoint(true).await?;
+                }
+            }
+        }
+        self.process_steps()
+    }
+
+    async fn on_pgoutput(
+        &mut self,
+        message: PgOutputMessage,
+        lsn: Lsn,
+        size: usize,
+    ) -> Result<(), PipelineError> {
+        match message {
+            PgOutputMessage::Begin(begin) => {
+                self.ctx.metrics.transactions.increment(1);
+                self.tx = Some(OpenTransaction {
+                    commit_lsn: begin.final_lsn,
+                    xid: begin.xid,
+                    commit_unix_micros: begin.commit_time.unix_micros(),
+                    next_index: 0,
+                });
+            }
+            PgOutputMessage::Commit(commit) => {
+                self.tx = None;
+                self.steps.push_back(Step::Checkpoint(commit.end_lsn));
+            }
+            PgOutputMessage::Relation(relation) => {
+                self.on_relation(relation).await?;
+            }
+            PgOutputMessage::Insert { relation_id, new } => {
+                let kind = ChangeKind::Insert { new };
+                self.push_row(relation_id, kind, lsn, size)?;
+            }
+            PgOutputMessage::Update {
+                relation_id,
+                old,
+                key,
+                new,
+            } => {
+                let rel = self.relation(relation_id)?;
+                let (old, old_is_key_only) = match (old, key) {
+                    (Some(old), _) => (Some(old), false),
+                    (None, Some(key)) => (Some(key), true),
+                    (None, None) => (None, false),
+                };
+                let key_changed = old.as_ref().is_some_and(|old| key_differs(&rel, old, &new));
+                let kind = ChangeKind::Update {
+                    old,
+                    old_is_key_only,
+                    new,
+                    key_changed,
+                };
+                self.push_row(relation_id, kind, lsn, size)?;
+            }
+            PgOutputMessage::Delete {
+                relation_id,
+                old,
+                key,
+            } => {
+                let (old, old_is_key_only) = match (old, key) {
+                    (Some(old), _) => (old, false),
+                    (None, Some(key)) => (key, true),
+                    (None, None) => (TupleData(Vec::new()), true),
+                };
+                let kind = ChangeKind::Delete {
+                    old,
+                    old_is_key_only,
+                };
+                self.push_row(relation_id, kind, lsn, size)?;
+            }
+            PgOutputMessage::Truncate { relation_ids, .. } => {
+                for relation_id in relation_ids {
+                    self.push_row(relation_id, ChangeKind::Truncate, lsn, size)?;
+                }
+            }
+            PgOutputMessage::Message {
+                transactional,
+                lsn: message_lsn,
+                prefix,
+                content,
+            } => {
+                if prefix == HEARTBEAT_MESSAGE_PREFIX {
+                    if !transactional && self.tx.is_none() {
+                        self.steps.push_back(Step::Checkpoint(message_lsn));
+                    }
+                    return Ok(());
+                }
+                let topic = format!("{}.message", self.identity.server_name);
+                self.ensure_topic(&topic).await?;
+                let (commit_lsn, xid, commit_unix_micros, tx_index) = match &mut self.tx {
+                    Some(tx) if transactional => {
+                        let index = tx.next_index;
+                        tx.next_index += 1;
+                        (tx.commit_lsn, Some(tx.xid), tx.commit_unix_micros, index)
+                    }
+                    _ => (message_lsn, None, unix_micros_now(), 0),
+                };
+                let message = LogicalMessage {
+                    topic: Arc::from(topic),
+                    prefix,
+                    content,
+                    lsn: message_lsn,
+                    commit_lsn,
+                    tx_index,
+                    xid,
+                    commit_unix_micros,
+                };
+                self.steps.push_back(Step::Admit {
+                    item: Item::Message(message),
+                    size: size * 2 + 256,
+                });
+                if !transactional && self.tx.is_none() {
+                    self.steps.push_back(Step::Checkpoint(message_lsn));
+                }
+            }
+            PgOutputMessage::Type { .. } | PgOutputMessage::Origin { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn on_relation(&mut self, relation: pgoutput::Relation) -> Result<(), PipelineError> {
+        let qualified = format!("{}.{}", relation.namespace, relation.name);
+        let mut key_names = self.catalog.primary_key(relation.id).await?;
+        if key_names.is_empty() && relation.replica_identity != ReplicaIdentity::Full {
+            // No primary key: use the replica identity's columns (a unique index), if any.
+            key_names = relation
+                .columns
+                .iter()
+                .filter(|c| c.is_key)
+                .map(|c| c.name.clone())
+                .collect();
+        }
+        let metrics = Arc::clone(
+            self.table_metrics
+                .entry(qualified.clone())
+                .or_insert_with(|| Arc::new(TableMetrics::new(&qualified))),
+        );
+        let info = RelationInfo::new(
+            &self.identity,
+            &relation.namespace,
+            &relation.name,
+            relation
+                .columns
+                .into_iter()
+                .map(|c| (c.name, c.type_oid, c.type_modifier))
+                .collect(),
+            &key_names,
+            relation.replica_identity,
+            metrics,
+        );
+        self.ensure_topic(&info.topic).await?;
+        tracing::debug!(table = %qualified, columns = info.columns.len(), "relation");
+        self.relations.insert(relation.id, Arc::new(info));
+        Ok(())
+    }
+
+    async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
+        let config = &self.ctx.config;
+        if !config.kafka.create_topics || self.known_topics.contains(topic) {
+            return Ok(());
+        }
+        kafka::ensure_topics(
+            &config.kafka,
+            &[topic.to_owned()],
+            config.kafka.topic_partitions,
+        )
+        .await?;
+        self.known_topics.insert(topic.to_owned());
+        Ok(())
+    }
+
+    fn relation(&self, relation_id: u32) -> Result<Arc<RelationInfo>, PipelineError> {
+        self.relations.get(&relation_id).cloned().ok_or_else(|| {
+            PipelineError::retryable(
+                format!("change for relation {relation_id} arrived before its Relation message"),
+                std::io::Error::other("protocol order"),
+            )
+        })
+    }
+
+    fn push_row(
+        &mut self,
+        relation_id: u32,
+        kind: ChangeKind,
+        lsn: Lsn,
+        size: usize,
+    ) -> Result<(), PipelineError> {
+        let relation = self.relation(relation_id)?;
+        let tx = self.tx.as_mut().ok_or_else(|| {
+            PipelineError::retryable(
+                "a row change arrived outside a transaction",
+                std::io::Error::other("protocol order"),
+            )
+        })?;
+        let mut change = RowChange {
+            size_hint: size + relation.envelope_overhead,
+            relation,
+            kind,
+            commit_lsn: tx.commit_lsn,
+            lsn,
+            tx_index: tx.next_index,
+            xid: tx.xid,
+            commit_unix_micros: tx.commit_unix_micros,
+        };
+        tx.next_index += change.record_count(self.ctx.config.kafka.tombstones_on_delete);
+        change.size_hint = change.size_hint.max(1);
+        let size = change.size_hint;
+        self.steps.push_back(Step::Admit {
+            item: Item::Row(change),
+            size,
+        });
+        Ok(())
+    }
+
+    /// Takes queued steps in order while the budget has room.
+    fn process_steps(&mut self) -> Result<(), PipelineError> {
+        while let Some(step) = self.steps.front() {
+            match step {
+                Step::Checkpoint(lsn) => {
+                    let lsn = *lsn;
+                    self.steps.pop_front();
+                    if lsn > self.last_checkpoint {
+                        self.last_checkpoint = lsn;
+                        self.tracker
+                            .push_checkpoint(lsn)
+                            .map_err(|e| internal("checkpoint order", e))?;
+                    }
+                }
+                Step::Admit { size, .. } => match self.budget.try_acquire(*size) {
+                    Some(permit) => self.admit_front(permit)?,
+                    None => break,
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Admits the change at the front of the queue with its budget share.
+    fn admit_front(&mut self, permit: InFlightPermit) -> Result<(), PipelineError> {
+        let Some(Step::Admit { item, .. }) = self.steps.pop_front() else {
+            return Ok(());
+        };
+        let count = match &item {
+            Item::Row(change) => change.record_count(self.ctx.config.kafka.tombstones_on_delete),
+            Item::Message(_) => 1,
+        };
+        let first_seq = self.tracker.next_seq().0;
+        for _ in 0..count {
+            self.tracker
+                .push(None)
+                .map_err(|e| internal("tracker push", e))?;
+        }
+        self.batch.push(Admitted {
+            item,
+            first_seq,
+            permit: Arc::new(permit),
+        });
+        Ok(())
+    }
+
+    /// Sends the current batch to be encoded (in parallel) and published (in order).
+    async fn dispatch(&mut self) -> Result<(), PipelineError> {
+        while !self.batch.is_empty() {
+            let take = self.batch.len().min(ENCODE_BATCH);
+            let batch: Vec<Admitted> = self.batch.drain(..take).collect();
+            let options = EncodeOptions {
+                tombstones: self.ctx.config.kafka.tombstones_on_delete,
+                now_unix_ms: unix_micros_now() / 1000,
+            };
+            let identity = self.identity.clone();
+            let message_metrics = Arc::clone(
+                self.table_metrics
+                    .entry("(messages)".to_owned())
+                    .or_insert_with(|| Arc::new(TableMetrics::new("(messages)"))),
+            );
+            let handle = tokio::task::spawn_blocking(move || {
+                encode_batch(batch, options, &identity, &message_metrics)
+            });
+            self.publish_tx.send(handle).await.map_err(|_| {
+                PipelineError::retryable(
+                    "the publisher stopped",
+                    std::io::Error::other("publish channel closed"),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
+        match event {
+            DeliveryEvent::Acked(delivery) => {
+                let latency_micros = unix_micros_now() - delivery.commit_unix_micros;
+                self.ctx
+                    .metrics
+                    .latency
+                    .record(latency_micros.max(0) as f64 / 1e6);
+                delivery.table.records.increment(1);
+                delivery.table.bytes.increment(u64::from(delivery.bytes));
+                self.tracker
+                    .ack(delivery.seq)
+                    .map_err(|e| internal("acknowledgement", e))?;
+                Ok(())
+            }
+            DeliveryEvent::Failed {
+                error,
+                record,
+                delivery,
+            } => self.on_failed(error, record, delivery),
+        }
+    }
+
+    fn on_failed(
+        &mut self,
+        error: KafkaError,
+        record: OutRecord,
+        delivery: Box<Delivery>,
+    ) -> Result<(), PipelineError> {
+        let config = &self.ctx.config;
+        let position = record
+            .headers
+            .iter()
+            .find(|(name, _)| *name == crate::event::HEADER_LSN)
+            .map(|(_, v)| Lsn(v.parse().unwrap_or(0)).to_string())
+            .unwrap_or_default();
+        if !kafka::is_permanent(&error) {
+            return Err(PipelineError::retryable(
+                format!(
+                    "Kafka did not accept a record for {} (LSN {position})",
+                    record.topic
+                ),
+                error,
+            ));
+        }
+        let dead_letter = config.delivery.dead_letter_topic.as_deref();
+        let already_dead_letter = dead_letter == Some(&*record.topic);
+        if config.delivery.on_permanent_error == PermanentErrorPolicy::Stop || already_dead_letter {
+            let size = record.len();
+            return Err(PipelineError::fatal_with(
+                format!(
+                    "Kafka rejected a {size}-byte record for topic {} (change at LSN {position}); nothing after it is confirmed to the source, so no data is lost",
+                    record.topic
+                ),
+                rejection_hint(&error),
+                error,
+            ));
+        }
+        let Some(dead_letter) = dead_letter else {
+            return Ok(());
+        };
+        tracing::warn!(topic = %record.topic, lsn = %position, error = %error, "dead-lettering a record");
+        self.ctx.metrics.dead_lettered.increment(1);
+        let mut headers = record.headers.clone();
+        headers.push((HEADER_DLQ_REASON, error.to_string()));
+        headers.push((HEADER_DLQ_TOPIC, record.topic.to_string()));
+        let mut value = record.value;
+        if value
+            .as_ref()
+            .is_some_and(|v| v.len() > config.delivery.dead_letter_max_value_bytes as usize)
+        {
+            headers.push((
+                HEADER_DLQ_VALUE_OMITTED,
+                value.as_ref().map_or(0, Vec::len).to_string(),
+            ));
+            value = None;
+        }
+        let dlq = OutRecord {
+            topic: Arc::from(dead_letter),
+            key: record.key,
+            value,
+            headers,
+        };
+        let (mut dlq, mut delivery) = (dlq, delivery);
+        loop {
+            match try_send(&self.producer, dlq, delivery) {
+                Ok(()) => return Ok(()),
+                Err(SendError::QueueFull(r, d)) => {
+                    // Rare (see `publish`); a dead letter is worth a short pause of this loop.
+                    (dlq, delivery) = (r, d);
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(SendError::Refused(error, record, _)) => {
+                    return Err(PipelineError::fatal_with(
+                        format!("cannot write to the dead-letter topic {}", record.topic),
+                        "check that the dead-letter topic exists and the producer may write to it",
+                        error,
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Sends a standby status update whose flush position is the watermark.
+    async fn checkpoint(&mut self, reply: bool) -> Result<(), PipelineError> {
+        let watermark = self.tracker.watermark().copied().unwrap_or_default();
+        let started = Instant::now();
+        let result = self
+            .stream
+            .send_status(self.received.max(watermark), watermark, watermark, reply)
+            .await;
+        match result {
+            Ok(()) => {
+                self.ctx
+                    .metrics
+                    .checkpoint_duration
+                    .record(started.elapsed().as_secs_f64());
+                self.ctx.metrics.watermark.set(watermark.0 as f64);
+                Ok(())
+            }
+            Err(error) => {
+                self.ctx.metrics.checkpoint_failures.increment(1);
+                Err(replication_error(
+                    "cannot send the checkpoint (standby status update)",
+                    error,
+                    &self.ctx.config,
+                ))
+            }
+        }
+    }
+
+    /// Graceful stop: stop reading, wait (bounded) for in-flight records, checkpoint, close.
+    async fn drain(
+        &mut self,
+        deliveries: &mut mpsc::UnboundedReceiver<DeliveryEvent>,
+    ) -> Result<(), PipelineError> {
+        tracing::info!(
+            inflight_records = self.budget.in_flight_records(),
+            "stopping: draining in-flight records"
+        );
+        self.steps.clear();
+        self.batch.clear();
+        let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
+        let mut events = Vec::new();
+        while self.budget.in_flight_records() > 0 {
+            match tokio::time::timeout_at(deadline, deliveries.recv_many(&mut events, 4096)).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    for event in events.drain(..) {
+                        if let DeliveryEvent::Acked(delivery) = event {
+                            let _ = self.tracker.ack(delivery.seq);
+                        }
+                    }
+                }
+            }
+        }
+        self.checkpoint(false).await?;
+        tracing::info!(
+            watermark = %self.tracker.watermark().copied().unwrap_or_default(),
+            "stopped"
+        );
+        Ok(())
+    }
+}
+
+/// Encodes a batch into records, each with its bookkeeping.
+fn encode_batch(
+    batch: Vec<Admitted>,
+    options: EncodeOptions,
+    identity: &SourceIdentity,
+    message_metrics: &Arc<TableMetrics>,
+) -> Vec<(OutRecord, Box<Delivery>)> {
+    let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
+    let mut records = Vec::with_capacity(4);
+    for admitted in batch {
+        let (table, commit_unix_micros) = match &admitted.item {
+            Item::Row(change) => {
+                encode_change(change, options, &mut records);
+                (
+                    Arc::clone(&change.relation.metrics),
+                    change.commit_unix_micros,
+                )
+            }
+            Item::Message(message) => {
+                records.push(encode_message(message, identity, options.now_unix_ms));
+                (Arc::clone(message_metrics), message.commit_unix_micros)
+            }
+        };
+        for (offset, record) in records.drain(..).enumerate() {
+            let delivery = Box::new(Delivery {
+                seq: Seq(admitted.first_seq + offset as u64),
+                permit: Arc::clone(&admitted.permit),
+                commit_unix_micros,
+                table: Arc::clone(&table),
+                bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
+            });
+            out.push((record, delivery));
+        }
+    }
+    out
+}
+
+/// The publisher: awaits encoded batches in dispatch order and hands records to the producer.
+async fn publish(
+    producer: Arc<PipelineProducer>,
+    mut batches: mpsc::Receiver<EncodedBatch>,
+    failures: mpsc::UnboundedSender<DeliveryEvent>,
+) {
+    while let Some(handle) = batches.recv().await {
+        let Ok(records) = handle.await else {
+            tracing::error!("an encoding task failed; stopping the publisher");
+            return;
+        };
+        for (mut record, mut delivery) in records {
+            loop {
+                match try_send(&producer, record, delivery) {
+                    Ok(()) => break,
+                    Err(SendError::QueueFull(r, d)) => {
+                        // librdkafka's queue is sized above the in-flight budget, so this is
+                        // rare: wait for the poll thread to make room.
+                        (record, delivery) = (r, d);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(SendError::Refused(error, record, delivery)) => {
+                        let _ = failures.send(DeliveryEvent::Failed {
+                            error,
+                            record,
+                            delivery,
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Why [`try_send`] did not enqueue a record; the record comes back either way (this is the
+/// slow path, so its size does not matter).
+#[allow(clippy::large_enum_variant)]
+enum SendError {
+    /// librdkafka's queue is full: try again shortly.
+    QueueFull(OutRecord, Box<Delivery>),
+    /// Refused at once (e.g. larger than the producer's `message.max.bytes`).
+    Refused(KafkaError, OutRecord, Box<Delivery>),
+}
+
+/// Hands a record to librdkafka (which copies it).
+#[allow(clippy::result_large_err)]
+fn try_send(
+    producer: &PipelineProducer,
+    record: OutRecord,
+    delivery: Box<Delivery>,
+) -> Result<(), SendError> {
+    let result = {
+        let mut base = BaseRecord::with_opaque_to(&record.topic, delivery);
+        if let Some(key) = &record.key {
+            base = base.key(key.as_slice());
+        }
+        if let Some(value) = &record.value {
+            base = base.payload(value.as_slice());
+        }
+        base = base.headers(record.owned_headers());
+        producer
+            .send(base)
+            .map_err(|(error, base)| (error, base.delivery_opaque))
+    };
+    match result {
+        Ok(()) => Ok(()),
+        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), delivery)) => {
+            Err(SendError::QueueFull(record, delivery))
+        }
+        Err((error, delivery)) => Err(SendError::Refused(error, record, delivery)),
+    }
+}
+
+/// Polls the slot's confirmed position and lag for metrics.
+async fn monitor_slot(catalog: Arc<PgCatalog>, slot: String, stop: CancellationToken) {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    while stop.run_until_cancelled(tick.tick()).await.is_some() {
+        match catalog.slot_lag(&slot).await {
+            Ok(Some((confirmed, lag))) => {
+                metrics::gauge!(m::SLOT_CONFIRMED_LSN).set(confirmed.0 as f64);
+                metrics::gauge!(m::REPLICATION_LAG_BYTES).set(lag as f64);
+            }
+            Ok(None) => {}
+            Err(error) => tracing::debug!(error = %error.chain(), "cannot read slot lag"),
+        }
+    }
+}
+
+fn rejection_hint(error: &KafkaError) -> String {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
+            "the record is larger than the broker's or the topic's max.message.bytes (or the producer's message.max.bytes): raise max.message.bytes on the topic and message.max.bytes in [kafka.producer], or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into()
+        }
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            "the topic does not exist: create it, or set kafka.create_topics = true".into()
+        }
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
+            "the producer is not authorized to write to the topic: grant WRITE on it".into()
+        }
+        _ => "fix the cause above, or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into(),
+    }
+}
+
+fn replication_error(
+    what: &str,
+    error: ReplicationError,
+    config: &PipelineConfig,
+) -> PipelineError {
+    if error.is_retryable() {
+        return PipelineError::retryable(what, error);
+    }
+    let hint = match error.sqlstate() {
+        Some("42704") => format!(
+            "the replication slot {:?} or publication {:?} does not exist any more (dropped while sluice ran?): recreate it, or restart sluice to create the slot anew (changes between are lost to this pipeline)",
+            config.slot_name(),
+            config.publication_name()
+        ),
+        Some("55000") => {
+            "the server is not configured for logical replication: set wal_level = logical and restart PostgreSQL".into()
+        }
+        Some("42501") => {
+            "permission denied: the user needs the REPLICATION attribute (ALTER ROLE … REPLICATION)".into()
+        }
+        Some("28000" | "28P01") => {
+            "authentication failed: check the user and password in source.postgres.url and pg_hba.conf (a replication connection needs a pg_hba line that matches the database or 'replication')".into()
+        }
+        _ => "see the server's message above".into(),
+    };
+    PipelineError::fatal_with(what, hint, error)
+}
+
+fn internal(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> PipelineError {
+    PipelineError::fatal_with(
+        format!("internal error in {what}"),
+        "this is a bug in sluice: please report it with the log",
+        error,
+    )
+}
+
+fn unix_micros_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}

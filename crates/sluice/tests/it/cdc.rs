@@ -1,0 +1,239 @@
+//! PostgreSQL → Kafka: what users see in the topics.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    read_topic, slot_confirmed, test_dir, unique,
+};
+
+/// 100,000 rows inserted, updated and deleted in mixed transactions (single-row and
+/// multi-thousand-row, plus primary-key changes) arrive as committed: counts per op, before and
+/// after images, per-key order and partition, positions increasing per key, and the newest event
+/// per key equals the table.
+#[tokio::test(flavor = "multi_thread")]
+async fn mixed_transactions_arrive_as_committed() {
+    let _broker = broker_shared().await;
+    let name = unique("mixed");
+    let schema = name.clone();
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.items (id bigint PRIMARY KEY, n int NOT NULL, payload text);
+             ALTER TABLE {schema}.items REPLICA IDENTITY FULL;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(
+        &name,
+        &schema,
+        &name,
+        port,
+        "[kafka.producer]\n\"linger.ms\" = \"2\"\n",
+    )
+    .replace("[admin]", "topic_partitions = 3\n\n[admin]");
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    let t = format!("{schema}.items");
+    // 60,000 rows in one transaction.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {t} SELECT g, 0, repeat('x', 100) FROM generate_series(1, 60000) g"
+        ))
+        .await
+        .unwrap();
+    // 38 transactions of 1,000 rows.
+    for batch in 0..38 {
+        let start = 60_001 + batch * 1000;
+        client
+            .batch_execute(&format!(
+                "INSERT INTO {t} SELECT g, 0, 'b' FROM generate_series({start}, {}) g",
+                start + 999
+            ))
+            .await
+            .unwrap();
+    }
+    // 2,000 single-row transactions.
+    for id in 98_001..=100_000 {
+        client
+            .execute(
+                &format!("INSERT INTO {t} VALUES ($1, 0, 's')"),
+                &[&(id as i64)],
+            )
+            .await
+            .unwrap();
+    }
+    // 20,000 updates in one transaction, 500 single-row updates of other keys.
+    client
+        .batch_execute(&format!("UPDATE {t} SET n = n + 1 WHERE id % 5 = 0"))
+        .await
+        .unwrap();
+    for id in (1..=1000).filter(|i| i % 5 != 0).take(500) {
+        client
+            .execute(
+                &format!("UPDATE {t} SET n = n + 1 WHERE id = $1"),
+                &[&(id as i64)],
+            )
+            .await
+            .unwrap();
+    }
+    // 10,000 deletes in one transaction, 500 single-row deletes.
+    client
+        .batch_execute(&format!("DELETE FROM {t} WHERE id % 10 = 1"))
+        .await
+        .unwrap();
+    for id in (2..=2000).step_by(4).take(500) {
+        client
+            .execute(&format!("DELETE FROM {t} WHERE id = $1"), &[&(id as i64)])
+            .await
+            .unwrap();
+    }
+    // 100 primary-key changes in one transaction, mixed with an insert and a delete.
+    client
+        .batch_execute(&format!(
+            "BEGIN;
+             UPDATE {t} SET id = id + 1000000 WHERE id BETWEEN 50003 AND 51000 AND id % 10 = 3;
+             INSERT INTO {t} VALUES (200000, 7, 'late');
+             DELETE FROM {t} WHERE id = 200000;
+             COMMIT;"
+        ))
+        .await
+        .unwrap();
+    let (inserts, updates, deletes) = (100_000 + 1 + 100, 20_500, 10_500 + 100 + 1);
+    let expected_records = inserts + updates + 2 * deletes;
+
+    let topic = format!("{name}.{schema}.items");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(180), |r| {
+            r.len() >= expected_records
+        })
+    })
+    .await
+    .unwrap();
+
+    let count = |op: Option<&str>| records.iter().filter(|r| r.op() == op).count();
+    assert_eq!(count(Some("c")), inserts, "inserts");
+    assert_eq!(count(Some("u")), updates, "updates");
+    assert_eq!(count(Some("d")), deletes, "deletes");
+    assert_eq!(count(None), deletes, "a tombstone after each delete");
+    assert_eq!(
+        records.len(),
+        expected_records,
+        "no duplicates without a crash"
+    );
+
+    // Per key: one partition, ops in a valid order, positions strictly increasing.
+    let mut by_key: HashMap<i64, Vec<&Record>> = HashMap::new();
+    for record in &records {
+        let id = record.key.as_ref().expect("keyed")["id"].as_i64().unwrap();
+        by_key.entry(id).or_default().push(record);
+    }
+    for (id, events) in &by_key {
+        let partition = events[0].partition;
+        assert!(
+            events.iter().all(|e| e.partition == partition),
+            "key {id} in one partition"
+        );
+        let positions: Vec<(u64, u64)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e.header_u64("sluice.commit_lsn"),
+                    e.header_u64("sluice.tx_index"),
+                )
+            })
+            .collect();
+        assert!(
+            positions.windows(2).all(|w| w[0] < w[1]),
+            "positions of key {id} increase: {positions:?}"
+        );
+        let ops: Vec<&str> = events
+            .iter()
+            .map(|e| e.op().unwrap_or("tombstone"))
+            .collect();
+        assert_eq!(ops[0], "c", "key {id} starts with its insert: {ops:?}");
+        for pair in ops.windows(2) {
+            let ok = matches!(
+                pair,
+                ["c" | "u", "u" | "d"] | ["d", "tombstone"] | ["tombstone", "c"]
+            );
+            assert!(ok, "key {id}: {ops:?}");
+        }
+    }
+
+    // Before and after images (REPLICA IDENTITY FULL).
+    for record in records.iter().filter(|r| r.op() == Some("u")) {
+        let value = record.value.as_ref().unwrap();
+        let (before, after) = (&value["before"], &value["after"]);
+        assert_eq!(before["id"], after["id"]);
+        assert_eq!(
+            after["n"].as_i64().unwrap(),
+            before["n"].as_i64().unwrap() + 1
+        );
+        assert_eq!(value["source"]["table"], "items");
+        assert_eq!(value["source"]["connector"], "postgresql");
+        assert!(value["source"]["lsn"].as_u64().unwrap() > 0);
+    }
+    for record in records.iter().filter(|r| r.op() == Some("d")) {
+        let value = record.value.as_ref().unwrap();
+        assert!(value["after"].is_null());
+        assert_eq!(value["before"]["id"], record.key.as_ref().unwrap()["id"]);
+        assert!(value["before"]["payload"].is_string(), "full before image");
+    }
+
+    // The newest event per key equals the table.
+    let mut latest: BTreeMap<i64, Value> = BTreeMap::new();
+    for (id, events) in by_key {
+        match events.last().unwrap().value.as_ref() {
+            None => {}
+            Some(value) => {
+                latest.insert(id, value["after"].clone());
+            }
+        }
+    }
+    let rows = client
+        .query(&format!("SELECT id, n, payload FROM {t} ORDER BY id"), &[])
+        .await
+        .unwrap();
+    let table: BTreeMap<i64, Value> = rows
+        .iter()
+        .map(|r| {
+            let id: i64 = r.get(0);
+            (
+                id,
+                json!({"id": id, "n": r.get::<_, i32>(1), "payload": r.get::<_, String>(2)}),
+            )
+        })
+        .collect();
+    assert_eq!(latest.len(), table.len(), "keys");
+    assert!(latest == table, "latest event per key equals the table");
+
+    // The slot advances to the acknowledged position.
+    let current: i64 = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let slot = format!("sluice_{name}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let confirmed = slot_confirmed(&client, &slot).await.unwrap_or(0);
+        if confirmed >= current as u64 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "slot confirmed {confirmed} never reached {current}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

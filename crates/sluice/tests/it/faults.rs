@@ -1,0 +1,604 @@
+//! Crashes, lost connections, back-pressure and bad input: nothing is lost, errors are clear.
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+
+use crate::support::{
+    Sluice, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication, free_port, pg,
+    pipeline_toml, read_topic, sluice_bin, stack, test_dir, unique, wait_until,
+};
+
+/// Creates `schema.t (id bigint primary key, payload text)`.
+async fn create_table(client: &tokio_postgres::Client, schema: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (id bigint PRIMARY KEY, payload text);"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Inserts ids `from..to` in transactions of `per_tx` rows (~200-byte payloads).
+async fn insert_range(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    from: i64,
+    to: i64,
+    per_tx: i64,
+) {
+    let mut start = from;
+    while start < to {
+        let end = (start + per_tx).min(to);
+        client
+            .batch_execute(&format!(
+                "INSERT INTO {schema}.t SELECT g, md5(g::text) || repeat('p', 168) FROM generate_series({start}, {}) g",
+                end - 1
+            ))
+            .await
+            .unwrap();
+        start = end;
+    }
+}
+
+/// Reads the topic until every id of `0..count` was seen; returns (records per id, total).
+fn read_all_ids(topic: &str, count: usize, timeout: Duration) -> (HashMap<i64, usize>, usize) {
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    let mut counted = 0;
+    let records = read_topic(topic, timeout, |records| {
+        for record in &records[counted..] {
+            let id = record.key.as_ref().unwrap()["id"].as_i64().unwrap();
+            *seen.entry(id).or_default() += 1;
+        }
+        counted = records.len();
+        seen.len() >= count
+    });
+    let mut per_id: HashMap<i64, usize> = HashMap::new();
+    for record in &records {
+        let id = record.key.as_ref().unwrap()["id"].as_i64().unwrap();
+        *per_id.entry(id).or_default() += 1;
+    }
+    (per_id, records.len())
+}
+
+/// sluice is killed with SIGKILL at random moments during a 200,000-row load and restarted,
+/// five times: every committed row is in Kafka; duplicates are counted and reported.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_during_load_loses_nothing() {
+    let _broker = broker_shared().await;
+    let name = unique("kill");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    const ROWS: i64 = 200_000;
+    let writer = {
+        let schema = name.clone();
+        tokio::spawn(async move {
+            let client = pg().await;
+            for chunk in 0..100 {
+                insert_range(&client, &schema, chunk * 2000, (chunk + 1) * 2000, 500).await;
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        })
+    };
+    let mut kills = 0;
+    while kills < 5 {
+        let pause = rand::rng().random_range(300..1500);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        sluice.kill();
+        kills += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sluice.restart();
+    }
+    writer.await.unwrap();
+    let committed: i64 = client
+        .query_one(&format!("SELECT count(*) FROM {name}.t"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(committed, ROWS);
+
+    let topic = format!("{name}.{name}.t");
+    let (per_id, total) = tokio::task::spawn_blocking(move || {
+        read_all_ids(&topic, ROWS as usize, Duration::from_secs(180))
+    })
+    .await
+    .unwrap();
+    let missing: Vec<i64> = (0..ROWS)
+        .filter(|id| !per_id.contains_key(id))
+        .take(10)
+        .collect();
+    let duplicates = total - per_id.len();
+    println!("sigkill x{kills}: {total} records for {ROWS} rows, {duplicates} duplicates");
+    assert!(
+        missing.is_empty(),
+        "rows missing from Kafka, e.g. {missing:?}\nlog:\n{}",
+        sluice.log_text()
+    );
+    assert_eq!(per_id.len(), ROWS as usize);
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// The walsender is terminated mid-stream and the broker is stopped and restarted mid-stream:
+/// sluice resumes by itself and nothing is lost.
+#[tokio::test(flavor = "multi_thread")]
+async fn walsender_kill_and_broker_restart_are_survived() {
+    let _broker = broker_exclusive().await;
+    let name = unique("resume");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    const ROWS: i64 = 60_000;
+    let writer = {
+        let schema = name.clone();
+        tokio::spawn(async move {
+            let client = pg().await;
+            for chunk in 0..60 {
+                insert_range(&client, &schema, chunk * 1000, (chunk + 1) * 1000, 250).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let terminated: i64 = client
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = $1) t",
+            &[&format!("sluice-{name}")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(terminated, 1, "one walsender to terminate");
+    wait_until(
+        "a reconnect after the walsender was terminated",
+        Duration::from_secs(30),
+        || sluice.metric("sluice_reconnects_total").unwrap_or(0.0) >= 1.0,
+    );
+
+    tokio::task::spawn_blocking(|| dev_stack(&["stop-kafka"]))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let health = sluice.get("/health").unwrap_or_default();
+    assert!(health.contains("\"state\""), "{health}");
+    tokio::task::spawn_blocking(|| dev_stack(&["start-kafka"]))
+        .await
+        .unwrap();
+    writer.await.unwrap();
+
+    let topic = format!("{name}.{name}.t");
+    let (per_id, total) = tokio::task::spawn_blocking(move || {
+        read_all_ids(&topic, ROWS as usize, Duration::from_secs(180))
+    })
+    .await
+    .unwrap();
+    println!("walsender kill + broker restart: {total} records for {ROWS} rows");
+    assert_eq!(
+        per_id.len(),
+        ROWS as usize,
+        "every row arrived\nlog:\n{}",
+        sluice.log_text()
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// A single-partition topic under maximum load with a backlog: the in-flight bytes never exceed
+/// the budget and no checkpoint fails (sampled from `/metrics` during the catch-up).
+#[tokio::test(flavor = "multi_thread")]
+async fn backlog_on_one_partition_stays_within_budget() {
+    let _broker = broker_shared().await;
+    let name = unique("budget");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    const BUDGET: u64 = 2 * 1024 * 1024;
+    let toml = pipeline_toml(
+        &name,
+        &name,
+        &name,
+        port,
+        &format!("[delivery]\nmax_in_flight_bytes = {BUDGET}\nmax_in_flight_records = 5000\n"),
+    );
+    let mut sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    assert!(sluice.stop(), "graceful stop\n{}", sluice.log_text());
+
+    const ROWS: i64 = 150_000;
+    insert_range(&client, &name, 0, ROWS, 50_000).await;
+    sluice.restart();
+    let topic = format!("{name}.{name}.t");
+    let reader = tokio::task::spawn_blocking(move || {
+        read_all_ids(&topic, ROWS as usize, Duration::from_secs(180))
+    });
+    let mut samples = 0;
+    let mut max_inflight = 0.0f64;
+    while !reader.is_finished() {
+        if let Some(text) = sluice.get("/metrics") {
+            if let Some(bytes) = crate::support::metric_value(&text, "sluice_inflight_bytes") {
+                samples += 1;
+                max_inflight = max_inflight.max(bytes);
+                assert!(
+                    bytes <= BUDGET as f64,
+                    "in-flight bytes {bytes} above the budget {BUDGET}"
+                );
+            }
+            let failures = crate::support::metric_value(&text, "sluice_checkpoint_failures_total");
+            assert_eq!(failures.unwrap_or(0.0), 0.0, "checkpoint failures");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let (per_id, _) = reader.await.unwrap();
+    assert_eq!(per_id.len(), ROWS as usize);
+    println!("backlog: {samples} samples, max in-flight {max_inflight} bytes of {BUDGET}");
+    assert!(
+        samples >= 5,
+        "sampled the metrics during the catch-up ({samples})"
+    );
+    assert!(max_inflight > 0.0, "the budget was used");
+    let text = sluice.get("/metrics").unwrap();
+    let checkpoints =
+        crate::support::metric_value(&text, "sluice_checkpoint_duration_seconds_count");
+    assert!(checkpoints.unwrap_or(0.0) > 0.0, "checkpoints were written");
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// Runs `sluice <args>` to completion (bounded) and returns (exit code, stdout + stderr).
+fn run_sluice(args: &[&str], timeout: Duration) -> (Option<i32>, String) {
+    let dir = test_dir(&unique("cli"));
+    let out_path = dir.join("out.txt");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let mut child = Command::new(sluice_bin())
+        .args(args)
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (
+        status,
+        std::fs::read_to_string(out_path).unwrap_or_default(),
+    )
+}
+
+#[test]
+fn unknown_config_key_is_named_with_the_expected_keys() {
+    let name = unique("badkey");
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    let toml = pipeline_toml(&name, "public", &name, free_port(), "")
+        .replace("topic_prefix", "topic_prefx");
+    std::fs::write(&file, toml).unwrap();
+    for command in ["check", "run"] {
+        let (code, output) =
+            run_sluice(&[command, file.to_str().unwrap()], Duration::from_secs(20));
+        assert_eq!(code, Some(1), "{command}: {output}");
+        assert!(
+            output.contains("kafka.topic_prefx: unknown field `topic_prefx`"),
+            "{output}"
+        );
+        assert!(output.contains("expected one of"), "{output}");
+        assert!(output.contains("`topic_prefix`"), "{output}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_table_stops_with_the_key_and_the_fix() {
+    let name = unique("notable");
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    let toml = pipeline_toml(&name, "public", &name, free_port(), "").replace(
+        "schemas = [\"public\"]",
+        "tables = [\"public.no_such_table_xyz\"]",
+    );
+    std::fs::write(&file, toml).unwrap();
+    let (code, output) = tokio::task::spawn_blocking(move || {
+        run_sluice(&["run", file.to_str().unwrap()], Duration::from_secs(60))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(1), "{output}");
+    assert!(
+        output
+            .contains("table public.no_such_table_xyz (source.postgres.tables[0]) does not exist"),
+        "{output}"
+    );
+    assert!(output.contains("fix:"), "{output}");
+    drop_slot_and_publication(&pg().await, &name).await;
+}
+
+/// A throwaway PostgreSQL cluster with `wal_level = replica`, stopped on drop.
+struct ReplicaCluster {
+    dir: std::path::PathBuf,
+    bin: String,
+    url: String,
+}
+
+impl ReplicaCluster {
+    fn start() -> Self {
+        let bin = std::env::var("PG_BIN")
+            .unwrap_or_else(|_| panic!("PG_BIN is not set: eval \"$(scripts/dev-stack env)\""));
+        let dir = test_dir(&unique("replica_pg")).join("data");
+        let port = free_port();
+        let as_postgres = |args: &[&str]| {
+            let root = Command::new("id")
+                .arg("-u")
+                .output()
+                .map(|o| o.stdout == b"0\n")
+                .unwrap_or(false);
+            let mut command = if root {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]);
+                c
+            } else {
+                Command::new(args[0])
+            };
+            if root {
+                command.args(args);
+            } else {
+                command.args(&args[1..]);
+            }
+            command
+        };
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+        if root {
+            let _ = Command::new("chown")
+                .args([
+                    "-R",
+                    "postgres:postgres",
+                    dir.parent().unwrap().to_str().unwrap(),
+                ])
+                .status();
+        }
+        let initdb = format!("{bin}/initdb");
+        let status = as_postgres(&[
+            &initdb,
+            "-D",
+            dir.to_str().unwrap(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+        assert!(status.success(), "initdb");
+        let pg_ctl = format!("{bin}/pg_ctl");
+        let options = format!(
+            "-c wal_level=replica -c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={}",
+            dir.display()
+        );
+        let status = as_postgres(&[
+            &pg_ctl,
+            "-D",
+            dir.to_str().unwrap(),
+            "-o",
+            &options,
+            "-w",
+            "-l",
+            dir.join("log").to_str().unwrap(),
+            "start",
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+        assert!(status.success(), "pg_ctl start");
+        Self {
+            dir,
+            bin,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        }
+    }
+}
+
+impl Drop for ReplicaCluster {
+    fn drop(&mut self) {
+        let pg_ctl = format!("{}/pg_ctl", self.bin);
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+        let args = [
+            pg_ctl.as_str(),
+            "-D",
+            self.dir.to_str().unwrap(),
+            "-m",
+            "immediate",
+            "stop",
+        ];
+        let _ = if root {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .args(args)
+                .status()
+        } else {
+            Command::new(args[0]).args(&args[1..]).status()
+        };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_wal_level_stops_with_the_fix() {
+    let cluster = tokio::task::spawn_blocking(ReplicaCluster::start)
+        .await
+        .unwrap();
+    let name = unique("wallevel");
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    let toml = pipeline_toml(&name, "public", &name, free_port(), "")
+        .replace(&stack().pg_url, &cluster.url);
+    std::fs::write(&file, toml).unwrap();
+    let (code, output) = tokio::task::spawn_blocking(move || {
+        run_sluice(&["run", file.to_str().unwrap()], Duration::from_secs(60))
+    })
+    .await
+    .unwrap();
+    assert_eq!(code, Some(1), "{output}");
+    assert!(output.contains("wal_level is 'replica'"), "{output}");
+    assert!(
+        output.contains("fix: run ALTER SYSTEM SET wal_level = logical"),
+        "{output}"
+    );
+    drop(cluster);
+}
+
+/// With the broker unreachable sluice keeps retrying and says so in `/health`; the slot does not
+/// advance, so once sluice runs against the broker every row arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_broker_is_retried_and_loses_nothing() {
+    let _broker = broker_shared().await;
+    let name = unique("nobroker");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let good = pipeline_toml(&name, &name, &name, port, "");
+    // First run with the right broker creates the slot and topic, then stop.
+    let mut sluice = Sluice::start(&dir, &good, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    assert!(sluice.stop());
+    insert_range(&client, &name, 0, 1000, 1000).await;
+    let dead = format!("127.0.0.1:{}", free_port());
+    let bad = good.replace(&stack().brokers, &dead);
+    let mut sluice = Sluice::start(&dir, &bad, port);
+    wait_until(
+        "health to report the unreachable broker",
+        Duration::from_secs(60),
+        || {
+            sluice
+                .get("/health")
+                .is_some_and(|body| body.contains("cannot reach Kafka") && body.contains(&dead))
+        },
+    );
+    wait_until("at least two reconnects", Duration::from_secs(60), || {
+        sluice.metric("sluice_reconnects_total").unwrap_or(0.0) >= 2.0
+    });
+    assert!(sluice.exited().is_none(), "still running and retrying");
+    sluice.kill();
+    let mut sluice = Sluice::start(&dir, &good, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{name}.t");
+    let (per_id, _) =
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 1000, Duration::from_secs(60)))
+            .await
+            .unwrap();
+    assert_eq!(per_id.len(), 1000);
+    sluice.kill();
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// A row above the topic's `max.message.bytes` stops the pipeline with the reason (and the
+/// slot does not pass it); with the dead-letter policy it goes to the dead-letter topic with
+/// its reason in headers and the rows after it arrive.
+#[tokio::test(flavor = "multi_thread")]
+async fn oversized_row_stops_or_is_dead_lettered() {
+    let _broker = broker_shared().await;
+    let name = unique("big");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let topic = format!("{name}.{name}.t");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+                .set("max.message.bytes", "100000")],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let port = free_port();
+    let dir = test_dir(&name);
+    let stop = pipeline_toml(&name, &name, &name, port, "");
+    let mut sluice = Sluice::start(&dir, &stop, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    insert_range(&client, &name, 0, 10, 10).await;
+    // ~300 kB of incompressible text in one row.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.t SELECT 10, string_agg(md5(random()::text), '') FROM generate_series(1, 10000)"
+        ))
+        .await
+        .unwrap();
+    insert_range(&client, &name, 11, 20, 10).await;
+    wait_until(
+        "sluice to stop on the oversized record",
+        Duration::from_secs(60),
+        || sluice.exited().is_some(),
+    );
+    let log = sluice.log_text();
+    assert!(log.contains("Kafka rejected a"), "{log}");
+    assert!(log.contains("max.message.bytes"), "{log}");
+
+    let dead_letters = format!("{name}.dlq");
+    let dlq = stop.replace(
+        "[restart]",
+        &format!(
+            "[delivery]\non_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dead_letters}\"\n\n[restart]"
+        ),
+    );
+    let sluice = Sluice::start(&dir, &dlq, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let (per_id, _) = {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 19, Duration::from_secs(60)))
+            .await
+            .unwrap()
+    };
+    assert!(!per_id.contains_key(&10));
+    assert_eq!(per_id.len(), 19, "the rows around it arrived");
+    let dead = tokio::task::spawn_blocking(move || {
+        read_topic(&dead_letters, Duration::from_secs(60), |r| !r.is_empty())
+    })
+    .await
+    .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].key.as_ref().unwrap()["id"], 10);
+    assert_eq!(dead[0].headers["sluice.dlq.topic"], topic);
+    assert!(
+        dead[0].headers["sluice.dlq.reason"]
+            .to_lowercase()
+            .contains("too large"),
+        "{:?}",
+        dead[0].headers
+    );
+    assert!(dead[0].headers.contains_key("sluice.commit_lsn"));
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

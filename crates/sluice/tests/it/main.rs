@@ -1,0 +1,11 @@
+//! Integration tests against the real PostgreSQL and Kafka of the dev stack.
+//!
+//! They read `PG_URL` and `KAFKA_BROKERS` (see `scripts/dev-stack env`); `scripts/test` starts
+//! the stack and sets them. A test that finds no server fails with a message saying how to
+//! start it; none is skipped in silence. Every test uses its own schema, slot, publication and
+//! topic prefix, so they run in parallel against one cluster.
+
+mod cdc;
+mod faults;
+mod stack;
+mod support;

@@ -1,0 +1,438 @@
+//! Shared plumbing for the integration tests: the dev stack's endpoints, unique names, a
+//! running `sluice` process, and reading topics back.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::Message;
+use rdkafka::Offset;
+use rdkafka::TopicPartitionList;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers;
+use tokio_postgres::{Client, NoTls};
+
+/// The dev stack's endpoints, from the environment `scripts/dev-stack env` prints.
+pub struct Stack {
+    pub pg_url: String,
+    pub brokers: String,
+}
+
+const HOW_TO_START: &str = "start the dev stack and load its settings: \
+    `scripts/dev-stack up && eval \"$(scripts/dev-stack env)\"` (scripts/test does both)";
+
+/// The stack's endpoints; fails the test (never skips) when they are not set.
+pub fn stack() -> Stack {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: {HOW_TO_START}"))
+    };
+    Stack {
+        pg_url: var("PG_URL"),
+        brokers: var("KAFKA_BROKERS"),
+    }
+}
+
+/// A name unique to this test run: `prefix_<pid>_<n>`.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{prefix}_{}_{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A SQL connection to the stack's PostgreSQL.
+pub async fn pg() -> Client {
+    pg_at(&stack().pg_url).await
+}
+
+/// A SQL connection to `url`.
+pub async fn pg_at(url: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(url, NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {url}: {e}; {HOW_TO_START}"));
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    client
+}
+
+/// A free loopback port.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The directory for this test's files (pipeline files, logs).
+pub fn test_dir(name: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join(name);
+    std::fs::create_dir_all(&dir).expect("test dir");
+    dir
+}
+
+/// A pipeline file's text with the usual settings; `extra` is appended.
+pub fn pipeline_toml(
+    name: &str,
+    schema: &str,
+    prefix: &str,
+    admin_port: u16,
+    extra: &str,
+) -> String {
+    let stack = stack();
+    format!(
+        r#"
+name = "{name}"
+
+[source.postgres]
+url = "{pg}"
+schemas = ["{schema}"]
+status_interval_ms = 200
+heartbeat_interval_ms = 1000
+
+[kafka]
+brokers = "{brokers}"
+topic_prefix = "{prefix}"
+
+[admin]
+listen = "127.0.0.1:{admin_port}"
+
+[restart]
+initial_backoff_ms = 200
+max_backoff_ms = 2000
+{extra}
+"#,
+        pg = stack.pg_url,
+        brokers = stack.brokers,
+    )
+}
+
+/// A running `sluice run` process.
+pub struct Sluice {
+    child: Option<Child>,
+    pub admin: SocketAddr,
+    pub file: PathBuf,
+    pub log: PathBuf,
+}
+
+/// The `sluice` binary under test.
+pub fn sluice_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sluice")
+}
+
+impl Sluice {
+    /// Writes the pipeline file and starts `sluice run` on it; its log goes to a file.
+    pub fn start(dir: &std::path::Path, toml: &str, admin_port: u16) -> Self {
+        let file = dir.join("pipeline.toml");
+        std::fs::write(&file, toml).expect("write pipeline file");
+        let log = dir.join("sluice.log");
+        let mut this = Self {
+            child: None,
+            admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
+            file,
+            log,
+        };
+        this.restart();
+        this
+    }
+
+    /// Starts the process again on the same file (after [`Sluice::kill`]).
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(sluice_bin())
+            .args(["run"])
+            .arg(&self.file)
+            .env("SLUICE_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start sluice");
+        self.child = Some(child);
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM and wait (bounded) for a graceful exit; returns whether it exited successfully.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else {
+            return false;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        false
+    }
+
+    /// Whether the process has exited, with its status.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// GET a path from the admin server; `None` while it is not up.
+    pub fn get(&self, path: &str) -> Option<String> {
+        http_get(self.admin, path)
+    }
+
+    /// The value of a metric line (exact name plus labels, e.g. `sluice_inflight_bytes{pipeline="x"}`),
+    /// summed over label sets when only the name is given.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let text = self.get("/metrics")?;
+        metric_value(&text, name)
+    }
+
+    /// Waits until `/health` answers with state `streaming`.
+    pub fn wait_streaming(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self
+                .get("/health")
+                .is_some_and(|body| body.contains("\"state\":\"streaming\""))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "sluice did not reach the streaming state within {timeout:?}; log:\n{}",
+            self.log_text()
+        );
+    }
+}
+
+impl Drop for Sluice {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sums the samples of metric `name` (a bare name matches every label set).
+pub fn metric_value(text: &str, name: &str) -> Option<f64> {
+    let mut found = None;
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let bare = series.split('{').next().unwrap_or(series);
+        if series == name || (bare == name && !name.contains('{')) {
+            let value: f64 = value.parse().ok()?;
+            found = Some(found.unwrap_or(0.0) + value);
+        }
+    }
+    found
+}
+
+/// A minimal HTTP/1.0 GET (the tests need no HTTP client crate for this).
+pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_owned())
+}
+
+/// One record read back from Kafka.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    #[allow(dead_code)]
+    pub offset: i64,
+    pub key: Option<serde_json::Value>,
+    pub value: Option<serde_json::Value>,
+    pub headers: HashMap<String, String>,
+    #[allow(dead_code)]
+    pub timestamp_ms: Option<i64>,
+}
+
+impl Record {
+    /// A position header as a number.
+    pub fn header_u64(&self, name: &str) -> u64 {
+        self.headers
+            .get(name)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("record without header {name}: {self:?}"))
+    }
+
+    /// The Debezium `op`, or `None` for a tombstone.
+    pub fn op(&self) -> Option<&str> {
+        self.value.as_ref().and_then(|v| v["op"].as_str())
+    }
+}
+
+/// Reads a topic from the beginning until `done` says so (called after every poll batch) or
+/// `timeout`; returns the records in partition-offset order per partition.
+pub fn read_topic(
+    topic: &str,
+    timeout: Duration,
+    mut done: impl FnMut(&[Record]) -> bool,
+) -> Vec<Record> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("group.id", unique("it-reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let deadline = Instant::now() + timeout;
+    let partitions = loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .expect("metadata");
+        let count = metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions().len())
+            .unwrap_or(0);
+        if count > 0 {
+            break count;
+        }
+        assert!(Instant::now() < deadline, "topic {topic} never appeared");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions as i32 {
+        assignment
+            .add_partition_offset(topic, partition, Offset::Beginning)
+            .expect("assignment");
+    }
+    consumer.assign(&assignment).expect("assign");
+    let mut records = Vec::new();
+    while Instant::now() < deadline {
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            let message = message.expect("consume");
+            let parse = |bytes: Option<&[u8]>| {
+                bytes.map(|b| {
+                    serde_json::from_slice(b).unwrap_or_else(|e| {
+                        panic!("record is not JSON ({e}): {}", String::from_utf8_lossy(b))
+                    })
+                })
+            };
+            let headers = message
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| {
+                            (
+                                h.key.to_owned(),
+                                String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            records.push(Record {
+                partition: message.partition(),
+                offset: message.offset(),
+                key: parse(message.key()),
+                value: parse(message.payload()),
+                headers,
+                timestamp_ms: message.timestamp().to_millis(),
+            });
+            continue;
+        }
+        if done(&records) {
+            break;
+        }
+    }
+    records
+}
+
+/// Waits for `check` to hold, polling; panics with `what` after `timeout`.
+pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// The slot's confirmed flush LSN as a number.
+pub async fn slot_confirmed(client: &Client, slot: &str) -> Option<u64> {
+    let row = client
+        .query_opt(
+            "SELECT (confirmed_flush_lsn - '0/0'::pg_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .expect("slot query")?;
+    row.get::<_, Option<i64>>(0).map(|v| v as u64)
+}
+
+/// Drops a test's slot and publication (they are cluster-wide), ignoring absence.
+pub async fn drop_slot_and_publication(client: &Client, name: &str) {
+    let slot = format!("sluice_{name}");
+    let _ = client
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+            &[&slot],
+        )
+        .await;
+    let _ = client
+        .batch_execute(&format!("DROP PUBLICATION IF EXISTS sluice_{name}"))
+        .await;
+}
+
+/// Tests that restart the broker take this exclusively; every other test holds it shared, so a
+/// broker restart never disturbs a test that is not about it.
+static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// Shared use of the broker.
+pub async fn broker_shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
+    BROKER.read().await
+}
+
+/// Exclusive use of the broker (to stop and restart it).
+pub async fn broker_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    BROKER.write().await
+}
+
+/// Runs `scripts/dev-stack <args>` from the repository root.
+pub fn dev_stack(args: &[&str]) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new(root.join("scripts/dev-stack"))
+        .args(args)
+        .current_dir(&root)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run scripts/dev-stack");
+    assert!(status.success(), "scripts/dev-stack {args:?} failed");
+}
