@@ -545,7 +545,15 @@ async fn oversized_row_stops_or_is_dead_lettered() {
     assert!(created[0].is_ok(), "{created:?}");
     let port = free_port();
     let dir = test_dir(&name);
-    let stop = pipeline_toml(&name, &name, &name, port, "");
+    // batch.size must fit the topic's max.message.bytes, or the broker rejects whole batches
+    // of small records together with the large one.
+    let stop = pipeline_toml(
+        &name,
+        &name,
+        &name,
+        port,
+        "[kafka.producer]\n\"batch.size\" = \"90000\"\n",
+    );
     let mut sluice = Sluice::start(&dir, &stop, port);
     sluice.wait_streaming(Duration::from_secs(60));
     insert_range(&client, &name, 0, 10, 10).await;
@@ -568,9 +576,9 @@ async fn oversized_row_stops_or_is_dead_lettered() {
 
     let dead_letters = format!("{name}.dlq");
     let dlq = stop.replace(
-        "[restart]",
+        "[kafka.producer]",
         &format!(
-            "[delivery]\non_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dead_letters}\"\n\n[restart]"
+            "[delivery]\non_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dead_letters}\"\n\n[kafka.producer]"
         ),
     );
     let sluice = Sluice::start(&dir, &dlq, port);
