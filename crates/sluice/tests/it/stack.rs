@@ -87,6 +87,10 @@ async fn kafka_round_trip_and_logical_slot() {
         .execute("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await
         .unwrap();
+    client
+        .batch_execute(&format!("DROP TABLE {table}"))
+        .await
+        .unwrap();
     assert!(
         changes.iter().any(|c| c.contains(&format!(
             "table public.{table}: INSERT: id[integer]:1 v[text]:'one'"
