@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message, OwnedHeaders};
@@ -55,7 +55,17 @@ pub const CDC_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
 /// The producer's librdkafka configuration: defaults, the pipeline's overrides, and the queue
 /// limits derived from the in-flight budget (so that librdkafka's queue never fills before the
 /// budget does).
-pub fn producer_config(kafka: &KafkaConfig, client_id: &str, max_records: u32) -> ClientConfig {
+///
+/// `batch_size_cap` is the smallest `max.message.bytes` of the topics the producer writes to:
+/// the broker checks that limit against whole batches, so a `batch.size` above it would get
+/// batches of small records rejected along with a large one. Unless `batch.size` is set
+/// explicitly, it is lowered to the cap.
+pub fn producer_config(
+    kafka: &KafkaConfig,
+    client_id: &str,
+    max_records: u32,
+    batch_size_cap: Option<u64>,
+) -> ClientConfig {
     let mut config = ClientConfig::new();
     config.set("bootstrap.servers", &kafka.brokers);
     config.set("client.id", client_id);
@@ -66,6 +76,13 @@ pub fn producer_config(kafka: &KafkaConfig, client_id: &str, max_records: u32) -
     let queue = (u64::from(max_records) * 4 + 10_000).min(2_147_483_647);
     config.set("queue.buffering.max.messages", queue.to_string());
     config.set("queue.buffering.max.kbytes", "2097151");
+    if let Some(cap) = batch_size_cap.filter(|cap| *cap < 1_000_000) {
+        tracing::info!(
+            batch_size = cap,
+            "lowering the producer's batch.size to the topics' smallest max.message.bytes"
+        );
+        config.set("batch.size", cap.to_string());
+    }
     for (key, value) in &kafka.producer {
         config.set(key, value);
     }
@@ -362,6 +379,66 @@ pub async fn ensure_topics(
         }
     }
     Ok(())
+}
+
+/// The smallest `max.message.bytes` among the existing `topics`, if any could be read.
+///
+/// # Errors
+///
+/// Retryable when the cluster cannot be reached.
+pub async fn smallest_max_message_bytes(
+    kafka: &KafkaConfig,
+    topics: &[String],
+) -> Result<Option<u64>, PipelineError> {
+    if topics.is_empty() {
+        return Ok(None);
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.brokers)
+        .create()
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create a Kafka admin client",
+                "check kafka.brokers",
+                e,
+            )
+        })?;
+    let resources: Vec<ResourceSpecifier<'_>> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+    let results = tokio::time::timeout(
+        Duration::from_secs(45),
+        admin.describe_configs(&resources, &options),
+    )
+    .await
+    .map_err(|e| {
+        PipelineError::retryable(
+            format!(
+                "cannot reach Kafka at {} to read topic configs",
+                kafka.brokers
+            ),
+            e,
+        )
+    })?
+    .map_err(|e| {
+        PipelineError::retryable(
+            format!(
+                "cannot reach Kafka at {} to read topic configs",
+                kafka.brokers
+            ),
+            e,
+        )
+    })?;
+    Ok(results
+        .into_iter()
+        .filter_map(Result::ok)
+        .filter_map(|resource| {
+            resource
+                .get("max.message.bytes")
+                .and_then(|entry| entry.value.as_deref())
+                .and_then(|value| value.parse::<u64>().ok())
+        })
+        .min())
 }
 
 /// The producer overrides in effect, for `sluice check`.

@@ -545,15 +545,9 @@ async fn oversized_row_stops_or_is_dead_lettered() {
     assert!(created[0].is_ok(), "{created:?}");
     let port = free_port();
     let dir = test_dir(&name);
-    // batch.size must fit the topic's max.message.bytes, or the broker rejects whole batches
-    // of small records together with the large one.
-    let stop = pipeline_toml(
-        &name,
-        &name,
-        &name,
-        port,
-        "[kafka.producer]\n\"batch.size\" = \"90000\"\n",
-    );
+    // No batch.size here: sluice lowers it to the topic's max.message.bytes by itself, or the
+    // broker would reject whole batches of small records together with the large one.
+    let stop = pipeline_toml(&name, &name, &name, port, "[kafka.producer]\n");
     let mut sluice = Sluice::start(&dir, &stop, port);
     sluice.wait_streaming(Duration::from_secs(60));
     insert_range(&client, &name, 0, 10, 10).await;

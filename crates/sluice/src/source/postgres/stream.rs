@@ -155,15 +155,16 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         database,
     };
     let mut known_topics: HashSet<String> = HashSet::new();
+    let mut topics: Vec<String> = tables
+        .iter()
+        .map(|t| format!("{}.{}", identity.server_name, t.qualified()))
+        .collect();
+    topics.extend(config.delivery.dead_letter_topic.clone());
     if config.kafka.create_topics {
-        let mut topics: Vec<String> = tables
-            .iter()
-            .map(|t| format!("{}.{}", identity.server_name, t.qualified()))
-            .collect();
-        topics.extend(config.delivery.dead_letter_topic.clone());
         kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
-        known_topics.extend(topics);
+        known_topics.extend(topics.iter().cloned());
     }
+    let batch_size_cap = kafka::smallest_max_message_bytes(&config.kafka, &topics).await?;
     tracing::info!(
         slot = %slot_name,
         confirmed_flush = %slot.confirmed_flush,
@@ -178,6 +179,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             &config.kafka,
             &format!("sluice-{}", config.name),
             config.delivery.max_in_flight_records,
+            batch_size_cap,
         )
         .create_with_context(PipelineProducerContext::new(
             delivery_tx.clone(),
@@ -339,6 +341,9 @@ impl StreamRun<'_> {
                     }
                     for event in events.drain(..) {
                         self.on_delivery(event)?;
+                    }
+                    if let Some(watermark) = self.tracker.watermark() {
+                        self.ctx.metrics.watermark.set(watermark.0 as f64);
                     }
                 }
                 // 3. Checkpoint.
