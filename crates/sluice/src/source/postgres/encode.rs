@@ -2,7 +2,7 @@
 //!
 //! This is the CPU-heavy part of the pipeline and runs on worker threads, in batches, while the
 //! replication loop keeps reading; the publisher sends the batches in commit order. Values go
-//! from pgoutput's text form straight to JSON bytes ([`super::value::write_json`]): no
+//! from pgoutput's text form straight to JSON bytes (`value::write_json`): no
 //! intermediate data model.
 
 use std::sync::Arc;
