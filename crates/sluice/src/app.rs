@@ -51,6 +51,10 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = PipelineConfig::load(&pipeline)?;
             runtime()?.block_on(crate::check::check(&config))
         }
+        Command::Perf(command) => {
+            crate::perf::run(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -32,6 +32,9 @@ pub enum Command {
         /// The pipeline file (TOML).
         pipeline: PathBuf,
     },
+    /// Kafka load generation and consumer benchmarks.
+    #[command(subcommand)]
+    Perf(crate::perf::PerfCommand),
 }
 
 /// Log output formats.

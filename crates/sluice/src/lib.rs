@@ -20,5 +20,6 @@ pub mod config;
 pub mod error;
 pub mod event;
 pub mod kafka;
+pub mod perf;
 pub mod sink;
 pub mod source;

@@ -7,5 +7,6 @@
 
 mod cdc;
 mod faults;
+mod perf;
 mod stack;
 mod support;
