@@ -373,14 +373,14 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             rng.random_range(min_size..=max_size)
         };
         let offset = rng.random_range(0..=payload.len() - size);
-        let key = keys.next(&mut rng).map(|k| key_buffer.format(k).to_owned());
+        // The key is formatted into a reused buffer (librdkafka copies it): no allocation.
+        let key = keys.next(&mut rng).map(|k| key_buffer.format(k));
         let mut record =
             BaseRecord::with_opaque_to(&args.topic, started.elapsed().as_micros() as usize)
                 .payload(&payload[offset..offset + size]);
-        if let Some(key) = &key {
+        if let Some(key) = key {
             record = record.key(key.as_bytes());
         }
-        let mut record = record;
         loop {
             match producer.send(record) {
                 Ok(()) => break,
