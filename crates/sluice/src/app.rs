@@ -59,8 +59,14 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // Encoding runs on the blocking pool. Left at tokio's default (512 threads) the pool grows
+    // under a backlog, and every new thread brings its own malloc arena: RSS then grows with the
+    // backlog although the in-flight bytes stay within the budget. One encoder per core is all
+    // the parallelism there is.
+    let cores = std::thread::available_parallelism().map_or(2, usize::from);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .max_blocking_threads(cores + 2)
         .thread_name("sluice")
         .build()
         .context("cannot start the async runtime")
