@@ -345,7 +345,11 @@ impl ReplicaCluster {
     fn start() -> Self {
         let bin = std::env::var("PG_BIN")
             .unwrap_or_else(|_| panic!("PG_BIN is not set: eval \"$(scripts/dev-stack env)\""));
-        let dir = test_dir(&unique("replica_pg")).join("data");
+        // Under the system temp dir, not the cargo target dir: when the tests run as root
+        // the server runs as `postgres`, which cannot traverse e.g. /root/.cache.
+        let home = std::env::temp_dir().join(unique("sluice-replica-pg"));
+        std::fs::create_dir_all(&home).expect("replica cluster dir");
+        let dir = home.join("data");
         let port = free_port();
         let as_postgres = |args: &[&str]| {
             let root = Command::new("id")
@@ -447,6 +451,9 @@ impl Drop for ReplicaCluster {
         } else {
             Command::new(args[0]).args(&args[1..]).status()
         };
+        if let Some(home) = self.dir.parent() {
+            let _ = std::fs::remove_dir_all(home);
+        }
     }
 }
 
