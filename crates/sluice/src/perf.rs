@@ -357,7 +357,7 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     const CLOCK_EVERY: u64 = 64;
     let mut elapsed = Duration::ZERO;
     loop {
-        if sent % CLOCK_EVERY == 0 {
+        if sent.is_multiple_of(CLOCK_EVERY) {
             elapsed = started.elapsed();
         }
         if limit.0.is_some_and(|records| sent >= records)
@@ -397,7 +397,7 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             }
         }
         sent += 1;
-        if sent % CLOCK_EVERY == 0 && last_report.elapsed() >= Duration::from_secs(1) {
+        if sent.is_multiple_of(CLOCK_EVERY) && last_report.elapsed() >= Duration::from_secs(1) {
             let acked = context.acked.load(Ordering::Relaxed);
             eprintln!(
                 "perf: {sent} sent, {acked} acknowledged, {:.0} records/s",
