@@ -14,9 +14,9 @@ use anyhow::Context as _;
 use rand::Rng as _;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, PipelineState, StatusBoard, metrics as m};
+use crate::admin::{self, PipelineState, RestartEvent, StatusBoard, metrics as m};
 use crate::cli::{Cli, Command, LogFormat};
-use crate::config::PipelineConfig;
+use crate::config::{PipelineConfig, RestartConfig, RestartPolicy};
 use crate::error::PipelineError;
 use crate::source::postgres::stream::{RunContext, run_once};
 
@@ -87,96 +87,200 @@ pub fn render_report(error: &anyhow::Error) -> String {
     text
 }
 
-/// Runs one pipeline with its admin server until a signal or a fatal error.
+/// Runs one pipeline with its admin server until a signal or a failure the restart policy
+/// does not restart.
 ///
 /// # Errors
 ///
-/// The fatal error that stopped the pipeline.
+/// The failure that stopped the pipeline.
 pub async fn run_pipeline(
     config: Arc<PipelineConfig>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
 ) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let board = StatusBoard::new(&config.name);
+    let board = StatusBoard::new(&config.name, config.restart.policy.name());
     let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
     let admin_shutdown = CancellationToken::new();
     let server = admin::serve(
         listen,
         prometheus,
         Arc::clone(&board),
+        config.admin.token.clone(),
         admin_shutdown.clone(),
     )
     .await?;
-    let ctx = RunContext {
-        config: Arc::clone(&config),
-        board: Arc::clone(&board),
-        shutdown: shutdown.clone(),
-        metrics: m::PipelineMetrics::new(),
-    };
-    let result = supervise(&ctx).await;
+    let result = supervise(&config, &board, &shutdown).await;
     admin_shutdown.cancel();
     let _ = server.await;
     result.map_err(anyhow::Error::from)
 }
 
-/// Runs the pipeline, reconnecting after retryable failures.
-async fn supervise(ctx: &RunContext) -> Result<(), PipelineError> {
-    let restart = &ctx.config.restart;
+/// What the supervisor does after a failed run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Wait the backoff, then run again.
+    Restart,
+    /// Stop the pipeline with the failure.
+    Stop,
+}
+
+/// The restart policy: `consecutive_failures` counts this failure.
+pub fn decide(restart: &RestartConfig, retryable: bool, consecutive_failures: u32) -> Decision {
+    match restart.policy {
+        RestartPolicy::Never => Decision::Stop,
+        RestartPolicy::Always => Decision::Restart,
+        RestartPolicy::OnFailure if !retryable => Decision::Stop,
+        RestartPolicy::OnFailure
+            if restart.max_restarts > 0 && consecutive_failures > restart.max_restarts =>
+        {
+            Decision::Stop
+        }
+        RestartPolicy::OnFailure => Decision::Restart,
+    }
+}
+
+/// The delay before restart number `consecutive_failures` (1-based): the initial backoff
+/// doubled per failure in a row, capped, times `jitter` (in 0.5..=1).
+pub fn backoff_delay(restart: &RestartConfig, consecutive_failures: u32, jitter: f64) -> Duration {
     let initial = Duration::from_millis(restart.initial_backoff_ms);
     let max = Duration::from_millis(restart.max_backoff_ms);
-    let mut backoff = initial;
+    let doublings = consecutive_failures.saturating_sub(1).min(20);
+    initial
+        .saturating_mul(1 << doublings)
+        .min(max)
+        .mul_f64(jitter.clamp(0.5, 1.0))
+}
+
+/// Runs the pipeline, restarting it per `restart.policy`, and follows the operator's pause,
+/// resume and restart requests.
+async fn supervise(
+    config: &Arc<PipelineConfig>,
+    board: &Arc<StatusBoard>,
+    shutdown: &CancellationToken,
+) -> Result<(), PipelineError> {
+    let mut control = board.control();
+    let mut consecutive_failures = 0u32;
+    let metrics = m::PipelineMetrics::new();
+    let progress = Arc::default();
     loop {
-        ctx.board.set_state(PipelineState::Starting);
-        let started = Instant::now();
-        match run_once(ctx).await {
-            Ok(()) => {
-                ctx.board.set_state(PipelineState::Stopped);
-                return Ok(());
-            }
-            Err(error) if error.is_retryable() && !ctx.shutdown.is_cancelled() => {
-                if started.elapsed() > Duration::from_secs(60) {
-                    backoff = initial;
-                }
-                // Full jitter: a uniformly random delay up to the current backoff.
-                let delay = backoff.mul_f64(rand::rng().random_range(0.5..=1.0));
-                metrics::counter!(m::RECONNECTS).increment(1);
-                ctx.board.set_state(PipelineState::Backoff);
-                ctx.board.update(|s| {
-                    s.reconnects += 1;
-                    s.last_error = Some(error.chain());
-                });
-                tracing::warn!(
-                    error = %error.chain(),
-                    retry_in_ms = delay.as_millis() as u64,
-                    "pipeline failed; reconnecting from the last confirmed position"
-                );
-                if ctx
-                    .shutdown
-                    .run_until_cancelled(tokio::time::sleep(delay))
-                    .await
-                    .is_none()
-                {
-                    ctx.board.set_state(PipelineState::Stopped);
+        if control.borrow_and_update().paused {
+            board.set_state(PipelineState::Paused);
+            tokio::select! {
+                () = shutdown.cancelled() => {
+                    board.set_state(PipelineState::Stopped);
                     return Ok(());
                 }
-                backoff = (backoff * 2).min(max);
-            }
-            Err(error) if error.is_retryable() => {
-                ctx.board.set_state(PipelineState::Stopped);
-                return Ok(());
-            }
-            Err(error) => {
-                ctx.board.set_state(PipelineState::Failed);
-                ctx.board.update(|s| {
-                    s.last_error = Some(error.chain());
-                    s.hint = error.hint().map(str::to_owned);
-                });
-                tracing::error!(error = %error.chain(), hint = error.hint().unwrap_or(""), "pipeline stopped");
-                return Err(error);
+                _ = control.wait_for(|c| !c.paused) => {}
             }
         }
+        let run_shutdown = shutdown.child_token();
+        let ctx = RunContext {
+            config: Arc::clone(config),
+            board: Arc::clone(board),
+            shutdown: run_shutdown.clone(),
+            metrics: metrics.clone(),
+            progress: Arc::clone(&progress),
+        };
+        // An operator's request ends the run gracefully (drain, confirm, close).
+        let mut requests = board.control();
+        requests.borrow_and_update();
+        let watcher = tokio::spawn(async move {
+            if requests.changed().await.is_ok() {
+                run_shutdown.cancel();
+            }
+        });
+        board.set_state(PipelineState::Starting);
+        let started = Instant::now();
+        let result = run_once(&ctx).await;
+        watcher.abort();
+        if shutdown.is_cancelled() {
+            if let Err(error) = &result {
+                tracing::warn!(error = %error.chain(), "failure while stopping");
+            }
+            board.set_state(PipelineState::Stopped);
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            consecutive_failures = 0;
+        }
+        let error = match result {
+            Ok(()) => {
+                // Stopped on an operator's request: pause (handled at the top) or restart.
+                if !control.borrow().paused {
+                    board.record_restart(RestartEvent {
+                        unix_ms: now_ms(),
+                        reason: "requested",
+                        error: None,
+                        backoff_ms: 0,
+                        consecutive_failures,
+                    });
+                }
+                continue;
+            }
+            Err(error) => error,
+        };
+        consecutive_failures += 1;
+        board.update(|s| {
+            s.last_error = Some(error.chain());
+            s.hint = error.hint().map(str::to_owned);
+            s.consecutive_failures = consecutive_failures;
+        });
+        if decide(&config.restart, error.is_retryable(), consecutive_failures) == Decision::Stop {
+            board.set_state(PipelineState::Failed);
+            tracing::error!(
+                error = %error.chain(),
+                hint = error.hint().unwrap_or(""),
+                policy = config.restart.policy.name(),
+                consecutive_failures,
+                "pipeline stopped"
+            );
+            return Err(error);
+        }
+        let delay = backoff_delay(
+            &config.restart,
+            consecutive_failures,
+            rand::rng().random_range(0.5..=1.0),
+        );
+        board.record_restart(RestartEvent {
+            unix_ms: now_ms(),
+            reason: if error.is_retryable() {
+                "retryable"
+            } else {
+                "fatal"
+            },
+            error: Some(error.chain()),
+            backoff_ms: delay.as_millis() as u64,
+            consecutive_failures,
+        });
+        board.set_state(PipelineState::Backoff);
+        metrics::gauge!(m::RESTART_BACKOFF).set(delay.as_secs_f64());
+        tracing::warn!(
+            error = %error.chain(),
+            hint = error.hint().unwrap_or(""),
+            retry_in_ms = delay.as_millis() as u64,
+            consecutive_failures,
+            "pipeline failed; restarting from the last confirmed position"
+        );
+        control.borrow_and_update();
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                board.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
+            () = tokio::time::sleep(delay) => {}
+            // A resume, restart or pause request cuts the wait short.
+            _ = control.changed() => {}
+        }
+        metrics::gauge!(m::RESTART_BACKOFF).set(0.0);
+        board.update(|s| s.backoff_ms = None);
     }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn stop_on_signal(shutdown: CancellationToken) {
@@ -201,4 +305,51 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     let _ = ctrl_c.await;
     tracing::info!("stop requested");
     shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn restart(policy: RestartPolicy, max_restarts: u32) -> RestartConfig {
+        RestartConfig {
+            policy,
+            max_restarts,
+            initial_backoff_ms: 500,
+            max_backoff_ms: 30_000,
+        }
+    }
+
+    #[test]
+    fn on_failure_restarts_retryable_failures_up_to_the_limit() {
+        let limited = restart(RestartPolicy::OnFailure, 3);
+        assert_eq!(decide(&limited, true, 1), Decision::Restart);
+        assert_eq!(decide(&limited, true, 3), Decision::Restart);
+        assert_eq!(decide(&limited, true, 4), Decision::Stop);
+        assert_eq!(decide(&limited, false, 1), Decision::Stop);
+        let unlimited = restart(RestartPolicy::OnFailure, 0);
+        assert_eq!(decide(&unlimited, true, 10_000), Decision::Restart);
+    }
+
+    #[test]
+    fn always_and_never_mean_what_they_say() {
+        let always = restart(RestartPolicy::Always, 1);
+        assert_eq!(decide(&always, false, 50), Decision::Restart);
+        let never = restart(RestartPolicy::Never, 0);
+        assert_eq!(decide(&never, true, 1), Decision::Stop);
+    }
+
+    #[test]
+    fn backoff_doubles_per_failure_up_to_the_cap_with_jitter_below_it() {
+        let r = restart(RestartPolicy::OnFailure, 0);
+        let ms = |n, jitter| backoff_delay(&r, n, jitter).as_millis();
+        assert_eq!(
+            [ms(1, 1.0), ms(2, 1.0), ms(3, 1.0), ms(4, 1.0)],
+            [500, 1000, 2000, 4000]
+        );
+        assert_eq!(ms(7, 1.0), 30_000);
+        assert_eq!(ms(1000, 1.0), 30_000);
+        assert_eq!(ms(2, 0.5), 500);
+        assert_eq!(ms(2, 0.1), 500, "jitter is clamped to 0.5..=1");
+    }
 }

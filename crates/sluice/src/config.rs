@@ -38,6 +38,9 @@ pub const DEFAULT_RESTART_INITIAL_BACKOFF_MS: u64 = 500;
 pub const DEFAULT_RESTART_MAX_BACKOFF_MS: u64 = 30_000;
 /// Default cap on the value bytes copied into a dead-letter record.
 pub const DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES: u32 = 900_000;
+/// Default time the server's WAL may grow while the slot's confirmed position stands still
+/// before the pipeline is reported stalled.
+pub const DEFAULT_PROGRESS_TIMEOUT_MS: u64 = 120_000;
 /// The prefix of sluice's own heartbeat messages in the WAL.
 pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
 
@@ -58,9 +61,12 @@ pub struct PipelineConfig {
     /// The admin HTTP server.
     #[serde(default)]
     pub admin: AdminConfig,
-    /// Reconnects after retryable failures.
+    /// Restarts after failures.
     #[serde(default)]
     pub restart: RestartConfig,
+    /// Where sluice keeps what it must remember between runs (the slot's identity and the last
+    /// position it confirmed); default `$XDG_STATE_HOME/sluice` or `~/.local/state/sluice`.
+    pub state_dir: Option<String>,
 }
 
 /// The source section: exactly one source kind.
@@ -96,6 +102,26 @@ pub struct PostgresSourceConfig {
     /// Interval between heartbeat messages written to the WAL; 0 disables them.
     #[serde(default = "default_heartbeat_interval_ms")]
     pub heartbeat_interval_ms: u64,
+    /// What to do when the slot this pipeline fed is gone, was recreated or was invalidated.
+    #[serde(default)]
+    pub on_slot_loss: SlotLossPolicy,
+    /// How long the server's WAL may grow while the slot's confirmed position stands still
+    /// before the pipeline is reported stalled (status, metric, log); 0 disables the watchdog.
+    #[serde(default = "default_progress_timeout_ms")]
+    pub progress_timeout_ms: u64,
+}
+
+/// What to do when the replication slot this pipeline fed was dropped, recreated (by someone
+/// else, or by sluice after a drop) or invalidated by the server: changes were skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotLossPolicy {
+    /// Stop the pipeline with what happened and the fix.
+    #[default]
+    Stop,
+    /// Log the gap loudly, count it (`sluice_source_slot_losses_total`), create the slot anew
+    /// and go on from the server's current position.
+    Recreate,
 }
 
 impl fmt::Debug for PostgresSourceConfig {
@@ -180,18 +206,32 @@ impl Default for DeliveryConfig {
 }
 
 /// `[admin]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// `ip:port` of the admin HTTP server (`/health`, `/metrics`); loopback by default.
     #[serde(default = "default_admin_listen")]
     pub listen: String,
+    /// When set, `/api/v1/*` requires `Authorization: Bearer <token>` (use `${ENV}` to keep it
+    /// out of the file). `/health`, `/metrics` and the status page stay open.
+    pub token: Option<String>,
+}
+
+impl fmt::Debug for AdminConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never print the token.
+        f.debug_struct("AdminConfig")
+            .field("listen", &self.listen)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             listen: DEFAULT_ADMIN_LISTEN.to_owned(),
+            token: None,
         }
     }
 }
@@ -200,7 +240,14 @@ impl Default for AdminConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RestartConfig {
-    /// First delay before reconnecting; doubles per failure, with jitter.
+    /// Which failures restart the pipeline.
+    #[serde(default)]
+    pub policy: RestartPolicy,
+    /// With `policy = "on-failure"`: consecutive failed runs after which the pipeline stops;
+    /// 0 = no limit. A run that streamed for a minute resets the count.
+    #[serde(default)]
+    pub max_restarts: u32,
+    /// First delay before restarting; doubles per consecutive failure, with jitter.
     #[serde(default = "default_initial_backoff_ms")]
     pub initial_backoff_ms: u64,
     /// Cap of the delay.
@@ -211,8 +258,36 @@ pub struct RestartConfig {
 impl Default for RestartConfig {
     fn default() -> Self {
         Self {
+            policy: RestartPolicy::default(),
+            max_restarts: 0,
             initial_backoff_ms: DEFAULT_RESTART_INITIAL_BACKOFF_MS,
             max_backoff_ms: DEFAULT_RESTART_MAX_BACKOFF_MS,
+        }
+    }
+}
+
+/// Which failures restart a pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RestartPolicy {
+    /// Restart after retryable failures (lost connections, unreachable servers), up to
+    /// `max_restarts` in a row; stop on failures that need an operator (settings, permissions).
+    #[default]
+    OnFailure,
+    /// Restart after every failure, those that need an operator too (the fix may come while
+    /// sluice waits); the backoff still grows to its cap.
+    Always,
+    /// Never restart: the first failure stops the pipeline (for an outside supervisor).
+    Never,
+}
+
+impl RestartPolicy {
+    /// The policy's name as written in the pipeline file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OnFailure => "on-failure",
+            Self::Always => "always",
+            Self::Never => "never",
         }
     }
 }
@@ -249,6 +324,9 @@ const fn default_initial_backoff_ms() -> u64 {
 }
 const fn default_max_backoff_ms() -> u64 {
     DEFAULT_RESTART_MAX_BACKOFF_MS
+}
+const fn default_progress_timeout_ms() -> u64 {
+    DEFAULT_PROGRESS_TIMEOUT_MS
 }
 
 /// One broken rule of the pipeline file.
@@ -490,7 +568,39 @@ impl PipelineConfig {
                 "expected at least 1 and at most restart.max_backoff_ms".into(),
             );
         }
+        if let Some(token) = &self.admin.token
+            && token.trim().len() < 16
+        {
+            issue(
+                "admin.token",
+                "too short: expected at least 16 characters (e.g. `openssl rand -hex 16`)".into(),
+            );
+        }
+        if let Some(dir) = &self.state_dir
+            && dir.trim().is_empty()
+        {
+            issue(
+                "state_dir",
+                "empty: expected a directory path, or leave the key out for the default".into(),
+            );
+        }
         issues
+    }
+
+    /// The directory of this pipeline's state file (see [`PipelineConfig::state_dir`]).
+    pub fn state_dir(&self) -> std::path::PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.into();
+        }
+        let base = std::env::var_os("XDG_STATE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .map(|home| std::path::PathBuf::from(home).join(".local").join("state"))
+            })
+            .unwrap_or_else(|| std::path::PathBuf::from("."));
+        base.join("sluice")
     }
 
     /// The PostgreSQL source section.

@@ -1,7 +1,9 @@
 //! Metric names, descriptions and handles.
 //!
-//! Names follow `sluice_<subsystem>_<name>_<unit>[_total]`; labels are low-cardinality
-//! (`pipeline`, set globally, and `table`), never keys or values. Hot-path handles are created
+//! Names follow `sluice_<subsystem>_<name>_<unit>[_total]` (subsystems: `pipeline`, `source`,
+//! `delivery`, `kafka`); labels are low-cardinality (`pipeline`, set globally, `table`,
+//! `state`, `reason`, `kind`), never keys or values. Every metric is documented in
+//! `docs/metrics.md`; a unit test keeps the two in step. Hot-path handles are created
 //! once and kept ([`TableMetrics`], [`PipelineMetrics`]) so recording is an atomic add.
 
 use std::sync::Once;
@@ -12,39 +14,79 @@ use metrics::{
 };
 
 /// Records produced to Kafka and acknowledged, per table.
-pub const PRODUCED_RECORDS: &str = "sluice_produced_records_total";
+pub const PRODUCED_RECORDS: &str = "sluice_kafka_produced_records_total";
 /// Bytes (key + value) produced to Kafka and acknowledged, per table.
-pub const PRODUCED_BYTES: &str = "sluice_produced_bytes_total";
+pub const PRODUCED_BYTES: &str = "sluice_kafka_produced_bytes_total";
 /// Row changes read from the source and not yet acknowledged.
-pub const INFLIGHT_RECORDS: &str = "sluice_inflight_records";
+pub const INFLIGHT_RECORDS: &str = "sluice_delivery_inflight_records";
 /// Bytes held for row changes not yet acknowledged.
-pub const INFLIGHT_BYTES: &str = "sluice_inflight_bytes";
+pub const INFLIGHT_BYTES: &str = "sluice_delivery_inflight_bytes";
 /// The configured in-flight byte budget.
-pub const INFLIGHT_BYTES_LIMIT: &str = "sluice_inflight_bytes_limit";
+pub const INFLIGHT_BYTES_LIMIT: &str = "sluice_delivery_inflight_limit_bytes";
 /// The watermark: the newest LSN such that it and everything before it is acknowledged.
-pub const WATERMARK_LSN: &str = "sluice_watermark_lsn";
+pub const WATERMARK_LSN: &str = "sluice_source_watermark_lsn";
 /// The slot's confirmed flush LSN as the server reports it.
-pub const SLOT_CONFIRMED_LSN: &str = "sluice_slot_confirmed_flush_lsn";
+pub const SLOT_CONFIRMED_LSN: &str = "sluice_source_slot_confirmed_flush_lsn";
 /// WAL bytes between the server's current position and the slot's confirmed position.
-pub const REPLICATION_LAG_BYTES: &str = "sluice_replication_lag_bytes";
+pub const REPLICATION_LAG_BYTES: &str = "sluice_source_replication_lag_bytes";
 /// Source commit time to Kafka acknowledgement, per record.
-pub const END_TO_END_LATENCY: &str = "sluice_end_to_end_latency_seconds";
+pub const END_TO_END_LATENCY: &str = "sluice_pipeline_end_to_end_latency_seconds";
 /// Time to write one checkpoint (standby status update with the watermark).
-pub const CHECKPOINT_DURATION: &str = "sluice_checkpoint_duration_seconds";
+pub const CHECKPOINT_DURATION: &str = "sluice_source_checkpoint_duration_seconds";
 /// Checkpoints that could not be written.
-pub const CHECKPOINT_FAILURES: &str = "sluice_checkpoint_failures_total";
+pub const CHECKPOINT_FAILURES: &str = "sluice_source_checkpoint_failures_total";
 /// Records per produce request, from librdkafka statistics.
 pub const RECORDS_PER_REQUEST: &str = "sluice_kafka_records_per_request";
-/// Reconnects after retryable failures.
-pub const RECONNECTS: &str = "sluice_reconnects_total";
+/// Restarts of the pipeline, by `reason`: `retryable` (a lost connection), `fatal` (with
+/// `restart.policy = "always"`), `requested` (through the admin API).
+pub const RESTARTS: &str = "sluice_pipeline_restarts_total";
 /// Records sent to the dead-letter topic.
-pub const DEAD_LETTERED: &str = "sluice_dead_lettered_records_total";
+pub const DEAD_LETTERED: &str = "sluice_delivery_dead_lettered_records_total";
 /// WAL message bytes received from the replication stream.
 pub const SOURCE_RECEIVED_BYTES: &str = "sluice_source_received_bytes_total";
 /// Transactions received from the source.
 pub const SOURCE_TRANSACTIONS: &str = "sluice_source_transactions_total";
 /// 1 while the pipeline streams, 0 otherwise.
 pub const PIPELINE_UP: &str = "sluice_pipeline_up";
+/// 1 for the pipeline's current state (label `state`), 0 for the others.
+pub const PIPELINE_STATE: &str = "sluice_pipeline_state";
+/// State changes, by the state entered (label `state`).
+pub const STATE_TRANSITIONS: &str = "sluice_pipeline_state_transitions_total";
+/// The delay before the next restart while the pipeline is in backoff, else 0.
+pub const RESTART_BACKOFF: &str = "sluice_pipeline_restart_backoff_seconds";
+/// 1 while the server's WAL grows and the slot's confirmed position has not moved for longer
+/// than `source.postgres.progress_timeout_ms`.
+pub const SOURCE_STALLED: &str = "sluice_source_stalled";
+/// Seconds since the slot's confirmed position last moved.
+pub const SOURCE_PROGRESS_AGE: &str = "sluice_source_progress_age_seconds";
+/// Slots found dropped, recreated, invalidated or on another server, by `kind`.
+pub const SLOT_LOSSES: &str = "sluice_source_slot_losses_total";
+/// Every metric name, for the documentation test.
+pub const ALL: &[&str] = &[
+    PRODUCED_RECORDS,
+    PRODUCED_BYTES,
+    INFLIGHT_RECORDS,
+    INFLIGHT_BYTES,
+    INFLIGHT_BYTES_LIMIT,
+    WATERMARK_LSN,
+    SLOT_CONFIRMED_LSN,
+    REPLICATION_LAG_BYTES,
+    END_TO_END_LATENCY,
+    CHECKPOINT_DURATION,
+    CHECKPOINT_FAILURES,
+    RECORDS_PER_REQUEST,
+    RESTARTS,
+    DEAD_LETTERED,
+    SOURCE_RECEIVED_BYTES,
+    SOURCE_TRANSACTIONS,
+    PIPELINE_UP,
+    PIPELINE_STATE,
+    STATE_TRANSITIONS,
+    RESTART_BACKOFF,
+    SOURCE_STALLED,
+    SOURCE_PROGRESS_AGE,
+    SLOT_LOSSES,
+];
 
 /// Histogram buckets for latencies, in seconds.
 pub const LATENCY_BUCKETS: &[f64] = &[
@@ -112,7 +154,7 @@ pub fn describe() {
             RECORDS_PER_REQUEST,
             "records per produce request (librdkafka statistics)"
         );
-        describe_counter!(RECONNECTS, "reconnects after retryable failures");
+        describe_counter!(RESTARTS, "pipeline restarts, by reason");
         describe_counter!(DEAD_LETTERED, "records sent to the dead-letter topic");
         describe_counter!(
             SOURCE_RECEIVED_BYTES,
@@ -121,6 +163,23 @@ pub fn describe() {
         );
         describe_counter!(SOURCE_TRANSACTIONS, "transactions received from the source");
         describe_gauge!(PIPELINE_UP, "1 while the pipeline streams");
+        describe_gauge!(PIPELINE_STATE, "1 for the current state, by state");
+        describe_counter!(STATE_TRANSITIONS, "state changes, by the state entered");
+        describe_gauge!(
+            RESTART_BACKOFF,
+            Unit::Seconds,
+            "delay before the next restart (0 unless in backoff)"
+        );
+        describe_gauge!(
+            SOURCE_STALLED,
+            "1 while WAL grows and the slot's confirmed position stands still"
+        );
+        describe_gauge!(
+            SOURCE_PROGRESS_AGE,
+            Unit::Seconds,
+            "seconds since the slot's confirmed position last moved"
+        );
+        describe_counter!(SLOT_LOSSES, "slots found dropped, recreated or invalidated");
     });
 }
 
@@ -186,4 +245,51 @@ impl Default for PipelineMetrics {
 /// The records-per-request histogram.
 pub fn records_per_request() -> Histogram {
     histogram!(RECORDS_PER_REQUEST)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = include_str!("../../../../docs/metrics.md");
+    const ALERTS: &str = include_str!("../../../../docs/alerts/sluice.rules.yml");
+
+    #[test]
+    fn every_metric_follows_the_scheme_and_is_documented() {
+        let subsystems = ["pipeline", "source", "delivery", "kafka"];
+        for name in ALL {
+            let rest = name.strip_prefix("sluice_").expect("sluice_ prefix");
+            assert!(
+                subsystems
+                    .iter()
+                    .any(|s| rest.starts_with(&format!("{s}_"))),
+                "{name}: expected sluice_<subsystem>_…"
+            );
+            assert!(
+                DOC.contains(&format!("`{name}`")),
+                "{name} is not in docs/metrics.md"
+            );
+        }
+    }
+
+    #[test]
+    fn the_alert_rules_use_only_metrics_that_exist() {
+        let mut used = 0;
+        for word in ALERTS.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            let Some(base) = word.strip_prefix("sluice_") else {
+                continue;
+            };
+            let base = format!("sluice_{base}");
+            let base = ["_bucket", "_count", "_sum"]
+                .iter()
+                .find_map(|suffix| base.strip_suffix(suffix))
+                .unwrap_or(&base);
+            assert!(
+                ALL.contains(&base),
+                "docs/alerts/sluice.rules.yml uses unknown {word}"
+            );
+            used += 1;
+        }
+        assert!(used >= 4, "the alert rules reference sluice's metrics");
+    }
 }

@@ -1,26 +1,49 @@
-//! The admin HTTP server: `/health` and `/metrics`, on loopback by default.
+//! The admin HTTP server, on loopback by default.
 //!
-//! `/metrics` renders the Prometheus text format from the process's recorder; gauges that
-//! describe the moment (in-flight bytes and records) are read from the pipeline at scrape
-//! time. `/health` answers with the pipeline's state as JSON: 200 while it runs or reconnects,
-//! 503 once it has stopped on a fatal error.
+//! - `GET /health`: the pipeline's state as JSON; 200 while it runs, pauses or restarts, 503
+//!   once it has stopped on a failure.
+//! - `GET /metrics`: Prometheus text; gauges that describe the moment (in-flight bytes and
+//!   records) are read from the pipeline at scrape time.
+//! - `GET /`: the status page (one HTML file, no build step) charting `/api/v1` data.
+//! - `/api/v1/…`: JSON; with `admin.token` set, only with `Authorization: Bearer <token>`:
+//!   - `GET  /api/v1/pipelines` — every pipeline with state, positions, lag, rates, latency,
+//!     last error and restarts;
+//!   - `GET  /api/v1/pipelines/{name}` — one of them;
+//!   - `GET  /api/v1/pipelines/{name}/series` — the last ten minutes, one sample per second
+//!     (throughput, lag, in-flight bytes, latency percentiles);
+//!   - `POST /api/v1/pipelines/{name}/pause` — finish the in-flight records, confirm the
+//!     watermark and stop reading until resumed;
+//!   - `POST /api/v1/pipelines/{name}/resume` — resume a paused pipeline, or skip the backoff
+//!     of a restarting one;
+//!   - `POST /api/v1/pipelines/{name}/restart` — stop gracefully and start again at once.
 
 pub mod metrics;
+mod page;
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Json;
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use hdrhistogram::Histogram;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde::Serialize;
 use sluice_engine::InFlightBudget;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+/// Samples kept for `/api/v1/pipelines/{name}/series`: ten minutes at one per second.
+const SERIES_LEN: usize = 600;
+/// Restart events kept in the status.
+const RECENT_RESTARTS: usize = 20;
+/// One-second latency windows merged for the status's percentiles.
+const LATENCY_WINDOWS: usize = 10;
 
 /// Installs the process's Prometheus recorder, with `pipeline` as a global label.
 ///
@@ -48,15 +71,121 @@ pub enum PipelineState {
     Starting,
     /// Streaming changes.
     Streaming,
-    /// Waiting before a reconnect after a retryable failure.
+    /// Waiting before a restart after a failure.
     Backoff,
-    /// Stopped on a fatal error.
+    /// Paused through the admin API.
+    Paused,
+    /// Stopped on a failure that the restart policy does not restart.
     Failed,
     /// Stopped on request.
     Stopped,
 }
 
-/// What `/health` shows; written by the pipeline, read by the server.
+impl PipelineState {
+    const ALL: [Self; 6] = [
+        Self::Starting,
+        Self::Streaming,
+        Self::Backoff,
+        Self::Paused,
+        Self::Failed,
+        Self::Stopped,
+    ];
+
+    /// The state's name as the API and the metrics show it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Starting => "starting",
+            Self::Streaming => "streaming",
+            Self::Backoff => "backoff",
+            Self::Paused => "paused",
+            Self::Failed => "failed",
+            Self::Stopped => "stopped",
+        }
+    }
+}
+
+/// One restart, as the status lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestartEvent {
+    /// When the failed run ended (Unix milliseconds).
+    pub unix_ms: u64,
+    /// `retryable`, `fatal` or `requested`.
+    pub reason: &'static str,
+    /// The failure, with its causes.
+    pub error: Option<String>,
+    /// The delay chosen before the restart.
+    pub backoff_ms: u64,
+    /// Failed runs in a row, this one included.
+    pub consecutive_failures: u32,
+}
+
+/// The slot as last polled.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlotStatus {
+    /// The slot's name.
+    pub name: String,
+    /// Its `confirmed_flush_lsn`.
+    pub confirmed_flush_lsn: String,
+    /// `pg_current_wal_lsn()`.
+    pub server_wal_lsn: String,
+    /// WAL bytes between the two: what the slot retains beyond the pipeline's position.
+    pub lag_bytes: i64,
+    /// `wal_status`.
+    pub wal_status: String,
+    /// Seconds since the confirmed position last moved.
+    pub progress_age_s: f64,
+    /// Whether the WAL grew while the confirmed position stood still for longer than
+    /// `source.postgres.progress_timeout_ms`.
+    pub stalled: bool,
+}
+
+/// Latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Percentiles {
+    /// Records in the window.
+    pub count: u64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(histogram: &Histogram<u64>) -> Option<Self> {
+        let ms = |micros: u64| micros as f64 / 1000.0;
+        (!histogram.is_empty()).then(|| Self {
+            count: histogram.len(),
+            p50: ms(histogram.value_at_quantile(0.5)),
+            p90: ms(histogram.value_at_quantile(0.9)),
+            p99: ms(histogram.value_at_quantile(0.99)),
+            max: ms(histogram.max()),
+        })
+    }
+}
+
+/// One second of the pipeline, for the charts.
+#[derive(Debug, Clone, Serialize)]
+pub struct Sample {
+    /// Unix milliseconds.
+    pub unix_ms: u64,
+    /// Records acknowledged by Kafka per second.
+    pub records_per_s: f64,
+    /// Key and value bytes acknowledged per second.
+    pub bytes_per_s: f64,
+    /// The slot's lag in bytes, when known.
+    pub lag_bytes: Option<i64>,
+    /// Bytes in flight.
+    pub inflight_bytes: u64,
+    /// Commit → acknowledgement latency of the records acknowledged in this second.
+    pub latency_ms: Option<Percentiles>,
+}
+
+/// What `/health` and `/api/v1/pipelines/{name}` show; written by the pipeline and its
+/// supervisor, read by the server.
 #[derive(Debug, Clone, Serialize)]
 pub struct PipelineStatus {
     /// The pipeline's name.
@@ -65,57 +194,156 @@ pub struct PipelineStatus {
     pub state: PipelineState,
     /// Unix milliseconds of the last state change.
     pub since_unix_ms: u64,
-    /// Reconnects so far.
-    pub reconnects: u64,
+    /// `restart.policy`.
+    pub restart_policy: String,
+    /// Restarts so far (all reasons).
+    pub restarts: u64,
+    /// Failed runs in a row (0 once a run has streamed for a minute).
+    pub consecutive_failures: u32,
+    /// The delay before the next restart while in backoff.
+    pub backoff_ms: Option<u64>,
+    /// The newest restarts, oldest first.
+    pub recent_restarts: VecDeque<RestartEvent>,
+    /// Whether the pipeline is paused (or pausing).
+    pub paused: bool,
     /// The last error, with its causes.
     pub last_error: Option<String>,
-    /// The operator's fix for the last fatal error.
+    /// The operator's fix for the last error, when known.
     pub hint: Option<String>,
     /// The watermark LSN.
     pub watermark_lsn: Option<String>,
+    /// The slot, as last polled.
+    pub slot: Option<SlotStatus>,
     /// Whether librdkafka reports every broker down.
     pub kafka_brokers_down: bool,
     /// Row changes in flight.
     pub inflight_records: u64,
     /// Bytes in flight.
     pub inflight_bytes: u64,
+    /// The in-flight byte budget.
+    pub inflight_limit_bytes: u64,
+    /// Records acknowledged per second, over the last second.
+    pub records_per_s: f64,
+    /// Bytes acknowledged per second, over the last second.
+    pub bytes_per_s: f64,
+    /// Commit → acknowledgement latency over the last ten seconds.
+    pub latency_ms: Option<Percentiles>,
 }
 
-/// Shared status of one pipeline.
-#[derive(Debug)]
+/// What an operator asked the supervisor for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Control {
+    /// Stay paused.
+    pub paused: bool,
+    /// Incremented per restart request (and per resume, to cut a backoff short).
+    pub restart_requests: u64,
+}
+
+/// Records and latencies acknowledged since the last sample.
+struct Window {
+    records: u64,
+    bytes: u64,
+    latency: Histogram<u64>,
+    last_sample: Instant,
+    recent: VecDeque<Histogram<u64>>,
+}
+
+/// An empty latency histogram in microseconds (1 µs to 30 days, 2 significant digits).
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 30 * 24 * 3_600_000_000, 2).unwrap_or_else(|_| {
+        // The bounds above are valid constants; this branch cannot run.
+        Histogram::new(2).unwrap_or_else(|_| unreachable!("2 significant digits are valid"))
+    })
+}
+
+/// Shared status and controls of one pipeline.
 pub struct StatusBoard {
     status: Mutex<PipelineStatus>,
     budget: Mutex<Option<InFlightBudget>>,
+    control: watch::Sender<Control>,
+    window: Mutex<Window>,
+    series: Mutex<VecDeque<Sample>>,
+}
+
+impl std::fmt::Debug for StatusBoard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusBoard").finish_non_exhaustive()
+    }
 }
 
 impl StatusBoard {
     /// A board for `pipeline`, in [`PipelineState::Starting`].
-    pub fn new(pipeline: &str) -> Arc<Self> {
-        Arc::new(Self {
+    pub fn new(pipeline: &str, restart_policy: &str) -> Arc<Self> {
+        let board = Arc::new(Self {
             status: Mutex::new(PipelineStatus {
                 pipeline: pipeline.to_owned(),
                 state: PipelineState::Starting,
                 since_unix_ms: unix_ms(),
-                reconnects: 0,
+                restart_policy: restart_policy.to_owned(),
+                restarts: 0,
+                consecutive_failures: 0,
+                backoff_ms: None,
+                recent_restarts: VecDeque::new(),
+                paused: false,
                 last_error: None,
                 hint: None,
                 watermark_lsn: None,
+                slot: None,
                 kafka_brokers_down: false,
                 inflight_records: 0,
                 inflight_bytes: 0,
+                inflight_limit_bytes: 0,
+                records_per_s: 0.0,
+                bytes_per_s: 0.0,
+                latency_ms: None,
             }),
             budget: Mutex::new(None),
-        })
+            control: watch::Sender::new(Control::default()),
+            window: Mutex::new(Window {
+                records: 0,
+                bytes: 0,
+                latency: latency_histogram(),
+                last_sample: Instant::now(),
+                recent: VecDeque::new(),
+            }),
+            series: Mutex::new(VecDeque::new()),
+        });
+        board.publish_state_gauges(PipelineState::Starting);
+        board
     }
 
-    /// Changes the state.
+    /// The pipeline's name.
+    pub fn pipeline(&self) -> String {
+        self.read(|s| s.pipeline.clone())
+    }
+
+    /// The current state.
+    pub fn state(&self) -> PipelineState {
+        self.read(|s| s.state)
+    }
+
+    /// Changes the state; logs and counts the transition.
     pub fn set_state(&self, state: PipelineState) {
+        let mut from = None;
         self.update(|status| {
             if status.state != state {
+                from = Some(status.state);
                 status.state = state;
                 status.since_unix_ms = unix_ms();
             }
         });
+        if let Some(from) = from {
+            tracing::info!(from = from.name(), to = state.name(), "pipeline state");
+            ::metrics::counter!(metrics::STATE_TRANSITIONS, "state" => state.name()).increment(1);
+            self.publish_state_gauges(state);
+        }
+    }
+
+    fn publish_state_gauges(&self, state: PipelineState) {
+        for each in PipelineState::ALL {
+            ::metrics::gauge!(metrics::PIPELINE_STATE, "state" => each.name())
+                .set(if each == state { 1.0 } else { 0.0 });
+        }
         ::metrics::gauge!(metrics::PIPELINE_UP).set(if state == PipelineState::Streaming {
             1.0
         } else {
@@ -125,34 +353,159 @@ impl StatusBoard {
 
     /// Applies `change` to the status.
     pub fn update(&self, change: impl FnOnce(&mut PipelineStatus)) {
-        if let Ok(mut status) = self.status.lock() {
-            change(&mut status);
-        }
+        let mut status = self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        change(&mut status);
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&PipelineStatus) -> T) -> T {
+        let status = self
+            .status
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(&status)
+    }
+
+    /// Records a restart in the status and the metrics.
+    pub fn record_restart(&self, event: RestartEvent) {
+        ::metrics::counter!(metrics::RESTARTS, "reason" => event.reason).increment(1);
+        self.update(|s| {
+            s.restarts += 1;
+            s.consecutive_failures = event.consecutive_failures;
+            if event.reason != "requested" {
+                s.backoff_ms = Some(event.backoff_ms);
+            }
+            if s.recent_restarts.len() == RECENT_RESTARTS {
+                s.recent_restarts.pop_front();
+            }
+            s.recent_restarts.push_back(event);
+        });
     }
 
     /// Attaches the running pipeline's budget so scrapes read it live.
     pub fn set_budget(&self, budget: Option<InFlightBudget>) {
-        if let Ok(mut slot) = self.budget.lock() {
-            *slot = budget;
+        let mut slot = self
+            .budget
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *slot = budget;
+    }
+
+    /// Adds what was acknowledged since the last call (records, bytes and their latencies in
+    /// microseconds) to the current one-second window.
+    pub fn add_acknowledged(&self, records: u64, bytes: u64, latency: &Histogram<u64>) {
+        let mut window = self
+            .window
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        window.records += records;
+        window.bytes += bytes;
+        let _ = window.latency.add(latency);
+    }
+
+    /// Closes the current window into a [`Sample`] (called once a second by the server).
+    pub fn sample(&self) {
+        let status = self.snapshot();
+        let (records, bytes, elapsed, latency, recent) = {
+            let mut window = self
+                .window
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let elapsed = window.last_sample.elapsed().as_secs_f64().max(1e-3);
+            window.last_sample = Instant::now();
+            let records = std::mem::take(&mut window.records);
+            let bytes = std::mem::take(&mut window.bytes);
+            let latency = Percentiles::of(&window.latency);
+            let closed = std::mem::replace(&mut window.latency, latency_histogram());
+            if window.recent.len() == LATENCY_WINDOWS {
+                window.recent.pop_front();
+            }
+            window.recent.push_back(closed);
+            let mut merged = latency_histogram();
+            for h in &window.recent {
+                let _ = merged.add(h);
+            }
+            (records, bytes, elapsed, latency, Percentiles::of(&merged))
+        };
+        let sample = Sample {
+            unix_ms: unix_ms(),
+            records_per_s: records as f64 / elapsed,
+            bytes_per_s: bytes as f64 / elapsed,
+            lag_bytes: status.slot.as_ref().map(|s| s.lag_bytes),
+            inflight_bytes: status.inflight_bytes,
+            latency_ms: latency,
+        };
+        self.update(|s| {
+            s.records_per_s = sample.records_per_s;
+            s.bytes_per_s = sample.bytes_per_s;
+            s.latency_ms = recent;
+        });
+        let mut series = self
+            .series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if series.len() == SERIES_LEN {
+            series.pop_front();
         }
+        series.push_back(sample);
+    }
+
+    /// The samples, oldest first.
+    pub fn series(&self) -> Vec<Sample> {
+        self.series
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// A snapshot of the status with live in-flight figures; also refreshes their gauges.
     pub fn snapshot(&self) -> PipelineStatus {
-        let budget = self.budget.lock().ok().and_then(|b| b.clone());
-        let mut status = self
-            .status
+        let budget = self
+            .budget
             .lock()
-            .map(|s| s.clone())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut status = self.read(Clone::clone);
+        status.paused = self.control.borrow().paused;
         if let Some(budget) = budget {
             status.inflight_bytes = budget.in_flight_bytes();
             status.inflight_records = budget.in_flight_records();
+            status.inflight_limit_bytes = u64::from(budget.max_bytes());
             ::metrics::gauge!(metrics::INFLIGHT_BYTES).set(status.inflight_bytes as f64);
             ::metrics::gauge!(metrics::INFLIGHT_RECORDS).set(status.inflight_records as f64);
             ::metrics::gauge!(metrics::INFLIGHT_BYTES_LIMIT).set(f64::from(budget.max_bytes()));
+        } else {
+            status.inflight_bytes = 0;
+            status.inflight_records = 0;
         }
         status
+    }
+
+    /// The operator's requests, for the supervisor.
+    pub fn control(&self) -> watch::Receiver<Control> {
+        self.control.subscribe()
+    }
+
+    /// Asks the supervisor to pause.
+    pub fn pause(&self) {
+        self.control.send_modify(|c| c.paused = true);
+    }
+
+    /// Asks the supervisor to resume (or to cut a backoff short).
+    pub fn resume(&self) {
+        self.control.send_modify(|c| {
+            c.paused = false;
+            c.restart_requests += 1;
+        });
+    }
+
+    /// Asks the supervisor to restart the pipeline now.
+    pub fn restart(&self) {
+        self.control.send_modify(|c| c.restart_requests += 1);
     }
 }
 
@@ -166,14 +519,32 @@ fn unix_ms() -> u64 {
 struct AdminState {
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
+    token: Option<Arc<str>>,
 }
 
-/// The admin routes.
-pub fn router(prometheus: PrometheusHandle, board: Arc<StatusBoard>) -> Router {
+/// The admin routes; `token` guards `/api/v1`.
+pub fn router(
+    prometheus: PrometheusHandle,
+    board: Arc<StatusBoard>,
+    token: Option<String>,
+) -> Router {
     Router::new()
+        .route("/", get(status_page))
         .route("/health", get(health))
         .route("/metrics", get(render_metrics))
-        .with_state(AdminState { prometheus, board })
+        .route("/api/v1/pipelines", get(list_pipelines))
+        .route("/api/v1/pipelines/{name}", get(one_pipeline))
+        .route("/api/v1/pipelines/{name}/series", get(pipeline_series))
+        .route("/api/v1/pipelines/{name}/{action}", post(pipeline_action))
+        .with_state(AdminState {
+            prometheus,
+            board,
+            token: token.map(Arc::from),
+        })
+}
+
+async fn status_page() -> Html<&'static str> {
+    Html(page::STATUS_PAGE)
 }
 
 async fn health(State(state): State<AdminState>) -> impl IntoResponse {
@@ -191,8 +562,126 @@ async fn render_metrics(State(state): State<AdminState>) -> impl IntoResponse {
     state.prometheus.render()
 }
 
-/// Serves the admin routes on `listen` until `shutdown`; also drains histogram samples
-/// periodically so they never pile up between scrapes.
+fn error(code: StatusCode, message: String) -> Response {
+    (code, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// The rejection of a request: a missing or wrong bearer token (compared in constant time),
+/// or an unknown pipeline `name`; `None` lets it through.
+fn reject(state: &AdminState, headers: &HeaderMap, name: Option<&str>) -> Option<Response> {
+    unauthorized(state, headers).or_else(|| name.and_then(|name| unknown(state, name)))
+}
+
+fn unauthorized(state: &AdminState, headers: &HeaderMap) -> Option<Response> {
+    let token = state.token.as_ref()?;
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let same = given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if same {
+        return None;
+    }
+    let mut response = error(
+        StatusCode::UNAUTHORIZED,
+        "missing or wrong bearer token: send `Authorization: Bearer <admin.token>`".into(),
+    );
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        header::HeaderValue::from_static("Bearer"),
+    );
+    Some(response)
+}
+
+fn unknown(state: &AdminState, name: &str) -> Option<Response> {
+    let pipeline = state.board.pipeline();
+    (pipeline != name).then(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("no pipeline named {name:?}; this process runs {pipeline:?}"),
+        )
+    })
+}
+
+async fn list_pipelines(State(state): State<AdminState>, headers: HeaderMap) -> Response {
+    if let Some(response) = reject(&state, &headers, None) {
+        return response;
+    }
+    Json(serde_json::json!({ "pipelines": [state.board.snapshot()] })).into_response()
+}
+
+async fn one_pipeline(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(response) = reject(&state, &headers, Some(&name)) {
+        return response;
+    }
+    Json(state.board.snapshot()).into_response()
+}
+
+async fn pipeline_series(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(response) = reject(&state, &headers, Some(&name)) {
+        return response;
+    }
+    Json(serde_json::json!({ "pipeline": name, "samples": state.board.series() })).into_response()
+}
+
+async fn pipeline_action(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path((name, action)): Path<(String, String)>,
+) -> Response {
+    if let Some(response) = reject(&state, &headers, Some(&name)) {
+        return response;
+    }
+    let board = &state.board;
+    let current = board.state();
+    if matches!(current, PipelineState::Failed | PipelineState::Stopped) {
+        return error(
+            StatusCode::CONFLICT,
+            format!(
+                "pipeline {name:?} is {}: the process is exiting; start it again with `sluice run`",
+                current.name()
+            ),
+        );
+    }
+    match action.as_str() {
+        "pause" => board.pause(),
+        "resume" => board.resume(),
+        "restart" => board.restart(),
+        other => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!("unknown action {other:?}: expected pause, resume or restart"),
+            );
+        }
+    }
+    tracing::info!(pipeline = %name, action = %action, "admin request");
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "pipeline": name,
+            "requested": action,
+            "state": current,
+        })),
+    )
+        .into_response()
+}
+
+/// Serves the admin routes on `listen` until `shutdown`; also samples the pipeline once a
+/// second for the charts and drains histogram samples so they never pile up between scrapes.
 ///
 /// # Errors
 ///
@@ -201,6 +690,7 @@ pub async fn serve(
     listen: SocketAddr,
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
+    token: Option<String>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -208,18 +698,21 @@ pub async fn serve(
     })?;
     tracing::info!(address = %listener.local_addr()?, "admin server listening");
     let upkeep = prometheus.clone();
+    let upkeep_board = Arc::clone(&board);
     let upkeep_shutdown = shutdown.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.tick().await;
         while upkeep_shutdown
             .run_until_cancelled(tick.tick())
             .await
             .is_some()
         {
+            upkeep_board.sample();
             upkeep.run_upkeep();
         }
     });
-    let app = router(prometheus, board);
+    let app = router(prometheus, board, token);
     Ok(tokio::spawn(async move {
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -228,4 +721,46 @@ pub async fn serve(
             tracing::error!(error = %error, "admin server failed");
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_turn_acknowledgements_into_rates_and_percentiles() {
+        let board = StatusBoard::new("p", "on-failure");
+        let mut latency = latency_histogram();
+        for micros in [1_000u64, 2_000, 3_000, 100_000] {
+            latency.record(micros).expect("in range");
+        }
+        board.add_acknowledged(4, 400, &latency);
+        board.sample();
+        let series = board.series();
+        assert_eq!(series.len(), 1);
+        let sample = &series[0];
+        assert!(sample.records_per_s > 0.0);
+        let p = sample.latency_ms.expect("percentiles");
+        assert_eq!(p.count, 4);
+        assert!((1.9..=2.1).contains(&p.p50), "p50 {}", p.p50);
+        assert!((99.0..=101.0).contains(&p.max), "max {}", p.max);
+        // The next second is empty: no percentiles for it, but the status keeps ten seconds.
+        board.sample();
+        assert!(board.series()[1].latency_ms.is_none());
+        assert_eq!(board.snapshot().latency_ms.map(|p| p.count), Some(4));
+    }
+
+    #[test]
+    fn pause_resume_and_restart_reach_the_supervisor() {
+        let board = StatusBoard::new("p", "on-failure");
+        let control = board.control();
+        board.pause();
+        assert!(control.borrow().paused);
+        assert!(board.snapshot().paused);
+        board.resume();
+        assert!(!control.borrow().paused);
+        let before = control.borrow().restart_requests;
+        board.restart();
+        assert_eq!(control.borrow().restart_requests, before + 1);
+    }
 }

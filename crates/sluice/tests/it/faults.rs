@@ -166,7 +166,12 @@ async fn walsender_kill_and_broker_restart_are_survived() {
     wait_until(
         "a reconnect after the walsender was terminated",
         Duration::from_secs(30),
-        || sluice.metric("sluice_reconnects_total").unwrap_or(0.0) >= 1.0,
+        || {
+            sluice
+                .metric("sluice_pipeline_restarts_total")
+                .unwrap_or(0.0)
+                >= 1.0
+        },
     );
 
     tokio::task::spawn_blocking(|| dev_stack(&["stop-kafka"]))
@@ -230,7 +235,9 @@ async fn backlog_on_one_partition_stays_within_budget() {
     let mut max_inflight = 0.0f64;
     while !reader.is_finished() {
         if let Some(text) = sluice.get("/metrics") {
-            if let Some(bytes) = crate::support::metric_value(&text, "sluice_inflight_bytes") {
+            if let Some(bytes) =
+                crate::support::metric_value(&text, "sluice_delivery_inflight_bytes")
+            {
                 samples += 1;
                 max_inflight = max_inflight.max(bytes);
                 assert!(
@@ -238,7 +245,8 @@ async fn backlog_on_one_partition_stays_within_budget() {
                     "in-flight bytes {bytes} above the budget {BUDGET}"
                 );
             }
-            let failures = crate::support::metric_value(&text, "sluice_checkpoint_failures_total");
+            let failures =
+                crate::support::metric_value(&text, "sluice_source_checkpoint_failures_total");
             assert_eq!(failures.unwrap_or(0.0), 0.0, "checkpoint failures");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
@@ -253,7 +261,7 @@ async fn backlog_on_one_partition_stays_within_budget() {
     assert!(max_inflight > 0.0, "the budget was used");
     let text = sluice.get("/metrics").unwrap();
     let checkpoints =
-        crate::support::metric_value(&text, "sluice_checkpoint_duration_seconds_count");
+        crate::support::metric_value(&text, "sluice_source_checkpoint_duration_seconds_count");
     assert!(checkpoints.unwrap_or(0.0) > 0.0, "checkpoints were written");
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
@@ -511,7 +519,10 @@ async fn unreachable_broker_is_retried_and_loses_nothing() {
         },
     );
     wait_until("at least two reconnects", Duration::from_secs(60), || {
-        sluice.metric("sluice_reconnects_total").unwrap_or(0.0) >= 2.0
+        sluice
+            .metric("sluice_pipeline_restarts_total")
+            .unwrap_or(0.0)
+            >= 2.0
     });
     assert!(sluice.exited().is_none(), "still running and retrying");
     sluice.kill();

@@ -7,6 +7,7 @@
 
 mod cdc;
 mod faults;
+mod operate;
 mod perf;
 mod stack;
 mod support;

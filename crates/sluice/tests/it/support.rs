@@ -89,9 +89,13 @@ pub fn pipeline_toml(
     extra: &str,
 ) -> String {
     let stack = stack();
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state");
     format!(
         r#"
 name = "{name}"
+state_dir = "{state}"
 
 [source.postgres]
 url = "{pg}"
@@ -113,6 +117,7 @@ max_backoff_ms = 2000
 "#,
         pg = stack.pg_url,
         brokers = stack.brokers,
+        state = state.display(),
     )
 }
 
@@ -208,7 +213,7 @@ impl Sluice {
         http_get(self.admin, path)
     }
 
-    /// The value of a metric line (exact name plus labels, e.g. `sluice_inflight_bytes{pipeline="x"}`),
+    /// The value of a metric line (exact name plus labels, e.g. `sluice_delivery_inflight_bytes{pipeline="x"}`),
     /// summed over label sets when only the name is given.
     pub fn metric(&self, name: &str) -> Option<f64> {
         let text = self.get("/metrics")?;
@@ -266,6 +271,29 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
     response
         .split_once("\r\n\r\n")
         .map(|(_, body)| body.to_owned())
+}
+
+/// A minimal HTTP/1.0 request with extra header lines; returns (status, body).
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let mut request =
+        format!("{method} {path} HTTP/1.0\r\nHost: localhost\r\nContent-Length: 0\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
+    Some((status, body))
 }
 
 /// One record read back from Kafka.

@@ -5,11 +5,13 @@
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
 //! - [`encode`]: row changes to Debezium envelopes.
+//! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod encode;
 pub mod pgoutput;
 pub mod replication;
 pub mod setup;
+pub mod slot_state;
 pub mod stream;
 pub mod value;

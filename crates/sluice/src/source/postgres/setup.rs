@@ -38,6 +38,19 @@ impl CapturedTable {
     }
 }
 
+/// A slot's position against the server's.
+#[derive(Debug, Clone)]
+pub struct SlotLag {
+    /// The slot's confirmed flush position.
+    pub confirmed_flush: Lsn,
+    /// `pg_current_wal_lsn() - confirmed_flush_lsn`.
+    pub lag_bytes: i64,
+    /// `pg_current_wal_lsn()`.
+    pub server_wal: Lsn,
+    /// `wal_status`.
+    pub wal_status: String,
+}
+
 /// A replication slot's state.
 #[derive(Debug, Clone)]
 pub struct SlotInfo {
@@ -47,6 +60,8 @@ pub struct SlotInfo {
     pub confirmed_flush: Lsn,
     /// Whether a connection streams from it now.
     pub active: bool,
+    /// `wal_status`: `reserved`, `extended`, `unreserved` or `lost` (empty when unknown).
+    pub wal_status: String,
 }
 
 impl PgCatalog {
@@ -289,7 +304,8 @@ impl PgCatalog {
         let row = self
             .client
             .query_opt(
-                "SELECT coalesce(plugin, ''), coalesce(confirmed_flush_lsn::text, '0/0'), active \
+                "SELECT coalesce(plugin, ''), coalesce(confirmed_flush_lsn::text, '0/0'), active, \
+                        coalesce(wal_status, '') \
                  FROM pg_replication_slots WHERE slot_name = $1",
                 &[&name],
             )
@@ -299,7 +315,22 @@ impl PgCatalog {
             plugin: row.get(0),
             confirmed_flush: row.get::<_, String>(1).parse().unwrap_or_default(),
             active: row.get(2),
+            wal_status: row.get(3),
         }))
+    }
+
+    /// Drops a slot (one that is not active).
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble, fatal when the server refuses.
+    pub async fn drop_slot(&self, name: &str) -> Result<(), PipelineError> {
+        self.client
+            .execute("SELECT pg_drop_replication_slot($1)", &[&name])
+            .await
+            .map_err(|e| classify_pg(format!("cannot drop replication slot {name:?}"), e))?;
+        tracing::warn!(slot = name, "dropped replication slot");
+        Ok(())
     }
 
     /// Creates the logical slot when absent; returns its state.
@@ -308,7 +339,7 @@ impl PgCatalog {
     ///
     /// Fatal when a slot of that name uses another plugin or is physical, or the server refuses
     /// to create one (no free slots, privileges).
-    pub async fn ensure_slot(&self, name: &str) -> Result<SlotInfo, PipelineError> {
+    pub async fn ensure_slot(&self, name: &str) -> Result<(SlotInfo, bool), PipelineError> {
         if let Some(slot) = self.slot(name).await? {
             if slot.plugin != "pgoutput" {
                 return Err(PipelineError::fatal(
@@ -319,7 +350,7 @@ impl PgCatalog {
                     "choose another source.postgres.slot, or drop that slot if nothing else uses it",
                 ));
             }
-            return Ok(slot);
+            return Ok((slot, false));
         }
         self.client
             .query_one(
@@ -336,12 +367,13 @@ impl PgCatalog {
                 _ => classify_pg(format!("cannot create replication slot {name:?}"), e),
             })?;
         tracing::info!(slot = name, "created replication slot");
-        self.slot(name).await?.ok_or_else(|| {
+        let slot = self.slot(name).await?.ok_or_else(|| {
             PipelineError::fatal(
                 format!("replication slot {name:?} vanished right after it was created"),
                 "check whether another process drops slots",
             )
-        })
+        })?;
+        Ok((slot, true))
     }
 
     /// The primary key's column names of a relation (by OID), in key order.
@@ -385,22 +417,23 @@ impl PgCatalog {
     /// # Errors
     ///
     /// Retryable on connection trouble.
-    pub async fn slot_lag(&self, slot: &str) -> Result<Option<(Lsn, i64)>, PipelineError> {
+    pub async fn slot_lag(&self, slot: &str) -> Result<Option<SlotLag>, PipelineError> {
         let row = self
             .client
             .query_opt(
                 "SELECT coalesce(confirmed_flush_lsn::text, '0/0'), \
-                        coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0) \
+                        coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0), \
+                        pg_current_wal_lsn()::text, coalesce(wal_status, '') \
                  FROM pg_replication_slots WHERE slot_name = $1",
                 &[&slot],
             )
             .await
             .map_err(|e| classify_pg("cannot read slot lag", e))?;
-        Ok(row.map(|row| {
-            (
-                row.get::<_, String>(0).parse().unwrap_or_default(),
-                row.get::<_, i64>(1),
-            )
+        Ok(row.map(|row| SlotLag {
+            confirmed_flush: row.get::<_, String>(0).parse().unwrap_or_default(),
+            lag_bytes: row.get::<_, i64>(1),
+            server_wal: row.get::<_, String>(2).parse().unwrap_or_default(),
+            wal_status: row.get(3),
         }))
     }
 }

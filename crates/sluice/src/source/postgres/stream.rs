@@ -67,9 +67,12 @@ use super::replication::{
     ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream,
 };
 use super::setup::PgCatalog;
+use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
-use crate::admin::{PipelineState, StatusBoard};
-use crate::config::{HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig};
+use crate::admin::{PipelineState, SlotStatus, StatusBoard};
+use crate::config::{
+    HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig, SlotLossPolicy,
+};
 use crate::error::PipelineError;
 use crate::kafka::{
     self, Delivery, DeliveryEvent, KafkaHealth, OutRecord, PipelineProducer,
@@ -102,6 +105,8 @@ pub struct RunContext {
     pub shutdown: CancellationToken,
     /// Hot-path metrics.
     pub metrics: PipelineMetrics,
+    /// The no-progress watchdog's memory, kept across runs so restarts don't reset it.
+    pub progress: Arc<std::sync::Mutex<ProgressWatch>>,
 }
 
 /// One decoded change (or logical message) on its way in.
@@ -148,7 +153,26 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let tables = catalog.captured_tables(config).await?;
     catalog.ensure_publication(config, &tables).await?;
     let slot_name = config.slot_name();
-    let slot = catalog.ensure_slot(&slot_name).await?;
+    let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
+        PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
+    })?;
+    let mut connection =
+        ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
+            .await
+            .map_err(|e| replication_error("cannot open the replication connection", e, config))?;
+    let system = connection
+        .identify_system()
+        .await
+        .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
+    let mut slot_state = SlotStateFile::open(&config.state_dir(), &config.name)?;
+    let slot = secure_slot(
+        &catalog,
+        config,
+        &slot_name,
+        &system.systemid,
+        &mut slot_state,
+    )
+    .await?;
     let database = catalog.database().await?;
     let identity = SourceIdentity {
         server_name: config.kafka.topic_prefix.clone(),
@@ -194,17 +218,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         })?,
     );
 
-    let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
-        PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
-    })?;
-    let mut connection =
-        ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
-            .await
-            .map_err(|e| replication_error("cannot open the replication connection", e, config))?;
-    let system = connection
-        .identify_system()
-        .await
-        .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
     let publication = config.publication_name();
     let stream = connection
         .start_logical(
@@ -228,7 +241,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     ctx.board.set_budget(Some(budget.clone()));
     ctx.board.set_state(PipelineState::Streaming);
-    ctx.board.update(|s| s.last_error = None);
+    ctx.board.update(|s| {
+        s.last_error = None;
+        s.hint = None;
+    });
 
     let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
     let publisher = tokio::spawn(publish(
@@ -240,6 +256,9 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
         slot_name.clone(),
+        Arc::clone(&ctx.board),
+        Arc::clone(&ctx.progress),
+        Duration::from_millis(config.postgres().progress_timeout_ms),
         ctx.shutdown.child_token(),
     ));
 
@@ -262,6 +281,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         last_checkpoint: slot.confirmed_flush,
         received: slot.confirmed_flush,
         max_pending: config.delivery.max_in_flight_records as usize * 4,
+        slot_state,
+        window: AckWindow::default(),
     };
     let result = run.run(delivery_rx).await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
@@ -299,6 +320,27 @@ struct StreamRun<'a> {
     received: Lsn,
     /// Tracker entries allowed before reads stop.
     max_pending: usize,
+    /// The slot's identity and the newest confirmed position, written before each checkpoint.
+    slot_state: SlotStateFile,
+    /// Acknowledgements since the last status tick, for the status page.
+    window: AckWindow,
+}
+
+/// Acknowledged records, bytes and latencies between two status ticks.
+struct AckWindow {
+    records: u64,
+    bytes: u64,
+    latency_micros: hdrhistogram::Histogram<u64>,
+}
+
+impl Default for AckWindow {
+    fn default() -> Self {
+        Self {
+            records: 0,
+            bytes: 0,
+            latency_micros: crate::admin::latency_histogram(),
+        }
+    }
 }
 
 impl StreamRun<'_> {
@@ -349,6 +391,12 @@ impl StreamRun<'_> {
                 // 3. Checkpoint.
                 _ = status_tick.tick() => {
                     self.checkpoint(false).await?;
+                    self.ctx.board.add_acknowledged(
+                        std::mem::take(&mut self.window.records),
+                        std::mem::take(&mut self.window.bytes),
+                        &self.window.latency_micros,
+                    );
+                    self.window.latency_micros.reset();
                     self.ctx.board.update(|s| {
                         s.watermark_lsn = self.tracker.watermark().map(ToString::to_string);
                         s.kafka_brokers_down = self.health.all_brokers_down();
@@ -740,11 +788,13 @@ impl StreamRun<'_> {
     fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
         match event {
             DeliveryEvent::Acked(delivery) => {
-                let latency_micros = unix_micros_now() - delivery.commit_unix_micros;
-                self.ctx
-                    .metrics
-                    .latency
-                    .record(latency_micros.max(0) as f64 / 1e6);
+                let latency_micros = (unix_micros_now() - delivery.commit_unix_micros).max(0);
+                self.ctx.metrics.latency.record(latency_micros as f64 / 1e6);
+                self.window.records += 1;
+                self.window.bytes += u64::from(delivery.bytes);
+                self.window
+                    .latency_micros
+                    .saturating_record(latency_micros.max(1) as u64);
                 delivery.table.records.increment(1);
                 delivery.table.bytes.increment(u64::from(delivery.bytes));
                 self.tracker
@@ -844,6 +894,19 @@ impl StreamRun<'_> {
     async fn checkpoint(&mut self, reply: bool) -> Result<(), PipelineError> {
         let watermark = self.tracker.watermark().copied().unwrap_or_default();
         let started = Instant::now();
+        // The state file first: the slot must never be ahead of it (see slot_state).
+        let state = &mut self.slot_state;
+        tokio::task::block_in_place(|| state.advance(watermark)).map_err(|e| {
+            self.ctx.metrics.checkpoint_failures.increment(1);
+            PipelineError::fatal_with(
+                format!(
+                    "cannot write the state file {}",
+                    self.slot_state.path().display()
+                ),
+                "make state_dir writable (and give it space); nothing was confirmed past the last recorded position",
+                e,
+            )
+        })?;
         let result = self
             .stream
             .send_status(self.received.max(watermark), watermark, watermark, reply)
@@ -1013,19 +1076,178 @@ fn try_send(
     }
 }
 
-/// Polls the slot's confirmed position and lag for metrics.
-async fn monitor_slot(catalog: Arc<PgCatalog>, slot: String, stop: CancellationToken) {
-    let mut tick = tokio::time::interval(Duration::from_secs(5));
+/// Polls the slot's confirmed position and lag for the metrics and the status, and watches
+/// for progress: when the server's WAL grows while the confirmed position stands still for
+/// longer than `timeout` (0 = never), the pipeline is reported stalled.
+async fn monitor_slot(
+    catalog: Arc<PgCatalog>,
+    slot: String,
+    board: Arc<StatusBoard>,
+    watch: Arc<std::sync::Mutex<ProgressWatch>>,
+    timeout: Duration,
+    stop: CancellationToken,
+) {
+    let period = if timeout.is_zero() {
+        Duration::from_secs(5)
+    } else {
+        (timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(5))
+    };
+    let mut tick = tokio::time::interval(period);
     while stop.run_until_cancelled(tick.tick()).await.is_some() {
         match catalog.slot_lag(&slot).await {
-            Ok(Some((confirmed, lag))) => {
-                metrics::gauge!(m::SLOT_CONFIRMED_LSN).set(confirmed.0 as f64);
-                metrics::gauge!(m::REPLICATION_LAG_BYTES).set(lag as f64);
+            Ok(Some(lag)) => {
+                metrics::gauge!(m::SLOT_CONFIRMED_LSN).set(lag.confirmed_flush.0 as f64);
+                metrics::gauge!(m::REPLICATION_LAG_BYTES).set(lag.lag_bytes as f64);
+                let mut watch = watch
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let (age, stalled, grown) =
+                    watch.observe(lag.confirmed_flush, lag.server_wal, Instant::now(), timeout);
+                let transition = watch.transition(stalled);
+                drop(watch);
+                metrics::gauge!(m::SOURCE_PROGRESS_AGE).set(age.as_secs_f64());
+                metrics::gauge!(m::SOURCE_STALLED).set(if stalled { 1.0 } else { 0.0 });
+                match transition {
+                    Some(true) => tracing::warn!(
+                        slot = %slot,
+                        confirmed_flush = %lag.confirmed_flush,
+                        wal_grown_bytes = grown,
+                        seconds_without_progress = age.as_secs(),
+                        "no progress: the server's WAL keeps growing but the slot's confirmed position has not moved; see /health (last_error, kafka_brokers_down, in-flight) and `sluice doctor`"
+                    ),
+                    Some(false) => tracing::info!(slot = %slot, "progress again"),
+                    None => {}
+                }
+                board.update(|s| {
+                    s.slot = Some(SlotStatus {
+                        name: slot.clone(),
+                        confirmed_flush_lsn: lag.confirmed_flush.to_string(),
+                        server_wal_lsn: lag.server_wal.to_string(),
+                        lag_bytes: lag.lag_bytes,
+                        wal_status: lag.wal_status.clone(),
+                        progress_age_s: age.as_secs_f64(),
+                        stalled,
+                    });
+                });
             }
             Ok(None) => {}
             Err(error) => tracing::debug!(error = %error.chain(), "cannot read slot lag"),
         }
     }
+}
+
+/// The no-progress watchdog's memory: when the confirmed position last moved, and the
+/// server's WAL position then.
+#[derive(Debug, Default)]
+pub struct ProgressWatch {
+    confirmed: Option<Lsn>,
+    moved_at: Option<Instant>,
+    wal_at_move: Lsn,
+    stalled: bool,
+}
+
+impl ProgressWatch {
+    /// Returns (time since the confirmed position moved, stalled, WAL bytes grown since).
+    fn observe(
+        &mut self,
+        confirmed: Lsn,
+        server_wal: Lsn,
+        now: Instant,
+        timeout: Duration,
+    ) -> (Duration, bool, u64) {
+        if self.confirmed != Some(confirmed) {
+            self.confirmed = Some(confirmed);
+            self.moved_at = Some(now);
+            self.wal_at_move = server_wal;
+        }
+        let age = now.saturating_duration_since(self.moved_at.unwrap_or(now));
+        let grown = server_wal.0.saturating_sub(self.wal_at_move.0);
+        let stalled = !timeout.is_zero() && grown > 0 && age > timeout;
+        (age, stalled, grown)
+    }
+
+    /// `Some(new)` when the stalled flag changes.
+    fn transition(&mut self, stalled: bool) -> Option<bool> {
+        (stalled != self.stalled).then(|| {
+            self.stalled = stalled;
+            stalled
+        })
+    }
+}
+
+/// Checks that the slot is the one this pipeline fed (see [`super::slot_state`]), creates it
+/// when the pipeline is new, and records its identity.
+async fn secure_slot(
+    catalog: &PgCatalog,
+    config: &PipelineConfig,
+    slot_name: &str,
+    system_identifier: &str,
+    state: &mut SlotStateFile,
+) -> Result<super::setup::SlotInfo, PipelineError> {
+    let existing = catalog.slot(slot_name).await?;
+    let server = existing.as_ref().map(|s| ServerSlot {
+        confirmed_flush: s.confirmed_flush,
+        wal_status: s.wal_status.clone(),
+    });
+    let loss = slot_state::verify(state.record(), system_identifier, server.as_ref());
+    if let Some(loss) = &loss {
+        let what = loss.describe(slot_name, state.record());
+        metrics::counter!(m::SLOT_LOSSES, "kind" => loss.kind()).increment(1);
+        match config.postgres().on_slot_loss {
+            SlotLossPolicy::Stop => {
+                return Err(PipelineError::fatal(
+                    what,
+                    format!(
+                        "the changes in the gap cannot be read from PostgreSQL any more: re-snapshot the captured tables into Kafka, or accept the gap by setting source.postgres.on_slot_loss = \"recreate\" (or by deleting {}) and starting again. To prevent it: alert on sluice_source_replication_lag_bytes and size max_slot_wal_keep_size for the longest outage you must survive",
+                        state.path().display()
+                    ),
+                ));
+            }
+            SlotLossPolicy::Recreate => {
+                tracing::error!(
+                    slot = slot_name,
+                    "{what}; going on with a new slot (source.postgres.on_slot_loss = \"recreate\"): the changes in the gap are missing from Kafka"
+                );
+                if matches!(loss, SlotLoss::Invalidated) && existing.is_some() {
+                    catalog.drop_slot(slot_name).await?;
+                }
+            }
+        }
+    }
+    let (slot, created) = catalog.ensure_slot(slot_name).await?;
+    if slot.wal_status == "lost" {
+        return Err(PipelineError::fatal(
+            format!("replication slot {slot_name:?} is invalidated (wal_status = 'lost')"),
+            "drop it (SELECT pg_drop_replication_slot(...)) and start again; the changes it no longer holds must be re-snapshotted",
+        ));
+    }
+    if state.record().is_none() || loss.is_some() {
+        if !created {
+            tracing::info!(
+                slot = slot_name,
+                confirmed_flush = %slot.confirmed_flush,
+                state_file = %state.path().display(),
+                "adopting the existing replication slot"
+            );
+        }
+        state
+            .save(SlotRecord {
+                system_identifier: system_identifier.to_owned(),
+                slot: slot_name.to_owned(),
+                first_lsn: slot.confirmed_flush,
+                created_by_sluice: created,
+                confirmed_lsn: slot.confirmed_flush,
+                updated_unix_ms: 0,
+            })
+            .map_err(|e| {
+                PipelineError::fatal_with(
+                    format!("cannot write the state file {}", state.path().display()),
+                    "make state_dir writable",
+                    e,
+                )
+            })?;
+    }
+    Ok(slot)
 }
 
 fn rejection_hint(error: &KafkaError) -> String {
@@ -1057,6 +1279,10 @@ fn replication_error(
             config.slot_name(),
             config.publication_name()
         ),
+        Some("55000") if is_invalidated_slot(&error) => format!(
+            "replication slot {:?} was invalidated by the server (it retained more WAL than max_slot_wal_keep_size): the changes it no longer holds must be re-snapshotted; drop the slot and start again, or set source.postgres.on_slot_loss = \"recreate\" to accept the gap",
+            config.slot_name()
+        ),
         Some("55000") => {
             "the server is not configured for logical replication: set wal_level = logical and restart PostgreSQL".into()
         }
@@ -1071,6 +1297,11 @@ fn replication_error(
     PipelineError::fatal_with(what, hint, error)
 }
 
+fn is_invalidated_slot(error: &ReplicationError) -> bool {
+    let text = error.to_string();
+    text.contains("can no longer get changes") || text.contains("has been invalidated")
+}
+
 fn internal(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> PipelineError {
     PipelineError::fatal_with(
         format!("internal error in {what}"),
@@ -1083,4 +1314,42 @@ fn unix_micros_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
+}
+
+#[cfg(test)]
+mod watchdog_tests {
+    use super::*;
+
+    #[test]
+    fn stalled_only_when_wal_grows_and_the_position_stands_still_past_the_timeout() {
+        let timeout = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let mut watch = ProgressWatch::default();
+        assert!(!watch.observe(Lsn(100), Lsn(200), t0, timeout).1);
+        // The WAL grows, the position stands: stalled only after the timeout.
+        let at = |s| t0 + Duration::from_secs(s);
+        assert!(!watch.observe(Lsn(100), Lsn(300), at(5), timeout).1);
+        let (age, stalled, grown) = watch.observe(Lsn(100), Lsn(400), at(11), timeout);
+        assert!(stalled);
+        assert_eq!((age.as_secs(), grown), (11, 200));
+        assert_eq!(watch.transition(true), Some(true));
+        assert_eq!(watch.transition(true), None);
+        // The position moves: not stalled any more.
+        assert!(!watch.observe(Lsn(400), Lsn(400), at(12), timeout).1);
+        assert_eq!(watch.transition(false), Some(false));
+    }
+
+    #[test]
+    fn an_idle_server_is_not_a_stall_and_zero_disables_the_watchdog() {
+        let t0 = Instant::now();
+        let mut watch = ProgressWatch::default();
+        watch.observe(Lsn(100), Lsn(100), t0, Duration::from_secs(1));
+        let later = t0 + Duration::from_secs(60);
+        assert!(
+            !watch
+                .observe(Lsn(100), Lsn(100), later, Duration::from_secs(1))
+                .1
+        );
+        assert!(!watch.observe(Lsn(100), Lsn(500), later, Duration::ZERO).1);
+    }
 }

@@ -1,0 +1,338 @@
+//! Slot safety: the identity of the slot a pipeline feeds and the last position it confirmed,
+//! kept between runs in a small JSON file (`<state_dir>/<pipeline>.slot.json`).
+//!
+//! The slot's confirmed flush LSN is the pipeline's checkpoint, and it lives on the server. If
+//! the slot is dropped while sluice is stopped and created anew, or invalidated because it
+//! retained more WAL than `max_slot_wal_keep_size`, the changes in between are gone from the
+//! slot, and a pipeline that simply resumed would skip them without a word. The file lets a run
+//! tell "my slot" from "a slot of that name":
+//!
+//! - the file is written (atomically, fsynced) *before* each position is confirmed to the
+//!   server, so the slot's `confirmed_flush_lsn` can never be ahead of the file's position
+//!   while the slot is the one this pipeline fed. A slot that is ahead was recreated (new slots
+//!   start at the server's current WAL position) or advanced by someone else;
+//! - a slot that is missing although the file says the pipeline fed it was dropped;
+//! - a different system identifier means a different server (a restored backup, a replica
+//!   promoted without its slots, a new cluster on the same address);
+//! - `wal_status = 'lost'` means the server invalidated it.
+//!
+//! Each of these stops the pipeline with what happened and the fix, or (with
+//! `source.postgres.on_slot_loss = "recreate"`) is logged and counted as a gap before the
+//! pipeline goes on with a new slot.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use sluice_engine::Lsn;
+
+use crate::error::PipelineError;
+
+/// What the file remembers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SlotRecord {
+    /// The server's system identifier (`IDENTIFY_SYSTEM`).
+    pub system_identifier: String,
+    /// The slot's name.
+    pub slot: String,
+    /// The slot's confirmed position when this pipeline first used it: its creation point when
+    /// sluice created it.
+    #[serde(with = "lsn_text")]
+    pub first_lsn: Lsn,
+    /// Whether sluice created the slot.
+    pub created_by_sluice: bool,
+    /// The newest position this pipeline confirmed (or is about to confirm) to the slot.
+    #[serde(with = "lsn_text")]
+    pub confirmed_lsn: Lsn,
+    /// Unix milliseconds of the last write.
+    pub updated_unix_ms: u64,
+}
+
+/// LSNs in the file in PostgreSQL's `X/X` form, as operators read them.
+mod lsn_text {
+    use serde::{Deserialize as _, Deserializer, Serializer};
+    use sluice_engine::Lsn;
+
+    pub fn serialize<S: Serializer>(lsn: &Lsn, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(lsn)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Lsn, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The slot as the server shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSlot {
+    /// `confirmed_flush_lsn`.
+    pub confirmed_flush: Lsn,
+    /// `wal_status` (`reserved`, `extended`, `unreserved`, `lost`).
+    pub wal_status: String,
+}
+
+/// Why the slot is not the one this pipeline fed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotLoss {
+    /// The server's system identifier changed.
+    OtherServer {
+        /// What the file says.
+        recorded: String,
+        /// What the server says.
+        found: String,
+    },
+    /// The slot does not exist.
+    Dropped,
+    /// The slot's confirmed position is ahead of the newest position this pipeline confirmed.
+    Recreated {
+        /// The slot's `confirmed_flush_lsn`.
+        found: Lsn,
+    },
+    /// The server invalidated the slot (`wal_status = 'lost'`).
+    Invalidated,
+}
+
+impl SlotLoss {
+    /// The loss's label in `sluice_source_slot_losses_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::OtherServer { .. } => "other_server",
+            Self::Dropped => "dropped",
+            Self::Recreated { .. } => "recreated",
+            Self::Invalidated => "invalidated",
+        }
+    }
+
+    /// A sentence on what happened, naming the slot and the positions.
+    pub fn describe(&self, slot: &str, record: Option<&SlotRecord>) -> String {
+        let last = record.map_or_else(|| "unknown".to_owned(), |r| r.confirmed_lsn.to_string());
+        match self {
+            Self::OtherServer { recorded, found } => format!(
+                "the source is a different PostgreSQL server than the one this pipeline fed (system identifier {found}, expected {recorded}): slot {slot:?} there does not hold the changes after {last}"
+            ),
+            Self::Dropped => format!(
+                "replication slot {slot:?} was dropped since this pipeline last confirmed {last}: the changes after that position are no longer retained"
+            ),
+            Self::Recreated { found } => format!(
+                "replication slot {slot:?} was recreated or advanced by someone else: its confirmed position {found} is ahead of the last position this pipeline confirmed, {last}; the changes between were skipped"
+            ),
+            Self::Invalidated => format!(
+                "replication slot {slot:?} was invalidated by the server (wal_status = 'lost', it retained more WAL than max_slot_wal_keep_size): the changes after {last} are gone"
+            ),
+        }
+    }
+}
+
+/// Compares the file's record with the server's slot. `None` = the slot is safe to resume.
+pub fn verify(
+    record: Option<&SlotRecord>,
+    system_identifier: &str,
+    slot: Option<&ServerSlot>,
+) -> Option<SlotLoss> {
+    if slot.is_some_and(|s| s.wal_status == "lost") {
+        return Some(SlotLoss::Invalidated);
+    }
+    let record = record?;
+    if record.system_identifier != system_identifier {
+        return Some(SlotLoss::OtherServer {
+            recorded: record.system_identifier.clone(),
+            found: system_identifier.to_owned(),
+        });
+    }
+    match slot {
+        None => Some(SlotLoss::Dropped),
+        Some(s) if s.confirmed_flush > record.confirmed_lsn => Some(SlotLoss::Recreated {
+            found: s.confirmed_flush,
+        }),
+        Some(_) => None,
+    }
+}
+
+/// The pipeline's state file.
+#[derive(Debug)]
+pub struct SlotStateFile {
+    path: PathBuf,
+    record: Option<SlotRecord>,
+}
+
+impl SlotStateFile {
+    /// Opens (and reads, when it exists) the state file of `pipeline` under `dir`, creating
+    /// `dir` when needed.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when the directory cannot be created or the file cannot be read or parsed.
+    pub fn open(dir: &Path, pipeline: &str) -> Result<Self, PipelineError> {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            PipelineError::fatal_with(
+                format!("cannot create the state directory {}", dir.display()),
+                "set state_dir in the pipeline file (or SLUICE_STATE_DIR) to a writable directory",
+                e,
+            )
+        })?;
+        let path = dir.join(format!("{pipeline}.slot.json"));
+        let record = match std::fs::read(&path) {
+            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
+                PipelineError::fatal_with(
+                    format!("the state file {} is damaged", path.display()),
+                    "restore it from a backup, or delete it to adopt the slot as it is (a gap, if there was one, then goes unnoticed)",
+                    e,
+                )
+            })?),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(PipelineError::fatal_with(
+                    format!("cannot read the state file {}", path.display()),
+                    "check the permissions of state_dir",
+                    e,
+                ));
+            }
+        };
+        Ok(Self { path, record })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What the file holds.
+    pub fn record(&self) -> Option<&SlotRecord> {
+        self.record.as_ref()
+    }
+
+    /// Replaces the record: written to a temporary file, fsynced, renamed over the file, and
+    /// the directory fsynced, so a crash leaves either the old or the new record.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn save(&mut self, mut record: SlotRecord) -> std::io::Result<()> {
+        record.updated_unix_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let tmp = self.path.with_extension("json.tmp");
+        {
+            let mut file = std::fs::File::create(&tmp)?;
+            file.write_all(&serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?)?;
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir)?.sync_all()?;
+        }
+        self.record = Some(record);
+        Ok(())
+    }
+
+    /// Records `confirmed` as the newest position about to be confirmed, when it is newer than
+    /// the file's. Returns whether the file was written.
+    ///
+    /// # Errors
+    ///
+    /// The I/O error; the caller must not confirm `confirmed` then.
+    pub fn advance(&mut self, confirmed: Lsn) -> std::io::Result<bool> {
+        match &self.record {
+            Some(record) if confirmed > record.confirmed_lsn => {
+                let mut next = record.clone();
+                next.confirmed_lsn = confirmed;
+                self.save(next)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(confirmed: u64) -> SlotRecord {
+        SlotRecord {
+            system_identifier: "7300000000000000001".into(),
+            slot: "sluice_p".into(),
+            first_lsn: Lsn(100),
+            created_by_sluice: true,
+            confirmed_lsn: Lsn(confirmed),
+            updated_unix_ms: 0,
+        }
+    }
+
+    fn slot(confirmed: u64, wal_status: &str) -> ServerSlot {
+        ServerSlot {
+            confirmed_flush: Lsn(confirmed),
+            wal_status: wal_status.into(),
+        }
+    }
+
+    #[test]
+    fn a_slot_at_or_behind_the_recorded_position_is_safe() {
+        let r = record(500);
+        assert_eq!(
+            verify(Some(&r), &r.system_identifier, Some(&slot(500, "reserved"))),
+            None
+        );
+        // Behind: the last confirmation may not have reached the server before a crash.
+        assert_eq!(
+            verify(Some(&r), &r.system_identifier, Some(&slot(400, "extended"))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_slot_ahead_of_the_recorded_position_was_recreated() {
+        let r = record(500);
+        assert_eq!(
+            verify(Some(&r), &r.system_identifier, Some(&slot(501, "reserved"))),
+            Some(SlotLoss::Recreated { found: Lsn(501) })
+        );
+    }
+
+    #[test]
+    fn a_missing_slot_was_dropped_and_another_server_is_named() {
+        let r = record(500);
+        assert_eq!(
+            verify(Some(&r), &r.system_identifier, None),
+            Some(SlotLoss::Dropped)
+        );
+        assert!(matches!(
+            verify(Some(&r), "1", Some(&slot(500, "reserved"))),
+            Some(SlotLoss::OtherServer { .. })
+        ));
+    }
+
+    #[test]
+    fn an_invalidated_slot_is_lost_with_or_without_a_record() {
+        assert_eq!(
+            verify(None, "1", Some(&slot(1, "lost"))),
+            Some(SlotLoss::Invalidated)
+        );
+        let r = record(500);
+        assert_eq!(
+            verify(Some(&r), &r.system_identifier, Some(&slot(400, "lost"))),
+            Some(SlotLoss::Invalidated)
+        );
+    }
+
+    #[test]
+    fn without_a_record_any_live_slot_is_adopted() {
+        assert_eq!(verify(None, "1", Some(&slot(9, "reserved"))), None);
+        assert_eq!(verify(None, "1", None), None);
+    }
+
+    #[test]
+    fn the_file_round_trips_and_only_moves_forward() {
+        let dir = std::env::temp_dir().join(format!("sluice-slot-state-{}", std::process::id()));
+        let mut file = SlotStateFile::open(&dir, "p").expect("open");
+        assert!(file.record().is_none());
+        file.save(record(500)).expect("save");
+        assert!(!file.advance(Lsn(400)).expect("advance"));
+        assert!(file.advance(Lsn(600)).expect("advance"));
+        let reread = SlotStateFile::open(&dir, "p").expect("reopen");
+        assert_eq!(reread.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+}
