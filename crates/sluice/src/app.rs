@@ -164,7 +164,10 @@ async fn supervise(
     let metrics = m::PipelineMetrics::new();
     let progress = Arc::default();
     loop {
-        if control.borrow_and_update().paused {
+        // Requests from here on end the run; the pause check reads through the same receiver,
+        // so a pause that arrives at any point is seen.
+        let mut requests = board.control();
+        if requests.borrow_and_update().paused {
             board.set_state(PipelineState::Paused);
             tokio::select! {
                 () = shutdown.cancelled() => {
@@ -173,6 +176,7 @@ async fn supervise(
                 }
                 _ = control.wait_for(|c| !c.paused) => {}
             }
+            continue;
         }
         let run_shutdown = shutdown.child_token();
         let ctx = RunContext {
@@ -183,8 +187,6 @@ async fn supervise(
             progress: Arc::clone(&progress),
         };
         // An operator's request ends the run gracefully (drain, confirm, close).
-        let mut requests = board.control();
-        requests.borrow_and_update();
         let watcher = tokio::spawn(async move {
             if requests.changed().await.is_ok() {
                 run_shutdown.cancel();

@@ -495,11 +495,20 @@ impl StatusBoard {
         self.control.send_modify(|c| c.paused = true);
     }
 
-    /// Asks the supervisor to resume (or to cut a backoff short).
+    /// Asks the supervisor to resume a paused pipeline, or to cut a restart backoff short; a
+    /// running pipeline is left alone.
     pub fn resume(&self) {
-        self.control.send_modify(|c| {
-            c.paused = false;
-            c.restart_requests += 1;
+        let in_backoff = self.state() == PipelineState::Backoff;
+        self.control.send_if_modified(|c| {
+            if c.paused {
+                c.paused = false;
+                true
+            } else if in_backoff {
+                c.restart_requests += 1;
+                true
+            } else {
+                false
+            }
         });
     }
 
@@ -754,6 +763,12 @@ mod tests {
     fn pause_resume_and_restart_reach_the_supervisor() {
         let board = StatusBoard::new("p", "on-failure");
         let control = board.control();
+        board.set_state(PipelineState::Streaming);
+        board.resume();
+        assert!(
+            !control.has_changed().unwrap(),
+            "resuming a running pipeline changes nothing"
+        );
         board.pause();
         assert!(control.borrow().paused);
         assert!(board.snapshot().paused);
