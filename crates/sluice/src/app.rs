@@ -51,6 +51,53 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = PipelineConfig::load(&pipeline)?;
             runtime()?.block_on(crate::check::check(&config))
         }
+        Command::Doctor {
+            pipeline,
+            pg_url,
+            brokers,
+            json,
+        } => {
+            let pipeline = pipeline.map(|p| PipelineConfig::load(&p)).transpose()?;
+            let target = crate::doctor::Target {
+                pg_url: pipeline
+                    .as_ref()
+                    .map(|p| p.postgres().url.clone())
+                    .or(pg_url),
+                brokers: pipeline
+                    .as_ref()
+                    .map(|p| p.kafka.brokers.clone())
+                    .or(brokers),
+                pipeline,
+            };
+            let findings = runtime()?.block_on(crate::doctor::diagnose(&target));
+            if json {
+                println!("{}", serde_json::to_string_pretty(&findings)?);
+            } else {
+                print!("{}", crate::doctor::render(&findings));
+            }
+            Ok(crate::doctor::exit_code(&findings))
+        }
+        Command::Slots {
+            pipeline,
+            pg_url,
+            json,
+        } => {
+            let pipeline = pipeline.map(|p| PipelineConfig::load(&p)).transpose()?;
+            let url = pipeline
+                .as_ref()
+                .map(|p| p.postgres().url.clone())
+                .or(pg_url)
+                .context(
+                    "no PostgreSQL to ask: pass --pipeline FILE or --pg-url URL (or set PG_URL)",
+                )?;
+            let rows = runtime()?.block_on(crate::doctor::slots(&url, pipeline.as_ref()))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", crate::doctor::render_slots(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Perf(command) => {
             crate::perf::run(command)?;
             Ok(ExitCode::SUCCESS)
@@ -107,6 +154,7 @@ pub async fn run_pipeline(
         prometheus,
         Arc::clone(&board),
         config.admin.token.clone(),
+        Some(Arc::clone(&config)),
         admin_shutdown.clone(),
     )
     .await?;

@@ -32,6 +32,34 @@ pub enum Command {
         /// The pipeline file (TOML).
         pipeline: PathBuf,
     },
+    /// Diagnose PostgreSQL, Kafka and the pipeline: findings with evidence and the fix.
+    /// Exit code: 0 = nothing worse than info, 1 = warnings, 2 = critical findings.
+    Doctor {
+        /// The pipeline file (TOML); without it, only server-wide checks run.
+        #[arg(long)]
+        pipeline: Option<PathBuf>,
+        /// PostgreSQL URL when no pipeline file is given.
+        #[arg(long, env = "PG_URL", hide_env_values = true)]
+        pg_url: Option<String>,
+        /// Kafka bootstrap servers when no pipeline file is given.
+        #[arg(long, env = "KAFKA_BROKERS")]
+        brokers: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List replication slots: activity, retained and unconfirmed WAL, wal_status, owner.
+    Slots {
+        /// The pipeline file (TOML), to mark its slot and take the connection from.
+        #[arg(long)]
+        pipeline: Option<PathBuf>,
+        /// PostgreSQL URL when no pipeline file is given.
+        #[arg(long, env = "PG_URL", hide_env_values = true)]
+        pg_url: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Kafka load generation and consumer benchmarks.
     #[command(subcommand)]
     Perf(crate::perf::PerfCommand),

@@ -10,13 +10,15 @@
 //!
 //! Module map: [`config`] (the pipeline file), [`cli`] (the `sluice` command line), [`app`]
 //! (wiring and supervision), [`source`] (sources), [`event`] (the change-event format),
-//! [`kafka`] (the Kafka layer), [`sink`] (sinks), [`admin`] (HTTP admin and metrics).
+//! [`kafka`] (the Kafka layer), [`sink`] (sinks), [`admin`] (HTTP admin and metrics),
+//! [`doctor`] (`sluice doctor` and `sluice slots`).
 
 pub mod admin;
 pub mod app;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod doctor;
 pub mod error;
 pub mod event;
 pub mod kafka;

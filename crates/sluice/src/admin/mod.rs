@@ -11,6 +11,7 @@
 //!   - `GET  /api/v1/pipelines/{name}` — one of them;
 //!   - `GET  /api/v1/pipelines/{name}/series` — the last ten minutes, one sample per second
 //!     (throughput, lag, in-flight bytes, latency percentiles);
+//!   - `GET  /api/v1/pipelines/{name}/doctor` — `sluice doctor`'s findings for the pipeline;
 //!   - `POST /api/v1/pipelines/{name}/pause` — finish the in-flight records, confirm the
 //!     watermark and stop reading until resumed;
 //!   - `POST /api/v1/pipelines/{name}/resume` — resume a paused pipeline, or skip the backoff
@@ -529,13 +530,15 @@ struct AdminState {
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<Arc<str>>,
+    config: Option<Arc<crate::config::PipelineConfig>>,
 }
 
-/// The admin routes; `token` guards `/api/v1`.
+/// The admin routes; `token` guards `/api/v1`; `config` lets the API run `sluice doctor`.
 pub fn router(
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<String>,
+    config: Option<Arc<crate::config::PipelineConfig>>,
 ) -> Router {
     Router::new()
         .route("/", get(status_page))
@@ -544,11 +547,13 @@ pub fn router(
         .route("/api/v1/pipelines", get(list_pipelines))
         .route("/api/v1/pipelines/{name}", get(one_pipeline))
         .route("/api/v1/pipelines/{name}/series", get(pipeline_series))
+        .route("/api/v1/pipelines/{name}/doctor", get(pipeline_doctor))
         .route("/api/v1/pipelines/{name}/{action}", post(pipeline_action))
         .with_state(AdminState {
             prometheus,
             board,
             token: token.map(Arc::from),
+            config,
         })
 }
 
@@ -647,6 +652,29 @@ async fn pipeline_series(
     Json(serde_json::json!({ "pipeline": name, "samples": state.board.series() })).into_response()
 }
 
+async fn pipeline_doctor(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Response {
+    if let Some(response) = reject(&state, &headers, Some(&name)) {
+        return response;
+    }
+    let Some(config) = state.config.clone() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "no pipeline configuration to diagnose".into(),
+        );
+    };
+    let target = crate::doctor::Target {
+        pg_url: Some(config.postgres().url.clone()),
+        brokers: Some(config.kafka.brokers.clone()),
+        pipeline: Some((*config).clone()),
+    };
+    let findings = crate::doctor::diagnose(&target).await;
+    Json(serde_json::json!({ "pipeline": name, "findings": findings })).into_response()
+}
+
 async fn pipeline_action(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -700,6 +728,7 @@ pub async fn serve(
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<String>,
+    config: Option<Arc<crate::config::PipelineConfig>>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
@@ -721,7 +750,7 @@ pub async fn serve(
             upkeep.run_upkeep();
         }
     });
-    let app = router(prometheus, board, token);
+    let app = router(prometheus, board, token, config);
     Ok(tokio::spawn(async move {
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(shutdown.cancelled_owned())

@@ -33,7 +33,10 @@ pub const STATUS_PAGE: &str = r##"<!doctype html>
   .hint { color:var(--warn); white-space:pre-wrap; }
   .controls button { margin-right:6px; }
   #auth { display:none; margin-bottom:12px; }
-  table { border-collapse:collapse; margin-top:8px; } td, th { padding:2px 10px 2px 0; text-align:left; font-size:13px; }
+  table { border-collapse:collapse; margin-top:8px; } td, th { padding:2px 10px 2px 0; text-align:left; font-size:13px; vertical-align:top; }
+  .findings-title { font-size:13px; margin:14px 0 0; }
+  .sev-critical { color:var(--bad); font-weight:600; } .sev-warning { color:var(--warn); font-weight:600; } .sev-info { color:var(--muted); }
+  .fix { color:var(--muted); }
 </style>
 </head>
 <body>
@@ -113,7 +116,8 @@ function card(p) {
       <span class="kv">restarts <b class="restarts"></b></span><span class="kv">watermark <b class="watermark"></b></span>
       <span class="kv">slot lag <b class="slotlag"></b></span><span class="kv">in flight <b class="inflight"></b></span>
       <span class="controls"><button data-a="pause">Pause</button><button data-a="resume">Resume</button><button data-a="restart">Restart</button></span></div>
-      <div class="hint"></div><div class="error"></div><div class="charts"></div>`;
+      <div class="hint"></div><div class="error"></div><div class="charts"></div>
+      <h3 class="findings-title">Doctor</h3><table class="findings"><tbody></tbody></table>`;
     el.querySelector(".name").textContent = p.pipeline;
     for (const b of el.querySelectorAll("button")) b.onclick = () =>
       api(`/api/v1/pipelines/${encodeURIComponent(p.pipeline)}/${b.dataset.a}`, { method: "POST" }).then(refresh);
@@ -127,6 +131,28 @@ function card(p) {
   }
   return el;
 }
+let lastDoctor = 0;
+async function doctor(p, el) {
+  if (Date.now() - lastDoctor < 30000) return;
+  lastDoctor = Date.now();
+  const { findings } = await api(`/api/v1/pipelines/${encodeURIComponent(p.pipeline)}/doctor`);
+  const body = el.querySelector(".findings tbody");
+  body.textContent = "";
+  const shown = findings.filter(f => f.severity !== "ok");
+  shown.sort((a, b) => ["critical", "warning", "info"].indexOf(a.severity) - ["critical", "warning", "info"].indexOf(b.severity));
+  for (const f of shown) {
+    const tr = document.createElement("tr");
+    tr.dataset.code = f.code;
+    tr.innerHTML = `<td class="sev-${f.severity}"></td><td><b></b> <span class="summary"></span><div class="fix"></div></td>`;
+    tr.children[0].textContent = f.severity;
+    tr.querySelector("b").textContent = f.code;
+    tr.querySelector(".summary").textContent = f.summary;
+    tr.querySelector(".fix").textContent = f.fix ? "fix: " + f.fix : "";
+    body.appendChild(tr);
+  }
+  el.querySelector(".findings").dataset.findings = String(shown.length);
+  el.querySelector(".findings-title").textContent = `Doctor: ${shown.length} finding(s), ${findings.length - shown.length} ok`;
+}
 async function refresh() {
   try {
     const { pipelines } = await api("/api/v1/pipelines");
@@ -139,6 +165,7 @@ async function refresh() {
       el.querySelector(".inflight").textContent = fmtBytes(p.inflight_bytes) + " / " + fmtBytes(p.inflight_limit_bytes);
       el.querySelector(".error").textContent = p.last_error ? "last error: " + p.last_error : "";
       el.querySelector(".hint").textContent = p.hint ? "fix: " + p.hint : "";
+      doctor(p, el).catch(() => {});
       const { samples } = await api(`/api/v1/pipelines/${encodeURIComponent(p.pipeline)}/series`);
       for (const c of CHARTS) {
         const canvas = document.getElementById(`chart-${c.id}-${p.pipeline}`);

@@ -10,8 +10,8 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 
 use crate::support::{
-    Sluice, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication, free_port, pg,
-    pipeline_toml, read_topic, sluice_bin, stack, test_dir, unique, wait_until,
+    Sluice, ThrowawayPg, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication,
+    free_port, pg, pipeline_toml, read_topic, sluice_bin, stack, test_dir, unique, wait_until,
 };
 
 /// Creates `schema.t (id bigint primary key, payload text)`.
@@ -342,132 +342,9 @@ async fn missing_table_stops_with_the_key_and_the_fix() {
     drop_slot_and_publication(&pg().await, &name).await;
 }
 
-/// A throwaway PostgreSQL cluster with `wal_level = replica`, stopped on drop.
-struct ReplicaCluster {
-    dir: std::path::PathBuf,
-    bin: String,
-    url: String,
-}
-
-impl ReplicaCluster {
-    fn start() -> Self {
-        let bin = std::env::var("PG_BIN")
-            .unwrap_or_else(|_| panic!("PG_BIN is not set: eval \"$(scripts/dev-stack env)\""));
-        // Under the system temp dir, not the cargo target dir: when the tests run as root
-        // the server runs as `postgres`, which cannot traverse e.g. /root/.cache.
-        let home = std::env::temp_dir().join(unique("sluice-replica-pg"));
-        std::fs::create_dir_all(&home).expect("replica cluster dir");
-        let dir = home.join("data");
-        let port = free_port();
-        let as_postgres = |args: &[&str]| {
-            let root = Command::new("id")
-                .arg("-u")
-                .output()
-                .map(|o| o.stdout == b"0\n")
-                .unwrap_or(false);
-            let mut command = if root {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "postgres", "--"]);
-                c
-            } else {
-                Command::new(args[0])
-            };
-            if root {
-                command.args(args);
-            } else {
-                command.args(&args[1..]);
-            }
-            command
-        };
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout == b"0\n")
-            .unwrap_or(false);
-        if root {
-            let _ = Command::new("chown")
-                .args([
-                    "-R",
-                    "postgres:postgres",
-                    dir.parent().unwrap().to_str().unwrap(),
-                ])
-                .status();
-        }
-        let initdb = format!("{bin}/initdb");
-        let status = as_postgres(&[
-            &initdb,
-            "-D",
-            dir.to_str().unwrap(),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-        ])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-        assert!(status.success(), "initdb");
-        let pg_ctl = format!("{bin}/pg_ctl");
-        let options = format!(
-            "-c wal_level=replica -c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={}",
-            dir.display()
-        );
-        let status = as_postgres(&[
-            &pg_ctl,
-            "-D",
-            dir.to_str().unwrap(),
-            "-o",
-            &options,
-            "-w",
-            "-l",
-            dir.join("log").to_str().unwrap(),
-            "start",
-        ])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-        assert!(status.success(), "pg_ctl start");
-        Self {
-            dir,
-            bin,
-            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
-        }
-    }
-}
-
-impl Drop for ReplicaCluster {
-    fn drop(&mut self) {
-        let pg_ctl = format!("{}/pg_ctl", self.bin);
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .map(|o| o.stdout == b"0\n")
-            .unwrap_or(false);
-        let args = [
-            pg_ctl.as_str(),
-            "-D",
-            self.dir.to_str().unwrap(),
-            "-m",
-            "immediate",
-            "stop",
-        ];
-        let _ = if root {
-            Command::new("runuser")
-                .args(["-u", "postgres", "--"])
-                .args(args)
-                .status()
-        } else {
-            Command::new(args[0]).args(&args[1..]).status()
-        };
-        if let Some(home) = self.dir.parent() {
-            let _ = std::fs::remove_dir_all(home);
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_wal_level_stops_with_the_fix() {
-    let cluster = tokio::task::spawn_blocking(ReplicaCluster::start)
+    let cluster = tokio::task::spawn_blocking(|| ThrowawayPg::start(&["wal_level=replica"]))
         .await
         .unwrap();
     let name = unique("wallevel");

@@ -1,5 +1,6 @@
 //! Operating a pipeline: the admin API (pause, resume, restart, token), supervision with
-//! backoff, slot safety, the no-progress watchdog and the status page in a real browser.
+//! backoff, slot safety, the no-progress watchdog and the status page (with the doctor's
+//! findings) in a real browser.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -551,6 +552,11 @@ async fn status_page_charts_a_running_pipeline_in_a_browser() {
         assert!(points > 0, "chart {chart} drew no samples: {tag}");
     }
     assert!(html.contains("streaming"), "the state is shown");
+    // The doctor's findings: the shared server leaves max_slot_wal_keep_size unset.
+    assert!(
+        html.contains("data-code=\"pg.max_slot_wal_keep_size\""),
+        "the doctor's findings are shown:\n{html}"
+    );
     let screenshot = dir.join("status-page.png");
     let shot = Command::new(&browser)
         .args(&common)

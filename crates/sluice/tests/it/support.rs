@@ -465,3 +465,131 @@ pub fn dev_stack(args: &[&str]) {
         .expect("run scripts/dev-stack");
     assert!(status.success(), "scripts/dev-stack {args:?} failed");
 }
+
+/// A throwaway PostgreSQL cluster with extra settings, for conditions that must not touch the
+/// shared server (server-wide settings); stopped and removed on drop.
+pub struct ThrowawayPg {
+    dir: std::path::PathBuf,
+    bin: String,
+    pub url: String,
+}
+
+impl ThrowawayPg {
+    /// initdb + start with `settings` (`name=value`, e.g. `wal_level=replica`).
+    pub fn start(settings: &[&str]) -> Self {
+        let bin = std::env::var("PG_BIN")
+            .unwrap_or_else(|_| panic!("PG_BIN is not set: eval \"$(scripts/dev-stack env)\""));
+        // Under the system temp dir, not the cargo target dir: when the tests run as root
+        // the server runs as `postgres`, which cannot traverse e.g. /root/.cache.
+        let home = std::env::temp_dir().join(unique("sluice-throwaway-pg"));
+        std::fs::create_dir_all(&home).expect("replica cluster dir");
+        let dir = home.join("data");
+        let port = free_port();
+        let as_postgres = |args: &[&str]| {
+            let root = Command::new("id")
+                .arg("-u")
+                .output()
+                .map(|o| o.stdout == b"0\n")
+                .unwrap_or(false);
+            let mut command = if root {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "postgres", "--"]);
+                c
+            } else {
+                Command::new(args[0])
+            };
+            if root {
+                command.args(args);
+            } else {
+                command.args(&args[1..]);
+            }
+            command
+        };
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+        if root {
+            let _ = Command::new("chown")
+                .args([
+                    "-R",
+                    "postgres:postgres",
+                    dir.parent().unwrap().to_str().unwrap(),
+                ])
+                .status();
+        }
+        let initdb = format!("{bin}/initdb");
+        let status = as_postgres(&[
+            &initdb,
+            "-D",
+            dir.to_str().unwrap(),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+        assert!(status.success(), "initdb");
+        let pg_ctl = format!("{bin}/pg_ctl");
+        let mut options = format!(
+            "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={}",
+            dir.display()
+        );
+        for setting in settings {
+            options.push_str(&format!(" -c {setting}"));
+        }
+        let status = as_postgres(&[
+            &pg_ctl,
+            "-D",
+            dir.to_str().unwrap(),
+            "-o",
+            &options,
+            "-w",
+            "-l",
+            dir.join("log").to_str().unwrap(),
+            "start",
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+        assert!(status.success(), "pg_ctl start");
+        Self {
+            dir,
+            bin,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        }
+    }
+}
+
+impl Drop for ThrowawayPg {
+    fn drop(&mut self) {
+        let pg_ctl = format!("{}/pg_ctl", self.bin);
+        let root = Command::new("id")
+            .arg("-u")
+            .output()
+            .map(|o| o.stdout == b"0\n")
+            .unwrap_or(false);
+        let args = [
+            pg_ctl.as_str(),
+            "-D",
+            self.dir.to_str().unwrap(),
+            "-m",
+            "immediate",
+            "stop",
+        ];
+        let _ = if root {
+            Command::new("runuser")
+                .args(["-u", "postgres", "--"])
+                .args(args)
+                .status()
+        } else {
+            Command::new(args[0]).args(&args[1..]).status()
+        };
+        if let Some(home) = self.dir.parent() {
+            let _ = std::fs::remove_dir_all(home);
+        }
+    }
+}

@@ -1,0 +1,1038 @@
+//! `sluice doctor`: inspects PostgreSQL, Kafka and the pipeline, and reports findings, each
+//! with a stable code, a severity, the evidence (the values read) and the concrete fix.
+//! `sluice slots`: every replication slot with its lag and whether sluice owns it.
+//!
+//! The checks read catalogs and settings only; they never change anything. Every finding
+//! code is listed with its check and fix in `docs/doctor.md`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use serde::Serialize;
+use tokio_postgres::{Client, NoTls};
+
+use crate::config::PipelineConfig;
+use crate::kafka;
+
+/// How bad a finding is; the exit code is the worst one's (0 ok/info, 1 warning, 2 critical).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Checked and fine.
+    Ok,
+    /// Worth knowing.
+    Info,
+    /// Will hurt: latency, disk, availability.
+    Warning,
+    /// Broken now, or data at risk.
+    Critical,
+}
+
+impl Severity {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Info => "info",
+            Self::Warning => "WARNING",
+            Self::Critical => "CRITICAL",
+        }
+    }
+}
+
+/// One finding.
+#[derive(Debug, Clone, Serialize)]
+pub struct Finding {
+    /// Stable code, e.g. `pg.slot_inactive`.
+    pub code: &'static str,
+    /// Severity.
+    pub severity: Severity,
+    /// What was found, in a sentence.
+    pub summary: String,
+    /// The values read.
+    pub evidence: BTreeMap<String, serde_json::Value>,
+    /// The concrete fix; empty when nothing is to be done.
+    pub fix: String,
+}
+
+fn finding(
+    code: &'static str,
+    severity: Severity,
+    summary: impl Into<String>,
+    evidence: &[(&str, serde_json::Value)],
+    fix: impl Into<String>,
+) -> Finding {
+    Finding {
+        code,
+        severity,
+        summary: summary.into(),
+        evidence: evidence
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect(),
+        fix: fix.into(),
+    }
+}
+
+/// Where to look.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// The pipeline, when a file was given.
+    pub pipeline: Option<PipelineConfig>,
+    /// PostgreSQL URL (from the pipeline, `--pg-url` or `PG_URL`).
+    pub pg_url: Option<String>,
+    /// Kafka bootstrap servers (from the pipeline, `--brokers` or `KAFKA_BROKERS`).
+    pub brokers: Option<String>,
+}
+
+/// Slots retaining less WAL than this are not worth a warning.
+const RETAINED_WARNING_BYTES: i64 = 1024 * 1024 * 1024;
+/// `wal_writer_delay` above which `synchronous_commit = off` adds visible latency.
+const WAL_WRITER_DELAY_WARNING_MS: i64 = 20;
+
+/// Runs every check that the target allows.
+pub async fn diagnose(target: &Target) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    match &target.pg_url {
+        Some(url) => match tokio_postgres::connect(url, NoTls).await {
+            Ok((client, connection)) => {
+                let task = tokio::spawn(connection);
+                if let Err(error) = postgres_checks(&client, target, &mut findings).await {
+                    findings.push(finding(
+                        "pg.query_failed",
+                        Severity::Critical,
+                        format!("a PostgreSQL check failed: {error}"),
+                        &[],
+                        "see the server's message; the role may lack privileges to read pg_settings or pg_replication_slots (grant pg_monitor)",
+                    ));
+                }
+                drop(client);
+                let _ = task.await;
+            }
+            Err(error) => findings.push(finding(
+                "pg.unreachable",
+                Severity::Critical,
+                format!("cannot connect to PostgreSQL: {error}"),
+                &[("url", redact(url).into())],
+                "check the URL (host, port, database, user, password) and pg_hba.conf",
+            )),
+        },
+        None => findings.push(finding(
+            "pg.not_checked",
+            Severity::Info,
+            "PostgreSQL not checked: no --pipeline, --pg-url or PG_URL",
+            &[],
+            "",
+        )),
+    }
+    match &target.brokers {
+        Some(brokers) => kafka_checks(brokers, target, &mut findings).await,
+        None => findings.push(finding(
+            "kafka.not_checked",
+            Severity::Info,
+            "Kafka not checked: no --pipeline, --brokers or KAFKA_BROKERS",
+            &[],
+            "",
+        )),
+    }
+    if let Some(pipeline) = &target.pipeline {
+        pipeline_checks(pipeline, &mut findings);
+    }
+    findings
+}
+
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+async fn setting(client: &Client, name: &str) -> Result<String, tokio_postgres::Error> {
+    Ok(client
+        .query_one("SELECT current_setting($1)", &[&name])
+        .await?
+        .get(0))
+}
+
+/// A setting in its base unit (ms, kB, …) as `pg_settings` reports it.
+async fn setting_number(client: &Client, name: &str) -> Result<i64, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT setting::bigint FROM pg_settings WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+async fn postgres_checks(
+    client: &Client,
+    target: &Target,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
+    // wal_level.
+    let wal_level = setting(client, "wal_level").await?;
+    findings.push(if wal_level == "logical" {
+        finding(
+            "pg.wal_level",
+            Severity::Ok,
+            "wal_level = logical",
+            &[("wal_level", wal_level.into())],
+            "",
+        )
+    } else {
+        finding(
+            "pg.wal_level",
+            Severity::Critical,
+            format!("wal_level = {wal_level}: logical decoding is impossible"),
+            &[("wal_level", wal_level.into())],
+            "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL",
+        )
+    });
+
+    // Slot and WAL-sender headroom.
+    let max_slots = setting_number(client, "max_replication_slots").await?;
+    let used_slots: i64 = client
+        .query_one("SELECT count(*) FROM pg_replication_slots", &[])
+        .await?
+        .get(0);
+    let max_senders = setting_number(client, "max_wal_senders").await?;
+    let used_senders: i64 = client
+        .query_one("SELECT count(*) FROM pg_stat_replication", &[])
+        .await?
+        .get(0);
+    let slot_exists = match &target.pipeline {
+        Some(p) => client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&p.slot_name()],
+            )
+            .await?
+            .is_some(),
+        None => true,
+    };
+    let free_slots = max_slots - used_slots;
+    let evidence = [
+        ("max_replication_slots", max_slots.into()),
+        ("slots_in_use", used_slots.into()),
+        ("max_wal_senders", max_senders.into()),
+        ("wal_senders_in_use", used_senders.into()),
+    ];
+    findings.push(if free_slots <= 0 && !slot_exists {
+        finding(
+            "pg.slot_headroom",
+            Severity::Critical,
+            "no free replication slot for this pipeline's slot",
+            &evidence,
+            "drop unused slots (see `sluice slots`) or raise max_replication_slots (restart needed)",
+        )
+    } else if free_slots <= 1 || max_senders - used_senders <= 1 {
+        finding(
+            "pg.slot_headroom",
+            Severity::Warning,
+            "at most one free replication slot or WAL sender left: the next consumer (or a reconnect racing an old walsender) will be refused",
+            &evidence,
+            "raise max_replication_slots and max_wal_senders (restart needed), or drop unused slots",
+        )
+    } else {
+        finding("pg.slot_headroom", Severity::Ok, "replication slots and WAL senders have headroom", &evidence, "")
+    });
+
+    // The latency trap: asynchronous commit waits for the WAL writer.
+    let synchronous_commit = setting(client, "synchronous_commit").await?;
+    let wal_writer_delay_ms = setting_number(client, "wal_writer_delay").await?;
+    let evidence = [
+        ("synchronous_commit", synchronous_commit.clone().into()),
+        ("wal_writer_delay_ms", wal_writer_delay_ms.into()),
+    ];
+    findings.push(
+        if synchronous_commit == "off" && wal_writer_delay_ms > WAL_WRITER_DELAY_WARNING_MS {
+            finding(
+                "pg.async_commit_latency",
+                Severity::Warning,
+                format!(
+                    "synchronous_commit = off with wal_writer_delay = {wal_writer_delay_ms} ms: a commit is decoded only once the WAL writer flushes it, so changes reach Kafka up to {} ms (3 × wal_writer_delay) after their commit",
+                    3 * wal_writer_delay_ms
+                ),
+                &evidence,
+                "set synchronous_commit = on for the writers whose changes must arrive fast, or lower wal_writer_delay (e.g. ALTER SYSTEM SET wal_writer_delay = '10ms'; SELECT pg_reload_conf())",
+            )
+        } else {
+            finding("pg.async_commit_latency", Severity::Ok, "commits are flushed promptly", &evidence, "")
+        },
+    );
+
+    // Slots: inactive ones and the WAL they retain; invalidated ones.
+    let own_slot = target.pipeline.as_ref().map(PipelineConfig::slot_name);
+    let rows = client
+        .query(
+            "SELECT slot_name::text, active, coalesce(wal_status, ''), \
+                    coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0) \
+             FROM pg_replication_slots ORDER BY 1",
+            &[],
+        )
+        .await?;
+    for row in &rows {
+        let name: String = row.get(0);
+        let active: bool = row.get(1);
+        let wal_status: String = row.get(2);
+        let retained: i64 = row.get(3);
+        let owned = own_slot.as_deref() == Some(name.as_str());
+        let evidence = [
+            ("slot", name.clone().into()),
+            ("active", active.into()),
+            ("wal_status", wal_status.clone().into()),
+            ("retained_wal_bytes", retained.into()),
+            ("owned_by_this_pipeline", owned.into()),
+        ];
+        match wal_status.as_str() {
+            "lost" => findings.push(finding(
+                "pg.slot_lost",
+                Severity::Critical,
+                format!("slot {name:?} was invalidated (wal_status = lost): its consumer has lost changes"),
+                &evidence,
+                format!("re-snapshot its consumer's tables, then SELECT pg_drop_replication_slot('{name}') and let the consumer create a new one"),
+            )),
+            "unreserved" => findings.push(finding(
+                "pg.slot_unreserved",
+                Severity::Warning,
+                format!("slot {name:?} retains more WAL than max_slot_wal_keep_size allows: it will be invalidated at the next checkpoint unless its consumer catches up"),
+                &evidence,
+                "make its consumer catch up now (see its status), or raise max_slot_wal_keep_size",
+            )),
+            _ => {}
+        }
+        if !active {
+            let severity = if retained >= RETAINED_WARNING_BYTES {
+                Severity::Warning
+            } else {
+                Severity::Info
+            };
+            findings.push(finding(
+                "pg.slot_inactive",
+                severity,
+                format!(
+                    "slot {name:?} is inactive and retains {} of WAL{}",
+                    human_bytes(retained),
+                    if owned {
+                        " (this pipeline's slot: is sluice running?)"
+                    } else {
+                        ""
+                    }
+                ),
+                &evidence,
+                if owned {
+                    "start the pipeline (`sluice run`), or drop the slot if the pipeline is retired"
+                        .to_owned()
+                } else {
+                    format!(
+                        "if nothing consumes it any more: SELECT pg_drop_replication_slot('{name}')"
+                    )
+                },
+            ));
+        }
+    }
+
+    // max_slot_wal_keep_size.
+    let keep = setting_number(client, "max_slot_wal_keep_size").await?;
+    findings.push(if keep < 0 {
+        finding(
+            "pg.max_slot_wal_keep_size",
+            Severity::Warning,
+            "max_slot_wal_keep_size = -1: an abandoned slot retains WAL without limit and can fill the disk",
+            &[("max_slot_wal_keep_size_mb", keep.into())],
+            "ALTER SYSTEM SET max_slot_wal_keep_size = '50GB' (sized below the WAL disk's free space); SELECT pg_reload_conf(); and alert on sluice_source_replication_lag_bytes",
+        )
+    } else {
+        finding(
+            "pg.max_slot_wal_keep_size",
+            Severity::Ok,
+            format!("max_slot_wal_keep_size = {keep} MB"),
+            &[("max_slot_wal_keep_size_mb", keep.into())],
+            "",
+        )
+    });
+
+    // Privileges.
+    let row = client
+        .query_one(
+            "SELECT current_user::text, rolreplication, rolsuper, \
+                    has_database_privilege(current_database(), 'CREATE') \
+             FROM pg_roles WHERE rolname = current_user",
+            &[],
+        )
+        .await?;
+    let (user, replication, superuser, create): (String, bool, bool, bool) =
+        (row.get(0), row.get(1), row.get(2), row.get(3));
+    let evidence = [
+        ("user", user.clone().into()),
+        ("replication", replication.into()),
+        ("superuser", superuser.into()),
+        ("create_on_database", create.into()),
+    ];
+    findings.push(if !(replication || superuser) {
+        finding(
+            "pg.privilege_replication",
+            Severity::Critical,
+            format!("role {user:?} may not open replication connections"),
+            &evidence,
+            format!("ALTER ROLE {user} REPLICATION"),
+        )
+    } else {
+        finding(
+            "pg.privilege_replication",
+            Severity::Ok,
+            format!("role {user:?} may replicate"),
+            &evidence,
+            "",
+        )
+    });
+
+    if let Some(pipeline) = &target.pipeline {
+        pipeline_tables(client, pipeline, &user, create, findings).await?;
+    }
+    Ok(())
+}
+
+/// Checks of the captured tables: keys, replica identity, publication, SELECT privilege.
+async fn pipeline_tables(
+    client: &Client,
+    pipeline: &PipelineConfig,
+    user: &str,
+    may_create: bool,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
+    let pg = pipeline.postgres();
+    let publication = pipeline.publication_name();
+    let publication_exists = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication WHERE pubname = $1",
+            &[&publication],
+        )
+        .await?
+        .is_some();
+    if !publication_exists {
+        findings.push(if !pg.create_publication {
+            finding(
+                "pg.publication_missing",
+                Severity::Critical,
+                format!("publication {publication:?} does not exist and create_publication = false"),
+                &[("publication", publication.clone().into())],
+                format!("CREATE PUBLICATION {publication} FOR TABLE …, or set source.postgres.create_publication = true"),
+            )
+        } else if !may_create {
+            finding(
+                "pg.privilege_create",
+                Severity::Critical,
+                format!("publication {publication:?} must be created but role {user:?} lacks CREATE on the database"),
+                &[("publication", publication.clone().into()), ("user", user.into())],
+                format!("GRANT CREATE ON DATABASE … TO {user}, or create the publication as its owner"),
+            )
+        } else {
+            finding(
+                "pg.publication_missing",
+                Severity::Info,
+                format!("publication {publication:?} will be created when the pipeline starts"),
+                &[("publication", publication.clone().into())],
+                "",
+            )
+        });
+    }
+    let rows = client
+        .query(
+            "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
+                    EXISTS (SELECT 1 FROM pg_publication_tables p WHERE p.pubname = $3 \
+                            AND p.schemaname = n.nspname AND p.tablename = c.relname), \
+                    has_table_privilege(c.oid, 'SELECT') \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+               AND (n.nspname = ANY($1) OR (n.nspname || '.' || c.relname) = ANY($2)) \
+             ORDER BY 1, 2",
+            &[&pg.schemas, &pg.tables, &publication],
+        )
+        .await?;
+    for table in &pg.tables {
+        let found = rows
+            .iter()
+            .any(|r| format!("{}.{}", r.get::<_, String>(0), r.get::<_, String>(1)) == *table);
+        if !found {
+            findings.push(finding(
+                "pg.table_missing",
+                Severity::Critical,
+                format!("configured table {table} does not exist"),
+                &[("table", table.clone().into())],
+                "fix source.postgres.tables (schema.table, case-sensitive) or create the table",
+            ));
+        }
+    }
+    for row in &rows {
+        let name = format!("{}.{}", row.get::<_, String>(0), row.get::<_, String>(1));
+        let identity: String = row.get(2);
+        let has_pk: bool = row.get(3);
+        let in_publication: bool = row.get(4);
+        let can_select: bool = row.get(5);
+        let evidence = [
+            ("table", name.clone().into()),
+            ("replica_identity", identity.clone().into()),
+            ("primary_key", has_pk.into()),
+        ];
+        match (identity.as_str(), has_pk) {
+            ("n", _) | ("d", false) => findings.push(finding(
+                "pg.table_no_key",
+                Severity::Critical,
+                format!(
+                    "{name} has no primary key and replica identity {}: once it is in the publication, UPDATE and DELETE on it fail on the server",
+                    if identity == "n" { "nothing" } else { "default" }
+                ),
+                &evidence,
+                format!("add a primary key, or ALTER TABLE {name} REPLICA IDENTITY FULL (or USING INDEX on a unique, not-null index)"),
+            )),
+            ("f", false) => findings.push(finding(
+                "pg.table_no_key",
+                Severity::Warning,
+                format!("{name} has no primary key (replica identity full): its records get null keys, so Kafka cannot keep per-row order or compact them"),
+                &evidence,
+                format!("add a primary key to {name}"),
+            )),
+            _ => {}
+        }
+        if publication_exists && !in_publication {
+            findings.push(finding(
+                "pg.publication_coverage",
+                Severity::Warning,
+                format!("{name} is captured by the pipeline but not in publication {publication:?}: its changes are not decoded"),
+                &[("table", name.clone().into()), ("publication", publication.clone().into())],
+                format!("ALTER PUBLICATION {publication} ADD TABLE {name}"),
+            ));
+        }
+        if !can_select {
+            findings.push(finding(
+                "pg.privilege_select",
+                Severity::Warning,
+                format!("role {user:?} cannot SELECT {name} (needed for snapshots and checks)"),
+                &[("table", name.clone().into()), ("user", user.into())],
+                format!("GRANT SELECT ON {name} TO {user}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding>) {
+    let client_brokers = brokers.to_owned();
+    let metadata = tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &client_brokers)
+            .create()?;
+        consumer.fetch_metadata(None, Duration::from_secs(10))
+    })
+    .await;
+    let metadata = match metadata {
+        Ok(Ok(metadata)) => metadata,
+        Ok(Err(error)) => {
+            findings.push(finding(
+                "kafka.unreachable",
+                Severity::Critical,
+                format!("cannot reach Kafka at {brokers}: {error}"),
+                &[("brokers", brokers.into())],
+                "check the bootstrap servers and that the brokers are up and reachable from here",
+            ));
+            return;
+        }
+        Err(error) => {
+            findings.push(finding(
+                "kafka.unreachable",
+                Severity::Critical,
+                error.to_string(),
+                &[],
+                "",
+            ));
+            return;
+        }
+    };
+    let partitions: BTreeMap<String, (usize, usize)> = metadata
+        .topics()
+        .iter()
+        .map(|t| {
+            let replicas = t.partitions().first().map_or(0, |p| p.replicas().len());
+            (t.name().to_owned(), (t.partitions().len(), replicas))
+        })
+        .collect();
+    let broker_id = metadata.brokers().first().map(|b| b.id());
+    // The topics to look at: the pipeline's, else none (cluster-wide checks only).
+    let mut topics: Vec<String> = Vec::new();
+    if let Some(pipeline) = &target.pipeline
+        && let Some(pg_url) = &target.pg_url
+        && let Ok(tables) = captured_table_names(pg_url, pipeline).await
+    {
+        {
+            for table in tables {
+                let topic = format!("{}.{table}", pipeline.kafka.topic_prefix);
+                if partitions.contains_key(&topic) {
+                    topics.push(topic);
+                } else {
+                    findings.push(finding(
+                        "kafka.topic_missing",
+                        if pipeline.kafka.create_topics { Severity::Info } else { Severity::Critical },
+                        if pipeline.kafka.create_topics {
+                            format!("topic {topic} will be created with {} partition(s)", pipeline.kafka.topic_partitions)
+                        } else {
+                            format!("topic {topic} does not exist and kafka.create_topics = false: the pipeline stops at its first change")
+                        },
+                        &[("topic", topic.clone().into())],
+                        if pipeline.kafka.create_topics { String::new() } else {
+                            format!("create {topic} (partitions by your ordering and throughput needs) or set kafka.create_topics = true")
+                        },
+                    ));
+                }
+            }
+        }
+    }
+    let admin: AdminClient<DefaultClientContext> = match ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+    {
+        Ok(admin) => admin,
+        Err(_) => return,
+    };
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(20)));
+    let broker_key = broker_id.map(|id| id.to_string());
+    let mut resources: Vec<ResourceSpecifier<'_>> =
+        topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
+    if let Some(id) = broker_id {
+        resources.push(ResourceSpecifier::Broker(id));
+    }
+    let Ok(Ok(results)) = tokio::time::timeout(
+        Duration::from_secs(30),
+        admin.describe_configs(&resources, &options),
+    )
+    .await
+    else {
+        return;
+    };
+    let acks = target
+        .pipeline
+        .as_ref()
+        .map(|p| kafka::effective_producer_settings(&p.kafka))
+        .and_then(|s| s.get("acks").cloned())
+        .unwrap_or_else(|| "all".into());
+    for resource in results.into_iter().flatten() {
+        let get = |key: &str| resource.get(key).and_then(|e| e.value.clone());
+        match &resource.specifier {
+            rdkafka::admin::OwnedResourceSpecifier::Topic(topic) => {
+                let (_, replicas) = partitions.get(topic).copied().unwrap_or((0, 0));
+                topic_findings(topic, replicas, &acks, &get, findings);
+            }
+            rdkafka::admin::OwnedResourceSpecifier::Broker(_) => {
+                let message_max: i64 = get("message.max.bytes")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                findings.push(finding(
+                    "kafka.broker_message_max_bytes",
+                    Severity::Info,
+                    format!("broker {} accepts records up to {} (message.max.bytes); larger rows stop the pipeline or go to the dead-letter topic", broker_key.clone().unwrap_or_default(), human_bytes(message_max)),
+                    &[("message_max_bytes", message_max.into())],
+                    "",
+                ));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Findings of one topic's configuration.
+fn topic_findings(
+    topic: &str,
+    replicas: usize,
+    acks: &str,
+    get: &dyn Fn(&str) -> Option<String>,
+    findings: &mut Vec<Finding>,
+) {
+    let min_isr: usize = get("min.insync.replicas")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let evidence = [
+        ("topic", topic.into()),
+        ("replication_factor", replicas.into()),
+        ("min_insync_replicas", min_isr.into()),
+        ("acks", acks.into()),
+    ];
+    if (acks == "all" || acks == "-1") && min_isr > replicas {
+        findings.push(finding(
+            "kafka.min_insync_replicas",
+            Severity::Critical,
+            format!("{topic}: min.insync.replicas = {min_isr} exceeds the replication factor {replicas}: every acks=all produce is refused (NOT_ENOUGH_REPLICAS)"),
+            &evidence,
+            format!("kafka-configs --alter --entity-type topics --entity-name {topic} --add-config min.insync.replicas={}", replicas.max(1)),
+        ));
+    } else if replicas > 1 && min_isr >= replicas {
+        findings.push(finding(
+            "kafka.min_insync_replicas",
+            Severity::Warning,
+            format!("{topic}: min.insync.replicas = {min_isr} equals the replication factor: one broker down stops the pipeline"),
+            &evidence,
+            format!("set min.insync.replicas = {} on {topic}", replicas - 1),
+        ));
+    } else if replicas <= 1 {
+        findings.push(finding(
+            "kafka.replication_factor",
+            Severity::Info,
+            format!("{topic}: replication factor {replicas}: one broker's loss loses the topic (fine for development)"),
+            &evidence,
+            "for production, create topics with kafka.topic_replication_factor = 3",
+        ));
+    }
+    let policy = get("cleanup.policy").unwrap_or_default();
+    if policy.contains("compact") {
+        let ratio: f64 = get("min.cleanable.dirty.ratio")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.5);
+        let delete_retention_ms: i64 = get("delete.retention.ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(86_400_000);
+        let segment_ms: i64 = get("segment.ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(604_800_000);
+        let evidence = [
+            ("topic", topic.into()),
+            ("cleanup_policy", policy.clone().into()),
+            ("min_cleanable_dirty_ratio", ratio.into()),
+            ("delete_retention_ms", delete_retention_ms.into()),
+            ("segment_ms", segment_ms.into()),
+        ];
+        if delete_retention_ms < 3_600_000 {
+            findings.push(finding(
+                "kafka.compaction_tombstones",
+                Severity::Warning,
+                format!("{topic}: compacted with delete.retention.ms = {delete_retention_ms}: a consumer that is down longer than that misses the tombstones of deleted rows and keeps them forever"),
+                &evidence,
+                format!("set delete.retention.ms on {topic} above your consumers' longest outage (default 86400000 = 1 day)"),
+            ));
+        }
+        if segment_ms >= 604_800_000 {
+            findings.push(finding(
+                "kafka.compaction_segment",
+                Severity::Info,
+                format!("{topic}: compacted, but the active segment rolls only every {} h (segment.ms): recent updates stay uncompacted that long", segment_ms / 3_600_000),
+                &evidence,
+                format!("lower segment.ms on {topic} (e.g. 3600000) if readers replay it from the start"),
+            ));
+        }
+        if ratio > 0.5 {
+            findings.push(finding(
+                "kafka.compaction_dirty_ratio",
+                Severity::Info,
+                format!("{topic}: min.cleanable.dirty.ratio = {ratio}: more than half of the log may be obsolete before it is cleaned"),
+                &evidence,
+                format!("lower min.cleanable.dirty.ratio on {topic} (0.1–0.5) if replay time or disk matters"),
+            ));
+        }
+    }
+}
+
+async fn captured_table_names(
+    url: &str,
+    pipeline: &PipelineConfig,
+) -> Result<Vec<String>, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    let task = tokio::spawn(connection);
+    let pg = pipeline.postgres();
+    let rows = client
+        .query(
+            "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition \
+               AND (n.nspname = ANY($1) OR (n.nspname || '.' || c.relname) = ANY($2)) ORDER BY 1",
+            &[&pg.schemas, &pg.tables],
+        )
+        .await?;
+    drop(client);
+    let _ = task.await;
+    Ok(rows.iter().map(|r| r.get(0)).collect())
+}
+
+/// Producer settings that cap records per request, and the checkpoint interval.
+fn pipeline_checks(pipeline: &PipelineConfig, findings: &mut Vec<Finding>) {
+    let settings = kafka::effective_producer_settings(&pipeline.kafka);
+    let batch_size: i64 = settings
+        .get("batch.size")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let linger_ms: f64 = settings
+        .get("linger.ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5.0);
+    // A Debezium envelope of a modest row is ~0.5–1 KiB; 1 KiB is the estimate used here.
+    let records_per_batch = batch_size / 1024;
+    let evidence = [
+        ("batch.size", batch_size.into()),
+        ("linger.ms", linger_ms.into()),
+        ("records_per_batch_at_1KiB", records_per_batch.into()),
+    ];
+    findings.push(if records_per_batch < 100 {
+        finding(
+            "pipeline.batch_size",
+            Severity::Warning,
+            format!("batch.size = {batch_size} fits only ~{records_per_batch} change events of ~1 KiB per partition request: throughput is capped by round trips"),
+            &evidence,
+            "remove the batch.size override (sluice's default is 1000000) or raise it in [kafka.producer]",
+        )
+    } else if linger_ms <= 0.0 {
+        finding(
+            "pipeline.linger",
+            Severity::Info,
+            "linger.ms = 0: every record is sent as soon as possible, in small requests under load",
+            &evidence,
+            "\"linger.ms\" = \"5\" in [kafka.producer] batches better at ~5 ms added latency",
+        )
+    } else {
+        finding("pipeline.batch_size", Severity::Ok, "producer batching is not capped", &evidence, "")
+    });
+    let budget = u64::from(pipeline.delivery.max_in_flight_bytes);
+    findings.push(if budget < 4 * 1024 * 1024 {
+        finding(
+            "pipeline.inflight_budget",
+            Severity::Warning,
+            format!("delivery.max_in_flight_bytes = {}: with a broker 10 ms away this caps throughput near {}/s", human_bytes(budget as i64), human_bytes((budget * 100) as i64)),
+            &[("max_in_flight_bytes", budget.into())],
+            "raise delivery.max_in_flight_bytes (default 64 MiB) unless memory is tight",
+        )
+    } else {
+        finding("pipeline.inflight_budget", Severity::Ok, format!("in-flight budget {}", human_bytes(budget as i64)), &[("max_in_flight_bytes", budget.into())], "")
+    });
+    let status_ms = pipeline.postgres().status_interval_ms;
+    findings.push(finding(
+        "pipeline.checkpoint_interval",
+        if status_ms > 10_000 { Severity::Warning } else { Severity::Ok },
+        format!("checkpoints every {status_ms} ms"),
+        &[("status_interval_ms", status_ms.into())],
+        if status_ms > 10_000 { "lower source.postgres.status_interval_ms: the server's wal_sender_timeout (60 s) must see replies well within it, and WAL is released only at checkpoints" } else { "" },
+    ));
+}
+
+/// `12.3 MiB`.
+pub fn human_bytes(bytes: i64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value.abs() >= 1024.0 && unit < units.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
+/// The exit code for the worst severity.
+pub fn exit_code(findings: &[Finding]) -> ExitCode {
+    match findings.iter().map(|f| f.severity).max() {
+        Some(Severity::Critical) => ExitCode::from(2),
+        Some(Severity::Warning) => ExitCode::from(1),
+        _ => ExitCode::SUCCESS,
+    }
+}
+
+/// Human output: problems first, then what is fine.
+pub fn render(findings: &[Finding]) -> String {
+    let mut sorted: Vec<&Finding> = findings.iter().collect();
+    sorted.sort_by(|a, b| b.severity.cmp(&a.severity).then(a.code.cmp(b.code)));
+    let mut out = String::new();
+    for f in sorted {
+        let _ = writeln!(out, "[{}] {}: {}", f.severity.label(), f.code, f.summary);
+        if f.severity > Severity::Ok && !f.evidence.is_empty() {
+            let evidence: Vec<String> = f
+                .evidence
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+                    )
+                })
+                .collect();
+            let _ = writeln!(out, "    evidence: {}", evidence.join(", "));
+        }
+        if !f.fix.is_empty() {
+            let _ = writeln!(out, "    fix: {}", f.fix);
+        }
+    }
+    let count = |s| findings.iter().filter(|f| f.severity == s).count();
+    let _ = writeln!(
+        out,
+        "{} critical, {} warning(s), {} info, {} ok",
+        count(Severity::Critical),
+        count(Severity::Warning),
+        count(Severity::Info),
+        count(Severity::Ok)
+    );
+    out
+}
+
+/// One replication slot, for `sluice slots`.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlotRow {
+    /// Name.
+    pub slot: String,
+    /// Output plugin (empty for physical slots).
+    pub plugin: String,
+    /// `logical` or `physical`.
+    pub slot_type: String,
+    /// Database (logical slots).
+    pub database: Option<String>,
+    /// Whether a connection streams from it.
+    pub active: bool,
+    /// The walsender's pid while active.
+    pub active_pid: Option<i32>,
+    /// WAL between the server's position and the slot's restart LSN (retained).
+    pub restart_lag_bytes: Option<i64>,
+    /// WAL between the server's position and the slot's confirmed flush LSN.
+    pub confirmed_lag_bytes: Option<i64>,
+    /// `wal_status`.
+    pub wal_status: Option<String>,
+    /// `safe_wal_size`: bytes that can still be written before the slot is invalidated.
+    pub safe_wal_size: Option<i64>,
+    /// Whether sluice owns it (the pipeline's slot, or a `sluice_` slot without a pipeline).
+    pub sluice: bool,
+}
+
+/// Every replication slot.
+///
+/// # Errors
+///
+/// The connection or query error.
+pub async fn slots(url: &str, pipeline: Option<&PipelineConfig>) -> anyhow::Result<Vec<SlotRow>> {
+    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
+    let task = tokio::spawn(connection);
+    let rows = client
+        .query(
+            "SELECT slot_name::text, coalesce(plugin::text, ''), slot_type, database::text, active, active_pid, \
+                    (pg_current_wal_lsn() - restart_lsn)::bigint, \
+                    (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, wal_status, safe_wal_size \
+             FROM pg_replication_slots ORDER BY 1",
+            &[],
+        )
+        .await?;
+    drop(client);
+    let _ = task.await;
+    let own = pipeline.map(PipelineConfig::slot_name);
+    Ok(rows
+        .iter()
+        .map(|r| {
+            let slot: String = r.get(0);
+            SlotRow {
+                sluice: own
+                    .as_deref()
+                    .map_or_else(|| slot.starts_with("sluice_"), |own| own == slot),
+                slot,
+                plugin: r.get(1),
+                slot_type: r.get(2),
+                database: r.get(3),
+                active: r.get(4),
+                active_pid: r.get(5),
+                restart_lag_bytes: r.get(6),
+                confirmed_lag_bytes: r.get(7),
+                wal_status: r.get(8),
+                safe_wal_size: r.get(9),
+            }
+        })
+        .collect())
+}
+
+/// Human table of slots.
+pub fn render_slots(rows: &[SlotRow]) -> String {
+    let mut out = format!(
+        "{:<32} {:<9} {:<8} {:<14} {:>12} {:>12} {:<10} {:>12} {}\n",
+        "SLOT", "TYPE", "PLUGIN", "STATE", "RETAINED", "UNCONFIRMED", "WAL", "SAFE", "SLUICE"
+    );
+    let bytes = |v: Option<i64>| v.map_or_else(|| "-".to_owned(), human_bytes);
+    for r in rows {
+        let state = match r.active_pid {
+            Some(pid) if r.active => format!("active {pid}"),
+            _ if r.active => "active".to_owned(),
+            _ => "INACTIVE".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<32} {:<9} {:<8} {:<14} {:>12} {:>12} {:<10} {:>12} {}",
+            r.slot,
+            r.slot_type,
+            r.plugin,
+            state,
+            bytes(r.restart_lag_bytes),
+            bytes(r.confirmed_lag_bytes),
+            r.wal_status.as_deref().unwrap_or("-"),
+            bytes(r.safe_wal_size),
+            if r.sluice { "yes" } else { "" }
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_code_is_the_worst_severity() {
+        let f = |s| finding("x", s, "", &[], "");
+        assert_eq!(
+            exit_code(&[f(Severity::Ok), f(Severity::Info)]),
+            ExitCode::SUCCESS
+        );
+        assert_eq!(
+            exit_code(&[f(Severity::Warning), f(Severity::Ok)]),
+            ExitCode::from(1)
+        );
+        assert_eq!(
+            exit_code(&[f(Severity::Warning), f(Severity::Critical)]),
+            ExitCode::from(2)
+        );
+    }
+
+    #[test]
+    fn compacted_topics_with_short_tombstone_retention_are_flagged() {
+        let mut findings = Vec::new();
+        let config = |key: &str| match key {
+            "cleanup.policy" => Some("compact".to_owned()),
+            "delete.retention.ms" => Some("60000".to_owned()),
+            "min.insync.replicas" => Some("2".to_owned()),
+            _ => None,
+        };
+        topic_findings("t", 1, "all", &config, &mut findings);
+        let codes: Vec<_> = findings.iter().map(|f| (f.code, f.severity)).collect();
+        assert!(
+            codes.contains(&("kafka.min_insync_replicas", Severity::Critical)),
+            "{codes:?}"
+        );
+        assert!(
+            codes.contains(&("kafka.compaction_tombstones", Severity::Warning)),
+            "{codes:?}"
+        );
+        assert!(
+            codes.contains(&("kafka.compaction_segment", Severity::Info)),
+            "{codes:?}"
+        );
+    }
+
+    #[test]
+    fn passwords_never_reach_the_output() {
+        assert_eq!(
+            redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
+}

@@ -1,0 +1,278 @@
+//! `sluice doctor` and `sluice slots` against real conditions: each test creates the
+//! condition (on the shared server with unique names, or on a throwaway cluster for server-wide
+//! settings) and asserts the finding's code, severity and evidence, and the exit code.
+
+use std::process::Command;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use serde_json::Value;
+
+use crate::support::{
+    ThrowawayPg, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    sluice_bin, stack, test_dir, unique,
+};
+
+/// Runs `sluice <args> --json`; returns (exit code, parsed output).
+fn sluice_json(args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
+    let mut command = Command::new(sluice_bin());
+    command.args(args).arg("--json");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().expect("run sluice");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let json = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not JSON ({e}):\n{stdout}\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    (output.status.code().unwrap_or(-1), json)
+}
+
+/// The findings with `code` whose evidence matches `key = value` (when given).
+fn findings<'a>(all: &'a Value, code: &str, key: Option<(&str, Value)>) -> Vec<&'a Value> {
+    all.as_array()
+        .expect("an array of findings")
+        .iter()
+        .filter(|f| f["code"] == code)
+        .filter(|f| key.as_ref().is_none_or(|(k, v)| f["evidence"][*k] == *v))
+        .collect()
+}
+
+/// An abandoned slot with WAL behind it is named with the bytes it retains; `sluice slots`
+/// lists it as inactive with its lag, and marks the pipeline's own slot.
+#[tokio::test(flavor = "multi_thread")]
+async fn abandoned_slot_is_reported_with_the_wal_it_retains() {
+    let client = pg().await;
+    let slot = unique("abandoned");
+    client
+        .query_one(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    // ~4 MiB of WAL behind it.
+    let table = unique("walgen");
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {table} (id int, payload text); \
+             INSERT INTO {table} SELECT g, repeat('x', 1000) FROM generate_series(1, 4000) g; \
+             DROP TABLE {table};"
+        ))
+        .await
+        .unwrap();
+    let s = stack();
+    let (code, all) = sluice_json(
+        &["doctor"],
+        &[("PG_URL", &s.pg_url), ("KAFKA_BROKERS", &s.brokers)],
+    );
+    let found = findings(
+        &all,
+        "pg.slot_inactive",
+        Some(("slot", Value::from(slot.clone()))),
+    );
+    assert_eq!(found.len(), 1, "{all:#}");
+    let retained = found[0]["evidence"]["retained_wal_bytes"].as_i64().unwrap();
+    assert!(retained >= 4_000_000, "retained {retained}");
+    assert!(
+        found[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pg_drop_replication_slot('{slot}')"))
+    );
+    assert!(
+        code >= 1,
+        "the shared server has max_slot_wal_keep_size = -1: at least a warning"
+    );
+
+    let (code, slots) = sluice_json(&["slots"], &[("PG_URL", &s.pg_url)]);
+    assert_eq!(code, 0);
+    let row = slots
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["slot"] == slot.as_str())
+        .expect("the slot is listed");
+    assert_eq!(row["active"], false);
+    assert_eq!(row["plugin"], "pgoutput");
+    assert!(
+        row["restart_lag_bytes"].as_i64().unwrap() >= 4_000_000,
+        "{row}"
+    );
+    assert_eq!(row["sluice"], false, "not a sluice_ slot");
+    client
+        .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
+        .await
+        .unwrap();
+}
+
+/// The pipeline's tables: one without a key (critical: updates would fail on the server), one
+/// left out of an existing publication, and `max_slot_wal_keep_size` unset.
+#[tokio::test(flavor = "multi_thread")]
+async fn tables_without_keys_and_outside_the_publication_are_named() {
+    let _broker = broker_shared().await;
+    let name = unique("doc");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.keyed (id int PRIMARY KEY); \
+             CREATE TABLE {name}.nokey (id int); \
+             CREATE TABLE {name}.later (id int PRIMARY KEY); \
+             CREATE PUBLICATION sluice_{name} FOR TABLE {name}.keyed, {name}.nokey;"
+        ))
+        .await
+        .unwrap();
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, pipeline_toml(&name, &name, &name, free_port(), "")).unwrap();
+    let (code, all) = sluice_json(&["doctor", "--pipeline", file.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "a critical finding: {all:#}");
+    let nokey = findings(
+        &all,
+        "pg.table_no_key",
+        Some(("table", Value::from(format!("{name}.nokey")))),
+    );
+    assert_eq!(nokey.len(), 1, "{all:#}");
+    assert_eq!(nokey[0]["severity"], "critical");
+    assert_eq!(nokey[0]["evidence"]["replica_identity"], "d");
+    assert!(
+        nokey[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("REPLICA IDENTITY FULL")
+    );
+    assert!(
+        findings(
+            &all,
+            "pg.table_no_key",
+            Some(("table", Value::from(format!("{name}.keyed"))))
+        )
+        .is_empty()
+    );
+    let coverage = findings(
+        &all,
+        "pg.publication_coverage",
+        Some(("table", Value::from(format!("{name}.later")))),
+    );
+    assert_eq!(coverage.len(), 1, "{all:#}");
+    assert!(coverage[0]["fix"].as_str().unwrap().contains(&format!(
+        "ALTER PUBLICATION sluice_{name} ADD TABLE {name}.later"
+    )));
+    let keep = findings(&all, "pg.max_slot_wal_keep_size", None);
+    assert_eq!(keep[0]["severity"], "warning");
+    assert_eq!(keep[0]["evidence"]["max_slot_wal_keep_size_mb"], -1);
+    // The topics do not exist yet: they will be created (info).
+    let missing = findings(
+        &all,
+        "kafka.topic_missing",
+        Some(("topic", Value::from(format!("{name}.{name}.keyed")))),
+    );
+    assert_eq!(missing.len(), 1, "{all:#}");
+    assert_eq!(missing[0]["severity"], "info");
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// `synchronous_commit = off` with `wal_writer_delay = 200ms` (a throwaway cluster: these
+/// are server-wide): the latency trap is named with the added latency.
+#[tokio::test(flavor = "multi_thread")]
+async fn async_commit_with_a_slow_wal_writer_is_the_latency_trap() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        ThrowawayPg::start(&[
+            "wal_level=logical",
+            "synchronous_commit=off",
+            "wal_writer_delay=200ms",
+            "max_slot_wal_keep_size=1GB",
+        ])
+    })
+    .await
+    .unwrap();
+    let (code, all) = sluice_json(
+        &["doctor", "--pg-url", &cluster.url],
+        &[("KAFKA_BROKERS", &stack().brokers)],
+    );
+    let trap = findings(&all, "pg.async_commit_latency", None);
+    assert_eq!(trap.len(), 1, "{all:#}");
+    assert_eq!(trap[0]["severity"], "warning");
+    assert_eq!(trap[0]["evidence"]["synchronous_commit"], "off");
+    assert_eq!(trap[0]["evidence"]["wal_writer_delay_ms"], 200);
+    assert!(
+        trap[0]["summary"].as_str().unwrap().contains("600 ms"),
+        "{}",
+        trap[0]
+    );
+    let keep = findings(&all, "pg.max_slot_wal_keep_size", None);
+    assert_eq!(keep[0]["severity"], "ok", "set on this cluster");
+    assert_eq!(code, 1, "warnings only: {all:#}");
+    drop(cluster);
+}
+
+/// A topic whose `min.insync.replicas` exceeds its replication factor refuses every acks=all
+/// write: critical, with the command that fixes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn min_insync_replicas_above_the_replication_factor_is_critical() {
+    let _broker = broker_shared().await;
+    let name = unique("isr");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id int PRIMARY KEY);"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.t");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let new_topic = NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+        .set("min.insync.replicas", "2")
+        .set("cleanup.policy", "compact")
+        .set("delete.retention.ms", "60000");
+    let results = admin
+        .create_topics(
+            [&new_topic],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, pipeline_toml(&name, &name, &name, free_port(), "")).unwrap();
+    let (code, all) = sluice_json(&["doctor", "--pipeline", file.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{all:#}");
+    let isr = findings(
+        &all,
+        "kafka.min_insync_replicas",
+        Some(("topic", Value::from(topic.clone()))),
+    );
+    assert_eq!(isr.len(), 1, "{all:#}");
+    assert_eq!(isr[0]["severity"], "critical");
+    assert_eq!(isr[0]["evidence"]["min_insync_replicas"], 2);
+    assert_eq!(isr[0]["evidence"]["replication_factor"], 1);
+    let tombstones = findings(
+        &all,
+        "kafka.compaction_tombstones",
+        Some(("topic", Value::from(topic.clone()))),
+    );
+    assert_eq!(tombstones.len(), 1, "{all:#}");
+    // Human output carries the same, with the fix.
+    let text = Command::new(sluice_bin())
+        .args(["doctor", "--pipeline", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("[CRITICAL] kafka.min_insync_replicas")
+            && text.contains("fix: kafka-configs"),
+        "{text}"
+    );
+    let _ = admin.delete_topics(&[&topic], &AdminOptions::new()).await;
+    drop_slot_and_publication(&client, &name).await;
+}
