@@ -109,6 +109,30 @@ pub struct PostgresSourceConfig {
     /// before the pipeline is reported stalled (status, metric, log); 0 disables the watchdog.
     #[serde(default = "default_progress_timeout_ms")]
     pub progress_timeout_ms: u64,
+    /// The transactional outbox: a table whose inserted rows become events on per-aggregate
+    /// topics instead of change events.
+    pub outbox: Option<OutboxConfig>,
+}
+
+/// `[source.postgres.outbox]`: the outbox pattern without a separate transform. Column names
+/// default to Debezium's outbox event router's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// The outbox table, `schema.table`; captured even when not listed in `tables`.
+    pub table: String,
+    /// The column whose value routes the event (`{aggregate_type}` in `topic`).
+    #[serde(default = "default_outbox_type_column")]
+    pub aggregate_type_column: String,
+    /// The column whose value is the record key.
+    #[serde(default = "default_outbox_id_column")]
+    pub aggregate_id_column: String,
+    /// The column whose value (its text form, e.g. a JSON document) is the record value.
+    #[serde(default = "default_outbox_payload_column")]
+    pub payload_column: String,
+    /// The topic, with `{aggregate_type}` replaced per row.
+    #[serde(default = "default_outbox_topic")]
+    pub topic: String,
 }
 
 /// What to do when the replication slot this pipeline fed was dropped, recreated (by someone
@@ -325,6 +349,18 @@ const fn default_initial_backoff_ms() -> u64 {
 const fn default_max_backoff_ms() -> u64 {
     DEFAULT_RESTART_MAX_BACKOFF_MS
 }
+fn default_outbox_type_column() -> String {
+    "aggregatetype".into()
+}
+fn default_outbox_id_column() -> String {
+    "aggregateid".into()
+}
+fn default_outbox_payload_column() -> String {
+    "payload".into()
+}
+fn default_outbox_topic() -> String {
+    "outbox.event.{aggregate_type}".into()
+}
 const fn default_progress_timeout_ms() -> u64 {
     DEFAULT_PROGRESS_TIMEOUT_MS
 }
@@ -480,7 +516,7 @@ impl PipelineConfig {
                 );
             }
         }
-        if pg.schemas.is_empty() && pg.tables.is_empty() {
+        if pg.schemas.is_empty() && pg.tables.is_empty() && pg.outbox.is_none() {
             issue(
                 "source.postgres",
                 "nothing to capture: set `schemas = [\"public\"]` and/or `tables = [\"schema.table\"]`"
@@ -492,6 +528,28 @@ impl PipelineConfig {
                 issue(
                     &format!("source.postgres.tables[{index}]"),
                     format!("{table:?} is not a table name: expected \"schema.table\""),
+                );
+            }
+        }
+        if let Some(outbox) = &pg.outbox {
+            if parse_table_name(&outbox.table).is_none() {
+                issue(
+                    "source.postgres.outbox.table",
+                    format!(
+                        "{:?} is not a table name: expected \"schema.table\"",
+                        outbox.table
+                    ),
+                );
+            }
+            if !outbox.topic.contains("{aggregate_type}")
+                || !is_topic_name(&outbox.topic.replace("{aggregate_type}", "x"))
+            {
+                issue(
+                    "source.postgres.outbox.topic",
+                    format!(
+                        "{:?} is not valid: expected a topic name containing {{aggregate_type}}, e.g. \"outbox.event.{{aggregate_type}}\"",
+                        outbox.topic
+                    ),
                 );
             }
         }

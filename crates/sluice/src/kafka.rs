@@ -114,8 +114,8 @@ pub struct OutRecord {
     pub key: Option<Vec<u8>>,
     /// Value bytes (JSON); `None` is a tombstone.
     pub value: Option<Vec<u8>>,
-    /// Headers, name and value.
-    pub headers: Vec<(&'static str, String)>,
+    /// Headers, name and value (names are static but for the outbox's column headers).
+    pub headers: Vec<(std::borrow::Cow<'static, str>, String)>,
 }
 
 impl OutRecord {
@@ -246,7 +246,10 @@ impl ProducerContext for PipelineProducerContext {
                             headers
                                 .iter()
                                 .filter_map(|h| {
-                                    let name = static_header_name(h.key)?;
+                                    let name = static_header_name(h.key).map_or_else(
+                                        || std::borrow::Cow::Owned(h.key.to_owned()),
+                                        std::borrow::Cow::Borrowed,
+                                    );
                                     Some((name, String::from_utf8_lossy(h.value?).into_owned()))
                                 })
                                 .collect()

@@ -9,6 +9,7 @@ mod cdc;
 mod doctor;
 mod faults;
 mod operate;
+mod outbox;
 mod perf;
 mod stack;
 mod support;

@@ -38,6 +38,100 @@ pub struct RelationInfo {
     pub metrics: Arc<TableMetrics>,
     /// A rough per-change overhead of the JSON envelope, for the in-flight budget.
     pub envelope_overhead: usize,
+    /// Set when the table is the pipeline's outbox: inserts become routed events.
+    pub outbox: Option<Arc<OutboxLayout>>,
+}
+
+/// Where the outbox's parts are in its rows.
+#[derive(Debug)]
+pub struct OutboxLayout {
+    /// The topic with `{aggregate_type}` to replace.
+    pub topic: String,
+    /// The routing column.
+    pub aggregate_type: usize,
+    /// The key column.
+    pub aggregate_id: usize,
+    /// The value column.
+    pub payload: usize,
+    /// Every other column, as a header of its name.
+    pub headers: Vec<(usize, std::borrow::Cow<'static, str>)>,
+}
+
+impl OutboxLayout {
+    /// Finds the configured columns in the table's columns.
+    ///
+    /// # Errors
+    ///
+    /// The configuration key of a column the table does not have, and the columns it has.
+    pub fn resolve(
+        columns: &[ColumnInfo],
+        config: &crate::config::OutboxConfig,
+    ) -> Result<Self, (String, String)> {
+        let find = |key: &str, name: &str| {
+            columns.iter().position(|c| c.name == name).ok_or_else(|| {
+                let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+                (
+                    format!("source.postgres.outbox.{key}"),
+                    format!(
+                        "the outbox table {} has no column {name:?}; its columns: {}",
+                        config.table,
+                        names.join(", ")
+                    ),
+                )
+            })
+        };
+        let aggregate_type = find("aggregate_type_column", &config.aggregate_type_column)?;
+        let aggregate_id = find("aggregate_id_column", &config.aggregate_id_column)?;
+        let payload = find("payload_column", &config.payload_column)?;
+        let headers = columns
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ![aggregate_type, aggregate_id, payload].contains(i))
+            .map(|(i, c)| (i, std::borrow::Cow::Owned(c.name.clone())))
+            .collect();
+        Ok(Self {
+            topic: config.topic.clone(),
+            aggregate_type,
+            aggregate_id,
+            payload,
+            headers,
+        })
+    }
+
+    /// The topic of an outbox row; `None` when its aggregate type is NULL.
+    pub fn topic_of(&self, row: &TupleData) -> Option<String> {
+        match row.0.get(self.aggregate_type) {
+            Some(Datum::Text(t)) => Some(
+                self.topic
+                    .replace("{aggregate_type}", &String::from_utf8_lossy(t)),
+            ),
+            _ => None,
+        }
+    }
+
+    /// The event of an inserted outbox row: key = aggregate id, value = payload (NULL → a
+    /// tombstone), the other columns as headers after the position headers.
+    fn encode(
+        &self,
+        row: &TupleData,
+        mut headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+    ) -> Option<OutRecord> {
+        let bytes = |i: usize| match row.0.get(i) {
+            Some(Datum::Text(t) | Datum::Binary(t)) => Some(t.to_vec()),
+            _ => None,
+        };
+        for (i, name) in &self.headers {
+            if let Some(Datum::Text(value)) = row.0.get(*i) {
+                headers.push((name.clone(), String::from_utf8_lossy(value).into_owned()));
+            }
+        }
+        Some(OutRecord {
+            topic: Arc::from(self.topic_of(row)?),
+            key: bytes(self.aggregate_id),
+            value: bytes(self.payload),
+            headers,
+        })
+    }
 }
 
 /// One column.
@@ -122,6 +216,7 @@ impl RelationInfo {
             source_tail: String::from_utf8(tail).unwrap_or_default(),
             metrics,
             envelope_overhead,
+            outbox: None,
         }
     }
 }
@@ -231,6 +326,15 @@ pub struct EncodeOptions {
 /// Encodes a change into its records, in order (`out` gets `record_count` records).
 pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<OutRecord>) {
     let rel = &change.relation;
+    if let Some(outbox) = &rel.outbox {
+        // Only inserts reach here (see the stream); a row without an aggregate type was
+        // refused before admission.
+        if let ChangeKind::Insert { new } = &change.kind {
+            let headers = position_headers(change.commit_lsn, change.lsn, change.tx_index);
+            out.extend(outbox.encode(new, headers));
+        }
+        return;
+    }
     let mut index = change.tx_index;
     let mut push = |out: &mut Vec<OutRecord>, key: Option<Vec<u8>>, value: Option<Vec<u8>>| {
         out.push(OutRecord {
@@ -339,11 +443,15 @@ pub fn encode_message(
     }
 }
 
-fn position_headers(commit_lsn: Lsn, lsn: Lsn, tx_index: u32) -> Vec<(&'static str, String)> {
+fn position_headers(
+    commit_lsn: Lsn,
+    lsn: Lsn,
+    tx_index: u32,
+) -> Vec<(std::borrow::Cow<'static, str>, String)> {
     vec![
-        (HEADER_COMMIT_LSN, commit_lsn.0.to_string()),
-        (HEADER_LSN, lsn.0.to_string()),
-        (HEADER_TX_INDEX, tx_index.to_string()),
+        (HEADER_COMMIT_LSN.into(), commit_lsn.0.to_string()),
+        (HEADER_LSN.into(), lsn.0.to_string()),
+        (HEADER_TX_INDEX.into(), tx_index.to_string()),
     ]
 }
 
@@ -527,7 +635,11 @@ mod tests {
         }
     }
 
-    type Decoded = (Option<Value>, Option<Value>, Vec<(&'static str, String)>);
+    type Decoded = (
+        Option<Value>,
+        Option<Value>,
+        Vec<(std::borrow::Cow<'static, str>, String)>,
+    );
 
     fn encode(change: &RowChange) -> Vec<Decoded> {
         let mut out = Vec::new();
@@ -569,9 +681,9 @@ mod tests {
         assert_eq!(
             headers,
             &vec![
-                (HEADER_COMMIT_LSN, "256".to_owned()),
-                (HEADER_LSN, "128".to_owned()),
-                (HEADER_TX_INDEX, "4".to_owned())
+                (HEADER_COMMIT_LSN.into(), "256".to_owned()),
+                (HEADER_LSN.into(), "128".to_owned()),
+                (HEADER_TX_INDEX.into(), "4".to_owned())
             ]
         );
     }

@@ -204,7 +204,16 @@ impl PgCatalog {
                 .map_err(|e| classify_pg("cannot list tables", e))?;
             rows.iter().for_each(&mut push);
         }
-        for (index, name) in pg.tables.iter().enumerate() {
+        let listed = pg
+            .tables
+            .iter()
+            .enumerate()
+            .map(|(index, name)| (format!("source.postgres.tables[{index}]"), name));
+        let outbox = pg
+            .outbox
+            .iter()
+            .map(|o| ("source.postgres.outbox.table".to_owned(), &o.table));
+        for (key, name) in listed.chain(outbox) {
             let Some((schema, table)) = parse_table_name(name) else {
                 continue;
             };
@@ -215,7 +224,7 @@ impl PgCatalog {
                 .map_err(|e| classify_pg("cannot list tables", e))?;
             if rows.is_empty() {
                 return Err(PipelineError::fatal(
-                    format!("table {name} (source.postgres.tables[{index}]) does not exist"),
+                    format!("table {name} ({key}) does not exist"),
                     "fix the table name in the pipeline file (schema.table, case-sensitive), or create the table",
                 ));
             }

@@ -59,8 +59,8 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::encode::{
-    ChangeKind, EncodeOptions, LogicalMessage, RelationInfo, RowChange, SourceIdentity,
-    encode_change, encode_message, key_differs,
+    ChangeKind, EncodeOptions, LogicalMessage, OutboxLayout, RelationInfo, RowChange,
+    SourceIdentity, encode_change, encode_message, key_differs,
 };
 use super::pgoutput::{self, PgOutputMessage, ReplicaIdentity, TupleData};
 use super::replication::{
@@ -179,8 +179,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         database,
     };
     let mut known_topics: HashSet<String> = HashSet::new();
+    let outbox_table = config.postgres().outbox.as_ref().map(|o| o.table.clone());
     let mut topics: Vec<String> = tables
         .iter()
+        .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
         .map(|t| format!("{}.{}", identity.server_name, t.qualified()))
         .collect();
     topics.extend(config.delivery.dead_letter_topic.clone());
@@ -527,6 +529,15 @@ impl StreamRun<'_> {
                 self.on_relation(relation).await?;
             }
             PgOutputMessage::Insert { relation_id, new } => {
+                if let Some(outbox) = self.relation(relation_id)?.outbox.clone() {
+                    let topic = outbox.topic_of(&new).ok_or_else(|| {
+                        PipelineError::fatal(
+                            format!("an outbox row at LSN {lsn} has a NULL aggregate type: it cannot be routed to a topic"),
+                            "make the outbox's aggregate type column NOT NULL, then restart (this row is skipped only by fixing or deleting it before it is decoded again)",
+                        )
+                    })?;
+                    self.ensure_topic(&topic).await?;
+                }
                 let kind = ChangeKind::Insert { new };
                 self.push_row(relation_id, kind, lsn, size)?;
             }
@@ -634,7 +645,7 @@ impl StreamRun<'_> {
                 .entry(qualified.clone())
                 .or_insert_with(|| Arc::new(TableMetrics::new(&qualified))),
         );
-        let info = RelationInfo::new(
+        let mut info = RelationInfo::new(
             &self.identity,
             &relation.namespace,
             &relation.name,
@@ -647,7 +658,19 @@ impl StreamRun<'_> {
             relation.replica_identity,
             metrics,
         );
-        self.ensure_topic(&info.topic).await?;
+        match self.ctx.config.postgres().outbox.as_ref() {
+            Some(outbox) if outbox.table == qualified => {
+                let layout =
+                    OutboxLayout::resolve(&info.columns, outbox).map_err(|(key, problem)| {
+                        PipelineError::fatal(
+                            format!("{key}: {problem}"),
+                            format!("set {key} to one of the table's columns"),
+                        )
+                    })?;
+                info.outbox = Some(Arc::new(layout));
+            }
+            _ => self.ensure_topic(&info.topic).await?,
+        }
         tracing::debug!(table = %qualified, columns = info.columns.len(), "relation");
         self.relations.insert(relation.id, Arc::new(info));
         Ok(())
@@ -685,6 +708,11 @@ impl StreamRun<'_> {
         size: usize,
     ) -> Result<(), PipelineError> {
         let relation = self.relation(relation_id)?;
+        if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
+            // Outbox rows are events once inserted; their updates and deletes (the usual
+            // insert-then-delete in one transaction) emit nothing.
+            return Ok(());
+        }
         let tx = self.tx.as_mut().ok_or_else(|| {
             PipelineError::retryable(
                 "a row change arrived outside a transaction",
@@ -851,15 +879,15 @@ impl StreamRun<'_> {
         tracing::warn!(topic = %record.topic, lsn = %position, error = %error, "dead-lettering a record");
         self.ctx.metrics.dead_lettered.increment(1);
         let mut headers = record.headers.clone();
-        headers.push((HEADER_DLQ_REASON, error.to_string()));
-        headers.push((HEADER_DLQ_TOPIC, record.topic.to_string()));
+        headers.push((HEADER_DLQ_REASON.into(), error.to_string()));
+        headers.push((HEADER_DLQ_TOPIC.into(), record.topic.to_string()));
         let mut value = record.value;
         if value
             .as_ref()
             .is_some_and(|v| v.len() > config.delivery.dead_letter_max_value_bytes as usize)
         {
             headers.push((
-                HEADER_DLQ_VALUE_OMITTED,
+                HEADER_DLQ_VALUE_OMITTED.into(),
                 value.as_ref().map_or(0, Vec::len).to_string(),
             ));
             value = None;
