@@ -8,5 +8,6 @@
 mod cdc;
 mod faults;
 mod perf;
+mod sink;
 mod stack;
 mod support;
