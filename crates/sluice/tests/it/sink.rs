@@ -309,6 +309,12 @@ fn wait_for_output(root: &Path, expected: usize, timeout: Duration, sluices: &[&
     }
 }
 
+fn assigned(sluice: &Sluice) -> f64 {
+    sluice
+        .metric("sluice_sink_assigned_partitions")
+        .unwrap_or(0.0)
+}
+
 fn committed_records(sluice: &Sluice) -> f64 {
     sluice
         .metric("sluice_sink_records_committed_total")
@@ -339,15 +345,19 @@ async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills:
         &sink_toml(&name, &topic, &root, port, format, subs, ""),
         port,
     );
-    for _ in 0..kills {
-        // Kill while it works: after it has committed something since (re)starting.
+    for kill in 1..=kills {
+        // Kill while it works: a moment after it has its partitions.
         let deadline = Instant::now() + Duration::from_secs(120);
-        while committed_records(&sluice) < 1.0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
+        while assigned(&sluice) < 1.0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        let pause = rand::rng().random_range(200..1200);
+        let pause = rand::rng().random_range(100..2500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
+        let committed = committed_records(&sluice);
         sluice.kill();
+        println!(
+            "sink {format}: SIGKILL {kill} after {pause} ms of work ({committed} records committed by that process)"
+        );
         sluice.restart();
     }
     let sluice_ref = &sluice;
@@ -378,7 +388,7 @@ async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn jsonl_every_offset_exactly_once_across_sigkills() {
-    exactly_once_across_kills("jsonl", 200_000, 4, 3).await;
+    exactly_once_across_kills("jsonl", 300_000, 4, 3).await;
 }
 
 /// Size of the Parquet run: `SLUICE_IT_SINK_RECORDS` (the issue asks for 2,000,000).
@@ -440,8 +450,15 @@ async fn two_processes_in_a_group_one_killed() {
         let topic = topic.clone();
         tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 2, 500, RECORDS / 2))
     };
-    tokio::time::sleep(Duration::from_millis(rand::rng().random_range(300..1500))).await;
+    // Kill B after it has committed files of its partition, while it works on more.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_records(&b) < 1.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..1000))).await;
+    let b_committed = committed_records(&b);
     b.kill();
+    println!("sink group: process B killed after committing {b_committed} records");
     producer.await.unwrap();
     let ends = end_offsets(&topic, 2);
     assert_eq!(ends.values().sum::<i64>(), RECORDS as i64);
