@@ -535,6 +535,9 @@ impl Epoch {
         let index = match self.files.iter().position(|f| f.dir == dir) {
             Some(index) => index,
             None => {
+                if self.files.is_empty() {
+                    fs::create_dir_all(&self.staging)?;
+                }
                 let staged_name = format!(".tmp-e{}-{}", self.number, self.next_file);
                 self.next_file += 1;
                 let file = OpenFile::create(
@@ -741,6 +744,65 @@ mod tests {
             fs::read_to_string(dir.join("x/y/part-t+0+s1+40-42.jsonl")).unwrap(),
             "{}\n"
         );
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn compressed_json_lines_round_trip() {
+        use std::io::Read as _;
+        let dir = temp_root("compressed");
+        let root = OutputRoot::open(&dir, 2).unwrap();
+        for compression in [FileCompression::Gzip, FileCompression::Zstd] {
+            let settings = FileSettings {
+                compression,
+                metadata: false,
+                ..settings()
+            };
+            let mut epoch = Epoch::new(&root, id(), 0);
+            for offset in 0..100 {
+                let value = format!(r#"{{"n":{offset}}}"#);
+                let fields = parse_object(&value).ok();
+                let record = OutputRecord {
+                    row: ParquetRow {
+                        topic: "t",
+                        partition: 0,
+                        offset,
+                        timestamp_ms: None,
+                        key: None,
+                        value: &value,
+                        fields: fields.as_deref(),
+                    },
+                    topic_json: "\"t\"",
+                };
+                epoch.write(String::new(), &record, &settings).unwrap();
+            }
+            let files = epoch.commit(&root, &settings).unwrap();
+            assert_eq!(files.len(), 1);
+            let raw = fs::read(&files[0]).unwrap();
+            let mut text = String::new();
+            match compression {
+                FileCompression::Gzip => {
+                    assert!(files[0].to_string_lossy().ends_with("+0-99.jsonl.gz"));
+                    flate2::read::GzDecoder::new(&raw[..])
+                        .read_to_string(&mut text)
+                        .unwrap();
+                }
+                _ => {
+                    assert!(files[0].to_string_lossy().ends_with("+0-99.jsonl.zst"));
+                    text = String::from_utf8(zstd::decode_all(&raw[..]).unwrap()).unwrap();
+                }
+            }
+            let numbers: Vec<i64> = text
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["n"]
+                        .as_i64()
+                        .unwrap()
+                })
+                .collect();
+            assert_eq!(numbers, (0..100).collect::<Vec<_>>());
+            fs::remove_file(&files[0]).unwrap();
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -269,6 +269,13 @@ fn run_once(
             generation: 0,
             failure: None,
             clock: Instant::now(),
+            topics: config
+                .kafka()
+                .topics
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
+            consumed: ::metrics::counter!(metrics::RECORDS_CONSUMED),
         }),
     };
     let consumer: BaseConsumer<SinkContext> = consumer_config(config)
@@ -374,7 +381,15 @@ impl ConsumerContext for SinkContext {
         let partitions: Vec<(Arc<str>, i32)> = tpl
             .elements()
             .iter()
-            .map(|e| (Arc::from(e.topic()), e.partition()))
+            .map(|e| {
+                let topic = intake
+                    .topics
+                    .iter()
+                    .find(|t| ***t == *e.topic())
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(e.topic()));
+                (topic, e.partition())
+            })
             .collect();
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
@@ -446,6 +461,9 @@ struct Intake {
     generation: u64,
     failure: Option<PipelineError>,
     clock: Instant,
+    /// The source topics' names, shared by the partition keys.
+    topics: Vec<Arc<str>>,
+    consumed: ::metrics::Counter,
 }
 
 impl Intake {
@@ -588,7 +606,11 @@ impl Intake {
     }
 
     fn on_message(&mut self, consumer: &BaseConsumer<SinkContext>, message: &BorrowedMessage<'_>) {
-        let key = (Arc::<str>::from(message.topic()), message.partition());
+        // The topic's shared name: no allocation per record.
+        let Some(topic) = self.topics.iter().find(|t| ***t == *message.topic()) else {
+            return;
+        };
+        let key = (Arc::clone(topic), message.partition());
         let Some(state) = self.partitions.get_mut(&key) else {
             return;
         };
@@ -597,7 +619,7 @@ impl Intake {
             return;
         }
         state.next_offset = Some(offset + 1);
-        ::metrics::counter!(metrics::RECORDS_CONSUMED).increment(1);
+        self.consumed.increment(1);
         state.waiting.push_back(RecordData {
             offset,
             key: message.key().map(<[u8]>::to_vec),

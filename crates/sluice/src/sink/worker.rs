@@ -492,6 +492,177 @@ pub fn sub_partition(key: Option<&[u8]>, offset: i64, sub_partitions: u32) -> u3
 mod tests {
     use super::*;
 
+    use crate::sink::config::{FileCompression, FileFormat};
+    use sluice_engine::InFlightBudget;
+    use std::num::NonZeroU32;
+
+    fn settings(policy: FailurePolicy) -> Arc<WorkerSettings> {
+        Arc::new(WorkerSettings {
+            files: FileSettings {
+                format: FileFormat::Jsonl,
+                compression: FileCompression::None,
+                metadata: true,
+                parquet_row_group_records: 100,
+            },
+            template: PathTemplate::parse("{topic}/d={created:%Y-%m-%d}").unwrap(),
+            roll_records: 1_000,
+            roll_bytes: 1 << 30,
+            roll_interval: Duration::from_secs(60),
+            skip_tombstones: true,
+            policy,
+            retry_max_attempts: 3,
+            retry_backoff: Duration::from_millis(1),
+        })
+    }
+
+    /// Runs a worker over `values` (None = tombstone), then asks it to finish; returns its
+    /// events and the root.
+    fn run_worker(
+        name: &str,
+        policy: FailurePolicy,
+        values: &[Option<&str>],
+    ) -> (Vec<WorkerEvent>, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sluice-worker-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        let id = SubPartitionId {
+            topic: "t".into(),
+            partition: 0,
+            sub: 0,
+        };
+        let mut worker = spawn(
+            id,
+            1,
+            0,
+            root,
+            settings(policy),
+            events_tx,
+            None,
+            Instant::now(),
+        )
+        .unwrap();
+        let budget = InFlightBudget::new(
+            NonZeroU32::new(1 << 20).unwrap(),
+            NonZeroU32::new(100).unwrap(),
+        );
+        let mut tracker = sluice_engine::AckTracker::new(None);
+        for (offset, value) in values.iter().enumerate() {
+            let seq = tracker.push(Some(offset as i64 + 1)).unwrap();
+            let data = RecordData {
+                offset: offset as i64,
+                key: Some(b"k".to_vec()),
+                value: value.map(|v| v.as_bytes().to_vec()),
+                timestamp_ms: Some(0),
+            };
+            let permit = budget.try_acquire(data.size()).unwrap();
+            worker
+                .tx
+                .send(WorkerMsg::Record(data, seq, permit))
+                .unwrap();
+        }
+        worker.tx.send(WorkerMsg::Finish).unwrap();
+        let mut events = Vec::new();
+        while let Ok(event) = events_rx.recv_timeout(Duration::from_secs(10)) {
+            let stopped = matches!(event, WorkerEvent::Stopped { .. });
+            events.push(event);
+            if stopped {
+                break;
+            }
+        }
+        worker.thread.take().unwrap().join().unwrap();
+        // Every record's budget share was given back.
+        assert_eq!(budget.in_flight_records(), 0);
+        (events, dir)
+    }
+
+    #[test]
+    fn records_become_files_and_acks_only_when_committed() {
+        let good = r#"{"created":"2026-11-23","v":1}"#;
+        let (events, dir) = run_worker(
+            "good",
+            FailurePolicy::Stop,
+            &[
+                Some(good),
+                None,
+                Some(good),
+                Some(r#"{"created":"2026-11-24"}"#),
+            ],
+        );
+        let seqs: Vec<u64> = events
+            .iter()
+            .flat_map(|e| match e {
+                WorkerEvent::Committed { seqs, .. } => seqs.iter().map(|s| s.0).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(seqs, [0, 1, 2, 3], "{events:?}");
+        let day1 =
+            std::fs::read_to_string(dir.join("t/d=2026-11-23/part-t+0+s0+0-2.jsonl")).unwrap();
+        assert_eq!(day1.lines().count(), 2);
+        assert!(dir.join("t/d=2026-11-24/part-t+0+s0+3-3.jsonl").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_poison_record_stops_without_committing() {
+        for policy in [FailurePolicy::Stop, FailurePolicy::Retry] {
+            let (events, dir) = run_worker(
+                "poison",
+                policy,
+                &[Some(r#"{"created":"2026-11-23"}"#), Some("{oops")],
+            );
+            assert!(
+                events
+                    .iter()
+                    .all(|e| !matches!(e, WorkerEvent::Committed { .. })),
+                "{events:?}"
+            );
+            let failure = events
+                .iter()
+                .find_map(|e| match e {
+                    WorkerEvent::Failed(error) => Some(error),
+                    _ => None,
+                })
+                .expect("a failure");
+            assert!(!failure.is_retryable());
+            let text = failure.chain();
+            assert!(
+                text.contains("offset 1") && text.contains("not valid JSON"),
+                "{text}"
+            );
+            let attempts = if policy == FailurePolicy::Retry { 3 } else { 1 };
+            assert!(
+                text.contains(&format!("after {attempts} attempt(s)")),
+                "{text}"
+            );
+            let mut files = Vec::new();
+            for entry in walk(&dir) {
+                if entry
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+                {
+                    files.push(entry);
+                }
+            }
+            assert!(files.is_empty(), "{files:?}");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+        out
+    }
+
     #[test]
     fn keys_spread_and_stay_put() {
         let mut counts = [0u32; 8];

@@ -515,8 +515,9 @@ async fn poison_records_go_to_the_dead_letter_topic() {
     let dir = test_dir(&name);
     let root = dir.join("out");
     let port = free_port();
+    // A small queue, so that partitions are paused and resumed on the way.
     let extra = format!(
-        "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\n"
+        "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\nmax_queued_records_per_partition = 20\n"
     );
     let mut sluice = Sluice::start(
         &dir,
@@ -570,6 +571,13 @@ async fn poison_records_go_to_the_dead_letter_topic() {
     tokio::task::block_in_place(|| {
         wait_for_output(&root, expected, Duration::from_secs(120), &[sluice_ref])
     });
+    let pauses = sluice
+        .metric("sluice_sink_partition_pauses_total")
+        .unwrap_or(0.0);
+    assert!(
+        pauses >= 1.0,
+        "no partition was paused with a 20-record queue"
+    );
     assert!(
         sluice.stop(),
         "graceful stop failed:\n{}",
