@@ -33,9 +33,15 @@ pub const DEFAULT_ROLL_INTERVAL_MS: u64 = 60_000;
 /// Default sub-partitions per Kafka partition.
 pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// Default per-partition queue limit in bytes (key + value).
-pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 16 * 1024 * 1024;
-/// Default per-partition queue limit in records.
-pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
+///
+/// A paused partition is fetched again only up to ~1 s after it is resumed (librdkafka serves
+/// the resume on its main thread and the fetching broker thread notices at its next wake-up),
+/// so a queue must hold about a second of the workers' work: with 50,000 records the sink
+/// idled most of each second (`bench/run --cases sink`: ~160-400K records/s against ~650-730K
+/// with 200,000).
+pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 64 * 1024 * 1024;
+/// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
+pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 200_000;
 /// Default time a worker may spend on one record or one file commit.
 pub const DEFAULT_PROCESSING_TIMEOUT_MS: u64 = 60_000;
 /// Default time to finish in-flight work when partitions are revoked or on shutdown.

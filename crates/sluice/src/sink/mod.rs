@@ -75,6 +75,11 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // Fetch in large chunks; the per-partition queue budget bounds what waits for workers.
     ("fetch.max.bytes", "52428800"),
     ("queued.max.messages.kbytes", "65536"),
+    // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
+    // and backs a partition off after a pause discards its in-flight fetch: both left the
+    // consumer idle for most of each second whenever the workers briefly fell behind.
+    ("fetch.queue.backoff.ms", "10"),
+    ("fetch.error.backoff.ms", "50"),
 ];
 
 /// Runs a sink pipeline with its admin server until a signal or a fatal error.
