@@ -201,6 +201,29 @@ pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
     client
 }
 
+/// The workers' settings from the pipeline file.
+fn worker_settings(config: &SinkPipelineConfig) -> Result<WorkerSettings, PipelineError> {
+    let files = config.files();
+    let template = PathTemplate::parse(&files.path_template)
+        .map_err(|problem| PipelineError::fatal("sink.files.path_template is invalid", problem))?;
+    Ok(WorkerSettings {
+        files: FileSettings {
+            format: files.format,
+            compression: config.compression(),
+            metadata: files.metadata,
+            parquet_row_group_records: files.parquet_row_group_records,
+        },
+        template,
+        roll_records: files.roll_records,
+        roll_bytes: files.roll_bytes,
+        roll_interval: Duration::from_millis(files.roll_interval_ms),
+        skip_tombstones: files.skip_tombstones,
+        policy: config.delivery.on_failure,
+        retry_max_attempts: config.delivery.retry_max_attempts,
+        retry_backoff: Duration::from_millis(config.delivery.retry_backoff_ms),
+    })
+}
+
 /// One run: from subscribing until shutdown or an error.
 fn run_once(
     config: &Arc<SinkPipelineConfig>,
@@ -217,24 +240,7 @@ fn run_once(
         ),
         RootError::Io { .. } => PipelineError::retryable("cannot prepare the output root", error),
     })?;
-    let template = PathTemplate::parse(&files.path_template)
-        .map_err(|problem| PipelineError::fatal("sink.files.path_template is invalid", problem))?;
-    let settings = Arc::new(WorkerSettings {
-        files: FileSettings {
-            format: files.format,
-            compression: config.compression(),
-            metadata: files.metadata,
-            parquet_row_group_records: files.parquet_row_group_records,
-        },
-        template,
-        roll_records: files.roll_records,
-        roll_bytes: files.roll_bytes,
-        roll_interval: Duration::from_millis(files.roll_interval_ms),
-        skip_tombstones: files.skip_tombstones,
-        policy: config.delivery.on_failure,
-        retry_max_attempts: config.delivery.retry_max_attempts,
-        retry_backoff: Duration::from_millis(config.delivery.retry_backoff_ms),
-    });
+    let settings = Arc::new(worker_settings(config)?);
     let dead_letter = match (
         &config.delivery.dead_letter_topic,
         config.delivery.on_failure,
@@ -908,4 +914,159 @@ fn bookkeeping(error: sluice_engine::WatermarkError) -> PipelineError {
         "this is a bug in sluice: please report it with the log",
         error,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    fn intake(name: &str) -> Intake {
+        let dir = std::env::temp_dir().join(format!("sluice-intake-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = format!(
+            "name = \"t\"\n[source.kafka]\nbrokers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n\
+             [sink.files]\npath = \"{}\"\nformat = \"jsonl\"\nsub_partitions = 1\n\
+             [delivery]\nprocessing_timeout_ms = 100\n",
+            dir.display()
+        );
+        let config = SinkPipelineConfig::from_toml(&text, "test.toml", &|_| None).unwrap();
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        Intake {
+            settings: Arc::new(worker_settings(&config).unwrap()),
+            root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
+            config: Arc::new(config),
+            dead_letter: None,
+            partitions: HashMap::new(),
+            events_tx,
+            events_rx,
+            generation: 0,
+            failure: None,
+            clock: Instant::now(),
+            topics: vec![Arc::from("t")],
+            consumed: ::metrics::Counter::noop(),
+        }
+    }
+
+    /// A partition with one sub-partition whose worker is the returned channel.
+    fn partition(skip: i64, records: u32) -> (PartitionState, Receiver<WorkerMsg>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let state = PartitionState {
+            generation: 1,
+            tracker: AckTracker::new(None),
+            budget: InFlightBudget::new(
+                NonZeroU32::new(1 << 20).unwrap(),
+                NonZeroU32::new(records).unwrap(),
+            ),
+            workers: vec![WorkerHandle {
+                tx,
+                busy_since_ms: Arc::new(AtomicU64::new(0)),
+                abandoned: Arc::new(AtomicBool::new(false)),
+                thread: None,
+            }],
+            skip: vec![skip],
+            waiting: VecDeque::new(),
+            paused: false,
+            next_offset: None,
+            committed: None,
+            stopped: 0,
+        };
+        (state, rx)
+    }
+
+    fn record(offset: i64) -> RecordData {
+        RecordData {
+            offset,
+            key: Some(b"k".to_vec()),
+            value: Some(b"{}".to_vec()),
+            timestamp_ms: None,
+        }
+    }
+
+    #[test]
+    fn admission_skips_committed_records_and_stops_at_the_budget() {
+        let (mut state, rx) = partition(5, 2);
+        state.waiting.extend((3..=10).map(record));
+        admit(&mut state, 1).unwrap();
+        // 3..=5 are already in files: acknowledged at once; 6 and 7 fill the budget.
+        assert_eq!(state.tracker.watermark(), Some(&6));
+        let admitted: Vec<WorkerMsg> = rx.try_iter().collect();
+        let offsets: Vec<i64> = admitted
+            .iter()
+            .map(|m| match m {
+                WorkerMsg::Record(data, ..) => data.offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [6, 7]);
+        assert_eq!(state.waiting.len(), 3);
+        // The worker is done with them: the budget frees, the rest goes in order.
+        drop(admitted);
+        admit(&mut state, 1).unwrap();
+        let offsets: Vec<i64> = rx
+            .try_iter()
+            .map(|m| match m {
+                WorkerMsg::Record(data, ..) => data.offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [8, 9]);
+        assert_eq!(state.waiting.len(), 1);
+    }
+
+    #[test]
+    fn committed_epochs_move_the_watermark_in_order() {
+        let mut intake = intake("acks");
+        let (mut state, rx) = partition(-1, 10);
+        state.waiting.extend((0..3).map(record));
+        admit(&mut state, 1).unwrap();
+        intake.partitions.insert((Arc::from("t"), 0), state);
+        let seqs: Vec<sluice_engine::Seq> = rx
+            .try_iter()
+            .map(|m| match m {
+                WorkerMsg::Record(_, seq, _) => seq,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let committed = |seqs: Vec<sluice_engine::Seq>, generation| WorkerEvent::Committed {
+            topic: Arc::from("t"),
+            partition: 0,
+            generation,
+            seqs,
+        };
+        // A stale generation is ignored; a later record alone does not move the watermark.
+        intake.apply(committed(vec![seqs[0]], 7));
+        intake.apply(committed(vec![seqs[2]], 1));
+        let watermark = |intake: &Intake| {
+            intake.partitions[&(Arc::from("t"), 0)]
+                .tracker
+                .watermark()
+                .copied()
+        };
+        assert_eq!(watermark(&intake), None);
+        intake.apply(committed(vec![seqs[0], seqs[1]], 1));
+        assert_eq!(watermark(&intake), Some(3));
+        assert!(intake.failure.is_none());
+    }
+
+    #[test]
+    fn a_worker_stuck_past_the_processing_timeout_fails_the_run() {
+        let mut intake = intake("stuck");
+        let (state, _rx) = partition(-1, 10);
+        let busy = Arc::clone(&state.workers[0].busy_since_ms);
+        intake.partitions.insert((Arc::from("t"), 0), state);
+        intake.check_workers();
+        assert!(intake.failure.is_none(), "idle is not stuck");
+        busy.store(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(150));
+        intake.check_workers();
+        let failure = intake.failure.take().expect("a failure");
+        assert!(failure.is_retryable());
+        assert!(
+            failure.chain().contains("processing_timeout_ms = 100"),
+            "{}",
+            failure.chain()
+        );
+    }
 }
