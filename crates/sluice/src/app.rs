@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, PipelineState, RestartEvent, StatusBoard, metrics as m};
 use crate::cli::{Cli, Command, LogFormat};
-use crate::config::{PipelineConfig, RestartConfig, RestartPolicy};
+use crate::config::{PipelineConfig, PipelineFile, RestartConfig, RestartPolicy};
 use crate::error::PipelineError;
 use crate::source::postgres::stream::{RunContext, run_once};
 
@@ -42,15 +42,22 @@ pub fn init_tracing(cli: &Cli) {
 pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run { pipeline } => {
-            let config = PipelineConfig::load(&pipeline)?;
-            let prometheus = admin::install_recorder(&config.name)?;
-            runtime()?.block_on(run_pipeline(Arc::new(config), prometheus))?;
+            match PipelineFile::load(&pipeline)? {
+                PipelineFile::Cdc(config) => {
+                    let prometheus = admin::install_recorder(&config.name)?;
+                    runtime()?.block_on(run_pipeline(Arc::new(config), prometheus))?;
+                }
+                PipelineFile::Sink(config) => {
+                    let prometheus = admin::install_recorder(&config.name)?;
+                    runtime()?.block_on(crate::sink::run_pipeline(Arc::new(config), prometheus))?;
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { pipeline } => {
-            let config = PipelineConfig::load(&pipeline)?;
-            runtime()?.block_on(crate::check::check(&config))
-        }
+        Command::Check { pipeline } => match PipelineFile::load(&pipeline)? {
+            PipelineFile::Cdc(config) => runtime()?.block_on(crate::check::check(&config)),
+            PipelineFile::Sink(config) => crate::check::check_sink(&config),
+        },
         Command::Doctor {
             pipeline,
             pg_url,
@@ -333,7 +340,7 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-async fn stop_on_signal(shutdown: CancellationToken) {
+pub(crate) async fn stop_on_signal(shutdown: CancellationToken) {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

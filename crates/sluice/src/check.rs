@@ -8,6 +8,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
+use crate::sink::config::SinkPipelineConfig;
 use crate::source::postgres::setup::PgCatalog;
 
 /// Runs the checks, printing a report; the exit code is 0 when everything is ready.
@@ -132,4 +133,77 @@ async fn check_kafka(config: &PipelineConfig) -> Result<String, PipelineError> {
         metadata.brokers().len(),
         metadata.topics().len()
     ))
+}
+
+/// `sluice check` for a Kafka → files pipeline: the brokers answer, the topics exist, and the
+/// output root (if it exists) was written with the same number of sub-partitions.
+///
+/// # Errors
+///
+/// Never for failed checks (they are reported); only for broken output.
+pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
+    let mut ok = true;
+    println!("pipeline {:?}: configuration is valid", config.name);
+    let kafka = config.kafka();
+    let metadata = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.brokers)
+        .create::<BaseConsumer>()
+        .and_then(|consumer| consumer.fetch_metadata(None, Duration::from_secs(10)));
+    match metadata {
+        Ok(metadata) => {
+            println!(
+                "kafka: connected to {} ({} broker(s))",
+                kafka.brokers,
+                metadata.brokers().len()
+            );
+            for topic in &kafka.topics {
+                match metadata.topics().iter().find(|t| t.name() == topic) {
+                    Some(found) if found.error().is_none() => println!(
+                        "topic {topic:?}: {} partition(s) -> group {:?}",
+                        found.partitions().len(),
+                        config.group_id()
+                    ),
+                    _ => {
+                        ok = false;
+                        println!("topic {topic:?}: MISSING");
+                    }
+                }
+            }
+        }
+        Err(error) => {
+            ok = false;
+            println!("kafka: FAILED: cannot reach {}: {error}", kafka.brokers);
+            println!("  fix: check source.kafka.brokers and that the brokers are up");
+        }
+    }
+    let files = config.files();
+    let marker = files.path.join(crate::sink::files::ROOT_MARKER);
+    match std::fs::read_to_string(&marker) {
+        Ok(text) => {
+            let stored = serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["sub_partitions"].as_u64());
+            if stored == Some(u64::from(files.sub_partitions)) {
+                println!(
+                    "output root {}: exists, {} sub-partitions",
+                    files.path.display(),
+                    files.sub_partitions
+                );
+            } else {
+                ok = false;
+                println!(
+                    "output root {}: written with sub_partitions = {stored:?}, but the file says {}",
+                    files.path.display(),
+                    files.sub_partitions
+                );
+            }
+        }
+        Err(_) => println!("output root {}: will be created", files.path.display()),
+    }
+    println!("{}", if ok { "ready" } else { "not ready" });
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

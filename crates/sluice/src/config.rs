@@ -459,17 +459,7 @@ impl PipelineConfig {
         if !issues.is_empty() {
             return Err(invalid(issues));
         }
-        let config: PipelineConfig = serde_path_to_error::deserialize(value).map_err(|error| {
-            let key = error.path().to_string();
-            invalid(vec![ConfigIssue {
-                key: if key == "." {
-                    "(top level)".into()
-                } else {
-                    key
-                },
-                problem: error.into_inner().to_string(),
-            }])
-        })?;
+        let config: PipelineConfig = deserialize_strict(value).map_err(invalid)?;
         let issues = config.validate();
         if issues.is_empty() {
             Ok(config)
@@ -694,13 +684,113 @@ impl PipelineConfig {
     }
 }
 
+/// What a pipeline file describes: PostgreSQL → Kafka (`[source.postgres]` and `[kafka]`) or
+/// Kafka → files (`[source.kafka]` and `[sink.files]`).
+#[derive(Debug, Clone)]
+pub enum PipelineFile {
+    /// Change data capture into Kafka.
+    Cdc(PipelineConfig),
+    /// Kafka topics into files.
+    Sink(crate::sink::config::SinkPipelineConfig),
+}
+
+impl PipelineFile {
+    /// Reads, interpolates, parses and validates a pipeline file of either kind; the kind is
+    /// decided by the source section (`[source.kafka]` is a sink pipeline).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the file and every invalid key.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string(), &|name| {
+            std::env::var(name).ok()
+        })
+    }
+
+    /// Parses and validates pipeline text of either kind.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `origin` and every invalid key.
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let value: toml::Value = toml::from_str(text).map_err(|source| ConfigError::Syntax {
+            path: origin.to_owned(),
+            source,
+        })?;
+        let is_sink = value
+            .get("source")
+            .and_then(toml::Value::as_table)
+            .is_some_and(|source| source.contains_key("kafka"));
+        if is_sink {
+            crate::sink::config::SinkPipelineConfig::from_toml(text, origin, env).map(Self::Sink)
+        } else {
+            PipelineConfig::from_toml(text, origin, env).map(Self::Cdc)
+        }
+    }
+
+    /// The pipeline's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Cdc(config) => &config.name,
+            Self::Sink(config) => &config.name,
+        }
+    }
+}
+
+/// Parses TOML text and replaces `${…}` in every string; the issues name the keys.
+pub(crate) fn parse_interpolated(
+    text: &str,
+    origin: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<toml::Value, ConfigError> {
+    let mut value: toml::Value = toml::from_str(text).map_err(|source| ConfigError::Syntax {
+        path: origin.to_owned(),
+        source,
+    })?;
+    let mut issues = Vec::new();
+    interpolate(&mut value, &mut String::new(), env, &mut issues);
+    if issues.is_empty() {
+        Ok(value)
+    } else {
+        Err(ConfigError::Invalid {
+            path: origin.to_owned(),
+            issues,
+        })
+    }
+}
+
+/// Deserializes strictly; an error names the key's path.
+pub(crate) fn deserialize_strict<T: serde::de::DeserializeOwned>(
+    value: toml::Value,
+) -> Result<T, Vec<ConfigIssue>> {
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let key = error.path().to_string();
+        vec![ConfigIssue {
+            key: if key == "." {
+                "(top level)".into()
+            } else {
+                key
+            },
+            problem: error.into_inner().to_string(),
+        }]
+    })
+}
+
 /// Splits `schema.table`.
 pub fn parse_table_name(name: &str) -> Option<(&str, &str)> {
     let (schema, table) = name.split_once('.')?;
     (!schema.is_empty() && !table.is_empty() && !table.contains('.')).then_some((schema, table))
 }
 
-fn is_identifier(name: &str) -> bool {
+pub(crate) fn is_identifier(name: &str) -> bool {
     (1..=40).contains(&name.len())
         && name
             .bytes()
@@ -714,7 +804,7 @@ fn is_slot_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-fn is_topic_name(name: &str) -> bool {
+pub(crate) fn is_topic_name(name: &str) -> bool {
     (1..=200).contains(&name.len())
         && name
             .bytes()

@@ -6,11 +6,15 @@
 //! source::postgres  -> decode (pgoutput)  -> event (Debezium JSON, encoded in parallel)
 //!   -> kafka::producer (rdkafka) -> delivery reports -> sluice_engine::AckTracker
 //!   -> checkpoint: the slot's confirmed flush LSN = the watermark
+//!
+//! kafka consumer (sink intake) -> per-partition queues -> sub-partition workers (by key)
+//!   -> epochs of JSON Lines / Parquet files, committed atomically -> sluice_engine::AckTracker
+//!   -> checkpoint: the group's committed offsets = the watermark (the files are the truth)
 //! ```
 //!
 //! Module map: [`config`] (the pipeline file), [`cli`] (the `sluice` command line), [`app`]
 //! (wiring and supervision), [`source`] (sources), [`event`] (the change-event format),
-//! [`kafka`] (the Kafka layer), [`sink`] (sinks), [`admin`] (HTTP admin and metrics),
+//! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`admin`] (HTTP admin and metrics),
 //! [`doctor`] (`sluice doctor` and `sluice slots`).
 
 pub mod admin;

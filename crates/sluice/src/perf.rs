@@ -76,6 +76,10 @@ pub struct ProduceArgs {
     /// Value size in bytes, or a range `MIN-MAX` (uniform).
     #[arg(long, default_value = "100")]
     pub value_size: String,
+    /// Values as JSON objects `{"id":KEY,"seq":N,"ts_ms":MS,"pad":"…"}` of about
+    /// `--value-size` bytes (`seq` counts per key), e.g. to feed a Kafka → files pipeline.
+    #[arg(long)]
+    pub json_values: bool,
     /// Target records per second; 0 = unthrottled.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
@@ -347,6 +351,8 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         ),
     };
     let mut key_buffer = itoa::Buffer::new();
+    let mut json_value = String::with_capacity(max_size + 64);
+    let mut per_key_seq: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     let started = context.started;
     let mut sent = 0u64;
     let mut last_report = Instant::now();
@@ -380,9 +386,37 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         };
         let offset = rng.random_range(0..=payload.len() - size);
         // The key is formatted into a reused buffer (librdkafka copies it): no allocation.
-        let key = keys.next(&mut rng).map(|k| key_buffer.format(k));
-        let mut record = BaseRecord::with_opaque_to(&args.topic, elapsed.as_micros() as usize)
-            .payload(&payload[offset..offset + size]);
+        let key_number = keys.next(&mut rng);
+        let key = key_number.map(|k| key_buffer.format(k));
+        let value: &[u8] = if args.json_values {
+            json_value.clear();
+            let seq = key_number.map_or(sent, |k| {
+                let next = per_key_seq.entry(k).or_insert(0);
+                *next += 1;
+                *next - 1
+            });
+            let ts_ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            json_value.push_str("{\"id\":\"");
+            json_value.push_str(key.unwrap_or(""));
+            json_value.push_str("\",\"seq\":");
+            json_value.push_str(itoa::Buffer::new().format(seq));
+            json_value.push_str(",\"ts_ms\":");
+            json_value.push_str(itoa::Buffer::new().format(ts_ms));
+            json_value.push_str(",\"pad\":\"");
+            let pad = size.saturating_sub(json_value.len() + 2);
+            // The payload pool is ASCII letters: valid inside a JSON string.
+            json_value.push_str(
+                std::str::from_utf8(&payload[offset..offset + pad.min(size)]).unwrap_or(""),
+            );
+            json_value.push_str("\"}");
+            json_value.as_bytes()
+        } else {
+            &payload[offset..offset + size]
+        };
+        let mut record =
+            BaseRecord::with_opaque_to(&args.topic, elapsed.as_micros() as usize).payload(value);
         if let Some(key) = key {
             record = record.key(key.as_bytes());
         }

@@ -11,5 +11,6 @@ mod faults;
 mod operate;
 mod outbox;
 mod perf;
+mod sink;
 mod stack;
 mod support;

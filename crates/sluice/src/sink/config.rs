@@ -1,0 +1,638 @@
+//! The sink pipeline file: `[source.kafka]` + `[sink.files]` (+ `[delivery]`, `[admin]`,
+//! `[restart]`).
+//!
+//! Loaded like the CDC pipeline file (see [`crate::config`]): `${NAME}` / `${NAME:-default}`
+//! substitution, strict keys whose errors name their path, and [`SinkPipelineConfig::validate`]
+//! collecting every broken rule. Defaults live in the `DEFAULT_*` constants below.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+use crate::config::{
+    AdminConfig, ConfigError, ConfigIssue, RestartConfig, deserialize_strict, is_identifier,
+    is_topic_name, parse_interpolated,
+};
+use crate::sink::template::PathTemplate;
+
+/// Default interval between commits of the watermark offsets to the consumer group.
+pub const DEFAULT_COMMIT_INTERVAL_MS: u64 = 1_000;
+/// Default path template: one directory per topic and record date (UTC).
+pub const DEFAULT_PATH_TEMPLATE: &str = "{topic}/dt={timestamp:%Y-%m-%d}/";
+/// Default records per file before it is rolled.
+pub const DEFAULT_ROLL_RECORDS: u64 = 1_000_000;
+/// Default bytes per file before it is rolled (uncompressed for JSON Lines, in-memory
+/// estimate plus written bytes for Parquet).
+pub const DEFAULT_ROLL_BYTES: u64 = 128 * 1024 * 1024;
+/// Default age of open files before they are rolled.
+pub const DEFAULT_ROLL_INTERVAL_MS: u64 = 60_000;
+/// Default sub-partitions per Kafka partition.
+pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
+/// Default per-partition queue limit in bytes (key + value).
+///
+/// A paused partition is fetched again only up to ~1 s after it is resumed (librdkafka serves
+/// the resume on its main thread and the fetching broker thread notices at its next wake-up),
+/// so a queue must hold about a second of the workers' work: with 50,000 records the sink
+/// idled most of each second (`bench/run --cases sink`: ~160-400K records/s against ~650-730K
+/// with 200,000).
+pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 64 * 1024 * 1024;
+/// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
+pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 200_000;
+/// Default time a worker may spend on one record or one file commit.
+pub const DEFAULT_PROCESSING_TIMEOUT_MS: u64 = 60_000;
+/// Default time to finish in-flight work when partitions are revoked or on shutdown.
+pub const DEFAULT_REVOKE_TIMEOUT_MS: u64 = 30_000;
+/// Default attempts of a failing record with `on_failure = "retry"`.
+pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 5;
+/// Default first retry delay; doubles per attempt.
+pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
+/// Default rows per Parquet row group.
+pub const DEFAULT_PARQUET_ROW_GROUP_RECORDS: usize = 65_536;
+
+/// A whole Kafka → files pipeline file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkPipelineConfig {
+    /// The pipeline's name: metric label and the default consumer group (`sluice_<name>`).
+    pub name: String,
+    /// `[source.kafka]`.
+    pub source: SinkSourceConfig,
+    /// `[sink.files]`.
+    pub sink: SinkConfig,
+    /// Queue limits, failure policy.
+    #[serde(default)]
+    pub delivery: SinkDeliveryConfig,
+    /// The admin HTTP server.
+    #[serde(default)]
+    pub admin: AdminConfig,
+    /// Restarts after retryable failures.
+    #[serde(default)]
+    pub restart: RestartConfig,
+}
+
+/// The source section of a sink pipeline: exactly one source kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+pub enum SinkSourceConfig {
+    /// Kafka topics, read as a consumer group.
+    Kafka(KafkaSourceConfig),
+}
+
+/// `[source.kafka]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSourceConfig {
+    /// `host:port[,host:port…]`.
+    pub brokers: String,
+    /// Topics to read.
+    pub topics: Vec<String>,
+    /// Consumer group; default `sluice_<pipeline name>`.
+    pub group_id: Option<String>,
+    /// Interval between commits of the watermark offsets.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// librdkafka consumer properties by their own names (`enable.auto.commit` is always false).
+    #[serde(default)]
+    pub properties: BTreeMap<String, String>,
+}
+
+/// The sink section: exactly one sink kind.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "lowercase")]
+pub enum SinkConfig {
+    /// Files on the local filesystem.
+    Files(FilesSinkConfig),
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileFormat {
+    /// JSON Lines: one record per line.
+    Jsonl,
+    /// Apache Parquet.
+    Parquet,
+}
+
+/// Compression of output files.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileCompression {
+    /// None.
+    None,
+    /// gzip (JSON Lines only).
+    Gzip,
+    /// zstd (whole-file for JSON Lines, per page for Parquet).
+    Zstd,
+    /// snappy (Parquet only).
+    Snappy,
+}
+
+/// `[sink.files]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilesSinkConfig {
+    /// The root directory of the output.
+    pub path: PathBuf,
+    /// Directories under `path` per record: `{topic}`, `{partition}`, `{timestamp:%Y-%m-%d}`
+    /// (record timestamp, UTC), `{field.path}` and `{field.path:%Y-%m-%d}` (value fields).
+    #[serde(default = "default_path_template")]
+    pub path_template: String,
+    /// `jsonl` or `parquet`.
+    pub format: FileFormat,
+    /// `none`, `gzip` or `zstd` for JSON Lines; `none`, `snappy` or `zstd` for Parquet;
+    /// default none for JSON Lines, snappy for Parquet.
+    pub compression: Option<FileCompression>,
+    /// Records per file before it is rolled.
+    #[serde(default = "default_roll_records")]
+    pub roll_records: u64,
+    /// Bytes per file before it is rolled.
+    #[serde(default = "default_roll_bytes")]
+    pub roll_bytes: u64,
+    /// Age of open files before they are rolled.
+    #[serde(default = "default_roll_interval_ms")]
+    pub roll_interval_ms: u64,
+    /// Sub-partitions per Kafka partition (by key hash); fixed for an output root.
+    #[serde(default = "default_sub_partitions")]
+    pub sub_partitions: u32,
+    /// Add `_topic`, `_partition`, `_offset`, `_timestamp_ms` and `_key` to every JSON line.
+    #[serde(default = "default_true")]
+    pub metadata: bool,
+    /// Skip records with a null value (tombstones); when false they are failures.
+    #[serde(default = "default_true")]
+    pub skip_tombstones: bool,
+    /// Rows per Parquet row group.
+    #[serde(default = "default_parquet_row_group_records")]
+    pub parquet_row_group_records: usize,
+}
+
+/// What happens to a record that cannot be written (not JSON, a template field missing or
+/// unparsable, a null value with `skip_tombstones = false`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum FailurePolicy {
+    /// Stop the pipeline with the reason; nothing at or after the record is committed.
+    #[default]
+    Stop,
+    /// Retry with exponential backoff (`retry_max_attempts`), then stop.
+    Retry,
+    /// Send the original key and value to `dead_letter_topic` with the reason in headers.
+    DeadLetter,
+}
+
+/// `[delivery]` of a sink pipeline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SinkDeliveryConfig {
+    /// What to do with a record that cannot be written.
+    #[serde(default)]
+    pub on_failure: FailurePolicy,
+    /// The dead-letter topic (required with `on_failure = "dead_letter"`).
+    pub dead_letter_topic: Option<String>,
+    /// Attempts per record with `on_failure = "retry"`.
+    #[serde(default = "default_retry_max_attempts")]
+    pub retry_max_attempts: u32,
+    /// First retry delay; doubles per attempt.
+    #[serde(default = "default_retry_backoff_ms")]
+    pub retry_backoff_ms: u64,
+    /// Bytes queued per partition between the consumer and its workers; when full, the
+    /// partition is paused.
+    #[serde(default = "default_max_queued_bytes")]
+    pub max_queued_bytes_per_partition: u32,
+    /// Records queued per partition; when full, the partition is paused.
+    #[serde(default = "default_max_queued_records")]
+    pub max_queued_records_per_partition: u32,
+    /// Time a worker may spend on one record or one file commit before the run fails (and is
+    /// restarted from the committed files).
+    #[serde(default = "default_processing_timeout_ms")]
+    pub processing_timeout_ms: u64,
+    /// Time to finish in-flight files when partitions are revoked or on shutdown; what is
+    /// not committed by then is abandoned and read again by the next owner.
+    #[serde(default = "default_revoke_timeout_ms")]
+    pub revoke_timeout_ms: u64,
+}
+
+impl Default for SinkDeliveryConfig {
+    fn default() -> Self {
+        Self {
+            on_failure: FailurePolicy::default(),
+            dead_letter_topic: None,
+            retry_max_attempts: DEFAULT_RETRY_MAX_ATTEMPTS,
+            retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
+            max_queued_bytes_per_partition: DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION,
+            max_queued_records_per_partition: DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION,
+            processing_timeout_ms: DEFAULT_PROCESSING_TIMEOUT_MS,
+            revoke_timeout_ms: DEFAULT_REVOKE_TIMEOUT_MS,
+        }
+    }
+}
+
+const fn default_true() -> bool {
+    true
+}
+const fn default_commit_interval_ms() -> u64 {
+    DEFAULT_COMMIT_INTERVAL_MS
+}
+fn default_path_template() -> String {
+    DEFAULT_PATH_TEMPLATE.to_owned()
+}
+const fn default_roll_records() -> u64 {
+    DEFAULT_ROLL_RECORDS
+}
+const fn default_roll_bytes() -> u64 {
+    DEFAULT_ROLL_BYTES
+}
+const fn default_roll_interval_ms() -> u64 {
+    DEFAULT_ROLL_INTERVAL_MS
+}
+const fn default_sub_partitions() -> u32 {
+    DEFAULT_SUB_PARTITIONS
+}
+const fn default_parquet_row_group_records() -> usize {
+    DEFAULT_PARQUET_ROW_GROUP_RECORDS
+}
+const fn default_retry_max_attempts() -> u32 {
+    DEFAULT_RETRY_MAX_ATTEMPTS
+}
+const fn default_retry_backoff_ms() -> u64 {
+    DEFAULT_RETRY_BACKOFF_MS
+}
+const fn default_max_queued_bytes() -> u32 {
+    DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION
+}
+const fn default_max_queued_records() -> u32 {
+    DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION
+}
+const fn default_processing_timeout_ms() -> u64 {
+    DEFAULT_PROCESSING_TIMEOUT_MS
+}
+const fn default_revoke_timeout_ms() -> u64 {
+    DEFAULT_REVOKE_TIMEOUT_MS
+}
+
+impl SinkPipelineConfig {
+    /// Parses and validates sink pipeline text; `env` looks up variables for interpolation.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming `origin` and every invalid key.
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let invalid = |issues| ConfigError::Invalid {
+            path: origin.to_owned(),
+            issues,
+        };
+        let value = parse_interpolated(text, origin, env)?;
+        let config: SinkPipelineConfig = deserialize_strict(value).map_err(invalid)?;
+        let issues = config.validate();
+        if issues.is_empty() {
+            Ok(config)
+        } else {
+            Err(invalid(issues))
+        }
+    }
+
+    /// Checks every rule that serde's types do not express; returns all broken ones.
+    pub fn validate(&self) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
+        if !is_identifier(&self.name) {
+            issue(
+                "name",
+                format!(
+                    "{:?} is not a valid name: expected 1-40 characters of a-z, 0-9 and _",
+                    self.name
+                ),
+            );
+        }
+        let kafka = self.kafka();
+        if kafka.brokers.trim().is_empty() {
+            issue(
+                "source.kafka.brokers",
+                "empty: expected host:port[,host:port...]".into(),
+            );
+        }
+        if kafka.topics.is_empty() {
+            issue(
+                "source.kafka.topics",
+                "empty: expected at least one topic, e.g. [\"orders\"]".into(),
+            );
+        }
+        for (index, topic) in kafka.topics.iter().enumerate() {
+            if !is_topic_name(topic) {
+                issue(
+                    &format!("source.kafka.topics[{index}]"),
+                    format!(
+                        "{topic:?} is not a valid topic name: expected characters a-z, A-Z, 0-9, '.', '_' and '-'"
+                    ),
+                );
+            }
+        }
+        if kafka.group_id.as_deref().is_some_and(str::is_empty) {
+            issue(
+                "source.kafka.group_id",
+                "empty: expected a group name".into(),
+            );
+        }
+        if kafka.commit_interval_ms == 0 || kafka.commit_interval_ms > 600_000 {
+            issue(
+                "source.kafka.commit_interval_ms",
+                format!(
+                    "{} is out of range: expected 1 to 600000 (milliseconds)",
+                    kafka.commit_interval_ms
+                ),
+            );
+        }
+        for key in kafka.properties.keys() {
+            if matches!(
+                key.as_str(),
+                "enable.auto.commit" | "group.id" | "bootstrap.servers"
+            ) {
+                issue(
+                    &format!("source.kafka.properties.\"{key}\""),
+                    "set by sluice (offsets are committed from the files' watermark; group.id and bootstrap.servers have their own keys)".into(),
+                );
+            }
+        }
+        let files = self.files();
+        if files.path.as_os_str().is_empty() {
+            issue("sink.files.path", "empty: expected a directory".into());
+        }
+        if let Err(problem) = PathTemplate::parse(&files.path_template) {
+            issue("sink.files.path_template", problem);
+        }
+        match (files.format, files.compression) {
+            (FileFormat::Jsonl, Some(FileCompression::Snappy)) => issue(
+                "sink.files.compression",
+                "\"snappy\" is for Parquet: expected \"none\", \"gzip\" or \"zstd\" with format = \"jsonl\"".into(),
+            ),
+            (FileFormat::Parquet, Some(FileCompression::Gzip)) => issue(
+                "sink.files.compression",
+                "\"gzip\" is for JSON Lines: expected \"none\", \"snappy\" or \"zstd\" with format = \"parquet\"".into(),
+            ),
+            _ => {}
+        }
+        if files.roll_records == 0 {
+            issue("sink.files.roll_records", "0: expected at least 1".into());
+        }
+        if files.roll_bytes < 1024 {
+            issue(
+                "sink.files.roll_bytes",
+                format!(
+                    "{} is too small: expected at least 1024 (bytes)",
+                    files.roll_bytes
+                ),
+            );
+        }
+        if files.roll_interval_ms == 0 {
+            issue(
+                "sink.files.roll_interval_ms",
+                "0: expected at least 1 (milliseconds)".into(),
+            );
+        }
+        if !(1..=256).contains(&files.sub_partitions) {
+            issue(
+                "sink.files.sub_partitions",
+                format!(
+                    "{} is out of range: expected 1 to 256",
+                    files.sub_partitions
+                ),
+            );
+        }
+        if files.parquet_row_group_records == 0 {
+            issue(
+                "sink.files.parquet_row_group_records",
+                "0: expected at least 1".into(),
+            );
+        }
+        let delivery = &self.delivery;
+        match (delivery.on_failure, &delivery.dead_letter_topic) {
+            (FailurePolicy::DeadLetter, None) => issue(
+                "delivery.dead_letter_topic",
+                "missing: required when on_failure = \"dead_letter\"".into(),
+            ),
+            (_, Some(topic)) if !is_topic_name(topic) => issue(
+                "delivery.dead_letter_topic",
+                format!("{topic:?} is not a valid topic name"),
+            ),
+            (_, Some(topic)) if kafka.topics.contains(topic) => issue(
+                "delivery.dead_letter_topic",
+                format!("{topic:?} is also a source topic: expected a topic sluice does not read"),
+            ),
+            _ => {}
+        }
+        if delivery.retry_max_attempts == 0 {
+            issue(
+                "delivery.retry_max_attempts",
+                "0: expected at least 1".into(),
+            );
+        }
+        if delivery.max_queued_bytes_per_partition < 1024 {
+            issue(
+                "delivery.max_queued_bytes_per_partition",
+                format!(
+                    "{} is too small: expected at least 1024 (bytes)",
+                    delivery.max_queued_bytes_per_partition
+                ),
+            );
+        }
+        if delivery.max_queued_records_per_partition == 0 {
+            issue(
+                "delivery.max_queued_records_per_partition",
+                "0: expected at least 1".into(),
+            );
+        }
+        if delivery.processing_timeout_ms < 100 {
+            issue(
+                "delivery.processing_timeout_ms",
+                format!(
+                    "{} is too small: expected at least 100 (milliseconds)",
+                    delivery.processing_timeout_ms
+                ),
+            );
+        }
+        if delivery.revoke_timeout_ms == 0 {
+            issue(
+                "delivery.revoke_timeout_ms",
+                "0: expected at least 1 (milliseconds)".into(),
+            );
+        }
+        if SocketAddr::from_str(&self.admin.listen).is_err() {
+            issue(
+                "admin.listen",
+                format!(
+                    "{:?} is not an address: expected ip:port, e.g. 127.0.0.1:8089",
+                    self.admin.listen
+                ),
+            );
+        }
+        if self.restart.initial_backoff_ms == 0
+            || self.restart.initial_backoff_ms > self.restart.max_backoff_ms
+        {
+            issue(
+                "restart.initial_backoff_ms",
+                "expected at least 1 and at most restart.max_backoff_ms".into(),
+            );
+        }
+        issues
+    }
+
+    /// `[source.kafka]`.
+    pub fn kafka(&self) -> &KafkaSourceConfig {
+        let SinkSourceConfig::Kafka(kafka) = &self.source;
+        kafka
+    }
+
+    /// `[sink.files]`.
+    pub fn files(&self) -> &FilesSinkConfig {
+        let SinkConfig::Files(files) = &self.sink;
+        files
+    }
+
+    /// The consumer group.
+    pub fn group_id(&self) -> String {
+        self.kafka()
+            .group_id
+            .clone()
+            .unwrap_or_else(|| format!("sluice_{}", self.name))
+    }
+
+    /// The output compression, with the format's default.
+    pub fn compression(&self) -> FileCompression {
+        let files = self.files();
+        files.compression.unwrap_or(match files.format {
+            FileFormat::Jsonl => FileCompression::None,
+            FileFormat::Parquet => FileCompression::Snappy,
+        })
+    }
+
+    /// Per-partition queue byte limit as the budget takes it (validated to be at least 1024).
+    pub fn queued_bytes(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.delivery.max_queued_bytes_per_partition).unwrap_or(NonZeroU32::MIN)
+    }
+
+    /// Per-partition queue record limit as the budget takes it (validated to be at least 1).
+    pub fn queued_records(&self) -> NonZeroU32 {
+        NonZeroU32::new(self.delivery.max_queued_records_per_partition).unwrap_or(NonZeroU32::MIN)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::PipelineFile;
+
+    const MINIMAL: &str = r#"
+        name = "orders_files"
+        [source.kafka]
+        brokers = "${KAFKA_BROKERS:-127.0.0.1:9092}"
+        topics = ["orders"]
+        [sink.files]
+        path = "${OUTPUT_DIR}"
+        format = "${FORMAT:-jsonl}"
+    "#;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "OUTPUT_DIR").then(|| "/tmp/out".to_owned())
+    }
+
+    fn issues(text: &str) -> Vec<ConfigIssue> {
+        match PipelineFile::from_toml(text, "test.toml", &env) {
+            Err(ConfigError::Invalid { issues, .. }) => issues,
+            other => panic!("expected invalid config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn kafka_source_selects_the_sink_kind_with_defaults() {
+        let PipelineFile::Sink(config) = PipelineFile::from_toml(MINIMAL, "t.toml", &env).unwrap()
+        else {
+            panic!("expected a sink pipeline");
+        };
+        assert_eq!(config.group_id(), "sluice_orders_files");
+        assert_eq!(config.files().path, PathBuf::from("/tmp/out"));
+        assert_eq!(config.files().format, FileFormat::Jsonl);
+        assert_eq!(config.compression(), FileCompression::None);
+        assert_eq!(config.files().sub_partitions, DEFAULT_SUB_PARTITIONS);
+        assert_eq!(config.files().path_template, DEFAULT_PATH_TEMPLATE);
+        assert_eq!(config.delivery.on_failure, FailurePolicy::Stop);
+    }
+
+    #[test]
+    fn parquet_defaults_to_snappy() {
+        let text = MINIMAL.replace("${FORMAT:-jsonl}", "parquet");
+        let PipelineFile::Sink(config) = PipelineFile::from_toml(&text, "t.toml", &env).unwrap()
+        else {
+            panic!("expected a sink pipeline");
+        };
+        assert_eq!(config.compression(), FileCompression::Snappy);
+    }
+
+    #[test]
+    fn unknown_keys_and_wrong_enums_name_the_key() {
+        let issues = issues(&MINIMAL.replace("format =", "fromat ="));
+        assert_eq!(issues[0].key, "sink.files.fromat");
+        let issues = self::issues(&MINIMAL.replace("${FORMAT:-jsonl}", "csv"));
+        assert_eq!(issues[0].key, "sink.files.format");
+        assert!(issues[0].problem.contains("jsonl"), "{issues:?}");
+    }
+
+    #[test]
+    fn rules_are_all_reported() {
+        let text = format!(
+            "{}\nsub_partitions = 0\ncompression = \"gzip\"\npath_template = \"{{topic}}/{{nope:%Q\"\n[delivery]\non_failure = \"dead_letter\"\n",
+            MINIMAL.replace("${FORMAT:-jsonl}", "parquet")
+        );
+        let keys: Vec<_> = issues(&text).into_iter().map(|i| i.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "sink.files.path_template",
+                "sink.files.compression",
+                "sink.files.sub_partitions",
+                "delivery.dead_letter_topic"
+            ]
+        );
+    }
+
+    #[test]
+    fn reserved_consumer_properties_are_refused() {
+        let text =
+            format!("{MINIMAL}\n[source.kafka.properties]\n\"enable.auto.commit\" = \"true\"\n");
+        let issues = issues(&text);
+        assert!(
+            issues
+                .iter()
+                .any(|i| i.key == "source.kafka.properties.\"enable.auto.commit\""),
+            "{issues:?}"
+        );
+    }
+
+    #[test]
+    fn cdc_files_still_load_as_cdc() {
+        let text = r#"
+            name = "orders"
+            [source.postgres]
+            url = "postgres://postgres@127.0.0.1:5432/postgres"
+            schemas = ["public"]
+            [kafka]
+            brokers = "127.0.0.1:9092"
+        "#;
+        assert!(matches!(
+            PipelineFile::from_toml(text, "t.toml", &env).unwrap(),
+            PipelineFile::Cdc(_)
+        ));
+    }
+}

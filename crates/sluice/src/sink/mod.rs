@@ -1,0 +1,1079 @@
+//! Kafka → files: the sink runtime.
+//!
+//! ```text
+//! intake thread: BaseConsumer::poll ─┬─ partition 0: queue budget ─┬─ worker s0 ─ epoch files
+//!   (rebalance callbacks run here)   │   AckTracker<offset>        ├─ worker s1 ─ epoch files
+//!                                    │                             └─ …
+//!                                    └─ partition 1: …
+//!   worker events (epoch committed) ─> AckTracker::ack ─> watermark ─> commit offsets
+//! ```
+//!
+//! - **Decoupled consumption.** One thread owns the [`BaseConsumer`] and only moves bytes: it
+//!   copies each record's key and value, routes it to its sub-partition (a hash of the key, so
+//!   per-key order holds; `sub_partitions` per partition, independent of the partition count)
+//!   and registers it in the partition's [`AckTracker`]. Workers (one thread per partition and
+//!   sub-partition) parse and write.
+//! - **Bounded queues.** Each partition has an [`InFlightBudget`] in bytes and records between
+//!   the consumer and its workers. When it is full the partition is paused (the records
+//!   already fetched wait in order) and resumed when it has drained.
+//! - **Watermark.** A record is acknowledged when the epoch holding it commits (see
+//!   [`files`]); the partition's committed offset is the tracker's watermark, the end of the
+//!   contiguous prefix of committed records — the same [`AckTracker`] the PostgreSQL source
+//!   uses. `enable.auto.commit` is off; the watermark is committed every
+//!   `commit_interval_ms` and synchronously on revocation and shutdown.
+//! - **Exactly once.** The files are the truth, not Kafka's offsets: on assignment each
+//!   sub-partition's state is recovered from the output root, the consumer starts at the
+//!   smallest committed offset + 1 over the sub-partitions (or the group's committed offset
+//!   when that is higher) and records a sub-partition already holds are skipped.
+//! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
+//!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
+//!   any more), the watermark is committed, then the partitions are released.
+//! - **Failures.** A record that cannot be written is retried, dead-lettered or stops the
+//!   pipeline (`delivery.on_failure`); a worker busy on one record or commit for more than
+//!   `processing_timeout_ms` fails the run, and I/O errors too: the supervisor restarts it
+//!   with backoff, from the committed files.
+
+pub mod config;
+pub mod files;
+pub mod metrics;
+pub mod parquet;
+pub mod template;
+pub mod worker;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use rand::Rng as _;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::producer::FutureProducer;
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use sluice_engine::{AckTracker, InFlightBudget};
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, PipelineState, StatusBoard};
+use crate::error::PipelineError;
+use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
+use crate::sink::files::{FileSettings, OutputRoot, RootError, SubPartitionId};
+use crate::sink::template::PathTemplate;
+use crate::sink::worker::{
+    DeadLetter, RecordData, WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
+};
+
+/// Consumer settings sluice sets unless the pipeline file overrides them.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    ("auto.offset.reset", "earliest"),
+    ("enable.partition.eof", "false"),
+    // Fetch in large chunks; the per-partition queue budget bounds what waits for workers.
+    ("fetch.max.bytes", "52428800"),
+    ("queued.max.messages.kbytes", "65536"),
+    // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
+    // and backs a partition off after a pause discards its in-flight fetch: both left the
+    // consumer idle for most of each second whenever the workers briefly fell behind.
+    ("fetch.queue.backoff.ms", "10"),
+    ("fetch.error.backoff.ms", "50"),
+];
+
+/// Runs a sink pipeline with its admin server until a signal or a fatal error.
+///
+/// # Errors
+///
+/// The fatal error that stopped the pipeline.
+pub async fn run_pipeline(
+    config: Arc<SinkPipelineConfig>,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    metrics::describe();
+    let shutdown = CancellationToken::new();
+    tokio::spawn(crate::app::stop_on_signal(shutdown.clone()));
+    let board = StatusBoard::new(&config.name, config.restart.policy.name());
+    let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
+    let admin_shutdown = CancellationToken::new();
+    let server = admin::serve(
+        listen,
+        prometheus,
+        Arc::clone(&board),
+        config.admin.token.clone(),
+        None,
+        admin_shutdown.clone(),
+    )
+    .await?;
+    let result = supervise(&config, &board, &shutdown).await;
+    admin_shutdown.cancel();
+    let _ = server.await;
+    result.map_err(anyhow::Error::from)
+}
+
+/// Runs the sink, restarting it (from the committed files) after retryable failures.
+async fn supervise(
+    config: &Arc<SinkPipelineConfig>,
+    board: &Arc<StatusBoard>,
+    shutdown: &CancellationToken,
+) -> Result<(), PipelineError> {
+    let initial = Duration::from_millis(config.restart.initial_backoff_ms);
+    let max = Duration::from_millis(config.restart.max_backoff_ms);
+    let mut backoff = initial;
+    loop {
+        board.set_state(PipelineState::Starting);
+        let started = Instant::now();
+        let run = {
+            let config = Arc::clone(config);
+            let board = Arc::clone(board);
+            let shutdown = shutdown.clone();
+            let runtime = tokio::runtime::Handle::current();
+            tokio::task::spawn_blocking(move || run_once(&config, &board, &shutdown, runtime))
+        };
+        let result = run.await.unwrap_or_else(|e| {
+            Err(PipelineError::retryable(
+                "the sink's intake thread failed",
+                e,
+            ))
+        });
+        match result {
+            Ok(()) => {
+                board.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
+            Err(error) if error.is_retryable() && !shutdown.is_cancelled() => {
+                if started.elapsed() > Duration::from_secs(60) {
+                    backoff = initial;
+                }
+                let delay = backoff.mul_f64(rand::rng().random_range(0.5..=1.0));
+                board.record_restart(crate::admin::RestartEvent {
+                    unix_ms: std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64),
+                    reason: "retryable",
+                    error: Some(error.chain()),
+                    backoff_ms: delay.as_millis() as u64,
+                    consecutive_failures: 0,
+                });
+                board.set_state(PipelineState::Backoff);
+                board.update(|s| s.last_error = Some(error.chain()));
+                tracing::warn!(
+                    error = %error.chain(),
+                    retry_in_ms = delay.as_millis() as u64,
+                    "sink failed; restarting from the committed files"
+                );
+                if shutdown
+                    .run_until_cancelled(tokio::time::sleep(delay))
+                    .await
+                    .is_none()
+                {
+                    board.set_state(PipelineState::Stopped);
+                    return Ok(());
+                }
+                backoff = (backoff * 2).min(max);
+            }
+            Err(error) if error.is_retryable() => {
+                board.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
+            Err(error) => {
+                board.set_state(PipelineState::Failed);
+                board.update(|s| {
+                    s.last_error = Some(error.chain());
+                    s.hint = error.hint().map(str::to_owned);
+                });
+                tracing::error!(error = %error.chain(), hint = error.hint().unwrap_or(""), "sink stopped");
+                return Err(error);
+            }
+        }
+    }
+}
+
+/// Builds the consumer's configuration.
+pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
+    let kafka = config.kafka();
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("group.id", config.group_id())
+        .set("client.id", format!("sluice-{}", config.name));
+    for (key, value) in CONSUMER_DEFAULTS {
+        client.set(*key, *value);
+    }
+    for (key, value) in &kafka.properties {
+        client.set(key, value);
+    }
+    client.set("enable.auto.commit", "false");
+    client
+}
+
+/// The workers' settings from the pipeline file.
+fn worker_settings(config: &SinkPipelineConfig) -> Result<WorkerSettings, PipelineError> {
+    let files = config.files();
+    let template = PathTemplate::parse(&files.path_template)
+        .map_err(|problem| PipelineError::fatal("sink.files.path_template is invalid", problem))?;
+    Ok(WorkerSettings {
+        files: FileSettings {
+            format: files.format,
+            compression: config.compression(),
+            metadata: files.metadata,
+            parquet_row_group_records: files.parquet_row_group_records,
+        },
+        template,
+        roll_records: files.roll_records,
+        roll_bytes: files.roll_bytes,
+        roll_interval: Duration::from_millis(files.roll_interval_ms),
+        skip_tombstones: files.skip_tombstones,
+        policy: config.delivery.on_failure,
+        retry_max_attempts: config.delivery.retry_max_attempts,
+        retry_backoff: Duration::from_millis(config.delivery.retry_backoff_ms),
+    })
+}
+
+/// One run: from subscribing until shutdown or an error.
+fn run_once(
+    config: &Arc<SinkPipelineConfig>,
+    board: &StatusBoard,
+    shutdown: &CancellationToken,
+    runtime: tokio::runtime::Handle,
+) -> Result<(), PipelineError> {
+    let files = config.files();
+    let root = OutputRoot::open(&files.path, files.sub_partitions).map_err(|error| match error {
+        RootError::SubPartitionsChanged { .. } => PipelineError::fatal_with(
+            "the output root was written with another number of sub-partitions",
+            "keep sink.files.sub_partitions as it was for this root, or write to a new sink.files.path",
+            error,
+        ),
+        RootError::Io { .. } => PipelineError::retryable("cannot prepare the output root", error),
+    })?;
+    let settings = Arc::new(worker_settings(config)?);
+    let dead_letter = match (
+        &config.delivery.dead_letter_topic,
+        config.delivery.on_failure,
+    ) {
+        (Some(topic), FailurePolicy::DeadLetter) => {
+            let producer: FutureProducer = ClientConfig::new()
+                .set("bootstrap.servers", &config.kafka().brokers)
+                .set("enable.idempotence", "true")
+                .set("acks", "all")
+                .set("linger.ms", "5")
+                .create()
+                .map_err(|e| {
+                    PipelineError::fatal_with(
+                        "cannot create the dead-letter producer",
+                        "check source.kafka.brokers",
+                        e,
+                    )
+                })?;
+            Some(Arc::new(DeadLetter {
+                producer,
+                topic: topic.clone(),
+                runtime,
+            }))
+        }
+        _ => None,
+    };
+    let (events_tx, events_rx) = std::sync::mpsc::channel();
+    let context = SinkContext {
+        intake: Mutex::new(Intake {
+            config: Arc::clone(config),
+            root: Arc::new(root),
+            settings,
+            dead_letter,
+            partitions: HashMap::new(),
+            events_tx,
+            events_rx,
+            generation: 0,
+            failure: None,
+            clock: Instant::now(),
+            topics: config
+                .kafka()
+                .topics
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
+            consumed: ::metrics::counter!(metrics::RECORDS_CONSUMED),
+        }),
+    };
+    let consumer: BaseConsumer<SinkContext> = consumer_config(config)
+        .create_with_context(context)
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create the Kafka consumer",
+                "check source.kafka.brokers and source.kafka.properties",
+                e,
+            )
+        })?;
+    let topics: Vec<&str> = config.kafka().topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(|e| {
+        PipelineError::fatal_with(
+            "cannot subscribe to the source topics",
+            "check source.kafka.topics",
+            e,
+        )
+    })?;
+    board.set_state(PipelineState::Streaming);
+    tracing::info!(
+        topics = ?config.kafka().topics,
+        group = %config.group_id(),
+        root = %config.files().path.display(),
+        "sink started"
+    );
+    let commit_interval = Duration::from_millis(config.kafka().commit_interval_ms);
+    let mut last_commit = Instant::now();
+    let mut last_check = Instant::now();
+    let result = loop {
+        if shutdown.is_cancelled() {
+            break Ok(());
+        }
+        let message = consumer.poll(Duration::from_millis(20));
+        let mut intake = lock(consumer.context());
+        match message {
+            Some(Ok(message)) => intake.on_message(&consumer, &message),
+            Some(Err(error)) => {
+                tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)")
+            }
+            None => {}
+        }
+        intake.drain_events();
+        if last_check.elapsed() >= Duration::from_millis(50) {
+            intake.resume_drained(&consumer);
+            intake.check_workers();
+            last_check = Instant::now();
+        }
+        if last_commit.elapsed() >= commit_interval {
+            intake.commit_offsets(&consumer, CommitMode::Async, None);
+            last_commit = Instant::now();
+        }
+        if let Some(failure) = intake.failure.take() {
+            break Err(failure);
+        }
+    };
+    let mut intake = lock(consumer.context());
+    match result {
+        Ok(()) => {
+            tracing::info!("stopping: committing open files");
+            let all: Vec<(Arc<str>, i32)> = intake.partitions.keys().cloned().collect();
+            intake.release(&consumer, &all);
+        }
+        Err(_) => intake.abort_all(),
+    }
+    let failure = intake.failure.take();
+    drop(intake);
+    // Leaving the group runs the revoke callback, which finds nothing left to finish.
+    drop(consumer);
+    match (result, failure) {
+        (Err(error), _) | (Ok(()), Some(error)) => Err(error),
+        (Ok(()), None) => Ok(()),
+    }
+}
+
+fn lock(context: &SinkContext) -> MutexGuard<'_, Intake> {
+    context
+        .intake
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The consumer's context: the intake state, reached from the poll loop and from rebalance
+/// callbacks (which run inside `poll`, on the same thread, so the lock is never contended).
+struct SinkContext {
+    intake: Mutex<Intake>,
+}
+
+impl ClientContext for SinkContext {}
+
+impl ConsumerContext for SinkContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: RDKafkaRespErr,
+        tpl: &mut TopicPartitionList,
+    ) {
+        let cooperative = matches!(
+            consumer.rebalance_protocol(),
+            RebalanceProtocol::Cooperative
+        );
+        let mut intake = lock(self);
+        let partitions: Vec<(Arc<str>, i32)> = tpl
+            .elements()
+            .iter()
+            .map(|e| {
+                let topic = intake
+                    .topics
+                    .iter()
+                    .find(|t| ***t == *e.topic())
+                    .cloned()
+                    .unwrap_or_else(|| Arc::from(e.topic()));
+                (topic, e.partition())
+            })
+            .collect();
+        let result = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                let assignment = intake.assign(consumer, &partitions);
+                if cooperative {
+                    consumer.incremental_assign(&assignment)
+                } else {
+                    consumer.assign(&assignment)
+                }
+            }
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
+                intake.release(consumer, &partitions);
+                if cooperative {
+                    consumer.incremental_unassign(tpl)
+                } else {
+                    consumer.unassign()
+                }
+            }
+            other => {
+                tracing::error!(error = ?other, "rebalance failed; releasing every partition");
+                let all: Vec<(Arc<str>, i32)> = intake.partitions.keys().cloned().collect();
+                intake.release(consumer, &all);
+                consumer.unassign()
+            }
+        };
+        if let Err(error) = result {
+            intake.fail(PipelineError::retryable(
+                "cannot apply the consumer group's assignment",
+                error,
+            ));
+        }
+        ::metrics::gauge!(metrics::ASSIGNED_PARTITIONS).set(intake.partitions.len() as f64);
+    }
+
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _: &TopicPartitionList) {
+        if let Err(error) = result {
+            tracing::warn!(error = %error, "offset commit failed (the files stay the truth)");
+        }
+    }
+}
+
+/// The intake's view of one assigned partition.
+struct PartitionState {
+    generation: u64,
+    tracker: AckTracker<i64>,
+    budget: InFlightBudget,
+    workers: Vec<WorkerHandle>,
+    /// Per sub-partition: records up to this offset are already in committed files.
+    skip: Vec<i64>,
+    /// Records fetched but not yet admitted (the budget was full), in offset order.
+    waiting: VecDeque<RecordData>,
+    paused: bool,
+    /// The next offset expected (older ones are redeliveries and are dropped).
+    next_offset: Option<i64>,
+    /// The watermark last committed to Kafka.
+    committed: Option<i64>,
+    /// Workers whose thread has ended.
+    stopped: usize,
+}
+
+struct Intake {
+    config: Arc<SinkPipelineConfig>,
+    root: Arc<OutputRoot>,
+    settings: Arc<WorkerSettings>,
+    dead_letter: Option<Arc<DeadLetter>>,
+    partitions: HashMap<(Arc<str>, i32), PartitionState>,
+    events_tx: Sender<WorkerEvent>,
+    events_rx: Receiver<WorkerEvent>,
+    generation: u64,
+    failure: Option<PipelineError>,
+    clock: Instant,
+    /// The source topics' names, shared by the partition keys.
+    topics: Vec<Arc<str>>,
+    consumed: ::metrics::Counter,
+}
+
+impl Intake {
+    fn fail(&mut self, error: PipelineError) {
+        // The first failure is the cause; later ones are usually its consequences.
+        if self.failure.is_none() {
+            self.failure = Some(error);
+        }
+    }
+
+    fn sub_partitions(&self) -> u32 {
+        self.config.files().sub_partitions
+    }
+
+    /// Recovers the assigned partitions from the files and starts their workers; returns the
+    /// assignment with the offsets to start from.
+    fn assign(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        partitions: &[(Arc<str>, i32)],
+    ) -> TopicPartitionList {
+        let mut assignment = TopicPartitionList::new();
+        let mut lookup = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            lookup.add_partition(topic, *partition);
+        }
+        // The group's committed offsets: every record before them is durable.
+        let group_committed: HashMap<(String, i32), i64> = match consumer
+            .committed_offsets(lookup, Duration::from_secs(30))
+        {
+            Ok(list) => list
+                .elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    Offset::Offset(offset) => Some(((e.topic().to_owned(), e.partition()), offset)),
+                    _ => None,
+                })
+                .collect(),
+            Err(error) => {
+                self.fail(PipelineError::retryable(
+                    "cannot read the consumer group's committed offsets",
+                    error,
+                ));
+                HashMap::new()
+            }
+        };
+        for (topic, partition) in partitions {
+            let committed = group_committed
+                .get(&(topic.to_string(), *partition))
+                .copied();
+            let start = match self.start_partition(topic, *partition, committed) {
+                Ok(start) => start,
+                Err(error) => {
+                    self.fail(error);
+                    Offset::Stored
+                }
+            };
+            let _ = assignment.add_partition_offset(topic, *partition, start);
+        }
+        assignment
+    }
+
+    fn start_partition(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        group_committed: Option<i64>,
+    ) -> Result<Offset, PipelineError> {
+        self.generation += 1;
+        let generation = self.generation;
+        let subs = self.sub_partitions();
+        let mut skip = Vec::with_capacity(subs as usize);
+        let mut workers = Vec::with_capacity(subs as usize);
+        let mut any_state = false;
+        for sub in 0..subs {
+            let id = SubPartitionId {
+                topic: topic.to_string(),
+                partition,
+                sub,
+            };
+            let recovered = self.root.recover(&id).map_err(|e| {
+                PipelineError::retryable(
+                    format!("cannot recover the files of {topic}/{partition} sub-partition {sub}"),
+                    e,
+                )
+            })?;
+            any_state |= recovered.is_some();
+            let (last, last_epoch) = recovered.unwrap_or((-1, 0));
+            skip.push(last.max(group_committed.map_or(-1, |c| c - 1)));
+            workers.push(
+                worker::spawn(
+                    id,
+                    generation,
+                    last_epoch,
+                    Arc::clone(&self.root),
+                    Arc::clone(&self.settings),
+                    self.events_tx.clone(),
+                    self.dead_letter.clone(),
+                    self.clock,
+                )
+                .map_err(|e| PipelineError::retryable("cannot start a sink worker", e))?,
+            );
+        }
+        let min_skip = skip.iter().copied().min().unwrap_or(-1);
+        let (start, initial) = if min_skip >= 0 {
+            (Offset::Offset(min_skip + 1), Some(min_skip + 1))
+        } else if any_state || group_committed.is_some() {
+            // Some sub-partition has committed nothing: read the partition from its start.
+            (Offset::Beginning, None)
+        } else {
+            (Offset::Stored, None)
+        };
+        tracing::info!(
+            topic = %topic,
+            partition,
+            start = ?start,
+            group_committed = ?group_committed,
+            skip = ?skip,
+            "partition assigned"
+        );
+        self.partitions.insert(
+            (Arc::clone(topic), partition),
+            PartitionState {
+                generation,
+                tracker: AckTracker::new(initial),
+                budget: InFlightBudget::new(
+                    self.config.queued_bytes(),
+                    self.config.queued_records(),
+                ),
+                workers,
+                skip,
+                waiting: VecDeque::new(),
+                paused: false,
+                next_offset: initial,
+                committed: initial,
+                stopped: 0,
+            },
+        );
+        Ok(start)
+    }
+
+    fn on_message(&mut self, consumer: &BaseConsumer<SinkContext>, message: &BorrowedMessage<'_>) {
+        // The topic's shared name: no allocation per record.
+        let Some(topic) = self.topics.iter().find(|t| ***t == *message.topic()) else {
+            return;
+        };
+        let key = (Arc::clone(topic), message.partition());
+        let Some(state) = self.partitions.get_mut(&key) else {
+            return;
+        };
+        let offset = message.offset();
+        if state.next_offset.is_some_and(|next| offset < next) {
+            return;
+        }
+        state.next_offset = Some(offset + 1);
+        self.consumed.increment(1);
+        state.waiting.push_back(RecordData {
+            offset,
+            key: message.key().map(<[u8]>::to_vec),
+            value: message.payload().map(<[u8]>::to_vec),
+            timestamp_ms: message.timestamp().to_millis(),
+        });
+        let subs = self.config.files().sub_partitions;
+        if let Err(error) = admit(state, subs) {
+            self.fail(error);
+            return;
+        }
+        if !state.waiting.is_empty() && !state.paused {
+            let mut list = TopicPartitionList::new();
+            list.add_partition(&key.0, key.1);
+            match consumer.pause(&list) {
+                Ok(()) => {
+                    state.paused = true;
+                    ::metrics::counter!(metrics::PARTITION_PAUSES).increment(1);
+                    tracing::debug!(topic = %key.0, partition = key.1, "queue full: partition paused");
+                }
+                Err(error) => tracing::warn!(error = %error, "cannot pause a partition"),
+            }
+        }
+    }
+
+    /// Admits waiting records of paused partitions and resumes those that drained.
+    fn resume_drained(&mut self, consumer: &BaseConsumer<SinkContext>) {
+        let subs = self.sub_partitions();
+        let mut failure = None;
+        for ((topic, partition), state) in &mut self.partitions {
+            if !state.paused {
+                continue;
+            }
+            if let Err(error) = admit(state, subs) {
+                failure = Some(error);
+            }
+            if state.waiting.is_empty() {
+                let mut list = TopicPartitionList::new();
+                list.add_partition(topic, *partition);
+                match consumer.resume(&list) {
+                    Ok(()) => {
+                        state.paused = false;
+                        tracing::debug!(topic = %topic, partition, "queue drained: partition resumed");
+                    }
+                    Err(error) => tracing::warn!(error = %error, "cannot resume a partition"),
+                }
+            }
+        }
+        if let Some(error) = failure {
+            self.fail(error);
+        }
+    }
+
+    /// Applies worker events without waiting.
+    fn drain_events(&mut self) {
+        while let Ok(event) = self.events_rx.try_recv() {
+            self.apply(event);
+        }
+    }
+
+    fn apply(&mut self, event: WorkerEvent) {
+        match event {
+            WorkerEvent::Committed {
+                topic,
+                partition,
+                generation,
+                seqs,
+            } => {
+                let Some(state) = self.partitions.get_mut(&(topic, partition)) else {
+                    return;
+                };
+                if state.generation != generation {
+                    return;
+                }
+                for seq in seqs {
+                    if let Err(error) = state.tracker.ack(seq) {
+                        self.failure.get_or_insert(PipelineError::fatal_with(
+                            "acknowledgement bookkeeping failed",
+                            "this is a bug in sluice: please report it with the log",
+                            error,
+                        ));
+                        return;
+                    }
+                }
+            }
+            WorkerEvent::Failed(error) => self.fail(error),
+            WorkerEvent::Stopped {
+                topic,
+                partition,
+                generation,
+            } => {
+                if let Some(state) = self.partitions.get_mut(&(topic, partition))
+                    && state.generation == generation
+                {
+                    state.stopped += 1;
+                }
+            }
+        }
+    }
+
+    /// Fails the run when a worker is stuck on one record or commit.
+    fn check_workers(&mut self) {
+        let timeout = self.config.delivery.processing_timeout_ms;
+        let now = self.clock.elapsed().as_millis() as u64;
+        let mut stuck = None;
+        for ((topic, partition), state) in &self.partitions {
+            for (sub, worker) in state.workers.iter().enumerate() {
+                let since = worker.busy_since_ms.load(Ordering::Relaxed);
+                if since > 0 && now.saturating_sub(since) > timeout {
+                    stuck = Some(format!(
+                        "the worker of {topic}/{partition} sub-partition {sub} has been busy on one record or file commit for more than delivery.processing_timeout_ms = {timeout}"
+                    ));
+                }
+            }
+        }
+        if let Some(what) = stuck {
+            self.fail(PipelineError::Retryable { what, source: None });
+        }
+    }
+
+    /// Commits the watermark of `only` (or of every partition) where it moved.
+    fn commit_offsets(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        mode: CommitMode,
+        only: Option<&[(Arc<str>, i32)]>,
+    ) {
+        let mut list = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for ((topic, partition), state) in &self.partitions {
+            if only.is_some_and(|only| !only.iter().any(|(t, p)| t == topic && p == partition)) {
+                continue;
+            }
+            let Some(watermark) = state.tracker.watermark().copied() else {
+                continue;
+            };
+            if state.committed.is_some_and(|c| c >= watermark) {
+                continue;
+            }
+            let _ = list.add_partition_offset(topic, *partition, Offset::Offset(watermark));
+            moved.push(((Arc::clone(topic), *partition), watermark));
+        }
+        if moved.is_empty() {
+            return;
+        }
+        match consumer.commit(&list, mode) {
+            Ok(()) => {
+                ::metrics::counter!(metrics::OFFSET_COMMITS).increment(1);
+                for (key, watermark) in moved {
+                    if let Some(state) = self.partitions.get_mut(&key) {
+                        state.committed = Some(watermark);
+                    }
+                }
+            }
+            Err(KafkaError::ConsumerCommit(code)) => {
+                tracing::warn!(error = %code, "offset commit failed (the files stay the truth)");
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "offset commit failed (the files stay the truth)");
+            }
+        }
+    }
+
+    /// Finishes the partitions' workers (bounded by `revoke_timeout_ms`), commits their
+    /// watermark and forgets them.
+    fn release(&mut self, consumer: &BaseConsumer<SinkContext>, partitions: &[(Arc<str>, i32)]) {
+        let mut expected = 0;
+        for key in partitions {
+            if let Some(state) = self.partitions.get_mut(key) {
+                for worker in &state.workers {
+                    let _ = worker.tx.send(WorkerMsg::Finish);
+                }
+                state.waiting.clear();
+                expected += state.workers.len();
+            }
+        }
+        if expected > 0 {
+            let deadline =
+                Instant::now() + Duration::from_millis(self.config.delivery.revoke_timeout_ms);
+            loop {
+                let stopped: usize = partitions
+                    .iter()
+                    .filter_map(|key| self.partitions.get(key))
+                    .map(|state| state.stopped)
+                    .sum();
+                if stopped >= expected {
+                    break;
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    tracing::warn!(
+                        finished = stopped,
+                        workers = expected,
+                        "revoke_timeout_ms passed: abandoning the unfinished workers' open files (the next owner reads those records again)"
+                    );
+                    break;
+                }
+                match self.events_rx.recv_timeout(left) {
+                    Ok(event) => self.apply(event),
+                    Err(_) => continue,
+                }
+            }
+        }
+        self.commit_offsets(consumer, CommitMode::Sync, Some(partitions));
+        for key in partitions {
+            if let Some(mut state) = self.partitions.remove(key) {
+                tracing::info!(
+                    topic = %key.0,
+                    partition = key.1,
+                    committed = ?state.committed,
+                    "partition released"
+                );
+                for worker in &mut state.workers {
+                    worker.abandoned.store(true, Ordering::Release);
+                    let _ = worker.tx.send(WorkerMsg::Abort);
+                    if let Some(thread) = worker.thread.take()
+                        && thread.is_finished()
+                    {
+                        let _ = thread.join();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops every worker without committing (the run failed).
+    fn abort_all(&mut self) {
+        for state in self.partitions.values_mut() {
+            for worker in &mut state.workers {
+                worker.abandoned.store(true, Ordering::Release);
+                let _ = worker.tx.send(WorkerMsg::Abort);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for state in self.partitions.values_mut() {
+            for worker in &mut state.workers {
+                if let Some(thread) = worker.thread.take() {
+                    while !thread.is_finished() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    if thread.is_finished() {
+                        let _ = thread.join();
+                    }
+                }
+            }
+        }
+        self.partitions.clear();
+    }
+}
+
+/// Moves waiting records to their workers while the budget has room, in order.
+fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
+    while let Some(front) = state.waiting.front() {
+        let sub = worker::sub_partition(front.key.as_deref(), front.offset, subs) as usize;
+        let checkpoint = Some(front.offset + 1);
+        if front.offset <= state.skip[sub] {
+            // Already in a committed file of this sub-partition.
+            let seq = state.tracker.push(checkpoint).map_err(bookkeeping)?;
+            state.tracker.ack(seq).map_err(bookkeeping)?;
+            state.waiting.pop_front();
+            continue;
+        }
+        let Some(permit) = state.budget.try_acquire(front.size()) else {
+            return Ok(());
+        };
+        let seq = state.tracker.push(checkpoint).map_err(bookkeeping)?;
+        let Some(record) = state.waiting.pop_front() else {
+            break;
+        };
+        // A worker that is gone has reported why; its records are read again after restart.
+        let _ = state.workers[sub]
+            .tx
+            .send(WorkerMsg::Record(record, seq, permit));
+    }
+    Ok(())
+}
+
+fn bookkeeping(error: sluice_engine::WatermarkError) -> PipelineError {
+    PipelineError::fatal_with(
+        "acknowledgement bookkeeping failed",
+        "this is a bug in sluice: please report it with the log",
+        error,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::num::NonZeroU32;
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    fn intake(name: &str) -> Intake {
+        let dir = std::env::temp_dir().join(format!("sluice-intake-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let text = format!(
+            "name = \"t\"\n[source.kafka]\nbrokers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n\
+             [sink.files]\npath = \"{}\"\nformat = \"jsonl\"\nsub_partitions = 1\n\
+             [delivery]\nprocessing_timeout_ms = 100\n",
+            dir.display()
+        );
+        let config = SinkPipelineConfig::from_toml(&text, "test.toml", &|_| None).unwrap();
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        Intake {
+            settings: Arc::new(worker_settings(&config).unwrap()),
+            root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
+            config: Arc::new(config),
+            dead_letter: None,
+            partitions: HashMap::new(),
+            events_tx,
+            events_rx,
+            generation: 0,
+            failure: None,
+            clock: Instant::now(),
+            topics: vec![Arc::from("t")],
+            consumed: ::metrics::Counter::noop(),
+        }
+    }
+
+    /// A partition with one sub-partition whose worker is the returned channel.
+    fn partition(skip: i64, records: u32) -> (PartitionState, Receiver<WorkerMsg>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let state = PartitionState {
+            generation: 1,
+            tracker: AckTracker::new(None),
+            budget: InFlightBudget::new(
+                NonZeroU32::new(1 << 20).unwrap(),
+                NonZeroU32::new(records).unwrap(),
+            ),
+            workers: vec![WorkerHandle {
+                tx,
+                busy_since_ms: Arc::new(AtomicU64::new(0)),
+                abandoned: Arc::new(AtomicBool::new(false)),
+                thread: None,
+            }],
+            skip: vec![skip],
+            waiting: VecDeque::new(),
+            paused: false,
+            next_offset: None,
+            committed: None,
+            stopped: 0,
+        };
+        (state, rx)
+    }
+
+    fn record(offset: i64) -> RecordData {
+        RecordData {
+            offset,
+            key: Some(b"k".to_vec()),
+            value: Some(b"{}".to_vec()),
+            timestamp_ms: None,
+        }
+    }
+
+    #[test]
+    fn admission_skips_committed_records_and_stops_at_the_budget() {
+        let (mut state, rx) = partition(5, 2);
+        state.waiting.extend((3..=10).map(record));
+        admit(&mut state, 1).unwrap();
+        // 3..=5 are already in files: acknowledged at once; 6 and 7 fill the budget.
+        assert_eq!(state.tracker.watermark(), Some(&6));
+        let admitted: Vec<WorkerMsg> = rx.try_iter().collect();
+        let offsets: Vec<i64> = admitted
+            .iter()
+            .map(|m| match m {
+                WorkerMsg::Record(data, ..) => data.offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [6, 7]);
+        assert_eq!(state.waiting.len(), 3);
+        // The worker is done with them: the budget frees, the rest goes in order.
+        drop(admitted);
+        admit(&mut state, 1).unwrap();
+        let offsets: Vec<i64> = rx
+            .try_iter()
+            .map(|m| match m {
+                WorkerMsg::Record(data, ..) => data.offset,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(offsets, [8, 9]);
+        assert_eq!(state.waiting.len(), 1);
+    }
+
+    #[test]
+    fn committed_epochs_move_the_watermark_in_order() {
+        let mut intake = intake("acks");
+        let (mut state, rx) = partition(-1, 10);
+        state.waiting.extend((0..3).map(record));
+        admit(&mut state, 1).unwrap();
+        intake.partitions.insert((Arc::from("t"), 0), state);
+        let seqs: Vec<sluice_engine::Seq> = rx
+            .try_iter()
+            .map(|m| match m {
+                WorkerMsg::Record(_, seq, _) => seq,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let committed = |seqs: Vec<sluice_engine::Seq>, generation| WorkerEvent::Committed {
+            topic: Arc::from("t"),
+            partition: 0,
+            generation,
+            seqs,
+        };
+        // A stale generation is ignored; a later record alone does not move the watermark.
+        intake.apply(committed(vec![seqs[0]], 7));
+        intake.apply(committed(vec![seqs[2]], 1));
+        let watermark = |intake: &Intake| {
+            intake.partitions[&(Arc::from("t"), 0)]
+                .tracker
+                .watermark()
+                .copied()
+        };
+        assert_eq!(watermark(&intake), None);
+        intake.apply(committed(vec![seqs[0], seqs[1]], 1));
+        assert_eq!(watermark(&intake), Some(3));
+        assert!(intake.failure.is_none());
+    }
+
+    #[test]
+    fn a_worker_stuck_past_the_processing_timeout_fails_the_run() {
+        let mut intake = intake("stuck");
+        let (state, _rx) = partition(-1, 10);
+        let busy = Arc::clone(&state.workers[0].busy_since_ms);
+        intake.partitions.insert((Arc::from("t"), 0), state);
+        intake.check_workers();
+        assert!(intake.failure.is_none(), "idle is not stuck");
+        busy.store(1, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(150));
+        intake.check_workers();
+        let failure = intake.failure.take().expect("a failure");
+        assert!(failure.is_retryable());
+        assert!(
+            failure.chain().contains("processing_timeout_ms = 100"),
+            "{}",
+            failure.chain()
+        );
+    }
+}

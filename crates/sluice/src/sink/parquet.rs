@@ -1,0 +1,473 @@
+//! One Parquet output file.
+//!
+//! The Arrow schema is inferred per file from the first record written to it (cheap: the
+//! record's top-level fields are already split for the path template):
+//!
+//! - metadata columns: `_topic` (utf8), `_partition` (int32), `_offset` (int64),
+//!   `_timestamp_ms` (int64, nullable), `_key` (binary, nullable: the key bytes as they were);
+//! - one nullable column per top-level field of the first record's value: a JSON string
+//!   becomes utf8, an integer int64, another number float64, a boolean boolean, and null,
+//!   objects and arrays become utf8 holding the JSON text (Debezium's `before`/`after`/
+//!   `source`);
+//! - `_extra` (utf8, nullable): a JSON object of the fields of later records that the
+//!   schema has no column for or whose value does not fit the column's type, or the whole
+//!   value when it is not a JSON object. Nothing is dropped.
+//!
+//! Rows are buffered in Arrow builders and written as one row group every
+//! `parquet_row_group_records` rows, so memory per open file is bounded by that.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufWriter;
+use std::sync::Arc;
+
+use arrow_array::builder::{
+    BinaryBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
+};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+use serde_json::value::RawValue;
+
+use crate::sink::config::FileCompression;
+
+/// Names of the metadata columns (value fields with these names go to `_extra`).
+const RESERVED: &[&str] = &[
+    "_topic",
+    "_partition",
+    "_offset",
+    "_timestamp_ms",
+    "_key",
+    "_extra",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Str,
+    Int,
+    Float,
+    Bool,
+    Json,
+}
+
+enum Builder {
+    Str(StringBuilder),
+    Int(Int64Builder),
+    Float(Float64Builder),
+    Bool(BooleanBuilder),
+}
+
+struct Column {
+    kind: Kind,
+    builder: Builder,
+}
+
+impl Column {
+    fn new(kind: Kind) -> Self {
+        let builder = match kind {
+            Kind::Str | Kind::Json => Builder::Str(StringBuilder::new()),
+            Kind::Int => Builder::Int(Int64Builder::new()),
+            Kind::Float => Builder::Float(Float64Builder::new()),
+            Kind::Bool => Builder::Bool(BooleanBuilder::new()),
+        };
+        Self { kind, builder }
+    }
+
+    fn data_type(&self) -> DataType {
+        match self.kind {
+            Kind::Str | Kind::Json => DataType::Utf8,
+            Kind::Int => DataType::Int64,
+            Kind::Float => DataType::Float64,
+            Kind::Bool => DataType::Boolean,
+        }
+    }
+
+    /// Appends a JSON value; `false` when it does not fit this column's type.
+    fn append(&mut self, raw: &RawValue) -> bool {
+        let text = raw.get();
+        if text == "null" {
+            self.append_null();
+            return true;
+        }
+        match (&mut self.builder, self.kind) {
+            (Builder::Str(builder), Kind::Json) => {
+                builder.append_value(text);
+                true
+            }
+            (Builder::Str(builder), _) => {
+                if !text.starts_with('"') {
+                    return false;
+                }
+                match serde_json::from_str::<Cow<'_, str>>(text) {
+                    Ok(value) => {
+                        builder.append_value(value);
+                        true
+                    }
+                    Err(_) => false,
+                }
+            }
+            (Builder::Int(builder), _) => match text.parse::<i64>() {
+                Ok(value) => {
+                    builder.append_value(value);
+                    true
+                }
+                Err(_) => false,
+            },
+            (Builder::Float(builder), _) => {
+                let numeric = text
+                    .as_bytes()
+                    .first()
+                    .is_some_and(|b| b.is_ascii_digit() || *b == b'-');
+                match text.parse::<f64>() {
+                    Ok(value) if numeric => {
+                        builder.append_value(value);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            (Builder::Bool(builder), _) => match text {
+                "true" => {
+                    builder.append_value(true);
+                    true
+                }
+                "false" => {
+                    builder.append_value(false);
+                    true
+                }
+                _ => false,
+            },
+        }
+    }
+
+    fn append_null(&mut self) {
+        match &mut self.builder {
+            Builder::Str(builder) => builder.append_null(),
+            Builder::Int(builder) => builder.append_null(),
+            Builder::Float(builder) => builder.append_null(),
+            Builder::Bool(builder) => builder.append_null(),
+        }
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match &mut self.builder {
+            Builder::Str(builder) => Arc::new(builder.finish()),
+            Builder::Int(builder) => Arc::new(builder.finish()),
+            Builder::Float(builder) => Arc::new(builder.finish()),
+            Builder::Bool(builder) => Arc::new(builder.finish()),
+        }
+    }
+}
+
+fn infer(raw: &RawValue) -> Kind {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') => Kind::Str,
+        Some(b't' | b'f') => Kind::Bool,
+        Some(b'-' | b'0'..=b'9') if text.parse::<i64>().is_ok() => Kind::Int,
+        Some(b'-' | b'0'..=b'9') => Kind::Float,
+        _ => Kind::Json,
+    }
+}
+
+/// One record as the Parquet writer takes it.
+#[derive(Debug)]
+pub struct ParquetRow<'a> {
+    /// Topic.
+    pub topic: &'a str,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Kafka timestamp, Unix milliseconds.
+    pub timestamp_ms: Option<i64>,
+    /// Key bytes.
+    pub key: Option<&'a [u8]>,
+    /// The whole value (JSON text).
+    pub value: &'a str,
+    /// Its top-level fields when it is an object, else `None`.
+    pub fields: Option<&'a [(Cow<'a, str>, &'a RawValue)]>,
+}
+
+/// An open Parquet file; see the [module docs](self).
+pub struct ParquetFile {
+    writer: ArrowWriter<BufWriter<File>>,
+    schema: SchemaRef,
+    topic: StringBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    timestamp: Int64Builder,
+    key: BinaryBuilder,
+    columns: Vec<Column>,
+    index: HashMap<String, usize>,
+    extra: StringBuilder,
+    filled: Vec<bool>,
+    buffered_rows: usize,
+    buffered_bytes: usize,
+    row_group_records: usize,
+}
+
+impl std::fmt::Debug for ParquetFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParquetFile")
+            .field("columns", &self.schema.fields().len())
+            .field("buffered_rows", &self.buffered_rows)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ParquetFile {
+    /// Creates a file whose schema is inferred from `first`.
+    ///
+    /// # Errors
+    ///
+    /// When the writer cannot be created.
+    pub fn create(
+        file: File,
+        first: &ParquetRow<'_>,
+        compression: FileCompression,
+        row_group_records: usize,
+    ) -> Result<Self, parquet::errors::ParquetError> {
+        let mut fields = vec![
+            Field::new("_topic", DataType::Utf8, false),
+            Field::new("_partition", DataType::Int32, false),
+            Field::new("_offset", DataType::Int64, false),
+            Field::new("_timestamp_ms", DataType::Int64, true),
+            Field::new("_key", DataType::Binary, true),
+        ];
+        let mut columns = Vec::new();
+        let mut index = HashMap::new();
+        for (name, raw) in first.fields.unwrap_or_default() {
+            if RESERVED.contains(&name.as_ref()) || index.contains_key(name.as_ref()) {
+                continue;
+            }
+            let column = Column::new(infer(raw));
+            fields.push(Field::new(name.as_ref(), column.data_type(), true));
+            index.insert(name.clone().into_owned(), columns.len());
+            columns.push(column);
+        }
+        fields.push(Field::new("_extra", DataType::Utf8, true));
+        let schema = Arc::new(Schema::new(fields));
+        let compression = match compression {
+            FileCompression::Zstd => Compression::ZSTD(ZstdLevel::default()),
+            FileCompression::Snappy => Compression::SNAPPY,
+            FileCompression::None | FileCompression::Gzip => Compression::UNCOMPRESSED,
+        };
+        let props = WriterProperties::builder()
+            .set_compression(compression)
+            .set_max_row_group_row_count(Some(row_group_records))
+            .build();
+        let writer = ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            Arc::clone(&schema),
+            Some(props),
+        )?;
+        let filled = vec![false; columns.len()];
+        Ok(Self {
+            writer,
+            schema,
+            topic: StringBuilder::new(),
+            partition: Int32Builder::new(),
+            offset: Int64Builder::new(),
+            timestamp: Int64Builder::new(),
+            key: BinaryBuilder::new(),
+            columns,
+            index,
+            extra: StringBuilder::new(),
+            filled,
+            buffered_rows: 0,
+            buffered_bytes: 0,
+            row_group_records,
+        })
+    }
+
+    /// Appends a row; writes a row group when enough rows are buffered.
+    ///
+    /// # Errors
+    ///
+    /// When the row group cannot be written.
+    pub fn append(&mut self, row: &ParquetRow<'_>) -> Result<(), parquet::errors::ParquetError> {
+        self.topic.append_value(row.topic);
+        self.partition.append_value(row.partition);
+        self.offset.append_value(row.offset);
+        self.timestamp.append_option(row.timestamp_ms);
+        self.key.append_option(row.key);
+        self.filled.iter_mut().for_each(|f| *f = false);
+        let mut extra = String::new();
+        match row.fields {
+            Some(fields) => {
+                for (name, raw) in fields {
+                    let fitted = match self.index.get(name.as_ref()) {
+                        Some(&i) if !self.filled[i] => {
+                            let ok = self.columns[i].append(raw);
+                            self.filled[i] = ok;
+                            ok
+                        }
+                        _ => false,
+                    };
+                    if !fitted {
+                        extra.push(if extra.is_empty() { '{' } else { ',' });
+                        // Keys come from valid JSON: re-escaping cannot fail.
+                        extra.push_str(&serde_json::to_string(name.as_ref()).unwrap_or_default());
+                        extra.push(':');
+                        extra.push_str(raw.get());
+                    }
+                }
+                if !extra.is_empty() {
+                    extra.push('}');
+                }
+            }
+            None => extra.push_str(row.value),
+        }
+        for (column, filled) in self.columns.iter_mut().zip(&self.filled) {
+            if !filled {
+                column.append_null();
+            }
+        }
+        if extra.is_empty() {
+            self.extra.append_null();
+        } else {
+            self.extra.append_value(&extra);
+        }
+        self.buffered_rows += 1;
+        self.buffered_bytes += row.value.len() + row.key.map_or(0, <[u8]>::len) + 32;
+        if self.buffered_rows >= self.row_group_records {
+            self.write_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes written plus an estimate of what is buffered.
+    pub fn size(&self) -> u64 {
+        (self.writer.bytes_written() + self.writer.in_progress_size() + self.buffered_bytes) as u64
+    }
+
+    fn write_batch(&mut self) -> Result<(), parquet::errors::ParquetError> {
+        if self.buffered_rows == 0 {
+            return Ok(());
+        }
+        let mut arrays: Vec<ArrayRef> = vec![
+            Arc::new(self.topic.finish()),
+            Arc::new(self.partition.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.timestamp.finish()),
+            Arc::new(self.key.finish()),
+        ];
+        arrays.extend(self.columns.iter_mut().map(Column::finish));
+        arrays.push(Arc::new(self.extra.finish()));
+        let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
+        self.writer.write(&batch)?;
+        self.writer.flush()?;
+        self.buffered_rows = 0;
+        self.buffered_bytes = 0;
+        Ok(())
+    }
+
+    /// Writes what is buffered and the footer; returns the file to be synced.
+    ///
+    /// # Errors
+    ///
+    /// When writing fails.
+    pub fn finish(mut self) -> Result<File, parquet::errors::ParquetError> {
+        self.write_batch()?;
+        let buffered = self.writer.into_inner()?;
+        buffered
+            .into_inner()
+            .map_err(|e| parquet::errors::ParquetError::External(Box::new(e.into_error())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sink::template::parse_object;
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::Int64Type;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    #[test]
+    fn schema_from_first_record_and_extra_keeps_the_rest() {
+        let dir = std::env::temp_dir().join(format!("sluice-pq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.parquet");
+        let values = [
+            r#"{"id":"a","n":1,"x":1.5,"ok":true,"after":{"k":1}}"#,
+            r#"{"id":"b","n":"two","new":3}"#,
+            r#"[1,2]"#,
+        ];
+        let mut file = None;
+        for (offset, value) in values.iter().enumerate() {
+            let fields = parse_object(value).ok();
+            let row = ParquetRow {
+                topic: "t",
+                partition: 1,
+                offset: offset as i64,
+                timestamp_ms: Some(5),
+                key: Some(b"k"),
+                value,
+                fields: fields.as_deref(),
+            };
+            let writer = file.get_or_insert_with(|| {
+                ParquetFile::create(File::create(&path).unwrap(), &row, FileCompression::Zstd, 2)
+                    .unwrap()
+            });
+            writer.append(&row).unwrap();
+        }
+        file.unwrap().finish().unwrap().sync_all().unwrap();
+
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap();
+        let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
+        let rows: usize = batches.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 3);
+        let schema = batches[0].schema();
+        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "_topic",
+                "_partition",
+                "_offset",
+                "_timestamp_ms",
+                "_key",
+                "id",
+                "n",
+                "x",
+                "ok",
+                "after",
+                "_extra"
+            ]
+        );
+        let offsets: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(2).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        assert_eq!(offsets, [0, 1, 2]);
+        let extra: Vec<Option<String>> = batches
+            .iter()
+            .flat_map(|b| {
+                b.column(10)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.map(str::to_owned))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert_eq!(
+            extra,
+            [
+                None,
+                Some(r#"{"n":"two","new":3}"#.to_owned()),
+                Some("[1,2]".to_owned())
+            ]
+        );
+        let after = batches[0].column(9).as_string::<i32>().value(0).to_owned();
+        assert_eq!(after, r#"{"k":1}"#);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

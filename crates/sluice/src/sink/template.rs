@@ -1,0 +1,434 @@
+//! Path templates: the directory (under the output root) a record's file goes to.
+//!
+//! `{topic}` and `{partition}` are the record's; `{timestamp:FORMAT}` formats the record's
+//! Kafka timestamp (UTC) with a strftime `FORMAT`; any other name is a field path into the
+//! record's JSON value (`{after.created_at:%Y-%m-%d}` in a Debezium envelope, `{region}` in a
+//! plain object). A field used with a `FORMAT` is read as a date-time: an RFC 3339 string, a
+//! `YYYY-MM-DD[ HH:MM:SS[.f]]` string (UTC), or a number of days, seconds, milliseconds,
+//! microseconds or nanoseconds since the Unix epoch (told apart by magnitude, as Debezium's
+//! date and timestamp types are). A field that is missing, null, not a scalar or not a date is
+//! an error: the record follows the failure policy.
+//!
+//! Substituted values are made safe as one path segment: `/`, `\` and control characters
+//! become `_`, and `.`/`..` become `_`.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use chrono::format::{Item, StrftimeItems};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use serde_json::value::RawValue;
+
+/// One piece of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Literal(String),
+    Topic,
+    Partition,
+    Timestamp(String),
+    Field {
+        path: Vec<String>,
+        format: Option<String>,
+    },
+}
+
+/// A parsed path template; see the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathTemplate {
+    parts: Vec<Part>,
+}
+
+/// What a template is rendered from.
+#[derive(Debug)]
+pub struct RenderInput<'a> {
+    /// The record's topic.
+    pub topic: &'a str,
+    /// Its partition.
+    pub partition: i32,
+    /// Its Kafka timestamp, Unix milliseconds.
+    pub timestamp_ms: Option<i64>,
+    /// The top-level fields of its value (empty when the value is not an object).
+    pub fields: &'a [(Cow<'a, str>, &'a RawValue)],
+}
+
+impl PathTemplate {
+    /// Parses a template.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what is wrong, for the config error.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text.starts_with('/') {
+            return Err(format!(
+                "{text:?} is absolute: expected a path relative to sink.files.path"
+            ));
+        }
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while let Some(open) = rest.find('{') {
+            if open > 0 {
+                parts.push(Part::Literal(rest[..open].to_owned()));
+            }
+            let body = &rest[open + 1..];
+            let close = body
+                .find('}')
+                .ok_or_else(|| format!("unterminated {{ in {text:?}"))?;
+            let (name, format) = match body[..close].split_once(':') {
+                Some((name, format)) => (name.trim(), Some(format.to_owned())),
+                None => (body[..close].trim(), None),
+            };
+            if let Some(format) = &format {
+                let bad = StrftimeItems::new(format).any(|item| matches!(item, Item::Error));
+                if bad || format.is_empty() || format.contains("..") {
+                    return Err(format!(
+                        "{{{name}:{format}}}: {format:?} is not a strftime format such as %Y-%m-%d"
+                    ));
+                }
+            }
+            let part = match (name, format) {
+                ("", _) => return Err(format!("empty {{}} in {text:?}")),
+                ("topic", None) => Part::Topic,
+                ("partition", None) => Part::Partition,
+                ("topic" | "partition", Some(_)) => {
+                    return Err(format!("{{{name}}} takes no format"));
+                }
+                ("timestamp", Some(format)) => Part::Timestamp(format),
+                ("timestamp", None) => {
+                    return Err("{timestamp} needs a format, e.g. {timestamp:%Y-%m-%d}".to_owned());
+                }
+                (path, format) => {
+                    let path: Vec<String> = path.split('.').map(str::to_owned).collect();
+                    if path.iter().any(String::is_empty) {
+                        return Err(format!(
+                            "{{{}}}: expected a field path such as after.created_at",
+                            body[..close].trim()
+                        ));
+                    }
+                    Part::Field { path, format }
+                }
+            };
+            parts.push(part);
+            rest = &body[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Literal(rest.to_owned()));
+        }
+        let literal: String = parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::Literal(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        if literal.split('/').any(|segment| segment == "..") || literal.contains('}') {
+            return Err(format!(
+                "{text:?} contains '..' or an unmatched }}: expected directories under sink.files.path"
+            ));
+        }
+        Ok(Self { parts })
+    }
+
+    /// Whether rendering reads the record's value fields.
+    pub fn uses_fields(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Field { .. }))
+    }
+
+    /// Renders the directory for one record (relative, `/`-separated, no leading or trailing
+    /// `/`).
+    ///
+    /// # Errors
+    ///
+    /// Why the record has no directory (a missing or unparsable field); the record follows
+    /// the failure policy.
+    pub fn render(&self, input: &RenderInput<'_>) -> Result<String, String> {
+        let mut out = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Literal(text) => out.push_str(text),
+                Part::Topic => push_segment(&mut out, input.topic),
+                Part::Partition => {
+                    let _ = write!(out, "{}", input.partition);
+                }
+                Part::Timestamp(format) => {
+                    let time = input
+                        .timestamp_ms
+                        .and_then(DateTime::<Utc>::from_timestamp_millis)
+                        .ok_or("the record has no timestamp")?;
+                    let _ = write!(out, "{}", time.format(format));
+                }
+                Part::Field { path, format } => {
+                    let raw = lookup(input.fields, path)?;
+                    let context = |e: String| format!("field {} {e}", path.join("."));
+                    match format {
+                        None => push_segment(&mut out, &scalar_text(raw).map_err(context)?),
+                        Some(format) => {
+                            let time = parse_time(raw).map_err(context)?;
+                            let _ = write!(out, "{}", time.format(format));
+                        }
+                    }
+                }
+            }
+        }
+        let trimmed = out.trim_matches('/');
+        Ok(if trimmed.len() == out.len() {
+            out
+        } else {
+            trimmed.to_owned()
+        })
+    }
+}
+
+/// Finds a field path in the top-level fields, parsing nested objects on the way.
+fn lookup<'a>(
+    fields: &[(Cow<'a, str>, &'a RawValue)],
+    path: &[String],
+) -> Result<&'a RawValue, String> {
+    let missing = || format!("field {} is missing", path.join("."));
+    let (first, rest) = path.split_first().ok_or_else(missing)?;
+    let mut raw = fields
+        .iter()
+        .find(|(name, _)| name == first)
+        .map(|(_, raw)| *raw)
+        .ok_or_else(missing)?;
+    for name in rest {
+        let nested: Vec<(Cow<'a, str>, &'a RawValue)> =
+            parse_object(raw.get()).map_err(|_| missing())?;
+        raw = nested
+            .into_iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, raw)| raw)
+            .ok_or_else(missing)?;
+    }
+    Ok(raw)
+}
+
+/// Parses a JSON object's top level into (name, raw value) pairs, in order.
+///
+/// # Errors
+///
+/// When the text is not a JSON object.
+pub fn parse_object(text: &str) -> Result<Vec<(Cow<'_, str>, &RawValue)>, serde_json::Error> {
+    struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+    impl<'de> serde::Deserialize<'de> for Fields<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl<'de> serde::de::Visitor<'de> for Visitor {
+                type Value = Fields<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Self::Value, A::Error> {
+                    let mut fields = Vec::new();
+                    while let Some(key) = map.next_key::<Key<'de>>()? {
+                        fields.push((key.0, map.next_value::<&'de RawValue>()?));
+                    }
+                    Ok(Fields(fields))
+                }
+            }
+            deserializer.deserialize_map(Visitor)
+        }
+    }
+    /// A key, borrowed unless it has escapes.
+    struct Key<'a>(Cow<'a, str>);
+    impl<'de> serde::Deserialize<'de> for Key<'de> {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct Visitor;
+            impl<'de> serde::de::Visitor<'de> for Visitor {
+                type Value = Key<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("a string")
+                }
+                fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                    Ok(Key(Cow::Borrowed(v)))
+                }
+                fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                    Ok(Key(Cow::Owned(v.to_owned())))
+                }
+                fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                    Ok(Key(Cow::Owned(v)))
+                }
+            }
+            deserializer.deserialize_str(Visitor)
+        }
+    }
+    serde_json::from_str::<Fields<'_>>(text).map(|fields| fields.0)
+}
+
+/// The text of a scalar: a string unescaped, a number or boolean as written.
+fn scalar_text(raw: &RawValue) -> Result<Cow<'_, str>, String> {
+    let text = raw.get();
+    match text.as_bytes().first() {
+        Some(b'"') => serde_json::from_str::<Cow<'_, str>>(text)
+            .map(|s| match s {
+                Cow::Borrowed(s) => Cow::Borrowed(s),
+                Cow::Owned(s) => Cow::Owned(s),
+            })
+            .map_err(|e| e.to_string()),
+        Some(b'n') => Err("is null".to_owned()),
+        Some(b'{' | b'[') => Err("is an object or array, not a scalar".to_owned()),
+        Some(_) => Ok(Cow::Borrowed(text)),
+        None => Err("is empty".to_owned()),
+    }
+}
+
+/// Reads a date-time from a JSON string or number; see the [module docs](self).
+fn parse_time(raw: &RawValue) -> Result<DateTime<Utc>, String> {
+    let text = scalar_text(raw)?;
+    if raw.get().starts_with('"') {
+        if let Ok(time) = DateTime::parse_from_rfc3339(&text) {
+            return Ok(time.with_timezone(&Utc));
+        }
+        for format in ["%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M:%S%.f"] {
+            if let Ok(time) = NaiveDateTime::parse_from_str(&text, format) {
+                return Ok(time.and_utc());
+            }
+        }
+        if let Ok(date) = NaiveDate::parse_from_str(&text, "%Y-%m-%d") {
+            return Ok(date.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
+        }
+        return Err(format!("{text:?} is not a date or timestamp"));
+    }
+    let number: i64 = text
+        .parse()
+        .map_err(|_| format!("{text} is not a date or timestamp"))?;
+    let magnitude = number.unsigned_abs();
+    let time = if magnitude < 1_000_000 {
+        DateTime::<Utc>::from_timestamp(number.saturating_mul(86_400), 0)
+    } else if magnitude < 100_000_000_000 {
+        DateTime::<Utc>::from_timestamp(number, 0)
+    } else if magnitude < 100_000_000_000_000 {
+        DateTime::<Utc>::from_timestamp_millis(number)
+    } else if magnitude < 100_000_000_000_000_000 {
+        DateTime::<Utc>::from_timestamp_micros(number)
+    } else {
+        Some(DateTime::<Utc>::from_timestamp_nanos(number))
+    };
+    time.ok_or_else(|| format!("{text} is out of range for a timestamp"))
+}
+
+/// Appends `value` as (part of) one path segment.
+fn push_segment(out: &mut String, value: &str) {
+    if value == "." || value == ".." || value.is_empty() {
+        out.push('_');
+        return;
+    }
+    out.extend(value.chars().map(|c| {
+        if c == '/' || c == '\\' || c.is_control() {
+            '_'
+        } else {
+            c
+        }
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(template: &str, value: &str, timestamp_ms: Option<i64>) -> Result<String, String> {
+        let template = PathTemplate::parse(template).unwrap();
+        let fields = parse_object(value).unwrap();
+        template.render(&RenderInput {
+            topic: "orders",
+            partition: 3,
+            timestamp_ms,
+            fields: &fields,
+        })
+    }
+
+    #[test]
+    fn topic_partition_and_record_timestamp() {
+        // 2026-11-23T05:00:00Z
+        let ts = 1_795_410_000_000;
+        assert_eq!(
+            render(
+                "{topic}/p={partition}/dt={timestamp:%Y-%m-%d}/",
+                "{}",
+                Some(ts)
+            )
+            .unwrap(),
+            "orders/p=3/dt=2026-11-23"
+        );
+        assert!(render("{timestamp:%Y}", "{}", None).is_err());
+    }
+
+    #[test]
+    fn debezium_field_paths_and_date_forms() {
+        let t = "{topic}/dt={after.created_at:%Y-%m-%d}";
+        for created in [
+            "\"2026-11-23T23:59:59+00:00\"",
+            "\"2026-11-23 10:00:00.123\"",
+            "\"2026-11-23\"",
+            "1795410000000",    // milliseconds
+            "1795410000000000", // microseconds
+            "20780",            // days
+        ] {
+            let value =
+                format!(r#"{{"before":null,"after":{{"id":1,"created_at":{created}}},"op":"c"}}"#);
+            assert_eq!(
+                render(t, &value, None).unwrap(),
+                "orders/dt=2026-11-23",
+                "{created}"
+            );
+        }
+        assert_eq!(
+            render(
+                "{region}/{after.id}",
+                r#"{"region":"eu/west","after":{"id":7}}"#,
+                None
+            )
+            .unwrap(),
+            "eu_west/7"
+        );
+    }
+
+    #[test]
+    fn missing_or_bad_fields_are_errors() {
+        let t = "{after.created_at:%Y-%m-%d}";
+        assert!(
+            render(t, r#"{"after":{"id":1}}"#, None)
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(
+            render(t, r#"{"after":null}"#, None)
+                .unwrap_err()
+                .contains("missing")
+        );
+        assert!(render(t, r#"{"after":{"created_at":"soon"}}"#, None).is_err());
+        assert!(
+            render("{x}", r#"{"x":null}"#, None)
+                .unwrap_err()
+                .contains("null")
+        );
+        assert!(render("{x}", r#"{"x":".."}"#, None).unwrap() == "_");
+    }
+
+    #[test]
+    fn bad_templates_are_refused() {
+        for bad in [
+            "/abs/{topic}",
+            "{topic",
+            "{}",
+            "{timestamp}",
+            "{topic:%Y}",
+            "../x",
+            "{a..b}",
+        ] {
+            assert!(PathTemplate::parse(bad).is_err(), "{bad}");
+        }
+        assert!(PathTemplate::parse("{topic}/{after.created_at:%Y/%m/%d}/").is_ok());
+    }
+
+    #[test]
+    fn keys_with_escapes_are_found() {
+        let fields = parse_object(r#"{"a\"b":1,"c":{"d":2}}"#).unwrap();
+        assert_eq!(fields[0].0, "a\"b");
+        assert_eq!(fields[1].1.get(), r#"{"d":2}"#);
+        assert!(parse_object("[1]").is_err());
+        assert!(parse_object("{\"a\":").is_err());
+    }
+}

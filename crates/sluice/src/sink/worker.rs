@@ -1,0 +1,679 @@
+//! A sub-partition worker: one thread per (partition, sub-partition) that turns records into
+//! files, in offset order, and reports each committed epoch's records to the intake.
+//!
+//! The worker owns its [`Epoch`]. A record's queue budget is released as soon as it is written
+//! into the open file; its acknowledgement (the sequence number in the partition's
+//! [`sluice_engine::AckTracker`]) is reported only when its epoch commits, i.e. when the file
+//! that holds it has its final name. A record that cannot be written follows the failure
+//! policy; an I/O failure ends the run (the supervisor restarts it from the committed files).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::value::RawValue;
+use sluice_engine::{InFlightPermit, Seq};
+
+use crate::error::PipelineError;
+use crate::sink::config::FailurePolicy;
+use crate::sink::files::{
+    Epoch, FileSettings, OutputRecord, OutputRoot, SubPartitionId, WriteError,
+};
+use crate::sink::metrics as m;
+use crate::sink::parquet::ParquetRow;
+use crate::sink::template::{PathTemplate, RenderInput, parse_object};
+
+/// A record as consumed: offsets and bytes, nothing decoded.
+#[derive(Debug)]
+pub struct RecordData {
+    /// Offset.
+    pub offset: i64,
+    /// Key bytes.
+    pub key: Option<Vec<u8>>,
+    /// Value bytes; `None` is a tombstone.
+    pub value: Option<Vec<u8>>,
+    /// Kafka timestamp, Unix milliseconds.
+    pub timestamp_ms: Option<i64>,
+}
+
+impl RecordData {
+    /// Key and value bytes, as the queue budget counts them.
+    pub fn size(&self) -> usize {
+        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
+    }
+}
+
+/// What the intake sends a worker.
+#[derive(Debug)]
+pub enum WorkerMsg {
+    /// A record to write, with its tracker sequence and queue budget share.
+    Record(RecordData, Seq, InFlightPermit),
+    /// Commit the open epoch and stop (revocation, shutdown).
+    Finish,
+    /// Drop the open epoch and stop.
+    Abort,
+}
+
+/// What a worker reports to the intake.
+#[derive(Debug)]
+pub enum WorkerEvent {
+    /// An epoch committed: these records are durable.
+    Committed {
+        /// Topic.
+        topic: Arc<str>,
+        /// Partition.
+        partition: i32,
+        /// The partition assignment's generation.
+        generation: u64,
+        /// The records' tracker sequences.
+        seqs: Vec<Seq>,
+    },
+    /// The worker failed; the run ends with this error.
+    Failed(PipelineError),
+    /// The worker's thread is ending.
+    Stopped {
+        /// Topic.
+        topic: Arc<str>,
+        /// Partition.
+        partition: i32,
+        /// The partition assignment's generation.
+        generation: u64,
+    },
+}
+
+/// Settings every worker shares.
+#[derive(Debug)]
+pub struct WorkerSettings {
+    /// File format and compression.
+    pub files: FileSettings,
+    /// Directory per record.
+    pub template: PathTemplate,
+    /// Roll after this many records.
+    pub roll_records: u64,
+    /// Roll when a file reaches this size.
+    pub roll_bytes: u64,
+    /// Roll when the epoch is this old.
+    pub roll_interval: Duration,
+    /// Skip null values instead of failing them.
+    pub skip_tombstones: bool,
+    /// Failure policy.
+    pub policy: FailurePolicy,
+    /// Attempts with `policy = Retry`.
+    pub retry_max_attempts: u32,
+    /// First retry delay.
+    pub retry_backoff: Duration,
+}
+
+/// The dead-letter topic's producer.
+pub struct DeadLetter {
+    /// Producer.
+    pub producer: FutureProducer,
+    /// Topic.
+    pub topic: String,
+    /// The runtime the delivery futures run on.
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for DeadLetter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeadLetter")
+            .field("topic", &self.topic)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeadLetter {
+    /// Sends the original key and value with the reason in headers; returns once Kafka has
+    /// acknowledged it.
+    ///
+    /// # Errors
+    ///
+    /// Retryable when Kafka does not take the record.
+    pub fn send(
+        &self,
+        topic: &str,
+        partition: i32,
+        data: &RecordData,
+        reason: &str,
+    ) -> Result<(), PipelineError> {
+        let partition_text = partition.to_string();
+        let offset_text = data.offset.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "sluice.error.reason",
+                value: Some(reason),
+            })
+            .insert(Header {
+                key: "sluice.error.topic",
+                value: Some(topic),
+            })
+            .insert(Header {
+                key: "sluice.error.partition",
+                value: Some(&partition_text),
+            })
+            .insert(Header {
+                key: "sluice.error.offset",
+                value: Some(&offset_text),
+            });
+        let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
+        if let Some(key) = data.key.as_deref() {
+            record = record.key(key);
+        }
+        if let Some(value) = data.value.as_deref() {
+            record = record.payload(value);
+        }
+        self.runtime
+            .block_on(self.producer.send(record, Duration::from_secs(30)))
+            .map(|_| ())
+            .map_err(|(error, _)| {
+                PipelineError::retryable(
+                    format!("cannot write to the dead-letter topic {}", self.topic),
+                    error,
+                )
+            })?;
+        metrics::counter!(crate::admin::metrics::DEAD_LETTERED).increment(1);
+        Ok(())
+    }
+}
+
+/// The intake's handle on a worker.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    /// Sends records and commands.
+    pub tx: Sender<WorkerMsg>,
+    /// Milliseconds since `clock` at which the current record or commit started; 0 when idle.
+    pub busy_since_ms: Arc<AtomicU64>,
+    /// Set when the intake gives up on the worker: it must not commit any more.
+    pub abandoned: Arc<AtomicBool>,
+    /// The thread.
+    pub thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Everything a worker needs.
+pub struct Worker {
+    id: SubPartitionId,
+    topic: Arc<str>,
+    topic_json: String,
+    generation: u64,
+    root: Arc<OutputRoot>,
+    settings: Arc<WorkerSettings>,
+    events: Sender<WorkerEvent>,
+    dead_letter: Option<Arc<DeadLetter>>,
+    epoch: Epoch,
+    seqs: Vec<Seq>,
+    busy_since_ms: Arc<AtomicU64>,
+    abandoned: Arc<AtomicBool>,
+    clock: Instant,
+}
+
+/// Starts a worker thread.
+///
+/// # Errors
+///
+/// When the thread cannot be spawned.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn(
+    id: SubPartitionId,
+    generation: u64,
+    last_epoch: u64,
+    root: Arc<OutputRoot>,
+    settings: Arc<WorkerSettings>,
+    events: Sender<WorkerEvent>,
+    dead_letter: Option<Arc<DeadLetter>>,
+    clock: Instant,
+) -> std::io::Result<WorkerHandle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let busy_since_ms = Arc::new(AtomicU64::new(0));
+    let abandoned = Arc::new(AtomicBool::new(false));
+    let epoch = Epoch::new(&root, id.clone(), last_epoch);
+    let worker = Worker {
+        topic: Arc::from(id.topic.as_str()),
+        topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
+        id,
+        generation,
+        root,
+        settings,
+        events,
+        dead_letter,
+        epoch,
+        seqs: Vec::new(),
+        busy_since_ms: Arc::clone(&busy_since_ms),
+        abandoned: Arc::clone(&abandoned),
+        clock,
+    };
+    let name = format!("sink-{}-{}", worker.id.partition, worker.id.sub);
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || worker.run(&rx))?;
+    Ok(WorkerHandle {
+        tx,
+        busy_since_ms,
+        abandoned,
+        thread: Some(thread),
+    })
+}
+
+impl Worker {
+    fn run(mut self, rx: &Receiver<WorkerMsg>) {
+        if let Err(error) = self.work(rx) {
+            self.epoch.discard();
+            let _ = self.events.send(WorkerEvent::Failed(error));
+        }
+        let _ = self.events.send(WorkerEvent::Stopped {
+            topic: Arc::clone(&self.topic),
+            partition: self.id.partition,
+            generation: self.generation,
+        });
+    }
+
+    fn work(&mut self, rx: &Receiver<WorkerMsg>) -> Result<(), PipelineError> {
+        loop {
+            let wait = match self.epoch.opened_at() {
+                Some(opened) => self.settings.roll_interval.saturating_sub(opened.elapsed()),
+                None => Duration::from_secs(1),
+            };
+            match rx.recv_timeout(wait) {
+                Ok(WorkerMsg::Record(data, seq, permit)) => {
+                    self.set_busy(true);
+                    self.handle(&data)?;
+                    drop(permit);
+                    self.seqs.push(seq);
+                    if self.epoch.records() >= self.settings.roll_records
+                        || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
+                    {
+                        self.commit()?;
+                    }
+                    self.set_busy(false);
+                }
+                Ok(WorkerMsg::Finish) => {
+                    self.set_busy(true);
+                    self.commit()?;
+                    self.set_busy(false);
+                    return Ok(());
+                }
+                Ok(WorkerMsg::Abort) | Err(RecvTimeoutError::Disconnected) => {
+                    self.epoch.discard();
+                    return Ok(());
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if self
+                        .epoch
+                        .opened_at()
+                        .is_some_and(|opened| opened.elapsed() >= self.settings.roll_interval)
+                    {
+                        self.set_busy(true);
+                        self.commit()?;
+                        self.set_busy(false);
+                    }
+                }
+            }
+        }
+    }
+
+    fn set_busy(&self, busy: bool) {
+        let value = if busy {
+            (self.clock.elapsed().as_millis() as u64).max(1)
+        } else {
+            0
+        };
+        self.busy_since_ms.store(value, Ordering::Relaxed);
+    }
+
+    fn commit(&mut self) -> Result<(), PipelineError> {
+        if self.abandoned.load(Ordering::Acquire) {
+            // The intake gave up on this worker (revocation deadline): the next owner
+            // rewrites these records, so this epoch must never commit.
+            self.epoch.discard();
+            self.seqs.clear();
+            return Ok(());
+        }
+        let records = self.epoch.records();
+        let files = self
+            .epoch
+            .commit(&self.root, &self.settings.files)
+            .map_err(|e| self.io_error(e))?;
+        if records > 0 {
+            m::records_committed().increment(records);
+            m::files_committed().increment(files.len() as u64);
+            tracing::debug!(
+                topic = %self.id.topic,
+                partition = self.id.partition,
+                sub = self.id.sub,
+                records,
+                files = files.len(),
+                "epoch committed"
+            );
+        }
+        if !self.seqs.is_empty() {
+            let _ = self.events.send(WorkerEvent::Committed {
+                topic: Arc::clone(&self.topic),
+                partition: self.id.partition,
+                generation: self.generation,
+                seqs: std::mem::take(&mut self.seqs),
+            });
+        }
+        Ok(())
+    }
+
+    fn io_error(&self, error: std::io::Error) -> PipelineError {
+        PipelineError::retryable(
+            format!(
+                "cannot write files of {}/{} sub-partition {} under {}",
+                self.id.topic,
+                self.id.partition,
+                self.id.sub,
+                self.root.path().display()
+            ),
+            error,
+        )
+    }
+
+    /// Writes one record, applying the failure policy.
+    fn handle(&mut self, data: &RecordData) -> Result<(), PipelineError> {
+        let mut attempt = 1;
+        loop {
+            let reason = match self.write(data) {
+                Ok(()) => return Ok(()),
+                Err(WriteError::Io(error)) => return Err(self.io_error(error)),
+                Err(WriteError::Record(reason)) => reason,
+            };
+            let what = format!(
+                "record {}/{} offset {} cannot be written: {reason}",
+                self.id.topic, self.id.partition, data.offset
+            );
+            match self.settings.policy {
+                FailurePolicy::Retry if attempt < self.settings.retry_max_attempts => {
+                    tracing::warn!(
+                        topic = %self.id.topic,
+                        partition = self.id.partition,
+                        offset = data.offset,
+                        attempt,
+                        reason = %reason,
+                        "record failed; retrying"
+                    );
+                    let delay = self.settings.retry_backoff * 2u32.saturating_pow(attempt - 1);
+                    std::thread::sleep(delay.min(Duration::from_secs(30)));
+                    attempt += 1;
+                }
+                FailurePolicy::Stop | FailurePolicy::Retry => {
+                    return Err(PipelineError::fatal(
+                        format!("{what} (after {attempt} attempt(s))"),
+                        "fix the record's producer or the path template, or set delivery.on_failure = \"dead_letter\" with a delivery.dead_letter_topic",
+                    ));
+                }
+                FailurePolicy::DeadLetter => {
+                    let Some(dead_letter) = &self.dead_letter else {
+                        return Err(PipelineError::fatal(what, "set delivery.dead_letter_topic"));
+                    };
+                    tracing::warn!(
+                        topic = %self.id.topic,
+                        partition = self.id.partition,
+                        offset = data.offset,
+                        reason = %reason,
+                        dead_letter_topic = %dead_letter.topic,
+                        "record sent to the dead-letter topic"
+                    );
+                    dead_letter.send(&self.id.topic, self.id.partition, data, &reason)?;
+                    self.epoch.note(data.offset);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// One attempt: parse once, render the directory, append to the open file.
+    fn write(&mut self, data: &RecordData) -> Result<(), WriteError> {
+        let Some(value) = data.value.as_deref() else {
+            if self.settings.skip_tombstones {
+                self.epoch.note(data.offset);
+                return Ok(());
+            }
+            return Err(WriteError::Record(
+                "null value (tombstone) and sink.files.skip_tombstones = false".into(),
+            ));
+        };
+        let text = std::str::from_utf8(value)
+            .map_err(|_| WriteError::Record("value is not UTF-8, so not JSON".into()))?;
+        let invalid =
+            |e: serde_json::Error| WriteError::Record(format!("value is not valid JSON: {e}"));
+        let fields = if text.trim_start().starts_with('{') {
+            Some(parse_object(text).map_err(invalid)?)
+        } else {
+            serde_json::from_str::<&RawValue>(text).map_err(invalid)?;
+            None
+        };
+        let dir = self
+            .settings
+            .template
+            .render(&RenderInput {
+                topic: &self.id.topic,
+                partition: self.id.partition,
+                timestamp_ms: data.timestamp_ms,
+                fields: fields.as_deref().unwrap_or_default(),
+            })
+            .map_err(WriteError::Record)?;
+        let record = OutputRecord {
+            row: ParquetRow {
+                topic: &self.id.topic,
+                partition: self.id.partition,
+                offset: data.offset,
+                timestamp_ms: data.timestamp_ms,
+                key: data.key.as_deref(),
+                value: text,
+                fields: fields.as_deref(),
+            },
+            topic_json: &self.topic_json,
+        };
+        self.epoch.write(dir, &record, &self.settings.files)?;
+        Ok(())
+    }
+}
+
+/// The sub-partition of a record: a hash of its key (so one key always goes to one worker and
+/// keeps its order), or its offset when it has no key (no order to keep).
+pub fn sub_partition(key: Option<&[u8]>, offset: i64, sub_partitions: u32) -> u32 {
+    let n = u64::from(sub_partitions.max(1));
+    match key {
+        // FNV-1a, 64 bits: fast, stable across versions and platforms.
+        Some(key) => {
+            let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+                (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+            });
+            (hash % n) as u32
+        }
+        None => (offset.unsigned_abs() % n) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::sink::config::{FileCompression, FileFormat};
+    use sluice_engine::InFlightBudget;
+    use std::num::NonZeroU32;
+
+    fn settings(policy: FailurePolicy) -> Arc<WorkerSettings> {
+        Arc::new(WorkerSettings {
+            files: FileSettings {
+                format: FileFormat::Jsonl,
+                compression: FileCompression::None,
+                metadata: true,
+                parquet_row_group_records: 100,
+            },
+            template: PathTemplate::parse("{topic}/d={created:%Y-%m-%d}").unwrap(),
+            roll_records: 1_000,
+            roll_bytes: 1 << 30,
+            roll_interval: Duration::from_secs(60),
+            skip_tombstones: true,
+            policy,
+            retry_max_attempts: 3,
+            retry_backoff: Duration::from_millis(1),
+        })
+    }
+
+    /// Runs a worker over `values` (None = tombstone), then asks it to finish; returns its
+    /// events and the root.
+    fn run_worker(
+        name: &str,
+        policy: FailurePolicy,
+        values: &[Option<&str>],
+    ) -> (Vec<WorkerEvent>, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("sluice-worker-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
+        let (events_tx, events_rx) = std::sync::mpsc::channel();
+        let id = SubPartitionId {
+            topic: "t".into(),
+            partition: 0,
+            sub: 0,
+        };
+        let mut worker = spawn(
+            id,
+            1,
+            0,
+            root,
+            settings(policy),
+            events_tx,
+            None,
+            Instant::now(),
+        )
+        .unwrap();
+        let budget = InFlightBudget::new(
+            NonZeroU32::new(1 << 20).unwrap(),
+            NonZeroU32::new(100).unwrap(),
+        );
+        let mut tracker = sluice_engine::AckTracker::new(None);
+        for (offset, value) in values.iter().enumerate() {
+            let seq = tracker.push(Some(offset as i64 + 1)).unwrap();
+            let data = RecordData {
+                offset: offset as i64,
+                key: Some(b"k".to_vec()),
+                value: value.map(|v| v.as_bytes().to_vec()),
+                timestamp_ms: Some(0),
+            };
+            let permit = budget.try_acquire(data.size()).unwrap();
+            worker
+                .tx
+                .send(WorkerMsg::Record(data, seq, permit))
+                .unwrap();
+        }
+        worker.tx.send(WorkerMsg::Finish).unwrap();
+        let mut events = Vec::new();
+        while let Ok(event) = events_rx.recv_timeout(Duration::from_secs(10)) {
+            let stopped = matches!(event, WorkerEvent::Stopped { .. });
+            events.push(event);
+            if stopped {
+                break;
+            }
+        }
+        worker.thread.take().unwrap().join().unwrap();
+        // Every record's budget share was given back.
+        assert_eq!(budget.in_flight_records(), 0);
+        (events, dir)
+    }
+
+    #[test]
+    fn records_become_files_and_acks_only_when_committed() {
+        let good = r#"{"created":"2026-11-23","v":1}"#;
+        let (events, dir) = run_worker(
+            "good",
+            FailurePolicy::Stop,
+            &[
+                Some(good),
+                None,
+                Some(good),
+                Some(r#"{"created":"2026-11-24"}"#),
+            ],
+        );
+        let seqs: Vec<u64> = events
+            .iter()
+            .flat_map(|e| match e {
+                WorkerEvent::Committed { seqs, .. } => seqs.iter().map(|s| s.0).collect(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(seqs, [0, 1, 2, 3], "{events:?}");
+        let day1 =
+            std::fs::read_to_string(dir.join("t/d=2026-11-23/part-t+0+s0+0-2.jsonl")).unwrap();
+        assert_eq!(day1.lines().count(), 2);
+        assert!(dir.join("t/d=2026-11-24/part-t+0+s0+3-3.jsonl").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_poison_record_stops_without_committing() {
+        for policy in [FailurePolicy::Stop, FailurePolicy::Retry] {
+            let (events, dir) = run_worker(
+                "poison",
+                policy,
+                &[Some(r#"{"created":"2026-11-23"}"#), Some("{oops")],
+            );
+            assert!(
+                events
+                    .iter()
+                    .all(|e| !matches!(e, WorkerEvent::Committed { .. })),
+                "{events:?}"
+            );
+            let failure = events
+                .iter()
+                .find_map(|e| match e {
+                    WorkerEvent::Failed(error) => Some(error),
+                    _ => None,
+                })
+                .expect("a failure");
+            assert!(!failure.is_retryable());
+            let text = failure.chain();
+            assert!(
+                text.contains("offset 1") && text.contains("not valid JSON"),
+                "{text}"
+            );
+            let attempts = if policy == FailurePolicy::Retry { 3 } else { 1 };
+            assert!(
+                text.contains(&format!("after {attempts} attempt(s)")),
+                "{text}"
+            );
+            let mut files = Vec::new();
+            for entry in walk(&dir) {
+                if entry
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("part-"))
+                {
+                    files.push(entry);
+                }
+            }
+            assert!(files.is_empty(), "{files:?}");
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                out.extend(walk(&path));
+            } else {
+                out.push(path);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn keys_spread_and_stay_put() {
+        let mut counts = [0u32; 8];
+        for i in 0..8000 {
+            let key = format!("k{i}");
+            let sub = sub_partition(Some(key.as_bytes()), i, 8);
+            assert_eq!(sub, sub_partition(Some(key.as_bytes()), i + 1, 8));
+            counts[sub as usize] += 1;
+        }
+        assert!(counts.iter().all(|c| *c > 700), "{counts:?}");
+        assert_eq!(sub_partition(None, 13, 4), 1);
+        assert_eq!(sub_partition(Some(b"x"), 0, 1), 0);
+    }
+}

@@ -1,0 +1,641 @@
+//! Kafka → files: the real `sluice` binary against the real broker; every output file is read
+//! back and every offset must be in exactly one file, with per-key order, across SIGKILLs and
+//! a consumer group of two processes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use rand::Rng;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+use crate::support::{Sluice, broker_shared, free_port, read_topic, stack, test_dir, unique};
+
+async fn create_topic(topic: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    for result in results {
+        result.unwrap();
+    }
+}
+
+/// The value of the `seq`-th record of key `key`: a plain JSON object with a date field.
+fn value_of(key: u64, seq: u64) -> String {
+    format!(
+        r#"{{"id":"k{key}","seq":{seq},"created_at":"2026-11-{:02}T10:00:00Z","pad":"{}"}}"#,
+        20 + key % 3,
+        "p".repeat(120)
+    )
+}
+
+/// Produces `count` records over `keys` keys (round robin), each key's `seq` counting from 0.
+fn produce(topic: &str, count: u64, keys: u64, first: u64) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .set("batch.size", "1000000")
+        .set("compression.type", "lz4")
+        .create()
+        .unwrap();
+    for i in first..first + count {
+        let key = i % keys;
+        let k = format!("k{key}");
+        let value = value_of(key, i / keys);
+        let mut record = BaseRecord::to(topic).key(&k).payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+}
+
+/// End offsets per partition.
+fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    (0..partitions)
+        .map(|p| {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p, Duration::from_secs(10))
+                .unwrap();
+            (p, high)
+        })
+        .collect()
+}
+
+fn sink_toml(
+    name: &str,
+    topic: &str,
+    root: &Path,
+    port: u16,
+    format: &str,
+    subs: u32,
+    extra: &str,
+) -> String {
+    format!(
+        r#"
+name = "{name}"
+
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "{name}"
+commit_interval_ms = 500
+[source.kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+
+[sink.files]
+path = "{root}"
+path_template = "{{topic}}/dt={{created_at:%Y-%m-%d}}/"
+format = "{format}"
+roll_records = 20000
+roll_interval_ms = 500
+sub_partitions = {subs}
+
+[admin]
+listen = "127.0.0.1:{port}"
+
+[restart]
+initial_backoff_ms = 200
+max_backoff_ms = 2000
+{extra}
+"#,
+        brokers = stack().brokers,
+        root = root.display(),
+    )
+}
+
+/// One record read back from an output file.
+#[derive(Debug, Clone)]
+struct Row {
+    file: PathBuf,
+    sub: u32,
+    partition: i32,
+    offset: i64,
+    id: String,
+    seq: i64,
+}
+
+/// Parses `part-<topic>+<partition>+s<sub>+<first>-<last>.<ext>`.
+fn parse_name(name: &str) -> Option<(i32, u32, i64, i64)> {
+    let stem = name.strip_prefix("part-")?.split('.').next()?;
+    let mut parts = stem.rsplitn(4, '+');
+    let range = parts.next()?;
+    let sub = parts.next()?.strip_prefix('s')?.parse().ok()?;
+    let partition = parts.next()?.parse().ok()?;
+    let (first, last) = range.split_once('-')?;
+    Some((partition, sub, first.parse().ok()?, last.parse().ok()?))
+}
+
+fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("_sluice") {
+            continue;
+        }
+        if path.is_dir() {
+            files_under(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// Reads every committed output file under `root`; checks each file's name against its rows
+/// and that rows are in offset order within a file.
+fn read_output(root: &Path) -> Vec<Row> {
+    let mut files = Vec::new();
+    files_under(root, &mut files);
+    let mut rows = Vec::new();
+    for file in files {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            !name.starts_with(".tmp"),
+            "a staged file outside staging: {file:?}"
+        );
+        let (partition, sub, first, last) =
+            parse_name(&name).unwrap_or_else(|| panic!("unexpected file {file:?}"));
+        let mut file_rows = Vec::new();
+        if name.ends_with(".parquet") {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&file).unwrap())
+                .unwrap()
+                .build()
+                .unwrap();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let col = |name: &str| batch.column_by_name(name).unwrap().clone();
+                let partitions = col("_partition");
+                let offsets = col("_offset");
+                let ids = col("id");
+                let seqs = col("seq");
+                for i in 0..batch.num_rows() {
+                    file_rows.push(Row {
+                        file: file.clone(),
+                        sub,
+                        partition: partitions.as_primitive::<Int32Type>().value(i),
+                        offset: offsets.as_primitive::<Int64Type>().value(i),
+                        id: ids.as_string::<i32>().value(i).to_owned(),
+                        seq: seqs.as_primitive::<Int64Type>().value(i),
+                    });
+                }
+            }
+        } else {
+            for line in BufReader::new(File::open(&file).unwrap()).lines() {
+                let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
+                file_rows.push(Row {
+                    file: file.clone(),
+                    sub,
+                    partition: value["_partition"].as_i64().unwrap() as i32,
+                    offset: value["_offset"].as_i64().unwrap(),
+                    id: value["id"].as_str().unwrap().to_owned(),
+                    seq: value["seq"].as_i64().unwrap(),
+                });
+            }
+        }
+        assert!(!file_rows.is_empty(), "empty file {file:?}");
+        assert_eq!(file_rows[0].offset, first, "{file:?}");
+        assert_eq!(file_rows.last().unwrap().offset, last, "{file:?}");
+        for pair in file_rows.windows(2) {
+            assert!(
+                pair[0].offset < pair[1].offset,
+                "offsets out of order in {file:?}"
+            );
+        }
+        assert!(
+            file_rows.iter().all(|r| r.partition == partition),
+            "{file:?}"
+        );
+        rows.extend(file_rows);
+    }
+    rows
+}
+
+/// Every offset below the end of each partition is in exactly one file (or in `dead`), each
+/// key lives in one sub-partition and its `seq`s follow offset order without gaps.
+fn verify(rows: &[Row], ends: &BTreeMap<i32, i64>, dead: &HashSet<(i32, i64)>) {
+    let mut seen: HashMap<(i32, i64), &Row> = HashMap::new();
+    for row in rows {
+        if let Some(other) = seen.insert((row.partition, row.offset), row) {
+            panic!(
+                "offset {}/{} is in two files: {:?} and {:?}",
+                row.partition, row.offset, other.file, row.file
+            );
+        }
+    }
+    for (&partition, &end) in ends {
+        let missing: Vec<i64> = (0..end)
+            .filter(|o| !seen.contains_key(&(partition, *o)) && !dead.contains(&(partition, *o)))
+            .take(10)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "partition {partition}: missing offsets {missing:?}"
+        );
+    }
+    let expected: i64 = ends.values().sum::<i64>() - dead.len() as i64;
+    assert_eq!(rows.len() as i64, expected);
+    let mut per_key: HashMap<&str, Vec<&Row>> = HashMap::new();
+    for row in rows {
+        per_key.entry(&row.id).or_default().push(row);
+    }
+    for (key, mut rows) in per_key {
+        rows.sort_by_key(|r| r.offset);
+        let subs: HashSet<(i32, u32)> = rows.iter().map(|r| (r.partition, r.sub)).collect();
+        assert_eq!(
+            subs.len(),
+            1,
+            "key {key} is in several sub-partitions: {subs:?}"
+        );
+        for (i, row) in rows.iter().enumerate() {
+            assert_eq!(
+                row.seq, i as i64,
+                "key {key}: seq out of order at offset {}",
+                row.offset
+            );
+        }
+    }
+}
+
+/// Waits until the output holds `expected` distinct offsets.
+fn wait_for_output(root: &Path, expected: usize, timeout: Duration, sluices: &[&Sluice]) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let rows = read_output(root);
+        let distinct: HashSet<(i32, i64)> = rows.iter().map(|r| (r.partition, r.offset)).collect();
+        if distinct.len() >= expected {
+            return;
+        }
+        if Instant::now() > deadline {
+            let logs: Vec<String> = sluices.iter().map(|s| s.log_text()).collect();
+            panic!(
+                "only {} of {expected} offsets in files after {timeout:?}; logs:\n{}",
+                distinct.len(),
+                logs.join("\n-----\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn assigned(sluice: &Sluice) -> f64 {
+    sluice
+        .metric("sluice_sink_assigned_partitions")
+        .unwrap_or(0.0)
+}
+
+fn committed_records(sluice: &Sluice) -> f64 {
+    sluice
+        .metric("sluice_sink_records_committed_total")
+        .unwrap_or(0.0)
+}
+
+/// Produces, runs the sink, kills it `kills` times at random moments while it works, and
+/// checks every offset is in exactly one file with per-key order.
+async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills: u32) {
+    let _broker = broker_shared().await;
+    let name = unique(&format!("sink_{format}"));
+    let topic = name.clone();
+    create_topic(&topic, 2).await;
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, records, 1000, 0))
+            .await
+            .unwrap();
+    }
+    let ends = end_offsets(&topic, 2);
+    assert_eq!(ends.values().sum::<i64>(), records as i64);
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    let started = Instant::now();
+    let mut sluice = Sluice::start(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, format, subs, ""),
+        port,
+    );
+    for kill in 1..=kills {
+        // Kill while it works: a moment after it has its partitions.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while assigned(&sluice) < 1.0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pause = rand::rng().random_range(100..2500);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let committed = committed_records(&sluice);
+        sluice.kill();
+        println!(
+            "sink {format}: SIGKILL {kill} after {pause} ms of work ({committed} records committed by that process)"
+        );
+        sluice.restart();
+    }
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(
+            &root,
+            records as usize,
+            Duration::from_secs(600),
+            &[sluice_ref],
+        )
+    });
+    let elapsed = started.elapsed();
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    let rows = read_output(&root);
+    verify(&rows, &ends, &HashSet::new());
+    let mut files = Vec::new();
+    files_under(&root, &mut files);
+    println!(
+        "sink {format}: {records} records, {subs} sub-partitions, {kills} SIGKILLs: {} files, every offset exactly once, in {:.1} s",
+        files.len(),
+        elapsed.as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jsonl_every_offset_exactly_once_across_sigkills() {
+    exactly_once_across_kills("jsonl", 300_000, 4, 3).await;
+}
+
+/// Size of the Parquet run: `SLUICE_IT_SINK_RECORDS` (the issue asks for 2,000,000).
+#[tokio::test(flavor = "multi_thread")]
+async fn parquet_every_offset_exactly_once_across_sigkills() {
+    let records = std::env::var("SLUICE_IT_SINK_RECORDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000_000);
+    exactly_once_across_kills("parquet", records, 8, 3).await;
+}
+
+/// Two processes in one consumer group split the partitions; one is killed and the other
+/// takes its partitions over from the files.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_processes_in_a_group_one_killed() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_group");
+    let topic = name.clone();
+    create_topic(&topic, 2).await;
+    const RECORDS: u64 = 200_000;
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 2, 500, 0))
+            .await
+            .unwrap();
+    }
+    let dir_a = test_dir(&format!("{name}_a"));
+    let dir_b = test_dir(&format!("{name}_b"));
+    let root = dir_a.join("out");
+    let (port_a, port_b) = (free_port(), free_port());
+    let mut a = Sluice::start(
+        &dir_a,
+        &sink_toml(&name, &topic, &root, port_a, "jsonl", 4, ""),
+        port_a,
+    );
+    let mut b = Sluice::start(
+        &dir_b,
+        &sink_toml(&name, &topic, &root, port_b, "jsonl", 4, ""),
+        port_b,
+    );
+    // Both get a partition, then more records arrive while both work.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let assigned = |s: &Sluice| s.metric("sluice_sink_assigned_partitions").unwrap_or(0.0);
+        if assigned(&a) >= 1.0 && assigned(&b) >= 1.0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        a.metric("sluice_sink_assigned_partitions") == Some(1.0)
+            && b.metric("sluice_sink_assigned_partitions") == Some(1.0),
+        "the group did not split the partitions:\n{}\n-----\n{}",
+        a.log_text(),
+        b.log_text()
+    );
+    let producer = {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 2, 500, RECORDS / 2))
+    };
+    // Kill B after it has committed files of its partition, while it works on more.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_records(&b) < 1.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tokio::time::sleep(Duration::from_millis(rand::rng().random_range(100..1000))).await;
+    let b_committed = committed_records(&b);
+    b.kill();
+    println!("sink group: process B killed after committing {b_committed} records");
+    producer.await.unwrap();
+    let ends = end_offsets(&topic, 2);
+    assert_eq!(ends.values().sum::<i64>(), RECORDS as i64);
+    let a_ref = &a;
+    let b_ref = &b;
+    tokio::task::block_in_place(|| {
+        wait_for_output(
+            &root,
+            RECORDS as usize,
+            Duration::from_secs(300),
+            &[a_ref, b_ref],
+        )
+    });
+    assert_eq!(a.metric("sluice_sink_assigned_partitions"), Some(2.0));
+    assert!(a.stop(), "graceful stop failed:\n{}", a.log_text());
+    verify(&read_output(&root), &ends, &HashSet::new());
+}
+
+/// Invalid JSON and a record without the template's field go to the dead-letter topic with
+/// their reason; everything else is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn poison_records_go_to_the_dead_letter_topic() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_dlq");
+    let topic = name.clone();
+    let dead_letter_topic = format!("{name}_dlq");
+    create_topic(&topic, 2).await;
+    create_topic(&dead_letter_topic, 1).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let poison: [(&str, &str); 2] = [
+        ("bad1", "{not json"),
+        ("bad2", r#"{"id":"bad2","seq":0,"pad":"no created_at"}"#),
+    ];
+    for i in 0..1000u64 {
+        let key = format!("k{}", i % 10);
+        let value = value_of(i % 10, i / 10);
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .unwrap();
+        if i == 500 {
+            for (key, value) in poison {
+                producer
+                    .send(BaseRecord::to(&topic).key(key).payload(value))
+                    .unwrap();
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let ends = end_offsets(&topic, 2);
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    // A small queue, so that partitions are paused and resumed on the way.
+    let extra = format!(
+        "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\nmax_queued_records_per_partition = 20\n"
+    );
+    let mut sluice = Sluice::start(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 2, &extra),
+        port,
+    );
+    let dead = {
+        let dead_letter_topic = dead_letter_topic.clone();
+        tokio::task::spawn_blocking(move || {
+            read_topic(&dead_letter_topic, Duration::from_secs(120), |r| {
+                r.len() >= 2
+            })
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(
+        dead.len(),
+        2,
+        "dead-letter records: {dead:?}\n{}",
+        sluice.log_text()
+    );
+    let mut dead_offsets = HashSet::new();
+    for record in &dead {
+        let key = record.key.as_ref().unwrap().as_str().unwrap().to_owned();
+        let (_, original) = poison.iter().find(|(k, _)| *k == key).unwrap();
+        let value = record.value.as_ref().unwrap();
+        match value {
+            serde_json::Value::String(text) => assert_eq!(text, original),
+            other => assert_eq!(
+                other,
+                &serde_json::from_str::<serde_json::Value>(original).unwrap()
+            ),
+        }
+        assert_eq!(record.headers["sluice.error.topic"], topic);
+        let reason = &record.headers["sluice.error.reason"];
+        if key == "bad1" {
+            assert!(reason.contains("not valid JSON"), "{reason}");
+        } else {
+            assert!(
+                reason.contains("created_at") && reason.contains("missing"),
+                "{reason}"
+            );
+        }
+        let partition: i32 = record.headers["sluice.error.partition"].parse().unwrap();
+        let offset: i64 = record.headers["sluice.error.offset"].parse().unwrap();
+        dead_offsets.insert((partition, offset));
+    }
+    let expected = 1000usize;
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, expected, Duration::from_secs(120), &[sluice_ref])
+    });
+    let pauses = sluice
+        .metric("sluice_sink_partition_pauses_total")
+        .unwrap_or(0.0);
+    assert!(
+        pauses >= 1.0,
+        "no partition was paused with a 20-record queue"
+    );
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    let rows = read_output(&root);
+    // The dead-lettered offsets are exactly the poison records' (their key is not in a file).
+    assert!(rows.iter().all(|r| !r.id.starts_with("bad")));
+    verify(&rows, &ends, &dead_offsets);
+}
+
+/// The number of sub-partitions is fixed per output root.
+#[tokio::test(flavor = "multi_thread")]
+async fn changing_sub_partitions_for_a_root_is_refused() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_subs");
+    let topic = name.clone();
+    create_topic(&topic, 1).await;
+    tokio::task::spawn_blocking({
+        let topic = topic.clone();
+        move || produce(&topic, 100, 10, 0)
+    })
+    .await
+    .unwrap();
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 2, ""),
+        port,
+    );
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, 100, Duration::from_secs(60), &[sluice_ref])
+    });
+    assert!(sluice.stop());
+    let mut sluice = Sluice::start(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 4, ""),
+        port,
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = sluice.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sluice did not refuse:\n{}",
+            sluice.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!status.success());
+    let log = sluice.log_text();
+    assert!(
+        log.contains("sink.files.sub_partitions = 4") && log.contains("written with 2"),
+        "{log}"
+    );
+}
