@@ -273,6 +273,22 @@ mod tests {
     }
 
     #[test]
+    fn the_sink_metrics_follow_the_scheme_and_are_documented() {
+        use crate::sink::metrics as sink;
+        for name in [
+            sink::RECORDS_COMMITTED,
+            sink::FILES_COMMITTED,
+            sink::RECORDS_CONSUMED,
+            sink::PARTITION_PAUSES,
+            sink::OFFSET_COMMITS,
+            sink::ASSIGNED_PARTITIONS,
+        ] {
+            assert!(name.starts_with("sluice_sink_"), "{name}");
+            assert!(DOC.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
+        }
+    }
+
+    #[test]
     fn the_alert_rules_use_only_metrics_that_exist() {
         let mut used = 0;
         for word in ALERTS.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
