@@ -249,7 +249,9 @@ async fn supervise(
         });
         board.set_state(PipelineState::Starting);
         let started = Instant::now();
+        let requested_before = *control.borrow();
         let result = run_once(&ctx).await;
+        let requested = watcher.is_finished();
         watcher.abort();
         if shutdown.is_cancelled() {
             if let Err(error) = &result {
@@ -262,6 +264,11 @@ async fn supervise(
             consecutive_failures = 0;
         }
         let error = match result {
+            Ok(()) if !requested && *control.borrow() == requested_before => {
+                // The run ended by itself (snapshot = "initial_only").
+                board.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
             Ok(()) => {
                 // Stopped on an operator's request: pause (handled at the top) or restart.
                 if !control.borrow().paused {

@@ -112,6 +112,28 @@ pub struct PostgresSourceConfig {
     /// The transactional outbox: a table whose inserted rows become events on per-aggregate
     /// topics instead of change events.
     pub outbox: Option<OutboxConfig>,
+    /// When to read the captured tables' current rows (`op: "r"`) before streaming.
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Rows fetched per round trip while snapshotting.
+    #[serde(default = "default_snapshot_fetch_rows")]
+    pub snapshot_fetch_rows: u32,
+}
+
+/// When to snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// When the slot is new: read every captured table under the slot's exported snapshot,
+    /// then stream from the slot's consistent point.
+    #[default]
+    Initial,
+    /// Never: stream only the changes after the slot's creation.
+    Never,
+    /// Snapshot like `initial`, then stop (no streaming).
+    InitialOnly,
+    /// Like `initial`, and also after a lost slot was recreated (`on_slot_loss = "recreate"`).
+    WhenNeeded,
 }
 
 /// `[source.postgres.outbox]`: the outbox pattern without a separate transform. Column names
@@ -361,6 +383,9 @@ fn default_outbox_payload_column() -> String {
 fn default_outbox_topic() -> String {
     "outbox.event.{aggregate_type}".into()
 }
+const fn default_snapshot_fetch_rows() -> u32 {
+    10_000
+}
 const fn default_progress_timeout_ms() -> u64 {
     DEFAULT_PROGRESS_TIMEOUT_MS
 }
@@ -542,6 +567,12 @@ impl PipelineConfig {
                     ),
                 );
             }
+        }
+        if pg.snapshot_fetch_rows == 0 {
+            issue(
+                "source.postgres.snapshot_fetch_rows",
+                "0: expected at least 1".into(),
+            );
         }
         if pg.status_interval_ms == 0 || pg.status_interval_ms > 60_000 {
             issue(

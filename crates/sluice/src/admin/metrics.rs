@@ -61,6 +61,8 @@ pub const SOURCE_STALLED: &str = "sluice_source_stalled";
 pub const SOURCE_PROGRESS_AGE: &str = "sluice_source_progress_age_seconds";
 /// Slots found dropped, recreated, invalidated or on another server, by `kind`.
 pub const SLOT_LOSSES: &str = "sluice_source_slot_losses_total";
+/// Rows read by snapshots, per table.
+pub const SNAPSHOT_ROWS: &str = "sluice_source_snapshot_rows_total";
 /// Every metric name, for the documentation test.
 pub const ALL: &[&str] = &[
     PRODUCED_RECORDS,
@@ -86,6 +88,7 @@ pub const ALL: &[&str] = &[
     SOURCE_STALLED,
     SOURCE_PROGRESS_AGE,
     SLOT_LOSSES,
+    SNAPSHOT_ROWS,
 ];
 
 /// Histogram buckets for latencies, in seconds.
@@ -180,6 +183,7 @@ pub fn describe() {
             "seconds since the slot's confirmed position last moved"
         );
         describe_counter!(SLOT_LOSSES, "slots found dropped, recreated or invalidated");
+        describe_counter!(SNAPSHOT_ROWS, "rows read by snapshots, per table");
     });
 }
 
@@ -284,7 +288,10 @@ mod tests {
             sink::ASSIGNED_PARTITIONS,
         ] {
             assert!(name.starts_with("sluice_sink_"), "{name}");
-            assert!(DOC.contains(&format!("`{name}`")), "{name} is not in docs/metrics.md");
+            assert!(
+                DOC.contains(&format!("`{name}`")),
+                "{name} is not in docs/metrics.md"
+            );
         }
     }
 

@@ -70,6 +70,8 @@ pub fn install_recorder(pipeline: &str) -> anyhow::Result<PrometheusHandle> {
 pub enum PipelineState {
     /// Connecting and setting up.
     Starting,
+    /// Reading the captured tables' current rows before streaming.
+    Snapshotting,
     /// Streaming changes.
     Streaming,
     /// Waiting before a restart after a failure.
@@ -83,8 +85,9 @@ pub enum PipelineState {
 }
 
 impl PipelineState {
-    const ALL: [Self; 6] = [
+    const ALL: [Self; 7] = [
         Self::Starting,
+        Self::Snapshotting,
         Self::Streaming,
         Self::Backoff,
         Self::Paused,
@@ -96,6 +99,7 @@ impl PipelineState {
     pub fn name(self) -> &'static str {
         match self {
             Self::Starting => "starting",
+            Self::Snapshotting => "snapshotting",
             Self::Streaming => "streaming",
             Self::Backoff => "backoff",
             Self::Paused => "paused",

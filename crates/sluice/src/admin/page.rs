@@ -22,7 +22,7 @@ pub const STATUS_PAGE: &str = r##"<!doctype html>
   .top { display:flex; flex-wrap:wrap; gap:20px; align-items:baseline; }
   .name { font-size:18px; font-weight:600; }
   .state { font-weight:600; padding:2px 8px; border-radius:10px; color:#fff; background:var(--muted); }
-  .state.streaming { background:var(--ok); } .state.backoff, .state.paused, .state.starting { background:var(--warn); } .state.failed { background:var(--bad); }
+  .state.streaming { background:var(--ok); } .state.backoff, .state.paused, .state.starting, .state.snapshotting { background:var(--warn); } .state.failed { background:var(--bad); }
   .kv { color:var(--muted); } .kv b { color:var(--fg); font-weight:600; }
   .charts { display:grid; grid-template-columns:repeat(auto-fill, minmax(320px, 1fr)); gap:12px; margin-top:12px; }
   .chart { border:1px solid #e3e6eb; border-radius:6px; padding:8px; }

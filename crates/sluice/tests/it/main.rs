@@ -12,5 +12,6 @@ mod operate;
 mod outbox;
 mod perf;
 mod sink;
+mod snapshot;
 mod stack;
 mod support;

@@ -34,6 +34,8 @@ pub struct RelationInfo {
     source_head: String,
     /// The `source` block from after `ts_ms` up to `"txId":`.
     source_tail: String,
+    /// The same for snapshot reads (`"snapshot":"true"`).
+    source_tail_snapshot: String,
     /// Per-table counters.
     pub metrics: Arc<TableMetrics>,
     /// A rough per-change overhead of the JSON envelope, for the in-flight budget.
@@ -213,6 +215,9 @@ impl RelationInfo {
             key_columns,
             replica_identity,
             source_head: String::from_utf8(head).unwrap_or_default(),
+            source_tail_snapshot: String::from_utf8(tail.clone())
+                .unwrap_or_default()
+                .replacen("\"snapshot\":\"false\"", "\"snapshot\":\"true\"", 1),
             source_tail: String::from_utf8(tail).unwrap_or_default(),
             metrics,
             envelope_overhead,
@@ -249,6 +254,11 @@ pub enum ChangeKind {
     },
     /// Truncate.
     Truncate,
+    /// A row read by a snapshot (`op: "r"`, `source.snapshot: "true"`).
+    Read {
+        /// The row.
+        row: TupleData,
+    },
 }
 
 /// One decoded row change with its position.
@@ -298,7 +308,7 @@ impl RowChange {
     pub fn record_count(&self, tombstones: bool) -> u32 {
         let with_tombstone = 1 + u32::from(tombstones);
         match &self.kind {
-            ChangeKind::Insert { .. } | ChangeKind::Truncate => 1,
+            ChangeKind::Insert { .. } | ChangeKind::Truncate | ChangeKind::Read { .. } => 1,
             ChangeKind::Update {
                 key_changed: true, ..
             } => with_tombstone + 1,
@@ -394,6 +404,10 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
         ChangeKind::Truncate => {
             let value = envelope(change, options, None, None, Op::Truncate);
             push(out, None, Some(value));
+        }
+        ChangeKind::Read { row } => {
+            let value = envelope(change, options, None, Some((row, None)), Op::Read);
+            push(out, write_key(rel, row), Some(value));
         }
     }
 }
@@ -499,7 +513,11 @@ fn envelope(
     out.extend_from_slice(b",\"source\":");
     out.extend_from_slice(rel.source_head.as_bytes());
     write_int(&mut out, change.commit_unix_micros.div_euclid(1000));
-    out.extend_from_slice(rel.source_tail.as_bytes());
+    out.extend_from_slice(if op == Op::Read {
+        rel.source_tail_snapshot.as_bytes()
+    } else {
+        rel.source_tail.as_bytes()
+    });
     write_int(&mut out, change.xid);
     out.extend_from_slice(b",\"lsn\":");
     write_int(&mut out, change.lsn.0);

@@ -6,6 +6,7 @@
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
 //! - [`encode`]: row changes to Debezium envelopes.
 //! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
+//! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod encode;
@@ -13,5 +14,6 @@ pub mod pgoutput;
 pub mod replication;
 pub mod setup;
 pub mod slot_state;
+pub mod snapshot;
 pub mod stream;
 pub mod value;

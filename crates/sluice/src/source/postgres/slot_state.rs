@@ -47,6 +47,10 @@ pub struct SlotRecord {
     pub confirmed_lsn: Lsn,
     /// Unix milliseconds of the last write.
     pub updated_unix_ms: u64,
+    /// A snapshot was started and has not finished: the next run snapshots again before it
+    /// streams.
+    #[serde(default)]
+    pub snapshot_pending: bool,
 }
 
 /// LSNs in the file in PostgreSQL's `X/X` form, as operators read them.
@@ -227,6 +231,22 @@ impl SlotStateFile {
         Ok(())
     }
 
+    /// Records that the snapshot finished (or that one is needed).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn set_snapshot_pending(&mut self, pending: bool) -> std::io::Result<()> {
+        match &self.record {
+            Some(record) if record.snapshot_pending != pending => {
+                let mut next = record.clone();
+                next.snapshot_pending = pending;
+                self.save(next)
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Records `confirmed` as the newest position about to be confirmed, when it is newer than
     /// the file's. Returns whether the file was written.
     ///
@@ -258,6 +278,7 @@ mod tests {
             created_by_sluice: true,
             confirmed_lsn: Lsn(confirmed),
             updated_unix_ms: 0,
+            snapshot_pending: false,
         }
     }
 

@@ -68,10 +68,11 @@ use super::replication::{
 };
 use super::setup::PgCatalog;
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
+use super::snapshot::{self, SnapshotContext};
 use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::admin::{PipelineState, SlotStatus, StatusBoard};
 use crate::config::{
-    HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig, SlotLossPolicy,
+    HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig, SlotLossPolicy, SnapshotMode,
 };
 use crate::error::PipelineError;
 use crate::kafka::{
@@ -165,12 +166,23 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .await
         .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
     let mut slot_state = SlotStateFile::open(&config.state_dir(), &config.name)?;
+    let mode = config.postgres().snapshot;
+    // A new pipeline on a new slot: create the slot with an exported snapshot, the database
+    // exactly at the slot's consistent point, to read the tables under.
+    let mut exported: Option<(String, Lsn)> = None;
+    if mode != SnapshotMode::Never
+        && slot_state.record().is_none()
+        && catalog.slot(&slot_name).await?.is_none()
+    {
+        exported = Some(create_slot_exporting_snapshot(&mut connection, &slot_name, config).await?);
+    }
     let slot = secure_slot(
         &catalog,
         config,
         &slot_name,
         &system.systemid,
         &mut slot_state,
+        exported.is_some(),
     )
     .await?;
     let database = catalog.database().await?;
@@ -198,7 +210,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         "resuming from the slot's confirmed position"
     );
 
-    let (delivery_tx, delivery_rx) = mpsc::unbounded_channel();
+    let (delivery_tx, mut delivery_rx) = mpsc::unbounded_channel();
     let health = Arc::new(KafkaHealth::default());
     let producer: Arc<PipelineProducer> = Arc::new(
         kafka::producer_config(
@@ -220,6 +232,50 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         })?,
     );
 
+    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
+    if mode != SnapshotMode::Never && slot_state.record().is_some_and(|r| r.snapshot_pending) {
+        ctx.board.set_budget(Some(budget.clone()));
+        ctx.board.set_state(PipelineState::Snapshotting);
+        let snapshot_tables: Vec<_> = tables
+            .iter()
+            .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
+            .cloned()
+            .collect();
+        snapshot::run(
+            SnapshotContext {
+                config,
+                identity: &identity,
+                producer: &producer,
+                deliveries: &mut delivery_rx,
+                budget: &budget,
+                consistent_point: exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
+                shutdown: &ctx.shutdown,
+            },
+            &snapshot_tables,
+            exported.as_ref().map(|e| e.0.as_str()),
+        )
+        .await?;
+        if mode == SnapshotMode::InitialOnly {
+            // Nothing streams: the slot would only retain WAL. A later run snapshots anew.
+            drop(connection);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            catalog.drop_slot(&slot_name).await?;
+            let _ = std::fs::remove_file(slot_state.path());
+            ctx.board.set_budget(None);
+            tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
+            return Ok(());
+        }
+        tokio::task::block_in_place(|| slot_state.set_snapshot_pending(false)).map_err(|e| {
+            PipelineError::fatal_with(
+                format!(
+                    "cannot write the state file {}",
+                    slot_state.path().display()
+                ),
+                "make state_dir writable",
+                e,
+            )
+        })?;
+    }
     let publication = config.publication_name();
     let stream = connection
         .start_logical(
@@ -240,7 +296,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         "streaming changes"
     );
 
-    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     ctx.board.set_budget(Some(budget.clone()));
     ctx.board.set_state(PipelineState::Streaming);
     ctx.board.update(|s| {
@@ -1068,7 +1123,7 @@ async fn publish(
 /// Why [`try_send`] did not enqueue a record; the record comes back either way (this is the
 /// slow path, so its size does not matter).
 #[allow(clippy::large_enum_variant)]
-enum SendError {
+pub(super) enum SendError {
     /// librdkafka's queue is full: try again shortly.
     QueueFull(OutRecord, Box<Delivery>),
     /// Refused at once (e.g. larger than the producer's `message.max.bytes`).
@@ -1077,7 +1132,7 @@ enum SendError {
 
 /// Hands a record to librdkafka (which copies it).
 #[allow(clippy::result_large_err)]
-fn try_send(
+pub(super) fn try_send(
     producer: &PipelineProducer,
     record: OutRecord,
     delivery: Box<Delivery>,
@@ -1203,6 +1258,33 @@ impl ProgressWatch {
     }
 }
 
+/// `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT`: returns the snapshot's name and the slot's
+/// consistent point. The snapshot stays importable until the connection runs another command.
+async fn create_slot_exporting_snapshot(
+    connection: &mut ReplicationConnection,
+    slot_name: &str,
+    config: &PipelineConfig,
+) -> Result<(String, Lsn), PipelineError> {
+    let rows = connection
+        .simple_query(&format!(
+            "CREATE_REPLICATION_SLOT \"{slot_name}\" LOGICAL pgoutput EXPORT_SNAPSHOT"
+        ))
+        .await
+        .map_err(|e| replication_error("cannot create the replication slot", e, config))?;
+    let row = rows.first().filter(|r| r.len() >= 3).ok_or_else(|| {
+        PipelineError::retryable(
+            "CREATE_REPLICATION_SLOT returned no row",
+            std::io::Error::other("protocol"),
+        )
+    })?;
+    let consistent_point: Lsn = row[1].as_deref().unwrap_or_default().parse().map_err(|e| {
+        PipelineError::retryable("CREATE_REPLICATION_SLOT returned no consistent point", e)
+    })?;
+    let snapshot = row[2].clone().unwrap_or_default();
+    tracing::info!(slot = slot_name, %consistent_point, snapshot = %snapshot, "created replication slot with an exported snapshot");
+    Ok((snapshot, consistent_point))
+}
+
 /// Checks that the slot is the one this pipeline fed (see [`super::slot_state`]), creates it
 /// when the pipeline is new, and records its identity.
 async fn secure_slot(
@@ -1211,6 +1293,7 @@ async fn secure_slot(
     slot_name: &str,
     system_identifier: &str,
     state: &mut SlotStateFile,
+    exported: bool,
 ) -> Result<super::setup::SlotInfo, PipelineError> {
     let existing = catalog.slot(slot_name).await?;
     let server = existing.as_ref().map(|s| ServerSlot {
@@ -1263,9 +1346,12 @@ async fn secure_slot(
                 system_identifier: system_identifier.to_owned(),
                 slot: slot_name.to_owned(),
                 first_lsn: slot.confirmed_flush,
-                created_by_sluice: created,
+                created_by_sluice: created || exported,
                 confirmed_lsn: slot.confirmed_flush,
                 updated_unix_ms: 0,
+                snapshot_pending: exported
+                    || (loss.is_some()
+                        && config.postgres().snapshot == crate::config::SnapshotMode::WhenNeeded),
             })
             .map_err(|e| {
                 PipelineError::fatal_with(
@@ -1278,7 +1364,7 @@ async fn secure_slot(
     Ok(slot)
 }
 
-fn rejection_hint(error: &KafkaError) -> String {
+pub(super) fn rejection_hint(error: &KafkaError) -> String {
     match error.rdkafka_error_code() {
         Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
             "the record is larger than the broker's or the topic's max.message.bytes (or the producer's message.max.bytes): raise max.message.bytes on the topic and message.max.bytes in [kafka.producer], or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into()

@@ -1,0 +1,264 @@
+//! The initial snapshot: consistent with the stream under concurrent writes, after a crash in
+//! the middle, and skipped with `snapshot = "never"`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use serde_json::Value;
+
+use crate::support::{
+    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    read_topic, test_dir, unique, wait_until,
+};
+
+const TABLES: [&str; 3] = ["a", "b", "c"];
+
+/// Rows per table: `SLUICE_IT_SNAPSHOT_ROWS` / 3 (default 300,000 in all).
+fn rows_per_table() -> i64 {
+    std::env::var("SLUICE_IT_SNAPSHOT_ROWS")
+        .ok()
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(300_000)
+        / 3
+}
+
+async fn create_tables(client: &tokio_postgres::Client, schema: &str, rows: i64) {
+    client
+        .batch_execute(&format!("CREATE SCHEMA {schema};"))
+        .await
+        .unwrap();
+    for table in TABLES {
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE {schema}.{table} (id bigint PRIMARY KEY, v bigint NOT NULL, payload text); \
+                 INSERT INTO {schema}.{table} SELECT g, 0, md5(g::text) FROM generate_series(1, {rows}) g;"
+            ))
+            .await
+            .unwrap();
+    }
+}
+
+/// Updates and deletes random rows (and inserts new ones) until `stop`; returns the count.
+fn start_writer(schema: String, rows: i64, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let client = pg().await;
+        let mut changes = 0u64;
+        let mut next_id = rows + 1;
+        while !stop.load(Ordering::Relaxed) {
+            let (table, id, action) = {
+                let mut rng = rand::rng();
+                (
+                    TABLES[rng.random_range(0..3)],
+                    rng.random_range(1..=rows),
+                    rng.random_range(0..10),
+                )
+            };
+            let sql = match action {
+                0 => format!("DELETE FROM {schema}.{table} WHERE id = {id}"),
+                1 => {
+                    next_id += 1;
+                    format!("INSERT INTO {schema}.{table} VALUES ({next_id}, 1, 'new')")
+                }
+                _ => format!("UPDATE {schema}.{table} SET v = v + 1 WHERE id = {id}"),
+            };
+            client.batch_execute(&sql).await.unwrap();
+            changes += 1;
+            if changes.is_multiple_of(50) {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        changes
+    })
+}
+
+/// The table's rows: id → v.
+async fn table_contents(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    table: &str,
+) -> HashMap<i64, i64> {
+    client
+        .query(&format!("SELECT id, v FROM {schema}.{table}"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, i64>(0), r.get::<_, i64>(1)))
+        .collect()
+}
+
+/// The newest event per key, applied in topic order: id → v (deleted keys removed).
+fn latest_per_key(records: &[Record]) -> (HashMap<i64, i64>, usize) {
+    let mut state = HashMap::new();
+    let mut reads = 0;
+    for record in records {
+        let Some(id) = record.key.as_ref().and_then(|k| k["id"].as_i64()) else {
+            continue;
+        };
+        match record.op() {
+            Some("r" | "c" | "u") => {
+                if record.op() == Some("r") {
+                    reads += 1;
+                }
+                let v = record.value.as_ref().unwrap()["after"]["v"]
+                    .as_i64()
+                    .unwrap();
+                state.insert(id, v);
+            }
+            Some("d") => {
+                state.remove(&id);
+            }
+            _ => {}
+        }
+    }
+    (state, reads)
+}
+
+/// Waits until every table's newest events equal its contents; returns the snapshot reads.
+async fn assert_equal_to_tables(client: &tokio_postgres::Client, schema: &str) -> usize {
+    let mut reads = 0;
+    for table in TABLES {
+        let expected = table_contents(client, schema, table).await;
+        let topic = format!("{schema}.{schema}.{table}");
+        let target = expected.clone();
+        let (state, table_reads) = tokio::task::spawn_blocking(move || {
+            let records = read_topic(&topic, Duration::from_secs(240), |records| {
+                latest_per_key(records).0 == target
+            });
+            latest_per_key(&records)
+        })
+        .await
+        .unwrap();
+        let missing = expected.keys().filter(|k| !state.contains_key(k)).count();
+        let extra = state.keys().filter(|k| !expected.contains_key(k)).count();
+        let differ = expected
+            .iter()
+            .filter(|(k, v)| state.get(k).is_some_and(|s| s != *v))
+            .count();
+        assert!(
+            state == expected,
+            "{schema}.{table}: {missing} rows missing in Kafka, {extra} extra, {differ} with another value"
+        );
+        reads += table_reads;
+    }
+    reads
+}
+
+fn snapshot_rows(sluice: &Sluice) -> f64 {
+    sluice
+        .metric("sluice_source_snapshot_rows_total")
+        .unwrap_or(0.0)
+}
+
+/// 3 tables snapshotted while another client updates, deletes and inserts random rows: when
+/// both are done, the newest event per key in Kafka equals every table's contents.
+#[tokio::test(flavor = "multi_thread")]
+async fn initial_snapshot_is_consistent_with_concurrent_changes() {
+    let _broker = broker_shared().await;
+    let name = unique("snap");
+    let client = pg().await;
+    let rows = rows_per_table();
+    create_tables(&client, &name, rows).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(name.clone(), rows, Arc::clone(&stop));
+    let port = free_port();
+    let dir = test_dir(&name);
+    let sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    let started = Instant::now();
+    sluice.wait_streaming(Duration::from_secs(300));
+    let snapshot_seconds = started.elapsed().as_secs_f64();
+    // Keep writing while streaming, then stop.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let changes = writer.await.unwrap();
+    let reads = assert_equal_to_tables(&client, &name).await;
+    println!(
+        "snapshot: {} rows in 3 tables read in {snapshot_seconds:.1} s (to streaming) with {changes} concurrent changes; {reads} read events; Kafka equals the tables",
+        3 * rows
+    );
+    assert!(
+        reads as i64 >= 3 * rows * 8 / 10,
+        "most rows came from the snapshot: {reads}"
+    );
+    assert_eq!(
+        snapshot_rows(&sluice) as usize,
+        reads,
+        "every read row was published once"
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// SIGKILL in the middle of the snapshot: the next start snapshots again (the slot has not
+/// moved), streams, and Kafka still equals the tables.
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_snapshot_runs_again_and_stays_consistent() {
+    let _broker = broker_shared().await;
+    let name = unique("snapkill");
+    let client = pg().await;
+    let rows = rows_per_table();
+    create_tables(&client, &name, rows).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(name.clone(), rows, Arc::clone(&stop));
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    wait_until("half of the snapshot", Duration::from_secs(300), || {
+        snapshot_rows(&sluice) >= (3 * rows / 2) as f64
+    });
+    let before_kill = snapshot_rows(&sluice);
+    sluice.kill();
+    sluice.restart();
+    sluice.wait_streaming(Duration::from_secs(300));
+    let second = snapshot_rows(&sluice);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    writer.await.unwrap();
+    assert_equal_to_tables(&client, &name).await;
+    println!(
+        "snapshot killed after {before_kill} rows; the second run read {second} rows (the whole snapshot again); Kafka equals the tables"
+    );
+    assert!(
+        second >= (3 * rows * 8 / 10) as f64,
+        "the snapshot ran again: {second}"
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// `snapshot = "never"`: rows that existed before the slot are not read; new changes stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_never_streams_only_new_changes() {
+    let _broker = broker_shared().await;
+    let name = unique("snapnever");
+    let client = pg().await;
+    create_tables(&client, &name, 100).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!("UPDATE {name}.a SET v = 7 WHERE id = 3"))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.a");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |r| !r.is_empty())
+    })
+    .await
+    .unwrap();
+    let ops: Vec<Option<&str>> = records.iter().map(Record::op).collect();
+    assert_eq!(ops, [Some("u")], "only the new change: {records:?}");
+    assert_eq!(
+        records[0].value.as_ref().unwrap()["source"]["snapshot"],
+        Value::from("false")
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
