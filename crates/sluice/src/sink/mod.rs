@@ -408,11 +408,17 @@ impl ConsumerContext for SinkContext {
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let assignment = intake.assign(consumer, &partitions);
-                if cooperative {
+                let assigned = if cooperative {
                     consumer.incremental_assign(&assignment)
                 } else {
                     consumer.assign(&assignment)
+                };
+                // librdkafka keeps an application pause on a partition across unassign and
+                // assign: a partition paused before a rebalance would never be fetched again.
+                if let Err(error) = consumer.resume(&assignment) {
+                    tracing::debug!(error = %error, "resuming newly assigned partitions");
                 }
+                assigned
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 intake.release(consumer, &partitions);
@@ -851,6 +857,12 @@ impl Intake {
         self.commit_offsets(consumer, CommitMode::Sync, Some(partitions));
         for key in partitions {
             if let Some(mut state) = self.partitions.remove(key) {
+                if state.paused {
+                    // The pause outlives the assignment in librdkafka (see `rebalance`).
+                    let mut list = TopicPartitionList::new();
+                    list.add_partition(&key.0, key.1);
+                    let _ = consumer.resume(&list);
+                }
                 tracing::info!(
                     topic = %key.0,
                     partition = key.1,
