@@ -432,7 +432,14 @@ fn write_line(
         put(out, head.as_bytes())?;
         match row.key {
             None => put(out, b"null")?,
-            Some(key) if serde_json::from_slice::<&RawValueCheck>(key).is_ok() => put(out, key)?,
+            // A JSON object, array or string key (CDC keys are objects) is kept as JSON;
+            // anything else, numbers included, becomes a string, so `_key` has one meaning.
+            Some(key)
+                if matches!(key.trim_ascii_start().first(), Some(b'{' | b'[' | b'"'))
+                    && serde_json::from_slice::<&serde_json::value::RawValue>(key).is_ok() =>
+            {
+                put(out, key)?;
+            }
             Some(key) => {
                 let text = serde_json::to_string(&String::from_utf8_lossy(key))
                     .map_err(io::Error::other)?;
@@ -459,8 +466,6 @@ fn write_line(
     put(out, b"\n")?;
     Ok(written)
 }
-
-type RawValueCheck = serde_json::value::RawValue;
 
 /// Writes JSON text; raw line breaks (only possible as whitespace in valid JSON) become
 /// spaces so that a record stays on one line.
@@ -719,6 +724,30 @@ mod tests {
         assert_eq!(root.recover(&id()).unwrap(), Some((9, 1)));
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn keys_are_json_when_they_are_objects_arrays_or_strings() {
+        let line = |key: &[u8]| {
+            let record = OutputRecord {
+                row: ParquetRow {
+                    topic: "t",
+                    partition: 0,
+                    offset: 0,
+                    timestamp_ms: None,
+                    key: Some(key),
+                    value: "{}",
+                    fields: Some(&[]),
+                },
+                topic_json: "\"t\"",
+            };
+            let mut out = Vec::new();
+            write_line(&mut out, &record, &settings()).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()["_key"].clone()
+        };
+        assert_eq!(line(br#"{"id":1}"#), serde_json::json!({"id": 1}));
+        assert_eq!(line(b"123"), serde_json::json!("123"));
+        assert_eq!(line(b"{broken"), serde_json::json!("{broken"));
     }
 
     #[test]

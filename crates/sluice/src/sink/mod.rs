@@ -258,6 +258,9 @@ fn run_once(
                 .set("enable.idempotence", "true")
                 .set("acks", "all")
                 .set("linger.ms", "5")
+                // A dead-letter topic that cannot be written fails the record within
+                // processing_timeout_ms's default rather than librdkafka's 5 minutes.
+                .set("message.timeout.ms", "30000")
                 .create()
                 .map_err(|e| {
                     PipelineError::fatal_with(
@@ -412,11 +415,17 @@ impl ConsumerContext for SinkContext {
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 let assignment = intake.assign(consumer, &partitions);
-                if cooperative {
+                let assigned = if cooperative {
                     consumer.incremental_assign(&assignment)
                 } else {
                     consumer.assign(&assignment)
+                };
+                // librdkafka keeps an application pause on a partition across unassign and
+                // assign: a partition paused before a rebalance would never be fetched again.
+                if let Err(error) = consumer.resume(&assignment) {
+                    tracing::debug!(error = %error, "resuming newly assigned partitions");
                 }
+                assigned
             }
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => {
                 intake.release(consumer, &partitions);
@@ -740,11 +749,20 @@ impl Intake {
 
     /// Fails the run when a worker is stuck on one record or commit.
     fn check_workers(&mut self) {
+        // A worker reports its failure before its thread ends: take that report first.
+        self.drain_events();
         let timeout = self.config.delivery.processing_timeout_ms;
         let now = self.clock.elapsed().as_millis() as u64;
         let mut stuck = None;
         for ((topic, partition), state) in &self.partitions {
             for (sub, worker) in state.workers.iter().enumerate() {
+                if worker.thread.as_ref().is_some_and(|t| t.is_finished()) {
+                    // Workers end on Finish/Abort or after reporting a failure; anything else
+                    // is a panic, and its records would never be acknowledged.
+                    stuck.get_or_insert(format!(
+                        "the worker of {topic}/{partition} sub-partition {sub} ended unexpectedly"
+                    ));
+                }
                 let since = worker.busy_since_ms.load(Ordering::Relaxed);
                 if since > 0 && now.saturating_sub(since) > timeout {
                     stuck = Some(format!(
@@ -753,7 +771,9 @@ impl Intake {
                 }
             }
         }
-        if let Some(what) = stuck {
+        if let Some(what) = stuck
+            && self.failure.is_none()
+        {
             self.fail(PipelineError::Retryable { what, source: None });
         }
     }
@@ -844,6 +864,12 @@ impl Intake {
         self.commit_offsets(consumer, CommitMode::Sync, Some(partitions));
         for key in partitions {
             if let Some(mut state) = self.partitions.remove(key) {
+                if state.paused {
+                    // The pause outlives the assignment in librdkafka (see `rebalance`).
+                    let mut list = TopicPartitionList::new();
+                    list.add_partition(&key.0, key.1);
+                    let _ = consumer.resume(&list);
+                }
                 tracing::info!(
                     topic = %key.0,
                     partition = key.1,
@@ -1072,6 +1098,25 @@ mod tests {
         assert!(failure.is_retryable());
         assert!(
             failure.chain().contains("processing_timeout_ms = 100"),
+            "{}",
+            failure.chain()
+        );
+    }
+
+    #[test]
+    fn a_worker_thread_that_ends_on_its_own_fails_the_run() {
+        let mut intake = intake("panicked");
+        let (mut state, _rx) = partition(-1, 10);
+        let thread = std::thread::spawn(|| {});
+        while !thread.is_finished() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        state.workers[0].thread = Some(thread);
+        intake.partitions.insert((Arc::from("t"), 0), state);
+        intake.check_workers();
+        let failure = intake.failure.take().expect("a failure");
+        assert!(
+            failure.chain().contains("ended unexpectedly"),
             "{}",
             failure.chain()
         );

@@ -420,14 +420,22 @@ async fn two_processes_in_a_group_one_killed() {
     let dir_b = test_dir(&format!("{name}_b"));
     let root = dir_a.join("out");
     let (port_a, port_b) = (free_port(), free_port());
+    // A small queue keeps A's partitions paused most of the time, so that the rebalance when B
+    // joins revokes and reassigns paused partitions.
+    let extra = "[delivery]\nmax_queued_records_per_partition = 5000\n";
     let mut a = Sluice::start(
         &dir_a,
-        &sink_toml(&name, &topic, &root, port_a, "jsonl", 4, ""),
+        &sink_toml(&name, &topic, &root, port_a, "jsonl", 4, extra),
         port_a,
     );
+    // B joins while A works through the first half.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while committed_records(&a) < 1.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let mut b = Sluice::start(
         &dir_b,
-        &sink_toml(&name, &topic, &root, port_b, "jsonl", 4, ""),
+        &sink_toml(&name, &topic, &root, port_b, "jsonl", 4, extra),
         port_b,
     );
     // Both get a partition, then more records arrive while both work.
