@@ -64,7 +64,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             brokers,
             json,
         } => {
-            let pipeline = pipeline.map(|p| PipelineConfig::load(&p)).transpose()?;
+            let pipeline = pipeline.as_deref().map(load_cdc).transpose()?;
             let target = crate::doctor::Target {
                 pg_url: pipeline
                     .as_ref()
@@ -89,7 +89,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             pg_url,
             json,
         } => {
-            let pipeline = pipeline.map(|p| PipelineConfig::load(&p)).transpose()?;
+            let pipeline = pipeline.as_deref().map(load_cdc).transpose()?;
             let url = pipeline
                 .as_ref()
                 .map(|p| p.postgres().url.clone())
@@ -139,6 +139,17 @@ pub fn render_report(error: &anyhow::Error) -> String {
         text.push_str(&format!("\n  fix: {hint}"));
     }
     text
+}
+
+/// A PostgreSQL → Kafka pipeline file, for the commands that only know that kind.
+fn load_cdc(path: &std::path::Path) -> anyhow::Result<PipelineConfig> {
+    match PipelineFile::load(path)? {
+        PipelineFile::Cdc(config) => Ok(config),
+        PipelineFile::Sink(_) => anyhow::bail!(
+            "{} is a Kafka → files pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
+            path.display()
+        ),
+    }
 }
 
 /// Runs one pipeline with its admin server until a signal or a failure the restart policy

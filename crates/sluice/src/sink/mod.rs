@@ -95,6 +95,8 @@ pub async fn run_pipeline(
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::app::stop_on_signal(shutdown.clone()));
     let board = StatusBoard::new(&config.name, config.restart.policy.name());
+    // Pause, resume and restart through the API are built for CDC pipelines only.
+    board.set_controllable(false);
     let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
     let admin_shutdown = CancellationToken::new();
     let server = admin::serve(
@@ -118,9 +120,8 @@ async fn supervise(
     board: &Arc<StatusBoard>,
     shutdown: &CancellationToken,
 ) -> Result<(), PipelineError> {
-    let initial = Duration::from_millis(config.restart.initial_backoff_ms);
-    let max = Duration::from_millis(config.restart.max_backoff_ms);
-    let mut backoff = initial;
+    // The restart policy and backoff are the CDC pipeline's (`crate::app::decide`).
+    let mut consecutive_failures = 0u32;
     loop {
         board.set_state(PipelineState::Starting);
         let started = Instant::now();
@@ -137,56 +138,66 @@ async fn supervise(
                 e,
             ))
         });
-        match result {
+        let error = match result {
             Ok(()) => {
                 board.set_state(PipelineState::Stopped);
                 return Ok(());
             }
-            Err(error) if error.is_retryable() && !shutdown.is_cancelled() => {
-                if started.elapsed() > Duration::from_secs(60) {
-                    backoff = initial;
-                }
-                let delay = backoff.mul_f64(rand::rng().random_range(0.5..=1.0));
-                board.record_restart(crate::admin::RestartEvent {
-                    unix_ms: std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64),
-                    reason: "retryable",
-                    error: Some(error.chain()),
-                    backoff_ms: delay.as_millis() as u64,
-                    consecutive_failures: 0,
-                });
-                board.set_state(PipelineState::Backoff);
-                board.update(|s| s.last_error = Some(error.chain()));
-                tracing::warn!(
-                    error = %error.chain(),
-                    retry_in_ms = delay.as_millis() as u64,
-                    "sink failed; restarting from the committed files"
-                );
-                if shutdown
-                    .run_until_cancelled(tokio::time::sleep(delay))
-                    .await
-                    .is_none()
-                {
-                    board.set_state(PipelineState::Stopped);
-                    return Ok(());
-                }
-                backoff = (backoff * 2).min(max);
-            }
-            Err(error) if error.is_retryable() => {
+            Err(_) if shutdown.is_cancelled() => {
                 board.set_state(PipelineState::Stopped);
                 return Ok(());
             }
-            Err(error) => {
-                board.set_state(PipelineState::Failed);
-                board.update(|s| {
-                    s.last_error = Some(error.chain());
-                    s.hint = error.hint().map(str::to_owned);
-                });
-                tracing::error!(error = %error.chain(), hint = error.hint().unwrap_or(""), "sink stopped");
-                return Err(error);
-            }
+            Err(error) => error,
+        };
+        if started.elapsed() > Duration::from_secs(60) {
+            consecutive_failures = 0;
         }
+        consecutive_failures += 1;
+        board.update(|s| {
+            s.last_error = Some(error.chain());
+            s.hint = error.hint().map(str::to_owned);
+        });
+        if crate::app::decide(&config.restart, error.is_retryable(), consecutive_failures)
+            == crate::app::Decision::Stop
+        {
+            board.set_state(PipelineState::Failed);
+            tracing::error!(error = %error.chain(), hint = error.hint().unwrap_or(""), "sink stopped");
+            return Err(error);
+        }
+        let delay = crate::app::backoff_delay(
+            &config.restart,
+            consecutive_failures,
+            rand::rng().random_range(0.5..=1.0),
+        );
+        board.record_restart(crate::admin::RestartEvent {
+            unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            reason: if error.is_retryable() {
+                "retryable"
+            } else {
+                "fatal"
+            },
+            error: Some(error.chain()),
+            backoff_ms: delay.as_millis() as u64,
+            consecutive_failures,
+        });
+        board.set_state(PipelineState::Backoff);
+        tracing::warn!(
+            error = %error.chain(),
+            retry_in_ms = delay.as_millis() as u64,
+            consecutive_failures,
+            "sink failed; restarting from the committed files"
+        );
+        if shutdown
+            .run_until_cancelled(tokio::time::sleep(delay))
+            .await
+            .is_none()
+        {
+            board.set_state(PipelineState::Stopped);
+            return Ok(());
+        }
+        board.update(|s| s.backoff_ms = None);
     }
 }
 
