@@ -451,13 +451,7 @@ impl PipelineConfig {
     ///
     /// [`ConfigError`] naming the file and every invalid key.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::from_toml(&text, &path.display().to_string(), &|name| {
-            std::env::var(name).ok()
-        })
+        load_file(path, Self::from_toml)
     }
 
     /// Parses and validates pipeline text; `env` looks up variables for interpolation.
@@ -470,27 +464,7 @@ impl PipelineConfig {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let mut value: toml::Value =
-            toml::from_str(text).map_err(|source| ConfigError::Syntax {
-                path: origin.to_owned(),
-                source,
-            })?;
-        let invalid = |issues| ConfigError::Invalid {
-            path: origin.to_owned(),
-            issues,
-        };
-        let mut issues = Vec::new();
-        interpolate(&mut value, &mut String::new(), env, &mut issues);
-        if !issues.is_empty() {
-            return Err(invalid(issues));
-        }
-        let config: PipelineConfig = deserialize_strict(value).map_err(invalid)?;
-        let issues = config.validate();
-        if issues.is_empty() {
-            Ok(config)
-        } else {
-            Err(invalid(issues))
-        }
+        parse_pipeline(text, origin, env, Self::validate)
     }
 
     /// Checks every rule that serde's types do not express; returns all broken ones.
@@ -733,13 +707,7 @@ impl PipelineFile {
     ///
     /// [`ConfigError`] naming the file and every invalid key.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::from_toml(&text, &path.display().to_string(), &|name| {
-            std::env::var(name).ok()
-        })
+        load_file(path, Self::from_toml)
     }
 
     /// Parses and validates pipeline text of either kind.
@@ -773,6 +741,44 @@ impl PipelineFile {
             Self::Cdc(config) => &config.name,
             Self::Sink(config) => &config.name,
         }
+    }
+}
+
+/// Looks up an environment variable for `${…}`.
+pub type EnvLookup<'a> = &'a dyn Fn(&str) -> Option<String>;
+/// A pipeline type's `from_toml(text, origin, env)`.
+type ParseFn<T> = fn(&str, &str, EnvLookup<'_>) -> Result<T, ConfigError>;
+
+/// Reads a pipeline file and parses it with `parse` (the environment fills `${…}`).
+pub(crate) fn load_file<T>(path: &Path, parse: ParseFn<T>) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse(&text, &path.display().to_string(), &|name| {
+        std::env::var(name).ok()
+    })
+}
+
+/// The three steps of loading (see the module docs) for a pipeline type: parse and
+/// interpolate, deserialize strictly, validate; every issue names its key.
+pub(crate) fn parse_pipeline<T: serde::de::DeserializeOwned>(
+    text: &str,
+    origin: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    validate: fn(&T) -> Vec<ConfigIssue>,
+) -> Result<T, ConfigError> {
+    let invalid = |issues| ConfigError::Invalid {
+        path: origin.to_owned(),
+        issues,
+    };
+    let value = parse_interpolated(text, origin, env)?;
+    let config: T = deserialize_strict(value).map_err(invalid)?;
+    let issues = validate(&config);
+    if issues.is_empty() {
+        Ok(config)
+    } else {
+        Err(invalid(issues))
     }
 }
 

@@ -14,8 +14,7 @@ use std::str::FromStr;
 use serde::Deserialize;
 
 use crate::config::{
-    AdminConfig, ConfigError, ConfigIssue, RestartConfig, deserialize_strict, is_identifier,
-    is_topic_name, parse_interpolated,
+    AdminConfig, ConfigError, ConfigIssue, RestartConfig, is_identifier, is_topic_name,
 };
 use crate::sink::template::PathTemplate;
 
@@ -285,18 +284,7 @@ impl SinkPipelineConfig {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let invalid = |issues| ConfigError::Invalid {
-            path: origin.to_owned(),
-            issues,
-        };
-        let value = parse_interpolated(text, origin, env)?;
-        let config: SinkPipelineConfig = deserialize_strict(value).map_err(invalid)?;
-        let issues = config.validate();
-        if issues.is_empty() {
-            Ok(config)
-        } else {
-            Err(invalid(issues))
-        }
+        crate::config::parse_pipeline(text, origin, env, Self::validate)
     }
 
     /// Checks every rule that serde's types do not express; returns all broken ones.
