@@ -276,3 +276,127 @@ async fn min_insync_replicas_above_the_replication_factor_is_critical() {
     let _ = admin.delete_topics(&[&topic], &AdminOptions::new()).await;
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// A role without REPLICATION, without SELECT on a captured table and without CREATE on the
+/// database (the publication must be created): each is named with the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn missing_privileges_are_reported() {
+    let _broker = broker_shared().await;
+    let client = pg().await;
+    let name = unique("docpriv");
+    let role = format!("{name}_role");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.secret (id int PRIMARY KEY); \
+             CREATE ROLE {role} LOGIN NOREPLICATION; GRANT USAGE ON SCHEMA {name} TO {role};"
+        ))
+        .await
+        .unwrap();
+    let url = stack().pg_url.replace("postgres@", &format!("{role}@"));
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    let toml = pipeline_toml(&name, &name, &name, free_port(), "").replace(&stack().pg_url, &url);
+    std::fs::write(&file, toml).unwrap();
+    let (code, all) = sluice_json(&["doctor", "--pipeline", file.to_str().unwrap()], &[]);
+    let replication = findings(
+        &all,
+        "pg.privilege_replication",
+        Some(("user", Value::from(role.clone()))),
+    );
+    assert_eq!(replication.len(), 1, "{all:#}");
+    assert_eq!(replication[0]["severity"], "critical");
+    assert_eq!(replication[0]["evidence"]["replication"], false);
+    assert_eq!(
+        replication[0]["fix"],
+        format!("ALTER ROLE {role} REPLICATION").as_str()
+    );
+    let select = findings(
+        &all,
+        "pg.privilege_select",
+        Some(("table", Value::from(format!("{name}.secret")))),
+    );
+    assert_eq!(select.len(), 1, "{all:#}");
+    assert!(
+        select[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("GRANT SELECT ON {name}.secret TO {role}"))
+    );
+    let create = findings(&all, "pg.privilege_create", None);
+    assert_eq!(create.len(), 1, "{all:#}");
+    assert_eq!(create[0]["severity"], "critical");
+    assert_eq!(code, 2);
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA {name} CASCADE; DROP OWNED BY {role}; DROP ROLE {role};"
+        ))
+        .await
+        .unwrap();
+}
+
+/// A slot that retained more WAL than `max_slot_wal_keep_size` (1 MB on a throwaway cluster,
+/// then far more WAL and checkpoints) is unreserved or lost; with only two slots allowed and
+/// one used, the headroom warning shows too.
+#[tokio::test(flavor = "multi_thread")]
+async fn slot_beyond_max_slot_wal_keep_size_and_little_headroom_are_reported() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        ThrowawayPg::start(&[
+            "wal_level=logical",
+            "max_slot_wal_keep_size=1MB",
+            "wal_keep_size=0",
+            "min_wal_size=32MB",
+            "max_wal_size=64MB",
+            "max_replication_slots=2",
+        ])
+    })
+    .await
+    .unwrap();
+    let client = crate::support::pg_at(&cluster.url).await;
+    let slot = "sluice_doctor_lost";
+    client
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    client
+        .batch_execute(
+            "CREATE TABLE t (id int PRIMARY KEY, payload text); \
+             INSERT INTO t SELECT g, repeat(md5(g::text), 32) FROM generate_series(1, 40000) g; \
+             SELECT pg_switch_wal(); CHECKPOINT; \
+             INSERT INTO t SELECT g, repeat(md5(g::text), 32) FROM generate_series(40001, 80000) g; \
+             SELECT pg_switch_wal(); CHECKPOINT;",
+        )
+        .await
+        .unwrap();
+    let (code, all) = sluice_json(
+        &["doctor", "--pg-url", &cluster.url],
+        &[("KAFKA_BROKERS", &stack().brokers)],
+    );
+    let lost = findings(&all, "pg.slot_lost", Some(("slot", Value::from(slot))));
+    let unreserved = findings(
+        &all,
+        "pg.slot_unreserved",
+        Some(("slot", Value::from(slot))),
+    );
+    assert!(
+        lost.len() == 1 && lost[0]["severity"] == "critical"
+            || unreserved.len() == 1 && unreserved[0]["severity"] == "warning",
+        "{all:#}"
+    );
+    let headroom = findings(&all, "pg.slot_headroom", None);
+    assert_eq!(headroom[0]["severity"], "warning", "{all:#}");
+    assert_eq!(headroom[0]["evidence"]["max_replication_slots"], 2);
+    assert_eq!(code, if lost.is_empty() { 1 } else { 2 });
+    let (_, slots) = sluice_json(&["slots", "--pg-url", &cluster.url], &[]);
+    let row = &slots.as_array().unwrap()[0];
+    assert_eq!(row["slot"], slot);
+    assert!(
+        matches!(row["wal_status"].as_str(), Some("lost" | "unreserved")),
+        "{row}"
+    );
+    assert_eq!(row["sluice"], true);
+    drop(client);
+    drop(cluster);
+}

@@ -429,12 +429,41 @@ pub async fn slot_confirmed(client: &Client, slot: &str) -> Option<u64> {
 /// Drops a test's slot and publication (they are cluster-wide), ignoring absence.
 pub async fn drop_slot_and_publication(client: &Client, name: &str) {
     let slot = format!("sluice_{name}");
-    let _ = client
-        .execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
-            &[&slot],
-        )
-        .await;
+    // A killed sluice's walsender may hold the slot for a moment: wait for it (then end it), so
+    // no test leaves a slot behind that retains WAL.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dropped = client
+            .execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1 AND NOT active",
+                &[&slot],
+            )
+            .await
+            .unwrap_or(0);
+        let remaining = client
+            .query_one(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map(|r| r.get::<_, i64>(0))
+            .unwrap_or(0);
+        if dropped > 0 || remaining == 0 {
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = client
+                .execute(
+                    "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1 AND active",
+                    &[&slot],
+                )
+                .await;
+        }
+        if Instant::now() > deadline + Duration::from_secs(5) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let _ = client
         .batch_execute(&format!("DROP PUBLICATION IF EXISTS sluice_{name}"))
         .await;
