@@ -118,6 +118,13 @@ pub struct PostgresSourceConfig {
     /// Rows fetched per round trip while snapshotting.
     #[serde(default = "default_snapshot_fetch_rows")]
     pub snapshot_fetch_rows: u32,
+    /// Connections reading snapshot chunks in parallel (across and within tables).
+    #[serde(default = "default_snapshot_workers")]
+    pub snapshot_workers: u32,
+    /// Rows per snapshot chunk (tables are split by primary-key ranges; finished chunks are not
+    /// read again after a restart).
+    #[serde(default = "default_snapshot_chunk_rows")]
+    pub snapshot_chunk_rows: u32,
 }
 
 /// When to snapshot.
@@ -386,6 +393,12 @@ fn default_outbox_topic() -> String {
 const fn default_snapshot_fetch_rows() -> u32 {
     10_000
 }
+const fn default_snapshot_workers() -> u32 {
+    4
+}
+const fn default_snapshot_chunk_rows() -> u32 {
+    50_000
+}
 const fn default_progress_timeout_ms() -> u64 {
     DEFAULT_PROGRESS_TIMEOUT_MS
 }
@@ -545,6 +558,18 @@ impl PipelineConfig {
         if pg.snapshot_fetch_rows == 0 {
             issue(
                 "source.postgres.snapshot_fetch_rows",
+                "0: expected at least 1".into(),
+            );
+        }
+        if pg.snapshot_workers == 0 || pg.snapshot_workers > 64 {
+            issue(
+                "source.postgres.snapshot_workers",
+                format!("{} is out of range: expected 1 to 64", pg.snapshot_workers),
+            );
+        }
+        if pg.snapshot_chunk_rows == 0 {
+            issue(
+                "source.postgres.snapshot_chunk_rows",
                 "0: expected at least 1".into(),
             );
         }

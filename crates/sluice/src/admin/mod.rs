@@ -144,6 +144,17 @@ pub struct SlotStatus {
     pub stalled: bool,
 }
 
+/// A running snapshot's progress.
+#[derive(Debug, Clone, Serialize)]
+pub struct SnapshotStatus {
+    /// Chunks planned.
+    pub chunks_total: usize,
+    /// Chunks acknowledged by Kafka (including those finished before a restart).
+    pub chunks_done: usize,
+    /// Rows read by this run.
+    pub rows: u64,
+}
+
 /// Latency percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Percentiles {
@@ -219,6 +230,8 @@ pub struct PipelineStatus {
     pub watermark_lsn: Option<String>,
     /// The slot, as last polled.
     pub slot: Option<SlotStatus>,
+    /// The snapshot's progress, while one runs (and its last figures after).
+    pub snapshot: Option<SnapshotStatus>,
     /// Whether librdkafka reports every broker down.
     pub kafka_brokers_down: bool,
     /// Row changes in flight.
@@ -296,6 +309,7 @@ impl StatusBoard {
                 hint: None,
                 watermark_lsn: None,
                 slot: None,
+                snapshot: None,
                 kafka_brokers_down: false,
                 inflight_records: 0,
                 inflight_bytes: 0,

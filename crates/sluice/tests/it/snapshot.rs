@@ -1,5 +1,5 @@
-//! The initial snapshot: consistent with the stream under concurrent writes, after a crash in
-//! the middle, and skipped with `snapshot = "never"`.
+//! The initial snapshot: parallel chunks consistent with the stream under concurrent writes,
+//! resumed at its unfinished chunks after a crash, and skipped with `snapshot = "never"`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -165,7 +165,11 @@ async fn initial_snapshot_is_consistent_with_concurrent_changes() {
     let writer = start_writer(name.clone(), rows, Arc::clone(&stop));
     let port = free_port();
     let dir = test_dir(&name);
-    let sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 20000\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
     let started = Instant::now();
     sluice.wait_streaming(Duration::from_secs(300));
     let snapshot_seconds = started.elapsed().as_secs_f64();
@@ -191,10 +195,11 @@ async fn initial_snapshot_is_consistent_with_concurrent_changes() {
     drop_slot_and_publication(&client, &name).await;
 }
 
-/// SIGKILL in the middle of the snapshot: the next start snapshots again (the slot has not
-/// moved), streams, and Kafka still equals the tables.
+/// SIGKILL in the middle of the snapshot (4 workers, 5,000-row chunks): the next start reads
+/// only the chunks not finished before the kill (counted), streams, and Kafka still equals
+/// the tables.
 #[tokio::test(flavor = "multi_thread")]
-async fn killed_snapshot_runs_again_and_stays_consistent() {
+async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
     let _broker = broker_shared().await;
     let name = unique("snapkill");
     let client = pg().await;
@@ -204,12 +209,30 @@ async fn killed_snapshot_runs_again_and_stays_consistent() {
     let writer = start_writer(name.clone(), rows, Arc::clone(&stop));
     let port = free_port();
     let dir = test_dir(&name);
-    let mut sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 5000\n",
+    );
+    let mut sluice = Sluice::start(&dir, &toml, port);
     wait_until("half of the snapshot", Duration::from_secs(300), || {
         snapshot_rows(&sluice) >= (3 * rows / 2) as f64
     });
-    let before_kill = snapshot_rows(&sluice);
     sluice.kill();
+    let state_file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state")
+        .join(format!("{name}.slot.json"));
+    let state: Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
+    let chunks = state["snapshot_plan"]["chunks"]
+        .as_array()
+        .expect("a plan")
+        .clone();
+    let done_before = chunks.iter().filter(|c| c["done"] == true).count();
+    assert!(
+        done_before > 0 && done_before < chunks.len(),
+        "{done_before} of {} chunks done",
+        chunks.len()
+    );
     sluice.restart();
     sluice.wait_streaming(Duration::from_secs(300));
     let second = snapshot_rows(&sluice);
@@ -217,13 +240,17 @@ async fn killed_snapshot_runs_again_and_stays_consistent() {
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
     assert_equal_to_tables(&client, &name).await;
+    // Chunks hold ~5,000 rows (concurrent inserts and deletes move that a little).
+    let undone = (chunks.len() - done_before) as f64;
     println!(
-        "snapshot killed after {before_kill} rows; the second run read {second} rows (the whole snapshot again); Kafka equals the tables"
+        "snapshot killed with {done_before} of {} chunks finished; the second run read {second} rows for {undone} unfinished chunks; Kafka equals the tables",
+        chunks.len()
     );
     assert!(
-        second >= (3 * rows * 8 / 10) as f64,
-        "the snapshot ran again: {second}"
+        second <= undone * 5_000.0 * 1.05 + 500.0,
+        "finished chunks were read again: {second} rows for {undone} chunks"
     );
+    assert!(second > 0.0);
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }

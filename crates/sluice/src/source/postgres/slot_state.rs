@@ -51,6 +51,9 @@ pub struct SlotRecord {
     /// streams.
     #[serde(default)]
     pub snapshot_pending: bool,
+    /// The pending snapshot's chunks and which are finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_plan: Option<super::snapshot::SnapshotPlan>,
 }
 
 /// LSNs in the file in PostgreSQL's `X/X` form, as operators read them.
@@ -241,9 +244,31 @@ impl SlotStateFile {
             Some(record) if record.snapshot_pending != pending => {
                 let mut next = record.clone();
                 next.snapshot_pending = pending;
+                if !pending {
+                    next.snapshot_plan = None;
+                }
                 self.save(next)
             }
             _ => Ok(()),
+        }
+    }
+
+    /// Records the pending snapshot's plan (its finished chunks).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn set_snapshot_plan(
+        &mut self,
+        plan: &super::snapshot::SnapshotPlan,
+    ) -> std::io::Result<()> {
+        match &self.record {
+            Some(record) => {
+                let mut next = record.clone();
+                next.snapshot_plan = Some(plan.clone());
+                self.save(next)
+            }
+            None => Ok(()),
         }
     }
 
@@ -279,6 +304,7 @@ mod tests {
             confirmed_lsn: Lsn(confirmed),
             updated_unix_ms: 0,
             snapshot_pending: false,
+            snapshot_plan: None,
         }
     }
 

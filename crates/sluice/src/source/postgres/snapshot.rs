@@ -1,20 +1,24 @@
 //! The initial snapshot: every captured table's current rows as `op: "r"` events, consistent
-//! with the stream that follows.
+//! with the stream that follows, read in parallel chunks and resumable.
 //!
 //! When the slot is created, `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT` returns the slot's
-//! consistent point and the name of a snapshot of the database exactly at that point. The
-//! snapshot connection imports it (`SET TRANSACTION SNAPSHOT`) before the replication
-//! connection runs any other command, reads every table with a cursor, and publishes the rows
-//! through the same producer and in-flight budget as the stream. Only when every snapshot
-//! record is acknowledged does the pipeline start streaming from the consistent point, so per
-//! key the snapshot row precedes every later change, no change is lost and none counted twice.
+//! consistent point and the name of a snapshot of the database exactly at that point. Each
+//! snapshot worker (`source.postgres.snapshot_workers`) imports it (`SET TRANSACTION SNAPSHOT`)
+//! before the replication connection runs any other command. The tables are split into chunks
+//! by primary-key ranges (`snapshot_chunk_rows` rows each, boundaries read under the snapshot;
+//! tables without a single-column key are one chunk); the workers take chunks across and
+//! within tables, read them with cursors and publish the rows through the same producer and
+//! in-flight budget as the stream. A chunk is finished when Kafka has acknowledged all of its
+//! records; finished chunks are recorded in the state file. Only when every chunk is finished
+//! does the pipeline start streaming from the consistent point, so per key the snapshot row
+//! precedes every later change, and no change is lost.
 //!
-//! A snapshot interrupted by a crash is marked pending in the state file and runs again on the
-//! next start, under a fresh snapshot: the slot has not moved past the consistent point (nothing
-//! is confirmed during a snapshot), so the stream that follows replays every change since, and
-//! the newest event per key is the row's current state. (Resuming at the first unfinished chunk
-//! and parallel chunked reads are not built yet: the whole snapshot is read again.)
+//! After a crash the plan (the chunks and which are finished) is read back from the state
+//! file and only the unfinished chunks are read, under a fresh snapshot: the slot has not moved
+//! past the consistent point (nothing is confirmed during a snapshot), so the stream that
+//! follows replays every change since, and the newest event per key is the row's current state.
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,90 +55,414 @@ pub struct SnapshotContext<'a> {
     pub consistent_point: Lsn,
     /// Stop early.
     pub shutdown: &'a tokio_util::sync::CancellationToken,
+    /// The status board (progress).
+    pub board: &'a crate::admin::StatusBoard,
 }
 
-/// Reads `tables` under `exported` (a snapshot name from the slot's creation) or, when `None`,
-/// under a fresh repeatable-read snapshot, and publishes every row. Returns the rows read once
-/// every record is acknowledged.
+/// Reads the plan's unfinished chunks under `exported` (a snapshot name from the slot's
+/// creation) or, when `None`, under fresh repeatable-read snapshots, and publishes every row;
+/// `record` is called with the plan whenever a chunk finishes (to persist it). Returns the rows
+/// read once every record is acknowledged.
 ///
 /// # Errors
 ///
-/// Retryable on connection trouble (the snapshot then runs again), fatal when Kafka refuses a
-/// record for good.
+/// Retryable on connection trouble (the unfinished chunks are read on the next start), fatal
+/// when Kafka refuses a record for good.
 pub async fn run(
     ctx: SnapshotContext<'_>,
-    tables: &[CapturedTable],
+    plan: &mut SnapshotPlan,
     exported: Option<&str>,
+    mut record: impl FnMut(&SnapshotPlan) -> Result<(), PipelineError>,
 ) -> Result<u64, PipelineError> {
-    let catalog = PgCatalog::connect(ctx.config).await?;
-    let client = catalog.client();
-    client
-        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        .await
-        .map_err(|e| classify_pg("cannot begin the snapshot transaction", e))?;
-    if let Some(name) = exported {
-        client
-            .batch_execute(&format!(
-                "SET TRANSACTION SNAPSHOT '{}'",
-                name.replace('\'', "")
-            ))
-            .await
-            .map_err(|e| classify_pg("cannot import the slot's exported snapshot", e))?;
-    }
     let started = Instant::now();
-    let mut total = 0u64;
-    let mut tx_index = 0u32;
-    let fetch = ctx.config.postgres().snapshot_fetch_rows;
+    let workers = ctx.config.postgres().snapshot_workers.max(1) as usize;
+    let todo: VecDeque<usize> = (0..plan.chunks.len())
+        .filter(|i| !plan.chunks[*i].done)
+        .collect();
+    let total_chunks = plan.chunks.len();
     tracing::info!(
-        tables = tables.len(),
+        chunks = total_chunks,
+        remaining = todo.len(),
+        workers,
         consistent_point = %ctx.consistent_point,
         exported = exported.is_some(),
         "snapshot: starting"
     );
-    let mut ctx = ctx;
-    for table in tables {
-        let relation = Arc::new(relation_info(&catalog, ctx.identity, table).await?);
+    let queue = Arc::new(std::sync::Mutex::new(todo));
+    let relations = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
+    let (sent_tx, mut sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
+    let index = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let plan_arc = Arc::new(plan.chunks.clone());
+    // Every worker imports the snapshot before any reads (and before the replication connection
+    // runs another command).
+    let mut connections = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let catalog = PgCatalog::connect(ctx.config).await?;
+        catalog
+            .client()
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+            .map_err(|e| classify_pg("cannot begin a snapshot transaction", e))?;
+        if let Some(name) = exported {
+            catalog
+                .client()
+                .batch_execute(&format!(
+                    "SET TRANSACTION SNAPSHOT '{}'",
+                    name.replace('\'', "")
+                ))
+                .await
+                .map_err(|e| classify_pg("cannot import the slot's exported snapshot", e))?;
+        }
+        connections.push(catalog);
+    }
+    let mut handles = tokio::task::JoinSet::new();
+    for catalog in connections {
+        let worker = Worker {
+            catalog,
+            identity: ctx.identity.clone(),
+            producer: Arc::clone(ctx.producer),
+            budget: ctx.budget.clone(),
+            consistent_point: ctx.consistent_point,
+            fetch: ctx.config.postgres().snapshot_fetch_rows,
+            queue: Arc::clone(&queue),
+            chunks: Arc::clone(&plan_arc),
+            relations: Arc::clone(&relations),
+            sent: sent_tx.clone(),
+            index: Arc::clone(&index),
+            shutdown: ctx.shutdown.clone(),
+        };
+        handles.spawn(worker.run());
+    }
+    drop(sent_tx);
+    let mut acked: HashMap<usize, u64> = HashMap::new();
+    let mut sent: HashMap<usize, u64> = HashMap::new();
+    let mut rows = 0u64;
+    let mut done = plan.chunks.iter().filter(|c| c.done).count();
+    let mut last_log = Instant::now();
+    let mut workers_running = true;
+    let mut events = Vec::new();
+    let mut finished: Vec<usize> = Vec::new();
+    while done < total_chunks {
+        tokio::select! {
+            count = ctx.deliveries.recv_many(&mut events, 4096) => {
+                if count == 0 {
+                    return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                }
+                for event in events.drain(..) {
+                    match event {
+                        DeliveryEvent::Acked(delivery) => {
+                            delivery.table.records.increment(1);
+                            delivery.table.bytes.increment(u64::from(delivery.bytes));
+                            let chunk = (delivery.seq.0 >> 32) as usize;
+                            let n = acked.entry(chunk).or_default();
+                            *n += 1;
+                            if sent.get(&chunk) == Some(n) {
+                                finished.push(chunk);
+                            }
+                        }
+                        DeliveryEvent::Failed { error, record, .. } => {
+                            return Err(refused(&error, &record.topic));
+                        }
+                    }
+                }
+            }
+            message = sent_rx.recv(), if workers_running => {
+                match message {
+                    Some((chunk, records)) => {
+                        rows += records;
+                        sent.insert(chunk, records);
+                        if acked.get(&chunk).copied().unwrap_or(0) == records {
+                            finished.push(chunk);
+                        }
+                    }
+                    None => workers_running = false,
+                }
+            }
+            Some(result) = handles.join_next() => {
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => return Err(error),
+                    Err(error) => return Err(PipelineError::retryable("a snapshot worker failed", error)),
+                }
+            }
+            () = ctx.shutdown.cancelled() => {
+                return Err(PipelineError::retryable(
+                    "stopped during the snapshot (its unfinished chunks are read on the next start)",
+                    std::io::Error::other("shutdown"),
+                ));
+            }
+        }
+        if !finished.is_empty() {
+            for chunk in finished.drain(..) {
+                plan.chunks[chunk].done = true;
+                done += 1;
+            }
+            record(plan)?;
+            ctx.board.update(|s| {
+                s.snapshot = Some(crate::admin::SnapshotStatus {
+                    chunks_total: total_chunks,
+                    chunks_done: done,
+                    rows,
+                });
+            });
+        }
+        if last_log.elapsed() >= Duration::from_secs(10) {
+            last_log = Instant::now();
+            let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
+            let per_chunk = if done > 0 {
+                rows as f64 / done as f64
+            } else {
+                0.0
+            };
+            let eta = if rate > 0.0 {
+                per_chunk * (total_chunks - done) as f64 / rate
+            } else {
+                0.0
+            };
+            tracing::info!(
+                chunks_done = done,
+                chunks_total = total_chunks,
+                rows,
+                rows_per_s = rate as u64,
+                eta_s = eta as u64,
+                "snapshot: progress"
+            );
+        }
+    }
+    while handles.join_next().await.is_some() {}
+    tracing::info!(
+        rows,
+        chunks = total_chunks,
+        seconds = started.elapsed().as_secs_f64(),
+        "snapshot: done; streaming from the consistent point"
+    );
+    Ok(rows)
+}
+
+/// The chunks of a snapshot, persisted in the state file so a restart reads only the
+/// unfinished ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SnapshotPlan {
+    /// Every chunk, in table and key order.
+    pub chunks: Vec<Chunk>,
+}
+
+/// One chunk: the rows of `table` with `key` in `(lower, upper]` (unbounded when `None`); no
+/// `key` = the whole table.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Chunk {
+    /// `schema.table`.
+    pub table: String,
+    /// The key column and its SQL type, when the table is split.
+    pub key: Option<(String, String)>,
+    /// Exclusive lower bound (the key's text form).
+    pub lower: Option<String>,
+    /// Inclusive upper bound.
+    pub upper: Option<String>,
+    /// Acknowledged by Kafka.
+    pub done: bool,
+}
+
+impl SnapshotPlan {
+    /// Splits `tables` into chunks of about `chunk_rows` rows by their single-column primary key
+    /// (others are one chunk each), reading the boundaries under `exported` when given.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn build(
+        config: &PipelineConfig,
+        tables: &[CapturedTable],
+        exported: Option<&str>,
+    ) -> Result<Self, PipelineError> {
+        let catalog = PgCatalog::connect(config).await?;
+        let client = catalog.client();
+        client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+            .map_err(|e| classify_pg("cannot begin the snapshot planning transaction", e))?;
+        if let Some(name) = exported {
+            client
+                .batch_execute(&format!(
+                    "SET TRANSACTION SNAPSHOT '{}'",
+                    name.replace('\'', "")
+                ))
+                .await
+                .map_err(|e| classify_pg("cannot import the slot's exported snapshot", e))?;
+        }
+        let chunk_rows = i64::from(config.postgres().snapshot_chunk_rows.max(1));
+        let mut chunks = Vec::new();
+        for table in tables {
+            let qualified = table.qualified();
+            let key = client
+                .query(
+                    "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
+                     FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) \
+                     JOIN pg_class c ON c.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE i.indisprimary AND n.nspname = $1 AND c.relname = $2",
+                    &[&table.schema, &table.table],
+                )
+                .await
+                .map_err(|e| classify_pg("cannot read a primary key", e))?;
+            let [key] = key.as_slice() else {
+                chunks.push(Chunk {
+                    table: qualified,
+                    key: None,
+                    lower: None,
+                    upper: None,
+                    done: false,
+                });
+                continue;
+            };
+            let (column, sql_type): (String, String) = (key.get(0), key.get(1));
+            let boundaries: Vec<String> = client
+                .query(
+                    &format!(
+                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn FROM {}.{}) s \
+                         WHERE rn % $1 = 0 ORDER BY rn",
+                        quote_ident(&table.schema),
+                        quote_ident(&table.table),
+                        col = quote_ident(&column),
+                    ),
+                    &[&chunk_rows],
+                )
+                .await
+                .map_err(|e| classify_pg(format!("cannot split {qualified} into chunks"), e))?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let mut lower = None;
+            for boundary in boundaries
+                .into_iter()
+                .map(Some)
+                .chain(std::iter::once(None))
+            {
+                chunks.push(Chunk {
+                    table: qualified.clone(),
+                    key: Some((column.clone(), sql_type.clone())),
+                    lower: lower.clone(),
+                    upper: boundary.clone(),
+                    done: false,
+                });
+                lower = boundary;
+            }
+        }
+        let _ = client.batch_execute("COMMIT").await;
+        Ok(Self { chunks })
+    }
+}
+
+/// One snapshot worker: takes chunks from the queue and publishes their rows.
+struct Worker {
+    catalog: PgCatalog,
+    identity: SourceIdentity,
+    producer: Arc<PipelineProducer>,
+    budget: InFlightBudget,
+    consistent_point: Lsn,
+    fetch: u32,
+    queue: Arc<std::sync::Mutex<VecDeque<usize>>>,
+    chunks: Arc<Vec<Chunk>>,
+    relations: Arc<tokio::sync::Mutex<HashMap<String, Arc<RelationInfo>>>>,
+    sent: mpsc::UnboundedSender<(usize, u64)>,
+    index: Arc<std::sync::atomic::AtomicU32>,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+impl Worker {
+    async fn run(self) -> Result<(), PipelineError> {
+        loop {
+            let next = self
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop_front();
+            let Some(chunk_id) = next else {
+                break;
+            };
+            if self.shutdown.is_cancelled() {
+                break;
+            }
+            let records = self.read_chunk(chunk_id).await?;
+            let _ = self.sent.send((chunk_id, records));
+        }
+        let _ = self.catalog.client().batch_execute("COMMIT").await;
+        Ok(())
+    }
+
+    async fn relation(&self, table: &str) -> Result<Arc<RelationInfo>, PipelineError> {
+        let mut relations = self.relations.lock().await;
+        if let Some(relation) = relations.get(table) {
+            return Ok(Arc::clone(relation));
+        }
+        let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
+        let relation = Arc::new(relation_info(&self.catalog, &self.identity, schema, name).await?);
+        relations.insert(table.to_owned(), Arc::clone(&relation));
+        Ok(relation)
+    }
+
+    /// Reads and publishes one chunk; returns its record count.
+    async fn read_chunk(&self, chunk_id: usize) -> Result<u64, PipelineError> {
+        let chunk = &self.chunks[chunk_id];
+        let relation = self.relation(&chunk.table).await?;
+        let client = self.catalog.client();
         let columns: Vec<String> = relation
             .columns
             .iter()
             .map(|c| quote_ident(&c.name))
             .collect();
+        let (schema, table) =
+            crate::config::parse_table_name(&chunk.table).unwrap_or(("", &chunk.table));
+        let literal = |v: &str, t: &str| format!("'{}'::{t}", v.replace('\'', "''"));
+        let mut conditions = Vec::new();
+        if let Some((column, sql_type)) = &chunk.key {
+            if let Some(lower) = &chunk.lower {
+                conditions.push(format!(
+                    "{} > {}",
+                    quote_ident(column),
+                    literal(lower, sql_type)
+                ));
+            }
+            if let Some(upper) = &chunk.upper {
+                conditions.push(format!(
+                    "{} <= {}",
+                    quote_ident(column),
+                    literal(upper, sql_type)
+                ));
+            }
+        }
+        let cursor = format!("sluice_chunk_{chunk_id}");
         client
             .batch_execute(&format!(
-                "DECLARE sluice_snapshot NO SCROLL CURSOR FOR SELECT {} FROM {}.{}",
+                "DECLARE {cursor} NO SCROLL CURSOR FOR SELECT {} FROM {}.{}{}",
                 if columns.is_empty() {
                     "NULL".to_owned()
                 } else {
                     columns.join(", ")
                 },
-                quote_ident(&table.schema),
-                quote_ident(&table.table)
+                quote_ident(schema),
+                quote_ident(table),
+                if conditions.is_empty() {
+                    String::new()
+                } else {
+                    format!(" WHERE {}", conditions.join(" AND "))
+                }
             ))
             .await
-            .map_err(|e| {
-                classify_pg(
-                    format!("cannot read {} for the snapshot", table.qualified()),
-                    e,
-                )
-            })?;
-        let rows_metric = metrics::counter!(m::SNAPSHOT_ROWS, "table" => table.qualified());
-        let mut table_rows = 0u64;
-        let mut last_log = Instant::now();
+            .map_err(|e| classify_pg(format!("cannot read {} for the snapshot", chunk.table), e))?;
+        let rows_metric = metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.table.clone());
+        let mut records = 0u64;
         loop {
-            if ctx.shutdown.is_cancelled() {
+            if self.shutdown.is_cancelled() {
                 return Err(PipelineError::retryable(
-                    "stopped during the snapshot (it runs again on the next start)",
+                    "stopped during the snapshot",
                     std::io::Error::other("shutdown"),
                 ));
             }
             let messages = client
-                .simple_query(&format!("FETCH FORWARD {fetch} FROM sluice_snapshot"))
+                .simple_query(&format!("FETCH FORWARD {} FROM {cursor}", self.fetch))
                 .await
                 .map_err(|e| {
-                    classify_pg(
-                        format!("cannot read {} for the snapshot", table.qualified()),
-                        e,
-                    )
+                    classify_pg(format!("cannot read {} for the snapshot", chunk.table), e)
                 })?;
             let rows: Vec<TupleData> = messages
                 .iter()
@@ -153,36 +481,80 @@ pub async fn run(
             if rows.is_empty() {
                 break;
             }
-            let count = rows.len() as u64;
-            publish_rows(&mut ctx, &relation, rows, &mut tx_index).await?;
-            table_rows += count;
-            total += count;
-            rows_metric.increment(count);
-            if last_log.elapsed() >= Duration::from_secs(10) {
-                last_log = Instant::now();
-                tracing::info!(table = %table.qualified(), rows = table_rows, "snapshot: progress");
-            }
+            rows_metric.increment(rows.len() as u64);
+            records += self.publish(chunk_id, &relation, rows, records).await?;
         }
         client
-            .batch_execute("CLOSE sluice_snapshot")
+            .batch_execute(&format!("CLOSE {cursor}"))
             .await
-            .map_err(|e| classify_pg("cannot close the snapshot cursor", e))?;
-        tracing::info!(table = %table.qualified(), rows = table_rows, "snapshot: table done");
+            .map_err(|e| classify_pg("cannot close a snapshot cursor", e))?;
+        Ok(records)
     }
-    client
-        .batch_execute("COMMIT")
+
+    /// Encodes (on the blocking pool) and produces rows within the budget; record `n` of chunk
+    /// `c` carries sequence `c << 32 | n` so acknowledgements count per chunk.
+    async fn publish(
+        &self,
+        chunk_id: usize,
+        relation: &Arc<RelationInfo>,
+        rows: Vec<TupleData>,
+        first: u64,
+    ) -> Result<u64, PipelineError> {
+        let options = EncodeOptions {
+            tombstones: false,
+            now_unix_ms: now_micros() / 1000,
+        };
+        let commit_unix_micros = now_micros();
+        let consistent_point = self.consistent_point;
+        let first_index = self
+            .index
+            .fetch_add(rows.len() as u32, std::sync::atomic::Ordering::Relaxed);
+        let encode_relation = Arc::clone(relation);
+        let records = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::with_capacity(rows.len());
+            for (n, row) in rows.into_iter().enumerate() {
+                let change = RowChange {
+                    size_hint: 0,
+                    relation: Arc::clone(&encode_relation),
+                    kind: ChangeKind::Read { row },
+                    commit_lsn: consistent_point,
+                    lsn: consistent_point,
+                    tx_index: first_index.wrapping_add(n as u32),
+                    xid: 0,
+                    commit_unix_micros,
+                };
+                encode_change(&change, options, &mut out);
+            }
+            out
+        })
         .await
-        .map_err(|e| classify_pg("cannot end the snapshot transaction", e))?;
-    // Every record acknowledged before the stream starts.
-    while ctx.budget.in_flight_records() > 0 {
-        drain(&mut ctx, true).await?;
+        .map_err(|e| PipelineError::retryable("the snapshot encoder failed", e))?;
+        let count = records.len() as u64;
+        for (n, record) in records.into_iter().enumerate() {
+            let permit = self.budget.acquire(record.len().max(1)).await;
+            let delivery = Box::new(Delivery {
+                seq: Seq(((chunk_id as u64) << 32) | (first + n as u64)),
+                permit: Arc::new(permit),
+                commit_unix_micros,
+                table: Arc::clone(&relation.metrics),
+                bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
+            });
+            let mut pending = (record, delivery);
+            loop {
+                match try_send(&self.producer, pending.0, pending.1) {
+                    Ok(()) => break,
+                    Err(SendError::QueueFull(record, delivery)) => {
+                        pending = (record, delivery);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                    Err(SendError::Refused(error, record, _)) => {
+                        return Err(refused(&error, &record.topic));
+                    }
+                }
+            }
+        }
+        Ok(count)
     }
-    tracing::info!(
-        rows = total,
-        seconds = started.elapsed().as_secs_f64(),
-        "snapshot: done; streaming from the consistent point"
-    );
-    Ok(total)
 }
 
 /// The relation as the encoder needs it, from the catalog (columns in attribute order,
@@ -190,7 +562,8 @@ pub async fn run(
 async fn relation_info(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
-    table: &CapturedTable,
+    schema: &str,
+    table: &str,
 ) -> Result<RelationInfo, PipelineError> {
     let rows = catalog
         .client()
@@ -201,17 +574,26 @@ async fn relation_info(
              WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
                AND a.attgenerated = '' \
              ORDER BY a.attnum",
-            &[&table.schema, &table.table],
+            &[&schema, &table],
         )
         .await
         .map_err(|e| classify_pg("cannot read the table's columns", e))?;
     let oid: u32 = rows.first().map_or(0, |r| r.get(3));
     let key_names = catalog.primary_key(oid).await?;
-    let qualified = table.qualified();
+    let qualified = format!("{schema}.{table}");
+    let identity_char: String = catalog
+        .client()
+        .query_one(
+            "SELECT relreplident::text FROM pg_class WHERE oid = $1",
+            &[&oid],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the table's replica identity", e))?
+        .get(0);
     Ok(RelationInfo::new(
         identity,
-        &table.schema,
-        &table.table,
+        schema,
+        table,
         rows.iter()
             .map(|r| {
                 (
@@ -222,7 +604,7 @@ async fn relation_info(
             })
             .collect(),
         &key_names,
-        match table.replica_identity {
+        match identity_char.chars().next().unwrap_or('d') {
             'f' => ReplicaIdentity::Full,
             'n' => ReplicaIdentity::Nothing,
             'i' => ReplicaIdentity::Index,
@@ -230,108 +612,6 @@ async fn relation_info(
         },
         Arc::new(TableMetrics::new(&qualified)),
     ))
-}
-
-/// Encodes (on the blocking pool) and produces one fetch of rows within the budget.
-async fn publish_rows(
-    ctx: &mut SnapshotContext<'_>,
-    relation: &Arc<RelationInfo>,
-    rows: Vec<TupleData>,
-    tx_index: &mut u32,
-) -> Result<(), PipelineError> {
-    let options = EncodeOptions {
-        tombstones: false,
-        now_unix_ms: now_micros() / 1000,
-    };
-    let commit_unix_micros = now_micros();
-    let consistent_point = ctx.consistent_point;
-    let first_index = *tx_index;
-    *tx_index = tx_index.wrapping_add(rows.len() as u32);
-    let encode_relation = Arc::clone(relation);
-    let records = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::with_capacity(rows.len());
-        for (n, row) in rows.into_iter().enumerate() {
-            let change = RowChange {
-                size_hint: 0,
-                relation: Arc::clone(&encode_relation),
-                kind: ChangeKind::Read { row },
-                commit_lsn: consistent_point,
-                lsn: consistent_point,
-                tx_index: first_index.wrapping_add(n as u32),
-                xid: 0,
-                commit_unix_micros,
-            };
-            encode_change(&change, options, &mut out);
-        }
-        out
-    })
-    .await
-    .map_err(|e| PipelineError::retryable("the snapshot encoder failed", e))?;
-    for record in records {
-        let size = record.len().max(1);
-        let permit = loop {
-            if let Some(permit) = ctx.budget.try_acquire(size) {
-                break permit;
-            }
-            // Full: wait for acknowledgements to free the budget.
-            drain(ctx, true).await?;
-        };
-        let delivery = Box::new(Delivery {
-            seq: Seq(0),
-            permit: Arc::new(permit),
-            commit_unix_micros,
-            table: Arc::clone(&relation.metrics),
-            bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
-        });
-        let mut pending = (record, delivery);
-        loop {
-            match try_send(ctx.producer, pending.0, pending.1) {
-                Ok(()) => break,
-                Err(SendError::QueueFull(record, delivery)) => {
-                    pending = (record, delivery);
-                    drain(ctx, true).await?;
-                }
-                Err(SendError::Refused(error, record, _)) => {
-                    return Err(refused(&error, &record.topic));
-                }
-            }
-        }
-    }
-    drain(ctx, false).await
-}
-
-/// Takes delivery reports: acknowledged records free their budget; a refused one stops the
-/// snapshot. With `wait`, waits (up to 100 ms) for at least one report.
-async fn drain(ctx: &mut SnapshotContext<'_>, wait: bool) -> Result<(), PipelineError> {
-    let mut events = Vec::new();
-    if wait {
-        let _ = tokio::time::timeout(
-            Duration::from_millis(100),
-            ctx.deliveries.recv_many(&mut events, 4096),
-        )
-        .await;
-    }
-    while let Ok(event) = ctx.deliveries.try_recv() {
-        events.push(event);
-    }
-    for event in events {
-        match event {
-            DeliveryEvent::Acked(delivery) => {
-                delivery.table.records.increment(1);
-                delivery.table.bytes.increment(u64::from(delivery.bytes));
-            }
-            DeliveryEvent::Failed { error, record, .. } => {
-                return Err(refused(&error, &record.topic));
-            }
-        }
-    }
-    if ctx.shutdown.is_cancelled() {
-        return Err(PipelineError::retryable(
-            "stopped during the snapshot (it runs again on the next start)",
-            std::io::Error::other("shutdown"),
-        ));
-    }
-    Ok(())
 }
 
 fn refused(error: &KafkaError, topic: &str) -> PipelineError {

@@ -68,7 +68,7 @@ use super::replication::{
 };
 use super::setup::PgCatalog;
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
-use super::snapshot::{self, SnapshotContext};
+use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::admin::{PipelineState, SlotStatus, StatusBoard};
 use crate::config::{
@@ -241,6 +241,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
             .cloned()
             .collect();
+        let exported_name = exported.as_ref().map(|e| e.0.as_str());
+        let mut plan = match slot_state.record().and_then(|r| r.snapshot_plan.clone()) {
+            Some(plan) => plan,
+            None => {
+                let plan = SnapshotPlan::build(config, &snapshot_tables, exported_name).await?;
+                save_plan(&mut slot_state, &plan)?;
+                plan
+            }
+        };
         snapshot::run(
             SnapshotContext {
                 config,
@@ -250,9 +259,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
                 budget: &budget,
                 consistent_point: exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
                 shutdown: &ctx.shutdown,
+                board: &ctx.board,
             },
-            &snapshot_tables,
-            exported.as_ref().map(|e| e.0.as_str()),
+            &mut plan,
+            exported_name,
+            |plan| save_plan(&mut slot_state, plan),
         )
         .await?;
         if mode == SnapshotMode::InitialOnly {
@@ -1258,6 +1269,17 @@ impl ProgressWatch {
     }
 }
 
+/// Persists the snapshot plan (finished chunks) in the state file.
+fn save_plan(state: &mut SlotStateFile, plan: &SnapshotPlan) -> Result<(), PipelineError> {
+    tokio::task::block_in_place(|| state.set_snapshot_plan(plan)).map_err(|e| {
+        PipelineError::fatal_with(
+            format!("cannot write the state file {}", state.path().display()),
+            "make state_dir writable",
+            e,
+        )
+    })
+}
+
 /// `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT`: returns the snapshot's name and the slot's
 /// consistent point. The snapshot stays importable until the connection runs another command.
 async fn create_slot_exporting_snapshot(
@@ -1352,6 +1374,7 @@ async fn secure_slot(
                 snapshot_pending: exported
                     || (loss.is_some()
                         && config.postgres().snapshot == crate::config::SnapshotMode::WhenNeeded),
+                snapshot_plan: None,
             })
             .map_err(|e| {
                 PipelineError::fatal_with(
