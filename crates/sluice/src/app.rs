@@ -45,11 +45,12 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             match PipelineFile::load(&pipeline)? {
                 PipelineFile::Cdc(config) => {
                     let prometheus = admin::install_recorder(&config.name)?;
-                    runtime()?.block_on(run_pipeline(Arc::new(config), prometheus))?;
+                    runtime()?.block_on(run_pipeline(Arc::new(*config), prometheus))?;
                 }
                 PipelineFile::Sink(config) => {
                     let prometheus = admin::install_recorder(&config.name)?;
-                    runtime()?.block_on(crate::sink::run_pipeline(Arc::new(config), prometheus))?;
+                    runtime()?
+                        .block_on(crate::sink::run_pipeline(Arc::new(*config), prometheus))?;
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -144,7 +145,7 @@ pub fn render_report(error: &anyhow::Error) -> String {
 /// A PostgreSQL → Kafka pipeline file, for the commands that only know that kind.
 fn load_cdc(path: &std::path::Path) -> anyhow::Result<PipelineConfig> {
     match PipelineFile::load(path)? {
-        PipelineFile::Cdc(config) => Ok(config),
+        PipelineFile::Cdc(config) => Ok(*config),
         PipelineFile::Sink(_) => anyhow::bail!(
             "{} is a Kafka → files pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
             path.display()

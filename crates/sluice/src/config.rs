@@ -118,6 +118,13 @@ pub struct PostgresSourceConfig {
     /// Rows fetched per round trip while snapshotting.
     #[serde(default = "default_snapshot_fetch_rows")]
     pub snapshot_fetch_rows: u32,
+    /// Tables to leave out (`schema.table` globs, `*` matches any characters), e.g. of a
+    /// captured schema.
+    #[serde(default)]
+    pub exclude_tables: Vec<String>,
+    /// What to do with columns' values in change events (`schema.table.column` globs).
+    #[serde(default)]
+    pub columns: ColumnRules,
     /// Connections reading snapshot chunks in parallel (across and within tables).
     #[serde(default = "default_snapshot_workers")]
     pub snapshot_workers: u32,
@@ -125,6 +132,59 @@ pub struct PostgresSourceConfig {
     /// read again after a restart).
     #[serde(default = "default_snapshot_chunk_rows")]
     pub snapshot_chunk_rows: u32,
+}
+
+/// `[source.postgres.columns]`: column rules, each a list of `schema.table.column` globs. The
+/// first rule that matches wins, in the order exclude, hash, mask. Key columns keep their values
+/// in the record key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnRules {
+    /// Leave these columns out of `before` and `after`.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Replace their values by the hex SHA-256 of the value's text (joinable, not readable).
+    #[serde(default)]
+    pub hash: Vec<String>,
+    /// Replace their values by `"****"`.
+    #[serde(default)]
+    pub mask: Vec<String>,
+}
+
+/// A glob over dotted names (`*` matches any characters, dots included).
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .build()
+        .is_ok_and(|glob| glob.compile_matcher().is_match(name))
+}
+
+impl PostgresSourceConfig {
+    /// Whether `schema.table` is excluded.
+    pub fn excludes_table(&self, qualified: &str) -> bool {
+        self.exclude_tables
+            .iter()
+            .any(|p| glob_matches(p, qualified))
+    }
+
+    /// The treatment of `schema.table.column`.
+    pub fn column_treatment(
+        &self,
+        qualified_column: &str,
+    ) -> crate::source::postgres::encode::ColumnTreatment {
+        use crate::source::postgres::encode::ColumnTreatment;
+        let rules = &self.columns;
+        let any = |patterns: &[String]| patterns.iter().any(|p| glob_matches(p, qualified_column));
+        if any(&rules.exclude) {
+            ColumnTreatment::Exclude
+        } else if any(&rules.hash) {
+            ColumnTreatment::Hash
+        } else if any(&rules.mask) {
+            ColumnTreatment::Mask
+        } else {
+            ColumnTreatment::Keep
+        }
+    }
 }
 
 /// When to snapshot.
@@ -561,6 +621,34 @@ impl PipelineConfig {
                 "0: expected at least 1".into(),
             );
         }
+        let globs = pg
+            .exclude_tables
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("source.postgres.exclude_tables[{i}]"), p))
+            .chain(
+                [
+                    ("exclude", &pg.columns.exclude),
+                    ("hash", &pg.columns.hash),
+                    ("mask", &pg.columns.mask),
+                ]
+                .into_iter()
+                .flat_map(|(key, list)| {
+                    list.iter()
+                        .enumerate()
+                        .map(move |(i, p)| (format!("source.postgres.columns.{key}[{i}]"), p))
+                }),
+            );
+        for (key, pattern) in globs {
+            if let Err(error) = globset::Glob::new(pattern) {
+                issue(
+                    &key,
+                    format!(
+                        "{pattern:?} is not a valid pattern ({error}): expected e.g. \"public.users.*\""
+                    ),
+                );
+            }
+        }
         if pg.snapshot_workers == 0 || pg.snapshot_workers > 64 {
             issue(
                 "source.postgres.snapshot_workers",
@@ -719,9 +807,9 @@ impl PipelineConfig {
 #[derive(Debug, Clone)]
 pub enum PipelineFile {
     /// Change data capture into Kafka.
-    Cdc(PipelineConfig),
+    Cdc(Box<PipelineConfig>),
     /// Kafka topics into files.
-    Sink(crate::sink::config::SinkPipelineConfig),
+    Sink(Box<crate::sink::config::SinkPipelineConfig>),
 }
 
 impl PipelineFile {
@@ -754,9 +842,10 @@ impl PipelineFile {
             .and_then(toml::Value::as_table)
             .is_some_and(|source| source.contains_key("kafka"));
         if is_sink {
-            crate::sink::config::SinkPipelineConfig::from_toml(text, origin, env).map(Self::Sink)
+            crate::sink::config::SinkPipelineConfig::from_toml(text, origin, env)
+                .map(|c| Self::Sink(Box::new(c)))
         } else {
-            PipelineConfig::from_toml(text, origin, env).map(Self::Cdc)
+            PipelineConfig::from_toml(text, origin, env).map(|c| Self::Cdc(Box::new(c)))
         }
     }
 

@@ -8,6 +8,7 @@
 mod cdc;
 mod doctor;
 mod faults;
+mod filters;
 mod operate;
 mod outbox;
 mod perf;

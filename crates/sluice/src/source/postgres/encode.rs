@@ -42,6 +42,8 @@ pub struct RelationInfo {
     pub envelope_overhead: usize,
     /// Set when the table is the pipeline's outbox: inserts become routed events.
     pub outbox: Option<Arc<OutboxLayout>>,
+    /// Left out by `source.postgres.exclude_tables`: its changes emit nothing.
+    pub excluded: bool,
 }
 
 /// Where the outbox's parts are in its rows.
@@ -147,6 +149,22 @@ pub struct ColumnInfo {
     pub type_oid: u32,
     /// Type modifier (`atttypmod`).
     pub type_modifier: i32,
+    /// What the pipeline's column rules do with its values (keys are never changed).
+    pub treatment: ColumnTreatment,
+}
+
+/// A column rule's effect on a column's values in `before`/`after`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ColumnTreatment {
+    /// As is.
+    #[default]
+    Keep,
+    /// Left out.
+    Exclude,
+    /// Replaced by `"****"` (NULL stays null).
+    Mask,
+    /// Replaced by the hex SHA-256 of its text form (NULL stays null): joinable, not readable.
+    Hash,
 }
 
 /// What every event's `source` block names besides the table.
@@ -183,6 +201,7 @@ impl RelationInfo {
                     name,
                     type_oid,
                     type_modifier,
+                    treatment: ColumnTreatment::Keep,
                 }
             })
             .collect();
@@ -222,6 +241,15 @@ impl RelationInfo {
             metrics,
             envelope_overhead,
             outbox: None,
+            excluded: false,
+        }
+    }
+
+    /// Applies the pipeline's table exclusions and column rules.
+    pub fn apply_rules(&mut self, config: &crate::config::PostgresSourceConfig) {
+        self.excluded = config.excludes_table(&self.name);
+        for column in &mut self.columns {
+            column.treatment = config.column_treatment(&format!("{}.{}", self.name, column.name));
         }
     }
 }
@@ -557,6 +585,9 @@ fn write_row(
             continue;
         }
         let mut datum = row.0.get(index);
+        if column.treatment == ColumnTreatment::Exclude {
+            continue;
+        }
         if matches!(datum, Some(Datum::UnchangedToast)) {
             match old.and_then(|old| old.0.get(index)) {
                 Some(previous @ (Datum::Text(_) | Datum::Binary(_) | Datum::Null)) => {
@@ -573,7 +604,21 @@ fn write_row(
         }
         first = false;
         out.extend_from_slice(&column.json_label);
-        write_datum(column, datum, out);
+        match (column.treatment, datum) {
+            (ColumnTreatment::Mask, Some(Datum::Text(_) | Datum::Binary(_))) => {
+                out.extend_from_slice(b"\"****\"");
+            }
+            (ColumnTreatment::Hash, Some(Datum::Text(value) | Datum::Binary(value))) => {
+                use sha2::Digest as _;
+                let digest = sha2::Sha256::digest(value);
+                out.push(b'"');
+                for byte in digest {
+                    out.extend_from_slice(format!("{byte:02x}").as_bytes());
+                }
+                out.push(b'"');
+            }
+            _ => write_datum(column, datum, out),
+        }
     }
     out.push(b'}');
 }

@@ -230,6 +230,7 @@ impl PgCatalog {
             }
             rows.iter().for_each(&mut push);
         }
+        tables.retain(|t| !pg.excludes_table(&t.qualified()));
         Ok(tables)
     }
 
@@ -271,6 +272,7 @@ impl PgCatalog {
             let extra: Vec<String> = pg
                 .tables
                 .iter()
+                .chain(pg.outbox.iter().map(|o| &o.table))
                 .filter_map(|t| parse_table_name(t))
                 .filter(|(schema, _)| !pg.schemas.iter().any(|s| s == schema))
                 .map(|(schema, table)| format!("{}.{}", quote_ident(schema), quote_ident(table)))

@@ -116,6 +116,7 @@ pub async fn run(
         connections.push(catalog);
     }
     let mut handles = tokio::task::JoinSet::new();
+    let source = Arc::new(ctx.config.postgres().clone());
     for catalog in connections {
         let worker = Worker {
             catalog,
@@ -130,6 +131,7 @@ pub async fn run(
             sent: sent_tx.clone(),
             index: Arc::clone(&index),
             shutdown: ctx.shutdown.clone(),
+            source: Arc::clone(&source),
         };
         handles.spawn(worker.run());
     }
@@ -366,6 +368,7 @@ struct Worker {
     sent: mpsc::UnboundedSender<(usize, u64)>,
     index: Arc<std::sync::atomic::AtomicU32>,
     shutdown: tokio_util::sync::CancellationToken,
+    source: Arc<crate::config::PostgresSourceConfig>,
 }
 
 impl Worker {
@@ -395,7 +398,9 @@ impl Worker {
             return Ok(Arc::clone(relation));
         }
         let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
-        let relation = Arc::new(relation_info(&self.catalog, &self.identity, schema, name).await?);
+        let relation = Arc::new(
+            relation_info(&self.catalog, &self.identity, &self.source, schema, name).await?,
+        );
         relations.insert(table.to_owned(), Arc::clone(&relation));
         Ok(relation)
     }
@@ -562,6 +567,7 @@ impl Worker {
 async fn relation_info(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
+    rules: &crate::config::PostgresSourceConfig,
     schema: &str,
     table: &str,
 ) -> Result<RelationInfo, PipelineError> {
@@ -590,7 +596,7 @@ async fn relation_info(
         .await
         .map_err(|e| classify_pg("cannot read the table's replica identity", e))?
         .get(0);
-    Ok(RelationInfo::new(
+    let mut info = RelationInfo::new(
         identity,
         schema,
         table,
@@ -611,7 +617,9 @@ async fn relation_info(
             _ => ReplicaIdentity::Default,
         },
         Arc::new(TableMetrics::new(&qualified)),
-    ))
+    );
+    info.apply_rules(rules);
+    Ok(info)
 }
 
 fn refused(error: &KafkaError, topic: &str) -> PipelineError {

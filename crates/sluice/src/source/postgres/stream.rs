@@ -724,7 +724,9 @@ impl StreamRun<'_> {
             relation.replica_identity,
             metrics,
         );
+        info.apply_rules(self.ctx.config.postgres());
         match self.ctx.config.postgres().outbox.as_ref() {
+            _ if info.excluded => {}
             Some(outbox) if outbox.table == qualified => {
                 let layout =
                     OutboxLayout::resolve(&info.columns, outbox).map_err(|(key, problem)| {
@@ -774,6 +776,9 @@ impl StreamRun<'_> {
         size: usize,
     ) -> Result<(), PipelineError> {
         let relation = self.relation(relation_id)?;
+        if relation.excluded {
+            return Ok(());
+        }
         if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
             // Outbox rows are events once inserted; their updates and deletes (the usual
             // insert-then-delete in one transaction) emit nothing.
