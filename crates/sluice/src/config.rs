@@ -273,6 +273,9 @@ pub struct KafkaConfig {
     /// librdkafka producer properties by their own names; they override sluice's defaults.
     #[serde(default)]
     pub producer: BTreeMap<String, String>,
+    /// When set, a captured table's column changes (added, dropped, type changed) seen
+    /// mid-stream become events on this topic, keyed by the table.
+    pub schema_changes_topic: Option<String>,
 }
 
 /// What to do with a record Kafka rejects permanently (too large, not authorized, …).
@@ -683,6 +686,14 @@ impl PipelineConfig {
                     "{:?} is not valid: expected characters a-z, A-Z, 0-9, '.', '_' and '-'",
                     self.kafka.topic_prefix
                 ),
+            );
+        }
+        if let Some(topic) = &self.kafka.schema_changes_topic
+            && !is_topic_name(topic)
+        {
+            issue(
+                "kafka.schema_changes_topic",
+                format!("{topic:?} is not a valid topic name"),
             );
         }
         if self.kafka.topic_partitions == 0 {

@@ -96,3 +96,83 @@ async fn excluded_tables_and_column_rules_apply_to_snapshot_and_stream() {
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// Columns added, dropped and retyped mid-stream: the row events before and after carry the
+/// columns of their time, and each change is an event on the schema-changes topic, in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn schema_changes_are_events_on_their_own_topic() {
+    let _broker = broker_shared().await;
+    let name = unique("schemachg");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id int PRIMARY KEY, payload text, n int);"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[kafka]\n",
+        &format!("[kafka]\nschema_changes_topic = \"{name}.schema_changes\"\n"),
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.t VALUES (1, 'a', 1); \
+             ALTER TABLE {name}.t ADD COLUMN extra text; \
+             INSERT INTO {name}.t VALUES (2, 'b', 2, 'x'); \
+             ALTER TABLE {name}.t DROP COLUMN payload, ALTER COLUMN n TYPE bigint; \
+             INSERT INTO {name}.t VALUES (3, 3, 'y');"
+        ))
+        .await
+        .unwrap();
+    let rows_topic = format!("{name}.{name}.t");
+    let rows = tokio::task::spawn_blocking(move || {
+        read_topic(&rows_topic, Duration::from_secs(60), |r| r.len() >= 3)
+    })
+    .await
+    .unwrap();
+    let after = |i: usize| rows[i].value.as_ref().unwrap()["after"].clone();
+    assert_eq!(
+        after(0),
+        serde_json::json!({"id": 1, "payload": "a", "n": 1})
+    );
+    assert_eq!(
+        after(1),
+        serde_json::json!({"id": 2, "payload": "b", "n": 2, "extra": "x"})
+    );
+    assert_eq!(after(2), serde_json::json!({"id": 3, "n": 3, "extra": "y"}));
+    let topic = format!("{name}.schema_changes");
+    let events = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |r| r.len() >= 2)
+    })
+    .await
+    .unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    let changes = |i: usize| events[i].value.as_ref().unwrap()["changes"].clone();
+    assert_eq!(
+        changes(0),
+        serde_json::json!([{"column": "extra", "change": "added", "type_oid": 25}])
+    );
+    let second = changes(1);
+    let second = second.as_array().unwrap();
+    assert!(
+        second
+            .iter()
+            .any(|c| c["column"] == "payload" && c["change"] == "dropped")
+            && second.iter().any(|c| c["column"] == "n"
+                && c["change"] == "type_changed"
+                && c["type_oid"] == 20),
+        "{second:?}"
+    );
+    assert_eq!(
+        events[0].key.as_ref().unwrap()["table"],
+        format!("{name}.t").as_str()
+    );
+    // The schema event precedes the row change that first uses the new columns.
+    assert!(events[0].header_u64("sluice.commit_lsn") <= rows[1].header_u64("sluice.commit_lsn"));
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

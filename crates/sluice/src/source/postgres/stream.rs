@@ -114,6 +114,11 @@ pub struct RunContext {
 enum Item {
     Row(RowChange),
     Message(LogicalMessage),
+    /// A record made by sluice itself (a schema change event).
+    Raw {
+        record: OutRecord,
+        commit_unix_micros: i64,
+    },
 }
 
 /// A step the loop takes in stream order.
@@ -740,7 +745,84 @@ impl StreamRun<'_> {
             _ => self.ensure_topic(&info.topic).await?,
         }
         tracing::debug!(table = %qualified, columns = info.columns.len(), "relation");
+        if let Some(previous) = self.relations.get(&relation.id).cloned()
+            && !info.excluded
+            && let Some(topic) = self.ctx.config.kafka.schema_changes_topic.clone()
+        {
+            self.push_schema_change(&topic, &previous, &info).await?;
+        }
         self.relations.insert(relation.id, Arc::new(info));
+        Ok(())
+    }
+
+    /// Queues a schema change event when the table's columns differ from those of its previous
+    /// Relation message (a rename shows as a drop and an add: pgoutput sends names only).
+    async fn push_schema_change(
+        &mut self,
+        topic: &str,
+        previous: &RelationInfo,
+        next: &RelationInfo,
+    ) -> Result<(), PipelineError> {
+        let column = |c: &super::encode::ColumnInfo| serde_json::json!({ "name": c.name, "type_oid": c.type_oid, "type_modifier": c.type_modifier });
+        let mut changes = Vec::new();
+        for c in &next.columns {
+            match previous.columns.iter().find(|p| p.name == c.name) {
+                None => changes.push(serde_json::json!({ "column": c.name, "change": "added", "type_oid": c.type_oid })),
+                Some(p) if p.type_oid != c.type_oid || p.type_modifier != c.type_modifier => {
+                    changes.push(serde_json::json!({ "column": c.name, "change": "type_changed", "type_oid_before": p.type_oid, "type_oid": c.type_oid }));
+                }
+                Some(_) => {}
+            }
+        }
+        for p in &previous.columns {
+            if !next.columns.iter().any(|c| c.name == p.name) {
+                changes.push(serde_json::json!({ "column": p.name, "change": "dropped" }));
+            }
+        }
+        if changes.is_empty() {
+            return Ok(());
+        }
+        self.ensure_topic(topic).await?;
+        let (commit_lsn, xid, commit_unix_micros, tx_index) = match &mut self.tx {
+            Some(tx) => {
+                let index = tx.next_index;
+                tx.next_index += 1;
+                (tx.commit_lsn, Some(tx.xid), tx.commit_unix_micros, index)
+            }
+            None => (self.received, None, unix_micros_now(), 0),
+        };
+        tracing::info!(table = %next.name, changes = changes.len(), "schema change");
+        let value = serde_json::json!({
+            "table": next.name,
+            "changes": changes,
+            "columns": next.columns.iter().map(column).collect::<Vec<_>>(),
+            "columns_before": previous.columns.iter().map(column).collect::<Vec<_>>(),
+            "source": { "lsn": commit_lsn.0, "txId": xid, "ts_ms": commit_unix_micros / 1000 },
+            "ts_ms": unix_micros_now() / 1000,
+        });
+        let record = OutRecord {
+            topic: Arc::from(topic),
+            key: Some(
+                serde_json::to_vec(&serde_json::json!({ "table": next.name })).unwrap_or_default(),
+            ),
+            value: Some(serde_json::to_vec(&value).unwrap_or_default()),
+            headers: vec![
+                (
+                    crate::event::HEADER_COMMIT_LSN.into(),
+                    commit_lsn.0.to_string(),
+                ),
+                (crate::event::HEADER_LSN.into(), self.received.0.to_string()),
+                (crate::event::HEADER_TX_INDEX.into(), tx_index.to_string()),
+            ],
+        };
+        let size = record.len() + 256;
+        self.steps.push_back(Step::Admit {
+            item: Item::Raw {
+                record,
+                commit_unix_micros,
+            },
+            size,
+        });
         Ok(())
     }
 
@@ -840,7 +922,7 @@ impl StreamRun<'_> {
         };
         let count = match &item {
             Item::Row(change) => change.record_count(self.ctx.config.kafka.tombstones_on_delete),
-            Item::Message(_) => 1,
+            Item::Message(_) | Item::Raw { .. } => 1,
         };
         let first_seq = self.tracker.next_seq().0;
         for _ in 0..count {
@@ -1085,6 +1167,13 @@ fn encode_batch(
             Item::Message(message) => {
                 records.push(encode_message(message, identity, options.now_unix_ms));
                 (Arc::clone(message_metrics), message.commit_unix_micros)
+            }
+            Item::Raw {
+                record,
+                commit_unix_micros,
+            } => {
+                records.push(record.clone());
+                (Arc::clone(message_metrics), *commit_unix_micros)
             }
         };
         for (offset, record) in records.drain(..).enumerate() {
