@@ -14,7 +14,7 @@ use anyhow::Context as _;
 use rand::Rng as _;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, PipelineState, RestartEvent, StatusBoard, metrics as m};
+use crate::admin::{self, PipelineState, StatusBoard, metrics as m};
 use crate::cli::{Cli, Command, LogFormat};
 use crate::config::{PipelineConfig, PipelineFile, RestartConfig, RestartPolicy};
 use crate::error::PipelineError;
@@ -284,60 +284,22 @@ async fn supervise(
             Ok(()) => {
                 // Stopped on an operator's request: pause (handled at the top) or restart.
                 if !control.borrow().paused {
-                    board.record_restart(RestartEvent {
-                        unix_ms: now_ms(),
-                        reason: "requested",
-                        error: None,
-                        backoff_ms: 0,
-                        consecutive_failures,
-                    });
+                    board.record_restart("requested", None, 0, consecutive_failures);
                 }
                 continue;
             }
             Err(error) => error,
         };
         consecutive_failures += 1;
-        board.update(|s| {
-            s.last_error = Some(error.chain());
-            s.hint = error.hint().map(str::to_owned);
-            s.consecutive_failures = consecutive_failures;
-        });
-        if decide(&config.restart, error.is_retryable(), consecutive_failures) == Decision::Stop {
-            board.set_state(PipelineState::Failed);
-            tracing::error!(
-                error = %error.chain(),
-                hint = error.hint().unwrap_or(""),
-                policy = config.restart.policy.name(),
-                consecutive_failures,
-                "pipeline stopped"
-            );
-            return Err(error);
-        }
-        let delay = backoff_delay(
+        let Some(delay) = after_failure(
+            board,
             &config.restart,
+            &error,
             consecutive_failures,
-            rand::rng().random_range(0.5..=1.0),
-        );
-        board.record_restart(RestartEvent {
-            unix_ms: now_ms(),
-            reason: if error.is_retryable() {
-                "retryable"
-            } else {
-                "fatal"
-            },
-            error: Some(error.chain()),
-            backoff_ms: delay.as_millis() as u64,
-            consecutive_failures,
-        });
-        board.set_state(PipelineState::Backoff);
-        metrics::gauge!(m::RESTART_BACKOFF).set(delay.as_secs_f64());
-        tracing::warn!(
-            error = %error.chain(),
-            hint = error.hint().unwrap_or(""),
-            retry_in_ms = delay.as_millis() as u64,
-            consecutive_failures,
-            "pipeline failed; restarting from the last confirmed position"
-        );
+            "restarting from the last confirmed position",
+        ) else {
+            return Err(error);
+        };
         control.borrow_and_update();
         tokio::select! {
             () = shutdown.cancelled() => {
@@ -353,10 +315,58 @@ async fn supervise(
     }
 }
 
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
+/// What both kinds of pipeline do after a failed run: show the error, apply the restart
+/// policy and either stop (`None`, state `failed`) or record the restart and return the delay
+/// to wait (state `backoff`). `restarting` says from where the next run resumes, for the log.
+pub(crate) fn after_failure(
+    board: &StatusBoard,
+    restart: &RestartConfig,
+    error: &PipelineError,
+    consecutive_failures: u32,
+    restarting: &str,
+) -> Option<Duration> {
+    board.update(|s| {
+        s.last_error = Some(error.chain());
+        s.hint = error.hint().map(str::to_owned);
+        s.consecutive_failures = consecutive_failures;
+    });
+    if decide(restart, error.is_retryable(), consecutive_failures) == Decision::Stop {
+        board.set_state(PipelineState::Failed);
+        tracing::error!(
+            error = %error.chain(),
+            hint = error.hint().unwrap_or(""),
+            policy = restart.policy.name(),
+            consecutive_failures,
+            "pipeline stopped"
+        );
+        return None;
+    }
+    let delay = backoff_delay(
+        restart,
+        consecutive_failures,
+        rand::rng().random_range(0.5..=1.0),
+    );
+    let reason = if error.is_retryable() {
+        "retryable"
+    } else {
+        "fatal"
+    };
+    board.record_restart(
+        reason,
+        Some(error.chain()),
+        delay.as_millis() as u64,
+        consecutive_failures,
+    );
+    board.set_state(PipelineState::Backoff);
+    metrics::gauge!(m::RESTART_BACKOFF).set(delay.as_secs_f64());
+    tracing::warn!(
+        error = %error.chain(),
+        hint = error.hint().unwrap_or(""),
+        retry_in_ms = delay.as_millis() as u64,
+        consecutive_failures,
+        "pipeline failed; {restarting}"
+    );
+    Some(delay)
 }
 
 pub(crate) async fn stop_on_signal(shutdown: CancellationToken) {

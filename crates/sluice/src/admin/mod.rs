@@ -395,8 +395,21 @@ impl StatusBoard {
         f(&status)
     }
 
-    /// Records a restart in the status and the metrics.
-    pub fn record_restart(&self, event: RestartEvent) {
+    /// Records a restart (stamped now) in the status and the metrics.
+    pub fn record_restart(
+        &self,
+        reason: &'static str,
+        error: Option<String>,
+        backoff_ms: u64,
+        consecutive_failures: u32,
+    ) {
+        let event = RestartEvent {
+            unix_ms: unix_ms(),
+            reason,
+            error,
+            backoff_ms,
+            consecutive_failures,
+        };
         ::metrics::counter!(metrics::RESTARTS, "reason" => event.reason).increment(1);
         self.update(|s| {
             s.restarts += 1;

@@ -49,7 +49,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rand::Rng as _;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -120,7 +119,7 @@ async fn supervise(
     board: &Arc<StatusBoard>,
     shutdown: &CancellationToken,
 ) -> Result<(), PipelineError> {
-    // The restart policy and backoff are the CDC pipeline's (`crate::app::decide`).
+    // The restart policy and backoff are the CDC pipeline's (`crate::app::after_failure`).
     let mut consecutive_failures = 0u32;
     loop {
         board.set_state(PipelineState::Starting);
@@ -153,42 +152,15 @@ async fn supervise(
             consecutive_failures = 0;
         }
         consecutive_failures += 1;
-        board.update(|s| {
-            s.last_error = Some(error.chain());
-            s.hint = error.hint().map(str::to_owned);
-        });
-        if crate::app::decide(&config.restart, error.is_retryable(), consecutive_failures)
-            == crate::app::Decision::Stop
-        {
-            board.set_state(PipelineState::Failed);
-            tracing::error!(error = %error.chain(), hint = error.hint().unwrap_or(""), "sink stopped");
-            return Err(error);
-        }
-        let delay = crate::app::backoff_delay(
+        let Some(delay) = crate::app::after_failure(
+            board,
             &config.restart,
+            &error,
             consecutive_failures,
-            rand::rng().random_range(0.5..=1.0),
-        );
-        board.record_restart(crate::admin::RestartEvent {
-            unix_ms: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64),
-            reason: if error.is_retryable() {
-                "retryable"
-            } else {
-                "fatal"
-            },
-            error: Some(error.chain()),
-            backoff_ms: delay.as_millis() as u64,
-            consecutive_failures,
-        });
-        board.set_state(PipelineState::Backoff);
-        tracing::warn!(
-            error = %error.chain(),
-            retry_in_ms = delay.as_millis() as u64,
-            consecutive_failures,
-            "sink failed; restarting from the committed files"
-        );
+            "restarting from the committed files",
+        ) else {
+            return Err(error);
+        };
         if shutdown
             .run_until_cancelled(tokio::time::sleep(delay))
             .await

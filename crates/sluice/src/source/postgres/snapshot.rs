@@ -33,7 +33,7 @@ use super::encode::{
 };
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
-use super::stream::{SendError, try_send};
+use super::stream::{SendError, try_send, unix_micros_now};
 use crate::admin::metrics::{self as m, TableMetrics};
 use crate::config::PipelineConfig;
 use crate::error::{PipelineError, classify_pg};
@@ -97,22 +97,7 @@ pub async fn run(
     // runs another command).
     let mut connections = Vec::with_capacity(workers);
     for _ in 0..workers {
-        let catalog = PgCatalog::connect(ctx.config).await?;
-        catalog
-            .client()
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await
-            .map_err(|e| classify_pg("cannot begin a snapshot transaction", e))?;
-        if let Some(name) = exported {
-            catalog
-                .client()
-                .batch_execute(&format!(
-                    "SET TRANSACTION SNAPSHOT '{}'",
-                    name.replace('\'', "")
-                ))
-                .await
-                .map_err(|e| classify_pg("cannot import the slot's exported snapshot", e))?;
-        }
+        let catalog = snapshot_connection(ctx.config, exported).await?;
         connections.push(catalog);
     }
     let mut handles = tokio::task::JoinSet::new();
@@ -277,21 +262,8 @@ impl SnapshotPlan {
         tables: &[CapturedTable],
         exported: Option<&str>,
     ) -> Result<Self, PipelineError> {
-        let catalog = PgCatalog::connect(config).await?;
+        let catalog = snapshot_connection(config, exported).await?;
         let client = catalog.client();
-        client
-            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .await
-            .map_err(|e| classify_pg("cannot begin the snapshot planning transaction", e))?;
-        if let Some(name) = exported {
-            client
-                .batch_execute(&format!(
-                    "SET TRANSACTION SNAPSHOT '{}'",
-                    name.replace('\'', "")
-                ))
-                .await
-                .map_err(|e| classify_pg("cannot import the slot's exported snapshot", e))?;
-        }
         let chunk_rows = i64::from(config.postgres().snapshot_chunk_rows.max(1));
         let mut chunks = Vec::new();
         for table in tables {
@@ -352,6 +324,31 @@ impl SnapshotPlan {
         let _ = client.batch_execute("COMMIT").await;
         Ok(Self { chunks })
     }
+}
+
+/// A connection in a read-only repeatable-read transaction, under the exported snapshot when
+/// given (else its own, fresh one).
+async fn snapshot_connection(
+    config: &PipelineConfig,
+    exported: Option<&str>,
+) -> Result<PgCatalog, PipelineError> {
+    let catalog = PgCatalog::connect(config).await?;
+    catalog
+        .client()
+        .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .await
+        .map_err(|e| classify_pg("cannot begin a snapshot transaction", e))?;
+    if let Some(name) = exported {
+        catalog
+            .client()
+            .batch_execute(&format!(
+                "SET TRANSACTION SNAPSHOT '{}'",
+                name.replace('\'', "")
+            ))
+            .await
+            .map_err(|e| classify_pg("cannot import the slot's exported snapshot", e))?;
+    }
+    Ok(catalog)
 }
 
 /// One snapshot worker: takes chunks from the queue and publishes their rows.
@@ -507,9 +504,9 @@ impl Worker {
     ) -> Result<u64, PipelineError> {
         let options = EncodeOptions {
             tombstones: false,
-            now_unix_ms: now_micros() / 1000,
+            now_unix_ms: unix_micros_now() / 1000,
         };
-        let commit_unix_micros = now_micros();
+        let commit_unix_micros = unix_micros_now();
         let consistent_point = self.consistent_point;
         let first_index = self
             .index
@@ -627,10 +624,4 @@ fn refused(error: &KafkaError, topic: &str) -> PipelineError {
         format!("Kafka refused a snapshot record for topic {topic}: {error}"),
         super::stream::rejection_hint(error),
     )
-}
-
-fn now_micros() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }

@@ -1541,7 +1541,7 @@ fn internal(what: &str, error: impl std::error::Error + Send + Sync + 'static) -
     )
 }
 
-fn unix_micros_now() -> i64 {
+pub(super) fn unix_micros_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_micros() as i64)
