@@ -112,6 +112,18 @@ pub struct PostgresSourceConfig {
     /// The transactional outbox: a table whose inserted rows become events on per-aggregate
     /// topics instead of change events.
     pub outbox: Option<OutboxConfig>,
+    /// A table (`schema.table`) whose inserted rows are signals to sluice, as Debezium's signal
+    /// table: `(id text PRIMARY KEY, type text, data text)`; created when missing and added to
+    /// the publication. Signals: `execute-snapshot` and `stop-snapshot`.
+    pub signal_table: Option<String>,
+    /// Rows per chunk of an incremental snapshot (held in memory between its watermarks).
+    #[serde(default = "default_incremental_chunk_rows")]
+    pub incremental_chunk_rows: u32,
+    /// Snapshot (incrementally, while streaming) a table that joins the captured set after the
+    /// pipeline's first start: added to the configuration, or created in / moved into a
+    /// captured schema.
+    #[serde(default = "default_true")]
+    pub snapshot_new_tables: bool,
     /// When to read the captured tables' current rows (`op: "r"`) before streaming.
     #[serde(default)]
     pub snapshot: SnapshotMode,
@@ -459,6 +471,10 @@ const fn default_snapshot_fetch_rows() -> u32 {
 const fn default_snapshot_workers() -> u32 {
     4
 }
+const fn default_incremental_chunk_rows() -> u32 {
+    4096
+}
+
 const fn default_snapshot_chunk_rows() -> u32 {
     50_000
 }
@@ -662,6 +678,23 @@ impl PipelineConfig {
             issue(
                 "source.postgres.snapshot_chunk_rows",
                 "0: expected at least 1".into(),
+            );
+        }
+        if pg.incremental_chunk_rows == 0 || pg.incremental_chunk_rows > 1_000_000 {
+            issue(
+                "source.postgres.incremental_chunk_rows",
+                format!(
+                    "{} is out of range: expected 1 to 1000000 (rows held in memory per chunk)",
+                    pg.incremental_chunk_rows
+                ),
+            );
+        }
+        if let Some(table) = &pg.signal_table
+            && parse_table_name(table).is_none()
+        {
+            issue(
+                "source.postgres.signal_table",
+                format!("{table:?}: expected schema.table, e.g. \"public.sluice_signal\""),
             );
         }
         if pg.status_interval_ms == 0 || pg.status_interval_ms > 60_000 {

@@ -155,6 +155,21 @@ pub struct SnapshotStatus {
     pub rows: u64,
 }
 
+/// The running incremental snapshot's progress.
+#[derive(Debug, Clone, Serialize)]
+pub struct IncrementalStatus {
+    /// The request's id (the signal's, the API's, or `new-table…`).
+    pub request: String,
+    /// The table being read.
+    pub table: String,
+    /// Its rows published so far.
+    pub rows: u64,
+    /// Its chunks read so far.
+    pub chunks: u64,
+    /// Tables queued, including this one.
+    pub tables_queued: usize,
+}
+
 /// Latency percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Percentiles {
@@ -232,6 +247,8 @@ pub struct PipelineStatus {
     pub slot: Option<SlotStatus>,
     /// The snapshot's progress, while one runs (and its last figures after).
     pub snapshot: Option<SnapshotStatus>,
+    /// The running incremental snapshot, if any.
+    pub incremental_snapshot: Option<IncrementalStatus>,
     /// Whether librdkafka reports every broker down.
     pub kafka_brokers_down: bool,
     /// Row changes in flight.
@@ -282,6 +299,7 @@ pub struct StatusBoard {
     control: watch::Sender<Control>,
     window: Mutex<Window>,
     series: Mutex<VecDeque<Sample>>,
+    signals: Mutex<Vec<crate::source::postgres::incremental::Signal>>,
 }
 
 impl std::fmt::Debug for StatusBoard {
@@ -310,6 +328,7 @@ impl StatusBoard {
                 watermark_lsn: None,
                 slot: None,
                 snapshot: None,
+                incremental_snapshot: None,
                 kafka_brokers_down: false,
                 inflight_records: 0,
                 inflight_bytes: 0,
@@ -328,6 +347,7 @@ impl StatusBoard {
                 recent: VecDeque::new(),
             }),
             series: Mutex::new(VecDeque::new()),
+            signals: Mutex::new(Vec::new()),
         });
         board.publish_state_gauges(PipelineState::Starting);
         board
@@ -556,6 +576,25 @@ impl StatusBoard {
     pub fn restart(&self) {
         self.control.send_modify(|c| c.restart_requests += 1);
     }
+
+    /// Queues an operator's snapshot signal for the running pipeline (taken on its next
+    /// status tick).
+    pub fn signal(&self, signal: crate::source::postgres::incremental::Signal) {
+        self.signals
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(signal);
+    }
+
+    /// The queued signals.
+    pub fn take_signals(&self) -> Vec<crate::source::postgres::incremental::Signal> {
+        std::mem::take(
+            &mut *self
+                .signals
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
 }
 
 fn unix_ms() -> u64 {
@@ -587,6 +626,10 @@ pub fn router(
         .route("/api/v1/pipelines/{name}", get(one_pipeline))
         .route("/api/v1/pipelines/{name}/series", get(pipeline_series))
         .route("/api/v1/pipelines/{name}/doctor", get(pipeline_doctor))
+        .route(
+            "/api/v1/pipelines/{name}/snapshots",
+            post(request_snapshot).delete(stop_snapshot),
+        )
         .route("/api/v1/pipelines/{name}/{action}", post(pipeline_action))
         .with_state(AdminState {
             prometheus,
@@ -762,6 +805,122 @@ async fn pipeline_action(
             "pipeline": name,
             "requested": action,
             "state": current,
+        })),
+    )
+        .into_response()
+}
+
+/// `POST /api/v1/pipelines/{name}/snapshots`: `{"tables": ["schema.table", …], "filter":
+/// "SQL condition" (optional, for every table), "id": "…" (optional)}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SnapshotBody {
+    #[serde(default)]
+    tables: Vec<String>,
+    #[serde(default)]
+    filter: Option<String>,
+    #[serde(default)]
+    id: Option<String>,
+}
+
+async fn request_snapshot(
+    state: State<AdminState>,
+    headers: HeaderMap,
+    name: Path<String>,
+    body: Result<Json<SnapshotBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    snapshot_signal(state, headers, name, body, false)
+}
+
+async fn stop_snapshot(
+    state: State<AdminState>,
+    headers: HeaderMap,
+    name: Path<String>,
+    body: Result<Json<SnapshotBody>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    snapshot_signal(state, headers, name, body, true)
+}
+
+fn snapshot_signal(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<SnapshotBody>, axum::extract::rejection::JsonRejection>,
+    stop: bool,
+) -> Response {
+    use crate::source::postgres::incremental::Signal;
+    if let Some(response) = reject(&state, &headers, Some(&name)) {
+        return response;
+    }
+    if !state
+        .board
+        .controllable
+        .load(std::sync::atomic::Ordering::Relaxed)
+    {
+        return error(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("pipeline {name:?} is not a PostgreSQL source pipeline: it has no snapshots"),
+        );
+    }
+    let body = match body {
+        Ok(Json(body)) => body,
+        Err(_) if stop => SnapshotBody {
+            tables: Vec::new(),
+            filter: None,
+            id: None,
+        },
+        Err(rejection) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "{}: expected {{\"tables\": [\"schema.table\"], \"filter\": \"optional SQL condition\"}}",
+                    rejection.body_text()
+                ),
+            );
+        }
+    };
+    if let Some(bad) = body
+        .tables
+        .iter()
+        .find(|t| crate::config::parse_table_name(t).is_none())
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!("tables: {bad:?} is not schema.table"),
+        );
+    }
+    if !stop && body.tables.is_empty() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "tables is empty: name the tables to snapshot, e.g. {\"tables\": [\"public.orders\"]}"
+                .into(),
+        );
+    }
+    let id = body.id.unwrap_or_else(|| format!("api-{}", unix_ms()));
+    let signal = if stop {
+        Signal::Stop {
+            id: id.clone(),
+            tables: body.tables,
+        }
+    } else {
+        Signal::Snapshot {
+            id: id.clone(),
+            tables: body
+                .tables
+                .into_iter()
+                .map(|t| (t, body.filter.clone()))
+                .collect(),
+        }
+    };
+    tracing::info!(pipeline = %name, id = %id, stop, "admin request: incremental snapshot");
+    state.board.signal(signal);
+    (
+        StatusCode::ACCEPTED,
+        Json(serde_json::json!({
+            "pipeline": name,
+            "id": id,
+            "requested": if stop { "stop-snapshot" } else { "execute-snapshot" },
+            "progress": "see incremental_snapshot in GET /api/v1/pipelines/{name}",
         })),
     )
         .into_response()

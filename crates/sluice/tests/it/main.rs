@@ -9,6 +9,7 @@ mod cdc;
 mod doctor;
 mod faults;
 mod filters;
+mod incremental;
 mod operate;
 mod outbox;
 mod perf;

@@ -36,6 +36,8 @@ pub struct RelationInfo {
     source_tail: String,
     /// The same for snapshot reads (`"snapshot":"true"`).
     source_tail_snapshot: String,
+    /// The same for incremental snapshot reads (`"snapshot":"incremental"`, as Debezium).
+    source_tail_incremental: String,
     /// Per-table counters.
     pub metrics: Arc<TableMetrics>,
     /// A rough per-change overhead of the JSON envelope, for the in-flight budget.
@@ -234,6 +236,9 @@ impl RelationInfo {
             key_columns,
             replica_identity,
             source_head: String::from_utf8(head).unwrap_or_default(),
+            source_tail_incremental: String::from_utf8(tail.clone())
+                .unwrap_or_default()
+                .replacen("\"snapshot\":\"false\"", "\"snapshot\":\"incremental\"", 1),
             source_tail_snapshot: String::from_utf8(tail.clone())
                 .unwrap_or_default()
                 .replacen("\"snapshot\":\"false\"", "\"snapshot\":\"true\"", 1),
@@ -282,10 +287,12 @@ pub enum ChangeKind {
     },
     /// Truncate.
     Truncate,
-    /// A row read by a snapshot (`op: "r"`, `source.snapshot: "true"`).
+    /// A row read by a snapshot (`op: "r"`, `source.snapshot: "true"`, or `"incremental"`).
     Read {
         /// The row.
         row: TupleData,
+        /// Read by an incremental snapshot while streaming.
+        incremental: bool,
     },
 }
 
@@ -433,7 +440,7 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
             let value = envelope(change, options, None, None, Op::Truncate);
             push(out, None, Some(value));
         }
-        ChangeKind::Read { row } => {
+        ChangeKind::Read { row, .. } => {
             let value = envelope(change, options, None, Some((row, None)), Op::Read);
             push(out, write_key(rel, row), Some(value));
         }
@@ -541,10 +548,12 @@ fn envelope(
     out.extend_from_slice(b",\"source\":");
     out.extend_from_slice(rel.source_head.as_bytes());
     write_int(&mut out, change.commit_unix_micros.div_euclid(1000));
-    out.extend_from_slice(if op == Op::Read {
-        rel.source_tail_snapshot.as_bytes()
-    } else {
-        rel.source_tail.as_bytes()
+    out.extend_from_slice(match &change.kind {
+        ChangeKind::Read {
+            incremental: true, ..
+        } => rel.source_tail_incremental.as_bytes(),
+        ChangeKind::Read { .. } => rel.source_tail_snapshot.as_bytes(),
+        _ => rel.source_tail.as_bytes(),
     });
     write_int(&mut out, change.xid);
     out.extend_from_slice(b",\"lsn\":");

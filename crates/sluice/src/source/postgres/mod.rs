@@ -7,9 +7,11 @@
 //! - [`encode`]: row changes to Debezium envelopes.
 //! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
+//! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod encode;
+pub mod incremental;
 pub mod pgoutput;
 pub mod replication;
 pub mod setup;

@@ -54,6 +54,9 @@ pub struct SlotRecord {
     /// The pending snapshot's chunks and which are finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_plan: Option<super::snapshot::SnapshotPlan>,
+    /// Incremental snapshots: queued tables, the current one's progress, known tables.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incremental: Option<super::incremental::IncrementalState>,
 }
 
 /// LSNs in the file in PostgreSQL's `X/X` form, as operators read them.
@@ -279,10 +282,32 @@ impl SlotStateFile {
     ///
     /// The I/O error; the caller must not confirm `confirmed` then.
     pub fn advance(&mut self, confirmed: Lsn) -> std::io::Result<bool> {
+        self.advance_with(confirmed, None)
+    }
+
+    /// [`advance`](Self::advance), also recording the incremental snapshots' state as of
+    /// `confirmed` when given (then the file is written even when `confirmed` is not newer).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error; the caller must not confirm `confirmed` then.
+    pub fn advance_with(
+        &mut self,
+        confirmed: Lsn,
+        incremental: Option<super::incremental::IncrementalState>,
+    ) -> std::io::Result<bool> {
         match &self.record {
-            Some(record) if confirmed > record.confirmed_lsn => {
+            Some(record)
+                if confirmed > record.confirmed_lsn
+                    || incremental
+                        .as_ref()
+                        .is_some_and(|i| record.incremental.as_ref() != Some(i)) =>
+            {
                 let mut next = record.clone();
-                next.confirmed_lsn = confirmed;
+                next.confirmed_lsn = next.confirmed_lsn.max(confirmed);
+                if let Some(incremental) = incremental {
+                    next.incremental = Some(incremental);
+                }
                 self.save(next)?;
                 Ok(true)
             }
@@ -305,6 +330,7 @@ mod tests {
             updated_unix_ms: 0,
             snapshot_pending: false,
             snapshot_plan: None,
+            incremental: None,
         }
     }
 

@@ -518,7 +518,10 @@ impl Worker {
                 let change = RowChange {
                     size_hint: 0,
                     relation: Arc::clone(&encode_relation),
-                    kind: ChangeKind::Read { row },
+                    kind: ChangeKind::Read {
+                        row,
+                        incremental: false,
+                    },
                     commit_lsn: consistent_point,
                     lsn: consistent_point,
                     tx_index: first_index.wrapping_add(n as u32),
@@ -561,7 +564,7 @@ impl Worker {
 
 /// The relation as the encoder needs it, from the catalog (columns in attribute order,
 /// generated columns left out as pgoutput does).
-async fn relation_info(
+pub(super) async fn relation_info(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
     rules: &crate::config::PostgresSourceConfig,

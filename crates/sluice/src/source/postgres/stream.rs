@@ -62,11 +62,12 @@ use super::encode::{
     ChangeKind, EncodeOptions, LogicalMessage, OutboxLayout, RelationInfo, RowChange,
     SourceIdentity, encode_change, encode_message, key_differs,
 };
-use super::pgoutput::{self, PgOutputMessage, ReplicaIdentity, TupleData};
+use super::incremental::{self, IncrementalRun, WATERMARK_PREFIX};
+use super::pgoutput::{self, Datum, PgOutputMessage, ReplicaIdentity, TupleData};
 use super::replication::{
     ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream,
 };
-use super::setup::PgCatalog;
+use super::setup::{CapturedTable, PgCatalog};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
@@ -156,8 +157,12 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let config = &ctx.config;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
-    let tables = catalog.captured_tables(config).await?;
+    let mut tables = catalog.captured_tables(config).await?;
     catalog.ensure_publication(config, &tables).await?;
+    incremental::ensure_signal_table(&catalog, config).await?;
+    if let Some(signal_table) = &config.postgres().signal_table {
+        tables.retain(|t| &t.qualified() != signal_table);
+    }
     let slot_name = config.slot_name();
     let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
         PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
@@ -326,6 +331,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         delivery_tx.clone(),
     ));
     let catalog = Arc::new(catalog);
+    let incremental = IncrementalRun::new(
+        Arc::clone(config),
+        identity.clone(),
+        slot_state.record().and_then(|r| r.incremental.clone()),
+        tables
+            .iter()
+            .map(CapturedTable::qualified)
+            .filter(|t| outbox_table.as_deref() != Some(t.as_str()))
+            .collect(),
+        slot.confirmed_flush,
+    );
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
         slot_name.clone(),
@@ -356,6 +372,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         max_pending: config.delivery.max_in_flight_records as usize * 4,
         slot_state,
         window: AckWindow::default(),
+        incremental,
     };
     let result = run.run(delivery_rx).await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
@@ -397,6 +414,8 @@ struct StreamRun<'a> {
     slot_state: SlotStateFile,
     /// Acknowledgements since the last status tick, for the status page.
     window: AckWindow,
+    /// Incremental snapshots.
+    incremental: IncrementalRun,
 }
 
 /// Acknowledged records, bytes and latencies between two status ticks.
@@ -464,6 +483,10 @@ impl StreamRun<'_> {
                 // 3. Checkpoint.
                 _ = status_tick.tick() => {
                     self.checkpoint(false).await?;
+                    for signal in self.ctx.board.take_signals() {
+                        self.incremental.accept(&signal, self.last_checkpoint);
+                    }
+                    self.incremental.poll(self.last_checkpoint).await;
                     self.ctx.board.add_acknowledged(
                         std::mem::take(&mut self.window.records),
                         std::mem::take(&mut self.window.bytes),
@@ -473,6 +496,7 @@ impl StreamRun<'_> {
                     self.ctx.board.update(|s| {
                         s.watermark_lsn = self.tracker.watermark().map(ToString::to_string);
                         s.kafka_brokers_down = self.health.all_brokers_down();
+                        s.incremental_snapshot = self.incremental.status();
                     });
                     if last_progress_log.elapsed() >= Duration::from_secs(10)
                         && self.received != last_logged_received
@@ -660,6 +684,13 @@ impl StreamRun<'_> {
                 prefix,
                 content,
             } => {
+                if prefix == WATERMARK_PREFIX {
+                    self.on_watermark(&content, message_lsn).await;
+                    if !transactional && self.tx.is_none() {
+                        self.steps.push_back(Step::Checkpoint(message_lsn));
+                    }
+                    return Ok(());
+                }
                 if prefix == HEARTBEAT_MESSAGE_PREFIX {
                     if !transactional && self.tx.is_none() {
                         self.steps.push_back(Step::Checkpoint(message_lsn));
@@ -730,6 +761,19 @@ impl StreamRun<'_> {
             metrics,
         );
         info.apply_rules(self.ctx.config.postgres());
+        let is_outbox = self
+            .ctx
+            .config
+            .postgres()
+            .outbox
+            .as_ref()
+            .is_some_and(|o| o.table == qualified);
+        if self.incremental.is_signal_table(&qualified) {
+            // Signals are read, not published.
+            info.excluded = true;
+        } else if !info.excluded && !is_outbox {
+            self.incremental.on_table(&qualified, self.received);
+        }
         match self.ctx.config.postgres().outbox.as_ref() {
             _ if info.excluded => {}
             Some(outbox) if outbox.table == qualified => {
@@ -826,6 +870,47 @@ impl StreamRun<'_> {
         Ok(())
     }
 
+    /// A snapshot watermark: the closed chunk's rows are queued here, in stream order, and the
+    /// next chunk starts.
+    async fn on_watermark(&mut self, content: &[u8], lsn: Lsn) {
+        let Some(chunk) = self.incremental.on_watermark(content, lsn).await else {
+            self.incremental.maybe_start();
+            return;
+        };
+        let commit_unix_micros = unix_micros_now();
+        let rows_metric =
+            metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.relation.name.clone());
+        rows_metric.increment(chunk.rows.len() as u64);
+        for (n, row) in chunk.rows.into_iter().enumerate() {
+            let bytes: usize = row
+                .0
+                .iter()
+                .map(|d| match d {
+                    Datum::Text(b) | Datum::Binary(b) => b.len(),
+                    _ => 4,
+                })
+                .sum();
+            let size = (bytes * 2 + chunk.relation.envelope_overhead).max(1);
+            self.steps.push_back(Step::Admit {
+                item: Item::Row(RowChange {
+                    size_hint: size,
+                    relation: Arc::clone(&chunk.relation),
+                    kind: ChangeKind::Read {
+                        row,
+                        incremental: true,
+                    },
+                    commit_lsn: lsn,
+                    lsn,
+                    tx_index: u32::try_from(n).unwrap_or(u32::MAX),
+                    xid: 0,
+                    commit_unix_micros,
+                }),
+                size,
+            });
+        }
+        self.incremental.maybe_start();
+    }
+
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
         let config = &self.ctx.config;
         if !config.kafka.create_topics || self.known_topics.contains(topic) {
@@ -858,9 +943,18 @@ impl StreamRun<'_> {
         size: usize,
     ) -> Result<(), PipelineError> {
         let relation = self.relation(relation_id)?;
+        if self.incremental.is_signal_table(&relation.name) {
+            if let (ChangeKind::Insert { new }, Some(tx)) = (&kind, &self.tx) {
+                self.incremental
+                    .on_signal_row(&relation, new, tx.commit_lsn);
+                self.incremental.maybe_start();
+            }
+            return Ok(());
+        }
         if relation.excluded {
             return Ok(());
         }
+        self.incremental.note(&relation, &kind);
         if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
             // Outbox rows are events once inserted; their updates and deletes (the usual
             // insert-then-delete in one transaction) emit nothing.
@@ -1077,7 +1171,8 @@ impl StreamRun<'_> {
         let started = Instant::now();
         // The state file first: the slot must never be ahead of it (see slot_state).
         let state = &mut self.slot_state;
-        tokio::task::block_in_place(|| state.advance(watermark)).map_err(|e| {
+        let incremental = self.incremental.confirmed(watermark);
+        tokio::task::block_in_place(|| state.advance_with(watermark, incremental)).map_err(|e| {
             self.ctx.metrics.checkpoint_failures.increment(1);
             PipelineError::fatal_with(
                 format!(
@@ -1469,6 +1564,7 @@ async fn secure_slot(
                     || (loss.is_some()
                         && config.postgres().snapshot == crate::config::SnapshotMode::WhenNeeded),
                 snapshot_plan: None,
+                incremental: None,
             })
             .map_err(|e| {
                 PipelineError::fatal_with(

@@ -1,0 +1,990 @@
+//! Incremental (ad-hoc) snapshots while streaming, with DBLog's watermark technique.
+//!
+//! A table (or the rows of it a filter selects) is read in primary-key order, one chunk of
+//! `incremental_chunk_rows` rows at a time, on a side connection, while the stream goes on.
+//! For each chunk:
+//!
+//! 1. the stream loop opens a **window**: from now on it notes the key of every streamed
+//!    change to the table (insert, update — old and new key —, delete; a truncate marks every
+//!    key);
+//! 2. the side connection reads the chunk (`WHERE key > last key [AND filter] ORDER BY key
+//!    LIMIT n`, one statement, so one snapshot taken after the window opened), keeps the rows,
+//!    then writes the **closing watermark** into the WAL: a non-transactional logical message
+//!    (`pg_logical_emit_message(false, 'sluice.snapshot', token)`);
+//! 3. when the stream reaches the watermark, the chunk's rows whose keys were not noted are
+//!    published as `op: "r"` events (`source.snapshot: "incremental"`) at that position, and
+//!    the window closes.
+//!
+//! Why no row of a chunk ever overwrites a newer streamed change: a noted key's row is
+//! dropped, and its streamed change (committed before the watermark) is at least as new as
+//! the row the chunk read, because every transaction the chunk's snapshot saw committed
+//! before the watermark was written. A key not noted had no change between the window's
+//! opening and the watermark, so the chunk's row is its current state at the watermark; every
+//! later change follows it in the topic. (DBLog opens the window with a low watermark; here
+//! it opens when the loop asks for the chunk, which is earlier and so only drops more.)
+//!
+//! Progress (the queue of tables, the last key read of the current one) is part of the state
+//! file and advances only when the records of a chunk are acknowledged and the slot confirmed
+//! past its watermark: after a crash the snapshot resumes at the first chunk not confirmed
+//! (a chunk read twice publishes its rows twice; never a row older than a streamed change).
+//! Watermarks from an earlier run carry another token and are ignored.
+
+use std::collections::{BTreeSet, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use sluice_engine::Lsn;
+use tokio::task::JoinHandle;
+use tokio_postgres::SimpleQueryMessage;
+
+use super::encode::{ChangeKind, RelationInfo, SourceIdentity};
+use super::pgoutput::{Datum, TupleData};
+use super::setup::{PgCatalog, quote_ident};
+use crate::config::{PipelineConfig, PostgresSourceConfig, parse_table_name};
+use crate::error::{PipelineError, classify_pg};
+
+/// The prefix of the closing watermarks' logical messages.
+pub const WATERMARK_PREFIX: &str = "sluice.snapshot";
+
+/// How many accepted request ids are remembered (a signal replayed after a restart is
+/// recognised and not run twice).
+const REMEMBERED_IDS: usize = 64;
+
+/// The persisted state of incremental snapshots (part of the state file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncrementalState {
+    /// Tables still to read; the first is being read.
+    #[serde(default)]
+    pub queue: VecDeque<TableSnapshot>,
+    /// The newest accepted request ids.
+    #[serde(default)]
+    pub accepted: VecDeque<String>,
+    /// The captured tables the pipeline knows (for `snapshot_new_tables`); `None` until the
+    /// first run records them.
+    #[serde(default)]
+    pub known_tables: Option<BTreeSet<String>>,
+}
+
+/// One table's incremental snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableSnapshot {
+    /// The request it belongs to.
+    pub request: String,
+    /// `schema.table`.
+    pub table: String,
+    /// An SQL condition on the table's rows (the request's `additional-conditions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
+    /// The primary key (text forms) of the last row read; `None` before the first chunk.
+    #[serde(default)]
+    pub after: Option<Vec<String>>,
+    /// Rows published so far.
+    #[serde(default)]
+    pub rows: u64,
+    /// Chunks read so far.
+    #[serde(default)]
+    pub chunks: u64,
+}
+
+/// An operator's request, from the signal table or the admin API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Signal {
+    /// Snapshot these tables (`schema.table`), each with an optional row filter.
+    Snapshot {
+        /// The request's id (a replayed id is ignored).
+        id: String,
+        /// Tables and filters.
+        tables: Vec<(String, Option<String>)>,
+    },
+    /// Stop the queued and running snapshots of these tables (all when empty).
+    Stop {
+        /// The request's id.
+        id: String,
+        /// Tables.
+        tables: Vec<String>,
+    },
+}
+
+/// Debezium's signal data: `{"data-collections": [...], "type": "incremental",
+/// "additional-conditions": [{"data-collection": ..., "filter": ...}]}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct SignalData {
+    #[serde(default)]
+    data_collections: Vec<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    additional_conditions: Vec<Condition>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+struct Condition {
+    data_collection: String,
+    filter: String,
+}
+
+impl Signal {
+    /// Parses a signal table row (`id`, `type`, `data`). `Ok(None)`: a signal type sluice
+    /// doesn't act on.
+    ///
+    /// # Errors
+    ///
+    /// What is wrong with the row, for the log.
+    pub fn parse(id: &str, kind: &str, data: &str) -> Result<Option<Self>, String> {
+        let stop = match kind {
+            "execute-snapshot" => false,
+            "stop-snapshot" => true,
+            _ => return Ok(None),
+        };
+        let data: SignalData = serde_json::from_str(if data.trim().is_empty() {
+            "{}"
+        } else {
+            data
+        })
+        .map_err(|e| {
+            format!(
+                "data is not the expected JSON ({e}): expected {{\"data-collections\": [\"schema.table\"], \"additional-conditions\": [{{\"data-collection\": \"schema.table\", \"filter\": \"…\"}}]}}"
+            )
+        })?;
+        if let Some(kind) = data.kind.as_deref()
+            && !kind.eq_ignore_ascii_case("incremental")
+        {
+            return Err(format!(
+                "snapshot type {kind:?} is not supported: expected \"incremental\""
+            ));
+        }
+        for table in &data.data_collections {
+            if parse_table_name(table).is_none() {
+                return Err(format!(
+                    "data-collections entry {table:?}: expected schema.table"
+                ));
+            }
+        }
+        if stop {
+            return Ok(Some(Self::Stop {
+                id: id.to_owned(),
+                tables: data.data_collections,
+            }));
+        }
+        if data.data_collections.is_empty() {
+            return Err("data-collections is empty: name the tables to snapshot".into());
+        }
+        let tables = data
+            .data_collections
+            .iter()
+            .map(|table| {
+                let filter = data
+                    .additional_conditions
+                    .iter()
+                    .find(|c| &c.data_collection == table)
+                    .map(|c| c.filter.clone());
+                (table.clone(), filter)
+            })
+            .collect();
+        Ok(Some(Self::Snapshot {
+            id: id.to_owned(),
+            tables,
+        }))
+    }
+
+    /// The request's id.
+    pub fn id(&self) -> &str {
+        match self {
+            Self::Snapshot { id, .. } | Self::Stop { id, .. } => id,
+        }
+    }
+}
+
+impl IncrementalState {
+    /// Applies a signal; returns whether the state changed. Tables that are not `captured`
+    /// are refused with a warning.
+    pub fn accept(&mut self, signal: &Signal, captured: &dyn Fn(&str) -> bool) -> bool {
+        if self.accepted.iter().any(|id| id == signal.id()) {
+            tracing::debug!(id = signal.id(), "signal seen before; ignored");
+            return false;
+        }
+        self.accepted.push_back(signal.id().to_owned());
+        while self.accepted.len() > REMEMBERED_IDS {
+            self.accepted.pop_front();
+        }
+        match signal {
+            Signal::Snapshot { id, tables } => {
+                for (table, filter) in tables {
+                    if !captured(table) {
+                        tracing::warn!(
+                            id,
+                            table,
+                            "incremental snapshot: {table} is not captured by this pipeline; skipped"
+                        );
+                        continue;
+                    }
+                    tracing::info!(
+                        id,
+                        table,
+                        filter = filter.as_deref().unwrap_or(""),
+                        "incremental snapshot: queued"
+                    );
+                    self.queue.push_back(TableSnapshot {
+                        request: id.clone(),
+                        table: table.clone(),
+                        filter: filter.clone(),
+                        after: None,
+                        rows: 0,
+                        chunks: 0,
+                    });
+                }
+            }
+            Signal::Stop { id, tables } => {
+                let before = self.queue.len();
+                self.queue
+                    .retain(|t| !tables.is_empty() && !tables.contains(&t.table));
+                tracing::info!(
+                    id,
+                    stopped = before - self.queue.len(),
+                    "incremental snapshot: stop requested"
+                );
+            }
+        }
+        true
+    }
+}
+
+/// A key's column values in text form (`None`: SQL NULL or not sent).
+pub type KeyValues = Vec<Option<Bytes>>;
+
+/// The key of `tuple` by the relation's key columns.
+pub fn tuple_key(relation: &RelationInfo, tuple: &TupleData) -> KeyValues {
+    relation
+        .key_columns
+        .iter()
+        .map(|&index| match tuple.0.get(index) {
+            Some(Datum::Text(bytes) | Datum::Binary(bytes)) => Some(bytes.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// What the side connection read for one chunk.
+pub struct ChunkRows {
+    /// The table as the encoder needs it (read from the catalog with the chunk).
+    pub relation: Arc<RelationInfo>,
+    /// The rows, in key order.
+    pub rows: Vec<TupleData>,
+    /// The last row's key (text), to continue after.
+    pub last_key: Option<Vec<String>>,
+    /// Whether the chunk was full (more rows may follow).
+    pub full: bool,
+}
+
+/// Why a chunk could not be read.
+pub enum ChunkError {
+    /// The table cannot be snapshotted incrementally (gone, no primary key, bad filter): the
+    /// table is dropped from the queue.
+    Table(String),
+    /// Connection trouble: retried.
+    Retry(PipelineError),
+}
+
+/// Reads the chunk after `after` of `table` and then writes the closing watermark `token`.
+///
+/// # Errors
+///
+/// [`ChunkError`].
+pub async fn read_chunk(
+    catalog: &PgCatalog,
+    identity: &SourceIdentity,
+    rules: &PostgresSourceConfig,
+    snapshot: &TableSnapshot,
+    limit: u32,
+    token: &str,
+) -> Result<ChunkRows, ChunkError> {
+    let Some((schema, table)) = parse_table_name(&snapshot.table) else {
+        return Err(ChunkError::Table(format!(
+            "{:?} is not schema.table",
+            snapshot.table
+        )));
+    };
+    let relation = super::snapshot::relation_info(catalog, identity, rules, schema, table)
+        .await
+        .map_err(ChunkError::Retry)?;
+    if relation.columns.is_empty() {
+        return Err(ChunkError::Table(format!(
+            "table {} does not exist (any more)",
+            snapshot.table
+        )));
+    }
+    if relation.key_columns.is_empty() {
+        return Err(ChunkError::Table(format!(
+            "table {} has no primary key: incremental snapshots read in key order (add a primary key)",
+            snapshot.table
+        )));
+    }
+    let key_names: Vec<String> = relation
+        .key_columns
+        .iter()
+        .map(|&i| relation.columns[i].name.clone())
+        .collect();
+    let client = catalog.client();
+    let types: Vec<String> = client
+        .query(
+            "SELECT format_type(a.atttypid, a.atttypmod) FROM unnest($2::text[]) WITH ORDINALITY AS k(name, n) \
+             JOIN pg_attribute a ON a.attrelid = to_regclass($1::text) AND a.attname = k.name ORDER BY k.n",
+            &[&format!("{}.{}", quote_ident(schema), quote_ident(table)), &key_names],
+        )
+        .await
+        .map_err(|e| ChunkError::Retry(classify_pg("cannot read the key's types", e)))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let key_list: Vec<String> = key_names.iter().map(|k| quote_ident(k)).collect();
+    let key_list = key_list.join(", ");
+    let mut conditions = Vec::new();
+    if let Some(after) = &snapshot.after {
+        let literals: Vec<String> = after
+            .iter()
+            .zip(&types)
+            .map(|(value, sql_type)| format!("'{}'::{sql_type}", value.replace('\'', "''")))
+            .collect();
+        conditions.push(format!("({key_list}) > ({})", literals.join(", ")));
+    }
+    if let Some(filter) = &snapshot.filter {
+        conditions.push(format!("({filter})"));
+    }
+    let columns: Vec<String> = relation
+        .columns
+        .iter()
+        .map(|c| quote_ident(&c.name))
+        .collect();
+    let sql = format!(
+        "SELECT {} FROM {}.{}{} ORDER BY {key_list} LIMIT {limit}",
+        columns.join(", "),
+        quote_ident(schema),
+        quote_ident(table),
+        if conditions.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", conditions.join(" AND "))
+        },
+    );
+    let messages = client.simple_query(&sql).await.map_err(|e| {
+        if let Some(db) = e.as_db_error() {
+            ChunkError::Table(format!(
+                "cannot read {}: {} (the filter or the table is wrong)",
+                snapshot.table,
+                db.message()
+            ))
+        } else {
+            ChunkError::Retry(classify_pg("cannot read an incremental snapshot chunk", e))
+        }
+    })?;
+    let rows: Vec<TupleData> = messages
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(row) => Some(TupleData(
+                (0..row.len())
+                    .map(|i| match row.get(i) {
+                        Some(text) => Datum::Text(Bytes::copy_from_slice(text.as_bytes())),
+                        None => Datum::Null,
+                    })
+                    .collect(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let last_key = rows.last().map(|row| {
+        relation
+            .key_columns
+            .iter()
+            .map(|&i| match row.0.get(i) {
+                Some(Datum::Text(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            })
+            .collect()
+    });
+    client
+        .execute(
+            "SELECT pg_logical_emit_message(false, $1, $2)",
+            &[&WATERMARK_PREFIX, &token],
+        )
+        .await
+        .map_err(|e| ChunkError::Retry(classify_pg("cannot write a snapshot watermark", e)))?;
+    Ok(ChunkRows {
+        relation: Arc::new(relation),
+        full: rows.len() >= limit as usize,
+        rows,
+        last_key,
+    })
+}
+
+/// Creates the signal table when missing and adds it to the publication when it isn't in it.
+///
+/// # Errors
+///
+/// Fatal when either is refused.
+pub async fn ensure_signal_table(
+    catalog: &PgCatalog,
+    config: &PipelineConfig,
+) -> Result<(), PipelineError> {
+    let Some(name) = config.postgres().signal_table.as_deref() else {
+        return Ok(());
+    };
+    let Some((schema, table)) = parse_table_name(name) else {
+        return Ok(());
+    };
+    let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
+    let client = catalog.client();
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE IF NOT EXISTS {qualified} (id text PRIMARY KEY, type text NOT NULL, data text)"
+        ))
+        .await
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                format!("cannot create the signal table {name} (source.postgres.signal_table)"),
+                format!(
+                    "create it yourself: CREATE TABLE {qualified} (id text PRIMARY KEY, type text NOT NULL, data text); or grant CREATE on schema {schema}"
+                ),
+                e,
+            )
+        })?;
+    let publication = config.publication_name();
+    let published = client
+        .query_opt(
+            "SELECT 1 FROM pg_publication_tables WHERE pubname = $1 AND schemaname = $2 AND tablename = $3",
+            &[&publication, &schema, &table],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the publication's tables", e))?
+        .is_some();
+    if !published {
+        client
+            .batch_execute(&format!(
+                "ALTER PUBLICATION {} ADD TABLE {qualified}",
+                quote_ident(&publication)
+            ))
+            .await
+            .map_err(|e| {
+                PipelineError::fatal_with(
+                    format!("cannot add the signal table {name} to publication {publication:?}"),
+                    format!(
+                        "run ALTER PUBLICATION {} ADD TABLE {qualified} as the publication's owner",
+                        quote_ident(&publication)
+                    ),
+                    e,
+                )
+            })?;
+        tracing::info!(table = name, %publication, "signal table added to the publication");
+    }
+    Ok(())
+}
+
+/// The keys a window noted.
+#[derive(Debug, Default)]
+pub struct Window {
+    /// Keys changed since the window opened.
+    pub keys: HashSet<KeyValues>,
+    /// A truncate was streamed: every row of the chunk is stale.
+    pub truncated: bool,
+}
+
+/// How long a chunk that failed for connection trouble waits before it is read again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// A chunk being read: its window and the side connection's task.
+struct OpenChunk {
+    token: String,
+    table: String,
+    window: Window,
+    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
+    result: Option<Result<ChunkRows, ChunkError>>,
+}
+
+/// The incremental snapshots of one run: the state, the open chunk and the progress waiting
+/// for confirmation. Owned by the stream loop.
+pub struct IncrementalRun {
+    state: IncrementalState,
+    /// States to record once the slot is confirmed past their position.
+    progress: VecDeque<(Lsn, IncrementalState)>,
+    chunk: Option<OpenChunk>,
+    reader: Arc<tokio::sync::Mutex<Option<PgCatalog>>>,
+    token_base: String,
+    next_chunk: u64,
+    retry_at: Option<Instant>,
+    captured: HashSet<String>,
+    signal_table: Option<String>,
+    snapshot_new_tables: bool,
+    config: Arc<PipelineConfig>,
+    identity: SourceIdentity,
+}
+
+/// Rows of a chunk to publish at its watermark.
+pub struct ChunkToPublish {
+    /// The table.
+    pub relation: Arc<RelationInfo>,
+    /// The rows whose keys had no streamed change in the window.
+    pub rows: Vec<TupleData>,
+}
+
+impl IncrementalRun {
+    /// The run's incremental snapshots: `state` from the state file, `captured` the tables
+    /// captured now. Tables captured now but unknown to the state are queued for a snapshot
+    /// (with `snapshot_new_tables` and a snapshot mode other than `never`).
+    pub fn new(
+        config: Arc<PipelineConfig>,
+        identity: SourceIdentity,
+        state: Option<IncrementalState>,
+        captured: HashSet<String>,
+        start: Lsn,
+    ) -> Self {
+        let pg = config.postgres();
+        let mut run = Self {
+            state: state.unwrap_or_default(),
+            progress: VecDeque::new(),
+            chunk: None,
+            reader: Arc::new(tokio::sync::Mutex::new(None)),
+            token_base: format!(
+                "{}-{}",
+                std::process::id(),
+                super::stream::unix_micros_now()
+            ),
+            next_chunk: 0,
+            retry_at: None,
+            signal_table: pg.signal_table.clone(),
+            snapshot_new_tables: pg.snapshot_new_tables
+                && pg.snapshot != crate::config::SnapshotMode::Never,
+            captured,
+            config,
+            identity,
+        };
+        match run.state.known_tables.clone() {
+            None => {
+                run.state.known_tables = Some(run.captured.iter().cloned().collect());
+                run.progress.push_back((start, run.state.clone()));
+            }
+            Some(known) => {
+                let new: Vec<String> = run
+                    .captured
+                    .iter()
+                    .filter(|t| !known.contains(*t))
+                    .cloned()
+                    .collect();
+                let gone = known.iter().any(|t| !run.captured.contains(t));
+                if !new.is_empty() || gone {
+                    run.state.known_tables = Some(run.captured.iter().cloned().collect());
+                    if run.snapshot_new_tables && !new.is_empty() {
+                        tracing::info!(tables = ?new, "tables joined the captured set: snapshotting them while streaming");
+                        let signal = Signal::Snapshot {
+                            id: format!("new-tables@{start}"),
+                            tables: new.into_iter().map(|t| (t, None)).collect(),
+                        };
+                        run.state.accept(&signal, &|_| true);
+                    }
+                    run.progress.push_back((start, run.state.clone()));
+                }
+            }
+        }
+        run
+    }
+
+    /// Whether `table` is the signal table.
+    pub fn is_signal_table(&self, table: &str) -> bool {
+        self.signal_table.as_deref() == Some(table)
+    }
+
+    /// Applies an operator's signal seen at `at` (the signal row's commit, or the newest
+    /// checkpoint for an API request).
+    pub fn accept(&mut self, signal: &Signal, at: Lsn) {
+        let captured = &self.captured;
+        if self.state.accept(signal, &|t| captured.contains(t)) {
+            if let Some(chunk) = &self.chunk
+                && !self.state.queue.iter().any(|t| t.table == chunk.table)
+            {
+                // The running table was stopped: its chunk is dropped at its watermark.
+                tracing::info!(table = %chunk.table, "incremental snapshot stopped");
+            }
+            self.progress.push_back((at, self.state.clone()));
+        }
+    }
+
+    /// A signal table row: parsed and applied, or logged when it is wrong.
+    pub fn on_signal_row(&mut self, relation: &RelationInfo, row: &TupleData, at: Lsn) {
+        let column = |name: &str| -> String {
+            relation
+                .columns
+                .iter()
+                .position(|c| c.name == name)
+                .and_then(|i| match row.0.get(i) {
+                    Some(Datum::Text(bytes)) => Some(String::from_utf8_lossy(bytes).into_owned()),
+                    _ => None,
+                })
+                .unwrap_or_default()
+        };
+        let (id, kind, data) = (column("id"), column("type"), column("data"));
+        match Signal::parse(&id, &kind, &data) {
+            Ok(Some(signal)) => self.accept(&signal, at),
+            Ok(None) => tracing::debug!(id, kind, "signal ignored (not a snapshot signal)"),
+            Err(problem) => tracing::warn!(
+                id,
+                kind,
+                "signal {id:?} in {} ignored: {problem}",
+                relation.name
+            ),
+        }
+    }
+
+    /// A table seen in the stream: when it is not captured yet (created in or moved into a
+    /// captured schema while running), it joins the captured set and is snapshotted.
+    pub fn on_table(&mut self, table: &str, at: Lsn) {
+        if self.captured.contains(table) || self.is_signal_table(table) {
+            return;
+        }
+        self.captured.insert(table.to_owned());
+        if let Some(known) = &mut self.state.known_tables {
+            known.insert(table.to_owned());
+        }
+        if self.snapshot_new_tables {
+            tracing::info!(
+                table,
+                "a table joined the captured set: snapshotting it while streaming"
+            );
+            let signal = Signal::Snapshot {
+                id: format!("new-table:{table}@{at}"),
+                tables: vec![(table.to_owned(), None)],
+            };
+            self.state.accept(&signal, &|_| true);
+        }
+        self.progress.push_back((at, self.state.clone()));
+    }
+
+    /// Notes the keys a streamed change touches while a window on its table is open.
+    pub fn note(&mut self, relation: &RelationInfo, kind: &ChangeKind) {
+        let Some(chunk) = &mut self.chunk else {
+            return;
+        };
+        if chunk.table != relation.name {
+            return;
+        }
+        let window = &mut chunk.window;
+        match kind {
+            ChangeKind::Insert { new } => {
+                window.keys.insert(tuple_key(relation, new));
+            }
+            ChangeKind::Update { old, new, .. } => {
+                window.keys.insert(tuple_key(relation, new));
+                if let Some(old) = old {
+                    window.keys.insert(tuple_key(relation, old));
+                }
+            }
+            ChangeKind::Delete { old, .. } => {
+                window.keys.insert(tuple_key(relation, old));
+            }
+            ChangeKind::Truncate => window.truncated = true,
+            ChangeKind::Read { .. } => {}
+        }
+    }
+
+    /// Opens the next chunk's window and starts reading it, when a table is queued and no
+    /// chunk is open.
+    pub fn maybe_start(&mut self) {
+        if self.chunk.is_some() || self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return;
+        }
+        let Some(snapshot) = self.state.queue.front().cloned() else {
+            return;
+        };
+        self.retry_at = None;
+        let token = format!("{}:{}", self.token_base, self.next_chunk);
+        self.next_chunk += 1;
+        let reader = Arc::clone(&self.reader);
+        let config = Arc::clone(&self.config);
+        let identity = self.identity.clone();
+        let limit = config.postgres().incremental_chunk_rows.max(1);
+        let task_token = token.clone();
+        let task = tokio::spawn(async move {
+            let mut guard = reader.lock().await;
+            if guard.is_none() {
+                *guard = Some(
+                    PgCatalog::connect(&config)
+                        .await
+                        .map_err(ChunkError::Retry)?,
+                );
+            }
+            let Some(catalog) = guard.as_ref() else {
+                unreachable!("connected above");
+            };
+            let result = read_chunk(
+                catalog,
+                &identity,
+                config.postgres(),
+                &snapshot,
+                limit,
+                &task_token,
+            )
+            .await;
+            if matches!(result, Err(ChunkError::Retry(_))) {
+                *guard = None;
+            }
+            result
+        });
+        self.chunk = Some(OpenChunk {
+            token,
+            table: self
+                .state
+                .queue
+                .front()
+                .map(|t| t.table.clone())
+                .unwrap_or_default(),
+            window: Window::default(),
+            task: Some(task),
+            result: None,
+        });
+    }
+
+    /// Collects a finished read; a failed one is dropped (its table skipped, or retried
+    /// later). Call on every status tick.
+    pub async fn poll(&mut self, at: Lsn) {
+        let Some(chunk) = &mut self.chunk else {
+            self.maybe_start();
+            return;
+        };
+        if chunk.result.is_none() && chunk.task.as_ref().is_some_and(JoinHandle::is_finished) {
+            chunk.result = Some(join(chunk.task.take()).await);
+        }
+        if let Some(Err(_)) = &chunk.result {
+            let Some(OpenChunk {
+                result: Some(Err(error)),
+                table,
+                ..
+            }) = self.chunk.take()
+            else {
+                return;
+            };
+            self.on_error(&table, error, at);
+        }
+        self.maybe_start();
+    }
+
+    fn on_error(&mut self, table: &str, error: ChunkError, at: Lsn) {
+        match error {
+            ChunkError::Table(problem) => {
+                tracing::error!(
+                    table,
+                    "incremental snapshot of {table} abandoned: {problem}"
+                );
+                if self.state.queue.front().is_some_and(|t| t.table == table) {
+                    self.state.queue.pop_front();
+                    self.progress.push_back((at, self.state.clone()));
+                }
+            }
+            ChunkError::Retry(error) => {
+                tracing::warn!(table, error = %error.chain(), "incremental snapshot: reading a chunk failed; retrying in 5 s");
+                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+            }
+        }
+    }
+
+    /// A watermark message at `at`: when it closes the open chunk, returns the chunk's rows to
+    /// publish there (before anything streamed after it) and records the progress.
+    pub async fn on_watermark(&mut self, content: &[u8], at: Lsn) -> Option<ChunkToPublish> {
+        if self
+            .chunk
+            .as_ref()
+            .is_none_or(|c| c.token.as_bytes() != content)
+        {
+            return None; // an earlier run's, or a chunk given up
+        }
+        let mut chunk = self.chunk.take()?;
+        let result = match chunk.result.take() {
+            Some(result) => result,
+            None => join(chunk.task.take()).await,
+        };
+        let rows = match result {
+            Ok(rows) => rows,
+            Err(error) => {
+                self.on_error(&chunk.table, error, at);
+                return None;
+            }
+        };
+        let current = self.state.queue.front_mut()?;
+        if current.table != chunk.table {
+            return None; // stopped meanwhile
+        }
+        let read = rows.rows.len();
+        let window = chunk.window;
+        let publish: Vec<TupleData> = if window.truncated {
+            Vec::new()
+        } else {
+            rows.rows
+                .into_iter()
+                .filter(|row| !window.keys.contains(&tuple_key(&rows.relation, row)))
+                .collect()
+        };
+        if let Some(last) = rows.last_key {
+            current.after = Some(last);
+        }
+        current.rows += publish.len() as u64;
+        current.chunks += 1;
+        tracing::debug!(table = %current.table, read, published = publish.len(), noted = window.keys.len(), "incremental snapshot: chunk");
+        if !rows.full {
+            tracing::info!(
+                table = %current.table,
+                request = %current.request,
+                rows = current.rows,
+                chunks = current.chunks,
+                "incremental snapshot: table done"
+            );
+            self.state.queue.pop_front();
+        }
+        self.progress.push_back((at, self.state.clone()));
+        Some(ChunkToPublish {
+            relation: rows.relation,
+            rows: publish,
+        })
+    }
+
+    /// The newest state whose position `confirmed` covers, to record with it.
+    pub fn confirmed(&mut self, confirmed: Lsn) -> Option<IncrementalState> {
+        let mut newest = None;
+        while self
+            .progress
+            .front()
+            .is_some_and(|(at, _)| *at <= confirmed)
+        {
+            newest = self.progress.pop_front().map(|(_, state)| state);
+        }
+        newest
+    }
+
+    /// For `/health`: the running table's progress and the queue's length.
+    pub fn status(&self) -> Option<crate::admin::IncrementalStatus> {
+        let current = self.state.queue.front()?;
+        Some(crate::admin::IncrementalStatus {
+            request: current.request.clone(),
+            table: current.table.clone(),
+            rows: current.rows,
+            chunks: current.chunks,
+            tables_queued: self.state.queue.len(),
+        })
+    }
+}
+
+async fn join(
+    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
+) -> Result<ChunkRows, ChunkError> {
+    match task {
+        Some(task) => task.await.unwrap_or_else(|e| {
+            Err(ChunkError::Retry(PipelineError::retryable(
+                "the incremental snapshot reader failed",
+                e,
+            )))
+        }),
+        None => Err(ChunkError::Retry(PipelineError::retryable(
+            "the incremental snapshot reader is gone",
+            std::io::Error::other("no task"),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_debezium_signals() {
+        let signal = Signal::parse(
+            "s1",
+            "execute-snapshot",
+            r#"{"data-collections": ["public.a", "public.b"], "type": "incremental",
+                "additional-conditions": [{"data-collection": "public.b", "filter": "id > 10"}]}"#,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            signal,
+            Signal::Snapshot {
+                id: "s1".into(),
+                tables: vec![
+                    ("public.a".into(), None),
+                    ("public.b".into(), Some("id > 10".into()))
+                ],
+            }
+        );
+        assert_eq!(
+            Signal::parse("s2", "stop-snapshot", "").unwrap().unwrap(),
+            Signal::Stop {
+                id: "s2".into(),
+                tables: vec![]
+            }
+        );
+        assert_eq!(Signal::parse("s3", "log", "{}").unwrap(), None);
+        let error =
+            Signal::parse("s4", "execute-snapshot", r#"{"data-collections": ["a"]}"#).unwrap_err();
+        assert!(error.contains("expected schema.table"), "{error}");
+        let error = Signal::parse(
+            "s5",
+            "execute-snapshot",
+            r#"{"data-collections": ["public.a"], "type": "blocking"}"#,
+        )
+        .unwrap_err();
+        assert!(error.contains("\"blocking\" is not supported"), "{error}");
+        assert!(
+            Signal::parse("s6", "execute-snapshot", "not json")
+                .unwrap_err()
+                .contains("expected {")
+        );
+    }
+
+    #[test]
+    fn accepts_each_request_once_and_stops_by_table() {
+        let mut state = IncrementalState::default();
+        let captured = |t: &str| t != "public.other";
+        let request = Signal::Snapshot {
+            id: "r1".into(),
+            tables: vec![
+                ("public.a".into(), None),
+                ("public.b".into(), None),
+                ("public.other".into(), None),
+            ],
+        };
+        assert!(state.accept(&request, &captured));
+        assert_eq!(state.queue.len(), 2, "the uncaptured table is skipped");
+        assert!(
+            !state.accept(&request, &captured),
+            "a replayed id is ignored"
+        );
+        assert_eq!(state.queue.len(), 2);
+        let stop = Signal::Stop {
+            id: "r2".into(),
+            tables: vec!["public.a".into()],
+        };
+        assert!(state.accept(&stop, &captured));
+        assert_eq!(
+            state
+                .queue
+                .iter()
+                .map(|t| t.table.as_str())
+                .collect::<Vec<_>>(),
+            ["public.b"]
+        );
+        let stop_all = Signal::Stop {
+            id: "r3".into(),
+            tables: vec![],
+        };
+        state.accept(&stop_all, &captured);
+        assert!(state.queue.is_empty());
+        for n in 0..100 {
+            state.accept(
+                &Signal::Stop {
+                    id: format!("x{n}"),
+                    tables: vec![],
+                },
+                &captured,
+            );
+        }
+        assert_eq!(state.accepted.len(), REMEMBERED_IDS, "ids are bounded");
+    }
+}
