@@ -124,6 +124,10 @@ pub struct PostgresSourceConfig {
     /// captured schema.
     #[serde(default = "default_true")]
     pub snapshot_new_tables: bool,
+    /// Unchanged TOASTed columns of an update: `"unavailable"` (listed in
+    /// `unavailable_columns`) or `"reread"` (their current value, read from the table).
+    #[serde(default)]
+    pub unchanged_toast: UnchangedToast,
     /// When to read the captured tables' current rows (`op: "r"`) before streaming.
     #[serde(default)]
     pub snapshot: SnapshotMode,
@@ -247,6 +251,18 @@ pub enum SlotLossPolicy {
     /// Log the gap loudly, count it (`sluice_source_slot_losses_total`), create the slot anew
     /// and go on from the server's current position.
     Recreate,
+}
+
+/// What an update's unchanged TOASTed columns (values PostgreSQL does not send) become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UnchangedToast {
+    /// Left out of `after` and listed in `unavailable_columns`.
+    #[default]
+    Unavailable,
+    /// Read from the table by the row's key when the change is decoded: the column's current
+    /// value, which may be newer than the change (still `unavailable` when the row is gone).
+    Reread,
 }
 
 impl fmt::Debug for PostgresSourceConfig {

@@ -17,3 +17,4 @@ mod sink;
 mod snapshot;
 mod stack;
 mod support;
+mod toast;

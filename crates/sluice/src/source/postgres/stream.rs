@@ -67,13 +67,14 @@ use super::pgoutput::{self, Datum, PgOutputMessage, ReplicaIdentity, TupleData};
 use super::replication::{
     ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream,
 };
-use super::setup::{CapturedTable, PgCatalog};
+use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::admin::{PipelineState, SlotStatus, StatusBoard};
 use crate::config::{
     HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig, SlotLossPolicy, SnapshotMode,
+    UnchangedToast,
 };
 use crate::error::PipelineError;
 use crate::kafka::{
@@ -649,6 +650,11 @@ impl StreamRun<'_> {
                     (None, None) => (None, false),
                 };
                 let key_changed = old.as_ref().is_some_and(|old| key_differs(&rel, old, &new));
+                let mut new = new;
+                if self.ctx.config.postgres().unchanged_toast == UnchangedToast::Reread {
+                    self.reread_toast(&rel, old.as_ref().filter(|_| !old_is_key_only), &mut new)
+                        .await?;
+                }
                 let kind = ChangeKind::Update {
                     old,
                     old_is_key_only,
@@ -909,6 +915,75 @@ impl StreamRun<'_> {
             });
         }
         self.incremental.maybe_start();
+    }
+
+    /// `unchanged_toast = "reread"`: reads the unchanged TOASTed values `new` lacks (and the
+    /// old full row doesn't hold) from the table by the row's key. They are the current values,
+    /// possibly newer than this change; a row that is gone leaves them unavailable.
+    async fn reread_toast(
+        &self,
+        relation: &RelationInfo,
+        old: Option<&TupleData>,
+        new: &mut TupleData,
+    ) -> Result<(), PipelineError> {
+        let missing: Vec<usize> = new
+            .0
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| {
+                matches!(d, Datum::UnchangedToast)
+                    && !old.is_some_and(|old| matches!(old.0.get(*i), Some(Datum::Text(_))))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if missing.is_empty() || relation.key_columns.is_empty() {
+            return Ok(());
+        }
+        let Some((schema, table)) = crate::config::parse_table_name(&relation.name) else {
+            return Ok(());
+        };
+        let mut conditions = Vec::with_capacity(relation.key_columns.len());
+        for &index in &relation.key_columns {
+            let column = quote_ident(&relation.columns[index].name);
+            match new.0.get(index) {
+                Some(Datum::Text(value)) => conditions.push(format!(
+                    "{column} = '{}'",
+                    String::from_utf8_lossy(value).replace('\'', "''")
+                )),
+                Some(Datum::Null) => conditions.push(format!("{column} IS NULL")),
+                _ => return Ok(()),
+            }
+        }
+        let columns: Vec<String> = missing
+            .iter()
+            .map(|&i| quote_ident(&relation.columns[i].name))
+            .collect();
+        let sql = format!(
+            "SELECT {} FROM {}.{} WHERE {}",
+            columns.join(", "),
+            quote_ident(schema),
+            quote_ident(table),
+            conditions.join(" AND ")
+        );
+        let messages = self
+            .catalog
+            .client()
+            .simple_query(&sql)
+            .await
+            .map_err(|e| crate::error::classify_pg("cannot re-read unchanged TOASTed values", e))?;
+        let Some(row) = messages.iter().find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
+            _ => None,
+        }) else {
+            return Ok(());
+        };
+        for (n, &index) in missing.iter().enumerate() {
+            new.0[index] = match row.get(n) {
+                Some(text) => Datum::Text(bytes::Bytes::copy_from_slice(text.as_bytes())),
+                None => Datum::Null,
+            };
+        }
+        Ok(())
     }
 
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
