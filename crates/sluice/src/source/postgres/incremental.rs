@@ -497,6 +497,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// A chunk being read: its window and the side connection's task.
 struct OpenChunk {
     token: String,
+    request: String,
     table: String,
     window: Window,
     task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
@@ -696,6 +697,7 @@ impl IncrementalRun {
         let Some(snapshot) = self.state.queue.front().cloned() else {
             return;
         };
+        let (request, table) = (snapshot.request.clone(), snapshot.table.clone());
         self.retry_at = None;
         let token = format!("{}:{}", self.token_base, self.next_chunk);
         self.next_chunk += 1;
@@ -732,12 +734,8 @@ impl IncrementalRun {
         });
         self.chunk = Some(OpenChunk {
             token,
-            table: self
-                .state
-                .queue
-                .front()
-                .map(|t| t.table.clone())
-                .unwrap_or_default(),
+            request,
+            table,
             window: Window::default(),
             task: Some(task),
             result: None,
@@ -810,7 +808,7 @@ impl IncrementalRun {
             }
         };
         let current = self.state.queue.front_mut()?;
-        if current.table != chunk.table {
+        if current.table != chunk.table || current.request != chunk.request {
             return None; // stopped meanwhile
         }
         let read = rows.rows.len();
