@@ -139,8 +139,8 @@ pub struct PostgresSourceConfig {
     /// Connections reading snapshot chunks in parallel (across and within tables).
     #[serde(default = "default_snapshot_workers")]
     pub snapshot_workers: u32,
-    /// Rows per snapshot chunk (tables are split by primary-key ranges; finished chunks are not
-    /// read again after a restart).
+    /// Rows per snapshot chunk (tables are split by primary-key ranges, or page ranges when they
+    /// have no single-column key; finished chunks are not read again after a restart).
     #[serde(default = "default_snapshot_chunk_rows")]
     pub snapshot_chunk_rows: u32,
 }

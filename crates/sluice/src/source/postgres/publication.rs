@@ -139,7 +139,11 @@ impl PublicationPlan {
                 left_out: Vec::new(),
                 filter: pg.row_filter(&qualified).map(str::to_owned),
             };
-            let columns = table_columns(catalog, &captured.schema, &captured.table).await?;
+            let columns = if pg.columns.exclude.is_empty() {
+                Vec::new()
+            } else {
+                table_columns(catalog, &captured.schema, &captured.table).await?
+            };
             let excluded: Vec<String> = columns
                 .iter()
                 .filter(|c| {
