@@ -9,6 +9,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::sink::config::SinkPipelineConfig;
+use crate::source::postgres::publication::PublicationPlan;
 use crate::source::postgres::setup::PgCatalog;
 
 /// Runs the checks, printing a report; the exit code is 0 when everything is ready.
@@ -87,6 +88,24 @@ async fn check_postgres(config: &PipelineConfig) -> Result<Vec<String>, Pipeline
         }
     ));
     let tables = catalog.captured_tables(config).await?;
+    let plan = PublicationPlan::build(&catalog, config, &tables, version).await?;
+    // The row filters the publication applies now (PostgreSQL 15 or later).
+    let published: Vec<(String, Option<String>)> = if exists && version >= 15 {
+        catalog
+            .client()
+            .query(
+                "SELECT schemaname || '.' || tablename, rowfilter FROM pg_publication_tables \
+                 WHERE pubname = $1",
+                &[&publication],
+            )
+            .await
+            .map_err(|e| crate::error::classify_pg("cannot read the publication's tables", e))?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     lines.push(format!("tables: {} captured", tables.len()));
     for table in &tables {
         let identity = match table.replica_identity {
@@ -106,8 +125,44 @@ async fn check_postgres(config: &PipelineConfig) -> Result<Vec<String>, Pipeline
             config.kafka.topic_prefix,
             table.qualified()
         ));
+        lines.extend(filter_lines(&plan, &published, &table.qualified()));
     }
     Ok(lines)
+}
+
+/// What the filters do to one table: its row filter and its excluded columns, and where each
+/// is applied (in the publication, or by sluice).
+fn filter_lines(
+    plan: &PublicationPlan,
+    published: &[(String, Option<String>)],
+    qualified: &str,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let named = plan.table(qualified);
+    if let Some(filter) = named.and_then(|t| t.filter.as_deref()) {
+        let now = published
+            .iter()
+            .find(|(t, _)| t == qualified)
+            .and_then(|(_, f)| f.as_deref());
+        lines.push(format!(
+            "      row filter: {filter}  (publication now: {})",
+            now.unwrap_or("none; set at the next start")
+        ));
+    }
+    if let Some(table) = named.filter(|t| t.columns.is_some()) {
+        lines.push(format!(
+            "      columns left out by the publication: {}",
+            table.left_out.join(", ")
+        ));
+    }
+    for columns in plan.client_side.iter().filter(|c| c.table == qualified) {
+        lines.push(format!(
+            "      excluded columns dropped by sluice: {} ({})",
+            columns.columns.join(", "),
+            columns.reason
+        ));
+    }
+    lines
 }
 
 async fn check_kafka(config: &PipelineConfig) -> Result<String, PipelineError> {

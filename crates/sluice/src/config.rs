@@ -141,11 +141,22 @@ pub struct PostgresSourceConfig {
     /// What to do with columns' values in change events (`schema.table.column` globs).
     #[serde(default)]
     pub columns: ColumnRules,
+    /// Row filters by table (`"schema.table" = "SQL condition"`): only rows for which the
+    /// condition is true are snapshotted and streamed. Pushed down to the publication
+    /// (PostgreSQL 15 or later; refused on older servers). With updates and deletes published,
+    /// PostgreSQL only accepts conditions on the table's replica-identity columns.
+    #[serde(default)]
+    pub row_filters: BTreeMap<String, String>,
+    /// Push `columns.exclude` down to the publication as column lists (PostgreSQL 15 or later),
+    /// so excluded columns never leave the server. Columns added to such a table while sluice
+    /// runs are published from its next start.
+    #[serde(default = "default_true")]
+    pub publication_column_lists: bool,
     /// Connections reading snapshot chunks in parallel (across and within tables).
     #[serde(default = "default_snapshot_workers")]
     pub snapshot_workers: u32,
-    /// Rows per snapshot chunk (tables are split by primary-key ranges; finished chunks are not
-    /// read again after a restart).
+    /// Rows per snapshot chunk (tables are split by primary-key ranges, or page ranges when they
+    /// have no single-column key; finished chunks are not read again after a restart).
     #[serde(default = "default_snapshot_chunk_rows")]
     pub snapshot_chunk_rows: u32,
 }
@@ -176,6 +187,21 @@ pub fn glob_matches(pattern: &str, name: &str) -> bool {
 }
 
 impl PostgresSourceConfig {
+    /// The row filter of `schema.table`, if any.
+    pub fn row_filter(&self, qualified: &str) -> Option<&str> {
+        self.row_filters.get(qualified).map(String::as_str)
+    }
+
+    /// Whether `schema.table` is captured by name or by schema (and not excluded).
+    pub fn captures_table(&self, qualified: &str) -> bool {
+        let Some((schema, _)) = parse_table_name(qualified) else {
+            return false;
+        };
+        let listed = self.tables.iter().any(|t| t == qualified)
+            || self.outbox.as_ref().is_some_and(|o| o.table == qualified);
+        (listed || self.schemas.iter().any(|s| s == schema)) && !self.excludes_table(qualified)
+    }
+
     /// Whether `schema.table` is excluded.
     pub fn excludes_table(&self, qualified: &str) -> bool {
         self.exclude_tables
@@ -684,6 +710,32 @@ impl PipelineConfig {
                 );
             }
         }
+        for (table, filter) in &pg.row_filters {
+            let key = format!("source.postgres.row_filters.{table:?}");
+            if parse_table_name(table).is_none() {
+                issue(
+                    &key,
+                    format!(
+                        "{table:?} is not a table name: expected \"schema.table\" = \"SQL condition\""
+                    ),
+                );
+            } else if !pg.captures_table(table) {
+                issue(
+                    &key,
+                    format!(
+                        "{table} is not captured: expected a table of source.postgres.schemas or tables (and not excluded)"
+                    ),
+                );
+            }
+            if let Err(problem) = check_row_filter(filter) {
+                issue(
+                    &key,
+                    format!(
+                        "{filter:?} {problem}: expected one SQL condition on the table's columns, e.g. \"status <> 'draft'\""
+                    ),
+                );
+            }
+        }
         if pg.snapshot_workers == 0 || pg.snapshot_workers > 64 {
             issue(
                 "source.postgres.snapshot_workers",
@@ -995,6 +1047,49 @@ pub(crate) fn deserialize_strict<T: serde::de::DeserializeOwned>(
     })
 }
 
+/// Checks that a row filter is one SQL expression that cannot end the `WHERE (…)` it is put
+/// in: not empty, parentheses balanced outside quotes, no `;` and no comments.
+fn check_row_filter(filter: &str) -> Result<(), &'static str> {
+    if filter.trim().is_empty() {
+        return Err("is empty");
+    }
+    let mut depth = 0usize;
+    let mut chars = filter.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                // A quoted literal or identifier; a doubled quote is an escaped one.
+                loop {
+                    match chars.next() {
+                        Some(q) if q == c => {
+                            if chars.peek() == Some(&c) {
+                                chars.next();
+                            } else {
+                                break;
+                            }
+                        }
+                        Some(_) => {}
+                        None => return Err("has an unterminated quote"),
+                    }
+                }
+            }
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1).ok_or("has a ')' without its '('")?;
+            }
+            ';' => return Err("contains ';'"),
+            '-' if chars.peek() == Some(&'-') => return Err("contains a comment"),
+            '/' if chars.peek() == Some(&'*') => return Err("contains a comment"),
+            _ => {}
+        }
+    }
+    if depth == 0 {
+        Ok(())
+    } else {
+        Err("has a '(' without its ')'")
+    }
+}
+
 /// Splits `schema.table`.
 pub fn parse_table_name(name: &str) -> Option<(&str, &str)> {
     let (schema, table) = name.split_once('.')?;
@@ -1175,6 +1270,41 @@ mod tests {
                 "admin.listen"
             ]
         );
+    }
+
+    #[test]
+    fn row_filters_name_the_key_and_the_expected_form() {
+        let ok = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\nrow_filters = { \"public.orders\" = \"status <> 'dr''aft;' AND (id > 0)\" }",
+        );
+        let config = PipelineConfig::from_toml(&ok, "test.toml", &env).unwrap();
+        assert_eq!(
+            config.postgres().row_filter("public.orders"),
+            Some("status <> 'dr''aft;' AND (id > 0)")
+        );
+        let bad = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\nrow_filters = { \"orders\" = \"x > 1\", \"other.t\" = \"x > 1\", \"public.a\" = \"x > 1); DROP TABLE t; --\", \"public.b\" = \" \", \"public.c\" = \"(x > 1\" }",
+        );
+        let issues = issues(&bad);
+        let keys: Vec<_> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "source.postgres.row_filters.\"orders\"",
+                "source.postgres.row_filters.\"other.t\"",
+                "source.postgres.row_filters.\"public.a\"",
+                "source.postgres.row_filters.\"public.b\"",
+                "source.postgres.row_filters.\"public.c\"",
+            ],
+            "{issues:?}"
+        );
+        assert!(issues[0].problem.contains("expected \"schema.table\""));
+        assert!(issues[1].problem.contains("not captured"));
+        assert!(issues[2].problem.contains("')' without"), "{issues:?}");
+        assert!(issues[3].problem.contains("empty"));
+        assert!(issues[4].problem.contains("'(' without"));
     }
 
     #[test]

@@ -268,7 +268,7 @@ async fn backlog_on_one_partition_stays_within_budget() {
 }
 
 /// Runs `sluice <args>` to completion (bounded) and returns (exit code, stdout + stderr).
-fn run_sluice(args: &[&str], timeout: Duration) -> (Option<i32>, String) {
+pub fn run_sluice(args: &[&str], timeout: Duration) -> (Option<i32>, String) {
     let dir = test_dir(&unique("cli"));
     let out_path = dir.join("out.txt");
     let out = std::fs::File::create(&out_path).unwrap();

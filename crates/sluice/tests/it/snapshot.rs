@@ -289,3 +289,167 @@ async fn snapshot_never_streams_only_new_changes() {
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// Per table of `schema`: how many snapshot reads (`op: "r"`) each row id got, read until
+/// `rows` distinct ids arrived. The id is `after.id` (the table without a key has null keys).
+async fn reads_per_id(schema: &str, table: &str, rows: usize) -> HashMap<i64, usize> {
+    let topic = format!("{schema}.{schema}.{table}");
+    let count = |records: &[Record]| {
+        let mut reads: HashMap<i64, usize> = HashMap::new();
+        for record in records.iter().filter(|r| r.op() == Some("r")) {
+            let id = record.value.as_ref().unwrap()["after"]["id"]
+                .as_i64()
+                .unwrap();
+            *reads.entry(id).or_default() += 1;
+        }
+        reads
+    };
+    tokio::task::spawn_blocking(move || {
+        let records = read_topic(&topic, Duration::from_secs(240), |records| {
+            count(records).len() >= rows
+        });
+        count(&records)
+    })
+    .await
+    .unwrap()
+}
+
+/// Creates `schema.nokey` (no primary key) and `schema.compkey` (a two-column key) with `rows`
+/// rows each.
+async fn create_keyless_tables(client: &tokio_postgres::Client, schema: &str, rows: i64) {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; \
+             CREATE TABLE {schema}.nokey (id bigint NOT NULL, payload text); \
+             CREATE TABLE {schema}.compkey (id bigint NOT NULL, part int NOT NULL, payload text, PRIMARY KEY (part, id)); \
+             INSERT INTO {schema}.nokey SELECT g, md5(g::text) FROM generate_series(1, {rows}) g; \
+             INSERT INTO {schema}.compkey SELECT g, g % 7, md5(g::text) FROM generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+}
+
+/// The chunks of the snapshot plan in the pipeline's state file.
+fn plan_chunks(name: &str) -> Vec<Value> {
+    let state_file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state")
+        .join(format!("{name}.slot.json"));
+    let state: Value = serde_json::from_slice(&std::fs::read(&state_file).unwrap()).unwrap();
+    state["snapshot_plan"]["chunks"]
+        .as_array()
+        .expect("a plan")
+        .clone()
+}
+
+/// A table without a primary key and one with a composite key (120,000 rows each) are split
+/// into page (ctid) ranges read by 4 workers: several chunks per table, and every row is in
+/// Kafka exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn tables_without_a_single_column_key_are_split_by_pages() {
+    let _broker = broker_shared().await;
+    let name = unique("snapctid");
+    let client = pg().await;
+    let rows = 120_000;
+    create_keyless_tables(&client, &name, rows).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 20000\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(300));
+    for table in ["nokey", "compkey"] {
+        let reads = reads_per_id(&name, table, rows as usize).await;
+        assert_eq!(reads.len(), rows as usize, "{table}: every row");
+        let twice = reads.values().filter(|n| **n > 1).count();
+        assert_eq!(twice, 0, "{table}: {twice} rows read more than once");
+    }
+    assert_eq!(snapshot_rows(&sluice) as i64, 2 * rows, "rows read");
+    // The plan (from the log): chunks per table.
+    let log = sluice.log_text();
+    let chunks: usize = log
+        .lines()
+        .find(|l| l.contains("snapshot: starting"))
+        .and_then(|l| l.split("chunks=").nth(1))
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no plan in the log:\n{log}"));
+    println!("snapshot of 2 x {rows} rows without a single-column key: {chunks} chunks");
+    assert!(
+        chunks >= 8,
+        "both tables split into several chunks: {chunks}"
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// SIGKILL in the middle of a page-range snapshot: the plan holds page ranges, and the next
+/// start reads exactly the rows of the chunks not finished before the kill (counted against
+/// the table), and every row is in Kafka.
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_page_range_snapshot_reads_only_its_unfinished_chunks() {
+    let _broker = broker_shared().await;
+    let name = unique("snapctidkill");
+    let client = pg().await;
+    let rows = 120_000;
+    create_keyless_tables(&client, &name, rows).await;
+    client
+        .batch_execute(&format!("DROP TABLE {name}.compkey"))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot_workers = 2\nsnapshot_chunk_rows = 5000\nsnapshot_fetch_rows = 1000\n",
+    );
+    let mut sluice = Sluice::start(&dir, &toml, port);
+    wait_until("half of the snapshot", Duration::from_secs(300), || {
+        snapshot_rows(&sluice) >= (rows / 2) as f64
+    });
+    sluice.kill();
+    let chunks = plan_chunks(&name);
+    assert!(
+        chunks.iter().all(|c| c["pages"].is_object()),
+        "page ranges: {chunks:?}"
+    );
+    let done_before = chunks.iter().filter(|c| c["done"] == true).count();
+    assert!(
+        done_before > 0 && done_before < chunks.len(),
+        "{done_before} of {} chunks done",
+        chunks.len()
+    );
+    // The rows of the unfinished chunks, counted in the table by their page ranges.
+    let mut unfinished_rows = 0i64;
+    for chunk in chunks.iter().filter(|c| c["done"] == false) {
+        let first = chunk["pages"]["first"].as_u64().unwrap();
+        let end = chunk["pages"]["end"]
+            .as_u64()
+            .map_or(String::new(), |end| format!(" AND ctid < '({end},0)'::tid"));
+        unfinished_rows += client
+            .query_one(
+                &format!("SELECT count(*) FROM {name}.nokey WHERE ctid >= '({first},0)'::tid{end}"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+    }
+    sluice.restart();
+    sluice.wait_streaming(Duration::from_secs(300));
+    let second = snapshot_rows(&sluice) as i64;
+    println!(
+        "page-range snapshot killed with {done_before} of {} chunks finished; the second run read {second} rows, the unfinished chunks hold {unfinished_rows}",
+        chunks.len()
+    );
+    assert_eq!(
+        second, unfinished_rows,
+        "only the unfinished chunks were read"
+    );
+    let reads = reads_per_id(&name, "nokey", rows as usize).await;
+    assert_eq!(reads.len(), rows as usize, "every row");
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

@@ -420,24 +420,24 @@ pub async fn read_chunk(
     })
 }
 
-/// Creates the signal table when missing and adds it to the publication when it isn't in it.
+/// Creates the signal table when configured and missing; returns it as a table to publish.
 ///
 /// # Errors
 ///
-/// Fatal when either is refused.
-pub async fn ensure_signal_table(
+/// Fatal when creating it is refused.
+pub async fn create_signal_table(
     catalog: &PgCatalog,
     config: &PipelineConfig,
-) -> Result<(), PipelineError> {
+) -> Result<Option<super::setup::CapturedTable>, PipelineError> {
     let Some(name) = config.postgres().signal_table.as_deref() else {
-        return Ok(());
+        return Ok(None);
     };
     let Some((schema, table)) = parse_table_name(name) else {
-        return Ok(());
+        return Ok(None);
     };
     let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
-    let client = catalog.client();
-    client
+    catalog
+        .client()
         .batch_execute(&format!(
             "CREATE TABLE IF NOT EXISTS {qualified} (id text PRIMARY KEY, type text NOT NULL, data text)"
         ))
@@ -451,6 +451,32 @@ pub async fn ensure_signal_table(
                 e,
             )
         })?;
+    Ok(Some(super::setup::CapturedTable {
+        schema: schema.to_owned(),
+        table: table.to_owned(),
+        replica_identity: 'd',
+        has_primary_key: true,
+    }))
+}
+
+/// Adds the signal table to the publication when it isn't in it (a publication sluice does
+/// not manage, or one created before the signal table was configured).
+///
+/// # Errors
+///
+/// Fatal when adding it is refused.
+pub async fn publish_signal_table(
+    catalog: &PgCatalog,
+    config: &PipelineConfig,
+) -> Result<(), PipelineError> {
+    let Some(name) = config.postgres().signal_table.as_deref() else {
+        return Ok(());
+    };
+    let Some((schema, table)) = parse_table_name(name) else {
+        return Ok(());
+    };
+    let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
+    let client = catalog.client();
     let publication = config.publication_name();
     let published = client
         .query_opt(

@@ -1,6 +1,7 @@
 //! The PostgreSQL source: logical replication with the `pgoutput` plugin.
 //!
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
+//! - [`publication`]: the publication, with row filters and column lists pushed down.
 //! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
@@ -13,6 +14,7 @@
 pub mod encode;
 pub mod incremental;
 pub mod pgoutput;
+pub mod publication;
 pub mod replication;
 pub mod setup;
 pub mod slot_state;

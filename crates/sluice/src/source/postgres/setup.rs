@@ -234,76 +234,18 @@ impl PgCatalog {
         Ok(tables)
     }
 
-    /// Creates the publication when absent (and allowed); checks it exists otherwise.
+    /// Creates the publication when absent (and allowed) and keeps it in step with the
+    /// pipeline's filters (see [`super::publication`]).
     ///
     /// # Errors
     ///
-    /// Fatal when it is missing and may not be created, or creating it is refused.
+    /// Fatal when it is missing and may not be created, or PostgreSQL refuses it or a filter.
     pub async fn ensure_publication(
         &self,
         config: &PipelineConfig,
         tables: &[CapturedTable],
-    ) -> Result<(), PipelineError> {
-        let name = config.publication_name();
-        let exists = self
-            .client
-            .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
-            .await
-            .map_err(|e| classify_pg("cannot read publications", e))?
-            .is_some();
-        if exists {
-            return Ok(());
-        }
-        if !config.postgres().create_publication {
-            return Err(PipelineError::fatal(
-                format!("publication {name:?} does not exist"),
-                format!(
-                    "create it (CREATE PUBLICATION {} FOR TABLE …) or set source.postgres.create_publication = true",
-                    quote_ident(&name)
-                ),
-            ));
-        }
-        let pg = config.postgres();
-        let version = self.server_major_version().await?;
-        let mut targets = Vec::new();
-        if version >= 15 && !pg.schemas.is_empty() {
-            let schemas: Vec<String> = pg.schemas.iter().map(|s| quote_ident(s)).collect();
-            targets.push(format!("TABLES IN SCHEMA {}", schemas.join(", ")));
-            let extra: Vec<String> = pg
-                .tables
-                .iter()
-                .chain(pg.outbox.iter().map(|o| &o.table))
-                .filter_map(|t| parse_table_name(t))
-                .filter(|(schema, _)| !pg.schemas.iter().any(|s| s == schema))
-                .map(|(schema, table)| format!("{}.{}", quote_ident(schema), quote_ident(table)))
-                .collect();
-            if !extra.is_empty() {
-                targets.push(format!("TABLE {}", extra.join(", ")));
-            }
-        } else {
-            if tables.is_empty() {
-                return Err(PipelineError::fatal(
-                    "no table to capture: the configured schemas hold no tables",
-                    "create the tables first, or list them in source.postgres.tables",
-                ));
-            }
-            let list: Vec<String> = tables
-                .iter()
-                .map(|t| format!("{}.{}", quote_ident(&t.schema), quote_ident(&t.table)))
-                .collect();
-            targets.push(format!("TABLE {}", list.join(", ")));
-        }
-        let sql = format!(
-            "CREATE PUBLICATION {} FOR {}",
-            quote_ident(&name),
-            targets.join(", ")
-        );
-        self.client
-            .batch_execute(&sql)
-            .await
-            .map_err(|e| classify_pg(format!("cannot create publication {name:?}"), e))?;
-        tracing::info!(publication = %name, "created publication");
-        Ok(())
+    ) -> Result<super::publication::PublicationPlan, PipelineError> {
+        super::publication::ensure(self, config, tables).await
     }
 
     /// The slot, if it exists.

@@ -6,7 +6,8 @@
 //! snapshot worker (`source.postgres.snapshot_workers`) imports it (`SET TRANSACTION SNAPSHOT`)
 //! before the replication connection runs any other command. The tables are split into chunks
 //! by primary-key ranges (`snapshot_chunk_rows` rows each, boundaries read under the snapshot;
-//! tables without a single-column key are one chunk); the workers take chunks across and
+//! tables without a single-column key by ranges of pages, `ctid` ranges read with TID range
+//! scans on PostgreSQL 14 or later); the workers take chunks across and
 //! within tables, read them with cursors and publish the rows through the same producer and
 //! in-flight budget as the stream. A chunk is finished when Kafka has acknowledged all of its
 //! records; finished chunks are recorded in the state file. Only when every chunk is finished
@@ -17,6 +18,14 @@
 //! file and only the unfinished chunks are read, under a fresh snapshot: the slot has not moved
 //! past the consistent point (nothing is confirmed during a snapshot), so the stream that
 //! follows replays every change since, and the newest event per key is the row's current state.
+//! (A row updated since then may have moved to another page; its newest version then comes
+//! from the stream, not the snapshot.) A table rewritten since the plan was made (`VACUUM
+//! FULL`, `CLUSTER`, `TRUNCATE`: a new file) has moved all its rows, so all its page chunks are
+//! read again.
+//!
+//! The row filter of a table (`source.postgres.row_filters`) is applied to its chunks as the
+//! publication applies it to the stream, and excluded columns are not read (except key
+//! columns, which the record key needs).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -29,7 +38,8 @@ use tokio::sync::mpsc;
 use tokio_postgres::SimpleQueryMessage;
 
 use super::encode::{
-    ChangeKind, EncodeOptions, RelationInfo, RowChange, SourceIdentity, encode_change,
+    ChangeKind, ColumnTreatment, EncodeOptions, RelationInfo, RowChange, SourceIdentity,
+    encode_change,
 };
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
@@ -76,6 +86,16 @@ pub async fn run(
 ) -> Result<u64, PipelineError> {
     let started = Instant::now();
     let workers = ctx.config.postgres().snapshot_workers.max(1) as usize;
+    // Every worker imports the snapshot before any reads (and before the replication connection
+    // runs another command).
+    let mut connections = Vec::with_capacity(workers);
+    for _ in 0..workers {
+        let catalog = snapshot_connection(ctx.config, exported).await?;
+        connections.push(catalog);
+    }
+    if exported.is_none() && recheck_page_chunks(&connections[0], plan).await? {
+        record(plan)?;
+    }
     let todo: VecDeque<usize> = (0..plan.chunks.len())
         .filter(|i| !plan.chunks[*i].done)
         .collect();
@@ -93,13 +113,6 @@ pub async fn run(
     let (sent_tx, mut sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
     let index = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let plan_arc = Arc::new(plan.chunks.clone());
-    // Every worker imports the snapshot before any reads (and before the replication connection
-    // runs another command).
-    let mut connections = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let catalog = snapshot_connection(ctx.config, exported).await?;
-        connections.push(catalog);
-    }
     let mut handles = tokio::task::JoinSet::new();
     let source = Arc::new(ctx.config.postgres().clone());
     for catalog in connections {
@@ -246,13 +259,43 @@ pub struct Chunk {
     pub lower: Option<String>,
     /// Inclusive upper bound.
     pub upper: Option<String>,
+    /// The pages read, for a table without a single-column key split by `ctid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<PageRange>,
     /// Acknowledged by Kafka.
     pub done: bool,
 }
 
+/// The rows of pages `first` up to `end` (exclusive; unbounded when `None`) of the table's
+/// file `filenode`, read by `ctid` range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PageRange {
+    /// The first page.
+    pub first: u32,
+    /// The page after the last (`None` for the table's last chunk, which also reads pages
+    /// added since the plan was made).
+    pub end: Option<u32>,
+    /// `pg_relation_filenode` when the plan was made: a rewrite moves every row.
+    pub filenode: u32,
+}
+
+impl PageRange {
+    /// The `ctid` conditions.
+    fn conditions(&self) -> Vec<String> {
+        let mut conditions = Vec::new();
+        if self.first > 0 {
+            conditions.push(format!("ctid >= '({},0)'::tid", self.first));
+        }
+        if let Some(end) = self.end {
+            conditions.push(format!("ctid < '({end},0)'::tid"));
+        }
+        conditions
+    }
+}
+
 impl SnapshotPlan {
     /// Splits `tables` into chunks of about `chunk_rows` rows by their single-column primary key
-    /// (others are one chunk each), reading the boundaries under `exported` when given.
+    /// (others by page ranges), reading the boundaries under `exported` when given.
     ///
     /// # Errors
     ///
@@ -265,9 +308,19 @@ impl SnapshotPlan {
         let catalog = snapshot_connection(config, exported).await?;
         let client = catalog.client();
         let chunk_rows = i64::from(config.postgres().snapshot_chunk_rows.max(1));
+        let version: i32 = client
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .map_err(|e| classify_pg("cannot read the server version", e))?
+            .get(0);
         let mut chunks = Vec::new();
         for table in tables {
             let qualified = table.qualified();
+            let filter = config
+                .postgres()
+                .row_filter(&qualified)
+                .map(|f| format!(" WHERE ({f})"))
+                .unwrap_or_default();
             let key = client
                 .query(
                     "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
@@ -279,20 +332,40 @@ impl SnapshotPlan {
                 .await
                 .map_err(|e| classify_pg("cannot read a primary key", e))?;
             let [key] = key.as_slice() else {
-                chunks.push(Chunk {
-                    table: qualified,
-                    key: None,
-                    lower: None,
-                    upper: None,
-                    done: false,
-                });
+                // TID range scans came with PostgreSQL 14; before, each chunk would scan the
+                // whole table.
+                let ranges = if version >= 140_000 {
+                    page_ranges(client, table, chunk_rows).await?
+                } else {
+                    Vec::new()
+                };
+                if ranges.is_empty() {
+                    chunks.push(Chunk {
+                        table: qualified.clone(),
+                        key: None,
+                        lower: None,
+                        upper: None,
+                        pages: None,
+                        done: false,
+                    });
+                }
+                for pages in ranges {
+                    chunks.push(Chunk {
+                        table: qualified.clone(),
+                        key: None,
+                        lower: None,
+                        upper: None,
+                        pages: Some(pages),
+                        done: false,
+                    });
+                }
                 continue;
             };
             let (column, sql_type): (String, String) = (key.get(0), key.get(1));
             let boundaries: Vec<String> = client
                 .query(
                     &format!(
-                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn FROM {}.{}) s \
+                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn FROM {}.{}{filter}) s \
                          WHERE rn % $1 = 0 ORDER BY rn",
                         quote_ident(&table.schema),
                         quote_ident(&table.table),
@@ -316,6 +389,7 @@ impl SnapshotPlan {
                     key: Some((column.clone(), sql_type.clone())),
                     lower: lower.clone(),
                     upper: boundary.clone(),
+                    pages: None,
                     done: false,
                 });
                 lower = boundary;
@@ -324,6 +398,120 @@ impl SnapshotPlan {
         let _ = client.batch_execute("COMMIT").await;
         Ok(Self { chunks })
     }
+}
+
+/// Splits a table into page ranges of about `chunk_rows` rows (rows per page from the
+/// statistics, or counted when there are none); none when it fits one chunk or is partitioned
+/// (its partitions' pages overlap).
+async fn page_ranges(
+    client: &tokio_postgres::Client,
+    table: &CapturedTable,
+    chunk_rows: i64,
+) -> Result<Vec<PageRange>, PipelineError> {
+    let name = format!(
+        "{}.{}",
+        quote_ident(&table.schema),
+        quote_ident(&table.table)
+    );
+    let row = client
+        .query_one(
+            "SELECT c.relkind::text, \
+                    (pg_relation_size(c.oid) / current_setting('block_size')::bigint)::bigint, \
+                    coalesce(pg_relation_filenode(c.oid), 0)::bigint, c.reltuples::float8, c.relpages::bigint \
+             FROM pg_class c WHERE c.oid = $1::text::regclass",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify_pg(format!("cannot read the size of {}", table.qualified()), e))?;
+    let (kind, pages, filenode, tuples, stat_pages): (String, i64, i64, f64, i64) =
+        (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+    if kind != "r" || pages <= 1 {
+        return Ok(Vec::new());
+    }
+    let rows = if tuples > 0.0 && stat_pages > 0 {
+        tuples / stat_pages as f64 * pages as f64
+    } else {
+        client
+            .query_one(&format!("SELECT count(*) FROM {name}"), &[])
+            .await
+            .map_err(|e| classify_pg(format!("cannot count the rows of {}", table.qualified()), e))?
+            .get::<_, i64>(0) as f64
+    };
+    if rows <= chunk_rows as f64 {
+        return Ok(Vec::new());
+    }
+    let per_chunk = ((chunk_rows as f64 * pages as f64 / rows).ceil() as i64).max(1);
+    let (Ok(pages), Ok(per_chunk), Ok(filenode)) = (
+        u32::try_from(pages),
+        u32::try_from(per_chunk),
+        u32::try_from(filenode),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let mut ranges = Vec::new();
+    let mut first = 0u32;
+    while first < pages {
+        let end = first.saturating_add(per_chunk);
+        ranges.push(PageRange {
+            first,
+            end: (end < pages).then_some(end),
+            filenode,
+        });
+        first = end;
+    }
+    Ok(ranges)
+}
+
+/// After a restart: a table rewritten since the plan was made (a new file: `VACUUM FULL`,
+/// `CLUSTER`, `TRUNCATE`) has moved its rows between pages, so all its page chunks are read
+/// again. Returns whether the plan changed.
+async fn recheck_page_chunks(
+    catalog: &PgCatalog,
+    plan: &mut SnapshotPlan,
+) -> Result<bool, PipelineError> {
+    let mut changed = false;
+    let mut checked: HashMap<String, Option<u32>> = HashMap::new();
+    for index in 0..plan.chunks.len() {
+        let Some(pages) = plan.chunks[index].pages else {
+            continue;
+        };
+        let table = plan.chunks[index].table.clone();
+        let current = match checked.get(&table) {
+            Some(current) => *current,
+            None => {
+                let (schema, name) =
+                    crate::config::parse_table_name(&table).unwrap_or(("", &table));
+                let current = catalog
+                    .client()
+                    .query_one(
+                        "SELECT pg_relation_filenode(to_regclass($1))::bigint",
+                        &[&format!("{}.{}", quote_ident(schema), quote_ident(name))],
+                    )
+                    .await
+                    .map_err(|e| classify_pg(format!("cannot read the file of {table}"), e))?
+                    .get::<_, Option<i64>>(0)
+                    .and_then(|n| u32::try_from(n).ok());
+                if current.is_some_and(|c| c != pages.filenode) {
+                    tracing::warn!(
+                        table = %table,
+                        "snapshot: the table was rewritten since the snapshot began (VACUUM FULL, CLUSTER or TRUNCATE): reading all of it again"
+                    );
+                }
+                checked.insert(table.clone(), current);
+                current
+            }
+        };
+        if let Some(current) = current.filter(|c| *c != pages.filenode) {
+            let chunk = &mut plan.chunks[index];
+            chunk.done = false;
+            chunk.pages = Some(PageRange {
+                filenode: current,
+                ..pages
+            });
+            changed = true;
+        }
+    }
+    Ok(changed)
 }
 
 /// A connection in a read-only repeatable-read transaction, under the exported snapshot when
@@ -407,10 +595,18 @@ impl Worker {
         let chunk = &self.chunks[chunk_id];
         let relation = self.relation(&chunk.table).await?;
         let client = self.catalog.client();
+        // Excluded columns are not read (key columns are: the record key needs them).
         let columns: Vec<String> = relation
             .columns
             .iter()
-            .map(|c| quote_ident(&c.name))
+            .enumerate()
+            .map(|(i, c)| {
+                if c.treatment == ColumnTreatment::Exclude && !relation.key_columns.contains(&i) {
+                    "NULL".to_owned()
+                } else {
+                    quote_ident(&c.name)
+                }
+            })
             .collect();
         let (schema, table) =
             crate::config::parse_table_name(&chunk.table).unwrap_or(("", &chunk.table));
@@ -431,6 +627,12 @@ impl Worker {
                     literal(upper, sql_type)
                 ));
             }
+        }
+        if let Some(pages) = &chunk.pages {
+            conditions.extend(pages.conditions());
+        }
+        if let Some(filter) = self.source.row_filter(&chunk.table) {
+            conditions.push(format!("({filter})"));
         }
         let cursor = format!("sluice_chunk_{chunk_id}");
         client

@@ -158,12 +158,22 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let config = &ctx.config;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
+    // The signal table exists before the publication is planned, and is published with the
+    // captured tables (never captured itself).
+    let signal_table = incremental::create_signal_table(&catalog, config).await?;
     let mut tables = catalog.captured_tables(config).await?;
-    catalog.ensure_publication(config, &tables).await?;
-    incremental::ensure_signal_table(&catalog, config).await?;
-    if let Some(signal_table) = &config.postgres().signal_table {
-        tables.retain(|t| &t.qualified() != signal_table);
+    let mut published = tables.clone();
+    if let Some(signal) = &signal_table {
+        tables.retain(|t| t.qualified() != signal.qualified());
+        if !published
+            .iter()
+            .any(|t| t.qualified() == signal.qualified())
+        {
+            published.push(signal.clone());
+        }
     }
+    catalog.ensure_publication(config, &published).await?;
+    incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
     let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
         PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)

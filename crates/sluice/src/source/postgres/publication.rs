@@ -1,0 +1,677 @@
+//! The publication: which tables, rows and columns the server decodes for the pipeline.
+//!
+//! Without filters the publication is what it always was: `FOR TABLES IN SCHEMA` for the
+//! captured schemas plus the tables listed by name (`FOR TABLE …` on servers before 15). With
+//! `source.postgres.row_filters` or `columns.exclude` the filters are pushed down (PostgreSQL 15
+//! or later), so that filtered rows and excluded columns never leave the server:
+//!
+//! - a row filter becomes `TABLE t WHERE (…)`. PostgreSQL ignores the row filter of a table
+//!   whose schema is published whole, so the schemas holding a filtered table are expanded to
+//!   their tables; the other schemas stay `TABLES IN SCHEMA`.
+//! - an excluded column is left out of the table's column list (`TABLE t (a, b)`); the
+//!   replica-identity columns always stay in it (PostgreSQL refuses updates and deletes
+//!   otherwise), and a table with `REPLICA IDENTITY FULL` keeps every column (sluice still drops
+//!   the excluded ones). Column lists cannot be combined with `TABLES IN SCHEMA`, so with any
+//!   column list every captured table is listed by name (excluded tables are then not
+//!   published at all).
+//!
+//! A publication sluice manages (`create_publication = true`) is kept in step with the pipeline
+//! file at every start: the new definition is applied in a transaction that also checks that
+//! PostgreSQL still accepts updates and deletes on every filtered table (a row filter may only
+//! use replica-identity columns), and the log says what changed. On servers before 15 row
+//! filters are refused (sluice cannot evaluate SQL conditions itself) and column exclusion
+//! stays client-side.
+
+use tokio_postgres::error::SqlState;
+
+use super::setup::{CapturedTable, PgCatalog, quote_ident};
+use crate::config::PipelineConfig;
+use crate::error::{PipelineError, classify_pg};
+use crate::source::postgres::encode::ColumnTreatment;
+
+/// The publication's definition as the pipeline file asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PublicationPlan {
+    /// Schemas published whole (`TABLES IN SCHEMA`).
+    pub schemas: Vec<String>,
+    /// Tables published by name, those without filters first.
+    pub tables: Vec<PublishedTable>,
+    /// Excluded columns that stay in the publication (sluice drops them), with the reason.
+    pub client_side: Vec<ClientSideColumns>,
+}
+
+/// A table published by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishedTable {
+    /// Schema.
+    pub schema: String,
+    /// Table.
+    pub table: String,
+    /// The column list (`None`: every column).
+    pub columns: Option<Vec<String>>,
+    /// The columns the column list leaves out.
+    pub left_out: Vec<String>,
+    /// The row filter.
+    pub filter: Option<String>,
+}
+
+/// Excluded columns of a table that the publication still carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientSideColumns {
+    /// `schema.table`.
+    pub table: String,
+    /// The excluded columns.
+    pub columns: Vec<String>,
+    /// Why they are not left out of the publication.
+    pub reason: String,
+}
+
+impl PublishedTable {
+    fn qualified(&self) -> String {
+        format!("{}.{}", self.schema, self.table)
+    }
+
+    /// Whether it carries a filter (row filter or column list).
+    pub fn is_filtered(&self) -> bool {
+        self.columns.is_some() || self.filter.is_some()
+    }
+
+    /// `TABLE "s"."t" ("a", "b") WHERE (…)`.
+    fn sql(&self) -> String {
+        let mut sql = format!(
+            "TABLE {}.{}",
+            quote_ident(&self.schema),
+            quote_ident(&self.table)
+        );
+        if let Some(columns) = &self.columns {
+            let columns: Vec<String> = columns.iter().map(|c| quote_ident(c)).collect();
+            sql.push_str(&format!(" ({})", columns.join(", ")));
+        }
+        if let Some(filter) = &self.filter {
+            sql.push_str(&format!(" WHERE ({filter})"));
+        }
+        sql
+    }
+
+    /// The pipeline file's key behind this table's filters, for messages.
+    fn config_key(&self) -> String {
+        if self.filter.is_some() {
+            format!("source.postgres.row_filters.{:?}", self.qualified())
+        } else {
+            "source.postgres.columns.exclude".to_owned()
+        }
+    }
+}
+
+impl PublicationPlan {
+    /// The definition for `tables` (the captured ones) on a server of major `version`.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when row filters are configured and the server is older than 15; retryable on
+    /// connection trouble.
+    pub async fn build(
+        catalog: &PgCatalog,
+        config: &PipelineConfig,
+        tables: &[CapturedTable],
+        version: u32,
+    ) -> Result<Self, PipelineError> {
+        let pg = config.postgres();
+        let outbox = pg.outbox.as_ref().map(|o| o.table.as_str());
+        let mut plan = Self::default();
+        if version < 15
+            && let Some(table) = pg.row_filters.keys().next()
+        {
+            return Err(PipelineError::fatal(
+                format!(
+                    "source.postgres.row_filters.{table:?}: row filters need PostgreSQL 15 or later (the server is {version})"
+                ),
+                "remove source.postgres.row_filters (sluice does not evaluate SQL conditions itself), or upgrade PostgreSQL",
+            ));
+        }
+        let mut listed = Vec::with_capacity(tables.len());
+        for captured in tables {
+            let qualified = captured.qualified();
+            let mut table = PublishedTable {
+                schema: captured.schema.clone(),
+                table: captured.table.clone(),
+                columns: None,
+                left_out: Vec::new(),
+                filter: pg.row_filter(&qualified).map(str::to_owned),
+            };
+            let columns = if pg.columns.exclude.is_empty() {
+                Vec::new()
+            } else {
+                table_columns(catalog, &captured.schema, &captured.table).await?
+            };
+            let excluded: Vec<String> = columns
+                .iter()
+                .filter(|c| {
+                    pg.column_treatment(&format!("{qualified}.{}", c.name))
+                        == ColumnTreatment::Exclude
+                })
+                .map(|c| c.name.clone())
+                .collect();
+            if !excluded.is_empty() {
+                let reason = if version < 15 {
+                    Some(format!(
+                        "PostgreSQL {version} has no publication column lists (15 or later)"
+                    ))
+                } else if !pg.publication_column_lists {
+                    Some("source.postgres.publication_column_lists = false".to_owned())
+                } else if outbox == Some(qualified.as_str()) {
+                    Some("the outbox table is published whole".to_owned())
+                } else if captured.replica_identity == 'f' {
+                    Some(
+                        "REPLICA IDENTITY FULL: the column list would have to hold every column"
+                            .to_owned(),
+                    )
+                } else {
+                    None
+                };
+                let kept: Vec<String> = columns
+                    .iter()
+                    .filter(|c| c.identity || !excluded.contains(&c.name))
+                    .map(|c| c.name.clone())
+                    .collect();
+                let left_out: Vec<String> = columns
+                    .iter()
+                    .filter(|c| !kept.contains(&c.name))
+                    .map(|c| c.name.clone())
+                    .collect();
+                let kept_identity: Vec<String> = excluded
+                    .iter()
+                    .filter(|name| kept.contains(name))
+                    .cloned()
+                    .collect();
+                match reason {
+                    Some(reason) => plan.client_side.push(ClientSideColumns {
+                        table: qualified.clone(),
+                        columns: excluded,
+                        reason,
+                    }),
+                    None if kept.is_empty() => plan.client_side.push(ClientSideColumns {
+                        table: qualified.clone(),
+                        columns: excluded,
+                        reason: "every column is excluded (a column list needs one)".to_owned(),
+                    }),
+                    None => {
+                        if !kept_identity.is_empty() {
+                            plan.client_side.push(ClientSideColumns {
+                                table: qualified.clone(),
+                                columns: kept_identity,
+                                reason: "replica-identity columns stay in the publication"
+                                    .to_owned(),
+                            });
+                        }
+                        if !left_out.is_empty() {
+                            table.columns = Some(kept);
+                            table.left_out = left_out;
+                        }
+                    }
+                }
+            }
+            listed.push(table);
+        }
+        let any_column_list = listed.iter().any(|t| t.columns.is_some());
+        let expanded: Vec<&str> = if any_column_list {
+            pg.schemas.iter().map(String::as_str).collect()
+        } else {
+            listed
+                .iter()
+                .filter(|t| t.filter.is_some())
+                .map(|t| t.schema.as_str())
+                .collect()
+        };
+        if version >= 15 {
+            plan.schemas = pg
+                .schemas
+                .iter()
+                .filter(|s| !expanded.contains(&s.as_str()))
+                .cloned()
+                .collect();
+        }
+        let mut published: Vec<PublishedTable> = listed
+            .into_iter()
+            .filter(|t| !plan.schemas.contains(&t.schema))
+            .collect();
+        // Tables without filters first: the statements that add a filtered table are then one
+        // per table, so a refusal names its table.
+        published.sort_by_key(PublishedTable::is_filtered);
+        plan.tables = published;
+        Ok(plan)
+    }
+
+    /// Whether anything is pushed down (a row filter or a column list).
+    pub fn pushes_down(&self) -> bool {
+        self.tables.iter().any(PublishedTable::is_filtered)
+    }
+
+    /// The published table `schema.table`, when published by name.
+    pub fn table(&self, qualified: &str) -> Option<&PublishedTable> {
+        self.tables.iter().find(|t| t.qualified() == qualified)
+    }
+
+    /// The publication objects without filters (schemas, then plain tables).
+    fn plain_objects(&self) -> Vec<String> {
+        let mut objects = Vec::new();
+        if !self.schemas.is_empty() {
+            let schemas: Vec<String> = self.schemas.iter().map(|s| quote_ident(s)).collect();
+            objects.push(format!("TABLES IN SCHEMA {}", schemas.join(", ")));
+        }
+        objects.extend(
+            self.tables
+                .iter()
+                .filter(|t| !t.is_filtered())
+                .map(PublishedTable::sql),
+        );
+        objects
+    }
+
+    /// The statements that make publication `name` this definition, each with the filtered
+    /// table it adds (for messages): `CREATE PUBLICATION` (or `ALTER … SET`) with every table
+    /// without filters, then one `ALTER … ADD TABLE` per filtered table.
+    fn statements(&self, name: &str, create: bool) -> Vec<(String, Option<&PublishedTable>)> {
+        let mut filtered = self.tables.iter().filter(|t| t.is_filtered());
+        let mut first = self.plain_objects();
+        let mut first_table = None;
+        if first.is_empty()
+            && let Some(table) = filtered.next()
+        {
+            first.push(table.sql());
+            first_table = Some(table);
+        }
+        let name = quote_ident(name);
+        let mut statements = vec![(
+            if create {
+                format!("CREATE PUBLICATION {name} FOR {}", first.join(", "))
+            } else {
+                format!("ALTER PUBLICATION {name} SET {}", first.join(", "))
+            },
+            first_table,
+        )];
+        statements.extend(
+            filtered.map(|t| (format!("ALTER PUBLICATION {name} ADD {}", t.sql()), Some(t))),
+        );
+        statements
+    }
+
+    /// The SQL that gives publication `name` this definition (for hints).
+    pub fn alter_sql(&self, name: &str) -> String {
+        self.statements(name, false)
+            .into_iter()
+            .map(|(sql, _)| sql)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    fn log_client_side(&self) {
+        for columns in &self.client_side {
+            tracing::info!(
+                table = %columns.table,
+                columns = ?columns.columns,
+                reason = %columns.reason,
+                "excluded columns are not left out of the publication; sluice drops them"
+            );
+        }
+    }
+}
+
+/// A column as the publication sees it.
+struct TableColumn {
+    name: String,
+    /// Part of the replica identity (the primary key, or the `REPLICA IDENTITY USING INDEX`).
+    identity: bool,
+}
+
+/// The table's columns that can be published (not generated, not dropped), in order.
+async fn table_columns(
+    catalog: &PgCatalog,
+    schema: &str,
+    table: &str,
+) -> Result<Vec<TableColumn>, PipelineError> {
+    let rows = catalog
+        .client()
+        .query(
+            "SELECT a.attname::text, EXISTS (SELECT 1 FROM pg_index i \
+                 WHERE i.indrelid = c.oid AND a.attnum = ANY(i.indkey) \
+                   AND CASE c.relreplident WHEN 'd' THEN i.indisprimary \
+                                           WHEN 'i' THEN i.indisreplident ELSE false END) \
+             FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
+               AND a.attgenerated = '' \
+             ORDER BY a.attnum",
+            &[&schema, &table],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read a table's columns", e))?;
+    Ok(rows
+        .iter()
+        .map(|row| TableColumn {
+            name: row.get(0),
+            identity: row.get(1),
+        })
+        .collect())
+}
+
+/// Creates the publication when absent (and allowed), keeps a managed one in step with the
+/// pipeline file, and checks an unmanaged one applies the configured row filters.
+///
+/// # Errors
+///
+/// Fatal when the publication is missing and may not be created, PostgreSQL refuses a filter,
+/// or an unmanaged publication lacks a configured row filter; retryable on connection trouble.
+pub async fn ensure(
+    catalog: &PgCatalog,
+    config: &PipelineConfig,
+    tables: &[CapturedTable],
+) -> Result<PublicationPlan, PipelineError> {
+    let name = config.publication_name();
+    let exists = catalog
+        .client()
+        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
+        .await
+        .map_err(|e| classify_pg("cannot read publications", e))?
+        .is_some();
+    let version = catalog.server_major_version().await?;
+    let plan = PublicationPlan::build(catalog, config, tables, version).await?;
+    plan.log_client_side();
+    let managed = config.postgres().create_publication;
+    if !exists {
+        if !managed {
+            return Err(PipelineError::fatal(
+                format!("publication {name:?} does not exist"),
+                format!(
+                    "create it ({}) or set source.postgres.create_publication = true",
+                    plan.statements(&name, true)
+                        .into_iter()
+                        .map(|(sql, _)| sql)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+            ));
+        }
+        if plan.schemas.is_empty() && plan.tables.is_empty() {
+            return Err(PipelineError::fatal(
+                "no table to capture: the configured schemas hold no tables",
+                "create the tables first, or list them in source.postgres.tables",
+            ));
+        }
+        apply(catalog, &name, &plan, true).await?;
+        return Ok(plan);
+    }
+    if version < 15 {
+        return Ok(plan);
+    }
+    if managed {
+        if plan.pushes_down() || has_filters(catalog, &name).await? {
+            if plan.schemas.is_empty() && plan.tables.is_empty() {
+                return Err(PipelineError::fatal(
+                    "no table to capture: the configured schemas hold no tables",
+                    "create the tables first, or list them in source.postgres.tables",
+                ));
+            }
+            apply(catalog, &name, &plan, false).await?;
+        }
+        return Ok(plan);
+    }
+    // Not ours to change: every configured row filter must be there (the snapshot applies it,
+    // so the stream must too).
+    let filtered: Vec<(String, Option<String>)> = catalog
+        .client()
+        .query(
+            "SELECT schemaname || '.' || tablename, rowfilter FROM pg_publication_tables \
+             WHERE pubname = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the publication's tables", e))?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    for table in plan.tables.iter().filter(|t| t.filter.is_some()) {
+        let qualified = table.qualified();
+        let applied = filtered
+            .iter()
+            .any(|(t, filter)| *t == qualified && filter.is_some());
+        if !applied {
+            return Err(PipelineError::fatal(
+                format!(
+                    "publication {name:?} does not filter {qualified} as {} asks (and create_publication = false)",
+                    table.config_key()
+                ),
+                format!(
+                    "run: {}; or set source.postgres.create_publication = true",
+                    plan.alter_sql(&name)
+                ),
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+/// Whether the publication has row filters or column lists.
+async fn has_filters(catalog: &PgCatalog, name: &str) -> Result<bool, PipelineError> {
+    let row = catalog
+        .client()
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_publication_rel r \
+                 JOIN pg_publication p ON p.oid = r.prpubid \
+                 WHERE p.pubname = $1 AND (r.prqual IS NOT NULL OR r.prattrs IS NOT NULL))",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the publication's tables", e))?;
+    Ok(row.get(0))
+}
+
+/// The publication's definition as lines (schemas, tables named, and every published table
+/// with its columns and row filter), sorted: two definitions are equal when these are.
+async fn describe(catalog: &PgCatalog, name: &str) -> Result<Vec<String>, PipelineError> {
+    let rows = catalog
+        .client()
+        .query(
+            "SELECT 'schema ' || n.nspname FROM pg_publication_namespace pn \
+                 JOIN pg_namespace n ON n.oid = pn.pnnspid \
+                 JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1 \
+             UNION ALL \
+             SELECT format('table %s.%s named', n.nspname, c.relname) FROM pg_publication_rel r \
+                 JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 \
+             UNION ALL \
+             SELECT format('table %s.%s columns %s%s', schemaname, tablename, attnames::text, \
+                           coalesce(' where ' || rowfilter, '')) \
+                 FROM pg_publication_tables WHERE pubname = $1 \
+             ORDER BY 1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the publication's definition", e))?;
+    Ok(rows.iter().map(|row| row.get(0)).collect())
+}
+
+/// Applies the plan in one transaction (`create`: the publication is new), checks PostgreSQL
+/// still accepts updates and deletes on every filtered table, and commits only when the
+/// definition changed; logs what changed.
+async fn apply(
+    catalog: &PgCatalog,
+    name: &str,
+    plan: &PublicationPlan,
+    create: bool,
+) -> Result<(), PipelineError> {
+    let client = catalog.client();
+    client
+        .batch_execute("BEGIN")
+        .await
+        .map_err(|e| classify_pg("cannot begin a transaction", e))?;
+    let result = apply_in_transaction(catalog, name, plan, create).await;
+    let end = match &result {
+        Ok(Some(_)) => "COMMIT",
+        _ => "ROLLBACK",
+    };
+    let ended = client.batch_execute(end).await;
+    let changes = result?;
+    ended.map_err(|e| classify_pg(format!("cannot update publication {name:?}"), e))?;
+    match changes {
+        None => tracing::debug!(publication = %name, "publication is as the pipeline file asks"),
+        Some((_, added)) if create => {
+            tracing::info!(publication = %name, definition = ?added, "created publication");
+        }
+        Some((removed, added)) => tracing::info!(
+            publication = %name,
+            removed = ?removed,
+            added = ?added,
+            "updated publication to match the pipeline file (changes already in the WAL keep the old definition)"
+        ),
+    }
+    Ok(())
+}
+
+/// The lines removed and added, or `None` when nothing changed.
+type Changes = Option<(Vec<String>, Vec<String>)>;
+
+async fn apply_in_transaction(
+    catalog: &PgCatalog,
+    name: &str,
+    plan: &PublicationPlan,
+    create: bool,
+) -> Result<Changes, PipelineError> {
+    let client = catalog.client();
+    let before = if create {
+        Vec::new()
+    } else {
+        describe(catalog, name).await?
+    };
+    for (sql, table) in plan.statements(name, create) {
+        client.batch_execute(&sql).await.map_err(|e| match table {
+            Some(table) if is_definition_error(&e) => PipelineError::fatal_with(
+                format!(
+                    "PostgreSQL refuses the filters of {} ({}) in publication {name:?}",
+                    table.qualified(),
+                    table.config_key()
+                ),
+                "a row filter must be a simple condition on the table's columns (no user-defined or volatile functions, no subqueries); see the cause",
+                e,
+            ),
+            _ => classify_pg(
+                format!(
+                    "cannot {} publication {name:?}",
+                    if create { "create" } else { "update" }
+                ),
+                e,
+            ),
+        })?;
+    }
+    // PostgreSQL accepts a row filter on any column, but then refuses every UPDATE and DELETE
+    // of the table unless the filter uses only replica-identity columns: find out now.
+    for table in plan.tables.iter().filter(|t| t.is_filtered()) {
+        let sql = format!(
+            "DELETE FROM {}.{} WHERE false",
+            quote_ident(&table.schema),
+            quote_ident(&table.table)
+        );
+        client.batch_execute(&sql).await.map_err(|e| {
+            if e.code() == Some(&SqlState::INVALID_COLUMN_REFERENCE) {
+                PipelineError::fatal_with(
+                    format!(
+                        "{}: with this filter in publication {name:?}, PostgreSQL would refuse every UPDATE and DELETE of {}",
+                        table.config_key(),
+                        table.qualified()
+                    ),
+                    format!(
+                        "a row filter may only use the table's replica-identity columns (the primary key): filter on those, or run ALTER TABLE {}.{} REPLICA IDENTITY FULL (an update that leaves the filter is then published as a delete)",
+                        quote_ident(&table.schema),
+                        quote_ident(&table.table)
+                    ),
+                    e,
+                )
+            } else {
+                classify_pg(format!("cannot check the publication of {}", table.qualified()), e)
+            }
+        })?;
+    }
+    let after = describe(catalog, name).await?;
+    if !create && before == after {
+        return Ok(None);
+    }
+    let removed = before
+        .iter()
+        .filter(|l| !after.contains(l))
+        .cloned()
+        .collect();
+    let added = after
+        .iter()
+        .filter(|l| !before.contains(l))
+        .cloned()
+        .collect();
+    Ok(Some((removed, added)))
+}
+
+/// Errors that say the definition itself is wrong (syntax, unknown column, disallowed
+/// expression), as opposed to connection or permission trouble.
+fn is_definition_error(error: &tokio_postgres::Error) -> bool {
+    error.code().is_some_and(|code| {
+        let code = code.code();
+        (code.starts_with("42") && code != "42501") || matches!(code, "0A000" | "22P02")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(name: &str, columns: Option<&[&str]>, filter: Option<&str>) -> PublishedTable {
+        PublishedTable {
+            schema: "s".into(),
+            table: name.into(),
+            columns: columns.map(|c| c.iter().map(|c| (*c).to_owned()).collect()),
+            left_out: Vec::new(),
+            filter: filter.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn statements_add_each_filtered_table_on_its_own() {
+        let plan = PublicationPlan {
+            schemas: vec!["other".into()],
+            tables: vec![
+                table("plain", None, None),
+                table("users", Some(&["id", "nick"]), None),
+                table("orders", None, Some("status <> 'draft'")),
+            ],
+            client_side: Vec::new(),
+        };
+        let statements: Vec<String> = plan
+            .statements("p", true)
+            .into_iter()
+            .map(|(sql, _)| sql)
+            .collect();
+        assert_eq!(
+            statements,
+            [
+                "CREATE PUBLICATION \"p\" FOR TABLES IN SCHEMA \"other\", TABLE \"s\".\"plain\"",
+                "ALTER PUBLICATION \"p\" ADD TABLE \"s\".\"users\" (\"id\", \"nick\")",
+                "ALTER PUBLICATION \"p\" ADD TABLE \"s\".\"orders\" WHERE (status <> 'draft')",
+            ]
+        );
+        assert!(plan.pushes_down());
+    }
+
+    #[test]
+    fn a_plan_of_filtered_tables_only_sets_the_first() {
+        let plan = PublicationPlan {
+            schemas: Vec::new(),
+            tables: vec![
+                table("a", None, Some("id > 1")),
+                table("b", None, Some("id > 2")),
+            ],
+            client_side: Vec::new(),
+        };
+        assert_eq!(
+            plan.alter_sql("p"),
+            "ALTER PUBLICATION \"p\" SET TABLE \"s\".\"a\" WHERE (id > 1); \
+             ALTER PUBLICATION \"p\" ADD TABLE \"s\".\"b\" WHERE (id > 2)"
+        );
+    }
+}
