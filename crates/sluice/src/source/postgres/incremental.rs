@@ -351,6 +351,10 @@ pub async fn read_chunk(
             .collect();
         conditions.push(format!("({key_list}) > ({})", literals.join(", ")));
     }
+    // The pipeline's row filter (as the publication applies it), then the request's.
+    if let Some(filter) = rules.row_filter(&snapshot.table) {
+        conditions.push(format!("({filter})"));
+    }
     if let Some(filter) = &snapshot.filter {
         conditions.push(format!("({filter})"));
     }
