@@ -36,6 +36,7 @@
 pub mod config;
 pub mod files;
 pub mod metrics;
+pub mod object;
 pub mod parquet;
 pub mod template;
 pub mod worker;
@@ -62,6 +63,7 @@ use crate::admin::{self, PipelineState, StatusBoard};
 use crate::error::PipelineError;
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
 use crate::sink::files::{FileSettings, OutputRoot, RootError, SubPartitionId};
+use crate::sink::object::ObjectTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{
     DeadLetter, RecordData, WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
@@ -222,7 +224,20 @@ fn run_once(
     runtime: tokio::runtime::Handle,
 ) -> Result<(), PipelineError> {
     let files = config.files();
-    let root = OutputRoot::open(&files.path, files.sub_partitions).map_err(|error| match error {
+    let opened = match &files.url {
+        None => OutputRoot::open(&files.path, files.sub_partitions),
+        Some(url) => {
+            let objects = ObjectTarget::s3(url, &files.s3, runtime.clone()).map_err(|e| {
+                PipelineError::fatal_with(
+                    "cannot configure the S3 client",
+                    "check sink.files.url and [sink.files.s3]",
+                    e,
+                )
+            })?;
+            OutputRoot::open_objects(&files.path, objects, files.sub_partitions)
+        }
+    };
+    let root = opened.map_err(|error| match error {
         RootError::SubPartitionsChanged { .. } => PipelineError::fatal_with(
             "the output root was written with another number of sub-partitions",
             "keep sink.files.sub_partitions as it was for this root, or write to a new sink.files.path",
@@ -230,6 +245,7 @@ fn run_once(
         ),
         RootError::Io { .. } => PipelineError::retryable("cannot prepare the output root", error),
     })?;
+    let root_description = root.describe();
     let settings = Arc::new(worker_settings(config)?);
     let dead_letter = match (
         &config.delivery.dead_letter_topic,
@@ -303,7 +319,7 @@ fn run_once(
     tracing::info!(
         topics = ?config.kafka().topics,
         group = %config.group_id(),
-        root = %config.files().path.display(),
+        root = %root_description,
         "sink started"
     );
     let commit_interval = Duration::from_millis(config.kafka().commit_interval_ms);

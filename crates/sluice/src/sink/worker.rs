@@ -365,7 +365,7 @@ impl Worker {
                 self.id.topic,
                 self.id.partition,
                 self.id.sub,
-                self.root.path().display()
+                self.root.describe()
             ),
             error,
         )

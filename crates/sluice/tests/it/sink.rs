@@ -3,7 +3,6 @@
 //! a consumer group of two processes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,7 +19,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 
 use crate::support::{Sluice, broker_shared, free_port, read_topic, stack, test_dir, unique};
 
-async fn create_topic(topic: &str, partitions: i32) {
+pub(crate) async fn create_topic(topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .create()
@@ -47,7 +46,7 @@ fn value_of(key: u64, seq: u64) -> String {
 }
 
 /// Produces `count` records over `keys` keys (round robin), each key's `seq` counting from 0.
-fn produce(topic: &str, count: u64, keys: u64, first: u64) {
+pub(crate) fn produce(topic: &str, count: u64, keys: u64, first: u64) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .set("enable.idempotence", "true")
@@ -75,7 +74,7 @@ fn produce(topic: &str, count: u64, keys: u64, first: u64) {
 }
 
 /// End offsets per partition.
-fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+pub(crate) fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .create()
@@ -135,17 +134,17 @@ max_backoff_ms = 2000
 
 /// One record read back from an output file.
 #[derive(Debug, Clone)]
-struct Row {
-    file: PathBuf,
-    sub: u32,
-    partition: i32,
-    offset: i64,
-    id: String,
-    seq: i64,
+pub(crate) struct Row {
+    pub(crate) file: PathBuf,
+    pub(crate) sub: u32,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) id: String,
+    pub(crate) seq: i64,
 }
 
 /// Parses `part-<topic>+<partition>+s<sub>+<first>-<last>.<ext>`.
-fn parse_name(name: &str) -> Option<(i32, u32, i64, i64)> {
+pub(crate) fn parse_name(name: &str) -> Option<(i32, u32, i64, i64)> {
     let stem = name.strip_prefix("part-")?.split('.').next()?;
     let mut parts = stem.rsplitn(4, '+');
     let range = parts.next()?;
@@ -180,6 +179,16 @@ fn read_output(root: &Path) -> Vec<Row> {
     files_under(root, &mut files);
     let mut rows = Vec::new();
     for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        rows.extend(rows_of_file(&file, bytes::Bytes::from(bytes)));
+    }
+    rows
+}
+
+/// The rows of one output file (`file` is its path or object key); checks its name against
+/// its rows and that rows are in offset order.
+pub(crate) fn rows_of_file(file: &Path, bytes: bytes::Bytes) -> Vec<Row> {
+    {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
             !name.starts_with(".tmp"),
@@ -189,7 +198,7 @@ fn read_output(root: &Path) -> Vec<Row> {
             parse_name(&name).unwrap_or_else(|| panic!("unexpected file {file:?}"));
         let mut file_rows = Vec::new();
         if name.ends_with(".parquet") {
-            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&file).unwrap())
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
                 .unwrap()
                 .build()
                 .unwrap();
@@ -202,7 +211,7 @@ fn read_output(root: &Path) -> Vec<Row> {
                 let seqs = col("seq");
                 for i in 0..batch.num_rows() {
                     file_rows.push(Row {
-                        file: file.clone(),
+                        file: file.to_owned(),
                         sub,
                         partition: partitions.as_primitive::<Int32Type>().value(i),
                         offset: offsets.as_primitive::<Int64Type>().value(i),
@@ -212,10 +221,10 @@ fn read_output(root: &Path) -> Vec<Row> {
                 }
             }
         } else {
-            for line in BufReader::new(File::open(&file).unwrap()).lines() {
+            for line in BufReader::new(&bytes[..]).lines() {
                 let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
                 file_rows.push(Row {
-                    file: file.clone(),
+                    file: file.to_owned(),
                     sub,
                     partition: value["_partition"].as_i64().unwrap() as i32,
                     offset: value["_offset"].as_i64().unwrap(),
@@ -237,14 +246,13 @@ fn read_output(root: &Path) -> Vec<Row> {
             file_rows.iter().all(|r| r.partition == partition),
             "{file:?}"
         );
-        rows.extend(file_rows);
+        file_rows
     }
-    rows
 }
 
 /// Every offset below the end of each partition is in exactly one file (or in `dead`), each
 /// key lives in one sub-partition and its `seq`s follow offset order without gaps.
-fn verify(rows: &[Row], ends: &BTreeMap<i32, i64>, dead: &HashSet<(i32, i64)>) {
+pub(crate) fn verify(rows: &[Row], ends: &BTreeMap<i32, i64>, dead: &HashSet<(i32, i64)>) {
     let mut seen: HashMap<(i32, i64), &Row> = HashMap::new();
     for row in rows {
         if let Some(other) = seen.insert((row.partition, row.offset), row) {
@@ -309,13 +317,13 @@ fn wait_for_output(root: &Path, expected: usize, timeout: Duration, sluices: &[&
     }
 }
 
-fn assigned(sluice: &Sluice) -> f64 {
+pub(crate) fn assigned(sluice: &Sluice) -> f64 {
     sluice
         .metric("sluice_sink_assigned_partitions")
         .unwrap_or(0.0)
 }
 
-fn committed_records(sluice: &Sluice) -> f64 {
+pub(crate) fn committed_records(sluice: &Sluice) -> f64 {
     sluice
         .metric("sluice_sink_records_committed_total")
         .unwrap_or(0.0)
