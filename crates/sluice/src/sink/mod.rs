@@ -28,6 +28,12 @@
 //! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
 //!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
 //!   any more), the watermark is committed, then the partitions are released.
+//! - **Admin API.** Pause pauses every assigned partition in the consumer (the group
+//!   membership stays, so the partitions do not move to another process) and has the
+//!   workers commit their open epochs; records already queued are still written. Resume
+//!   resumes the partitions (librdkafka fetches again within about a second). Restart ends
+//!   the run like a shutdown (open epochs committed, offsets committed, group left) and the
+//!   supervisor starts a new one at once. The `/health` state is `paused` while paused.
 //! - **Failures.** A record that cannot be written is retried, dead-lettered or stops the
 //!   pipeline (`delivery.on_failure`); a worker busy on one record or commit for more than
 //!   `processing_timeout_ms` fails the run, and I/O errors too: the supervisor restarts it
@@ -96,8 +102,6 @@ pub async fn run_pipeline(
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::app::stop_on_signal(shutdown.clone()));
     let board = StatusBoard::new(&config.name, config.restart.policy.name());
-    // Pause, resume and restart through the API are built for CDC pipelines only.
-    board.set_controllable(false);
     let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
     let admin_shutdown = CancellationToken::new();
     let server = admin::serve(
@@ -123,6 +127,7 @@ async fn supervise(
 ) -> Result<(), PipelineError> {
     // The restart policy and backoff are the CDC pipeline's (`crate::app::after_failure`).
     let mut consecutive_failures = 0u32;
+    let mut control = board.control();
     loop {
         board.set_state(PipelineState::Starting);
         let started = Instant::now();
@@ -140,9 +145,13 @@ async fn supervise(
             ))
         });
         let error = match result {
-            Ok(()) => {
+            Ok(RunEnd::Stopped) => {
                 board.set_state(PipelineState::Stopped);
                 return Ok(());
+            }
+            Ok(RunEnd::RestartRequested) => {
+                board.record_restart("requested", None, 0, consecutive_failures);
+                continue;
             }
             Err(_) if shutdown.is_cancelled() => {
                 board.set_state(PipelineState::Stopped);
@@ -163,13 +172,15 @@ async fn supervise(
         ) else {
             return Err(error);
         };
-        if shutdown
-            .run_until_cancelled(tokio::time::sleep(delay))
-            .await
-            .is_none()
-        {
-            board.set_state(PipelineState::Stopped);
-            return Ok(());
+        control.borrow_and_update();
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                board.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
+            () = tokio::time::sleep(delay) => {}
+            // A resume or restart request cuts the wait short (a pause applies in the run).
+            _ = control.changed() => {}
         }
         board.update(|s| s.backoff_ms = None);
     }
@@ -216,13 +227,22 @@ fn worker_settings(config: &SinkPipelineConfig) -> Result<WorkerSettings, Pipeli
     })
 }
 
-/// One run: from subscribing until shutdown or an error.
+/// How a run ended without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunEnd {
+    /// Shutdown (a signal): the process exits.
+    Stopped,
+    /// An operator asked for a restart through the admin API.
+    RestartRequested,
+}
+
+/// One run: from subscribing until shutdown, a restart request or an error.
 fn run_once(
     config: &Arc<SinkPipelineConfig>,
     board: &StatusBoard,
     shutdown: &CancellationToken,
     runtime: tokio::runtime::Handle,
-) -> Result<(), PipelineError> {
+) -> Result<RunEnd, PipelineError> {
     let files = config.files();
     let opened = match &files.url {
         None => OutputRoot::open(&files.path, files.sub_partitions),
@@ -277,8 +297,12 @@ fn run_once(
         _ => None,
     };
     let (events_tx, events_rx) = std::sync::mpsc::channel();
+    // Pause and restart requests through the admin API, seen by the poll loop.
+    let mut control = board.control();
+    let requested = *control.borrow_and_update();
     let context = SinkContext {
         intake: Mutex::new(Intake {
+            admin_paused: requested.paused,
             config: Arc::clone(config),
             root: Arc::new(root),
             settings,
@@ -315,7 +339,11 @@ fn run_once(
             e,
         )
     })?;
-    board.set_state(PipelineState::Streaming);
+    board.set_state(if requested.paused {
+        PipelineState::Paused
+    } else {
+        PipelineState::Streaming
+    });
     tracing::info!(
         topics = ?config.kafka().topics,
         group = %config.group_id(),
@@ -327,10 +355,18 @@ fn run_once(
     let mut last_check = Instant::now();
     let result = loop {
         if shutdown.is_cancelled() {
-            break Ok(());
+            break Ok(RunEnd::Stopped);
         }
         let message = consumer.poll(Duration::from_millis(20));
         let mut intake = lock(consumer.context());
+        if control.has_changed().unwrap_or(false) {
+            let now = *control.borrow_and_update();
+            if now.restart_requests != requested.restart_requests {
+                tracing::info!("restart requested through the admin API: committing open files");
+                break Ok(RunEnd::RestartRequested);
+            }
+            intake.set_admin_paused(&consumer, now.paused, board);
+        }
         match message {
             Some(Ok(message)) => intake.on_message(&consumer, &message),
             Some(Err(error)) => {
@@ -354,7 +390,7 @@ fn run_once(
     };
     let mut intake = lock(consumer.context());
     match result {
-        Ok(()) => {
+        Ok(_) => {
             tracing::info!("stopping: committing open files");
             let all: Vec<(Arc<str>, i32)> = intake.partitions.keys().cloned().collect();
             intake.release(&consumer, &all);
@@ -366,8 +402,8 @@ fn run_once(
     // Leaving the group runs the revoke callback, which finds nothing left to finish.
     drop(consumer);
     match (result, failure) {
-        (Err(error), _) | (Ok(()), Some(error)) => Err(error),
-        (Ok(()), None) => Ok(()),
+        (Err(error), _) | (Ok(_), Some(error)) => Err(error),
+        (Ok(end), None) => Ok(end),
     }
 }
 
@@ -421,8 +457,15 @@ impl ConsumerContext for SinkContext {
                 };
                 // librdkafka keeps an application pause on a partition across unassign and
                 // assign: a partition paused before a rebalance would never be fetched again.
-                if let Err(error) = consumer.resume(&assignment) {
-                    tracing::debug!(error = %error, "resuming newly assigned partitions");
+                // While the pipeline is paused through the admin API new partitions stay
+                // paused too.
+                let applied = if intake.admin_paused {
+                    consumer.pause(&assignment)
+                } else {
+                    consumer.resume(&assignment)
+                };
+                if let Err(error) = applied {
+                    tracing::debug!(error = %error, "pausing or resuming newly assigned partitions");
                 }
                 assigned
             }
@@ -477,6 +520,8 @@ struct PartitionState {
 }
 
 struct Intake {
+    /// Paused through the admin API: every assigned partition is paused in the consumer.
+    admin_paused: bool,
     config: Arc<SinkPipelineConfig>,
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
@@ -671,9 +716,53 @@ impl Intake {
         }
     }
 
-    /// Admits waiting records of paused partitions and resumes those that drained.
+    /// Pauses every assigned partition and commits the open files (`paused`), or resumes
+    /// the partitions whose queue is not full; see "Admin API" in the [module docs](self).
+    fn set_admin_paused(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        paused: bool,
+        board: &StatusBoard,
+    ) {
+        if paused == self.admin_paused {
+            return;
+        }
+        self.admin_paused = paused;
+        let mut list = TopicPartitionList::new();
+        for ((topic, partition), state) in &self.partitions {
+            // A partition whose queue is full stays paused until it drains.
+            if paused || !state.paused {
+                list.add_partition(topic, *partition);
+            }
+        }
+        if paused {
+            if let Err(error) = consumer.pause(&list) {
+                tracing::warn!(error = %error, "cannot pause the assigned partitions");
+            }
+            for state in self.partitions.values() {
+                for worker in &state.workers {
+                    let _ = worker.tx.send(WorkerMsg::Flush);
+                }
+            }
+            board.set_state(PipelineState::Paused);
+            tracing::info!(
+                partitions = self.partitions.len(),
+                "paused through the admin API: partitions paused, open files committed"
+            );
+        } else {
+            if let Err(error) = consumer.resume(&list) {
+                tracing::warn!(error = %error, "cannot resume the assigned partitions");
+            }
+            board.set_state(PipelineState::Streaming);
+            tracing::info!("resumed through the admin API");
+        }
+    }
+
+    /// Admits waiting records of paused partitions and resumes those that drained (unless
+    /// the pipeline is paused through the admin API).
     fn resume_drained(&mut self, consumer: &BaseConsumer<SinkContext>) {
         let subs = self.sub_partitions();
+        let admin_paused = self.admin_paused;
         let mut failure = None;
         for ((topic, partition), state) in &mut self.partitions {
             if !state.paused {
@@ -682,7 +771,7 @@ impl Intake {
             if let Err(error) = admit(state, subs) {
                 failure = Some(error);
             }
-            if state.waiting.is_empty() {
+            if state.waiting.is_empty() && !admin_paused {
                 let mut list = TopicPartitionList::new();
                 list.add_partition(topic, *partition);
                 match consumer.resume(&list) {
@@ -966,6 +1055,7 @@ mod tests {
         let config = SinkPipelineConfig::from_toml(&text, "test.toml", &|_| None).unwrap();
         let (events_tx, events_rx) = std::sync::mpsc::channel();
         Intake {
+            admin_paused: false,
             settings: Arc::new(worker_settings(&config).unwrap()),
             root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
             config: Arc::new(config),

@@ -51,6 +51,8 @@ impl RecordData {
 pub enum WorkerMsg {
     /// A record to write, with its tracker sequence and queue budget share.
     Record(RecordData, Seq, InFlightPermit),
+    /// Commit the open epoch now and go on (a pause through the admin API).
+    Flush,
     /// Commit the open epoch and stop (revocation, shutdown).
     Finish,
     /// Drop the open epoch and stop.
@@ -286,6 +288,11 @@ impl Worker {
                     {
                         self.commit()?;
                     }
+                    self.set_busy(false);
+                }
+                Ok(WorkerMsg::Flush) => {
+                    self.set_busy(true);
+                    self.commit()?;
                     self.set_busy(false);
                 }
                 Ok(WorkerMsg::Finish) => {
