@@ -264,8 +264,9 @@ pub struct SinkDeliveryConfig {
     /// Records queued per partition; when full, the partition is paused.
     #[serde(default = "default_max_queued_records")]
     pub max_queued_records_per_partition: u32,
-    /// Time a worker may spend on one record or one file commit before the run fails (and is
-    /// restarted from the committed files).
+    /// Time a worker may spend on one record (then the record is a failure: `on_failure`
+    /// applies) or one file commit (then the run fails and is restarted from the committed
+    /// files).
     #[serde(default = "default_processing_timeout_ms")]
     pub processing_timeout_ms: u64,
     /// Time to finish in-flight files when partitions are revoked or on shutdown; what is

@@ -100,6 +100,36 @@ struct SubState {
     /// The renames the last committed epoch consists of: staged file name → final path
     /// relative to the root (the object key relative to the prefix on an object store).
     renames: Vec<(String, String)>,
+    /// Offsets after `last_offset` that are in no file because they went to the dead-letter
+    /// topic after a processing timeout (see [`OutputRoot::add_skipped`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<i64>,
+}
+
+/// What [`OutputRoot::recover`] found of a sub-partition's last commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The highest offset in a committed file (-1: none).
+    pub last_offset: i64,
+    /// The last committed epoch's number.
+    pub epoch: u64,
+    /// Offsets after `last_offset` that must be skipped (dead-lettered after a timeout).
+    pub skipped: Vec<i64>,
+}
+
+impl From<SubState> for Recovered {
+    fn from(state: SubState) -> Self {
+        let last_offset = state.last_offset;
+        Self {
+            last_offset,
+            epoch: state.epoch,
+            skipped: state
+                .skipped
+                .into_iter()
+                .filter(|o| *o > last_offset)
+                .collect(),
+        }
+    }
 }
 
 /// The output root; see the [module docs](self).
@@ -267,12 +297,12 @@ impl OutputRoot {
     }
 
     /// Brings a sub-partition's files to its last commit (finishing its renames, deleting
-    /// staged files of uncommitted epochs) and returns the commit's `(last offset, epoch)`.
+    /// staged files of uncommitted epochs) and returns what the commit holds.
     ///
     /// # Errors
     ///
     /// I/O errors, and a state file that cannot be read.
-    pub fn recover(&self, id: &SubPartitionId) -> io::Result<Option<(i64, u64)>> {
+    pub fn recover(&self, id: &SubPartitionId) -> io::Result<Option<Recovered>> {
         if let Some(objects) = &self.objects {
             return self.recover_objects(objects, id);
         }
@@ -294,7 +324,52 @@ impl OutputRoot {
             tracing::info!(file = %entry.path().display(), "deleting a file of an uncommitted epoch");
             fs::remove_file(entry.path())?;
         }
-        Ok(state.map(|s| (s.last_offset, s.epoch)))
+        Ok(state.map(Recovered::from))
+    }
+
+    /// Records in a sub-partition's state that `offset` (after its last committed offset) is
+    /// in no file because it went to the dead-letter topic, so that the records after it can
+    /// be committed and it is never written after a restart. The sub-partition's worker must
+    /// have been abandoned (it commits no more): this rewrites its state.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors; the state is then unchanged.
+    pub fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> io::Result<()> {
+        let parse = |bytes: &[u8]| {
+            serde_json::from_slice::<SubState>(bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        };
+        let mut state = match &self.objects {
+            Some(objects) => objects
+                .get(&id.state_key())?
+                .map(|b| parse(&b))
+                .transpose()?,
+            None => match fs::read(self.state_path(id)) {
+                Ok(bytes) => Some(parse(&bytes)?),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+                Err(error) => return Err(error),
+            },
+        }
+        .unwrap_or(SubState {
+            last_offset: -1,
+            ..SubState::default()
+        });
+        if offset <= state.last_offset || state.skipped.contains(&offset) {
+            return Ok(());
+        }
+        state.skipped.push(offset);
+        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
+        match &self.objects {
+            Some(objects) => objects.put(&id.state_key(), bytes),
+            None => {
+                let path = self.state_path(id);
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                write_atomically(&path, &bytes)
+            }
+        }
     }
 
     /// [`OutputRoot::recover`] on an object store (see the [module docs](self)).
@@ -302,7 +377,7 @@ impl OutputRoot {
         &self,
         objects: &ObjectTarget,
         id: &SubPartitionId,
-    ) -> io::Result<Option<(i64, u64)>> {
+    ) -> io::Result<Option<Recovered>> {
         let staging = self.staging_dir(id);
         fs::create_dir_all(&staging)?;
         for entry in fs::read_dir(&staging)? {
@@ -338,7 +413,7 @@ impl OutputRoot {
             }
             objects.delete(&id.pending_key())?;
         }
-        Ok(state.map(|s| (s.last_offset, s.epoch)))
+        Ok(state.map(Recovered::from))
     }
 
     /// Renames staged files to their final names (those not renamed yet), then syncs the
@@ -662,15 +737,19 @@ pub struct Epoch {
     last_offset: Option<i64>,
     opened_at: Option<std::time::Instant>,
     next_file: u32,
+    /// Dead-lettered offsets the state must keep listing until a commit passes them.
+    skipped: Vec<i64>,
 }
 
 impl Epoch {
-    /// The first epoch after a recovery whose last committed epoch was `last_epoch`.
-    pub fn new(root: &OutputRoot, id: SubPartitionId, last_epoch: u64) -> Self {
+    /// The first epoch after a recovery whose last committed epoch was `last_epoch` and
+    /// whose state lists `skipped` offsets.
+    pub fn new(root: &OutputRoot, id: SubPartitionId, last_epoch: u64, skipped: Vec<i64>) -> Self {
         let staging = root.staging_dir(&id);
         Self {
             id,
             staging,
+            skipped,
             number: last_epoch + 1,
             files: Vec::new(),
             records: 0,
@@ -774,10 +853,12 @@ impl Epoch {
                 (file.staged_name.clone(), target)
             })
             .collect();
+        self.skipped.retain(|o| *o > last_offset);
         let state = SubState {
             last_offset,
             epoch: self.number,
             renames,
+            skipped: self.skipped.clone(),
         };
         let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
         let committed = if let Some(objects) = &root.objects {
@@ -819,6 +900,18 @@ impl Epoch {
         self.opened_at = None;
         self.next_file = 0;
         Ok(committed)
+    }
+
+    /// Closes the epoch's files and forgets them, leaving them on disk for the next
+    /// recovery: an abandoned worker must not touch names a new owner may use again.
+    pub fn forget(&mut self) {
+        for file in &mut self.files {
+            file.body = None;
+        }
+        self.files.clear();
+        self.records = 0;
+        self.last_offset = None;
+        self.opened_at = None;
     }
 
     /// Drops the epoch's staged files (an abandoned epoch).
@@ -885,7 +978,7 @@ mod tests {
         let dir = temp_root("commit");
         let root = OutputRoot::open(&dir, 2).unwrap();
         assert_eq!(root.recover(&id()).unwrap(), None);
-        let mut epoch = Epoch::new(&root, id(), 0);
+        let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
         write(&mut epoch, "a", 3, r#"{"x":1}"#);
         write(&mut epoch, "b", 5, "{ }");
         write(&mut epoch, "a", 9, "[\n1]");
@@ -912,8 +1005,41 @@ mod tests {
         // An uncommitted epoch leaves staged files; recovery deletes them.
         write(&mut epoch, "a", 11, "{}");
         drop(epoch);
-        assert_eq!(root.recover(&id()).unwrap(), Some((9, 1)));
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((9, 1))
+        );
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn skipped_offsets_survive_until_a_commit_passes_them() {
+        let dir = temp_root("skipped");
+        let root = OutputRoot::open(&dir, 2).unwrap();
+        root.add_skipped(&id(), 4).unwrap();
+        let recovered = root.recover(&id()).unwrap().unwrap();
+        assert_eq!(
+            (recovered.last_offset, &recovered.skipped[..]),
+            (-1, &[4][..])
+        );
+        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped);
+        write(&mut epoch, "a", 3, "{}");
+        epoch.commit(&root, &settings()).unwrap();
+        assert_eq!(root.recover(&id()).unwrap().unwrap().skipped, [4]);
+        root.add_skipped(&id(), 2).unwrap(); // already committed: ignored
+        root.add_skipped(&id(), 6).unwrap();
+        let recovered = root.recover(&id()).unwrap().unwrap();
+        assert_eq!(
+            (recovered.last_offset, &recovered.skipped[..]),
+            (3, &[4, 6][..])
+        );
+        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped);
+        write(&mut epoch, "a", 5, "{}");
+        epoch.commit(&root, &settings()).unwrap();
+        assert_eq!(root.recover(&id()).unwrap().unwrap().skipped, [6]);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -952,6 +1078,7 @@ mod tests {
             last_offset: 42,
             epoch: 4,
             renames: vec![(".tmp-e4-0".into(), "x/y/part-t+0+s1+40-42.jsonl".into())],
+            skipped: Vec::new(),
         };
         fs::create_dir_all(root.state_path(&id()).parent().unwrap()).unwrap();
         write_atomically(
@@ -959,7 +1086,12 @@ mod tests {
             &serde_json::to_vec(&state).unwrap(),
         )
         .unwrap();
-        assert_eq!(root.recover(&id()).unwrap(), Some((42, 4)));
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((42, 4))
+        );
         assert_eq!(
             fs::read_to_string(dir.join("x/y/part-t+0+s1+40-42.jsonl")).unwrap(),
             "{}\n"
@@ -978,7 +1110,7 @@ mod tests {
                 metadata: false,
                 ..settings()
             };
-            let mut epoch = Epoch::new(&root, id(), 0);
+            let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
             for offset in 0..100 {
                 let value = format!(r#"{{"n":{offset}}}"#);
                 let fields = parse_object(&value).ok();
@@ -1040,7 +1172,7 @@ mod tests {
         let staging = temp_root("objects");
         let root = OutputRoot::open_objects(&staging, target(), 2).unwrap();
         assert_eq!(root.recover(&id()).unwrap(), None);
-        let mut epoch = Epoch::new(&root, id(), 0);
+        let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
         write(&mut epoch, "a", 3, r#"{"x":1}"#);
         write(&mut epoch, "b", 5, "{}");
         let files = epoch.commit(&root, &settings()).unwrap();
@@ -1074,6 +1206,7 @@ mod tests {
             last_offset: 9,
             epoch: 2,
             renames: vec![(".tmp-e2-0".into(), "a/part-t+0+s1+7-9.jsonl".into())],
+            skipped: Vec::new(),
         };
         objects
             .put(&id().pending_key(), serde_json::to_vec(&pending).unwrap())
@@ -1082,25 +1215,36 @@ mod tests {
             .put("a/part-t+0+s1+7-9.jsonl", b"{}\n".to_vec())
             .unwrap();
         fs::write(root.staging_dir(&id()).join(".tmp-e2-0"), "{}\n").unwrap();
-        assert_eq!(root.recover(&id()).unwrap(), Some((5, 1)));
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((5, 1))
+        );
         assert_eq!(objects.get("a/part-t+0+s1+7-9.jsonl").unwrap(), None);
         assert_eq!(objects.get(&id().pending_key()).unwrap(), None);
         assert!(objects.get("a/part-t+0+s1+3-3.jsonl").unwrap().is_some());
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
 
         // A crash after the state PUT, before the intent's deletion: the epoch stays.
-        let mut epoch = Epoch::new(&root, id(), 1);
+        let mut epoch = Epoch::new(&root, id(), 1, Vec::new());
         write(&mut epoch, "a", 7, "{}");
         epoch.commit(&root, &settings()).unwrap();
         let committed = SubState {
             last_offset: 7,
             epoch: 2,
             renames: vec![(".tmp-e2-0".into(), "a/part-t+0+s1+7-7.jsonl".into())],
+            skipped: Vec::new(),
         };
         objects
             .put(&id().pending_key(), serde_json::to_vec(&committed).unwrap())
             .unwrap();
-        assert_eq!(root.recover(&id()).unwrap(), Some((7, 2)));
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((7, 2))
+        );
         assert!(objects.get("a/part-t+0+s1+7-7.jsonl").unwrap().is_some());
         assert_eq!(objects.get(&id().pending_key()).unwrap(), None);
 

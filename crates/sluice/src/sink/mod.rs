@@ -35,9 +35,10 @@
 //!   the run like a shutdown (open epochs committed, offsets committed, group left) and the
 //!   supervisor starts a new one at once. The `/health` state is `paused` while paused.
 //! - **Failures.** A record that cannot be written is retried, dead-lettered or stops the
-//!   pipeline (`delivery.on_failure`); a worker busy on one record or commit for more than
-//!   `processing_timeout_ms` fails the run, and I/O errors too: the supervisor restarts it
-//!   with backoff, from the committed files.
+//!   pipeline (`delivery.on_failure`); so is a record a worker has been busy on for more than
+//!   `processing_timeout_ms` (see `Intake::record_timed_out`). A file commit busy for that
+//!   long fails the run, and I/O errors too: the supervisor restarts it with backoff, from the
+//!   committed files.
 
 pub mod config;
 pub mod files;
@@ -68,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admin::{self, PipelineState, StatusBoard};
 use crate::error::PipelineError;
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
-use crate::sink::files::{FileSettings, OutputRoot, RootError, SubPartitionId};
+use crate::sink::files::{FileSettings, OutputRoot, Recovered, RootError, SubPartitionId};
 use crate::sink::object::ObjectTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{
@@ -128,6 +129,7 @@ async fn supervise(
     // The restart policy and backoff are the CDC pipeline's (`crate::app::after_failure`).
     let mut consecutive_failures = 0u32;
     let mut control = board.control();
+    let timeouts = TimeoutAttempts::default();
     loop {
         board.set_state(PipelineState::Starting);
         let started = Instant::now();
@@ -136,7 +138,10 @@ async fn supervise(
             let board = Arc::clone(board);
             let shutdown = shutdown.clone();
             let runtime = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || run_once(&config, &board, &shutdown, runtime))
+            let timeouts = Arc::clone(&timeouts);
+            tokio::task::spawn_blocking(move || {
+                run_once(&config, &board, &shutdown, runtime, &timeouts)
+            })
         };
         let result = run.await.unwrap_or_else(|e| {
             Err(PipelineError::retryable(
@@ -242,6 +247,7 @@ fn run_once(
     board: &StatusBoard,
     shutdown: &CancellationToken,
     runtime: tokio::runtime::Handle,
+    timeouts: &TimeoutAttempts,
 ) -> Result<RunEnd, PipelineError> {
     let files = config.files();
     let opened = match &files.url {
@@ -303,6 +309,7 @@ fn run_once(
     let context = SinkContext {
         intake: Mutex::new(Intake {
             admin_paused: requested.paused,
+            timeouts: Arc::clone(timeouts),
             config: Arc::clone(config),
             root: Arc::new(root),
             settings,
@@ -508,6 +515,9 @@ struct PartitionState {
     workers: Vec<WorkerHandle>,
     /// Per sub-partition: records up to this offset are already in committed files.
     skip: Vec<i64>,
+    /// Per sub-partition: later offsets that went to the dead-letter topic after a
+    /// processing timeout (usually empty).
+    dead_lettered: Vec<Vec<i64>>,
     /// Records fetched but not yet admitted (the budget was full), in offset order.
     waiting: VecDeque<RecordData>,
     paused: bool,
@@ -522,6 +532,8 @@ struct PartitionState {
 struct Intake {
     /// Paused through the admin API: every assigned partition is paused in the consumer.
     admin_paused: bool,
+    /// Processing-timeout attempts per record (`on_failure = "retry"`).
+    timeouts: TimeoutAttempts,
     config: Arc<SinkPipelineConfig>,
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
@@ -607,6 +619,7 @@ impl Intake {
         let generation = self.generation;
         let subs = self.sub_partitions();
         let mut skip = Vec::with_capacity(subs as usize);
+        let mut dead_lettered = Vec::with_capacity(subs as usize);
         let mut workers = Vec::with_capacity(subs as usize);
         let mut any_state = false;
         for sub in 0..subs {
@@ -622,13 +635,23 @@ impl Intake {
                 )
             })?;
             any_state |= recovered.is_some();
-            let (last, last_epoch) = recovered.unwrap_or((-1, 0));
-            skip.push(last.max(group_committed.map_or(-1, |c| c - 1)));
+            let recovered = recovered.unwrap_or(Recovered {
+                last_offset: -1,
+                epoch: 0,
+                skipped: Vec::new(),
+            });
+            skip.push(
+                recovered
+                    .last_offset
+                    .max(group_committed.map_or(-1, |c| c - 1)),
+            );
+            dead_lettered.push(recovered.skipped.clone());
             workers.push(
                 worker::spawn(
                     id,
                     generation,
-                    last_epoch,
+                    recovered.epoch,
+                    recovered.skipped,
                     Arc::clone(&self.root),
                     Arc::clone(&self.settings),
                     self.events_tx.clone(),
@@ -653,6 +676,7 @@ impl Intake {
             start = ?start,
             group_committed = ?group_committed,
             skip = ?skip,
+            dead_lettered = ?dead_lettered,
             "partition assigned"
         );
         self.partitions.insert(
@@ -666,6 +690,7 @@ impl Intake {
                 ),
                 workers,
                 skip,
+                dead_lettered,
                 waiting: VecDeque::new(),
                 paused: false,
                 next_offset: initial,
@@ -835,13 +860,15 @@ impl Intake {
         }
     }
 
-    /// Fails the run when a worker is stuck on one record or commit.
+    /// Fails the run when a worker is stuck on a file commit or has ended; a worker stuck
+    /// on one record makes that record a failure (`Intake::record_timed_out`).
     fn check_workers(&mut self) {
         // A worker reports its failure before its thread ends: take that report first.
         self.drain_events();
         let timeout = self.config.delivery.processing_timeout_ms;
         let now = self.clock.elapsed().as_millis() as u64;
         let mut stuck = None;
+        let mut timed_out = None;
         for ((topic, partition), state) in &self.partitions {
             for (sub, worker) in state.workers.iter().enumerate() {
                 if worker.thread.as_ref().is_some_and(|t| t.is_finished()) {
@@ -853,17 +880,119 @@ impl Intake {
                 }
                 let since = worker.busy_since_ms.load(Ordering::Relaxed);
                 if since > 0 && now.saturating_sub(since) > timeout {
-                    stuck = Some(format!(
-                        "the worker of {topic}/{partition} sub-partition {sub} has been busy on one record or file commit for more than delivery.processing_timeout_ms = {timeout}"
-                    ));
+                    let offset = worker.busy_offset.load(Ordering::Relaxed);
+                    if offset >= 0 {
+                        timed_out.get_or_insert((Arc::clone(topic), *partition, sub, offset));
+                    } else {
+                        stuck = Some(format!(
+                            "the worker of {topic}/{partition} sub-partition {sub} has been busy on a file commit for more than delivery.processing_timeout_ms = {timeout}"
+                        ));
+                    }
                 }
             }
         }
-        if let Some(what) = stuck
-            && self.failure.is_none()
-        {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Some((topic, partition, sub, offset)) = timed_out {
+            self.record_timed_out(&topic, partition, sub as u32, offset);
+        } else if let Some(what) = stuck {
             self.fail(PipelineError::Retryable { what, source: None });
         }
+    }
+
+    /// A record has been processed for longer than `processing_timeout_ms`: its worker is
+    /// abandoned (it commits nothing any more, so its open epoch is read again after the
+    /// restart) and the record follows the failure policy: `stop` stops the pipeline,
+    /// `retry` restarts the run from the committed files (with the restart backoff) until
+    /// the record has timed out `retry_max_attempts` times, `dead_letter` sends it to the
+    /// dead-letter topic, records its offset in the sub-partition's state (so the next run
+    /// skips it) and restarts the run.
+    fn record_timed_out(&mut self, topic: &Arc<str>, partition: i32, sub: u32, offset: i64) {
+        let delivery = &self.config.delivery;
+        let timeout = delivery.processing_timeout_ms;
+        if let Some(state) = self.partitions.get(&(Arc::clone(topic), partition))
+            && let Some(worker) = state.workers.get(sub as usize)
+        {
+            worker.abandoned.store(true, Ordering::Release);
+        }
+        let reason =
+            format!("processing took longer than delivery.processing_timeout_ms = {timeout}");
+        let what =
+            format!("record {topic}/{partition} offset {offset} cannot be written: {reason}");
+        tracing::warn!(topic = %topic, partition, sub, offset, timeout_ms = timeout, policy = ?delivery.on_failure, "record processing timed out");
+        let error = match delivery.on_failure {
+            FailurePolicy::Stop => PipelineError::fatal(
+                format!("{what} (after 1 attempt(s))"),
+                "find out why the record hangs (its size, the path template, the file system), raise delivery.processing_timeout_ms, or set delivery.on_failure = \"dead_letter\"",
+            ),
+            FailurePolicy::Retry => {
+                let mut attempts = lock_timeouts(&self.timeouts);
+                let attempt = attempts
+                    .entry((topic.to_string(), partition, offset))
+                    .or_insert(0);
+                *attempt += 1;
+                if *attempt >= delivery.retry_max_attempts {
+                    PipelineError::fatal(
+                        format!("{what} (after {attempt} attempt(s))"),
+                        "find out why the record hangs, raise delivery.processing_timeout_ms, or set delivery.on_failure = \"dead_letter\"",
+                    )
+                } else {
+                    PipelineError::Retryable {
+                        what: format!(
+                            "{what} (attempt {attempt} of {}): retrying from the committed files",
+                            delivery.retry_max_attempts
+                        ),
+                        source: None,
+                    }
+                }
+            }
+            FailurePolicy::DeadLetter => {
+                match self.dead_letter_timed_out(topic, partition, sub, offset, &reason) {
+                    Ok(()) => PipelineError::Retryable {
+                        what: format!(
+                            "{what}: sent to the dead-letter topic; restarting from the committed files"
+                        ),
+                        source: None,
+                    },
+                    Err(error) => error,
+                }
+            }
+        };
+        self.fail(error);
+    }
+
+    /// Reads the timed-out record back from Kafka, sends it to the dead-letter topic and
+    /// records its offset in the sub-partition's state.
+    fn dead_letter_timed_out(
+        &self,
+        topic: &str,
+        partition: i32,
+        sub: u32,
+        offset: i64,
+        reason: &str,
+    ) -> Result<(), PipelineError> {
+        let Some(dead_letter) = &self.dead_letter else {
+            return Err(PipelineError::fatal(
+                format!("record {topic}/{partition} offset {offset} timed out"),
+                "set delivery.dead_letter_topic",
+            ));
+        };
+        let record = fetch_record(&self.config, topic, partition, offset)?;
+        dead_letter.send(topic, partition, &record, reason)?;
+        let id = SubPartitionId {
+            topic: topic.to_owned(),
+            partition,
+            sub,
+        };
+        self.root.add_skipped(&id, offset).map_err(|e| {
+            PipelineError::retryable(
+                format!(
+                    "cannot record that {topic}/{partition} offset {offset} was dead-lettered (it may be dead-lettered again)"
+                ),
+                e,
+            )
+        })
     }
 
     /// Commits the watermark of `only` (or of every partition) where it moved.
@@ -1007,8 +1136,8 @@ fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
     while let Some(front) = state.waiting.front() {
         let sub = worker::sub_partition(front.key.as_deref(), front.offset, subs) as usize;
         let checkpoint = Some(front.offset + 1);
-        if front.offset <= state.skip[sub] {
-            // Already in a committed file of this sub-partition.
+        if front.offset <= state.skip[sub] || state.dead_lettered[sub].contains(&front.offset) {
+            // Already in a committed file of this sub-partition, or dead-lettered.
             let seq = state.tracker.push(checkpoint).map_err(bookkeeping)?;
             state.tracker.ack(seq).map_err(bookkeeping)?;
             state.waiting.pop_front();
@@ -1029,6 +1158,76 @@ fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
     Ok(())
 }
 
+/// Processing-timeout attempts per record (topic, partition, offset), across the runs of one
+/// process.
+type TimeoutAttempts = Arc<Mutex<HashMap<(String, i32, i64), u32>>>;
+
+fn lock_timeouts(attempts: &TimeoutAttempts) -> MutexGuard<'_, HashMap<(String, i32, i64), u32>> {
+    attempts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads one record back from Kafka (the worker that had it is stuck).
+fn fetch_record(
+    config: &SinkPipelineConfig,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<RecordData, PipelineError> {
+    let failed = |what: &str, source: KafkaError| {
+        PipelineError::retryable(
+            format!(
+                "cannot read {topic}/{partition} offset {offset} back for the dead-letter topic: {what}"
+            ),
+            source,
+        )
+    };
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.kafka().brokers)
+        .set(
+            "group.id",
+            format!("{}-dead-letter-fetch", config.group_id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    for (key, value) in &config.kafka().properties {
+        client.set(key, value);
+    }
+    let consumer: BaseConsumer = client.create().map_err(|e| failed("consumer", e))?;
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(offset))
+        .map_err(|e| failed("assignment", e))?;
+    consumer
+        .assign(&list)
+        .map_err(|e| failed("assignment", e))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) if message.offset() >= offset => {
+                if message.offset() > offset {
+                    break;
+                }
+                return Ok(RecordData {
+                    offset,
+                    key: message.key().map(<[u8]>::to_vec),
+                    value: message.payload().map(<[u8]>::to_vec),
+                    timestamp_ms: message.timestamp().to_millis(),
+                });
+            }
+            Some(Err(error)) => return Err(failed("fetch", error)),
+            _ => {}
+        }
+    }
+    Err(PipelineError::Retryable {
+        what: format!(
+            "cannot read {topic}/{partition} offset {offset} back for the dead-letter topic within 30 s"
+        ),
+        source: None,
+    })
+}
+
 fn bookkeeping(error: sluice_engine::WatermarkError) -> PipelineError {
     PipelineError::fatal_with(
         "acknowledgement bookkeeping failed",
@@ -1044,18 +1243,24 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
     fn intake(name: &str) -> Intake {
+        intake_with(name, "")
+    }
+
+    /// An intake whose `[delivery]` section also has `delivery` (TOML lines).
+    fn intake_with(name: &str, delivery: &str) -> Intake {
         let dir = std::env::temp_dir().join(format!("sluice-intake-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let text = format!(
             "name = \"t\"\n[source.kafka]\nbrokers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n\
              [sink.files]\npath = \"{}\"\nformat = \"jsonl\"\nsub_partitions = 1\n\
-             [delivery]\nprocessing_timeout_ms = 100\n",
+             [delivery]\nprocessing_timeout_ms = 100\n{delivery}",
             dir.display()
         );
         let config = SinkPipelineConfig::from_toml(&text, "test.toml", &|_| None).unwrap();
         let (events_tx, events_rx) = std::sync::mpsc::channel();
         Intake {
             admin_paused: false,
+            timeouts: TimeoutAttempts::default(),
             settings: Arc::new(worker_settings(&config).unwrap()),
             root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
             config: Arc::new(config),
@@ -1084,10 +1289,12 @@ mod tests {
             workers: vec![WorkerHandle {
                 tx,
                 busy_since_ms: Arc::new(AtomicU64::new(0)),
+                busy_offset: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
                 abandoned: Arc::new(AtomicBool::new(false)),
                 thread: None,
             }],
             skip: vec![skip],
+            dead_lettered: vec![Vec::new()],
             waiting: VecDeque::new(),
             paused: false,
             next_offset: None,
@@ -1189,6 +1396,56 @@ mod tests {
             failure.chain().contains("processing_timeout_ms = 100"),
             "{}",
             failure.chain()
+        );
+    }
+
+    #[test]
+    fn a_record_past_the_processing_timeout_follows_the_failure_policy() {
+        let stuck_on = |intake: &mut Intake, offset: i64| {
+            let (state, _rx) = partition(-1, 10);
+            let worker = &state.workers[0];
+            let (busy, at, abandoned) = (
+                Arc::clone(&worker.busy_since_ms),
+                Arc::clone(&worker.busy_offset),
+                Arc::clone(&worker.abandoned),
+            );
+            intake.partitions.insert((Arc::from("t"), 0), state);
+            at.store(offset, Ordering::Relaxed);
+            busy.store(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(150));
+            intake.check_workers();
+            assert!(
+                abandoned.load(Ordering::Acquire),
+                "the stuck worker is abandoned"
+            );
+            intake.failure.take().expect("a failure")
+        };
+        // stop: the pipeline stops, naming the record.
+        let failure = stuck_on(&mut intake("timeout_stop"), 7);
+        assert!(!failure.is_retryable());
+        let text = failure.chain();
+        assert!(
+            text.contains("t/0 offset 7") && text.contains("processing_timeout_ms = 100"),
+            "{text}"
+        );
+        // retry: the run restarts until the record has timed out retry_max_attempts times.
+        let mut intake = intake_with(
+            "timeout_retry",
+            "on_failure = \"retry\"\nretry_max_attempts = 2\n",
+        );
+        let first = stuck_on(&mut intake, 9);
+        assert!(first.is_retryable(), "{}", first.chain());
+        assert!(
+            first.chain().contains("attempt 1 of 2"),
+            "{}",
+            first.chain()
+        );
+        let second = stuck_on(&mut intake, 9);
+        assert!(!second.is_retryable());
+        assert!(
+            second.chain().contains("after 2 attempt(s)"),
+            "{}",
+            second.chain()
         );
     }
 

@@ -8,7 +8,7 @@
 //! policy; an I/O failure ends the run (the supervisor restarts it from the committed files).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -188,6 +188,8 @@ pub struct WorkerHandle {
     pub tx: Sender<WorkerMsg>,
     /// Milliseconds since `clock` at which the current record or commit started; 0 when idle.
     pub busy_since_ms: Arc<AtomicU64>,
+    /// The offset of the record being processed; -1 during a commit or when idle.
+    pub busy_offset: Arc<AtomicI64>,
     /// Set when the intake gives up on the worker: it must not commit any more.
     pub abandoned: Arc<AtomicBool>,
     /// The thread.
@@ -207,6 +209,7 @@ pub struct Worker {
     epoch: Epoch,
     seqs: Vec<Seq>,
     busy_since_ms: Arc<AtomicU64>,
+    busy_offset: Arc<AtomicI64>,
     abandoned: Arc<AtomicBool>,
     clock: Instant,
 }
@@ -221,6 +224,7 @@ pub fn spawn(
     id: SubPartitionId,
     generation: u64,
     last_epoch: u64,
+    skipped: Vec<i64>,
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
     events: Sender<WorkerEvent>,
@@ -229,8 +233,9 @@ pub fn spawn(
 ) -> std::io::Result<WorkerHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
     let busy_since_ms = Arc::new(AtomicU64::new(0));
+    let busy_offset = Arc::new(AtomicI64::new(-1));
     let abandoned = Arc::new(AtomicBool::new(false));
-    let epoch = Epoch::new(&root, id.clone(), last_epoch);
+    let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped);
     let worker = Worker {
         topic: Arc::from(id.topic.as_str()),
         topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
@@ -243,6 +248,7 @@ pub fn spawn(
         epoch,
         seqs: Vec::new(),
         busy_since_ms: Arc::clone(&busy_since_ms),
+        busy_offset: Arc::clone(&busy_offset),
         abandoned: Arc::clone(&abandoned),
         clock,
     };
@@ -253,6 +259,7 @@ pub fn spawn(
     Ok(WorkerHandle {
         tx,
         busy_since_ms,
+        busy_offset,
         abandoned,
         thread: Some(thread),
     })
@@ -261,7 +268,11 @@ pub fn spawn(
 impl Worker {
     fn run(mut self, rx: &Receiver<WorkerMsg>) {
         if let Err(error) = self.work(rx) {
-            self.epoch.discard();
+            if self.abandoned.load(Ordering::Acquire) {
+                self.epoch.forget();
+            } else {
+                self.epoch.discard();
+            }
             let _ = self.events.send(WorkerEvent::Failed(error));
         }
         let _ = self.events.send(WorkerEvent::Stopped {
@@ -279,9 +290,16 @@ impl Worker {
             };
             match rx.recv_timeout(wait) {
                 Ok(WorkerMsg::Record(data, seq, permit)) => {
+                    self.busy_offset.store(data.offset, Ordering::Relaxed);
                     self.set_busy(true);
                     self.handle(&data)?;
+                    self.busy_offset.store(-1, Ordering::Relaxed);
                     drop(permit);
+                    if self.abandoned.load(Ordering::Acquire) {
+                        // Timed out on this record: the intake has moved on without us.
+                        self.epoch.forget();
+                        return Ok(());
+                    }
                     self.seqs.push(seq);
                     if self.epoch.records() >= self.settings.roll_records
                         || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
@@ -302,7 +320,9 @@ impl Worker {
                     return Ok(());
                 }
                 Ok(WorkerMsg::Abort) | Err(RecvTimeoutError::Disconnected) => {
-                    self.epoch.discard();
+                    // The next recovery of this sub-partition deletes the staged files; an
+                    // abandoned worker must not delete names a new worker may use again.
+                    self.epoch.forget();
                     return Ok(());
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -331,9 +351,9 @@ impl Worker {
 
     fn commit(&mut self) -> Result<(), PipelineError> {
         if self.abandoned.load(Ordering::Acquire) {
-            // The intake gave up on this worker (revocation deadline): the next owner
-            // rewrites these records, so this epoch must never commit.
-            self.epoch.discard();
+            // The intake gave up on this worker (revocation deadline, processing timeout):
+            // the next owner rewrites these records, so this epoch must never commit.
+            self.epoch.forget();
             self.seqs.clear();
             return Ok(());
         }
@@ -380,6 +400,7 @@ impl Worker {
 
     /// Writes one record, applying the failure policy.
     fn handle(&mut self, data: &RecordData) -> Result<(), PipelineError> {
+        hang_hook(data);
         let mut attempt = 1;
         loop {
             let reason = match self.write(data) {
@@ -479,6 +500,29 @@ impl Worker {
     }
 }
 
+/// Test hook: with `SLUICE_TEST_HANG_ON_VALUE=TEXT` in the environment, a worker given a
+/// record whose value contains `TEXT` hangs on it for an hour (the integration tests use it
+/// to exercise `delivery.processing_timeout_ms`).
+fn hang_hook(data: &RecordData) {
+    use std::sync::OnceLock;
+    static NEEDLE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    let needle = NEEDLE.get_or_init(|| {
+        std::env::var("SLUICE_TEST_HANG_ON_VALUE")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(String::into_bytes)
+    });
+    if let (Some(needle), Some(value)) = (needle, data.value.as_deref())
+        && value.windows(needle.len()).any(|w| w == needle)
+    {
+        tracing::warn!(
+            offset = data.offset,
+            "SLUICE_TEST_HANG_ON_VALUE: hanging on this record"
+        );
+        std::thread::sleep(Duration::from_secs(3600));
+    }
+}
+
 /// The sub-partition of a record: a hash of its key (so one key always goes to one worker and
 /// keeps its order), or its offset when it has no key (no order to keep).
 pub fn sub_partition(key: Option<&[u8]>, offset: i64, sub_partitions: u32) -> u32 {
@@ -542,6 +586,7 @@ mod tests {
             id,
             1,
             0,
+            Vec::new(),
             root,
             settings(policy),
             events_tx,

@@ -770,3 +770,85 @@ async fn admin_api_pauses_resumes_and_restarts_a_sink() {
         &HashSet::new(),
     );
 }
+
+/// A record the worker hangs on (a test hook makes it hang) becomes a failure after
+/// `processing_timeout_ms`: with `on_failure = "dead_letter"` it goes to the dead-letter
+/// topic once, the run restarts from the committed files without it, and every other record
+/// is written exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_hang");
+    let topic = name.clone();
+    let dead_letter_topic = format!("{name}_dlq");
+    create_topic(&topic, 2).await;
+    create_topic(&dead_letter_topic, 1).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let hung = r#"{"id":"hung","seq":0,"created_at":"2026-11-20T10:00:00Z","pad":"HANG-ON-ME"}"#;
+    for i in 0..1000u64 {
+        let key = format!("k{}", i % 10);
+        let value = value_of(i % 10, i / 10);
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .unwrap();
+        if i == 500 {
+            producer
+                .send(BaseRecord::to(&topic).key("hung").payload(hung))
+                .unwrap();
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let ends = end_offsets(&topic, 2);
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    let extra = format!(
+        "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\nprocessing_timeout_ms = 1500\n"
+    );
+    let mut sluice = Sluice::start_with_env(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 2, &extra),
+        port,
+        vec![("SLUICE_TEST_HANG_ON_VALUE".into(), "HANG-ON-ME".into())],
+    );
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, 1000, Duration::from_secs(120), &[sluice_ref])
+    });
+    // Everything else is written; the hung record went to the dead-letter topic exactly once.
+    let dead = {
+        let dead_letter_topic = dead_letter_topic.clone();
+        tokio::task::spawn_blocking(move || {
+            read_topic(&dead_letter_topic, Duration::from_secs(10), |r| r.len() > 1)
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(dead.len(), 1, "{dead:?}\n{}", sluice.log_text());
+    let record = &dead[0];
+    assert_eq!(record.key.as_ref().unwrap(), "hung");
+    assert_eq!(
+        record.value.as_ref().unwrap(),
+        &serde_json::from_str::<serde_json::Value>(hung).unwrap()
+    );
+    let reason = &record.headers["sluice.error.reason"];
+    assert!(reason.contains("processing_timeout_ms = 1500"), "{reason}");
+    let partition: i32 = record.headers["sluice.error.partition"].parse().unwrap();
+    let offset: i64 = record.headers["sluice.error.offset"].parse().unwrap();
+    assert!(
+        health(&sluice)["restarts"].as_u64().unwrap_or(0) >= 1,
+        "the run was restarted without the stuck worker"
+    );
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    let rows = read_output(&root);
+    assert!(rows.iter().all(|r| r.id != "hung"));
+    verify(&rows, &ends, &HashSet::from([(partition, offset)]));
+}
