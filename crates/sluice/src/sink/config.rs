@@ -33,11 +33,12 @@ pub const DEFAULT_ROLL_INTERVAL_MS: u64 = 60_000;
 pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// Default per-partition queue limit in bytes (key + value).
 ///
-/// A paused partition is fetched again only up to ~1 s after it is resumed (librdkafka serves
-/// the resume on its main thread and the fetching broker thread notices at its next wake-up),
-/// so a queue must hold about a second of the workers' work: with 50,000 records the sink
-/// idled most of each second (`bench/run --cases sink`: ~160-400K records/s against ~650-730K
-/// with 200,000).
+/// When it is full the partition's librdkafka queue is no longer polled (see
+/// `sink::PartitionQueues`), and librdkafka itself holds up to `queued.max.messages.kbytes`
+/// more. (These defaults date from when a full partition was paused, which librdkafka
+/// resumed up to ~1 s late, so the queue had to hold a second of work; with the partition
+/// queues, `bench/run --cases sink --sink-records 1000000` measured about the same
+/// throughput with 16 MiB / 50,000 records.)
 pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 64 * 1024 * 1024;
 /// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
 pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 200_000;

@@ -14,8 +14,10 @@
 //!   and registers it in the partition's [`AckTracker`]. Workers (one thread per partition and
 //!   sub-partition) parse and write.
 //! - **Bounded queues.** Each partition has an [`InFlightBudget`] in bytes and records between
-//!   the consumer and its workers. When it is full the partition is paused (the records
-//!   already fetched wait in order) and resumed when it has drained.
+//!   the consumer and its workers, and its own librdkafka queue ([`PartitionQueues`]). When
+//!   the budget is full that queue is not polled until the workers catch up, and librdkafka
+//!   stops fetching the partition once its local queue is full (a partition whose records
+//!   come through the main queue, before its queue is split, is paused instead).
 //! - **Watermark.** A record is acknowledged when the epoch holding it commits (see
 //!   [`files`]); the partition's committed offset is the tracker's watermark, the end of the
 //!   contiguous prefix of committed records — the same [`AckTracker`] the PostgreSQL source
@@ -57,13 +59,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
-use sluice_engine::{AckTracker, InFlightBudget};
+use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, PipelineState, StatusBoard};
@@ -310,6 +313,7 @@ fn run_once(
         intake: Mutex::new(Intake {
             admin_paused: requested.paused,
             timeouts: Arc::clone(timeouts),
+            assignments: 0,
             config: Arc::clone(config),
             root: Arc::new(root),
             settings,
@@ -329,15 +333,17 @@ fn run_once(
             consumed: ::metrics::counter!(metrics::RECORDS_CONSUMED),
         }),
     };
-    let consumer: BaseConsumer<SinkContext> = consumer_config(config)
-        .create_with_context(context)
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create the Kafka consumer",
-                "check source.kafka.brokers and source.kafka.properties",
-                e,
-            )
-        })?;
+    let consumer: Arc<BaseConsumer<SinkContext>> = Arc::new(
+        consumer_config(config)
+            .create_with_context(context)
+            .map_err(|e| {
+                PipelineError::fatal_with(
+                    "cannot create the Kafka consumer",
+                    "check source.kafka.brokers and source.kafka.properties",
+                    e,
+                )
+            })?,
+    );
     let topics: Vec<&str> = config.kafka().topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|e| {
         PipelineError::fatal_with(
@@ -360,11 +366,21 @@ fn run_once(
     let commit_interval = Duration::from_millis(config.kafka().commit_interval_ms);
     let mut last_commit = Instant::now();
     let mut last_check = Instant::now();
+    let mut queues = PartitionQueues::default();
+    let mut moved = 0;
     let result = loop {
         if shutdown.is_cancelled() {
             break Ok(RunEnd::Stopped);
         }
-        let message = consumer.poll(Duration::from_millis(20));
+        // Records come from the partition queues; the main queue brings rebalance events,
+        // errors and the few records fetched before a partition's queue was split. Wait on it
+        // only when the partition queues had nothing.
+        let wait = if moved > 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(5)
+        };
+        let message = consumer.poll(wait);
         let mut intake = lock(consumer.context());
         if control.has_changed().unwrap_or(false) {
             let now = *control.borrow_and_update();
@@ -375,13 +391,37 @@ fn run_once(
             intake.set_admin_paused(&consumer, now.paused, board);
         }
         match message {
-            Some(Ok(message)) => intake.on_message(&consumer, &message),
+            Some(Ok(message)) => intake.on_message(&consumer, &message, true),
             Some(Err(error)) => {
                 tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)")
             }
             None => {}
         }
         intake.drain_events();
+        if let Err(error) = intake.admit_waiting() {
+            intake.fail(error);
+        }
+        moved = 0;
+        if queues.follow(&consumer, &mut intake) {
+            // Records fetched before a partition's queue was split are in the main queue, and
+            // all of them are older than any in the partition queue: take them first.
+            drop(intake);
+            while let Some(message) = consumer.poll(Duration::ZERO) {
+                let mut intake = lock(consumer.context());
+                match message {
+                    Ok(message) => intake.on_message(&consumer, &message, true),
+                    Err(error) => {
+                        tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)")
+                    }
+                }
+            }
+            intake = lock(consumer.context());
+        }
+        if queues.current(&intake) {
+            drop(intake);
+            moved = queues.drain(&consumer);
+            intake = lock(consumer.context());
+        }
         if last_check.elapsed() >= Duration::from_millis(50) {
             intake.resume_drained(&consumer);
             intake.check_workers();
@@ -395,6 +435,8 @@ fn run_once(
             break Err(failure);
         }
     };
+    // The partition queues hold the consumer: they go first.
+    drop(queues);
     let mut intake = lock(consumer.context());
     match result {
         Ok(_) => {
@@ -411,6 +453,96 @@ fn run_once(
     match (result, failure) {
         (Err(error), _) | (Ok(_), Some(error)) => Err(error),
         (Ok(end), None) => Ok(end),
+    }
+}
+
+/// A partition: its topic's shared name and its number.
+type PartitionKey = (Arc<str>, i32);
+
+/// Records on their way to one worker, with their budget share.
+type WorkerBatch = (Vec<(RecordData, Seq)>, InFlightPermit);
+
+/// Records a partition queue may hand over per loop iteration, so that events, worker
+/// reports and the other partitions are served in between.
+const QUEUE_BATCH: usize = 2048;
+
+/// The assigned partitions' own librdkafka queues (`rd_kafka_queue_get_partition`).
+///
+/// Backpressure without pausing: a partition whose queue budget is full is simply not polled.
+/// librdkafka then stops fetching it once its local queue holds `queued.min.messages` records
+/// or `queued.max.messages.kbytes`, and fetches again within `fetch.queue.backoff.ms` of the
+/// queue draining. Pausing instead (`rd_kafka_pause_partitions`) drops the records librdkafka
+/// has already fetched, and a resumed partition is fetched again only when the broker thread
+/// next wakes up, up to about a second later.
+#[derive(Default)]
+struct PartitionQueues {
+    /// The intake's assignment count the queues were split for (`assign` deactivates them).
+    assignments: u64,
+    /// The number of assigned partitions then.
+    partitions: usize,
+    queues: Vec<(PartitionKey, PartitionQueue<SinkContext>)>,
+}
+
+impl PartitionQueues {
+    /// Whether the queues match the intake's assignment.
+    fn current(&self, intake: &Intake) -> bool {
+        self.assignments == intake.assignments && self.partitions == intake.partitions.len()
+    }
+
+    /// Splits the queues of the assigned partitions again after an assignment changed;
+    /// returns whether it did. (Rebalance callbacks cannot split: it needs the consumer's
+    /// `Arc`.)
+    fn follow(&mut self, consumer: &Arc<BaseConsumer<SinkContext>>, intake: &mut Intake) -> bool {
+        if self.current(intake) {
+            return false;
+        }
+        self.assignments = intake.assignments;
+        self.partitions = intake.partitions.len();
+        self.queues.clear();
+        for (key, state) in &mut intake.partitions {
+            state.split = false;
+            if let Some(queue) = consumer.split_partition_queue(&key.0, key.1) {
+                self.queues.push((key.clone(), queue));
+                state.split = true;
+                if state.paused && !intake.admin_paused {
+                    // Paused while its records came through the main queue.
+                    let mut list = TopicPartitionList::new();
+                    list.add_partition(&key.0, key.1);
+                    if consumer.resume(&list).is_ok() {
+                        state.paused = false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Moves records from the partition queues whose budget has room to the intake; returns
+    /// how many.
+    fn drain(&self, consumer: &BaseConsumer<SinkContext>) -> usize {
+        let mut moved = 0;
+        for (key, queue) in &self.queues {
+            let mut intake = lock(consumer.context());
+            if !intake.has_room(key) {
+                continue;
+            }
+            // Up to a batch beyond the budget may wait in the intake, in offset order.
+            for _ in 0..QUEUE_BATCH {
+                match queue.poll(Duration::ZERO) {
+                    Some(Ok(message)) => {
+                        intake.on_message(consumer, &message, false);
+                        moved += 1;
+                    }
+                    Some(Err(error)) => {
+                        tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            intake.admit_partition(consumer, key);
+        }
+        moved
     }
 }
 
@@ -456,6 +588,7 @@ impl ConsumerContext for SinkContext {
             .collect();
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                intake.assignments += 1;
                 let assignment = intake.assign(consumer, &partitions);
                 let assigned = if cooperative {
                     consumer.incremental_assign(&assignment)
@@ -521,6 +654,11 @@ struct PartitionState {
     /// Records fetched but not yet admitted (the budget was full), in offset order.
     waiting: VecDeque<RecordData>,
     paused: bool,
+    /// Its records come from its own queue (see [`PartitionQueues`]): a full budget stops
+    /// polling that queue instead of pausing the partition.
+    split: bool,
+    /// Times its budget was found full since the partition's queue last had room.
+    full: bool,
     /// The next offset expected (older ones are redeliveries and are dropped).
     next_offset: Option<i64>,
     /// The watermark last committed to Kafka.
@@ -534,6 +672,8 @@ struct Intake {
     admin_paused: bool,
     /// Processing-timeout attempts per record (`on_failure = "retry"`).
     timeouts: TimeoutAttempts,
+    /// Assignments so far (each deactivates the partition queues).
+    assignments: u64,
     config: Arc<SinkPipelineConfig>,
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
@@ -693,6 +833,8 @@ impl Intake {
                 dead_lettered,
                 waiting: VecDeque::new(),
                 paused: false,
+                split: false,
+                full: false,
                 next_offset: initial,
                 committed: initial,
                 stopped: 0,
@@ -701,7 +843,14 @@ impl Intake {
         Ok(start)
     }
 
-    fn on_message(&mut self, consumer: &BaseConsumer<SinkContext>, message: &BorrowedMessage<'_>) {
+    /// Takes one record; `admit_now` false leaves it waiting for [`Intake::admit_partition`]
+    /// (the partition queues hand over records in batches).
+    fn on_message(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        message: &BorrowedMessage<'_>,
+        admit_now: bool,
+    ) {
         // The topic's shared name: no allocation per record.
         let Some(topic) = self.topics.iter().find(|t| ***t == *message.topic()) else {
             return;
@@ -722,23 +871,80 @@ impl Intake {
             value: message.payload().map(<[u8]>::to_vec),
             timestamp_ms: message.timestamp().to_millis(),
         });
+        if !admit_now {
+            return;
+        }
         let subs = self.config.files().sub_partitions;
         if let Err(error) = admit(state, subs) {
             self.fail(error);
             return;
         }
-        if !state.waiting.is_empty() && !state.paused {
+        self.note_full(consumer, &key);
+    }
+
+    /// After an admission: marks (and counts) a partition whose budget is full, and pauses it
+    /// when its records come through the main queue.
+    fn note_full(&mut self, consumer: &BaseConsumer<SinkContext>, key: &(Arc<str>, i32)) {
+        let Some(state) = self.partitions.get_mut(key) else {
+            return;
+        };
+        if state.waiting.is_empty() {
+            state.full = false;
+            return;
+        }
+        if !state.full {
+            state.full = true;
+            ::metrics::counter!(metrics::PARTITION_PAUSES).increment(1);
+        }
+        if !state.paused && !state.split {
             let mut list = TopicPartitionList::new();
             list.add_partition(&key.0, key.1);
             match consumer.pause(&list) {
                 Ok(()) => {
                     state.paused = true;
-                    ::metrics::counter!(metrics::PARTITION_PAUSES).increment(1);
                     tracing::debug!(topic = %key.0, partition = key.1, "queue full: partition paused");
                 }
                 Err(error) => tracing::warn!(error = %error, "cannot pause a partition"),
             }
         }
+    }
+
+    /// Whether the partition's records may be taken from its queue: its budget is not full
+    /// and the pipeline is not paused through the admin API.
+    fn has_room(&self, key: &(Arc<str>, i32)) -> bool {
+        !self.admin_paused
+            && self
+                .partitions
+                .get(key)
+                .is_some_and(|state| state.waiting.is_empty())
+    }
+
+    /// Admits a partition's waiting records as far as its budget has room; counts (and, when
+    /// its records come through the main queue, pauses) a partition whose budget is full.
+    fn admit_partition(&mut self, consumer: &BaseConsumer<SinkContext>, key: &(Arc<str>, i32)) {
+        let subs = self.sub_partitions();
+        let Some(state) = self.partitions.get_mut(key) else {
+            return;
+        };
+        if let Err(error) = admit(state, subs) {
+            self.fail(error);
+            return;
+        }
+        self.note_full(consumer, key);
+    }
+
+    /// Admits the waiting records of partitions whose budget was full, as far as it has room.
+    fn admit_waiting(&mut self) -> Result<(), PipelineError> {
+        let subs = self.sub_partitions();
+        for state in self.partitions.values_mut() {
+            if !state.waiting.is_empty() {
+                admit(state, subs)?;
+                if state.waiting.is_empty() {
+                    state.full = false;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Pauses every assigned partition and commits the open files (`paused`), or resumes
@@ -1131,8 +1337,28 @@ impl Intake {
     }
 }
 
-/// Moves waiting records to their workers while the budget has room, in order.
+/// Moves waiting records to their workers while the budget has room, in order: one message
+/// per sub-partition with all of its records (channel sends and budget releases per batch,
+/// not per record).
 fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
+    let mut batches: Vec<Option<WorkerBatch>> = (0..subs).map(|_| None).collect();
+    let result = admit_into(state, subs, &mut batches);
+    for (sub, batch) in batches.into_iter().enumerate() {
+        if let Some((records, permit)) = batch {
+            // A worker that is gone has reported why; its records are read again after restart.
+            let _ = state.workers[sub]
+                .tx
+                .send(WorkerMsg::Records(records, permit));
+        }
+    }
+    result
+}
+
+fn admit_into(
+    state: &mut PartitionState,
+    subs: u32,
+    batches: &mut [Option<WorkerBatch>],
+) -> Result<(), PipelineError> {
     while let Some(front) = state.waiting.front() {
         let sub = worker::sub_partition(front.key.as_deref(), front.offset, subs) as usize;
         let checkpoint = Some(front.offset + 1);
@@ -1150,10 +1376,13 @@ fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
         let Some(record) = state.waiting.pop_front() else {
             break;
         };
-        // A worker that is gone has reported why; its records are read again after restart.
-        let _ = state.workers[sub]
-            .tx
-            .send(WorkerMsg::Record(record, seq, permit));
+        match &mut batches[sub] {
+            Some((records, held)) => {
+                records.push((record, seq));
+                held.merge(permit);
+            }
+            empty => *empty = Some((vec![(record, seq)], permit)),
+        }
     }
     Ok(())
 }
@@ -1261,6 +1490,7 @@ mod tests {
         Intake {
             admin_paused: false,
             timeouts: TimeoutAttempts::default(),
+            assignments: 0,
             settings: Arc::new(worker_settings(&config).unwrap()),
             root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
             config: Arc::new(config),
@@ -1297,6 +1527,8 @@ mod tests {
             dead_lettered: vec![Vec::new()],
             waiting: VecDeque::new(),
             paused: false,
+            split: false,
+            full: false,
             next_offset: None,
             committed: None,
             stopped: 0,
@@ -1321,10 +1553,15 @@ mod tests {
         // 3..=5 are already in files: acknowledged at once; 6 and 7 fill the budget.
         assert_eq!(state.tracker.watermark(), Some(&6));
         let admitted: Vec<WorkerMsg> = rx.try_iter().collect();
+        assert_eq!(
+            admitted.len(),
+            1,
+            "one message per sub-partition and admission"
+        );
         let offsets: Vec<i64> = admitted
             .iter()
-            .map(|m| match m {
-                WorkerMsg::Record(data, ..) => data.offset,
+            .flat_map(|m| match m {
+                WorkerMsg::Records(records, _) => records.iter().map(|(d, _)| d.offset),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -1335,8 +1572,11 @@ mod tests {
         admit(&mut state, 1).unwrap();
         let offsets: Vec<i64> = rx
             .try_iter()
-            .map(|m| match m {
-                WorkerMsg::Record(data, ..) => data.offset,
+            .flat_map(|m| match m {
+                WorkerMsg::Records(records, _) => records
+                    .into_iter()
+                    .map(|(d, _)| d.offset)
+                    .collect::<Vec<_>>(),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -1353,8 +1593,10 @@ mod tests {
         intake.partitions.insert((Arc::from("t"), 0), state);
         let seqs: Vec<sluice_engine::Seq> = rx
             .try_iter()
-            .map(|m| match m {
-                WorkerMsg::Record(_, seq, _) => seq,
+            .flat_map(|m| match m {
+                WorkerMsg::Records(records, _) => {
+                    records.into_iter().map(|(_, seq)| seq).collect::<Vec<_>>()
+                }
                 other => panic!("{other:?}"),
             })
             .collect();

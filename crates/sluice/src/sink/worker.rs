@@ -49,8 +49,9 @@ impl RecordData {
 /// What the intake sends a worker.
 #[derive(Debug)]
 pub enum WorkerMsg {
-    /// A record to write, with its tracker sequence and queue budget share.
-    Record(RecordData, Seq, InFlightPermit),
+    /// Records to write, in offset order, with their tracker sequences and their queue
+    /// budget share (given back when the batch is written).
+    Records(Vec<(RecordData, Seq)>, InFlightPermit),
     /// Commit the open epoch now and go on (a pause through the admin API).
     Flush,
     /// Commit the open epoch and stop (revocation, shutdown).
@@ -289,23 +290,25 @@ impl Worker {
                 None => Duration::from_secs(1),
             };
             match rx.recv_timeout(wait) {
-                Ok(WorkerMsg::Record(data, seq, permit)) => {
-                    self.busy_offset.store(data.offset, Ordering::Relaxed);
-                    self.set_busy(true);
-                    self.handle(&data)?;
-                    self.busy_offset.store(-1, Ordering::Relaxed);
+                Ok(WorkerMsg::Records(batch, permit)) => {
+                    for (data, seq) in batch {
+                        self.busy_offset.store(data.offset, Ordering::Relaxed);
+                        self.set_busy(true);
+                        self.handle(&data)?;
+                        self.busy_offset.store(-1, Ordering::Relaxed);
+                        if self.abandoned.load(Ordering::Acquire) {
+                            // Timed out on this record: the intake has moved on without us.
+                            self.epoch.forget();
+                            return Ok(());
+                        }
+                        self.seqs.push(seq);
+                        if self.epoch.records() >= self.settings.roll_records
+                            || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
+                        {
+                            self.commit()?;
+                        }
+                    }
                     drop(permit);
-                    if self.abandoned.load(Ordering::Acquire) {
-                        // Timed out on this record: the intake has moved on without us.
-                        self.epoch.forget();
-                        return Ok(());
-                    }
-                    self.seqs.push(seq);
-                    if self.epoch.records() >= self.settings.roll_records
-                        || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
-                    {
-                        self.commit()?;
-                    }
                     self.set_busy(false);
                 }
                 Ok(WorkerMsg::Flush) => {
@@ -610,7 +613,7 @@ mod tests {
             let permit = budget.try_acquire(data.size()).unwrap();
             worker
                 .tx
-                .send(WorkerMsg::Record(data, seq, permit))
+                .send(WorkerMsg::Records(vec![(data, seq)], permit))
                 .unwrap();
         }
         worker.tx.send(WorkerMsg::Finish).unwrap();
