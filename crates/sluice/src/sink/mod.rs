@@ -865,12 +865,12 @@ impl Intake {
         }
         state.next_offset = Some(offset + 1);
         self.consumed.increment(1);
-        state.waiting.push_back(RecordData {
+        state.waiting.push_back(RecordData::new(
             offset,
-            key: message.key().map(<[u8]>::to_vec),
-            value: message.payload().map(<[u8]>::to_vec),
-            timestamp_ms: message.timestamp().to_millis(),
-        });
+            message.key(),
+            message.payload(),
+            message.timestamp().to_millis(),
+        ));
         if !admit_now {
             return;
         }
@@ -1360,7 +1360,7 @@ fn admit_into(
     batches: &mut [Option<WorkerBatch>],
 ) -> Result<(), PipelineError> {
     while let Some(front) = state.waiting.front() {
-        let sub = worker::sub_partition(front.key.as_deref(), front.offset, subs) as usize;
+        let sub = worker::sub_partition(front.key(), front.offset, subs) as usize;
         let checkpoint = Some(front.offset + 1);
         if front.offset <= state.skip[sub] || state.dead_lettered[sub].contains(&front.offset) {
             // Already in a committed file of this sub-partition, or dead-lettered.
@@ -1438,12 +1438,12 @@ fn fetch_record(
                 if message.offset() > offset {
                     break;
                 }
-                return Ok(RecordData {
+                return Ok(RecordData::new(
                     offset,
-                    key: message.key().map(<[u8]>::to_vec),
-                    value: message.payload().map(<[u8]>::to_vec),
-                    timestamp_ms: message.timestamp().to_millis(),
-                });
+                    message.key(),
+                    message.payload(),
+                    message.timestamp().to_millis(),
+                ));
             }
             Some(Err(error)) => return Err(failed("fetch", error)),
             _ => {}
@@ -1537,12 +1537,7 @@ mod tests {
     }
 
     fn record(offset: i64) -> RecordData {
-        RecordData {
-            offset,
-            key: Some(b"k".to_vec()),
-            value: Some(b"{}".to_vec()),
-            timestamp_ms: None,
-        }
+        RecordData::new(offset, Some(b"k"), Some(b"{}"), None)
     }
 
     #[test]

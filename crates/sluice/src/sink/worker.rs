@@ -26,23 +26,57 @@ use crate::sink::metrics as m;
 use crate::sink::parquet::ParquetRow;
 use crate::sink::template::{PathTemplate, RenderInput, parse_object};
 
-/// A record as consumed: offsets and bytes, nothing decoded.
+/// A record as consumed: offsets and bytes, nothing decoded. Key and value share one
+/// allocation.
 #[derive(Debug)]
 pub struct RecordData {
     /// Offset.
     pub offset: i64,
-    /// Key bytes.
-    pub key: Option<Vec<u8>>,
-    /// Value bytes; `None` is a tombstone.
-    pub value: Option<Vec<u8>>,
     /// Kafka timestamp, Unix milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// The key's bytes, then the value's.
+    bytes: Vec<u8>,
+    /// The key's length; `None`: no key.
+    key_len: Option<usize>,
+    /// Whether there is a value (`false`: a tombstone).
+    has_value: bool,
 }
 
 impl RecordData {
+    /// A record of `key` and `value` (`None` is a tombstone).
+    pub fn new(
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+    ) -> Self {
+        let mut bytes =
+            Vec::with_capacity(key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
+        bytes.extend_from_slice(key.unwrap_or_default());
+        bytes.extend_from_slice(value.unwrap_or_default());
+        Self {
+            offset,
+            timestamp_ms,
+            bytes,
+            key_len: key.map(<[u8]>::len),
+            has_value: value.is_some(),
+        }
+    }
+
+    /// The key's bytes.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key_len.map(|len| &self.bytes[..len])
+    }
+
+    /// The value's bytes; `None` is a tombstone.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.has_value
+            .then(|| &self.bytes[self.key_len.unwrap_or(0)..])
+    }
+
     /// Key and value bytes, as the queue budget counts them.
     pub fn size(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
+        self.bytes.len()
     }
 }
 
@@ -162,10 +196,10 @@ impl DeadLetter {
                 value: Some(&offset_text),
             });
         let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
-        if let Some(key) = data.key.as_deref() {
+        if let Some(key) = data.key() {
             record = record.key(key);
         }
-        if let Some(value) = data.value.as_deref() {
+        if let Some(value) = data.value() {
             record = record.payload(value);
         }
         self.runtime
@@ -457,7 +491,7 @@ impl Worker {
 
     /// One attempt: parse once, render the directory, append to the open file.
     fn write(&mut self, data: &RecordData) -> Result<(), WriteError> {
-        let Some(value) = data.value.as_deref() else {
+        let Some(value) = data.value() else {
             if self.settings.skip_tombstones {
                 self.epoch.note(data.offset);
                 return Ok(());
@@ -492,7 +526,7 @@ impl Worker {
                 partition: self.id.partition,
                 offset: data.offset,
                 timestamp_ms: data.timestamp_ms,
-                key: data.key.as_deref(),
+                key: data.key(),
                 value: text,
                 fields: fields.as_deref(),
             },
@@ -515,7 +549,7 @@ fn hang_hook(data: &RecordData) {
             .filter(|v| !v.is_empty())
             .map(String::into_bytes)
     });
-    if let (Some(needle), Some(value)) = (needle, data.value.as_deref())
+    if let (Some(needle), Some(value)) = (needle, data.value())
         && value.windows(needle.len()).any(|w| w == needle)
     {
         tracing::warn!(
@@ -604,12 +638,8 @@ mod tests {
         let mut tracker = sluice_engine::AckTracker::new(None);
         for (offset, value) in values.iter().enumerate() {
             let seq = tracker.push(Some(offset as i64 + 1)).unwrap();
-            let data = RecordData {
-                offset: offset as i64,
-                key: Some(b"k".to_vec()),
-                value: value.map(|v| v.as_bytes().to_vec()),
-                timestamp_ms: Some(0),
-            };
+            let data =
+                RecordData::new(offset as i64, Some(b"k"), value.map(str::as_bytes), Some(0));
             let permit = budget.try_acquire(data.size()).unwrap();
             worker
                 .tx
@@ -716,6 +746,22 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn record_data_keeps_key_and_value_apart_in_one_buffer() {
+        let both = RecordData::new(1, Some(b"key"), Some(b"{}"), None);
+        assert_eq!(
+            (both.key(), both.value(), both.size()),
+            (Some(&b"key"[..]), Some(&b"{}"[..]), 5)
+        );
+        let tombstone = RecordData::new(2, Some(b"key"), None, None);
+        assert_eq!(
+            (tombstone.key(), tombstone.value()),
+            (Some(&b"key"[..]), None)
+        );
+        let unkeyed = RecordData::new(3, None, Some(b""), None);
+        assert_eq!((unkeyed.key(), unkeyed.value()), (None, Some(&b""[..])));
     }
 
     #[test]

@@ -448,7 +448,7 @@ async fn two_processes_in_a_group_one_killed() {
         &sink_toml(&name, &topic, &root, port_b, "jsonl", 4, extra),
         port_b,
     );
-    // Both get a partition, then more records arrive while both work.
+    // Both get a partition, then more records arrive while both work, and after B is killed.
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let assigned = |s: &Sluice| s.metric("sluice_sink_assigned_partitions").unwrap_or(0.0);
@@ -466,7 +466,7 @@ async fn two_processes_in_a_group_one_killed() {
     );
     let producer = {
         let topic = topic.clone();
-        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 2, 500, RECORDS / 2))
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 4, 500, RECORDS / 2))
     };
     // Kill B after it has committed files of its partition, while it works on more.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -478,6 +478,14 @@ async fn two_processes_in_a_group_one_killed() {
     b.kill();
     println!("sink group: process B killed after committing {b_committed} records");
     producer.await.unwrap();
+    // The last quarter comes after the kill: B's partition's share can only be written by A
+    // once it has taken the partition over.
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 4, 500, RECORDS * 3 / 4))
+            .await
+            .unwrap();
+    }
     let ends = end_offsets(&topic, 2);
     assert_eq!(ends.values().sum::<i64>(), RECORDS as i64);
     let a_ref = &a;
