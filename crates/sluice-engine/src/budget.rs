@@ -32,6 +32,19 @@ pub struct InFlightPermit {
     _record: OwnedSemaphorePermit,
 }
 
+impl InFlightPermit {
+    /// Joins another permit of the same budget into this one: a batch of records then
+    /// gives its capacity back at once, when the batch is done.
+    ///
+    /// # Panics
+    ///
+    /// When `other` comes from another budget.
+    pub fn merge(&mut self, other: InFlightPermit) {
+        self._bytes.merge(other._bytes);
+        self._record.merge(other._record);
+    }
+}
+
 impl InFlightBudget {
     /// A budget of `max_bytes` bytes and `max_records` records.
     pub fn new(max_bytes: NonZeroU32, max_records: NonZeroU32) -> Self {
@@ -61,7 +74,7 @@ impl InFlightBudget {
         }
     }
 
-    /// Takes a record's share if it fits now.
+    /// Takes a record's share if it fits now (see also [`InFlightPermit::merge`]).
     pub fn try_acquire(&self, size: usize) -> Option<InFlightPermit> {
         let record = Arc::clone(&self.records).try_acquire_owned().ok()?;
         let bytes = Arc::clone(&self.bytes)

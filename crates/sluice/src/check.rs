@@ -232,6 +232,15 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
         }
     }
     let files = config.files();
+    if let Some(url) = &files.url {
+        ok &= check_object_store(url, config)?;
+        println!("{}", if ok { "ready" } else { "not ready" });
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     let marker = files.path.join(crate::sink::files::ROOT_MARKER);
     match std::fs::read_to_string(&marker) {
         Ok(text) => {
@@ -261,4 +270,58 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// Reads the S3 target's root marker: reachable, and written with the same sub-partitions.
+fn check_object_store(url: &str, config: &SinkPipelineConfig) -> anyhow::Result<bool> {
+    let files = config.files();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    let objects =
+        match crate::sink::object::ObjectTarget::s3(url, &files.s3, runtime.handle().clone()) {
+            Ok(objects) => objects,
+            Err(error) => {
+                println!("output {url}: FAILED: {error}");
+                println!("  fix: check sink.files.url and [sink.files.s3]");
+                return Ok(false);
+            }
+        };
+    // A GET of a missing object and of an object in a missing bucket both say "not found";
+    // a listing tells the missing bucket.
+    let marker = objects
+        .list(crate::sink::files::STATE_DIR)
+        .and_then(|_| objects.get(crate::sink::files::ROOT_MARKER));
+    match marker {
+        Ok(Some(bytes)) => {
+            let stored = serde_json::from_slice::<serde_json::Value>(&bytes)
+                .ok()
+                .and_then(|v| v["sub_partitions"].as_u64());
+            if stored == Some(u64::from(files.sub_partitions)) {
+                println!(
+                    "output {url}: exists, {} sub-partitions",
+                    files.sub_partitions
+                );
+                Ok(true)
+            } else {
+                println!(
+                    "output {url}: written with sub_partitions = {stored:?}, but the file says {}",
+                    files.sub_partitions
+                );
+                Ok(false)
+            }
+        }
+        Ok(None) => {
+            println!("output {url}: reachable, will be initialised");
+            Ok(true)
+        }
+        Err(error) => {
+            println!("output {url}: FAILED: {error}");
+            println!(
+                "  fix: check the bucket, the credentials ([sink.files.s3] or AWS_*) and sink.files.s3.endpoint"
+            );
+            Ok(false)
+        }
+    }
 }

@@ -293,7 +293,6 @@ pub fn latency_histogram() -> Histogram<u64> {
 
 /// Shared status and controls of one pipeline.
 pub struct StatusBoard {
-    controllable: std::sync::atomic::AtomicBool,
     status: Mutex<PipelineStatus>,
     budget: Mutex<Option<InFlightBudget>>,
     control: watch::Sender<Control>,
@@ -312,7 +311,6 @@ impl StatusBoard {
     /// A board for `pipeline`, in [`PipelineState::Starting`].
     pub fn new(pipeline: &str, restart_policy: &str) -> Arc<Self> {
         let board = Arc::new(Self {
-            controllable: std::sync::atomic::AtomicBool::new(true),
             status: Mutex::new(PipelineStatus {
                 pipeline: pipeline.to_owned(),
                 state: PipelineState::Starting,
@@ -351,12 +349,6 @@ impl StatusBoard {
         });
         board.publish_state_gauges(PipelineState::Starting);
         board
-    }
-
-    /// Whether the supervisor follows pause, resume and restart requests (default yes).
-    pub fn set_controllable(&self, controllable: bool) {
-        self.controllable
-            .store(controllable, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The pipeline's name.
@@ -766,17 +758,6 @@ async fn pipeline_action(
         return response;
     }
     let board = &state.board;
-    if !board
-        .controllable
-        .load(std::sync::atomic::Ordering::Relaxed)
-    {
-        return error(
-            StatusCode::NOT_IMPLEMENTED,
-            format!(
-                "pipeline {name:?} is a Kafka → files pipeline: pause, resume and restart are not available for it yet (stop it with SIGTERM; it resumes from its committed files)"
-            ),
-        );
-    }
     let current = board.state();
     if matches!(current, PipelineState::Failed | PipelineState::Stopped) {
         return error(

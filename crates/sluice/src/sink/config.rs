@@ -33,11 +33,12 @@ pub const DEFAULT_ROLL_INTERVAL_MS: u64 = 60_000;
 pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// Default per-partition queue limit in bytes (key + value).
 ///
-/// A paused partition is fetched again only up to ~1 s after it is resumed (librdkafka serves
-/// the resume on its main thread and the fetching broker thread notices at its next wake-up),
-/// so a queue must hold about a second of the workers' work: with 50,000 records the sink
-/// idled most of each second (`bench/run --cases sink`: ~160-400K records/s against ~650-730K
-/// with 200,000).
+/// When it is full the partition's librdkafka queue is no longer polled (see
+/// `sink::PartitionQueues`), and librdkafka itself holds up to `queued.max.messages.kbytes`
+/// more. (These defaults date from when a full partition was paused, which librdkafka
+/// resumed up to ~1 s late, so the queue had to hold a second of work; with the partition
+/// queues, `bench/run --cases sink --sink-records 1000000` measured about the same
+/// throughput with 16 MiB / 50,000 records.)
 pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 64 * 1024 * 1024;
 /// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
 pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 200_000;
@@ -49,6 +50,8 @@ pub const DEFAULT_REVOKE_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 5;
 /// Default first retry delay; doubles per attempt.
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
+/// Default part size of multipart uploads to an object store (S3's minimum is 5 MiB).
+pub const DEFAULT_UPLOAD_PART_BYTES: usize = 16 * 1024 * 1024;
 /// Default rows per Parquet row group.
 pub const DEFAULT_PARQUET_ROW_GROUP_RECORDS: usize = 65_536;
 
@@ -135,8 +138,14 @@ pub enum FileCompression {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FilesSinkConfig {
-    /// The root directory of the output.
+    /// The root directory of the output; with `url`, the local directory where files are
+    /// staged before their upload.
     pub path: PathBuf,
+    /// An object store to write to instead of `path`: `s3://bucket/prefix`.
+    pub url: Option<String>,
+    /// `[sink.files.s3]`: the S3 client's settings (with `url`).
+    #[serde(default)]
+    pub s3: S3Config,
     /// Directories under `path` per record: `{topic}`, `{partition}`, `{timestamp:%Y-%m-%d}`
     /// (record timestamp, UTC), `{field.path}` and `{field.path:%Y-%m-%d}` (value fields).
     #[serde(default = "default_path_template")]
@@ -167,6 +176,57 @@ pub struct FilesSinkConfig {
     /// Rows per Parquet row group.
     #[serde(default = "default_parquet_row_group_records")]
     pub parquet_row_group_records: usize,
+}
+
+/// `[sink.files.s3]`. Unset keys come from the environment as the AWS tools read it
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+/// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// An S3-compatible server's URL, e.g. `http://127.0.0.1:9000`; default: AWS.
+    pub endpoint: Option<String>,
+    /// Region.
+    pub region: Option<String>,
+    /// Access key id.
+    pub access_key_id: Option<String>,
+    /// Secret access key (use `"${AWS_SECRET_ACCESS_KEY}"` or leave it to the environment).
+    pub secret_access_key: Option<String>,
+    /// Allow a plain-HTTP endpoint (a local test server).
+    pub allow_http: Option<bool>,
+    /// Files larger than this are uploaded in parts of this size (at least 5 MiB).
+    #[serde(default = "default_upload_part_bytes")]
+    pub upload_part_bytes: usize,
+}
+
+impl Default for S3Config {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            region: None,
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: None,
+            upload_part_bytes: DEFAULT_UPLOAD_PART_BYTES,
+        }
+    }
+}
+
+/// The secret stays out of logs and error messages.
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("allow_http", &self.allow_http)
+            .field("upload_part_bytes", &self.upload_part_bytes)
+            .finish()
+    }
 }
 
 /// What happens to a record that cannot be written (not JSON, a template field missing or
@@ -205,8 +265,9 @@ pub struct SinkDeliveryConfig {
     /// Records queued per partition; when full, the partition is paused.
     #[serde(default = "default_max_queued_records")]
     pub max_queued_records_per_partition: u32,
-    /// Time a worker may spend on one record or one file commit before the run fails (and is
-    /// restarted from the committed files).
+    /// Time a worker may spend on one record (then the record is a failure: `on_failure`
+    /// applies) or one file commit (then the run fails and is restarted from the committed
+    /// files).
     #[serde(default = "default_processing_timeout_ms")]
     pub processing_timeout_ms: u64,
     /// Time to finish in-flight files when partitions are revoked or on shutdown; what is
@@ -250,6 +311,9 @@ const fn default_roll_interval_ms() -> u64 {
 }
 const fn default_sub_partitions() -> u32 {
     DEFAULT_SUB_PARTITIONS
+}
+const fn default_upload_part_bytes() -> usize {
+    DEFAULT_UPLOAD_PART_BYTES
 }
 const fn default_parquet_row_group_records() -> usize {
     DEFAULT_PARQUET_ROW_GROUP_RECORDS
@@ -357,6 +421,21 @@ impl SinkPipelineConfig {
         let files = self.files();
         if files.path.as_os_str().is_empty() {
             issue("sink.files.path", "empty: expected a directory".into());
+        }
+        if let Some(url) = &files.url
+            && let Err(problem) = crate::sink::object::parse_s3_url(url)
+        {
+            issue("sink.files.url", problem);
+        }
+        if files.s3.upload_part_bytes < crate::sink::object::MIN_UPLOAD_PART_BYTES {
+            issue(
+                "sink.files.s3.upload_part_bytes",
+                format!(
+                    "{} is too small: expected at least {} (5 MiB, S3's smallest part)",
+                    files.s3.upload_part_bytes,
+                    crate::sink::object::MIN_UPLOAD_PART_BYTES
+                ),
+            );
         }
         if let Err(problem) = PathTemplate::parse(&files.path_template) {
             issue("sink.files.path_template", problem);
@@ -606,6 +685,42 @@ mod tests {
                 .any(|i| i.key == "source.kafka.properties.\"enable.auto.commit\""),
             "{issues:?}"
         );
+    }
+
+    #[test]
+    fn the_examples_load() {
+        let env = |name: &str| match name {
+            "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+            "SOURCE_TOPIC" => Some("orders".to_owned()),
+            "OUTPUT_DIR" => Some("/tmp/out".to_owned()),
+            "S3_URL" => Some("s3://bucket/orders".to_owned()),
+            _ => None,
+        };
+        for text in [
+            include_str!("../../../../examples/kafka-to-files.toml"),
+            include_str!("../../../../examples/kafka-to-s3.toml"),
+        ] {
+            let PipelineFile::Sink(config) = PipelineFile::from_toml(text, "t.toml", &env).unwrap()
+            else {
+                panic!("expected a sink pipeline");
+            };
+            assert_eq!(config.kafka().topics, ["orders"]);
+        }
+        let text = include_str!("../../../../examples/kafka-to-s3.toml");
+        let PipelineFile::Sink(config) = PipelineFile::from_toml(text, "t.toml", &env).unwrap()
+        else {
+            panic!("expected a sink pipeline");
+        };
+        assert_eq!(config.files().url.as_deref(), Some("s3://bucket/orders"));
+        assert_eq!(
+            config.files().s3.upload_part_bytes,
+            DEFAULT_UPLOAD_PART_BYTES
+        );
+        let issues = issues(&format!(
+            "{MINIMAL}\nurl = \"/data\"\n[sink.files.s3]\nupload_part_bytes = 1000\n"
+        ));
+        let keys: Vec<_> = issues.into_iter().map(|i| i.key).collect();
+        assert_eq!(keys, ["sink.files.url", "sink.files.s3.upload_part_bytes"]);
     }
 
     #[test]

@@ -30,6 +30,43 @@
 //!
 //! The number of sub-partitions decides which worker owns which key, so it is fixed for an
 //! output root: `_sluice_sink.json` in the root records it and a different value is refused.
+//!
+//! # Object stores (S3)
+//!
+//! An object store has no rename, and a multi-object change is never atomic; a single PUT
+//! of one object is (readers see the old object or the new one, whole). With
+//! `sink.files.url = "s3://bucket/prefix"` the epoch's files are still written and finished
+//! on local disk (under `path`, the staging directory), and the commit becomes:
+//!
+//! 1. every open file is finished and closed, as above;
+//! 2. the sub-partition's **pending intent** `<prefix>/_sluice/pending/<tag>.json` is PUT:
+//!    the epoch's number and the object keys it is about to write;
+//! 3. each file is uploaded straight to its **final key** (the same
+//!    `<dir>/part-<topic>+<partition>+s<sub>+<first>-<last>.<ext>` name as on disk; a
+//!    multipart upload when it is larger than `upload_part_bytes`);
+//! 4. the sub-partition's **state object** `<prefix>/_sluice/state/<tag>.json` is PUT —
+//!    `last_offset`, the epoch and its keys. This single PUT is the commit point;
+//! 5. the pending intent is deleted and the local staged files are removed.
+//!
+//! Recovery on assignment reads the state object and the pending intent. A pending epoch
+//! newer than the state's never committed (a crash during step 3 or right before step 4):
+//! its keys are deleted — they hold offsets after `last_offset`, so they can be no committed
+//! epoch's keys — and its records are read again. A pending epoch equal to the state's
+//! committed (a crash before step 5): only the intent is deleted. Nothing is ever rolled
+//! forward from local disk, so another process (another machine) can take the partition
+//! over. Local staged files of any epoch are deleted on assignment.
+//!
+//! **What a reader that lists the prefix sees.** Committed objects stay, and every offset is
+//! in exactly one committed object. During the upload window of an epoch (steps 3–4, the
+//! time of the uploads) and, after a crash in that window, until the sub-partition is
+//! assigned again, the epoch's objects are already listed without being committed. A reader
+//! that must never see them keeps an object `part-<tag>+<first>-<last>` only when `<last>` is
+//! at most the `last_offset` of `<prefix>/_sluice/state/<tag>.json` (read after the listing):
+//! exactly the committed objects.
+//!
+//! Test hook: with `SLUICE_TEST_ABORT_AFTER_UPLOAD=N` in its environment the process aborts
+//! in its `N`th epoch commit to an object store, after the uploads and before the state PUT
+//! (the integration tests use it to crash inside that window on purpose).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -39,6 +76,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::sink::config::{FileCompression, FileFormat};
+use crate::sink::object::ObjectTarget;
 use crate::sink::parquet::{ParquetFile, ParquetRow};
 
 /// The root's marker file.
@@ -52,7 +90,7 @@ struct RootMarker {
     sub_partitions: u32,
 }
 
-/// A sub-partition's committed state.
+/// A sub-partition's committed state (and, on an object store, its pending intent).
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct SubState {
     /// The highest offset of the last committed epoch.
@@ -60,14 +98,47 @@ struct SubState {
     /// The last committed epoch's number.
     epoch: u64,
     /// The renames the last committed epoch consists of: staged file name → final path
-    /// relative to the root.
+    /// relative to the root (the object key relative to the prefix on an object store).
     renames: Vec<(String, String)>,
+    /// Offsets after `last_offset` that are in no file because they went to the dead-letter
+    /// topic after a processing timeout (see [`OutputRoot::add_skipped`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    skipped: Vec<i64>,
+}
+
+/// What [`OutputRoot::recover`] found of a sub-partition's last commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The highest offset in a committed file (-1: none).
+    pub last_offset: i64,
+    /// The last committed epoch's number.
+    pub epoch: u64,
+    /// Offsets after `last_offset` that must be skipped (dead-lettered after a timeout).
+    pub skipped: Vec<i64>,
+}
+
+impl From<SubState> for Recovered {
+    fn from(state: SubState) -> Self {
+        let last_offset = state.last_offset;
+        Self {
+            last_offset,
+            epoch: state.epoch,
+            skipped: state
+                .skipped
+                .into_iter()
+                .filter(|o| *o > last_offset)
+                .collect(),
+        }
+    }
 }
 
 /// The output root; see the [module docs](self).
 #[derive(Debug)]
 pub struct OutputRoot {
+    /// The output root, or with `objects` the local staging root.
     root: PathBuf,
+    /// The object store the files go to.
+    objects: Option<ObjectTarget>,
 }
 
 /// Identifies a worker's files: topic, partition, sub-partition.
@@ -84,6 +155,14 @@ pub struct SubPartitionId {
 impl SubPartitionId {
     fn tag(&self) -> String {
         format!("{}+{}+s{}", self.topic, self.partition, self.sub)
+    }
+
+    fn state_key(&self) -> String {
+        format!("{STATE_DIR}/state/{}.json", self.tag())
+    }
+
+    fn pending_key(&self) -> String {
+        format!("{STATE_DIR}/pending/{}.json", self.tag())
     }
 }
 
@@ -147,12 +226,63 @@ impl OutputRoot {
         }
         Ok(Self {
             root: root.to_owned(),
+            objects: None,
         })
     }
 
-    /// The root directory.
+    /// Opens an object store target with its local staging directory `staging`, and checks
+    /// or records the number of sub-partitions in the store.
+    ///
+    /// # Errors
+    ///
+    /// [`RootError::SubPartitionsChanged`] when the prefix was written with another number;
+    /// [`RootError::Io`] when the store or the staging directory cannot be reached.
+    pub fn open_objects(
+        staging: &Path,
+        objects: ObjectTarget,
+        sub_partitions: u32,
+    ) -> Result<Self, RootError> {
+        let url = objects.url().to_owned();
+        let io = |source| RootError::Io {
+            path: url.clone(),
+            source,
+        };
+        fs::create_dir_all(staging.join(STATE_DIR)).map_err(io)?;
+        match objects.get(ROOT_MARKER).map_err(io)? {
+            Some(bytes) => {
+                let stored: RootMarker = serde_json::from_slice(&bytes)
+                    .map_err(|e| io(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+                if stored.sub_partitions != sub_partitions {
+                    return Err(RootError::SubPartitionsChanged {
+                        path: url,
+                        configured: sub_partitions,
+                        stored: stored.sub_partitions,
+                    });
+                }
+            }
+            None => {
+                let text = serde_json::to_vec(&RootMarker { sub_partitions })
+                    .map_err(|e| io(io::Error::other(e)))?;
+                objects.put(ROOT_MARKER, text).map_err(io)?;
+            }
+        }
+        Ok(Self {
+            root: staging.to_owned(),
+            objects: Some(objects),
+        })
+    }
+
+    /// The root directory (the local staging root with an object store).
     pub fn path(&self) -> &Path {
         &self.root
+    }
+
+    /// Where the output goes: the root directory or the object store's URL.
+    pub fn describe(&self) -> String {
+        match &self.objects {
+            Some(objects) => objects.url().to_owned(),
+            None => self.root.display().to_string(),
+        }
     }
 
     fn state_path(&self, id: &SubPartitionId) -> PathBuf {
@@ -167,12 +297,15 @@ impl OutputRoot {
     }
 
     /// Brings a sub-partition's files to its last commit (finishing its renames, deleting
-    /// staged files of uncommitted epochs) and returns the commit's `(last offset, epoch)`.
+    /// staged files of uncommitted epochs) and returns what the commit holds.
     ///
     /// # Errors
     ///
     /// I/O errors, and a state file that cannot be read.
-    pub fn recover(&self, id: &SubPartitionId) -> io::Result<Option<(i64, u64)>> {
+    pub fn recover(&self, id: &SubPartitionId) -> io::Result<Option<Recovered>> {
+        if let Some(objects) = &self.objects {
+            return self.recover_objects(objects, id);
+        }
         let staging = self.staging_dir(id);
         fs::create_dir_all(&staging)?;
         let state = match fs::read(self.state_path(id)) {
@@ -191,7 +324,96 @@ impl OutputRoot {
             tracing::info!(file = %entry.path().display(), "deleting a file of an uncommitted epoch");
             fs::remove_file(entry.path())?;
         }
-        Ok(state.map(|s| (s.last_offset, s.epoch)))
+        Ok(state.map(Recovered::from))
+    }
+
+    /// Records in a sub-partition's state that `offset` (after its last committed offset) is
+    /// in no file because it went to the dead-letter topic, so that the records after it can
+    /// be committed and it is never written after a restart. The sub-partition's worker must
+    /// have been abandoned (it commits no more): this rewrites its state.
+    ///
+    /// # Errors
+    ///
+    /// I/O errors; the state is then unchanged.
+    pub fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> io::Result<()> {
+        let parse = |bytes: &[u8]| {
+            serde_json::from_slice::<SubState>(bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        };
+        let mut state = match &self.objects {
+            Some(objects) => objects
+                .get(&id.state_key())?
+                .map(|b| parse(&b))
+                .transpose()?,
+            None => match fs::read(self.state_path(id)) {
+                Ok(bytes) => Some(parse(&bytes)?),
+                Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+                Err(error) => return Err(error),
+            },
+        }
+        .unwrap_or(SubState {
+            last_offset: -1,
+            ..SubState::default()
+        });
+        if offset <= state.last_offset || state.skipped.contains(&offset) {
+            return Ok(());
+        }
+        state.skipped.push(offset);
+        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
+        match &self.objects {
+            Some(objects) => objects.put(&id.state_key(), bytes),
+            None => {
+                let path = self.state_path(id);
+                if let Some(dir) = path.parent() {
+                    fs::create_dir_all(dir)?;
+                }
+                write_atomically(&path, &bytes)
+            }
+        }
+    }
+
+    /// [`OutputRoot::recover`] on an object store (see the [module docs](self)).
+    fn recover_objects(
+        &self,
+        objects: &ObjectTarget,
+        id: &SubPartitionId,
+    ) -> io::Result<Option<Recovered>> {
+        let staging = self.staging_dir(id);
+        fs::create_dir_all(&staging)?;
+        for entry in fs::read_dir(&staging)? {
+            fs::remove_file(entry?.path())?;
+        }
+        let read = |key: &str| -> io::Result<Option<SubState>> {
+            objects
+                .get(key)?
+                .map(|bytes| {
+                    serde_json::from_slice::<SubState>(&bytes)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+                })
+                .transpose()
+        };
+        let state = read(&id.state_key())?;
+        if let Some(pending) = read(&id.pending_key())? {
+            if state.as_ref().is_none_or(|s| pending.epoch > s.epoch) {
+                let committed: Vec<&String> = state
+                    .iter()
+                    .flat_map(|s| s.renames.iter().map(|(_, key)| key))
+                    .collect();
+                for (_, key) in &pending.renames {
+                    if committed.contains(&key) {
+                        continue;
+                    }
+                    tracing::info!(
+                        object = %format!("{}/{key}", objects.url()),
+                        epoch = pending.epoch,
+                        "deleting an object of an uncommitted epoch"
+                    );
+                    objects.delete(key)?;
+                }
+            }
+            objects.delete(&id.pending_key())?;
+        }
+        Ok(state.map(Recovered::from))
     }
 
     /// Renames staged files to their final names (those not renamed yet), then syncs the
@@ -219,6 +441,28 @@ impl OutputRoot {
             sync_dir(staging)?;
         }
         Ok(())
+    }
+}
+
+/// The test hook of the [module docs](self): aborts the process in the `N`th object store
+/// commit when `SLUICE_TEST_ABORT_AFTER_UPLOAD=N`.
+fn abort_after_upload_hook() {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static TARGET: OnceLock<Option<u64>> = OnceLock::new();
+    static COMMITS: AtomicU64 = AtomicU64::new(0);
+    let target = TARGET.get_or_init(|| {
+        std::env::var("SLUICE_TEST_ABORT_AFTER_UPLOAD")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    if let Some(target) = target
+        && COMMITS.fetch_add(1, Ordering::SeqCst) + 1 == *target
+    {
+        tracing::error!(
+            "SLUICE_TEST_ABORT_AFTER_UPLOAD: aborting after the uploads, before the state PUT"
+        );
+        std::process::abort();
     }
 }
 
@@ -493,15 +737,19 @@ pub struct Epoch {
     last_offset: Option<i64>,
     opened_at: Option<std::time::Instant>,
     next_file: u32,
+    /// Dead-lettered offsets the state must keep listing until a commit passes them.
+    skipped: Vec<i64>,
 }
 
 impl Epoch {
-    /// The first epoch after a recovery whose last committed epoch was `last_epoch`.
-    pub fn new(root: &OutputRoot, id: SubPartitionId, last_epoch: u64) -> Self {
+    /// The first epoch after a recovery whose last committed epoch was `last_epoch` and
+    /// whose state lists `skipped` offsets.
+    pub fn new(root: &OutputRoot, id: SubPartitionId, last_epoch: u64, skipped: Vec<i64>) -> Self {
         let staging = root.staging_dir(&id);
         Self {
             id,
             staging,
+            skipped,
             number: last_epoch + 1,
             files: Vec::new(),
             records: 0,
@@ -569,7 +817,7 @@ impl Epoch {
     }
 
     /// Commits the epoch (see the [module docs](self)) and starts the next one; returns the
-    /// committed files' final paths.
+    /// committed files' final paths (keys relative to the prefix on an object store).
     ///
     /// # Errors
     ///
@@ -605,23 +853,46 @@ impl Epoch {
                 (file.staged_name.clone(), target)
             })
             .collect();
+        self.skipped.retain(|o| *o > last_offset);
         let state = SubState {
             last_offset,
             epoch: self.number,
             renames,
+            skipped: self.skipped.clone(),
         };
-        let state_path = root.state_path(&self.id);
-        if let Some(dir) = state_path.parent() {
-            fs::create_dir_all(dir)?;
-        }
         let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
-        write_atomically(&state_path, &bytes)?;
-        root.apply_renames(&self.staging, &state.renames)?;
-        let committed = state
-            .renames
-            .iter()
-            .map(|(_, target)| root.path().join(target))
-            .collect();
+        let committed = if let Some(objects) = &root.objects {
+            objects.put(&self.id.pending_key(), bytes.clone())?;
+            for (staged, key) in &state.renames {
+                objects.upload(&self.staging.join(staged), key)?;
+            }
+            abort_after_upload_hook();
+            objects.put(&self.id.state_key(), bytes)?;
+            if let Err(error) = objects.delete(&self.id.pending_key()) {
+                // Recovery deletes it; it names a committed epoch.
+                tracing::warn!(error = %error, "cannot delete a committed epoch's pending intent");
+            }
+            for (staged, _) in &state.renames {
+                fs::remove_file(self.staging.join(staged))?;
+            }
+            state
+                .renames
+                .iter()
+                .map(|(_, key)| PathBuf::from(key))
+                .collect()
+        } else {
+            let state_path = root.state_path(&self.id);
+            if let Some(dir) = state_path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            write_atomically(&state_path, &bytes)?;
+            root.apply_renames(&self.staging, &state.renames)?;
+            state
+                .renames
+                .iter()
+                .map(|(_, target)| root.path().join(target))
+                .collect()
+        };
         self.number += 1;
         self.files.clear();
         self.records = 0;
@@ -629,6 +900,18 @@ impl Epoch {
         self.opened_at = None;
         self.next_file = 0;
         Ok(committed)
+    }
+
+    /// Closes the epoch's files and forgets them, leaving them on disk for the next
+    /// recovery: an abandoned worker must not touch names a new owner may use again.
+    pub fn forget(&mut self) {
+        for file in &mut self.files {
+            file.body = None;
+        }
+        self.files.clear();
+        self.records = 0;
+        self.last_offset = None;
+        self.opened_at = None;
     }
 
     /// Drops the epoch's staged files (an abandoned epoch).
@@ -648,6 +931,7 @@ impl Epoch {
 mod tests {
     use super::*;
     use crate::sink::template::parse_object;
+    use std::sync::Arc;
 
     fn settings() -> FileSettings {
         FileSettings {
@@ -694,7 +978,7 @@ mod tests {
         let dir = temp_root("commit");
         let root = OutputRoot::open(&dir, 2).unwrap();
         assert_eq!(root.recover(&id()).unwrap(), None);
-        let mut epoch = Epoch::new(&root, id(), 0);
+        let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
         write(&mut epoch, "a", 3, r#"{"x":1}"#);
         write(&mut epoch, "b", 5, "{ }");
         write(&mut epoch, "a", 9, "[\n1]");
@@ -721,8 +1005,41 @@ mod tests {
         // An uncommitted epoch leaves staged files; recovery deletes them.
         write(&mut epoch, "a", 11, "{}");
         drop(epoch);
-        assert_eq!(root.recover(&id()).unwrap(), Some((9, 1)));
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((9, 1))
+        );
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn skipped_offsets_survive_until_a_commit_passes_them() {
+        let dir = temp_root("skipped");
+        let root = OutputRoot::open(&dir, 2).unwrap();
+        root.add_skipped(&id(), 4).unwrap();
+        let recovered = root.recover(&id()).unwrap().unwrap();
+        assert_eq!(
+            (recovered.last_offset, &recovered.skipped[..]),
+            (-1, &[4][..])
+        );
+        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped);
+        write(&mut epoch, "a", 3, "{}");
+        epoch.commit(&root, &settings()).unwrap();
+        assert_eq!(root.recover(&id()).unwrap().unwrap().skipped, [4]);
+        root.add_skipped(&id(), 2).unwrap(); // already committed: ignored
+        root.add_skipped(&id(), 6).unwrap();
+        let recovered = root.recover(&id()).unwrap().unwrap();
+        assert_eq!(
+            (recovered.last_offset, &recovered.skipped[..]),
+            (3, &[4, 6][..])
+        );
+        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped);
+        write(&mut epoch, "a", 5, "{}");
+        epoch.commit(&root, &settings()).unwrap();
+        assert_eq!(root.recover(&id()).unwrap().unwrap().skipped, [6]);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -761,6 +1078,7 @@ mod tests {
             last_offset: 42,
             epoch: 4,
             renames: vec![(".tmp-e4-0".into(), "x/y/part-t+0+s1+40-42.jsonl".into())],
+            skipped: Vec::new(),
         };
         fs::create_dir_all(root.state_path(&id()).parent().unwrap()).unwrap();
         write_atomically(
@@ -768,7 +1086,12 @@ mod tests {
             &serde_json::to_vec(&state).unwrap(),
         )
         .unwrap();
-        assert_eq!(root.recover(&id()).unwrap(), Some((42, 4)));
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((42, 4))
+        );
         assert_eq!(
             fs::read_to_string(dir.join("x/y/part-t+0+s1+40-42.jsonl")).unwrap(),
             "{}\n"
@@ -787,7 +1110,7 @@ mod tests {
                 metadata: false,
                 ..settings()
             };
-            let mut epoch = Epoch::new(&root, id(), 0);
+            let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
             for offset in 0..100 {
                 let value = format!(r#"{{"n":{offset}}}"#);
                 let fields = parse_object(&value).ok();
@@ -833,6 +1156,105 @@ mod tests {
             fs::remove_file(&files[0]).unwrap();
         }
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn object_store_commits_to_final_keys_and_recovery_deletes_uncommitted_epochs() {
+        use object_store::ObjectStore;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let target =
+            || ObjectTarget::new(Arc::clone(&store), "mem://b", runtime.handle().clone(), 0);
+        let staging = temp_root("objects");
+        let root = OutputRoot::open_objects(&staging, target(), 2).unwrap();
+        assert_eq!(root.recover(&id()).unwrap(), None);
+        let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
+        write(&mut epoch, "a", 3, r#"{"x":1}"#);
+        write(&mut epoch, "b", 5, "{}");
+        let files = epoch.commit(&root, &settings()).unwrap();
+        assert_eq!(
+            files,
+            [
+                PathBuf::from("a/part-t+0+s1+3-3.jsonl"),
+                PathBuf::from("b/part-t+0+s1+5-5.jsonl")
+            ]
+        );
+        let objects = target();
+        let line =
+            String::from_utf8(objects.get("a/part-t+0+s1+3-3.jsonl").unwrap().unwrap()).unwrap();
+        assert!(line.ends_with(",\"x\":1}\n"), "{line}");
+        let mut keys = objects.list("").unwrap();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "_sluice/state/t+0+s1.json",
+                "_sluice_sink.json",
+                "a/part-t+0+s1+3-3.jsonl",
+                "b/part-t+0+s1+5-5.jsonl"
+            ],
+            "the pending intent is gone after the commit"
+        );
+        assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
+
+        // A crash after epoch 2's uploads, before its state PUT: intent and object exist.
+        let pending = SubState {
+            last_offset: 9,
+            epoch: 2,
+            renames: vec![(".tmp-e2-0".into(), "a/part-t+0+s1+7-9.jsonl".into())],
+            skipped: Vec::new(),
+        };
+        objects
+            .put(&id().pending_key(), serde_json::to_vec(&pending).unwrap())
+            .unwrap();
+        objects
+            .put("a/part-t+0+s1+7-9.jsonl", b"{}\n".to_vec())
+            .unwrap();
+        fs::write(root.staging_dir(&id()).join(".tmp-e2-0"), "{}\n").unwrap();
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((5, 1))
+        );
+        assert_eq!(objects.get("a/part-t+0+s1+7-9.jsonl").unwrap(), None);
+        assert_eq!(objects.get(&id().pending_key()).unwrap(), None);
+        assert!(objects.get("a/part-t+0+s1+3-3.jsonl").unwrap().is_some());
+        assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
+
+        // A crash after the state PUT, before the intent's deletion: the epoch stays.
+        let mut epoch = Epoch::new(&root, id(), 1, Vec::new());
+        write(&mut epoch, "a", 7, "{}");
+        epoch.commit(&root, &settings()).unwrap();
+        let committed = SubState {
+            last_offset: 7,
+            epoch: 2,
+            renames: vec![(".tmp-e2-0".into(), "a/part-t+0+s1+7-7.jsonl".into())],
+            skipped: Vec::new(),
+        };
+        objects
+            .put(&id().pending_key(), serde_json::to_vec(&committed).unwrap())
+            .unwrap();
+        assert_eq!(
+            root.recover(&id())
+                .unwrap()
+                .map(|r| (r.last_offset, r.epoch)),
+            Some((7, 2))
+        );
+        assert!(objects.get("a/part-t+0+s1+7-7.jsonl").unwrap().is_some());
+        assert_eq!(objects.get(&id().pending_key()).unwrap(), None);
+
+        // The number of sub-partitions is recorded in the store.
+        let error = OutputRoot::open_objects(&staging, target(), 4).unwrap_err();
+        assert!(matches!(
+            error,
+            RootError::SubPartitionsChanged { stored: 2, .. }
+        ));
+        fs::remove_dir_all(&staging).unwrap();
     }
 
     #[test]

@@ -9,7 +9,7 @@ pub const RECORDS_COMMITTED: &str = "sluice_sink_records_committed_total";
 pub const FILES_COMMITTED: &str = "sluice_sink_files_committed_total";
 /// Records read from Kafka.
 pub const RECORDS_CONSUMED: &str = "sluice_sink_records_consumed_total";
-/// Times a partition was paused because its queue was full.
+/// Times a partition's queue became full and intake from it stopped (backpressure).
 pub const PARTITION_PAUSES: &str = "sluice_sink_partition_pauses_total";
 /// Watermark offset commits sent to the consumer group.
 pub const OFFSET_COMMITS: &str = "sluice_sink_offset_commits_total";
@@ -28,7 +28,7 @@ pub fn describe() {
         describe_counter!(RECORDS_CONSUMED, "records read from Kafka");
         describe_counter!(
             PARTITION_PAUSES,
-            "times a partition was paused because its queue was full"
+            "times a partition's queue became full and intake from it stopped"
         );
         describe_counter!(OFFSET_COMMITS, "watermark offset commits sent to Kafka");
         describe_gauge!(ASSIGNED_PARTITIONS, "partitions assigned to this process");

@@ -14,8 +14,10 @@
 //!   and registers it in the partition's [`AckTracker`]. Workers (one thread per partition and
 //!   sub-partition) parse and write.
 //! - **Bounded queues.** Each partition has an [`InFlightBudget`] in bytes and records between
-//!   the consumer and its workers. When it is full the partition is paused (the records
-//!   already fetched wait in order) and resumed when it has drained.
+//!   the consumer and its workers, and its own librdkafka queue ([`PartitionQueues`]). When
+//!   the budget is full that queue is not polled until the workers catch up, and librdkafka
+//!   stops fetching the partition once its local queue is full (a partition whose records
+//!   come through the main queue, before its queue is split, is paused instead).
 //! - **Watermark.** A record is acknowledged when the epoch holding it commits (see
 //!   [`files`]); the partition's committed offset is the tracker's watermark, the end of the
 //!   contiguous prefix of committed records — the same [`AckTracker`] the PostgreSQL source
@@ -28,14 +30,22 @@
 //! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
 //!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
 //!   any more), the watermark is committed, then the partitions are released.
+//! - **Admin API.** Pause pauses every assigned partition in the consumer (the group
+//!   membership stays, so the partitions do not move to another process) and has the
+//!   workers commit their open epochs; records already queued are still written. Resume
+//!   resumes the partitions (librdkafka fetches again within about a second). Restart ends
+//!   the run like a shutdown (open epochs committed, offsets committed, group left) and the
+//!   supervisor starts a new one at once. The `/health` state is `paused` while paused.
 //! - **Failures.** A record that cannot be written is retried, dead-lettered or stops the
-//!   pipeline (`delivery.on_failure`); a worker busy on one record or commit for more than
-//!   `processing_timeout_ms` fails the run, and I/O errors too: the supervisor restarts it
-//!   with backoff, from the committed files.
+//!   pipeline (`delivery.on_failure`); so is a record a worker has been busy on for more than
+//!   `processing_timeout_ms` (see `Intake::record_timed_out`). A file commit busy for that
+//!   long fails the run, and I/O errors too: the supervisor restarts it with backoff, from the
+//!   committed files.
 
 pub mod config;
 pub mod files;
 pub mod metrics;
+pub mod object;
 pub mod parquet;
 pub mod template;
 pub mod worker;
@@ -49,19 +59,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
+use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
-use sluice_engine::{AckTracker, InFlightBudget};
+use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, PipelineState, StatusBoard};
 use crate::error::PipelineError;
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
-use crate::sink::files::{FileSettings, OutputRoot, RootError, SubPartitionId};
+use crate::sink::files::{FileSettings, OutputRoot, Recovered, RootError, SubPartitionId};
+use crate::sink::object::ObjectTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{
     DeadLetter, RecordData, WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
@@ -94,8 +106,6 @@ pub async fn run_pipeline(
     let shutdown = CancellationToken::new();
     tokio::spawn(crate::app::stop_on_signal(shutdown.clone()));
     let board = StatusBoard::new(&config.name, config.restart.policy.name());
-    // Pause, resume and restart through the API are built for CDC pipelines only.
-    board.set_controllable(false);
     let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
     let admin_shutdown = CancellationToken::new();
     let server = admin::serve(
@@ -121,6 +131,8 @@ async fn supervise(
 ) -> Result<(), PipelineError> {
     // The restart policy and backoff are the CDC pipeline's (`crate::app::after_failure`).
     let mut consecutive_failures = 0u32;
+    let mut control = board.control();
+    let timeouts = TimeoutAttempts::default();
     loop {
         board.set_state(PipelineState::Starting);
         let started = Instant::now();
@@ -129,7 +141,10 @@ async fn supervise(
             let board = Arc::clone(board);
             let shutdown = shutdown.clone();
             let runtime = tokio::runtime::Handle::current();
-            tokio::task::spawn_blocking(move || run_once(&config, &board, &shutdown, runtime))
+            let timeouts = Arc::clone(&timeouts);
+            tokio::task::spawn_blocking(move || {
+                run_once(&config, &board, &shutdown, runtime, &timeouts)
+            })
         };
         let result = run.await.unwrap_or_else(|e| {
             Err(PipelineError::retryable(
@@ -138,9 +153,13 @@ async fn supervise(
             ))
         });
         let error = match result {
-            Ok(()) => {
+            Ok(RunEnd::Stopped) => {
                 board.set_state(PipelineState::Stopped);
                 return Ok(());
+            }
+            Ok(RunEnd::RestartRequested) => {
+                board.record_restart("requested", None, 0, consecutive_failures);
+                continue;
             }
             Err(_) if shutdown.is_cancelled() => {
                 board.set_state(PipelineState::Stopped);
@@ -161,13 +180,15 @@ async fn supervise(
         ) else {
             return Err(error);
         };
-        if shutdown
-            .run_until_cancelled(tokio::time::sleep(delay))
-            .await
-            .is_none()
-        {
-            board.set_state(PipelineState::Stopped);
-            return Ok(());
+        control.borrow_and_update();
+        tokio::select! {
+            () = shutdown.cancelled() => {
+                board.set_state(PipelineState::Stopped);
+                return Ok(());
+            }
+            () = tokio::time::sleep(delay) => {}
+            // A resume or restart request cuts the wait short (a pause applies in the run).
+            _ = control.changed() => {}
         }
         board.update(|s| s.backoff_ms = None);
     }
@@ -214,15 +235,38 @@ fn worker_settings(config: &SinkPipelineConfig) -> Result<WorkerSettings, Pipeli
     })
 }
 
-/// One run: from subscribing until shutdown or an error.
+/// How a run ended without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunEnd {
+    /// Shutdown (a signal): the process exits.
+    Stopped,
+    /// An operator asked for a restart through the admin API.
+    RestartRequested,
+}
+
+/// One run: from subscribing until shutdown, a restart request or an error.
 fn run_once(
     config: &Arc<SinkPipelineConfig>,
     board: &StatusBoard,
     shutdown: &CancellationToken,
     runtime: tokio::runtime::Handle,
-) -> Result<(), PipelineError> {
+    timeouts: &TimeoutAttempts,
+) -> Result<RunEnd, PipelineError> {
     let files = config.files();
-    let root = OutputRoot::open(&files.path, files.sub_partitions).map_err(|error| match error {
+    let opened = match &files.url {
+        None => OutputRoot::open(&files.path, files.sub_partitions),
+        Some(url) => {
+            let objects = ObjectTarget::s3(url, &files.s3, runtime.clone()).map_err(|e| {
+                PipelineError::fatal_with(
+                    "cannot configure the S3 client",
+                    "check sink.files.url and [sink.files.s3]",
+                    e,
+                )
+            })?;
+            OutputRoot::open_objects(&files.path, objects, files.sub_partitions)
+        }
+    };
+    let root = opened.map_err(|error| match error {
         RootError::SubPartitionsChanged { .. } => PipelineError::fatal_with(
             "the output root was written with another number of sub-partitions",
             "keep sink.files.sub_partitions as it was for this root, or write to a new sink.files.path",
@@ -230,6 +274,7 @@ fn run_once(
         ),
         RootError::Io { .. } => PipelineError::retryable("cannot prepare the output root", error),
     })?;
+    let root_description = root.describe();
     let settings = Arc::new(worker_settings(config)?);
     let dead_letter = match (
         &config.delivery.dead_letter_topic,
@@ -261,8 +306,14 @@ fn run_once(
         _ => None,
     };
     let (events_tx, events_rx) = std::sync::mpsc::channel();
+    // Pause and restart requests through the admin API, seen by the poll loop.
+    let mut control = board.control();
+    let requested = *control.borrow_and_update();
     let context = SinkContext {
         intake: Mutex::new(Intake {
+            admin_paused: requested.paused,
+            timeouts: Arc::clone(timeouts),
+            assignments: 0,
             config: Arc::clone(config),
             root: Arc::new(root),
             settings,
@@ -282,15 +333,17 @@ fn run_once(
             consumed: ::metrics::counter!(metrics::RECORDS_CONSUMED),
         }),
     };
-    let consumer: BaseConsumer<SinkContext> = consumer_config(config)
-        .create_with_context(context)
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create the Kafka consumer",
-                "check source.kafka.brokers and source.kafka.properties",
-                e,
-            )
-        })?;
+    let consumer: Arc<BaseConsumer<SinkContext>> = Arc::new(
+        consumer_config(config)
+            .create_with_context(context)
+            .map_err(|e| {
+                PipelineError::fatal_with(
+                    "cannot create the Kafka consumer",
+                    "check source.kafka.brokers and source.kafka.properties",
+                    e,
+                )
+            })?,
+    );
     let topics: Vec<&str> = config.kafka().topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|e| {
         PipelineError::fatal_with(
@@ -299,30 +352,76 @@ fn run_once(
             e,
         )
     })?;
-    board.set_state(PipelineState::Streaming);
+    board.set_state(if requested.paused {
+        PipelineState::Paused
+    } else {
+        PipelineState::Streaming
+    });
     tracing::info!(
         topics = ?config.kafka().topics,
         group = %config.group_id(),
-        root = %config.files().path.display(),
+        root = %root_description,
         "sink started"
     );
     let commit_interval = Duration::from_millis(config.kafka().commit_interval_ms);
     let mut last_commit = Instant::now();
     let mut last_check = Instant::now();
+    let mut queues = PartitionQueues::default();
+    let mut moved = 0;
     let result = loop {
         if shutdown.is_cancelled() {
-            break Ok(());
+            break Ok(RunEnd::Stopped);
         }
-        let message = consumer.poll(Duration::from_millis(20));
+        // Records come from the partition queues; the main queue brings rebalance events,
+        // errors and the few records fetched before a partition's queue was split. Wait on it
+        // only when the partition queues had nothing.
+        let wait = if moved > 0 {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(5)
+        };
+        let message = consumer.poll(wait);
         let mut intake = lock(consumer.context());
+        if control.has_changed().unwrap_or(false) {
+            let now = *control.borrow_and_update();
+            if now.restart_requests != requested.restart_requests {
+                tracing::info!("restart requested through the admin API: committing open files");
+                break Ok(RunEnd::RestartRequested);
+            }
+            intake.set_admin_paused(&consumer, now.paused, board);
+        }
         match message {
-            Some(Ok(message)) => intake.on_message(&consumer, &message),
+            Some(Ok(message)) => intake.on_message(&consumer, &message, true),
             Some(Err(error)) => {
                 tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)")
             }
             None => {}
         }
         intake.drain_events();
+        if let Err(error) = intake.admit_waiting() {
+            intake.fail(error);
+        }
+        moved = 0;
+        if queues.follow(&consumer, &mut intake) {
+            // Records fetched before a partition's queue was split are in the main queue, and
+            // all of them are older than any in the partition queue: take them first.
+            drop(intake);
+            while let Some(message) = consumer.poll(Duration::ZERO) {
+                let mut intake = lock(consumer.context());
+                match message {
+                    Ok(message) => intake.on_message(&consumer, &message, true),
+                    Err(error) => {
+                        tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)")
+                    }
+                }
+            }
+            intake = lock(consumer.context());
+        }
+        if queues.current(&intake) {
+            drop(intake);
+            moved = queues.drain(&consumer);
+            intake = lock(consumer.context());
+        }
         if last_check.elapsed() >= Duration::from_millis(50) {
             intake.resume_drained(&consumer);
             intake.check_workers();
@@ -336,9 +435,11 @@ fn run_once(
             break Err(failure);
         }
     };
+    // The partition queues hold the consumer: they go first.
+    drop(queues);
     let mut intake = lock(consumer.context());
     match result {
-        Ok(()) => {
+        Ok(_) => {
             tracing::info!("stopping: committing open files");
             let all: Vec<(Arc<str>, i32)> = intake.partitions.keys().cloned().collect();
             intake.release(&consumer, &all);
@@ -350,8 +451,98 @@ fn run_once(
     // Leaving the group runs the revoke callback, which finds nothing left to finish.
     drop(consumer);
     match (result, failure) {
-        (Err(error), _) | (Ok(()), Some(error)) => Err(error),
-        (Ok(()), None) => Ok(()),
+        (Err(error), _) | (Ok(_), Some(error)) => Err(error),
+        (Ok(end), None) => Ok(end),
+    }
+}
+
+/// A partition: its topic's shared name and its number.
+type PartitionKey = (Arc<str>, i32);
+
+/// Records on their way to one worker, with their budget share.
+type WorkerBatch = (Vec<(RecordData, Seq)>, InFlightPermit);
+
+/// Records a partition queue may hand over per loop iteration, so that events, worker
+/// reports and the other partitions are served in between.
+const QUEUE_BATCH: usize = 2048;
+
+/// The assigned partitions' own librdkafka queues (`rd_kafka_queue_get_partition`).
+///
+/// Backpressure without pausing: a partition whose queue budget is full is simply not polled.
+/// librdkafka then stops fetching it once its local queue holds `queued.min.messages` records
+/// or `queued.max.messages.kbytes`, and fetches again within `fetch.queue.backoff.ms` of the
+/// queue draining. Pausing instead (`rd_kafka_pause_partitions`) drops the records librdkafka
+/// has already fetched, and a resumed partition is fetched again only when the broker thread
+/// next wakes up, up to about a second later.
+#[derive(Default)]
+struct PartitionQueues {
+    /// The intake's assignment count the queues were split for (`assign` deactivates them).
+    assignments: u64,
+    /// The number of assigned partitions then.
+    partitions: usize,
+    queues: Vec<(PartitionKey, PartitionQueue<SinkContext>)>,
+}
+
+impl PartitionQueues {
+    /// Whether the queues match the intake's assignment.
+    fn current(&self, intake: &Intake) -> bool {
+        self.assignments == intake.assignments && self.partitions == intake.partitions.len()
+    }
+
+    /// Splits the queues of the assigned partitions again after an assignment changed;
+    /// returns whether it did. (Rebalance callbacks cannot split: it needs the consumer's
+    /// `Arc`.)
+    fn follow(&mut self, consumer: &Arc<BaseConsumer<SinkContext>>, intake: &mut Intake) -> bool {
+        if self.current(intake) {
+            return false;
+        }
+        self.assignments = intake.assignments;
+        self.partitions = intake.partitions.len();
+        self.queues.clear();
+        for (key, state) in &mut intake.partitions {
+            state.split = false;
+            if let Some(queue) = consumer.split_partition_queue(&key.0, key.1) {
+                self.queues.push((key.clone(), queue));
+                state.split = true;
+                if state.paused && !intake.admin_paused {
+                    // Paused while its records came through the main queue.
+                    let mut list = TopicPartitionList::new();
+                    list.add_partition(&key.0, key.1);
+                    if consumer.resume(&list).is_ok() {
+                        state.paused = false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// Moves records from the partition queues whose budget has room to the intake; returns
+    /// how many.
+    fn drain(&self, consumer: &BaseConsumer<SinkContext>) -> usize {
+        let mut moved = 0;
+        for (key, queue) in &self.queues {
+            let mut intake = lock(consumer.context());
+            if !intake.has_room(key) {
+                continue;
+            }
+            // Up to a batch beyond the budget may wait in the intake, in offset order.
+            for _ in 0..QUEUE_BATCH {
+                match queue.poll(Duration::ZERO) {
+                    Some(Ok(message)) => {
+                        intake.on_message(consumer, &message, false);
+                        moved += 1;
+                    }
+                    Some(Err(error)) => {
+                        tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            intake.admit_partition(consumer, key);
+        }
+        moved
     }
 }
 
@@ -397,6 +588,7 @@ impl ConsumerContext for SinkContext {
             .collect();
         let result = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                intake.assignments += 1;
                 let assignment = intake.assign(consumer, &partitions);
                 let assigned = if cooperative {
                     consumer.incremental_assign(&assignment)
@@ -405,8 +597,15 @@ impl ConsumerContext for SinkContext {
                 };
                 // librdkafka keeps an application pause on a partition across unassign and
                 // assign: a partition paused before a rebalance would never be fetched again.
-                if let Err(error) = consumer.resume(&assignment) {
-                    tracing::debug!(error = %error, "resuming newly assigned partitions");
+                // While the pipeline is paused through the admin API new partitions stay
+                // paused too.
+                let applied = if intake.admin_paused {
+                    consumer.pause(&assignment)
+                } else {
+                    consumer.resume(&assignment)
+                };
+                if let Err(error) = applied {
+                    tracing::debug!(error = %error, "pausing or resuming newly assigned partitions");
                 }
                 assigned
             }
@@ -449,9 +648,17 @@ struct PartitionState {
     workers: Vec<WorkerHandle>,
     /// Per sub-partition: records up to this offset are already in committed files.
     skip: Vec<i64>,
+    /// Per sub-partition: later offsets that went to the dead-letter topic after a
+    /// processing timeout (usually empty).
+    dead_lettered: Vec<Vec<i64>>,
     /// Records fetched but not yet admitted (the budget was full), in offset order.
     waiting: VecDeque<RecordData>,
     paused: bool,
+    /// Its records come from its own queue (see [`PartitionQueues`]): a full budget stops
+    /// polling that queue instead of pausing the partition.
+    split: bool,
+    /// Times its budget was found full since the partition's queue last had room.
+    full: bool,
     /// The next offset expected (older ones are redeliveries and are dropped).
     next_offset: Option<i64>,
     /// The watermark last committed to Kafka.
@@ -461,6 +668,12 @@ struct PartitionState {
 }
 
 struct Intake {
+    /// Paused through the admin API: every assigned partition is paused in the consumer.
+    admin_paused: bool,
+    /// Processing-timeout attempts per record (`on_failure = "retry"`).
+    timeouts: TimeoutAttempts,
+    /// Assignments so far (each deactivates the partition queues).
+    assignments: u64,
     config: Arc<SinkPipelineConfig>,
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
@@ -546,6 +759,7 @@ impl Intake {
         let generation = self.generation;
         let subs = self.sub_partitions();
         let mut skip = Vec::with_capacity(subs as usize);
+        let mut dead_lettered = Vec::with_capacity(subs as usize);
         let mut workers = Vec::with_capacity(subs as usize);
         let mut any_state = false;
         for sub in 0..subs {
@@ -561,13 +775,23 @@ impl Intake {
                 )
             })?;
             any_state |= recovered.is_some();
-            let (last, last_epoch) = recovered.unwrap_or((-1, 0));
-            skip.push(last.max(group_committed.map_or(-1, |c| c - 1)));
+            let recovered = recovered.unwrap_or(Recovered {
+                last_offset: -1,
+                epoch: 0,
+                skipped: Vec::new(),
+            });
+            skip.push(
+                recovered
+                    .last_offset
+                    .max(group_committed.map_or(-1, |c| c - 1)),
+            );
+            dead_lettered.push(recovered.skipped.clone());
             workers.push(
                 worker::spawn(
                     id,
                     generation,
-                    last_epoch,
+                    recovered.epoch,
+                    recovered.skipped,
                     Arc::clone(&self.root),
                     Arc::clone(&self.settings),
                     self.events_tx.clone(),
@@ -592,6 +816,7 @@ impl Intake {
             start = ?start,
             group_committed = ?group_committed,
             skip = ?skip,
+            dead_lettered = ?dead_lettered,
             "partition assigned"
         );
         self.partitions.insert(
@@ -605,8 +830,11 @@ impl Intake {
                 ),
                 workers,
                 skip,
+                dead_lettered,
                 waiting: VecDeque::new(),
                 paused: false,
+                split: false,
+                full: false,
                 next_offset: initial,
                 committed: initial,
                 stopped: 0,
@@ -615,7 +843,14 @@ impl Intake {
         Ok(start)
     }
 
-    fn on_message(&mut self, consumer: &BaseConsumer<SinkContext>, message: &BorrowedMessage<'_>) {
+    /// Takes one record; `admit_now` false leaves it waiting for [`Intake::admit_partition`]
+    /// (the partition queues hand over records in batches).
+    fn on_message(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        message: &BorrowedMessage<'_>,
+        admit_now: bool,
+    ) {
         // The topic's shared name: no allocation per record.
         let Some(topic) = self.topics.iter().find(|t| ***t == *message.topic()) else {
             return;
@@ -630,24 +865,43 @@ impl Intake {
         }
         state.next_offset = Some(offset + 1);
         self.consumed.increment(1);
-        state.waiting.push_back(RecordData {
+        state.waiting.push_back(RecordData::new(
             offset,
-            key: message.key().map(<[u8]>::to_vec),
-            value: message.payload().map(<[u8]>::to_vec),
-            timestamp_ms: message.timestamp().to_millis(),
-        });
+            message.key(),
+            message.payload(),
+            message.timestamp().to_millis(),
+        ));
+        if !admit_now {
+            return;
+        }
         let subs = self.config.files().sub_partitions;
         if let Err(error) = admit(state, subs) {
             self.fail(error);
             return;
         }
-        if !state.waiting.is_empty() && !state.paused {
+        self.note_full(consumer, &key);
+    }
+
+    /// After an admission: marks (and counts) a partition whose budget is full, and pauses it
+    /// when its records come through the main queue.
+    fn note_full(&mut self, consumer: &BaseConsumer<SinkContext>, key: &(Arc<str>, i32)) {
+        let Some(state) = self.partitions.get_mut(key) else {
+            return;
+        };
+        if state.waiting.is_empty() {
+            state.full = false;
+            return;
+        }
+        if !state.full {
+            state.full = true;
+            ::metrics::counter!(metrics::PARTITION_PAUSES).increment(1);
+        }
+        if !state.paused && !state.split {
             let mut list = TopicPartitionList::new();
             list.add_partition(&key.0, key.1);
             match consumer.pause(&list) {
                 Ok(()) => {
                     state.paused = true;
-                    ::metrics::counter!(metrics::PARTITION_PAUSES).increment(1);
                     tracing::debug!(topic = %key.0, partition = key.1, "queue full: partition paused");
                 }
                 Err(error) => tracing::warn!(error = %error, "cannot pause a partition"),
@@ -655,9 +909,91 @@ impl Intake {
         }
     }
 
-    /// Admits waiting records of paused partitions and resumes those that drained.
+    /// Whether the partition's records may be taken from its queue: its budget is not full
+    /// and the pipeline is not paused through the admin API.
+    fn has_room(&self, key: &(Arc<str>, i32)) -> bool {
+        !self.admin_paused
+            && self
+                .partitions
+                .get(key)
+                .is_some_and(|state| state.waiting.is_empty())
+    }
+
+    /// Admits a partition's waiting records as far as its budget has room; counts (and, when
+    /// its records come through the main queue, pauses) a partition whose budget is full.
+    fn admit_partition(&mut self, consumer: &BaseConsumer<SinkContext>, key: &(Arc<str>, i32)) {
+        let subs = self.sub_partitions();
+        let Some(state) = self.partitions.get_mut(key) else {
+            return;
+        };
+        if let Err(error) = admit(state, subs) {
+            self.fail(error);
+            return;
+        }
+        self.note_full(consumer, key);
+    }
+
+    /// Admits the waiting records of partitions whose budget was full, as far as it has room.
+    fn admit_waiting(&mut self) -> Result<(), PipelineError> {
+        let subs = self.sub_partitions();
+        for state in self.partitions.values_mut() {
+            if !state.waiting.is_empty() {
+                admit(state, subs)?;
+                if state.waiting.is_empty() {
+                    state.full = false;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pauses every assigned partition and commits the open files (`paused`), or resumes
+    /// the partitions whose queue is not full; see "Admin API" in the [module docs](self).
+    fn set_admin_paused(
+        &mut self,
+        consumer: &BaseConsumer<SinkContext>,
+        paused: bool,
+        board: &StatusBoard,
+    ) {
+        if paused == self.admin_paused {
+            return;
+        }
+        self.admin_paused = paused;
+        let mut list = TopicPartitionList::new();
+        for ((topic, partition), state) in &self.partitions {
+            // A partition whose queue is full stays paused until it drains.
+            if paused || !state.paused {
+                list.add_partition(topic, *partition);
+            }
+        }
+        if paused {
+            if let Err(error) = consumer.pause(&list) {
+                tracing::warn!(error = %error, "cannot pause the assigned partitions");
+            }
+            for state in self.partitions.values() {
+                for worker in &state.workers {
+                    let _ = worker.tx.send(WorkerMsg::Flush);
+                }
+            }
+            board.set_state(PipelineState::Paused);
+            tracing::info!(
+                partitions = self.partitions.len(),
+                "paused through the admin API: partitions paused, open files committed"
+            );
+        } else {
+            if let Err(error) = consumer.resume(&list) {
+                tracing::warn!(error = %error, "cannot resume the assigned partitions");
+            }
+            board.set_state(PipelineState::Streaming);
+            tracing::info!("resumed through the admin API");
+        }
+    }
+
+    /// Admits waiting records of paused partitions and resumes those that drained (unless
+    /// the pipeline is paused through the admin API).
     fn resume_drained(&mut self, consumer: &BaseConsumer<SinkContext>) {
         let subs = self.sub_partitions();
+        let admin_paused = self.admin_paused;
         let mut failure = None;
         for ((topic, partition), state) in &mut self.partitions {
             if !state.paused {
@@ -666,7 +1002,7 @@ impl Intake {
             if let Err(error) = admit(state, subs) {
                 failure = Some(error);
             }
-            if state.waiting.is_empty() {
+            if state.waiting.is_empty() && !admin_paused {
                 let mut list = TopicPartitionList::new();
                 list.add_partition(topic, *partition);
                 match consumer.resume(&list) {
@@ -730,13 +1066,15 @@ impl Intake {
         }
     }
 
-    /// Fails the run when a worker is stuck on one record or commit.
+    /// Fails the run when a worker is stuck on a file commit or has ended; a worker stuck
+    /// on one record makes that record a failure (`Intake::record_timed_out`).
     fn check_workers(&mut self) {
         // A worker reports its failure before its thread ends: take that report first.
         self.drain_events();
         let timeout = self.config.delivery.processing_timeout_ms;
         let now = self.clock.elapsed().as_millis() as u64;
         let mut stuck = None;
+        let mut timed_out = None;
         for ((topic, partition), state) in &self.partitions {
             for (sub, worker) in state.workers.iter().enumerate() {
                 if worker.thread.as_ref().is_some_and(|t| t.is_finished()) {
@@ -748,17 +1086,119 @@ impl Intake {
                 }
                 let since = worker.busy_since_ms.load(Ordering::Relaxed);
                 if since > 0 && now.saturating_sub(since) > timeout {
-                    stuck = Some(format!(
-                        "the worker of {topic}/{partition} sub-partition {sub} has been busy on one record or file commit for more than delivery.processing_timeout_ms = {timeout}"
-                    ));
+                    let offset = worker.busy_offset.load(Ordering::Relaxed);
+                    if offset >= 0 {
+                        timed_out.get_or_insert((Arc::clone(topic), *partition, sub, offset));
+                    } else {
+                        stuck = Some(format!(
+                            "the worker of {topic}/{partition} sub-partition {sub} has been busy on a file commit for more than delivery.processing_timeout_ms = {timeout}"
+                        ));
+                    }
                 }
             }
         }
-        if let Some(what) = stuck
-            && self.failure.is_none()
-        {
+        if self.failure.is_some() {
+            return;
+        }
+        if let Some((topic, partition, sub, offset)) = timed_out {
+            self.record_timed_out(&topic, partition, sub as u32, offset);
+        } else if let Some(what) = stuck {
             self.fail(PipelineError::Retryable { what, source: None });
         }
+    }
+
+    /// A record has been processed for longer than `processing_timeout_ms`: its worker is
+    /// abandoned (it commits nothing any more, so its open epoch is read again after the
+    /// restart) and the record follows the failure policy: `stop` stops the pipeline,
+    /// `retry` restarts the run from the committed files (with the restart backoff) until
+    /// the record has timed out `retry_max_attempts` times, `dead_letter` sends it to the
+    /// dead-letter topic, records its offset in the sub-partition's state (so the next run
+    /// skips it) and restarts the run.
+    fn record_timed_out(&mut self, topic: &Arc<str>, partition: i32, sub: u32, offset: i64) {
+        let delivery = &self.config.delivery;
+        let timeout = delivery.processing_timeout_ms;
+        if let Some(state) = self.partitions.get(&(Arc::clone(topic), partition))
+            && let Some(worker) = state.workers.get(sub as usize)
+        {
+            worker.abandoned.store(true, Ordering::Release);
+        }
+        let reason =
+            format!("processing took longer than delivery.processing_timeout_ms = {timeout}");
+        let what =
+            format!("record {topic}/{partition} offset {offset} cannot be written: {reason}");
+        tracing::warn!(topic = %topic, partition, sub, offset, timeout_ms = timeout, policy = ?delivery.on_failure, "record processing timed out");
+        let error = match delivery.on_failure {
+            FailurePolicy::Stop => PipelineError::fatal(
+                format!("{what} (after 1 attempt(s))"),
+                "find out why the record hangs (its size, the path template, the file system), raise delivery.processing_timeout_ms, or set delivery.on_failure = \"dead_letter\"",
+            ),
+            FailurePolicy::Retry => {
+                let mut attempts = lock_timeouts(&self.timeouts);
+                let attempt = attempts
+                    .entry((topic.to_string(), partition, offset))
+                    .or_insert(0);
+                *attempt += 1;
+                if *attempt >= delivery.retry_max_attempts {
+                    PipelineError::fatal(
+                        format!("{what} (after {attempt} attempt(s))"),
+                        "find out why the record hangs, raise delivery.processing_timeout_ms, or set delivery.on_failure = \"dead_letter\"",
+                    )
+                } else {
+                    PipelineError::Retryable {
+                        what: format!(
+                            "{what} (attempt {attempt} of {}): retrying from the committed files",
+                            delivery.retry_max_attempts
+                        ),
+                        source: None,
+                    }
+                }
+            }
+            FailurePolicy::DeadLetter => {
+                match self.dead_letter_timed_out(topic, partition, sub, offset, &reason) {
+                    Ok(()) => PipelineError::Retryable {
+                        what: format!(
+                            "{what}: sent to the dead-letter topic; restarting from the committed files"
+                        ),
+                        source: None,
+                    },
+                    Err(error) => error,
+                }
+            }
+        };
+        self.fail(error);
+    }
+
+    /// Reads the timed-out record back from Kafka, sends it to the dead-letter topic and
+    /// records its offset in the sub-partition's state.
+    fn dead_letter_timed_out(
+        &self,
+        topic: &str,
+        partition: i32,
+        sub: u32,
+        offset: i64,
+        reason: &str,
+    ) -> Result<(), PipelineError> {
+        let Some(dead_letter) = &self.dead_letter else {
+            return Err(PipelineError::fatal(
+                format!("record {topic}/{partition} offset {offset} timed out"),
+                "set delivery.dead_letter_topic",
+            ));
+        };
+        let record = fetch_record(&self.config, topic, partition, offset)?;
+        dead_letter.send(topic, partition, &record, reason)?;
+        let id = SubPartitionId {
+            topic: topic.to_owned(),
+            partition,
+            sub,
+        };
+        self.root.add_skipped(&id, offset).map_err(|e| {
+            PipelineError::retryable(
+                format!(
+                    "cannot record that {topic}/{partition} offset {offset} was dead-lettered (it may be dead-lettered again)"
+                ),
+                e,
+            )
+        })
     }
 
     /// Commits the watermark of `only` (or of every partition) where it moved.
@@ -897,13 +1337,33 @@ impl Intake {
     }
 }
 
-/// Moves waiting records to their workers while the budget has room, in order.
+/// Moves waiting records to their workers while the budget has room, in order: one message
+/// per sub-partition with all of its records (channel sends and budget releases per batch,
+/// not per record).
 fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
+    let mut batches: Vec<Option<WorkerBatch>> = (0..subs).map(|_| None).collect();
+    let result = admit_into(state, subs, &mut batches);
+    for (sub, batch) in batches.into_iter().enumerate() {
+        if let Some((records, permit)) = batch {
+            // A worker that is gone has reported why; its records are read again after restart.
+            let _ = state.workers[sub]
+                .tx
+                .send(WorkerMsg::Records(records, permit));
+        }
+    }
+    result
+}
+
+fn admit_into(
+    state: &mut PartitionState,
+    subs: u32,
+    batches: &mut [Option<WorkerBatch>],
+) -> Result<(), PipelineError> {
     while let Some(front) = state.waiting.front() {
-        let sub = worker::sub_partition(front.key.as_deref(), front.offset, subs) as usize;
+        let sub = worker::sub_partition(front.key(), front.offset, subs) as usize;
         let checkpoint = Some(front.offset + 1);
-        if front.offset <= state.skip[sub] {
-            // Already in a committed file of this sub-partition.
+        if front.offset <= state.skip[sub] || state.dead_lettered[sub].contains(&front.offset) {
+            // Already in a committed file of this sub-partition, or dead-lettered.
             let seq = state.tracker.push(checkpoint).map_err(bookkeeping)?;
             state.tracker.ack(seq).map_err(bookkeeping)?;
             state.waiting.pop_front();
@@ -916,12 +1376,85 @@ fn admit(state: &mut PartitionState, subs: u32) -> Result<(), PipelineError> {
         let Some(record) = state.waiting.pop_front() else {
             break;
         };
-        // A worker that is gone has reported why; its records are read again after restart.
-        let _ = state.workers[sub]
-            .tx
-            .send(WorkerMsg::Record(record, seq, permit));
+        match &mut batches[sub] {
+            Some((records, held)) => {
+                records.push((record, seq));
+                held.merge(permit);
+            }
+            empty => *empty = Some((vec![(record, seq)], permit)),
+        }
     }
     Ok(())
+}
+
+/// Processing-timeout attempts per record (topic, partition, offset), across the runs of one
+/// process.
+type TimeoutAttempts = Arc<Mutex<HashMap<(String, i32, i64), u32>>>;
+
+fn lock_timeouts(attempts: &TimeoutAttempts) -> MutexGuard<'_, HashMap<(String, i32, i64), u32>> {
+    attempts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Reads one record back from Kafka (the worker that had it is stuck).
+fn fetch_record(
+    config: &SinkPipelineConfig,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Result<RecordData, PipelineError> {
+    let failed = |what: &str, source: KafkaError| {
+        PipelineError::retryable(
+            format!(
+                "cannot read {topic}/{partition} offset {offset} back for the dead-letter topic: {what}"
+            ),
+            source,
+        )
+    };
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", &config.kafka().brokers)
+        .set(
+            "group.id",
+            format!("{}-dead-letter-fetch", config.group_id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false");
+    for (key, value) in &config.kafka().properties {
+        client.set(key, value);
+    }
+    let consumer: BaseConsumer = client.create().map_err(|e| failed("consumer", e))?;
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, partition, Offset::Offset(offset))
+        .map_err(|e| failed("assignment", e))?;
+    consumer
+        .assign(&list)
+        .map_err(|e| failed("assignment", e))?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) if message.offset() >= offset => {
+                if message.offset() > offset {
+                    break;
+                }
+                return Ok(RecordData::new(
+                    offset,
+                    message.key(),
+                    message.payload(),
+                    message.timestamp().to_millis(),
+                ));
+            }
+            Some(Err(error)) => return Err(failed("fetch", error)),
+            _ => {}
+        }
+    }
+    Err(PipelineError::Retryable {
+        what: format!(
+            "cannot read {topic}/{partition} offset {offset} back for the dead-letter topic within 30 s"
+        ),
+        source: None,
+    })
 }
 
 fn bookkeeping(error: sluice_engine::WatermarkError) -> PipelineError {
@@ -939,17 +1472,25 @@ mod tests {
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
     fn intake(name: &str) -> Intake {
+        intake_with(name, "")
+    }
+
+    /// An intake whose `[delivery]` section also has `delivery` (TOML lines).
+    fn intake_with(name: &str, delivery: &str) -> Intake {
         let dir = std::env::temp_dir().join(format!("sluice-intake-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let text = format!(
             "name = \"t\"\n[source.kafka]\nbrokers = \"127.0.0.1:1\"\ntopics = [\"t\"]\n\
              [sink.files]\npath = \"{}\"\nformat = \"jsonl\"\nsub_partitions = 1\n\
-             [delivery]\nprocessing_timeout_ms = 100\n",
+             [delivery]\nprocessing_timeout_ms = 100\n{delivery}",
             dir.display()
         );
         let config = SinkPipelineConfig::from_toml(&text, "test.toml", &|_| None).unwrap();
         let (events_tx, events_rx) = std::sync::mpsc::channel();
         Intake {
+            admin_paused: false,
+            timeouts: TimeoutAttempts::default(),
+            assignments: 0,
             settings: Arc::new(worker_settings(&config).unwrap()),
             root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
             config: Arc::new(config),
@@ -978,12 +1519,16 @@ mod tests {
             workers: vec![WorkerHandle {
                 tx,
                 busy_since_ms: Arc::new(AtomicU64::new(0)),
+                busy_offset: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
                 abandoned: Arc::new(AtomicBool::new(false)),
                 thread: None,
             }],
             skip: vec![skip],
+            dead_lettered: vec![Vec::new()],
             waiting: VecDeque::new(),
             paused: false,
+            split: false,
+            full: false,
             next_offset: None,
             committed: None,
             stopped: 0,
@@ -992,12 +1537,7 @@ mod tests {
     }
 
     fn record(offset: i64) -> RecordData {
-        RecordData {
-            offset,
-            key: Some(b"k".to_vec()),
-            value: Some(b"{}".to_vec()),
-            timestamp_ms: None,
-        }
+        RecordData::new(offset, Some(b"k"), Some(b"{}"), None)
     }
 
     #[test]
@@ -1008,10 +1548,15 @@ mod tests {
         // 3..=5 are already in files: acknowledged at once; 6 and 7 fill the budget.
         assert_eq!(state.tracker.watermark(), Some(&6));
         let admitted: Vec<WorkerMsg> = rx.try_iter().collect();
+        assert_eq!(
+            admitted.len(),
+            1,
+            "one message per sub-partition and admission"
+        );
         let offsets: Vec<i64> = admitted
             .iter()
-            .map(|m| match m {
-                WorkerMsg::Record(data, ..) => data.offset,
+            .flat_map(|m| match m {
+                WorkerMsg::Records(records, _) => records.iter().map(|(d, _)| d.offset),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -1022,8 +1567,11 @@ mod tests {
         admit(&mut state, 1).unwrap();
         let offsets: Vec<i64> = rx
             .try_iter()
-            .map(|m| match m {
-                WorkerMsg::Record(data, ..) => data.offset,
+            .flat_map(|m| match m {
+                WorkerMsg::Records(records, _) => records
+                    .into_iter()
+                    .map(|(d, _)| d.offset)
+                    .collect::<Vec<_>>(),
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -1040,8 +1588,10 @@ mod tests {
         intake.partitions.insert((Arc::from("t"), 0), state);
         let seqs: Vec<sluice_engine::Seq> = rx
             .try_iter()
-            .map(|m| match m {
-                WorkerMsg::Record(_, seq, _) => seq,
+            .flat_map(|m| match m {
+                WorkerMsg::Records(records, _) => {
+                    records.into_iter().map(|(_, seq)| seq).collect::<Vec<_>>()
+                }
                 other => panic!("{other:?}"),
             })
             .collect();
@@ -1083,6 +1633,56 @@ mod tests {
             failure.chain().contains("processing_timeout_ms = 100"),
             "{}",
             failure.chain()
+        );
+    }
+
+    #[test]
+    fn a_record_past_the_processing_timeout_follows_the_failure_policy() {
+        let stuck_on = |intake: &mut Intake, offset: i64| {
+            let (state, _rx) = partition(-1, 10);
+            let worker = &state.workers[0];
+            let (busy, at, abandoned) = (
+                Arc::clone(&worker.busy_since_ms),
+                Arc::clone(&worker.busy_offset),
+                Arc::clone(&worker.abandoned),
+            );
+            intake.partitions.insert((Arc::from("t"), 0), state);
+            at.store(offset, Ordering::Relaxed);
+            busy.store(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_millis(150));
+            intake.check_workers();
+            assert!(
+                abandoned.load(Ordering::Acquire),
+                "the stuck worker is abandoned"
+            );
+            intake.failure.take().expect("a failure")
+        };
+        // stop: the pipeline stops, naming the record.
+        let failure = stuck_on(&mut intake("timeout_stop"), 7);
+        assert!(!failure.is_retryable());
+        let text = failure.chain();
+        assert!(
+            text.contains("t/0 offset 7") && text.contains("processing_timeout_ms = 100"),
+            "{text}"
+        );
+        // retry: the run restarts until the record has timed out retry_max_attempts times.
+        let mut intake = intake_with(
+            "timeout_retry",
+            "on_failure = \"retry\"\nretry_max_attempts = 2\n",
+        );
+        let first = stuck_on(&mut intake, 9);
+        assert!(first.is_retryable(), "{}", first.chain());
+        assert!(
+            first.chain().contains("attempt 1 of 2"),
+            "{}",
+            first.chain()
+        );
+        let second = stuck_on(&mut intake, 9);
+        assert!(!second.is_retryable());
+        assert!(
+            second.chain().contains("after 2 attempt(s)"),
+            "{}",
+            second.chain()
         );
     }
 

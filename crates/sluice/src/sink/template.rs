@@ -19,16 +19,84 @@ use chrono::format::{Item, StrftimeItems};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use serde_json::value::RawValue;
 
+/// A strftime format, parsed once.
+#[derive(Debug, Clone)]
+struct TimeFormat {
+    text: String,
+    items: Vec<Item<'static>>,
+    /// The format shows nothing finer than seconds, so a rendering can be reused for every
+    /// time in the same second.
+    per_second: bool,
+}
+
+impl PartialEq for TimeFormat {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for TimeFormat {}
+
+impl TimeFormat {
+    fn parse(text: String) -> Result<Self, ()> {
+        let items = StrftimeItems::new(&text).parse_to_owned().map_err(|_| ())?;
+        let per_second = !items.iter().any(|item| {
+            use chrono::format::{Fixed, Numeric};
+            matches!(
+                item,
+                Item::Numeric(Numeric::Nanosecond | Numeric::Timestamp, _)
+                    | Item::Fixed(
+                        Fixed::Nanosecond
+                            | Fixed::Nanosecond3
+                            | Fixed::Nanosecond6
+                            | Fixed::Nanosecond9
+                            | Fixed::Internal(_)
+                    )
+            )
+        });
+        Ok(Self {
+            text,
+            items,
+            per_second,
+        })
+    }
+
+    /// Appends `time` in this format. Records mostly come in time order, so each thread keeps
+    /// the last rendering per format and second (formatting is a large part of a record's
+    /// cost otherwise).
+    fn write(&self, out: &mut String, time: DateTime<Utc>) {
+        thread_local! {
+            /// (format, second, rendering).
+            static LAST: std::cell::RefCell<(String, i64, String)> =
+                const { std::cell::RefCell::new((String::new(), i64::MIN, String::new())) };
+        }
+        if !self.per_second {
+            let _ = write!(out, "{}", time.format_with_items(self.items.iter()));
+            return;
+        }
+        let second = time.timestamp();
+        LAST.with_borrow_mut(|(format, last_second, text)| {
+            if *last_second != second || *format != self.text {
+                text.clear();
+                let _ = write!(text, "{}", time.format_with_items(self.items.iter()));
+                format.clone_from(&self.text);
+                *last_second = second;
+            }
+            out.push_str(text);
+        });
+    }
+}
+
 /// One piece of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Part {
     Literal(String),
     Topic,
     Partition,
-    Timestamp(String),
+    Timestamp(TimeFormat),
     Field {
         path: Vec<String>,
-        format: Option<String>,
+        format: Option<TimeFormat>,
     },
 }
 
@@ -85,6 +153,14 @@ impl PathTemplate {
                     ));
                 }
             }
+            let format = match format {
+                Some(format) => Some(TimeFormat::parse(format.clone()).map_err(|()| {
+                    format!(
+                        "{{{name}:{format}}}: {format:?} is not a strftime format such as %Y-%m-%d"
+                    )
+                })?),
+                None => None,
+            };
             let part = match (name, format) {
                 ("", _) => return Err(format!("empty {{}} in {text:?}")),
                 ("topic", None) => Part::Topic,
@@ -154,7 +230,7 @@ impl PathTemplate {
                         .timestamp_ms
                         .and_then(DateTime::<Utc>::from_timestamp_millis)
                         .ok_or("the record has no timestamp")?;
-                    let _ = write!(out, "{}", time.format(format));
+                    format.write(&mut out, time);
                 }
                 Part::Field { path, format } => {
                     let raw = lookup(input.fields, path)?;
@@ -163,7 +239,7 @@ impl PathTemplate {
                         None => push_segment(&mut out, &scalar_text(raw).map_err(context)?),
                         Some(format) => {
                             let time = parse_time(raw).map_err(context)?;
-                            let _ = write!(out, "{}", time.format(format));
+                            format.write(&mut out, time);
                         }
                     }
                 }
@@ -327,6 +403,30 @@ fn push_segment(out: &mut String, value: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_renderings_are_reused_only_for_the_same_format_and_second() {
+        let day = PathTemplate::parse("{timestamp:%Y-%m-%d}").unwrap();
+        let second = PathTemplate::parse("{timestamp:%H:%M:%S}").unwrap();
+        let millis = PathTemplate::parse("{timestamp:%S%.3f}").unwrap();
+        let render = |t: &PathTemplate, ms: i64| {
+            t.render(&RenderInput {
+                topic: "t",
+                partition: 0,
+                timestamp_ms: Some(ms),
+                fields: &[],
+            })
+            .unwrap()
+        };
+        let ms = 1_795_000_000_123;
+        assert_eq!(render(&day, ms), "2026-11-18");
+        assert_eq!(render(&second, ms), "11:06:40");
+        assert_eq!(render(&second, ms + 500), "11:06:40");
+        assert_eq!(render(&second, ms + 1000), "11:06:41");
+        assert_eq!(render(&millis, ms), "40.123");
+        assert_eq!(render(&millis, ms + 1), "40.124");
+        assert_eq!(render(&day, ms + 86_400_000), "2026-11-19");
+    }
 
     fn render(template: &str, value: &str, timestamp_ms: Option<i64>) -> Result<String, String> {
         let template = PathTemplate::parse(template).unwrap();

@@ -8,7 +8,7 @@
 //! policy; an I/O failure ends the run (the supervisor restarts it from the committed files).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -26,31 +26,68 @@ use crate::sink::metrics as m;
 use crate::sink::parquet::ParquetRow;
 use crate::sink::template::{PathTemplate, RenderInput, parse_object};
 
-/// A record as consumed: offsets and bytes, nothing decoded.
+/// A record as consumed: offsets and bytes, nothing decoded. Key and value share one
+/// allocation.
 #[derive(Debug)]
 pub struct RecordData {
     /// Offset.
     pub offset: i64,
-    /// Key bytes.
-    pub key: Option<Vec<u8>>,
-    /// Value bytes; `None` is a tombstone.
-    pub value: Option<Vec<u8>>,
     /// Kafka timestamp, Unix milliseconds.
     pub timestamp_ms: Option<i64>,
+    /// The key's bytes, then the value's.
+    bytes: Vec<u8>,
+    /// The key's length; `None`: no key.
+    key_len: Option<usize>,
+    /// Whether there is a value (`false`: a tombstone).
+    has_value: bool,
 }
 
 impl RecordData {
+    /// A record of `key` and `value` (`None` is a tombstone).
+    pub fn new(
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+    ) -> Self {
+        let mut bytes =
+            Vec::with_capacity(key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
+        bytes.extend_from_slice(key.unwrap_or_default());
+        bytes.extend_from_slice(value.unwrap_or_default());
+        Self {
+            offset,
+            timestamp_ms,
+            bytes,
+            key_len: key.map(<[u8]>::len),
+            has_value: value.is_some(),
+        }
+    }
+
+    /// The key's bytes.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key_len.map(|len| &self.bytes[..len])
+    }
+
+    /// The value's bytes; `None` is a tombstone.
+    pub fn value(&self) -> Option<&[u8]> {
+        self.has_value
+            .then(|| &self.bytes[self.key_len.unwrap_or(0)..])
+    }
+
     /// Key and value bytes, as the queue budget counts them.
     pub fn size(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
+        self.bytes.len()
     }
 }
 
 /// What the intake sends a worker.
 #[derive(Debug)]
 pub enum WorkerMsg {
-    /// A record to write, with its tracker sequence and queue budget share.
-    Record(RecordData, Seq, InFlightPermit),
+    /// Records to write, in offset order, with their tracker sequences and their queue
+    /// budget share (given back when the batch is written).
+    Records(Vec<(RecordData, Seq)>, InFlightPermit),
+    /// Commit the open epoch now and go on (a pause through the admin API).
+    Flush,
     /// Commit the open epoch and stop (revocation, shutdown).
     Finish,
     /// Drop the open epoch and stop.
@@ -159,10 +196,10 @@ impl DeadLetter {
                 value: Some(&offset_text),
             });
         let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
-        if let Some(key) = data.key.as_deref() {
+        if let Some(key) = data.key() {
             record = record.key(key);
         }
-        if let Some(value) = data.value.as_deref() {
+        if let Some(value) = data.value() {
             record = record.payload(value);
         }
         self.runtime
@@ -186,6 +223,8 @@ pub struct WorkerHandle {
     pub tx: Sender<WorkerMsg>,
     /// Milliseconds since `clock` at which the current record or commit started; 0 when idle.
     pub busy_since_ms: Arc<AtomicU64>,
+    /// The offset of the record being processed; -1 during a commit or when idle.
+    pub busy_offset: Arc<AtomicI64>,
     /// Set when the intake gives up on the worker: it must not commit any more.
     pub abandoned: Arc<AtomicBool>,
     /// The thread.
@@ -205,6 +244,7 @@ pub struct Worker {
     epoch: Epoch,
     seqs: Vec<Seq>,
     busy_since_ms: Arc<AtomicU64>,
+    busy_offset: Arc<AtomicI64>,
     abandoned: Arc<AtomicBool>,
     clock: Instant,
 }
@@ -219,6 +259,7 @@ pub fn spawn(
     id: SubPartitionId,
     generation: u64,
     last_epoch: u64,
+    skipped: Vec<i64>,
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
     events: Sender<WorkerEvent>,
@@ -227,8 +268,9 @@ pub fn spawn(
 ) -> std::io::Result<WorkerHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
     let busy_since_ms = Arc::new(AtomicU64::new(0));
+    let busy_offset = Arc::new(AtomicI64::new(-1));
     let abandoned = Arc::new(AtomicBool::new(false));
-    let epoch = Epoch::new(&root, id.clone(), last_epoch);
+    let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped);
     let worker = Worker {
         topic: Arc::from(id.topic.as_str()),
         topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
@@ -241,6 +283,7 @@ pub fn spawn(
         epoch,
         seqs: Vec::new(),
         busy_since_ms: Arc::clone(&busy_since_ms),
+        busy_offset: Arc::clone(&busy_offset),
         abandoned: Arc::clone(&abandoned),
         clock,
     };
@@ -251,6 +294,7 @@ pub fn spawn(
     Ok(WorkerHandle {
         tx,
         busy_since_ms,
+        busy_offset,
         abandoned,
         thread: Some(thread),
     })
@@ -259,7 +303,11 @@ pub fn spawn(
 impl Worker {
     fn run(mut self, rx: &Receiver<WorkerMsg>) {
         if let Err(error) = self.work(rx) {
-            self.epoch.discard();
+            if self.abandoned.load(Ordering::Acquire) {
+                self.epoch.forget();
+            } else {
+                self.epoch.discard();
+            }
             let _ = self.events.send(WorkerEvent::Failed(error));
         }
         let _ = self.events.send(WorkerEvent::Stopped {
@@ -276,16 +324,30 @@ impl Worker {
                 None => Duration::from_secs(1),
             };
             match rx.recv_timeout(wait) {
-                Ok(WorkerMsg::Record(data, seq, permit)) => {
-                    self.set_busy(true);
-                    self.handle(&data)?;
-                    drop(permit);
-                    self.seqs.push(seq);
-                    if self.epoch.records() >= self.settings.roll_records
-                        || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
-                    {
-                        self.commit()?;
+                Ok(WorkerMsg::Records(batch, permit)) => {
+                    for (data, seq) in batch {
+                        self.busy_offset.store(data.offset, Ordering::Relaxed);
+                        self.set_busy(true);
+                        self.handle(&data)?;
+                        self.busy_offset.store(-1, Ordering::Relaxed);
+                        if self.abandoned.load(Ordering::Acquire) {
+                            // Timed out on this record: the intake has moved on without us.
+                            self.epoch.forget();
+                            return Ok(());
+                        }
+                        self.seqs.push(seq);
+                        if self.epoch.records() >= self.settings.roll_records
+                            || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
+                        {
+                            self.commit()?;
+                        }
                     }
+                    drop(permit);
+                    self.set_busy(false);
+                }
+                Ok(WorkerMsg::Flush) => {
+                    self.set_busy(true);
+                    self.commit()?;
                     self.set_busy(false);
                 }
                 Ok(WorkerMsg::Finish) => {
@@ -295,7 +357,9 @@ impl Worker {
                     return Ok(());
                 }
                 Ok(WorkerMsg::Abort) | Err(RecvTimeoutError::Disconnected) => {
-                    self.epoch.discard();
+                    // The next recovery of this sub-partition deletes the staged files; an
+                    // abandoned worker must not delete names a new worker may use again.
+                    self.epoch.forget();
                     return Ok(());
                 }
                 Err(RecvTimeoutError::Timeout) => {
@@ -324,9 +388,9 @@ impl Worker {
 
     fn commit(&mut self) -> Result<(), PipelineError> {
         if self.abandoned.load(Ordering::Acquire) {
-            // The intake gave up on this worker (revocation deadline): the next owner
-            // rewrites these records, so this epoch must never commit.
-            self.epoch.discard();
+            // The intake gave up on this worker (revocation deadline, processing timeout):
+            // the next owner rewrites these records, so this epoch must never commit.
+            self.epoch.forget();
             self.seqs.clear();
             return Ok(());
         }
@@ -365,7 +429,7 @@ impl Worker {
                 self.id.topic,
                 self.id.partition,
                 self.id.sub,
-                self.root.path().display()
+                self.root.describe()
             ),
             error,
         )
@@ -373,6 +437,7 @@ impl Worker {
 
     /// Writes one record, applying the failure policy.
     fn handle(&mut self, data: &RecordData) -> Result<(), PipelineError> {
+        hang_hook(data);
         let mut attempt = 1;
         loop {
             let reason = match self.write(data) {
@@ -426,7 +491,7 @@ impl Worker {
 
     /// One attempt: parse once, render the directory, append to the open file.
     fn write(&mut self, data: &RecordData) -> Result<(), WriteError> {
-        let Some(value) = data.value.as_deref() else {
+        let Some(value) = data.value() else {
             if self.settings.skip_tombstones {
                 self.epoch.note(data.offset);
                 return Ok(());
@@ -461,7 +526,7 @@ impl Worker {
                 partition: self.id.partition,
                 offset: data.offset,
                 timestamp_ms: data.timestamp_ms,
-                key: data.key.as_deref(),
+                key: data.key(),
                 value: text,
                 fields: fields.as_deref(),
             },
@@ -469,6 +534,29 @@ impl Worker {
         };
         self.epoch.write(dir, &record, &self.settings.files)?;
         Ok(())
+    }
+}
+
+/// Test hook: with `SLUICE_TEST_HANG_ON_VALUE=TEXT` in the environment, a worker given a
+/// record whose value contains `TEXT` hangs on it for an hour (the integration tests use it
+/// to exercise `delivery.processing_timeout_ms`).
+fn hang_hook(data: &RecordData) {
+    use std::sync::OnceLock;
+    static NEEDLE: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    let needle = NEEDLE.get_or_init(|| {
+        std::env::var("SLUICE_TEST_HANG_ON_VALUE")
+            .ok()
+            .filter(|v| !v.is_empty())
+            .map(String::into_bytes)
+    });
+    if let (Some(needle), Some(value)) = (needle, data.value())
+        && value.windows(needle.len()).any(|w| w == needle)
+    {
+        tracing::warn!(
+            offset = data.offset,
+            "SLUICE_TEST_HANG_ON_VALUE: hanging on this record"
+        );
+        std::thread::sleep(Duration::from_secs(3600));
     }
 }
 
@@ -535,6 +623,7 @@ mod tests {
             id,
             1,
             0,
+            Vec::new(),
             root,
             settings(policy),
             events_tx,
@@ -549,16 +638,12 @@ mod tests {
         let mut tracker = sluice_engine::AckTracker::new(None);
         for (offset, value) in values.iter().enumerate() {
             let seq = tracker.push(Some(offset as i64 + 1)).unwrap();
-            let data = RecordData {
-                offset: offset as i64,
-                key: Some(b"k".to_vec()),
-                value: value.map(|v| v.as_bytes().to_vec()),
-                timestamp_ms: Some(0),
-            };
+            let data =
+                RecordData::new(offset as i64, Some(b"k"), value.map(str::as_bytes), Some(0));
             let permit = budget.try_acquire(data.size()).unwrap();
             worker
                 .tx
-                .send(WorkerMsg::Record(data, seq, permit))
+                .send(WorkerMsg::Records(vec![(data, seq)], permit))
                 .unwrap();
         }
         worker.tx.send(WorkerMsg::Finish).unwrap();
@@ -661,6 +746,22 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn record_data_keeps_key_and_value_apart_in_one_buffer() {
+        let both = RecordData::new(1, Some(b"key"), Some(b"{}"), None);
+        assert_eq!(
+            (both.key(), both.value(), both.size()),
+            (Some(&b"key"[..]), Some(&b"{}"[..]), 5)
+        );
+        let tombstone = RecordData::new(2, Some(b"key"), None, None);
+        assert_eq!(
+            (tombstone.key(), tombstone.value()),
+            (Some(&b"key"[..]), None)
+        );
+        let unkeyed = RecordData::new(3, None, Some(b""), None);
+        assert_eq!((unkeyed.key(), unkeyed.value()), (None, Some(&b""[..])));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Integration tests against the real PostgreSQL and Kafka of the dev stack.
 //!
-//! They read `PG_URL` and `KAFKA_BROKERS` (see `scripts/dev-stack env`); `scripts/test` starts
+//! They read `PG_URL`, `KAFKA_BROKERS` and `S3_ENDPOINT` (see `scripts/dev-stack env`); `scripts/test` starts
 //! the stack and sets them. A test that finds no server fails with a message saying how to
 //! start it; none is skipped in silence. Every test uses its own schema, slot, publication and
 //! topic prefix, so they run in parallel against one cluster.
@@ -14,6 +14,7 @@ mod operate;
 mod outbox;
 mod perf;
 mod sink;
+mod sink_s3;
 mod snapshot;
 mod stack;
 mod support;

@@ -3,7 +3,6 @@
 //! a consumer group of two processes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -18,9 +17,11 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use crate::support::{Sluice, broker_shared, free_port, read_topic, stack, test_dir, unique};
+use crate::support::{
+    Sluice, broker_shared, free_port, http_request, read_topic, stack, test_dir, unique, wait_until,
+};
 
-async fn create_topic(topic: &str, partitions: i32) {
+pub(crate) async fn create_topic(topic: &str, partitions: i32) {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .create()
@@ -47,7 +48,7 @@ fn value_of(key: u64, seq: u64) -> String {
 }
 
 /// Produces `count` records over `keys` keys (round robin), each key's `seq` counting from 0.
-fn produce(topic: &str, count: u64, keys: u64, first: u64) {
+pub(crate) fn produce(topic: &str, count: u64, keys: u64, first: u64) {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .set("enable.idempotence", "true")
@@ -75,7 +76,7 @@ fn produce(topic: &str, count: u64, keys: u64, first: u64) {
 }
 
 /// End offsets per partition.
-fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+pub(crate) fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .create()
@@ -135,17 +136,17 @@ max_backoff_ms = 2000
 
 /// One record read back from an output file.
 #[derive(Debug, Clone)]
-struct Row {
-    file: PathBuf,
-    sub: u32,
-    partition: i32,
-    offset: i64,
-    id: String,
-    seq: i64,
+pub(crate) struct Row {
+    pub(crate) file: PathBuf,
+    pub(crate) sub: u32,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
+    pub(crate) id: String,
+    pub(crate) seq: i64,
 }
 
 /// Parses `part-<topic>+<partition>+s<sub>+<first>-<last>.<ext>`.
-fn parse_name(name: &str) -> Option<(i32, u32, i64, i64)> {
+pub(crate) fn parse_name(name: &str) -> Option<(i32, u32, i64, i64)> {
     let stem = name.strip_prefix("part-")?.split('.').next()?;
     let mut parts = stem.rsplitn(4, '+');
     let range = parts.next()?;
@@ -180,6 +181,16 @@ fn read_output(root: &Path) -> Vec<Row> {
     files_under(root, &mut files);
     let mut rows = Vec::new();
     for file in files {
+        let bytes = std::fs::read(&file).unwrap();
+        rows.extend(rows_of_file(&file, bytes::Bytes::from(bytes)));
+    }
+    rows
+}
+
+/// The rows of one output file (`file` is its path or object key); checks its name against
+/// its rows and that rows are in offset order.
+pub(crate) fn rows_of_file(file: &Path, bytes: bytes::Bytes) -> Vec<Row> {
+    {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         assert!(
             !name.starts_with(".tmp"),
@@ -189,7 +200,7 @@ fn read_output(root: &Path) -> Vec<Row> {
             parse_name(&name).unwrap_or_else(|| panic!("unexpected file {file:?}"));
         let mut file_rows = Vec::new();
         if name.ends_with(".parquet") {
-            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&file).unwrap())
+            let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
                 .unwrap()
                 .build()
                 .unwrap();
@@ -202,7 +213,7 @@ fn read_output(root: &Path) -> Vec<Row> {
                 let seqs = col("seq");
                 for i in 0..batch.num_rows() {
                     file_rows.push(Row {
-                        file: file.clone(),
+                        file: file.to_owned(),
                         sub,
                         partition: partitions.as_primitive::<Int32Type>().value(i),
                         offset: offsets.as_primitive::<Int64Type>().value(i),
@@ -212,10 +223,10 @@ fn read_output(root: &Path) -> Vec<Row> {
                 }
             }
         } else {
-            for line in BufReader::new(File::open(&file).unwrap()).lines() {
+            for line in BufReader::new(&bytes[..]).lines() {
                 let value: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
                 file_rows.push(Row {
-                    file: file.clone(),
+                    file: file.to_owned(),
                     sub,
                     partition: value["_partition"].as_i64().unwrap() as i32,
                     offset: value["_offset"].as_i64().unwrap(),
@@ -237,14 +248,13 @@ fn read_output(root: &Path) -> Vec<Row> {
             file_rows.iter().all(|r| r.partition == partition),
             "{file:?}"
         );
-        rows.extend(file_rows);
+        file_rows
     }
-    rows
 }
 
 /// Every offset below the end of each partition is in exactly one file (or in `dead`), each
 /// key lives in one sub-partition and its `seq`s follow offset order without gaps.
-fn verify(rows: &[Row], ends: &BTreeMap<i32, i64>, dead: &HashSet<(i32, i64)>) {
+pub(crate) fn verify(rows: &[Row], ends: &BTreeMap<i32, i64>, dead: &HashSet<(i32, i64)>) {
     let mut seen: HashMap<(i32, i64), &Row> = HashMap::new();
     for row in rows {
         if let Some(other) = seen.insert((row.partition, row.offset), row) {
@@ -309,13 +319,13 @@ fn wait_for_output(root: &Path, expected: usize, timeout: Duration, sluices: &[&
     }
 }
 
-fn assigned(sluice: &Sluice) -> f64 {
+pub(crate) fn assigned(sluice: &Sluice) -> f64 {
     sluice
         .metric("sluice_sink_assigned_partitions")
         .unwrap_or(0.0)
 }
 
-fn committed_records(sluice: &Sluice) -> f64 {
+pub(crate) fn committed_records(sluice: &Sluice) -> f64 {
     sluice
         .metric("sluice_sink_records_committed_total")
         .unwrap_or(0.0)
@@ -438,7 +448,7 @@ async fn two_processes_in_a_group_one_killed() {
         &sink_toml(&name, &topic, &root, port_b, "jsonl", 4, extra),
         port_b,
     );
-    // Both get a partition, then more records arrive while both work.
+    // Both get a partition, then more records arrive while both work, and after B is killed.
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         let assigned = |s: &Sluice| s.metric("sluice_sink_assigned_partitions").unwrap_or(0.0);
@@ -456,7 +466,7 @@ async fn two_processes_in_a_group_one_killed() {
     );
     let producer = {
         let topic = topic.clone();
-        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 2, 500, RECORDS / 2))
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 4, 500, RECORDS / 2))
     };
     // Kill B after it has committed files of its partition, while it works on more.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -468,6 +478,14 @@ async fn two_processes_in_a_group_one_killed() {
     b.kill();
     println!("sink group: process B killed after committing {b_committed} records");
     producer.await.unwrap();
+    // The last quarter comes after the kill: B's partition's share can only be written by A
+    // once it has taken the partition over.
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 4, 500, RECORDS * 3 / 4))
+            .await
+            .unwrap();
+    }
     let ends = end_offsets(&topic, 2);
     assert_eq!(ends.values().sum::<i64>(), RECORDS as i64);
     let a_ref = &a;
@@ -646,4 +664,199 @@ async fn changing_sub_partitions_for_a_root_is_refused() {
         log.contains("sink.files.sub_partitions = 4") && log.contains("written with 2"),
         "{log}"
     );
+}
+
+/// POSTs an admin action and checks it is accepted.
+fn admin_action(sluice: &Sluice, name: &str, action: &str) {
+    let (status, body) = http_request(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/{action}"),
+        &[],
+    )
+    .expect("the admin server answers");
+    assert_eq!(status, 202, "{action}: {body}");
+}
+
+fn health(sluice: &Sluice) -> serde_json::Value {
+    sluice
+        .get("/health")
+        .and_then(|body| serde_json::from_str(&body).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn distinct_offsets(root: &Path) -> usize {
+    read_output(root)
+        .iter()
+        .map(|r| (r.partition, r.offset))
+        .collect::<HashSet<_>>()
+        .len()
+}
+
+/// Pause through the admin API stops records from reaching files (nothing is even consumed)
+/// while the process keeps its partitions; resume brings them; restart restarts the run and
+/// is counted; every offset is still in exactly one file.
+#[tokio::test(flavor = "multi_thread")]
+async fn admin_api_pauses_resumes_and_restarts_a_sink() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_admin");
+    let topic = name.clone();
+    create_topic(&topic, 2).await;
+    let produce_batch = |first: u64| {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, 1000, 50, first))
+    };
+    produce_batch(0).await.unwrap();
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 2, ""),
+        port,
+    );
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, 1000, Duration::from_secs(60), &[sluice_ref])
+    });
+
+    admin_action(&sluice, &name, "pause");
+    wait_until("the paused state", Duration::from_secs(30), || {
+        health(&sluice)["state"] == "paused"
+    });
+    let consumed = sluice.metric("sluice_sink_records_consumed_total").unwrap();
+    produce_batch(1000).await.unwrap();
+    // Several roll intervals (500 ms) and offset commits pass: nothing moves.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        distinct_offsets(&root),
+        1000,
+        "records reached files while paused"
+    );
+    assert_eq!(
+        sluice.metric("sluice_sink_records_consumed_total"),
+        Some(consumed),
+        "records were consumed while paused"
+    );
+    assert_eq!(
+        sluice.metric("sluice_sink_assigned_partitions"),
+        Some(2.0),
+        "a paused process keeps its partitions"
+    );
+    assert_eq!(health(&sluice)["state"], "paused");
+
+    admin_action(&sluice, &name, "resume");
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, 2000, Duration::from_secs(60), &[sluice_ref])
+    });
+    assert_eq!(health(&sluice)["state"], "streaming");
+
+    let restarts = health(&sluice)["restarts"].as_u64().unwrap();
+    admin_action(&sluice, &name, "restart");
+    wait_until("a requested restart", Duration::from_secs(60), || {
+        let h = health(&sluice);
+        h["restarts"].as_u64().unwrap_or(0) > restarts && h["state"] == "streaming"
+    });
+    let series =
+        format!("sluice_pipeline_restarts_total{{pipeline=\"{name}\",reason=\"requested\"}}");
+    let requested = sluice.metric(&series).unwrap_or(0.0);
+    assert!(requested >= 1.0, "the restart is counted");
+    produce_batch(2000).await.unwrap();
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, 3000, Duration::from_secs(60), &[sluice_ref])
+    });
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    verify(
+        &read_output(&root),
+        &end_offsets(&topic, 2),
+        &HashSet::new(),
+    );
+}
+
+/// A record the worker hangs on (a test hook makes it hang) becomes a failure after
+/// `processing_timeout_ms`: with `on_failure = "dead_letter"` it goes to the dead-letter
+/// topic once, the run restarts from the committed files without it, and every other record
+/// is written exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_hang");
+    let topic = name.clone();
+    let dead_letter_topic = format!("{name}_dlq");
+    create_topic(&topic, 2).await;
+    create_topic(&dead_letter_topic, 1).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("enable.idempotence", "true")
+        .create()
+        .unwrap();
+    let hung = r#"{"id":"hung","seq":0,"created_at":"2026-11-20T10:00:00Z","pad":"HANG-ON-ME"}"#;
+    for i in 0..1000u64 {
+        let key = format!("k{}", i % 10);
+        let value = value_of(i % 10, i / 10);
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .unwrap();
+        if i == 500 {
+            producer
+                .send(BaseRecord::to(&topic).key("hung").payload(hung))
+                .unwrap();
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let ends = end_offsets(&topic, 2);
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    let extra = format!(
+        "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\nprocessing_timeout_ms = 1500\n"
+    );
+    let mut sluice = Sluice::start_with_env(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 2, &extra),
+        port,
+        vec![("SLUICE_TEST_HANG_ON_VALUE".into(), "HANG-ON-ME".into())],
+    );
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| {
+        wait_for_output(&root, 1000, Duration::from_secs(120), &[sluice_ref])
+    });
+    // Everything else is written; the hung record went to the dead-letter topic exactly once.
+    let dead = {
+        let dead_letter_topic = dead_letter_topic.clone();
+        tokio::task::spawn_blocking(move || {
+            read_topic(&dead_letter_topic, Duration::from_secs(10), |r| r.len() > 1)
+        })
+        .await
+        .unwrap()
+    };
+    assert_eq!(dead.len(), 1, "{dead:?}\n{}", sluice.log_text());
+    let record = &dead[0];
+    assert_eq!(record.key.as_ref().unwrap(), "hung");
+    assert_eq!(
+        record.value.as_ref().unwrap(),
+        &serde_json::from_str::<serde_json::Value>(hung).unwrap()
+    );
+    let reason = &record.headers["sluice.error.reason"];
+    assert!(reason.contains("processing_timeout_ms = 1500"), "{reason}");
+    let partition: i32 = record.headers["sluice.error.partition"].parse().unwrap();
+    let offset: i64 = record.headers["sluice.error.offset"].parse().unwrap();
+    assert!(
+        health(&sluice)["restarts"].as_u64().unwrap_or(0) >= 1,
+        "the run was restarted without the stuck worker"
+    );
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    let rows = read_output(&root);
+    assert!(rows.iter().all(|r| r.id != "hung"));
+    verify(&rows, &ends, &HashSet::from([(partition, offset)]));
 }

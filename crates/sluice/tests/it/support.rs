@@ -37,6 +37,12 @@ pub fn stack() -> Stack {
     }
 }
 
+/// The dev stack's S3-compatible endpoint (moto); fails the test when it is not set.
+pub fn s3_endpoint() -> String {
+    std::env::var("S3_ENDPOINT")
+        .unwrap_or_else(|_| panic!("S3_ENDPOINT is not set: {HOW_TO_START}"))
+}
+
 /// A name unique to this test run: `prefix_<pid>_<n>`.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -124,6 +130,8 @@ max_backoff_ms = 2000
 /// A running `sluice run` process.
 pub struct Sluice {
     child: Option<Child>,
+    /// Extra environment variables for the next (re)start.
+    pub env: Vec<(String, String)>,
     pub admin: SocketAddr,
     pub file: PathBuf,
     pub log: PathBuf,
@@ -137,11 +145,22 @@ pub fn sluice_bin() -> &'static str {
 impl Sluice {
     /// Writes the pipeline file and starts `sluice run` on it; its log goes to a file.
     pub fn start(dir: &std::path::Path, toml: &str, admin_port: u16) -> Self {
+        Self::start_with_env(dir, toml, admin_port, Vec::new())
+    }
+
+    /// [`Sluice::start`] with extra environment variables (kept for restarts: see `env`).
+    pub fn start_with_env(
+        dir: &std::path::Path,
+        toml: &str,
+        admin_port: u16,
+        env: Vec<(String, String)>,
+    ) -> Self {
         let file = dir.join("pipeline.toml");
         std::fs::write(&file, toml).expect("write pipeline file");
         let log = dir.join("sluice.log");
         let mut this = Self {
             child: None,
+            env,
             admin: SocketAddr::from(([127, 0, 0, 1], admin_port)),
             file,
             log,
@@ -161,6 +180,7 @@ impl Sluice {
             .args(["run"])
             .arg(&self.file)
             .env("SLUICE_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

@@ -1,0 +1,262 @@
+//! S3-compatible object storage as the files sink's target: the client and the few calls the
+//! commit protocol makes (see [`crate::sink::files`] for the protocol itself).
+//!
+//! The store is reached through the `object_store` crate (`aws` feature: S3 and S3-compatible
+//! servers such as MinIO or moto). Workers are plain threads, so every call blocks on the
+//! runtime handle given at construction; none is made from inside the runtime.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+use object_store::aws::AmazonS3Builder;
+use object_store::buffered::BufWriter;
+use object_store::path::Path as ObjectPath;
+use object_store::prefix::PrefixStore;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::io::AsyncWriteExt as _;
+
+use crate::sink::config::S3Config;
+
+/// The smallest multipart part S3 accepts (every part but the last).
+pub const MIN_UPLOAD_PART_BYTES: usize = 5 * 1024 * 1024;
+
+/// An object store under a prefix; see the [module docs](self).
+pub struct ObjectTarget {
+    store: Arc<dyn ObjectStore>,
+    url: String,
+    runtime: tokio::runtime::Handle,
+    part_bytes: usize,
+}
+
+impl std::fmt::Debug for ObjectTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectTarget")
+            .field("url", &self.url)
+            .field("part_bytes", &self.part_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `s3://bucket/prefix` split into its bucket and prefix (without slashes at either end).
+///
+/// # Errors
+///
+/// A description of what is wrong with `url`.
+pub fn parse_s3_url(url: &str) -> Result<(&str, &str), String> {
+    let rest = url
+        .strip_prefix("s3://")
+        .ok_or_else(|| format!("{url:?} is not an S3 URL: expected s3://bucket/prefix"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(format!(
+            "{url:?} names no bucket: expected s3://bucket/prefix"
+        ));
+    }
+    Ok((bucket, prefix.trim_matches('/')))
+}
+
+impl ObjectTarget {
+    /// An S3 client for `url` (`s3://bucket/prefix`): settings from the environment
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+    /// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …), overridden by `[sink.files.s3]`.
+    ///
+    /// # Errors
+    ///
+    /// An invalid URL or setting (nothing is contacted yet).
+    pub fn s3(
+        url: &str,
+        config: &S3Config,
+        runtime: tokio::runtime::Handle,
+    ) -> Result<Self, object_store::Error> {
+        let (bucket, prefix) =
+            parse_s3_url(url).map_err(|problem| object_store::Error::Generic {
+                store: "S3",
+                source: problem.into(),
+            })?;
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        if let Some(region) = &config.region {
+            builder = builder.with_region(region);
+        }
+        if let Some(key) = &config.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = &config.secret_access_key {
+            builder = builder.with_secret_access_key(secret);
+        }
+        if let Some(allow_http) = config.allow_http {
+            builder = builder.with_allow_http(allow_http);
+        }
+        let s3 = builder.build()?;
+        let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
+            Arc::new(s3)
+        } else {
+            Arc::new(PrefixStore::new(s3, prefix))
+        };
+        Ok(Self::new(store, url, runtime, config.upload_part_bytes))
+    }
+
+    /// A target over any store (tests use `object_store::memory::InMemory`).
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        url: &str,
+        runtime: tokio::runtime::Handle,
+        part_bytes: usize,
+    ) -> Self {
+        Self {
+            store,
+            url: url.trim_end_matches('/').to_owned(),
+            runtime,
+            part_bytes: part_bytes.max(MIN_UPLOAD_PART_BYTES),
+        }
+    }
+
+    /// The target's URL, for messages.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The object's bytes, or `None` when there is no such object.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors other than "not found".
+    pub fn get(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
+        let location = ObjectPath::from(key);
+        self.runtime.block_on(async {
+            match self.store.get(&location).await {
+                Ok(result) => Ok(Some(result.bytes().await.map_err(io_error)?.to_vec())),
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(error) => Err(io_error(error)),
+            }
+        })
+    }
+
+    /// Writes an object with one PUT: readers see the old object or the new one, whole.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors (after `object_store`'s own retries).
+    pub fn put(&self, key: &str, bytes: Vec<u8>) -> io::Result<()> {
+        let location = ObjectPath::from(key);
+        self.runtime
+            .block_on(self.store.put(&location, PutPayload::from(bytes)))
+            .map(|_| ())
+            .map_err(io_error)
+    }
+
+    /// Deletes an object; one that does not exist is not an error.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors other than "not found".
+    pub fn delete(&self, key: &str) -> io::Result<()> {
+        let location = ObjectPath::from(key);
+        match self.runtime.block_on(self.store.delete(&location)) {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(error) => Err(io_error(error)),
+        }
+    }
+
+    /// Uploads a local file to `key`: one PUT when it is smaller than a part, otherwise a
+    /// multipart upload (parts of `upload_part_bytes`, several in flight), aborted on failure.
+    ///
+    /// # Errors
+    ///
+    /// Reading the file or the store's errors.
+    pub fn upload(&self, local: &Path, key: &str) -> io::Result<()> {
+        let location = ObjectPath::from(key);
+        self.runtime.block_on(async {
+            let mut file = tokio::fs::File::open(local).await?;
+            let mut writer =
+                BufWriter::with_capacity(Arc::clone(&self.store), location, self.part_bytes)
+                    .with_max_concurrency(4);
+            let copied = async {
+                tokio::io::copy(&mut file, &mut writer).await?;
+                writer.shutdown().await
+            }
+            .await;
+            if let Err(error) = copied {
+                // Drops the parts a multipart upload already stored.
+                let _ = writer.abort().await;
+                return Err(error);
+            }
+            Ok(())
+        })
+    }
+
+    /// The keys under `prefix` (relative to the target), for tests and tools.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors.
+    pub fn list(&self, prefix: &str) -> io::Result<Vec<String>> {
+        use futures::TryStreamExt as _;
+        let location = ObjectPath::from(prefix);
+        self.runtime.block_on(async {
+            let metas: Vec<object_store::ObjectMeta> = self
+                .store
+                .list(Some(&location))
+                .try_collect()
+                .await
+                .map_err(io_error)?;
+            Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
+        })
+    }
+}
+
+fn io_error(error: object_store::Error) -> io::Error {
+    let kind = match &error {
+        object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
+        _ => io::ErrorKind::Other,
+    };
+    io::Error::new(kind, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_urls_split_into_bucket_and_prefix() {
+        assert_eq!(parse_s3_url("s3://b/a/b/"), Ok(("b", "a/b")));
+        assert_eq!(parse_s3_url("s3://b"), Ok(("b", "")));
+        assert!(parse_s3_url("s3:///x").is_err());
+        assert!(parse_s3_url("/tmp/x").is_err());
+    }
+
+    #[test]
+    fn large_uploads_are_multipart_and_small_ones_single_puts() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = Arc::new(object_store::memory::InMemory::new());
+        let target = ObjectTarget::new(
+            Arc::clone(&store) as Arc<dyn ObjectStore>,
+            "mem://x",
+            runtime.handle().clone(),
+            0,
+        );
+        let dir = std::env::temp_dir().join(format!("sluice-object-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let big: Vec<u8> = (0..MIN_UPLOAD_PART_BYTES * 2 + 123)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        std::fs::write(dir.join("big"), &big).unwrap();
+        std::fs::write(dir.join("small"), b"hello").unwrap();
+        target.upload(&dir.join("big"), "a/big").unwrap();
+        target.upload(&dir.join("small"), "a/small").unwrap();
+        assert_eq!(target.get("a/big").unwrap().unwrap(), big);
+        assert_eq!(target.get("a/small").unwrap().unwrap(), b"hello");
+        assert_eq!(target.get("a/none").unwrap(), None);
+        target.delete("a/small").unwrap();
+        target.delete("a/small").unwrap();
+        assert_eq!(target.list("a").unwrap(), ["a/big"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,375 @@
+//! Kafka → S3-compatible object storage: the real `sluice` binary writes to the dev stack's
+//! moto server; every object is read back through `object_store` and every offset must be in
+//! exactly one object, with per-key order, across SIGKILLs and a crash between the uploads
+//! and the state PUT.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt as _;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+use rand::Rng;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::sink::{
+    Row, assigned, committed_records, create_topic, end_offsets, parse_name, produce, rows_of_file,
+    verify,
+};
+use crate::support::{
+    Sluice, broker_shared, free_port, http_request, s3_endpoint, stack, test_dir, unique,
+};
+
+/// A new bucket on the dev stack's S3 server; returns its name.
+fn create_bucket(prefix: &str) -> String {
+    let bucket = unique(prefix).replace('_', "-");
+    let endpoint = s3_endpoint();
+    let address = endpoint
+        .trim_start_matches("http://")
+        .parse()
+        .expect("S3_ENDPOINT is http://127.0.0.1:PORT");
+    let (status, body) = http_request(address, "PUT", &format!("/{bucket}"), &[])
+        .unwrap_or_else(|| panic!("no answer from the S3 server at {endpoint}"));
+    assert_eq!(status, 200, "creating bucket {bucket}: {body}");
+    bucket
+}
+
+/// A client of `bucket` under `prefix`, as a reader would have one.
+fn store(bucket: &str) -> Arc<dyn ObjectStore> {
+    Arc::new(
+        AmazonS3Builder::new()
+            .with_bucket_name(bucket)
+            .with_endpoint(s3_endpoint())
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_access_key_id("test")
+            .with_secret_access_key("test")
+            .build()
+            .unwrap(),
+    )
+}
+
+fn s3_sink_toml(name: &str, topic: &str, staging: &Path, bucket: &str, port: u16) -> String {
+    format!(
+        r#"
+name = "{name}"
+
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "{name}"
+commit_interval_ms = 500
+[source.kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+
+[sink.files]
+path = "{staging}"
+url = "s3://{bucket}/out/"
+path_template = "{{topic}}/"
+format = "jsonl"
+roll_records = 60000
+roll_interval_ms = 3000
+sub_partitions = 2
+
+[sink.files.s3]
+endpoint = "{endpoint}"
+allow_http = true
+region = "us-east-1"
+access_key_id = "test"
+secret_access_key = "test"
+upload_part_bytes = 5242880
+
+[admin]
+listen = "127.0.0.1:{port}"
+
+[restart]
+initial_backoff_ms = 200
+max_backoff_ms = 2000
+"#,
+        brokers = stack().brokers,
+        staging = staging.display(),
+        endpoint = s3_endpoint(),
+    )
+}
+
+/// What is in the bucket under `out/`.
+struct Listing {
+    /// Output objects: key → (size, e-tag).
+    parts: BTreeMap<String, (u64, Option<String>)>,
+    /// Sub-partition tag (`topic+partition+sSUB`) → committed `last_offset`.
+    committed: HashMap<String, i64>,
+    /// Pending intents' keys.
+    pending: Vec<String>,
+}
+
+async fn list(store: &Arc<dyn ObjectStore>) -> Listing {
+    let metas: Vec<object_store::ObjectMeta> = store
+        .list(Some(&ObjectPath::from("out")))
+        .try_collect()
+        .await
+        .unwrap();
+    let mut listing = Listing {
+        parts: BTreeMap::new(),
+        committed: HashMap::new(),
+        pending: Vec::new(),
+    };
+    for meta in metas {
+        let key = meta.location.to_string();
+        if let Some(tag) = key
+            .strip_prefix("out/_sluice/state/")
+            .and_then(|k| k.strip_suffix(".json"))
+        {
+            let bytes = store.get(&meta.location).await.unwrap().bytes().await;
+            let state: serde_json::Value = serde_json::from_slice(&bytes.unwrap()).unwrap();
+            listing
+                .committed
+                .insert(tag.to_owned(), state["last_offset"].as_i64().unwrap());
+        } else if key.starts_with("out/_sluice/pending/") {
+            listing.pending.push(key);
+        } else if key.starts_with("out/_sluice") {
+            // The root marker.
+        } else {
+            listing.parts.insert(key, (meta.size, meta.e_tag));
+        }
+    }
+    listing
+}
+
+impl Listing {
+    /// Output objects that no state object covers: `<last>` above the sub-partition's
+    /// committed `last_offset` (the reader's rule in `sink::files`).
+    fn uncommitted(&self) -> Vec<&String> {
+        self.parts
+            .keys()
+            .filter(|key| {
+                let name = key.rsplit('/').next().unwrap();
+                let (partition, sub, _, last) = parse_name(name).unwrap();
+                let topic = name
+                    .strip_prefix("part-")
+                    .unwrap()
+                    .rsplitn(4, '+')
+                    .nth(3)
+                    .unwrap();
+                let tag = format!("{topic}+{partition}+s{sub}");
+                self.committed.get(&tag).is_none_or(|c| last > *c)
+            })
+            .collect()
+    }
+}
+
+/// Reads every output object back.
+async fn read_objects(store: &Arc<dyn ObjectStore>, listing: &Listing) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for key in listing.parts.keys() {
+        let bytes = store
+            .get(&ObjectPath::from(key.as_str()))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        rows.extend(rows_of_file(&PathBuf::from(key), bytes));
+    }
+    rows
+}
+
+/// Waits until the group's committed offsets reach `ends` (the sink commits an offset only
+/// once the objects holding it are committed).
+fn wait_for_group(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, sluice: &Sluice) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let mut list = TopicPartitionList::new();
+        for partition in ends.keys() {
+            list.add_partition(topic, *partition);
+        }
+        let committed: BTreeMap<i32, i64> = consumer
+            .committed_offsets(list, Duration::from_secs(10))
+            .map(|list| {
+                list.elements()
+                    .iter()
+                    .filter_map(|e| match e.offset() {
+                        Offset::Offset(o) => Some((e.partition(), o)),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if &committed == ends {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group's offsets {committed:?} did not reach {ends:?}; log:\n{}",
+            sluice.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Keyed JSON Lines on S3, SIGKILLed three times while it uploads: every offset in exactly
+/// one object, per-key order, every object committed, large files uploaded in parts.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_every_offset_exactly_once_across_sigkills() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_s3");
+    let topic = name.clone();
+    let bucket = create_bucket("sink-s3");
+    create_topic(&topic, 2).await;
+    const RECORDS: u64 = 300_000;
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS, 1000, 0))
+            .await
+            .unwrap();
+    }
+    let ends = end_offsets(&topic, 2);
+    let dir = test_dir(&name);
+    let port = free_port();
+    let toml = s3_sink_toml(&name, &topic, &dir.join("staging"), &bucket, port)
+        .replace("roll_records = 60000", "roll_records = 30000");
+    let mut sluice = Sluice::start(&dir, &toml, port);
+    for kill in 1..=3 {
+        // Kill while it uploads: a moment after this process committed its first epoch.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while (assigned(&sluice) < 1.0 || committed_records(&sluice) < 1.0)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pause = rand::rng().random_range(0..2000);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let committed = committed_records(&sluice);
+        sluice.kill();
+        println!(
+            "sink s3: SIGKILL {kill} after {pause} ms of work ({committed} records committed by that process)"
+        );
+        sluice.restart();
+    }
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| wait_for_group(&name, &topic, &ends, sluice_ref));
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    let store = store(&bucket);
+    let listing = list(&store).await;
+    assert!(
+        listing.uncommitted().is_empty(),
+        "objects outside every committed epoch: {:?}",
+        listing.uncommitted()
+    );
+    assert!(listing.pending.is_empty(), "{:?}", listing.pending);
+    let multipart = listing
+        .parts
+        .values()
+        .filter(|(_, e_tag)| e_tag.as_deref().is_some_and(|e| e.contains('-')))
+        .count();
+    let largest = listing.parts.values().map(|(size, _)| *size).max();
+    assert!(
+        multipart >= 1,
+        "no object was uploaded in parts (largest: {largest:?} bytes)"
+    );
+    let rows = read_objects(&store, &listing).await;
+    verify(&rows, &ends, &HashSet::new());
+    let orphans_deleted = sluice
+        .log_text()
+        .matches("deleting an object of an uncommitted epoch")
+        .count();
+    println!(
+        "sink s3: {RECORDS} records, 3 SIGKILLs: {} objects ({multipart} multipart), every offset exactly once; {orphans_deleted} objects of uncommitted epochs deleted on recovery",
+        listing.parts.len()
+    );
+}
+
+/// The process dies after an epoch's uploads and before its state PUT (the test hook aborts
+/// it exactly there): the uploaded objects are visible but uncommitted; after a restart they
+/// are deleted and re-written, and no offset is in two objects.
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_crash_between_upload_and_state_put_leaves_no_duplicate() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_s3_crash");
+    let topic = name.clone();
+    let bucket = create_bucket("sink-s3-crash");
+    create_topic(&topic, 1).await;
+    const RECORDS: u64 = 100_000;
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || produce(&topic, RECORDS, 200, 0))
+            .await
+            .unwrap();
+    }
+    let ends = end_offsets(&topic, 1);
+    let dir = test_dir(&name);
+    let port = free_port();
+    let toml = s3_sink_toml(&name, &topic, &dir.join("staging"), &bucket, port)
+        .replace("roll_records = 60000", "roll_records = 10000");
+    let mut sluice = Sluice::start_with_env(
+        &dir,
+        &toml,
+        port,
+        vec![("SLUICE_TEST_ABORT_AFTER_UPLOAD".into(), "3".into())],
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = sluice.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the hook did not abort sluice:\n{}",
+            sluice.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+    assert!(
+        sluice
+            .log_text()
+            .contains("aborting after the uploads, before the state PUT"),
+        "{}",
+        sluice.log_text()
+    );
+    let store = store(&bucket);
+    let before = list(&store).await;
+    let orphans: Vec<String> = before.uncommitted().into_iter().cloned().collect();
+    assert!(
+        !orphans.is_empty(),
+        "the aborted epoch's uploads are not in the bucket: {:?}",
+        before.parts.keys()
+    );
+    assert!(!before.pending.is_empty(), "no pending intent was written");
+    println!("sink s3 crash: uploaded but uncommitted at the crash: {orphans:?}");
+
+    sluice.env.clear();
+    sluice.restart();
+    let sluice_ref = &sluice;
+    tokio::task::block_in_place(|| wait_for_group(&name, &topic, &ends, sluice_ref));
+    assert!(
+        sluice.stop(),
+        "graceful stop failed:\n{}",
+        sluice.log_text()
+    );
+    assert!(
+        sluice
+            .log_text()
+            .contains("deleting an object of an uncommitted epoch"),
+        "{}",
+        sluice.log_text()
+    );
+    let after = list(&store).await;
+    assert!(after.uncommitted().is_empty(), "{:?}", after.uncommitted());
+    assert!(after.pending.is_empty(), "{:?}", after.pending);
+    let rows = read_objects(&store, &after).await;
+    verify(&rows, &ends, &HashSet::new());
+}
