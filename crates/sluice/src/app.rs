@@ -166,6 +166,7 @@ pub async fn run_pipeline(
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let board = StatusBoard::new(&config.name, config.restart.policy.name());
+    board.take_snapshot_signals();
     let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
     let admin_shutdown = CancellationToken::new();
     let server = admin::serve(

@@ -299,6 +299,8 @@ pub struct StatusBoard {
     window: Mutex<Window>,
     series: Mutex<VecDeque<Sample>>,
     signals: Mutex<Vec<crate::source::postgres::incremental::Signal>>,
+    /// Whether the pipeline takes snapshot signals (a PostgreSQL source).
+    takes_snapshots: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for StatusBoard {
@@ -346,6 +348,7 @@ impl StatusBoard {
             }),
             series: Mutex::new(VecDeque::new()),
             signals: Mutex::new(Vec::new()),
+            takes_snapshots: std::sync::atomic::AtomicBool::new(false),
         });
         board.publish_state_gauges(PipelineState::Starting);
         board
@@ -567,6 +570,12 @@ impl StatusBoard {
     /// Asks the supervisor to restart the pipeline now.
     pub fn restart(&self) {
         self.control.send_modify(|c| c.restart_requests += 1);
+    }
+
+    /// Marks the pipeline as one that takes snapshot signals (a PostgreSQL source).
+    pub fn take_snapshot_signals(&self) {
+        self.takes_snapshots
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Queues an operator's snapshot signal for the running pipeline (taken on its next
@@ -835,7 +844,7 @@ fn snapshot_signal(
     }
     if !state
         .board
-        .controllable
+        .takes_snapshots
         .load(std::sync::atomic::Ordering::Relaxed)
     {
         return error(
