@@ -63,6 +63,9 @@ pub const SOURCE_PROGRESS_AGE: &str = "sluice_source_progress_age_seconds";
 pub const SLOT_LOSSES: &str = "sluice_source_slot_losses_total";
 /// Rows read by snapshots, per table.
 pub const SNAPSHOT_ROWS: &str = "sluice_source_snapshot_rows_total";
+/// Column values whose text did not parse as their type and were sent as a JSON string of the
+/// text instead, per table and column type.
+pub const VALUES_AS_TEXT: &str = "sluice_source_values_as_text_total";
 /// Every metric name, for the documentation test.
 pub const ALL: &[&str] = &[
     PRODUCED_RECORDS,
@@ -89,6 +92,7 @@ pub const ALL: &[&str] = &[
     SOURCE_PROGRESS_AGE,
     SLOT_LOSSES,
     SNAPSHOT_ROWS,
+    VALUES_AS_TEXT,
 ];
 
 /// Histogram buckets for latencies, in seconds.

@@ -247,18 +247,7 @@ async fn types_schema_changes_truncates_and_messages() {
     let name = unique("types");
     let client = pg().await;
     client
-        .batch_execute(&format!(
-            "CREATE SCHEMA {name};
-             CREATE TYPE {name}.mood AS ENUM ('sad', 'happy');
-             CREATE TABLE {name}.t (
-               id int PRIMARY KEY, c_bool boolean, c_int2 smallint, c_int8 bigint,
-               c_float4 real, c_float8 double precision, c_nan double precision, c_inf double precision,
-               c_numeric numeric(10,4), c_text text, c_varchar varchar(10), c_bytea bytea,
-               c_uuid uuid, c_json json, c_jsonb jsonb, c_date date, c_time time, c_time3 time(3),
-               c_timetz timetz, c_ts timestamp, c_ts3 timestamp(3), c_tstz timestamptz,
-               c_interval interval, c_int_array int[], c_text_array text[], c_enum {name}.mood,
-               c_point point, c_null text);"
-        ))
+        .batch_execute(&format!("CREATE SCHEMA {name}; {}", typed_table_ddl(&name)))
         .await
         .unwrap();
     let port = free_port();
@@ -267,19 +256,13 @@ async fn types_schema_changes_truncates_and_messages() {
     sluice.wait_streaming(Duration::from_secs(60));
     client
         .batch_execute(&format!(
-            "INSERT INTO {name}.t VALUES (
-               1, true, -32768, 9223372036854775807,
-               1.5, 2.25, 'NaN', '-Infinity',
-               123.45, 'héllo \"x\"', 'ab', '\\x0a0b0c',
-               'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{{\"a\": [1, 2]}}', '{{\"b\": null}}', '2016-11-04',
-               '13:51:30.123456', '13:51:30.123',
-               '13:51:30.123789+02', '2016-11-04 13:51:30.123456', '2016-11-04 13:51:30.123',
-               '2016-11-04 13:51:30.123456+01', 'P1Y2M3DT4H5M6.78S', '{{1,2,NULL}}', '{{a,\"b c\"}}',
-               'happy', '(1,2)', NULL);
+            "{}
+
              ALTER TABLE {name}.t ADD COLUMN c_added int DEFAULT 7;
              INSERT INTO {name}.t (id) VALUES (2);
              TRUNCATE {name}.t;
-             SELECT pg_logical_emit_message(true, 'audit', 'hello');"
+             SELECT pg_logical_emit_message(true, 'audit', 'hello');",
+            typed_row_insert(&name, 1)
         ))
         .await
         .unwrap();
@@ -291,17 +274,7 @@ async fn types_schema_changes_truncates_and_messages() {
     .unwrap();
     assert_eq!(records.len(), 3, "{records:?}");
     let after = &records[0].value.as_ref().unwrap()["after"];
-    let expected = json!({
-        "id": 1, "c_bool": true, "c_int2": -32768, "c_int8": 9223372036854775807i64,
-        "c_float4": 1.5, "c_float8": 2.25, "c_nan": "NaN", "c_inf": "-Infinity",
-        "c_numeric": "123.4500", "c_text": "héllo \"x\"", "c_varchar": "ab", "c_bytea": "CgsM",
-        "c_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "c_json": {"a": [1, 2]},
-        "c_jsonb": {"b": null}, "c_date": 17109, "c_time": 49890123456i64, "c_time3": 49890123,
-        "c_timetz": "11:51:30.123789Z", "c_ts": 1478267490123456i64, "c_ts3": 1478267490123i64,
-        "c_tstz": "2016-11-04T12:51:30.123456Z", "c_interval": 37091106780000i64,
-        "c_int_array": [1, 2, null], "c_text_array": ["a", "b c"], "c_enum": "happy",
-        "c_point": "(1,2)", "c_null": null
-    });
+    let expected = typed_row_json(1);
     assert_eq!(after, &expected);
     let added = &records[1].value.as_ref().unwrap()["after"];
     assert_eq!(added["id"], 2);
@@ -322,4 +295,118 @@ async fn types_schema_changes_truncates_and_messages() {
     assert_eq!(message["message"]["content"], "aGVsbG8=");
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
+}
+
+/// A table with one column of every documented type (in schema `name`, type `name.mood`).
+fn typed_table_ddl(name: &str) -> String {
+    format!(
+        "CREATE TYPE {name}.mood AS ENUM ('sad', 'happy');
+         CREATE TABLE {name}.t (
+           id int PRIMARY KEY, c_bool boolean, c_int2 smallint, c_int8 bigint,
+           c_float4 real, c_float8 double precision, c_nan double precision, c_inf double precision,
+           c_numeric numeric(10,4), c_text text, c_varchar varchar(10), c_bytea bytea,
+           c_uuid uuid, c_json json, c_jsonb jsonb, c_date date, c_time time, c_time3 time(3),
+           c_timetz timetz, c_ts timestamp, c_ts3 timestamp(3), c_tstz timestamptz,
+           c_interval interval, c_int_array int[], c_text_array text[], c_enum {name}.mood,
+           c_point point, c_null text);"
+    )
+}
+
+/// The row of [`typed_table_ddl`]'s table with key `id` (literals in ISO forms that every
+/// DateStyle reads alike).
+fn typed_row_insert(name: &str, id: i32) -> String {
+    format!(
+        "INSERT INTO {name}.t VALUES (
+           {id}, true, -32768, 9223372036854775807,
+           1.5, 2.25, 'NaN', '-Infinity',
+           123.45, 'héllo \"x\"', 'ab', '\\x0a0b0c',
+           'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{{\"a\": [1, 2]}}', '{{\"b\": null}}', '2016-11-04',
+           '13:51:30.123456', '13:51:30.123',
+           '13:51:30.123789+02', '2016-11-04 13:51:30.123456', '2016-11-04 13:51:30.123',
+           '2016-11-04 13:51:30.123456+01', 'P1Y2M3DT4H5M6.78S', '{{1,2,NULL}}', '{{a,\"b c\"}}',
+           'happy', '(1,2)', NULL);"
+    )
+}
+
+/// The `after` image docs/type-mapping.md documents for [`typed_row_insert`]'s row.
+fn typed_row_json(id: i32) -> Value {
+    json!({
+        "id": id, "c_bool": true, "c_int2": -32768, "c_int8": 9223372036854775807i64,
+        "c_float4": 1.5, "c_float8": 2.25, "c_nan": "NaN", "c_inf": "-Infinity",
+        "c_numeric": "123.4500", "c_text": "héllo \"x\"", "c_varchar": "ab", "c_bytea": "CgsM",
+        "c_uuid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "c_json": {"a": [1, 2]},
+        "c_jsonb": {"b": null}, "c_date": 17109, "c_time": 49890123456i64, "c_time3": 49890123,
+        "c_timetz": "11:51:30.123789Z", "c_ts": 1478267490123456i64, "c_ts3": 1478267490123i64,
+        "c_tstz": "2016-11-04T12:51:30.123456Z", "c_interval": 37091106780000i64,
+        "c_int_array": [1, 2, null], "c_text_array": ["a", "b c"], "c_enum": "happy",
+        "c_point": "(1,2)", "c_null": null
+    })
+}
+
+/// The snapshot reads rows on ordinary SQL connections, the stream gets them from the walsender:
+/// both must encode every type alike whatever the role's or database's session defaults are.
+/// The pipeline connects as a role whose defaults differ from sluice's fixed settings in every
+/// one that changes text output (TimeZone, DateStyle, IntervalStyle, extra_float_digits,
+/// bytea_output); the row snapshotted and the same row streamed must both be the documented JSON.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_and_stream_encode_every_type_alike() {
+    let _broker = broker_shared().await;
+    let name = unique("typesnap");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE ROLE {name} LOGIN SUPERUSER REPLICATION;
+             ALTER ROLE {name} SET TimeZone = 'Asia/Kolkata';
+             ALTER ROLE {name} SET DateStyle = 'SQL, DMY';
+             ALTER ROLE {name} SET IntervalStyle = 'postgres_verbose';
+             ALTER ROLE {name} SET extra_float_digits = 0;
+             ALTER ROLE {name} SET bytea_output = 'escape';
+             CREATE SCHEMA {name}; {} {}",
+            typed_table_ddl(&name),
+            typed_row_insert(&name, 1)
+        ))
+        .await
+        .unwrap();
+    let url = crate::support::stack()
+        .pg_url
+        .replacen("postgres@", &format!("{name}@"), 1);
+    assert_ne!(
+        url,
+        crate::support::stack().pg_url,
+        "the URL names the user postgres"
+    );
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replacen(
+        &crate::support::stack().pg_url,
+        &url,
+        1,
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&typed_row_insert(&name, 2))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.t");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |r| r.len() >= 2)
+    })
+    .await
+    .unwrap();
+    assert_eq!(records.len(), 2, "{records:?}");
+    let snapshot = records[0].value.as_ref().unwrap();
+    let streamed = records[1].value.as_ref().unwrap();
+    assert_eq!(snapshot["op"], "r", "{snapshot}");
+    assert_eq!(streamed["op"], "c", "{streamed}");
+    assert_eq!(snapshot["after"], typed_row_json(1), "the snapshotted row");
+    assert_eq!(streamed["after"], typed_row_json(2), "the streamed row");
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+    client
+        .batch_execute(&format!(
+            "DROP SCHEMA {name} CASCADE; DROP OWNED BY {name}; DROP ROLE {name};"
+        ))
+        .await
+        .unwrap();
 }

@@ -517,7 +517,7 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData) -> Option<Vec<u8>> {
         }
         let column = &rel.columns[index];
         key.extend_from_slice(&column.json_label);
-        write_datum(column, tuple.0.get(index), &mut key);
+        write_datum(&rel.name, column, tuple.0.get(index), &mut key);
     }
     key.push(b'}');
     Some(key)
@@ -626,21 +626,46 @@ fn write_row(
                 }
                 out.push(b'"');
             }
-            _ => write_datum(column, datum, out),
+            _ => write_datum(&rel.name, column, datum, out),
         }
     }
     out.push(b'}');
 }
 
-fn write_datum(column: &ColumnInfo, datum: Option<&Datum>, out: &mut Vec<u8>) {
+/// Counts a value sent as text (`write_datum`) and logs the first one of the process.
+fn value_kept_as_text(table: &str, column: &ColumnInfo, error: &value::ValueError) {
+    static LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let type_name = error.type_name();
+    metrics::counter!(
+        crate::admin::metrics::VALUES_AS_TEXT,
+        "table" => table.to_owned(),
+        "type" => type_name
+    )
+    .increment(1);
+    if !LOGGED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            table,
+            column = %column.name,
+            r#type = %type_name,
+            error = %error,
+            "a value did not parse as its type and was sent as a JSON string of its text; \
+             sluice_source_values_as_text_total counts them (this is logged once)"
+        );
+    }
+}
+
+fn write_datum(table: &str, column: &ColumnInfo, datum: Option<&Datum>, out: &mut Vec<u8>) {
     match datum {
         None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
         Some(Datum::Text(text)) => {
             let start = out.len();
-            if value::write_json(column.type_oid, column.type_modifier, text, out).is_err() {
-                // The text did not parse as its type: keep it, as a string, rather than lose it.
+            if let Err(error) = value::write_json(column.type_oid, column.type_modifier, text, out)
+            {
+                // The text did not parse as its type: keep it, as a string, rather than lose it,
+                // and tell the operator (once per process in the log, always in the metric).
                 out.truncate(start);
                 write_json_str(out, &String::from_utf8_lossy(text));
+                value_kept_as_text(table, column, &error);
             }
         }
         Some(Datum::Binary(bytes)) => {

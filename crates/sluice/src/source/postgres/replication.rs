@@ -692,16 +692,25 @@ impl StartupSettings {
             ("replication", "database"),
             ("application_name", self.application_name.as_str()),
             ("client_encoding", "UTF8"),
-            ("DateStyle", "ISO, MDY"),
-            ("TimeZone", "UTC"),
-            ("IntervalStyle", "iso_8601"),
-            ("extra_float_digits", "3"),
-            ("bytea_output", "hex"),
         ]
         .into_iter()
+        .chain(SESSION_SETTINGS)
         .chain(self.options.as_deref().map(|options| ("options", options)))
     }
 }
+
+/// The settings that decide how values are rendered as text. pgoutput renders with the
+/// walsender's session settings and the snapshot reads rows as text on SQL connections, so
+/// every connection that reads row values uses these (the replication connection in its
+/// startup message, SQL connections with `SET` right after connecting), whatever the role's or
+/// database's defaults: the decoder in `value.rs` relies on one rendering.
+pub const SESSION_SETTINGS: [(&str, &str); 5] = [
+    ("DateStyle", "ISO, MDY"),
+    ("TimeZone", "UTC"),
+    ("IntervalStyle", "iso_8601"),
+    ("extra_float_digits", "3"),
+    ("bytea_output", "hex"),
+];
 
 /// One address to try.
 enum ConnectTarget {

@@ -95,6 +95,14 @@ impl PgCatalog {
                 tracing::debug!(error = %error, "sql connection ended");
             }
         });
+        let settings: String = super::replication::SESSION_SETTINGS
+            .iter()
+            .map(|(name, value)| format!("SET {name} = '{value}'; "))
+            .collect();
+        client
+            .batch_execute(&settings)
+            .await
+            .map_err(|e| classify_pg("cannot set the session's output settings", e))?;
         Ok(Self { client, connection })
     }
 

@@ -94,6 +94,16 @@ pub(crate) enum ValueError {
     },
 }
 
+impl ValueError {
+    /// The name of the type whose value failed.
+    pub(crate) fn type_name(self) -> &'static str {
+        match self {
+            ValueError::InvalidUtf8 => "text",
+            ValueError::Invalid { type_name } | ValueError::OutOfRange { type_name } => type_name,
+        }
+    }
+}
+
 /// How a value of a type becomes JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
