@@ -391,3 +391,145 @@ async fn api_snapshot_with_a_filter_and_a_table_joining_while_running() {
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// DBLog's race on PostgreSQL: a transaction whose commit is in the WAL — decoded and
+/// streamed — but not yet visible to other sessions (it waits for a synchronous standby after
+/// writing its commit record; the same state lasts microseconds on every commit) must not let
+/// an incremental chunk read before it became visible publish the older row after it. The
+/// test holds such a commit open with a synchronous standby that never comes, snapshots the
+/// table, releases the commit, and checks the streamed update stays the newest event.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
+    let _broker = broker_shared().await;
+    let cluster =
+        tokio::task::spawn_blocking(|| crate::support::ThrowawayPg::start(&["wal_level=logical"]))
+            .await
+            .unwrap();
+    let name = unique("incrrace");
+    let client = crate::support::pg_at(&cluster.url).await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.t (id bigint PRIMARY KEY, v bigint NOT NULL); \
+             INSERT INTO {name}.t SELECT g, 0 FROM generate_series(1, 100) g;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "")
+        .replacen(&crate::support::stack().pg_url, &cluster.url, 1)
+        .replace(
+            "[source.postgres]\n",
+            "[source.postgres]\nsnapshot = \"never\"\n",
+        );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(120));
+    // From now on a commit with synchronous_commit = on waits for a standby that never comes:
+    // its commit record is written (and decoded), but it stays invisible to other sessions.
+    for sql in [
+        "SET synchronous_commit = local",
+        "ALTER SYSTEM SET synchronous_standby_names = 'sluice_never_there'",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    let stuck_url = cluster.url.clone();
+    let stuck_table = format!("{name}.t");
+    let stuck = tokio::spawn(async move {
+        let stuck = crate::support::pg_at(&stuck_url).await;
+        stuck
+            .batch_execute(&format!(
+                "SET synchronous_commit = on; UPDATE {stuck_table} SET v = 1 WHERE id = 5"
+            ))
+            .await
+            .unwrap();
+    });
+    let topic = format!("{name}.{name}.t");
+    let streamed = tokio::task::spawn_blocking({
+        let topic = topic.clone();
+        move || {
+            read_topic(&topic, Duration::from_secs(60), |records| {
+                !records.is_empty()
+            })
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(streamed.len(), 1, "{streamed:?}");
+    assert_eq!(streamed[0].value.as_ref().unwrap()["after"]["v"], 1);
+    let visible: i64 = client
+        .query_one(&format!("SELECT v FROM {name}.t WHERE id = 5"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        visible, 0,
+        "the streamed update is not visible to other sessions yet"
+    );
+    assert!(
+        !stuck.is_finished(),
+        "the update's commit waits for the standby"
+    );
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{name}.t"], "id": "race"}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    // Let chunks be read while the commit is invisible, then release it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    for sql in [
+        "ALTER SYSTEM RESET synchronous_standby_names",
+        "SELECT pg_reload_conf()",
+    ] {
+        client.batch_execute(sql).await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(30), stuck)
+        .await
+        .expect("the update's commit completes once released")
+        .unwrap();
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |records| {
+            records
+                .iter()
+                .filter(|r| r.value.as_ref().is_some_and(|v| v["op"] == "r"))
+                .count()
+                >= 100
+        })
+    })
+    .await
+    .unwrap();
+    let mut latest: HashMap<i64, (String, i64)> = HashMap::new();
+    for record in &records {
+        let value = record.value.as_ref().unwrap();
+        latest.insert(
+            record.key.as_ref().unwrap()["id"].as_i64().unwrap(),
+            (
+                value["op"].as_str().unwrap().to_owned(),
+                value["after"]["v"].as_i64().unwrap(),
+            ),
+        );
+    }
+    assert_eq!(latest.len(), 100, "every row in Kafka");
+    assert_eq!(
+        latest[&5].1, 1,
+        "id 5: the newest event is {:?}; a chunk read while the streamed update was invisible overwrote it",
+        latest[&5]
+    );
+    assert!(
+        latest.iter().all(|(&id, (_, v))| *v == i64::from(id == 5)),
+        "every other row is its snapshot read: {latest:?}"
+    );
+    println!(
+        "race: {} events; id 5 newest {:?}; re-reads logged: {}",
+        records.len(),
+        latest[&5],
+        sluice.log_text().matches("reading it again").count()
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+    drop(cluster);
+}

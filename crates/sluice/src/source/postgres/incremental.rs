@@ -23,6 +23,16 @@
 //! later change follows it in the topic. (DBLog opens the window with a low watermark; here
 //! it opens when the loop asks for the chunk, which is earlier and so only drops more.)
 //!
+//! One case that reasoning misses on PostgreSQL: a transaction's commit record is written (and
+//! can be decoded and streamed) before the transaction becomes visible to other sessions —
+//! microseconds on every commit, as long as a synchronous standby takes to answer when one is
+//! configured. A change streamed before the window opened whose transaction was still
+//! invisible to the chunk's read would be followed by the chunk's older row. So the chunk is
+//! read in a repeatable-read transaction that also returns its snapshot
+//! (`txid_current_snapshot()`), the loop remembers the transaction ids of the last
+//! [`RECENT_COMMITS`] commits it decoded, and a chunk whose snapshot does not see one of those
+//! decoded before its window opened is dropped at its watermark and read again.
+//!
 //! Progress (the queue of tables, the last key read of the current one) is part of the state
 //! file and advances only when the records of a chunk are acknowledged and the slot confirmed
 //! past its watermark: after a crash the snapshot resumes at the first chunk not confirmed
@@ -47,6 +57,12 @@ use crate::error::{PipelineError, classify_pg};
 
 /// The prefix of the closing watermarks' logical messages.
 pub const WATERMARK_PREFIX: &str = "sluice.snapshot";
+
+/// How many decoded commits' transaction ids the loop remembers for the visibility check.
+pub const RECENT_COMMITS: usize = 8192;
+
+/// How long a chunk dropped because its read missed a decoded commit waits to be read again.
+const REREAD_AFTER: Duration = Duration::from_millis(100);
 
 /// How many accepted request ids are remembered (a signal replayed after a restart is
 /// recognised and not run twice).
@@ -278,6 +294,52 @@ pub struct ChunkRows {
     pub last_key: Option<Vec<String>>,
     /// Whether the chunk was full (more rows may follow).
     pub full: bool,
+    /// The snapshot the rows were read under.
+    pub snapshot: XidSnapshot,
+}
+
+/// A transaction snapshot as `txid_current_snapshot()` gives it (`xmin:xmax:xip,…`), reduced
+/// to 32-bit transaction ids as pgoutput sends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidSnapshot {
+    xmin: u32,
+    xmax: u32,
+    in_progress: Vec<u32>,
+}
+
+impl XidSnapshot {
+    /// Parses `xmin:xmax:xip1,xip2,…` (64-bit, epoch-extended ids).
+    pub fn parse(text: &str) -> Option<Self> {
+        // The low 32 bits of a 64-bit id are the transaction id.
+        let xid = |part: &str| part.trim().parse::<u64>().ok().map(|v| v as u32);
+        let mut parts = text.trim().splitn(3, ':');
+        let xmin = xid(parts.next()?)?;
+        let xmax = xid(parts.next()?)?;
+        let in_progress = match parts.next() {
+            Some(list) if !list.trim().is_empty() => {
+                list.split(',').map(xid).collect::<Option<Vec<u32>>>()?
+            }
+            _ => Vec::new(),
+        };
+        Some(Self {
+            xmin,
+            xmax,
+            in_progress,
+        })
+    }
+
+    /// Whether the snapshot sees the (committed) transaction `xid`: it had finished before the
+    /// snapshot was taken (PostgreSQL's `XidInMVCCSnapshot`, negated; ids compare modulo 2^32).
+    pub fn sees(&self, xid: u32) -> bool {
+        let precedes = |a: u32, b: u32| (a.wrapping_sub(b) as i32) < 0;
+        if precedes(xid, self.xmin) {
+            return true;
+        }
+        if !precedes(xid, self.xmax) {
+            return false;
+        }
+        !self.in_progress.contains(&xid)
+    }
 }
 
 /// Why a chunk could not be read.
@@ -374,21 +436,41 @@ pub async fn read_chunk(
             format!(" WHERE {}", conditions.join(" AND "))
         },
     );
-    let messages = client.simple_query(&sql).await.map_err(|e| {
-        if let Some(db) = e.as_db_error() {
-            ChunkError::Table(format!(
-                "cannot read {}: {} (the filter or the table is wrong)",
-                snapshot.table,
-                db.message()
-            ))
-        } else {
-            ChunkError::Retry(classify_pg("cannot read an incremental snapshot chunk", e))
+    // One round trip: the snapshot the chunk is read under, then the chunk, in one
+    // repeatable-read transaction (so both statements share the snapshot).
+    let messages = client
+        .simple_query(&format!(
+            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+             SELECT txid_current_snapshot()::text; {sql}; COMMIT"
+        ))
+        .await;
+    let messages = match messages {
+        Ok(messages) => messages,
+        Err(e) => {
+            // The transaction is aborted: end it, so the connection can be used again.
+            let _ = client.batch_execute("ROLLBACK").await;
+            return Err(if let Some(db) = e.as_db_error() {
+                ChunkError::Table(format!(
+                    "cannot read {}: {} (the filter or the table is wrong)",
+                    snapshot.table,
+                    db.message()
+                ))
+            } else {
+                ChunkError::Retry(classify_pg("cannot read an incremental snapshot chunk", e))
+            });
         }
-    })?;
-    let rows: Vec<TupleData> = messages
-        .iter()
-        .filter_map(|m| match m {
-            SimpleQueryMessage::Row(row) => Some(TupleData(
+    };
+    // Statements complete in order: BEGIN, the snapshot, the chunk, COMMIT.
+    let mut statement = 0;
+    let mut xid_snapshot = None;
+    let mut rows: Vec<TupleData> = Vec::new();
+    for message in &messages {
+        match message {
+            SimpleQueryMessage::CommandComplete(_) => statement += 1,
+            SimpleQueryMessage::Row(row) if statement == 1 => {
+                xid_snapshot = row.get(0).and_then(XidSnapshot::parse);
+            }
+            SimpleQueryMessage::Row(row) if statement == 2 => rows.push(TupleData(
                 (0..row.len())
                     .map(|i| match row.get(i) {
                         Some(text) => Datum::Text(Bytes::copy_from_slice(text.as_bytes())),
@@ -396,9 +478,15 @@ pub async fn read_chunk(
                     })
                     .collect(),
             )),
-            _ => None,
-        })
-        .collect();
+            _ => {}
+        }
+    }
+    let xid_snapshot = xid_snapshot.ok_or_else(|| {
+        ChunkError::Retry(PipelineError::retryable(
+            "cannot read an incremental snapshot chunk",
+            std::io::Error::other("txid_current_snapshot() returned no snapshot"),
+        ))
+    })?;
     let last_key = rows.last().map(|row| {
         relation
             .key_columns
@@ -421,6 +509,7 @@ pub async fn read_chunk(
         full: rows.len() >= limit as usize,
         rows,
         last_key,
+        snapshot: xid_snapshot,
     })
 }
 
@@ -527,6 +616,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// A chunk being read: its window and the side connection's task.
 struct OpenChunk {
     token: String,
+    /// How many commits the loop had decoded when the window opened.
+    opened_at: u64,
     request: String,
     table: String,
     window: Window,
@@ -541,6 +632,10 @@ pub struct IncrementalRun {
     /// States to record once the slot is confirmed past their position.
     progress: VecDeque<(Lsn, IncrementalState)>,
     chunk: Option<OpenChunk>,
+    /// The transaction ids of the last [`RECENT_COMMITS`] commits decoded, oldest first.
+    recent_commits: VecDeque<u32>,
+    /// How many commits were decoded in all.
+    commits: u64,
     reader: Arc<tokio::sync::Mutex<Option<PgCatalog>>>,
     token_base: String,
     next_chunk: u64,
@@ -576,6 +671,8 @@ impl IncrementalRun {
             state: state.unwrap_or_default(),
             progress: VecDeque::new(),
             chunk: None,
+            recent_commits: VecDeque::with_capacity(RECENT_COMMITS),
+            commits: 0,
             reader: Arc::new(tokio::sync::Mutex::new(None)),
             token_base: format!(
                 "{}-{}",
@@ -691,6 +788,28 @@ impl IncrementalRun {
         self.progress.push_back((at, self.state.clone()));
     }
 
+    /// A decoded commit: remembered for the visibility check of chunks (see the module docs).
+    pub fn on_commit(&mut self, xid: u32) {
+        if self.recent_commits.len() == RECENT_COMMITS {
+            self.recent_commits.pop_front();
+        }
+        self.recent_commits.push_back(xid);
+        self.commits += 1;
+    }
+
+    /// A transaction decoded before the window opened (`opened_at`) that the chunk's snapshot
+    /// did not see, if any.
+    fn missed_commit(&self, opened_at: u64, snapshot: &XidSnapshot) -> Option<u32> {
+        let after_opening = usize::try_from(self.commits - opened_at).unwrap_or(usize::MAX);
+        let before = self.recent_commits.len().saturating_sub(after_opening);
+        self.recent_commits
+            .iter()
+            .take(before)
+            .rev()
+            .copied()
+            .find(|&xid| !snapshot.sees(xid))
+    }
+
     /// Notes the keys a streamed change touches while a window on its table is open.
     pub fn note(&mut self, relation: &RelationInfo, kind: &ChangeKind) {
         let Some(chunk) = &mut self.chunk else {
@@ -764,6 +883,7 @@ impl IncrementalRun {
         });
         self.chunk = Some(OpenChunk {
             token,
+            opened_at: self.commits,
             request,
             table,
             window: Window::default(),
@@ -837,6 +957,15 @@ impl IncrementalRun {
                 return None;
             }
         };
+        if let Some(xid) = self.missed_commit(chunk.opened_at, &rows.snapshot) {
+            tracing::info!(
+                table = %chunk.table,
+                xid,
+                "incremental snapshot: the chunk was read before transaction {xid}, already streamed, became visible; reading it again"
+            );
+            self.retry_at = Some(Instant::now() + REREAD_AFTER);
+            return None;
+        }
         let current = self.state.queue.front_mut()?;
         if current.table != chunk.table || current.request != chunk.request {
             return None; // stopped meanwhile
@@ -920,6 +1049,43 @@ async fn join(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_snapshot_sees_what_finished_before_it() {
+        let snapshot = XidSnapshot::parse("4294967396:4294967406:4294967400,4294967405").unwrap();
+        // Epoch 1: the ids are 100, 110 and 104, 109 in progress.
+        assert_eq!(
+            snapshot,
+            XidSnapshot {
+                xmin: 100,
+                xmax: 110,
+                in_progress: vec![104, 109]
+            }
+        );
+        assert!(snapshot.sees(99), "before xmin");
+        assert!(snapshot.sees(103), "between, not in progress");
+        assert!(!snapshot.sees(104), "in progress");
+        assert!(!snapshot.sees(110), "xmax and later");
+        assert!(!snapshot.sees(200));
+        assert!(
+            snapshot.sees(4_000_000_000),
+            "2^32 - 294M precedes 100 modulo 2^32"
+        );
+        assert_eq!(
+            XidSnapshot::parse("5:5:"),
+            Some(XidSnapshot {
+                xmin: 5,
+                xmax: 5,
+                in_progress: Vec::new()
+            })
+        );
+        assert_eq!(XidSnapshot::parse("5:x:"), None);
+        // Around wraparound: xmin near 2^32, xmax past it.
+        let wrapped = XidSnapshot::parse("4294967290:4294967300:").unwrap();
+        assert!(wrapped.sees(4_294_967_280));
+        assert!(wrapped.sees(4_294_967_295));
+        assert!(!wrapped.sees(4), "4294967300 is 4 of the next epoch: xmax");
+    }
 
     #[test]
     fn parses_debezium_signals() {

@@ -628,7 +628,9 @@ impl StreamRun<'_> {
                 });
             }
             PgOutputMessage::Commit(commit) => {
-                self.tx = None;
+                if let Some(tx) = self.tx.take() {
+                    self.incremental.on_commit(tx.xid);
+                }
                 self.steps.push_back(Step::Checkpoint(commit.end_lsn));
             }
             PgOutputMessage::Relation(relation) => {
