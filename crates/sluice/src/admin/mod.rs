@@ -298,7 +298,12 @@ pub struct StatusBoard {
     control: watch::Sender<Control>,
     window: Mutex<Window>,
     series: Mutex<VecDeque<Sample>>,
-    signals: Mutex<Vec<crate::source::postgres::incremental::Signal>>,
+    signals: Mutex<Vec<(u64, crate::source::postgres::incremental::Signal)>>,
+    /// The sequence number of the newest signal queued.
+    signal_seq: std::sync::atomic::AtomicU64,
+    /// Every signal up to this sequence number is recorded in the state file (or needed no
+    /// record).
+    signals_recorded: tokio::sync::watch::Sender<u64>,
     /// Whether the pipeline takes snapshot signals (a PostgreSQL source).
     takes_snapshots: std::sync::atomic::AtomicBool,
 }
@@ -348,6 +353,8 @@ impl StatusBoard {
             }),
             series: Mutex::new(VecDeque::new()),
             signals: Mutex::new(Vec::new()),
+            signal_seq: std::sync::atomic::AtomicU64::new(0),
+            signals_recorded: tokio::sync::watch::Sender::new(0),
             takes_snapshots: std::sync::atomic::AtomicBool::new(false),
         });
         board.publish_state_gauges(PipelineState::Starting);
@@ -579,22 +586,46 @@ impl StatusBoard {
     }
 
     /// Queues an operator's snapshot signal for the running pipeline (taken on its next
-    /// status tick).
-    pub fn signal(&self, signal: crate::source::postgres::incremental::Signal) {
-        self.signals
+    /// status tick); returns its sequence number, to wait for with
+    /// [`wait_signal_recorded`](Self::wait_signal_recorded).
+    pub fn signal(&self, signal: crate::source::postgres::incremental::Signal) -> u64 {
+        let mut signals = self
+            .signals
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(signal);
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seq = self
+            .signal_seq
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        signals.push((seq, signal));
+        seq
     }
 
-    /// The queued signals.
-    pub fn take_signals(&self) -> Vec<crate::source::postgres::incremental::Signal> {
+    /// The queued signals with their sequence numbers, oldest first.
+    pub fn take_signals(&self) -> Vec<(u64, crate::source::postgres::incremental::Signal)> {
         std::mem::take(
             &mut *self
                 .signals
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         )
+    }
+
+    /// Every signal up to `seq` is recorded in the state file (or needed no record).
+    pub fn signals_recorded(&self, seq: u64) {
+        self.signals_recorded.send_if_modified(|recorded| {
+            let newer = seq > *recorded;
+            *recorded = (*recorded).max(seq);
+            newer
+        });
+    }
+
+    /// Waits until the signal `seq` is recorded, at most `timeout`; whether it is.
+    pub async fn wait_signal_recorded(&self, seq: u64, timeout: Duration) -> bool {
+        let mut recorded = self.signals_recorded.subscribe();
+        tokio::time::timeout(timeout, recorded.wait_for(|&r| r >= seq))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 }
 
@@ -813,13 +844,16 @@ struct SnapshotBody {
     id: Option<String>,
 }
 
+/// How long a snapshot request waits for the pipeline to record it before answering.
+const SIGNAL_RECORD_TIMEOUT: Duration = Duration::from_secs(10);
+
 async fn request_snapshot(
     state: State<AdminState>,
     headers: HeaderMap,
     name: Path<String>,
     body: Result<Json<SnapshotBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    snapshot_signal(state, headers, name, body, false)
+    snapshot_signal(state, headers, name, body, false).await
 }
 
 async fn stop_snapshot(
@@ -828,10 +862,10 @@ async fn stop_snapshot(
     name: Path<String>,
     body: Result<Json<SnapshotBody>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    snapshot_signal(state, headers, name, body, true)
+    snapshot_signal(state, headers, name, body, true).await
 }
 
-fn snapshot_signal(
+async fn snapshot_signal(
     State(state): State<AdminState>,
     headers: HeaderMap,
     Path(name): Path<String>,
@@ -903,13 +937,25 @@ fn snapshot_signal(
         }
     };
     tracing::info!(pipeline = %name, id = %id, stop, "admin request: incremental snapshot");
-    state.board.signal(signal);
+    let seq = state.board.signal(signal);
+    // Answer once the request is in the state file, so an accepted request survives a crash;
+    // a pipeline that is not running (restarting, backing off) takes it when it runs again.
+    let recorded = state
+        .board
+        .wait_signal_recorded(seq, SIGNAL_RECORD_TIMEOUT)
+        .await;
     (
         StatusCode::ACCEPTED,
         Json(serde_json::json!({
             "pipeline": name,
             "id": id,
             "requested": if stop { "stop-snapshot" } else { "execute-snapshot" },
+            "recorded": recorded,
+            "detail": if recorded {
+                "taken by the pipeline and recorded in its state file: it survives a crash (tables the pipeline does not capture are skipped; see its log)"
+            } else {
+                "queued: the pipeline has not recorded it yet (is it running? see GET /health); it is taken when the pipeline runs, but is lost if sluice stops first"
+            },
             "progress": "see incremental_snapshot in GET /api/v1/pipelines/{name}",
         })),
     )

@@ -533,3 +533,82 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
     drop_slot_and_publication(&client, &name).await;
     drop(cluster);
 }
+
+/// The admin API answers a snapshot request once it is in the state file: a crash right after
+/// the answer does not lose it, the restarted pipeline carries it out.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_accepted_api_request_survives_a_crash() {
+    let _broker = broker_shared().await;
+    let name = unique("incrdur");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.t (id bigint PRIMARY KEY, v bigint NOT NULL); \
+             INSERT INTO {name}.t SELECT g, 0 FROM generate_series(1, 1000) g;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\n",
+    );
+    let mut sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(120));
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{name}.t"], "filter": "id % 10 = 0", "id": "durable"}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(answer["recorded"], true, "{body}");
+    sluice.kill();
+    let state = std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join("it")
+            .join("state")
+            .join(format!("{name}.slot.json")),
+    )
+    .unwrap();
+    assert!(
+        state.contains("durable"),
+        "the request is in the state file: {state}"
+    );
+    sluice.restart();
+    let topic = format!("{name}.{name}.t");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |records| {
+            records
+                .iter()
+                .filter_map(|r| r.key.as_ref())
+                .map(|k| k["id"].as_i64().unwrap())
+                .collect::<std::collections::HashSet<i64>>()
+                .len()
+                >= 100
+        })
+    })
+    .await
+    .unwrap();
+    let mut ids: Vec<i64> = records
+        .iter()
+        .map(|r| {
+            let value = r.value.as_ref().unwrap();
+            assert_eq!(value["op"], "r", "{value}");
+            r.key.as_ref().unwrap()["id"].as_i64().unwrap()
+        })
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids, (1..=100).map(|n| n * 10).collect::<Vec<i64>>());
+    println!(
+        "durable API request: {} records for 100 rows after a crash",
+        records.len()
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

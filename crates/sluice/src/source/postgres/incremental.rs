@@ -631,6 +631,9 @@ pub struct IncrementalRun {
     state: IncrementalState,
     /// States to record once the slot is confirmed past their position.
     progress: VecDeque<(Lsn, IncrementalState)>,
+    /// How many states were queued in `progress`, and how many taken from it to be recorded.
+    queued_states: u64,
+    taken_states: u64,
     chunk: Option<OpenChunk>,
     /// The transaction ids of the last [`RECENT_COMMITS`] commits decoded, oldest first.
     recent_commits: VecDeque<u32>,
@@ -670,6 +673,8 @@ impl IncrementalRun {
         let mut run = Self {
             state: state.unwrap_or_default(),
             progress: VecDeque::new(),
+            queued_states: 0,
+            taken_states: 0,
             chunk: None,
             recent_commits: VecDeque::with_capacity(RECENT_COMMITS),
             commits: 0,
@@ -691,7 +696,7 @@ impl IncrementalRun {
         match run.state.known_tables.clone() {
             None => {
                 run.state.known_tables = Some(run.captured.iter().cloned().collect());
-                run.progress.push_back((start, run.state.clone()));
+                run.record(start);
             }
             Some(known) => {
                 let new: Vec<String> = run
@@ -711,7 +716,7 @@ impl IncrementalRun {
                         };
                         run.state.accept(&signal, &|_| true);
                     }
-                    run.progress.push_back((start, run.state.clone()));
+                    run.record(start);
                 }
             }
         }
@@ -723,9 +728,24 @@ impl IncrementalRun {
         self.signal_table.as_deref() == Some(table)
     }
 
+    /// Queues the current state to be recorded once the slot is confirmed past `at`; returns
+    /// its number (see [`taken_states`](Self::taken_states)).
+    fn record(&mut self, at: Lsn) -> u64 {
+        self.progress.push_back((at, self.state.clone()));
+        self.queued_states += 1;
+        self.queued_states
+    }
+
+    /// How many queued states [`confirmed`](Self::confirmed) has handed out to be recorded:
+    /// once the state file is written, every state numbered up to this is in it.
+    pub fn taken_states(&self) -> u64 {
+        self.taken_states
+    }
+
     /// Applies an operator's signal seen at `at` (the signal row's commit, or the newest
-    /// checkpoint for an API request).
-    pub fn accept(&mut self, signal: &Signal, at: Lsn) {
+    /// checkpoint for an API request). Returns the number of the state that records it, or
+    /// `None` when it changed nothing (a replayed request, tables not captured: logged).
+    pub fn accept(&mut self, signal: &Signal, at: Lsn) -> Option<u64> {
         let captured = &self.captured;
         if self.state.accept(signal, &|t| captured.contains(t)) {
             if let Some(chunk) = &self.chunk
@@ -734,8 +754,9 @@ impl IncrementalRun {
                 // The running table was stopped: its chunk is dropped at its watermark.
                 tracing::info!(table = %chunk.table, "incremental snapshot stopped");
             }
-            self.progress.push_back((at, self.state.clone()));
+            return Some(self.record(at));
         }
+        None
     }
 
     /// A signal table row: parsed and applied, or logged when it is wrong.
@@ -753,7 +774,9 @@ impl IncrementalRun {
         };
         let (id, kind, data) = (column("id"), column("type"), column("data"));
         match Signal::parse(&id, &kind, &data) {
-            Ok(Some(signal)) => self.accept(&signal, at),
+            Ok(Some(signal)) => {
+                self.accept(&signal, at);
+            }
             Ok(None) => tracing::debug!(id, kind, "signal ignored (not a snapshot signal)"),
             Err(problem) => tracing::warn!(
                 id,
@@ -785,7 +808,7 @@ impl IncrementalRun {
             };
             self.state.accept(&signal, &|_| true);
         }
-        self.progress.push_back((at, self.state.clone()));
+        self.record(at);
     }
 
     /// A decoded commit: remembered for the visibility check of chunks (see the module docs).
@@ -925,7 +948,7 @@ impl IncrementalRun {
                 );
                 if self.state.queue.front().is_some_and(|t| t.table == table) {
                     self.state.queue.pop_front();
-                    self.progress.push_back((at, self.state.clone()));
+                    self.record(at);
                 }
             }
             ChunkError::Retry(error) => {
@@ -996,7 +1019,7 @@ impl IncrementalRun {
             );
             self.state.queue.pop_front();
         }
-        self.progress.push_back((at, self.state.clone()));
+        self.record(at);
         Some(ChunkToPublish {
             relation: rows.relation,
             rows: publish,
@@ -1012,6 +1035,7 @@ impl IncrementalRun {
             .is_some_and(|(at, _)| *at <= confirmed)
         {
             newest = self.progress.pop_front().map(|(_, state)| state);
+            self.taken_states += 1;
         }
         newest
     }

@@ -384,6 +384,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot_state,
         window: AckWindow::default(),
         incremental,
+        api_signals: VecDeque::new(),
     };
     let result = run.run(delivery_rx).await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
@@ -427,6 +428,9 @@ struct StreamRun<'a> {
     window: AckWindow,
     /// Incremental snapshots.
     incremental: IncrementalRun,
+    /// Admin API requests waiting to be in the state file: (the number of the incremental
+    /// state that records them, 0 for none needed; the request's sequence number on the board).
+    api_signals: VecDeque<(u64, u64)>,
 }
 
 /// Acknowledged records, bytes and latencies between two status ticks.
@@ -493,10 +497,12 @@ impl StreamRun<'_> {
                 }
                 // 3. Checkpoint.
                 _ = status_tick.tick() => {
-                    self.checkpoint(false).await?;
-                    for signal in self.ctx.board.take_signals() {
-                        self.incremental.accept(&signal, self.last_checkpoint);
+                    // Operators' requests first, so this checkpoint can record them.
+                    for (seq, signal) in self.ctx.board.take_signals() {
+                        let state = self.incremental.accept(&signal, self.last_checkpoint);
+                        self.api_signals.push_back((state.unwrap_or(0), seq));
                     }
+                    self.checkpoint(false).await?;
                     self.incremental.poll(self.last_checkpoint).await;
                     self.ctx.board.add_acknowledged(
                         std::mem::take(&mut self.window.records),
@@ -1270,6 +1276,14 @@ impl StreamRun<'_> {
                 e,
             )
         })?;
+        // The admin API's requests now in the state file: their callers get their answer.
+        let written = self.incremental.taken_states();
+        while let Some(&(state, seq)) = self.api_signals.front()
+            && state <= written
+        {
+            self.api_signals.pop_front();
+            self.ctx.board.signals_recorded(seq);
+        }
         let result = self
             .stream
             .send_status(self.received.max(watermark), watermark, watermark, reply)
