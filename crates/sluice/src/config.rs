@@ -124,6 +124,11 @@ pub struct PostgresSourceConfig {
     /// captured schema.
     #[serde(default = "default_true")]
     pub snapshot_new_tables: bool,
+    /// How often the captured schemas are listed for tables created in or moved into them while
+    /// running (they are then published, when the publication lists tables by name, and
+    /// snapshotted with `snapshot_new_tables`); 0 disables.
+    #[serde(default = "default_table_refresh_interval_ms")]
+    pub table_refresh_interval_ms: u64,
     /// Unchanged TOASTed columns of an update: `"unavailable"` (listed in
     /// `unavailable_columns`) or `"reread"` (their current value, read from the table).
     #[serde(default)]
@@ -519,6 +524,9 @@ const fn default_incremental_chunk_rows() -> u32 {
 
 const fn default_snapshot_chunk_rows() -> u32 {
     50_000
+}
+const fn default_table_refresh_interval_ms() -> u64 {
+    10_000
 }
 const fn default_progress_timeout_ms() -> u64 {
     DEFAULT_PROGRESS_TIMEOUT_MS

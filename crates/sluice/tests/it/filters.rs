@@ -461,3 +461,83 @@ async fn a_row_filter_outside_the_replica_identity_is_refused_and_changes_are_ap
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// A table created while running in a schema that the publication lists table by table (it
+/// holds a row-filtered table): sluice finds it, adds it to the publication and snapshots it —
+/// with no change of its own streamed to trigger that —, and its later changes stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_table_created_in_a_filtered_schema_is_published_and_snapshotted() {
+    let _broker = broker_shared().await;
+    let name = unique("newfilt");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.orders (id int PRIMARY KEY, status text NOT NULL); \
+             INSERT INTO {name}.orders VALUES (1, 'paid'), (2, 'draft');"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        &format!(
+            "[source.postgres]\n\
+             row_filters = {{ \"{name}.orders\" = \"id < 2\" }}\n\
+             table_refresh_interval_ms = 500\n"
+        ),
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {name}.later (id int PRIMARY KEY, v int NOT NULL); \
+             INSERT INTO {name}.later SELECT g, 0 FROM generate_series(1, 50) g;"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.later");
+    let records = tokio::task::spawn_blocking({
+        let topic = topic.clone();
+        move || {
+            read_topic(&topic, Duration::from_secs(60), |records| {
+                records.len() >= 50
+            })
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(records.len(), 50, "every row of the new table, snapshotted");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.value.as_ref().is_some_and(|v| v["op"] == "r")),
+        "{records:?}"
+    );
+    let published = publication_tables(&client, &format!("sluice_{name}")).await;
+    assert!(published.contains_key("later"), "{published:?}");
+    assert_eq!(
+        published
+            .get("orders")
+            .and_then(|(_, filter)| filter.clone()),
+        Some("(id < 2)".to_owned()),
+        "the filter stays"
+    );
+    client
+        .batch_execute(&format!("UPDATE {name}.later SET v = 1 WHERE id = 7"))
+        .await
+        .unwrap();
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |records| {
+            records.len() >= 51
+        })
+    })
+    .await
+    .unwrap();
+    let last = records.last().unwrap().value.as_ref().unwrap();
+    assert_eq!(last["op"], "u", "{last}");
+    assert_eq!(last["after"]["v"], 1);
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

@@ -385,6 +385,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         window: AckWindow::default(),
         incremental,
         api_signals: VecDeque::new(),
+        known_tables: tables.iter().map(CapturedTable::qualified).collect(),
+        signal_table,
+        last_table_refresh: Instant::now(),
+        new_tables: Vec::new(),
     };
     let result = run.run(delivery_rx).await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
@@ -428,6 +432,15 @@ struct StreamRun<'a> {
     window: AckWindow,
     /// Incremental snapshots.
     incremental: IncrementalRun,
+    /// The signal table, published with the captured tables.
+    signal_table: Option<CapturedTable>,
+    /// The captured tables known to this run (`schema.table`), for the table refresh.
+    known_tables: HashSet<String>,
+    /// When the captured schemas were last listed for new tables.
+    last_table_refresh: Instant,
+    /// New tables waiting for the stream to pass the position where they were found
+    /// (published by then), before their incremental snapshot starts.
+    new_tables: Vec<(Lsn, String)>,
     /// Admin API requests waiting to be in the state file: (the number of the incremental
     /// state that records them, 0 for none needed; the request's sequence number on the board).
     api_signals: VecDeque<(u64, u64)>,
@@ -503,6 +516,7 @@ impl StreamRun<'_> {
                         self.api_signals.push_back((state.unwrap_or(0), seq));
                     }
                     self.checkpoint(false).await?;
+                    self.refresh_tables().await?;
                     self.incremental.poll(self.last_checkpoint).await;
                     self.ctx.board.add_acknowledged(
                         std::mem::take(&mut self.window.records),
@@ -709,7 +723,7 @@ impl StreamRun<'_> {
                 content,
             } => {
                 if prefix == WATERMARK_PREFIX {
-                    self.on_watermark(&content, message_lsn).await;
+                    self.on_watermark(&content, message_lsn).await?;
                     if !transactional && self.tx.is_none() {
                         self.steps.push_back(Step::Checkpoint(message_lsn));
                     }
@@ -896,11 +910,13 @@ impl StreamRun<'_> {
 
     /// A snapshot watermark: the closed chunk's rows are queued here, in stream order, and the
     /// next chunk starts.
-    async fn on_watermark(&mut self, content: &[u8], lsn: Lsn) {
+    async fn on_watermark(&mut self, content: &[u8], lsn: Lsn) -> Result<(), PipelineError> {
         let Some(chunk) = self.incremental.on_watermark(content, lsn).await else {
             self.incremental.maybe_start();
-            return;
+            return Ok(());
         };
+        // A table that joined while running may have had no streamed change yet.
+        self.ensure_topic(&chunk.relation.topic).await?;
         let commit_unix_micros = unix_micros_now();
         let rows_metric =
             metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.relation.name.clone());
@@ -933,6 +949,7 @@ impl StreamRun<'_> {
             });
         }
         self.incremental.maybe_start();
+        Ok(())
     }
 
     /// `unchanged_toast = "reread"`: reads the unchanged TOASTed values `new` lacks (and the
@@ -1000,6 +1017,72 @@ impl StreamRun<'_> {
                 Some(text) => Datum::Text(bytes::Bytes::copy_from_slice(text.as_bytes())),
                 None => Datum::Null,
             };
+        }
+        Ok(())
+    }
+
+    /// Every `table_refresh_interval_ms`: lists the captured schemas for tables created in or
+    /// moved into them while running, brings the publication in step (tables of schemas
+    /// published table by table, because of row filters or column lists, are not published
+    /// by PostgreSQL on their own), and once the stream has passed the position where they were
+    /// found, snapshots them (`snapshot_new_tables`) — even when no change of theirs has
+    /// been streamed.
+    async fn refresh_tables(&mut self) -> Result<(), PipelineError> {
+        let received = self.received;
+        let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.new_tables)
+            .into_iter()
+            .partition(|(at, _)| *at <= received);
+        self.new_tables = waiting;
+        for (_, table) in ready {
+            self.incremental.on_table(&table, self.last_checkpoint);
+        }
+        let config = Arc::clone(&self.ctx.config);
+        let interval = config.postgres().table_refresh_interval_ms;
+        if interval == 0 || self.last_table_refresh.elapsed() < Duration::from_millis(interval) {
+            return Ok(());
+        }
+        self.last_table_refresh = Instant::now();
+        let tables = match self.catalog.captured_tables(&config).await {
+            Ok(tables) => tables,
+            Err(error) => {
+                tracing::warn!(error = %error.chain(), "cannot list the captured tables; trying again later");
+                return Ok(());
+            }
+        };
+        let signal_table = config.postgres().signal_table.clone();
+        let outbox_table = config.postgres().outbox.as_ref().map(|o| o.table.clone());
+        let new: Vec<String> = tables
+            .iter()
+            .map(CapturedTable::qualified)
+            .filter(|t| !self.known_tables.contains(t) && signal_table.as_ref() != Some(t))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        if config.postgres().create_publication {
+            // The same definition as at the start: the captured tables and the signal table.
+            let mut published: Vec<CapturedTable> = tables
+                .iter()
+                .filter(|t| signal_table.as_ref() != Some(&t.qualified()))
+                .cloned()
+                .collect();
+            published.extend(self.signal_table.clone());
+            self.catalog.ensure_publication(&config, &published).await?;
+        }
+        let at: String = self
+            .catalog
+            .client()
+            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .await
+            .map_err(|e| crate::error::classify_pg("cannot read the WAL position", e))?
+            .get(0);
+        let at: Lsn = at.parse().unwrap_or(self.received);
+        for table in new {
+            tracing::info!(table, "a table joined the captured schemas while running");
+            self.known_tables.insert(table.clone());
+            if outbox_table.as_ref() != Some(&table) {
+                self.new_tables.push((at, table));
+            }
         }
         Ok(())
     }
