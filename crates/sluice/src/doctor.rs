@@ -272,6 +272,69 @@ async fn postgres_checks(
         },
     );
 
+    // Failover: logical decoding may send a transaction a standby has not received yet (a
+    // synchronous standby only delays the commit's visibility, not its decoding). After a
+    // failover to that standby the database lacks what Kafka has, and before PostgreSQL 17
+    // logical slots do not exist on standbys at all.
+    let version: i64 = setting_number(client, "server_version_num").await?;
+    let standby_names = setting(client, "synchronous_standby_names").await?;
+    let physical_standbys: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_replication r WHERE NOT EXISTS \
+             (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')",
+            &[],
+        )
+        .await?
+        .get(0);
+    let synchronized_slots = if version >= 170_000 {
+        setting(client, "synchronized_standby_slots").await?
+    } else {
+        String::new()
+    };
+    let evidence = [
+        ("server_version_num", version.into()),
+        ("synchronous_standby_names", standby_names.clone().into()),
+        ("physical_standbys", physical_standbys.into()),
+        (
+            "synchronized_standby_slots",
+            synchronized_slots.clone().into(),
+        ),
+    ];
+    let has_standbys = physical_standbys > 0 || !standby_names.is_empty();
+    findings.push(if !has_standbys {
+        finding(
+            "pg.failover_slots",
+            Severity::Ok,
+            "no standby: nothing to fail over to",
+            &evidence,
+            "",
+        )
+    } else if version < 170_000 {
+        finding(
+            "pg.failover_slots",
+            Severity::Warning,
+            "this server has standbys, and before PostgreSQL 17 logical decoding does not wait for them and slots do not fail over: after a failover sluice's slot is gone, and Kafka may hold changes the new primary never received",
+            &evidence,
+            "after a failover, start the pipeline with on_slot_loss = \"recreate\" and snapshot = \"when_needed\" (a fresh snapshot on the new primary), and treat events from just before the failover as possibly absent there; PostgreSQL 17+ fixes both (failover slots, synchronized_standby_slots)",
+        )
+    } else if synchronized_slots.is_empty() {
+        finding(
+            "pg.failover_slots",
+            Severity::Warning,
+            "this server has standbys but synchronized_standby_slots is empty: logical decoding can send changes a standby has not received, which a failover to it loses",
+            &evidence,
+            "ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>'; SELECT pg_reload_conf(); and have the standbys sync the slot (sync_replication_slots = on, hot_standby_feedback = on)",
+        )
+    } else {
+        finding(
+            "pg.failover_slots",
+            Severity::Ok,
+            "logical decoding waits for the standbys in synchronized_standby_slots",
+            &evidence,
+            "",
+        )
+    });
+
     // Slots: inactive ones and the WAL they retain; invalidated ones.
     let own_slot = target.pipeline.as_ref().map(PipelineConfig::slot_name);
     let rows = client

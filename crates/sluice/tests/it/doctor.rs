@@ -212,6 +212,48 @@ async fn async_commit_with_a_slow_wal_writer_is_the_latency_trap() {
     drop(cluster);
 }
 
+/// A server with a synchronous standby configured (PostgreSQL 15 here): logical decoding does not
+/// wait for it and the slot would not survive a failover — a warning with the way out.
+#[tokio::test(flavor = "multi_thread")]
+async fn standbys_without_failover_slots_are_a_warning() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        ThrowawayPg::start(&[
+            "wal_level=logical",
+            "synchronous_standby_names='standby1'",
+            "max_slot_wal_keep_size=1GB",
+        ])
+    })
+    .await
+    .unwrap();
+    let (_, all) = sluice_json(
+        &["doctor", "--pg-url", &cluster.url],
+        &[("KAFKA_BROKERS", &stack().brokers)],
+    );
+    let failover = findings(&all, "pg.failover_slots", None);
+    assert_eq!(failover.len(), 1, "{all:#}");
+    assert_eq!(failover[0]["severity"], "warning", "{all:#}");
+    assert_eq!(
+        failover[0]["evidence"]["synchronous_standby_names"],
+        "standby1"
+    );
+    assert!(
+        failover[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("on_slot_loss"),
+        "{}",
+        failover[0]
+    );
+    drop(cluster);
+    // The shared dev cluster has no standby: ok.
+    let (_, all) = sluice_json(
+        &["doctor", "--pg-url", &stack().pg_url],
+        &[("KAFKA_BROKERS", &stack().brokers)],
+    );
+    let failover = findings(&all, "pg.failover_slots", None);
+    assert_eq!(failover[0]["severity"], "ok", "{all:#}");
+}
+
 /// A topic whose `min.insync.replicas` exceeds its replication factor refuses every acks=all
 /// write: critical, with the command that fixes it.
 #[tokio::test(flavor = "multi_thread")]
