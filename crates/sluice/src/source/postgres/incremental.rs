@@ -470,14 +470,9 @@ pub async fn read_chunk(
             SimpleQueryMessage::Row(row) if statement == 1 => {
                 xid_snapshot = row.get(0).and_then(XidSnapshot::parse);
             }
-            SimpleQueryMessage::Row(row) if statement == 2 => rows.push(TupleData(
-                (0..row.len())
-                    .map(|i| match row.get(i) {
-                        Some(text) => Datum::Text(Bytes::copy_from_slice(text.as_bytes())),
-                        None => Datum::Null,
-                    })
-                    .collect(),
-            )),
+            SimpleQueryMessage::Row(row) if statement == 2 => {
+                rows.push(super::snapshot::text_row(row));
+            }
             _ => {}
         }
     }
@@ -630,10 +625,11 @@ struct OpenChunk {
 pub struct IncrementalRun {
     state: IncrementalState,
     /// States to record once the slot is confirmed past their position.
-    progress: VecDeque<(Lsn, IncrementalState)>,
-    /// How many states were queued in `progress`, and how many taken from it to be recorded.
-    queued_states: u64,
-    taken_states: u64,
+    /// Each with the admin request it records (its sequence number on the status board; 0
+    /// for none).
+    progress: VecDeque<(Lsn, IncrementalState, u64)>,
+    /// The newest admin request among the states [`confirmed`](Self::confirmed) handed out.
+    confirmed_request: u64,
     chunk: Option<OpenChunk>,
     /// The transaction ids of the last [`RECENT_COMMITS`] commits decoded, oldest first.
     recent_commits: VecDeque<u32>,
@@ -673,8 +669,7 @@ impl IncrementalRun {
         let mut run = Self {
             state: state.unwrap_or_default(),
             progress: VecDeque::new(),
-            queued_states: 0,
-            taken_states: 0,
+            confirmed_request: 0,
             chunk: None,
             recent_commits: VecDeque::with_capacity(RECENT_COMMITS),
             commits: 0,
@@ -723,40 +718,49 @@ impl IncrementalRun {
         run
     }
 
+    /// Whether `table` is captured (known at the start, or joined since).
+    pub fn captures(&self, table: &str) -> bool {
+        self.captured.contains(table)
+    }
+
     /// Whether `table` is the signal table.
     pub fn is_signal_table(&self, table: &str) -> bool {
         self.signal_table.as_deref() == Some(table)
     }
 
-    /// Queues the current state to be recorded once the slot is confirmed past `at`; returns
-    /// its number (see [`taken_states`](Self::taken_states)).
-    fn record(&mut self, at: Lsn) -> u64 {
-        self.progress.push_back((at, self.state.clone()));
-        self.queued_states += 1;
-        self.queued_states
+    /// Queues the current state to be recorded once the slot is confirmed past `at`.
+    fn record(&mut self, at: Lsn) {
+        self.record_request(at, 0);
     }
 
-    /// How many queued states [`confirmed`](Self::confirmed) has handed out to be recorded:
-    /// once the state file is written, every state numbered up to this is in it.
-    pub fn taken_states(&self) -> u64 {
-        self.taken_states
+    /// [`record`](Self::record), for the admin request `request` (its sequence number).
+    fn record_request(&mut self, at: Lsn, request: u64) {
+        self.progress.push_back((at, self.state.clone(), request));
+    }
+
+    /// The newest admin request in the states [`confirmed`](Self::confirmed) handed out: once
+    /// the state file is written, it and every earlier request are in it.
+    pub fn confirmed_request(&self) -> u64 {
+        self.confirmed_request
     }
 
     /// Applies an operator's signal seen at `at` (the signal row's commit, or the newest
-    /// checkpoint for an API request). Returns the number of the state that records it, or
-    /// `None` when it changed nothing (a replayed request, tables not captured: logged).
-    pub fn accept(&mut self, signal: &Signal, at: Lsn) -> Option<u64> {
+    /// checkpoint for an API request, then `request` is its sequence number on the status
+    /// board; 0 for a signal row).
+    pub fn accept(&mut self, signal: &Signal, at: Lsn, request: u64) {
         let captured = &self.captured;
-        if self.state.accept(signal, &|t| captured.contains(t)) {
-            if let Some(chunk) = &self.chunk
-                && !self.state.queue.iter().any(|t| t.table == chunk.table)
-            {
-                // The running table was stopped: its chunk is dropped at its watermark.
-                tracing::info!(table = %chunk.table, "incremental snapshot stopped");
-            }
-            return Some(self.record(at));
+        let changed = self.state.accept(signal, &|t| captured.contains(t));
+        if changed
+            && let Some(chunk) = &self.chunk
+            && !self.state.queue.iter().any(|t| t.table == chunk.table)
+        {
+            // The running table was stopped: its chunk is dropped at its watermark.
+            tracing::info!(table = %chunk.table, "incremental snapshot stopped");
         }
-        None
+        if changed || request != 0 {
+            // An admin request is answered once recorded, even when it changed nothing.
+            self.record_request(at, request);
+        }
     }
 
     /// A signal table row: parsed and applied, or logged when it is wrong.
@@ -774,9 +778,7 @@ impl IncrementalRun {
         };
         let (id, kind, data) = (column("id"), column("type"), column("data"));
         match Signal::parse(&id, &kind, &data) {
-            Ok(Some(signal)) => {
-                self.accept(&signal, at);
-            }
+            Ok(Some(signal)) => self.accept(&signal, at, 0),
             Ok(None) => tracing::debug!(id, kind, "signal ignored (not a snapshot signal)"),
             Err(problem) => tracing::warn!(
                 id,
@@ -1032,10 +1034,12 @@ impl IncrementalRun {
         while self
             .progress
             .front()
-            .is_some_and(|(at, _)| *at <= confirmed)
+            .is_some_and(|(at, _, _)| *at <= confirmed)
         {
-            newest = self.progress.pop_front().map(|(_, state)| state);
-            self.taken_states += 1;
+            if let Some((_, state, request)) = self.progress.pop_front() {
+                self.confirmed_request = self.confirmed_request.max(request);
+                newest = Some(state);
+            }
         }
         newest
     }

@@ -671,14 +671,7 @@ impl Worker {
             let rows: Vec<TupleData> = messages
                 .iter()
                 .filter_map(|m| match m {
-                    SimpleQueryMessage::Row(row) => Some(TupleData(
-                        (0..row.len())
-                            .map(|i| match row.get(i) {
-                                Some(text) => Datum::Text(Bytes::copy_from_slice(text.as_bytes())),
-                                None => Datum::Null,
-                            })
-                            .collect(),
-                    )),
+                    SimpleQueryMessage::Row(row) => Some(text_row(row)),
                     _ => None,
                 })
                 .collect();
@@ -761,6 +754,19 @@ impl Worker {
             }
         }
         Ok(count)
+    }
+}
+
+/// A row read with the simple query protocol (text values), as the encoder takes it.
+pub(super) fn text_row(row: &tokio_postgres::SimpleQueryRow) -> TupleData {
+    TupleData((0..row.len()).map(|i| text_datum(row.get(i))).collect())
+}
+
+/// One value of a row read as text.
+pub(super) fn text_datum(value: Option<&str>) -> Datum {
+    match value {
+        Some(text) => Datum::Text(Bytes::copy_from_slice(text.as_bytes())),
+        None => Datum::Null,
     }
 }
 

@@ -161,17 +161,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     // The signal table exists before the publication is planned, and is published with the
     // captured tables (never captured itself).
     let signal_table = incremental::create_signal_table(&catalog, config).await?;
-    let mut tables = catalog.captured_tables(config).await?;
-    let mut published = tables.clone();
-    if let Some(signal) = &signal_table {
-        tables.retain(|t| t.qualified() != signal.qualified());
-        if !published
-            .iter()
-            .any(|t| t.qualified() == signal.qualified())
-        {
-            published.push(signal.clone());
-        }
-    }
+    let (tables, published) = with_signal_table(
+        catalog.captured_tables(config).await?,
+        signal_table.as_ref(),
+    );
     catalog.ensure_publication(config, &published).await?;
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
@@ -384,8 +377,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot_state,
         window: AckWindow::default(),
         incremental,
-        api_signals: VecDeque::new(),
-        known_tables: tables.iter().map(CapturedTable::qualified).collect(),
         signal_table,
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
@@ -402,6 +393,25 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     })
     .await;
     result
+}
+
+/// The captured tables without the signal table, and the tables to publish: the captured
+/// ones and the signal table (read for signals, never captured).
+fn with_signal_table(
+    mut tables: Vec<CapturedTable>,
+    signal: Option<&CapturedTable>,
+) -> (Vec<CapturedTable>, Vec<CapturedTable>) {
+    let mut published = tables.clone();
+    if let Some(signal) = signal {
+        tables.retain(|t| t.qualified() != signal.qualified());
+        if !published
+            .iter()
+            .any(|t| t.qualified() == signal.qualified())
+        {
+            published.push(signal.clone());
+        }
+    }
+    (tables, published)
 }
 
 struct StreamRun<'a> {
@@ -434,16 +444,11 @@ struct StreamRun<'a> {
     incremental: IncrementalRun,
     /// The signal table, published with the captured tables.
     signal_table: Option<CapturedTable>,
-    /// The captured tables known to this run (`schema.table`), for the table refresh.
-    known_tables: HashSet<String>,
     /// When the captured schemas were last listed for new tables.
     last_table_refresh: Instant,
     /// New tables waiting for the stream to pass the position where they were found
     /// (published by then), before their incremental snapshot starts.
     new_tables: Vec<(Lsn, String)>,
-    /// Admin API requests waiting to be in the state file: (the number of the incremental
-    /// state that records them, 0 for none needed; the request's sequence number on the board).
-    api_signals: VecDeque<(u64, u64)>,
 }
 
 /// Acknowledged records, bytes and latencies between two status ticks.
@@ -512,8 +517,7 @@ impl StreamRun<'_> {
                 _ = status_tick.tick() => {
                     // Operators' requests first, so this checkpoint can record them.
                     for (seq, signal) in self.ctx.board.take_signals() {
-                        let state = self.incremental.accept(&signal, self.last_checkpoint);
-                        self.api_signals.push_back((state.unwrap_or(0), seq));
+                        self.incremental.accept(&signal, self.last_checkpoint, seq);
                     }
                     self.checkpoint(false).await?;
                     self.refresh_tables().await?;
@@ -1013,10 +1017,7 @@ impl StreamRun<'_> {
             return Ok(());
         };
         for (n, &index) in missing.iter().enumerate() {
-            new.0[index] = match row.get(n) {
-                Some(text) => Datum::Text(bytes::Bytes::copy_from_slice(text.as_bytes())),
-                None => Datum::Null,
-            };
+            new.0[index] = snapshot::text_datum(row.get(n));
         }
         Ok(())
     }
@@ -1049,24 +1050,22 @@ impl StreamRun<'_> {
                 return Ok(());
             }
         };
-        let signal_table = config.postgres().signal_table.clone();
+        let (tables, published) = with_signal_table(tables, self.signal_table.as_ref());
         let outbox_table = config.postgres().outbox.as_ref().map(|o| o.table.clone());
         let new: Vec<String> = tables
             .iter()
             .map(CapturedTable::qualified)
-            .filter(|t| !self.known_tables.contains(t) && signal_table.as_ref() != Some(t))
+            .filter(|t| {
+                !self.incremental.captures(t)
+                    && outbox_table.as_ref() != Some(t)
+                    && !self.new_tables.iter().any(|(_, pending)| pending == t)
+            })
             .collect();
         if new.is_empty() {
             return Ok(());
         }
         if config.postgres().create_publication {
-            // The same definition as at the start: the captured tables and the signal table.
-            let mut published: Vec<CapturedTable> = tables
-                .iter()
-                .filter(|t| signal_table.as_ref() != Some(&t.qualified()))
-                .cloned()
-                .collect();
-            published.extend(self.signal_table.clone());
+            // The same definition as at the start.
             self.catalog.ensure_publication(&config, &published).await?;
         }
         let at: String = self
@@ -1079,10 +1078,7 @@ impl StreamRun<'_> {
         let at: Lsn = at.parse().unwrap_or(self.received);
         for table in new {
             tracing::info!(table, "a table joined the captured schemas while running");
-            self.known_tables.insert(table.clone());
-            if outbox_table.as_ref() != Some(&table) {
-                self.new_tables.push((at, table));
-            }
+            self.new_tables.push((at, table));
         }
         Ok(())
     }
@@ -1360,13 +1356,9 @@ impl StreamRun<'_> {
             )
         })?;
         // The admin API's requests now in the state file: their callers get their answer.
-        let written = self.incremental.taken_states();
-        while let Some(&(state, seq)) = self.api_signals.front()
-            && state <= written
-        {
-            self.api_signals.pop_front();
-            self.ctx.board.signals_recorded(seq);
-        }
+        self.ctx
+            .board
+            .signals_recorded(self.incremental.confirmed_request());
         let result = self
             .stream
             .send_status(self.received.max(watermark), watermark, watermark, reply)
