@@ -41,6 +41,9 @@ pub const DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES: u32 = 900_000;
 /// Default time the server's WAL may grow while the slot's confirmed position stands still
 /// before the pipeline is reported stalled.
 pub const DEFAULT_PROGRESS_TIMEOUT_MS: u64 = 120_000;
+/// Default time the replication connection may stay silent (no data, no keepalive) while
+/// sluice reads before it is replaced; a reply is asked for at half of it.
+pub const DEFAULT_SILENCE_TIMEOUT_MS: u64 = 30_000;
 /// The prefix of sluice's own heartbeat messages in the WAL.
 pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
 
@@ -109,6 +112,11 @@ pub struct PostgresSourceConfig {
     /// before the pipeline is reported stalled (status, metric, log); 0 disables the watchdog.
     #[serde(default = "default_progress_timeout_ms")]
     pub progress_timeout_ms: u64,
+    /// How long the replication connection may stay silent while sluice reads (no data and no
+    /// keepalive, even after asking the server for one at half this time) before it is taken
+    /// for dead and replaced; 0 disables the check.
+    #[serde(default = "default_silence_timeout_ms")]
+    pub silence_timeout_ms: u64,
     /// The transactional outbox: a table whose inserted rows become events on per-aggregate
     /// topics instead of change events.
     pub outbox: Option<OutboxConfig>,
@@ -532,6 +540,10 @@ const fn default_progress_timeout_ms() -> u64 {
     DEFAULT_PROGRESS_TIMEOUT_MS
 }
 
+const fn default_silence_timeout_ms() -> u64 {
+    DEFAULT_SILENCE_TIMEOUT_MS
+}
+
 /// One broken rule of the pipeline file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigIssue {
@@ -779,6 +791,17 @@ impl PipelineConfig {
                 format!(
                     "{} is out of range: expected 1 to 60000 (milliseconds; keep it well below the server's wal_sender_timeout)",
                     pg.status_interval_ms
+                ),
+            );
+        }
+        if pg.silence_timeout_ms != 0 && pg.silence_timeout_ms < 2 * pg.status_interval_ms {
+            issue(
+                "source.postgres.silence_timeout_ms",
+                format!(
+                    "{} is below twice status_interval_ms ({}): expected 0 (off) or at least {} (milliseconds)",
+                    pg.silence_timeout_ms,
+                    pg.status_interval_ms,
+                    2 * pg.status_interval_ms
                 ),
             );
         }

@@ -211,6 +211,7 @@ impl ClientContext for PipelineProducerContext {
             m::records_per_request().record(messages as f64 / produce_requests as f64);
         }
         *last = (statistics.txmsgs, requests);
+        m::producer_queue_bytes().set(statistics.msg_size as f64);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {

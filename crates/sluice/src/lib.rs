@@ -25,6 +25,7 @@ pub mod config;
 pub mod doctor;
 pub mod error;
 pub mod event;
+pub mod failpoint;
 pub mod kafka;
 pub mod perf;
 pub mod sink;

@@ -15,6 +15,8 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    #[cfg(feature = "failpoints")]
+    let _failpoints = sluice::failpoint::setup();
     sluice::app::init_tracing(&cli);
     match sluice::app::main(cli) {
         Ok(code) => code,

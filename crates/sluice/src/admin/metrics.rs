@@ -37,6 +37,9 @@ pub const CHECKPOINT_DURATION: &str = "sluice_source_checkpoint_duration_seconds
 pub const CHECKPOINT_FAILURES: &str = "sluice_source_checkpoint_failures_total";
 /// Records per produce request, from librdkafka statistics.
 pub const RECORDS_PER_REQUEST: &str = "sluice_kafka_records_per_request";
+/// Bytes of records in the producer's librdkafka queues (not yet acknowledged), from its
+/// statistics (`msg_size`, every `statistics.interval.ms`).
+pub const PRODUCER_QUEUE_BYTES: &str = "sluice_kafka_producer_queue_bytes";
 /// Restarts of the pipeline, by `reason`: `retryable` (a lost connection), `fatal` (with
 /// `restart.policy = "always"`), `requested` (through the admin API).
 pub const RESTARTS: &str = "sluice_pipeline_restarts_total";
@@ -80,6 +83,7 @@ pub const ALL: &[&str] = &[
     CHECKPOINT_DURATION,
     CHECKPOINT_FAILURES,
     RECORDS_PER_REQUEST,
+    PRODUCER_QUEUE_BYTES,
     RESTARTS,
     DEAD_LETTERED,
     SOURCE_RECEIVED_BYTES,
@@ -160,6 +164,11 @@ pub fn describe() {
         describe_histogram!(
             RECORDS_PER_REQUEST,
             "records per produce request (librdkafka statistics)"
+        );
+        describe_gauge!(
+            PRODUCER_QUEUE_BYTES,
+            Unit::Bytes,
+            "bytes of records in librdkafka's producer queues (statistics)"
         );
         describe_counter!(RESTARTS, "pipeline restarts, by reason");
         describe_counter!(DEAD_LETTERED, "records sent to the dead-letter topic");
@@ -248,6 +257,11 @@ impl Default for PipelineMetrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+/// The producer queue bytes gauge.
+pub fn producer_queue_bytes() -> Gauge {
+    gauge!(PRODUCER_QUEUE_BYTES)
 }
 
 /// The records-per-request histogram.

@@ -777,4 +777,29 @@ mod tests {
         assert_eq!(sub_partition(None, 13, 4), 1);
         assert_eq!(sub_partition(Some(b"x"), 0, 1), 0);
     }
+
+    /// The key → sub-partition mapping is an on-disk contract: a root's committed files and
+    /// state are per sub-partition, so a changed hash would route a key to another worker's
+    /// files after an upgrade (and break per-key order across the restart). These values were
+    /// computed independently (FNV-1a 64, by a Python one-liner) and must never change.
+    #[test]
+    fn sub_partition_hash_is_pinned() {
+        let cases: [(&[u8], [u32; 6]); 5] = [
+            (b"", [0, 1, 2, 1, 2, 5]),
+            (b"a", [0, 0, 1, 0, 5, 12]),
+            (b"order-1", [0, 1, 0, 1, 5, 13]),
+            (br#"{"id":42}"#, [0, 0, 0, 2, 6, 2]),
+            (&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11], [0, 1, 0, 1, 6, 9]),
+        ];
+        for (key, expected) in cases {
+            let got: Vec<u32> = [1, 2, 3, 4, 7, 16]
+                .iter()
+                .map(|n| sub_partition(Some(key), 0, *n))
+                .collect();
+            assert_eq!(got, expected, "key {key:?}");
+        }
+        // Keyless records spread by offset.
+        assert_eq!(sub_partition(None, 1_000_003, 16), 3);
+        assert_eq!(sub_partition(None, -5, 4), 1);
+    }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use serde_json::Value;
@@ -479,8 +479,17 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
     )
     .unwrap();
     assert_eq!(status, 202, "{body}");
-    // Let chunks be read while the commit is invisible, then release it.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A chunk read while the commit is invisible must be read again (not accepted): wait until
+    // sluice says so, then release the commit.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sluice.log_text().matches("reading it again").count() == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "no chunk was re-read while a decoded commit was invisible; log:\n{}",
+            sluice.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for sql in [
         "ALTER SYSTEM RESET synchronous_standby_names",
         "SELECT pg_reload_conf()",
@@ -523,11 +532,12 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
         latest.iter().all(|(&id, (_, v))| *v == i64::from(id == 5)),
         "every other row is its snapshot read: {latest:?}"
     );
+    let rereads = sluice.log_text().matches("reading it again").count();
+    assert!(rereads >= 1, "re-reads logged: {rereads}");
     println!(
-        "race: {} events; id 5 newest {:?}; re-reads logged: {}",
+        "race: {} events; id 5 newest {:?}; re-reads logged: {rereads}",
         records.len(),
         latest[&5],
-        sluice.log_text().matches("reading it again").count()
     );
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;

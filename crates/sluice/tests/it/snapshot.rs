@@ -195,7 +195,33 @@ async fn initial_snapshot_is_consistent_with_concurrent_changes() {
     drop_slot_and_publication(&client, &name).await;
 }
 
-/// SIGKILL in the middle of the snapshot (4 workers, 5,000-row chunks): the next start reads
+/// The environment that arms the `snapshot::chunks_recorded` crash point: the process aborts
+/// when finished chunks are recorded for the `passes + 1`-th time.
+fn crash_after_recorded_chunks(passes: u32) -> Vec<(String, String)> {
+    vec![(
+        "FAILPOINTS".to_owned(),
+        format!("snapshot::chunks_recorded={passes}*off->return"),
+    )]
+}
+
+/// Waits until sluice aborted at its armed crash point.
+fn wait_crash(sluice: &mut Sluice) {
+    wait_until(
+        "sluice to abort at its crash point (it must be built with --features failpoints, as scripts/test does)",
+        Duration::from_secs(300),
+        || sluice.exited().is_some(),
+    );
+    assert!(
+        sluice
+            .log_text()
+            .contains("failpoint snapshot::chunks_recorded"),
+        "sluice exited, but not at the crash point:\n{}",
+        sluice.log_text()
+    );
+    sluice.kill();
+}
+
+/// A crash in the middle of the snapshot (4 workers, 5,000-row chunks): the next start reads
 /// only the chunks not finished before the kill (counted), streams, and Kafka still equals
 /// the tables.
 #[tokio::test(flavor = "multi_thread")]
@@ -213,11 +239,10 @@ async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
         "[source.postgres]\n",
         "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 5000\n",
     );
-    let mut sluice = Sluice::start(&dir, &toml, port);
-    wait_until("half of the snapshot", Duration::from_secs(300), || {
-        snapshot_rows(&sluice) >= (3 * rows / 2) as f64
-    });
-    sluice.kill();
+    // Crash after the 7th batch of finished chunks was recorded (at least 7 of ~60 chunks
+    // done, at most 4 per batch: far from all).
+    let mut sluice = Sluice::start_with_env(&dir, &toml, port, crash_after_recorded_chunks(6));
+    wait_crash(&mut sluice);
     let state_file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("it")
         .join("state")
@@ -233,6 +258,7 @@ async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
         "{done_before} of {} chunks done",
         chunks.len()
     );
+    sluice.env.clear();
     sluice.restart();
     sluice.wait_streaming(Duration::from_secs(300));
     let second = snapshot_rows(&sluice);
@@ -385,7 +411,7 @@ async fn tables_without_a_single_column_key_are_split_by_pages() {
     drop_slot_and_publication(&client, &name).await;
 }
 
-/// SIGKILL in the middle of a page-range snapshot: the plan holds page ranges, and the next
+/// A crash in the middle of a page-range snapshot: the plan holds page ranges, and the next
 /// start reads exactly the rows of the chunks not finished before the kill (counted against
 /// the table), and every row is in Kafka.
 #[tokio::test(flavor = "multi_thread")]
@@ -405,11 +431,10 @@ async fn killed_page_range_snapshot_reads_only_its_unfinished_chunks() {
         "[source.postgres]\n",
         "[source.postgres]\nsnapshot_workers = 2\nsnapshot_chunk_rows = 5000\nsnapshot_fetch_rows = 1000\n",
     );
-    let mut sluice = Sluice::start(&dir, &toml, port);
-    wait_until("half of the snapshot", Duration::from_secs(300), || {
-        snapshot_rows(&sluice) >= (rows / 2) as f64
-    });
-    sluice.kill();
+    // Crash after the 5th batch of finished chunks was recorded (at least 5 of ~24 chunks
+    // done, at most 2 per batch).
+    let mut sluice = Sluice::start_with_env(&dir, &toml, port, crash_after_recorded_chunks(4));
+    wait_crash(&mut sluice);
     let chunks = plan_chunks(&name);
     assert!(
         chunks.iter().all(|c| c["pages"].is_object()),
@@ -437,6 +462,7 @@ async fn killed_page_range_snapshot_reads_only_its_unfinished_chunks() {
             .unwrap()
             .get::<_, i64>(0);
     }
+    sluice.env.clear();
     sluice.restart();
     sluice.wait_streaming(Duration::from_secs(300));
     let second = snapshot_rows(&sluice) as i64;

@@ -223,6 +223,11 @@ impl Sluice {
             .and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// The process id of the running sluice, if it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|child| child.id())
+    }
+
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()

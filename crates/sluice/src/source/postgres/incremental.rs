@@ -620,6 +620,21 @@ struct OpenChunk {
     result: Option<Result<ChunkRows, ChunkError>>,
 }
 
+/// The outcome of a chunk's visibility check (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Visibility {
+    /// The chunk's snapshot saw every transaction decoded before its window opened.
+    SawAll,
+    /// It did not see this one: its rows may be older than what was streamed.
+    Missed(u32),
+    /// The commits before the window are no longer remembered (more than
+    /// [`RECENT_COMMITS`] were decoded since): the check cannot be made.
+    Unknown {
+        /// Commits decoded since the window opened.
+        after_opening: usize,
+    },
+}
+
 /// The incremental snapshots of one run: the state, the open chunk and the progress waiting
 /// for confirmation. Owned by the stream loop.
 pub struct IncrementalRun {
@@ -822,17 +837,10 @@ impl IncrementalRun {
         self.commits += 1;
     }
 
-    /// A transaction decoded before the window opened (`opened_at`) that the chunk's snapshot
-    /// did not see, if any.
-    fn missed_commit(&self, opened_at: u64, snapshot: &XidSnapshot) -> Option<u32> {
-        let after_opening = usize::try_from(self.commits - opened_at).unwrap_or(usize::MAX);
-        let before = self.recent_commits.len().saturating_sub(after_opening);
-        self.recent_commits
-            .iter()
-            .take(before)
-            .rev()
-            .copied()
-            .find(|&xid| !snapshot.sees(xid))
+    /// Whether the chunk's snapshot saw every transaction decoded before the window opened
+    /// (`opened_at`, a count of commits).
+    fn missed_commit(&self, opened_at: u64, snapshot: &XidSnapshot) -> Visibility {
+        check_visibility(&self.recent_commits, self.commits, opened_at, snapshot)
     }
 
     /// Notes the keys a streamed change touches while a window on its table is open.
@@ -982,14 +990,26 @@ impl IncrementalRun {
                 return None;
             }
         };
-        if let Some(xid) = self.missed_commit(chunk.opened_at, &rows.snapshot) {
-            tracing::info!(
-                table = %chunk.table,
-                xid,
-                "incremental snapshot: the chunk was read before transaction {xid}, already streamed, became visible; reading it again"
-            );
-            self.retry_at = Some(Instant::now() + REREAD_AFTER);
-            return None;
+        match self.missed_commit(chunk.opened_at, &rows.snapshot) {
+            Visibility::SawAll => {}
+            Visibility::Missed(xid) => {
+                tracing::info!(
+                    table = %chunk.table,
+                    xid,
+                    "incremental snapshot: the chunk was read before transaction {xid}, already streamed, became visible; reading it again"
+                );
+                self.retry_at = Some(Instant::now() + REREAD_AFTER);
+                return None;
+            }
+            Visibility::Unknown { after_opening } => {
+                tracing::info!(
+                    table = %chunk.table,
+                    after_opening,
+                    "incremental snapshot: {after_opening} commits were decoded while the chunk was read, more than the {RECENT_COMMITS} remembered for its visibility check; reading it again"
+                );
+                self.retry_at = Some(Instant::now() + REREAD_AFTER);
+                return None;
+            }
         }
         let current = self.state.queue.front_mut()?;
         if current.table != chunk.table || current.request != chunk.request {
@@ -1074,9 +1094,86 @@ async fn join(
     }
 }
 
+/// The visibility check of a chunk opened after `opened_at` of `commits` decoded commits, the
+/// newest of which are `recent` (oldest first, at most [`RECENT_COMMITS`]).
+fn check_visibility(
+    recent: &VecDeque<u32>,
+    commits: u64,
+    opened_at: u64,
+    snapshot: &XidSnapshot,
+) -> Visibility {
+    let after_opening = usize::try_from(commits - opened_at).unwrap_or(usize::MAX);
+    if opened_at > 0 && after_opening >= recent.len() {
+        // So many commits were decoded while the chunk was read that the ones before it are no
+        // longer remembered: they cannot be checked, so the chunk cannot be trusted.
+        return Visibility::Unknown { after_opening };
+    }
+    let before = recent.len() - after_opening;
+    match recent
+        .iter()
+        .take(before)
+        .rev()
+        .copied()
+        .find(|&xid| !snapshot.sees(xid))
+    {
+        Some(xid) => Visibility::Missed(xid),
+        None => Visibility::SawAll,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_chunk_is_checked_against_the_commits_before_its_window() {
+        let snapshot = XidSnapshot {
+            xmin: 100,
+            xmax: 110,
+            in_progress: vec![104],
+        };
+        let recent: VecDeque<u32> = [101, 102, 103, 200, 201].into_iter().collect();
+        // Opened after 3 commits (101..=103), 2 more since: all three seen.
+        assert_eq!(
+            check_visibility(&recent, 5, 3, &snapshot),
+            Visibility::SawAll
+        );
+        let recent: VecDeque<u32> = [101, 104, 103, 200].into_iter().collect();
+        assert_eq!(
+            check_visibility(&recent, 4, 3, &snapshot),
+            Visibility::Missed(104),
+            "104 was decoded before the window but the snapshot has it in progress"
+        );
+        // Nothing decoded before the window: nothing to miss.
+        assert_eq!(
+            check_visibility(&recent, 4, 0, &snapshot),
+            Visibility::SawAll
+        );
+    }
+
+    #[test]
+    fn a_chunk_whose_commit_history_overflowed_is_read_again() {
+        let snapshot = XidSnapshot {
+            xmin: 100,
+            xmax: 110,
+            in_progress: vec![],
+        };
+        // The history holds only commits decoded after the window opened: the ones before it
+        // are forgotten, and the chunk must not be accepted.
+        let recent: VecDeque<u32> = (200..200 + RECENT_COMMITS as u32).collect();
+        let commits = 50 + RECENT_COMMITS as u64;
+        assert_eq!(
+            check_visibility(&recent, commits, 50, &snapshot),
+            Visibility::Unknown {
+                after_opening: RECENT_COMMITS
+            }
+        );
+        // One commit before the window still remembered: it is checked.
+        assert_eq!(
+            check_visibility(&recent, commits, 51, &snapshot),
+            Visibility::Missed(200)
+        );
+    }
 
     #[test]
     fn a_snapshot_sees_what_finished_before_it() {

@@ -17,6 +17,7 @@ pub mod pgoutput;
 pub mod publication;
 pub mod replication;
 pub mod setup;
+mod silence;
 pub mod slot_state;
 pub mod snapshot;
 pub mod stream;

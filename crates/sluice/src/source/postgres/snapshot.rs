@@ -198,6 +198,7 @@ pub async fn run(
                 done += 1;
             }
             record(plan)?;
+            crate::crash_point!("snapshot::chunks_recorded");
             ctx.board.update(|s| {
                 s.snapshot = Some(crate::admin::SnapshotStatus {
                     chunks_total: total_chunks,

@@ -68,6 +68,7 @@ use super::replication::{
     ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream,
 };
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
+use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
@@ -380,6 +381,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         signal_table,
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
+        silence: SilenceWatch::new(config.postgres().silence_timeout_ms, Instant::now()),
     };
     let result = run.run(delivery_rx).await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
@@ -449,6 +451,8 @@ struct StreamRun<'a> {
     /// New tables waiting for the stream to pass the position where they were found
     /// (published by then), before their incremental snapshot starts.
     new_tables: Vec<(Lsn, String)>,
+    /// How long the replication connection has been silent while read.
+    silence: SilenceWatch,
 }
 
 /// Acknowledged records, bytes and latencies between two status ticks.
@@ -495,6 +499,9 @@ impl StreamRun<'_> {
                 _ => None,
             };
             let can_read = self.steps.is_empty() && self.tracker.pending() < self.max_pending;
+            if !can_read {
+                self.silence.not_reading(Instant::now());
+            }
             tokio::select! {
                 biased;
                 // 1. Shutdown.
@@ -519,7 +526,12 @@ impl StreamRun<'_> {
                     for (seq, signal) in self.ctx.board.take_signals() {
                         self.incremental.accept(&signal, self.last_checkpoint, seq);
                     }
-                    self.checkpoint(false).await?;
+                    let ping = match self.silence.check(Instant::now()) {
+                        Silence::Fine => false,
+                        Silence::Ping => true,
+                        Silence::Dead(silent) => return Err(silent_connection(silent)),
+                    };
+                    self.checkpoint(ping).await?;
                     self.refresh_tables().await?;
                     self.incremental.poll(self.last_checkpoint).await;
                     self.ctx.board.add_acknowledged(
@@ -590,6 +602,7 @@ impl StreamRun<'_> {
         &mut self,
         message: Result<Option<ReplicationMessage>, ReplicationError>,
     ) -> Result<(), PipelineError> {
+        self.silence.heard(Instant::now());
         let message = message
             .map_err(|e| replication_error("the replication stream failed", e, &self.ctx.config))?
             .ok_or_else(|| {
@@ -1359,10 +1372,18 @@ impl StreamRun<'_> {
         self.ctx
             .board
             .signals_recorded(self.incremental.confirmed_request());
-        let result = self
-            .stream
-            .send_status(self.received.max(watermark), watermark, watermark, reply)
-            .await;
+        let send =
+            self.stream
+                .send_status(self.received.max(watermark), watermark, watermark, reply);
+        // A connection whose send buffer is full does not take even a status update: bounded
+        // by the silence timeout, so a stuck write is a dead connection too.
+        let result = match self.silence.timeout() {
+            Some(timeout) => match tokio::time::timeout(timeout, send).await {
+                Ok(result) => result,
+                Err(_) => return Err(silent_connection(timeout)),
+            },
+            None => send.await,
+        };
         match result {
             Ok(()) => {
                 self.ctx
@@ -1798,6 +1819,21 @@ fn replication_error(
         _ => "see the server's message above".into(),
     };
     PipelineError::fatal_with(what, hint, error)
+}
+
+/// The replication connection sent nothing (not even the keepalive a status update asked for)
+/// for `silent`: retryable, the supervisor reconnects.
+fn silent_connection(silent: Duration) -> PipelineError {
+    PipelineError::retryable(
+        format!(
+            "the replication connection went silent: nothing received for {} s, not even the keepalive sluice asked for; reconnecting",
+            silent.as_secs()
+        ),
+        std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no data or keepalive within source.postgres.silence_timeout_ms",
+        ),
+    )
 }
 
 fn is_invalidated_slot(error: &ReplicationError) -> bool {

@@ -1,0 +1,40 @@
+//! Named crash points for tests, compiled in only with the `failpoints` cargo feature.
+//!
+//! A test reaches a crash point at a known place instead of killing the process after a
+//! guessed time: it starts `sluice` built with `--features failpoints` with the environment
+//! variable `FAILPOINTS` set in the `fail` crate's syntax, e.g.
+//! `FAILPOINTS="snapshot::chunks_recorded=6*off->return"`: the first six passes do nothing,
+//! the seventh aborts the process (as a crash would: no destructor, no flush). Without the
+//! feature, [`crash_point!`] expands to nothing and the `fail` crate is not even linked, so
+//! release builds carry no crash points and read no such variable.
+//!
+//! The points:
+//! - `snapshot::chunks_recorded`: after finished snapshot chunks were recorded in the state
+//!   file (once per batch of chunks that finished together).
+
+/// Arms the crash points named in `FAILPOINTS`; the returned guard keeps them for the
+/// process's life.
+#[cfg(feature = "failpoints")]
+pub fn setup() -> fail::FailScenario<'static> {
+    fail::FailScenario::setup()
+}
+
+/// Aborts the process at crash point `name`.
+#[cfg(feature = "failpoints")]
+pub fn crash(name: &str) -> ! {
+    eprintln!("failpoint {name}: aborting the process");
+    std::process::abort()
+}
+
+/// A crash point: aborts the process here when the test armed `$name` (see the module docs).
+#[macro_export]
+macro_rules! crash_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if fail::eval($name, |_| ()).is_some() {
+                $crate::failpoint::crash($name);
+            }
+        }
+    };
+}
