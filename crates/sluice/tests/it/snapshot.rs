@@ -207,9 +207,18 @@ fn crash_after_recorded_chunks(passes: u32) -> Vec<(String, String)> {
 /// Waits until sluice aborted at its armed crash point.
 fn wait_crash(sluice: &mut Sluice) {
     wait_until(
-        "sluice to abort at its crash point (it must be built with --features failpoints, as scripts/test does)",
+        "sluice to abort at its crash point",
         Duration::from_secs(300),
-        || sluice.exited().is_some(),
+        || {
+            let streaming = sluice
+                .get("/health")
+                .is_some_and(|body| body.contains("\"state\":\"streaming\""));
+            assert!(
+                !streaming,
+                "the snapshot finished without reaching its crash point: build sluice with --features failpoints, as scripts/test does"
+            );
+            sluice.exited().is_some()
+        },
     );
     assert!(
         sluice
