@@ -2036,6 +2036,7 @@ mod tests {
     /// Streams a real insert through a real server: `PG_URL` names a PostgreSQL with
     /// `wal_level=logical` and a superuser (the dev stack's).
     #[tokio::test]
+    #[ignore = "needs the dev stack's PostgreSQL (PG_URL); scripts/test runs it (--include-ignored)"]
     async fn real_server_streams_an_insert() {
         let Ok(url) = std::env::var("PG_URL") else {
             panic!("PG_URL is not set: run `eval \"$(scripts/dev-stack env)\"` or scripts/test");
