@@ -340,6 +340,10 @@ pub struct KafkaConfig {
     /// librdkafka producer properties by their own names; they override sluice's defaults.
     #[serde(default)]
     pub producer: BTreeMap<String, String>,
+    /// Accept producer overrides that break sluice's guarantees (idempotence off, `acks` other
+    /// than `all`, more than 5 requests in flight); refused at start otherwise.
+    #[serde(default)]
+    pub allow_unsafe_producer_settings: bool,
     /// When set, a captured table's column changes (added, dropped, type changed) seen
     /// mid-stream become events on this topic, keyed by the table.
     pub schema_changes_topic: Option<String>,
@@ -804,6 +808,16 @@ impl PipelineConfig {
                     2 * pg.status_interval_ms
                 ),
             );
+        }
+        if !self.kafka.allow_unsafe_producer_settings {
+            for (key, reason) in crate::kafka::guarantee_breaking_overrides(&self.kafka.producer) {
+                issue(
+                    &format!("kafka.producer.\"{key}\""),
+                    format!(
+                        "{reason}: remove the override, or set kafka.allow_unsafe_producer_settings = true to accept that"
+                    ),
+                );
+            }
         }
         if self.kafka.brokers.trim().is_empty() {
             issue(
@@ -1271,6 +1285,40 @@ mod tests {
         assert_eq!(issues[0].key, "kafka.topic_prefx");
         assert!(issues[0].problem.contains("unknown field `topic_prefx`"));
         assert!(issues[0].problem.contains("topic_prefix"), "{issues:?}");
+    }
+
+    #[test]
+    fn producer_overrides_that_break_the_guarantees_are_refused_unless_allowed() {
+        let unsafe_overrides = "[kafka.producer]\n\"enable.idempotence\" = \"false\"\nacks = \"1\"\n\
+             \"max.in.flight.requests.per.connection\" = \"10\"\n\"linger.ms\" = \"20\"\n";
+        let text = MINIMAL.replace("[kafka]\n", &format!("{unsafe_overrides}[kafka]\n"));
+        let issues = issues(&text);
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "kafka.producer.\"acks\"",
+                "kafka.producer.\"enable.idempotence\"",
+                "kafka.producer.\"max.in.flight.requests.per.connection\"",
+            ],
+            "{issues:?}"
+        );
+        assert!(
+            issues[0].problem.contains("allow_unsafe_producer_settings"),
+            "{issues:?}"
+        );
+        assert!(issues[1].problem.contains("per-key order"), "{issues:?}");
+        let allowed = text.replace(
+            "[kafka]\n",
+            "[kafka]\nallow_unsafe_producer_settings = true\n",
+        );
+        let config = PipelineConfig::from_toml(&allowed, "test.toml", &env).unwrap();
+        assert_eq!(config.kafka.producer["acks"], "1");
+        // Safe spellings pass.
+        let safe = "[kafka.producer]\nacks = \"-1\"\n\"enable.idempotence\" = \"true\"\n\
+             \"max.in.flight.requests.per.connection\" = \"5\"\n";
+        let text = MINIMAL.replace("[kafka]\n", &format!("{safe}[kafka]\n"));
+        PipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
     }
 
     #[test]
