@@ -29,9 +29,9 @@ use rdkafka::statistics::Statistics;
 use sluice_engine::{InFlightPermit, Seq};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::admin::metrics as m;
 use crate::config::KafkaConfig;
 use crate::error::PipelineError;
+use crate::runtime::metrics as m;
 
 /// sluice's producer defaults for change data capture; every one can be overridden in the
 /// pipeline file's `[kafka.producer]` by its librdkafka name.
@@ -308,9 +308,9 @@ pub const HEADER_NAMES: &[&str] = &[
     crate::event::HEADER_COMMIT_LSN,
     crate::event::HEADER_LSN,
     crate::event::HEADER_TX_INDEX,
-    crate::source::postgres::stream::HEADER_DLQ_REASON,
-    crate::source::postgres::stream::HEADER_DLQ_TOPIC,
-    crate::source::postgres::stream::HEADER_DLQ_VALUE_OMITTED,
+    crate::dead_letter::HEADER_REASON,
+    crate::dead_letter::HEADER_TOPIC,
+    crate::dead_letter::HEADER_VALUE_OMITTED,
 ];
 
 fn static_header_name(name: &str) -> Option<&'static str> {

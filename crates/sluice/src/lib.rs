@@ -14,7 +14,8 @@
 //!
 //! Module map: [`config`] (the pipeline file), [`cli`] (the `sluice` command line), [`app`]
 //! (wiring and supervision), [`source`] (sources), [`event`] (the change-event format),
-//! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`admin`] (HTTP admin and metrics),
+//! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`runtime`] (pipeline status and metrics), [`admin`] (the HTTP
+//! admin server, which serves what the runtime holds),
 //! [`doctor`] (`sluice doctor` and `sluice slots`).
 
 pub mod admin;
@@ -22,11 +23,13 @@ pub mod app;
 pub mod check;
 pub mod cli;
 pub mod config;
+pub mod dead_letter;
 pub mod doctor;
 pub mod error;
 pub mod event;
 pub mod failpoint;
 pub mod kafka;
 pub mod perf;
+pub mod runtime;
 pub mod sink;
 pub mod source;

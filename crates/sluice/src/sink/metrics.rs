@@ -1,4 +1,4 @@
-//! The sink's metric names and handles (see [`crate::admin::metrics`] for the conventions).
+//! The sink's metric names and handles (see [`crate::runtime::metrics`] for the conventions).
 
 use metrics::{Counter, counter, describe_counter, describe_gauge};
 
@@ -43,4 +43,29 @@ pub fn records_committed() -> Counter {
 /// [`FILES_COMMITTED`].
 pub fn files_committed() -> Counter {
     counter!(FILES_COMMITTED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = include_str!("../../../../docs/metrics.md");
+
+    #[test]
+    fn the_sink_metrics_follow_the_scheme_and_are_documented() {
+        for name in [
+            RECORDS_COMMITTED,
+            FILES_COMMITTED,
+            RECORDS_CONSUMED,
+            PARTITION_PAUSES,
+            OFFSET_COMMITS,
+            ASSIGNED_PARTITIONS,
+        ] {
+            assert!(name.starts_with("sluice_sink_"), "{name}");
+            assert!(
+                DOC.contains(&format!("`{name}`")),
+                "{name} is not in docs/metrics.md"
+            );
+        }
+    }
 }

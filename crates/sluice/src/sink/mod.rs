@@ -51,14 +51,11 @@ pub mod template;
 pub mod worker;
 
 use std::collections::{HashMap, VecDeque};
-use std::net::SocketAddr;
-use std::str::FromStr;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
 use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
@@ -69,8 +66,9 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{self, PipelineState, StatusBoard};
 use crate::error::PipelineError;
+use crate::runtime::status::{PipelineState, StatusBoard};
+use crate::runtime::supervisor::{RunEnd as SupervisedEnd, Supervised};
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
 use crate::sink::files::{FileSettings, OutputRoot, Recovered, RootError, SubPartitionId};
 use crate::sink::object::ObjectTarget;
@@ -93,104 +91,55 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("fetch.error.backoff.ms", "50"),
 ];
 
-/// Runs a sink pipeline with its admin server until a signal or a fatal error.
-///
-/// # Errors
-///
-/// The fatal error that stopped the pipeline.
-pub async fn run_pipeline(
+/// A Kafka → files pipeline as the supervisor ([`crate::runtime::supervisor`]) runs it: each
+/// run resumes from the committed files; a pause is applied inside the run (the consumer
+/// stays in its group, so its partitions do not move elsewhere).
+pub struct SinkPipeline {
     config: Arc<SinkPipelineConfig>,
-    prometheus: metrics_exporter_prometheus::PrometheusHandle,
-) -> anyhow::Result<()> {
-    metrics::describe();
-    let shutdown = CancellationToken::new();
-    tokio::spawn(crate::app::stop_on_signal(shutdown.clone()));
-    let board = StatusBoard::new(&config.name, config.restart.policy.name());
-    let listen = SocketAddr::from_str(&config.admin.listen).context("admin.listen")?;
-    let admin_shutdown = CancellationToken::new();
-    let server = admin::serve(
-        listen,
-        prometheus,
-        Arc::clone(&board),
-        config.admin.token.clone(),
-        None,
-        admin_shutdown.clone(),
-    )
-    .await?;
-    let result = supervise(&config, &board, &shutdown).await;
-    admin_shutdown.cancel();
-    let _ = server.await;
-    result.map_err(anyhow::Error::from)
+    board: Arc<StatusBoard>,
+    /// Records that timed out, kept across runs (`delivery.retry_max_attempts`).
+    timeouts: TimeoutAttempts,
 }
 
-/// Runs the sink, restarting it (from the committed files) after retryable failures.
-async fn supervise(
-    config: &Arc<SinkPipelineConfig>,
-    board: &Arc<StatusBoard>,
-    shutdown: &CancellationToken,
-) -> Result<(), PipelineError> {
-    // The restart policy and backoff are the CDC pipeline's (`crate::app::after_failure`).
-    let mut consecutive_failures = 0u32;
-    let mut control = board.control();
-    let timeouts = TimeoutAttempts::default();
-    loop {
-        board.set_state(PipelineState::Starting);
-        let started = Instant::now();
+impl SinkPipeline {
+    /// The pipeline of `config`, reporting to `board`.
+    pub fn new(config: Arc<SinkPipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        metrics::describe();
+        Self {
+            config,
+            board,
+            timeouts: TimeoutAttempts::default(),
+        }
+    }
+}
+
+impl Supervised for SinkPipeline {
+    const PAUSES_IN_RUN: bool = true;
+
+    fn resumes_from(&self) -> &'static str {
+        "the committed files"
+    }
+
+    async fn run_once(&mut self, stop: CancellationToken) -> Result<SupervisedEnd, PipelineError> {
         let run = {
-            let config = Arc::clone(config);
-            let board = Arc::clone(board);
-            let shutdown = shutdown.clone();
+            let config = Arc::clone(&self.config);
+            let board = Arc::clone(&self.board);
             let runtime = tokio::runtime::Handle::current();
-            let timeouts = Arc::clone(&timeouts);
+            let timeouts = Arc::clone(&self.timeouts);
             tokio::task::spawn_blocking(move || {
-                run_once(&config, &board, &shutdown, runtime, &timeouts)
+                run_once(&config, &board, &stop, runtime, &timeouts)
             })
         };
-        let result = run.await.unwrap_or_else(|e| {
+        let end = run.await.unwrap_or_else(|e| {
             Err(PipelineError::retryable(
                 "the sink's intake thread failed",
                 e,
             ))
-        });
-        let error = match result {
-            Ok(RunEnd::Stopped) => {
-                board.set_state(PipelineState::Stopped);
-                return Ok(());
-            }
-            Ok(RunEnd::RestartRequested) => {
-                board.record_restart("requested", None, 0, consecutive_failures);
-                continue;
-            }
-            Err(_) if shutdown.is_cancelled() => {
-                board.set_state(PipelineState::Stopped);
-                return Ok(());
-            }
-            Err(error) => error,
-        };
-        if started.elapsed() > Duration::from_secs(60) {
-            consecutive_failures = 0;
-        }
-        consecutive_failures += 1;
-        let Some(delay) = crate::app::after_failure(
-            board,
-            &config.restart,
-            &error,
-            consecutive_failures,
-            "restarting from the committed files",
-        ) else {
-            return Err(error);
-        };
-        control.borrow_and_update();
-        tokio::select! {
-            () = shutdown.cancelled() => {
-                board.set_state(PipelineState::Stopped);
-                return Ok(());
-            }
-            () = tokio::time::sleep(delay) => {}
-            // A resume or restart request cuts the wait short (a pause applies in the run).
-            _ = control.changed() => {}
-        }
-        board.update(|s| s.backoff_ms = None);
+        })?;
+        Ok(match end {
+            RunEnd::Stopped => SupervisedEnd::Finished,
+            RunEnd::RestartRequested => SupervisedEnd::Requested,
+        })
     }
 }
 

@@ -17,6 +17,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::value::RawValue;
 use sluice_engine::{InFlightPermit, Seq};
 
+use crate::dead_letter;
 use crate::error::PipelineError;
 use crate::sink::config::FailurePolicy;
 use crate::sink::files::{
@@ -180,19 +181,19 @@ impl DeadLetter {
         let offset_text = data.offset.to_string();
         let headers = OwnedHeaders::new()
             .insert(Header {
-                key: "sluice.error.reason",
+                key: dead_letter::HEADER_REASON,
                 value: Some(reason),
             })
             .insert(Header {
-                key: "sluice.error.topic",
+                key: dead_letter::HEADER_TOPIC,
                 value: Some(topic),
             })
             .insert(Header {
-                key: "sluice.error.partition",
+                key: dead_letter::HEADER_PARTITION,
                 value: Some(&partition_text),
             })
             .insert(Header {
-                key: "sluice.error.offset",
+                key: dead_letter::HEADER_OFFSET,
                 value: Some(&offset_text),
             });
         let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
@@ -211,7 +212,7 @@ impl DeadLetter {
                     error,
                 )
             })?;
-        metrics::counter!(crate::admin::metrics::DEAD_LETTERED).increment(1);
+        metrics::counter!(crate::runtime::metrics::DEAD_LETTERED).increment(1);
         Ok(())
     }
 }

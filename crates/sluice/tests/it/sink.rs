@@ -578,8 +578,8 @@ async fn poison_records_go_to_the_dead_letter_topic() {
                 &serde_json::from_str::<serde_json::Value>(original).unwrap()
             ),
         }
-        assert_eq!(record.headers["sluice.error.topic"], topic);
-        let reason = &record.headers["sluice.error.reason"];
+        assert_eq!(record.headers["sluice.dlq.topic"], topic);
+        let reason = &record.headers["sluice.dlq.reason"];
         if key == "bad1" {
             assert!(reason.contains("not valid JSON"), "{reason}");
         } else {
@@ -588,8 +588,8 @@ async fn poison_records_go_to_the_dead_letter_topic() {
                 "{reason}"
             );
         }
-        let partition: i32 = record.headers["sluice.error.partition"].parse().unwrap();
-        let offset: i64 = record.headers["sluice.error.offset"].parse().unwrap();
+        let partition: i32 = record.headers["sluice.dlq.partition"].parse().unwrap();
+        let offset: i64 = record.headers["sluice.dlq.offset"].parse().unwrap();
         dead_offsets.insert((partition, offset));
     }
     let expected = 1000usize;
@@ -843,10 +843,10 @@ async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
         record.value.as_ref().unwrap(),
         &serde_json::from_str::<serde_json::Value>(hung).unwrap()
     );
-    let reason = &record.headers["sluice.error.reason"];
+    let reason = &record.headers["sluice.dlq.reason"];
     assert!(reason.contains("processing_timeout_ms = 1500"), "{reason}");
-    let partition: i32 = record.headers["sluice.error.partition"].parse().unwrap();
-    let offset: i64 = record.headers["sluice.error.offset"].parse().unwrap();
+    let partition: i32 = record.headers["sluice.dlq.partition"].parse().unwrap();
+    let offset: i64 = record.headers["sluice.dlq.offset"].parse().unwrap();
     assert!(
         health(&sluice)["restarts"].as_u64().unwrap_or(0) >= 1,
         "the run was restarted without the stuck worker"

@@ -13,9 +13,9 @@ use sluice_engine::Lsn;
 
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
-use crate::admin::metrics::TableMetrics;
 use crate::event::{HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, write_int, write_json_str};
 use crate::kafka::OutRecord;
+use crate::runtime::metrics::TableMetrics;
 
 /// A captured table as the last Relation message described it.
 #[derive(Debug)]
@@ -637,7 +637,7 @@ fn value_kept_as_text(table: &str, column: &ColumnInfo, error: &value::ValueErro
     static LOGGED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let type_name = error.type_name();
     metrics::counter!(
-        crate::admin::metrics::VALUES_AS_TEXT,
+        crate::runtime::metrics::VALUES_AS_TEXT,
         "table" => table.to_owned(),
         "type" => type_name
     )

@@ -104,24 +104,7 @@ pub struct TableSnapshot {
     pub chunks: u64,
 }
 
-/// An operator's request, from the signal table or the admin API.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Signal {
-    /// Snapshot these tables (`schema.table`), each with an optional row filter.
-    Snapshot {
-        /// The request's id (a replayed id is ignored).
-        id: String,
-        /// Tables and filters.
-        tables: Vec<(String, Option<String>)>,
-    },
-    /// Stop the queued and running snapshots of these tables (all when empty).
-    Stop {
-        /// The request's id.
-        id: String,
-        /// Tables.
-        tables: Vec<String>,
-    },
-}
+pub use crate::runtime::status::Signal;
 
 /// Debezium's signal data: `{"data-collections": [...], "type": "incremental",
 /// "additional-conditions": [{"data-collection": ..., "filter": ...}]}`.
@@ -1065,9 +1048,9 @@ impl IncrementalRun {
     }
 
     /// For `/health`: the running table's progress and the queue's length.
-    pub fn status(&self) -> Option<crate::admin::IncrementalStatus> {
+    pub fn status(&self) -> Option<crate::runtime::status::IncrementalStatus> {
         let current = self.state.queue.front()?;
-        Some(crate::admin::IncrementalStatus {
+        Some(crate::runtime::status::IncrementalStatus {
             request: current.request.clone(),
             table: current.table.clone(),
             rows: current.rows,

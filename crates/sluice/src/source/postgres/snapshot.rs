@@ -44,10 +44,10 @@ use super::encode::{
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::stream::{SendError, try_send, unix_micros_now};
-use crate::admin::metrics::{self as m, TableMetrics};
 use crate::config::PipelineConfig;
 use crate::error::{PipelineError, classify_pg};
 use crate::kafka::{Delivery, DeliveryEvent, PipelineProducer};
+use crate::runtime::metrics::{self as m, TableMetrics};
 
 /// What a snapshot needs from the run.
 pub struct SnapshotContext<'a> {
@@ -66,7 +66,7 @@ pub struct SnapshotContext<'a> {
     /// Stop early.
     pub shutdown: &'a tokio_util::sync::CancellationToken,
     /// The status board (progress).
-    pub board: &'a crate::admin::StatusBoard,
+    pub board: &'a crate::runtime::status::StatusBoard,
 }
 
 /// Reads the plan's unfinished chunks under `exported` (a snapshot name from the slot's
@@ -200,7 +200,7 @@ pub async fn run(
             record(plan)?;
             crate::crash_point!("snapshot::chunks_recorded");
             ctx.board.update(|s| {
-                s.snapshot = Some(crate::admin::SnapshotStatus {
+                s.snapshot = Some(crate::runtime::status::SnapshotStatus {
                     chunks_total: total_chunks,
                     chunks_done: done,
                     rows,

@@ -71,24 +71,19 @@ use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
-use crate::admin::metrics::{self as m, PipelineMetrics, TableMetrics};
-use crate::admin::{PipelineState, SlotStatus, StatusBoard};
 use crate::config::{
     HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig, SlotLossPolicy, SnapshotMode,
     UnchangedToast,
 };
+use crate::dead_letter;
 use crate::error::PipelineError;
 use crate::kafka::{
     self, Delivery, DeliveryEvent, KafkaHealth, OutRecord, PipelineProducer,
     PipelineProducerContext,
 };
-
-/// Header: why a record was dead-lettered.
-pub const HEADER_DLQ_REASON: &str = "sluice.dlq.reason";
-/// Header: the topic the record was meant for.
-pub const HEADER_DLQ_TOPIC: &str = "sluice.dlq.topic";
-/// Header: the size of a value left out of a dead-letter record.
-pub const HEADER_DLQ_VALUE_OMITTED: &str = "sluice.dlq.value_omitted_bytes";
+use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
+use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
+use crate::runtime::supervisor::{RunEnd, Supervised};
 
 /// Changes per encoding batch.
 const ENCODE_BATCH: usize = 512;
@@ -111,6 +106,47 @@ pub struct RunContext {
     pub metrics: PipelineMetrics,
     /// The no-progress watchdog's memory, kept across runs so restarts don't reset it.
     pub progress: Arc<std::sync::Mutex<ProgressWatch>>,
+}
+
+/// A PostgreSQL → Kafka pipeline as the supervisor ([`crate::runtime::supervisor`]) runs it:
+/// each run resumes from the slot's confirmed position; a pause ends the run (drained and
+/// confirmed) until the operator resumes.
+pub struct CdcPipeline {
+    config: Arc<PipelineConfig>,
+    board: Arc<StatusBoard>,
+    metrics: PipelineMetrics,
+    progress: Arc<std::sync::Mutex<ProgressWatch>>,
+}
+
+impl CdcPipeline {
+    /// The pipeline of `config`, reporting to `board`.
+    pub fn new(config: Arc<PipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        Self {
+            config,
+            board,
+            metrics: PipelineMetrics::new(),
+            progress: Arc::default(),
+        }
+    }
+}
+
+impl Supervised for CdcPipeline {
+    const PAUSES_IN_RUN: bool = false;
+
+    fn resumes_from(&self) -> &'static str {
+        "the last confirmed position"
+    }
+
+    async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
+        let ctx = RunContext {
+            config: Arc::clone(&self.config),
+            board: Arc::clone(&self.board),
+            shutdown: stop,
+            metrics: self.metrics.clone(),
+            progress: Arc::clone(&self.progress),
+        };
+        run_once(&ctx).await.map(|()| RunEnd::Finished)
+    }
 }
 
 /// One decoded change (or logical message) on its way in.
@@ -467,7 +503,7 @@ impl Default for AckWindow {
         Self {
             records: 0,
             bytes: 0,
-            latency_micros: crate::admin::latency_histogram(),
+            latency_micros: crate::runtime::status::latency_histogram(),
         }
     }
 }
@@ -1311,15 +1347,15 @@ impl StreamRun<'_> {
         tracing::warn!(topic = %record.topic, lsn = %position, error = %error, "dead-lettering a record");
         self.ctx.metrics.dead_lettered.increment(1);
         let mut headers = record.headers.clone();
-        headers.push((HEADER_DLQ_REASON.into(), error.to_string()));
-        headers.push((HEADER_DLQ_TOPIC.into(), record.topic.to_string()));
+        headers.push((dead_letter::HEADER_REASON.into(), error.to_string()));
+        headers.push((dead_letter::HEADER_TOPIC.into(), record.topic.to_string()));
         let mut value = record.value;
         if value
             .as_ref()
             .is_some_and(|v| v.len() > config.delivery.dead_letter_max_value_bytes as usize)
         {
             headers.push((
-                HEADER_DLQ_VALUE_OMITTED.into(),
+                dead_letter::HEADER_VALUE_OMITTED.into(),
                 value.as_ref().map_or(0, Vec::len).to_string(),
             ));
             value = None;
