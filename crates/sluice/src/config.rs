@@ -44,6 +44,11 @@ pub const DEFAULT_PROGRESS_TIMEOUT_MS: u64 = 120_000;
 /// Default time the replication connection may stay silent (no data, no keepalive) while
 /// sluice reads before it is replaced; a reply is asked for at half of it.
 pub const DEFAULT_SILENCE_TIMEOUT_MS: u64 = 30_000;
+/// Default `statement_timeout` of sluice's SQL sessions (catalog, snapshot and incremental
+/// reads, TOAST re-reads, heartbeats).
+pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
+/// Default `lock_timeout` of sluice's SQL sessions.
+pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
 /// The prefix of sluice's own heartbeat messages in the WAL.
 pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
 
@@ -117,6 +122,12 @@ pub struct PostgresSourceConfig {
     /// for dead and replaced; 0 disables the check.
     #[serde(default = "default_silence_timeout_ms")]
     pub silence_timeout_ms: u64,
+    /// `statement_timeout` of sluice's SQL sessions; 0 disables it.
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+    /// `lock_timeout` of sluice's SQL sessions; 0 disables it.
+    #[serde(default = "default_lock_timeout_ms")]
+    pub lock_timeout_ms: u64,
     /// The transactional outbox: a table whose inserted rows become events on per-aggregate
     /// topics instead of change events.
     pub outbox: Option<OutboxConfig>,
@@ -546,6 +557,14 @@ const fn default_progress_timeout_ms() -> u64 {
 
 const fn default_silence_timeout_ms() -> u64 {
     DEFAULT_SILENCE_TIMEOUT_MS
+}
+
+const fn default_statement_timeout_ms() -> u64 {
+    DEFAULT_STATEMENT_TIMEOUT_MS
+}
+
+const fn default_lock_timeout_ms() -> u64 {
+    DEFAULT_LOCK_TIMEOUT_MS
 }
 
 /// One broken rule of the pipeline file.

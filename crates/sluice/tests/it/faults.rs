@@ -599,3 +599,71 @@ async fn oversized_row_stops_or_is_dead_lettered() {
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// A lock held by someone else's long transaction does not hang sluice: an incremental
+/// snapshot's read of the locked table gives up after `lock_timeout_ms` and is retried (the
+/// log says why), the stream goes on meanwhile, and once the lock is released the snapshot
+/// completes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_held_lock_is_waited_for_boundedly_and_retried() {
+    let _broker = broker_shared().await;
+    let name = unique("lockwait");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {name}.u (id bigint PRIMARY KEY, payload text)"
+        ))
+        .await
+        .unwrap();
+    insert_range(&client, &name, 0, 100, 100).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\nlock_timeout_ms = 1000\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let mut holder = pg().await;
+    let lock = holder.transaction().await.unwrap();
+    lock.batch_execute(&format!("LOCK TABLE {name}.t IN ACCESS EXCLUSIVE MODE"))
+        .await
+        .unwrap();
+    let (status, body) = crate::support::http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{name}.t"]}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    wait_until(
+        "the snapshot's read to give up on the held lock",
+        Duration::from_secs(60),
+        || sluice.log_text().contains("lock timeout"),
+    );
+    // The stream goes on while the snapshot waits for the lock.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.u SELECT g, 'x' FROM generate_series(1, 10) g"
+        ))
+        .await
+        .unwrap();
+    let other = format!("{name}.{name}.u");
+    let streamed = tokio::task::spawn_blocking(move || {
+        read_topic(&other, Duration::from_secs(30), |r| r.len() >= 10)
+    })
+    .await
+    .unwrap();
+    assert_eq!(streamed.len(), 10, "changes stream while the lock is held");
+    lock.commit().await.unwrap();
+    let topic = format!("{name}.{name}.t");
+    let (per_id, _) =
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 100, Duration::from_secs(120)))
+            .await
+            .unwrap();
+    assert_eq!(per_id.len(), 100, "every row\n{}", sluice.log_text());
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

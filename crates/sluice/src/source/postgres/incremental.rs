@@ -432,7 +432,16 @@ pub async fn read_chunk(
         Err(e) => {
             // The transaction is aborted: end it, so the connection can be used again.
             let _ = client.batch_execute("ROLLBACK").await;
-            return Err(if let Some(db) = e.as_db_error() {
+            // Waits and conflicts that pass (a lock held by someone else: lock_timeout; a
+            // statement_timeout; serialization failures and deadlocks; the server shutting
+            // down) are retried; other server errors mean the filter or the table is wrong.
+            let transient = e.as_db_error().is_some_and(|db| {
+                matches!(
+                    db.code().code(),
+                    "55P03" | "57014" | "40001" | "40P01" | "57P01" | "57P02" | "57P03" | "53300"
+                )
+            });
+            return Err(if let Some(db) = e.as_db_error().filter(|_| !transient) {
                 ChunkError::Table(format!(
                     "cannot read {}: {} (the filter or the table is wrong)",
                     snapshot.table,

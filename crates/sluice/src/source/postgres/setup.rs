@@ -81,6 +81,11 @@ impl PgCatalog {
         let mut pg_config = pg_config;
         pg_config.application_name(format!("sluice-{}", config.name));
         pg_config.connect_timeout(std::time::Duration::from_secs(10));
+        // A peer that vanished is noticed by TCP within about a minute, not ~15.
+        pg_config.keepalives(true);
+        pg_config.keepalives_idle(std::time::Duration::from_secs(30));
+        pg_config.keepalives_interval(std::time::Duration::from_secs(10));
+        pg_config.keepalives_retries(3);
         let (client, connection) = pg_config.connect(NoTls).await.map_err(|e| {
             classify_pg(
                 format!(
@@ -95,10 +100,17 @@ impl PgCatalog {
                 tracing::debug!(error = %error, "sql connection ended");
             }
         });
-        let settings: String = super::replication::SESSION_SETTINGS
+        let pg = config.postgres();
+        let mut settings: String = super::replication::SESSION_SETTINGS
             .iter()
             .map(|(name, value)| format!("SET {name} = '{value}'; "))
             .collect();
+        // No statement or lock wait of sluice's runs unbounded on the server (a lock held by
+        // someone's long transaction, a catalog query stuck behind it).
+        settings.push_str(&format!(
+            "SET statement_timeout = {}; SET lock_timeout = {}; ",
+            pg.statement_timeout_ms, pg.lock_timeout_ms
+        ));
         client
             .batch_execute(&settings)
             .await

@@ -550,7 +550,7 @@ impl StreamRun<'_> {
                         return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
                     }
                     for event in events.drain(..) {
-                        self.on_delivery(event)?;
+                        self.on_delivery(event).await?;
                     }
                     if let Some(watermark) = self.tracker.watermark() {
                         self.ctx.metrics.watermark.set(watermark.0 as f64);
@@ -1281,7 +1281,7 @@ impl StreamRun<'_> {
         Ok(())
     }
 
-    fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
+    async fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
         match event {
             DeliveryEvent::Acked(delivery) => {
                 let latency_micros = (unix_micros_now() - delivery.commit_unix_micros).max(0);
@@ -1302,11 +1302,11 @@ impl StreamRun<'_> {
                 error,
                 record,
                 delivery,
-            } => self.on_failed(error, record, delivery),
+            } => self.on_failed(error, record, delivery).await,
         }
     }
 
-    fn on_failed(
+    async fn on_failed(
         &mut self,
         error: KafkaError,
         record: OutRecord,
@@ -1371,9 +1371,10 @@ impl StreamRun<'_> {
             match try_send(&self.producer, dlq, delivery) {
                 Ok(()) => return Ok(()),
                 Err(SendError::QueueFull(r, d)) => {
-                    // Rare (see `publish`); a dead letter is worth a short pause of this loop.
+                    // Rare (see `publish`); a dead letter is worth a short pause of this loop
+                    // (an async one: the runtime's thread goes on with other tasks).
                     (dlq, delivery) = (r, d);
-                    std::thread::sleep(Duration::from_millis(1));
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
                 Err(SendError::Refused(error, record, _)) => {
                     return Err(PipelineError::fatal_with(
