@@ -1,8 +1,10 @@
-//! The runtime every pipeline runs in: its status and its metrics.
+//! The runtime every pipeline runs in: its status, its metrics, its supervisor and the store
+//! of what it remembers between runs.
 //!
 //! Sources, sinks and the supervisor write here; the admin server ([`crate::admin`]) only
 //! serves what is here. Nothing in this module knows about HTTP.
 
 pub mod metrics;
+pub mod state;
 pub mod status;
 pub mod supervisor;

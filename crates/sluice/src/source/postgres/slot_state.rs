@@ -1,5 +1,6 @@
 //! Slot safety: the identity of the slot a pipeline feeds and the last position it confirmed,
-//! kept between runs in a small JSON file (`<state_dir>/<pipeline>.slot.json`).
+//! kept between runs in a small JSON document `<pipeline>.slot` of the pipeline's
+//! [`StateStore`] (today the directory `state_dir`, so `<state_dir>/<pipeline>.slot.json`).
 //!
 //! The slot's confirmed flush LSN is the pipeline's checkpoint, and it lives on the server. If
 //! the slot is dropped while sluice is stopped and created anew, or invalidated because it
@@ -20,14 +21,15 @@
 //! `source.postgres.on_slot_loss = "recreate"`) is logged and counted as a gap before the
 //! pipeline goes on with a new slot.
 
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use sluice_engine::Lsn;
 
 use crate::error::PipelineError;
+use crate::runtime::state::{DirectoryStateStore, StateStore};
 
 /// What the file remembers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,52 +162,73 @@ pub fn verify(
     }
 }
 
-/// The pipeline's state file.
+/// The pipeline's slot state, in its state store.
 #[derive(Debug)]
 pub struct SlotStateFile {
-    path: PathBuf,
+    store: Arc<dyn StateStore>,
+    key: String,
     record: Option<SlotRecord>,
 }
 
 impl SlotStateFile {
-    /// Opens (and reads, when it exists) the state file of `pipeline` under `dir`, creating
-    /// `dir` when needed.
+    /// Opens (and reads, when it exists) the state of `pipeline` in the directory `dir`,
+    /// creating `dir` when needed.
     ///
     /// # Errors
     ///
-    /// Fatal when the directory cannot be created or the file cannot be read or parsed.
+    /// Fatal when the directory cannot be created or the document cannot be read or parsed.
     pub fn open(dir: &Path, pipeline: &str) -> Result<Self, PipelineError> {
-        std::fs::create_dir_all(dir).map_err(|e| {
+        let store = DirectoryStateStore::open(dir).map_err(|e| {
             PipelineError::fatal_with(
                 format!("cannot create the state directory {}", dir.display()),
                 "set state_dir in the pipeline file (or SLUICE_STATE_DIR) to a writable directory",
                 e,
             )
         })?;
-        let path = dir.join(format!("{pipeline}.slot.json"));
-        let record = match std::fs::read(&path) {
-            Ok(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {
+        Self::open_in(Arc::new(store), pipeline)
+    }
+
+    /// Opens (and reads, when it exists) the state of `pipeline` in `store`.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when the document cannot be read or parsed.
+    pub fn open_in(store: Arc<dyn StateStore>, pipeline: &str) -> Result<Self, PipelineError> {
+        let key = format!("{pipeline}.slot");
+        let record = match store.load(&key) {
+            Ok(Some(bytes)) => Some(serde_json::from_slice(&bytes).map_err(|e| {
                 PipelineError::fatal_with(
-                    format!("the state file {} is damaged", path.display()),
+                    format!("the state file {} is damaged", store.location(&key)),
                     "restore it from a backup, or delete it to adopt the slot as it is (a gap, if there was one, then goes unnoticed)",
                     e,
                 )
             })?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Ok(None) => None,
             Err(e) => {
                 return Err(PipelineError::fatal_with(
-                    format!("cannot read the state file {}", path.display()),
+                    format!("cannot read the state file {}", store.location(&key)),
                     "check the permissions of state_dir",
                     e,
                 ));
             }
         };
-        Ok(Self { path, record })
+        Ok(Self { store, key, record })
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the state is kept, for messages.
+    pub fn location(&self) -> String {
+        self.store.location(&self.key)
+    }
+
+    /// Forgets the state (the slot is gone for good).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn remove(&mut self) -> std::io::Result<()> {
+        self.store.remove(&self.key)?;
+        self.record = None;
+        Ok(())
     }
 
     /// What the file holds.
@@ -213,26 +236,18 @@ impl SlotStateFile {
         self.record.as_ref()
     }
 
-    /// Replaces the record: written to a temporary file, fsynced, renamed over the file, and
-    /// the directory fsynced, so a crash leaves either the old or the new record.
+    /// Replaces the record, durably: a crash leaves either the old or the new record (the
+    /// store's contract).
     ///
     /// # Errors
     ///
-    /// The I/O error.
+    /// The I/O error; the record in memory is then unchanged.
     pub fn save(&mut self, mut record: SlotRecord) -> std::io::Result<()> {
         record.updated_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
-        let tmp = self.path.with_extension("json.tmp");
-        {
-            let mut file = std::fs::File::create(&tmp)?;
-            file.write_all(&serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?)?;
-            file.sync_all()?;
-        }
-        std::fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir)?.sync_all()?;
-        }
+        let document = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+        self.store.store(&self.key, &document)?;
         self.record = Some(record);
         Ok(())
     }
@@ -394,6 +409,25 @@ mod tests {
     fn without_a_record_any_live_slot_is_adopted() {
         assert_eq!(verify(None, "1", Some(&slot(9, "reserved"))), None);
         assert_eq!(verify(None, "1", None), None);
+    }
+
+    #[test]
+    fn a_failed_write_changes_nothing_and_the_state_survives_reopening() {
+        let store = Arc::new(crate::runtime::state::MemoryStateStore::default());
+        let mut state = SlotStateFile::open_in(store.clone(), "p").expect("open");
+        state.save(record(500)).expect("save");
+        store.fail_writes(true);
+        assert!(state.advance(Lsn(600)).is_err(), "the write fails");
+        assert_eq!(
+            state.record().map(|r| r.confirmed_lsn),
+            Some(Lsn(500)),
+            "a position that could not be recorded is not taken as recorded"
+        );
+        store.fail_writes(false);
+        assert!(state.advance(Lsn(600)).expect("advance"));
+        let reopened = SlotStateFile::open_in(store, "p").expect("reopen");
+        assert_eq!(reopened.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
+        assert_eq!(reopened.location(), "memory:p.slot");
     }
 
     #[test]

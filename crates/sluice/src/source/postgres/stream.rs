@@ -322,17 +322,14 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             drop(connection);
             tokio::time::sleep(Duration::from_millis(200)).await;
             catalog.drop_slot(&slot_name).await?;
-            let _ = std::fs::remove_file(slot_state.path());
+            let _ = slot_state.remove();
             ctx.board.set_budget(None);
             tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
             return Ok(());
         }
         tokio::task::block_in_place(|| slot_state.set_snapshot_pending(false)).map_err(|e| {
             PipelineError::fatal_with(
-                format!(
-                    "cannot write the state file {}",
-                    slot_state.path().display()
-                ),
+                format!("cannot write the state file {}", slot_state.location()),
                 "make state_dir writable",
                 e,
             )
@@ -1399,7 +1396,7 @@ impl StreamRun<'_> {
             PipelineError::fatal_with(
                 format!(
                     "cannot write the state file {}",
-                    self.slot_state.path().display()
+                    self.slot_state.location()
                 ),
                 "make state_dir writable (and give it space); nothing was confirmed past the last recorded position",
                 e,
@@ -1696,7 +1693,7 @@ impl ProgressWatch {
 fn save_plan(state: &mut SlotStateFile, plan: &SnapshotPlan) -> Result<(), PipelineError> {
     tokio::task::block_in_place(|| state.set_snapshot_plan(plan)).map_err(|e| {
         PipelineError::fatal_with(
-            format!("cannot write the state file {}", state.path().display()),
+            format!("cannot write the state file {}", state.location()),
             "make state_dir writable",
             e,
         )
@@ -1755,7 +1752,7 @@ async fn secure_slot(
                     what,
                     format!(
                         "the changes in the gap cannot be read from PostgreSQL any more: re-snapshot the captured tables into Kafka, or accept the gap by setting source.postgres.on_slot_loss = \"recreate\" (or by deleting {}) and starting again. To prevent it: alert on sluice_source_replication_lag_bytes and size max_slot_wal_keep_size for the longest outage you must survive",
-                        state.path().display()
+                        state.location()
                     ),
                 ));
             }
@@ -1782,7 +1779,7 @@ async fn secure_slot(
             tracing::info!(
                 slot = slot_name,
                 confirmed_flush = %slot.confirmed_flush,
-                state_file = %state.path().display(),
+                state_file = %state.location(),
                 "adopting the existing replication slot"
             );
         }
@@ -1802,7 +1799,7 @@ async fn secure_slot(
             })
             .map_err(|e| {
                 PipelineError::fatal_with(
-                    format!("cannot write the state file {}", state.path().display()),
+                    format!("cannot write the state file {}", state.location()),
                     "make state_dir writable",
                     e,
                 )
