@@ -10,8 +10,9 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, Command, LogFormat};
-use crate::config::{AdminConfig, PipelineConfig, PipelineFile, RestartConfig};
+use crate::config::{AdminConfig, PipelineConfig, RestartConfig};
 use crate::error::PipelineError;
+use crate::pipeline_file::PipelineFile;
 use crate::runtime::metrics::install_recorder;
 use crate::runtime::status::StatusBoard;
 use crate::runtime::supervisor::{Supervised, stop_on_signal, supervise};

@@ -232,25 +232,6 @@ impl PostgresSourceConfig {
             .iter()
             .any(|p| glob_matches(p, qualified))
     }
-
-    /// The treatment of `schema.table.column`.
-    pub fn column_treatment(
-        &self,
-        qualified_column: &str,
-    ) -> crate::source::postgres::encode::ColumnTreatment {
-        use crate::source::postgres::encode::ColumnTreatment;
-        let rules = &self.columns;
-        let any = |patterns: &[String]| patterns.iter().any(|p| glob_matches(p, qualified_column));
-        if any(&rules.exclude) {
-            ColumnTreatment::Exclude
-        } else if any(&rules.hash) {
-            ColumnTreatment::Hash
-        } else if any(&rules.mask) {
-            ColumnTreatment::Mask
-        } else {
-            ColumnTreatment::Keep
-        }
-    }
 }
 
 /// When to snapshot.
@@ -829,7 +810,7 @@ impl PipelineConfig {
             );
         }
         if !self.kafka.allow_unsafe_producer_settings {
-            for (key, reason) in crate::kafka::guarantee_breaking_overrides(&self.kafka.producer) {
+            for (key, reason) in guarantee_breaking_overrides(&self.kafka.producer) {
                 issue(
                     &format!("kafka.producer.\"{key}\""),
                     format!(
@@ -978,60 +959,38 @@ impl PipelineConfig {
     }
 }
 
-/// What a pipeline file describes: PostgreSQL → Kafka (`[source.postgres]` and `[kafka]`) or
-/// Kafka → files (`[source.kafka]` and `[sink.files]`).
-#[derive(Debug, Clone)]
-pub enum PipelineFile {
-    /// Change data capture into Kafka.
-    Cdc(Box<PipelineConfig>),
-    /// Kafka topics into files.
-    Sink(Box<crate::sink::config::SinkPipelineConfig>),
-}
-
-impl PipelineFile {
-    /// Reads, interpolates, parses and validates a pipeline file of either kind; the kind is
-    /// decided by the source section (`[source.kafka]` is a sink pipeline).
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError`] naming the file and every invalid key.
-    pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        load_file(path, Self::from_toml)
-    }
-
-    /// Parses and validates pipeline text of either kind.
-    ///
-    /// # Errors
-    ///
-    /// [`ConfigError`] naming `origin` and every invalid key.
-    pub fn from_toml(
-        text: &str,
-        origin: &str,
-        env: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Self, ConfigError> {
-        let value: toml::Value = toml::from_str(text).map_err(|source| ConfigError::Syntax {
-            path: origin.to_owned(),
-            source,
-        })?;
-        let is_sink = value
-            .get("source")
-            .and_then(toml::Value::as_table)
-            .is_some_and(|source| source.contains_key("kafka"));
-        if is_sink {
-            crate::sink::config::SinkPipelineConfig::from_toml(text, origin, env)
-                .map(|c| Self::Sink(Box::new(c)))
-        } else {
-            PipelineConfig::from_toml(text, origin, env).map(|c| Self::Cdc(Box::new(c)))
+/// The producer overrides (of a CDC pipeline's `[kafka.producer]`) that break sluice's
+/// guarantees, each with why: per-key order and no duplicates from retries need idempotence,
+/// `acks=all` and at most 5 requests in flight per connection.
+pub fn guarantee_breaking_overrides(producer: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (key, value) in producer {
+        let value = value.trim();
+        let reason = match key.as_str() {
+            "enable.idempotence" if value.eq_ignore_ascii_case("false") => Some(format!(
+                "{value}: without idempotence a retried batch can be written twice or overtake the one before it (per-key order lost)"
+            )),
+            "acks" | "request.required.acks"
+                if !(value.eq_ignore_ascii_case("all") || value == "-1") =>
+            {
+                Some(format!(
+                    "{value}: a record acknowledged by fewer than all in-sync replicas can be lost with its leader, after sluice confirmed its position to the source"
+                ))
+            }
+            "max.in.flight.requests.per.connection" | "max.in.flight"
+                if value.parse::<u64>().map_or(true, |n| n > 5) =>
+            {
+                Some(format!(
+                    "{value}: more than 5 requests in flight per connection loses per-partition order on retries (expected 1 to 5)"
+                ))
+            }
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            found.push((key.clone(), reason));
         }
     }
-
-    /// The pipeline's name.
-    pub fn name(&self) -> &str {
-        match self {
-            Self::Cdc(config) => &config.name,
-            Self::Sink(config) => &config.name,
-        }
-    }
+    found
 }
 
 /// Looks up an environment variable for `${…}`.

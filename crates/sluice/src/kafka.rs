@@ -52,40 +52,6 @@ pub const CDC_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
     ("statistics.interval.ms", "5000"),
 ];
 
-/// The producer overrides (of a CDC pipeline's `[kafka.producer]`) that break sluice's
-/// guarantees, each with why: per-key order and no duplicates from retries need idempotence,
-/// `acks=all` and at most 5 requests in flight per connection.
-pub fn guarantee_breaking_overrides(producer: &BTreeMap<String, String>) -> Vec<(String, String)> {
-    let mut found = Vec::new();
-    for (key, value) in producer {
-        let value = value.trim();
-        let reason = match key.as_str() {
-            "enable.idempotence" if value.eq_ignore_ascii_case("false") => Some(format!(
-                "{value}: without idempotence a retried batch can be written twice or overtake the one before it (per-key order lost)"
-            )),
-            "acks" | "request.required.acks"
-                if !(value.eq_ignore_ascii_case("all") || value == "-1") =>
-            {
-                Some(format!(
-                    "{value}: a record acknowledged by fewer than all in-sync replicas can be lost with its leader, after sluice confirmed its position to the source"
-                ))
-            }
-            "max.in.flight.requests.per.connection" | "max.in.flight"
-                if value.parse::<u64>().map_or(true, |n| n > 5) =>
-            {
-                Some(format!(
-                    "{value}: more than 5 requests in flight per connection loses per-partition order on retries (expected 1 to 5)"
-                ))
-            }
-            _ => None,
-        };
-        if let Some(reason) = reason {
-            found.push((key.clone(), reason));
-        }
-    }
-    found
-}
-
 /// The producer's librdkafka configuration: defaults, the pipeline's overrides, and the queue
 /// limits derived from the in-flight budget (so that librdkafka's queue never fills before the
 /// budget does).

@@ -30,6 +30,7 @@ pub mod event;
 pub mod failpoint;
 pub mod kafka;
 pub mod perf;
+pub mod pipeline_file;
 pub mod runtime;
 pub mod sink;
 pub mod source;

@@ -599,7 +599,6 @@ impl SinkPipelineConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::PipelineFile;
 
     const MINIMAL: &str = r#"
         name = "orders_files"
@@ -616,7 +615,7 @@ mod tests {
     }
 
     fn issues(text: &str) -> Vec<ConfigIssue> {
-        match PipelineFile::from_toml(text, "test.toml", &env) {
+        match SinkPipelineConfig::from_toml(text, "test.toml", &env) {
             Err(ConfigError::Invalid { issues, .. }) => issues,
             other => panic!("expected invalid config, got {other:?}"),
         }
@@ -624,10 +623,7 @@ mod tests {
 
     #[test]
     fn kafka_source_selects_the_sink_kind_with_defaults() {
-        let PipelineFile::Sink(config) = PipelineFile::from_toml(MINIMAL, "t.toml", &env).unwrap()
-        else {
-            panic!("expected a sink pipeline");
-        };
+        let config = SinkPipelineConfig::from_toml(MINIMAL, "t.toml", &env).unwrap();
         assert_eq!(config.group_id(), "sluice_orders_files");
         assert_eq!(config.files().path, PathBuf::from("/tmp/out"));
         assert_eq!(config.files().format, FileFormat::Jsonl);
@@ -640,10 +636,7 @@ mod tests {
     #[test]
     fn parquet_defaults_to_snappy() {
         let text = MINIMAL.replace("${FORMAT:-jsonl}", "parquet");
-        let PipelineFile::Sink(config) = PipelineFile::from_toml(&text, "t.toml", &env).unwrap()
-        else {
-            panic!("expected a sink pipeline");
-        };
+        let config = SinkPipelineConfig::from_toml(&text, "t.toml", &env).unwrap();
         assert_eq!(config.compression(), FileCompression::Snappy);
     }
 
@@ -700,17 +693,11 @@ mod tests {
             include_str!("../../../../examples/kafka-to-files.toml"),
             include_str!("../../../../examples/kafka-to-s3.toml"),
         ] {
-            let PipelineFile::Sink(config) = PipelineFile::from_toml(text, "t.toml", &env).unwrap()
-            else {
-                panic!("expected a sink pipeline");
-            };
+            let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
             assert_eq!(config.kafka().topics, ["orders"]);
         }
         let text = include_str!("../../../../examples/kafka-to-s3.toml");
-        let PipelineFile::Sink(config) = PipelineFile::from_toml(text, "t.toml", &env).unwrap()
-        else {
-            panic!("expected a sink pipeline");
-        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
         assert_eq!(config.files().url.as_deref(), Some("s3://bucket/orders"));
         assert_eq!(
             config.files().s3.upload_part_bytes,
@@ -721,21 +708,5 @@ mod tests {
         ));
         let keys: Vec<_> = issues.into_iter().map(|i| i.key).collect();
         assert_eq!(keys, ["sink.files.url", "sink.files.s3.upload_part_bytes"]);
-    }
-
-    #[test]
-    fn cdc_files_still_load_as_cdc() {
-        let text = r#"
-            name = "orders"
-            [source.postgres]
-            url = "postgres://postgres@127.0.0.1:5432/postgres"
-            schemas = ["public"]
-            [kafka]
-            brokers = "127.0.0.1:9092"
-        "#;
-        assert!(matches!(
-            PipelineFile::from_toml(text, "t.toml", &env).unwrap(),
-            PipelineFile::Cdc(_)
-        ));
     }
 }

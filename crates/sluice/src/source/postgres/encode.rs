@@ -691,6 +691,27 @@ pub fn key_differs(rel: &RelationInfo, old: &TupleData, new: &TupleData) -> bool
     })
 }
 
+impl crate::config::PostgresSourceConfig {
+    /// The treatment of `schema.table.column`.
+    pub fn column_treatment(&self, qualified_column: &str) -> ColumnTreatment {
+        let rules = &self.columns;
+        let any = |patterns: &[String]| {
+            patterns
+                .iter()
+                .any(|p| crate::config::glob_matches(p, qualified_column))
+        };
+        if any(&rules.exclude) {
+            ColumnTreatment::Exclude
+        } else if any(&rules.hash) {
+            ColumnTreatment::Hash
+        } else if any(&rules.mask) {
+            ColumnTreatment::Mask
+        } else {
+            ColumnTreatment::Keep
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
