@@ -156,6 +156,22 @@ pub enum DeliveryEvent {
         /// Its bookkeeping.
         delivery: Box<Delivery>,
     },
+    /// A change could not be encoded (a bug in sluice, e.g. a value it cannot render): it
+    /// produced no records; the pipeline applies its policy (stop with the change's position,
+    /// or dead-letter a description of it) and acknowledges its bookkeeping.
+    EncodeFailed {
+        /// Why (the panic's message).
+        reason: String,
+        /// The topic its records were meant for.
+        topic: Arc<str>,
+        /// Where the change is in the source, as operators read it, e.g. `commit LSN 0/1A2B,
+        /// index 3, table public.orders`.
+        position: String,
+        /// A JSON description of the change for the dead-letter topic (no values).
+        description: Vec<u8>,
+        /// The bookkeeping of each record the change was to become.
+        deliveries: Vec<Box<Delivery>>,
+    },
 }
 
 /// Broker reachability as librdkafka reports it.

@@ -163,6 +163,13 @@ pub async fn run(
                         DeliveryEvent::Failed { error, record, .. } => {
                             return Err(refused(&error, &record.topic));
                         }
+                        DeliveryEvent::EncodeFailed { reason, position, .. } => {
+                            return Err(PipelineError::fatal_with(
+                                format!("cannot encode the snapshot row at {position}"),
+                                "this is a bug in sluice: report it with the table's column types",
+                                std::io::Error::other(reason),
+                            ));
+                        }
                     }
                 }
             }

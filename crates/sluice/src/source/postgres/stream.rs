@@ -175,8 +175,16 @@ struct Admitted {
     permit: Arc<InFlightPermit>,
 }
 
-/// A batch being encoded on the blocking pool: records with their bookkeeping, in order.
-type EncodedBatch = JoinHandle<Vec<(OutRecord, Box<Delivery>)>>;
+/// What encoding made of one admitted item.
+enum Encoded {
+    /// A record with its bookkeeping.
+    Record(OutRecord, Box<Delivery>),
+    /// The change could not be encoded: what the pipeline needs to apply its policy.
+    Failed(DeliveryEvent),
+}
+
+/// A batch being encoded on the blocking pool, in order.
+type EncodedBatch = JoinHandle<Vec<Encoded>>;
 
 /// The transaction being received.
 struct OpenTransaction {
@@ -1300,7 +1308,77 @@ impl StreamRun<'_> {
                 record,
                 delivery,
             } => self.on_failed(error, record, delivery).await,
+            DeliveryEvent::EncodeFailed {
+                reason,
+                topic,
+                position,
+                description,
+                deliveries,
+            } => {
+                self.on_encode_failed(reason, topic, position, description, deliveries)
+                    .await
+            }
         }
+    }
+
+    /// A change that could not be encoded: stop with its position, or dead-letter a
+    /// description of it, per `delivery.on_permanent_error`.
+    async fn on_encode_failed(
+        &mut self,
+        reason: String,
+        topic: Arc<str>,
+        position: String,
+        description: Vec<u8>,
+        mut deliveries: Vec<Box<Delivery>>,
+    ) -> Result<(), PipelineError> {
+        let config = &self.ctx.config;
+        let dead_letter = match (
+            config.delivery.on_permanent_error,
+            config.delivery.dead_letter_topic.as_deref(),
+        ) {
+            (PermanentErrorPolicy::DeadLetter, Some(topic)) => topic.to_owned(),
+            _ => {
+                return Err(PipelineError::fatal_with(
+                    format!(
+                        "cannot encode the change at {position}: {reason}; nothing after it is confirmed to the source, so no data is lost"
+                    ),
+                    "this is a bug in sluice: report it with the table's column types; to go on past such changes, set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic",
+                    std::io::Error::other(reason),
+                ));
+            }
+        };
+        tracing::error!(
+            position,
+            reason,
+            dead_letter,
+            "a change could not be encoded: dead-lettering a description of it"
+        );
+        self.ctx.metrics.dead_lettered.increment(1);
+        // Its other records (a tombstone, a key change's create) are not written: acknowledge
+        // their places in the watermark now; the first place waits for the dead letter.
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        let first = deliveries.remove(0);
+        for delivery in deliveries {
+            self.tracker
+                .ack(delivery.seq)
+                .map_err(|e| internal("acknowledgement", e))?;
+        }
+        let headers = vec![
+            (
+                dead_letter::HEADER_REASON.into(),
+                format!("cannot encode the change: {reason}"),
+            ),
+            (dead_letter::HEADER_TOPIC.into(), topic.to_string()),
+        ];
+        let record = OutRecord {
+            topic: Arc::from(dead_letter.as_str()),
+            key: None,
+            value: Some(description),
+            headers,
+        };
+        self.send_dead_letter(record, first).await
     }
 
     async fn on_failed(
@@ -1363,6 +1441,15 @@ impl StreamRun<'_> {
             value,
             headers,
         };
+        self.send_dead_letter(dlq, delivery).await
+    }
+
+    /// Sends a dead-letter record; its delivery report acknowledges `delivery`'s place.
+    async fn send_dead_letter(
+        &mut self,
+        dlq: OutRecord,
+        delivery: Box<Delivery>,
+    ) -> Result<(), PipelineError> {
         let (mut dlq, mut delivery) = (dlq, delivery);
         loop {
             match try_send(&self.producer, dlq, delivery) {
@@ -1478,13 +1565,30 @@ fn encode_batch(
     options: EncodeOptions,
     identity: &SourceIdentity,
     message_metrics: &Arc<TableMetrics>,
-) -> Vec<(OutRecord, Box<Delivery>)> {
+) -> Vec<Encoded> {
     let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
     let mut records = Vec::with_capacity(4);
     for admitted in batch {
         let (table, commit_unix_micros) = match &admitted.item {
             Item::Row(change) => {
-                encode_change(change, options, &mut records);
+                // A panic while encoding one change (a bug: a value sluice cannot render) must
+                // not kill the publisher or come back at the same position on every restart:
+                // it becomes an EncodeFailed event, and the pipeline's policy decides.
+                let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    #[cfg(feature = "failpoints")]
+                    fail::fail_point!("encode::change");
+                    encode_change(change, options, &mut records);
+                }));
+                if let Err(panic) = encoded {
+                    records.clear();
+                    out.push(Encoded::Failed(encode_failure(
+                        change,
+                        &admitted,
+                        options.tombstones,
+                        &panic_message(panic.as_ref()),
+                    )));
+                    continue;
+                }
                 (
                     Arc::clone(&change.relation.metrics),
                     change.commit_unix_micros,
@@ -1510,24 +1614,82 @@ fn encode_batch(
                 table: Arc::clone(&table),
                 bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
             });
-            out.push((record, delivery));
+            out.push(Encoded::Record(record, delivery));
         }
     }
     out
 }
 
-/// The publisher: awaits encoded batches in dispatch order and hands records to the producer.
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// The EncodeFailed event of a change whose encoding panicked with `reason`.
+fn encode_failure(
+    change: &RowChange,
+    admitted: &Admitted,
+    tombstones: bool,
+    reason: &str,
+) -> DeliveryEvent {
+    // As many as admission pushed to the tracker for it.
+    let count = change.record_count(tombstones);
+    let table = change.relation.name.clone();
+    let position = format!(
+        "commit LSN {}, LSN {}, index {} of transaction {}, table {table}",
+        change.commit_lsn, change.lsn, change.tx_index, change.xid
+    );
+    let description = serde_json::to_vec(&serde_json::json!({
+        "table": table,
+        "commit_lsn": change.commit_lsn.to_string(),
+        "lsn": change.lsn.to_string(),
+        "tx_index": change.tx_index,
+        "txId": change.xid,
+        "error": reason,
+    }))
+    .unwrap_or_default();
+    let deliveries = (0..u64::from(count))
+        .map(|offset| {
+            Box::new(Delivery {
+                seq: Seq(admitted.first_seq + offset),
+                permit: Arc::clone(&admitted.permit),
+                commit_unix_micros: change.commit_unix_micros,
+                table: Arc::clone(&change.relation.metrics),
+                bytes: 0,
+            })
+        })
+        .collect();
+    DeliveryEvent::EncodeFailed {
+        reason: reason.to_owned(),
+        topic: Arc::clone(&change.relation.topic),
+        position,
+        description,
+        deliveries,
+    }
+}
+
 async fn publish(
     producer: Arc<PipelineProducer>,
     mut batches: mpsc::Receiver<EncodedBatch>,
     failures: mpsc::UnboundedSender<DeliveryEvent>,
 ) {
     while let Some(handle) = batches.recv().await {
-        let Ok(records) = handle.await else {
+        let Ok(encoded) = handle.await else {
             tracing::error!("an encoding task failed; stopping the publisher");
             return;
         };
-        for (mut record, mut delivery) in records {
+        for item in encoded {
+            let (mut record, mut delivery) = match item {
+                Encoded::Record(record, delivery) => (record, delivery),
+                Encoded::Failed(event) => {
+                    let _ = failures.send(event);
+                    continue;
+                }
+            };
             loop {
                 match try_send(&producer, record, delivery) {
                     Ok(()) => break,
