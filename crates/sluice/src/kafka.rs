@@ -170,7 +170,7 @@ pub enum DeliveryEvent {
         /// A JSON description of the change for the dead-letter topic (no values).
         description: Vec<u8>,
         /// The bookkeeping of each record the change was to become.
-        deliveries: Vec<Box<Delivery>>,
+        deliveries: Vec<Delivery>,
     },
 }
 

@@ -1329,7 +1329,7 @@ impl StreamRun<'_> {
         topic: Arc<str>,
         position: String,
         description: Vec<u8>,
-        mut deliveries: Vec<Box<Delivery>>,
+        mut deliveries: Vec<Delivery>,
     ) -> Result<(), PipelineError> {
         let config = &self.ctx.config;
         let dead_letter = match (
@@ -1378,7 +1378,7 @@ impl StreamRun<'_> {
             value: Some(description),
             headers,
         };
-        self.send_dead_letter(record, first).await
+        self.send_dead_letter(record, Box::new(first)).await
     }
 
     async fn on_failed(
@@ -1653,14 +1653,12 @@ fn encode_failure(
     }))
     .unwrap_or_default();
     let deliveries = (0..u64::from(count))
-        .map(|offset| {
-            Box::new(Delivery {
-                seq: Seq(admitted.first_seq + offset),
-                permit: Arc::clone(&admitted.permit),
-                commit_unix_micros: change.commit_unix_micros,
-                table: Arc::clone(&change.relation.metrics),
-                bytes: 0,
-            })
+        .map(|offset| Delivery {
+            seq: Seq(admitted.first_seq + offset),
+            permit: Arc::clone(&admitted.permit),
+            commit_unix_micros: change.commit_unix_micros,
+            table: Arc::clone(&change.relation.metrics),
+            bytes: 0,
         })
         .collect();
     DeliveryEvent::EncodeFailed {
