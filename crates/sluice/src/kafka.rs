@@ -52,6 +52,20 @@ pub const CDC_PRODUCER_DEFAULTS: &[(&str, &str)] = &[
     ("statistics.interval.ms", "5000"),
 ];
 
+/// The `batch.size` a producer made by [`producer_config`] with `batch_size_cap` uses, unless
+/// `batch.size` is set explicitly (then `None`: the operator's choice is kept).
+pub fn effective_batch_size(kafka: &KafkaConfig, batch_size_cap: Option<u64>) -> Option<u64> {
+    if kafka.producer.contains_key("batch.size") {
+        return None;
+    }
+    let default = CDC_PRODUCER_DEFAULTS
+        .iter()
+        .find(|(key, _)| *key == "batch.size")
+        .and_then(|(_, value)| value.parse::<u64>().ok())
+        .unwrap_or(1_000_000);
+    Some(batch_size_cap.map_or(default, |cap| cap.min(default)))
+}
+
 /// The producer's librdkafka configuration: defaults, the pipeline's overrides, and the queue
 /// limits derived from the in-flight budget (so that librdkafka's queue never fills before the
 /// budget does).

@@ -219,9 +219,8 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Caps a Kafka client's produce rate with a broker quota (`producer_byte_rate`), or lifts the
-/// cap (`None`), through Kafka's own `ConfigCommand` from the dev stack's jars.
-fn throttle_producer(client_id: &str, bytes_per_s: Option<u64>) {
+/// Runs Kafka's own `ConfigCommand` (from the dev stack's jars) with `--alter` and `args`.
+fn kafka_config_alter(args: &[&str]) {
     let libs = std::env::var("KAFKA_LIBS")
         .unwrap_or_else(|_| panic!("KAFKA_LIBS is not set: eval \"$(scripts/dev-stack env)\""));
     let output = Command::new("java")
@@ -232,24 +231,37 @@ fn throttle_producer(client_id: &str, bytes_per_s: Option<u64>) {
             "kafka.admin.ConfigCommand",
         ])
         .args(["--bootstrap-server", &stack().brokers, "--alter"])
-        .args(match bytes_per_s {
-            Some(rate) => [
-                "--add-config".to_owned(),
-                format!("producer_byte_rate={rate}"),
-            ],
-            None => [
-                "--delete-config".to_owned(),
-                "producer_byte_rate".to_owned(),
-            ],
-        })
-        .args(["--entity-type", "clients", "--entity-name", client_id])
+        .args(args)
         .output()
         .expect("run kafka.admin.ConfigCommand");
     assert!(
         output.status.success(),
-        "setting the quota failed: {}",
+        "kafka ConfigCommand {args:?} failed: {}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// Caps a Kafka client's produce rate with a broker quota (`producer_byte_rate`), or lifts the
+/// cap (`None`).
+fn throttle_producer(client_id: &str, bytes_per_s: Option<u64>) {
+    let config = match bytes_per_s {
+        Some(rate) => [
+            "--add-config".to_owned(),
+            format!("producer_byte_rate={rate}"),
+        ],
+        None => [
+            "--delete-config".to_owned(),
+            "producer_byte_rate".to_owned(),
+        ],
+    };
+    kafka_config_alter(&[
+        &config[0],
+        &config[1],
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        client_id,
+    ]);
 }
 
 /// A backlog on one partition while Kafka takes records far more slowly than PostgreSQL sends
@@ -809,6 +821,91 @@ async fn an_encoder_failure_stops_with_the_position_and_loses_nothing() {
     let mut ids: Vec<i64> = per_id.keys().copied().collect();
     ids.sort_unstable();
     assert_eq!(ids, (1..=10).collect::<Vec<_>>(), "{}", sluice.log_text());
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// Sets the cluster-wide default `message.max.bytes` (the default `max.message.bytes` of new
+/// topics) for as long as it lives.
+struct SmallerDefaultMessageSize;
+
+impl SmallerDefaultMessageSize {
+    fn set(bytes: u64) -> Self {
+        kafka_config_alter(&[
+            "--add-config",
+            &format!("message.max.bytes={bytes}"),
+            "--entity-type",
+            "brokers",
+            "--entity-default",
+        ]);
+        Self
+    }
+}
+
+impl Drop for SmallerDefaultMessageSize {
+    fn drop(&mut self) {
+        kafka_config_alter(&[
+            "--delete-config",
+            "message.max.bytes",
+            "--entity-type",
+            "brokers",
+            "--entity-default",
+        ]);
+    }
+}
+
+/// A topic created while running that takes smaller batches (`max.message.bytes`) than the
+/// producer's `batch.size` restarts the run with `batch.size` lowered to it, instead of having
+/// batches of small records refused: every row of the new table arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_created_while_running_lowers_the_batch_size() {
+    let _broker = broker_exclusive().await;
+    let name = unique("batchcap");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(
+        &name,
+        &name,
+        &name,
+        port,
+        "[kafka.producer]\n\"compression.type\" = \"none\"\n\"linger.ms\" = \"50\"\n",
+    )
+    .replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\ntable_refresh_interval_ms = 500\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    const LIMIT: u64 = 150_000;
+    let smaller = tokio::task::spawn_blocking(|| SmallerDefaultMessageSize::set(LIMIT))
+        .await
+        .unwrap();
+    // 300 rows of ~1 kB in one transaction: uncompressed batches of ~300 kB at batch.size 1 MB.
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {name}.big (id bigint PRIMARY KEY, payload text); \
+             INSERT INTO {name}.big SELECT g, repeat(md5(g::text), 32) FROM generate_series(1, 300) g"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.big");
+    let (per_id, _) =
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 300, Duration::from_secs(90)))
+            .await
+            .unwrap();
+    assert_eq!(per_id.len(), 300, "every row\n{}", sluice.log_text());
+    assert!(
+        sluice
+            .log_text()
+            .contains(&format!("takes batches of at most {LIMIT} bytes")),
+        "{}",
+        sluice.log_text()
+    );
+    tokio::task::spawn_blocking(move || drop(smaller))
+        .await
+        .unwrap();
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }

@@ -106,6 +106,9 @@ pub struct RunContext {
     pub metrics: PipelineMetrics,
     /// The no-progress watchdog's memory, kept across runs so restarts don't reset it.
     pub progress: Arc<std::sync::Mutex<ProgressWatch>>,
+    /// The smallest `max.message.bytes` of a topic created while running (0: none), kept
+    /// across runs so the next producer's `batch.size` fits it.
+    pub batch_size_cap: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// A PostgreSQL → Kafka pipeline as the supervisor ([`crate::runtime::supervisor`]) runs it:
@@ -116,6 +119,7 @@ pub struct CdcPipeline {
     board: Arc<StatusBoard>,
     metrics: PipelineMetrics,
     progress: Arc<std::sync::Mutex<ProgressWatch>>,
+    batch_size_cap: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl CdcPipeline {
@@ -126,6 +130,7 @@ impl CdcPipeline {
             board,
             metrics: PipelineMetrics::new(),
             progress: Arc::default(),
+            batch_size_cap: Arc::default(),
         }
     }
 }
@@ -144,6 +149,7 @@ impl Supervised for CdcPipeline {
             shutdown: stop,
             metrics: self.metrics.clone(),
             progress: Arc::clone(&self.progress),
+            batch_size_cap: Arc::clone(&self.batch_size_cap),
         };
         run_once(&ctx).await.map(|()| RunEnd::Finished)
     }
@@ -261,7 +267,16 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
         known_topics.extend(topics.iter().cloned());
     }
-    let batch_size_cap = kafka::smallest_max_message_bytes(&config.kafka, &topics).await?;
+    // Topics created while running may accept smaller batches than these: the smallest limit
+    // seen so far is kept across runs (see `ensure_topic`).
+    let learned = ctx
+        .batch_size_cap
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let batch_size_cap = kafka::smallest_max_message_bytes(&config.kafka, &topics)
+        .await?
+        .into_iter()
+        .chain((learned > 0).then_some(learned))
+        .min();
     tracing::info!(
         slot = %slot_name,
         confirmed_flush = %slot.confirmed_flush,
@@ -423,6 +438,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
         silence: SilenceWatch::new(config.postgres().silence_timeout_ms, Instant::now()),
+        batch_size: kafka::effective_batch_size(&config.kafka, batch_size_cap),
     };
     let result = run.run(delivery_rx).await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
@@ -494,6 +510,8 @@ struct StreamRun<'a> {
     new_tables: Vec<(Lsn, String)>,
     /// How long the replication connection has been silent while read.
     silence: SilenceWatch,
+    /// The producer's `batch.size` when sluice chose it (`None`: set by the operator).
+    batch_size: Option<u64>,
 }
 
 /// Acknowledged records, bytes and latencies between two status ticks.
@@ -1149,6 +1167,26 @@ impl StreamRun<'_> {
         )
         .await?;
         self.known_topics.insert(topic.to_owned());
+        // The broker checks max.message.bytes against whole batches: a topic that takes less
+        // than the producer's batch.size would refuse batches of small records. The producer's
+        // batch.size is fixed, so the run restarts with the lower cap (kept across runs).
+        if let Some(batch_size) = self.batch_size {
+            let limit =
+                kafka::smallest_max_message_bytes(&config.kafka, &[topic.to_owned()]).await?;
+            if let Some(limit) = limit.filter(|limit| *limit < batch_size) {
+                let _ = self.ctx.batch_size_cap.fetch_update(
+                    std::sync::atomic::Ordering::Relaxed,
+                    std::sync::atomic::Ordering::Relaxed,
+                    |cap| Some(if cap == 0 { limit } else { cap.min(limit) }),
+                );
+                return Err(PipelineError::retryable(
+                    format!(
+                        "topic {topic} takes batches of at most {limit} bytes (max.message.bytes), less than the producer's batch.size {batch_size}: restarting with batch.size = {limit}"
+                    ),
+                    std::io::Error::other("batch.size above a new topic's max.message.bytes"),
+                ));
+            }
+        }
         Ok(())
     }
 
