@@ -9,8 +9,12 @@
 //! release builds carry no crash points and read no such variable.
 //!
 //! The points:
-//! - `snapshot::chunks_recorded`: after finished snapshot chunks were recorded in the state
-//!   file (once per batch of chunks that finished together).
+//! - `snapshot::chunks_recorded` (crash): after finished snapshot chunks were recorded in the
+//!   state file (once per batch of chunks that finished together).
+//! - `encode::change` (the `fail` crate's actions, e.g. `panic(msg)`): before a row change is
+//!   encoded.
+//! - `stream::refresh_tables` (delay): an async wait of `return(MS)` milliseconds before the
+//!   captured tables are listed, e.g. `stream::refresh_tables=1*return(25000)->off`.
 
 /// Arms the crash points named in `FAILPOINTS`; the returned guard keeps them for the
 /// process's life.
@@ -34,6 +38,22 @@ macro_rules! crash_point {
         {
             if fail::eval($name, |_| ()).is_some() {
                 $crate::failpoint::crash($name);
+            }
+        }
+    };
+}
+
+/// A delay point: when the test armed `$name` with `return(MS)`, waits MS milliseconds
+/// (asynchronously: the runtime's thread goes on) before going on.
+#[macro_export]
+macro_rules! delay_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            let delay = fail::eval($name, |arg| arg.and_then(|ms| ms.parse::<u64>().ok()));
+            if let Some(Some(ms)) = delay {
+                tracing::warn!(point = $name, ms, "failpoint: delaying");
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             }
         }
     };

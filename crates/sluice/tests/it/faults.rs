@@ -909,3 +909,54 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// Nothing the replication loop waits for besides the stream holds it longer than its
+/// deadline (20 s, below wal_sender_timeout): a table refresh that hangs (the
+/// `stream::refresh_tables` delay point, 25 s) ends the run with the operation named, the run
+/// restarts, and the changes made meanwhile arrive.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_loop_operation_is_cut_at_the_loop_deadline() {
+    let _broker = broker_shared().await;
+    let name = unique("loopdeadline");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\n",
+    );
+    let sluice = Sluice::start_with_env(
+        &dir,
+        &toml,
+        port,
+        vec![(
+            "FAILPOINTS".to_owned(),
+            "stream::refresh_tables=1*return(25000)->off".to_owned(),
+        )],
+    );
+    wait_until("the refresh to hang", Duration::from_secs(60), || {
+        sluice.log_text().contains("failpoint: delaying")
+    });
+    insert_range(&client, &name, 0, 100, 100).await;
+    let started = Instant::now();
+    wait_until(
+        "the loop deadline to cut the refresh",
+        Duration::from_secs(40),
+        || {
+            sluice
+                .log_text()
+                .contains("refreshing the captured tables took longer than 20 s")
+        },
+    );
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(25), "cut after {waited:?}");
+    let topic = format!("{name}.{name}.t");
+    let (per_id, _) =
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 100, Duration::from_secs(60)))
+            .await
+            .unwrap();
+    assert_eq!(per_id.len(), 100, "{}", sluice.log_text());
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

@@ -973,7 +973,23 @@ impl IncrementalRun {
         let mut chunk = self.chunk.take()?;
         let result = match chunk.result.take() {
             Some(result) => result,
-            None => join(chunk.task.take()).await,
+            // The loop waits for the read only so long (see `stream::LOOP_DEADLINE`): a chunk
+            // still being read then is given up and read again later.
+            None => {
+                match tokio::time::timeout(super::stream::LOOP_DEADLINE, join(chunk.task.take()))
+                    .await
+                {
+                    Ok(result) => result,
+                    Err(_) => {
+                        tracing::warn!(
+                            table = %chunk.table,
+                            "incremental snapshot: the chunk's read outlasted the loop's deadline; reading it again later"
+                        );
+                        self.retry_at = Some(Instant::now() + REREAD_AFTER);
+                        return None;
+                    }
+                }
+            }
         };
         let rows = match result {
             Ok(rows) => rows,

@@ -93,6 +93,30 @@ const ENCODE_QUEUE: usize = 16;
 const READ_BURST: usize = 2048;
 /// How long a graceful shutdown waits for in-flight records.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+/// The longest the replication loop waits for anything but the stream itself (catalog
+/// look-ups, topic creation, TOAST re-reads, table refreshes and publication changes, an
+/// incremental chunk's read): below PostgreSQL's default `wal_sender_timeout` (60 s), so the
+/// status updates that keep the connection alive are never held back long enough for the
+/// server to drop it. Past it the run restarts with the operation named.
+pub(super) const LOOP_DEADLINE: Duration = Duration::from_secs(20);
+
+/// Awaits `operation` for at most [`LOOP_DEADLINE`]; a retryable error naming `what` past it.
+async fn bounded<T>(
+    what: &str,
+    operation: impl std::future::Future<Output = Result<T, PipelineError>>,
+) -> Result<T, PipelineError> {
+    tokio::time::timeout(LOOP_DEADLINE, operation)
+        .await
+        .unwrap_or_else(|elapsed| {
+            Err(PipelineError::retryable(
+                format!(
+                    "{what} took longer than {} s, the longest the replication loop waits (its status updates must keep flowing); restarting",
+                    LOOP_DEADLINE.as_secs()
+                ),
+                elapsed,
+            ))
+        })
+}
 
 /// Everything a run needs from outside.
 pub struct RunContext {
@@ -591,7 +615,7 @@ impl StreamRun<'_> {
                         Silence::Dead(silent) => return Err(silent_connection(silent)),
                     };
                     self.checkpoint(ping).await?;
-                    self.refresh_tables().await?;
+                    bounded("refreshing the captured tables", self.refresh_tables()).await?;
                     self.incremental.poll(self.last_checkpoint).await;
                     self.ctx.board.add_acknowledged(
                         std::mem::take(&mut self.window.records),
@@ -760,8 +784,12 @@ impl StreamRun<'_> {
                 let key_changed = old.as_ref().is_some_and(|old| key_differs(&rel, old, &new));
                 let mut new = new;
                 if self.ctx.config.postgres().unchanged_toast == UnchangedToast::Reread {
-                    self.reread_toast(&rel, old.as_ref().filter(|_| !old_is_key_only), &mut new)
-                        .await?;
+                    let old = old.as_ref().filter(|_| !old_is_key_only);
+                    bounded(
+                        "re-reading unchanged TOASTed values",
+                        self.reread_toast(&rel, old, &mut new),
+                    )
+                    .await?;
                 }
                 let kind = ChangeKind::Update {
                     old,
@@ -846,7 +874,11 @@ impl StreamRun<'_> {
 
     async fn on_relation(&mut self, relation: pgoutput::Relation) -> Result<(), PipelineError> {
         let qualified = format!("{}.{}", relation.namespace, relation.name);
-        let mut key_names = self.catalog.primary_key(relation.id).await?;
+        let mut key_names = bounded(
+            "looking up the table's primary key",
+            self.catalog.primary_key(relation.id),
+        )
+        .await?;
         if key_names.is_empty() && relation.replica_identity != ReplicaIdentity::Full {
             // No primary key: use the replica identity's columns (a unique index), if any.
             key_names = relation
@@ -1101,6 +1133,7 @@ impl StreamRun<'_> {
     /// found, snapshots them (`snapshot_new_tables`) — even when no change of theirs has
     /// been streamed.
     async fn refresh_tables(&mut self) -> Result<(), PipelineError> {
+        crate::delay_point!("stream::refresh_tables");
         let received = self.received;
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.new_tables)
             .into_iter()
@@ -1156,6 +1189,11 @@ impl StreamRun<'_> {
     }
 
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
+        let what = format!("creating topic {topic}");
+        bounded(&what, self.ensure_topic_unbounded(topic)).await
+    }
+
+    async fn ensure_topic_unbounded(&mut self, topic: &str) -> Result<(), PipelineError> {
         let config = &self.ctx.config;
         if !config.kafka.create_topics || self.known_topics.contains(topic) {
             return Ok(());
