@@ -166,11 +166,9 @@ fn filter_lines(
 }
 
 async fn check_kafka(config: &PipelineConfig) -> Result<String, PipelineError> {
-    let brokers = config.kafka.brokers.clone();
+    let client = crate::kafka::client_config(&config.kafka.brokers, &config.kafka.client);
     let metadata = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .create()?;
+        let consumer: BaseConsumer = client.create()?;
         consumer.fetch_metadata(None, Duration::from_secs(10))
     })
     .await
@@ -200,8 +198,7 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     println!("pipeline {:?}: configuration is valid", config.name);
     let kafka = config.kafka();
-    let metadata = ClientConfig::new()
-        .set("bootstrap.servers", &kafka.brokers)
+    let metadata = crate::kafka::client_config(&kafka.brokers, &kafka.client)
         .create::<BaseConsumer>()
         .and_then(|consumer| consumer.fetch_metadata(None, Duration::from_secs(10)));
     match metadata {

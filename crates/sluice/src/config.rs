@@ -1,9 +1,12 @@
 //! The pipeline file: one TOML document per pipeline.
 //!
-//! Loading goes in three steps, all before any I/O:
+//! Loading goes in three steps, all before any network I/O:
 //! 1. parse the TOML;
 //! 2. replace `${NAME}` and `${NAME:-default}` in every string value with the environment's
-//!    value (a missing variable without a default is an error that names the key);
+//!    value (a missing variable without a default is an error that names the key), and
+//!    `${file:PATH}` with a file's contents without its trailing newline (a secret, e.g. a
+//!    password mounted at `/run/secrets/…`; an unreadable file is an error that names the key
+//!    and the path, never the contents);
 //! 3. deserialize strictly (unknown keys are errors that name the key's path and the keys that
 //!    are allowed there) and [`PipelineConfig::validate`] every field, collecting all errors.
 //!
@@ -329,7 +332,12 @@ pub struct KafkaConfig {
     pub topic_partitions: u32,
     /// Replication factor of the topics sluice creates; unset = the broker's default.
     pub topic_replication_factor: Option<u16>,
-    /// librdkafka producer properties by their own names; they override sluice's defaults.
+    /// librdkafka properties for every client sluice makes (producer, admin, metadata):
+    /// security (`security.protocol`, `ssl.*`, `sasl.*`) and the like, by their own names.
+    #[serde(default)]
+    pub client: BTreeMap<String, String>,
+    /// librdkafka producer properties by their own names; they override sluice's defaults and
+    /// `[kafka.client]`.
     #[serde(default)]
     pub producer: BTreeMap<String, String>,
     /// Accept producer overrides that break sluice's guarantees (idempotence off, `acks` other
@@ -1179,7 +1187,25 @@ fn interpolate(
     }
 }
 
-/// Expands `${NAME}` and `${NAME:-default}`; `$$` is a literal `$`.
+/// Expands `${NAME}`, `${NAME:-default}` and `${file:PATH}`; `$$` is a literal `$`.
+/// The contents of a secret file for `${file:PATH}`, without one trailing newline (as secrets
+/// mounted by Docker or Kubernetes, or written with `echo`, usually end). The error names the
+/// path, never the contents.
+fn read_secret_file(path: &str) -> Result<String, String> {
+    if path.is_empty() {
+        return Err("${file:} needs a path, e.g. ${file:/run/secrets/pg_password}".to_owned());
+    }
+    let mut text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read the secret file {path}: {e}"))?;
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    Ok(text)
+}
+
 fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -1190,9 +1216,15 @@ fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, St
             out.push('$');
             rest = after;
         } else if let Some(body) = after.strip_prefix('{') {
+            // The text is not quoted back: it may hold a secret.
             let end = body.find('}').ok_or_else(|| {
-                format!("unterminated ${{ in {text:?}: expected ${{NAME}} or ${{NAME:-default}}")
+                "unterminated ${: expected ${NAME}, ${NAME:-default} or ${file:/path}".to_owned()
             })?;
+            if let Some(path) = body[..end].strip_prefix("file:") {
+                out.push_str(&read_secret_file(path)?);
+                rest = &body[end + 1..];
+                continue;
+            }
             let (name, default) = match body[..end].split_once(":-") {
                 Some((name, default)) => (name, Some(default)),
                 None => (&body[..end], None),
@@ -1297,6 +1329,31 @@ mod tests {
              \"max.in.flight.requests.per.connection\" = \"5\"\n";
         let text = MINIMAL.replace("[kafka]\n", &format!("{safe}[kafka]\n"));
         PipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
+    }
+
+    #[test]
+    fn a_value_can_come_from_a_secret_file_and_errors_never_quote_it() {
+        let dir = std::env::temp_dir().join(format!("sluice-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pg_password");
+        std::fs::write(&file, "s3cr3t-p4ss\n").unwrap();
+        let text = MINIMAL.replace(
+            "${PG_URL}",
+            &format!("postgres://sluice:${{file:{}}}@db:5432/app", file.display()),
+        );
+        let config = PipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
+        assert_eq!(config.postgres().url, "postgres://sluice:s3cr3t-p4ss@db:5432/app");
+        let missing = MINIMAL.replace("${PG_URL}", "${file:/no/such/secret}");
+        let problems = issues(&missing);
+        assert_eq!(problems[0].key, "source.postgres.url");
+        assert!(
+            problems[0].problem.contains("cannot read the secret file /no/such/secret"),
+            "{problems:?}"
+        );
+        let unterminated = MINIMAL.replace("${PG_URL}", "postgres://u:hunter2@db/${DB");
+        let problems = issues(&unterminated);
+        assert!(!problems[0].problem.contains("hunter2"), "{problems:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

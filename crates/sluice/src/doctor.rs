@@ -592,12 +592,68 @@ async fn pipeline_tables(
     Ok(())
 }
 
+/// Whether `host` (of `host:port`) is this machine.
+fn is_loopback(host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `kafka.plaintext`: brokers off this machine reached without TLS (`PLAINTEXT` or
+/// `SASL_PLAINTEXT`): records, and SASL passwords with PLAIN, cross the network readable.
+fn unencrypted_kafka(
+    brokers: &str,
+    client: &std::collections::BTreeMap<String, String>,
+) -> Option<Finding> {
+    let protocol = client
+        .get("security.protocol")
+        .filter(|p| !p.is_empty())
+        .map_or("PLAINTEXT".to_owned(), |p| p.to_ascii_uppercase());
+    if protocol != "PLAINTEXT" && protocol != "SASL_PLAINTEXT" {
+        return None;
+    }
+    let remote: Vec<&str> = brokers
+        .split(',')
+        .map(str::trim)
+        .filter(|b| !b.is_empty())
+        .filter(|b| {
+            let host = b.rsplit_once(':').map_or(*b, |(host, _)| host);
+            !is_loopback(host)
+        })
+        .collect();
+    if remote.is_empty() {
+        return None;
+    }
+    Some(finding(
+        "kafka.plaintext",
+        Severity::Warning,
+        format!(
+            "Kafka at {} is reached over {protocol}: records (and PLAIN passwords) cross the network unencrypted",
+            remote.join(",")
+        ),
+        &[
+            ("brokers", remote.join(",").into()),
+            ("security.protocol", protocol.clone().into()),
+        ],
+        "use the brokers' TLS listener: [kafka.client] \"security.protocol\" = \"SASL_SSL\" (or \"SSL\"), with ssl.ca.location for a private CA",
+    ))
+}
+
 async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding>) {
-    let client_brokers = brokers.to_owned();
+    // The pipeline's [kafka.client] (security) when a pipeline is given.
+    let common = target
+        .pipeline
+        .as_ref()
+        .map(|p| p.kafka.client.clone())
+        .unwrap_or_default();
+    if let Some(found) = unencrypted_kafka(brokers, &common) {
+        findings.push(found);
+    }
+    let client = crate::kafka::client_config(brokers, &common);
     let metadata = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &client_brokers)
-            .create()?;
+        let consumer: BaseConsumer = client.create()?;
         consumer.fetch_metadata(None, Duration::from_secs(10))
     })
     .await;
@@ -662,8 +718,7 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
             }
         }
     }
-    let admin: AdminClient<DefaultClientContext> = match ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+    let admin: AdminClient<DefaultClientContext> = match crate::kafka::client_config(brokers, &common)
         .create()
     {
         Ok(admin) => admin,
@@ -1098,4 +1153,20 @@ mod tests {
         );
         assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");
     }
+    #[test]
+    fn plaintext_to_a_remote_broker_is_a_finding() {
+        use std::collections::BTreeMap;
+        let none = BTreeMap::new();
+        assert!(unencrypted_kafka("127.0.0.1:9092,localhost:9093,[::1]:9094", &none).is_none());
+        let found = unencrypted_kafka("127.0.0.1:9092,kafka-1.prod:9092", &none).expect("remote");
+        assert_eq!(found.code, "kafka.plaintext");
+        assert!(found.summary.contains("kafka-1.prod:9092"), "{}", found.summary);
+        let sasl_plain: BTreeMap<String, String> =
+            [("security.protocol".to_owned(), "sasl_plaintext".to_owned())].into();
+        assert!(unencrypted_kafka("10.0.0.5:9092", &sasl_plain).is_some());
+        let tls: BTreeMap<String, String> =
+            [("security.protocol".to_owned(), "SASL_SSL".to_owned())].into();
+        assert!(unencrypted_kafka("kafka-1.prod:9093", &tls).is_none());
+    }
+
 }

@@ -66,6 +66,99 @@ pub fn effective_batch_size(kafka: &KafkaConfig, batch_size_cap: Option<u64>) ->
     Some(batch_size_cap.map_or(default, |cap| cap.min(default)))
 }
 
+/// What an operator must change when librdkafka reports `reason` for a connection: bad
+/// credentials, an untrusted or expired certificate, a name mismatch, a client and a listener
+/// that disagree about TLS or SASL. `None` for errors that retrying may fix (a broker down).
+pub fn connection_fix(reason: &str) -> Option<String> {
+    let r = reason.to_ascii_lowercase();
+    let fix = if r.contains("sasl authentication error") || r.contains("invalid credentials") {
+        "Kafka refused the credentials: check sasl.username and sasl.password in [kafka.client] (or [source.kafka.client]), and that sasl.mechanism is one the broker enables (sasl.enabled.mechanisms)"
+    } else if r.contains("unsupported sasl mechanism") || r.contains("mechanism") && r.contains("not enabled") {
+        "the broker does not enable this sasl.mechanism: set [kafka.client] sasl.mechanism to one of the listener's sasl.enabled.mechanisms (e.g. SCRAM-SHA-512, PLAIN)"
+    } else if r.contains("certificate has expired") || r.contains("certificate expired") {
+        "the broker's certificate has expired: renew it on the broker (sluice checks its validity period)"
+    } else if r.contains("hostname mismatch") || r.contains("does not match") && r.contains("certificate") {
+        "the broker's certificate does not name the address sluice connects to: use a broker address the certificate names (kafka.brokers and the broker's advertised.listeners), or fix the certificate's subject alternative names"
+    } else if r.contains("certificate verify failed") || r.contains("could not be verified") {
+        "the broker's certificate is not signed by a CA sluice trusts: set [kafka.client] ssl.ca.location to the PEM file of the CA that signed it (managed services signed by a public CA need no setting)"
+    } else if r.contains("incorrect security.protocol") || r.contains("connecting to a ssl listener") {
+        "the listener expects TLS (and maybe SASL): set [kafka.client] security.protocol to the listener's (SSL or SASL_SSL) and kafka.brokers to its address"
+    } else if r.contains("wrong version number") || r.contains("packet length too long") || r.contains("ssl handshake failed") && r.contains("eof") {
+        "the listener does not speak TLS: set [kafka.client] security.protocol to PLAINTEXT or SASL_PLAINTEXT for it, or point kafka.brokers at the broker's TLS listener"
+    } else {
+        return None;
+    };
+    Some(fix.to_owned())
+}
+
+/// A client context that keeps the first connection error only an operator can fix (see
+/// [`connection_fix`]), so a command fails at once with it instead of timing out.
+#[derive(Debug, Default)]
+pub struct ConnectionWatch {
+    fatal: Mutex<Option<(String, String)>>,
+}
+
+impl ConnectionWatch {
+    /// The first such error so far: (librdkafka's reason, the fix).
+    pub fn fatal(&self) -> Option<(String, String)> {
+        self.fatal.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Waits until an error only an operator can fix arrives.
+    async fn wait_fatal(&self) -> (String, String) {
+        loop {
+            if let Some(fatal) = self.fatal() {
+                return fatal;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+impl ClientContext for ConnectionWatch {
+    fn error(&self, error: KafkaError, reason: &str) {
+        tracing::warn!(error = %error, reason, "kafka client error");
+        if let Some(fix) = connection_fix(reason) {
+            if let Ok(mut fatal) = self.fatal.lock() {
+                fatal.get_or_insert_with(|| (reason.to_owned(), fix));
+            }
+        }
+    }
+}
+
+/// Runs an admin request (bounded by 45 s), failing at once when the client meets an error
+/// only an operator can fix.
+async fn admin_request<T, E: std::error::Error + Send + Sync + 'static>(
+    admin: &AdminClient<ConnectionWatch>,
+    what: String,
+    request: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, PipelineError> {
+    tokio::select! {
+        result = tokio::time::timeout(Duration::from_secs(45), request) => {
+            result
+                .map_err(|elapsed| PipelineError::retryable(what.clone(), elapsed))?
+                .map_err(|e| PipelineError::retryable(what, e))
+        }
+        (reason, fix) = admin.inner().context().wait_fatal() => {
+            Err(PipelineError::fatal_with(what, fix, std::io::Error::other(reason)))
+        }
+    }
+}
+
+/// A librdkafka client configuration: `bootstrap.servers` and the properties every client of
+/// the pipeline shares (`[kafka.client]`: security and the like; empty values left out).
+/// Role-specific properties (producer, consumer) go on top.
+pub fn client_config(brokers: &str, client: &BTreeMap<String, String>) -> ClientConfig {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", brokers);
+    // Empty values are left out, so a file can take optional settings from the environment
+    // (`"${KAFKA_SECURITY_PROTOCOL:-}"`).
+    for (key, value) in client.iter().filter(|(_, v)| !v.is_empty()) {
+        config.set(key, value);
+    }
+    config
+}
+
 /// The producer's librdkafka configuration: defaults, the pipeline's overrides, and the queue
 /// limits derived from the in-flight budget (so that librdkafka's queue never fills before the
 /// budget does).
@@ -80,8 +173,7 @@ pub fn producer_config(
     max_records: u32,
     batch_size_cap: Option<u64>,
 ) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &kafka.brokers);
+    let mut config = client_config(&kafka.brokers, &kafka.client);
     config.set("client.id", client_id);
     for (key, value) in CDC_PRODUCER_DEFAULTS {
         config.set(*key, *value);
@@ -249,9 +341,13 @@ impl ClientContext for PipelineProducerContext {
         if down {
             self.health.all_brokers_down.store(true, Ordering::Relaxed);
         }
-        tracing::warn!(error = %error, reason, "kafka client error");
+        let fix = connection_fix(reason);
+        tracing::warn!(error = %error, reason, fix = fix.as_deref().unwrap_or(""), "kafka client error");
         if let Ok(mut last) = self.health.last_error.lock() {
-            *last = Some(format!("{error}: {reason}"));
+            *last = Some(match fix {
+                Some(fix) => format!("{error}: {reason} (fix: {fix})"),
+                None => format!("{error}: {reason}"),
+            });
         }
     }
 }
@@ -347,16 +443,7 @@ pub async fn ensure_topics(
     if topics.is_empty() {
         return Ok(());
     }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &kafka.brokers)
-        .create()
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create a Kafka admin client",
-                "check kafka.brokers",
-                e,
-            )
-        })?;
+    let admin = admin_client(kafka)?;
     let replication_factor = kafka.topic_replication_factor.map_or(-1, i32::from);
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
@@ -369,23 +456,12 @@ pub async fn ensure_topics(
         })
         .collect();
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
-    let results = tokio::time::timeout(
-        Duration::from_secs(45),
+    let results = admin_request(
+        &admin,
+        format!("cannot reach Kafka at {} to create topics", kafka.brokers),
         admin.create_topics(&new_topics, &options),
     )
-    .await
-    .map_err(|elapsed| {
-        PipelineError::retryable(
-            format!("cannot reach Kafka at {} to create topics", kafka.brokers),
-            elapsed,
-        )
-    })?
-    .map_err(|e| {
-        PipelineError::retryable(
-            format!("cannot reach Kafka at {} to create topics", kafka.brokers),
-            e,
-        )
-    })?;
+    .await?;
     for result in results {
         match result {
             Ok(topic) => tracing::info!(topic, partitions, "created topic"),
@@ -415,6 +491,19 @@ pub async fn ensure_topics(
     Ok(())
 }
 
+/// An admin client of the pipeline's brokers with its `[kafka.client]` settings.
+fn admin_client(kafka: &KafkaConfig) -> Result<AdminClient<ConnectionWatch>, PipelineError> {
+    client_config(&kafka.brokers, &kafka.client)
+        .create_with_context(ConnectionWatch::default())
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create a Kafka admin client",
+                "check kafka.brokers and the properties in [kafka.client]: each must be a librdkafka property with a valid value",
+                e,
+            )
+        })
+}
+
 /// The smallest `max.message.bytes` among the existing `topics`, if any could be read.
 ///
 /// # Errors
@@ -427,42 +516,19 @@ pub async fn smallest_max_message_bytes(
     if topics.is_empty() {
         return Ok(None);
     }
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", &kafka.brokers)
-        .create()
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create a Kafka admin client",
-                "check kafka.brokers",
-                e,
-            )
-        })?;
+    let admin = admin_client(kafka)?;
     let resources: Vec<ResourceSpecifier<'_>> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
-    let results = tokio::time::timeout(
-        Duration::from_secs(45),
+    let results = admin_request(
+        &admin,
+        format!(
+            "cannot reach Kafka at {} to read topic configs",
+            kafka.brokers
+        ),
         admin.describe_configs(&resources, &options),
     )
-    .await
-    .map_err(|e| {
-        PipelineError::retryable(
-            format!(
-                "cannot reach Kafka at {} to read topic configs",
-                kafka.brokers
-            ),
-            e,
-        )
-    })?
-    .map_err(|e| {
-        PipelineError::retryable(
-            format!(
-                "cannot reach Kafka at {} to read topic configs",
-                kafka.brokers
-            ),
-            e,
-        )
-    })?;
+    .await?;
     Ok(results
         .into_iter()
         .filter_map(Result::ok)

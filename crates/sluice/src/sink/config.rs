@@ -100,6 +100,10 @@ pub struct KafkaSourceConfig {
     /// librdkafka consumer properties by their own names (`enable.auto.commit` is always false).
     #[serde(default)]
     pub properties: BTreeMap<String, String>,
+    /// librdkafka properties for every client of the pipeline (consumer, dead-letter producer,
+    /// metadata): security (`security.protocol`, `ssl.*`, `sasl.*`) and the like.
+    #[serde(default)]
+    pub client: BTreeMap<String, String>,
 }
 
 /// The sink section: exactly one sink kind.

@@ -146,9 +146,8 @@ impl Supervised for SinkPipeline {
 /// Builds the consumer's configuration.
 pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
     let kafka = config.kafka();
-    let mut client = ClientConfig::new();
+    let mut client = crate::kafka::client_config(&kafka.brokers, &kafka.client);
     client
-        .set("bootstrap.servers", &kafka.brokers)
         .set("group.id", config.group_id())
         .set("client.id", format!("sluice-{}", config.name));
     for (key, value) in CONSUMER_DEFAULTS {
@@ -230,8 +229,8 @@ fn run_once(
         config.delivery.on_failure,
     ) {
         (Some(topic), FailurePolicy::DeadLetter) => {
-            let producer: FutureProducer = ClientConfig::new()
-                .set("bootstrap.servers", &config.kafka().brokers)
+            let kafka = config.kafka();
+            let producer: FutureProducer = crate::kafka::client_config(&kafka.brokers, &kafka.client)
                 .set("enable.idempotence", "true")
                 .set("acks", "all")
                 .set("linger.ms", "5")
@@ -1361,9 +1360,9 @@ fn fetch_record(
             source,
         )
     };
-    let mut client = ClientConfig::new();
+    let mut client =
+        crate::kafka::client_config(&config.kafka().brokers, &config.kafka().client);
     client
-        .set("bootstrap.servers", &config.kafka().brokers)
         .set(
             "group.id",
             format!("{}-dead-letter-fetch", config.group_id()),

@@ -19,4 +19,5 @@ mod sink_s3;
 mod snapshot;
 mod stack;
 mod support;
+mod tls_kafka;
 mod toast;
