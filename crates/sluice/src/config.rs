@@ -1342,12 +1342,17 @@ mod tests {
             &format!("postgres://sluice:${{file:{}}}@db:5432/app", file.display()),
         );
         let config = PipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
-        assert_eq!(config.postgres().url, "postgres://sluice:s3cr3t-p4ss@db:5432/app");
+        assert_eq!(
+            config.postgres().url,
+            "postgres://sluice:s3cr3t-p4ss@db:5432/app"
+        );
         let missing = MINIMAL.replace("${PG_URL}", "${file:/no/such/secret}");
         let problems = issues(&missing);
         assert_eq!(problems[0].key, "source.postgres.url");
         assert!(
-            problems[0].problem.contains("cannot read the secret file /no/such/secret"),
+            problems[0]
+                .problem
+                .contains("cannot read the secret file /no/such/secret"),
             "{problems:?}"
         );
         let unterminated = MINIMAL.replace("${PG_URL}", "postgres://u:hunter2@db/${DB");

@@ -10,7 +10,6 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -718,12 +717,11 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
             }
         }
     }
-    let admin: AdminClient<DefaultClientContext> = match crate::kafka::client_config(brokers, &common)
-        .create()
-    {
-        Ok(admin) => admin,
-        Err(_) => return,
-    };
+    let admin: AdminClient<DefaultClientContext> =
+        match crate::kafka::client_config(brokers, &common).create() {
+            Ok(admin) => admin,
+            Err(_) => return,
+        };
     let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(20)));
     let broker_key = broker_id.map(|id| id.to_string());
     let mut resources: Vec<ResourceSpecifier<'_>> =
@@ -1160,7 +1158,11 @@ mod tests {
         assert!(unencrypted_kafka("127.0.0.1:9092,localhost:9093,[::1]:9094", &none).is_none());
         let found = unencrypted_kafka("127.0.0.1:9092,kafka-1.prod:9092", &none).expect("remote");
         assert_eq!(found.code, "kafka.plaintext");
-        assert!(found.summary.contains("kafka-1.prod:9092"), "{}", found.summary);
+        assert!(
+            found.summary.contains("kafka-1.prod:9092"),
+            "{}",
+            found.summary
+        );
         let sasl_plain: BTreeMap<String, String> =
             [("security.protocol".to_owned(), "sasl_plaintext".to_owned())].into();
         assert!(unencrypted_kafka("10.0.0.5:9092", &sasl_plain).is_some());
@@ -1168,5 +1170,4 @@ mod tests {
             [("security.protocol".to_owned(), "SASL_SSL".to_owned())].into();
         assert!(unencrypted_kafka("kafka-1.prod:9093", &tls).is_none());
     }
-
 }

@@ -21,7 +21,7 @@ use std::time::Duration;
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Headers, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
@@ -73,17 +73,26 @@ pub fn connection_fix(reason: &str) -> Option<String> {
     let r = reason.to_ascii_lowercase();
     let fix = if r.contains("sasl authentication error") || r.contains("invalid credentials") {
         "Kafka refused the credentials: check sasl.username and sasl.password in [kafka.client] (or [source.kafka.client]), and that sasl.mechanism is one the broker enables (sasl.enabled.mechanisms)"
-    } else if r.contains("unsupported sasl mechanism") || r.contains("mechanism") && r.contains("not enabled") {
+    } else if r.contains("unsupported sasl mechanism")
+        || r.contains("mechanism") && r.contains("not enabled")
+    {
         "the broker does not enable this sasl.mechanism: set [kafka.client] sasl.mechanism to one of the listener's sasl.enabled.mechanisms (e.g. SCRAM-SHA-512, PLAIN)"
     } else if r.contains("certificate has expired") || r.contains("certificate expired") {
         "the broker's certificate has expired: renew it on the broker (sluice checks its validity period)"
-    } else if r.contains("hostname mismatch") || r.contains("does not match") && r.contains("certificate") {
+    } else if r.contains("hostname mismatch")
+        || r.contains("does not match") && r.contains("certificate")
+    {
         "the broker's certificate does not name the address sluice connects to: use a broker address the certificate names (kafka.brokers and the broker's advertised.listeners), or fix the certificate's subject alternative names"
     } else if r.contains("certificate verify failed") || r.contains("could not be verified") {
         "the broker's certificate is not signed by a CA sluice trusts: set [kafka.client] ssl.ca.location to the PEM file of the CA that signed it (managed services signed by a public CA need no setting)"
-    } else if r.contains("incorrect security.protocol") || r.contains("connecting to a ssl listener") {
+    } else if r.contains("incorrect security.protocol")
+        || r.contains("connecting to a ssl listener")
+    {
         "the listener expects TLS (and maybe SASL): set [kafka.client] security.protocol to the listener's (SSL or SASL_SSL) and kafka.brokers to its address"
-    } else if r.contains("wrong version number") || r.contains("packet length too long") || r.contains("ssl handshake failed") && r.contains("eof") {
+    } else if r.contains("wrong version number")
+        || r.contains("packet length too long")
+        || r.contains("ssl handshake failed") && r.contains("eof")
+    {
         "the listener does not speak TLS: set [kafka.client] security.protocol to PLAINTEXT or SASL_PLAINTEXT for it, or point kafka.brokers at the broker's TLS listener"
     } else {
         return None;
@@ -115,14 +124,29 @@ impl ConnectionWatch {
     }
 }
 
+impl ConnectionWatch {
+    fn note(&self, reason: &str) {
+        if let (Some(fix), Ok(mut fatal)) = (connection_fix(reason), self.fatal.lock()) {
+            fatal.get_or_insert_with(|| (reason.to_owned(), fix));
+        }
+    }
+}
+
 impl ClientContext for ConnectionWatch {
+    // librdkafka reports failed authentications and TLS handshakes in its log (called from its
+    // own threads); an admin client's error events are not always polled.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if (level as i32) <= (RDKafkaLogLevel::Warning as i32) {
+            tracing::warn!(facility, "librdkafka: {message}");
+            self.note(message);
+        } else {
+            tracing::debug!(facility, "librdkafka: {message}");
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(error = %error, reason, "kafka client error");
-        if let Some(fix) = connection_fix(reason) {
-            if let Ok(mut fatal) = self.fatal.lock() {
-                fatal.get_or_insert_with(|| (reason.to_owned(), fix));
-            }
-        }
+        self.note(reason);
     }
 }
 

@@ -230,21 +230,22 @@ fn run_once(
     ) {
         (Some(topic), FailurePolicy::DeadLetter) => {
             let kafka = config.kafka();
-            let producer: FutureProducer = crate::kafka::client_config(&kafka.brokers, &kafka.client)
-                .set("enable.idempotence", "true")
-                .set("acks", "all")
-                .set("linger.ms", "5")
-                // A dead-letter topic that cannot be written fails the record within
-                // processing_timeout_ms's default rather than librdkafka's 5 minutes.
-                .set("message.timeout.ms", "30000")
-                .create()
-                .map_err(|e| {
-                    PipelineError::fatal_with(
-                        "cannot create the dead-letter producer",
-                        "check source.kafka.brokers",
-                        e,
-                    )
-                })?;
+            let producer: FutureProducer =
+                crate::kafka::client_config(&kafka.brokers, &kafka.client)
+                    .set("enable.idempotence", "true")
+                    .set("acks", "all")
+                    .set("linger.ms", "5")
+                    // A dead-letter topic that cannot be written fails the record within
+                    // processing_timeout_ms's default rather than librdkafka's 5 minutes.
+                    .set("message.timeout.ms", "30000")
+                    .create()
+                    .map_err(|e| {
+                        PipelineError::fatal_with(
+                            "cannot create the dead-letter producer",
+                            "check source.kafka.brokers",
+                            e,
+                        )
+                    })?;
             Some(Arc::new(DeadLetter {
                 producer,
                 topic: topic.clone(),
@@ -1360,8 +1361,7 @@ fn fetch_record(
             source,
         )
     };
-    let mut client =
-        crate::kafka::client_config(&config.kafka().brokers, &config.kafka().client);
+    let mut client = crate::kafka::client_config(&config.kafka().brokers, &config.kafka().client);
     client
         .set(
             "group.id",
