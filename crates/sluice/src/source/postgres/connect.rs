@@ -677,6 +677,181 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
     }
 }
 
+// --- the replication connection's own handshake ---------------------------------------------
+
+/// The socket of a hand-written protocol client: plain TCP, TLS over TCP, or a unix socket.
+pub enum PgStream {
+    Tcp(tokio::net::TcpStream),
+    Tls(Box<RustlsStream<tokio::net::TcpStream>>),
+    Unix(tokio::net::UnixStream),
+}
+
+impl PgStream {
+    /// The `tls-server-end-point` channel binding data, over TLS.
+    pub fn server_end_point(&self) -> Option<Vec<u8>> {
+        match self {
+            Self::Tls(tls) => tls.server_end_point(),
+            _ => None,
+        }
+    }
+
+    /// Whether the stream is encrypted.
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_))
+    }
+}
+
+impl AsyncRead for PgStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for PgStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Self::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Self::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Why the SSLRequest handshake failed.
+#[derive(Debug)]
+pub enum NegotiateError {
+    /// Retrying cannot help (a refused certificate, no TLS under a mode that needs it, bad
+    /// files); the message names the setting and the fix.
+    Refused(String),
+    /// The socket failed.
+    Io(io::Error),
+}
+
+/// The SSLRequest code (protocol message `SSLRequest`).
+const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
+
+/// Does what libpq does with `sslmode` on a fresh TCP socket to `host`: no request for
+/// `disable` and `allow` (plain first; a server that insists on TLS refuses in pg_hba.conf),
+/// SSLRequest otherwise, falling back to plain on `N` for `prefer` only.
+///
+/// # Errors
+///
+/// [`NegotiateError`].
+pub async fn negotiate_tls(
+    mut socket: tokio::net::TcpStream,
+    host: &str,
+    config: &PgConnectConfig,
+) -> Result<PgStream, NegotiateError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if matches!(config.tls.mode, SslMode::Disable | SslMode::Allow) {
+        return Ok(PgStream::Tcp(socket));
+    }
+    let client_config = rustls_config(&config.tls).map_err(|e| NegotiateError::Refused(e.0))?;
+    socket
+        .write_all(&SSL_REQUEST)
+        .await
+        .map_err(NegotiateError::Io)?;
+    let mut answer = [0u8; 1];
+    socket
+        .read_exact(&mut answer)
+        .await
+        .map_err(NegotiateError::Io)?;
+    match answer[0] {
+        b'S' => {}
+        b'N' if config.tls.mode == SslMode::Prefer => return Ok(PgStream::Tcp(socket)),
+        b'N' => return Err(NegotiateError::Refused(no_tls_message(config, host))),
+        other => {
+            return Err(NegotiateError::Refused(format!(
+                "the server at {host} answered the TLS request with {other:#04x} instead of S or N: \
+                 is it a PostgreSQL server?"
+            )));
+        }
+    }
+    let name = ServerName::try_from(host.to_owned()).map_err(|e| {
+        NegotiateError::Refused(format!("the host name `{host}` is not valid for TLS: {e}"))
+    })?;
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config));
+    match connector.connect(name, socket).await {
+        Ok(tls) => Ok(PgStream::Tls(Box::new(RustlsStream(tls)))),
+        Err(error) => match error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<rustls::Error>())
+        {
+            Some(tls_error) => Err(NegotiateError::Refused(tls_message(
+                config, host, tls_error,
+            ))),
+            None => Err(NegotiateError::Io(error)),
+        },
+    }
+}
+
+fn no_tls_message(config: &PgConnectConfig, host: &str) -> String {
+    format!(
+        "the PostgreSQL server at {host} does not support TLS but sslmode={} requires it: \
+         enable ssl on the server, or lower sslmode (prefer) if plaintext is acceptable",
+        config.tls.mode.as_str()
+    )
+}
+
+fn tls_message(config: &PgConnectConfig, host: &str, tls_error: &rustls::Error) -> String {
+    let root = match &config.tls.root_cert {
+        Some(RootCert::File(p)) => p.display().to_string(),
+        Some(RootCert::System) => "system".into(),
+        None => "~/.postgresql/root.crt".into(),
+    };
+    match tls_error {
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => format!(
+            "the server certificate of {host} is signed by an unknown CA (sslmode={}, \
+             sslrootcert={root}): set sslrootcert to the CA certificate that signed the \
+             server's certificate",
+            config.tls.mode.as_str()
+        ),
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => format!(
+            "hostname mismatch under sslmode=verify-full: the server certificate of {host} is \
+             not valid for that host name: connect with a name the certificate lists, or use \
+             sslmode=verify-ca to check the CA only"
+        ),
+        rustls::Error::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => format!(
+            "the server certificate of {host} has expired (sslmode={}): renew the server's \
+             certificate (ssl_cert_file on the server)",
+            config.tls.mode.as_str()
+        ),
+        other => format!("TLS handshake with {host} failed: {other}"),
+    }
+}
+
 // --- connecting -----------------------------------------------------------------------------
 
 /// Why a SQL connection could not be opened.
@@ -770,43 +945,12 @@ fn host_name(config: &PgConnectConfig) -> String {
 /// setting and the fix; anything else is tokio-postgres's text.
 pub fn explain(config: &PgConnectConfig, error: &tokio_postgres::Error) -> String {
     let host = host_name(config);
-    let root = match &config.tls.root_cert {
-        Some(RootCert::File(p)) => p.display().to_string(),
-        Some(RootCert::System) => "system".into(),
-        None => "~/.postgresql/root.crt".into(),
-    };
     if let Some(tls_error) = find_rustls_error(error) {
-        return match tls_error {
-            rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => format!(
-                "the server certificate of {host} is signed by an unknown CA (sslmode={}, \
-                 sslrootcert={root}): set sslrootcert to the CA certificate that signed the \
-                 server's certificate",
-                config.tls.mode.as_str()
-            ),
-            rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            ) => format!(
-                "hostname mismatch under sslmode=verify-full: the server certificate of {host} is \
-                 not valid for that host name: connect with a name the certificate lists, or \
-                 use sslmode=verify-ca to check the CA only"
-            ),
-            rustls::Error::InvalidCertificate(
-                CertificateError::Expired | CertificateError::ExpiredContext { .. },
-            ) => format!(
-                "the server certificate of {host} has expired (sslmode={}): renew the server's \
-                 certificate (ssl_cert_file on the server)",
-                config.tls.mode.as_str()
-            ),
-            other => format!("TLS handshake with {host} failed: {other}"),
-        };
+        return tls_message(config, &host, tls_error);
     }
     let text = error.to_string();
     if text.contains("server does not support TLS") {
-        return format!(
-            "the PostgreSQL server at {host} does not support TLS but sslmode={} requires it: \
-             enable ssl on the server, or lower sslmode (prefer) if plaintext is acceptable",
-            config.tls.mode.as_str()
-        );
+        return no_tls_message(config, &host);
     }
     if let Some(db) = error.as_db_error() {
         let code = db.code().code();
