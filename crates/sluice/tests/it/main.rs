@@ -18,4 +18,5 @@ mod sink_s3;
 mod snapshot;
 mod stack;
 mod support;
+mod tls_pg;
 mod toast;

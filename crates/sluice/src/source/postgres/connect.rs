@@ -595,8 +595,10 @@ where
     type Error = io::Error;
 
     fn make_tls_connect(&mut self, domain: &str) -> Result<RustlsConnect, io::Error> {
+        // tokio-postgres asks for every host, unix sockets (domain "") included, before it
+        // knows whether TLS will be used: an invalid name fails only if a handshake happens.
         let name = ServerName::try_from(domain.to_owned())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e));
         Ok(RustlsConnect {
             connector: tokio_rustls::TlsConnector::from(self.config.clone()),
             name,
@@ -607,7 +609,7 @@ where
 /// One TLS handshake.
 pub struct RustlsConnect {
     connector: tokio_rustls::TlsConnector,
-    name: ServerName<'static>,
+    name: io::Result<ServerName<'static>>,
 }
 
 impl<S> TlsConnect<S> for RustlsConnect
@@ -620,7 +622,7 @@ where
 
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
-            let tls = self.connector.connect(self.name, stream).await?;
+            let tls = self.connector.connect(self.name?, stream).await?;
             Ok(RustlsStream(tls))
         })
     }
@@ -876,7 +878,7 @@ impl ConnectError {
                 matches!(
                     find_rustls_error(source),
                     Some(rustls::Error::InvalidCertificate(_))
-                ) || source.to_string().contains("server does not support TLS")
+                ) || server_without_tls(source)
             }
         }
     }
@@ -949,7 +951,7 @@ pub fn explain(config: &PgConnectConfig, error: &tokio_postgres::Error) -> Strin
         return tls_message(config, &host, tls_error);
     }
     let text = error.to_string();
-    if text.contains("server does not support TLS") {
+    if server_without_tls(error) {
         return no_tls_message(config, &host);
     }
     if let Some(db) = error.as_db_error() {
@@ -965,6 +967,19 @@ pub fn explain(config: &PgConnectConfig, error: &tokio_postgres::Error) -> Strin
         }
     }
     format!("cannot connect to PostgreSQL at {host}: {text}")
+}
+
+/// tokio-postgres reports a server that answers `N` under `require` as a TLS error whose cause
+/// says so.
+fn server_without_tls(error: &tokio_postgres::Error) -> bool {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if e.to_string().contains("server does not support TLS") {
+            return true;
+        }
+        current = e.source();
+    }
+    false
 }
 
 fn find_rustls_error<'a>(
