@@ -223,10 +223,10 @@ impl PgConnectConfig {
                     .into(),
             ));
         }
-        if pg.get_password().is_none() {
-            if let Some(password) = env("PGPASSWORD") {
-                pg.password(password);
-            }
+        if pg.get_password().is_none()
+            && let Some(password) = env("PGPASSWORD")
+        {
+            pg.password(password);
         }
         let unix_only =
             !pg.get_hosts().is_empty() && pg.get_hosts().iter().all(|h| matches!(h, Host::Unix(_)));
@@ -990,12 +990,12 @@ fn find_rustls_error<'a>(
         if let Some(found) = e.downcast_ref::<rustls::Error>() {
             return Some(found);
         }
-        if let Some(io) = e.downcast_ref::<io::Error>() {
-            if let Some(inner) = io.get_ref() {
-                if let Some(found) = inner.downcast_ref::<rustls::Error>() {
-                    return Some(found);
-                }
-            }
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && let Some(found) = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(found);
         }
         current = e.source();
     }
