@@ -147,7 +147,14 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-const TLS_KEYS: [&str; 5] = ["sslmode", "sslrootcert", "sslcert", "sslkey", "sslsni"];
+const TLS_KEYS: [&str; 6] = [
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "sslsni",
+    "passfile",
+];
 
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
@@ -228,6 +235,14 @@ impl PgConnectConfig {
         {
             pg.password(password);
         }
+        if pg.get_password().is_none() {
+            let passfile = get("passfile", "PGPASSFILE")
+                .map(PathBuf::from)
+                .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".pgpass")));
+            if let Some(password) = passfile.and_then(|path| pgpass_lookup(&path, &pg)) {
+                pg.password(password);
+            }
+        }
         let unix_only =
             !pg.get_hosts().is_empty() && pg.get_hosts().iter().all(|h| matches!(h, Host::Unix(_)));
         // libpq never uses TLS over a unix socket; tokio-postgres is told what to do on the wire.
@@ -262,6 +277,53 @@ impl PgConnectConfig {
             }
         })
     }
+}
+
+/// The password for `pg`'s first host, port, database and user in a libpq password file
+/// (`hostname:port:database:username:password`, `*` matches anything, `\:` and `\\` escape).
+/// Like libpq, a file readable by group or others is ignored (with a warning), as is a missing one.
+fn pgpass_lookup(path: &Path, pg: &tokio_postgres::Config) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    if meta.mode() & 0o077 != 0 {
+        tracing::warn!(
+            path = %path.display(),
+            "password file has group or world access; permissions should be u=rw (0600) or less: ignored"
+        );
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let host = match pg.get_hosts().first() {
+        Some(Host::Tcp(h)) => h.clone(),
+        Some(Host::Unix(_)) | None => "localhost".to_owned(),
+    };
+    let port = pg.get_ports().first().copied().unwrap_or(5432).to_string();
+    let user = pg.get_user()?;
+    let db = pg.get_dbname().unwrap_or(user);
+    let wanted = [host.as_str(), port.as_str(), db, user];
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .find_map(|line| {
+            let fields = split_pgpass_line(line)?;
+            let matches = fields[..4]
+                .iter()
+                .zip(wanted)
+                .all(|(field, want)| field == "*" || field == want);
+            matches.then(|| fields[4].clone())
+        })
+}
+
+fn split_pgpass_line(line: &str) -> Option<Vec<String>> {
+    let mut fields = vec![String::new()];
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => fields.last_mut()?.push(chars.next()?),
+            ':' if fields.len() < 5 => fields.push(String::new()),
+            c => fields.last_mut()?.push(c),
+        }
+    }
+    (fields.len() == 5).then_some(fields)
 }
 
 /// Takes the TLS parameters out of a URL's query (or a key/value string), percent-decoded.
@@ -1107,6 +1169,46 @@ mod tests {
                 .unwrap()
                 .has_remote_host()
         );
+    }
+
+    #[test]
+    fn password_file_is_read_as_libpq() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sluice-pgpass-{:08x}", rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pgpass");
+        std::fs::write(
+            &file,
+            "# comment\nother:5432:*:u:nope\ndb:5433:app:u:wrong-port\ndb:*:app:u:pa\\:ss\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let file_text = file.display().to_string();
+        let env = [("PGPASSFILE", file_text.as_str())];
+        let c = parse("postgres://u@db/app", &env).unwrap();
+        assert_eq!(c.pg.get_password(), Some(&b"pa:ss"[..]));
+        // The URL's password, then PGPASSWORD, come first.
+        let c = parse("postgres://u:url@db/app", &env).unwrap();
+        assert_eq!(c.pg.get_password(), Some(&b"url"[..]));
+        let c = parse("postgres://u@db/app", &[env[0], ("PGPASSWORD", "env")]).unwrap();
+        assert_eq!(c.pg.get_password(), Some(&b"env"[..]));
+        // No line matches another user; a file others can read is ignored.
+        assert_eq!(
+            parse("postgres://x@db/app", &env)
+                .unwrap()
+                .pg
+                .get_password(),
+            None
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            parse("postgres://u@db/app", &env)
+                .unwrap()
+                .pg
+                .get_password(),
+            None
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
