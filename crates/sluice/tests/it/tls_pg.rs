@@ -103,6 +103,13 @@ async fn streams_over_verify_full_with_a_client_certificate() {
     streams_over(&env_url("PG_CERT_URL"), "tls_cert").await;
 }
 
+/// The CDC suite's mixed workload (100,000+ inserts, updates, deletes, key changes; per-key
+/// order checked) with sluice reading over verify-full + channel-bound SCRAM.
+#[tokio::test(flavor = "multi_thread")]
+async fn mixed_workload_over_verify_full_with_scram() {
+    crate::cdc::mixed_workload(&env_url("PG_TLS_URL")).await;
+}
+
 async fn connect_error(url: &str) -> String {
     match connect_sql_url(url).await {
         Ok(_) => panic!("the connection succeeded where it must fail"),
