@@ -652,13 +652,8 @@ impl PipelineConfig {
             );
         }
         let SourceConfig::Postgres(pg) = &self.source;
-        if let Err(error) = tokio_postgres::Config::from_str(&pg.url) {
-            issue(
-                "source.postgres.url",
-                format!(
-                    "not a PostgreSQL connection URL ({error}): expected postgres://user[:password]@host[:port]/database"
-                ),
-            );
+        if let Err(error) = crate::source::postgres::connect::PgConnectConfig::parse(&pg.url) {
+            issue("source.postgres.url", error.to_string());
         }
         for (key, name) in [
             ("source.postgres.slot", &pg.slot),

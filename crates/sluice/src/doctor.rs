@@ -10,11 +10,12 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::source::postgres::connect::{PgConnectConfig, SslMode, connect_sql_url};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::config::PipelineConfig;
 use crate::kafka;
@@ -98,9 +99,9 @@ const WAL_WRITER_DELAY_WARNING_MS: i64 = 20;
 pub async fn diagnose(target: &Target) -> Vec<Finding> {
     let mut findings = Vec::new();
     match &target.pg_url {
-        Some(url) => match tokio_postgres::connect(url, NoTls).await {
-            Ok((client, connection)) => {
-                let task = tokio::spawn(connection);
+        Some(url) => match connect_sql_url(url).await {
+            Ok((client, task)) => {
+                tls_check(url, &mut findings);
                 if let Err(error) = postgres_checks(&client, target, &mut findings).await {
                     findings.push(finding(
                         "pg.query_failed",
@@ -857,12 +858,28 @@ fn topic_findings(
     }
 }
 
-async fn captured_table_names(
-    url: &str,
-    pipeline: &PipelineConfig,
-) -> Result<Vec<String>, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    let task = tokio::spawn(connection);
+/// A PostgreSQL reached over the network without `sslmode=verify-full` can be impersonated.
+fn tls_check(url: &str, findings: &mut Vec<Finding>) {
+    let Ok(config) = PgConnectConfig::parse(url) else {
+        return;
+    };
+    if config.has_remote_host() && config.tls.mode != SslMode::VerifyFull {
+        findings.push(finding(
+            "pg.tls_not_verified",
+            Severity::Warning,
+            format!(
+                "PostgreSQL is reached over the network with sslmode={}: the connection is not \
+                 both encrypted and checked against the server's certificate and host name",
+                config.tls.mode.as_str()
+            ),
+            &[("sslmode", config.tls.mode.as_str().into())],
+            "add sslmode=verify-full&sslrootcert=<CA file> (or sslrootcert=system) to the URL",
+        ));
+    }
+}
+
+async fn captured_table_names(url: &str, pipeline: &PipelineConfig) -> anyhow::Result<Vec<String>> {
+    let (client, task) = connect_sql_url(url).await?;
     let pg = pipeline.postgres();
     let rows = client
         .query(
@@ -1030,8 +1047,7 @@ pub struct SlotRow {
 ///
 /// The connection or query error.
 pub async fn slots(url: &str, pipeline: Option<&PipelineConfig>) -> anyhow::Result<Vec<SlotRow>> {
-    let (client, connection) = tokio_postgres::connect(url, NoTls).await?;
-    let task = tokio::spawn(connection);
+    let (client, task) = connect_sql_url(url).await?;
     let rows = client
         .query(
             "SELECT slot_name::text, coalesce(plugin::text, ''), slot_type, database::text, active, active_pid, \

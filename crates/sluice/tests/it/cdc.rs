@@ -16,6 +16,12 @@ use crate::support::{
 /// per key equals the table.
 #[tokio::test(flavor = "multi_thread")]
 async fn mixed_transactions_arrive_as_committed() {
+    mixed_workload(&crate::support::stack().pg_url).await;
+}
+
+/// The body of [`mixed_transactions_arrive_as_committed`], with sluice reading PostgreSQL at
+/// `source_url` (the tables are made over the dev stack's plain URL); `tls_pg` runs it over TLS.
+pub(crate) async fn mixed_workload(source_url: &str) {
     let _broker = broker_shared().await;
     let name = unique("mixed");
     let schema = name.clone();
@@ -37,7 +43,12 @@ async fn mixed_transactions_arrive_as_committed() {
         port,
         "[kafka.producer]\n\"linger.ms\" = \"2\"\n",
     )
-    .replace("[admin]", "topic_partitions = 3\n\n[admin]");
+    .replace("[admin]", "topic_partitions = 3\n\n[admin]")
+    .replace(
+        &format!("url = \"{}\"", crate::support::stack().pg_url),
+        &format!("url = \"{source_url}\""),
+    );
+    assert!(toml.contains(source_url));
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
 

@@ -20,4 +20,5 @@ mod snapshot;
 mod stack;
 mod support;
 mod tls_kafka;
+mod tls_pg;
 mod toast;

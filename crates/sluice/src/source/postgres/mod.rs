@@ -2,6 +2,7 @@
 //!
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
+//! - [`connect`]: connection strings with libpq's TLS semantics; SQL connections over rustls.
 //! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
@@ -11,6 +12,7 @@
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
+pub mod connect;
 pub mod encode;
 pub mod incremental;
 pub mod pgoutput;

@@ -72,7 +72,9 @@ use postgres_protocol::message::frontend;
 use sluice_engine::Lsn;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_postgres::config::{ChannelBinding as ChannelBindingMode, Host, SslMode};
+use tokio_postgres::config::{ChannelBinding as ChannelBindingMode, Host};
+
+use super::connect::{NegotiateError, PgConnectConfig, PgStream, negotiate_tls};
 use tokio_postgres::fallible_iterator::FallibleIterator;
 
 /// The most bytes one socket read takes beyond what the frame being assembled still lacks.
@@ -160,9 +162,9 @@ pub(crate) enum ReplicationError {
     /// prove that it knows the password).
     #[error("the SCRAM-SHA-256 exchange failed")]
     Scram(#[source] io::Error),
-    /// A connection setting asks for something sluice does not support (TLS, Unix sockets).
-    #[error("unsupported connection setting: {0}")]
-    Unsupported(String),
+    /// TLS was refused or failed verification; the message names the setting and the fix.
+    #[error("{0}")]
+    Tls(String),
     /// The connection settings are incomplete.
     #[error("invalid connection settings: {0}")]
     InvalidConfig(String),
@@ -211,7 +213,7 @@ impl ReplicationError {
             | Self::CloseTimeout(_) => true,
             Self::Auth(_)
             | Self::Scram(_)
-            | Self::Unsupported(_)
+            | Self::Tls(_)
             | Self::InvalidConfig(_)
             | Self::Encode(_) => false,
             Self::Server { code, .. } => {
@@ -243,16 +245,18 @@ impl fmt::Display for Labeled<'_> {
 ///
 /// Generic over the socket so that tests can run it over an in-memory pipe; the pipeline
 /// uses the default, a [`TcpStream`].
-pub(crate) struct ReplicationConnection<S = TcpStream> {
+pub(crate) struct ReplicationConnection<S = PgStream> {
     /// The socket and its buffers.
     wire: Wire<S>,
 }
 
-impl ReplicationConnection<TcpStream> {
+impl ReplicationConnection<PgStream> {
     /// Connects with `replication=database` and authenticates, then waits for ReadyForQuery.
     ///
-    /// Authentication may be trust, cleartext password, MD5 or SCRAM-SHA-256 (without channel
-    /// binding, as there is no TLS). The startup message sets `application_name` and the
+    /// The socket is TCP with TLS as `sslmode` says (the SSLRequest handshake, see
+    /// [`negotiate_tls`]) or a unix socket. Authentication may be trust, cleartext password, MD5
+    /// or SCRAM-SHA-256, with channel binding (SCRAM-SHA-256-PLUS) over TLS unless
+    /// `channel_binding=disable`. The startup message sets `application_name` and the
     /// session settings the decoder relies on (see the module docs). The hosts of `config` are
     /// tried in order; each attempt (TCP connect, authentication, ReadyForQuery) is bounded by
     /// the URL's `connect_timeout`, 10 s when it has none. The socket has `TCP_NODELAY` set,
@@ -260,14 +264,14 @@ impl ReplicationConnection<TcpStream> {
     ///
     /// # Errors
     ///
-    /// [`ReplicationError::Unsupported`] for `sslmode=require`, `channel_binding=require` and
-    /// Unix-socket hosts; [`ReplicationError::InvalidConfig`] without a user or a host;
+    /// [`ReplicationError::Tls`] for refused or unverifiable TLS; [`ReplicationError::InvalidConfig`] without a user or a host;
     /// connection, timeout and I/O errors (retryable); authentication failures and other
     /// server errors. With several hosts, the error of the last one is returned.
     pub(crate) async fn connect(
-        config: &tokio_postgres::Config,
+        tls_config: &PgConnectConfig,
         application_name: &str,
     ) -> Result<Self, ReplicationError> {
+        let config = &tls_config.pg;
         let settings = StartupSettings::from_config(config, application_name)?;
         let timeout = config
             .get_connect_timeout()
@@ -277,14 +281,9 @@ impl ReplicationConnection<TcpStream> {
         for target in connect_targets(config)? {
             let address = target.to_string();
             let attempt = tokio::time::timeout(timeout, async {
-                let socket = target.connect().await?;
-                socket
-                    .set_nodelay(true)
-                    .map_err(|source| ReplicationError::Connect {
-                        address: address.clone(),
-                        source,
-                    })?;
-                Self::handshake(socket, &settings).await
+                let socket = target.connect(tls_config).await?;
+                let binding = socket.server_end_point();
+                Self::handshake(socket, &settings, binding).await
             });
             let error = match attempt.await {
                 Ok(Ok(connection)) => return Ok(connection),
@@ -305,11 +304,15 @@ impl ReplicationConnection<TcpStream> {
 impl<S: AsyncRead + AsyncWrite + Unpin> ReplicationConnection<S> {
     /// Runs the startup exchange on an open socket: the startup message, authentication, and
     /// the parameter reports up to ReadyForQuery.
-    async fn handshake(socket: S, settings: &StartupSettings) -> Result<Self, ReplicationError> {
+    async fn handshake(
+        socket: S,
+        settings: &StartupSettings,
+        binding: Option<Vec<u8>>,
+    ) -> Result<Self, ReplicationError> {
         let mut wire = Wire::new(socket);
         wire.queue(|buf| frontend::startup_message(settings.params(), buf))?;
         wire.send().await?;
-        authenticate(&mut wire, settings).await?;
+        authenticate(&mut wire, settings, binding).await?;
         loop {
             match wire.receive().await? {
                 Backend::Message(Message::BackendKeyData(_)) => {}
@@ -478,7 +481,7 @@ enum StreamPhase {
 }
 
 /// A replication connection in copy-both mode, after `START_REPLICATION`.
-pub(crate) struct ReplicationStream<S = TcpStream> {
+pub(crate) struct ReplicationStream<S = PgStream> {
     /// The socket and its buffers.
     wire: Wire<S>,
     /// Which directions are still open.
@@ -650,6 +653,8 @@ struct StartupSettings {
     options: Option<String>,
     /// The `application_name` shown in `pg_stat_replication`.
     application_name: String,
+    /// `channel_binding`: whether SCRAM-SHA-256-PLUS is used, or required.
+    channel_binding: ChannelBindingMode,
 }
 
 impl StartupSettings {
@@ -658,19 +663,6 @@ impl StartupSettings {
         config: &tokio_postgres::Config,
         application_name: &str,
     ) -> Result<Self, ReplicationError> {
-        match config.get_ssl_mode() {
-            SslMode::Disable | SslMode::Prefer => {}
-            _ => {
-                return Err(ReplicationError::Unsupported(
-                    "sslmode=require: sluice does not support TLS on the replication connection yet; use sslmode=disable or sslmode=prefer (which connects without TLS)".to_owned(),
-                ));
-            }
-        }
-        if config.get_channel_binding() == ChannelBindingMode::Require {
-            return Err(ReplicationError::Unsupported(
-                "channel_binding=require: channel binding needs TLS, which sluice does not support on the replication connection yet".to_owned(),
-            ));
-        }
         let user = config
             .get_user()
             .ok_or_else(|| ReplicationError::InvalidConfig("the URL names no user".to_owned()))?
@@ -680,6 +672,7 @@ impl StartupSettings {
             password: config.get_password().map(<[u8]>::to_vec),
             options: config.get_options().map(str::to_owned),
             application_name: application_name.to_owned(),
+            channel_binding: config.get_channel_binding(),
             user,
         })
     }
@@ -718,26 +711,40 @@ enum ConnectTarget {
     Name(String, u16),
     /// An IP address given as `hostaddr`.
     Address(SocketAddr),
-    /// A Unix-socket directory, which is not supported.
-    Unix(String),
+    /// A Unix-socket directory and the port that names the socket file in it.
+    Unix(std::path::PathBuf, u16),
 }
 
 impl ConnectTarget {
-    /// Opens the TCP connection.
-    async fn connect(&self) -> Result<TcpStream, ReplicationError> {
-        let connected = match self {
-            Self::Name(host, port) => TcpStream::connect((host.as_str(), *port)).await,
-            Self::Address(address) => TcpStream::connect(address).await,
-            Self::Unix(path) => {
-                return Err(ReplicationError::Unsupported(format!(
-                    "the Unix-socket host {path}: sluice's replication connection needs a TCP host"
-                )));
-            }
-        };
-        connected.map_err(|source| ReplicationError::Connect {
+    /// Opens the connection: TCP (with `TCP_NODELAY`, so status updates are not held back by
+    /// Nagle's algorithm) and TLS as `sslmode` says, or a unix socket (never TLS, as libpq).
+    async fn connect(&self, config: &PgConnectConfig) -> Result<PgStream, ReplicationError> {
+        let connect_error = |source| ReplicationError::Connect {
             address: self.to_string(),
             source,
-        })
+        };
+        let (connected, host) = match self {
+            Self::Name(host, port) => (
+                TcpStream::connect((host.as_str(), *port)).await,
+                host.clone(),
+            ),
+            Self::Address(address) => (TcpStream::connect(address).await, address.ip().to_string()),
+            Self::Unix(dir, port) => {
+                let path = dir.join(format!(".s.PGSQL.{port}"));
+                return tokio::net::UnixStream::connect(&path)
+                    .await
+                    .map(PgStream::Unix)
+                    .map_err(connect_error);
+            }
+        };
+        let socket = connected.map_err(connect_error)?;
+        socket.set_nodelay(true).map_err(connect_error)?;
+        negotiate_tls(socket, &host, config)
+            .await
+            .map_err(|e| match e {
+                NegotiateError::Refused(message) => ReplicationError::Tls(message),
+                NegotiateError::Io(source) => connect_error(source),
+            })
     }
 }
 
@@ -746,7 +753,7 @@ impl fmt::Display for ConnectTarget {
         match self {
             Self::Name(host, port) => write!(f, "{host}:{port}"),
             Self::Address(address) => write!(f, "{address}"),
-            Self::Unix(path) => write!(f, "{path}"),
+            Self::Unix(dir, port) => write!(f, "{}/.s.PGSQL.{port}", dir.display()),
         }
     }
 }
@@ -777,7 +784,7 @@ fn connect_targets(
             match (hostaddrs.get(index), hosts.get(index)) {
                 (Some(address), _) => ConnectTarget::Address(SocketAddr::new(*address, port)),
                 (None, Some(Host::Tcp(host))) => ConnectTarget::Name(host.clone(), port),
-                (None, Some(Host::Unix(path))) => ConnectTarget::Unix(path.display().to_string()),
+                (None, Some(Host::Unix(path))) => ConnectTarget::Unix(path.clone(), port),
                 (None, None) => ConnectTarget::Name("localhost".to_owned(), port),
             }
         })
@@ -947,7 +954,9 @@ fn decode(mut frame: BytesMut) -> Result<Option<Backend>, ReplicationError> {
 async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     wire: &mut Wire<S>,
     settings: &StartupSettings,
+    binding: Option<Vec<u8>>,
 ) -> Result<(), ReplicationError> {
+    let mut bound = false;
     let password = || {
         settings.password.as_deref().ok_or_else(|| {
             ReplicationError::Auth("the server asks for a password but the URL has none".to_owned())
@@ -955,7 +964,17 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     };
     loop {
         match wire.receive().await? {
-            Backend::Message(Message::AuthenticationOk) => return Ok(()),
+            Backend::Message(Message::AuthenticationOk) => {
+                if settings.channel_binding == ChannelBindingMode::Require && !bound {
+                    return Err(ReplicationError::Auth(
+                        "channel_binding=require but the server authenticated without \
+                         SCRAM-SHA-256-PLUS (it needs TLS and scram-sha-256 in pg_hba.conf): use \
+                         sslmode=verify-full with a scram-sha-256 role, or channel_binding=prefer"
+                            .to_owned(),
+                    ));
+                }
+                return Ok(());
+            }
             Backend::Message(Message::AuthenticationCleartextPassword) => {
                 let password = password()?;
                 wire.queue(|buf| frontend::password_message(password, buf))?;
@@ -967,7 +986,11 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
                 wire.send().await?;
             }
             Backend::Message(Message::AuthenticationSasl(body)) => {
-                scram_sha_256(wire, &body, password()?).await?;
+                let binding = match settings.channel_binding {
+                    ChannelBindingMode::Disable => None,
+                    _ => binding.clone(),
+                };
+                bound = scram_sha_256(wire, &body, password()?, binding).await?;
             }
             Backend::Message(Message::ErrorResponse(body)) => return Err(server_error(&body)),
             Backend::Message(
@@ -986,14 +1009,18 @@ async fn authenticate<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
-/// Runs a SCRAM-SHA-256 exchange (without channel binding) up to the server's final message.
+/// Runs a SCRAM-SHA-256 exchange up to the server's final message, with channel binding
+/// (SCRAM-SHA-256-PLUS, `tls-server-end-point`) when `binding` is given and the server offers
+/// it. Returns whether the exchange was channel-bound.
 async fn scram_sha_256<S: AsyncRead + AsyncWrite + Unpin>(
     wire: &mut Wire<S>,
     offer: &AuthenticationSaslBody,
     password: &[u8],
-) -> Result<(), ReplicationError> {
+    binding: Option<Vec<u8>>,
+) -> Result<bool, ReplicationError> {
     let mut mechanisms = offer.mechanisms();
     let mut offered = false;
+    let mut offered_plus = false;
     while let Some(mechanism) = mechanisms
         .next()
         .map_err(|source| ReplicationError::Malformed {
@@ -1002,14 +1029,26 @@ async fn scram_sha_256<S: AsyncRead + AsyncWrite + Unpin>(
         })?
     {
         offered |= mechanism == sasl::SCRAM_SHA_256;
+        offered_plus |= mechanism == sasl::SCRAM_SHA_256_PLUS;
     }
     if !offered {
         return Err(ReplicationError::Auth(
             "the server offers no SASL mechanism sluice supports (SCRAM-SHA-256 without channel binding)".to_owned(),
         ));
     }
-    let mut scram = ScramSha256::new(password, ChannelBinding::unsupported());
-    wire.queue(|buf| frontend::sasl_initial_response(sasl::SCRAM_SHA_256, scram.message(), buf))?;
+    let (mechanism, channel_binding, bound) = match binding {
+        Some(hash) if offered_plus => (
+            sasl::SCRAM_SHA_256_PLUS,
+            ChannelBinding::tls_server_end_point(hash),
+            true,
+        ),
+        // TLS without PLUS on offer: tell the server the client could bind (`y`), so a
+        // stripped offer is detected; without TLS: `n`.
+        Some(_) => (sasl::SCRAM_SHA_256, ChannelBinding::unrequested(), false),
+        None => (sasl::SCRAM_SHA_256, ChannelBinding::unsupported(), false),
+    };
+    let mut scram = ScramSha256::new(password, channel_binding);
+    wire.queue(|buf| frontend::sasl_initial_response(mechanism, scram.message(), buf))?;
     wire.send().await?;
     match wire.receive().await? {
         Backend::Message(Message::AuthenticationSaslContinue(body)) => {
@@ -1021,9 +1060,10 @@ async fn scram_sha_256<S: AsyncRead + AsyncWrite + Unpin>(
     wire.queue(|buf| frontend::sasl_response(scram.message(), buf))?;
     wire.send().await?;
     match wire.receive().await? {
-        Backend::Message(Message::AuthenticationSaslFinal(body)) => {
-            scram.finish(body.data()).map_err(ReplicationError::Scram)
-        }
+        Backend::Message(Message::AuthenticationSaslFinal(body)) => scram
+            .finish(body.data())
+            .map(|()| bound)
+            .map_err(ReplicationError::Scram),
         Backend::Message(Message::ErrorResponse(body)) => Err(server_error(&body)),
         other => Err(unexpected(&other, "instead of SASL final")),
     }
@@ -1256,7 +1296,6 @@ fn message_name(message: &Backend) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use std::str::FromStr;
 
     use tokio::io::{DuplexStream, duplex};
 
@@ -1421,6 +1460,7 @@ mod tests {
             password: password.map(|password| password.as_bytes().to_vec()),
             options: None,
             application_name: "sluice-test".to_owned(),
+            channel_binding: ChannelBindingMode::Prefer,
         }
     }
 
@@ -1513,7 +1553,7 @@ mod tests {
         assert!(ReplicationError::Closed.is_retryable());
         assert!(ReplicationError::Io(io::ErrorKind::ConnectionReset.into()).is_retryable());
         assert!(!ReplicationError::Auth("no password".to_owned()).is_retryable());
-        assert!(!ReplicationError::Unsupported("tls".to_owned()).is_retryable());
+        assert!(!ReplicationError::Tls("unknown CA".to_owned()).is_retryable());
         assert_eq!(server_error_with_code("42704").sqlstate(), Some("42704"));
         assert_eq!(ReplicationError::Closed.sqlstate(), None);
     }
@@ -1730,7 +1770,9 @@ mod tests {
         let (client, mut server) = pipe(1 << 16);
         let settings = settings(Some("pw"));
         let handshake =
-            tokio::spawn(async move { ReplicationConnection::handshake(client, &settings).await });
+            tokio::spawn(
+                async move { ReplicationConnection::handshake(client, &settings, None).await },
+            );
         let params = server.startup().await;
         for expected in [
             ("user", "sluice"),
@@ -1766,7 +1808,7 @@ mod tests {
     async fn cleartext_handshake_and_missing_password() {
         let (client, mut server) = pipe(1 << 16);
         let handshake = tokio::spawn(async move {
-            ReplicationConnection::handshake(client, &settings(Some("pw"))).await
+            ReplicationConnection::handshake(client, &settings(Some("pw")), None).await
         });
         server.startup().await;
         server.send(&auth(3, b"")).await;
@@ -1775,10 +1817,9 @@ mod tests {
         handshake.await.unwrap().unwrap();
 
         let (client, mut server) = pipe(1 << 16);
-        let handshake =
-            tokio::spawn(
-                async move { ReplicationConnection::handshake(client, &settings(None)).await },
-            );
+        let handshake = tokio::spawn(async move {
+            ReplicationConnection::handshake(client, &settings(None), None).await
+        });
         server.startup().await;
         server.send(&auth(3, b"")).await;
         let error = handshake.await.unwrap().unwrap_err();
@@ -1790,7 +1831,7 @@ mod tests {
     async fn rejected_and_unsupported_authentication_are_fatal() {
         let (client, mut server) = pipe(1 << 16);
         let handshake = tokio::spawn(async move {
-            ReplicationConnection::handshake(client, &settings(Some("pw"))).await
+            ReplicationConnection::handshake(client, &settings(Some("pw")), None).await
         });
         server.startup().await;
         server.send(&auth(3, b"")).await;
@@ -1811,7 +1852,7 @@ mod tests {
 
         let (client, mut server) = pipe(1 << 16);
         let handshake = tokio::spawn(async move {
-            ReplicationConnection::handshake(client, &settings(Some("pw"))).await
+            ReplicationConnection::handshake(client, &settings(Some("pw")), None).await
         });
         server.startup().await;
         server.send(&auth(7, b"")).await;
@@ -1820,7 +1861,7 @@ mod tests {
 
         let (client, mut server) = pipe(1 << 16);
         let handshake = tokio::spawn(async move {
-            ReplicationConnection::handshake(client, &settings(Some("pw"))).await
+            ReplicationConnection::handshake(client, &settings(Some("pw")), None).await
         });
         server.startup().await;
         server.send(&auth(10, b"SCRAM-SHA-256-PLUS\0\0")).await;
@@ -1969,27 +2010,7 @@ mod tests {
 
     #[tokio::test]
     async fn connect_refuses_what_it_cannot_do() {
-        let config = |url: &str| tokio_postgres::Config::from_str(url).unwrap();
-        for (url, expected) in [
-            (
-                "postgres://u@127.0.0.1/db?sslmode=require",
-                "sslmode=require",
-            ),
-            (
-                "postgres://u@127.0.0.1/db?channel_binding=require",
-                "channel_binding",
-            ),
-            ("host=/tmp user=u", "Unix-socket"),
-        ] {
-            let error = ReplicationConnection::connect(&config(url), "t")
-                .await
-                .unwrap_err();
-            assert!(
-                matches!(&error, ReplicationError::Unsupported(text) if text.contains(expected)),
-                "{url}: {error:?}"
-            );
-            assert!(!error.is_retryable());
-        }
+        let config = |url: &str| PgConnectConfig::parse(url).unwrap();
         let error = ReplicationConnection::connect(&config("host=127.0.0.1"), "t")
             .await
             .unwrap_err();
@@ -1999,13 +2020,37 @@ mod tests {
         );
     }
 
+    /// `sslmode=require` against a server that answers the SSLRequest with `N`: refused with
+    /// the setting and the fix, not retried.
+    #[tokio::test]
+    async fn require_against_a_server_without_tls_is_refused() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 8];
+            socket.read_exact(&mut request).await.unwrap();
+            assert_eq!(request, [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f]);
+            socket.write_all(b"N").await.unwrap();
+        });
+        let url = format!("postgres://u@127.0.0.1:{port}/db?sslmode=require");
+        let error = ReplicationConnection::connect(&PgConnectConfig::parse(&url).unwrap(), "t")
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("does not support TLS"), "{text}");
+        assert!(text.contains("sslmode=require"), "{text}");
+        assert!(!error.is_retryable());
+        server.await.unwrap();
+    }
+
     #[tokio::test]
     async fn connect_failures_are_retryable() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         drop(listener);
         let url = format!("postgres://u@127.0.0.1:{port}/db");
-        let config = tokio_postgres::Config::from_str(&url).unwrap();
+        let config = PgConnectConfig::parse(&url).unwrap();
         let error = ReplicationConnection::connect(&config, "t")
             .await
             .unwrap_err();
@@ -2019,7 +2064,7 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let url = format!("postgres://u@127.0.0.1:{port}/db?connect_timeout=1");
-        let config = tokio_postgres::Config::from_str(&url).unwrap();
+        let config = PgConnectConfig::parse(&url).unwrap();
         let (result, accepted) = tokio::join!(
             ReplicationConnection::connect(&config, "t"),
             listener.accept()
@@ -2041,12 +2086,10 @@ mod tests {
         let Ok(url) = std::env::var("PG_URL") else {
             panic!("PG_URL is not set: run `eval \"$(scripts/dev-stack env)\"` or scripts/test");
         };
-        let config = tokio_postgres::Config::from_str(&url).expect("PG_URL is a postgres URL");
-        let (client, sql_connection) = config
-            .connect(tokio_postgres::NoTls)
+        let config = PgConnectConfig::parse(&url).expect("PG_URL is a postgres URL");
+        let (client, driver) = super::super::connect::connect_sql(&config)
             .await
             .expect("PG_URL accepts SQL connections");
-        let driver = tokio::spawn(sql_connection);
         let name = format!("sluice_repl_test_{:08x}", rand::random::<u32>());
         let result = stream_an_insert(&client, &config, &name).await;
         // Clean up even when the test failed: a leftover slot would retain WAL.
@@ -2079,14 +2122,14 @@ mod tests {
             .await
             .unwrap();
         drop(client);
-        driver.await.unwrap().unwrap();
+        driver.await.unwrap();
         result.unwrap();
     }
 
     /// The body of [`real_server_streams_an_insert`], separated so that cleanup always runs.
     async fn stream_an_insert(
         client: &tokio_postgres::Client,
-        config: &tokio_postgres::Config,
+        config: &PgConnectConfig,
         name: &str,
     ) -> anyhow::Result<()> {
         client
@@ -2102,7 +2145,7 @@ mod tests {
         anyhow::ensure!(system.timeline >= 1, "timeline {}", system.timeline);
         anyhow::ensure!(system.xlogpos > Lsn::ZERO, "xlogpos {}", system.xlogpos);
         anyhow::ensure!(
-            system.dbname.as_deref() == config.get_dbname(),
+            system.dbname.as_deref() == config.pg.get_dbname(),
             "dbname {:?}",
             system.dbname
         );

@@ -4,10 +4,8 @@
 //! Each check that an operator must fix fails with a [`PipelineError::Fatal`] naming the fix;
 //! connection trouble is retryable.
 
-use std::str::FromStr;
-
 use sluice_engine::Lsn;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::config::{PipelineConfig, parse_table_name};
 use crate::error::{PipelineError, classify_pg};
@@ -71,35 +69,43 @@ impl PgCatalog {
     ///
     /// Fatal for authentication and missing databases, retryable otherwise.
     pub async fn connect(config: &PipelineConfig) -> Result<Self, PipelineError> {
-        let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
-            PipelineError::fatal_with(
-                "source.postgres.url is not a valid connection string",
-                "expected postgres://user[:password]@host[:port]/database",
-                e,
-            )
-        })?;
-        let mut pg_config = pg_config;
-        pg_config.application_name(format!("sluice-{}", config.name));
-        pg_config.connect_timeout(std::time::Duration::from_secs(10));
+        let mut pg_config = super::connect::PgConnectConfig::parse(&config.postgres().url)
+            .map_err(|e| {
+                PipelineError::fatal(
+                    format!("source.postgres.url: {e}"),
+                    "expected postgres://user[:password]@host[:port]/database[?sslmode=...]",
+                )
+            })?;
+        pg_config
+            .pg
+            .application_name(format!("sluice-{}", config.name));
+        pg_config
+            .pg
+            .connect_timeout(std::time::Duration::from_secs(10));
         // A peer that vanished is noticed by TCP within about a minute, not ~15.
-        pg_config.keepalives(true);
-        pg_config.keepalives_idle(std::time::Duration::from_secs(30));
-        pg_config.keepalives_interval(std::time::Duration::from_secs(10));
-        pg_config.keepalives_retries(3);
-        let (client, connection) = pg_config.connect(NoTls).await.map_err(|e| {
-            classify_pg(
-                format!(
-                    "cannot connect to PostgreSQL at {}",
-                    describe_host(&pg_config)
+        pg_config
+            .pg
+            .keepalives(true)
+            .keepalives_idle(std::time::Duration::from_secs(30))
+            .keepalives_interval(std::time::Duration::from_secs(10))
+            .keepalives_retries(3);
+        let (client, connection) = super::connect::connect_sql(&pg_config)
+            .await
+            .map_err(|e| match e {
+                super::connect::ConnectError::Config(e) => PipelineError::fatal(
+                    format!("source.postgres.url: {e}"),
+                    "fix the TLS parameters of source.postgres.url",
                 ),
-                e,
-            )
-        })?;
-        let connection = tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::debug!(error = %error, "sql connection ended");
-            }
-        });
+                e @ super::connect::ConnectError::Connect { .. } if e.is_tls_refusal() => {
+                    PipelineError::fatal(
+                        e.to_string(),
+                        "check sslmode and sslrootcert in source.postgres.url and the server's TLS setup",
+                    )
+                }
+                super::connect::ConnectError::Connect { message, source } => {
+                    classify_pg(message, source)
+                }
+            })?;
         let pg = config.postgres();
         let mut settings: String = super::replication::SESSION_SETTINGS
             .iter()

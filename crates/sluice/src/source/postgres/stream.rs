@@ -45,7 +45,6 @@
 //! hands records to the producer in commit order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -243,9 +242,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     catalog.ensure_publication(config, &published).await?;
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
-    let pg_config = tokio_postgres::Config::from_str(&config.postgres().url).map_err(|e| {
-        PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
-    })?;
+    let pg_config =
+        super::connect::PgConnectConfig::parse(&config.postgres().url).map_err(|e| {
+            PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
+        })?;
     let mut connection =
         ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
             .await
