@@ -652,9 +652,6 @@ impl PipelineConfig {
             );
         }
         let SourceConfig::Postgres(pg) = &self.source;
-        if let Err(error) = crate::source::postgres::connect::PgConnectConfig::parse(&pg.url) {
-            issue("source.postgres.url", error.to_string());
-        }
         for (key, name) in [
             ("source.postgres.slot", &pg.slot),
             ("source.postgres.publication", &pg.publication),
