@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Module map: [`config`] (the pipeline file), [`cli`] (the `sluice` command line), [`app`]
-//! (wiring and supervision), [`source`] (sources), [`event`] (the change-event format),
+//! (wiring and supervision), [`delivery`] (the delivery core every source is an adapter over),
+//! [`source`] (sources), [`event`] (the change-event format),
 //! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`runtime`] (pipeline status and metrics), [`admin`] (the HTTP
 //! admin server, which serves what the runtime holds),
 //! [`doctor`] (`sluice doctor` and `sluice slots`).
@@ -24,6 +25,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod dead_letter;
+pub mod delivery;
 pub mod doctor;
 pub mod error;
 pub mod event;

@@ -684,7 +684,7 @@ impl IncrementalRun {
             token_base: format!(
                 "{}-{}",
                 std::process::id(),
-                super::stream::unix_micros_now()
+                crate::delivery::unix_micros_now()
             ),
             next_chunk: 0,
             retry_at: None,

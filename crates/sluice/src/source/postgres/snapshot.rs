@@ -43,8 +43,8 @@ use super::encode::{
 };
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
-use super::stream::{SendError, try_send, unix_micros_now};
 use crate::config::PipelineConfig;
+use crate::delivery::{RecordSink, SendError, unix_micros_now};
 use crate::error::{PipelineError, classify_pg};
 use crate::kafka::{Delivery, DeliveryEvent, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
@@ -749,7 +749,7 @@ impl Worker {
             });
             let mut pending = (record, delivery);
             loop {
-                match try_send(&self.producer, pending.0, pending.1) {
+                match self.producer.try_send(pending.0, pending.1) {
                     Ok(()) => break,
                     Err(SendError::QueueFull(record, delivery)) => {
                         pending = (record, delivery);
@@ -841,6 +841,6 @@ pub(super) async fn relation_info(
 fn refused(error: &KafkaError, topic: &str) -> PipelineError {
     PipelineError::fatal(
         format!("Kafka refused a snapshot record for topic {topic}: {error}"),
-        super::stream::rejection_hint(error),
+        crate::delivery::rejection_hint(error),
     )
 }

@@ -2,20 +2,13 @@
 //!
 //! # The loop
 //!
-//! One task owns the replication stream, the [`AckTracker`] and the in-flight budget, and runs a
-//! single `select! { biased; … }` with these priorities:
-//!
-//! 1. shutdown;
-//! 2. delivery reports: acknowledge in the tracker (acks before intake keep memory bounded);
-//! 3. the status timer: send a standby status update whose flush LSN is the watermark — this is
-//!    the checkpoint, and it never waits for in-flight records;
-//! 4. the heartbeat timer;
-//! 5. admitting the next decoded change once the budget has room for it;
-//! 6. reading the replication stream — only while nothing waits for admission and the tracker is
-//!    below its limit, so a full budget stops reads and TCP backpressure reaches the server.
-//!
-//! Status updates keep going out while back-pressured or idle, so `wal_sender_timeout` never
-//! fires, and a keepalive that asks for a reply is answered at once.
+//! This module is the PostgreSQL adapter of the delivery core ([`crate::delivery`]), which
+//! owns the loop: admission under the in-flight budget, parallel encoding, publishing in order,
+//! acknowledgements, the watermark, dead-lettering and draining. Here: turning pgoutput
+//! messages into changes and checkpoints, and confirming the watermark to the server as the
+//! standby status update's flush LSN (after recording it in the state store). Status updates
+//! keep going out while back-pressured or idle, so `wal_sender_timeout` never fires, and a
+//! keepalive that asks for a reply is answered at once.
 //!
 //! # Positions
 //!
@@ -40,19 +33,16 @@
 //!
 //! # Parallel encoding
 //!
-//! Decoded changes are encoded into Debezium JSON in batches on the blocking pool, so encoding
-//! uses every core; the publisher task awaits the batches in the order they were dispatched and
-//! hands records to the producer in commit order.
+//! Decoded changes are encoded into Debezium JSON ([`PgEncoder`]) in batches on the blocking
+//! pool by the delivery core, so encoding uses every core, and published in commit order.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use futures::FutureExt;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::producer::Producer;
 use rdkafka::util::Timeout;
-use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Lsn, Seq};
+use sluice_engine::{InFlightBudget, Lsn};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -71,27 +61,17 @@ use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::config::{
-    HEARTBEAT_MESSAGE_PREFIX, PermanentErrorPolicy, PipelineConfig, SlotLossPolicy, SnapshotMode,
-    UnchangedToast,
+    HEARTBEAT_MESSAGE_PREFIX, PipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
 };
-use crate::dead_letter;
+use crate::delivery::{
+    self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source, unix_micros_now,
+};
 use crate::error::PipelineError;
-use crate::kafka::{
-    self, Delivery, DeliveryEvent, KafkaHealth, OutRecord, PipelineProducer,
-    PipelineProducerContext,
-};
+use crate::kafka::{self, KafkaHealth, OutRecord, PipelineProducer, PipelineProducerContext};
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
 
-/// Changes per encoding batch.
-const ENCODE_BATCH: usize = 512;
-/// Encoding batches between the loop and the publisher.
-const ENCODE_QUEUE: usize = 16;
-/// Messages read per wake-up before the loop looks at acks and timers again.
-const READ_BURST: usize = 2048;
-/// How long a graceful shutdown waits for in-flight records.
-const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
 /// The longest the replication loop waits for anything but the stream itself (catalog
 /// look-ups, topic creation, TOAST re-reads, table refreshes and publication changes, an
 /// incremental chunk's read): below PostgreSQL's default `wal_sender_timeout` (60 s), so the
@@ -178,8 +158,9 @@ impl Supervised for CdcPipeline {
     }
 }
 
-/// One decoded change (or logical message) on its way in.
-enum Item {
+/// One decoded change (or logical message) on its way in: the PostgreSQL source's change type
+/// in the delivery core.
+pub(super) enum Item {
     Row(RowChange),
     Message(LogicalMessage),
     /// A record made by sluice itself (a schema change event).
@@ -188,32 +169,6 @@ enum Item {
         commit_unix_micros: i64,
     },
 }
-
-/// A step the loop takes in stream order.
-enum Step {
-    /// Admit a change once the budget has room.
-    Admit { item: Item, size: usize },
-    /// Push a checkpoint (a transaction's end, a keepalive's position, a heartbeat).
-    Checkpoint(Lsn),
-}
-
-/// A change admitted to the pipeline, ready to encode.
-struct Admitted {
-    item: Item,
-    first_seq: u64,
-    permit: Arc<InFlightPermit>,
-}
-
-/// What encoding made of one admitted item.
-enum Encoded {
-    /// A record with its bookkeeping.
-    Record(OutRecord, Box<Delivery>),
-    /// The change could not be encoded: what the pipeline needs to apply its policy.
-    Failed(DeliveryEvent),
-}
-
-/// A batch being encoded on the blocking pool, in order.
-type EncodedBatch = JoinHandle<Vec<Encoded>>;
 
 /// The transaction being received.
 struct OpenTransaction {
@@ -409,12 +364,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         s.hint = None;
     });
 
-    let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
-    let publisher = tokio::spawn(publish(
+    let (mut core, publisher) = DeliveryCore::start(
         Arc::clone(&producer),
-        publish_rx,
+        budget,
+        slot.confirmed_flush,
+        &config.delivery,
+        ctx.metrics.clone(),
         delivery_tx.clone(),
-    ));
+        record_position,
+    );
     let catalog = Arc::new(catalog);
     let incremental = IncrementalRun::new(
         Arc::clone(config),
@@ -436,38 +394,47 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         ctx.shutdown.child_token(),
     ));
 
-    let mut run = StreamRun {
+    let heartbeat_interval = config.postgres().heartbeat_interval_ms;
+    let mut source = PgSource {
         ctx,
         identity,
         catalog: Arc::clone(&catalog),
         stream,
-        tracker: AckTracker::new(Some(slot.confirmed_flush)),
-        budget,
         relations: HashMap::new(),
         table_metrics: HashMap::new(),
         known_topics,
         tx: None,
-        steps: VecDeque::new(),
-        batch: Vec::new(),
-        publish_tx,
-        producer: Arc::clone(&producer),
-        health,
-        last_checkpoint: slot.confirmed_flush,
         received: slot.confirmed_flush,
-        max_pending: config.delivery.max_in_flight_records as usize * 4,
         slot_state,
-        window: AckWindow::default(),
         incremental,
         signal_table,
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
         silence: SilenceWatch::new(config.postgres().silence_timeout_ms, Instant::now()),
         batch_size: kafka::effective_batch_size(&config.kafka, batch_size_cap),
+        heartbeat: Heartbeat {
+            interval: (heartbeat_interval > 0).then(|| Duration::from_millis(heartbeat_interval)),
+            last: Instant::now(),
+            running: None,
+        },
+        progress_log: (Instant::now(), slot.confirmed_flush),
     };
-    let result = run.run(delivery_rx).await;
+    let result = delivery::run(
+        &mut source,
+        &mut core,
+        &mut delivery_rx,
+        LoopContext {
+            shutdown: &ctx.shutdown,
+            status_interval: Duration::from_millis(config.postgres().status_interval_ms),
+            board: &ctx.board,
+            health: &health,
+        },
+    )
+    .await;
     // Tear down: stop publishing; the producer's remaining records may still be delivered
     // (duplicates on the next run, never loss, since nothing unacknowledged was confirmed).
-    drop(run);
+    drop(core);
+    drop(source);
     publisher.abort();
     monitor.abort();
     ctx.board.set_budget(None);
@@ -476,6 +443,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     })
     .await;
     result
+}
+
+/// Where a record came from, from its headers: `LSN 0/1A2B`.
+fn record_position(record: &OutRecord) -> String {
+    let lsn = record
+        .headers
+        .iter()
+        .find(|(name, _)| *name == crate::event::HEADER_LSN)
+        .map(|(_, v)| Lsn(v.parse().unwrap_or(0)).to_string())
+        .unwrap_or_default();
+    format!("LSN {lsn}")
 }
 
 /// The captured tables without the signal table, and the tables to publish: the captured
@@ -497,32 +475,21 @@ fn with_signal_table(
     (tables, published)
 }
 
-struct StreamRun<'a> {
+/// The PostgreSQL source as the delivery core drives it: pgoutput messages in, row changes and
+/// checkpoints (commit LSNs) out; confirms the watermark as the slot's flush position.
+struct PgSource<'a> {
     ctx: &'a RunContext,
     identity: SourceIdentity,
     catalog: Arc<PgCatalog>,
     stream: ReplicationStream,
-    tracker: AckTracker<Lsn>,
-    budget: InFlightBudget,
     relations: HashMap<u32, Arc<RelationInfo>>,
     table_metrics: HashMap<String, Arc<TableMetrics>>,
     known_topics: HashSet<String>,
     tx: Option<OpenTransaction>,
-    steps: VecDeque<Step>,
-    batch: Vec<Admitted>,
-    publish_tx: mpsc::Sender<EncodedBatch>,
-    producer: Arc<PipelineProducer>,
-    health: Arc<KafkaHealth>,
-    /// The newest checkpoint pushed to the tracker.
-    last_checkpoint: Lsn,
     /// The newest WAL position received.
     received: Lsn,
-    /// Tracker entries allowed before reads stop.
-    max_pending: usize,
     /// The slot's identity and the newest confirmed position, written before each checkpoint.
     slot_state: SlotStateFile,
-    /// Acknowledgements since the last status tick, for the status page.
-    window: AckWindow,
     /// Incremental snapshots.
     incremental: IncrementalRun,
     /// The signal table, published with the captured tables.
@@ -536,155 +503,278 @@ struct StreamRun<'a> {
     silence: SilenceWatch,
     /// The producer's `batch.size` when sluice chose it (`None`: set by the operator).
     batch_size: Option<u64>,
+    /// Heartbeat messages written to the WAL, so an idle or filtered-out database still lets
+    /// the slot advance.
+    heartbeat: Heartbeat,
+    /// When progress was last logged, and the position then.
+    progress_log: (Instant, Lsn),
 }
 
-/// Acknowledged records, bytes and latencies between two status ticks.
-struct AckWindow {
-    records: u64,
-    bytes: u64,
-    latency_micros: hdrhistogram::Histogram<u64>,
+/// `heartbeat_interval_ms`: a heartbeat written off the loop, at most one at a time.
+struct Heartbeat {
+    interval: Option<Duration>,
+    last: Instant,
+    running: Option<JoinHandle<Result<(), PipelineError>>>,
 }
 
-impl Default for AckWindow {
-    fn default() -> Self {
-        Self {
-            records: 0,
-            bytes: 0,
-            latency_micros: crate::runtime::status::latency_histogram(),
+/// Encodes the PostgreSQL source's changes into Debezium JSON records.
+struct PgEncoder {
+    options: EncodeOptions,
+    identity: SourceIdentity,
+    message_metrics: Arc<TableMetrics>,
+}
+
+impl Encode<Item> for PgEncoder {
+    fn encode(&self, item: &Item, out: &mut Vec<OutRecord>) -> Origin {
+        match item {
+            Item::Row(change) => {
+                #[cfg(feature = "failpoints")]
+                fail::fail_point!("encode::change");
+                encode_change(change, self.options, out);
+                Origin {
+                    commit_unix_micros: change.commit_unix_micros,
+                    table: Arc::clone(&change.relation.metrics),
+                }
+            }
+            Item::Message(message) => {
+                out.push(encode_message(
+                    message,
+                    &self.identity,
+                    self.options.now_unix_ms,
+                ));
+                Origin {
+                    commit_unix_micros: message.commit_unix_micros,
+                    table: Arc::clone(&self.message_metrics),
+                }
+            }
+            Item::Raw {
+                record,
+                commit_unix_micros,
+            } => {
+                out.push(record.clone());
+                Origin {
+                    commit_unix_micros: *commit_unix_micros,
+                    table: Arc::clone(&self.message_metrics),
+                }
+            }
         }
     }
-}
 
-impl StreamRun<'_> {
-    async fn run(
-        &mut self,
-        mut deliveries: mpsc::UnboundedReceiver<DeliveryEvent>,
-    ) -> Result<(), PipelineError> {
-        let config = &self.ctx.config;
-        let pg = config.postgres();
-        let mut status_tick = tokio::time::interval(Duration::from_millis(pg.status_interval_ms));
-        status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let heartbeat_ms = if pg.heartbeat_interval_ms == 0 {
-            u64::MAX / 4
-        } else {
-            pg.heartbeat_interval_ms
+    fn describe(&self, item: &Item, reason: &str) -> FailedChange {
+        let (topic, table, commit_lsn, lsn, tx_index, xid, origin) = match item {
+            Item::Row(change) => (
+                Arc::clone(&change.relation.topic),
+                change.relation.name.clone(),
+                change.commit_lsn,
+                change.lsn,
+                change.tx_index,
+                Some(change.xid),
+                Origin {
+                    commit_unix_micros: change.commit_unix_micros,
+                    table: Arc::clone(&change.relation.metrics),
+                },
+            ),
+            Item::Message(message) => (
+                Arc::clone(&message.topic),
+                format!("(message {})", message.prefix),
+                message.commit_lsn,
+                message.lsn,
+                message.tx_index,
+                message.xid,
+                Origin {
+                    commit_unix_micros: message.commit_unix_micros,
+                    table: Arc::clone(&self.message_metrics),
+                },
+            ),
+            Item::Raw {
+                record,
+                commit_unix_micros,
+            } => (
+                Arc::clone(&record.topic),
+                "(schema change)".to_owned(),
+                Lsn::ZERO,
+                Lsn::ZERO,
+                0,
+                None,
+                Origin {
+                    commit_unix_micros: *commit_unix_micros,
+                    table: Arc::clone(&self.message_metrics),
+                },
+            ),
         };
-        let mut heartbeat_tick = tokio::time::interval(Duration::from_millis(heartbeat_ms));
-        heartbeat_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        heartbeat_tick.tick().await;
-        let mut heartbeat: Option<JoinHandle<Result<(), PipelineError>>> = None;
-        let mut events = Vec::with_capacity(4096);
-        let mut last_progress_log = Instant::now();
-        let mut last_logged_received = self.received;
-        loop {
-            let waiting_size = match self.steps.front() {
-                Some(Step::Admit { size, .. }) => Some(*size),
-                _ => None,
-            };
-            let can_read = self.steps.is_empty() && self.tracker.pending() < self.max_pending;
-            if !can_read {
-                self.silence.not_reading(Instant::now());
-            }
-            tokio::select! {
-                biased;
-                // 1. Shutdown.
-                () = self.ctx.shutdown.cancelled() => {
-                    return self.drain(&mut deliveries).await;
-                }
-                // 2. Delivery reports.
-                count = deliveries.recv_many(&mut events, 4096) => {
-                    if count == 0 {
-                        return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
-                    }
-                    for event in events.drain(..) {
-                        self.on_delivery(event).await?;
-                    }
-                    if let Some(watermark) = self.tracker.watermark() {
-                        self.ctx.metrics.watermark.set(watermark.0 as f64);
-                    }
-                }
-                // 3. Checkpoint.
-                _ = status_tick.tick() => {
-                    // Operators' requests first, so this checkpoint can record them.
-                    for (seq, signal) in self.ctx.board.take_signals() {
-                        self.incremental.accept(&signal, self.last_checkpoint, seq);
-                    }
-                    let ping = match self.silence.check(Instant::now()) {
-                        Silence::Fine => false,
-                        Silence::Ping => true,
-                        Silence::Dead(silent) => return Err(silent_connection(silent)),
-                    };
-                    self.checkpoint(ping).await?;
-                    bounded("refreshing the captured tables", self.refresh_tables()).await?;
-                    self.incremental.poll(self.last_checkpoint).await;
-                    self.ctx.board.add_acknowledged(
-                        std::mem::take(&mut self.window.records),
-                        std::mem::take(&mut self.window.bytes),
-                        &self.window.latency_micros,
-                    );
-                    self.window.latency_micros.reset();
-                    self.ctx.board.update(|s| {
-                        s.watermark_lsn = self.tracker.watermark().map(ToString::to_string);
-                        s.kafka_brokers_down = self.health.all_brokers_down();
-                        s.incremental_snapshot = self.incremental.status();
-                    });
-                    if last_progress_log.elapsed() >= Duration::from_secs(10)
-                        && self.received != last_logged_received
-                    {
-                        last_progress_log = Instant::now();
-                        last_logged_received = self.received;
-                        tracing::info!(
-                            received = %self.received,
-                            watermark = %self.tracker.watermark().copied().unwrap_or_default(),
-                            inflight_records = self.budget.in_flight_records(),
-                            inflight_bytes = self.budget.in_flight_bytes(),
-                            "progress"
-                        );
-                    }
-                }
-                // 4. Heartbeat.
-                _ = heartbeat_tick.tick() => {
-                    if let Some(previous) = heartbeat.take() {
-                        if previous.is_finished() {
-                            if let Ok(Err(error)) = previous.await {
-                                tracing::warn!(error = %error.chain(), "heartbeat failed");
-                            }
-                        } else {
-                            heartbeat = Some(previous);
-                        }
-                    }
-                    if heartbeat.is_none() {
-                        let catalog = Arc::clone(&self.catalog);
-                        heartbeat = Some(tokio::spawn(async move { catalog.emit_heartbeat().await }));
-                    }
-                }
-                // 5. Admission once the budget has room.
-                permit = self.budget.acquire(waiting_size.unwrap_or(0)), if waiting_size.is_some() => {
-                    self.admit_front(permit)?;
-                    self.process_steps()?;
-                    self.dispatch().await?;
-                }
-                // 6. Read.
-                message = self.stream.next(), if can_read => {
-                    self.on_replication_message(message).await?;
-                    for _ in 0..READ_BURST {
-                        if !self.steps.is_empty() || self.tracker.pending() >= self.max_pending {
-                            break;
-                        }
-                        let Some(message) = self.stream.next().now_or_never() else { break };
-                        self.on_replication_message(message).await?;
-                    }
-                    self.dispatch().await?;
-                }
-            }
+        let position = format!(
+            "commit LSN {commit_lsn}, LSN {lsn}, index {tx_index} of transaction {}, table {table}",
+            xid.map_or_else(|| "-".to_owned(), |x| x.to_string())
+        );
+        let description = serde_json::to_vec(&serde_json::json!({
+            "table": table,
+            "commit_lsn": commit_lsn.to_string(),
+            "lsn": lsn.to_string(),
+            "tx_index": tx_index,
+            "txId": xid,
+            "error": reason,
+        }))
+        .unwrap_or_default();
+        FailedChange {
+            reason: reason.to_owned(),
+            topic,
+            position,
+            description,
+            origin,
+        }
+    }
+}
+
+impl Source for PgSource<'_> {
+    type Change = Item;
+    type Position = Lsn;
+    type Message = Result<Option<ReplicationMessage>, ReplicationError>;
+    type Encoder = PgEncoder;
+
+    fn read(&mut self) -> impl std::future::Future<Output = Self::Message> {
+        self.stream.next()
+    }
+
+    async fn on_message(
+        &mut self,
+        message: Self::Message,
+        intake: &mut Intake<Item, Lsn>,
+    ) -> Result<bool, PipelineError> {
+        self.on_replication_message(message, intake).await
+    }
+
+    fn not_reading(&mut self) {
+        self.silence.not_reading(Instant::now());
+    }
+
+    async fn before_checkpoint(
+        &mut self,
+        intake: &mut Intake<Item, Lsn>,
+    ) -> Result<bool, PipelineError> {
+        // Operators' requests first, so this checkpoint can record them.
+        for (seq, signal) in self.ctx.board.take_signals() {
+            self.incremental
+                .accept(&signal, intake.last_checkpoint(), seq);
+        }
+        match self.silence.check(Instant::now()) {
+            Silence::Fine => Ok(false),
+            Silence::Ping => Ok(true),
+            Silence::Dead(silent) => Err(silent_connection(silent)),
         }
     }
 
+    /// Sends a standby status update whose flush position is the watermark — after recording
+    /// it in the state store: the slot must never be ahead of it (see slot_state).
+    async fn confirm(&mut self, watermark: Lsn, reply: bool) -> Result<(), PipelineError> {
+        let state = &mut self.slot_state;
+        let incremental = self.incremental.confirmed(watermark);
+        tokio::task::block_in_place(|| state.advance_with(watermark, incremental)).map_err(|e| {
+            PipelineError::fatal_with(
+                format!(
+                    "cannot write the state file {}",
+                    self.slot_state.location()
+                ),
+                "make state_dir writable (and give it space); nothing was confirmed past the last recorded position",
+                e,
+            )
+        })?;
+        // The admin API's requests now in the state file: their callers get their answer.
+        self.ctx
+            .board
+            .signals_recorded(self.incremental.confirmed_request());
+        let send =
+            self.stream
+                .send_status(self.received.max(watermark), watermark, watermark, reply);
+        // A connection whose send buffer is full does not take even a status update: bounded
+        // by the silence timeout, so a stuck write is a dead connection too.
+        let result = match self.silence.timeout() {
+            Some(timeout) => match tokio::time::timeout(timeout, send).await {
+                Ok(result) => result,
+                Err(_) => return Err(silent_connection(timeout)),
+            },
+            None => send.await,
+        };
+        result.map_err(|error| {
+            replication_error(
+                "cannot send the checkpoint (standby status update)",
+                error,
+                &self.ctx.config,
+            )
+        })
+    }
+
+    async fn after_checkpoint(
+        &mut self,
+        intake: &mut Intake<Item, Lsn>,
+        watermark: Lsn,
+    ) -> Result<(), PipelineError> {
+        let last_checkpoint = intake.last_checkpoint();
+        bounded(
+            "refreshing the captured tables",
+            self.refresh_tables(last_checkpoint),
+        )
+        .await?;
+        self.incremental.poll(last_checkpoint).await;
+        let incremental = self.incremental.status();
+        self.ctx
+            .board
+            .update(|s| s.incremental_snapshot = incremental);
+        let (logged_at, logged_received) = self.progress_log;
+        if logged_at.elapsed() >= Duration::from_secs(10) && self.received != logged_received {
+            self.progress_log = (Instant::now(), self.received);
+            tracing::info!(received = %self.received, %watermark, "progress");
+        }
+        self.heartbeat.tick(&self.catalog).await;
+        Ok(())
+    }
+
+    fn encoder(&mut self) -> PgEncoder {
+        PgEncoder {
+            options: EncodeOptions {
+                tombstones: self.ctx.config.kafka.tombstones_on_delete,
+                now_unix_ms: unix_micros_now() / 1000,
+            },
+            identity: self.identity.clone(),
+            message_metrics: Arc::clone(
+                self.table_metrics
+                    .entry("(messages)".to_owned())
+                    .or_insert_with(|| Arc::new(TableMetrics::new("(messages)"))),
+            ),
+        }
+    }
+}
+
+impl Heartbeat {
+    /// Writes a heartbeat when one is due and the previous one has finished.
+    async fn tick(&mut self, catalog: &Arc<PgCatalog>) {
+        let Some(interval) = self.interval else {
+            return;
+        };
+        if self.last.elapsed() < interval {
+            return;
+        }
+        if let Some(previous) = self.running.take() {
+            if !previous.is_finished() {
+                self.running = Some(previous);
+                return;
+            }
+            if let Ok(Err(error)) = previous.await {
+                tracing::warn!(error = %error.chain(), "heartbeat failed");
+            }
+        }
+        self.last = Instant::now();
+        let catalog = Arc::clone(catalog);
+        self.running = Some(tokio::spawn(async move { catalog.emit_heartbeat().await }));
+    }
+}
+
+impl PgSource<'_> {
     /// Handles one read from the replication stream.
     async fn on_replication_message(
         &mut self,
         message: Result<Option<ReplicationMessage>, ReplicationError>,
-    ) -> Result<(), PipelineError> {
+        intake: &mut Intake<Item, Lsn>,
+    ) -> Result<bool, PipelineError> {
         self.silence.heard(Instant::now());
         let message = message
             .map_err(|e| replication_error("the replication stream failed", e, &self.ctx.config))?
@@ -711,7 +801,7 @@ impl StreamRun<'_> {
                         e,
                     )
                 })?;
-                self.on_pgoutput(decoded, wal_start, size).await?;
+                self.on_pgoutput(decoded, wal_start, size, intake).await?;
             }
             ReplicationMessage::Keepalive {
                 wal_end,
@@ -720,15 +810,12 @@ impl StreamRun<'_> {
             } => {
                 self.received = self.received.max(wal_end);
                 if self.tx.is_none() {
-                    self.steps.push_back(Step::Checkpoint(wal_end));
+                    intake.checkpoint(wal_end);
                 }
-                self.process_steps()?;
-                if reply_requested {
-                    self.checkpoint(true).await?;
-                }
+                return Ok(reply_requested);
             }
         }
-        self.process_steps()
+        Ok(false)
     }
 
     async fn on_pgoutput(
@@ -736,6 +823,7 @@ impl StreamRun<'_> {
         message: PgOutputMessage,
         lsn: Lsn,
         size: usize,
+        intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
         match message {
             PgOutputMessage::Begin(begin) => {
@@ -751,10 +839,10 @@ impl StreamRun<'_> {
                 if let Some(tx) = self.tx.take() {
                     self.incremental.on_commit(tx.xid);
                 }
-                self.steps.push_back(Step::Checkpoint(commit.end_lsn));
+                intake.checkpoint(commit.end_lsn);
             }
             PgOutputMessage::Relation(relation) => {
-                self.on_relation(relation).await?;
+                self.on_relation(relation, intake).await?;
             }
             PgOutputMessage::Insert { relation_id, new } => {
                 if let Some(outbox) = self.relation(relation_id)?.outbox.clone() {
@@ -767,7 +855,7 @@ impl StreamRun<'_> {
                     self.ensure_topic(&topic).await?;
                 }
                 let kind = ChangeKind::Insert { new };
-                self.push_row(relation_id, kind, lsn, size)?;
+                self.push_row(relation_id, kind, lsn, size, intake)?;
             }
             PgOutputMessage::Update {
                 relation_id,
@@ -797,7 +885,7 @@ impl StreamRun<'_> {
                     new,
                     key_changed,
                 };
-                self.push_row(relation_id, kind, lsn, size)?;
+                self.push_row(relation_id, kind, lsn, size, intake)?;
             }
             PgOutputMessage::Delete {
                 relation_id,
@@ -813,11 +901,11 @@ impl StreamRun<'_> {
                     old,
                     old_is_key_only,
                 };
-                self.push_row(relation_id, kind, lsn, size)?;
+                self.push_row(relation_id, kind, lsn, size, intake)?;
             }
             PgOutputMessage::Truncate { relation_ids, .. } => {
                 for relation_id in relation_ids {
-                    self.push_row(relation_id, ChangeKind::Truncate, lsn, size)?;
+                    self.push_row(relation_id, ChangeKind::Truncate, lsn, size, intake)?;
                 }
             }
             PgOutputMessage::Message {
@@ -827,15 +915,15 @@ impl StreamRun<'_> {
                 content,
             } => {
                 if prefix == WATERMARK_PREFIX {
-                    self.on_watermark(&content, message_lsn).await?;
+                    self.on_watermark(&content, message_lsn, intake).await?;
                     if !transactional && self.tx.is_none() {
-                        self.steps.push_back(Step::Checkpoint(message_lsn));
+                        intake.checkpoint(message_lsn);
                     }
                     return Ok(());
                 }
                 if prefix == HEARTBEAT_MESSAGE_PREFIX {
                     if !transactional && self.tx.is_none() {
-                        self.steps.push_back(Step::Checkpoint(message_lsn));
+                        intake.checkpoint(message_lsn);
                     }
                     return Ok(());
                 }
@@ -859,12 +947,9 @@ impl StreamRun<'_> {
                     xid,
                     commit_unix_micros,
                 };
-                self.steps.push_back(Step::Admit {
-                    item: Item::Message(message),
-                    size: size * 2 + 256,
-                });
+                intake.admit(Item::Message(message), size * 2 + 256, 1);
                 if !transactional && self.tx.is_none() {
-                    self.steps.push_back(Step::Checkpoint(message_lsn));
+                    intake.checkpoint(message_lsn);
                 }
             }
             PgOutputMessage::Type { .. } | PgOutputMessage::Origin { .. } => {}
@@ -872,7 +957,11 @@ impl StreamRun<'_> {
         Ok(())
     }
 
-    async fn on_relation(&mut self, relation: pgoutput::Relation) -> Result<(), PipelineError> {
+    async fn on_relation(
+        &mut self,
+        relation: pgoutput::Relation,
+        intake: &mut Intake<Item, Lsn>,
+    ) -> Result<(), PipelineError> {
         let qualified = format!("{}.{}", relation.namespace, relation.name);
         let mut key_names = bounded(
             "looking up the table's primary key",
@@ -939,7 +1028,8 @@ impl StreamRun<'_> {
             && !info.excluded
             && let Some(topic) = self.ctx.config.kafka.schema_changes_topic.clone()
         {
-            self.push_schema_change(&topic, &previous, &info).await?;
+            self.push_schema_change(&topic, &previous, &info, intake)
+                .await?;
         }
         self.relations.insert(relation.id, Arc::new(info));
         Ok(())
@@ -952,6 +1042,7 @@ impl StreamRun<'_> {
         topic: &str,
         previous: &RelationInfo,
         next: &RelationInfo,
+        intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
         let column = |c: &super::encode::ColumnInfo| serde_json::json!({ "name": c.name, "type_oid": c.type_oid, "type_modifier": c.type_modifier });
         let mut changes = Vec::new();
@@ -1006,19 +1097,25 @@ impl StreamRun<'_> {
             ],
         };
         let size = record.len() + 256;
-        self.steps.push_back(Step::Admit {
-            item: Item::Raw {
+        intake.admit(
+            Item::Raw {
                 record,
                 commit_unix_micros,
             },
             size,
-        });
+            1,
+        );
         Ok(())
     }
 
     /// A snapshot watermark: the closed chunk's rows are queued here, in stream order, and the
     /// next chunk starts.
-    async fn on_watermark(&mut self, content: &[u8], lsn: Lsn) -> Result<(), PipelineError> {
+    async fn on_watermark(
+        &mut self,
+        content: &[u8],
+        lsn: Lsn,
+        intake: &mut Intake<Item, Lsn>,
+    ) -> Result<(), PipelineError> {
         let Some(chunk) = self.incremental.on_watermark(content, lsn).await else {
             self.incremental.maybe_start();
             return Ok(());
@@ -1026,6 +1123,7 @@ impl StreamRun<'_> {
         // A table that joined while running may have had no streamed change yet.
         self.ensure_topic(&chunk.relation.topic).await?;
         let commit_unix_micros = unix_micros_now();
+        let tombstones = self.ctx.config.kafka.tombstones_on_delete;
         let rows_metric =
             metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.relation.name.clone());
         rows_metric.increment(chunk.rows.len() as u64);
@@ -1039,22 +1137,21 @@ impl StreamRun<'_> {
                 })
                 .sum();
             let size = (bytes * 2 + chunk.relation.envelope_overhead).max(1);
-            self.steps.push_back(Step::Admit {
-                item: Item::Row(RowChange {
-                    size_hint: size,
-                    relation: Arc::clone(&chunk.relation),
-                    kind: ChangeKind::Read {
-                        row,
-                        incremental: true,
-                    },
-                    commit_lsn: lsn,
-                    lsn,
-                    tx_index: u32::try_from(n).unwrap_or(u32::MAX),
-                    xid: 0,
-                    commit_unix_micros,
-                }),
-                size,
-            });
+            let change = RowChange {
+                size_hint: size,
+                relation: Arc::clone(&chunk.relation),
+                kind: ChangeKind::Read {
+                    row,
+                    incremental: true,
+                },
+                commit_lsn: lsn,
+                lsn,
+                tx_index: u32::try_from(n).unwrap_or(u32::MAX),
+                xid: 0,
+                commit_unix_micros,
+            };
+            let records = change.record_count(tombstones);
+            intake.admit(Item::Row(change), size, records);
         }
         self.incremental.maybe_start();
         Ok(())
@@ -1132,7 +1229,7 @@ impl StreamRun<'_> {
     /// by PostgreSQL on their own), and once the stream has passed the position where they were
     /// found, snapshots them (`snapshot_new_tables`) — even when no change of theirs has
     /// been streamed.
-    async fn refresh_tables(&mut self) -> Result<(), PipelineError> {
+    async fn refresh_tables(&mut self, last_checkpoint: Lsn) -> Result<(), PipelineError> {
         crate::delay_point!("stream::refresh_tables");
         let received = self.received;
         let (ready, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.new_tables)
@@ -1140,7 +1237,7 @@ impl StreamRun<'_> {
             .partition(|(at, _)| *at <= received);
         self.new_tables = waiting;
         for (_, table) in ready {
-            self.incremental.on_table(&table, self.last_checkpoint);
+            self.incremental.on_table(&table, last_checkpoint);
         }
         let config = Arc::clone(&self.ctx.config);
         let interval = config.postgres().table_refresh_interval_ms;
@@ -1243,6 +1340,7 @@ impl StreamRun<'_> {
         kind: ChangeKind,
         lsn: Lsn,
         size: usize,
+        intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
         let relation = self.relation(relation_id)?;
         if self.incremental.is_signal_table(&relation.name) {
@@ -1278,551 +1376,12 @@ impl StreamRun<'_> {
             xid: tx.xid,
             commit_unix_micros: tx.commit_unix_micros,
         };
-        tx.next_index += change.record_count(self.ctx.config.kafka.tombstones_on_delete);
+        let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete);
+        tx.next_index += records;
         change.size_hint = change.size_hint.max(1);
         let size = change.size_hint;
-        self.steps.push_back(Step::Admit {
-            item: Item::Row(change),
-            size,
-        });
+        intake.admit(Item::Row(change), size, records);
         Ok(())
-    }
-
-    /// Takes queued steps in order while the budget has room.
-    fn process_steps(&mut self) -> Result<(), PipelineError> {
-        while let Some(step) = self.steps.front() {
-            match step {
-                Step::Checkpoint(lsn) => {
-                    let lsn = *lsn;
-                    self.steps.pop_front();
-                    if lsn > self.last_checkpoint {
-                        self.last_checkpoint = lsn;
-                        self.tracker
-                            .push_checkpoint(lsn)
-                            .map_err(|e| internal("checkpoint order", e))?;
-                    }
-                }
-                Step::Admit { size, .. } => match self.budget.try_acquire(*size) {
-                    Some(permit) => self.admit_front(permit)?,
-                    None => break,
-                },
-            }
-        }
-        Ok(())
-    }
-
-    /// Admits the change at the front of the queue with its budget share.
-    fn admit_front(&mut self, permit: InFlightPermit) -> Result<(), PipelineError> {
-        let Some(Step::Admit { item, .. }) = self.steps.pop_front() else {
-            return Ok(());
-        };
-        let count = match &item {
-            Item::Row(change) => change.record_count(self.ctx.config.kafka.tombstones_on_delete),
-            Item::Message(_) | Item::Raw { .. } => 1,
-        };
-        let first_seq = self.tracker.next_seq().0;
-        for _ in 0..count {
-            self.tracker
-                .push(None)
-                .map_err(|e| internal("tracker push", e))?;
-        }
-        self.batch.push(Admitted {
-            item,
-            first_seq,
-            permit: Arc::new(permit),
-        });
-        Ok(())
-    }
-
-    /// Sends the current batch to be encoded (in parallel) and published (in order).
-    async fn dispatch(&mut self) -> Result<(), PipelineError> {
-        while !self.batch.is_empty() {
-            let take = self.batch.len().min(ENCODE_BATCH);
-            let batch: Vec<Admitted> = self.batch.drain(..take).collect();
-            let options = EncodeOptions {
-                tombstones: self.ctx.config.kafka.tombstones_on_delete,
-                now_unix_ms: unix_micros_now() / 1000,
-            };
-            let identity = self.identity.clone();
-            let message_metrics = Arc::clone(
-                self.table_metrics
-                    .entry("(messages)".to_owned())
-                    .or_insert_with(|| Arc::new(TableMetrics::new("(messages)"))),
-            );
-            let handle = tokio::task::spawn_blocking(move || {
-                encode_batch(batch, options, &identity, &message_metrics)
-            });
-            self.publish_tx.send(handle).await.map_err(|_| {
-                PipelineError::retryable(
-                    "the publisher stopped",
-                    std::io::Error::other("publish channel closed"),
-                )
-            })?;
-        }
-        Ok(())
-    }
-
-    async fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
-        match event {
-            DeliveryEvent::Acked(delivery) => {
-                let latency_micros = (unix_micros_now() - delivery.commit_unix_micros).max(0);
-                self.ctx.metrics.latency.record(latency_micros as f64 / 1e6);
-                self.window.records += 1;
-                self.window.bytes += u64::from(delivery.bytes);
-                self.window
-                    .latency_micros
-                    .saturating_record(latency_micros.max(1) as u64);
-                delivery.table.records.increment(1);
-                delivery.table.bytes.increment(u64::from(delivery.bytes));
-                self.tracker
-                    .ack(delivery.seq)
-                    .map_err(|e| internal("acknowledgement", e))?;
-                Ok(())
-            }
-            DeliveryEvent::Failed {
-                error,
-                record,
-                delivery,
-            } => self.on_failed(error, record, delivery).await,
-            DeliveryEvent::EncodeFailed {
-                reason,
-                topic,
-                position,
-                description,
-                deliveries,
-            } => {
-                self.on_encode_failed(reason, topic, position, description, deliveries)
-                    .await
-            }
-        }
-    }
-
-    /// A change that could not be encoded: stop with its position, or dead-letter a
-    /// description of it, per `delivery.on_permanent_error`.
-    async fn on_encode_failed(
-        &mut self,
-        reason: String,
-        topic: Arc<str>,
-        position: String,
-        description: Vec<u8>,
-        mut deliveries: Vec<Delivery>,
-    ) -> Result<(), PipelineError> {
-        let config = &self.ctx.config;
-        let dead_letter = match (
-            config.delivery.on_permanent_error,
-            config.delivery.dead_letter_topic.as_deref(),
-        ) {
-            (PermanentErrorPolicy::DeadLetter, Some(topic)) => topic.to_owned(),
-            _ => {
-                return Err(PipelineError::fatal_with(
-                    format!(
-                        "cannot encode the change at {position}: {reason}; nothing after it is confirmed to the source, so no data is lost"
-                    ),
-                    "this is a bug in sluice: report it with the table's column types; to go on past such changes, set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic",
-                    std::io::Error::other(reason),
-                ));
-            }
-        };
-        tracing::error!(
-            position,
-            reason,
-            dead_letter,
-            "a change could not be encoded: dead-lettering a description of it"
-        );
-        self.ctx.metrics.dead_lettered.increment(1);
-        // Its other records (a tombstone, a key change's create) are not written: acknowledge
-        // their places in the watermark now; the first place waits for the dead letter.
-        if deliveries.is_empty() {
-            return Ok(());
-        }
-        let first = deliveries.remove(0);
-        for delivery in deliveries {
-            self.tracker
-                .ack(delivery.seq)
-                .map_err(|e| internal("acknowledgement", e))?;
-        }
-        let headers = vec![
-            (
-                dead_letter::HEADER_REASON.into(),
-                format!("cannot encode the change: {reason}"),
-            ),
-            (dead_letter::HEADER_TOPIC.into(), topic.to_string()),
-        ];
-        let record = OutRecord {
-            topic: Arc::from(dead_letter.as_str()),
-            key: None,
-            value: Some(description),
-            headers,
-        };
-        self.send_dead_letter(record, Box::new(first)).await
-    }
-
-    async fn on_failed(
-        &mut self,
-        error: KafkaError,
-        record: OutRecord,
-        delivery: Box<Delivery>,
-    ) -> Result<(), PipelineError> {
-        let config = &self.ctx.config;
-        let position = record
-            .headers
-            .iter()
-            .find(|(name, _)| *name == crate::event::HEADER_LSN)
-            .map(|(_, v)| Lsn(v.parse().unwrap_or(0)).to_string())
-            .unwrap_or_default();
-        if !kafka::is_permanent(&error) {
-            return Err(PipelineError::retryable(
-                format!(
-                    "Kafka did not accept a record for {} (LSN {position})",
-                    record.topic
-                ),
-                error,
-            ));
-        }
-        let dead_letter = config.delivery.dead_letter_topic.as_deref();
-        let already_dead_letter = dead_letter == Some(&*record.topic);
-        if config.delivery.on_permanent_error == PermanentErrorPolicy::Stop || already_dead_letter {
-            let size = record.len();
-            return Err(PipelineError::fatal_with(
-                format!(
-                    "Kafka rejected a {size}-byte record for topic {} (change at LSN {position}); nothing after it is confirmed to the source, so no data is lost",
-                    record.topic
-                ),
-                rejection_hint(&error),
-                error,
-            ));
-        }
-        let Some(dead_letter) = dead_letter else {
-            return Ok(());
-        };
-        tracing::warn!(topic = %record.topic, lsn = %position, error = %error, "dead-lettering a record");
-        self.ctx.metrics.dead_lettered.increment(1);
-        let mut headers = record.headers.clone();
-        headers.push((dead_letter::HEADER_REASON.into(), error.to_string()));
-        headers.push((dead_letter::HEADER_TOPIC.into(), record.topic.to_string()));
-        let mut value = record.value;
-        if value
-            .as_ref()
-            .is_some_and(|v| v.len() > config.delivery.dead_letter_max_value_bytes as usize)
-        {
-            headers.push((
-                dead_letter::HEADER_VALUE_OMITTED.into(),
-                value.as_ref().map_or(0, Vec::len).to_string(),
-            ));
-            value = None;
-        }
-        let dlq = OutRecord {
-            topic: Arc::from(dead_letter),
-            key: record.key,
-            value,
-            headers,
-        };
-        self.send_dead_letter(dlq, delivery).await
-    }
-
-    /// Sends a dead-letter record; its delivery report acknowledges `delivery`'s place.
-    async fn send_dead_letter(
-        &mut self,
-        dlq: OutRecord,
-        delivery: Box<Delivery>,
-    ) -> Result<(), PipelineError> {
-        let (mut dlq, mut delivery) = (dlq, delivery);
-        loop {
-            match try_send(&self.producer, dlq, delivery) {
-                Ok(()) => return Ok(()),
-                Err(SendError::QueueFull(r, d)) => {
-                    // Rare (see `publish`); a dead letter is worth a short pause of this loop
-                    // (an async one: the runtime's thread goes on with other tasks).
-                    (dlq, delivery) = (r, d);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                Err(SendError::Refused(error, record, _)) => {
-                    return Err(PipelineError::fatal_with(
-                        format!("cannot write to the dead-letter topic {}", record.topic),
-                        "check that the dead-letter topic exists and the producer may write to it",
-                        error,
-                    ));
-                }
-            }
-        }
-    }
-
-    /// Sends a standby status update whose flush position is the watermark.
-    async fn checkpoint(&mut self, reply: bool) -> Result<(), PipelineError> {
-        let watermark = self.tracker.watermark().copied().unwrap_or_default();
-        let started = Instant::now();
-        // The state file first: the slot must never be ahead of it (see slot_state).
-        let state = &mut self.slot_state;
-        let incremental = self.incremental.confirmed(watermark);
-        tokio::task::block_in_place(|| state.advance_with(watermark, incremental)).map_err(|e| {
-            self.ctx.metrics.checkpoint_failures.increment(1);
-            PipelineError::fatal_with(
-                format!(
-                    "cannot write the state file {}",
-                    self.slot_state.location()
-                ),
-                "make state_dir writable (and give it space); nothing was confirmed past the last recorded position",
-                e,
-            )
-        })?;
-        // The admin API's requests now in the state file: their callers get their answer.
-        self.ctx
-            .board
-            .signals_recorded(self.incremental.confirmed_request());
-        let send =
-            self.stream
-                .send_status(self.received.max(watermark), watermark, watermark, reply);
-        // A connection whose send buffer is full does not take even a status update: bounded
-        // by the silence timeout, so a stuck write is a dead connection too.
-        let result = match self.silence.timeout() {
-            Some(timeout) => match tokio::time::timeout(timeout, send).await {
-                Ok(result) => result,
-                Err(_) => return Err(silent_connection(timeout)),
-            },
-            None => send.await,
-        };
-        match result {
-            Ok(()) => {
-                self.ctx
-                    .metrics
-                    .checkpoint_duration
-                    .record(started.elapsed().as_secs_f64());
-                self.ctx.metrics.watermark.set(watermark.0 as f64);
-                Ok(())
-            }
-            Err(error) => {
-                self.ctx.metrics.checkpoint_failures.increment(1);
-                Err(replication_error(
-                    "cannot send the checkpoint (standby status update)",
-                    error,
-                    &self.ctx.config,
-                ))
-            }
-        }
-    }
-
-    /// Graceful stop: stop reading, wait (bounded) for in-flight records, checkpoint, close.
-    async fn drain(
-        &mut self,
-        deliveries: &mut mpsc::UnboundedReceiver<DeliveryEvent>,
-    ) -> Result<(), PipelineError> {
-        tracing::info!(
-            inflight_records = self.budget.in_flight_records(),
-            "stopping: draining in-flight records"
-        );
-        self.steps.clear();
-        self.batch.clear();
-        let deadline = tokio::time::Instant::now() + DRAIN_DEADLINE;
-        let mut events = Vec::new();
-        while self.budget.in_flight_records() > 0 {
-            match tokio::time::timeout_at(deadline, deliveries.recv_many(&mut events, 4096)).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    for event in events.drain(..) {
-                        if let DeliveryEvent::Acked(delivery) = event {
-                            let _ = self.tracker.ack(delivery.seq);
-                        }
-                    }
-                }
-            }
-        }
-        self.checkpoint(false).await?;
-        tracing::info!(
-            watermark = %self.tracker.watermark().copied().unwrap_or_default(),
-            "stopped"
-        );
-        Ok(())
-    }
-}
-
-/// Encodes a batch into records, each with its bookkeeping.
-fn encode_batch(
-    batch: Vec<Admitted>,
-    options: EncodeOptions,
-    identity: &SourceIdentity,
-    message_metrics: &Arc<TableMetrics>,
-) -> Vec<Encoded> {
-    let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
-    let mut records = Vec::with_capacity(4);
-    for admitted in batch {
-        let (table, commit_unix_micros) = match &admitted.item {
-            Item::Row(change) => {
-                // A panic while encoding one change (a bug: a value sluice cannot render) must
-                // not kill the publisher or come back at the same position on every restart:
-                // it becomes an EncodeFailed event, and the pipeline's policy decides.
-                let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    #[cfg(feature = "failpoints")]
-                    fail::fail_point!("encode::change");
-                    encode_change(change, options, &mut records);
-                }));
-                if let Err(panic) = encoded {
-                    records.clear();
-                    out.push(Encoded::Failed(encode_failure(
-                        change,
-                        &admitted,
-                        options.tombstones,
-                        &panic_message(panic.as_ref()),
-                    )));
-                    continue;
-                }
-                (
-                    Arc::clone(&change.relation.metrics),
-                    change.commit_unix_micros,
-                )
-            }
-            Item::Message(message) => {
-                records.push(encode_message(message, identity, options.now_unix_ms));
-                (Arc::clone(message_metrics), message.commit_unix_micros)
-            }
-            Item::Raw {
-                record,
-                commit_unix_micros,
-            } => {
-                records.push(record.clone());
-                (Arc::clone(message_metrics), *commit_unix_micros)
-            }
-        };
-        for (offset, record) in records.drain(..).enumerate() {
-            let delivery = Box::new(Delivery {
-                seq: Seq(admitted.first_seq + offset as u64),
-                permit: Arc::clone(&admitted.permit),
-                commit_unix_micros,
-                table: Arc::clone(&table),
-                bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
-            });
-            out.push(Encoded::Record(record, delivery));
-        }
-    }
-    out
-}
-
-/// The text of a panic's payload.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".to_owned())
-}
-
-/// The EncodeFailed event of a change whose encoding panicked with `reason`.
-fn encode_failure(
-    change: &RowChange,
-    admitted: &Admitted,
-    tombstones: bool,
-    reason: &str,
-) -> DeliveryEvent {
-    // As many as admission pushed to the tracker for it.
-    let count = change.record_count(tombstones);
-    let table = change.relation.name.clone();
-    let position = format!(
-        "commit LSN {}, LSN {}, index {} of transaction {}, table {table}",
-        change.commit_lsn, change.lsn, change.tx_index, change.xid
-    );
-    let description = serde_json::to_vec(&serde_json::json!({
-        "table": table,
-        "commit_lsn": change.commit_lsn.to_string(),
-        "lsn": change.lsn.to_string(),
-        "tx_index": change.tx_index,
-        "txId": change.xid,
-        "error": reason,
-    }))
-    .unwrap_or_default();
-    let deliveries = (0..u64::from(count))
-        .map(|offset| Delivery {
-            seq: Seq(admitted.first_seq + offset),
-            permit: Arc::clone(&admitted.permit),
-            commit_unix_micros: change.commit_unix_micros,
-            table: Arc::clone(&change.relation.metrics),
-            bytes: 0,
-        })
-        .collect();
-    DeliveryEvent::EncodeFailed {
-        reason: reason.to_owned(),
-        topic: Arc::clone(&change.relation.topic),
-        position,
-        description,
-        deliveries,
-    }
-}
-
-async fn publish(
-    producer: Arc<PipelineProducer>,
-    mut batches: mpsc::Receiver<EncodedBatch>,
-    failures: mpsc::UnboundedSender<DeliveryEvent>,
-) {
-    while let Some(handle) = batches.recv().await {
-        let Ok(encoded) = handle.await else {
-            tracing::error!("an encoding task failed; stopping the publisher");
-            return;
-        };
-        for item in encoded {
-            let (mut record, mut delivery) = match item {
-                Encoded::Record(record, delivery) => (record, delivery),
-                Encoded::Failed(event) => {
-                    let _ = failures.send(event);
-                    continue;
-                }
-            };
-            loop {
-                match try_send(&producer, record, delivery) {
-                    Ok(()) => break,
-                    Err(SendError::QueueFull(r, d)) => {
-                        // librdkafka's queue is sized above the in-flight budget, so this is
-                        // rare: wait for the poll thread to make room.
-                        (record, delivery) = (r, d);
-                        tokio::time::sleep(Duration::from_millis(1)).await;
-                    }
-                    Err(SendError::Refused(error, record, delivery)) => {
-                        let _ = failures.send(DeliveryEvent::Failed {
-                            error,
-                            record,
-                            delivery,
-                        });
-                        break;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Why [`try_send`] did not enqueue a record; the record comes back either way (this is the
-/// slow path, so its size does not matter).
-#[allow(clippy::large_enum_variant)]
-pub(super) enum SendError {
-    /// librdkafka's queue is full: try again shortly.
-    QueueFull(OutRecord, Box<Delivery>),
-    /// Refused at once (e.g. larger than the producer's `message.max.bytes`).
-    Refused(KafkaError, OutRecord, Box<Delivery>),
-}
-
-/// Hands a record to librdkafka (which copies it).
-#[allow(clippy::result_large_err)]
-pub(super) fn try_send(
-    producer: &PipelineProducer,
-    record: OutRecord,
-    delivery: Box<Delivery>,
-) -> Result<(), SendError> {
-    let result = {
-        let mut base = BaseRecord::with_opaque_to(&record.topic, delivery);
-        if let Some(key) = &record.key {
-            base = base.key(key.as_slice());
-        }
-        if let Some(value) = &record.value {
-            base = base.payload(value.as_slice());
-        }
-        base = base.headers(record.owned_headers());
-        producer
-            .send(base)
-            .map_err(|(error, base)| (error, base.delivery_opaque))
-    };
-    match result {
-        Ok(()) => Ok(()),
-        Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), delivery)) => {
-            Err(SendError::QueueFull(record, delivery))
-        }
-        Err((error, delivery)) => Err(SendError::Refused(error, record, delivery)),
     }
 }
 
@@ -2044,21 +1603,6 @@ async fn secure_slot(
     Ok(slot)
 }
 
-pub(super) fn rejection_hint(error: &KafkaError) -> String {
-    match error.rdkafka_error_code() {
-        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
-            "the record is larger than the broker's or the topic's max.message.bytes (or the producer's message.max.bytes): raise max.message.bytes on the topic and message.max.bytes in [kafka.producer], or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into()
-        }
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
-            "the topic does not exist: create it, or set kafka.create_topics = true".into()
-        }
-        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
-            "the producer is not authorized to write to the topic: grant WRITE on it".into()
-        }
-        _ => "fix the cause above, or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into(),
-    }
-}
-
 fn replication_error(
     what: &str,
     error: ReplicationError,
@@ -2109,20 +1653,6 @@ fn silent_connection(silent: Duration) -> PipelineError {
 fn is_invalidated_slot(error: &ReplicationError) -> bool {
     let text = error.to_string();
     text.contains("can no longer get changes") || text.contains("has been invalidated")
-}
-
-fn internal(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> PipelineError {
-    PipelineError::fatal_with(
-        format!("internal error in {what}"),
-        "this is a bug in sluice: please report it with the log",
-        error,
-    )
-}
-
-pub(super) fn unix_micros_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as i64)
 }
 
 #[cfg(test)]

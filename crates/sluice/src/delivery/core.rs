@@ -1,0 +1,561 @@
+//! The delivery core's state: the steps waiting for the budget, the acknowledgement tracker,
+//! the encode-and-publish pipeline, and the policy for records that cannot be delivered.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::publish::{self, Encoded, EncodedBatch, RecordSink};
+use super::{Encode, Position, unix_micros_now};
+use crate::config::{DeliveryConfig, PermanentErrorPolicy};
+use crate::dead_letter;
+use crate::error::PipelineError;
+use crate::kafka::{Delivery, DeliveryEvent, OutRecord};
+use crate::runtime::metrics::PipelineMetrics;
+use crate::runtime::status::StatusBoard;
+
+/// Changes per encoding batch.
+const ENCODE_BATCH: usize = 512;
+/// Encoding batches between the loop and the publisher.
+const ENCODE_QUEUE: usize = 16;
+/// How long a graceful shutdown waits for in-flight records.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A step the loop takes in source order.
+enum Step<C, P> {
+    /// Admit a change once the budget has room.
+    Admit {
+        change: C,
+        size: usize,
+        records: u32,
+    },
+    /// Push a checkpoint: every record before it is of positions at or below it.
+    Checkpoint(P),
+}
+
+/// Where a source hands over what it read, in source order: changes (each becoming a known
+/// number of records) and checkpoints (positions the source may be confirmed at once every
+/// record before them is acknowledged).
+pub struct Intake<C, P> {
+    steps: VecDeque<Step<C, P>>,
+    /// The newest checkpoint taken into the tracker.
+    last_checkpoint: P,
+}
+
+impl<C, P: Position> Intake<C, P> {
+    fn new(start: P) -> Self {
+        Self {
+            steps: VecDeque::new(),
+            last_checkpoint: start,
+        }
+    }
+
+    /// Queues `change`, which becomes exactly `records` records and weighs `size` bytes in the
+    /// in-flight budget.
+    pub fn admit(&mut self, change: C, size: usize, records: u32) {
+        self.steps.push_back(Step::Admit {
+            change,
+            size: size.max(1),
+            records,
+        });
+    }
+
+    /// Queues a checkpoint after the changes queued so far.
+    pub fn checkpoint(&mut self, position: P) {
+        self.steps.push_back(Step::Checkpoint(position));
+    }
+
+    /// The newest checkpoint taken into the tracker (changes queued behind it are not).
+    pub fn last_checkpoint(&self) -> P {
+        self.last_checkpoint
+    }
+}
+
+/// A change admitted under the budget, ready to encode.
+struct Admitted<C> {
+    change: C,
+    first_seq: u64,
+    records: u32,
+    permit: Arc<InFlightPermit>,
+}
+
+/// Acknowledged records, bytes and latencies between two status ticks.
+struct AckWindow {
+    records: u64,
+    bytes: u64,
+    latency_micros: hdrhistogram::Histogram<u64>,
+}
+
+/// Admit → encode → publish in order → acknowledge → watermark → dead-letter → drain, for
+/// changes `C` at positions `P`, into `K`.
+pub struct DeliveryCore<C, P, K> {
+    /// What the source hands over.
+    pub intake: Intake<C, P>,
+    tracker: AckTracker<P>,
+    budget: InFlightBudget,
+    batch: Vec<Admitted<C>>,
+    publish_tx: mpsc::Sender<EncodedBatch>,
+    sink: Arc<K>,
+    delivery: DeliveryConfig,
+    /// Tracker entries allowed before reads stop.
+    max_pending: usize,
+    metrics: PipelineMetrics,
+    window: AckWindow,
+    /// Where a record came from in the source, as operators read it (from its headers).
+    position_of: fn(&OutRecord) -> String,
+    /// How long a graceful stop waits for in-flight records.
+    pub(super) drain_deadline: Duration,
+}
+
+impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
+    /// A core resuming after `start` (the source's confirmed position), with its publisher
+    /// task, which reports refusals and encoding failures on `events` (the delivery reports'
+    /// channel).
+    pub fn start(
+        sink: Arc<K>,
+        budget: InFlightBudget,
+        start: P,
+        delivery: &DeliveryConfig,
+        metrics: PipelineMetrics,
+        events: mpsc::UnboundedSender<DeliveryEvent>,
+        position_of: fn(&OutRecord) -> String,
+    ) -> (Self, JoinHandle<()>) {
+        let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
+        let publisher = tokio::spawn(publish::publish(Arc::clone(&sink), publish_rx, events));
+        let core = Self {
+            intake: Intake::new(start),
+            tracker: AckTracker::new(Some(start)),
+            budget,
+            batch: Vec::new(),
+            publish_tx,
+            sink,
+            delivery: delivery.clone(),
+            max_pending: delivery.max_in_flight_records as usize * 4,
+            metrics,
+            window: AckWindow {
+                records: 0,
+                bytes: 0,
+                latency_micros: crate::runtime::status::latency_histogram(),
+            },
+            position_of,
+            drain_deadline: DRAIN_DEADLINE,
+        };
+        (core, publisher)
+    }
+
+    /// The in-flight budget.
+    pub fn budget(&self) -> &InFlightBudget {
+        &self.budget
+    }
+
+    /// The newest position whose records, and all before, are acknowledged.
+    pub fn watermark(&self) -> P {
+        self.tracker.watermark().copied().unwrap_or_default()
+    }
+
+    /// Whether the source may read more: nothing waits for the budget and the tracker is
+    /// below its limit (so a full budget stops reads and the backpressure reaches the server).
+    pub fn can_read(&self) -> bool {
+        self.intake.steps.is_empty() && self.tracker.pending() < self.max_pending
+    }
+
+    /// The budget share the change at the front waits for, if one does.
+    pub fn waiting_size(&self) -> Option<usize> {
+        match self.intake.steps.front() {
+            Some(Step::Admit { size, .. }) => Some(*size),
+            _ => None,
+        }
+    }
+
+    /// Takes queued steps in order while the budget has room.
+    ///
+    /// # Errors
+    ///
+    /// An internal error when the tracker refuses a step (a bug).
+    pub fn process_steps(&mut self) -> Result<(), PipelineError> {
+        while let Some(step) = self.intake.steps.front() {
+            match step {
+                Step::Checkpoint(position) => {
+                    let position = *position;
+                    self.intake.steps.pop_front();
+                    if position > self.intake.last_checkpoint {
+                        self.intake.last_checkpoint = position;
+                        self.tracker
+                            .push_checkpoint(position)
+                            .map_err(|e| internal("checkpoint order", e))?;
+                    }
+                }
+                Step::Admit { size, .. } => match self.budget.try_acquire(*size) {
+                    Some(permit) => self.admit_front(permit)?,
+                    None => break,
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Admits the change at the front of the queue with its budget share (`permit`).
+    ///
+    /// # Errors
+    ///
+    /// An internal error when the tracker refuses the records (a bug).
+    pub fn admit_front(&mut self, permit: InFlightPermit) -> Result<(), PipelineError> {
+        let Some(Step::Admit {
+            change, records, ..
+        }) = self.intake.steps.pop_front()
+        else {
+            return Ok(());
+        };
+        let first_seq = self.tracker.next_seq().0;
+        for _ in 0..records {
+            self.tracker
+                .push(None)
+                .map_err(|e| internal("tracker push", e))?;
+        }
+        self.batch.push(Admitted {
+            change,
+            first_seq,
+            records,
+            permit: Arc::new(permit),
+        });
+        Ok(())
+    }
+
+    /// Sends the admitted changes to be encoded (in parallel, by encoders `encoder` makes) and
+    /// published (in order).
+    ///
+    /// # Errors
+    ///
+    /// Retryable when the publisher has stopped.
+    pub async fn dispatch<E: Encode<C>>(
+        &mut self,
+        mut encoder: impl FnMut() -> E,
+    ) -> Result<(), PipelineError> {
+        while !self.batch.is_empty() {
+            let take = self.batch.len().min(ENCODE_BATCH);
+            let batch: Vec<Admitted<C>> = self.batch.drain(..take).collect();
+            let encoder = encoder();
+            let handle = tokio::task::spawn_blocking(move || encode_batch(batch, &encoder));
+            self.publish_tx.send(handle).await.map_err(|_| {
+                PipelineError::retryable(
+                    "the publisher stopped",
+                    std::io::Error::other("publish channel closed"),
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Applies delivery reports (`events`, emptied), then shows the watermark in the metrics.
+    ///
+    /// # Errors
+    ///
+    /// As [`DeliveryCore::on_delivery`].
+    pub async fn on_deliveries(
+        &mut self,
+        events: &mut Vec<DeliveryEvent>,
+    ) -> Result<(), PipelineError> {
+        for event in events.drain(..) {
+            self.on_delivery(event).await?;
+        }
+        if let Some(watermark) = self.tracker.watermark() {
+            self.metrics.watermark.set(watermark.gauge());
+        }
+        Ok(())
+    }
+
+    /// Applies a delivery report (or a refusal, or an encoding failure).
+    ///
+    /// # Errors
+    ///
+    /// Retryable for a transient refusal; fatal when the policy is to stop.
+    pub async fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
+        match event {
+            DeliveryEvent::Acked(delivery) => {
+                let latency_micros = (unix_micros_now() - delivery.commit_unix_micros).max(0);
+                self.metrics.latency.record(latency_micros as f64 / 1e6);
+                self.window.records += 1;
+                self.window.bytes += u64::from(delivery.bytes);
+                self.window
+                    .latency_micros
+                    .saturating_record(latency_micros.max(1) as u64);
+                delivery.table.records.increment(1);
+                delivery.table.bytes.increment(u64::from(delivery.bytes));
+                self.tracker
+                    .ack(delivery.seq)
+                    .map_err(|e| internal("acknowledgement", e))?;
+                Ok(())
+            }
+            DeliveryEvent::Failed {
+                error,
+                record,
+                delivery,
+            } => self.on_failed(error, record, delivery).await,
+            DeliveryEvent::EncodeFailed {
+                reason,
+                topic,
+                position,
+                description,
+                deliveries,
+            } => {
+                self.on_encode_failed(reason, topic, position, description, deliveries)
+                    .await
+            }
+        }
+    }
+
+    /// A change that could not be encoded: stop with its position, or dead-letter a
+    /// description of it, per `delivery.on_permanent_error`.
+    async fn on_encode_failed(
+        &mut self,
+        reason: String,
+        topic: Arc<str>,
+        position: String,
+        description: Vec<u8>,
+        mut deliveries: Vec<Delivery>,
+    ) -> Result<(), PipelineError> {
+        let dead_letter = match (
+            self.delivery.on_permanent_error,
+            self.delivery.dead_letter_topic.as_deref(),
+        ) {
+            (PermanentErrorPolicy::DeadLetter, Some(topic)) => topic.to_owned(),
+            _ => {
+                return Err(PipelineError::fatal_with(
+                    format!(
+                        "cannot encode the change at {position}: {reason}; nothing after it is confirmed to the source, so no data is lost"
+                    ),
+                    "this is a bug in sluice: report it with the table's column types; to go on past such changes, set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic",
+                    std::io::Error::other(reason),
+                ));
+            }
+        };
+        tracing::error!(
+            position,
+            reason,
+            dead_letter,
+            "a change could not be encoded: dead-lettering a description of it"
+        );
+        self.metrics.dead_lettered.increment(1);
+        // Its other records (a tombstone, a key change's create) are not written: acknowledge
+        // their places in the watermark now; the first place waits for the dead letter.
+        if deliveries.is_empty() {
+            return Ok(());
+        }
+        let first = deliveries.remove(0);
+        for delivery in deliveries {
+            self.tracker
+                .ack(delivery.seq)
+                .map_err(|e| internal("acknowledgement", e))?;
+        }
+        let headers = vec![
+            (
+                dead_letter::HEADER_REASON.into(),
+                format!("cannot encode the change: {reason}"),
+            ),
+            (dead_letter::HEADER_TOPIC.into(), topic.to_string()),
+        ];
+        let record = OutRecord {
+            topic: Arc::from(dead_letter.as_str()),
+            key: None,
+            value: Some(description),
+            headers,
+        };
+        self.send_dead_letter(record, Box::new(first)).await
+    }
+
+    /// A record the producer refused: retry (transient), stop, or dead-letter it.
+    async fn on_failed(
+        &mut self,
+        error: rdkafka::error::KafkaError,
+        record: OutRecord,
+        delivery: Box<Delivery>,
+    ) -> Result<(), PipelineError> {
+        let position = (self.position_of)(&record);
+        if !crate::kafka::is_permanent(&error) {
+            return Err(PipelineError::retryable(
+                format!(
+                    "Kafka did not accept a record for {} ({position})",
+                    record.topic
+                ),
+                error,
+            ));
+        }
+        let dead_letter = self.delivery.dead_letter_topic.as_deref();
+        let already_dead_letter = dead_letter == Some(&*record.topic);
+        if self.delivery.on_permanent_error == PermanentErrorPolicy::Stop || already_dead_letter {
+            let size = record.len();
+            return Err(PipelineError::fatal_with(
+                format!(
+                    "Kafka rejected a {size}-byte record for topic {} (change at {position}); nothing after it is confirmed to the source, so no data is lost",
+                    record.topic
+                ),
+                publish::rejection_hint(&error),
+                error,
+            ));
+        }
+        let Some(dead_letter) = dead_letter else {
+            return Ok(());
+        };
+        tracing::warn!(topic = %record.topic, position, error = %error, "dead-lettering a record");
+        self.metrics.dead_lettered.increment(1);
+        let mut headers = record.headers.clone();
+        headers.push((dead_letter::HEADER_REASON.into(), error.to_string()));
+        headers.push((dead_letter::HEADER_TOPIC.into(), record.topic.to_string()));
+        let mut value = record.value;
+        if value
+            .as_ref()
+            .is_some_and(|v| v.len() > self.delivery.dead_letter_max_value_bytes as usize)
+        {
+            headers.push((
+                dead_letter::HEADER_VALUE_OMITTED.into(),
+                value.as_ref().map_or(0, Vec::len).to_string(),
+            ));
+            value = None;
+        }
+        let dlq = OutRecord {
+            topic: Arc::from(dead_letter),
+            key: record.key,
+            value,
+            headers,
+        };
+        self.send_dead_letter(dlq, delivery).await
+    }
+
+    /// Sends a dead-letter record; its delivery report acknowledges `delivery`'s place.
+    async fn send_dead_letter(
+        &mut self,
+        dlq: OutRecord,
+        delivery: Box<Delivery>,
+    ) -> Result<(), PipelineError> {
+        publish::send(&*self.sink, dlq, delivery)
+            .await
+            .map_err(|(error, record, _)| {
+                PipelineError::fatal_with(
+                    format!("cannot write to the dead-letter topic {}", record.topic),
+                    "check that the dead-letter topic exists and the producer may write to it",
+                    error,
+                )
+            })
+    }
+
+    /// Records a confirmed checkpoint's duration and position in the metrics.
+    pub fn checkpointed(&self, watermark: P, took: Duration) {
+        self.metrics.checkpoint_duration.record(took.as_secs_f64());
+        self.metrics.watermark.set(watermark.gauge());
+    }
+
+    /// Counts a checkpoint that could not be made.
+    pub fn checkpoint_failed(&self) {
+        self.metrics.checkpoint_failures.increment(1);
+    }
+
+    /// Hands the acknowledgements since the last call, and the watermark, to the status board.
+    pub fn report(&mut self, board: &StatusBoard) {
+        board.add_acknowledged(
+            std::mem::take(&mut self.window.records),
+            std::mem::take(&mut self.window.bytes),
+            &self.window.latency_micros,
+        );
+        self.window.latency_micros.reset();
+        let watermark = self.tracker.watermark().map(ToString::to_string);
+        board.update(|s| s.watermark_lsn = watermark);
+    }
+
+    /// Graceful stop: drops what was not admitted, and waits (at most [`DRAIN_DEADLINE`]) for
+    /// the delivery reports of what was. The caller confirms the resulting watermark.
+    pub async fn drain(&mut self, deliveries: &mut mpsc::UnboundedReceiver<DeliveryEvent>) {
+        tracing::info!(
+            inflight_records = self.budget.in_flight_records(),
+            "stopping: draining in-flight records"
+        );
+        self.intake.steps.clear();
+        self.batch.clear();
+        let deadline = tokio::time::Instant::now() + self.drain_deadline;
+        let mut events = Vec::new();
+        while self.budget.in_flight_records() > 0 {
+            match tokio::time::timeout_at(deadline, deliveries.recv_many(&mut events, 4096)).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    for event in events.drain(..) {
+                        if let DeliveryEvent::Acked(delivery) = event {
+                            let _ = self.tracker.ack(delivery.seq);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Encodes a batch into records, each with its bookkeeping. A panic while encoding one change
+/// (a bug: a value sluice cannot render) must not kill the publisher or come back at the same
+/// position on every restart: it becomes an `EncodeFailed` event, and the policy decides.
+fn encode_batch<C, E: Encode<C>>(batch: Vec<Admitted<C>>, encoder: &E) -> Vec<Encoded> {
+    let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
+    let mut records = Vec::with_capacity(4);
+    for admitted in batch {
+        let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            encoder.encode(&admitted.change, &mut records)
+        }));
+        let origin = match encoded {
+            Ok(origin) => origin,
+            Err(panic) => {
+                records.clear();
+                let failed = encoder.describe(&admitted.change, &panic_message(panic.as_ref()));
+                let deliveries = (0..u64::from(admitted.records))
+                    .map(|offset| Delivery {
+                        seq: Seq(admitted.first_seq + offset),
+                        permit: Arc::clone(&admitted.permit),
+                        commit_unix_micros: failed.origin.commit_unix_micros,
+                        table: Arc::clone(&failed.origin.table),
+                        bytes: 0,
+                    })
+                    .collect();
+                out.push(Encoded::Failed(DeliveryEvent::EncodeFailed {
+                    reason: failed.reason,
+                    topic: failed.topic,
+                    position: failed.position,
+                    description: failed.description,
+                    deliveries,
+                }));
+                continue;
+            }
+        };
+        for (offset, record) in records.drain(..).enumerate() {
+            let delivery = Box::new(Delivery {
+                seq: Seq(admitted.first_seq + offset as u64),
+                permit: Arc::clone(&admitted.permit),
+                commit_unix_micros: origin.commit_unix_micros,
+                table: Arc::clone(&origin.table),
+                bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
+            });
+            out.push(Encoded::Record(record, delivery));
+        }
+    }
+    out
+}
+
+/// The text of a panic's payload.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// An internal error: a bug in sluice.
+pub(super) fn internal(
+    what: &str,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> PipelineError {
+    PipelineError::fatal_with(
+        format!("internal error in {what}"),
+        "this is a bug in sluice: please report it with the log",
+        error,
+    )
+}

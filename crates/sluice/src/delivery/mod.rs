@@ -1,0 +1,267 @@
+//! The delivery core: one ordered, bounded, never-blocking path from any source into Kafka.
+//!
+//! A source (PostgreSQL's logical replication today, MySQL's binlog next) is an adapter
+//! implementing [`Source`]: it reads messages from its server, turns them into changes and
+//! checkpoints (handed over in source order through an [`Intake`]), encodes changes into
+//! records ([`Encode`]), and confirms a position to its server. Everything else is here, the
+//! same for every source:
+//!
+//! admit (under the in-flight budget) → encode (in parallel, on the blocking pool) → publish in
+//! order → acknowledge (delivery reports into the [`sluice_engine::AckTracker`]) → watermark →
+//! checkpoint (the source confirms the watermark, never waiting for in-flight records) →
+//! dead-letter (per `delivery.on_permanent_error`) → drain (on shutdown).
+//!
+//! # The loop
+//!
+//! [`run`] is one task owning the source, the tracker and the budget, running a single
+//! `select! { biased; … }` with these priorities:
+//!
+//! 1. shutdown: drain, confirm the watermark, return;
+//! 2. delivery reports: acknowledge in the tracker (acks before intake keep memory bounded);
+//! 3. the status timer: the source's periodic work, then the checkpoint — the source confirms
+//!    the watermark — then the status board;
+//! 4. admitting the next change once the budget has room for it;
+//! 5. reading the source — only while nothing waits for admission and the tracker is below its
+//!    limit, so a full budget stops reads and the backpressure reaches the server.
+//!
+//! Checkpoints keep going out while back-pressured or idle, so a server that drops silent
+//! clients never does.
+
+mod core;
+mod publish;
+#[cfg(test)]
+mod tests;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures::FutureExt;
+use sluice_engine::Lsn;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use self::core::{DeliveryCore, Intake};
+pub use self::publish::{RecordSink, SendError, rejection_hint, send};
+use crate::error::PipelineError;
+use crate::kafka::{DeliveryEvent, KafkaHealth, OutRecord};
+use crate::runtime::metrics::TableMetrics;
+use crate::runtime::status::StatusBoard;
+
+/// Messages read per wake-up before the loop looks at acks and timers again.
+const READ_BURST: usize = 2048;
+
+/// A source position: ordered, and shown to operators as text.
+pub trait Position: Copy + Ord + Default + std::fmt::Display + Send + Sync + 'static {
+    /// The position as the watermark gauge shows it.
+    fn gauge(&self) -> f64;
+}
+
+impl Position for Lsn {
+    fn gauge(&self) -> f64 {
+        self.0 as f64
+    }
+}
+
+/// Where an encoded change came from, for the latency histogram and the per-table counters.
+pub struct Origin {
+    /// Source commit time, Unix microseconds.
+    pub commit_unix_micros: i64,
+    /// The table's counters.
+    pub table: Arc<TableMetrics>,
+}
+
+/// A change whose encoding failed, as the dead-letter topic and the error message show it.
+pub struct FailedChange {
+    /// Why (a panic's message).
+    pub reason: String,
+    /// The topic its records were meant for.
+    pub topic: Arc<str>,
+    /// Where the change is in the source, as operators read it.
+    pub position: String,
+    /// A JSON description of the change (no values).
+    pub description: Vec<u8>,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+/// Turns a source's changes into records; runs on the blocking pool, one encoder per batch.
+pub trait Encode<C>: Send + 'static {
+    /// Appends the records of `change` to `out`: exactly as many as it was admitted with. May
+    /// panic (a bug); the core then applies `delivery.on_permanent_error`.
+    fn encode(&self, change: &C, out: &mut Vec<OutRecord>) -> Origin;
+
+    /// Describes `change`, whose encoding panicked with `reason`.
+    fn describe(&self, change: &C, reason: &str) -> FailedChange;
+}
+
+/// A source adapter: what differs between PostgreSQL, MySQL, … .
+///
+/// Every method runs on the loop's task; an operation that may wait on anything but the source's
+/// own stream must be bounded (a deadline below the server's timeout for silent clients).
+pub trait Source {
+    /// One change, admitted as a whole and encoded into a fixed number of records.
+    type Change: Send + 'static;
+    /// A position in the source's log.
+    type Position: Position;
+    /// What one read yields (an error included).
+    type Message;
+    /// The encoder of the source's changes.
+    type Encoder: Encode<Self::Change>;
+
+    /// The next message. Cancel-safe: the loop drops it unfinished when another arm is ready.
+    fn read(&mut self) -> impl Future<Output = Self::Message>;
+
+    /// Turns one message into changes and checkpoints on `intake`. `Ok(true)` asks for the
+    /// watermark to be confirmed at once (the server asked for a reply).
+    fn on_message(
+        &mut self,
+        message: Self::Message,
+        intake: &mut Intake<Self::Change, Self::Position>,
+    ) -> impl Future<Output = Result<bool, PipelineError>>;
+
+    /// The loop does not read for now (back-pressured).
+    fn not_reading(&mut self) {}
+
+    /// Periodic work before each checkpoint; `Ok(true)` asks the server for a reply.
+    fn before_checkpoint(
+        &mut self,
+        intake: &mut Intake<Self::Change, Self::Position>,
+    ) -> impl Future<Output = Result<bool, PipelineError>>;
+
+    /// Makes `watermark` durable on the source's side (state store first, then the server).
+    fn confirm(
+        &mut self,
+        watermark: Self::Position,
+        reply: bool,
+    ) -> impl Future<Output = Result<(), PipelineError>>;
+
+    /// Periodic work after each checkpoint (`watermark` just confirmed).
+    fn after_checkpoint(
+        &mut self,
+        intake: &mut Intake<Self::Change, Self::Position>,
+        watermark: Self::Position,
+    ) -> impl Future<Output = Result<(), PipelineError>>;
+
+    /// An encoder for the next batch.
+    fn encoder(&mut self) -> Self::Encoder;
+}
+
+/// What the loop needs besides the source and the core.
+pub struct LoopContext<'a> {
+    /// Graceful stop.
+    pub shutdown: &'a CancellationToken,
+    /// Between checkpoints.
+    pub status_interval: Duration,
+    /// The pipeline's status.
+    pub board: &'a StatusBoard,
+    /// The producer's view of the brokers.
+    pub health: &'a KafkaHealth,
+}
+
+/// Runs `source` through `core` until shutdown (`Ok`, drained and confirmed) or an error.
+///
+/// # Errors
+///
+/// The source's errors, a refused record per the policy, the producer stopping.
+pub async fn run<S: Source, K: RecordSink>(
+    source: &mut S,
+    core: &mut DeliveryCore<S::Change, S::Position, K>,
+    deliveries: &mut mpsc::UnboundedReceiver<DeliveryEvent>,
+    cx: LoopContext<'_>,
+) -> Result<(), PipelineError> {
+    let mut status_tick = tokio::time::interval(cx.status_interval);
+    status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut events = Vec::with_capacity(4096);
+    loop {
+        let waiting_size = core.waiting_size();
+        let can_read = core.can_read();
+        if !can_read {
+            source.not_reading();
+        }
+        tokio::select! {
+            biased;
+            () = cx.shutdown.cancelled() => {
+                core.drain(deliveries).await;
+                confirm(source, core, false).await?;
+                tracing::info!(watermark = %core.watermark(), "stopped");
+                return Ok(());
+            }
+            count = deliveries.recv_many(&mut events, 4096) => {
+                if count == 0 {
+                    return Err(PipelineError::retryable(
+                        "the producer stopped",
+                        std::io::Error::other("delivery channel closed"),
+                    ));
+                }
+                core.on_deliveries(&mut events).await?;
+            }
+            _ = status_tick.tick() => {
+                let reply = source.before_checkpoint(&mut core.intake).await?;
+                confirm(source, core, reply).await?;
+                let watermark = core.watermark();
+                source.after_checkpoint(&mut core.intake, watermark).await?;
+                core.report(cx.board);
+                let down = cx.health.all_brokers_down();
+                cx.board.update(|s| s.kafka_brokers_down = down);
+            }
+            permit = core.budget().acquire(waiting_size.unwrap_or(0)), if waiting_size.is_some() => {
+                core.admit_front(permit)?;
+                core.process_steps()?;
+                core.dispatch(|| source.encoder()).await?;
+            }
+            message = source.read(), if can_read => {
+                take(source, core, message).await?;
+                for _ in 0..READ_BURST {
+                    if !core.can_read() {
+                        break;
+                    }
+                    let Some(message) = source.read().now_or_never() else { break };
+                    take(source, core, message).await?;
+                }
+                core.dispatch(|| source.encoder()).await?;
+            }
+        }
+    }
+}
+
+/// Hands one message to the source, then admits what it queued while the budget has room.
+async fn take<S: Source, K: RecordSink>(
+    source: &mut S,
+    core: &mut DeliveryCore<S::Change, S::Position, K>,
+    message: S::Message,
+) -> Result<(), PipelineError> {
+    let reply = source.on_message(message, &mut core.intake).await?;
+    core.process_steps()?;
+    if reply {
+        confirm(source, core, true).await?;
+    }
+    Ok(())
+}
+
+/// The checkpoint: the source confirms the watermark it has (never waiting for in-flight work).
+async fn confirm<S: Source, K: RecordSink>(
+    source: &mut S,
+    core: &DeliveryCore<S::Change, S::Position, K>,
+    reply: bool,
+) -> Result<(), PipelineError> {
+    let watermark = core.watermark();
+    let started = Instant::now();
+    match source.confirm(watermark, reply).await {
+        Ok(()) => {
+            core.checkpointed(watermark, started.elapsed());
+            Ok(())
+        }
+        Err(error) => {
+            core.checkpoint_failed();
+            Err(error)
+        }
+    }
+}
+
+/// Now, in Unix microseconds.
+pub fn unix_micros_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64)
+}

@@ -1,0 +1,150 @@
+//! Handing encoded records to the producer, in the order they were dispatched.
+//!
+//! The publisher task awaits each encoded batch in dispatch order (batches are encoded in
+//! parallel on the blocking pool) and hands its records to a [`RecordSink`] — librdkafka's
+//! producer in production, a recording fake in the core's unit tests. Records that cannot be
+//! handed over, and changes that could not be encoded, come back to the loop as
+//! [`DeliveryEvent`]s on the same channel as the delivery reports, so the loop applies the
+//! pipeline's policy in one place.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::BaseRecord;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::kafka::{Delivery, DeliveryEvent, OutRecord, PipelineProducer};
+
+/// Why [`RecordSink::try_send`] did not take a record; the record comes back either way (this
+/// is the slow path, so its size does not matter).
+#[allow(clippy::large_enum_variant)]
+pub enum SendError {
+    /// The producer's queue is full: try again shortly.
+    QueueFull(OutRecord, Box<Delivery>),
+    /// Refused at once (e.g. larger than the producer's `message.max.bytes`).
+    Refused(KafkaError, OutRecord, Box<Delivery>),
+}
+
+/// Where records go: a producer whose delivery reports (carrying the [`Delivery`]) come back on
+/// the pipeline's delivery channel.
+pub trait RecordSink: Send + Sync + 'static {
+    /// Takes a record without waiting (the producer copies it).
+    ///
+    /// # Errors
+    ///
+    /// [`SendError`] with the record and its bookkeeping.
+    #[allow(clippy::result_large_err)]
+    fn try_send(&self, record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError>;
+}
+
+impl RecordSink for PipelineProducer {
+    fn try_send(&self, record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError> {
+        let result = {
+            let mut base = BaseRecord::with_opaque_to(&record.topic, delivery);
+            if let Some(key) = &record.key {
+                base = base.key(key.as_slice());
+            }
+            if let Some(value) = &record.value {
+                base = base.payload(value.as_slice());
+            }
+            base = base.headers(record.owned_headers());
+            self.send(base)
+                .map_err(|(error, base)| (error, base.delivery_opaque))
+        };
+        match result {
+            Ok(()) => Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), delivery)) => {
+                Err(SendError::QueueFull(record, delivery))
+            }
+            Err((error, delivery)) => Err(SendError::Refused(error, record, delivery)),
+        }
+    }
+}
+
+/// Sends one record, waiting (asynchronously: the runtime's thread goes on with other tasks)
+/// while the producer's queue is full.
+///
+/// # Errors
+///
+/// The producer's refusal, with the record and its bookkeeping.
+pub async fn send<K: RecordSink + ?Sized>(
+    sink: &K,
+    record: OutRecord,
+    delivery: Box<Delivery>,
+) -> Result<(), (KafkaError, OutRecord, Box<Delivery>)> {
+    let (mut record, mut delivery) = (record, delivery);
+    loop {
+        match sink.try_send(record, delivery) {
+            Ok(()) => return Ok(()),
+            Err(SendError::QueueFull(r, d)) => {
+                // librdkafka's queue is sized above the in-flight budget, so this is rare: wait
+                // for its poll thread to make room.
+                (record, delivery) = (r, d);
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(SendError::Refused(error, record, delivery)) => {
+                return Err((error, record, delivery));
+            }
+        }
+    }
+}
+
+/// What encoding made of one admitted change.
+pub(super) enum Encoded {
+    /// A record with its bookkeeping.
+    Record(OutRecord, Box<Delivery>),
+    /// The change could not be encoded: what the loop needs to apply its policy.
+    Failed(DeliveryEvent),
+}
+
+/// A batch being encoded on the blocking pool.
+pub(super) type EncodedBatch = JoinHandle<Vec<Encoded>>;
+
+/// The publisher task: hands the records of each batch to `sink` in dispatch order; refusals
+/// and encoding failures go to `events`.
+pub(super) async fn publish<K: RecordSink>(
+    sink: Arc<K>,
+    mut batches: mpsc::Receiver<EncodedBatch>,
+    events: mpsc::UnboundedSender<DeliveryEvent>,
+) {
+    while let Some(handle) = batches.recv().await {
+        let Ok(encoded) = handle.await else {
+            tracing::error!("an encoding task failed; stopping the publisher");
+            return;
+        };
+        for item in encoded {
+            let (record, delivery) = match item {
+                Encoded::Record(record, delivery) => (record, delivery),
+                Encoded::Failed(event) => {
+                    let _ = events.send(event);
+                    continue;
+                }
+            };
+            if let Err((error, record, delivery)) = send(&*sink, record, delivery).await {
+                let _ = events.send(DeliveryEvent::Failed {
+                    error,
+                    record,
+                    delivery,
+                });
+            }
+        }
+    }
+}
+
+/// What to do about a record Kafka rejected for good, by the error.
+pub fn rejection_hint(error: &KafkaError) -> String {
+    match error.rdkafka_error_code() {
+        Some(RDKafkaErrorCode::MessageSizeTooLarge | RDKafkaErrorCode::InvalidMessageSize) => {
+            "the record is larger than the broker's or the topic's max.message.bytes (or the producer's message.max.bytes): raise max.message.bytes on the topic and message.max.bytes in [kafka.producer], or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into()
+        }
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            "the topic does not exist: create it, or set kafka.create_topics = true".into()
+        }
+        Some(RDKafkaErrorCode::TopicAuthorizationFailed) => {
+            "the producer is not authorized to write to the topic: grant WRITE on it".into()
+        }
+        _ => "fix the cause above, or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into(),
+    }
+}
