@@ -16,12 +16,14 @@ use crate::support::{
 /// per key equals the table.
 #[tokio::test(flavor = "multi_thread")]
 async fn mixed_transactions_arrive_as_committed() {
-    mixed_workload(&crate::support::stack().pg_url).await;
+    mixed_workload(&crate::support::stack().pg_url, None).await;
 }
 
 /// The body of [`mixed_transactions_arrive_as_committed`], with sluice reading PostgreSQL at
-/// `source_url` (the tables are made over the dev stack's plain URL); `tls_pg` runs it over TLS.
-pub(crate) async fn mixed_workload(source_url: &str) {
+/// `source_url` (the tables are made over the dev stack's plain URL) and, when given, writing
+/// to `kafka`'s brokers with its `[kafka.client]` lines (the records are read back over the
+/// plaintext listener); `tls_pg` runs it over TLS and SASL_SSL.
+pub(crate) async fn mixed_workload(source_url: &str, kafka: Option<(&str, &str)>) {
     let _broker = broker_shared().await;
     let name = unique("mixed");
     let schema = name.clone();
@@ -49,6 +51,15 @@ pub(crate) async fn mixed_workload(source_url: &str) {
         &format!("url = \"{source_url}\""),
     );
     assert!(toml.contains(source_url));
+    let toml = match kafka {
+        None => toml,
+        Some((brokers, client)) => {
+            let plain_brokers = format!("brokers = \"{}\"", crate::support::stack().brokers);
+            assert!(toml.contains(&plain_brokers));
+            toml.replace(&plain_brokers, &format!("brokers = \"{brokers}\""))
+                .replace("[kafka.producer]", &format!("[kafka.client]\n{client}\n[kafka.producer]"))
+        }
+    };
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
 

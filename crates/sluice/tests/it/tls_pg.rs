@@ -13,6 +13,10 @@ use crate::support::{
     stack, test_dir, unique,
 };
 
+fn env_var(name: &str) -> String {
+    env_url(name)
+}
+
 fn env_url(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: run `scripts/dev-stack up && eval \"$(scripts/dev-stack env)\"`")
@@ -104,10 +108,23 @@ async fn streams_over_verify_full_with_a_client_certificate() {
 }
 
 /// The CDC suite's mixed workload (100,000+ inserts, updates, deletes, key changes; per-key
-/// order checked) with sluice reading over verify-full + channel-bound SCRAM.
+/// order checked) with sluice reading over verify-full + channel-bound SCRAM and writing to
+/// Kafka over SASL_SSL with SCRAM-SHA-512 (the broker's certificate checked against the dev CA).
 #[tokio::test(flavor = "multi_thread")]
-async fn mixed_workload_over_verify_full_with_scram() {
-    crate::cdc::mixed_workload(&env_url("PG_TLS_URL")).await;
+async fn mixed_workload_over_verify_full_with_scram_into_sasl_ssl() {
+    let client = format!(
+        "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
+         \"sasl.username\" = \"{}\"\n\"sasl.password\" = \"{}\"\n\
+         \"ssl.ca.location\" = \"{}/ca.crt\"\n",
+        env_var("KAFKA_SCRAM_USER"),
+        env_var("KAFKA_SCRAM_PASSWORD"),
+        env_var("SLUICE_TLS_DIR"),
+    );
+    crate::cdc::mixed_workload(
+        &env_url("PG_TLS_URL"),
+        Some((&env_var("KAFKA_SASL_SSL_BROKERS"), &client)),
+    )
+    .await;
 }
 
 async fn connect_error(url: &str) -> String {
