@@ -50,19 +50,6 @@ impl PipelineFile {
             SinkPipelineConfig::from_toml(text, origin, env).map(|c| Self::Sink(Box::new(c)))
         } else {
             let config = PipelineConfig::from_toml(text, origin, env)?;
-            // The connection parameters (sslmode, certificates, …) as the PostgreSQL source
-            // reads them: checked here, where every kind of pipeline is known, so that the
-            // configuration types need not know the source.
-            let crate::config::SourceConfig::Postgres(pg) = &config.source;
-            if let Err(error) = crate::source::postgres::connect::PgConnectConfig::parse(&pg.url) {
-                return Err(ConfigError::Invalid {
-                    path: origin.to_owned(),
-                    issues: vec![crate::config::ConfigIssue {
-                        key: "source.postgres.url".to_owned(),
-                        problem: error.to_string(),
-                    }],
-                });
-            }
             Ok(Self::Cdc(Box::new(config)))
         }
     }
