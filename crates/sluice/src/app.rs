@@ -43,7 +43,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run { pipeline } => {
             match PipelineFile::load(&pipeline)? {
-                PipelineFile::Cdc(config) => {
+                PipelineFile::Postgres(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
@@ -58,7 +58,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         pipeline,
                     ))?;
                 }
-                PipelineFile::Sink(config) => {
+                PipelineFile::Files(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
@@ -76,8 +76,8 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { pipeline } => match PipelineFile::load(&pipeline)? {
-            PipelineFile::Cdc(config) => runtime()?.block_on(crate::check::check(&config)),
-            PipelineFile::Sink(config) => crate::check::check_sink(&config),
+            PipelineFile::Postgres(config) => runtime()?.block_on(crate::check::check(&config)),
+            PipelineFile::Files(config) => crate::check::check_sink(&config),
         },
         Command::Doctor {
             pipeline,
@@ -85,7 +85,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             brokers,
             json,
         } => {
-            let pipeline = pipeline.as_deref().map(load_cdc).transpose()?;
+            let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
             let target = crate::doctor::Target {
                 pg_url: pipeline.as_ref().map(|p| p.source.url.clone()).or(pg_url),
                 brokers: pipeline
@@ -107,7 +107,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             pg_url,
             json,
         } => {
-            let pipeline = pipeline.as_deref().map(load_cdc).transpose()?;
+            let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
             let url = pipeline
                 .as_ref()
                 .map(|p| p.source.url.clone())
@@ -160,10 +160,10 @@ pub fn render_report(error: &anyhow::Error) -> String {
 }
 
 /// A PostgreSQL → Kafka pipeline file, for the commands that only know that kind.
-fn load_cdc(path: &std::path::Path) -> anyhow::Result<PgPipelineConfig> {
+fn load_postgres(path: &std::path::Path) -> anyhow::Result<PgPipelineConfig> {
     match PipelineFile::load(path)? {
-        PipelineFile::Cdc(config) => Ok(*config),
-        PipelineFile::Sink(_) => anyhow::bail!(
+        PipelineFile::Postgres(config) => Ok(*config),
+        PipelineFile::Files(_) => anyhow::bail!(
             "{} is a Kafka → files pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
             path.display()
         ),

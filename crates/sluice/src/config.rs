@@ -1,5 +1,10 @@
 //! The pipeline file: one TOML document per pipeline.
 //!
+//! This module holds what every pipeline shares (`[kafka]`, `[delivery]`, `[admin]`,
+//! `[restart]`, loading and its errors); each source's section (`[source.<kind>]`, a
+//! [`SourceSection`]) lives with the source, each sink's configuration with the sink, and
+//! `crate::pipeline_file` tells the kinds apart.
+//!
 //! Loading goes in three steps, all before any network I/O:
 //! 1. parse the TOML;
 //! 2. replace `${NAME}` and `${NAME:-default}` in every string value with the environment's
@@ -20,12 +25,6 @@ use std::path::Path;
 use std::str::FromStr;
 
 use serde::Deserialize;
-
-// TEMPORARY, until the call sites name the PostgreSQL types where they now live.
-pub use crate::source::postgres::config::{
-    HEARTBEAT_MESSAGE_PREFIX, OutboxConfig, PostgresSourceConfig, SlotLossPolicy, SnapshotMode,
-    UnchangedToast,
-};
 
 /// Default in-flight byte budget: 64 MiB.
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u32 = 64 * 1024 * 1024;
@@ -48,7 +47,7 @@ pub const DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES: u32 = 900_000;
 /// e.g. `crate::source::postgres::config::PgPipelineConfig`) and what every source shares.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, bound(deserialize = "S: SourceSection"))]
-pub struct PipelineConfig<S = crate::source::postgres::config::PostgresSourceConfig> {
+pub struct PipelineConfig<S> {
     /// The pipeline's name: used in metric labels, the default names the source gives what it
     /// creates (e.g. a replication slot), and the source connection's application name.
     pub name: String,

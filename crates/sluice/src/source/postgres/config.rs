@@ -151,8 +151,6 @@ pub struct ColumnRules {
     pub mask: Vec<String>,
 }
 
-/// A glob over dotted names (`*` matches any characters, dots included).
-
 impl PostgresSourceConfig {
     /// The row filter of `schema.table`, if any.
     pub fn row_filter(&self, qualified: &str) -> Option<&str> {
@@ -277,11 +275,6 @@ impl PgPipelineConfig {
     /// The publication's name.
     pub fn publication_name(&self) -> String {
         self.source.publication_name(&self.name)
-    }
-
-    /// The PostgreSQL source section (TEMPORARY: removed with its last caller).
-    pub fn postgres(&self) -> &PostgresSourceConfig {
-        &self.source
     }
 }
 
