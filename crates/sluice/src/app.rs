@@ -10,13 +10,14 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::{Cli, Command, LogFormat};
-use crate::config::{AdminConfig, PipelineConfig, RestartConfig};
+use crate::config::{AdminConfig, RestartConfig};
 use crate::error::PipelineError;
 use crate::pipeline_file::PipelineFile;
 use crate::runtime::metrics::install_recorder;
 use crate::runtime::status::StatusBoard;
 use crate::runtime::supervisor::{Supervised, stop_on_signal, supervise};
 use crate::sink::SinkPipeline;
+use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::stream::CdcPipeline;
 
 /// Installs the log subscriber.
@@ -42,7 +43,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Run { pipeline } => {
             match PipelineFile::load(&pipeline)? {
-                PipelineFile::Cdc(config) => {
+                PipelineFile::Postgres(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
@@ -57,7 +58,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         pipeline,
                     ))?;
                 }
-                PipelineFile::Sink(config) => {
+                PipelineFile::Files(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
@@ -75,8 +76,8 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { pipeline } => match PipelineFile::load(&pipeline)? {
-            PipelineFile::Cdc(config) => runtime()?.block_on(crate::check::check(&config)),
-            PipelineFile::Sink(config) => crate::check::check_sink(&config),
+            PipelineFile::Postgres(config) => runtime()?.block_on(crate::check::check(&config)),
+            PipelineFile::Files(config) => crate::check::check_sink(&config),
         },
         Command::Doctor {
             pipeline,
@@ -84,12 +85,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             brokers,
             json,
         } => {
-            let pipeline = pipeline.as_deref().map(load_cdc).transpose()?;
+            let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
             let target = crate::doctor::Target {
-                pg_url: pipeline
-                    .as_ref()
-                    .map(|p| p.postgres().url.clone())
-                    .or(pg_url),
+                pg_url: pipeline.as_ref().map(|p| p.source.url.clone()).or(pg_url),
                 brokers: pipeline
                     .as_ref()
                     .map(|p| p.kafka.brokers.clone())
@@ -109,10 +107,10 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             pg_url,
             json,
         } => {
-            let pipeline = pipeline.as_deref().map(load_cdc).transpose()?;
+            let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
             let url = pipeline
                 .as_ref()
-                .map(|p| p.postgres().url.clone())
+                .map(|p| p.source.url.clone())
                 .or(pg_url)
                 .context(
                     "no PostgreSQL to ask: pass --pipeline FILE or --pg-url URL (or set PG_URL)",
@@ -162,10 +160,10 @@ pub fn render_report(error: &anyhow::Error) -> String {
 }
 
 /// A PostgreSQL → Kafka pipeline file, for the commands that only know that kind.
-fn load_cdc(path: &std::path::Path) -> anyhow::Result<PipelineConfig> {
+fn load_postgres(path: &std::path::Path) -> anyhow::Result<PgPipelineConfig> {
     match PipelineFile::load(path)? {
-        PipelineFile::Cdc(config) => Ok(*config),
-        PipelineFile::Sink(_) => anyhow::bail!(
+        PipelineFile::Postgres(config) => Ok(*config),
+        PipelineFile::Files(_) => anyhow::bail!(
             "{} is a Kafka → files pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
             path.display()
         ),
@@ -183,7 +181,7 @@ pub async fn serve_and_supervise<P: Supervised>(
     admin: &AdminConfig,
     restart: &RestartConfig,
     board: Arc<StatusBoard>,
-    doctor: Option<Arc<PipelineConfig>>,
+    doctor: Option<Arc<PgPipelineConfig>>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     mut pipeline: P,
 ) -> anyhow::Result<()> {

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::config::PipelineConfig;
 use crate::error::PipelineError;
 use crate::sink::config::SinkPipelineConfig;
+use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::publication::PublicationPlan;
 use crate::source::postgres::setup::PgCatalog;
 
@@ -16,7 +16,7 @@ use crate::source::postgres::setup::PgCatalog;
 /// # Errors
 ///
 /// Never for failed checks (they are reported); only for broken output.
-pub async fn check(config: &PipelineConfig) -> anyhow::Result<ExitCode> {
+pub async fn check(config: &PgPipelineConfig) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     println!("pipeline {:?}: configuration is valid", config.name);
     match check_postgres(config).await {
@@ -48,7 +48,7 @@ fn report_failure(what: &str, error: &PipelineError) {
     }
 }
 
-async fn check_postgres(config: &PipelineConfig) -> Result<Vec<String>, PipelineError> {
+async fn check_postgres(config: &PgPipelineConfig) -> Result<Vec<String>, PipelineError> {
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
     let version = catalog.server_major_version().await?;
@@ -80,7 +80,7 @@ async fn check_postgres(config: &PipelineConfig) -> Result<Vec<String>, Pipeline
         "publication {publication:?}: {}",
         if exists {
             "exists"
-        } else if config.postgres().create_publication {
+        } else if config.source.create_publication {
             "will be created"
         } else {
             "MISSING (create_publication = false)"
@@ -164,7 +164,7 @@ fn filter_lines(
     lines
 }
 
-async fn check_kafka(config: &PipelineConfig) -> Result<String, PipelineError> {
+async fn check_kafka(config: &PgPipelineConfig) -> Result<String, PipelineError> {
     let client = crate::kafka::client_config(&config.kafka.brokers, &config.kafka.client);
     let metadata = tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = client.create()?;

@@ -1,5 +1,10 @@
 //! The pipeline file: one TOML document per pipeline.
 //!
+//! This module holds what every pipeline shares (`[kafka]`, `[delivery]`, `[admin]`,
+//! `[restart]`, loading and its errors); each source's section (`[source.<kind>]`, a
+//! [`SourceSection`]) lives with the source, each sink's configuration with the sink, and
+//! `crate::pipeline_file` tells the kinds apart.
+//!
 //! Loading goes in three steps, all before any network I/O:
 //! 1. parse the TOML;
 //! 2. replace `${NAME}` and `${NAME:-default}` in every string value with the environment's
@@ -25,10 +30,6 @@ use serde::Deserialize;
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u32 = 64 * 1024 * 1024;
 /// Default in-flight record budget.
 pub const DEFAULT_MAX_IN_FLIGHT_RECORDS: u32 = 100_000;
-/// Default interval between standby status updates (checkpoints) sent to PostgreSQL.
-pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
-/// Default interval between heartbeat messages written to the WAL; 0 disables them.
-pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
 /// Default topic prefix.
 pub const DEFAULT_TOPIC_PREFIX: &str = "sluice";
 /// Default partition count of topics sluice creates.
@@ -41,29 +42,18 @@ pub const DEFAULT_RESTART_INITIAL_BACKOFF_MS: u64 = 500;
 pub const DEFAULT_RESTART_MAX_BACKOFF_MS: u64 = 30_000;
 /// Default cap on the value bytes copied into a dead-letter record.
 pub const DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES: u32 = 900_000;
-/// Default time the server's WAL may grow while the slot's confirmed position stands still
-/// before the pipeline is reported stalled.
-pub const DEFAULT_PROGRESS_TIMEOUT_MS: u64 = 120_000;
-/// Default time the replication connection may stay silent (no data, no keepalive) while
-/// sluice reads before it is replaced; a reply is asked for at half of it.
-pub const DEFAULT_SILENCE_TIMEOUT_MS: u64 = 30_000;
-/// Default `statement_timeout` of sluice's SQL sessions (catalog, snapshot and incremental
-/// reads, TOAST re-reads, heartbeats).
-pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
-/// Default `lock_timeout` of sluice's SQL sessions.
-pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
-/// The prefix of sluice's own heartbeat messages in the WAL.
-pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
 
-/// A whole pipeline file.
+/// A whole change-data-capture pipeline file: the source section `S` (`[source.<S::KEY>]`,
+/// e.g. `crate::source::postgres::config::PgPipelineConfig`) and what every source shares.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PipelineConfig {
-    /// The pipeline's name: used in metric labels, the default slot and publication names, and
-    /// the PostgreSQL `application_name`.
+#[serde(deny_unknown_fields, bound(deserialize = "S: SourceSection"))]
+pub struct PipelineConfig<S> {
+    /// The pipeline's name: used in metric labels, the default names the source gives what it
+    /// creates (e.g. a replication slot), and the source connection's application name.
     pub name: String,
-    /// Where changes come from.
-    pub source: SourceConfig,
+    /// Where changes come from: the one section under `[source]`.
+    #[serde(deserialize_with = "deserialize_source")]
+    pub source: S,
     /// Where they go.
     pub kafka: KafkaConfig,
     /// In-flight limits and what to do with records Kafka refuses.
@@ -80,236 +70,56 @@ pub struct PipelineConfig {
     pub state_dir: Option<String>,
 }
 
-/// The source section: exactly one source kind.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "lowercase")]
-pub enum SourceConfig {
-    /// PostgreSQL logical replication.
-    Postgres(PostgresSourceConfig),
+/// A source's section of a pipeline file (`[source.<KEY>]`): its keys, defaults and rules
+/// live with the source; [`PipelineConfig`] holds it.
+pub trait SourceSection: serde::de::DeserializeOwned {
+    /// The section's key under `[source]`, e.g. `"postgres"` for `[source.postgres]`.
+    const KEY: &'static str;
+
+    /// Checks every rule that serde's types do not express; each issue's key is the full path
+    /// (`source.<KEY>.…`).
+    fn validate(&self) -> Vec<ConfigIssue>;
 }
 
-/// `[source.postgres]`.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PostgresSourceConfig {
-    /// A `postgres://user:password@host:port/db` URL (or a key=value connection string).
-    pub url: String,
-    /// Replication slot name; default `sluice_<pipeline name>`.
-    pub slot: Option<String>,
-    /// Publication name; default `sluice_<pipeline name>`.
-    pub publication: Option<String>,
-    /// Create the publication when it does not exist.
-    #[serde(default = "default_true")]
-    pub create_publication: bool,
-    /// Capture every table of these schemas.
-    #[serde(default)]
-    pub schemas: Vec<String>,
-    /// Capture these tables, each `schema.table`.
-    #[serde(default)]
-    pub tables: Vec<String>,
-    /// Interval between standby status updates (checkpoints).
-    #[serde(default = "default_status_interval_ms")]
-    pub status_interval_ms: u64,
-    /// Interval between heartbeat messages written to the WAL; 0 disables them.
-    #[serde(default = "default_heartbeat_interval_ms")]
-    pub heartbeat_interval_ms: u64,
-    /// What to do when the slot this pipeline fed is gone, was recreated or was invalidated.
-    #[serde(default)]
-    pub on_slot_loss: SlotLossPolicy,
-    /// How long the server's WAL may grow while the slot's confirmed position stands still
-    /// before the pipeline is reported stalled (status, metric, log); 0 disables the watchdog.
-    #[serde(default = "default_progress_timeout_ms")]
-    pub progress_timeout_ms: u64,
-    /// How long the replication connection may stay silent while sluice reads (no data and no
-    /// keepalive, even after asking the server for one at half this time) before it is taken
-    /// for dead and replaced; 0 disables the check.
-    #[serde(default = "default_silence_timeout_ms")]
-    pub silence_timeout_ms: u64,
-    /// `statement_timeout` of sluice's SQL sessions; 0 disables it.
-    #[serde(default = "default_statement_timeout_ms")]
-    pub statement_timeout_ms: u64,
-    /// `lock_timeout` of sluice's SQL sessions; 0 disables it.
-    #[serde(default = "default_lock_timeout_ms")]
-    pub lock_timeout_ms: u64,
-    /// The transactional outbox: a table whose inserted rows become events on per-aggregate
-    /// topics instead of change events.
-    pub outbox: Option<OutboxConfig>,
-    /// A table (`schema.table`) whose inserted rows are signals to sluice, as Debezium's signal
-    /// table: `(id text PRIMARY KEY, type text, data text)`; created when missing and added to
-    /// the publication. Signals: `execute-snapshot` and `stop-snapshot`.
-    pub signal_table: Option<String>,
-    /// Rows per chunk of an incremental snapshot (held in memory between its watermarks).
-    #[serde(default = "default_incremental_chunk_rows")]
-    pub incremental_chunk_rows: u32,
-    /// Snapshot (incrementally, while streaming) a table that joins the captured set after the
-    /// pipeline's first start: added to the configuration, or created in / moved into a
-    /// captured schema.
-    #[serde(default = "default_true")]
-    pub snapshot_new_tables: bool,
-    /// How often the captured schemas are listed for tables created in or moved into them while
-    /// running (they are then published, when the publication lists tables by name, and
-    /// snapshotted with `snapshot_new_tables`); 0 disables.
-    #[serde(default = "default_table_refresh_interval_ms")]
-    pub table_refresh_interval_ms: u64,
-    /// Unchanged TOASTed columns of an update: `"unavailable"` (listed in
-    /// `unavailable_columns`) or `"reread"` (their current value, read from the table).
-    #[serde(default)]
-    pub unchanged_toast: UnchangedToast,
-    /// When to read the captured tables' current rows (`op: "r"`) before streaming.
-    #[serde(default)]
-    pub snapshot: SnapshotMode,
-    /// Rows fetched per round trip while snapshotting.
-    #[serde(default = "default_snapshot_fetch_rows")]
-    pub snapshot_fetch_rows: u32,
-    /// Tables to leave out (`schema.table` globs, `*` matches any characters), e.g. of a
-    /// captured schema.
-    #[serde(default)]
-    pub exclude_tables: Vec<String>,
-    /// What to do with columns' values in change events (`schema.table.column` globs).
-    #[serde(default)]
-    pub columns: ColumnRules,
-    /// Row filters by table (`"schema.table" = "SQL condition"`): only rows for which the
-    /// condition is true are snapshotted and streamed. Pushed down to the publication
-    /// (PostgreSQL 15 or later; refused on older servers). With updates and deletes published,
-    /// PostgreSQL only accepts conditions on the table's replica-identity columns.
-    #[serde(default)]
-    pub row_filters: BTreeMap<String, String>,
-    /// Push `columns.exclude` down to the publication as column lists (PostgreSQL 15 or later),
-    /// so excluded columns never leave the server. Columns added to such a table while sluice
-    /// runs are published from its next start.
-    #[serde(default = "default_true")]
-    pub publication_column_lists: bool,
-    /// Connections reading snapshot chunks in parallel (across and within tables).
-    #[serde(default = "default_snapshot_workers")]
-    pub snapshot_workers: u32,
-    /// Rows per snapshot chunk (tables are split by primary-key ranges, or page ranges when they
-    /// have no single-column key; finished chunks are not read again after a restart).
-    #[serde(default = "default_snapshot_chunk_rows")]
-    pub snapshot_chunk_rows: u32,
-}
+/// Deserializes `[source]`: exactly one table, whose key is `S::KEY` (the messages are serde's
+/// for an externally tagged enum, as when `[source]` was one).
+fn deserialize_source<'de, D, S>(deserializer: D) -> Result<S, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    S: SourceSection,
+{
+    struct Section<S>(std::marker::PhantomData<S>);
 
-/// `[source.postgres.columns]`: column rules, each a list of `schema.table.column` globs. The
-/// first rule that matches wins, in the order exclude, hash, mask. Key columns keep their values
-/// in the record key.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ColumnRules {
-    /// Leave these columns out of `before` and `after`.
-    #[serde(default)]
-    pub exclude: Vec<String>,
-    /// Replace their values by the hex SHA-256 of the value's text (joinable, not readable).
-    #[serde(default)]
-    pub hash: Vec<String>,
-    /// Replace their values by `"****"`.
-    #[serde(default)]
-    pub mask: Vec<String>,
-}
+    impl<'de, S: SourceSection> serde::de::Visitor<'de> for Section<S> {
+        type Value = S;
 
-/// A glob over dotted names (`*` matches any characters, dots included).
-pub fn glob_matches(pattern: &str, name: &str) -> bool {
-    globset::GlobBuilder::new(pattern)
-        .literal_separator(false)
-        .build()
-        .is_ok_and(|glob| glob.compile_matcher().is_match(name))
-}
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "a table [source.{}]", S::KEY)
+        }
 
-impl PostgresSourceConfig {
-    /// The row filter of `schema.table`, if any.
-    pub fn row_filter(&self, qualified: &str) -> Option<&str> {
-        self.row_filters.get(qualified).map(String::as_str)
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<S, A::Error> {
+            use serde::de::Error as _;
+            let more = || A::Error::custom("wanted exactly 1 element, more than 1 element");
+            if map.size_hint().is_some_and(|n| n > 1) {
+                return Err(more());
+            }
+            let Some(kind) = map.next_key::<String>()? else {
+                return Err(A::Error::custom(
+                    "wanted exactly 1 element, found 0 elements",
+                ));
+            };
+            if kind != S::KEY {
+                return Err(A::Error::unknown_variant(&kind, &[S::KEY]));
+            }
+            let section = map.next_value::<S>()?;
+            if map.next_key::<serde::de::IgnoredAny>()?.is_some() {
+                return Err(more());
+            }
+            Ok(section)
+        }
     }
 
-    /// Whether `schema.table` is captured by name or by schema (and not excluded).
-    pub fn captures_table(&self, qualified: &str) -> bool {
-        let Some((schema, _)) = parse_table_name(qualified) else {
-            return false;
-        };
-        let listed = self.tables.iter().any(|t| t == qualified)
-            || self.outbox.as_ref().is_some_and(|o| o.table == qualified);
-        (listed || self.schemas.iter().any(|s| s == schema)) && !self.excludes_table(qualified)
-    }
-
-    /// Whether `schema.table` is excluded.
-    pub fn excludes_table(&self, qualified: &str) -> bool {
-        self.exclude_tables
-            .iter()
-            .any(|p| glob_matches(p, qualified))
-    }
-}
-
-/// When to snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SnapshotMode {
-    /// When the slot is new: read every captured table under the slot's exported snapshot,
-    /// then stream from the slot's consistent point.
-    #[default]
-    Initial,
-    /// Never: stream only the changes after the slot's creation.
-    Never,
-    /// Snapshot like `initial`, then stop (no streaming).
-    InitialOnly,
-    /// Like `initial`, and also after a lost slot was recreated (`on_slot_loss = "recreate"`).
-    WhenNeeded,
-}
-
-/// `[source.postgres.outbox]`: the outbox pattern without a separate transform. Column names
-/// default to Debezium's outbox event router's.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct OutboxConfig {
-    /// The outbox table, `schema.table`; captured even when not listed in `tables`.
-    pub table: String,
-    /// The column whose value routes the event (`{aggregate_type}` in `topic`).
-    #[serde(default = "default_outbox_type_column")]
-    pub aggregate_type_column: String,
-    /// The column whose value is the record key.
-    #[serde(default = "default_outbox_id_column")]
-    pub aggregate_id_column: String,
-    /// The column whose value (its text form, e.g. a JSON document) is the record value.
-    #[serde(default = "default_outbox_payload_column")]
-    pub payload_column: String,
-    /// The topic, with `{aggregate_type}` replaced per row.
-    #[serde(default = "default_outbox_topic")]
-    pub topic: String,
-}
-
-/// What to do when the replication slot this pipeline fed was dropped, recreated (by someone
-/// else, or by sluice after a drop) or invalidated by the server: changes were skipped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SlotLossPolicy {
-    /// Stop the pipeline with what happened and the fix.
-    #[default]
-    Stop,
-    /// Log the gap loudly, count it (`sluice_source_slot_losses_total`), create the slot anew
-    /// and go on from the server's current position.
-    Recreate,
-}
-
-/// What an update's unchanged TOASTed columns (values PostgreSQL does not send) become.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum UnchangedToast {
-    /// Left out of `after` and listed in `unavailable_columns`.
-    #[default]
-    Unavailable,
-    /// Read from the table by the row's key when the change is decoded: the column's current
-    /// value, which may be newer than the change (still `unavailable` when the row is gone).
-    Reread,
-}
-
-impl fmt::Debug for PostgresSourceConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The URL may hold a password: never print it.
-        f.debug_struct("PostgresSourceConfig")
-            .field("url", &"<redacted>")
-            .field("slot", &self.slot)
-            .field("publication", &self.publication)
-            .field("schemas", &self.schemas)
-            .field("tables", &self.tables)
-            .finish_non_exhaustive()
-    }
+    deserializer.deserialize_map(Section(std::marker::PhantomData))
 }
 
 /// `[kafka]`.
@@ -482,12 +292,6 @@ impl RestartPolicy {
 const fn default_true() -> bool {
     true
 }
-const fn default_status_interval_ms() -> u64 {
-    DEFAULT_STATUS_INTERVAL_MS
-}
-const fn default_heartbeat_interval_ms() -> u64 {
-    DEFAULT_HEARTBEAT_INTERVAL_MS
-}
 fn default_topic_prefix() -> String {
     DEFAULT_TOPIC_PREFIX.to_owned()
 }
@@ -511,49 +315,6 @@ const fn default_initial_backoff_ms() -> u64 {
 }
 const fn default_max_backoff_ms() -> u64 {
     DEFAULT_RESTART_MAX_BACKOFF_MS
-}
-fn default_outbox_type_column() -> String {
-    "aggregatetype".into()
-}
-fn default_outbox_id_column() -> String {
-    "aggregateid".into()
-}
-fn default_outbox_payload_column() -> String {
-    "payload".into()
-}
-fn default_outbox_topic() -> String {
-    "outbox.event.{aggregate_type}".into()
-}
-const fn default_snapshot_fetch_rows() -> u32 {
-    10_000
-}
-const fn default_snapshot_workers() -> u32 {
-    4
-}
-const fn default_incremental_chunk_rows() -> u32 {
-    4096
-}
-
-const fn default_snapshot_chunk_rows() -> u32 {
-    50_000
-}
-const fn default_table_refresh_interval_ms() -> u64 {
-    10_000
-}
-const fn default_progress_timeout_ms() -> u64 {
-    DEFAULT_PROGRESS_TIMEOUT_MS
-}
-
-const fn default_silence_timeout_ms() -> u64 {
-    DEFAULT_SILENCE_TIMEOUT_MS
-}
-
-const fn default_statement_timeout_ms() -> u64 {
-    DEFAULT_STATEMENT_TIMEOUT_MS
-}
-
-const fn default_lock_timeout_ms() -> u64 {
-    DEFAULT_LOCK_TIMEOUT_MS
 }
 
 /// One broken rule of the pipeline file.
@@ -610,7 +371,7 @@ fn format_issues(issues: &[ConfigIssue]) -> String {
         .join("\n")
 }
 
-impl PipelineConfig {
+impl<S: SourceSection> PipelineConfig<S> {
     /// Reads, interpolates, parses and validates a pipeline file.
     ///
     /// # Errors
@@ -636,179 +397,22 @@ impl PipelineConfig {
     /// Checks every rule that serde's types do not express; returns all broken ones.
     pub fn validate(&self) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
+        if !is_identifier(&self.name) {
+            issues.push(ConfigIssue {
+                key: "name".to_owned(),
+                problem: format!(
+                    "{:?} is not a valid name: expected 1-40 characters of a-z, 0-9 and _",
+                    self.name
+                ),
+            });
+        }
+        issues.extend(self.source.validate());
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
                 key: key.to_owned(),
                 problem,
             });
         };
-        if !is_identifier(&self.name) {
-            issue(
-                "name",
-                format!(
-                    "{:?} is not a valid name: expected 1-40 characters of a-z, 0-9 and _",
-                    self.name
-                ),
-            );
-        }
-        let SourceConfig::Postgres(pg) = &self.source;
-        for (key, name) in [
-            ("source.postgres.slot", &pg.slot),
-            ("source.postgres.publication", &pg.publication),
-        ] {
-            if let Some(name) = name.as_deref().filter(|name| !is_slot_name(name)) {
-                issue(
-                    key,
-                    format!("{name:?} is not valid: expected 1-63 characters of a-z, 0-9 and _"),
-                );
-            }
-        }
-        if pg.schemas.is_empty() && pg.tables.is_empty() && pg.outbox.is_none() {
-            issue(
-                "source.postgres",
-                "nothing to capture: set `schemas = [\"public\"]` and/or `tables = [\"schema.table\"]`"
-                    .into(),
-            );
-        }
-        for (index, table) in pg.tables.iter().enumerate() {
-            if parse_table_name(table).is_none() {
-                issue(
-                    &format!("source.postgres.tables[{index}]"),
-                    format!("{table:?} is not a table name: expected \"schema.table\""),
-                );
-            }
-        }
-        if let Some(outbox) = &pg.outbox {
-            if parse_table_name(&outbox.table).is_none() {
-                issue(
-                    "source.postgres.outbox.table",
-                    format!(
-                        "{:?} is not a table name: expected \"schema.table\"",
-                        outbox.table
-                    ),
-                );
-            }
-            if !outbox.topic.contains("{aggregate_type}")
-                || !is_topic_name(&outbox.topic.replace("{aggregate_type}", "x"))
-            {
-                issue(
-                    "source.postgres.outbox.topic",
-                    format!(
-                        "{:?} is not valid: expected a topic name containing {{aggregate_type}}, e.g. \"outbox.event.{{aggregate_type}}\"",
-                        outbox.topic
-                    ),
-                );
-            }
-        }
-        if pg.snapshot_fetch_rows == 0 {
-            issue(
-                "source.postgres.snapshot_fetch_rows",
-                "0: expected at least 1".into(),
-            );
-        }
-        let globs = pg
-            .exclude_tables
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (format!("source.postgres.exclude_tables[{i}]"), p))
-            .chain(
-                [
-                    ("exclude", &pg.columns.exclude),
-                    ("hash", &pg.columns.hash),
-                    ("mask", &pg.columns.mask),
-                ]
-                .into_iter()
-                .flat_map(|(key, list)| {
-                    list.iter()
-                        .enumerate()
-                        .map(move |(i, p)| (format!("source.postgres.columns.{key}[{i}]"), p))
-                }),
-            );
-        for (key, pattern) in globs {
-            if let Err(error) = globset::Glob::new(pattern) {
-                issue(
-                    &key,
-                    format!(
-                        "{pattern:?} is not a valid pattern ({error}): expected e.g. \"public.users.*\""
-                    ),
-                );
-            }
-        }
-        for (table, filter) in &pg.row_filters {
-            let key = format!("source.postgres.row_filters.{table:?}");
-            if parse_table_name(table).is_none() {
-                issue(
-                    &key,
-                    format!(
-                        "{table:?} is not a table name: expected \"schema.table\" = \"SQL condition\""
-                    ),
-                );
-            } else if !pg.captures_table(table) {
-                issue(
-                    &key,
-                    format!(
-                        "{table} is not captured: expected a table of source.postgres.schemas or tables (and not excluded)"
-                    ),
-                );
-            }
-            if let Err(problem) = check_row_filter(filter) {
-                issue(
-                    &key,
-                    format!(
-                        "{filter:?} {problem}: expected one SQL condition on the table's columns, e.g. \"status <> 'draft'\""
-                    ),
-                );
-            }
-        }
-        if pg.snapshot_workers == 0 || pg.snapshot_workers > 64 {
-            issue(
-                "source.postgres.snapshot_workers",
-                format!("{} is out of range: expected 1 to 64", pg.snapshot_workers),
-            );
-        }
-        if pg.snapshot_chunk_rows == 0 {
-            issue(
-                "source.postgres.snapshot_chunk_rows",
-                "0: expected at least 1".into(),
-            );
-        }
-        if pg.incremental_chunk_rows == 0 || pg.incremental_chunk_rows > 1_000_000 {
-            issue(
-                "source.postgres.incremental_chunk_rows",
-                format!(
-                    "{} is out of range: expected 1 to 1000000 (rows held in memory per chunk)",
-                    pg.incremental_chunk_rows
-                ),
-            );
-        }
-        if let Some(table) = &pg.signal_table
-            && parse_table_name(table).is_none()
-        {
-            issue(
-                "source.postgres.signal_table",
-                format!("{table:?}: expected schema.table, e.g. \"public.sluice_signal\""),
-            );
-        }
-        if pg.status_interval_ms == 0 || pg.status_interval_ms > 60_000 {
-            issue(
-                "source.postgres.status_interval_ms",
-                format!(
-                    "{} is out of range: expected 1 to 60000 (milliseconds; keep it well below the server's wal_sender_timeout)",
-                    pg.status_interval_ms
-                ),
-            );
-        }
-        if pg.silence_timeout_ms != 0 && pg.silence_timeout_ms < 2 * pg.status_interval_ms {
-            issue(
-                "source.postgres.silence_timeout_ms",
-                format!(
-                    "{} is below twice status_interval_ms ({}): expected 0 (off) or at least {} (milliseconds)",
-                    pg.silence_timeout_ms,
-                    pg.status_interval_ms,
-                    2 * pg.status_interval_ms
-                ),
-            );
-        }
         if !self.kafka.allow_unsafe_producer_settings {
             for (key, reason) in guarantee_breaking_overrides(&self.kafka.producer) {
                 issue(
@@ -924,28 +528,6 @@ impl PipelineConfig {
             })
             .unwrap_or_else(|| std::path::PathBuf::from("."));
         base.join("sluice")
-    }
-
-    /// The PostgreSQL source section.
-    pub fn postgres(&self) -> &PostgresSourceConfig {
-        let SourceConfig::Postgres(pg) = &self.source;
-        pg
-    }
-
-    /// The replication slot's name.
-    pub fn slot_name(&self) -> String {
-        self.postgres()
-            .slot
-            .clone()
-            .unwrap_or_else(|| format!("sluice_{}", self.name))
-    }
-
-    /// The publication's name.
-    pub fn publication_name(&self) -> String {
-        self.postgres()
-            .publication
-            .clone()
-            .unwrap_or_else(|| format!("sluice_{}", self.name))
     }
 
     /// The byte budget as the engine takes it (validated to be at least 1024).
@@ -1070,47 +652,12 @@ pub(crate) fn deserialize_strict<T: serde::de::DeserializeOwned>(
     })
 }
 
-/// Checks that a row filter is one SQL expression that cannot end the `WHERE (…)` it is put
-/// in: not empty, parentheses balanced outside quotes, no `;` and no comments.
-fn check_row_filter(filter: &str) -> Result<(), &'static str> {
-    if filter.trim().is_empty() {
-        return Err("is empty");
-    }
-    let mut depth = 0usize;
-    let mut chars = filter.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' => {
-                // A quoted literal or identifier; a doubled quote is an escaped one.
-                loop {
-                    match chars.next() {
-                        Some(q) if q == c => {
-                            if chars.peek() == Some(&c) {
-                                chars.next();
-                            } else {
-                                break;
-                            }
-                        }
-                        Some(_) => {}
-                        None => return Err("has an unterminated quote"),
-                    }
-                }
-            }
-            '(' => depth += 1,
-            ')' => {
-                depth = depth.checked_sub(1).ok_or("has a ')' without its '('")?;
-            }
-            ';' => return Err("contains ';'"),
-            '-' if chars.peek() == Some(&'-') => return Err("contains a comment"),
-            '/' if chars.peek() == Some(&'*') => return Err("contains a comment"),
-            _ => {}
-        }
-    }
-    if depth == 0 {
-        Ok(())
-    } else {
-        Err("has a '(' without its ')'")
-    }
+/// A glob over dotted names (`*` matches any characters, dots included).
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(false)
+        .build()
+        .is_ok_and(|glob| glob.compile_matcher().is_match(name))
 }
 
 /// Splits `schema.table`.
@@ -1121,13 +668,6 @@ pub fn parse_table_name(name: &str) -> Option<(&str, &str)> {
 
 pub(crate) fn is_identifier(name: &str) -> bool {
     (1..=40).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-}
-
-fn is_slot_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
         && name
             .bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
@@ -1244,11 +784,32 @@ fn expand(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, St
 mod tests {
     use super::*;
 
+    /// A source section for the tests of what every source shares.
+    #[derive(Debug, Clone, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TestSource {
+        url: String,
+    }
+
+    impl SourceSection for TestSource {
+        const KEY: &'static str = "test";
+
+        fn validate(&self) -> Vec<ConfigIssue> {
+            if self.url.is_empty() {
+                vec![ConfigIssue {
+                    key: "source.test.url".into(),
+                    problem: "empty".into(),
+                }]
+            } else {
+                Vec::new()
+            }
+        }
+    }
+
     const MINIMAL: &str = r#"
         name = "orders"
-        [source.postgres]
+        [source.test]
         url = "${PG_URL}"
-        schemas = ["public"]
         [kafka]
         brokers = "${KAFKA_BROKERS:-127.0.0.1:9092}"
         topic_prefix = "${TOPIC_PREFIX:-sluice}"
@@ -1258,25 +819,15 @@ mod tests {
         (name == "PG_URL").then(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
     }
 
+    fn parse(text: &str) -> Result<PipelineConfig<TestSource>, ConfigError> {
+        PipelineConfig::from_toml(text, "test.toml", &env)
+    }
+
     fn issues(text: &str) -> Vec<ConfigIssue> {
-        match PipelineConfig::from_toml(text, "test.toml", &env) {
+        match parse(text) {
             Err(ConfigError::Invalid { issues, .. }) => issues,
             other => panic!("expected invalid config, got {other:?}"),
         }
-    }
-
-    #[test]
-    fn minimal_file_gets_defaults() {
-        let config = PipelineConfig::from_toml(MINIMAL, "test.toml", &env).unwrap();
-        assert_eq!(config.kafka.brokers, "127.0.0.1:9092");
-        assert_eq!(config.kafka.topic_prefix, "sluice");
-        assert_eq!(config.slot_name(), "sluice_orders");
-        assert_eq!(config.publication_name(), "sluice_orders");
-        assert_eq!(
-            config.delivery.max_in_flight_bytes,
-            DEFAULT_MAX_IN_FLIGHT_BYTES
-        );
-        assert!(config.kafka.tombstones_on_delete);
     }
 
     #[test]
@@ -1314,43 +865,13 @@ mod tests {
             "[kafka]\n",
             "[kafka]\nallow_unsafe_producer_settings = true\n",
         );
-        let config = PipelineConfig::from_toml(&allowed, "test.toml", &env).unwrap();
+        let config = parse(&allowed).unwrap();
         assert_eq!(config.kafka.producer["acks"], "1");
         // Safe spellings pass.
         let safe = "[kafka.producer]\nacks = \"-1\"\n\"enable.idempotence\" = \"true\"\n\
              \"max.in.flight.requests.per.connection\" = \"5\"\n";
         let text = MINIMAL.replace("[kafka]\n", &format!("{safe}[kafka]\n"));
-        PipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
-    }
-
-    #[test]
-    fn a_value_can_come_from_a_secret_file_and_errors_never_quote_it() {
-        let dir = std::env::temp_dir().join(format!("sluice-secret-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("pg_password");
-        std::fs::write(&file, "s3cr3t-p4ss\n").unwrap();
-        let text = MINIMAL.replace(
-            "${PG_URL}",
-            &format!("postgres://sluice:${{file:{}}}@db:5432/app", file.display()),
-        );
-        let config = PipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
-        assert_eq!(
-            config.postgres().url,
-            "postgres://sluice:s3cr3t-p4ss@db:5432/app"
-        );
-        let missing = MINIMAL.replace("${PG_URL}", "${file:/no/such/secret}");
-        let problems = issues(&missing);
-        assert_eq!(problems[0].key, "source.postgres.url");
-        assert!(
-            problems[0]
-                .problem
-                .contains("cannot read the secret file /no/such/secret"),
-            "{problems:?}"
-        );
-        let unterminated = MINIMAL.replace("${PG_URL}", "postgres://u:hunter2@db/${DB");
-        let problems = issues(&unterminated);
-        assert!(!problems[0].problem.contains("hunter2"), "{problems:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        parse(&text).unwrap();
     }
 
     #[test]
@@ -1361,64 +882,6 @@ mod tests {
     }
 
     #[test]
-    fn missing_variable_names_the_key() {
-        let text = MINIMAL.replace("${PG_URL}", "${NOPE_NOT_SET}");
-        let issues = issues(&text);
-        assert_eq!(issues[0].key, "source.postgres.url");
-        assert!(issues[0].problem.contains("NOPE_NOT_SET"));
-    }
-
-    #[test]
-    fn rules_are_all_reported() {
-        let text = MINIMAL.replace("schemas = [\"public\"]", "tables = [\"nodot\"]")
-            + "\n[delivery]\non_permanent_error = \"dead_letter\"\n[admin]\nlisten = \"localhost\"\n";
-        let keys: Vec<_> = issues(&text).into_iter().map(|i| i.key).collect();
-        assert_eq!(
-            keys,
-            [
-                "source.postgres.tables[0]",
-                "delivery.dead_letter_topic",
-                "admin.listen"
-            ]
-        );
-    }
-
-    #[test]
-    fn row_filters_name_the_key_and_the_expected_form() {
-        let ok = MINIMAL.replace(
-            "schemas = [\"public\"]",
-            "schemas = [\"public\"]\nrow_filters = { \"public.orders\" = \"status <> 'dr''aft;' AND (id > 0)\" }",
-        );
-        let config = PipelineConfig::from_toml(&ok, "test.toml", &env).unwrap();
-        assert_eq!(
-            config.postgres().row_filter("public.orders"),
-            Some("status <> 'dr''aft;' AND (id > 0)")
-        );
-        let bad = MINIMAL.replace(
-            "schemas = [\"public\"]",
-            "schemas = [\"public\"]\nrow_filters = { \"orders\" = \"x > 1\", \"other.t\" = \"x > 1\", \"public.a\" = \"x > 1); DROP TABLE t; --\", \"public.b\" = \" \", \"public.c\" = \"(x > 1\" }",
-        );
-        let issues = issues(&bad);
-        let keys: Vec<_> = issues.iter().map(|i| i.key.as_str()).collect();
-        assert_eq!(
-            keys,
-            [
-                "source.postgres.row_filters.\"orders\"",
-                "source.postgres.row_filters.\"other.t\"",
-                "source.postgres.row_filters.\"public.a\"",
-                "source.postgres.row_filters.\"public.b\"",
-                "source.postgres.row_filters.\"public.c\"",
-            ],
-            "{issues:?}"
-        );
-        assert!(issues[0].problem.contains("expected \"schema.table\""));
-        assert!(issues[1].problem.contains("not captured"));
-        assert!(issues[2].problem.contains("')' without"), "{issues:?}");
-        assert!(issues[3].problem.contains("empty"));
-        assert!(issues[4].problem.contains("'(' without"));
-    }
-
-    #[test]
     fn expansion() {
         let env = |name: &str| (name == "A").then(|| "x".to_owned());
         assert_eq!(expand("a${A}b", &env).unwrap(), "axb");
@@ -1426,5 +889,60 @@ mod tests {
         assert_eq!(expand("$$1 $x", &env).unwrap(), "$1 $x");
         assert!(expand("${A", &env).is_err());
         assert!(expand("${B}", &env).is_err());
+    }
+
+    #[test]
+    fn the_source_section_is_one_table_of_the_sections_kind() {
+        let base = MINIMAL.replace("[source.test]\n        url = \"${PG_URL}\"\n", "");
+        let with = |section: &str| base.replace("[kafka]", &format!("{section}\n[kafka]"));
+        let one = |text: &str| {
+            let found = issues(text);
+            assert_eq!(found.len(), 1, "{found:?}");
+            found.into_iter().next().unwrap()
+        };
+        let issue = one(&with("[source.mysql]\nurl = \"x\""));
+        assert_eq!(issue.key, "source");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown variant `mysql`, expected `test`"),
+            "{issue:?}"
+        );
+        let issue = one(&with("[source]"));
+        assert_eq!(issue.key, "source");
+        assert!(
+            issue
+                .problem
+                .starts_with("wanted exactly 1 element, found 0")
+        );
+        let issue = one(&with("[source.test]\nurl = \"x\"\n[source.other]\nx = 1"));
+        assert_eq!(issue.key, "source");
+        assert!(
+            issue
+                .problem
+                .starts_with("wanted exactly 1 element, more than 1")
+        );
+        let issue = one(&with("[source.test]\nurl = 5"));
+        assert_eq!(issue.key, "source.test.url");
+        assert!(
+            issue
+                .problem
+                .starts_with("invalid type: integer `5`, expected a string")
+        );
+        let issue = one(&with("[source.test]\nurl = \"x\"\nuri = \"y\""));
+        assert_eq!(issue.key, "source.test.uri");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown field `uri`, expected `url`")
+        );
+        let issue = one(&base);
+        assert_eq!(issue.key, "(top level)");
+        assert!(issue.problem.starts_with("missing field `source`"));
+        // The section's own rules come after the name's and before the shared sections'.
+        let text = with("[source.test]\nurl = \"\"").replace("\"orders\"", "\"Orders\"")
+            + "\n[admin]\nlisten = \"localhost\"\n";
+        let keys: Vec<_> = issues(&text).into_iter().map(|i| i.key).collect();
+        assert_eq!(keys, ["name", "source.test.url", "admin.listen"]);
     }
 }

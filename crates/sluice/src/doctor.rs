@@ -17,8 +17,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use serde::Serialize;
 use tokio_postgres::Client;
 
-use crate::config::PipelineConfig;
 use crate::kafka;
+use crate::source::postgres::config::PgPipelineConfig;
 
 /// How bad a finding is; the exit code is the worst one's (0 ok/info, 1 warning, 2 critical).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -83,7 +83,7 @@ fn finding(
 #[derive(Debug, Clone, Default)]
 pub struct Target {
     /// The pipeline, when a file was given.
-    pub pipeline: Option<PipelineConfig>,
+    pub pipeline: Option<PgPipelineConfig>,
     /// PostgreSQL URL (from the pipeline, `--pg-url` or `PG_URL`).
     pub pg_url: Option<String>,
     /// Kafka bootstrap servers (from the pipeline, `--brokers` or `KAFKA_BROKERS`).
@@ -336,7 +336,7 @@ async fn postgres_checks(
     });
 
     // Slots: inactive ones and the WAL they retain; invalidated ones.
-    let own_slot = target.pipeline.as_ref().map(PipelineConfig::slot_name);
+    let own_slot = target.pipeline.as_ref().map(PgPipelineConfig::slot_name);
     let rows = client
         .query(
             "SELECT slot_name::text, active, coalesce(wal_status, ''), \
@@ -470,12 +470,12 @@ async fn postgres_checks(
 /// Checks of the captured tables: keys, replica identity, publication, SELECT privilege.
 async fn pipeline_tables(
     client: &Client,
-    pipeline: &PipelineConfig,
+    pipeline: &PgPipelineConfig,
     user: &str,
     may_create: bool,
     findings: &mut Vec<Finding>,
 ) -> Result<(), tokio_postgres::Error> {
-    let pg = pipeline.postgres();
+    let pg = &pipeline.source;
     let publication = pipeline.publication_name();
     let publication_exists = client
         .query_opt(
@@ -878,9 +878,12 @@ fn tls_check(url: &str, findings: &mut Vec<Finding>) {
     }
 }
 
-async fn captured_table_names(url: &str, pipeline: &PipelineConfig) -> anyhow::Result<Vec<String>> {
+async fn captured_table_names(
+    url: &str,
+    pipeline: &PgPipelineConfig,
+) -> anyhow::Result<Vec<String>> {
     let (client, task) = connect_sql_url(url).await?;
-    let pg = pipeline.postgres();
+    let pg = &pipeline.source;
     let rows = client
         .query(
             "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -895,7 +898,7 @@ async fn captured_table_names(url: &str, pipeline: &PipelineConfig) -> anyhow::R
 }
 
 /// Producer settings that cap records per request, and the checkpoint interval.
-fn pipeline_checks(pipeline: &PipelineConfig, findings: &mut Vec<Finding>) {
+fn pipeline_checks(pipeline: &PgPipelineConfig, findings: &mut Vec<Finding>) {
     let settings = kafka::effective_producer_settings(&pipeline.kafka);
     let batch_size: i64 = settings
         .get("batch.size")
@@ -943,7 +946,7 @@ fn pipeline_checks(pipeline: &PipelineConfig, findings: &mut Vec<Finding>) {
     } else {
         finding("pipeline.inflight_budget", Severity::Ok, format!("in-flight budget {}", human_bytes(budget as i64)), &[("max_in_flight_bytes", budget.into())], "")
     });
-    let status_ms = pipeline.postgres().status_interval_ms;
+    let status_ms = pipeline.source.status_interval_ms;
     findings.push(finding(
         "pipeline.checkpoint_interval",
         if status_ms > 10_000 { Severity::Warning } else { Severity::Ok },
@@ -1046,7 +1049,7 @@ pub struct SlotRow {
 /// # Errors
 ///
 /// The connection or query error.
-pub async fn slots(url: &str, pipeline: Option<&PipelineConfig>) -> anyhow::Result<Vec<SlotRow>> {
+pub async fn slots(url: &str, pipeline: Option<&PgPipelineConfig>) -> anyhow::Result<Vec<SlotRow>> {
     let (client, task) = connect_sql_url(url).await?;
     let rows = client
         .query(
@@ -1059,7 +1062,7 @@ pub async fn slots(url: &str, pipeline: Option<&PipelineConfig>) -> anyhow::Resu
         .await?;
     drop(client);
     let _ = task.await;
-    let own = pipeline.map(PipelineConfig::slot_name);
+    let own = pipeline.map(PgPipelineConfig::slot_name);
     Ok(rows
         .iter()
         .map(|r| {

@@ -1,24 +1,26 @@
-//! The pipeline file as `sluice run` and `sluice check` read it: either kind of pipeline,
-//! told apart by its source section. The one module that knows every kind (the CDC pipeline's
-//! and the sink's configuration types), so that none of them needs to know the others.
+//! The pipeline file as `sluice run` and `sluice check` read it: one of the sources into Kafka,
+//! or Kafka into one of the sinks, told apart by the key of its source section. The one module
+//! that knows every kind (each source's and sink's configuration lives with it), so that none
+//! of them needs to know the others; a new source or sink is one more variant here.
 
 use std::path::Path;
 
-use crate::config::{ConfigError, PipelineConfig, load_file};
+use crate::config::{ConfigError, load_file};
 use crate::sink::config::SinkPipelineConfig;
+use crate::source::postgres::config::PgPipelineConfig;
 
-/// What a pipeline file describes: PostgreSQL → Kafka (`[source.postgres]` and `[kafka]`) or
-/// Kafka → files (`[source.kafka]` and `[sink.files]`).
+/// What a pipeline file describes, by its sections: a source into Kafka
+/// (`[source.<kind>]` and `[kafka]`) or Kafka into a sink (`[source.kafka]` and `[sink.<kind>]`).
 #[derive(Debug, Clone)]
 pub enum PipelineFile {
-    /// Change data capture into Kafka.
-    Cdc(Box<PipelineConfig>),
-    /// Kafka topics into files.
-    Sink(Box<SinkPipelineConfig>),
+    /// PostgreSQL → Kafka (`[source.postgres]`): change data capture.
+    Postgres(Box<PgPipelineConfig>),
+    /// Kafka → files (`[source.kafka]` and `[sink.files]`).
+    Files(Box<SinkPipelineConfig>),
 }
 
 impl PipelineFile {
-    /// Reads, interpolates, parses and validates a pipeline file of either kind; the kind is
+    /// Reads, interpolates, parses and validates a pipeline file of any kind; the kind is
     /// decided by the source section (`[source.kafka]` is a sink pipeline).
     ///
     /// # Errors
@@ -28,7 +30,7 @@ impl PipelineFile {
         load_file(path, Self::from_toml)
     }
 
-    /// Parses and validates pipeline text of either kind.
+    /// Parses and validates pipeline text of any kind.
     ///
     /// # Errors
     ///
@@ -42,36 +44,22 @@ impl PipelineFile {
             path: origin.to_owned(),
             source,
         })?;
-        let is_sink = value
-            .get("source")
-            .and_then(toml::Value::as_table)
-            .is_some_and(|source| source.contains_key("kafka"));
-        if is_sink {
-            SinkPipelineConfig::from_toml(text, origin, env).map(|c| Self::Sink(Box::new(c)))
+        let source = value.get("source").and_then(toml::Value::as_table);
+        let has = |kind: &str| source.is_some_and(|source| source.contains_key(kind));
+        if has("kafka") {
+            SinkPipelineConfig::from_toml(text, origin, env).map(|c| Self::Files(Box::new(c)))
         } else {
-            let config = PipelineConfig::from_toml(text, origin, env)?;
-            // The connection parameters (sslmode, certificates, …) as the PostgreSQL source
-            // reads them: checked here, where every kind of pipeline is known, so that the
-            // configuration types need not know the source.
-            let crate::config::SourceConfig::Postgres(pg) = &config.source;
-            if let Err(error) = crate::source::postgres::connect::PgConnectConfig::parse(&pg.url) {
-                return Err(ConfigError::Invalid {
-                    path: origin.to_owned(),
-                    issues: vec![crate::config::ConfigIssue {
-                        key: "source.postgres.url".to_owned(),
-                        problem: error.to_string(),
-                    }],
-                });
-            }
-            Ok(Self::Cdc(Box::new(config)))
+            // PostgreSQL is also the kind of a file without a known source section: its
+            // parsing names what is missing or unknown.
+            PgPipelineConfig::from_toml(text, origin, env).map(|c| Self::Postgres(Box::new(c)))
         }
     }
 
     /// The pipeline's name.
     pub fn name(&self) -> &str {
         match self {
-            Self::Cdc(config) => &config.name,
-            Self::Sink(config) => &config.name,
+            Self::Postgres(config) => &config.name,
+            Self::Files(config) => &config.name,
         }
     }
 }
@@ -96,12 +84,12 @@ mod tests {
             format = "jsonl"
         "#;
         let file = PipelineFile::from_toml(text, "t.toml", &env).unwrap();
-        assert!(matches!(file, PipelineFile::Sink(_)));
+        assert!(matches!(file, PipelineFile::Files(_)));
         assert_eq!(file.name(), "orders_files");
     }
 
     #[test]
-    fn cdc_files_still_load_as_cdc() {
+    fn postgres_files_load_as_postgres() {
         let text = r#"
             name = "orders"
             [source.postgres]
@@ -112,7 +100,30 @@ mod tests {
         "#;
         assert!(matches!(
             PipelineFile::from_toml(text, "t.toml", &env).unwrap(),
-            PipelineFile::Cdc(_)
+            PipelineFile::Postgres(_)
         ));
+    }
+
+    #[test]
+    fn an_unknown_source_kind_is_named_with_the_kinds_expected() {
+        let text = r#"
+            name = "orders"
+            [source.mysql]
+            url = "mysql://root@127.0.0.1:3306/app"
+            [kafka]
+            brokers = "127.0.0.1:9092"
+        "#;
+        let error = PipelineFile::from_toml(text, "t.toml", &env).unwrap_err();
+        let ConfigError::Invalid { issues, .. } = error else {
+            panic!("expected invalid config, got {error:?}");
+        };
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "source");
+        assert!(
+            issues[0]
+                .problem
+                .starts_with("unknown variant `mysql`, expected `postgres`"),
+            "{issues:?}"
+        );
     }
 }

@@ -43,7 +43,7 @@ struct AdminState {
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<Arc<str>>,
-    config: Option<Arc<crate::config::PipelineConfig>>,
+    config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
 }
 
 /// The admin routes; `token` guards `/api/v1`; `config` lets the API run `sluice doctor`.
@@ -51,7 +51,7 @@ pub fn router(
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<String>,
-    config: Option<Arc<crate::config::PipelineConfig>>,
+    config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
 ) -> Router {
     Router::new()
         .route("/", get(status_page))
@@ -184,7 +184,7 @@ async fn pipeline_doctor(
         );
     };
     let target = crate::doctor::Target {
-        pg_url: Some(config.postgres().url.clone()),
+        pg_url: Some(config.source.url.clone()),
         brokers: Some(config.kafka.brokers.clone()),
         pipeline: Some((*config).clone()),
     };
@@ -372,7 +372,7 @@ pub async fn serve(
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<String>,
-    config: Option<Arc<crate::config::PipelineConfig>>,
+    config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {

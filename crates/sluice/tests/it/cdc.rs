@@ -57,7 +57,10 @@ pub(crate) async fn mixed_workload(source_url: &str, kafka: Option<(&str, &str)>
             let plain_brokers = format!("brokers = \"{}\"", crate::support::stack().brokers);
             assert!(toml.contains(&plain_brokers));
             toml.replace(&plain_brokers, &format!("brokers = \"{brokers}\""))
-                .replace("[kafka.producer]", &format!("[kafka.client]\n{client}\n[kafka.producer]"))
+                .replace(
+                    "[kafka.producer]",
+                    &format!("[kafka.client]\n{client}\n[kafka.producer]"),
+                )
         }
     };
     let sluice = Sluice::start(&dir, &toml, port);

@@ -71,7 +71,7 @@ impl OutboxLayout {
     /// The configuration key of a column the table does not have, and the columns it has.
     pub fn resolve(
         columns: &[ColumnInfo],
-        config: &crate::config::OutboxConfig,
+        config: &super::config::OutboxConfig,
     ) -> Result<Self, (String, String)> {
         let find = |key: &str, name: &str| {
             columns.iter().position(|c| c.name == name).ok_or_else(|| {
@@ -251,7 +251,7 @@ impl RelationInfo {
     }
 
     /// Applies the pipeline's table exclusions and column rules.
-    pub fn apply_rules(&mut self, config: &crate::config::PostgresSourceConfig) {
+    pub fn apply_rules(&mut self, config: &super::config::PostgresSourceConfig) {
         self.excluded = config.excludes_table(&self.name);
         for column in &mut self.columns {
             column.treatment = config.column_treatment(&format!("{}.{}", self.name, column.name));
@@ -691,7 +691,7 @@ pub fn key_differs(rel: &RelationInfo, old: &TupleData, new: &TupleData) -> bool
     })
 }
 
-impl crate::config::PostgresSourceConfig {
+impl super::config::PostgresSourceConfig {
     /// The treatment of `schema.table.column`.
     pub fn column_treatment(&self, qualified_column: &str) -> ColumnTreatment {
         let rules = &self.columns;

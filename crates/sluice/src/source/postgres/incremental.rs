@@ -49,10 +49,11 @@ use sluice_engine::Lsn;
 use tokio::task::JoinHandle;
 use tokio_postgres::SimpleQueryMessage;
 
+use super::config::{PgPipelineConfig, PostgresSourceConfig};
 use super::encode::{ChangeKind, RelationInfo, SourceIdentity};
 use super::pgoutput::{Datum, TupleData};
 use super::setup::{PgCatalog, quote_ident};
-use crate::config::{PipelineConfig, PostgresSourceConfig, parse_table_name};
+use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
 
 /// The prefix of the closing watermarks' logical messages.
@@ -507,9 +508,9 @@ pub async fn read_chunk(
 /// Fatal when creating it is refused.
 pub async fn create_signal_table(
     catalog: &PgCatalog,
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
 ) -> Result<Option<super::setup::CapturedTable>, PipelineError> {
-    let Some(name) = config.postgres().signal_table.as_deref() else {
+    let Some(name) = config.source.signal_table.as_deref() else {
         return Ok(None);
     };
     let Some((schema, table)) = parse_table_name(name) else {
@@ -547,9 +548,9 @@ pub async fn create_signal_table(
 /// Fatal when adding it is refused.
 pub async fn publish_signal_table(
     catalog: &PgCatalog,
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
 ) -> Result<(), PipelineError> {
-    let Some(name) = config.postgres().signal_table.as_deref() else {
+    let Some(name) = config.source.signal_table.as_deref() else {
         return Ok(());
     };
     let Some((schema, table)) = parse_table_name(name) else {
@@ -649,7 +650,7 @@ pub struct IncrementalRun {
     captured: HashSet<String>,
     signal_table: Option<String>,
     snapshot_new_tables: bool,
-    config: Arc<PipelineConfig>,
+    config: Arc<PgPipelineConfig>,
     identity: SourceIdentity,
 }
 
@@ -666,13 +667,13 @@ impl IncrementalRun {
     /// captured now. Tables captured now but unknown to the state are queued for a snapshot
     /// (with `snapshot_new_tables` and a snapshot mode other than `never`).
     pub fn new(
-        config: Arc<PipelineConfig>,
+        config: Arc<PgPipelineConfig>,
         identity: SourceIdentity,
         state: Option<IncrementalState>,
         captured: HashSet<String>,
         start: Lsn,
     ) -> Self {
-        let pg = config.postgres();
+        let pg = &config.source;
         let mut run = Self {
             state: state.unwrap_or_default(),
             progress: VecDeque::new(),
@@ -690,7 +691,7 @@ impl IncrementalRun {
             retry_at: None,
             signal_table: pg.signal_table.clone(),
             snapshot_new_tables: pg.snapshot_new_tables
-                && pg.snapshot != crate::config::SnapshotMode::Never,
+                && pg.snapshot != super::config::SnapshotMode::Never,
             captured,
             config,
             identity,
@@ -878,7 +879,7 @@ impl IncrementalRun {
         let reader = Arc::clone(&self.reader);
         let config = Arc::clone(&self.config);
         let identity = self.identity.clone();
-        let limit = config.postgres().incremental_chunk_rows.max(1);
+        let limit = config.source.incremental_chunk_rows.max(1);
         let task_token = token.clone();
         let task = tokio::spawn(async move {
             let mut guard = reader.lock().await;
@@ -895,7 +896,7 @@ impl IncrementalRun {
             let result = read_chunk(
                 catalog,
                 &identity,
-                config.postgres(),
+                &config.source,
                 &snapshot,
                 limit,
                 &task_token,

@@ -1,5 +1,6 @@
 //! The PostgreSQL source: logical replication with the `pgoutput` plugin.
 //!
+//! - [`config`]: the `[source.postgres]` section of the pipeline file, its defaults and rules.
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
 //! - [`connect`]: connection strings with libpq's TLS semantics; SQL connections over rustls.
@@ -12,6 +13,7 @@
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
+pub mod config;
 pub mod connect;
 pub mod encode;
 pub mod incremental;

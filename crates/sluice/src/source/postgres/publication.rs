@@ -24,8 +24,8 @@
 
 use tokio_postgres::error::SqlState;
 
+use super::config::PgPipelineConfig;
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
-use crate::config::PipelineConfig;
 use crate::error::{PipelineError, classify_pg};
 use crate::source::postgres::encode::ColumnTreatment;
 
@@ -112,11 +112,11 @@ impl PublicationPlan {
     /// connection trouble.
     pub async fn build(
         catalog: &PgCatalog,
-        config: &PipelineConfig,
+        config: &PgPipelineConfig,
         tables: &[CapturedTable],
         version: u32,
     ) -> Result<Self, PipelineError> {
-        let pg = config.postgres();
+        let pg = &config.source;
         let outbox = pg.outbox.as_ref().map(|o| o.table.as_str());
         let mut plan = Self::default();
         if version < 15
@@ -364,7 +364,7 @@ async fn table_columns(
 /// or an unmanaged publication lacks a configured row filter; retryable on connection trouble.
 pub async fn ensure(
     catalog: &PgCatalog,
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
     tables: &[CapturedTable],
 ) -> Result<PublicationPlan, PipelineError> {
     let name = config.publication_name();
@@ -377,7 +377,7 @@ pub async fn ensure(
     let version = catalog.server_major_version().await?;
     let plan = PublicationPlan::build(catalog, config, tables, version).await?;
     plan.log_client_side();
-    let managed = config.postgres().create_publication;
+    let managed = config.source.create_publication;
     if !exists {
         if !managed {
             return Err(PipelineError::fatal(

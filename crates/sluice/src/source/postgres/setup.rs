@@ -7,7 +7,8 @@
 use sluice_engine::Lsn;
 use tokio_postgres::Client;
 
-use crate::config::{PipelineConfig, parse_table_name};
+use super::config::PgPipelineConfig;
+use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
 
 /// A SQL connection to the source database.
@@ -68,9 +69,9 @@ impl PgCatalog {
     /// # Errors
     ///
     /// Fatal for authentication and missing databases, retryable otherwise.
-    pub async fn connect(config: &PipelineConfig) -> Result<Self, PipelineError> {
-        let mut pg_config = super::connect::PgConnectConfig::parse(&config.postgres().url)
-            .map_err(|e| {
+    pub async fn connect(config: &PgPipelineConfig) -> Result<Self, PipelineError> {
+        let mut pg_config =
+            super::connect::PgConnectConfig::parse(&config.source.url).map_err(|e| {
                 PipelineError::fatal(
                     format!("source.postgres.url: {e}"),
                     "expected postgres://user[:password]@host[:port]/database[?sslmode=...]",
@@ -106,7 +107,7 @@ impl PgCatalog {
                     classify_pg(message, source)
                 }
             })?;
-        let pg = config.postgres();
+        let pg = &config.source;
         let mut settings: String = super::replication::SESSION_SETTINGS
             .iter()
             .map(|(name, value)| format!("SET {name} = '{value}'; "))
@@ -190,9 +191,9 @@ impl PgCatalog {
     /// Fatal when a configured table or schema does not exist.
     pub async fn captured_tables(
         &self,
-        config: &PipelineConfig,
+        config: &PgPipelineConfig,
     ) -> Result<Vec<CapturedTable>, PipelineError> {
-        let pg = config.postgres();
+        let pg = &config.source;
         const TABLES: &str = "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -268,7 +269,7 @@ impl PgCatalog {
     /// Fatal when it is missing and may not be created, or PostgreSQL refuses it or a filter.
     pub async fn ensure_publication(
         &self,
-        config: &PipelineConfig,
+        config: &PgPipelineConfig,
         tables: &[CapturedTable],
     ) -> Result<super::publication::PublicationPlan, PipelineError> {
         super::publication::ensure(self, config, tables).await
@@ -384,7 +385,7 @@ impl PgCatalog {
         self.client
             .execute(
                 "SELECT pg_logical_emit_message(false, $1, '')",
-                &[&crate::config::HEARTBEAT_MESSAGE_PREFIX],
+                &[&super::config::HEARTBEAT_MESSAGE_PREFIX],
             )
             .await
             .map_err(|e| classify_pg("cannot write a heartbeat", e))?;

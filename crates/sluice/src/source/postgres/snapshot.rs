@@ -37,13 +37,13 @@ use sluice_engine::{InFlightBudget, Lsn, Seq};
 use tokio::sync::mpsc;
 use tokio_postgres::SimpleQueryMessage;
 
+use super::config::PgPipelineConfig;
 use super::encode::{
     ChangeKind, ColumnTreatment, EncodeOptions, RelationInfo, RowChange, SourceIdentity,
     encode_change,
 };
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
-use crate::config::PipelineConfig;
 use crate::delivery::{RecordSink, SendError, unix_micros_now};
 use crate::error::{PipelineError, classify_pg};
 use crate::kafka::{Delivery, DeliveryEvent, PipelineProducer};
@@ -52,7 +52,7 @@ use crate::runtime::metrics::{self as m, TableMetrics};
 /// What a snapshot needs from the run.
 pub struct SnapshotContext<'a> {
     /// The pipeline.
-    pub config: &'a PipelineConfig,
+    pub config: &'a PgPipelineConfig,
     /// Topic prefix and database, for the envelopes.
     pub identity: &'a SourceIdentity,
     /// The producer (shared with the stream that follows).
@@ -85,7 +85,7 @@ pub async fn run(
     mut record: impl FnMut(&SnapshotPlan) -> Result<(), PipelineError>,
 ) -> Result<u64, PipelineError> {
     let started = Instant::now();
-    let workers = ctx.config.postgres().snapshot_workers.max(1) as usize;
+    let workers = ctx.config.source.snapshot_workers.max(1) as usize;
     // Every worker imports the snapshot before any reads (and before the replication connection
     // runs another command).
     let mut connections = Vec::with_capacity(workers);
@@ -114,7 +114,7 @@ pub async fn run(
     let index = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let plan_arc = Arc::new(plan.chunks.clone());
     let mut handles = tokio::task::JoinSet::new();
-    let source = Arc::new(ctx.config.postgres().clone());
+    let source = Arc::new(ctx.config.source.clone());
     for catalog in connections {
         let worker = Worker {
             catalog,
@@ -122,7 +122,7 @@ pub async fn run(
             producer: Arc::clone(ctx.producer),
             budget: ctx.budget.clone(),
             consistent_point: ctx.consistent_point,
-            fetch: ctx.config.postgres().snapshot_fetch_rows,
+            fetch: ctx.config.source.snapshot_fetch_rows,
             queue: Arc::clone(&queue),
             chunks: Arc::clone(&plan_arc),
             relations: Arc::clone(&relations),
@@ -309,13 +309,13 @@ impl SnapshotPlan {
     ///
     /// Retryable on connection trouble.
     pub async fn build(
-        config: &PipelineConfig,
+        config: &PgPipelineConfig,
         tables: &[CapturedTable],
         exported: Option<&str>,
     ) -> Result<Self, PipelineError> {
         let catalog = snapshot_connection(config, exported).await?;
         let client = catalog.client();
-        let chunk_rows = i64::from(config.postgres().snapshot_chunk_rows.max(1));
+        let chunk_rows = i64::from(config.source.snapshot_chunk_rows.max(1));
         let version: i32 = client
             .query_one("SELECT current_setting('server_version_num')::int", &[])
             .await
@@ -325,7 +325,7 @@ impl SnapshotPlan {
         for table in tables {
             let qualified = table.qualified();
             let filter = config
-                .postgres()
+                .source
                 .row_filter(&qualified)
                 .map(|f| format!(" WHERE ({f})"))
                 .unwrap_or_default();
@@ -525,7 +525,7 @@ async fn recheck_page_chunks(
 /// A connection in a read-only repeatable-read transaction, under the exported snapshot when
 /// given (else its own, fresh one).
 async fn snapshot_connection(
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
     exported: Option<&str>,
 ) -> Result<PgCatalog, PipelineError> {
     let catalog = PgCatalog::connect(config).await?;
@@ -561,7 +561,7 @@ struct Worker {
     sent: mpsc::UnboundedSender<(usize, u64)>,
     index: Arc<std::sync::atomic::AtomicU32>,
     shutdown: tokio_util::sync::CancellationToken,
-    source: Arc<crate::config::PostgresSourceConfig>,
+    source: Arc<super::config::PostgresSourceConfig>,
 }
 
 impl Worker {
@@ -783,7 +783,7 @@ pub(super) fn text_datum(value: Option<&str>) -> Datum {
 pub(super) async fn relation_info(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
-    rules: &crate::config::PostgresSourceConfig,
+    rules: &super::config::PostgresSourceConfig,
     schema: &str,
     table: &str,
 ) -> Result<RelationInfo, PipelineError> {

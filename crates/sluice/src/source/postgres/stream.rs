@@ -47,6 +47,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::config::{
+    HEARTBEAT_MESSAGE_PREFIX, PgPipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
+};
 use super::encode::{
     ChangeKind, EncodeOptions, LogicalMessage, OutboxLayout, RelationInfo, RowChange,
     SourceIdentity, encode_change, encode_message, key_differs,
@@ -60,9 +63,6 @@ use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
-use crate::config::{
-    HEARTBEAT_MESSAGE_PREFIX, PipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
-};
 use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source, unix_micros_now,
 };
@@ -100,7 +100,7 @@ async fn bounded<T>(
 /// Everything a run needs from outside.
 pub struct RunContext {
     /// The pipeline.
-    pub config: Arc<PipelineConfig>,
+    pub config: Arc<PgPipelineConfig>,
     /// Its status.
     pub board: Arc<StatusBoard>,
     /// Graceful stop.
@@ -118,7 +118,7 @@ pub struct RunContext {
 /// each run resumes from the slot's confirmed position; a pause ends the run (drained and
 /// confirmed) until the operator resumes.
 pub struct CdcPipeline {
-    config: Arc<PipelineConfig>,
+    config: Arc<PgPipelineConfig>,
     board: Arc<StatusBoard>,
     metrics: PipelineMetrics,
     progress: Arc<std::sync::Mutex<ProgressWatch>>,
@@ -127,7 +127,7 @@ pub struct CdcPipeline {
 
 impl CdcPipeline {
     /// The pipeline of `config`, reporting to `board`.
-    pub fn new(config: Arc<PipelineConfig>, board: Arc<StatusBoard>) -> Self {
+    pub fn new(config: Arc<PgPipelineConfig>, board: Arc<StatusBoard>) -> Self {
         Self {
             config,
             board,
@@ -197,10 +197,9 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     catalog.ensure_publication(config, &published).await?;
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
-    let pg_config =
-        super::connect::PgConnectConfig::parse(&config.postgres().url).map_err(|e| {
-            PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
-        })?;
+    let pg_config = super::connect::PgConnectConfig::parse(&config.source.url).map_err(|e| {
+        PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
+    })?;
     let mut connection =
         ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
             .await
@@ -210,7 +209,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .await
         .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
     let mut slot_state = SlotStateFile::open(&config.state_dir(), &config.name)?;
-    let mode = config.postgres().snapshot;
+    let mode = config.source.snapshot;
     // A new pipeline on a new slot: create the slot with an exported snapshot, the database
     // exactly at the slot's consistent point, to read the tables under.
     let mut exported: Option<(String, Lsn)> = None;
@@ -235,7 +234,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         database,
     };
     let mut known_topics: HashSet<String> = HashSet::new();
-    let outbox_table = config.postgres().outbox.as_ref().map(|o| o.table.clone());
+    let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
     let mut topics: Vec<String> = tables
         .iter()
         .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
@@ -390,11 +389,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot_name.clone(),
         Arc::clone(&ctx.board),
         Arc::clone(&ctx.progress),
-        Duration::from_millis(config.postgres().progress_timeout_ms),
+        Duration::from_millis(config.source.progress_timeout_ms),
         ctx.shutdown.child_token(),
     ));
 
-    let heartbeat_interval = config.postgres().heartbeat_interval_ms;
+    let heartbeat_interval = config.source.heartbeat_interval_ms;
     let mut source = PgSource {
         ctx,
         identity,
@@ -410,7 +409,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         signal_table,
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
-        silence: SilenceWatch::new(config.postgres().silence_timeout_ms, Instant::now()),
+        silence: SilenceWatch::new(config.source.silence_timeout_ms, Instant::now()),
         batch_size: kafka::effective_batch_size(&config.kafka, batch_size_cap),
         heartbeat: Heartbeat {
             interval: (heartbeat_interval > 0).then(|| Duration::from_millis(heartbeat_interval)),
@@ -425,7 +424,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &mut delivery_rx,
         LoopContext {
             shutdown: &ctx.shutdown,
-            status_interval: Duration::from_millis(config.postgres().status_interval_ms),
+            status_interval: Duration::from_millis(config.source.status_interval_ms),
             board: &ctx.board,
             health: &health,
         },
@@ -871,7 +870,7 @@ impl PgSource<'_> {
                 };
                 let key_changed = old.as_ref().is_some_and(|old| key_differs(&rel, old, &new));
                 let mut new = new;
-                if self.ctx.config.postgres().unchanged_toast == UnchangedToast::Reread {
+                if self.ctx.config.source.unchanged_toast == UnchangedToast::Reread {
                     let old = old.as_ref().filter(|_| !old_is_key_only);
                     bounded(
                         "re-reading unchanged TOASTed values",
@@ -995,11 +994,11 @@ impl PgSource<'_> {
             relation.replica_identity,
             metrics,
         );
-        info.apply_rules(self.ctx.config.postgres());
+        info.apply_rules(&self.ctx.config.source);
         let is_outbox = self
             .ctx
             .config
-            .postgres()
+            .source
             .outbox
             .as_ref()
             .is_some_and(|o| o.table == qualified);
@@ -1009,7 +1008,7 @@ impl PgSource<'_> {
         } else if !info.excluded && !is_outbox {
             self.incremental.on_table(&qualified, self.received);
         }
-        match self.ctx.config.postgres().outbox.as_ref() {
+        match self.ctx.config.source.outbox.as_ref() {
             _ if info.excluded => {}
             Some(outbox) if outbox.table == qualified => {
                 let layout =
@@ -1240,7 +1239,7 @@ impl PgSource<'_> {
             self.incremental.on_table(&table, last_checkpoint);
         }
         let config = Arc::clone(&self.ctx.config);
-        let interval = config.postgres().table_refresh_interval_ms;
+        let interval = config.source.table_refresh_interval_ms;
         if interval == 0 || self.last_table_refresh.elapsed() < Duration::from_millis(interval) {
             return Ok(());
         }
@@ -1253,7 +1252,7 @@ impl PgSource<'_> {
             }
         };
         let (tables, published) = with_signal_table(tables, self.signal_table.as_ref());
-        let outbox_table = config.postgres().outbox.as_ref().map(|o| o.table.clone());
+        let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
         let new: Vec<String> = tables
             .iter()
             .map(CapturedTable::qualified)
@@ -1266,7 +1265,7 @@ impl PgSource<'_> {
         if new.is_empty() {
             return Ok(());
         }
-        if config.postgres().create_publication {
+        if config.source.create_publication {
             // The same definition as at the start.
             self.catalog.ensure_publication(&config, &published).await?;
         }
@@ -1500,7 +1499,7 @@ fn save_plan(state: &mut SlotStateFile, plan: &SnapshotPlan) -> Result<(), Pipel
 async fn create_slot_exporting_snapshot(
     connection: &mut ReplicationConnection,
     slot_name: &str,
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
 ) -> Result<(String, Lsn), PipelineError> {
     let rows = connection
         .simple_query(&format!(
@@ -1526,7 +1525,7 @@ async fn create_slot_exporting_snapshot(
 /// when the pipeline is new, and records its identity.
 async fn secure_slot(
     catalog: &PgCatalog,
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
     slot_name: &str,
     system_identifier: &str,
     state: &mut SlotStateFile,
@@ -1541,7 +1540,7 @@ async fn secure_slot(
     if let Some(loss) = &loss {
         let what = loss.describe(slot_name, state.record());
         metrics::counter!(m::SLOT_LOSSES, "kind" => loss.kind()).increment(1);
-        match config.postgres().on_slot_loss {
+        match config.source.on_slot_loss {
             SlotLossPolicy::Stop => {
                 return Err(PipelineError::fatal(
                     what,
@@ -1588,7 +1587,7 @@ async fn secure_slot(
                 updated_unix_ms: 0,
                 snapshot_pending: exported
                     || (loss.is_some()
-                        && config.postgres().snapshot == crate::config::SnapshotMode::WhenNeeded),
+                        && config.source.snapshot == super::config::SnapshotMode::WhenNeeded),
                 snapshot_plan: None,
                 incremental: None,
             })
@@ -1606,7 +1605,7 @@ async fn secure_slot(
 fn replication_error(
     what: &str,
     error: ReplicationError,
-    config: &PipelineConfig,
+    config: &PgPipelineConfig,
 ) -> PipelineError {
     if error.is_retryable() {
         return PipelineError::retryable(what, error);

@@ -1,0 +1,739 @@
+//! `[source.postgres]`: the PostgreSQL source's section of a pipeline file, its defaults and
+//! its rules. The file around it (`name`, `[kafka]`, `[delivery]`, …) and the loading steps
+//! are [`crate::config`]'s; [`PgPipelineConfig`] is a whole PostgreSQL → Kafka pipeline file.
+//!
+//! Defaults live in `DEFAULT_*` constants and nowhere else. Field names carry their units.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::config::{
+    ConfigIssue, PipelineConfig, SourceSection, glob_matches, is_topic_name, parse_table_name,
+};
+
+/// Default interval between standby status updates (checkpoints) sent to PostgreSQL.
+pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
+/// Default interval between heartbeat messages written to the WAL; 0 disables them.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
+/// Default time the server's WAL may grow while the slot's confirmed position stands still
+/// before the pipeline is reported stalled.
+pub const DEFAULT_PROGRESS_TIMEOUT_MS: u64 = 120_000;
+/// Default time the replication connection may stay silent (no data, no keepalive) while
+/// sluice reads before it is replaced; a reply is asked for at half of it.
+pub const DEFAULT_SILENCE_TIMEOUT_MS: u64 = 30_000;
+/// Default `statement_timeout` of sluice's SQL sessions (catalog, snapshot and incremental
+/// reads, TOAST re-reads, heartbeats).
+pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
+/// Default `lock_timeout` of sluice's SQL sessions.
+pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
+/// The prefix of sluice's own heartbeat messages in the WAL.
+pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
+
+/// A PostgreSQL → Kafka pipeline file.
+pub type PgPipelineConfig = PipelineConfig<PostgresSourceConfig>;
+
+/// `[source.postgres]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresSourceConfig {
+    /// A `postgres://user:password@host:port/db` URL (or a key=value connection string).
+    pub url: String,
+    /// Replication slot name; default `sluice_<pipeline name>`.
+    pub slot: Option<String>,
+    /// Publication name; default `sluice_<pipeline name>`.
+    pub publication: Option<String>,
+    /// Create the publication when it does not exist.
+    #[serde(default = "default_true")]
+    pub create_publication: bool,
+    /// Capture every table of these schemas.
+    #[serde(default)]
+    pub schemas: Vec<String>,
+    /// Capture these tables, each `schema.table`.
+    #[serde(default)]
+    pub tables: Vec<String>,
+    /// Interval between standby status updates (checkpoints).
+    #[serde(default = "default_status_interval_ms")]
+    pub status_interval_ms: u64,
+    /// Interval between heartbeat messages written to the WAL; 0 disables them.
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+    /// What to do when the slot this pipeline fed is gone, was recreated or was invalidated.
+    #[serde(default)]
+    pub on_slot_loss: SlotLossPolicy,
+    /// How long the server's WAL may grow while the slot's confirmed position stands still
+    /// before the pipeline is reported stalled (status, metric, log); 0 disables the watchdog.
+    #[serde(default = "default_progress_timeout_ms")]
+    pub progress_timeout_ms: u64,
+    /// How long the replication connection may stay silent while sluice reads (no data and no
+    /// keepalive, even after asking the server for one at half this time) before it is taken
+    /// for dead and replaced; 0 disables the check.
+    #[serde(default = "default_silence_timeout_ms")]
+    pub silence_timeout_ms: u64,
+    /// `statement_timeout` of sluice's SQL sessions; 0 disables it.
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+    /// `lock_timeout` of sluice's SQL sessions; 0 disables it.
+    #[serde(default = "default_lock_timeout_ms")]
+    pub lock_timeout_ms: u64,
+    /// The transactional outbox: a table whose inserted rows become events on per-aggregate
+    /// topics instead of change events.
+    pub outbox: Option<OutboxConfig>,
+    /// A table (`schema.table`) whose inserted rows are signals to sluice, as Debezium's signal
+    /// table: `(id text PRIMARY KEY, type text, data text)`; created when missing and added to
+    /// the publication. Signals: `execute-snapshot` and `stop-snapshot`.
+    pub signal_table: Option<String>,
+    /// Rows per chunk of an incremental snapshot (held in memory between its watermarks).
+    #[serde(default = "default_incremental_chunk_rows")]
+    pub incremental_chunk_rows: u32,
+    /// Snapshot (incrementally, while streaming) a table that joins the captured set after the
+    /// pipeline's first start: added to the configuration, or created in / moved into a
+    /// captured schema.
+    #[serde(default = "default_true")]
+    pub snapshot_new_tables: bool,
+    /// How often the captured schemas are listed for tables created in or moved into them while
+    /// running (they are then published, when the publication lists tables by name, and
+    /// snapshotted with `snapshot_new_tables`); 0 disables.
+    #[serde(default = "default_table_refresh_interval_ms")]
+    pub table_refresh_interval_ms: u64,
+    /// Unchanged TOASTed columns of an update: `"unavailable"` (listed in
+    /// `unavailable_columns`) or `"reread"` (their current value, read from the table).
+    #[serde(default)]
+    pub unchanged_toast: UnchangedToast,
+    /// When to read the captured tables' current rows (`op: "r"`) before streaming.
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Rows fetched per round trip while snapshotting.
+    #[serde(default = "default_snapshot_fetch_rows")]
+    pub snapshot_fetch_rows: u32,
+    /// Tables to leave out (`schema.table` globs, `*` matches any characters), e.g. of a
+    /// captured schema.
+    #[serde(default)]
+    pub exclude_tables: Vec<String>,
+    /// What to do with columns' values in change events (`schema.table.column` globs).
+    #[serde(default)]
+    pub columns: ColumnRules,
+    /// Row filters by table (`"schema.table" = "SQL condition"`): only rows for which the
+    /// condition is true are snapshotted and streamed. Pushed down to the publication
+    /// (PostgreSQL 15 or later; refused on older servers). With updates and deletes published,
+    /// PostgreSQL only accepts conditions on the table's replica-identity columns.
+    #[serde(default)]
+    pub row_filters: BTreeMap<String, String>,
+    /// Push `columns.exclude` down to the publication as column lists (PostgreSQL 15 or later),
+    /// so excluded columns never leave the server. Columns added to such a table while sluice
+    /// runs are published from its next start.
+    #[serde(default = "default_true")]
+    pub publication_column_lists: bool,
+    /// Connections reading snapshot chunks in parallel (across and within tables).
+    #[serde(default = "default_snapshot_workers")]
+    pub snapshot_workers: u32,
+    /// Rows per snapshot chunk (tables are split by primary-key ranges, or page ranges when they
+    /// have no single-column key; finished chunks are not read again after a restart).
+    #[serde(default = "default_snapshot_chunk_rows")]
+    pub snapshot_chunk_rows: u32,
+}
+
+/// `[source.postgres.columns]`: column rules, each a list of `schema.table.column` globs. The
+/// first rule that matches wins, in the order exclude, hash, mask. Key columns keep their values
+/// in the record key.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColumnRules {
+    /// Leave these columns out of `before` and `after`.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Replace their values by the hex SHA-256 of the value's text (joinable, not readable).
+    #[serde(default)]
+    pub hash: Vec<String>,
+    /// Replace their values by `"****"`.
+    #[serde(default)]
+    pub mask: Vec<String>,
+}
+
+impl PostgresSourceConfig {
+    /// The row filter of `schema.table`, if any.
+    pub fn row_filter(&self, qualified: &str) -> Option<&str> {
+        self.row_filters.get(qualified).map(String::as_str)
+    }
+
+    /// Whether `schema.table` is captured by name or by schema (and not excluded).
+    pub fn captures_table(&self, qualified: &str) -> bool {
+        let Some((schema, _)) = parse_table_name(qualified) else {
+            return false;
+        };
+        let listed = self.tables.iter().any(|t| t == qualified)
+            || self.outbox.as_ref().is_some_and(|o| o.table == qualified);
+        (listed || self.schemas.iter().any(|s| s == schema)) && !self.excludes_table(qualified)
+    }
+
+    /// Whether `schema.table` is excluded.
+    pub fn excludes_table(&self, qualified: &str) -> bool {
+        self.exclude_tables
+            .iter()
+            .any(|p| glob_matches(p, qualified))
+    }
+}
+
+/// When to snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// When the slot is new: read every captured table under the slot's exported snapshot,
+    /// then stream from the slot's consistent point.
+    #[default]
+    Initial,
+    /// Never: stream only the changes after the slot's creation.
+    Never,
+    /// Snapshot like `initial`, then stop (no streaming).
+    InitialOnly,
+    /// Like `initial`, and also after a lost slot was recreated (`on_slot_loss = "recreate"`).
+    WhenNeeded,
+}
+
+/// `[source.postgres.outbox]`: the outbox pattern without a separate transform. Column names
+/// default to Debezium's outbox event router's.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboxConfig {
+    /// The outbox table, `schema.table`; captured even when not listed in `tables`.
+    pub table: String,
+    /// The column whose value routes the event (`{aggregate_type}` in `topic`).
+    #[serde(default = "default_outbox_type_column")]
+    pub aggregate_type_column: String,
+    /// The column whose value is the record key.
+    #[serde(default = "default_outbox_id_column")]
+    pub aggregate_id_column: String,
+    /// The column whose value (its text form, e.g. a JSON document) is the record value.
+    #[serde(default = "default_outbox_payload_column")]
+    pub payload_column: String,
+    /// The topic, with `{aggregate_type}` replaced per row.
+    #[serde(default = "default_outbox_topic")]
+    pub topic: String,
+}
+
+/// What to do when the replication slot this pipeline fed was dropped, recreated (by someone
+/// else, or by sluice after a drop) or invalidated by the server: changes were skipped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotLossPolicy {
+    /// Stop the pipeline with what happened and the fix.
+    #[default]
+    Stop,
+    /// Log the gap loudly, count it (`sluice_source_slot_losses_total`), create the slot anew
+    /// and go on from the server's current position.
+    Recreate,
+}
+
+/// What an update's unchanged TOASTed columns (values PostgreSQL does not send) become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum UnchangedToast {
+    /// Left out of `after` and listed in `unavailable_columns`.
+    #[default]
+    Unavailable,
+    /// Read from the table by the row's key when the change is decoded: the column's current
+    /// value, which may be newer than the change (still `unavailable` when the row is gone).
+    Reread,
+}
+
+impl fmt::Debug for PostgresSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may hold a password: never print it.
+        f.debug_struct("PostgresSourceConfig")
+            .field("url", &"<redacted>")
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("schemas", &self.schemas)
+            .field("tables", &self.tables)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PostgresSourceConfig {
+    /// The replication slot's name: `slot`, default `sluice_<pipeline name>`.
+    pub fn slot_name(&self, pipeline: &str) -> String {
+        self.slot
+            .clone()
+            .unwrap_or_else(|| format!("sluice_{pipeline}"))
+    }
+
+    /// The publication's name: `publication`, default `sluice_<pipeline name>`.
+    pub fn publication_name(&self, pipeline: &str) -> String {
+        self.publication
+            .clone()
+            .unwrap_or_else(|| format!("sluice_{pipeline}"))
+    }
+}
+
+impl PgPipelineConfig {
+    /// The replication slot's name.
+    pub fn slot_name(&self) -> String {
+        self.source.slot_name(&self.name)
+    }
+
+    /// The publication's name.
+    pub fn publication_name(&self) -> String {
+        self.source.publication_name(&self.name)
+    }
+}
+
+impl SourceSection for PostgresSourceConfig {
+    const KEY: &'static str = "postgres";
+
+    fn validate(&self) -> Vec<ConfigIssue> {
+        let pg = self;
+        let mut issues = Vec::new();
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
+        for (key, name) in [
+            ("source.postgres.slot", &pg.slot),
+            ("source.postgres.publication", &pg.publication),
+        ] {
+            if let Some(name) = name.as_deref().filter(|name| !is_slot_name(name)) {
+                issue(
+                    key,
+                    format!("{name:?} is not valid: expected 1-63 characters of a-z, 0-9 and _"),
+                );
+            }
+        }
+        if pg.schemas.is_empty() && pg.tables.is_empty() && pg.outbox.is_none() {
+            issue(
+                "source.postgres",
+                "nothing to capture: set `schemas = [\"public\"]` and/or `tables = [\"schema.table\"]`"
+                    .into(),
+            );
+        }
+        for (index, table) in pg.tables.iter().enumerate() {
+            if parse_table_name(table).is_none() {
+                issue(
+                    &format!("source.postgres.tables[{index}]"),
+                    format!("{table:?} is not a table name: expected \"schema.table\""),
+                );
+            }
+        }
+        if let Some(outbox) = &pg.outbox {
+            if parse_table_name(&outbox.table).is_none() {
+                issue(
+                    "source.postgres.outbox.table",
+                    format!(
+                        "{:?} is not a table name: expected \"schema.table\"",
+                        outbox.table
+                    ),
+                );
+            }
+            if !outbox.topic.contains("{aggregate_type}")
+                || !is_topic_name(&outbox.topic.replace("{aggregate_type}", "x"))
+            {
+                issue(
+                    "source.postgres.outbox.topic",
+                    format!(
+                        "{:?} is not valid: expected a topic name containing {{aggregate_type}}, e.g. \"outbox.event.{{aggregate_type}}\"",
+                        outbox.topic
+                    ),
+                );
+            }
+        }
+        if pg.snapshot_fetch_rows == 0 {
+            issue(
+                "source.postgres.snapshot_fetch_rows",
+                "0: expected at least 1".into(),
+            );
+        }
+        let globs = pg
+            .exclude_tables
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("source.postgres.exclude_tables[{i}]"), p))
+            .chain(
+                [
+                    ("exclude", &pg.columns.exclude),
+                    ("hash", &pg.columns.hash),
+                    ("mask", &pg.columns.mask),
+                ]
+                .into_iter()
+                .flat_map(|(key, list)| {
+                    list.iter()
+                        .enumerate()
+                        .map(move |(i, p)| (format!("source.postgres.columns.{key}[{i}]"), p))
+                }),
+            );
+        for (key, pattern) in globs {
+            if let Err(error) = globset::Glob::new(pattern) {
+                issue(
+                    &key,
+                    format!(
+                        "{pattern:?} is not a valid pattern ({error}): expected e.g. \"public.users.*\""
+                    ),
+                );
+            }
+        }
+        for (table, filter) in &pg.row_filters {
+            let key = format!("source.postgres.row_filters.{table:?}");
+            if parse_table_name(table).is_none() {
+                issue(
+                    &key,
+                    format!(
+                        "{table:?} is not a table name: expected \"schema.table\" = \"SQL condition\""
+                    ),
+                );
+            } else if !pg.captures_table(table) {
+                issue(
+                    &key,
+                    format!(
+                        "{table} is not captured: expected a table of source.postgres.schemas or tables (and not excluded)"
+                    ),
+                );
+            }
+            if let Err(problem) = check_row_filter(filter) {
+                issue(
+                    &key,
+                    format!(
+                        "{filter:?} {problem}: expected one SQL condition on the table's columns, e.g. \"status <> 'draft'\""
+                    ),
+                );
+            }
+        }
+        if pg.snapshot_workers == 0 || pg.snapshot_workers > 64 {
+            issue(
+                "source.postgres.snapshot_workers",
+                format!("{} is out of range: expected 1 to 64", pg.snapshot_workers),
+            );
+        }
+        if pg.snapshot_chunk_rows == 0 {
+            issue(
+                "source.postgres.snapshot_chunk_rows",
+                "0: expected at least 1".into(),
+            );
+        }
+        if pg.incremental_chunk_rows == 0 || pg.incremental_chunk_rows > 1_000_000 {
+            issue(
+                "source.postgres.incremental_chunk_rows",
+                format!(
+                    "{} is out of range: expected 1 to 1000000 (rows held in memory per chunk)",
+                    pg.incremental_chunk_rows
+                ),
+            );
+        }
+        if let Some(table) = &pg.signal_table
+            && parse_table_name(table).is_none()
+        {
+            issue(
+                "source.postgres.signal_table",
+                format!("{table:?}: expected schema.table, e.g. \"public.sluice_signal\""),
+            );
+        }
+        if pg.status_interval_ms == 0 || pg.status_interval_ms > 60_000 {
+            issue(
+                "source.postgres.status_interval_ms",
+                format!(
+                    "{} is out of range: expected 1 to 60000 (milliseconds; keep it well below the server's wal_sender_timeout)",
+                    pg.status_interval_ms
+                ),
+            );
+        }
+        if pg.silence_timeout_ms != 0 && pg.silence_timeout_ms < 2 * pg.status_interval_ms {
+            issue(
+                "source.postgres.silence_timeout_ms",
+                format!(
+                    "{} is below twice status_interval_ms ({}): expected 0 (off) or at least {} (milliseconds)",
+                    pg.silence_timeout_ms,
+                    pg.status_interval_ms,
+                    2 * pg.status_interval_ms
+                ),
+            );
+        }
+        // The connection parameters (sslmode, certificates, …) as the source reads them.
+        if let Err(error) = super::connect::PgConnectConfig::parse(&pg.url) {
+            issue("source.postgres.url", error.to_string());
+        }
+        issues
+    }
+}
+
+const fn default_true() -> bool {
+    true
+}
+const fn default_status_interval_ms() -> u64 {
+    DEFAULT_STATUS_INTERVAL_MS
+}
+const fn default_heartbeat_interval_ms() -> u64 {
+    DEFAULT_HEARTBEAT_INTERVAL_MS
+}
+fn default_outbox_type_column() -> String {
+    "aggregatetype".into()
+}
+fn default_outbox_id_column() -> String {
+    "aggregateid".into()
+}
+fn default_outbox_payload_column() -> String {
+    "payload".into()
+}
+fn default_outbox_topic() -> String {
+    "outbox.event.{aggregate_type}".into()
+}
+const fn default_snapshot_fetch_rows() -> u32 {
+    10_000
+}
+const fn default_snapshot_workers() -> u32 {
+    4
+}
+const fn default_incremental_chunk_rows() -> u32 {
+    4096
+}
+
+const fn default_snapshot_chunk_rows() -> u32 {
+    50_000
+}
+const fn default_table_refresh_interval_ms() -> u64 {
+    10_000
+}
+const fn default_progress_timeout_ms() -> u64 {
+    DEFAULT_PROGRESS_TIMEOUT_MS
+}
+
+const fn default_silence_timeout_ms() -> u64 {
+    DEFAULT_SILENCE_TIMEOUT_MS
+}
+
+const fn default_statement_timeout_ms() -> u64 {
+    DEFAULT_STATEMENT_TIMEOUT_MS
+}
+
+const fn default_lock_timeout_ms() -> u64 {
+    DEFAULT_LOCK_TIMEOUT_MS
+}
+
+/// Checks that a row filter is one SQL expression that cannot end the `WHERE (…)` it is put
+/// in: not empty, parentheses balanced outside quotes, no `;` and no comments.
+fn check_row_filter(filter: &str) -> Result<(), &'static str> {
+    if filter.trim().is_empty() {
+        return Err("is empty");
+    }
+    let mut depth = 0usize;
+    let mut chars = filter.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                // A quoted literal or identifier; a doubled quote is an escaped one.
+                loop {
+                    match chars.next() {
+                        Some(q) if q == c => {
+                            if chars.peek() == Some(&c) {
+                                chars.next();
+                            } else {
+                                break;
+                            }
+                        }
+                        Some(_) => {}
+                        None => return Err("has an unterminated quote"),
+                    }
+                }
+            }
+            '(' => depth += 1,
+            ')' => {
+                depth = depth.checked_sub(1).ok_or("has a ')' without its '('")?;
+            }
+            ';' => return Err("contains ';'"),
+            '-' if chars.peek() == Some(&'-') => return Err("contains a comment"),
+            '/' if chars.peek() == Some(&'*') => return Err("contains a comment"),
+            _ => {}
+        }
+    }
+    if depth == 0 {
+        Ok(())
+    } else {
+        Err("has a '(' without its ')'")
+    }
+}
+
+fn is_slot_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigError, DEFAULT_MAX_IN_FLIGHT_BYTES};
+
+    const MINIMAL: &str = r#"
+        name = "orders"
+        [source.postgres]
+        url = "${PG_URL}"
+        schemas = ["public"]
+        [kafka]
+        brokers = "${KAFKA_BROKERS:-127.0.0.1:9092}"
+        topic_prefix = "${TOPIC_PREFIX:-sluice}"
+    "#;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "PG_URL").then(|| "postgres://postgres@127.0.0.1:5432/postgres".to_owned())
+    }
+
+    fn issues(text: &str) -> Vec<ConfigIssue> {
+        match PgPipelineConfig::from_toml(text, "test.toml", &env) {
+            Err(ConfigError::Invalid { issues, .. }) => issues,
+            other => panic!("expected invalid config, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn minimal_file_gets_defaults() {
+        let config = PgPipelineConfig::from_toml(MINIMAL, "test.toml", &env).unwrap();
+        assert_eq!(config.kafka.brokers, "127.0.0.1:9092");
+        assert_eq!(config.kafka.topic_prefix, "sluice");
+        assert_eq!(config.slot_name(), "sluice_orders");
+        assert_eq!(config.publication_name(), "sluice_orders");
+        assert_eq!(
+            config.delivery.max_in_flight_bytes,
+            DEFAULT_MAX_IN_FLIGHT_BYTES
+        );
+        assert!(config.kafka.tombstones_on_delete);
+    }
+
+    #[test]
+    fn a_value_can_come_from_a_secret_file_and_errors_never_quote_it() {
+        let dir = std::env::temp_dir().join(format!("sluice-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pg_password");
+        std::fs::write(&file, "s3cr3t-p4ss\n").unwrap();
+        let text = MINIMAL.replace(
+            "${PG_URL}",
+            &format!("postgres://sluice:${{file:{}}}@db:5432/app", file.display()),
+        );
+        let config = PgPipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
+        assert_eq!(
+            config.source.url,
+            "postgres://sluice:s3cr3t-p4ss@db:5432/app"
+        );
+        let missing = MINIMAL.replace("${PG_URL}", "${file:/no/such/secret}");
+        let problems = issues(&missing);
+        assert_eq!(problems[0].key, "source.postgres.url");
+        assert!(
+            problems[0]
+                .problem
+                .contains("cannot read the secret file /no/such/secret"),
+            "{problems:?}"
+        );
+        let unterminated = MINIMAL.replace("${PG_URL}", "postgres://u:hunter2@db/${DB");
+        let problems = issues(&unterminated);
+        assert!(!problems[0].problem.contains("hunter2"), "{problems:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn missing_variable_names_the_key() {
+        let text = MINIMAL.replace("${PG_URL}", "${NOPE_NOT_SET}");
+        let issues = issues(&text);
+        assert_eq!(issues[0].key, "source.postgres.url");
+        assert!(issues[0].problem.contains("NOPE_NOT_SET"));
+    }
+
+    #[test]
+    fn rules_are_all_reported() {
+        let text = MINIMAL.replace("schemas = [\"public\"]", "tables = [\"nodot\"]")
+            + "\n[delivery]\non_permanent_error = \"dead_letter\"\n[admin]\nlisten = \"localhost\"\n";
+        let keys: Vec<_> = issues(&text).into_iter().map(|i| i.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "source.postgres.tables[0]",
+                "delivery.dead_letter_topic",
+                "admin.listen"
+            ]
+        );
+    }
+
+    #[test]
+    fn row_filters_name_the_key_and_the_expected_form() {
+        let ok = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\nrow_filters = { \"public.orders\" = \"status <> 'dr''aft;' AND (id > 0)\" }",
+        );
+        let config = PgPipelineConfig::from_toml(&ok, "test.toml", &env).unwrap();
+        assert_eq!(
+            config.source.row_filter("public.orders"),
+            Some("status <> 'dr''aft;' AND (id > 0)")
+        );
+        let bad = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\nrow_filters = { \"orders\" = \"x > 1\", \"other.t\" = \"x > 1\", \"public.a\" = \"x > 1); DROP TABLE t; --\", \"public.b\" = \" \", \"public.c\" = \"(x > 1\" }",
+        );
+        let issues = issues(&bad);
+        let keys: Vec<_> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "source.postgres.row_filters.\"orders\"",
+                "source.postgres.row_filters.\"other.t\"",
+                "source.postgres.row_filters.\"public.a\"",
+                "source.postgres.row_filters.\"public.b\"",
+                "source.postgres.row_filters.\"public.c\"",
+            ],
+            "{issues:?}"
+        );
+        assert!(issues[0].problem.contains("expected \"schema.table\""));
+        assert!(issues[1].problem.contains("not captured"));
+        assert!(issues[2].problem.contains("')' without"), "{issues:?}");
+        assert!(issues[3].problem.contains("empty"));
+        assert!(issues[4].problem.contains("'(' without"));
+    }
+
+    #[test]
+    fn today_s_errors_for_the_section_s_keys_and_values() {
+        let one = |extra: &str| {
+            let text = MINIMAL.replace(
+                "schemas = [\"public\"]",
+                &format!("schemas = [\"public\"]\n{extra}"),
+            );
+            let found = issues(&text);
+            assert_eq!(found.len(), 1, "{found:?}");
+            found.into_iter().next().unwrap()
+        };
+        let issue = one("bogus = 1");
+        assert_eq!(issue.key, "source.postgres.bogus");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown field `bogus`, expected one of `url`, `slot`, `publication`"),
+            "{issue:?}"
+        );
+        let issue = one("snapshot = \"sometimes\"");
+        assert_eq!(issue.key, "source.postgres.snapshot");
+        assert!(issue.problem.starts_with(
+            "unknown variant `sometimes`, expected one of `initial`, `never`, `initial_only`, `when_needed`"
+        ));
+        let issue = one("[source.postgres.columns]\nexclud = []");
+        assert_eq!(issue.key, "source.postgres.columns.exclud");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown field `exclud`, expected one of `exclude`, `hash`, `mask`")
+        );
+        let issue = issues(&MINIMAL.replace("[source.postgres]", "[source.mysql]"))
+            .into_iter()
+            .next()
+            .unwrap();
+        assert_eq!(issue.key, "source");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown variant `mysql`, expected `postgres`")
+        );
+        // The connection parameters as the source reads them.
+        let text = MINIMAL.replace("${PG_URL}", "postgres://u@db/app?sslmode=sometimes");
+        let issue = issues(&text).into_iter().next().unwrap();
+        assert_eq!(issue.key, "source.postgres.url");
+        assert!(
+            issue.problem.contains("sslmode is `sometimes`"),
+            "{issue:?}"
+        );
+    }
+}
