@@ -326,6 +326,80 @@ fn split_pgpass_line(line: &str) -> Option<Vec<String>> {
     (fields.len() == 5).then_some(fields)
 }
 
+/// A connection string fit to show: the password replaced by `***`, wherever it is (the
+/// URL's user info, a `password` query parameter, a `password=` key/value pair). Where the
+/// string is ambiguous, more is hidden rather than less.
+pub fn redact_url(url: &str) -> String {
+    if let Some(scheme_end) = ["postgres://", "postgresql://"]
+        .iter()
+        .find(|scheme| url.starts_with(*scheme))
+        .map(|scheme| scheme.len())
+    {
+        let rest = &url[scheme_end..];
+        // The user info ends at the last `@` (a password may hold `@`, `?` or `/`).
+        let (user_info, after) = match rest.rfind('@') {
+            Some(at) => {
+                let user = rest[..at].split(':').next().unwrap_or("");
+                let hidden = if rest[..at].contains(':') { ":***" } else { "" };
+                (format!("{user}{hidden}@"), &rest[at + 1..])
+            }
+            None => (String::new(), rest),
+        };
+        let after = match after.split_once('?') {
+            Some((location, query)) => {
+                let params: Vec<String> = query
+                    .split('&')
+                    .map(|part| match part.split_once('=') {
+                        Some((key, _)) if percent_decode(key) == "password" => {
+                            format!("{key}=***")
+                        }
+                        _ => part.to_owned(),
+                    })
+                    .collect();
+                format!("{location}?{}", params.join("&"))
+            }
+            None => after.to_owned(),
+        };
+        return format!("{}{user_info}{after}", &url[..scheme_end]);
+    }
+    // key=value form: `password = value`, `password='quoted \' value'`.
+    let mut out = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find("password") {
+        let starts_word = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        let after = &rest[at + "password".len()..];
+        let trimmed = after.trim_start();
+        if !starts_word || !trimmed.starts_with('=') {
+            out.push_str(&rest[..at + "password".len()]);
+            rest = after;
+            continue;
+        }
+        let value = trimmed[1..].trim_start();
+        out.push_str(&rest[..at]);
+        out.push_str("password=***");
+        let end = if let Some(quoted) = value.strip_prefix('\'') {
+            let mut escaped = false;
+            let close = quoted
+                .char_indices()
+                .find(|&(_, c)| {
+                    let close = c == '\'' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    close
+                })
+                .map_or(quoted.len(), |(i, _)| i + 1);
+            1 + close
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        rest = &value[end.min(value.len())..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Takes the TLS parameters out of a URL's query (or a key/value string), percent-decoded.
 fn split_tls_params(url: &str) -> (String, Vec<(String, String)>) {
     let mut found = Vec::new();
@@ -1076,6 +1150,39 @@ mod tests {
         PgConnectConfig::parse_with_env(url, &move |name| {
             env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
         })
+    }
+
+    #[test]
+    fn passwords_are_redacted_wherever_they_are() {
+        for (url, shown) in [
+            (
+                "postgres://u:s3cret@h:5432/db?sslmode=require",
+                "postgres://u:***@h:5432/db?sslmode=require",
+            ),
+            ("postgresql://u:p@ss@h/db", "postgresql://u:***@h/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgres://h/db", "postgres://h/db"),
+            (
+                "postgres://u@h/db?sslmode=verify-full&password=s3cret&sslsni=1",
+                "postgres://u@h/db?sslmode=verify-full&password=***&sslsni=1",
+            ),
+            (
+                "host=h user=u password=s3cret dbname=db",
+                "host=h user=u password=*** dbname=db",
+            ),
+            (
+                "host=h password = 's3 c\\'ret' dbname=db",
+                "host=h password=*** dbname=db",
+            ),
+            ("password=s3cret", "password=***"),
+            (
+                "host=h passwordless=1 user=u",
+                "host=h passwordless=1 user=u",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("s3"), "{url}");
+        }
     }
 
     #[test]
