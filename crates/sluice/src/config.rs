@@ -122,8 +122,45 @@ where
     deserializer.deserialize_map(Section(std::marker::PhantomData))
 }
 
+/// Whether a librdkafka property holds a secret: librdkafka's sensitive properties
+/// (`sasl.password`, `ssl.key.password`, `ssl.keystore.password`, `ssl.key.pem`,
+/// `sasl.oauthbearer.client.secret`, …) and anything named like one.
+pub fn is_secret_property(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "password",
+        "secret",
+        "token",
+        ".pem",
+        "ssl_key",
+        "oauthbearer.config",
+        "jaas",
+    ]
+    .iter()
+    .any(|part| key.contains(part))
+}
+
+/// Debug-prints librdkafka properties with the values of secret ones (see
+/// [`is_secret_property`]) replaced by `<redacted>`.
+pub struct RedactedProperties<'a>(pub &'a BTreeMap<String, String>);
+
+impl fmt::Debug for RedactedProperties<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(key, value)| {
+                let shown = if is_secret_property(key) {
+                    "<redacted>"
+                } else {
+                    value.as_str()
+                };
+                (key, shown)
+            }))
+            .finish()
+    }
+}
+
 /// `[kafka]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaConfig {
     /// `host:port[,host:port…]`.
@@ -157,6 +194,27 @@ pub struct KafkaConfig {
     /// When set, a captured table's column changes (added, dropped, type changed) seen
     /// mid-stream become events on this topic, keyed by the table.
     pub schema_changes_topic: Option<String>,
+}
+
+impl fmt::Debug for KafkaConfig {
+    // `client` and `producer` may hold `sasl.password` and the like.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("tombstones_on_delete", &self.tombstones_on_delete)
+            .field("create_topics", &self.create_topics)
+            .field("topic_partitions", &self.topic_partitions)
+            .field("topic_replication_factor", &self.topic_replication_factor)
+            .field("client", &RedactedProperties(&self.client))
+            .field("producer", &RedactedProperties(&self.producer))
+            .field(
+                "allow_unsafe_producer_settings",
+                &self.allow_unsafe_producer_settings,
+            )
+            .field("schema_changes_topic", &self.schema_changes_topic)
+            .finish()
+    }
 }
 
 /// What to do with a record Kafka rejects permanently (too large, not authorized, …).
@@ -344,14 +402,16 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
-    /// The file is not valid TOML.
-    #[error("pipeline file {path} is not valid TOML")]
+    /// The file is not valid TOML. Only the place and the parser's message are kept: the
+    /// parser's own report quotes the line, which may hold a password.
+    #[error("pipeline file {path} is not valid TOML: {location}: {message}")]
     Syntax {
         /// The file.
         path: String,
-        /// Where and why.
-        #[source]
-        source: toml::de::Error,
+        /// `line L, column C`.
+        location: String,
+        /// What the parser expected.
+        message: String,
     },
     /// Keys are unknown, values of the wrong form, or rules broken.
     #[error("pipeline file {path} is invalid:\n{}", format_issues(.issues))]
@@ -619,10 +679,7 @@ pub(crate) fn parse_interpolated(
     origin: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<toml::Value, ConfigError> {
-    let mut value: toml::Value = toml::from_str(text).map_err(|source| ConfigError::Syntax {
-        path: origin.to_owned(),
-        source,
-    })?;
+    let mut value: toml::Value = parse_toml(text, origin)?;
     let mut issues = Vec::new();
     interpolate(&mut value, &mut String::new(), env, &mut issues);
     if issues.is_empty() {
@@ -635,7 +692,29 @@ pub(crate) fn parse_interpolated(
     }
 }
 
-/// Deserializes strictly; an error names the key's path.
+/// Parses TOML text; a syntax error names the place, never the text there (it may be a
+/// password).
+pub(crate) fn parse_toml(text: &str, origin: &str) -> Result<toml::Value, ConfigError> {
+    toml::from_str(text).map_err(|error| {
+        let location = match error.span() {
+            Some(span) => {
+                let before = &text[..span.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
+                format!("line {line}, column {column}")
+            }
+            None => "somewhere".to_owned(),
+        };
+        ConfigError::Syntax {
+            path: origin.to_owned(),
+            location,
+            message: error.message().trim_end().to_owned(),
+        }
+    })
+}
+
+/// Deserializes strictly; an error names the key's path, and the kind of value found rather
+/// than the value (it may be a secret in the wrong place).
 pub(crate) fn deserialize_strict<T: serde::de::DeserializeOwned>(
     value: toml::Value,
 ) -> Result<T, Vec<ConfigIssue>> {
@@ -647,9 +726,27 @@ pub(crate) fn deserialize_strict<T: serde::de::DeserializeOwned>(
             } else {
                 key
             },
-            problem: error.into_inner().to_string(),
+            problem: without_value(&error.into_inner().to_string()),
         }]
     })
+}
+
+/// serde's `invalid type: string "…", expected u64` without the value: `invalid type: string
+/// (value not shown), expected u64`.
+fn without_value(problem: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = problem.strip_prefix(prefix)
+            && let Some((found, expected)) = rest.split_once(", expected ")
+        {
+            let kind = found
+                .split([' ', '`', '"'])
+                .next()
+                .filter(|kind| !kind.is_empty())
+                .unwrap_or("value");
+            return format!("{prefix}{kind} (value not shown), expected {expected}");
+        }
+    }
+    problem.to_owned()
 }
 
 /// A glob over dotted names (`*` matches any characters, dots included).

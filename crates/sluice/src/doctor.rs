@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::source::postgres::connect::{PgConnectConfig, SslMode, connect_sql_url};
+use crate::source::postgres::connect::{PgConnectConfig, SslMode, connect_sql_url, redact_url};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -118,7 +118,7 @@ pub async fn diagnose(target: &Target) -> Vec<Finding> {
                 "pg.unreachable",
                 Severity::Critical,
                 format!("cannot connect to PostgreSQL: {error}"),
-                &[("url", redact(url).into())],
+                &[("url", redact_url(url).into())],
                 "check the URL (host, port, database, user, password) and pg_hba.conf",
             )),
         },
@@ -144,17 +144,6 @@ pub async fn diagnose(target: &Target) -> Vec<Finding> {
         pipeline_checks(pipeline, &mut findings);
     }
     findings
-}
-
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_owned(),
-    }
 }
 
 async fn setting(client: &Client, name: &str) -> Result<String, tokio_postgres::Error> {
@@ -1165,7 +1154,7 @@ mod tests {
     #[test]
     fn passwords_never_reach_the_output() {
         assert_eq!(
-            redact("postgres://u:secret@h:5432/db"),
+            redact_url("postgres://u:secret@h:5432/db"),
             "postgres://u:***@h:5432/db"
         );
         assert_eq!(human_bytes(3 * 1024 * 1024), "3.0 MiB");

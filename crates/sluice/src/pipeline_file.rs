@@ -40,10 +40,7 @@ impl PipelineFile {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let value: toml::Value = toml::from_str(text).map_err(|source| ConfigError::Syntax {
-            path: origin.to_owned(),
-            source,
-        })?;
+        let value = crate::config::parse_toml(text, origin)?;
         let source = value.get("source").and_then(toml::Value::as_table);
         let has = |kind: &str| source.is_some_and(|source| source.contains_key(kind));
         if has("kafka") {
@@ -86,6 +83,121 @@ mod tests {
         let file = PipelineFile::from_toml(text, "t.toml", &env).unwrap();
         assert!(matches!(file, PipelineFile::Files(_)));
         assert_eq!(file.name(), "orders_files");
+    }
+
+    /// Every secret a pipeline file can hold, in every place it can be, stays out of `{:?}`
+    /// prints of the loaded configuration (both kinds, and the parsed connection string) and
+    /// out of the errors about the file.
+    #[test]
+    fn debug_prints_and_errors_hide_every_secret() {
+        const SECRETS: [&str; 8] = [
+            "PgUrlSecret1",
+            "PgQuerySecret2",
+            "SaslSecret3",
+            "ProducerSecret4",
+            "AdminSecret5-long-enough",
+            "KeyPemSecret6",
+            "S3Secret7",
+            "ConsumerSecret8",
+        ];
+        let env = |name: &str| match name {
+            "OUTPUT_DIR" => Some("/tmp/out".to_owned()),
+            "ADMIN_TOKEN" => Some(SECRETS[4].to_owned()),
+            _ => None,
+        };
+        let cdc = format!(
+            r#"
+            name = "orders"
+            [source.postgres]
+            url = "postgres://u:{}@127.0.0.1:5432/db?sslmode=prefer"
+            schemas = ["public"]
+            [kafka]
+            brokers = "127.0.0.1:9092"
+            [kafka.client]
+            "sasl.password" = "{}"
+            "ssl.key.pem" = "{}"
+            [kafka.producer]
+            "sasl.password" = "{}"
+            [admin]
+            token = "${{ADMIN_TOKEN}}"
+            "#,
+            SECRETS[0], SECRETS[2], SECRETS[5], SECRETS[3]
+        );
+        let sink = format!(
+            r#"
+            name = "orders_files"
+            [source.kafka]
+            brokers = "127.0.0.1:9092"
+            topics = ["orders"]
+            [source.kafka.client]
+            "sasl.password" = "{}"
+            "ssl.key.password" = "{}"
+            [source.kafka.properties]
+            "sasl.oauthbearer.client.secret" = "{}"
+            [sink.files]
+            path = "/tmp/out/staging"
+            url = "s3://bucket/prefix"
+            format = "jsonl"
+            [sink.files.s3]
+            access_key_id = "AKIA"
+            secret_access_key = "{}"
+            [admin]
+            token = "${{ADMIN_TOKEN}}"
+            "#,
+            SECRETS[2], SECRETS[5], SECRETS[7], SECRETS[6]
+        );
+        let mut printed = Vec::new();
+        for text in [&cdc, &sink] {
+            let file = PipelineFile::from_toml(text, "t.toml", &env).expect("valid");
+            printed.push(format!("{file:?}"));
+            printed.push(format!("{file:#?}"));
+            if let PipelineFile::Postgres(config) = &file {
+                let pg =
+                    crate::source::postgres::connect::PgConnectConfig::parse(&config.source.url)
+                        .unwrap();
+                printed.push(format!("{pg:?}"));
+                let query = crate::source::postgres::connect::PgConnectConfig::parse(&format!(
+                    "postgres://u@h/db?password={}",
+                    SECRETS[1]
+                ))
+                .unwrap();
+                printed.push(format!("{query:?}"));
+            }
+        }
+        // Errors about a file that holds secrets: a syntax error on a secret's line, a secret
+        // where a number belongs.
+        let broken = cdc.replace("?sslmode=prefer\"", "?sslmode=prefer");
+        let misplaced = cdc.replace(
+            "schemas = [\"public\"]",
+            &format!(
+                "schemas = [\"public\"]\nstatus_interval_ms = \"{}\"",
+                SECRETS[1]
+            ),
+        );
+        for text in [&broken, &misplaced] {
+            let error = PipelineFile::from_toml(text, "t.toml", &env).expect_err("invalid");
+            printed.push(error.to_string());
+            printed.push(format!("{error:?}"));
+        }
+        assert!(
+            printed[printed.len() - 4].contains("line 4, column"),
+            "{}",
+            printed[printed.len() - 4]
+        );
+        assert!(
+            printed[printed.len() - 2].contains(
+                "status_interval_ms: invalid type: string (value not shown), expected u64"
+            ),
+            "{}",
+            printed[printed.len() - 2]
+        );
+        for text in &printed {
+            for secret in SECRETS {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+        }
+        // What is not secret is still shown.
+        assert!(printed[0].contains("127.0.0.1:9092") && printed[0].contains("sasl.password"));
     }
 
     #[test]

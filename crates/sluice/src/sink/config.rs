@@ -14,7 +14,8 @@ use std::str::FromStr;
 use serde::Deserialize;
 
 use crate::config::{
-    AdminConfig, ConfigError, ConfigIssue, RestartConfig, is_identifier, is_topic_name,
+    AdminConfig, ConfigError, ConfigIssue, RedactedProperties, RestartConfig, is_identifier,
+    is_topic_name,
 };
 use crate::sink::template::PathTemplate;
 
@@ -85,7 +86,7 @@ pub enum SinkSourceConfig {
 }
 
 /// `[source.kafka]`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSourceConfig {
     /// `host:port[,host:port…]`.
@@ -104,6 +105,20 @@ pub struct KafkaSourceConfig {
     /// metadata): security (`security.protocol`, `ssl.*`, `sasl.*`) and the like.
     #[serde(default)]
     pub client: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for KafkaSourceConfig {
+    // `properties` and `client` may hold `sasl.password` and the like.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaSourceConfig")
+            .field("brokers", &self.brokers)
+            .field("topics", &self.topics)
+            .field("group_id", &self.group_id)
+            .field("commit_interval_ms", &self.commit_interval_ms)
+            .field("properties", &RedactedProperties(&self.properties))
+            .field("client", &RedactedProperties(&self.client))
+            .finish()
+    }
 }
 
 /// The sink section: exactly one sink kind.

@@ -13,6 +13,7 @@ mod incremental;
 mod operate;
 mod outbox;
 mod perf;
+mod secrets;
 mod silence;
 mod sink;
 mod sink_s3;

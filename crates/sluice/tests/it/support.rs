@@ -137,9 +137,13 @@ pub struct Sluice {
     pub log: PathBuf,
 }
 
-/// The `sluice` binary under test.
+/// The `sluice` binary under test: cargo's, or `SLUICE_BIN` (a copy taken right after the
+/// build, when several worktrees share one target directory and may rebuild it meanwhile).
 pub fn sluice_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_sluice")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("SLUICE_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_sluice").to_owned())
+    })
 }
 
 impl Sluice {

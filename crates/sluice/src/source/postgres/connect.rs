@@ -249,8 +249,9 @@ impl PgConnectConfig {
         pg.ssl_mode(match mode {
             _ if unix_only => PgSslMode::Disable,
             SslMode::Disable => PgSslMode::Disable,
-            // tokio-postgres has no `allow` (plain first, TLS if refused): prefer is the closest.
-            SslMode::Allow | SslMode::Prefer => PgSslMode::Prefer,
+            // `allow`: plaintext first; connect_sql tries TLS when the server refuses it.
+            SslMode::Allow => PgSslMode::Disable,
+            SslMode::Prefer => PgSslMode::Prefer,
             SslMode::Require | SslMode::VerifyCa | SslMode::VerifyFull => PgSslMode::Require,
         });
         Ok(Self {
@@ -263,6 +264,25 @@ impl PgConnectConfig {
                 sni,
             },
         })
+    }
+
+    /// Under `sslmode=allow`, whether a connection the server refused in plaintext is tried
+    /// again over TLS (as libpq): not over unix sockets, which never use TLS.
+    pub fn allow_retries_with_tls(&self) -> bool {
+        self.tls.mode == SslMode::Allow
+            && !self
+                .pg
+                .get_hosts()
+                .iter()
+                .all(|h| matches!(h, Host::Unix(_)))
+    }
+
+    /// The same settings with `sslmode=require`: the TLS attempt of `allow`.
+    pub fn with_tls_required(&self) -> Self {
+        let mut config = self.clone();
+        config.tls.mode = SslMode::Require;
+        config.pg.ssl_mode(PgSslMode::Require);
+        config
     }
 
     /// Whether any host is reached over the network rather than loopback or a unix socket.
@@ -324,6 +344,80 @@ fn split_pgpass_line(line: &str) -> Option<Vec<String>> {
         }
     }
     (fields.len() == 5).then_some(fields)
+}
+
+/// A connection string fit to show: the password replaced by `***`, wherever it is (the
+/// URL's user info, a `password` query parameter, a `password=` key/value pair). Where the
+/// string is ambiguous, more is hidden rather than less.
+pub fn redact_url(url: &str) -> String {
+    if let Some(scheme_end) = ["postgres://", "postgresql://"]
+        .iter()
+        .find(|scheme| url.starts_with(*scheme))
+        .map(|scheme| scheme.len())
+    {
+        let rest = &url[scheme_end..];
+        // The user info ends at the last `@` (a password may hold `@`, `?` or `/`).
+        let (user_info, after) = match rest.rfind('@') {
+            Some(at) => {
+                let user = rest[..at].split(':').next().unwrap_or("");
+                let hidden = if rest[..at].contains(':') { ":***" } else { "" };
+                (format!("{user}{hidden}@"), &rest[at + 1..])
+            }
+            None => (String::new(), rest),
+        };
+        let after = match after.split_once('?') {
+            Some((location, query)) => {
+                let params: Vec<String> = query
+                    .split('&')
+                    .map(|part| match part.split_once('=') {
+                        Some((key, _)) if percent_decode(key) == "password" => {
+                            format!("{key}=***")
+                        }
+                        _ => part.to_owned(),
+                    })
+                    .collect();
+                format!("{location}?{}", params.join("&"))
+            }
+            None => after.to_owned(),
+        };
+        return format!("{}{user_info}{after}", &url[..scheme_end]);
+    }
+    // key=value form: `password = value`, `password='quoted \' value'`.
+    let mut out = String::with_capacity(url.len());
+    let mut rest = url;
+    while let Some(at) = rest.find("password") {
+        let starts_word = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        let after = &rest[at + "password".len()..];
+        let trimmed = after.trim_start();
+        if !starts_word || !trimmed.starts_with('=') {
+            out.push_str(&rest[..at + "password".len()]);
+            rest = after;
+            continue;
+        }
+        let value = trimmed[1..].trim_start();
+        out.push_str(&rest[..at]);
+        out.push_str("password=***");
+        let end = if let Some(quoted) = value.strip_prefix('\'') {
+            let mut escaped = false;
+            let close = quoted
+                .char_indices()
+                .find(|&(_, c)| {
+                    let close = c == '\'' && !escaped;
+                    escaped = c == '\\' && !escaped;
+                    close
+                })
+                .map_or(quoted.len(), |(i, _)| i + 1);
+            1 + close
+        } else {
+            value.find(char::is_whitespace).unwrap_or(value.len())
+        };
+        rest = &value[end.min(value.len())..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Takes the TLS parameters out of a URL's query (or a key/value string), percent-decoded.
@@ -823,8 +917,9 @@ pub enum NegotiateError {
 const SSL_REQUEST: [u8; 8] = [0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f];
 
 /// Does what libpq does with `sslmode` on a fresh TCP socket to `host`: no request for
-/// `disable` and `allow` (plain first; a server that insists on TLS refuses in pg_hba.conf),
-/// SSLRequest otherwise, falling back to plain on `N` for `prefer` only.
+/// `disable` and `allow` (plain first; when the server refuses, the caller tries again with
+/// [`PgConnectConfig::with_tls_required`]), SSLRequest otherwise, falling back to plain on `N`
+/// for `prefer` only.
 ///
 /// # Errors
 ///
@@ -907,13 +1002,41 @@ fn tls_message(config: &PgConnectConfig, host: &str, tls_error: &rustls::Error) 
         ),
         rustls::Error::InvalidCertificate(
             CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => {
+            let when = match tls_error {
+                rustls::Error::InvalidCertificate(CertificateError::ExpiredContext {
+                    not_after,
+                    ..
+                }) => format!(" on {}", utc(not_after.as_secs())),
+                _ => String::new(),
+            };
+            format!(
+                "the server certificate of {host} has expired{when} (sslmode={}, \
+                 sslrootcert={root}): renew the server's certificate (ssl_cert_file on the \
+                 server) and reload PostgreSQL (SELECT pg_reload_conf())",
+                config.tls.mode.as_str()
+            )
+        }
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. },
         ) => format!(
-            "the server certificate of {host} has expired (sslmode={}): renew the server's \
-             certificate (ssl_cert_file on the server)",
+            "the server certificate of {host} is not valid yet (sslmode={}): check the clock \
+             of this machine and of the server, or the certificate's start date",
             config.tls.mode.as_str()
         ),
         other => format!("TLS handshake with {host} failed: {other}"),
     }
+}
+
+/// Seconds since the Unix epoch as `2020-01-02 00:00:00 UTC`.
+fn utc(secs: u64) -> String {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|secs| chrono::DateTime::from_timestamp(secs, 0))
+        .map_or_else(
+            || format!("{secs} s after the Unix epoch"),
+            |time| time.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+        )
 }
 
 // --- connecting -----------------------------------------------------------------------------
@@ -973,14 +1096,21 @@ pub async fn connect_sql(
     config: &PgConnectConfig,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), ConnectError> {
     let tls = MakeRustls::new(rustls_config(&config.tls).map_err(ConnectError::Config)?);
-    let (client, connection) = config
-        .pg
-        .connect(tls)
-        .await
-        .map_err(|e| ConnectError::Connect {
-            message: explain(config, &e),
-            source: e,
-        })?;
+    let connected = match config.pg.connect(tls.clone()).await {
+        // libpq's `allow`: the server refused the plaintext connection (pg_hba.conf); the
+        // same again over TLS.
+        Err(error) if config.allow_retries_with_tls() && error.as_db_error().is_some() => {
+            tracing::debug!(error = %error, "plaintext refused under sslmode=allow: trying TLS");
+            let mut pg = config.pg.clone();
+            pg.ssl_mode(PgSslMode::Require);
+            pg.connect(tls).await
+        }
+        other => other,
+    };
+    let (client, connection) = connected.map_err(|e| ConnectError::Connect {
+        message: explain(config, &e),
+        source: e,
+    })?;
     let task = tokio::spawn(async move {
         if let Err(error) = connection.await {
             tracing::debug!(error = %error, "sql connection ended");
@@ -1076,6 +1206,39 @@ mod tests {
         PgConnectConfig::parse_with_env(url, &move |name| {
             env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
         })
+    }
+
+    #[test]
+    fn passwords_are_redacted_wherever_they_are() {
+        for (url, shown) in [
+            (
+                "postgres://u:s3cret@h:5432/db?sslmode=require",
+                "postgres://u:***@h:5432/db?sslmode=require",
+            ),
+            ("postgresql://u:p@ss@h/db", "postgresql://u:***@h/db"),
+            ("postgres://u@h/db", "postgres://u@h/db"),
+            ("postgres://h/db", "postgres://h/db"),
+            (
+                "postgres://u@h/db?sslmode=verify-full&password=s3cret&sslsni=1",
+                "postgres://u@h/db?sslmode=verify-full&password=***&sslsni=1",
+            ),
+            (
+                "host=h user=u password=s3cret dbname=db",
+                "host=h user=u password=*** dbname=db",
+            ),
+            (
+                "host=h password = 's3 c\\'ret' dbname=db",
+                "host=h password=*** dbname=db",
+            ),
+            ("password=s3cret", "password=***"),
+            (
+                "host=h passwordless=1 user=u",
+                "host=h passwordless=1 user=u",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown, "{url}");
+            assert!(!redact_url(url).contains("s3"), "{url}");
+        }
     }
 
     #[test]

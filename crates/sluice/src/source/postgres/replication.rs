@@ -283,7 +283,20 @@ impl ReplicationConnection<PgStream> {
             let attempt = tokio::time::timeout(timeout, async {
                 let socket = target.connect(tls_config).await?;
                 let binding = socket.server_end_point();
-                Self::handshake(socket, &settings, binding).await
+                match Self::handshake(socket, &settings, binding).await {
+                    // libpq's `allow`: the server refused the plaintext connection
+                    // (pg_hba.conf); the same again over TLS.
+                    Err(error @ ReplicationError::Server { .. })
+                        if tls_config.allow_retries_with_tls()
+                            && !matches!(target, ConnectTarget::Unix(..)) =>
+                    {
+                        tracing::debug!(error = %error, "plaintext refused under sslmode=allow: trying TLS");
+                        let socket = target.connect(&tls_config.with_tls_required()).await?;
+                        let binding = socket.server_end_point();
+                        Self::handshake(socket, &settings, binding).await
+                    }
+                    other => other,
+                }
             });
             let error = match attempt.await {
                 Ok(Ok(connection)) => return Ok(connection),
