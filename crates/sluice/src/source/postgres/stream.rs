@@ -523,6 +523,23 @@ struct PgEncoder {
     message_metrics: Arc<TableMetrics>,
 }
 
+impl PgEncoder {
+    /// Where `item` came from, for the latency histogram and the per-table counters.
+    fn origin(&self, item: &Item) -> Origin {
+        let (commit_unix_micros, table) = match item {
+            Item::Row(change) => (change.commit_unix_micros, &change.relation.metrics),
+            Item::Message(message) => (message.commit_unix_micros, &self.message_metrics),
+            Item::Raw {
+                commit_unix_micros, ..
+            } => (*commit_unix_micros, &self.message_metrics),
+        };
+        Origin {
+            commit_unix_micros,
+            table: Arc::clone(table),
+        }
+    }
+}
+
 impl Encode<Item> for PgEncoder {
     fn encode(&self, item: &Item, out: &mut Vec<OutRecord>) -> Origin {
         match item {
@@ -530,10 +547,6 @@ impl Encode<Item> for PgEncoder {
                 #[cfg(feature = "failpoints")]
                 fail::fail_point!("encode::change");
                 encode_change(change, self.options, out);
-                Origin {
-                    commit_unix_micros: change.commit_unix_micros,
-                    table: Arc::clone(&change.relation.metrics),
-                }
             }
             Item::Message(message) => {
                 out.push(encode_message(
@@ -541,26 +554,14 @@ impl Encode<Item> for PgEncoder {
                     &self.identity,
                     self.options.now_unix_ms,
                 ));
-                Origin {
-                    commit_unix_micros: message.commit_unix_micros,
-                    table: Arc::clone(&self.message_metrics),
-                }
             }
-            Item::Raw {
-                record,
-                commit_unix_micros,
-            } => {
-                out.push(record.clone());
-                Origin {
-                    commit_unix_micros: *commit_unix_micros,
-                    table: Arc::clone(&self.message_metrics),
-                }
-            }
+            Item::Raw { record, .. } => out.push(record.clone()),
         }
+        self.origin(item)
     }
 
     fn describe(&self, item: &Item, reason: &str) -> FailedChange {
-        let (topic, table, commit_lsn, lsn, tx_index, xid, origin) = match item {
+        let (topic, table, commit_lsn, lsn, tx_index, xid) = match item {
             Item::Row(change) => (
                 Arc::clone(&change.relation.topic),
                 change.relation.name.clone(),
@@ -568,10 +569,6 @@ impl Encode<Item> for PgEncoder {
                 change.lsn,
                 change.tx_index,
                 Some(change.xid),
-                Origin {
-                    commit_unix_micros: change.commit_unix_micros,
-                    table: Arc::clone(&change.relation.metrics),
-                },
             ),
             Item::Message(message) => (
                 Arc::clone(&message.topic),
@@ -580,25 +577,14 @@ impl Encode<Item> for PgEncoder {
                 message.lsn,
                 message.tx_index,
                 message.xid,
-                Origin {
-                    commit_unix_micros: message.commit_unix_micros,
-                    table: Arc::clone(&self.message_metrics),
-                },
             ),
-            Item::Raw {
-                record,
-                commit_unix_micros,
-            } => (
+            Item::Raw { record, .. } => (
                 Arc::clone(&record.topic),
                 "(schema change)".to_owned(),
                 Lsn::ZERO,
                 Lsn::ZERO,
                 0,
                 None,
-                Origin {
-                    commit_unix_micros: *commit_unix_micros,
-                    table: Arc::clone(&self.message_metrics),
-                },
             ),
         };
         let position = format!(
@@ -619,7 +605,7 @@ impl Encode<Item> for PgEncoder {
             topic,
             position,
             description,
-            origin,
+            origin: self.origin(item),
         }
     }
 }
