@@ -176,6 +176,7 @@ async fn check_kafka(config: &PipelineConfig) -> Result<String, PipelineError> {
         &config.kafka.client,
         "kafka.client",
         CHECK_TIMEOUT,
+        None,
     )
     .await?;
     Ok(format!(
@@ -201,6 +202,7 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
         &kafka.client,
         "source.kafka.client",
         CHECK_TIMEOUT,
+        None,
     );
     match metadata {
         Ok(metadata) => {

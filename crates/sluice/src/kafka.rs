@@ -165,6 +165,11 @@ fn diagnosis_of(
             .map_or_else(|| "not set".to_owned(), |v| format!("{v:?}"))
     };
     let key = |name: &str| format!("{section}.\"{name}\"");
+    // `kafka.client` -> `kafka.brokers`, `source.kafka.client` -> `source.kafka.brokers`.
+    let brokers_key = format!(
+        "{}.brokers",
+        section.strip_suffix(".client").unwrap_or(section)
+    );
     let protocol = client
         .get("security.protocol")
         .filter(|v| !v.is_empty())
@@ -203,16 +208,18 @@ fn diagnosis_of(
             }
         }
         Problem::CertificateExpired => Diagnosis {
-            key: key("ssl.ca.location"),
+            key: brokers_key.clone(),
             what: "the broker's TLS certificate has expired".to_owned(),
             fix: "renew the certificate on the broker (sluice checks its validity period)"
                 .to_owned(),
         },
         Problem::HostnameMismatch => Diagnosis {
-            key: "kafka brokers".to_owned(),
+            key: brokers_key.clone(),
             what: "the broker's TLS certificate does not name the address sluice connects to"
                 .to_owned(),
-            fix: "use a broker address the certificate names (the brokers setting and the broker's advertised.listeners), or fix the certificate's subject alternative names".to_owned(),
+            fix: format!(
+                "set {brokers_key} to addresses the certificate names (and the broker's advertised.listeners), or fix the certificate's subject alternative names"
+            ),
         },
         Problem::UnknownCa => Diagnosis {
             key: key("ssl.ca.location"),
@@ -233,7 +240,7 @@ fn diagnosis_of(
                 key("security.protocol"),
             ),
             fix: format!(
-                "set {} to the listener's protocol (SSL, or SASL_SSL with sasl.mechanism, sasl.username and sasl.password), or point the brokers setting at a PLAINTEXT listener",
+                "set {} to the listener's protocol (SSL, or SASL_SSL with sasl.mechanism, sasl.username and sasl.password), or point {brokers_key} at a PLAINTEXT listener",
                 key("security.protocol"),
             ),
         },
@@ -244,7 +251,7 @@ fn diagnosis_of(
                 key("security.protocol"),
             ),
             fix: format!(
-                "set {} to the listener's protocol (PLAINTEXT or SASL_PLAINTEXT), or point the brokers setting at the broker's SSL / SASL_SSL listener",
+                "set {} to the listener's protocol (PLAINTEXT or SASL_PLAINTEXT), or point {brokers_key} at the broker's SSL / SASL_SSL listener",
                 key("security.protocol"),
             ),
         },
@@ -388,12 +395,14 @@ impl rdkafka::consumer::ConsumerContext for ConnectionWatch {}
 ///
 /// Fatal with a [`Diagnosis`] when librdkafka reports a problem only an operator can fix
 /// (credentials, mechanism, TLS); fatal when the settings are not valid librdkafka
-/// properties; retryable when the brokers do not answer within `timeout`.
+/// properties; retryable when the brokers do not answer within `timeout` or `stop` is
+/// cancelled first.
 pub fn probe(
     brokers: &str,
     client: &BTreeMap<String, String>,
     section: &str,
     timeout: Duration,
+    stop: Option<&tokio_util::sync::CancellationToken>,
 ) -> Result<rdkafka::metadata::Metadata, PipelineError> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let watch = ConnectionWatch::new(section, client);
@@ -418,6 +427,12 @@ pub fn probe(
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             break;
+        }
+        if stop.is_some_and(tokio_util::sync::CancellationToken::is_cancelled) {
+            return Err(PipelineError::Retryable {
+                what: format!("{what}: stopped while waiting for the brokers"),
+                source: None,
+            });
         }
         match consumer.fetch_metadata(None, left.min(Duration::from_millis(500))) {
             Ok(metadata) => return Ok(metadata),
@@ -446,9 +461,10 @@ pub async fn probe_async(
     client: &BTreeMap<String, String>,
     section: &str,
     timeout: Duration,
+    stop: Option<tokio_util::sync::CancellationToken>,
 ) -> Result<rdkafka::metadata::Metadata, PipelineError> {
     let (brokers, client, section) = (brokers.to_owned(), client.clone(), section.to_owned());
-    tokio::task::spawn_blocking(move || probe(&brokers, &client, &section, timeout))
+    tokio::task::spawn_blocking(move || probe(&brokers, &client, &section, timeout, stop.as_ref()))
         .await
         .map_err(|e| PipelineError::retryable("the Kafka connection check failed", e))?
 }

@@ -211,6 +211,7 @@ fn run_once(
         &kafka.client,
         "source.kafka.client",
         KAFKA_PROBE_TIMEOUT,
+        Some(shutdown),
     )?;
     let files = config.files();
     let opened = match &files.url {

@@ -240,6 +240,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &config.kafka.client,
         "kafka.client",
         KAFKA_PROBE_TIMEOUT,
+        Some(ctx.shutdown.clone()),
     )
     .await?;
     let catalog = PgCatalog::connect(config).await?;
