@@ -188,6 +188,10 @@ pub async fn serve_and_supervise<P: Supervised>(
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let listen = SocketAddr::from_str(&admin.listen).context("admin.listen")?;
+    let tls = admin
+        .tls_files()
+        .map(|(cert, key)| crate::admin::tls_config(cert, key))
+        .transpose()?;
     let admin_shutdown = CancellationToken::new();
     let server = crate::admin::serve(
         listen,
@@ -195,6 +199,7 @@ pub async fn serve_and_supervise<P: Supervised>(
         Arc::clone(&board),
         admin.token.clone(),
         doctor,
+        tls,
         admin_shutdown.clone(),
     )
     .await?;

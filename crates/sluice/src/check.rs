@@ -3,13 +3,14 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
-
 use crate::error::PipelineError;
 use crate::sink::config::SinkPipelineConfig;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::publication::PublicationPlan;
 use crate::source::postgres::setup::PgCatalog;
+
+/// How long `sluice check` waits for the brokers.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs the checks, printing a report; the exit code is 0 when everything is ready.
 ///
@@ -31,6 +32,11 @@ pub async fn check(config: &PgPipelineConfig) -> anyhow::Result<ExitCode> {
         Err(error) => {
             ok = false;
             report_failure("kafka", &error);
+            if error.is_retryable() {
+                println!(
+                    "  fix: check kafka.brokers and that the brokers are up and reachable from here"
+                );
+            }
         }
     }
     println!("{}", if ok { "ready" } else { "not ready" });
@@ -165,20 +171,14 @@ fn filter_lines(
 }
 
 async fn check_kafka(config: &PgPipelineConfig) -> Result<String, PipelineError> {
-    let client = crate::kafka::client_config(&config.kafka.brokers, &config.kafka.client);
-    let metadata = tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = client.create()?;
-        consumer.fetch_metadata(None, Duration::from_secs(10))
-    })
-    .await
-    .map_err(|e| PipelineError::retryable("metadata task failed", e))?
-    .map_err(|e| {
-        PipelineError::fatal_with(
-            format!("cannot reach Kafka at {}", config.kafka.brokers),
-            "check kafka.brokers and that the brokers are up and reachable from here",
-            e,
-        )
-    })?;
+    let metadata = crate::kafka::probe_async(
+        &config.kafka.brokers,
+        &config.kafka.client,
+        "kafka.client",
+        CHECK_TIMEOUT,
+        None,
+    )
+    .await?;
     Ok(format!(
         "kafka: connected to {} ({} broker(s), {} topic(s))",
         config.kafka.brokers,
@@ -197,9 +197,13 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     println!("pipeline {:?}: configuration is valid", config.name);
     let kafka = config.kafka();
-    let metadata = crate::kafka::client_config(&kafka.brokers, &kafka.client)
-        .create::<BaseConsumer>()
-        .and_then(|consumer| consumer.fetch_metadata(None, Duration::from_secs(10)));
+    let metadata = crate::kafka::probe(
+        &kafka.brokers,
+        &kafka.client,
+        "source.kafka.client",
+        CHECK_TIMEOUT,
+        None,
+    );
     match metadata {
         Ok(metadata) => {
             println!(
@@ -223,8 +227,10 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
         }
         Err(error) => {
             ok = false;
-            println!("kafka: FAILED: cannot reach {}: {error}", kafka.brokers);
-            println!("  fix: check source.kafka.brokers and that the brokers are up");
+            report_failure("kafka", &error);
+            if error.is_retryable() {
+                println!("  fix: check source.kafka.brokers and that the brokers are up");
+            }
         }
     }
     let files = config.files();

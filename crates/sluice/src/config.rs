@@ -270,6 +270,11 @@ pub struct AdminConfig {
     /// When set, `/api/v1/*` requires `Authorization: Bearer <token>` (use `${ENV}` to keep it
     /// out of the file). `/health`, `/metrics` and the status page stay open.
     pub token: Option<String>,
+    /// PEM file of the admin server's certificate (and its chain): with `tls_key`, the server
+    /// speaks HTTPS only.
+    pub tls_cert: Option<String>,
+    /// PEM file of the private key of `tls_cert`.
+    pub tls_key: Option<String>,
 }
 
 impl fmt::Debug for AdminConfig {
@@ -278,7 +283,35 @@ impl fmt::Debug for AdminConfig {
         f.debug_struct("AdminConfig")
             .field("listen", &self.listen)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tls_cert", &self.tls_cert)
+            .field("tls_key", &self.tls_key)
             .finish()
+    }
+}
+
+impl AdminConfig {
+    /// The TLS files as (certificate, key), when both are set.
+    pub fn tls_files(&self) -> Option<(&str, &str)> {
+        match (self.tls_cert.as_deref(), self.tls_key.as_deref()) {
+            (Some(cert), Some(key)) if !cert.is_empty() && !key.is_empty() => Some((cert, key)),
+            _ => None,
+        }
+    }
+
+    /// A certificate without its key, or a key without its certificate: (key, problem).
+    pub fn tls_issue(&self) -> Option<(&'static str, String)> {
+        let set = |v: &Option<String>| v.as_deref().is_some_and(|v| !v.is_empty());
+        match (set(&self.tls_cert), set(&self.tls_key)) {
+            (true, false) => Some((
+                "admin.tls_key",
+                "missing: admin.tls_cert is set, so the server needs the PEM file of its private key too".into(),
+            )),
+            (false, true) => Some((
+                "admin.tls_cert",
+                "missing: admin.tls_key is set, so the server needs the PEM file of its certificate too".into(),
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -287,6 +320,8 @@ impl Default for AdminConfig {
         Self {
             listen: DEFAULT_ADMIN_LISTEN.to_owned(),
             token: None,
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }
@@ -554,6 +589,9 @@ impl<S: SourceSection> PipelineConfig<S> {
                 "restart.initial_backoff_ms",
                 "expected at least 1 and at most restart.max_backoff_ms".into(),
             );
+        }
+        if let Some((key, problem)) = self.admin.tls_issue() {
+            issue(key, problem);
         }
         if let Some(token) = &self.admin.token
             && token.trim().len() < 16

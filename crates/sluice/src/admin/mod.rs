@@ -361,8 +361,120 @@ async fn snapshot_signal(
         .into_response()
 }
 
-/// Serves the admin routes on `listen` until `shutdown`; also samples the pipeline once a
-/// second for the charts and drains histogram samples so they never pile up between scrapes.
+/// The admin server's TLS settings from `admin.tls_cert` and `admin.tls_key`.
+///
+/// # Errors
+///
+/// A file that cannot be read or holds no certificate / key, or a key that does not match the
+/// certificate; the message names the key to fix.
+pub fn tls_config(cert: &str, key: &str) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "admin.tls_cert = {cert:?}: cannot read a PEM certificate from it: {e} (set admin.tls_cert to the PEM file of the admin server's certificate)"
+            )
+        })?;
+    if certs.is_empty() {
+        anyhow::bail!(
+            "admin.tls_cert = {cert:?}: the file holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+        );
+    }
+    let private_key = PrivateKeyDer::from_pem_file(key).map_err(|e| {
+        anyhow::anyhow!(
+            "admin.tls_key = {key:?}: cannot read a PEM private key from it: {e} (set admin.tls_key to the PEM file of the certificate's private key)"
+        )
+    })?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow::anyhow!("cannot set up TLS for the admin server: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, private_key)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "admin.tls_key = {key:?} does not go with admin.tls_cert = {cert:?}: {e} (the key must be the certificate's private key)"
+            )
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Connections whose TLS handshake succeeded, for axum. Handshakes run in their own tasks (a
+/// slow or plain-HTTP client holds up no one) and fail after 10 s.
+struct TlsListener {
+    incoming: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        SocketAddr,
+    )>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn new(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>) -> Self {
+        let local = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+        let (tx, incoming) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    accepted = listener.accept() => accepted,
+                    () = tx.closed() => return,
+                };
+                let (tcp, peer) = match accepted {
+                    Ok(accepted) => accepted,
+                    Err(error) => {
+                        // Out of file descriptors and the like: try again shortly.
+                        tracing::debug!(error = %error, "admin server: accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let acceptor = acceptor.clone();
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+                    {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, error = %error, "admin server: TLS handshake failed");
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "admin server: TLS handshake timed out");
+                        }
+                    }
+                });
+            }
+        });
+        Self { incoming, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.incoming.recv().await {
+            Some(connection) => connection,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}
+
+/// Serves the admin routes on `listen` until `shutdown`, over HTTPS when `tls` is given; also
+/// samples the pipeline once a second for the charts and drains histogram samples so they
+/// never pile up between scrapes.
 ///
 /// # Errors
 ///
@@ -373,12 +485,17 @@ pub async fn serve(
     board: Arc<StatusBoard>,
     token: Option<String>,
     config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
+    tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| {
         anyhow::anyhow!("cannot listen on admin.listen = {listen}: {e} (choose a free port)")
     })?;
-    tracing::info!(address = %listener.local_addr()?, "admin server listening");
+    tracing::info!(
+        address = %listener.local_addr()?,
+        scheme = if tls.is_some() { "https" } else { "http" },
+        "admin server listening"
+    );
     let upkeep = prometheus.clone();
     let upkeep_board = Arc::clone(&board);
     let upkeep_shutdown = shutdown.clone();
@@ -396,9 +513,18 @@ pub async fn serve(
     });
     let app = router(prometheus, board, token, config);
     Ok(tokio::spawn(async move {
-        let result = axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown.cancelled_owned())
-            .await;
+        let result = match tls {
+            Some(tls) => {
+                axum::serve(TlsListener::new(listener, tls), app)
+                    .with_graceful_shutdown(shutdown.cancelled_owned())
+                    .await
+            }
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown.cancelled_owned())
+                    .await
+            }
+        };
         if let Err(error) = result {
             tracing::error!(error = %error, "admin server failed");
         }

@@ -572,6 +572,9 @@ impl SinkPipelineConfig {
                 "expected at least 1 and at most restart.max_backoff_ms".into(),
             );
         }
+        if let Some((key, problem)) = self.admin.tls_issue() {
+            issue(key, problem);
+        }
         issues
     }
 

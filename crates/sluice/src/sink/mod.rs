@@ -192,6 +192,9 @@ enum RunEnd {
     RestartRequested,
 }
 
+/// How long a run waits for the brokers' first answer before it fails (retryable).
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// One run: from subscribing until shutdown, a restart request or an error.
 fn run_once(
     config: &Arc<SinkPipelineConfig>,
@@ -200,6 +203,16 @@ fn run_once(
     runtime: tokio::runtime::Handle,
     timeouts: &TimeoutAttempts,
 ) -> Result<RunEnd, PipelineError> {
+    // A wrong [source.kafka.client] setting (password, mechanism, TLS) stops the pipeline
+    // with the key to change, instead of a consumer retrying forever.
+    let kafka = config.kafka();
+    crate::kafka::probe(
+        &kafka.brokers,
+        &kafka.client,
+        "source.kafka.client",
+        KAFKA_PROBE_TIMEOUT,
+        Some(shutdown),
+    )?;
     let files = config.files();
     let opened = match &files.url {
         None => OutputRoot::open(&files.path, files.sub_partitions),

@@ -20,6 +20,7 @@ mod sink_s3;
 mod snapshot;
 mod stack;
 mod support;
+mod tls_admin;
 mod tls_kafka;
 mod tls_pg;
 mod toast;

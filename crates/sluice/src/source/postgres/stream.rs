@@ -178,6 +178,9 @@ struct OpenTransaction {
     next_index: u32,
 }
 
+/// How long a run waits for the brokers' first answer before it fails (retryable).
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Runs the pipeline until shutdown (`Ok`) or an error.
 ///
 /// # Errors
@@ -185,6 +188,16 @@ struct OpenTransaction {
 /// Retryable errors (lost connections) and fatal ones (configuration, server settings).
 pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let config = &ctx.config;
+    // Kafka first: a wrong [kafka.client] setting (password, mechanism, TLS) stops the
+    // pipeline with the key to change, before a slot starts retaining WAL for it.
+    kafka::probe_async(
+        &config.kafka.brokers,
+        &config.kafka.client,
+        "kafka.client",
+        KAFKA_PROBE_TIMEOUT,
+        Some(ctx.shutdown.clone()),
+    )
+    .await?;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
     // The signal table exists before the publication is planned, and is published with the
