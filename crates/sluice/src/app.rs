@@ -87,7 +87,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         } => {
             let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
             let target = crate::doctor::Target {
-                pg_url: pipeline.as_ref().map(|p| p.source.url.clone()).or(pg_url),
+                pg_url: pipeline.as_ref().map(|p| p.source.connection()).or(pg_url),
                 brokers: pipeline
                     .as_ref()
                     .map(|p| p.kafka.brokers.clone())
@@ -110,7 +110,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
             let url = pipeline
                 .as_ref()
-                .map(|p| p.source.url.clone())
+                .map(|p| p.source.connection())
                 .or(pg_url)
                 .context(
                     "no PostgreSQL to ask: pass --pipeline FILE or --pg-url URL (or set PG_URL)",

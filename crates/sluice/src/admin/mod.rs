@@ -184,7 +184,7 @@ async fn pipeline_doctor(
         );
     };
     let target = crate::doctor::Target {
-        pg_url: Some(config.source.url.clone()),
+        pg_url: Some(config.source.connection()),
         brokers: Some(config.kafka.brokers.clone()),
         pipeline: Some((*config).clone()),
     };

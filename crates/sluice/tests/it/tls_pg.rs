@@ -28,6 +28,11 @@ fn env_url(name: &str) -> String {
 /// Snapshot of 200 rows, then 100 inserts and 50 updates streamed, all through `url`; then the
 /// server's view of sluice's backends.
 async fn streams_over(url: &str, label: &str) {
+    streams_over_with(url, "", label).await;
+}
+
+/// [`streams_over`] with `keys` (TOML lines) added to `[source.postgres]`.
+async fn streams_over_with(url: &str, keys: &str, label: &str) {
     let _kafka = broker_shared().await;
     let client = pg().await;
     let name = unique(label);
@@ -42,7 +47,7 @@ async fn streams_over(url: &str, label: &str) {
     let port = free_port();
     let toml = pipeline_toml(&name, &name, &name, port, "").replace(
         &format!("url = \"{}\"", stack().pg_url),
-        &format!("url = \"{url}\""),
+        &format!("url = \"{url}\"\n{keys}"),
     );
     assert!(toml.contains(url), "the pipeline uses the TLS URL");
     let dir = test_dir(&name);
@@ -102,6 +107,22 @@ async fn streams_over(url: &str, label: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn streams_over_verify_full_with_scram() {
     streams_over(&env_url("PG_TLS_URL"), "tls_scram").await;
+}
+
+/// The same with the TLS parameters as keys of `[source.postgres]` instead of in the URL.
+#[tokio::test(flavor = "multi_thread")]
+async fn streams_with_the_tls_parameters_as_pipeline_keys() {
+    let url = env_url("PG_TLS_URL");
+    let (base, query) = url.split_once('?').expect("PG_TLS_URL has TLS parameters");
+    let keys: String = query
+        .split('&')
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap();
+            format!("{key} = \"{value}\"\n")
+        })
+        .collect();
+    assert!(keys.contains("sslmode = \"verify-full\""), "{keys}");
+    streams_over_with(base, &keys, "tls_keys").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

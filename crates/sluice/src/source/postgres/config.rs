@@ -40,6 +40,21 @@ pub type PgPipelineConfig = PipelineConfig<PostgresSourceConfig>;
 pub struct PostgresSourceConfig {
     /// A `postgres://user:password@host:port/db` URL (or a key=value connection string).
     pub url: String,
+    /// libpq's connection parameters as keys of this section, the same as in the URL (a key
+    /// set in both places must agree): see [`PostgresSourceConfig::connection_string`].
+    pub sslmode: Option<String>,
+    /// `sslrootcert`: the CA file, or `system` for the OS trust store.
+    pub sslrootcert: Option<String>,
+    /// `sslcert`: the client certificate file.
+    pub sslcert: Option<String>,
+    /// `sslkey`: the client key file (not group- or world-readable, as libpq checks).
+    pub sslkey: Option<String>,
+    /// `sslsni`: `1` (default) or `0`.
+    pub sslsni: Option<String>,
+    /// `channel_binding`: `disable`, `prefer` (default) or `require`.
+    pub channel_binding: Option<String>,
+    /// `passfile`: the password file (default `~/.pgpass`).
+    pub passfile: Option<String>,
     /// Replication slot name; default `sluice_<pipeline name>`.
     pub slot: Option<String>,
     /// Publication name; default `sluice_<pipeline name>`.
@@ -251,6 +266,63 @@ impl fmt::Debug for PostgresSourceConfig {
 }
 
 impl PostgresSourceConfig {
+    /// The connection parameters given as keys of the section, by their libpq names.
+    fn parameter_keys(&self) -> [(&'static str, Option<&str>); 7] {
+        [
+            ("sslmode", self.sslmode.as_deref()),
+            ("sslrootcert", self.sslrootcert.as_deref()),
+            ("sslcert", self.sslcert.as_deref()),
+            ("sslkey", self.sslkey.as_deref()),
+            ("sslsni", self.sslsni.as_deref()),
+            ("channel_binding", self.channel_binding.as_deref()),
+            ("passfile", self.passfile.as_deref()),
+        ]
+    }
+
+    /// The connection string sluice connects with: `url` and the connection parameters set as
+    /// keys of the section (`sslmode = "verify-full"` is `?sslmode=verify-full`).
+    ///
+    /// # Errors
+    ///
+    /// A parameter set both as a key and in the URL with another value: (the key, the problem).
+    pub fn connection_string(&self) -> Result<String, (String, String)> {
+        let in_url = url_parameters(&self.url);
+        let mut out = self.url.clone();
+        let is_url = out.starts_with("postgres://") || out.starts_with("postgresql://");
+        for (key, value) in self.parameter_keys() {
+            let Some(value) = value else { continue };
+            match in_url.iter().find(|(k, _)| k == key) {
+                Some((_, there)) if there == value => continue,
+                Some((_, there)) => {
+                    return Err((
+                        format!("source.postgres.{key}"),
+                        format!(
+                            "is `{value}` but source.postgres.url sets {key}={there}: set it in one place"
+                        ),
+                    ));
+                }
+                None => {}
+            }
+            if is_url {
+                out.push(if out.contains('?') { '&' } else { '?' });
+                out.push_str(key);
+                out.push('=');
+                out.push_str(&percent_encode(value));
+            } else {
+                let quoted = value.replace('\\', "\\\\").replace('\'', "\\'");
+                out.push_str(&format!(" {key}='{quoted}'"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// [`PostgresSourceConfig::connection_string`] of a validated section (where the keys and
+    /// the URL agree).
+    pub fn connection(&self) -> String {
+        self.connection_string()
+            .unwrap_or_else(|_| self.url.clone())
+    }
+
     /// The replication slot's name: `slot`, default `sluice_<pipeline name>`.
     pub fn slot_name(&self, pipeline: &str) -> String {
         self.slot
@@ -448,11 +520,54 @@ impl SourceSection for PostgresSourceConfig {
             );
         }
         // The connection parameters (sslmode, certificates, …) as the source reads them.
-        if let Err(error) = super::connect::PgConnectConfig::parse(&pg.url) {
-            issue("source.postgres.url", error.to_string());
+        match pg.connection_string() {
+            Err((key, problem)) => issue(&key, problem),
+            Ok(connection) => {
+                if let Err(error) = super::connect::PgConnectConfig::parse(&connection) {
+                    issue("source.postgres.url", error.to_string());
+                }
+            }
         }
         issues
     }
+}
+
+/// The `key=value` parameters of a connection string (URL query or key=value form), decoded.
+fn url_parameters(url: &str) -> Vec<(String, String)> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        let Some((_, query)) = url.split_once('?') else {
+            return Vec::new();
+        };
+        query
+            .split('&')
+            .filter_map(|part| part.split_once('='))
+            .map(|(k, v)| {
+                (
+                    super::connect::percent_decode(k),
+                    super::connect::percent_decode(v),
+                )
+            })
+            .collect()
+    } else {
+        url.split_whitespace()
+            .filter_map(|token| token.split_once('='))
+            .map(|(k, v)| (k.trim().to_owned(), v.trim_matches('\'').to_owned()))
+            .collect()
+    }
+}
+
+/// RFC 3986 percent-encoding of a query value (everything but unreserved characters); a few
+/// lines, not worth a crate.
+fn percent_encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~/".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 const fn default_true() -> bool {
@@ -731,6 +846,71 @@ mod tests {
         let text = MINIMAL.replace("${PG_URL}", "postgres://u@db/app?sslmode=sometimes");
         let issue = issues(&text).into_iter().next().unwrap();
         assert_eq!(issue.key, "source.postgres.url");
+        assert!(
+            issue.problem.contains("sslmode is `sometimes`"),
+            "{issue:?}"
+        );
+    }
+
+    #[test]
+    fn connection_parameters_can_be_keys_of_the_section() {
+        use crate::source::postgres::connect::{PgConnectConfig, RootCert, SslMode};
+        let text = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\nsslmode = \"verify-full\"\nsslrootcert = \"/etc/pg ca/root.crt\"\nchannel_binding = \"require\"",
+        );
+        let config = PgPipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
+        let connection = config.source.connection();
+        assert_eq!(
+            connection,
+            "postgres://postgres@127.0.0.1:5432/postgres?sslmode=verify-full&sslrootcert=/etc/pg%20ca/root.crt&channel_binding=require"
+        );
+        let parsed = PgConnectConfig::parse(&connection).unwrap();
+        assert_eq!(parsed.tls.mode, SslMode::VerifyFull);
+        assert_eq!(
+            parsed.tls.root_cert,
+            Some(RootCert::File("/etc/pg ca/root.crt".into()))
+        );
+        assert_eq!(
+            parsed.pg.get_channel_binding(),
+            tokio_postgres::config::ChannelBinding::Require
+        );
+        // The key=value form takes them as key=value pairs.
+        let mut source = config.source.clone();
+        source.url = "host=db dbname=app user=sluice".to_owned();
+        source.sslrootcert = None;
+        source.channel_binding = None;
+        assert_eq!(
+            source.connection(),
+            "host=db dbname=app user=sluice sslmode='verify-full'"
+        );
+        let parsed = PgConnectConfig::parse(&source.connection()).unwrap();
+        assert_eq!(parsed.tls.mode, SslMode::VerifyFull);
+        // The same value in both places is fine; another is named with both.
+        let both = text.replace(
+            "${PG_URL}",
+            "postgres://postgres@127.0.0.1:5432/postgres?sslmode=verify-full",
+        );
+        assert!(PgPipelineConfig::from_toml(&both, "test.toml", &env).is_ok());
+        let conflict = text.replace(
+            "${PG_URL}",
+            "postgres://postgres@127.0.0.1:5432/postgres?sslmode=require",
+        );
+        let issue = issues(&conflict).into_iter().next().unwrap();
+        assert_eq!(issue.key, "source.postgres.sslmode");
+        assert!(
+            issue
+                .problem
+                .contains("source.postgres.url sets sslmode=require")
+                && issue.problem.contains("set it in one place"),
+            "{issue:?}"
+        );
+        // A key's value is checked as the URL's would be.
+        let bad = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\nsslmode = \"sometimes\"",
+        );
+        let issue = issues(&bad).into_iter().next().unwrap();
         assert!(
             issue.problem.contains("sslmode is `sometimes`"),
             "{issue:?}"

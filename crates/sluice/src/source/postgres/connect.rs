@@ -458,7 +458,7 @@ fn split_tls_params(url: &str) -> (String, Vec<(String, String)>) {
     }
 }
 
-fn percent_decode(s: &str) -> String {
+pub(super) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

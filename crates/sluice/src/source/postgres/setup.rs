@@ -70,8 +70,8 @@ impl PgCatalog {
     ///
     /// Fatal for authentication and missing databases, retryable otherwise.
     pub async fn connect(config: &PgPipelineConfig) -> Result<Self, PipelineError> {
-        let mut pg_config =
-            super::connect::PgConnectConfig::parse(&config.source.url).map_err(|e| {
+        let mut pg_config = super::connect::PgConnectConfig::parse(&config.source.connection())
+            .map_err(|e| {
                 PipelineError::fatal(
                     format!("source.postgres.url: {e}"),
                     "expected postgres://user[:password]@host[:port]/database[?sslmode=...]",

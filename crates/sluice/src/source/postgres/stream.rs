@@ -210,9 +210,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     catalog.ensure_publication(config, &published).await?;
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
-    let pg_config = super::connect::PgConnectConfig::parse(&config.source.url).map_err(|e| {
-        PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
-    })?;
+    let pg_config =
+        super::connect::PgConnectConfig::parse(&config.source.connection()).map_err(|e| {
+            PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
+        })?;
     let mut connection =
         ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
             .await
