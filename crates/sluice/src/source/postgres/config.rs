@@ -815,9 +815,9 @@ mod tests {
         let issue = one("bogus = 1");
         assert_eq!(issue.key, "source.postgres.bogus");
         assert!(
-            issue
-                .problem
-                .starts_with("unknown field `bogus`, expected one of `url`, `slot`, `publication`"),
+            issue.problem.starts_with(
+                "unknown field `bogus`, expected one of `url`, `sslmode`, `sslrootcert`"
+            ),
             "{issue:?}"
         );
         let issue = one("snapshot = \"sometimes\"");
