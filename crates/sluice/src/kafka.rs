@@ -439,13 +439,15 @@ pub fn probe(
             Err(error) => last_error = Some(error),
         }
     }
+    // An outage, not a setting: worded as the rest of sluice reports unreachable brokers.
+    let unreachable = format!(
+        "cannot reach Kafka at {brokers}: no answer within {} s",
+        timeout.as_secs()
+    );
     Err(match last_error {
-        Some(error) => PipelineError::retryable(
-            format!("{what}: no answer within {} s", timeout.as_secs()),
-            error,
-        ),
+        Some(error) => PipelineError::retryable(unreachable, error),
         None => PipelineError::Retryable {
-            what: format!("{what}: no answer within {} s", timeout.as_secs()),
+            what: unreachable,
             source: None,
         },
     })

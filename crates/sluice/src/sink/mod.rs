@@ -193,7 +193,7 @@ enum RunEnd {
 }
 
 /// How long a run waits for the brokers' first answer before it fails (retryable).
-const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One run: from subscribing until shutdown, a restart request or an error.
 fn run_once(

@@ -179,7 +179,7 @@ struct OpenTransaction {
 }
 
 /// How long a run waits for the brokers' first answer before it fails (retryable).
-const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Runs the pipeline until shutdown (`Ok`) or an error.
 ///
