@@ -1127,7 +1127,7 @@ impl PgSource<'_> {
                 relation: Arc::clone(&chunk.relation),
                 kind: ChangeKind::Read {
                     row,
-                    incremental: true,
+                    marker: crate::event::SnapshotMarker::Incremental,
                 },
                 commit_lsn: lsn,
                 lsn,
