@@ -111,6 +111,49 @@ impl SnapshotMarker {
     }
 }
 
+/// `[kafka.events]`: how change events are written. Everything off (the default) is exactly
+/// the Debezium connector's default output (JSON, schemas disabled); each key turns on one of
+/// sluice's own additions, or one of Debezium's options by its name (`decimal.handling.mode` →
+/// `decimal_handling_mode`). Shared by every source.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventOptions {
+    /// Debezium's `decimal.handling.mode`.
+    #[serde(default)]
+    pub decimal_handling_mode: DecimalHandlingMode,
+    /// sluice: `json`/`jsonb` values as the document itself (embedded JSON) instead of
+    /// Debezium's string holding the document.
+    #[serde(default)]
+    pub embed_json: bool,
+    /// sluice: leave an unchanged TOASTed column out of `after` and name it in the event's
+    /// `"unavailable_columns"` instead of Debezium's placeholder
+    /// (`"__debezium_unavailable_value"`) in the column.
+    #[serde(default)]
+    pub unavailable_columns: bool,
+    /// sluice: write `TRUNCATE` as an `op: "t"` event (Debezium's default
+    /// `skipped.operations=t` leaves it out).
+    #[serde(default)]
+    pub truncate: bool,
+}
+
+/// Debezium's `decimal.handling.mode`: how `numeric` (and `money`) values are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+pub enum DecimalHandlingMode {
+    /// Debezium's default: the unscaled value as big-endian two's-complement bytes in base64
+    /// (`org.apache.kafka.connect.data.Decimal`); a `numeric` without a scale is
+    /// `{"scale":…,"value":…}` (`io.debezium.data.VariableScaleDecimal`); NaN and the
+    /// infinities are `null`.
+    #[default]
+    #[serde(rename = "precise")]
+    Precise,
+    /// A string of the exact decimal (`"NaN"`, `"Infinity"`, `"-Infinity"` as such).
+    #[serde(rename = "string")]
+    String,
+}
+
+/// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column).
+pub const UNAVAILABLE_VALUE_PLACEHOLDER: &str = "__debezium_unavailable_value";
+
 /// Appends `text` as a JSON string.
 pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
     // serde_json's escaper is exact and fast; writing into a Vec cannot fail.

@@ -14,8 +14,8 @@ use sluice_engine::Lsn;
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
 use crate::event::{
-    HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION, SnapshotMarker,
-    write_int, write_json_str,
+    EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
+    SnapshotMarker, write_int, write_json_str,
 };
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
@@ -352,6 +352,8 @@ impl RowChange {
 pub struct EncodeOptions {
     /// Follow deletes with a tombstone.
     pub tombstones: bool,
+    /// `[kafka.events]`.
+    pub events: EventOptions,
     /// Processing time for the envelope's `ts_ms`.
     pub now_unix_ms: i64,
 }
@@ -381,7 +383,7 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
     match &change.kind {
         ChangeKind::Insert { new } => {
             let value = envelope(change, options, None, Some((new, None)), Op::Create);
-            push(out, write_key(rel, new), Some(value));
+            push(out, write_key(rel, new, &options.events), Some(value));
         }
         ChangeKind::Update {
             old,
@@ -392,22 +394,22 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
             let before = old.as_ref();
             if *key_changed {
                 let old = old.as_ref().expect("a key change comes with the old key");
-                let old_key = write_key(rel, old);
+                let old_key = write_key(rel, old, &options.events);
                 let value = envelope(change, options, before, None, Op::Delete);
                 push(out, old_key.clone(), Some(value));
                 if options.tombstones {
                     push(out, old_key, None);
                 }
                 let value = envelope(change, options, None, Some((new, None)), Op::Create);
-                push(out, write_key(rel, new), Some(value));
+                push(out, write_key(rel, new, &options.events), Some(value));
             } else {
                 let old_full = old.as_ref().filter(|_| !old_is_key_only);
                 let value = envelope(change, options, before, Some((new, old_full)), Op::Update);
-                push(out, write_key(rel, new), Some(value));
+                push(out, write_key(rel, new, &options.events), Some(value));
             }
         }
         ChangeKind::Delete { old, .. } => {
-            let key = write_key(rel, old);
+            let key = write_key(rel, old, &options.events);
             let value = envelope(change, options, Some(old), None, Op::Delete);
             // Debezium follows a keyless table's delete with a tombstone too (null key).
             push(out, key.clone(), Some(value));
@@ -421,7 +423,7 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
         }
         ChangeKind::Read { row, .. } => {
             let value = envelope(change, options, None, Some((row, None)), Op::Read);
-            push(out, write_key(rel, row), Some(value));
+            push(out, write_key(rel, row, &options.events), Some(value));
         }
     }
 }
@@ -484,7 +486,7 @@ fn position_headers(
 }
 
 /// The key object, or `None` when the table has no key.
-fn write_key(rel: &RelationInfo, tuple: &TupleData) -> Option<Vec<u8>> {
+fn write_key(rel: &RelationInfo, tuple: &TupleData, events: &EventOptions) -> Option<Vec<u8>> {
     if rel.key_columns.is_empty() {
         return None;
     }
@@ -496,7 +498,7 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData) -> Option<Vec<u8>> {
         }
         let column = &rel.columns[index];
         key.extend_from_slice(&column.json_label);
-        write_datum(&rel.name, column, tuple.0.get(index), &mut key);
+        write_datum(&rel.name, column, tuple.0.get(index), &mut key, events);
     }
     key.push(b'}');
     Some(key)
@@ -515,13 +517,13 @@ fn envelope(
     let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
     out.extend_from_slice(b"{\"before\":");
     match before {
-        Some(row) => write_row(rel, row, None, &mut out, &mut Vec::new()),
+        Some(row) => write_row(rel, row, None, &options.events, &mut out, &mut Vec::new()),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"after\":");
     let mut unavailable = Vec::new();
     match after {
-        Some((row, old)) => write_row(rel, row, old, &mut out, &mut unavailable),
+        Some((row, old)) => write_row(rel, row, old, &options.events, &mut out, &mut unavailable),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"source\":");
@@ -559,12 +561,14 @@ fn envelope(
 
 /// Writes a row object: every column, as Debezium does (an old key from the server, under
 /// REPLICA IDENTITY DEFAULT, has its other columns null). Unchanged TOASTed values are taken
-/// from `old` when it has them, otherwise left out and their column index pushed to
+/// from `old` when it has them, otherwise Debezium's placeholder, or (with
+/// `kafka.events.unavailable_columns`) left out and their column index pushed to
 /// `unavailable`.
 fn write_row(
     rel: &RelationInfo,
     row: &TupleData,
     old: Option<&TupleData>,
+    events: &EventOptions,
     out: &mut Vec<u8>,
     unavailable: &mut Vec<usize>,
 ) {
@@ -580,8 +584,17 @@ fn write_row(
                 Some(previous @ (Datum::Text(_) | Datum::Binary(_) | Datum::Null)) => {
                     datum = Some(previous);
                 }
-                _ => {
+                _ if events.unavailable_columns => {
                     unavailable.push(index);
+                    continue;
+                }
+                _ => {
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    out.extend_from_slice(&column.json_label);
+                    value::write_unavailable(column.type_oid, out);
                     continue;
                 }
             }
@@ -604,7 +617,7 @@ fn write_row(
                 }
                 out.push(b'"');
             }
-            _ => write_datum(&rel.name, column, datum, out),
+            _ => write_datum(&rel.name, column, datum, out, events),
         }
     }
     out.push(b'}');
@@ -632,12 +645,19 @@ fn value_kept_as_text(table: &str, column: &ColumnInfo, error: &value::ValueErro
     }
 }
 
-fn write_datum(table: &str, column: &ColumnInfo, datum: Option<&Datum>, out: &mut Vec<u8>) {
+fn write_datum(
+    table: &str,
+    column: &ColumnInfo,
+    datum: Option<&Datum>,
+    out: &mut Vec<u8>,
+    events: &EventOptions,
+) {
     match datum {
         None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
         Some(Datum::Text(text)) => {
             let start = out.len();
-            if let Err(error) = value::write_json(column.type_oid, column.type_modifier, text, out)
+            if let Err(error) =
+                value::write_json(column.type_oid, column.type_modifier, text, out, events)
             {
                 // The text did not parse as its type: keep it, as a string, rather than lose it,
                 // and tell the operator (once per process in the log, always in the metric).
@@ -741,6 +761,10 @@ mod tests {
         let mut out = Vec::new();
         let options = EncodeOptions {
             tombstones: true,
+            events: EventOptions {
+                unavailable_columns: true,
+                ..EventOptions::default()
+            },
             now_unix_ms: 5,
         };
         encode_change(change, options, &mut out);
@@ -799,6 +823,30 @@ mod tests {
         assert_eq!(value["op"], "u");
         assert_eq!(value["after"], json!({"id": 1, "name": "bo"}));
         assert_eq!(value["unavailable_columns"], json!(["bio"]));
+    }
+
+    #[test]
+    fn unchanged_toast_is_debezium_placeholder_by_default() {
+        let new = TupleData(vec![text("1"), text("bo"), Datum::UnchangedToast]);
+        let change = change(ChangeKind::Update {
+            old: None,
+            old_is_key_only: false,
+            new,
+            key_changed: false,
+        });
+        let mut out = Vec::new();
+        let options = EncodeOptions {
+            tombstones: true,
+            events: EventOptions::default(),
+            now_unix_ms: 5,
+        };
+        encode_change(&change, options, &mut out);
+        let value: Value = serde_json::from_slice(out[0].value.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            value["after"],
+            json!({"id": 1, "name": "bo", "bio": "__debezium_unavailable_value"})
+        );
+        assert!(value.get("unavailable_columns").is_none(), "{value}");
     }
 
     #[test]

@@ -133,6 +133,7 @@ pub async fn run(
             shutdown: ctx.shutdown.clone(),
             source: Arc::clone(&source),
             ends: Arc::clone(&ends),
+            events: ctx.config.kafka.events,
         };
         handles.spawn(worker.run());
     }
@@ -624,6 +625,8 @@ struct Worker {
     index: Arc<std::sync::atomic::AtomicU32>,
     shutdown: tokio_util::sync::CancellationToken,
     source: Arc<super::config::PostgresSourceConfig>,
+    /// `[kafka.events]`.
+    events: crate::event::EventOptions,
     /// The chunks holding the snapshot's first and last rows (see [`ends_of_snapshot`]).
     ends: Arc<(Option<usize>, Option<usize>)>,
 }
@@ -803,6 +806,7 @@ impl Worker {
     ) -> Result<u64, PipelineError> {
         let options = EncodeOptions {
             tombstones: false,
+            events: self.events,
             now_unix_ms: unix_micros_now() / 1000,
         };
         let commit_unix_micros = unix_micros_now();

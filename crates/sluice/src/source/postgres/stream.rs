@@ -717,6 +717,7 @@ impl Source for PgSource<'_> {
         PgEncoder {
             options: EncodeOptions {
                 tombstones: self.ctx.config.kafka.tombstones_on_delete,
+                events: self.ctx.config.kafka.events,
                 now_unix_ms: unix_micros_now() / 1000,
             },
             identity: self.identity.clone(),
@@ -1340,6 +1341,10 @@ impl PgSource<'_> {
             return Ok(());
         }
         self.incremental.note(&relation, &kind);
+        if matches!(kind, ChangeKind::Truncate) && !self.ctx.config.kafka.events.truncate {
+            // Debezium's default (`skipped.operations=t`): no event.
+            return Ok(());
+        }
         if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
             // Outbox rows are events once inserted; their updates and deletes (the usual
             // insert-then-delete in one transaction) emit nothing.

@@ -22,6 +22,10 @@
 
 use base64::Engine as _;
 
+use crate::event::{
+    DecimalHandlingMode, EventOptions, UNAVAILABLE_VALUE_PLACEHOLDER, write_json_str,
+};
+
 /// Microseconds in a second.
 const SECOND_MICROS: i64 = 1_000_000;
 /// Microseconds in a minute.
@@ -60,16 +64,49 @@ pub(crate) fn write_json(
     type_modifier: i32,
     text: &[u8],
     out: &mut Vec<u8>,
+    events: &EventOptions,
 ) -> Result<(), ValueError> {
     let start = out.len();
+    // `json`/`jsonb` are Debezium's strings holding the document unless embedded; `numeric`
+    // and `money` follow `decimal_handling_mode`.
+    let precise = events.decimal_handling_mode == DecimalHandlingMode::Precise;
+    let adjust = |kind: Kind| match kind {
+        Kind::Json if !events.embed_json => Kind::Text,
+        Kind::Numeric if precise => Kind::NumericPrecise,
+        Kind::Money if precise => Kind::MoneyPrecise,
+        kind => kind,
+    };
     let result = match array_element_kind(type_oid) {
-        Some(element) => write_array(element, type_modifier, text, out),
-        None => write_scalar(scalar_kind(type_oid), type_modifier, text, out),
+        Some(element) => write_array(adjust(element), type_modifier, text, out),
+        None => write_scalar(adjust(scalar_kind(type_oid)), type_modifier, text, out),
     };
     if result.is_err() {
         out.truncate(start);
     }
     result
+}
+
+/// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column),
+/// in the column's form: base64 of its bytes for `bytea`, a one-element array for arrays, the
+/// string otherwise.
+pub(crate) fn write_unavailable(type_oid: u32, out: &mut Vec<u8>) {
+    match (type_oid, array_element_kind(type_oid)) {
+        (17, _) => {
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(UNAVAILABLE_VALUE_PLACEHOLDER)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        (_, Some(_)) => {
+            out.push(b'[');
+            write_json_str(out, UNAVAILABLE_VALUE_PLACEHOLDER);
+            out.push(b']');
+        }
+        _ => write_json_str(out, UNAVAILABLE_VALUE_PLACEHOLDER),
+    }
 }
 
 /// Why a column value could not be mapped to JSON. It never holds the value itself, so it is
@@ -113,8 +150,16 @@ enum Kind {
     Integer,
     /// `float4`, `float8`: a JSON number, or a string for `NaN` and the infinities.
     Float,
-    /// `numeric`: a string of the exact decimal.
+    /// `numeric` (`decimal.handling.mode=string`): a string of the exact decimal, Debezium's
+    /// `NAN`, `POSITIVE_INFINITY`, `NEGATIVE_INFINITY` for the specials.
     Numeric,
+    /// `numeric` (`precise`): base64 of the unscaled value's bytes with the column's scale, or
+    /// `{"scale","value"}` without one; `null` for the specials.
+    NumericPrecise,
+    /// `money` (`string`): a string of the amount with 2 fraction digits.
+    Money,
+    /// `money` (`precise`): base64 of the unscaled amount's bytes (scale 2).
+    MoneyPrecise,
     /// Text-like and unknown types: a string of the text.
     Text,
     /// `bytea`: a base64 string.
@@ -142,7 +187,8 @@ impl Kind {
             Kind::Bool => "boolean",
             Kind::Integer => "integer",
             Kind::Float => "floating-point",
-            Kind::Numeric => "numeric",
+            Kind::Numeric | Kind::NumericPrecise => "numeric",
+            Kind::Money | Kind::MoneyPrecise => "money",
             Kind::Text => "text",
             Kind::Bytea => "bytea",
             Kind::Json => "json",
@@ -184,6 +230,7 @@ fn scalar_kind(type_oid: u32) -> Kind {
         // float4, float8.
         700 | 701 => Kind::Float,
         1700 => Kind::Numeric,
+        790 => Kind::Money,
         17 => Kind::Bytea,
         // json, jsonb.
         114 | 3802 => Kind::Json,
@@ -243,6 +290,24 @@ fn write_scalar(
         }
         Kind::Float => write_float(text, out)?,
         Kind::Numeric => write_numeric(text, out)?,
+        Kind::NumericPrecise => write_numeric_precise(type_modifier, text, out)?,
+        Kind::Money => {
+            let (negative, int, frac) = parse_money(text)?;
+            out.push(b'"');
+            if negative
+                && (int.trim_start_matches('0').len() + frac.trim_end_matches('0').len()) > 0
+            {
+                out.push(b'-');
+            }
+            out.extend_from_slice(if int.is_empty() { b"0" } else { int.as_bytes() });
+            out.push(b'.');
+            out.extend_from_slice(frac.as_bytes());
+            out.push(b'"');
+        }
+        Kind::MoneyPrecise => {
+            let (negative, int, frac) = parse_money(text)?;
+            write_unscaled(negative, &format!("{int}{frac}"), out);
+        }
         Kind::Text => write_string(text, out)?,
         Kind::Bytea => write_bytea(text, out)?,
         Kind::Json => write_embedded_json(text, out)?,
@@ -332,18 +397,130 @@ fn is_json_number(text: &[u8]) -> bool {
 /// Appends a `numeric` as a string of its exact decimal text (Debezium's
 /// `decimal.handling.mode=string`); `NaN` and the infinities keep their names.
 fn write_numeric(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    if !matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
-        let mut cursor = Cursor::new(text);
-        cursor.eat(b'-');
-        let valid = cursor.skip_digits() > 0
-            && (!cursor.eat(b'.') || cursor.skip_digits() > 0)
-            && cursor.at_end();
-        if !valid {
-            return Err(Kind::Numeric.invalid());
+    let special: &[u8] = match text {
+        b"NaN" => b"NAN",
+        b"Infinity" => b"POSITIVE_INFINITY",
+        b"-Infinity" => b"NEGATIVE_INFINITY",
+        _ => {
+            split_decimal(text).ok_or(Kind::Numeric.invalid())?;
+            text
+        }
+    };
+    write_ascii_string(special, out);
+    Ok(())
+}
+
+/// A decimal's text `-?digits(.digits)?` as (negative, integer digits, fraction digits).
+fn split_decimal(text: &[u8]) -> Option<(bool, &str, &str)> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int, frac) = rest.split_once('.').unwrap_or((rest, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    (!int.is_empty() && digits(int) && digits(frac) && (!frac.is_empty() || !rest.ends_with('.')))
+        .then_some((negative, int, frac))
+}
+
+/// `numeric` in Debezium's `precise` mode: with a declared scale, base64 of the unscaled
+/// value's bytes (`org.apache.kafka.connect.data.Decimal`); without one,
+/// `{"scale":s,"value":…}` with trailing fraction zeros dropped
+/// (`io.debezium.data.VariableScaleDecimal`). NaN and the infinities, which neither can hold,
+/// are `null` (as Debezium).
+fn write_numeric_precise(
+    type_modifier: i32,
+    text: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
+        out.extend_from_slice(b"null");
+        return Ok(());
+    }
+    let (negative, int, frac) = split_decimal(text).ok_or(Kind::Numeric.invalid())?;
+    if type_modifier >= 4 {
+        // numeric(p, s): PostgreSQL prints exactly s fraction digits.
+        write_unscaled(negative, &format!("{int}{frac}"), out);
+    } else {
+        let frac = frac.trim_end_matches('0');
+        out.extend_from_slice(b"{\"scale\":");
+        write_int(out, frac.len() as i64);
+        out.extend_from_slice(b",\"value\":");
+        write_unscaled(negative, &format!("{int}{frac}"), out);
+        out.push(b'}');
+    }
+    Ok(())
+}
+
+/// A `money` text as PostgreSQL formats it (`-$1,234.56`, `($1.00)`, with `lc_monetary`'s
+/// symbol and grouping) as (negative, integer digits, 2 fraction digits).
+fn parse_money(text: &[u8]) -> Result<(bool, String, String), ValueError> {
+    let invalid = ValueError::Invalid { type_name: "money" };
+    let text = std::str::from_utf8(text).map_err(|_| invalid)?;
+    let negative = text.contains('-') || text.contains('(');
+    let (int, frac) = text.rsplit_once('.').unwrap_or((text, ""));
+    let int: String = int.chars().filter(char::is_ascii_digit).collect();
+    let mut frac: String = frac.chars().filter(char::is_ascii_digit).collect();
+    if int.is_empty() && frac.is_empty() {
+        return Err(invalid);
+    }
+    frac.truncate(2);
+    while frac.len() < 2 {
+        frac.push('0');
+    }
+    Ok((negative, int, frac))
+}
+
+/// Appends, as a base64 JSON string, the big-endian two's-complement bytes (as few as hold
+/// the sign, as Java's `BigInteger.toByteArray`) of the integer `-?digits`.
+fn write_unscaled(negative: bool, digits: &str, out: &mut Vec<u8>) {
+    // Magnitude, big-endian, by multiply-and-add per decimal digit.
+    let mut bytes: Vec<u8> = vec![0];
+    for digit in digits.bytes() {
+        let mut carry = u32::from(digit - b'0');
+        for byte in bytes.iter_mut().rev() {
+            let v = u32::from(*byte) * 10 + carry;
+            *byte = (v & 0xff) as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            bytes.insert(0, (carry & 0xff) as u8);
+            carry >>= 8;
         }
     }
-    write_ascii_string(text, out);
-    Ok(())
+    while bytes.len() > 1 && bytes[0] == 0 {
+        bytes.remove(0);
+    }
+    let zero = bytes.iter().all(|b| *b == 0);
+    if negative && !zero {
+        // Two's complement: invert and add one.
+        for byte in &mut bytes {
+            *byte = !*byte;
+        }
+        for byte in bytes.iter_mut().rev() {
+            let (v, overflow) = byte.overflowing_add(1);
+            *byte = v;
+            if !overflow {
+                break;
+            }
+        }
+        if bytes[0] & 0x80 == 0 {
+            bytes.insert(0, 0xff);
+        }
+        // Drop redundant sign bytes (0xff followed by a byte with its top bit set).
+        while bytes.len() > 1 && bytes[0] == 0xff && bytes[1] & 0x80 != 0 {
+            bytes.remove(0);
+        }
+    } else if bytes[0] & 0x80 != 0 {
+        bytes.insert(0, 0);
+    }
+    out.push(b'"');
+    out.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(&bytes)
+            .as_bytes(),
+    );
+    out.push(b'"');
 }
 
 /// Appends `text`, which must be UTF-8, as a JSON string.
@@ -1342,6 +1519,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The options these tests map values with: sluice's embedded JSON, numerics as strings.
+    const SLUICE: EventOptions = EventOptions {
+        decimal_handling_mode: crate::event::DecimalHandlingMode::String,
+        embed_json: true,
+        unavailable_columns: true,
+        truncate: true,
+    };
+
     /// The JSON for a value, or the error.
     fn json(type_oid: u32, type_modifier: i32, text: &str) -> Result<String, ValueError> {
         json_bytes(type_oid, type_modifier, text.as_bytes())
@@ -1349,7 +1534,7 @@ mod tests {
 
     fn json_bytes(type_oid: u32, type_modifier: i32, text: &[u8]) -> Result<String, ValueError> {
         let mut out = b"prefix".to_vec();
-        let result = write_json(type_oid, type_modifier, text, &mut out);
+        let result = write_json(type_oid, type_modifier, text, &mut out, &SLUICE);
         let written = out.strip_prefix(b"prefix").expect("the prefix is kept");
         match result {
             Ok(()) => {
@@ -1449,6 +1634,75 @@ mod tests {
         }
     }
 
+    /// The JSON for a value with Debezium's default options.
+    fn debezium(type_oid: u32, type_modifier: i32, text: &str) -> String {
+        let mut out = Vec::new();
+        write_json(
+            type_oid,
+            type_modifier,
+            text.as_bytes(),
+            &mut out,
+            &EventOptions::default(),
+        )
+        .unwrap_or_else(|error| panic!("{text:?} as {type_oid}: {error}"));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn numerics_and_money_are_debezium_precise_decimals_by_default() {
+        // numeric(10,4): base64 of the unscaled value (1234500), two's complement.
+        assert_eq!(
+            debezium(NUMERIC, (10 << 16) + 4 + 4, "123.4500"),
+            "\"EtZE\""
+        );
+        assert_eq!(
+            debezium(NUMERIC, (10 << 16) + 2 + 4, "-99999999.99"),
+            "\"/av0HAE=\""
+        );
+        assert_eq!(debezium(NUMERIC, (38 << 16) + 4, "0"), "\"AA==\"");
+        assert_eq!(
+            debezium(NUMERIC, (38 << 16) + 4, "12345678901234567890"),
+            "\"AKtUqYzrHwrS\""
+        );
+        assert_eq!(debezium(NUMERIC, (5 << 16) + 2 + 4, "-0.01"), "\"/w==\"");
+        // No declared scale: VariableScaleDecimal, trailing fraction zeros dropped.
+        assert_eq!(
+            debezium(NUMERIC, -1, "123.4500"),
+            r#"{"scale":2,"value":"MDk="}"#
+        );
+        assert_eq!(
+            debezium(NUMERIC, -1, "0.000"),
+            r#"{"scale":0,"value":"AA=="}"#
+        );
+        assert_eq!(
+            debezium(NUMERIC, -1, "-99999999999999999999.999999999999"),
+            r#"{"scale":12,"value":"+xHSkr6kelMQfwAAAAE="}"#
+        );
+        for special in ["NaN", "Infinity", "-Infinity"] {
+            assert_eq!(debezium(NUMERIC, -1, special), "null");
+        }
+        assert_eq!(debezium(790, -1, "-$1,234.56"), "\"/h3A\"");
+        assert_eq!(
+            debezium(790, -1, "-$92,233,720,368,547,758.08"),
+            "\"gAAAAAAAAAA=\""
+        );
+        assert_eq!(debezium(790, -1, "$0.00"), "\"AA==\"");
+    }
+
+    #[test]
+    fn json_is_a_string_by_default_and_embedded_on_request() {
+        assert_eq!(
+            debezium(JSON, -1, r#"{"a": [1, 2]}"#),
+            r#""{\"a\": [1, 2]}""#
+        );
+        assert_eq!(debezium(JSONB, -1, "null"), r#""null""#);
+        assert_eq!(
+            debezium(3807, -1, r#"{"{\"a\": 1}",NULL}"#),
+            r#"["{\"a\": 1}",null]"#
+        );
+        assert_eq!(ok(JSON, -1, r#"{"a": [1, 2]}"#), r#"{"a": [1, 2]}"#);
+    }
+
     #[test]
     fn numerics_are_exact_strings() {
         assert_eq!(ok(NUMERIC, -1, "123.4500"), "\"123.4500\"");
@@ -1457,9 +1711,10 @@ mod tests {
             ok(NUMERIC, -1, "123456789012345678901234567890.123456789"),
             "\"123456789012345678901234567890.123456789\""
         );
-        assert_eq!(ok(NUMERIC, -1, "NaN"), "\"NaN\"");
-        assert_eq!(ok(NUMERIC, -1, "Infinity"), "\"Infinity\"");
-        assert_eq!(ok(NUMERIC, -1, "-Infinity"), "\"-Infinity\"");
+        // Debezium's spelling of the specials (decimal.handling.mode=string).
+        assert_eq!(ok(NUMERIC, -1, "NaN"), "\"NAN\"");
+        assert_eq!(ok(NUMERIC, -1, "Infinity"), "\"POSITIVE_INFINITY\"");
+        assert_eq!(ok(NUMERIC, -1, "-Infinity"), "\"NEGATIVE_INFINITY\"");
         for bad in ["", "1e5", "abc", "1.", ".1", "--1", "1.2.3"] {
             assert_eq!(json(NUMERIC, -1, bad), invalid("numeric"), "{bad:?}");
         }
@@ -1475,26 +1730,16 @@ mod tests {
         );
         assert_eq!(ok(VARCHAR, 14, "héllo wörld ✓ 🎉"), "\"héllo wörld ✓ 🎉\"");
         // bpchar, name, "char", xml, money, inet, cidr, macaddr, uuid, an enum, unknown types.
-        for oid in [
-            1042,
-            19,
-            18,
-            142,
-            790,
-            869,
-            650,
-            829,
-            UUID,
-            91_234,
-            u32::MAX,
-        ] {
+        for oid in [1042, 19, 18, 142, 869, 650, 829, UUID, 91_234, u32::MAX] {
             assert_eq!(ok(oid, -1, "x y"), "\"x y\"", "{oid}");
         }
         assert_eq!(
             ok(UUID, -1, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
             "\"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\""
         );
-        assert_eq!(ok(790, -1, "-$1,234.56"), "\"-$1,234.56\"");
+        // money: the amount (decimal.handling.mode=string), as Debezium.
+        assert_eq!(ok(790, -1, "-$1,234.56"), "\"-1234.56\"");
+        assert_eq!(ok(790, -1, "$0.00"), "\"0.00\"");
         assert_eq!(
             json_bytes(TEXT, -1, b"ab\xffcd"),
             Err(ValueError::InvalidUtf8)
@@ -1876,7 +2121,7 @@ mod tests {
         assert_eq!(ok(1021, -1, "{Infinity}"), r#"["Infinity"]"#);
         assert_eq!(
             ok(1231, 655366, "{1.20,3.40,NaN}"),
-            r#"["1.20","3.40","NaN"]"#
+            r#"["1.20","3.40","NAN"]"#
         );
         assert_eq!(
             ok(2951, -1, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}"),
@@ -2078,7 +2323,7 @@ newline"}"#
             text in value_text(),
         ) {
             let mut out = b"[".to_vec();
-            match write_json(oid, modifier, &text, &mut out) {
+            match write_json(oid, modifier, &text, &mut out, &SLUICE) {
                 Ok(()) => {
                     out.push(b']');
                     let written = std::str::from_utf8(&out).expect("UTF-8");
