@@ -37,11 +37,15 @@ const DAY_MICROS: i64 = 24 * HOUR_MICROS;
 /// Microseconds in Debezium's average month of 365.25 / 12 = 30.4375 days (exactly
 /// 2,629,800 seconds).
 const MONTH_MICROS: i64 = 2_629_800 * SECOND_MICROS;
-/// The value Debezium (after the PostgreSQL JDBC driver) emits for a `timestamp` of `infinity`,
-/// in microseconds.
-const TIMESTAMP_INFINITY_MICROS: i64 = 9_223_372_036_825_200_000;
-/// The value Debezium emits for a `timestamp` of `-infinity`, in microseconds.
-const TIMESTAMP_NEG_INFINITY_MICROS: i64 = -9_223_372_036_832_400_000;
+/// The PostgreSQL JDBC driver's `infinity` timestamp (milliseconds), which Debezium writes as
+/// is for a `timestamp(0..3)` (`io.debezium.time.Timestamp`).
+const TIMESTAMP_INFINITY_MILLIS: i64 = 9_223_372_036_825_200_000;
+/// The same for `-infinity`.
+const TIMESTAMP_NEG_INFINITY_MILLIS: i64 = -9_223_372_036_832_400_000;
+/// Debezium's `date` of `infinity` (the driver's sentinel, converted to days with overflow).
+const DATE_INFINITY_DAYS: i64 = -622_191_234;
+/// Debezium's `date` of `-infinity`.
+const DATE_NEG_INFINITY_DAYS: i64 = -625_821_272;
 /// The most dimensions a PostgreSQL array can have (`MAXDIM`).
 const MAX_ARRAY_DIMENSIONS: usize = 6;
 /// How deeply a `json` value may nest before it is refused (and sent as a string instead).
@@ -148,8 +152,15 @@ enum Kind {
     Bool,
     /// `int2`, `int4`, `int8`, `oid`: a JSON integer.
     Integer,
-    /// `float4`, `float8`: a JSON number, or a string for `NaN` and the infinities.
+    /// `float8`: a JSON number, or a string for `NaN` and the infinities.
     Float,
+    /// `float4`: the same, its digits chosen as for a 32-bit float.
+    Float4,
+    /// `bit(n)`: `true`/`false` for `bit(1)`, otherwise as `varbit`.
+    Bit,
+    /// `varbit`: base64 of the bits as Java's `BitSet.toByteArray` (the last bit is bit 0,
+    /// little-endian bytes, trailing zero bytes dropped), as Debezium.
+    VarBit,
     /// `numeric` (`decimal.handling.mode=string`): a string of the exact decimal, Debezium's
     /// `NAN`, `POSITIVE_INFINITY`, `NEGATIVE_INFINITY` for the specials.
     Numeric,
@@ -186,7 +197,8 @@ impl Kind {
         match self {
             Kind::Bool => "boolean",
             Kind::Integer => "integer",
-            Kind::Float => "floating-point",
+            Kind::Float | Kind::Float4 => "floating-point",
+            Kind::Bit | Kind::VarBit => "bit",
             Kind::Numeric | Kind::NumericPrecise => "numeric",
             Kind::Money | Kind::MoneyPrecise => "money",
             Kind::Text => "text",
@@ -227,8 +239,10 @@ fn scalar_kind(type_oid: u32) -> Kind {
         16 => Kind::Bool,
         // int8, int2, int4, oid.
         20 | 21 | 23 | 26 => Kind::Integer,
-        // float4, float8.
-        700 | 701 => Kind::Float,
+        700 => Kind::Float4,
+        701 => Kind::Float,
+        1560 => Kind::Bit,
+        1562 => Kind::VarBit,
         1700 => Kind::Numeric,
         790 => Kind::Money,
         17 => Kind::Bytea,
@@ -253,8 +267,8 @@ fn array_element_kind(type_oid: u32) -> Option<Kind> {
         1000 => Kind::Bool,
         // _int2, _int4, _int8, _oid.
         1005 | 1007 | 1016 | 1028 => Kind::Integer,
-        // _float4, _float8.
-        1021 | 1022 => Kind::Float,
+        1021 => Kind::Float4,
+        1022 => Kind::Float,
         1231 => Kind::Numeric,
         // _text, _varchar, _bpchar, _uuid, _char, _inet, _cidr, _macaddr, _macaddr8.
         1009 | 1015 | 1014 | 2951 | 1002 | 1041 | 651 | 1040 | 775 => Kind::Text,
@@ -288,7 +302,34 @@ fn write_scalar(
             parse_integer(text).ok_or(kind.invalid())?;
             out.extend_from_slice(text);
         }
-        Kind::Float => write_float(text, out)?,
+        Kind::Float => write_float(text, false, out)?,
+        Kind::Float4 => write_float(text, true, out)?,
+        Kind::Bit if type_modifier == 1 => match text {
+            b"1" => out.extend_from_slice(b"true"),
+            b"0" => out.extend_from_slice(b"false"),
+            _ => return Err(kind.invalid()),
+        },
+        Kind::Bit | Kind::VarBit => {
+            if !text.iter().all(|b| matches!(b, b'0' | b'1')) {
+                return Err(kind.invalid());
+            }
+            let mut bytes = vec![0u8; text.len().div_ceil(8)];
+            for (i, bit) in text.iter().rev().enumerate() {
+                if *bit == b'1' {
+                    bytes[i / 8] |= 1 << (i % 8);
+                }
+            }
+            while bytes.last() == Some(&0) {
+                bytes.pop();
+            }
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
         Kind::Numeric => write_numeric(text, out)?,
         Kind::NumericPrecise => write_numeric_precise(type_modifier, text, out)?,
         Kind::Money => {
@@ -347,9 +388,11 @@ fn parse_integer(text: &[u8]) -> Option<i64> {
     Some(value)
 }
 
-/// Appends a `float4` or `float8`: a JSON number, or a string for `NaN`, `Infinity` and
-/// `-Infinity`, which JSON numbers cannot express.
-fn write_float(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+/// Appends a `float4` (`single`) or `float8`: a JSON number, or a string for `NaN`, `Infinity`
+/// and `-Infinity`, which JSON numbers cannot express. The digits are Java's (Debezium's):
+/// PostgreSQL's shortest exact form, except that where it has one significant digit Java writes
+/// the two-digit decimal nearest the value (`1e-45` → `1.4E-45`, `5e-324` → `4.9E-324`).
+fn write_float(text: &[u8], single: bool, out: &mut Vec<u8>) -> Result<(), ValueError> {
     if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
         write_ascii_string(text, out);
         return Ok(());
@@ -363,6 +406,30 @@ fn write_float(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
             .is_some_and(f64::is_finite);
     if !finite {
         return Err(Kind::Float.invalid());
+    }
+    let mantissa = text
+        .split(|b| *b == b'e' || *b == b'E')
+        .next()
+        .unwrap_or(text);
+    let significant: Vec<u8> = mantissa
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_digit)
+        .skip_while(|b| *b == b'0')
+        .collect();
+    let trimmed = significant.len() - significant.iter().rev().take_while(|b| **b == b'0').count();
+    if trimmed == 1 {
+        let text = std::str::from_utf8(text).unwrap_or_default();
+        let two = if single {
+            text.parse::<f32>().map(|v| format!("{v:.1e}")).ok()
+        } else {
+            text.parse::<f64>().map(|v| format!("{v:.1e}")).ok()
+        };
+        // Only when the second digit is not 0: otherwise the value is the same.
+        if let Some(two) = two.filter(|t| t.split('e').next().is_some_and(|m| !m.ends_with('0'))) {
+            out.extend_from_slice(two.as_bytes());
+            return Ok(());
+        }
     }
     out.extend_from_slice(text);
     Ok(())
@@ -663,10 +730,15 @@ fn write_embedded_json(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError>
 }
 
 /// Appends a `date` as days since 1970-01-01 (Debezium's `io.debezium.time.Date`);
-/// `infinity` and `-infinity` become strings.
+/// `infinity` and `-infinity` become the day numbers Debezium writes for them.
 fn write_date(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    if matches!(text, b"infinity" | b"-infinity") {
-        write_ascii_string(text, out);
+    let infinity = match text {
+        b"infinity" => Some(DATE_INFINITY_DAYS),
+        b"-infinity" => Some(DATE_NEG_INFINITY_DAYS),
+        _ => None,
+    };
+    if let Some(days) = infinity {
+        write_int(out, days);
         return Ok(());
     }
     let (body, bc) = strip_bc(text);
@@ -726,12 +798,22 @@ fn write_timetz(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
 /// or milliseconds (`io.debezium.time.Timestamp`) when the precision is 0 to 3. `infinity` and
 /// `-infinity` become the values Debezium uses for them.
 fn write_timestamp(type_modifier: i32, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    let micros = match text {
-        b"infinity" => TIMESTAMP_INFINITY_MICROS,
-        b"-infinity" => TIMESTAMP_NEG_INFINITY_MICROS,
-        _ => i64::try_from(parse_timestamp(Kind::Timestamp, text)?)
-            .map_err(|_| Kind::Timestamp.out_of_range())?,
+    // Debezium: the driver's sentinels as they are in milliseconds, the `i64` limits in
+    // microseconds.
+    let millis = is_millisecond_precision(type_modifier);
+    let infinity = match (text, millis) {
+        (b"infinity", true) => Some(TIMESTAMP_INFINITY_MILLIS),
+        (b"-infinity", true) => Some(TIMESTAMP_NEG_INFINITY_MILLIS),
+        (b"infinity", false) => Some(i64::MAX),
+        (b"-infinity", false) => Some(i64::MIN),
+        _ => None,
     };
+    if let Some(value) = infinity {
+        write_int(out, value);
+        return Ok(());
+    }
+    let micros = i64::try_from(parse_timestamp(Kind::Timestamp, text)?)
+        .map_err(|_| Kind::Timestamp.out_of_range())?;
     if is_millisecond_precision(type_modifier) {
         write_int(out, micros.div_euclid(1000));
     } else {
@@ -849,7 +931,8 @@ fn parse_interval(text: &[u8]) -> Result<i64, ValueError> {
     if components == 0 {
         return Err(invalid);
     }
-    i64::try_from(total).map_err(|_| Kind::Interval.out_of_range())
+    // Debezium saturates an interval past the `i64` range at its limits.
+    Ok(i64::try_from(total).unwrap_or(if total < 0 { i64::MIN } else { i64::MAX }))
 }
 
 /// Splits PostgreSQL's era suffix ` BC` off a date or timestamp.
@@ -1704,6 +1787,33 @@ mod tests {
     }
 
     #[test]
+    fn bits_are_debezium_booleans_and_bitset_bytes() {
+        assert_eq!(ok(1560, 1, "1"), "true");
+        assert_eq!(ok(1560, 1, "0"), "false");
+        assert_eq!(ok(1560, 3, "101"), "\"BQ==\"");
+        assert_eq!(ok(1560, 3, "000"), "\"\"");
+        assert_eq!(ok(1562, 10, "1100"), "\"DA==\"");
+        assert_eq!(ok(1562, 10, "1000000001"), "\"AQI=\"");
+        assert_eq!(ok(1562, -1, ""), "\"\"");
+        assert_eq!(json(1562, -1, "12"), invalid("bit"));
+    }
+
+    #[test]
+    fn intervals_past_i64_saturate_as_debezium() {
+        assert_eq!(ok(INTERVAL, -1, "P178000000Y"), "9223372036854775807");
+        assert_eq!(ok(INTERVAL, -1, "P-178000000Y"), "-9223372036854775808");
+    }
+
+    #[test]
+    fn floats_with_one_significant_digit_take_javas_two() {
+        assert_eq!(ok(FLOAT8, -1, "5e-324"), "4.9e-324");
+        assert_eq!(ok(700, -1, "1e-45"), "1.4e-45");
+        assert_eq!(ok(FLOAT8, -1, "0.5"), "0.5");
+        assert_eq!(ok(700, -1, "3e+38"), "3e+38");
+        assert_eq!(ok(FLOAT8, -1, "1.5e-05"), "1.5e-05");
+    }
+
+    #[test]
     fn numerics_are_exact_strings() {
         assert_eq!(ok(NUMERIC, -1, "123.4500"), "\"123.4500\"");
         assert_eq!(ok(NUMERIC, 655366, "-0.5"), "\"-0.5\"");
@@ -1829,8 +1939,9 @@ mod tests {
         assert_eq!(json(DATE, -1, "0004-02-29 BC"), invalid("date"));
         assert_eq!(ok(DATE, -1, "4713-01-01 BC"), "-2440550");
         assert_eq!(ok(DATE, -1, "5874897-12-31"), "2145042905");
-        assert_eq!(ok(DATE, -1, "infinity"), "\"infinity\"");
-        assert_eq!(ok(DATE, -1, "-infinity"), "\"-infinity\"");
+        // Debezium's day numbers for the infinities (tests/debezium golden files).
+        assert_eq!(ok(DATE, -1, "infinity"), "-622191234");
+        assert_eq!(ok(DATE, -1, "-infinity"), "-625821272");
         for bad in [
             "",
             "2023-02-29",
@@ -1962,10 +2073,12 @@ mod tests {
                 })
             );
         }
-        assert_eq!(ok(TIMESTAMP, -1, "infinity"), "9223372036825200000");
-        assert_eq!(ok(TIMESTAMP, -1, "-infinity"), "-9223372036832400000");
-        assert_eq!(ok(TIMESTAMP, 3, "infinity"), "9223372036825200");
-        assert_eq!(ok(TIMESTAMP, 3, "-infinity"), "-9223372036832400");
+        // Debezium's: the i64 limits in microseconds, the driver's sentinels as they are in
+        // milliseconds.
+        assert_eq!(ok(TIMESTAMP, -1, "infinity"), "9223372036854775807");
+        assert_eq!(ok(TIMESTAMP, -1, "-infinity"), "-9223372036854775808");
+        assert_eq!(ok(TIMESTAMP, 3, "infinity"), "9223372036825200000");
+        assert_eq!(ok(TIMESTAMP, 0, "-infinity"), "-9223372036832400000");
         for bad in [
             "",
             "2016-11-04",
@@ -2088,11 +2201,10 @@ mod tests {
         ] {
             assert_eq!(json(INTERVAL, -1, bad), invalid("interval"), "{bad:?}");
         }
+        // Past the i64 range: Debezium's saturation.
         assert_eq!(
-            json(INTERVAL, -1, "P999999999999999999Y"),
-            Err(ValueError::OutOfRange {
-                type_name: "interval"
-            })
+            ok(INTERVAL, -1, "P999999999999999999Y"),
+            "9223372036854775807"
         );
     }
 
@@ -2160,7 +2272,7 @@ newline"}"#
     fn arrays_of_temporal_values() {
         assert_eq!(
             ok(1182, -1, "{2016-11-04,infinity,NULL}"),
-            r#"[17109,"infinity",null]"#
+            r#"[17109,-622191234,null]"#
         );
         assert_eq!(
             ok(1115, -1, r#"{"2020-04-01 00:01:02","2020-04-01 01:02:03"}"#),
