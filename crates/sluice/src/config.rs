@@ -194,6 +194,10 @@ pub struct KafkaConfig {
     /// When set, a captured table's column changes (added, dropped, type changed) seen
     /// mid-stream become events on this topic, keyed by the table.
     pub schema_changes_topic: Option<String>,
+    /// `[kafka.events]`: Debezium's options and sluice's additions to its events (all off:
+    /// Debezium's default output).
+    #[serde(default)]
+    pub events: crate::event::EventOptions,
 }
 
 impl fmt::Debug for KafkaConfig {
@@ -213,6 +217,7 @@ impl fmt::Debug for KafkaConfig {
                 &self.allow_unsafe_producer_settings,
             )
             .field("schema_changes_topic", &self.schema_changes_topic)
+            .field("events", &self.events)
             .finish()
     }
 }

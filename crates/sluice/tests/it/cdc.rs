@@ -263,6 +263,11 @@ pub(crate) async fn mixed_workload(source_url: &str, kafka: Option<(&str, &str)>
     drop_slot_and_publication(&client, &name).await;
 }
 
+/// sluice's additions to Debezium's events (`[kafka.events]`): embedded JSON, numerics as
+/// strings, truncate events. tests/it/debezium.rs checks the default (Debezium's) output.
+const SLUICE_EVENTS: &str =
+    "\n[kafka.events]\nembed_json = true\ndecimal_handling_mode = \"string\"\ntruncate = true\n";
+
 /// A table with one column of every documented type round-trips to the JSON that
 /// docs/type-mapping.md documents; a column added mid-stream shows up in later events;
 /// truncates and logical messages are events too.
@@ -277,7 +282,8 @@ async fn types_schema_changes_truncates_and_messages() {
         .unwrap();
     let port = free_port();
     let dir = test_dir(&name);
-    let sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    let toml = pipeline_toml(&name, &name, &name, port, SLUICE_EVENTS);
+    let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
     client
         .batch_execute(&format!(
@@ -402,7 +408,7 @@ async fn snapshot_and_stream_encode_every_type_alike() {
     );
     let port = free_port();
     let dir = test_dir(&name);
-    let toml = pipeline_toml(&name, &name, &name, port, "").replacen(
+    let toml = pipeline_toml(&name, &name, &name, port, SLUICE_EVENTS).replacen(
         &crate::support::stack().pg_url,
         &url,
         1,

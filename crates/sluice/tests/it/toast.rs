@@ -1,5 +1,6 @@
-//! Unchanged TOASTed columns of an update: marked unavailable per column by default (never
-//! null, never a placeholder), or re-read from the table with `unchanged_toast = "reread"`.
+//! Unchanged TOASTed columns of an update: Debezium's placeholder by default, marked
+//! unavailable per column with `[kafka.events] unavailable_columns = true` (never null, never a
+//! placeholder), or re-read from the table with `unchanged_toast = "reread"`.
 
 use std::time::Duration;
 
@@ -11,8 +12,9 @@ use crate::support::{
 };
 
 /// Creates a table with an out-of-line (EXTERNAL, uncompressed) 20 kB value, runs a pipeline
-/// with `extra` keys, updates another column, and returns the update's event and the value.
-async fn update_event(prefix: &str, extra: &str) -> (Value, String) {
+/// with `extra` keys (in `[source.postgres]`) and `events` (appended), updates another column,
+/// and returns the update's event and the value.
+async fn update_event(prefix: &str, extra: &str, events: &str) -> (Value, String) {
     let name = unique(prefix);
     let client = pg().await;
     client
@@ -41,7 +43,7 @@ async fn update_event(prefix: &str, extra: &str) -> (Value, String) {
     assert!(out_of_line >= 20_000, "stored uncompressed: {out_of_line}");
     let port = free_port();
     let dir = test_dir(&name);
-    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+    let toml = pipeline_toml(&name, &name, &name, port, events).replace(
         "[source.postgres]\n",
         &format!("[source.postgres]\n{extra}\n"),
     );
@@ -72,9 +74,25 @@ async fn update_event(prefix: &str, extra: &str) -> (Value, String) {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn unchanged_toast_is_debezium_placeholder_by_default() {
+    let _broker = broker_shared().await;
+    let (update, _) = update_event("toastdbz", "", "").await;
+    let after = update["after"].as_object().unwrap();
+    assert_eq!(after["v"], 1);
+    assert_eq!(after["body"], "__debezium_unavailable_value", "{after:?}");
+    assert!(after["note"].is_null(), "a real NULL stays null: {after:?}");
+    assert!(update.get("unavailable_columns").is_none(), "{update}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toast_is_marked_unavailable_per_column() {
     let _broker = broker_shared().await;
-    let (update, _) = update_event("toastmark", "").await;
+    let (update, _) = update_event(
+        "toastmark",
+        "",
+        "\n[kafka.events]\nunavailable_columns = true\n",
+    )
+    .await;
     let after = update["after"].as_object().unwrap();
     assert_eq!(after["v"], 1);
     assert!(
@@ -88,7 +106,7 @@ async fn unchanged_toast_is_marked_unavailable_per_column() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toast_is_reread_when_configured() {
     let _broker = broker_shared().await;
-    let (update, body) = update_event("toastread", "unchanged_toast = \"reread\"").await;
+    let (update, body) = update_event("toastread", "unchanged_toast = \"reread\"", "").await;
     let after = update["after"].as_object().unwrap();
     assert_eq!(after["v"], 1);
     assert_eq!(

@@ -13,7 +13,10 @@ use sluice_engine::Lsn;
 
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
-use crate::event::{HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, write_int, write_json_str};
+use crate::event::{
+    EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
+    SnapshotMarker, write_int, write_json_str,
+};
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
 
@@ -32,12 +35,8 @@ pub struct RelationInfo {
     pub replica_identity: ReplicaIdentity,
     /// The `source` block up to `"ts_ms":`.
     source_head: String,
-    /// The `source` block from after `ts_ms` up to `"txId":`.
+    /// The `source` block from after `snapshot` up to `"txId":`.
     source_tail: String,
-    /// The same for snapshot reads (`"snapshot":"true"`).
-    source_tail_snapshot: String,
-    /// The same for incremental snapshot reads (`"snapshot":"incremental"`, as Debezium).
-    source_tail_incremental: String,
     /// Per-table counters.
     pub metrics: Arc<TableMetrics>,
     /// A rough per-change overhead of the JSON envelope, for the in-flight budget.
@@ -218,7 +217,7 @@ impl RelationInfo {
         write_json_str(&mut head, &identity.server_name);
         head.extend_from_slice(b",\"ts_ms\":");
         let mut tail = Vec::new();
-        tail.extend_from_slice(b",\"snapshot\":\"false\",\"db\":");
+        tail.extend_from_slice(b",\"db\":");
         write_json_str(&mut tail, &identity.database);
         tail.extend_from_slice(b",\"schema\":");
         write_json_str(&mut tail, schema);
@@ -236,12 +235,6 @@ impl RelationInfo {
             key_columns,
             replica_identity,
             source_head: String::from_utf8(head).unwrap_or_default(),
-            source_tail_incremental: String::from_utf8(tail.clone())
-                .unwrap_or_default()
-                .replacen("\"snapshot\":\"false\"", "\"snapshot\":\"incremental\"", 1),
-            source_tail_snapshot: String::from_utf8(tail.clone())
-                .unwrap_or_default()
-                .replacen("\"snapshot\":\"false\"", "\"snapshot\":\"true\"", 1),
             source_tail: String::from_utf8(tail).unwrap_or_default(),
             metrics,
             envelope_overhead,
@@ -287,12 +280,13 @@ pub enum ChangeKind {
     },
     /// Truncate.
     Truncate,
-    /// A row read by a snapshot (`op: "r"`, `source.snapshot: "true"`, or `"incremental"`).
+    /// A row read by a snapshot (`op: "r"`).
     Read {
         /// The row.
         row: TupleData,
-        /// Read by an incremental snapshot while streaming.
-        incremental: bool,
+        /// `source.snapshot`: where the row is in the snapshot (`"incremental"` for an
+        /// incremental snapshot's rows).
+        marker: SnapshotMarker,
     },
 }
 
@@ -348,13 +342,7 @@ impl RowChange {
                 key_changed: true, ..
             } => with_tombstone + 1,
             ChangeKind::Update { .. } => 1,
-            ChangeKind::Delete { .. } => {
-                if self.relation.key_columns.is_empty() {
-                    1
-                } else {
-                    with_tombstone
-                }
-            }
+            ChangeKind::Delete { .. } => with_tombstone,
         }
     }
 }
@@ -364,6 +352,8 @@ impl RowChange {
 pub struct EncodeOptions {
     /// Follow deletes with a tombstone.
     pub tombstones: bool,
+    /// `[kafka.events]`.
+    pub events: EventOptions,
     /// Processing time for the envelope's `ts_ms`.
     pub now_unix_ms: i64,
 }
@@ -393,7 +383,7 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
     match &change.kind {
         ChangeKind::Insert { new } => {
             let value = envelope(change, options, None, Some((new, None)), Op::Create);
-            push(out, write_key(rel, new), Some(value));
+            push(out, write_key(rel, new, &options.events), Some(value));
         }
         ChangeKind::Update {
             old,
@@ -401,38 +391,29 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
             new,
             key_changed,
         } => {
-            let before = old.as_ref().map(|old| (old, *old_is_key_only));
+            let before = old.as_ref();
             if *key_changed {
                 let old = old.as_ref().expect("a key change comes with the old key");
-                let old_key = write_key(rel, old);
+                let old_key = write_key(rel, old, &options.events);
                 let value = envelope(change, options, before, None, Op::Delete);
                 push(out, old_key.clone(), Some(value));
                 if options.tombstones {
                     push(out, old_key, None);
                 }
                 let value = envelope(change, options, None, Some((new, None)), Op::Create);
-                push(out, write_key(rel, new), Some(value));
+                push(out, write_key(rel, new, &options.events), Some(value));
             } else {
                 let old_full = old.as_ref().filter(|_| !old_is_key_only);
                 let value = envelope(change, options, before, Some((new, old_full)), Op::Update);
-                push(out, write_key(rel, new), Some(value));
+                push(out, write_key(rel, new, &options.events), Some(value));
             }
         }
-        ChangeKind::Delete {
-            old,
-            old_is_key_only,
-        } => {
-            let key = write_key(rel, old);
-            let value = envelope(
-                change,
-                options,
-                Some((old, *old_is_key_only)),
-                None,
-                Op::Delete,
-            );
-            let tombstone = options.tombstones && key.is_some();
+        ChangeKind::Delete { old, .. } => {
+            let key = write_key(rel, old, &options.events);
+            let value = envelope(change, options, Some(old), None, Op::Delete);
+            // Debezium follows a keyless table's delete with a tombstone too (null key).
             push(out, key.clone(), Some(value));
-            if tombstone {
+            if options.tombstones {
                 push(out, key, None);
             }
         }
@@ -442,7 +423,7 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
         }
         ChangeKind::Read { row, .. } => {
             let value = envelope(change, options, None, Some((row, None)), Op::Read);
-            push(out, write_key(rel, row), Some(value));
+            push(out, write_key(rel, row, &options.events), Some(value));
         }
     }
 }
@@ -505,7 +486,7 @@ fn position_headers(
 }
 
 /// The key object, or `None` when the table has no key.
-fn write_key(rel: &RelationInfo, tuple: &TupleData) -> Option<Vec<u8>> {
+fn write_key(rel: &RelationInfo, tuple: &TupleData, events: &EventOptions) -> Option<Vec<u8>> {
     if rel.key_columns.is_empty() {
         return None;
     }
@@ -517,18 +498,18 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData) -> Option<Vec<u8>> {
         }
         let column = &rel.columns[index];
         key.extend_from_slice(&column.json_label);
-        write_datum(&rel.name, column, tuple.0.get(index), &mut key);
+        write_datum(&rel.name, column, tuple.0.get(index), &mut key, events);
     }
     key.push(b'}');
     Some(key)
 }
 
-/// The value envelope. `before` is `(row, key_only)`; `after` is `(row, old full row)` so
+/// The value envelope. `before` is the old row (or key); `after` is `(row, old full row)` so
 /// unchanged TOASTed values can be taken from the old row when the server sent one.
 fn envelope(
     change: &RowChange,
     options: EncodeOptions,
-    before: Option<(&TupleData, bool)>,
+    before: Option<&TupleData>,
     after: Option<(&TupleData, Option<&TupleData>)>,
     op: Op,
 ) -> Vec<u8> {
@@ -536,29 +517,31 @@ fn envelope(
     let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
     out.extend_from_slice(b"{\"before\":");
     match before {
-        Some((row, key_only)) => write_row(rel, row, None, key_only, &mut out, &mut Vec::new()),
+        Some(row) => write_row(rel, row, None, &options.events, &mut out, &mut Vec::new()),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"after\":");
     let mut unavailable = Vec::new();
     match after {
-        Some((row, old)) => write_row(rel, row, old, false, &mut out, &mut unavailable),
+        Some((row, old)) => write_row(rel, row, old, &options.events, &mut out, &mut unavailable),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"source\":");
     out.extend_from_slice(rel.source_head.as_bytes());
     write_int(&mut out, change.commit_unix_micros.div_euclid(1000));
-    out.extend_from_slice(match &change.kind {
-        ChangeKind::Read {
-            incremental: true, ..
-        } => rel.source_tail_incremental.as_bytes(),
-        ChangeKind::Read { .. } => rel.source_tail_snapshot.as_bytes(),
-        _ => rel.source_tail.as_bytes(),
-    });
+    out.extend_from_slice(b",\"snapshot\":\"");
+    let marker = match &change.kind {
+        ChangeKind::Read { marker, .. } => *marker,
+        _ => SnapshotMarker::False,
+    };
+    out.extend_from_slice(marker.as_str().as_bytes());
+    out.push(b'"');
+    out.extend_from_slice(rel.source_tail.as_bytes());
     write_int(&mut out, change.xid);
     out.extend_from_slice(b",\"lsn\":");
     write_int(&mut out, change.lsn.0);
-    out.extend_from_slice(b",\"xmin\":null},\"op\":\"");
+    out.extend_from_slice(SOURCE_END_TRANSACTION);
+    out.extend_from_slice(b",\"op\":\"");
     out.extend_from_slice(op.code().as_bytes());
     out.extend_from_slice(b"\",\"ts_ms\":");
     write_int(&mut out, options.now_unix_ms);
@@ -576,23 +559,22 @@ fn envelope(
     out
 }
 
-/// Writes a row object. With `key_only`, only key columns are written (the server sent no
-/// others). Unchanged TOASTed values are taken from `old` when it has them, otherwise left out
-/// and their column index pushed to `unavailable`.
+/// Writes a row object: every column, as Debezium does (an old key from the server, under
+/// REPLICA IDENTITY DEFAULT, has its other columns null). Unchanged TOASTed values are taken
+/// from `old` when it has them, otherwise Debezium's placeholder, or (with
+/// `kafka.events.unavailable_columns`) left out and their column index pushed to
+/// `unavailable`.
 fn write_row(
     rel: &RelationInfo,
     row: &TupleData,
     old: Option<&TupleData>,
-    key_only: bool,
+    events: &EventOptions,
     out: &mut Vec<u8>,
     unavailable: &mut Vec<usize>,
 ) {
     out.push(b'{');
     let mut first = true;
     for (index, column) in rel.columns.iter().enumerate() {
-        if key_only && !rel.key_columns.contains(&index) {
-            continue;
-        }
         let mut datum = row.0.get(index);
         if column.treatment == ColumnTreatment::Exclude {
             continue;
@@ -602,8 +584,17 @@ fn write_row(
                 Some(previous @ (Datum::Text(_) | Datum::Binary(_) | Datum::Null)) => {
                     datum = Some(previous);
                 }
-                _ => {
+                _ if events.unavailable_columns => {
                     unavailable.push(index);
+                    continue;
+                }
+                _ => {
+                    if !first {
+                        out.push(b',');
+                    }
+                    first = false;
+                    out.extend_from_slice(&column.json_label);
+                    value::write_unavailable(column.type_oid, out);
                     continue;
                 }
             }
@@ -626,7 +617,7 @@ fn write_row(
                 }
                 out.push(b'"');
             }
-            _ => write_datum(&rel.name, column, datum, out),
+            _ => write_datum(&rel.name, column, datum, out, events),
         }
     }
     out.push(b'}');
@@ -654,12 +645,19 @@ fn value_kept_as_text(table: &str, column: &ColumnInfo, error: &value::ValueErro
     }
 }
 
-fn write_datum(table: &str, column: &ColumnInfo, datum: Option<&Datum>, out: &mut Vec<u8>) {
+fn write_datum(
+    table: &str,
+    column: &ColumnInfo,
+    datum: Option<&Datum>,
+    out: &mut Vec<u8>,
+    events: &EventOptions,
+) {
     match datum {
         None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
         Some(Datum::Text(text)) => {
             let start = out.len();
-            if let Err(error) = value::write_json(column.type_oid, column.type_modifier, text, out)
+            if let Err(error) =
+                value::write_json(column.type_oid, column.type_modifier, text, out, events)
             {
                 // The text did not parse as its type: keep it, as a string, rather than lose it,
                 // and tell the operator (once per process in the log, always in the metric).
@@ -763,6 +761,10 @@ mod tests {
         let mut out = Vec::new();
         let options = EncodeOptions {
             tombstones: true,
+            events: EventOptions {
+                unavailable_columns: true,
+                ..EventOptions::default()
+            },
             now_unix_ms: 5,
         };
         encode_change(change, options, &mut out);
@@ -790,8 +792,10 @@ mod tests {
                 "source": {
                     "version": env!("CARGO_PKG_VERSION"), "connector": "postgresql", "name": "app",
                     "ts_ms": 1_700_000_000_123i64, "snapshot": "false", "db": "db",
-                    "schema": "public", "table": "users", "txId": 77, "lsn": 128, "xmin": null
+                    "schema": "public", "table": "users", "txId": 77, "lsn": 128, "xmin": null,
+                    "origin": null, "origin_lsn": null
                 },
+                "transaction": null,
                 "op": "c",
                 "ts_ms": 5
             })
@@ -819,6 +823,30 @@ mod tests {
         assert_eq!(value["op"], "u");
         assert_eq!(value["after"], json!({"id": 1, "name": "bo"}));
         assert_eq!(value["unavailable_columns"], json!(["bio"]));
+    }
+
+    #[test]
+    fn unchanged_toast_is_debezium_placeholder_by_default() {
+        let new = TupleData(vec![text("1"), text("bo"), Datum::UnchangedToast]);
+        let change = change(ChangeKind::Update {
+            old: None,
+            old_is_key_only: false,
+            new,
+            key_changed: false,
+        });
+        let mut out = Vec::new();
+        let options = EncodeOptions {
+            tombstones: true,
+            events: EventOptions::default(),
+            now_unix_ms: 5,
+        };
+        encode_change(&change, options, &mut out);
+        let value: Value = serde_json::from_slice(out[0].value.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            value["after"],
+            json!({"id": 1, "name": "bo", "bio": "__debezium_unavailable_value"})
+        );
+        assert!(value.get("unavailable_columns").is_none(), "{value}");
     }
 
     #[test]
@@ -851,7 +879,11 @@ mod tests {
                 (json!({"id": 2}), Some(json!("c")), "6".to_owned()),
             ]
         );
-        assert_eq!(records[0].1.as_ref().unwrap()["before"], json!({"id": 1}));
+        // Every column, as Debezium: the old key's other columns are null.
+        assert_eq!(
+            records[0].1.as_ref().unwrap()["before"],
+            json!({"id": 1, "name": null, "bio": null})
+        );
     }
 
     #[test]
@@ -866,5 +898,62 @@ mod tests {
         assert_eq!(records[0].1.as_ref().unwrap()["after"], Value::Null);
         assert_eq!(records[1].0.as_ref().unwrap(), &json!({"id": 3}));
         assert!(records[1].1.is_none());
+    }
+
+    #[test]
+    fn keyless_delete_is_followed_by_a_null_keyed_tombstone() {
+        let keyless = Arc::new(RelationInfo::new(
+            &SourceIdentity {
+                server_name: "app".into(),
+                database: "db".into(),
+            },
+            "public",
+            "log",
+            vec![("a".into(), 23, -1)],
+            &[],
+            ReplicaIdentity::Full,
+            Arc::new(TableMetrics::new("public.log")),
+        ));
+        let mut change = change(ChangeKind::Delete {
+            old: TupleData(vec![text("7")]),
+            old_is_key_only: false,
+        });
+        change.relation = keyless;
+        let records = encode(&change);
+        assert_eq!(records.len(), 2);
+        assert!(records[0].0.is_none());
+        assert_eq!(records[0].1.as_ref().unwrap()["before"], json!({"a": 7}));
+        assert!(records[1].0.is_none() && records[1].1.is_none());
+    }
+
+    #[test]
+    fn snapshot_reads_carry_their_marker() {
+        for marker in [
+            SnapshotMarker::First,
+            SnapshotMarker::Last,
+            SnapshotMarker::Incremental,
+        ] {
+            let row = TupleData(vec![text("1"), Datum::Null, Datum::Null]);
+            let records = encode(&change(ChangeKind::Read { row, marker }));
+            let value = records[0].1.as_ref().unwrap();
+            assert_eq!(value["op"], "r");
+            assert_eq!(value["source"]["snapshot"], marker.as_str());
+        }
+        assert_eq!(
+            SnapshotMarker::of(true, false, true, false),
+            SnapshotMarker::First
+        );
+        assert_eq!(
+            SnapshotMarker::of(false, false, true, true),
+            SnapshotMarker::LastInDataCollection
+        );
+        assert_eq!(
+            SnapshotMarker::of(true, true, true, true),
+            SnapshotMarker::Last
+        );
+        assert_eq!(
+            SnapshotMarker::of(false, false, false, false),
+            SnapshotMarker::True
+        );
     }
 }

@@ -46,6 +46,7 @@ use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use crate::delivery::{RecordSink, SendError, unix_micros_now};
 use crate::error::{PipelineError, classify_pg};
+use crate::event::SnapshotMarker;
 use crate::kafka::{Delivery, DeliveryEvent, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
 
@@ -108,6 +109,7 @@ pub async fn run(
         exported = exported.is_some(),
         "snapshot: starting"
     );
+    let ends = Arc::new(ends_of_snapshot(&connections[0], plan, ctx.config).await?);
     let queue = Arc::new(std::sync::Mutex::new(todo));
     let relations = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
     let (sent_tx, mut sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
@@ -130,6 +132,8 @@ pub async fn run(
             index: Arc::clone(&index),
             shutdown: ctx.shutdown.clone(),
             source: Arc::clone(&source),
+            ends: Arc::clone(&ends),
+            events: ctx.config.kafka.events,
         };
         handles.spawn(worker.run());
     }
@@ -408,6 +412,65 @@ impl SnapshotPlan {
     }
 }
 
+/// The chunks that hold the snapshot's first row (the first chunk of the first table with a
+/// row) and its last (the last chunk of the last table with a row), for Debezium's `first` and
+/// `last` markers; read under the snapshot. (A table's last chunk can be empty when its rows
+/// split exactly into chunks: its last row is then marked as any other.)
+///
+/// # Errors
+///
+/// Retryable on connection trouble.
+async fn ends_of_snapshot(
+    catalog: &PgCatalog,
+    plan: &SnapshotPlan,
+    config: &PgPipelineConfig,
+) -> Result<(Option<usize>, Option<usize>), PipelineError> {
+    let chunks = &plan.chunks;
+    let check = async |table: &str| -> Result<bool, PipelineError> {
+        let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
+        let filter = config
+            .source
+            .row_filter(table)
+            .map(|f| format!(" WHERE ({f})"))
+            .unwrap_or_default();
+        let rows = catalog
+            .client()
+            .simple_query(&format!(
+                "SELECT 1 FROM {}.{}{filter} LIMIT 1",
+                quote_ident(schema),
+                quote_ident(name)
+            ))
+            .await
+            .map_err(|e| classify_pg(format!("cannot read {table} for the snapshot"), e))?;
+        let found = rows.iter().any(|m| matches!(m, SimpleQueryMessage::Row(_)));
+        Ok(found)
+    };
+    let mut first = None;
+    for (i, chunk) in chunks.iter().enumerate() {
+        if i > 0 && chunks[i - 1].table == chunk.table {
+            continue;
+        }
+        if check(&chunk.table).await? {
+            first = Some(i);
+            break;
+        }
+    }
+    let mut last = None;
+    for (i, chunk) in chunks.iter().enumerate().rev() {
+        if chunks
+            .get(i + 1)
+            .is_some_and(|next| next.table == chunk.table)
+        {
+            continue;
+        }
+        if check(&chunk.table).await? {
+            last = Some(i);
+            break;
+        }
+    }
+    Ok((first, last))
+}
+
 /// Splits a table into page ranges of about `chunk_rows` rows (rows per page from the
 /// statistics, or counted when there are none); none when it fits one chunk or is partitioned
 /// (its partitions' pages overlap).
@@ -562,6 +625,10 @@ struct Worker {
     index: Arc<std::sync::atomic::AtomicU32>,
     shutdown: tokio_util::sync::CancellationToken,
     source: Arc<super::config::PostgresSourceConfig>,
+    /// `[kafka.events]`.
+    events: crate::event::EventOptions,
+    /// The chunks holding the snapshot's first and last rows (see [`ends_of_snapshot`]).
+    ends: Arc<(Option<usize>, Option<usize>)>,
 }
 
 impl Worker {
@@ -663,6 +730,27 @@ impl Worker {
             .map_err(|e| classify_pg(format!("cannot read {} for the snapshot", chunk.table), e))?;
         let rows_metric = metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.table.clone());
         let mut records = 0u64;
+        // Debezium's `source.snapshot` markers: a chunk's rows are marked by the chunk's place
+        // in its table and in the snapshot; the last row read is held back until the next
+        // fetch shows whether it is the chunk's last.
+        let chunks = &self.chunks;
+        let first_in_table = chunk_id == 0 || chunks[chunk_id - 1].table != chunk.table;
+        let last_in_table = chunks
+            .get(chunk_id + 1)
+            .is_none_or(|next| next.table != chunk.table);
+        let (first_of_all, last_of_all) = *self.ends;
+        let mut held: Option<TupleData> = None;
+        let mut read = 0u64;
+        let marked = |row: TupleData, read: u64, last_of_chunk: bool| {
+            let first = read == 0;
+            let marker = SnapshotMarker::of(
+                first && first_of_all == Some(chunk_id),
+                last_of_chunk && last_of_all == Some(chunk_id),
+                first && first_in_table,
+                last_of_chunk && last_in_table,
+            );
+            (row, marker)
+        };
         loop {
             if self.shutdown.is_cancelled() {
                 return Err(PipelineError::retryable(
@@ -684,10 +772,21 @@ impl Worker {
                 })
                 .collect();
             if rows.is_empty() {
+                if let Some(row) = held.take() {
+                    let batch = vec![marked(row, read, true)];
+                    records += self.publish(chunk_id, &relation, batch, records).await?;
+                }
                 break;
             }
             rows_metric.increment(rows.len() as u64);
-            records += self.publish(chunk_id, &relation, rows, records).await?;
+            let mut batch = Vec::with_capacity(rows.len());
+            for row in held.take().into_iter().chain(rows) {
+                if let Some(previous) = held.replace(row) {
+                    batch.push(marked(previous, read, false));
+                    read += 1;
+                }
+            }
+            records += self.publish(chunk_id, &relation, batch, records).await?;
         }
         client
             .batch_execute(&format!("CLOSE {cursor}"))
@@ -702,11 +801,12 @@ impl Worker {
         &self,
         chunk_id: usize,
         relation: &Arc<RelationInfo>,
-        rows: Vec<TupleData>,
+        rows: Vec<(TupleData, SnapshotMarker)>,
         first: u64,
     ) -> Result<u64, PipelineError> {
         let options = EncodeOptions {
             tombstones: false,
+            events: self.events,
             now_unix_ms: unix_micros_now() / 1000,
         };
         let commit_unix_micros = unix_micros_now();
@@ -717,14 +817,11 @@ impl Worker {
         let encode_relation = Arc::clone(relation);
         let records = tokio::task::spawn_blocking(move || {
             let mut out = Vec::with_capacity(rows.len());
-            for (n, row) in rows.into_iter().enumerate() {
+            for (n, (row, marker)) in rows.into_iter().enumerate() {
                 let change = RowChange {
                     size_hint: 0,
                     relation: Arc::clone(&encode_relation),
-                    kind: ChangeKind::Read {
-                        row,
-                        incremental: false,
-                    },
+                    kind: ChangeKind::Read { row, marker },
                     commit_lsn: consistent_point,
                     lsn: consistent_point,
                     tx_index: first_index.wrapping_add(n as u32),

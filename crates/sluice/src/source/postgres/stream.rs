@@ -731,6 +731,7 @@ impl Source for PgSource<'_> {
         PgEncoder {
             options: EncodeOptions {
                 tombstones: self.ctx.config.kafka.tombstones_on_delete,
+                events: self.ctx.config.kafka.events,
                 now_unix_ms: unix_micros_now() / 1000,
             },
             identity: self.identity.clone(),
@@ -1141,7 +1142,7 @@ impl PgSource<'_> {
                 relation: Arc::clone(&chunk.relation),
                 kind: ChangeKind::Read {
                     row,
-                    incremental: true,
+                    marker: crate::event::SnapshotMarker::Incremental,
                 },
                 commit_lsn: lsn,
                 lsn,
@@ -1354,6 +1355,10 @@ impl PgSource<'_> {
             return Ok(());
         }
         self.incremental.note(&relation, &kind);
+        if matches!(kind, ChangeKind::Truncate) && !self.ctx.config.kafka.events.truncate {
+            // Debezium's default (`skipped.operations=t`): no event.
+            return Ok(());
+        }
         if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
             // Outbox rows are events once inserted; their updates and deletes (the usual
             // insert-then-delete in one transaction) emit nothing.

@@ -22,6 +22,10 @@
 
 use base64::Engine as _;
 
+use crate::event::{
+    DecimalHandlingMode, EventOptions, UNAVAILABLE_VALUE_PLACEHOLDER, write_json_str,
+};
+
 /// Microseconds in a second.
 const SECOND_MICROS: i64 = 1_000_000;
 /// Microseconds in a minute.
@@ -33,11 +37,15 @@ const DAY_MICROS: i64 = 24 * HOUR_MICROS;
 /// Microseconds in Debezium's average month of 365.25 / 12 = 30.4375 days (exactly
 /// 2,629,800 seconds).
 const MONTH_MICROS: i64 = 2_629_800 * SECOND_MICROS;
-/// The value Debezium (after the PostgreSQL JDBC driver) emits for a `timestamp` of `infinity`,
-/// in microseconds.
-const TIMESTAMP_INFINITY_MICROS: i64 = 9_223_372_036_825_200_000;
-/// The value Debezium emits for a `timestamp` of `-infinity`, in microseconds.
-const TIMESTAMP_NEG_INFINITY_MICROS: i64 = -9_223_372_036_832_400_000;
+/// The PostgreSQL JDBC driver's `infinity` timestamp (milliseconds), which Debezium writes as
+/// is for a `timestamp(0..3)` (`io.debezium.time.Timestamp`).
+const TIMESTAMP_INFINITY_MILLIS: i64 = 9_223_372_036_825_200_000;
+/// The same for `-infinity`.
+const TIMESTAMP_NEG_INFINITY_MILLIS: i64 = -9_223_372_036_832_400_000;
+/// Debezium's `date` of `infinity` (the driver's sentinel, converted to days with overflow).
+const DATE_INFINITY_DAYS: i64 = -622_191_234;
+/// Debezium's `date` of `-infinity`.
+const DATE_NEG_INFINITY_DAYS: i64 = -625_821_272;
 /// The most dimensions a PostgreSQL array can have (`MAXDIM`).
 const MAX_ARRAY_DIMENSIONS: usize = 6;
 /// How deeply a `json` value may nest before it is refused (and sent as a string instead).
@@ -60,16 +68,49 @@ pub(crate) fn write_json(
     type_modifier: i32,
     text: &[u8],
     out: &mut Vec<u8>,
+    events: &EventOptions,
 ) -> Result<(), ValueError> {
     let start = out.len();
+    // `json`/`jsonb` are Debezium's strings holding the document unless embedded; `numeric`
+    // and `money` follow `decimal_handling_mode`.
+    let precise = events.decimal_handling_mode == DecimalHandlingMode::Precise;
+    let adjust = |kind: Kind| match kind {
+        Kind::Json if !events.embed_json => Kind::Text,
+        Kind::Numeric if precise => Kind::NumericPrecise,
+        Kind::Money if precise => Kind::MoneyPrecise,
+        kind => kind,
+    };
     let result = match array_element_kind(type_oid) {
-        Some(element) => write_array(element, type_modifier, text, out),
-        None => write_scalar(scalar_kind(type_oid), type_modifier, text, out),
+        Some(element) => write_array(adjust(element), type_modifier, text, out),
+        None => write_scalar(adjust(scalar_kind(type_oid)), type_modifier, text, out),
     };
     if result.is_err() {
         out.truncate(start);
     }
     result
+}
+
+/// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column),
+/// in the column's form: base64 of its bytes for `bytea`, a one-element array for arrays, the
+/// string otherwise.
+pub(crate) fn write_unavailable(type_oid: u32, out: &mut Vec<u8>) {
+    match (type_oid, array_element_kind(type_oid)) {
+        (17, _) => {
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(UNAVAILABLE_VALUE_PLACEHOLDER)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        (_, Some(_)) => {
+            out.push(b'[');
+            write_json_str(out, UNAVAILABLE_VALUE_PLACEHOLDER);
+            out.push(b']');
+        }
+        _ => write_json_str(out, UNAVAILABLE_VALUE_PLACEHOLDER),
+    }
 }
 
 /// Why a column value could not be mapped to JSON. It never holds the value itself, so it is
@@ -111,10 +152,25 @@ enum Kind {
     Bool,
     /// `int2`, `int4`, `int8`, `oid`: a JSON integer.
     Integer,
-    /// `float4`, `float8`: a JSON number, or a string for `NaN` and the infinities.
+    /// `float8`: a JSON number, or a string for `NaN` and the infinities.
     Float,
-    /// `numeric`: a string of the exact decimal.
+    /// `float4`: the same, its digits chosen as for a 32-bit float.
+    Float4,
+    /// `bit(n)`: `true`/`false` for `bit(1)`, otherwise as `varbit`.
+    Bit,
+    /// `varbit`: base64 of the bits as Java's `BitSet.toByteArray` (the last bit is bit 0,
+    /// little-endian bytes, trailing zero bytes dropped), as Debezium.
+    VarBit,
+    /// `numeric` (`decimal.handling.mode=string`): a string of the exact decimal, Debezium's
+    /// `NAN`, `POSITIVE_INFINITY`, `NEGATIVE_INFINITY` for the specials.
     Numeric,
+    /// `numeric` (`precise`): base64 of the unscaled value's bytes with the column's scale, or
+    /// `{"scale","value"}` without one; `null` for the specials.
+    NumericPrecise,
+    /// `money` (`string`): a string of the amount with 2 fraction digits.
+    Money,
+    /// `money` (`precise`): base64 of the unscaled amount's bytes (scale 2).
+    MoneyPrecise,
     /// Text-like and unknown types: a string of the text.
     Text,
     /// `bytea`: a base64 string.
@@ -141,8 +197,10 @@ impl Kind {
         match self {
             Kind::Bool => "boolean",
             Kind::Integer => "integer",
-            Kind::Float => "floating-point",
-            Kind::Numeric => "numeric",
+            Kind::Float | Kind::Float4 => "floating-point",
+            Kind::Bit | Kind::VarBit => "bit",
+            Kind::Numeric | Kind::NumericPrecise => "numeric",
+            Kind::Money | Kind::MoneyPrecise => "money",
             Kind::Text => "text",
             Kind::Bytea => "bytea",
             Kind::Json => "json",
@@ -181,9 +239,12 @@ fn scalar_kind(type_oid: u32) -> Kind {
         16 => Kind::Bool,
         // int8, int2, int4, oid.
         20 | 21 | 23 | 26 => Kind::Integer,
-        // float4, float8.
-        700 | 701 => Kind::Float,
+        700 => Kind::Float4,
+        701 => Kind::Float,
+        1560 => Kind::Bit,
+        1562 => Kind::VarBit,
         1700 => Kind::Numeric,
+        790 => Kind::Money,
         17 => Kind::Bytea,
         // json, jsonb.
         114 | 3802 => Kind::Json,
@@ -206,8 +267,8 @@ fn array_element_kind(type_oid: u32) -> Option<Kind> {
         1000 => Kind::Bool,
         // _int2, _int4, _int8, _oid.
         1005 | 1007 | 1016 | 1028 => Kind::Integer,
-        // _float4, _float8.
-        1021 | 1022 => Kind::Float,
+        1021 => Kind::Float4,
+        1022 => Kind::Float,
         1231 => Kind::Numeric,
         // _text, _varchar, _bpchar, _uuid, _char, _inet, _cidr, _macaddr, _macaddr8.
         1009 | 1015 | 1014 | 2951 | 1002 | 1041 | 651 | 1040 | 775 => Kind::Text,
@@ -241,8 +302,53 @@ fn write_scalar(
             parse_integer(text).ok_or(kind.invalid())?;
             out.extend_from_slice(text);
         }
-        Kind::Float => write_float(text, out)?,
+        Kind::Float => write_float(text, false, out)?,
+        Kind::Float4 => write_float(text, true, out)?,
+        Kind::Bit if type_modifier == 1 => match text {
+            b"1" => out.extend_from_slice(b"true"),
+            b"0" => out.extend_from_slice(b"false"),
+            _ => return Err(kind.invalid()),
+        },
+        Kind::Bit | Kind::VarBit => {
+            if !text.iter().all(|b| matches!(b, b'0' | b'1')) {
+                return Err(kind.invalid());
+            }
+            let mut bytes = vec![0u8; text.len().div_ceil(8)];
+            for (i, bit) in text.iter().rev().enumerate() {
+                if *bit == b'1' {
+                    bytes[i / 8] |= 1 << (i % 8);
+                }
+            }
+            while bytes.last() == Some(&0) {
+                bytes.pop();
+            }
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(&bytes)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
         Kind::Numeric => write_numeric(text, out)?,
+        Kind::NumericPrecise => write_numeric_precise(type_modifier, text, out)?,
+        Kind::Money => {
+            let (negative, int, frac) = parse_money(text)?;
+            out.push(b'"');
+            if negative
+                && (int.trim_start_matches('0').len() + frac.trim_end_matches('0').len()) > 0
+            {
+                out.push(b'-');
+            }
+            out.extend_from_slice(if int.is_empty() { b"0" } else { int.as_bytes() });
+            out.push(b'.');
+            out.extend_from_slice(frac.as_bytes());
+            out.push(b'"');
+        }
+        Kind::MoneyPrecise => {
+            let (negative, int, frac) = parse_money(text)?;
+            write_unscaled(negative, &format!("{int}{frac}"), out);
+        }
         Kind::Text => write_string(text, out)?,
         Kind::Bytea => write_bytea(text, out)?,
         Kind::Json => write_embedded_json(text, out)?,
@@ -282,9 +388,11 @@ fn parse_integer(text: &[u8]) -> Option<i64> {
     Some(value)
 }
 
-/// Appends a `float4` or `float8`: a JSON number, or a string for `NaN`, `Infinity` and
-/// `-Infinity`, which JSON numbers cannot express.
-fn write_float(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+/// Appends a `float4` (`single`) or `float8`: a JSON number, or a string for `NaN`, `Infinity`
+/// and `-Infinity`, which JSON numbers cannot express. The digits are Java's (Debezium's):
+/// PostgreSQL's shortest exact form, except that where it has one significant digit Java writes
+/// the two-digit decimal nearest the value (`1e-45` → `1.4E-45`, `5e-324` → `4.9E-324`).
+fn write_float(text: &[u8], single: bool, out: &mut Vec<u8>) -> Result<(), ValueError> {
     if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
         write_ascii_string(text, out);
         return Ok(());
@@ -298,6 +406,30 @@ fn write_float(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
             .is_some_and(f64::is_finite);
     if !finite {
         return Err(Kind::Float.invalid());
+    }
+    let mantissa = text
+        .split(|b| *b == b'e' || *b == b'E')
+        .next()
+        .unwrap_or(text);
+    let significant: Vec<u8> = mantissa
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_digit)
+        .skip_while(|b| *b == b'0')
+        .collect();
+    let trimmed = significant.len() - significant.iter().rev().take_while(|b| **b == b'0').count();
+    if trimmed == 1 {
+        let text = std::str::from_utf8(text).unwrap_or_default();
+        let two = if single {
+            text.parse::<f32>().map(|v| format!("{v:.1e}")).ok()
+        } else {
+            text.parse::<f64>().map(|v| format!("{v:.1e}")).ok()
+        };
+        // Only when the second digit is not 0: otherwise the value is the same.
+        if let Some(two) = two.filter(|t| t.split('e').next().is_some_and(|m| !m.ends_with('0'))) {
+            out.extend_from_slice(two.as_bytes());
+            return Ok(());
+        }
     }
     out.extend_from_slice(text);
     Ok(())
@@ -332,18 +464,130 @@ fn is_json_number(text: &[u8]) -> bool {
 /// Appends a `numeric` as a string of its exact decimal text (Debezium's
 /// `decimal.handling.mode=string`); `NaN` and the infinities keep their names.
 fn write_numeric(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    if !matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
-        let mut cursor = Cursor::new(text);
-        cursor.eat(b'-');
-        let valid = cursor.skip_digits() > 0
-            && (!cursor.eat(b'.') || cursor.skip_digits() > 0)
-            && cursor.at_end();
-        if !valid {
-            return Err(Kind::Numeric.invalid());
+    let special: &[u8] = match text {
+        b"NaN" => b"NAN",
+        b"Infinity" => b"POSITIVE_INFINITY",
+        b"-Infinity" => b"NEGATIVE_INFINITY",
+        _ => {
+            split_decimal(text).ok_or(Kind::Numeric.invalid())?;
+            text
+        }
+    };
+    write_ascii_string(special, out);
+    Ok(())
+}
+
+/// A decimal's text `-?digits(.digits)?` as (negative, integer digits, fraction digits).
+fn split_decimal(text: &[u8]) -> Option<(bool, &str, &str)> {
+    let text = std::str::from_utf8(text).ok()?;
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int, frac) = rest.split_once('.').unwrap_or((rest, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    (!int.is_empty() && digits(int) && digits(frac) && (!frac.is_empty() || !rest.ends_with('.')))
+        .then_some((negative, int, frac))
+}
+
+/// `numeric` in Debezium's `precise` mode: with a declared scale, base64 of the unscaled
+/// value's bytes (`org.apache.kafka.connect.data.Decimal`); without one,
+/// `{"scale":s,"value":…}` with trailing fraction zeros dropped
+/// (`io.debezium.data.VariableScaleDecimal`). NaN and the infinities, which neither can hold,
+/// are `null` (as Debezium).
+fn write_numeric_precise(
+    type_modifier: i32,
+    text: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
+        out.extend_from_slice(b"null");
+        return Ok(());
+    }
+    let (negative, int, frac) = split_decimal(text).ok_or(Kind::Numeric.invalid())?;
+    if type_modifier >= 4 {
+        // numeric(p, s): PostgreSQL prints exactly s fraction digits.
+        write_unscaled(negative, &format!("{int}{frac}"), out);
+    } else {
+        let frac = frac.trim_end_matches('0');
+        out.extend_from_slice(b"{\"scale\":");
+        write_int(out, frac.len() as i64);
+        out.extend_from_slice(b",\"value\":");
+        write_unscaled(negative, &format!("{int}{frac}"), out);
+        out.push(b'}');
+    }
+    Ok(())
+}
+
+/// A `money` text as PostgreSQL formats it (`-$1,234.56`, `($1.00)`, with `lc_monetary`'s
+/// symbol and grouping) as (negative, integer digits, 2 fraction digits).
+fn parse_money(text: &[u8]) -> Result<(bool, String, String), ValueError> {
+    let invalid = ValueError::Invalid { type_name: "money" };
+    let text = std::str::from_utf8(text).map_err(|_| invalid)?;
+    let negative = text.contains('-') || text.contains('(');
+    let (int, frac) = text.rsplit_once('.').unwrap_or((text, ""));
+    let int: String = int.chars().filter(char::is_ascii_digit).collect();
+    let mut frac: String = frac.chars().filter(char::is_ascii_digit).collect();
+    if int.is_empty() && frac.is_empty() {
+        return Err(invalid);
+    }
+    frac.truncate(2);
+    while frac.len() < 2 {
+        frac.push('0');
+    }
+    Ok((negative, int, frac))
+}
+
+/// Appends, as a base64 JSON string, the big-endian two's-complement bytes (as few as hold
+/// the sign, as Java's `BigInteger.toByteArray`) of the integer `-?digits`.
+fn write_unscaled(negative: bool, digits: &str, out: &mut Vec<u8>) {
+    // Magnitude, big-endian, by multiply-and-add per decimal digit.
+    let mut bytes: Vec<u8> = vec![0];
+    for digit in digits.bytes() {
+        let mut carry = u32::from(digit - b'0');
+        for byte in bytes.iter_mut().rev() {
+            let v = u32::from(*byte) * 10 + carry;
+            *byte = (v & 0xff) as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            bytes.insert(0, (carry & 0xff) as u8);
+            carry >>= 8;
         }
     }
-    write_ascii_string(text, out);
-    Ok(())
+    while bytes.len() > 1 && bytes[0] == 0 {
+        bytes.remove(0);
+    }
+    let zero = bytes.iter().all(|b| *b == 0);
+    if negative && !zero {
+        // Two's complement: invert and add one.
+        for byte in &mut bytes {
+            *byte = !*byte;
+        }
+        for byte in bytes.iter_mut().rev() {
+            let (v, overflow) = byte.overflowing_add(1);
+            *byte = v;
+            if !overflow {
+                break;
+            }
+        }
+        if bytes[0] & 0x80 == 0 {
+            bytes.insert(0, 0xff);
+        }
+        // Drop redundant sign bytes (0xff followed by a byte with its top bit set).
+        while bytes.len() > 1 && bytes[0] == 0xff && bytes[1] & 0x80 != 0 {
+            bytes.remove(0);
+        }
+    } else if bytes[0] & 0x80 != 0 {
+        bytes.insert(0, 0);
+    }
+    out.push(b'"');
+    out.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(&bytes)
+            .as_bytes(),
+    );
+    out.push(b'"');
 }
 
 /// Appends `text`, which must be UTF-8, as a JSON string.
@@ -486,10 +730,15 @@ fn write_embedded_json(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError>
 }
 
 /// Appends a `date` as days since 1970-01-01 (Debezium's `io.debezium.time.Date`);
-/// `infinity` and `-infinity` become strings.
+/// `infinity` and `-infinity` become the day numbers Debezium writes for them.
 fn write_date(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    if matches!(text, b"infinity" | b"-infinity") {
-        write_ascii_string(text, out);
+    let infinity = match text {
+        b"infinity" => Some(DATE_INFINITY_DAYS),
+        b"-infinity" => Some(DATE_NEG_INFINITY_DAYS),
+        _ => None,
+    };
+    if let Some(days) = infinity {
+        write_int(out, days);
         return Ok(());
     }
     let (body, bc) = strip_bc(text);
@@ -549,12 +798,22 @@ fn write_timetz(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
 /// or milliseconds (`io.debezium.time.Timestamp`) when the precision is 0 to 3. `infinity` and
 /// `-infinity` become the values Debezium uses for them.
 fn write_timestamp(type_modifier: i32, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    let micros = match text {
-        b"infinity" => TIMESTAMP_INFINITY_MICROS,
-        b"-infinity" => TIMESTAMP_NEG_INFINITY_MICROS,
-        _ => i64::try_from(parse_timestamp(Kind::Timestamp, text)?)
-            .map_err(|_| Kind::Timestamp.out_of_range())?,
+    // Debezium: the driver's sentinels as they are in milliseconds, the `i64` limits in
+    // microseconds.
+    let millis = is_millisecond_precision(type_modifier);
+    let infinity = match (text, millis) {
+        (b"infinity", true) => Some(TIMESTAMP_INFINITY_MILLIS),
+        (b"-infinity", true) => Some(TIMESTAMP_NEG_INFINITY_MILLIS),
+        (b"infinity", false) => Some(i64::MAX),
+        (b"-infinity", false) => Some(i64::MIN),
+        _ => None,
     };
+    if let Some(value) = infinity {
+        write_int(out, value);
+        return Ok(());
+    }
+    let micros = i64::try_from(parse_timestamp(Kind::Timestamp, text)?)
+        .map_err(|_| Kind::Timestamp.out_of_range())?;
     if is_millisecond_precision(type_modifier) {
         write_int(out, micros.div_euclid(1000));
     } else {
@@ -672,7 +931,8 @@ fn parse_interval(text: &[u8]) -> Result<i64, ValueError> {
     if components == 0 {
         return Err(invalid);
     }
-    i64::try_from(total).map_err(|_| Kind::Interval.out_of_range())
+    // Debezium saturates an interval past the `i64` range at its limits.
+    Ok(i64::try_from(total).unwrap_or(if total < 0 { i64::MIN } else { i64::MAX }))
 }
 
 /// Splits PostgreSQL's era suffix ` BC` off a date or timestamp.
@@ -1342,6 +1602,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The options these tests map values with: sluice's embedded JSON, numerics as strings.
+    const SLUICE: EventOptions = EventOptions {
+        decimal_handling_mode: crate::event::DecimalHandlingMode::String,
+        embed_json: true,
+        unavailable_columns: true,
+        truncate: true,
+    };
+
     /// The JSON for a value, or the error.
     fn json(type_oid: u32, type_modifier: i32, text: &str) -> Result<String, ValueError> {
         json_bytes(type_oid, type_modifier, text.as_bytes())
@@ -1349,7 +1617,7 @@ mod tests {
 
     fn json_bytes(type_oid: u32, type_modifier: i32, text: &[u8]) -> Result<String, ValueError> {
         let mut out = b"prefix".to_vec();
-        let result = write_json(type_oid, type_modifier, text, &mut out);
+        let result = write_json(type_oid, type_modifier, text, &mut out, &SLUICE);
         let written = out.strip_prefix(b"prefix").expect("the prefix is kept");
         match result {
             Ok(()) => {
@@ -1449,6 +1717,102 @@ mod tests {
         }
     }
 
+    /// The JSON for a value with Debezium's default options.
+    fn debezium(type_oid: u32, type_modifier: i32, text: &str) -> String {
+        let mut out = Vec::new();
+        write_json(
+            type_oid,
+            type_modifier,
+            text.as_bytes(),
+            &mut out,
+            &EventOptions::default(),
+        )
+        .unwrap_or_else(|error| panic!("{text:?} as {type_oid}: {error}"));
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn numerics_and_money_are_debezium_precise_decimals_by_default() {
+        // numeric(10,4): base64 of the unscaled value (1234500), two's complement.
+        assert_eq!(
+            debezium(NUMERIC, (10 << 16) + 4 + 4, "123.4500"),
+            "\"EtZE\""
+        );
+        assert_eq!(
+            debezium(NUMERIC, (10 << 16) + 2 + 4, "-99999999.99"),
+            "\"/av0HAE=\""
+        );
+        assert_eq!(debezium(NUMERIC, (38 << 16) + 4, "0"), "\"AA==\"");
+        assert_eq!(
+            debezium(NUMERIC, (38 << 16) + 4, "12345678901234567890"),
+            "\"AKtUqYzrHwrS\""
+        );
+        assert_eq!(debezium(NUMERIC, (5 << 16) + 2 + 4, "-0.01"), "\"/w==\"");
+        // No declared scale: VariableScaleDecimal, trailing fraction zeros dropped.
+        assert_eq!(
+            debezium(NUMERIC, -1, "123.4500"),
+            r#"{"scale":2,"value":"MDk="}"#
+        );
+        assert_eq!(
+            debezium(NUMERIC, -1, "0.000"),
+            r#"{"scale":0,"value":"AA=="}"#
+        );
+        assert_eq!(
+            debezium(NUMERIC, -1, "-99999999999999999999.999999999999"),
+            r#"{"scale":12,"value":"+xHSkr6kelMQfwAAAAE="}"#
+        );
+        for special in ["NaN", "Infinity", "-Infinity"] {
+            assert_eq!(debezium(NUMERIC, -1, special), "null");
+        }
+        assert_eq!(debezium(790, -1, "-$1,234.56"), "\"/h3A\"");
+        assert_eq!(
+            debezium(790, -1, "-$92,233,720,368,547,758.08"),
+            "\"gAAAAAAAAAA=\""
+        );
+        assert_eq!(debezium(790, -1, "$0.00"), "\"AA==\"");
+    }
+
+    #[test]
+    fn json_is_a_string_by_default_and_embedded_on_request() {
+        assert_eq!(
+            debezium(JSON, -1, r#"{"a": [1, 2]}"#),
+            r#""{\"a\": [1, 2]}""#
+        );
+        assert_eq!(debezium(JSONB, -1, "null"), r#""null""#);
+        assert_eq!(
+            debezium(3807, -1, r#"{"{\"a\": 1}",NULL}"#),
+            r#"["{\"a\": 1}",null]"#
+        );
+        assert_eq!(ok(JSON, -1, r#"{"a": [1, 2]}"#), r#"{"a": [1, 2]}"#);
+    }
+
+    #[test]
+    fn bits_are_debezium_booleans_and_bitset_bytes() {
+        assert_eq!(ok(1560, 1, "1"), "true");
+        assert_eq!(ok(1560, 1, "0"), "false");
+        assert_eq!(ok(1560, 3, "101"), "\"BQ==\"");
+        assert_eq!(ok(1560, 3, "000"), "\"\"");
+        assert_eq!(ok(1562, 10, "1100"), "\"DA==\"");
+        assert_eq!(ok(1562, 10, "1000000001"), "\"AQI=\"");
+        assert_eq!(ok(1562, -1, ""), "\"\"");
+        assert_eq!(json(1562, -1, "12"), invalid("bit"));
+    }
+
+    #[test]
+    fn intervals_past_i64_saturate_as_debezium() {
+        assert_eq!(ok(INTERVAL, -1, "P178000000Y"), "9223372036854775807");
+        assert_eq!(ok(INTERVAL, -1, "P-178000000Y"), "-9223372036854775808");
+    }
+
+    #[test]
+    fn floats_with_one_significant_digit_take_javas_two() {
+        assert_eq!(ok(FLOAT8, -1, "5e-324"), "4.9e-324");
+        assert_eq!(ok(700, -1, "1e-45"), "1.4e-45");
+        assert_eq!(ok(FLOAT8, -1, "0.5"), "0.5");
+        assert_eq!(ok(700, -1, "3e+38"), "3e+38");
+        assert_eq!(ok(FLOAT8, -1, "1.5e-05"), "1.5e-05");
+    }
+
     #[test]
     fn numerics_are_exact_strings() {
         assert_eq!(ok(NUMERIC, -1, "123.4500"), "\"123.4500\"");
@@ -1457,9 +1821,10 @@ mod tests {
             ok(NUMERIC, -1, "123456789012345678901234567890.123456789"),
             "\"123456789012345678901234567890.123456789\""
         );
-        assert_eq!(ok(NUMERIC, -1, "NaN"), "\"NaN\"");
-        assert_eq!(ok(NUMERIC, -1, "Infinity"), "\"Infinity\"");
-        assert_eq!(ok(NUMERIC, -1, "-Infinity"), "\"-Infinity\"");
+        // Debezium's spelling of the specials (decimal.handling.mode=string).
+        assert_eq!(ok(NUMERIC, -1, "NaN"), "\"NAN\"");
+        assert_eq!(ok(NUMERIC, -1, "Infinity"), "\"POSITIVE_INFINITY\"");
+        assert_eq!(ok(NUMERIC, -1, "-Infinity"), "\"NEGATIVE_INFINITY\"");
         for bad in ["", "1e5", "abc", "1.", ".1", "--1", "1.2.3"] {
             assert_eq!(json(NUMERIC, -1, bad), invalid("numeric"), "{bad:?}");
         }
@@ -1475,26 +1840,16 @@ mod tests {
         );
         assert_eq!(ok(VARCHAR, 14, "héllo wörld ✓ 🎉"), "\"héllo wörld ✓ 🎉\"");
         // bpchar, name, "char", xml, money, inet, cidr, macaddr, uuid, an enum, unknown types.
-        for oid in [
-            1042,
-            19,
-            18,
-            142,
-            790,
-            869,
-            650,
-            829,
-            UUID,
-            91_234,
-            u32::MAX,
-        ] {
+        for oid in [1042, 19, 18, 142, 869, 650, 829, UUID, 91_234, u32::MAX] {
             assert_eq!(ok(oid, -1, "x y"), "\"x y\"", "{oid}");
         }
         assert_eq!(
             ok(UUID, -1, "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
             "\"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11\""
         );
-        assert_eq!(ok(790, -1, "-$1,234.56"), "\"-$1,234.56\"");
+        // money: the amount (decimal.handling.mode=string), as Debezium.
+        assert_eq!(ok(790, -1, "-$1,234.56"), "\"-1234.56\"");
+        assert_eq!(ok(790, -1, "$0.00"), "\"0.00\"");
         assert_eq!(
             json_bytes(TEXT, -1, b"ab\xffcd"),
             Err(ValueError::InvalidUtf8)
@@ -1584,8 +1939,9 @@ mod tests {
         assert_eq!(json(DATE, -1, "0004-02-29 BC"), invalid("date"));
         assert_eq!(ok(DATE, -1, "4713-01-01 BC"), "-2440550");
         assert_eq!(ok(DATE, -1, "5874897-12-31"), "2145042905");
-        assert_eq!(ok(DATE, -1, "infinity"), "\"infinity\"");
-        assert_eq!(ok(DATE, -1, "-infinity"), "\"-infinity\"");
+        // Debezium's day numbers for the infinities (tests/debezium golden files).
+        assert_eq!(ok(DATE, -1, "infinity"), "-622191234");
+        assert_eq!(ok(DATE, -1, "-infinity"), "-625821272");
         for bad in [
             "",
             "2023-02-29",
@@ -1717,10 +2073,12 @@ mod tests {
                 })
             );
         }
-        assert_eq!(ok(TIMESTAMP, -1, "infinity"), "9223372036825200000");
-        assert_eq!(ok(TIMESTAMP, -1, "-infinity"), "-9223372036832400000");
-        assert_eq!(ok(TIMESTAMP, 3, "infinity"), "9223372036825200");
-        assert_eq!(ok(TIMESTAMP, 3, "-infinity"), "-9223372036832400");
+        // Debezium's: the i64 limits in microseconds, the driver's sentinels as they are in
+        // milliseconds.
+        assert_eq!(ok(TIMESTAMP, -1, "infinity"), "9223372036854775807");
+        assert_eq!(ok(TIMESTAMP, -1, "-infinity"), "-9223372036854775808");
+        assert_eq!(ok(TIMESTAMP, 3, "infinity"), "9223372036825200000");
+        assert_eq!(ok(TIMESTAMP, 0, "-infinity"), "-9223372036832400000");
         for bad in [
             "",
             "2016-11-04",
@@ -1843,11 +2201,10 @@ mod tests {
         ] {
             assert_eq!(json(INTERVAL, -1, bad), invalid("interval"), "{bad:?}");
         }
+        // Past the i64 range: Debezium's saturation.
         assert_eq!(
-            json(INTERVAL, -1, "P999999999999999999Y"),
-            Err(ValueError::OutOfRange {
-                type_name: "interval"
-            })
+            ok(INTERVAL, -1, "P999999999999999999Y"),
+            "9223372036854775807"
         );
     }
 
@@ -1876,7 +2233,7 @@ mod tests {
         assert_eq!(ok(1021, -1, "{Infinity}"), r#"["Infinity"]"#);
         assert_eq!(
             ok(1231, 655366, "{1.20,3.40,NaN}"),
-            r#"["1.20","3.40","NaN"]"#
+            r#"["1.20","3.40","NAN"]"#
         );
         assert_eq!(
             ok(2951, -1, "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}"),
@@ -1915,7 +2272,7 @@ newline"}"#
     fn arrays_of_temporal_values() {
         assert_eq!(
             ok(1182, -1, "{2016-11-04,infinity,NULL}"),
-            r#"[17109,"infinity",null]"#
+            r#"[17109,-622191234,null]"#
         );
         assert_eq!(
             ok(1115, -1, r#"{"2020-04-01 00:01:02","2020-04-01 01:02:03"}"#),
@@ -2078,7 +2435,7 @@ newline"}"#
             text in value_text(),
         ) {
             let mut out = b"[".to_vec();
-            match write_json(oid, modifier, &text, &mut out) {
+            match write_json(oid, modifier, &text, &mut out, &SLUICE) {
                 Ok(()) => {
                     out.push(b']');
                     let written = std::str::from_utf8(&out).expect("UTF-8");
