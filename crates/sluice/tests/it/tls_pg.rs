@@ -123,6 +123,32 @@ async fn streams_with_the_tls_parameters_as_pipeline_keys() {
         .collect();
     assert!(keys.contains("sslmode = \"verify-full\""), "{keys}");
     streams_over_with(base, &keys, "tls_keys").await;
+
+    // The keys are what is checked: with `sslrootcert` naming a certificate that did not sign
+    // the server's, verify-full refuses (were the keys ignored, `prefer` would connect).
+    let tls_dir = std::path::PathBuf::from(env_var("SLUICE_TLS_DIR"));
+    let wrong_ca = tls_dir.join("client-kafka_client.crt");
+    let wrong_keys = format!(
+        "sslmode = \"verify-full\"\nsslrootcert = \"{}\"\n",
+        wrong_ca.display()
+    );
+    let name = unique("tls_keys_wrong");
+    let toml = pipeline_toml(&name, &name, &name, free_port(), "").replace(
+        &format!("url = \"{}\"", stack().pg_url),
+        &format!("url = \"{base}\"\n{wrong_keys}"),
+    );
+    let file = test_dir(&name).join("pipeline.toml");
+    std::fs::write(&file, toml).unwrap();
+    let (code, output) = tokio::task::spawn_blocking(move || {
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(60))
+    })
+    .await
+    .unwrap();
+    assert_ne!(code, Some(0), "{output}");
+    assert!(
+        output.contains("unknown CA") && output.contains("sslrootcert"),
+        "{output}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
