@@ -44,7 +44,7 @@ use super::encode::{
 };
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
-use crate::delivery::{RecordSink, SendError, unix_micros_now};
+use crate::delivery::unix_micros_now;
 use crate::error::{PipelineError, classify_pg};
 use crate::event::SnapshotMarker;
 use crate::kafka::{Delivery, DeliveryEvent, PipelineProducer};
@@ -844,19 +844,9 @@ impl Worker {
                 table: Arc::clone(&relation.metrics),
                 bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
             });
-            let mut pending = (record, delivery);
-            loop {
-                match self.producer.try_send(pending.0, pending.1) {
-                    Ok(()) => break,
-                    Err(SendError::QueueFull(record, delivery)) => {
-                        pending = (record, delivery);
-                        tokio::time::sleep(Duration::from_millis(2)).await;
-                    }
-                    Err(SendError::Refused(error, record, _)) => {
-                        return Err(refused(&error, &record.topic));
-                    }
-                }
-            }
+            crate::delivery::send(&*self.producer, record, delivery)
+                .await
+                .map_err(|(error, record, _)| refused(&error, &record.topic))?;
         }
         Ok(count)
     }
