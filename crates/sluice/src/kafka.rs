@@ -453,6 +453,10 @@ pub fn probe(
     })
 }
 
+/// How long a run (CDC or sink) waits for the brokers' first answer before it fails
+/// (retryable: an outage, restarted with backoff).
+pub const RUN_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// [`probe`] from async code.
 ///
 /// # Errors

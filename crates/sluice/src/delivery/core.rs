@@ -549,10 +549,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// An internal error: a bug in sluice.
-pub(super) fn internal(
-    what: &str,
-    error: impl std::error::Error + Send + Sync + 'static,
-) -> PipelineError {
+fn internal(what: &str, error: impl std::error::Error + Send + Sync + 'static) -> PipelineError {
     PipelineError::fatal_with(
         format!("internal error in {what}"),
         "this is a bug in sluice: please report it with the log",

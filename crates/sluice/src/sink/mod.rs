@@ -192,9 +192,6 @@ enum RunEnd {
     RestartRequested,
 }
 
-/// How long a run waits for the brokers' first answer before it fails (retryable).
-const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// One run: from subscribing until shutdown, a restart request or an error.
 fn run_once(
     config: &Arc<SinkPipelineConfig>,
@@ -210,7 +207,7 @@ fn run_once(
         &kafka.brokers,
         &kafka.client,
         "source.kafka.client",
-        KAFKA_PROBE_TIMEOUT,
+        crate::kafka::RUN_PROBE_TIMEOUT,
         Some(shutdown),
     )?;
     let files = config.files();

@@ -178,9 +178,6 @@ struct OpenTransaction {
     next_index: u32,
 }
 
-/// How long a run waits for the brokers' first answer before it fails (retryable).
-const KAFKA_PROBE_TIMEOUT: Duration = Duration::from_secs(15);
-
 /// Runs the pipeline until shutdown (`Ok`) or an error.
 ///
 /// # Errors
@@ -194,7 +191,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &config.kafka.brokers,
         &config.kafka.client,
         "kafka.client",
-        KAFKA_PROBE_TIMEOUT,
+        kafka::RUN_PROBE_TIMEOUT,
         Some(ctx.shutdown.clone()),
     )
     .await?;
