@@ -25,6 +25,8 @@ use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+mod type_table;
+
 use crate::support::{
     Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
     slot_confirmed, stack, test_dir, unique,
