@@ -11,6 +11,11 @@
 //! Every record also carries its source position in headers, so consumers can drop the
 //! duplicates an at-least-once pipeline may write after a crash: the position
 //! (`sluice.commit_lsn`, `sluice.tx_index`) strictly increases per key.
+//!
+//! With `kafka.events.schemas_enable` (`JsonConverter`'s `schemas.enable=true`), key and value
+//! are `{"schema":…,"payload":…}` with the schemas Debezium's connector declares ([`schema`]).
+
+pub mod schema;
 
 /// Header: the LSN of the source transaction's commit record (decimal).
 pub const HEADER_COMMIT_LSN: &str = "sluice.commit_lsn";
@@ -134,6 +139,11 @@ pub struct EventOptions {
     /// `skipped.operations=t` leaves it out).
     #[serde(default)]
     pub truncate: bool,
+    /// Kafka Connect's `JsonConverter` `schemas.enable`: write keys and values as
+    /// `{"schema":…,"payload":…}` with Debezium's schemas (off: the bare payload, as
+    /// `schemas.enable=false`).
+    #[serde(default)]
+    pub schemas_enable: bool,
 }
 
 /// Debezium's `decimal.handling.mode`: how `numeric` (and `money`) values are written.

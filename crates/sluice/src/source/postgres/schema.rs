@@ -1,0 +1,360 @@
+//! The Connect schemas of a PostgreSQL table's events (`kafka.events.schemas_enable`), as
+//! Debezium's PostgreSQL connector declares them.
+//!
+//! A column's schema follows the kind the value writer uses for it (`value::column_kind`, so an
+//! option such as `decimal_handling_mode` changes both together); what pgoutput's Relation
+//! message lacks (NOT NULL, defaults, a domain's base type and modifier, enum labels, extension
+//! type names) comes from the catalog, read once per relation ([`column_catalog`]), and the
+//! schemas are rendered once per relation ([`render`]) and spliced before every payload.
+
+use super::encode::{ColumnInfo, ColumnTreatment, RelationInfo};
+use super::setup::PgCatalog;
+use super::value::{self, ColumnKind, Kind};
+use crate::error::PipelineError;
+use crate::event::EventOptions;
+use crate::event::schema::{Field, RenderedSchemas, Schema, SchemaType, source_common_fields};
+
+/// What the catalog says about a column beyond the Relation message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ColumnCatalog {
+    /// The column name.
+    pub name: String,
+    /// `NOT NULL`.
+    pub not_null: bool,
+    /// The default expression (`pg_get_expr`), if any.
+    pub default: Option<String>,
+    /// The type, or a domain's base type.
+    pub base_oid: u32,
+    /// The column's type modifier, or a domain's.
+    pub base_modifier: i32,
+    /// The base type's name (`ltree`, `hstore`, … for extension types).
+    pub type_name: String,
+    /// The base type's `typtype` (`e` for enums, `c` composites, …).
+    pub type_type: char,
+    /// For an array: its element type's `typtype`.
+    pub element_type_type: Option<char>,
+    /// Enum labels in order (of the type, or of an array's element type).
+    pub enum_labels: Vec<String>,
+}
+
+/// The catalog's view of a relation's columns (one query).
+///
+/// # Errors
+///
+/// Retryable on connection trouble.
+pub async fn column_catalog(
+    catalog: &PgCatalog,
+    relation_oid: u32,
+) -> Result<Vec<ColumnCatalog>, PipelineError> {
+    let rows = catalog
+        .client()
+        .query(
+            "SELECT a.attname::text, a.attnotnull, pg_get_expr(d.adbin, d.adrelid), \
+                    b.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
+                    b.typname::text, b.typtype::text, e.typtype::text, \
+                    ARRAY(SELECT l.enumlabel::text FROM pg_enum l \
+                          WHERE l.enumtypid = COALESCE(e.oid, b.oid) ORDER BY l.enumsortorder) \
+             FROM pg_attribute a \
+             JOIN pg_type t ON t.oid = a.atttypid \
+             JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
+             LEFT JOIN pg_type e ON b.typcategory = 'A' AND e.oid = b.typelem \
+             LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum \
+             WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&relation_oid],
+        )
+        .await
+        .map_err(|e| crate::error::classify_pg("cannot read the table's column types", e))?;
+    let first_char = |s: Option<String>| s.and_then(|s| s.chars().next());
+    let text = |row: &tokio_postgres::Row, i: usize| row.get::<_, Option<String>>(i);
+    Ok(rows
+        .iter()
+        .map(|row| ColumnCatalog {
+            name: row.get(0),
+            not_null: row.get(1),
+            default: row.get(2),
+            base_oid: row.get(3),
+            base_modifier: row.get(4),
+            type_name: row.get(5),
+            type_type: first_char(text(row, 6)).unwrap_or('b'),
+            element_type_type: first_char(text(row, 7)),
+            enum_labels: row.get(8),
+        })
+        .collect())
+}
+
+/// `io.debezium.connector.postgresql.Source`.
+pub fn source_schema() -> Schema {
+    let mut fields = source_common_fields();
+    let string = |optional| Schema::of(SchemaType::String, optional);
+    let int64 = || Schema::of(SchemaType::Int64, true);
+    fields.extend([
+        Field::new("schema", string(false)),
+        Field::new("table", string(false)),
+        Field::new("txId", int64()),
+        Field::new("lsn", int64()),
+        Field::new("xmin", int64()),
+        Field::new("origin", string(true)),
+        Field::new("origin_lsn", int64()),
+    ]);
+    Schema::of(SchemaType::Struct(fields), false)
+        .named("io.debezium.connector.postgresql.Source", Some(1))
+}
+
+/// Renders a relation's key and envelope schemas; `catalog` is [`column_catalog`]'s answer
+/// (columns it does not name get the Relation message's type, nullable unless a key).
+pub fn render(
+    rel: &RelationInfo,
+    catalog: &[ColumnCatalog],
+    events: &EventOptions,
+) -> RenderedSchemas {
+    let field = |index: usize| {
+        let column = &rel.columns[index];
+        let info = catalog.iter().find(|c| c.name == column.name);
+        let is_key = rel.key_columns.contains(&index);
+        let optional = !(is_key || info.is_some_and(|c| c.not_null));
+        Field::new(
+            column.name.clone(),
+            column_schema(column, info, optional, events),
+        )
+    };
+    let columns = (0..rel.columns.len())
+        .filter(|&i| rel.columns[i].treatment != ColumnTreatment::Exclude)
+        .map(field)
+        .collect();
+    let key =
+        (!rel.key_columns.is_empty()).then(|| rel.key_columns.iter().map(|&i| field(i)).collect());
+    let mut extra = Vec::new();
+    if events.unavailable_columns {
+        extra.push(Field::new(
+            "unavailable_columns",
+            Schema::of(
+                SchemaType::Array(Box::new(Schema::of(SchemaType::String, false))),
+                true,
+            ),
+        ));
+    }
+    RenderedSchemas::render(&rel.topic, columns, key, source_schema(), extra)
+}
+
+/// The element type of the array types the value writer maps element by element.
+fn array_element_oid(type_oid: u32) -> u32 {
+    match type_oid {
+        1000 => 16,
+        1005 => 21,
+        1007 => 23,
+        1016 => 20,
+        1028 => 26,
+        1021 => 700,
+        1022 => 701,
+        1231 => 1700,
+        1009 => 25,
+        1015 => 1043,
+        1014 => 1042,
+        2951 => 2950,
+        1002 => 18,
+        1041 => 869,
+        651 => 650,
+        1040 => 829,
+        775 => 774,
+        199 => 114,
+        3807 => 3802,
+        1001 => 17,
+        1182 => 1082,
+        1183 => 1083,
+        1270 => 1266,
+        1115 => 1114,
+        1185 => 1184,
+        1187 => 1186,
+        _ => 0,
+    }
+}
+
+/// A column's schema: Debezium's for the kind its values are written as.
+fn column_schema(
+    column: &ColumnInfo,
+    info: Option<&ColumnCatalog>,
+    optional: bool,
+    events: &EventOptions,
+) -> Schema {
+    if matches!(
+        column.treatment,
+        ColumnTreatment::Mask | ColumnTreatment::Hash
+    ) {
+        return Schema::of(SchemaType::String, optional);
+    }
+    let (oid, modifier) = info.map_or((column.type_oid, column.type_modifier), |c| {
+        (c.base_oid, c.base_modifier)
+    });
+    let mut schema = match value::column_kind(oid, events) {
+        ColumnKind::Array(kind) => {
+            let element = scalar_schema(kind, array_element_oid(oid), modifier, None, true);
+            Schema::of(SchemaType::Array(Box::new(element)), optional)
+        }
+        ColumnKind::Scalar(_) if info.is_some_and(|c| c.element_type_type == Some('e')) => {
+            // An array of an enum: Debezium's elements are required Enums.
+            let labels = info.map(|c| c.enum_labels.as_slice()).unwrap_or_default();
+            Schema::of(
+                SchemaType::Array(Box::new(Schema::enumeration(labels, false))),
+                optional,
+            )
+        }
+        ColumnKind::Scalar(kind) => scalar_schema(kind, oid, modifier, info, optional),
+    };
+    if let Some(default) = info.and_then(|c| c.default.as_deref()) {
+        schema.default = default_value(&schema.schema_type, schema.name.as_deref(), default);
+    }
+    schema
+}
+
+/// The schema of a scalar value of a kind (`type_oid`: the type, for the integer widths and
+/// the logical names of text-like types).
+fn scalar_schema(
+    kind: Kind,
+    type_oid: u32,
+    modifier: i32,
+    info: Option<&ColumnCatalog>,
+    optional: bool,
+) -> Schema {
+    let plain = |t| Schema::of(t, optional);
+    let logical = |t, name| Schema::logical(t, name, optional);
+    match kind {
+        Kind::Bool => plain(SchemaType::Boolean),
+        Kind::Integer => plain(match type_oid {
+            21 => SchemaType::Int16,
+            23 => SchemaType::Int32,
+            _ => SchemaType::Int64,
+        }),
+        Kind::Float4 => plain(SchemaType::Float32),
+        Kind::Float => plain(SchemaType::Float64),
+        Kind::Bit if modifier == 1 => plain(SchemaType::Boolean),
+        Kind::Bit | Kind::VarBit => {
+            let schema = logical(SchemaType::Bytes, "io.debezium.data.Bits");
+            if modifier > 0 {
+                schema.parameter("length", modifier.to_string())
+            } else {
+                schema
+            }
+        }
+        Kind::Numeric | Kind::Money => plain(SchemaType::String),
+        Kind::NumericPrecise if modifier < 4 => Schema::variable_scale_decimal(optional),
+        Kind::NumericPrecise => {
+            let packed = modifier - 4;
+            Schema::decimal(packed & 0xffff, Some(packed >> 16), optional)
+        }
+        Kind::MoneyPrecise => Schema::decimal(2, None, optional),
+        Kind::Bytea => plain(SchemaType::Bytes),
+        Kind::Json => logical(SchemaType::String, "io.debezium.data.Json"),
+        Kind::Date => logical(SchemaType::Int32, "io.debezium.time.Date"),
+        Kind::Time if value::is_millisecond_precision(modifier) => {
+            logical(SchemaType::Int32, "io.debezium.time.Time")
+        }
+        Kind::Time => logical(SchemaType::Int64, "io.debezium.time.MicroTime"),
+        Kind::TimeTz => logical(SchemaType::String, "io.debezium.time.ZonedTime"),
+        Kind::Timestamp if value::is_millisecond_precision(modifier) => {
+            logical(SchemaType::Int64, "io.debezium.time.Timestamp")
+        }
+        Kind::Timestamp => logical(SchemaType::Int64, "io.debezium.time.MicroTimestamp"),
+        Kind::TimestampTz => logical(SchemaType::String, "io.debezium.time.ZonedTimestamp"),
+        Kind::Interval => logical(SchemaType::Int64, "io.debezium.time.MicroDuration"),
+        Kind::Text => match (type_oid, info) {
+            // json, jsonb written as Debezium's string (not embedded).
+            (114 | 3802, _) => logical(SchemaType::String, "io.debezium.data.Json"),
+            (142, _) => logical(SchemaType::String, "io.debezium.data.Xml"),
+            (2950, _) => logical(SchemaType::String, "io.debezium.data.Uuid"),
+            (3614, _) => logical(SchemaType::String, "io.debezium.data.Tsvector"),
+            (600, _) => Schema::point(optional),
+            (603, _) => Schema::geometry(optional),
+            (_, Some(c)) if c.type_type == 'e' => Schema::enumeration(&c.enum_labels, optional),
+            (_, Some(c)) if c.type_name == "ltree" => {
+                logical(SchemaType::String, "io.debezium.data.Ltree")
+            }
+            // hstore.handling.mode=json, Debezium's default.
+            (_, Some(c)) if c.type_name == "hstore" => {
+                logical(SchemaType::String, "io.debezium.data.Json")
+            }
+            _ => plain(SchemaType::String),
+        },
+    }
+}
+
+/// A column default as Debezium declares it: the constant of a literal default expression of
+/// a plain type (`7`, `'x'::text`, `true`); `None` for expressions (`nextval(…)`, `now()`) and
+/// logical types.
+fn default_value(schema_type: &SchemaType, name: Option<&str>, expression: &str) -> Option<String> {
+    let logical = name.is_some();
+    let literal = expression.trim();
+    let literal = literal
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(literal);
+    // `'…'::type` → the quoted text.
+    let quoted = literal.strip_prefix('\'').and_then(|rest| {
+        let end = rest
+            .rfind("'::")
+            .or_else(|| rest.strip_suffix('\'').map(str::len))?;
+        let text = &rest[..end];
+        (!text.replace("''", "").contains('\'')).then(|| text.replace("''", "'"))
+    });
+    let bare = quoted.as_deref().unwrap_or(literal);
+    match schema_type {
+        SchemaType::Int16 | SchemaType::Int32 | SchemaType::Int64 if !logical => {
+            bare.parse::<i64>().ok().map(|n| n.to_string())
+        }
+        SchemaType::Float32 | SchemaType::Float64 if !logical => bare
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(|f| serde_json::to_string(&f).unwrap_or_default()),
+        SchemaType::Boolean => match bare {
+            "true" => Some("true".into()),
+            "false" => Some("false".into()),
+            _ => None,
+        },
+        SchemaType::String if !logical || name == Some("io.debezium.data.Enum") => {
+            quoted.map(|text| {
+                let mut out = Vec::new();
+                crate::event::write_json_str(&mut out, &text);
+                String::from_utf8(out).unwrap_or_default()
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_literal_constants_only() {
+        assert_eq!(
+            default_value(&SchemaType::Int32, None, "7").as_deref(),
+            Some("7")
+        );
+        assert_eq!(
+            default_value(&SchemaType::Int32, None, "'-5'::integer").as_deref(),
+            Some("-5")
+        );
+        assert_eq!(
+            default_value(&SchemaType::Int32, None, "nextval('t_id_seq'::regclass)"),
+            None
+        );
+        assert_eq!(
+            default_value(&SchemaType::String, None, "'it''s'::text").as_deref(),
+            Some("\"it's\"")
+        );
+        assert_eq!(
+            default_value(
+                &SchemaType::String,
+                Some("io.debezium.time.ZonedTimestamp"),
+                "'now'::text"
+            ),
+            None
+        );
+        assert_eq!(
+            default_value(&SchemaType::Boolean, None, "true").as_deref(),
+            Some("true")
+        );
+    }
+}
