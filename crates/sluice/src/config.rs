@@ -546,6 +546,14 @@ impl<S: SourceSection> PipelineConfig<S> {
                 format!("{topic:?} is not a valid topic name"),
             );
         }
+        if self.kafka.events.schemas_enable && self.kafka.events.embed_json {
+            issue(
+                "kafka.events.embed_json",
+                "cannot be combined with kafka.events.schemas_enable: an embedded document has no \
+                 Connect schema (Debezium's is a string, io.debezium.data.Json); turn one off"
+                    .into(),
+            );
+        }
         if self.kafka.topic_partitions == 0 {
             issue("kafka.topic_partitions", "0: expected at least 1".into());
         }
@@ -978,6 +986,16 @@ mod tests {
         assert_eq!(issues[0].key, "kafka.topic_prefx");
         assert!(issues[0].problem.contains("unknown field `topic_prefx`"));
         assert!(issues[0].problem.contains("topic_prefix"), "{issues:?}");
+    }
+
+    #[test]
+    fn schemas_enable_refuses_embedded_json() {
+        let both = format!("{MINIMAL}\n[kafka.events]\nschemas_enable = true\nembed_json = true\n");
+        let issues = issues(&both);
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "kafka.events.embed_json");
+        let alone = format!("{MINIMAL}\n[kafka.events]\nschemas_enable = true\n");
+        assert!(parse(&alone).is_ok());
     }
 
     #[test]

@@ -324,7 +324,131 @@ fn default_value(schema_type: &SchemaType, name: Option<&str>, expression: &str)
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use serde_json::{Value, json};
+
+    use super::super::encode::{
+        ChangeKind, EncodeOptions, RowChange, SourceIdentity, encode_change,
+    };
+    use super::super::pgoutput::{Datum, ReplicaIdentity, TupleData};
     use super::*;
+    use crate::event::DecimalHandlingMode;
+    use crate::runtime::metrics::TableMetrics;
+
+    /// `numeric(10,4)`'s type modifier.
+    const NUMERIC_10_4: i32 = ((10 << 16) | 4) + 4;
+
+    fn relation(events: &EventOptions) -> RelationInfo {
+        let mut rel = RelationInfo::new(
+            &SourceIdentity {
+                server_name: "app".into(),
+                database: "db".into(),
+            },
+            "public",
+            "prices",
+            vec![
+                ("id".into(), 23, -1),
+                ("amount".into(), 1700, NUMERIC_10_4),
+                ("note".into(), 25, -1),
+            ],
+            &["id".to_owned()],
+            ReplicaIdentity::Default,
+            Arc::new(TableMetrics::new("public.prices")),
+        );
+        let catalog = vec![
+            ColumnCatalog {
+                name: "amount".into(),
+                not_null: true,
+                base_oid: 1700,
+                base_modifier: NUMERIC_10_4,
+                type_name: "numeric".into(),
+                type_type: 'b',
+                ..ColumnCatalog::default()
+            },
+            ColumnCatalog {
+                name: "note".into(),
+                default: Some("'n/a'::text".into()),
+                base_oid: 25,
+                base_modifier: -1,
+                type_name: "text".into(),
+                type_type: 'b',
+                ..ColumnCatalog::default()
+            },
+        ];
+        rel.schemas = Some(render(&rel, &catalog, events));
+        rel
+    }
+
+    fn encode(events: EventOptions) -> (Value, Value) {
+        let change = RowChange {
+            relation: Arc::new(relation(&events)),
+            kind: ChangeKind::Insert {
+                new: TupleData(vec![
+                    Datum::Text(Bytes::from_static(b"1")),
+                    Datum::Text(Bytes::from_static(b"12.5000")),
+                    Datum::Null,
+                ]),
+            },
+            commit_lsn: sluice_engine::Lsn(2),
+            lsn: sluice_engine::Lsn(1),
+            tx_index: 0,
+            xid: 7,
+            commit_unix_micros: 1_000_000,
+            size_hint: 1,
+        };
+        let mut out = Vec::new();
+        let options = EncodeOptions {
+            tombstones: true,
+            events,
+            now_unix_ms: 5,
+        };
+        encode_change(&change, options, &mut out);
+        let parse = |b: &Option<Vec<u8>>| serde_json::from_slice(b.as_ref().unwrap()).unwrap();
+        (parse(&out[0].key), parse(&out[0].value))
+    }
+
+    #[test]
+    fn schemas_wrap_the_same_payload_and_follow_the_decimal_mode() {
+        let off = EventOptions::default();
+        let on = EventOptions {
+            schemas_enable: true,
+            ..off
+        };
+        let (plain_key, plain_value) = encode(off);
+        let (key, value) = encode(on);
+        assert_eq!(key["payload"], plain_key);
+        assert_eq!(value["payload"], plain_value);
+        assert_eq!(
+            key["schema"],
+            json!({"type": "struct", "fields": [{"type": "int32", "optional": false, "field": "id"}],
+                   "optional": false, "name": "app.public.prices.Key"})
+        );
+        let after = &value["schema"]["fields"][1];
+        assert_eq!(after["name"], "app.public.prices.Value");
+        assert_eq!(
+            after["fields"],
+            json!([
+                {"type": "int32", "optional": false, "field": "id"},
+                {"type": "bytes", "optional": false, "name": "org.apache.kafka.connect.data.Decimal",
+                 "version": 1, "parameters": {"scale": "4", "connect.decimal.precision": "10"},
+                 "field": "amount"},
+                {"type": "string", "optional": true, "default": "n/a", "field": "note"}
+            ])
+        );
+        assert_eq!(value["schema"]["name"], "app.public.prices.Envelope");
+        let string = EventOptions {
+            decimal_handling_mode: DecimalHandlingMode::String,
+            ..on
+        };
+        let (_, value) = encode(string);
+        assert_eq!(
+            value["schema"]["fields"][1]["fields"][1],
+            json!({"type": "string", "optional": false, "field": "amount"})
+        );
+        assert_eq!(value["payload"]["after"]["amount"], "12.5000");
+    }
 
     #[test]
     fn defaults_are_literal_constants_only() {
