@@ -999,6 +999,35 @@ mod tests {
     }
 
     #[test]
+    fn column_propagate_source_type_takes_debeziums_regexes() {
+        let with = |value: &str| {
+            format!("{MINIMAL}\n[kafka.events]\ncolumn_propagate_source_type = {value}\n")
+        };
+        let config = parse(&with(r#""public\\.t\\.a, .*\\.B""#)).expect("valid");
+        let patterns = config.kafka.events.column_propagate_source_type;
+        assert!(patterns.matches("public.t.a"));
+        assert!(
+            patterns.matches("other.u.b"),
+            "case-insensitive, as Debezium"
+        );
+        assert!(!patterns.matches("public.t.ab"), "the whole name");
+        assert!(!patterns.matches("public_t.a"));
+        let list = parse(&with(r#"["public\\.t\\.a"]"#)).expect("valid");
+        assert!(
+            list.kafka
+                .events
+                .column_propagate_source_type
+                .matches("public.t.a")
+        );
+        let issues = issues(&with(r#""(unclosed""#));
+        assert_eq!(issues[0].key, "kafka.events.column_propagate_source_type");
+        assert!(
+            issues[0].problem.contains("not a valid regular expression"),
+            "{issues:?}"
+        );
+    }
+
+    #[test]
     fn producer_overrides_that_break_the_guarantees_are_refused_unless_allowed() {
         let unsafe_overrides = "[kafka.producer]\n\"enable.idempotence\" = \"false\"\nacks = \"1\"\n\
              \"max.in.flight.requests.per.connection\" = \"10\"\n\"linger.ms\" = \"20\"\n";

@@ -762,6 +762,21 @@ fn known_differences() -> BTreeSet<String> {
 /// Runs sluice on the change script once (`extra` keys added to `[source.postgres]`'s
 /// neighbourhood) and returns its records per table.
 async fn run_sluice(extra: &str) -> BTreeMap<String, Vec<Rec>> {
+    run_sluice_on(
+        extra,
+        statements(&root().join("scripts/debezium/setup.sql")),
+        statements(&root().join("scripts/debezium/changes.sql")),
+    )
+    .await
+}
+
+/// Runs sluice in a database of its own: `setup` before it starts (snapshotted), `changes`
+/// once it streams; returns its records per table.
+async fn run_sluice_on(
+    extra: &str,
+    setup: Vec<String>,
+    changes: Vec<String>,
+) -> BTreeMap<String, Vec<Rec>> {
     let name = unique("dbz");
     let admin = pg().await;
     admin
@@ -774,7 +789,7 @@ async fn run_sluice(extra: &str) -> BTreeMap<String, Vec<Rec>> {
         base.rsplit_once('/').expect("a database in PG_URL").0
     );
     let client = pg_at(&url).await;
-    for statement in statements(&root().join("scripts/debezium/setup.sql")) {
+    for statement in setup {
         client
             .batch_execute(&statement)
             .await
@@ -786,7 +801,7 @@ async fn run_sluice(extra: &str) -> BTreeMap<String, Vec<Rec>> {
         .replace(&format!("url = \"{base}\""), &format!("url = \"{url}\""));
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
-    for statement in statements(&root().join("scripts/debezium/changes.sql")) {
+    for statement in changes {
         client
             .batch_execute(&statement)
             .await
@@ -909,6 +924,57 @@ async fn events_match_debezium_golden_files() {
         "too few records paired: {}",
         diff.records
     );
+}
+
+/// `column_propagate_source_type` (Debezium's `column.propagate.source.type`): the matching
+/// columns' schemas, snapshotted and streamed, carry the source type's name, length and scale;
+/// the others do not.
+#[tokio::test(flavor = "multi_thread")]
+async fn column_propagate_source_type_names_the_source_types() {
+    let _broker = broker_shared().await;
+    let setup = [
+        "CREATE DOMAIN price AS numeric(8,2);",
+        "CREATE TABLE items (id integer PRIMARY KEY, code varchar(12) NOT NULL, amount price, \
+         note text, at timestamp(3));",
+        "INSERT INTO items VALUES (1, 'a', 1.5, 'x', '2020-01-01');",
+    ];
+    let extra = "\n[kafka.events]\nschemas_enable = true\n\
+                 column_propagate_source_type = \"public\\\\.items\\\\.(code|amount),.*\\\\.AT\"\n";
+    let records = run_sluice_on(
+        extra,
+        setup.iter().map(|s| s.to_string()).collect(),
+        vec!["INSERT INTO items VALUES (2, 'b', 2.5, 'y', '2020-01-02');".into()],
+    )
+    .await;
+    let items = &records["public.items"];
+    let ops: Vec<String> = items.iter().map(Rec::op).collect();
+    assert_eq!(ops, ["r", "c"]);
+    for record in items {
+        let schema = record.value_schema.as_ref().expect("a value schema");
+        let J::Arr(fields) = schema.get("fields").unwrap() else {
+            panic!("fields")
+        };
+        let after = fields[1].get("fields").unwrap();
+        let J::Arr(columns) = after else {
+            panic!("columns")
+        };
+        let parameters: Vec<String> = columns
+            .iter()
+            .map(|c| c.get("parameters").map_or("-".into(), J::show))
+            .collect();
+        assert_eq!(
+            parameters,
+            [
+                "-",
+                r#"{"__debezium.source.column.type":"VARCHAR","__debezium.source.column.length":"12","__debezium.source.column.scale":"0"}"#,
+                r#"{"scale":"2","connect.decimal.precision":"8","__debezium.source.column.type":"PRICE","__debezium.source.column.length":"8","__debezium.source.column.scale":"2"}"#,
+                "-",
+                r#"{"__debezium.source.column.type":"TIMESTAMP","__debezium.source.column.length":"26","__debezium.source.column.scale":"3"}"#,
+            ],
+            "{}",
+            schema.show()
+        );
+    }
 }
 
 #[test]

@@ -29,6 +29,8 @@ pub struct ColumnCatalog {
     pub base_modifier: i32,
     /// The base type's name (`ltree`, `hstore`, … for extension types).
     pub type_name: String,
+    /// The column's declared type's name (a domain's own name; `_int4` for `integer[]`).
+    pub declared_type_name: String,
     /// The base type's `typtype` (`e` for enums, `c` composites, …).
     pub type_type: char,
     /// For an array: its element type's `typtype`.
@@ -53,7 +55,8 @@ pub async fn column_catalog(
                     b.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
                     b.typname::text, b.typtype::text, e.typtype::text, \
                     ARRAY(SELECT l.enumlabel::text FROM pg_enum l \
-                          WHERE l.enumtypid = COALESCE(e.oid, b.oid) ORDER BY l.enumsortorder) \
+                          WHERE l.enumtypid = COALESCE(e.oid, b.oid) ORDER BY l.enumsortorder), \
+                    t.typname::text \
              FROM pg_attribute a \
              JOIN pg_type t ON t.oid = a.atttypid \
              JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
@@ -79,6 +82,7 @@ pub async fn column_catalog(
             type_type: first_char(text(row, 6)).unwrap_or('b'),
             element_type_type: first_char(text(row, 7)),
             enum_labels: row.get(8),
+            declared_type_name: row.get(9),
         })
         .collect())
 }
@@ -113,10 +117,15 @@ pub fn render(
         let info = catalog.iter().find(|c| c.name == column.name);
         let is_key = rel.key_columns.contains(&index);
         let optional = !(is_key || info.is_some_and(|c| c.not_null));
-        Field::new(
-            column.name.clone(),
-            column_schema(column, info, optional, events),
-        )
+        let mut schema = column_schema(column, info, optional, events);
+        if let Some(info) = info
+            && events
+                .column_propagate_source_type
+                .matches(&format!("{}.{}", rel.name, column.name))
+        {
+            propagate_source_type(info, &mut schema);
+        }
+        Field::new(column.name.clone(), schema)
     };
     let columns = (0..rel.columns.len())
         .filter(|&i| rel.columns[i].treatment != ColumnTreatment::Exclude)
@@ -135,6 +144,75 @@ pub fn render(
         ));
     }
     RenderedSchemas::render(&rel.topic, columns, key, source_schema(), extra)
+}
+
+/// Debezium's `column.propagate.source.type` parameters: the declared type's name in upper case,
+/// its length and scale as the JDBC driver reports them (column size, decimal digits).
+fn propagate_source_type(info: &ColumnCatalog, schema: &mut Schema) {
+    let (length, scale) = jdbc_length_scale(info.base_oid, info.base_modifier);
+    schema.parameters.extend([
+        (
+            "__debezium.source.column.type".to_owned(),
+            info.declared_type_name.to_uppercase(),
+        ),
+        (
+            "__debezium.source.column.length".to_owned(),
+            length.to_string(),
+        ),
+        (
+            "__debezium.source.column.scale".to_owned(),
+            scale.to_string(),
+        ),
+    ]);
+}
+
+/// The JDBC driver's (pgjdbc `TypeInfoCache`) column size and decimal digits of a type with a
+/// modifier, which Debezium takes as the column's length and scale: the precision, or the
+/// display size where the precision is 0; `i32::MAX` for unbounded lengths.
+fn jdbc_length_scale(type_oid: u32, modifier: i32) -> (i32, i32) {
+    const UNKNOWN_LENGTH: i32 = i32::MAX;
+    let unset = modifier == -1;
+    // Fractional second digits of the temporal types' display size.
+    let second_size = match modifier {
+        -1 => 7,
+        0 => 0,
+        n => n + 1,
+    };
+    let length = match type_oid {
+        21 => 5,
+        23 | 26 => 10,
+        20 => 19,
+        700 => 8,
+        701 => 17,
+        // numeric: its precision, or the display size of an unconstrained one.
+        1700 if unset => 131_089,
+        1700 => ((modifier - 4) >> 16) & 0xffff,
+        16 | 18 => 1,
+        1042 | 1043 if unset => UNKNOWN_LENGTH,
+        1042 | 1043 => modifier - 4,
+        1082 => 13,
+        1083 => 8 + second_size,
+        1266 => 14 + second_size,
+        1114 => 22 + second_size,
+        1184 => 28 + second_size,
+        1186 => 49,
+        1560 => modifier,
+        1562 if unset => UNKNOWN_LENGTH,
+        1562 => modifier,
+        _ => UNKNOWN_LENGTH,
+    };
+    let scale = match type_oid {
+        700 => 8,
+        701 => 17,
+        1700 if unset => 0,
+        1700 => (modifier - 4) & 0xffff,
+        1083 | 1266 | 1114 | 1184 if unset => 6,
+        1083 | 1266 | 1114 | 1184 => modifier,
+        1186 if unset => 6,
+        1186 => modifier & 0xffff,
+        _ => 0,
+    };
+    (length, scale)
 }
 
 /// The element type of the array types the value writer maps element by element.

@@ -1628,6 +1628,7 @@ mod tests {
         unavailable_columns: true,
         truncate: true,
         schemas_enable: false,
+        column_propagate_source_type: crate::event::ColumnPatterns::NONE,
     };
 
     /// The JSON for a value, or the error.
