@@ -247,6 +247,14 @@ impl RelationInfo {
         }
     }
 
+    /// Sets the rendered schemas (`kafka.events.schemas_enable`); every record then carries
+    /// them, which the in-flight estimate counts.
+    pub fn set_schemas(&mut self, schemas: RenderedSchemas) {
+        self.envelope_overhead +=
+            schemas.value_head.len() + schemas.key_head.as_ref().map_or(0, |k| k.len());
+        self.schemas = Some(schemas);
+    }
+
     /// Applies the pipeline's table exclusions and column rules.
     pub fn apply_rules(&mut self, config: &super::config::PostgresSourceConfig) {
         self.excluded = config.excludes_table(&self.name);
@@ -534,9 +542,7 @@ fn envelope(
         .as_ref()
         .filter(|_| options.events.schemas_enable)
         .map(|s| &*s.value_head);
-    let mut out = Vec::with_capacity(
-        rel.envelope_overhead + 64 * rel.columns.len() + schema.map_or(0, <[u8]>::len),
-    );
+    let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
     if let Some(head) = schema {
         out.extend_from_slice(head);
     }

@@ -455,7 +455,8 @@ mod tests {
                 ..ColumnCatalog::default()
             },
         ];
-        rel.schemas = Some(render(&rel, &catalog, events));
+        let rendered = render(&rel, &catalog, events);
+        rel.set_schemas(rendered);
         rel
     }
 

@@ -933,7 +933,7 @@ pub(super) async fn relation_info(
     info.apply_rules(rules);
     if events.schemas_enable {
         let columns = super::schema::column_catalog(catalog, oid).await?;
-        info.schemas = Some(super::schema::render(&info, &columns, events));
+        info.set_schemas(super::schema::render(&info, &columns, events));
     }
     Ok(info)
 }

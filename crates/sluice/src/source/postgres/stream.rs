@@ -1000,7 +1000,7 @@ impl PgSource<'_> {
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
-            info.schemas = Some(super::schema::render(&info, &columns, &events));
+            info.set_schemas(super::schema::render(&info, &columns, &events));
         }
         let is_outbox = self
             .ctx
