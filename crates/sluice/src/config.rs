@@ -546,6 +546,14 @@ impl<S: SourceSection> PipelineConfig<S> {
                 format!("{topic:?} is not a valid topic name"),
             );
         }
+        if self.kafka.events.schemas_enable && self.kafka.events.embed_json {
+            issue(
+                "kafka.events.embed_json",
+                "cannot be combined with kafka.events.schemas_enable: an embedded document has no \
+                 Connect schema (Debezium's is a string, io.debezium.data.Json); turn one off"
+                    .into(),
+            );
+        }
         if self.kafka.topic_partitions == 0 {
             issue("kafka.topic_partitions", "0: expected at least 1".into());
         }
@@ -978,6 +986,45 @@ mod tests {
         assert_eq!(issues[0].key, "kafka.topic_prefx");
         assert!(issues[0].problem.contains("unknown field `topic_prefx`"));
         assert!(issues[0].problem.contains("topic_prefix"), "{issues:?}");
+    }
+
+    #[test]
+    fn schemas_enable_refuses_embedded_json() {
+        let both = format!("{MINIMAL}\n[kafka.events]\nschemas_enable = true\nembed_json = true\n");
+        let issues = issues(&both);
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "kafka.events.embed_json");
+        let alone = format!("{MINIMAL}\n[kafka.events]\nschemas_enable = true\n");
+        assert!(parse(&alone).is_ok());
+    }
+
+    #[test]
+    fn column_propagate_source_type_takes_debeziums_regexes() {
+        let with = |value: &str| {
+            format!("{MINIMAL}\n[kafka.events]\ncolumn_propagate_source_type = {value}\n")
+        };
+        let config = parse(&with(r#""public\\.t\\.a, .*\\.B""#)).expect("valid");
+        let patterns = config.kafka.events.column_propagate_source_type;
+        assert!(patterns.matches("public.t.a"));
+        assert!(
+            patterns.matches("other.u.b"),
+            "case-insensitive, as Debezium"
+        );
+        assert!(!patterns.matches("public.t.ab"), "the whole name");
+        assert!(!patterns.matches("public_t.a"));
+        let list = parse(&with(r#"["public\\.t\\.a"]"#)).expect("valid");
+        assert!(
+            list.kafka
+                .events
+                .column_propagate_source_type
+                .matches("public.t.a")
+        );
+        let issues = issues(&with(r#""(unclosed""#));
+        assert_eq!(issues[0].key, "kafka.events.column_propagate_source_type");
+        assert!(
+            issues[0].problem.contains("not a valid regular expression"),
+            "{issues:?}"
+        );
     }
 
     #[test]

@@ -7,8 +7,12 @@
 //! files' README lists. Numbers are compared by their decimal value (`1.5E-5` = `0.000015`,
 //! `1.4E-45` ≠ `1e-45`), object members in any order.
 //!
-//! Two combinations: `defaults`, and `decimal-string` (`[kafka.events] decimal_handling_mode =
-//! "string"`), one sluice run each, side by side.
+//! Three combinations: `defaults`, `decimal-string` (`[kafka.events] decimal_handling_mode =
+//! "string"`) and `schemas-enable` (`[kafka.events] schemas_enable = true`, JsonConverter's
+//! `{"schema":…,"payload":…}`), one sluice run each, side by side. In `schemas-enable` the
+//! payloads are compared as above (paths `key.…`/`value.…`) and the schemas as data, exactly:
+//! member and field order included (Connect's schemas are ordered), a schema's fields named by
+//! their `field` (paths `value.schema.after.<column>.<member>`).
 //!
 //! A ratchet while parity is incomplete: `tests/debezium/known-differences.txt` lists the
 //! difference groups (`<combination> <table> <field path> <kind>`) still accepted. The test fails on a
@@ -321,6 +325,27 @@ fn canonical_number(text: &str) -> String {
 struct Rec {
     key: Option<J>,
     value: Option<J>,
+    /// The key's and value's `schema` when written as `{"schema":…,"payload":…}`.
+    key_schema: Option<J>,
+    value_schema: Option<J>,
+}
+
+/// Splits JsonConverter's `{"schema":…,"payload":…}` (schemas enabled) into schema and payload.
+fn split_schema(json: Option<J>) -> (Option<J>, Option<J>) {
+    match json {
+        Some(J::Obj(members))
+            if members.len() == 2 && members[0].0 == "schema" && members[1].0 == "payload" =>
+        {
+            let mut members = members.into_iter();
+            let schema = members.next().map(|(_, v)| v);
+            let payload = match members.next() {
+                Some((_, J::Null)) | None => None,
+                Some((_, v)) => Some(v),
+            };
+            (payload, schema)
+        }
+        other => (other, None),
+    }
 }
 
 impl Rec {
@@ -330,9 +355,17 @@ impl Rec {
             None | Some(J::Null) => None,
             Some(v) => Some(v.clone()),
         };
+        Rec::new(take("key"), take("value"))
+    }
+
+    fn new(key: Option<J>, value: Option<J>) -> Self {
+        let (key, key_schema) = split_schema(key);
+        let (value, value_schema) = split_schema(value);
         Rec {
-            key: take("key"),
-            value: take("value"),
+            key,
+            value,
+            key_schema,
+            value_schema,
         }
     }
 
@@ -444,6 +477,102 @@ impl Diff {
         }
     }
 
+    /// Compares two Connect schemas as data, exactly: member order, field order, every value.
+    fn compare_schema(
+        &mut self,
+        table: &str,
+        path: &str,
+        expected: Option<&J>,
+        actual: Option<&J>,
+    ) {
+        match (expected, actual) {
+            (None, None) => {}
+            (Some(e), None) => self.add(table, path, "missing-in-sluice", e.show()),
+            (None, Some(a)) => self.add(table, path, "only-in-sluice", a.show()),
+            (Some(e), Some(a)) => self.schema_node(table, path, e, a),
+        }
+    }
+
+    fn schema_node(&mut self, table: &str, path: &str, expected: &J, actual: &J) {
+        let (J::Obj(exp), J::Obj(act)) = (expected, actual) else {
+            self.fields += 1;
+            if expected.show() != actual.show() {
+                self.add(
+                    table,
+                    path,
+                    "value-differs",
+                    format!("{} → {}", expected.show(), actual.show()),
+                );
+            }
+            return;
+        };
+        let names =
+            |members: &[(String, J)]| members.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>();
+        let (en, an) = (names(exp), names(act));
+        let common = |of: &[String], other: &[String]| {
+            of.iter()
+                .filter(|n| other.contains(n))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        if common(&en, &an) != common(&an, &en) {
+            self.add(table, path, "member-order", format!("{en:?} → {an:?}"));
+        }
+        for (name, e) in exp {
+            let field = format!("{path}.{name}");
+            match actual.get(name) {
+                None => self.add(table, &field, "missing-in-sluice", e.show()),
+                Some(a) => match (name.as_str(), e, a) {
+                    ("fields", J::Arr(ef), J::Arr(af)) => self.schema_fields(table, path, ef, af),
+                    ("items" | "keys" | "values", _, _) => self.schema_node(table, &field, e, a),
+                    _ => {
+                        self.fields += 1;
+                        if e.show() != a.show() {
+                            let kind = if e.kind() == a.kind() {
+                                "value-differs".to_owned()
+                            } else {
+                                format!("{}-vs-{}", e.kind(), a.kind())
+                            };
+                            self.add(table, &field, &kind, format!("{} → {}", e.show(), a.show()));
+                        }
+                    }
+                },
+            }
+        }
+        for (name, a) in act {
+            if expected.get(name).is_none() {
+                self.add(table, &format!("{path}.{name}"), "only-in-sluice", a.show());
+            }
+        }
+    }
+
+    /// A struct's fields, named by their `field` member, in order.
+    fn schema_fields(&mut self, table: &str, path: &str, expected: &[J], actual: &[J]) {
+        let name = |f: &J| match f.get("field") {
+            Some(J::Str(name)) => name.clone(),
+            _ => "?".into(),
+        };
+        let en: Vec<String> = expected.iter().map(name).collect();
+        let an: Vec<String> = actual.iter().map(name).collect();
+        let ec: Vec<&String> = en.iter().filter(|n| an.contains(n)).collect();
+        let ac: Vec<&String> = an.iter().filter(|n| en.contains(n)).collect();
+        if ec != ac {
+            self.add(table, path, "field-order", format!("{en:?} → {an:?}"));
+        }
+        for (e, n) in expected.iter().zip(&en) {
+            let field = format!("{path}.{n}");
+            match an.iter().position(|m| m == n) {
+                Some(k) => self.schema_node(table, &field, e, &actual[k]),
+                None => self.add(table, &field, "missing-in-sluice", e.show()),
+            }
+        }
+        for (a, n) in actual.iter().zip(&an) {
+            if !en.contains(n) {
+                self.add(table, &format!("{path}.{n}"), "only-in-sluice", a.show());
+            }
+        }
+    }
+
     /// Aligns the two sequences on their signatures (longest common subsequence) and compares
     /// the pairs; records on one side only are a difference of their own.
     fn compare_topic(&mut self, table: &str, expected: &[Rec], actual: &[Rec]) {
@@ -465,6 +594,19 @@ impl Diff {
             if i < n && j < m && es[i] == acts[j] {
                 self.records += 1;
                 self.compare(table, "", &expected[i].as_object(), &actual[j].as_object());
+                let (e, a) = (&expected[i], &actual[j]);
+                self.compare_schema(
+                    table,
+                    "key.schema",
+                    e.key_schema.as_ref(),
+                    a.key_schema.as_ref(),
+                );
+                self.compare_schema(
+                    table,
+                    "value.schema",
+                    e.value_schema.as_ref(),
+                    a.value_schema.as_ref(),
+                );
                 i += 1;
                 j += 1;
             } else if j == m || (i < n && lcs[i + 1][j] >= lcs[i][j + 1]) {
@@ -480,8 +622,36 @@ impl Diff {
     }
 }
 
-/// Replaces this run's prefix and database with the capture's in `source.name`/`source.db`.
+/// Replaces this run's prefix with the capture's in a schema's record names
+/// (`<prefix>.public.t.Value`).
+fn normalise_schema(schema: &mut J, prefix: &str) {
+    match schema {
+        J::Obj(members) => {
+            for (name, value) in members {
+                match value {
+                    J::Str(text) if name == "name" => {
+                        if let Some(rest) = text.strip_prefix(&format!("{prefix}.")) {
+                            *text = format!("{GOLDEN_PREFIX}.{rest}");
+                        }
+                    }
+                    other => normalise_schema(other, prefix),
+                }
+            }
+        }
+        J::Arr(items) => items.iter_mut().for_each(|i| normalise_schema(i, prefix)),
+        _ => {}
+    }
+}
+
+/// Replaces this run's prefix and database with the capture's in `source.name`/`source.db`
+/// (and the schemas' record names).
 fn normalise(mut rec: Rec, prefix: &str, database: &str) -> Rec {
+    for schema in [rec.key_schema.as_mut(), rec.value_schema.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        normalise_schema(schema, prefix);
+    }
     if let Some(source) = rec.value.as_mut().and_then(|v| v.get_mut("source")) {
         for (field, ours, theirs) in [
             ("name", prefix, GOLDEN_PREFIX),
@@ -547,10 +717,9 @@ fn read_topics(prefix: &str) -> BTreeMap<String, Vec<Rec>> {
             .strip_prefix(&format!("{prefix}."))
             .unwrap()
             .to_owned();
-        out.entry(table).or_default().push(Rec {
-            key: parse(message.key()),
-            value: parse(message.payload()),
-        });
+        out.entry(table)
+            .or_default()
+            .push(Rec::new(parse(message.key()), parse(message.payload())));
         if ends.get(&(topic, message.partition())) == Some(&(message.offset() + 1)) {
             remaining -= 1;
         }
@@ -595,6 +764,21 @@ fn known_differences() -> BTreeSet<String> {
 /// Runs sluice on the change script once (`extra` keys added to `[source.postgres]`'s
 /// neighbourhood) and returns its records per table.
 async fn run_sluice(extra: &str) -> BTreeMap<String, Vec<Rec>> {
+    run_sluice_on(
+        extra,
+        statements(&root().join("scripts/debezium/setup.sql")),
+        statements(&root().join("scripts/debezium/changes.sql")),
+    )
+    .await
+}
+
+/// Runs sluice in a database of its own: `setup` before it starts (snapshotted), `changes`
+/// once it streams; returns its records per table.
+async fn run_sluice_on(
+    extra: &str,
+    setup: Vec<String>,
+    changes: Vec<String>,
+) -> BTreeMap<String, Vec<Rec>> {
     let name = unique("dbz");
     let admin = pg().await;
     admin
@@ -607,7 +791,7 @@ async fn run_sluice(extra: &str) -> BTreeMap<String, Vec<Rec>> {
         base.rsplit_once('/').expect("a database in PG_URL").0
     );
     let client = pg_at(&url).await;
-    for statement in statements(&root().join("scripts/debezium/setup.sql")) {
+    for statement in setup {
         client
             .batch_execute(&statement)
             .await
@@ -619,7 +803,7 @@ async fn run_sluice(extra: &str) -> BTreeMap<String, Vec<Rec>> {
         .replace(&format!("url = \"{base}\""), &format!("url = \"{url}\""));
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
-    for statement in statements(&root().join("scripts/debezium/changes.sql")) {
+    for statement in changes {
         client
             .batch_execute(&statement)
             .await
@@ -687,20 +871,22 @@ async fn events_match_debezium_golden_files() {
     let _broker = broker_shared().await;
     let started = Instant::now();
     // One sluice run per combination captured with an option sluice has, side by side.
-    let (defaults, decimal_string) = tokio::join!(
+    let (defaults, decimal_string, schemas_enable) = tokio::join!(
         run_sluice(""),
         run_sluice("\n[kafka.events]\ndecimal_handling_mode = \"string\"\n"),
+        run_sluice("\n[kafka.events]\nschemas_enable = true\n"),
     );
     let mut diff = Diff::default();
     compare("defaults", &defaults, &mut diff);
     compare("decimal-string", &decimal_string, &mut diff);
+    compare("schemas-enable", &schemas_enable, &mut diff);
 
     let known = known_differences();
     let found: BTreeSet<String> = diff.groups.keys().cloned().collect();
     let new: Vec<&String> = found.difference(&known).collect();
     let gone: Vec<&String> = known.difference(&found).collect();
     println!(
-        "compared {} records and {} fields with Debezium's (defaults, decimal-string) in {:?}: \
+        "compared {} records and {} fields with Debezium's (defaults, decimal-string, schemas-enable) in {:?}: \
          {} field differences in {} groups, all of them known: {}",
         diff.records,
         diff.fields,
@@ -736,10 +922,61 @@ async fn events_match_debezium_golden_files() {
     }
     assert!(report.is_empty(), "{report}");
     assert!(
-        diff.records >= 760,
+        diff.records >= 1150,
         "too few records paired: {}",
         diff.records
     );
+}
+
+/// `column_propagate_source_type` (Debezium's `column.propagate.source.type`): the matching
+/// columns' schemas, snapshotted and streamed, carry the source type's name, length and scale;
+/// the others do not.
+#[tokio::test(flavor = "multi_thread")]
+async fn column_propagate_source_type_names_the_source_types() {
+    let _broker = broker_shared().await;
+    let setup = [
+        "CREATE DOMAIN price AS numeric(8,2);",
+        "CREATE TABLE items (id integer PRIMARY KEY, code varchar(12) NOT NULL, amount price, \
+         note text, at timestamp(3));",
+        "INSERT INTO items VALUES (1, 'a', 1.5, 'x', '2020-01-01');",
+    ];
+    let extra = "\n[kafka.events]\nschemas_enable = true\n\
+                 column_propagate_source_type = \"public\\\\.items\\\\.(code|amount),.*\\\\.AT\"\n";
+    let records = run_sluice_on(
+        extra,
+        setup.iter().map(|s| s.to_string()).collect(),
+        vec!["INSERT INTO items VALUES (2, 'b', 2.5, 'y', '2020-01-02');".into()],
+    )
+    .await;
+    let items = &records["public.items"];
+    let ops: Vec<String> = items.iter().map(Rec::op).collect();
+    assert_eq!(ops, ["r", "c"]);
+    for record in items {
+        let schema = record.value_schema.as_ref().expect("a value schema");
+        let J::Arr(fields) = schema.get("fields").unwrap() else {
+            panic!("fields")
+        };
+        let after = fields[1].get("fields").unwrap();
+        let J::Arr(columns) = after else {
+            panic!("columns")
+        };
+        let parameters: Vec<String> = columns
+            .iter()
+            .map(|c| c.get("parameters").map_or("-".into(), J::show))
+            .collect();
+        assert_eq!(
+            parameters,
+            [
+                "-",
+                r#"{"__debezium.source.column.type":"VARCHAR","__debezium.source.column.length":"12","__debezium.source.column.scale":"0"}"#,
+                r#"{"scale":"2","connect.decimal.precision":"8","__debezium.source.column.type":"PRICE","__debezium.source.column.length":"8","__debezium.source.column.scale":"2"}"#,
+                "-",
+                r#"{"__debezium.source.column.type":"TIMESTAMP","__debezium.source.column.length":"26","__debezium.source.column.scale":"3"}"#,
+            ],
+            "{}",
+            schema.show()
+        );
+    }
 }
 
 #[test]

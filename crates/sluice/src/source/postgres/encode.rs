@@ -13,6 +13,7 @@ use sluice_engine::Lsn;
 
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
+use crate::event::schema::RenderedSchemas;
 use crate::event::{
     EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
     SnapshotMarker, write_int, write_json_str,
@@ -45,6 +46,8 @@ pub struct RelationInfo {
     pub outbox: Option<Arc<OutboxLayout>>,
     /// Left out by `source.postgres.exclude_tables`: its changes emit nothing.
     pub excluded: bool,
+    /// The key and envelope schemas (`kafka.events.schemas_enable`), rendered once.
+    pub schemas: Option<RenderedSchemas>,
 }
 
 /// Where the outbox's parts are in its rows.
@@ -240,7 +243,16 @@ impl RelationInfo {
             envelope_overhead,
             outbox: None,
             excluded: false,
+            schemas: None,
         }
+    }
+
+    /// Sets the rendered schemas (`kafka.events.schemas_enable`); every record then carries
+    /// them, which the in-flight estimate counts.
+    pub fn set_schemas(&mut self, schemas: RenderedSchemas) {
+        self.envelope_overhead +=
+            schemas.value_head.len() + schemas.key_head.as_ref().map_or(0, |k| k.len());
+        self.schemas = Some(schemas);
     }
 
     /// Applies the pipeline's table exclusions and column rules.
@@ -490,7 +502,15 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData, events: &EventOptions) -> Op
     if rel.key_columns.is_empty() {
         return None;
     }
-    let mut key = Vec::with_capacity(32);
+    let schema = rel
+        .schemas
+        .as_ref()
+        .filter(|_| events.schemas_enable)
+        .and_then(|s| s.key_head.as_deref());
+    let mut key = Vec::with_capacity(32 + schema.map_or(0, <[u8]>::len));
+    if let Some(head) = schema {
+        key.extend_from_slice(head);
+    }
     key.push(b'{');
     for (n, &index) in rel.key_columns.iter().enumerate() {
         if n > 0 {
@@ -501,6 +521,9 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData, events: &EventOptions) -> Op
         write_datum(&rel.name, column, tuple.0.get(index), &mut key, events);
     }
     key.push(b'}');
+    if schema.is_some() {
+        key.push(b'}');
+    }
     Some(key)
 }
 
@@ -514,7 +537,15 @@ fn envelope(
     op: Op,
 ) -> Vec<u8> {
     let rel = &change.relation;
+    let schema = rel
+        .schemas
+        .as_ref()
+        .filter(|_| options.events.schemas_enable)
+        .map(|s| &*s.value_head);
     let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
+    if let Some(head) = schema {
+        out.extend_from_slice(head);
+    }
     out.extend_from_slice(b"{\"before\":");
     match before {
         Some(row) => write_row(rel, row, None, &options.events, &mut out, &mut Vec::new()),
@@ -556,6 +587,9 @@ fn envelope(
         out.push(b']');
     }
     out.push(b'}');
+    if schema.is_some() {
+        out.push(b'}');
+    }
     out
 }
 

@@ -344,6 +344,7 @@ pub async fn read_chunk(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
     rules: &PostgresSourceConfig,
+    events: &crate::event::EventOptions,
     snapshot: &TableSnapshot,
     limit: u32,
     token: &str,
@@ -354,7 +355,7 @@ pub async fn read_chunk(
             snapshot.table
         )));
     };
-    let relation = super::snapshot::relation_info(catalog, identity, rules, schema, table)
+    let relation = super::snapshot::relation_info(catalog, identity, rules, events, schema, table)
         .await
         .map_err(ChunkError::Retry)?;
     if relation.columns.is_empty() {
@@ -897,6 +898,7 @@ impl IncrementalRun {
                 catalog,
                 &identity,
                 &config.source,
+                &config.kafka.events,
                 &snapshot,
                 limit,
                 &task_token,

@@ -20,6 +20,7 @@ pub mod incremental;
 pub mod pgoutput;
 pub mod publication;
 pub mod replication;
+pub mod schema;
 pub mod setup;
 mod silence;
 pub mod slot_state;

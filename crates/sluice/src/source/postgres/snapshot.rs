@@ -659,7 +659,15 @@ impl Worker {
         }
         let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
         let relation = Arc::new(
-            relation_info(&self.catalog, &self.identity, &self.source, schema, name).await?,
+            relation_info(
+                &self.catalog,
+                &self.identity,
+                &self.source,
+                &self.events,
+                schema,
+                name,
+            )
+            .await?,
         );
         relations.insert(table.to_owned(), Arc::clone(&relation));
         Ok(relation)
@@ -871,6 +879,7 @@ pub(super) async fn relation_info(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
     rules: &super::config::PostgresSourceConfig,
+    events: &crate::event::EventOptions,
     schema: &str,
     table: &str,
 ) -> Result<RelationInfo, PipelineError> {
@@ -922,6 +931,10 @@ pub(super) async fn relation_info(
         Arc::new(TableMetrics::new(&qualified)),
     );
     info.apply_rules(rules);
+    if events.schemas_enable {
+        let columns = super::schema::column_catalog(catalog, oid).await?;
+        info.set_schemas(super::schema::render(&info, &columns, events));
+    }
     Ok(info)
 }
 

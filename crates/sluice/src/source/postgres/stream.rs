@@ -993,6 +993,15 @@ impl PgSource<'_> {
             metrics,
         );
         info.apply_rules(&self.ctx.config.source);
+        let events = self.ctx.config.kafka.events;
+        if events.schemas_enable && !info.excluded {
+            let columns = bounded(
+                "reading the table's column types",
+                super::schema::column_catalog(&self.catalog, relation.id),
+            )
+            .await?;
+            info.set_schemas(super::schema::render(&info, &columns, &events));
+        }
         let is_outbox = self
             .ctx
             .config

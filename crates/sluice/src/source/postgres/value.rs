@@ -71,6 +71,29 @@ pub(crate) fn write_json(
     events: &EventOptions,
 ) -> Result<(), ValueError> {
     let start = out.len();
+    let result = match column_kind(type_oid, events) {
+        ColumnKind::Array(element) => write_array(element, type_modifier, text, out),
+        ColumnKind::Scalar(kind) => write_scalar(kind, type_modifier, text, out),
+    };
+    if result.is_err() {
+        out.truncate(start);
+    }
+    result
+}
+
+/// How a column's values are written: the kind of a scalar type, or of an array type's
+/// elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ColumnKind {
+    /// A scalar.
+    Scalar(Kind),
+    /// An array mapped element by element.
+    Array(Kind),
+}
+
+/// The kind of a column's values under the event options: the one place that decides a
+/// type's Debezium form, for the value writer and the schema (`schema.rs`) alike.
+pub(crate) fn column_kind(type_oid: u32, events: &EventOptions) -> ColumnKind {
     // `json`/`jsonb` are Debezium's strings holding the document unless embedded; `numeric`
     // and `money` follow `decimal_handling_mode`.
     let precise = events.decimal_handling_mode == DecimalHandlingMode::Precise;
@@ -80,14 +103,10 @@ pub(crate) fn write_json(
         Kind::Money if precise => Kind::MoneyPrecise,
         kind => kind,
     };
-    let result = match array_element_kind(type_oid) {
-        Some(element) => write_array(adjust(element), type_modifier, text, out),
-        None => write_scalar(adjust(scalar_kind(type_oid)), type_modifier, text, out),
-    };
-    if result.is_err() {
-        out.truncate(start);
+    match array_element_kind(type_oid) {
+        Some(element) => ColumnKind::Array(adjust(element)),
+        None => ColumnKind::Scalar(adjust(scalar_kind(type_oid))),
     }
-    result
 }
 
 /// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column),
@@ -147,7 +166,7 @@ impl ValueError {
 
 /// How a value of a type becomes JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     /// `bool`: `true` or `false`.
     Bool,
     /// `int2`, `int4`, `int8`, `oid`: a JSON integer.
@@ -753,7 +772,7 @@ fn write_date(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
 
 /// Whether a `time` or `timestamp` column's precision (its type modifier) makes Debezium use
 /// milliseconds (precision 0 to 3) rather than microseconds (4 to 6, or none).
-fn is_millisecond_precision(type_modifier: i32) -> bool {
+pub(crate) fn is_millisecond_precision(type_modifier: i32) -> bool {
     (0..=3).contains(&type_modifier)
 }
 
@@ -1608,6 +1627,8 @@ mod tests {
         embed_json: true,
         unavailable_columns: true,
         truncate: true,
+        schemas_enable: false,
+        column_propagate_source_type: crate::event::ColumnPatterns::NONE,
     };
 
     /// The JSON for a value, or the error.

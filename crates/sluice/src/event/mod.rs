@@ -11,6 +11,11 @@
 //! Every record also carries its source position in headers, so consumers can drop the
 //! duplicates an at-least-once pipeline may write after a crash: the position
 //! (`sluice.commit_lsn`, `sluice.tx_index`) strictly increases per key.
+//!
+//! With `kafka.events.schemas_enable` (`JsonConverter`'s `schemas.enable=true`), key and value
+//! are `{"schema":…,"payload":…}` with the schemas Debezium's connector declares ([`schema`]).
+
+pub mod schema;
 
 /// Header: the LSN of the source transaction's commit record (decimal).
 pub const HEADER_COMMIT_LSN: &str = "sluice.commit_lsn";
@@ -134,6 +139,103 @@ pub struct EventOptions {
     /// `skipped.operations=t` leaves it out).
     #[serde(default)]
     pub truncate: bool,
+    /// Kafka Connect's `JsonConverter` `schemas.enable`: write keys and values as
+    /// `{"schema":…,"payload":…}` with Debezium's schemas (off: the bare payload, as
+    /// `schemas.enable=false`).
+    #[serde(default)]
+    pub schemas_enable: bool,
+    /// Debezium's `column.propagate.source.type`: regular expressions (a comma-separated
+    /// string, as Debezium's, or an array) matched against `schema.table.column`; a matching
+    /// column's schema gets `__debezium.source.column.type` / `.length` / `.scale` parameters
+    /// (with `schemas_enable`).
+    #[serde(default)]
+    pub column_propagate_source_type: ColumnPatterns,
+}
+
+/// Regular expressions over column names (`schema.table.column`), each matching the whole name,
+/// case-insensitively, as Debezium's column options. Compiled once when the configuration is
+/// read and kept for the process's life (so the options stay `Copy`).
+#[derive(Clone, Copy, Default)]
+pub struct ColumnPatterns(&'static [(String, regex_automata::meta::Regex)]);
+
+impl ColumnPatterns {
+    /// No pattern.
+    pub const NONE: ColumnPatterns = ColumnPatterns(&[]);
+
+    /// Compiles the patterns.
+    ///
+    /// # Errors
+    ///
+    /// The first pattern that is not a valid regular expression, with why.
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Self, String> {
+        if patterns.is_empty() {
+            return Ok(Self::NONE);
+        }
+        let mut compiled = Vec::with_capacity(patterns.len());
+        for pattern in patterns {
+            let pattern = pattern.as_ref().trim();
+            let regex = regex_automata::meta::Regex::builder()
+                .syntax(
+                    regex_automata::util::syntax::Config::new()
+                        .case_insensitive(true)
+                        .unicode(false)
+                        .utf8(false),
+                )
+                .build(&format!("^(?:{pattern})$"))
+                .map_err(|e| format!("{pattern:?} is not a valid regular expression: {e}"))?;
+            compiled.push((pattern.to_owned(), regex));
+        }
+        Ok(Self(Box::leak(compiled.into_boxed_slice())))
+    }
+
+    /// Whether a pattern matches the whole `name`.
+    pub fn matches(&self, name: &str) -> bool {
+        self.0
+            .iter()
+            .any(|(_, regex)| regex.is_match(name.as_bytes()))
+    }
+
+    /// Whether there is no pattern.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for ColumnPatterns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(p, _)| p))
+            .finish()
+    }
+}
+
+impl PartialEq for ColumnPatterns {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(other.0).all(|(a, b)| a.0 == b.0)
+    }
+}
+
+impl Eq for ColumnPatterns {}
+
+impl<'de> serde::Deserialize<'de> for ColumnPatterns {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            List(Vec<String>),
+        }
+        let patterns: Vec<String> = match Form::deserialize(deserializer)? {
+            Form::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            Form::List(list) => list,
+        };
+        Self::new(&patterns).map_err(serde::de::Error::custom)
+    }
 }
 
 /// Debezium's `decimal.handling.mode`: how `numeric` (and `money`) values are written.
