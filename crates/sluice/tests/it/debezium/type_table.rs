@@ -25,7 +25,7 @@ const COMBINATIONS: &[(&str, &str)] = &[
 
 /// The combinations `events_match_debezium_golden_files` runs sluice on: the sluice column
 /// speaks for these only.
-const COMPARED: &[&str] = &["defaults", "decimal-string"];
+const COMPARED: &[&str] = &["defaults", "decimal-string", "schemas-enable"];
 
 /// Distinct values shown per cell, and the width a value is cut to.
 const EXAMPLES: usize = 3;
@@ -192,9 +192,14 @@ pub(super) fn generate() -> String {
                     let mut parts = line.split(' ');
                     let (combination, t, path, kind) =
                         (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-                    let field = path
-                        .strip_prefix("value.after.")
-                        .or_else(|| path.strip_prefix("value.before."))?;
+                    let field = [
+                        "value.after.",
+                        "value.before.",
+                        "value.schema.after.",
+                        "value.schema.before.",
+                    ]
+                    .iter()
+                    .find_map(|prefix| path.strip_prefix(prefix))?;
                     (COMPARED.contains(&combination) && t == topic && field == column)
                         .then(|| format!("{combination}: {kind}"))
                 })
