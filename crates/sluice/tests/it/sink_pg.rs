@@ -1,0 +1,395 @@
+//! Kafka → PostgreSQL: change events applied to tables of another database, compared row by
+//! row with what they should be, across a SIGKILL right after a batch committed.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use tokio_postgres::Client;
+
+use crate::sink::create_topic;
+use crate::support::{
+    Sluice, broker_shared, free_port, pg, pg_at, pipeline_toml, stack, test_dir, unique,
+};
+
+/// A new database on the stack's server; returns its URL and a connection.
+async fn target_database(name: &str) -> (String, Client) {
+    pg().await
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let base = stack().pg_url;
+    let (server, _) = base.rsplit_once('/').expect("PG_URL ends with /database");
+    let url = format!("{server}/{name}");
+    let client = pg_at(&url).await;
+    (url, client)
+}
+
+fn sink_toml(name: &str, topics: &[String], url: &str, port: u16, extra: &str) -> String {
+    let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
+    format!(
+        r#"
+name = "{name}"
+
+[source.kafka]
+brokers = "{brokers}"
+topics = [{topics}]
+group_id = "{name}"
+{extra}
+[source.kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+
+[sink.postgres]
+url = "{url}"
+sub_partitions = 4
+batch_records = 300
+batch_interval_ms = 50
+
+[admin]
+listen = "127.0.0.1:{port}"
+
+[restart]
+initial_backoff_ms = 200
+max_backoff_ms = 2000
+"#,
+        brokers = stack().brokers,
+        topics = topics.join(", "),
+    )
+}
+
+/// Waits until `query` (a count) returns 0 on `client`.
+async fn wait_zero(what: &str, client: &Client, query: &str, timeout: Duration, sink: &Sluice) {
+    let deadline = Instant::now() + timeout;
+    let mut last = -1;
+    while Instant::now() < deadline {
+        last = client.query_one(query, &[]).await.unwrap().get::<_, i64>(0);
+        if last == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!(
+        "timed out after {timeout:?} waiting for {what} ({last} left); sink log:\n{}",
+        sink.log_text()
+    );
+}
+
+/// PostgreSQL → sluice (CDC) → Kafka → sluice (`[sink.postgres]`) → another database: inserts,
+/// repeated updates of the same keys, deletes and primary-key changes; afterwards the target
+/// table equals the source table row by row (`EXCEPT` both ways over a copy of the source).
+#[tokio::test(flavor = "multi_thread")]
+async fn cdc_changes_replicate_into_another_database() {
+    let _broker = broker_shared().await;
+    let name = unique("pgsink");
+    let schema = name.clone();
+    let columns = "id bigint PRIMARY KEY, n integer NOT NULL, label text, flag boolean, at timestamptz, counter bigint NOT NULL DEFAULT 0";
+    let source = pg().await;
+    source
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.items ({columns});"
+        ))
+        .await
+        .unwrap();
+    let (target_url, target) = target_database(&name).await;
+    target
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.items ({columns});"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{schema}.items");
+    create_topic(&topic, 2).await;
+
+    let cdc_port = free_port();
+    let cdc = Sluice::start(
+        &test_dir(&format!("{name}_cdc")),
+        &pipeline_toml(&name, &schema, &name, cdc_port, ""),
+        cdc_port,
+    );
+    cdc.wait_streaming(Duration::from_secs(60));
+    let sink_port = free_port();
+    let sink = Sluice::start(
+        &test_dir(&format!("{name}_sink")),
+        &sink_toml(
+            &format!("{name}_sink"),
+            std::slice::from_ref(&topic),
+            &target_url,
+            sink_port,
+            "",
+        ),
+        sink_port,
+    );
+    sink.wait_streaming(Duration::from_secs(60));
+
+    // 5,000 changes: 1,500 inserts (one transaction of 1,000, 500 single rows), 2,500 updates
+    // (the same 250 keys ten times), 500 deletes, 500 primary-key changes.
+    let t = format!("{schema}.items");
+    source
+        .batch_execute(&format!(
+            "INSERT INTO {t} (id, n, label, flag, at)
+             SELECT g, g % 7, 'row ' || g, g % 2 = 0, '2026-11-25 10:00:00+00'::timestamptz + g * interval '1 second'
+             FROM generate_series(1, 1000) g"
+        ))
+        .await
+        .unwrap();
+    for id in 1001..=1500i64 {
+        source
+            .execute(
+                &format!(
+                    "INSERT INTO {t} (id, n, label, flag, at) VALUES ($1, 1, NULL, NULL, NULL)"
+                ),
+                &[&id],
+            )
+            .await
+            .unwrap();
+    }
+    for round in 0..10 {
+        source
+            .batch_execute(&format!(
+                "UPDATE {t} SET counter = counter + 1, n = n + {round}, label = 'u{round}' WHERE id % 6 = 0 AND id <= 1500"
+            ))
+            .await
+            .unwrap();
+    }
+    source
+        .batch_execute(&format!("DELETE FROM {t} WHERE id % 3 = 1"))
+        .await
+        .unwrap();
+    source
+        .batch_execute(&format!(
+            "UPDATE {t} SET id = id + 100000 WHERE id % 3 = 2 AND id <= 1500"
+        ))
+        .await
+        .unwrap();
+
+    // Compare: a copy of the source rows in the target database, EXCEPT both ways.
+    let rows: String = source
+        .query_one(
+            &format!("SELECT coalesce(json_agg(s), '[]')::text FROM {t} s"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    target
+        .execute(
+            &format!(
+                "CREATE TABLE {schema}.expected AS SELECT * FROM json_populate_recordset(NULL::{schema}.items, $1::text::json)"
+            ),
+            &[&rows],
+        )
+        .await
+        .unwrap();
+    let differences = format!(
+        "SELECT count(*) FROM ((SELECT * FROM {schema}.expected EXCEPT SELECT * FROM {t})
+                               UNION ALL (SELECT * FROM {t} EXCEPT SELECT * FROM {schema}.expected)) d"
+    );
+    wait_zero(
+        "the target table to equal the source",
+        &target,
+        &differences,
+        Duration::from_secs(120),
+        &sink,
+    )
+    .await;
+    let counts: (i64, i64) = {
+        let row = target
+            .query_one(
+                &format!(
+                    "SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM {schema}.expected)"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(counts, (1000, 1000), "rows in the target and the source");
+    let moved: i64 = target
+        .query_one(&format!("SELECT count(*) FROM {t} WHERE id > 100000"), &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(moved, 500, "rows whose primary key changed");
+    drop(cdc);
+    drop(sink);
+    crate::support::drop_slot_and_publication(&source, &name).await;
+}
+
+/// The Debezium event of update `counter` of key `id` (counter 0: the insert); `None`: the
+/// delete of the key.
+fn event(id: u64, counter: u64, delete: bool) -> (String, String) {
+    let key = format!(r#"{{"id":{id}}}"#);
+    let row = format!(r#"{{"id":{id},"counter":{counter},"label":"k{id} c{counter}"}}"#);
+    let value = if delete {
+        format!(r#"{{"before":{row},"after":null,"source":{{}},"op":"d","ts_ms":0}}"#)
+    } else {
+        let op = if counter == 0 { "c" } else { "u" };
+        format!(r#"{{"before":null,"after":{row},"source":{{}},"op":"{op}","ts_ms":0}}"#)
+    };
+    (key, value)
+}
+
+/// Produces `updates` changes per key over `keys` keys, interleaved; every tenth key is then
+/// deleted (a delete event and a tombstone). Returns the expected rows: id → counter.
+fn produce_changes(topic: &str, keys: u64, updates: u64) -> BTreeMap<u64, u64> {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .create()
+        .unwrap();
+    let send = |key: &str, value: Option<&str>| {
+        let mut record = BaseRecord::to(topic).key(key);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        let mut record = record;
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    };
+    let mut expected = BTreeMap::new();
+    for counter in 0..updates {
+        for id in 0..keys {
+            let (key, value) = event(id, counter, false);
+            send(&key, Some(&value));
+            expected.insert(id, counter);
+        }
+    }
+    for id in (0..keys).step_by(10) {
+        let (key, value) = event(id, updates, true);
+        send(&key, Some(&value));
+        send(&key, None);
+        expected.remove(&id);
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    expected
+}
+
+/// Exactly once: the sink is killed (a crash point aborts it) right after a batch committed in
+/// PostgreSQL and before its Kafka offsets are committed (they are committed only every ten
+/// minutes here, so every record is delivered again after the restart). A trigger records
+/// every update that does not move a row's counter forward — a change applied a second time —
+/// and there must be none; the table must equal the expected rows, counters included.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
+    let _broker = broker_shared().await;
+    let name = unique("pgsink_kill");
+    let (url, target) = target_database(&name).await;
+    target
+        .batch_execute(
+            "CREATE SCHEMA app;
+             CREATE TABLE app.counters (id bigint PRIMARY KEY, counter bigint NOT NULL, label text);
+             CREATE TABLE app.replayed (id bigint, old_counter bigint, new_counter bigint);
+             CREATE FUNCTION app.check_forward() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF NEW.counter <= OLD.counter THEN
+                 INSERT INTO app.replayed VALUES (NEW.id, OLD.counter, NEW.counter);
+               END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER forward BEFORE UPDATE ON app.counters
+               FOR EACH ROW EXECUTE FUNCTION app.check_forward();",
+        )
+        .await
+        .unwrap();
+    let topic = format!("{name}.app.counters");
+    create_topic(&topic, 2).await;
+    let expected = produce_changes(&topic, 400, 25);
+
+    let port = free_port();
+    let toml = sink_toml(
+        &name,
+        std::slice::from_ref(&topic),
+        &url,
+        port,
+        "commit_interval_ms = 600000",
+    );
+    let mut sink = Sluice::start_with_env(
+        &test_dir(&name),
+        &toml,
+        port,
+        vec![(
+            "FAILPOINTS".to_owned(),
+            "sink::postgres::batch_committed=5*off->return".to_owned(),
+        )],
+    );
+    crate::support::wait_until(
+        "the sink to abort at its crash point",
+        Duration::from_secs(120),
+        || sink.exited().is_some(),
+    );
+    assert!(
+        sink.log_text()
+            .contains("failpoint sink::postgres::batch_committed"),
+        "the sink did not stop at its crash point (build with --features failpoints):\n{}",
+        sink.log_text()
+    );
+    let applied: i64 = target
+        .query_one(
+            "SELECT coalesce(sum(next_offset), 0)::bigint FROM sluice_sink_progress",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(applied > 0, "a batch committed before the crash");
+    sink.env.clear();
+    sink.restart();
+
+    let rows = expected.len() as i64;
+    let expected_json = serde_json::to_string(
+        &expected
+            .iter()
+            .map(|(id, counter)| serde_json::json!({"id": id, "counter": counter, "label": format!("k{id} c{counter}")}))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    target
+        .execute(
+            "CREATE TABLE app.expected AS SELECT * FROM json_populate_recordset(NULL::app.counters, $1::text::json)",
+            &[&expected_json],
+        )
+        .await
+        .unwrap();
+    wait_zero(
+        "the target table to equal the expected rows",
+        &target,
+        "SELECT count(*) FROM ((SELECT * FROM app.expected EXCEPT SELECT * FROM app.counters)
+                               UNION ALL (SELECT * FROM app.counters EXCEPT SELECT * FROM app.expected)) d",
+        Duration::from_secs(120),
+        &sink,
+    )
+    .await;
+    let count: i64 = target
+        .query_one("SELECT count(*) FROM app.counters", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, rows);
+    let replayed: Vec<(i64, i64, i64)> = target
+        .query("SELECT * FROM app.replayed ORDER BY 1 LIMIT 10", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert!(
+        replayed.is_empty(),
+        "changes applied a second time (id, counter before, counter applied): {replayed:?}"
+    );
+    assert!(
+        sink.log_text().contains("partition assigned"),
+        "{}",
+        sink.log_text()
+    );
+}
