@@ -743,6 +743,33 @@ mod tests {
     }
 
     #[test]
+    fn a_postgres_sink_names_its_broken_keys() {
+        let text = r#"
+            name = "to_pg"
+            [source.kafka]
+            brokers = "127.0.0.1:9092"
+            topics = ["cdc.public.orders", "orders"]
+            [sink.postgres]
+            url = "postgres://u@localhost/db?sslmode=nope"
+            batch_records = 0
+        "#;
+        let issues = issues(text);
+        let keys: Vec<_> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "sink.postgres.url",
+                "sink.postgres.table",
+                "sink.postgres.batch_records"
+            ],
+            "{issues:?}"
+        );
+        assert!(issues[1].problem.contains("\"orders\""), "{issues:?}");
+        let issues = self::issues(&text.replace("batch_records = 0", "tabel = \"x\""));
+        assert_eq!(issues[0].key, "sink.postgres.tabel");
+    }
+
+    #[test]
     fn the_examples_load() {
         let env = |name: &str| match name {
             "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
@@ -768,6 +795,20 @@ mod tests {
             config.files().unwrap().s3.upload_part_bytes,
             DEFAULT_UPLOAD_PART_BYTES
         );
+        let text = include_str!("../../../../examples/kafka-to-postgres.toml");
+        let env = |name: &str| match name {
+            "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+            "SOURCE_TOPIC" => Some("cdc.public.orders".to_owned()),
+            "TARGET_PG_URL" => Some("postgres://u@replica/app?sslmode=verify-full".to_owned()),
+            _ => None,
+        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
+        let postgres = config.postgres().unwrap();
+        assert_eq!(
+            postgres.table_for("cdc.public.orders").unwrap().to_string(),
+            "public.orders"
+        );
+        assert_eq!(config.sub_partitions(), 4);
         let issues = issues(&format!(
             "{MINIMAL}\nurl = \"/data\"\n[sink.files.s3]\nupload_part_bytes = 1000\n"
         ));

@@ -7,8 +7,8 @@
 //! - **Batches.** A writer stages records until `batch_records` or `batch_interval_ms`, then
 //!   collapses them per key to the last change (a key lives in one sub-partition, so no two
 //!   changes of one key are ever reordered) and applies them in one transaction: one
-//!   `DELETE … USING json_populate_recordset(…)` for the deleted keys and one
-//!   `INSERT … SELECT … FROM json_populate_recordset(…) ON CONFLICT (key) DO UPDATE` for the
+//!   `DELETE … USING jsonb_populate_recordset(…)` for the deleted keys and one
+//!   `INSERT … SELECT … FROM jsonb_populate_recordset(…) ON CONFLICT (key) DO UPDATE` for the
 //!   upserted rows. The JSON is sent as one text parameter; the table's row type decides how
 //!   each value is converted, as a cast from its JSON text would.
 //! - **Exactly once.** The same transaction moves the sub-partition's row in the progress
@@ -454,7 +454,7 @@ impl PgWriter {
                 let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} = k.{k}")).collect();
                 statements.push((
                     format!(
-                        "DELETE FROM {table} AS t USING json_populate_recordset(NULL::{table}, $1::text::json) AS k WHERE {}",
+                        "DELETE FROM {table} AS t USING jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS k WHERE {}",
                         matches.join(" AND ")
                     ),
                     deletes,
@@ -480,7 +480,7 @@ impl PgWriter {
                 let list = columns.join(", ");
                 statements.push((
                     format!(
-                        "INSERT INTO {table} ({list}) SELECT {list} FROM json_populate_recordset(NULL::{table}, $1::text::json) ON CONFLICT ({}) DO {action}",
+                        "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
                         keys.join(", ")
                     ),
                     upserts,
