@@ -234,7 +234,13 @@ impl Destination {
     }
 
     /// The writer of `id`, from its recovered state.
-    fn writer(&self, id: SubPartitionId, recovered: &Recovered) -> Box<dyn SubPartitionWriter> {
+    fn writer(
+        &self,
+        id: SubPartitionId,
+        recovered: &Recovered,
+        failure: FailureSettings,
+        dead_letter: Option<Arc<DeadLetter>>,
+    ) -> Box<dyn SubPartitionWriter> {
         match self {
             Self::Files { root, settings } => Box::new(FilesWriter::new(
                 id,
@@ -243,7 +249,9 @@ impl Destination {
                 Arc::clone(root),
                 Arc::clone(settings),
             )),
-            Self::Postgres(target) => Box::new(target.writer(id, recovered.last_offset)),
+            Self::Postgres(target) => {
+                Box::new(target.writer(id, recovered.last_offset, failure, dead_letter))
+            }
         }
     }
 
@@ -848,7 +856,12 @@ impl Intake {
                     .max(group_committed.map_or(-1, |c| c - 1)),
             );
             dead_lettered.push(recovered.skipped.clone());
-            let writer = self.destination.writer(id.clone(), &recovered);
+            let writer = self.destination.writer(
+                id.clone(),
+                &recovered,
+                self.failure_settings,
+                self.dead_letter.clone(),
+            );
             workers.push(
                 worker::spawn(
                     id,

@@ -393,3 +393,91 @@ async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
         sink.log_text()
     );
 }
+
+/// A row PostgreSQL refuses (a CHECK constraint) goes to the dead-letter topic with its
+/// reason and position in headers, while every other change — of the same sub-partitions
+/// too — is applied; the refused change's key keeps its previous row.
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_rows_go_to_the_dead_letter_topic_and_the_rest_applies() {
+    let _broker = broker_shared().await;
+    let name = unique("pgsink_poison");
+    let (url, target) = target_database(&name).await;
+    target
+        .batch_execute(
+            "CREATE SCHEMA app;
+             CREATE TABLE app.stock (id bigint PRIMARY KEY, qty integer NOT NULL CONSTRAINT qty_not_negative CHECK (qty >= 0));",
+        )
+        .await
+        .unwrap();
+    let topic = format!("{name}.app.stock");
+    let dead_letter_topic = format!("{name}_dlq");
+    create_topic(&topic, 2).await;
+    create_topic(&dead_letter_topic, 1).await;
+    let poison = [50u64, 150, 250];
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    for round in 0..2i64 {
+        for id in 0..300u64 {
+            let qty = if round == 1 && poison.contains(&id) {
+                -1
+            } else {
+                round
+            };
+            let key = format!(r#"{{"id":{id}}}"#);
+            let op = if round == 0 { "c" } else { "u" };
+            let value = format!(
+                r#"{{"before":null,"after":{{"id":{id},"qty":{qty}}},"source":{{}},"op":"{op}","ts_ms":0}}"#
+            );
+            producer
+                .send(BaseRecord::to(&topic).key(&key).payload(&value))
+                .map_err(|(e, _)| e)
+                .unwrap();
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+
+    let port = free_port();
+    let toml = sink_toml(&name, std::slice::from_ref(&topic), &url, port, "")
+        .replace(
+            "[admin]",
+            &format!(
+                "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\n\n[admin]"
+            ),
+        );
+    let sink = Sluice::start(&test_dir(&name), &toml, port);
+    let expected = "SELECT count(*) FROM generate_series(0, 299) g
+                    LEFT JOIN app.stock s ON s.id = g
+                    WHERE s.qty IS DISTINCT FROM (CASE WHEN g IN (50, 150, 250) THEN 0 ELSE 1 END)";
+    wait_zero(
+        "every row but the refused ones updated",
+        &target,
+        expected,
+        Duration::from_secs(120),
+        &sink,
+    )
+    .await;
+    let records = crate::support::read_topic(&dead_letter_topic, Duration::from_secs(60), |r| {
+        r.len() >= poison.len()
+    });
+    let mut ids: Vec<u64> = records
+        .iter()
+        .map(|r| r.value.as_ref().unwrap()["after"]["id"].as_u64().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, poison, "{records:?}");
+    for record in &records {
+        assert_eq!(record.value.as_ref().unwrap()["after"]["qty"], -1);
+        assert_eq!(record.headers["sluice.dlq.topic"], topic);
+        assert!(
+            record.headers["sluice.dlq.reason"].contains("qty_not_negative"),
+            "{record:?}"
+        );
+        assert!(
+            record.headers.contains_key("sluice.dlq.offset"),
+            "{record:?}"
+        );
+    }
+    assert!(sink.get("/health").is_some_and(|h| h.contains("streaming")));
+}

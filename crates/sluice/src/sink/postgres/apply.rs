@@ -28,11 +28,14 @@ use tokio_postgres::Client;
 
 use crate::error::PipelineError;
 use crate::pg_connect::{ConnectError, PgConnectConfig};
+use crate::sink::config::FailurePolicy;
 use crate::sink::config::SinkPipelineConfig;
 use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
 use crate::sink::postgres::config::{PostgresSinkConfig, TableName, quote_ident};
-use crate::sink::worker::{RecordData, SubPartitionWriter, WriteFailure};
+use crate::sink::worker::{
+    DeadLetter, FailureSettings, RecordData, SubPartitionWriter, WriteFailure,
+};
 
 /// The target database, shared by a run's writers.
 pub struct PgTarget {
@@ -176,7 +179,13 @@ impl PgTarget {
     }
 
     /// The writer of `id`, which has applied every record before `last_offset + 1`.
-    pub fn writer(self: &Arc<Self>, id: SubPartitionId, last_offset: i64) -> PgWriter {
+    pub fn writer(
+        self: &Arc<Self>,
+        id: SubPartitionId,
+        last_offset: i64,
+        failure: FailureSettings,
+        dead_letter: Option<Arc<DeadLetter>>,
+    ) -> PgWriter {
         let table = self
             .settings
             .table_for(&id.topic)
@@ -189,6 +198,8 @@ impl PgTarget {
             shape: None,
             progress: (last_offset + 1).max(0),
             batch: Vec::new(),
+            failure,
+            dead_letter,
             last_offset: None,
             records: 0,
             opened_at: None,
@@ -199,6 +210,13 @@ impl PgTarget {
     fn sql_error(&self, what: &str, error: tokio_postgres::Error) -> PipelineError {
         let code = error.code().map(|c| c.code().to_owned());
         let class = code.as_deref().map(|c| &c[..2]);
+        if is_record_error(&error) {
+            return PipelineError::fatal_with(
+                format!("{what}: {}", describe_db_error(&error)),
+                "fix the target table or the records; the pipeline resumes from the progress table",
+                error,
+            );
+        }
         match class {
             // Data exception, integrity constraint, syntax or access rule, feature not
             // supported, invalid authorization, insufficient privilege (42501 is class 42).
@@ -210,6 +228,14 @@ impl PgTarget {
             _ => PipelineError::retryable(format!("{what}: {}", describe_db_error(&error)), error),
         }
     }
+}
+
+/// Whether PostgreSQL refused a row rather than the statement: a data exception (a value
+/// that does not fit its column) or an integrity constraint violation.
+fn is_record_error(error: &tokio_postgres::Error) -> bool {
+    error
+        .code()
+        .is_some_and(|code| matches!(&code.code()[..2], "22" | "23"))
 }
 
 fn describe_db_error(error: &tokio_postgres::Error) -> String {
@@ -233,6 +259,13 @@ enum Change {
     Upsert { key: Vec<u8>, row: String },
     /// The key, as JSON text.
     Delete { key: Vec<u8> },
+}
+
+/// A staged change and its record (for the dead-letter topic).
+#[derive(Debug)]
+struct Staged {
+    change: Change,
+    data: RecordData,
 }
 
 impl Change {
@@ -273,7 +306,9 @@ pub struct PgWriter {
     /// The progress table's `next_offset` for this sub-partition (what the next transaction
     /// expects to find).
     progress: i64,
-    batch: Vec<Change>,
+    batch: Vec<Staged>,
+    failure: FailureSettings,
+    dead_letter: Option<Arc<DeadLetter>>,
     last_offset: Option<i64>,
     records: u64,
     opened_at: Option<Instant>,
@@ -383,24 +418,16 @@ impl PgWriter {
         Ok(())
     }
 
-    /// Applies the staged batch and the progress in one transaction.
-    fn apply(&mut self) -> Result<(), PipelineError> {
-        let Some(last_offset) = self.last_offset else {
-            return Ok(());
+    /// The statements that apply `changes` (in offset order), collapsed per key to the last
+    /// change: (SQL, the batch as a JSON array).
+    fn statements(&self, changes: &[&Change]) -> Result<Vec<(String, String)>, PipelineError> {
+        let Some(shape) = &self.shape else {
+            return Ok(Vec::new());
         };
-        let next = last_offset + 1;
-        let client = match self.client.take() {
-            Some(client) if !client.is_closed() => client,
-            _ => self.target.connect()?,
-        };
-        if let Some(first) = self.batch.first() {
-            let key = first.key().to_vec();
-            self.load_shape(&client, &key)?;
-        }
         let table = self.table()?.quoted();
         // The last change of each key.
-        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(self.batch.len());
-        for (index, change) in self.batch.iter().enumerate() {
+        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(changes.len());
+        for (index, change) in changes.iter().enumerate() {
             last.insert(change.key(), index);
         }
         let mut upserts = String::from("[");
@@ -408,7 +435,7 @@ impl PgWriter {
         let mut upserted = 0u64;
         let mut deleted = 0u64;
         let mut seen: HashSet<String> = HashSet::new();
-        for (index, change) in self.batch.iter().enumerate() {
+        for (index, change) in changes.iter().enumerate() {
             if last.get(change.key()) != Some(&index) {
                 continue;
             }
@@ -438,74 +465,87 @@ impl PgWriter {
         }
         upserts.push(']');
         deletes.push(']');
-        let mut statements = Vec::new();
-        if let Some(shape) = &self.shape {
-            if let Some(unknown) = seen.iter().find(|c| !shape.columns.contains(c)) {
-                return Err(PipelineError::fatal(
-                    format!(
-                        "the records of {:?} have a column {unknown:?} that {table} lacks",
-                        self.id.topic
-                    ),
-                    "add the column to the target table (auto_evolve is not supported yet)",
-                ));
-            }
-            let keys: Vec<String> = shape.key.iter().map(|k| quote_ident(k)).collect();
-            if deleted > 0 {
-                let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} = k.{k}")).collect();
-                statements.push((
-                    format!(
-                        "DELETE FROM {table} AS t USING jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS k WHERE {}",
-                        matches.join(" AND ")
-                    ),
-                    deletes,
-                ));
-            }
-            if upserted > 0 {
-                let columns: Vec<String> = shape
-                    .columns
-                    .iter()
-                    .filter(|c| seen.contains(*c))
-                    .map(|c| quote_ident(c))
-                    .collect();
-                let updates: Vec<String> = columns
-                    .iter()
-                    .filter(|c| !keys.contains(c))
-                    .map(|c| format!("{c} = EXCLUDED.{c}"))
-                    .collect();
-                let action = if updates.is_empty() {
-                    "NOTHING".to_owned()
-                } else {
-                    format!("UPDATE SET {}", updates.join(", "))
-                };
-                let list = columns.join(", ");
-                statements.push((
-                    format!(
-                        "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
-                        keys.join(", ")
-                    ),
-                    upserts,
-                ));
-            }
+        if let Some(unknown) = seen.iter().find(|c| !shape.columns.contains(c)) {
+            return Err(PipelineError::fatal(
+                format!(
+                    "the records of {:?} have a column {unknown:?} that {table} lacks",
+                    self.id.topic
+                ),
+                "add the column to the target table (auto_evolve is not supported yet)",
+            ));
         }
+        let mut statements = Vec::new();
+        let keys: Vec<String> = shape.key.iter().map(|k| quote_ident(k)).collect();
+        if deleted > 0 {
+            let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} = k.{k}")).collect();
+            statements.push((
+                format!(
+                    "DELETE FROM {table} AS t USING jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS k WHERE {}",
+                    matches.join(" AND ")
+                ),
+                deletes,
+            ));
+        }
+        if upserted > 0 {
+            let columns: Vec<String> = shape
+                .columns
+                .iter()
+                .filter(|c| seen.contains(*c))
+                .map(|c| quote_ident(c))
+                .collect();
+            let updates: Vec<String> = columns
+                .iter()
+                .filter(|c| !keys.contains(c))
+                .map(|c| format!("{c} = EXCLUDED.{c}"))
+                .collect();
+            let action = if updates.is_empty() {
+                "NOTHING".to_owned()
+            } else {
+                format!("UPDATE SET {}", updates.join(", "))
+            };
+            let list = columns.join(", ");
+            statements.push((
+                format!(
+                    "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
+                    keys.join(", ")
+                ),
+                upserts,
+            ));
+        }
+        Ok(statements)
+    }
+
+    /// Runs `statements` and moves the progress to `next` in one transaction; `false`: the
+    /// progress was not where this writer left it (nothing applied).
+    fn transact(
+        &self,
+        client: &mut Client,
+        statements: &[(String, String)],
+        next: i64,
+    ) -> Result<bool, tokio_postgres::Error> {
         let progress_sql = format!(
             "UPDATE {} SET next_offset = $1, updated_at = now() WHERE pipeline = $2 AND topic = $3
              AND kafka_partition = $4 AND sub_partition = $5 AND next_offset = $6",
             self.target.settings.progress_table()
         );
-        let expected = self.progress;
         let id = &self.id;
-        let pipeline = &self.target.pipeline;
         let sub = id.sub as i32;
-        let mut client = client;
-        let applied = self.target.runtime.block_on(async {
+        self.target.runtime.block_on(async {
             let transaction = client.transaction().await?;
-            for (sql, json) in &statements {
+            for (sql, json) in statements {
                 transaction.execute(sql.as_str(), &[json]).await?;
             }
             let moved = transaction
                 .execute(
                     progress_sql.as_str(),
-                    &[&next, pipeline, &id.topic, &id.partition, &sub, &expected],
+                    &[
+                        &next,
+                        &self.target.pipeline,
+                        &id.topic,
+                        &id.partition,
+                        &sub,
+                        &self.progress,
+                    ],
                 )
                 .await?;
             if moved != 1 {
@@ -513,9 +553,67 @@ impl PgWriter {
                 return Ok(false);
             }
             transaction.commit().await?;
-            Ok::<bool, tokio_postgres::Error>(true)
-        });
-        let applied = applied.map_err(|e| {
+            Ok(true)
+        })
+    }
+
+    /// The staged changes PostgreSQL refuses, found by applying them one at a time in a
+    /// transaction that is rolled back: (index in the batch, PostgreSQL's reason).
+    fn find_refused(
+        &self,
+        client: &mut Client,
+        rejected: &HashSet<usize>,
+    ) -> Result<Vec<(usize, String)>, PipelineError> {
+        let runtime = &self.target.runtime;
+        let failed = |e| {
+            self.target
+                .sql_error("cannot look for the refused records", e)
+        };
+        let transaction = runtime.block_on(client.transaction()).map_err(failed)?;
+        let mut refused = Vec::new();
+        for (index, staged) in self.batch.iter().enumerate() {
+            if rejected.contains(&index) {
+                continue;
+            }
+            runtime
+                .block_on(transaction.batch_execute("SAVEPOINT sluice_one"))
+                .map_err(failed)?;
+            for (sql, json) in self.statements(&[&staged.change])? {
+                match runtime.block_on(transaction.execute(sql.as_str(), &[&json])) {
+                    Ok(_) => {}
+                    Err(error) if is_record_error(&error) => {
+                        refused.push((index, describe_db_error(&error)));
+                        runtime
+                            .block_on(transaction.batch_execute("ROLLBACK TO SAVEPOINT sluice_one"))
+                            .map_err(failed)?;
+                        break;
+                    }
+                    Err(error) => return Err(failed(error)),
+                }
+            }
+        }
+        runtime.block_on(transaction.rollback()).map_err(failed)?;
+        Ok(refused)
+    }
+
+    /// Applies the staged batch and the progress in one transaction; records PostgreSQL
+    /// refuses follow `delivery.on_failure`.
+    fn apply(&mut self) -> Result<(), PipelineError> {
+        let Some(last_offset) = self.last_offset else {
+            return Ok(());
+        };
+        let next = last_offset + 1;
+        let mut client = match self.client.take() {
+            Some(client) if !client.is_closed() => client,
+            _ => self.target.connect()?,
+        };
+        if let Some(first) = self.batch.first() {
+            let key = first.change.key().to_vec();
+            self.load_shape(&client, &key)?;
+        }
+        let table = self.table()?.clone();
+        let id = self.id.clone();
+        let batch_error = |e| {
             self.target.sql_error(
                 &format!(
                     "cannot apply a batch of {}/{} sub-partition {} to {table}",
@@ -523,15 +621,72 @@ impl PgWriter {
                 ),
                 e,
             )
-        })?;
-        if !applied {
-            return Err(PipelineError::Retryable {
-                what: format!(
-                    "the progress of {}/{} sub-partition {} moved past offset {expected} in the target database: another consumer applied it; restarting from the progress table",
-                    id.topic, id.partition, id.sub
-                ),
-                source: None,
-            });
+        };
+        let mut rejected: HashSet<usize> = HashSet::new();
+        let mut attempt = 1;
+        loop {
+            let changes: Vec<&Change> = self
+                .batch
+                .iter()
+                .enumerate()
+                .filter(|(index, _)| !rejected.contains(index))
+                .map(|(_, staged)| &staged.change)
+                .collect();
+            let statements = self.statements(&changes)?;
+            match self.transact(&mut client, &statements, next) {
+                Ok(true) => break,
+                Ok(false) => {
+                    return Err(PipelineError::Retryable {
+                        what: format!(
+                            "the progress of {}/{} sub-partition {} moved past offset {} in the target database: another consumer applied it; restarting from the progress table",
+                            id.topic, id.partition, id.sub, self.progress
+                        ),
+                        source: None,
+                    });
+                }
+                Err(error) if is_record_error(&error) => {
+                    let refused = self.find_refused(&mut client, &rejected)?;
+                    let Some((first, reason)) = refused.first() else {
+                        return Err(batch_error(error));
+                    };
+                    let offset = self.batch[*first].data.offset;
+                    let what = format!(
+                        "record {}/{} offset {offset} cannot be applied to {table}: {reason}",
+                        id.topic, id.partition
+                    );
+                    match (self.failure.policy, &self.dead_letter) {
+                        (FailurePolicy::DeadLetter, Some(dead_letter)) => {
+                            for (index, reason) in &refused {
+                                let data = &self.batch[*index].data;
+                                tracing::warn!(
+                                    topic = %id.topic,
+                                    partition = id.partition,
+                                    offset = data.offset,
+                                    reason = %reason,
+                                    dead_letter_topic = %dead_letter.topic,
+                                    "record sent to the dead-letter topic"
+                                );
+                                dead_letter.send(&id.topic, id.partition, data, reason)?;
+                                rejected.insert(*index);
+                            }
+                        }
+                        (FailurePolicy::Retry, _) if attempt < self.failure.retry_max_attempts => {
+                            tracing::warn!(topic = %id.topic, partition = id.partition, offset, attempt, reason = %reason, "record refused; retrying its batch");
+                            let delay =
+                                self.failure.retry_backoff * 2u32.saturating_pow(attempt - 1);
+                            std::thread::sleep(delay.min(Duration::from_secs(30)));
+                            attempt += 1;
+                        }
+                        _ => {
+                            return Err(PipelineError::fatal(
+                                format!("{what} (after {attempt} attempt(s))"),
+                                "fix the target table or the record's producer, or set delivery.on_failure = \"dead_letter\" with a delivery.dead_letter_topic; the pipeline resumes from the progress table",
+                            ));
+                        }
+                    }
+                }
+                Err(error) => return Err(batch_error(error)),
+            }
         }
         crate::crash_point!("sink::postgres::batch_committed");
         m::records_committed().increment(self.records);
@@ -540,8 +695,7 @@ impl PgWriter {
             partition = id.partition,
             sub = id.sub,
             records = self.records,
-            upserted,
-            deleted,
+            rejected = rejected.len(),
             next_offset = next,
             "batch applied"
         );
@@ -561,7 +715,10 @@ impl PgWriter {
 impl SubPartitionWriter for PgWriter {
     fn write(&mut self, data: &RecordData) -> Result<(), WriteFailure> {
         let change = self.decode(data).map_err(WriteFailure::Record)?;
-        self.batch.push(change);
+        self.batch.push(Staged {
+            change,
+            data: RecordData::new(data.offset, data.key(), data.value(), data.timestamp_ms),
+        });
         self.note(data.offset);
         Ok(())
     }
