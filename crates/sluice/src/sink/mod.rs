@@ -120,7 +120,11 @@ impl Supervised for SinkPipeline {
     const PAUSES_IN_RUN: bool = true;
 
     fn resumes_from(&self) -> &'static str {
-        "the committed files"
+        if self.config.postgres().is_some() {
+            "the progress table"
+        } else {
+            "the committed files"
+        }
     }
 
     async fn run_once(&mut self, stop: CancellationToken) -> Result<SupervisedEnd, PipelineError> {

@@ -481,3 +481,147 @@ async fn refused_rows_go_to_the_dead_letter_topic_and_the_rest_applies() {
     }
     assert!(sink.get("/health").is_some_and(|h| h.contains("streaming")));
 }
+
+/// CPU seconds (user + system) the process `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // Fields 14 and 15 of /proc/PID/stat (utime, stime), counted after the command name.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A measurement, not a check (`--ignored`): upserts applied per second from a 1-partition
+/// topic (`SINK_PG_CHANGES` changes, default 100,000, over a tenth as many keys) with 1, 2 and 4
+/// sub-partitions, against `COPY` of the same final rows into an empty table.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run it with --ignored --nocapture"]
+async fn apply_rate() {
+    use futures::SinkExt;
+    let _broker = broker_shared().await;
+    let changes: u64 = std::env::var("SINK_PG_CHANGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let keys = changes / 10;
+    let name = unique("pgsink_rate");
+    let (url, target) = target_database(&name).await;
+    let topic = format!("{name}.app.rows");
+    create_topic(&topic, 1).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("linger.ms", "20")
+        .set("compression.type", "lz4")
+        .create()
+        .unwrap();
+    for i in 0..changes {
+        let id = i % keys;
+        let counter = i / keys;
+        let key = format!(r#"{{"id":{id}}}"#);
+        let value = format!(
+            r#"{{"before":null,"after":{{"id":{id},"counter":{counter},"label":"row {id}","flag":true,"at":"2026-11-25T10:00:00Z"}},"source":{{}},"op":"u","ts_ms":0}}"#
+        );
+        let mut record = BaseRecord::to(&topic).key(&key).payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(120)).unwrap();
+    let last = changes / keys - 1;
+    let columns =
+        "id bigint PRIMARY KEY, counter bigint NOT NULL, label text, flag boolean, at timestamptz";
+    target
+        .batch_execute(&format!(
+            "CREATE SCHEMA app; CREATE TABLE app.reference ({columns});"
+        ))
+        .await
+        .unwrap();
+    for subs in [1u32, 2, 4] {
+        let table = format!("rows_{subs}");
+        target
+            .batch_execute(&format!("CREATE TABLE app.{table} ({columns})"))
+            .await
+            .unwrap();
+        let port = free_port();
+        let group = format!("{name}_{subs}");
+        let toml = sink_toml(&group, std::slice::from_ref(&topic), &url, port, "")
+            .replace("sub_partitions = 4", &format!("sub_partitions = {subs}"))
+            .replace("batch_records = 300", "batch_records = 5000")
+            .replace(
+                "[admin]",
+                &format!("[sink.postgres.tables]\n\"{topic}\" = \"app.{table}\"\n\n[admin]"),
+            );
+        let started = Instant::now();
+        let sink = Sluice::start(&test_dir(&group), &toml, port);
+        // From the first batch committed to every row at its last change.
+        let mut first_batch = None;
+        let deadline = Instant::now() + Duration::from_secs(600);
+        loop {
+            // The progress table appears with the sink's first assignment.
+            let progressed: i64 = target
+                .query_one(
+                    "SELECT count(*) FROM sluice_sink_progress WHERE pipeline = $1 AND next_offset > 0",
+                    &[&group],
+                )
+                .await
+                .map_or(0, |row| row.get(0));
+            let done: i64 = target
+                .query_one(
+                    &format!("SELECT count(*) FROM app.{table} WHERE counter = {last}"),
+                    &[],
+                )
+                .await
+                .unwrap()
+                .get(0);
+            if progressed > 0 && first_batch.is_none() {
+                first_batch = Some(Instant::now());
+            }
+            if done == keys as i64 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{}", sink.log_text());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let wall = started.elapsed().as_secs_f64();
+        let applying = first_batch.map_or(wall, |t| t.elapsed().as_secs_f64());
+        let cpu = cpu_seconds(sink.pid().unwrap());
+        println!(
+            "sub_partitions={subs}: {changes} changes in {wall:.2} s from the process start ({:.0}/s), {applying:.2} s from the first batch committed ({:.0}/s); sink CPU {cpu:.2} s (start included) = {:.2} s per 1M changes",
+            changes as f64 / wall,
+            changes as f64 / applying.max(0.001),
+            cpu * 1_000_000.0 / changes as f64
+        );
+        drop(sink);
+    }
+    let mut csv = String::new();
+    for id in 0..keys {
+        csv.push_str(&format!("{id},{last},row {id},t,2026-11-25T10:00:00Z\n"));
+    }
+    let started = Instant::now();
+    let sink = target
+        .copy_in("COPY app.reference FROM STDIN (FORMAT csv)")
+        .await
+        .unwrap();
+    futures::pin_mut!(sink);
+    sink.send(bytes::Bytes::from(csv)).await.unwrap();
+    let rows = sink.finish().await.unwrap();
+    println!(
+        "reference: COPY of the {rows} final rows into an empty table: {:.3} s ({:.0} rows/s)",
+        started.elapsed().as_secs_f64(),
+        rows as f64 / started.elapsed().as_secs_f64()
+    );
+}
