@@ -26,6 +26,14 @@ async fn target_database(name: &str) -> (String, Client) {
     (url, client)
 }
 
+/// Drops a database [`target_database`] made (after its test passed).
+async fn drop_database(name: &str) {
+    pg().await
+        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .await
+        .unwrap();
+}
+
 fn sink_toml(name: &str, topics: &[String], url: &str, port: u16, extra: &str) -> String {
     let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
     format!(
@@ -216,6 +224,8 @@ async fn cdc_changes_replicate_into_another_database() {
     drop(cdc);
     drop(sink);
     crate::support::drop_slot_and_publication(&source, &name).await;
+    drop(target);
+    drop_database(&name).await;
 }
 
 /// The Debezium event of update `counter` of key `id` (counter 0: the insert); `None`: the
@@ -392,6 +402,9 @@ async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
         "{}",
         sink.log_text()
     );
+    drop(sink);
+    drop(target);
+    drop_database(&name).await;
 }
 
 /// A row PostgreSQL refuses (a CHECK constraint) goes to the dead-letter topic with its
@@ -480,6 +493,9 @@ async fn refused_rows_go_to_the_dead_letter_topic_and_the_rest_applies() {
         );
     }
     assert!(sink.get("/health").is_some_and(|h| h.contains("streaming")));
+    drop(sink);
+    drop(target);
+    drop_database(&name).await;
 }
 
 /// CPU seconds (user + system) the process `pid` has used.
@@ -624,4 +640,6 @@ async fn apply_rate() {
         started.elapsed().as_secs_f64(),
         rows as f64 / started.elapsed().as_secs_f64()
     );
+    drop(target);
+    drop_database(&name).await;
 }

@@ -276,6 +276,44 @@ impl Change {
     }
 }
 
+/// A record as the change it stands for; `Err`: why it is none (the failure policy decides).
+fn decode(data: &RecordData) -> Result<Change, String> {
+    let key = data.key().ok_or_else(|| {
+        "the record has no key: the PostgreSQL sink applies changes by key".to_owned()
+    })?;
+    if !key.trim_ascii_start().starts_with(b"{") {
+        return Err("the record key is not a JSON object of the key columns".into());
+    }
+    let key = key.to_vec();
+    let Some(value) = data.value() else {
+        return Ok(Change::Delete { key });
+    };
+    let text =
+        std::str::from_utf8(value).map_err(|_| "the value is not UTF-8, so not JSON".to_owned())?;
+    let envelope: Envelope<'_> =
+        serde_json::from_str(text).map_err(|e| format!("the value is not a JSON object: {e}"))?;
+    match envelope.op {
+        Some("c" | "r" | "u") => match envelope.after {
+            Some(after) if after.get().starts_with('{') => Ok(Change::Upsert {
+                key,
+                row: after.get().to_owned(),
+            }),
+            _ => Err("a create/read/update event without an `after` row".into()),
+        },
+        Some("d") => Ok(Change::Delete { key }),
+        Some("t") => Err("a truncate event: truncates are not applied (yet)".into()),
+        Some(other) => Err(format!("an event with op {other:?}: expected c, r, u or d")),
+        None if envelope.payload.is_some() => Err(
+            "a JSON value with schemas (schema/payload): not supported yet; produce events without schemas"
+                .into(),
+        ),
+        None => Ok(Change::Upsert {
+            key,
+            row: text.to_owned(),
+        }),
+    }
+}
+
 /// The fields of a change event the writer reads.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -315,43 +353,6 @@ pub struct PgWriter {
 }
 
 impl PgWriter {
-    fn decode(&self, data: &RecordData) -> Result<Change, String> {
-        let key = data.key().ok_or_else(|| {
-            "the record has no key: the PostgreSQL sink applies changes by key".to_owned()
-        })?;
-        if !key.trim_ascii_start().starts_with(b"{") {
-            return Err("the record key is not a JSON object of the key columns".into());
-        }
-        let key = key.to_vec();
-        let Some(value) = data.value() else {
-            return Ok(Change::Delete { key });
-        };
-        let text = std::str::from_utf8(value)
-            .map_err(|_| "the value is not UTF-8, so not JSON".to_owned())?;
-        let envelope: Envelope<'_> = serde_json::from_str(text)
-            .map_err(|e| format!("the value is not a JSON object: {e}"))?;
-        match envelope.op {
-            Some("c" | "r" | "u") => match envelope.after {
-                Some(after) if after.get().starts_with('{') => Ok(Change::Upsert {
-                    key,
-                    row: after.get().to_owned(),
-                }),
-                _ => Err("a create/read/update event without an `after` row".into()),
-            },
-            Some("d") => Ok(Change::Delete { key }),
-            Some("t") => Err("a truncate event: truncates are not applied (yet)".into()),
-            Some(other) => Err(format!("an event with op {other:?}: expected c, r, u or d")),
-            None if envelope.payload.is_some() => Err(
-                "a JSON value with schemas (schema/payload): not supported yet; produce events without schemas"
-                    .into(),
-            ),
-            None => Ok(Change::Upsert {
-                key,
-                row: text.to_owned(),
-            }),
-        }
-    }
-
     fn table(&self) -> Result<&TableName, PipelineError> {
         self.table.as_ref().map_err(|problem| {
             PipelineError::fatal(
@@ -714,7 +715,7 @@ impl PgWriter {
 
 impl SubPartitionWriter for PgWriter {
     fn write(&mut self, data: &RecordData) -> Result<(), WriteFailure> {
-        let change = self.decode(data).map_err(WriteFailure::Record)?;
+        let change = decode(data).map_err(WriteFailure::Record)?;
         self.batch.push(Staged {
             change,
             data: RecordData::new(data.offset, data.key(), data.value(), data.timestamp_ms),
@@ -762,5 +763,73 @@ impl SubPartitionWriter for PgWriter {
 
     fn discard(&mut self) {
         self.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: Option<&str>, value: Option<&str>) -> RecordData {
+        RecordData::new(7, key.map(str::as_bytes), value.map(str::as_bytes), None)
+    }
+
+    #[test]
+    fn change_events_become_upserts_and_deletes() {
+        let key = Some(r#"{"id":1}"#);
+        for op in ["c", "r", "u"] {
+            let value =
+                format!(r#"{{"before":null,"after":{{"id":1,"n":2}},"source":{{}},"op":"{op}"}}"#);
+            match decode(&record(key, Some(&value))).unwrap() {
+                Change::Upsert { key, row } => {
+                    assert_eq!(key, br#"{"id":1}"#);
+                    assert_eq!(row, r#"{"id":1,"n":2}"#);
+                }
+                other => panic!("{op}: {other:?}"),
+            }
+        }
+        let delete = r#"{"before":{"id":1},"after":null,"op":"d"}"#;
+        assert!(matches!(
+            decode(&record(key, Some(delete))).unwrap(),
+            Change::Delete { .. }
+        ));
+        assert!(matches!(
+            decode(&record(key, None)).unwrap(),
+            Change::Delete { .. }
+        ));
+        // A plain JSON row is upserted as it is.
+        match decode(&record(key, Some(r#"{"id":1,"n":3}"#))).unwrap() {
+            Change::Upsert { row, .. } => assert_eq!(row, r#"{"id":1,"n":3}"#),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn records_that_are_no_change_say_why() {
+        let key = Some(r#"{"id":1}"#);
+        let cases = [
+            (None, Some(r#"{"op":"c","after":{"id":1}}"#), "no key"),
+            (
+                Some("42"),
+                Some(r#"{"op":"c","after":{"id":1}}"#),
+                "not a JSON object",
+            ),
+            (key, Some(r#"{"op":"t"}"#), "truncate"),
+            (
+                key,
+                Some(r#"{"op":"u","after":null}"#),
+                "without an `after`",
+            ),
+            (
+                key,
+                Some(r#"{"schema":{},"payload":{"op":"c"}}"#),
+                "schemas",
+            ),
+            (key, Some("{oops"), "not a JSON object"),
+        ];
+        for (key, value, expected) in cases {
+            let error = decode(&record(key, value)).unwrap_err();
+            assert!(error.contains(expected), "{value:?}: {error}");
+        }
     }
 }
