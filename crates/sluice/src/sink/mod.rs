@@ -1,4 +1,4 @@
-//! Kafka → files: the sink runtime.
+//! Kafka → files or PostgreSQL: the sink runtime.
 //!
 //! ```text
 //! intake thread: BaseConsumer::poll ─┬─ partition 0: queue budget ─┬─ worker s0 ─ epoch files
@@ -30,6 +30,10 @@
 //! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
 //!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
 //!   any more), the watermark is committed, then the partitions are released.
+//! - **Destinations.** Everything above is the same for every destination; `Destination`
+//!   recovers a sub-partition's state (committed files, or its row in the PostgreSQL progress
+//!   table: see [`postgres::apply`]) and makes its [`worker::SubPartitionWriter`]. "Epoch"
+//!   and "files" below read as "batch" and "transaction" for PostgreSQL.
 //! - **Admin API.** Pause pauses every assigned partition in the consumer (the group
 //!   membership stays, so the partitions do not move to another process) and has the
 //!   workers commit their open epochs; records already queued are still written. Resume
