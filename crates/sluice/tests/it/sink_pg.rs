@@ -643,3 +643,59 @@ async fn apply_rate() {
     drop(target);
     drop_database(&name).await;
 }
+
+/// With `on_failure = "stop"` (the default) a row PostgreSQL refuses stops the pipeline with
+/// the record's position and PostgreSQL's reason; nothing of its batch is applied.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_row_stops_the_pipeline_by_default() {
+    let _broker = broker_shared().await;
+    let name = unique("pgsink_stop");
+    let (url, target) = target_database(&name).await;
+    target
+        .batch_execute(
+            "CREATE SCHEMA app;
+             CREATE TABLE app.stock (id bigint PRIMARY KEY, qty integer NOT NULL CONSTRAINT qty_not_negative CHECK (qty >= 0));",
+        )
+        .await
+        .unwrap();
+    let topic = format!("{name}.app.stock");
+    create_topic(&topic, 1).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    for id in 0..10 {
+        let qty = if id == 6 { -5 } else { 1 };
+        let key = format!(r#"{{"id":{id}}}"#);
+        let value = format!(r#"{{"after":{{"id":{id},"qty":{qty}}},"op":"c"}}"#);
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let port = free_port();
+    // One sub-partition and one batch: the refused row's batch holds every record.
+    let toml = sink_toml(&name, std::slice::from_ref(&topic), &url, port, "")
+        .replace("sub_partitions = 4", "sub_partitions = 1")
+        .replace("batch_interval_ms = 50", "batch_interval_ms = 2000");
+    let mut sink = Sluice::start(&test_dir(&name), &toml, port);
+    crate::support::wait_until("the sink to stop", Duration::from_secs(60), || {
+        sink.exited().is_some()
+    });
+    let log = sink.log_text();
+    assert!(
+        log.contains(&format!("record {topic}/0 offset 6 cannot be applied"))
+            && log.contains("qty_not_negative")
+            && log.contains("after 1 attempt(s)"),
+        "{log}"
+    );
+    let rows: i64 = target
+        .query_one("SELECT count(*) FROM app.stock", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 0, "nothing of the refused row's batch is applied");
+    drop(target);
+    drop_database(&name).await;
+}
