@@ -306,10 +306,10 @@ fn check_pg_target(
             return Ok(false);
         }
     };
-    let client = match runtime.block_on(tokio::time::timeout(
-        CHECK_TIMEOUT,
-        crate::pg_connect::connect_sql(&connect),
-    )) {
+    // The timer is made inside the runtime (it needs its reactor).
+    let client = match runtime.block_on(async {
+        tokio::time::timeout(CHECK_TIMEOUT, crate::pg_connect::connect_sql(&connect)).await
+    }) {
         Ok(Ok((client, _task))) => client,
         Ok(Err(error)) => {
             println!("target {target}: FAILED: {error}");

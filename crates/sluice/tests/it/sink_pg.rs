@@ -699,3 +699,56 @@ async fn a_refused_row_stops_the_pipeline_by_default() {
     drop(target);
     drop_database(&name).await;
 }
+
+/// `sluice check` reaches the target database and reports each topic's table (present,
+/// missing) and the progress table; a missing table makes it "not ready".
+#[tokio::test(flavor = "multi_thread")]
+async fn check_reports_the_target_tables() {
+    let _broker = broker_shared().await;
+    let name = unique("pgsink_check");
+    let (url, target) = target_database(&name).await;
+    target
+        .batch_execute("CREATE SCHEMA app; CREATE TABLE app.present (id bigint PRIMARY KEY);")
+        .await
+        .unwrap();
+    let present = format!("{name}.app.present");
+    let missing = format!("{name}.app.missing");
+    create_topic(&present, 1).await;
+    create_topic(&missing, 1).await;
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    let toml = sink_toml(
+        &name,
+        &[present.clone(), missing.clone()],
+        &url,
+        free_port(),
+        "",
+    );
+    std::fs::write(&file, &toml).unwrap();
+    let (code, out) =
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!("topic {present:?} -> table app.present\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("topic {missing:?} -> table app.missing: MISSING")),
+        "{out}"
+    );
+    assert!(
+        out.contains("progress table \"public\".\"sluice_sink_progress\": ready"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("not ready"), "{out}");
+    target
+        .batch_execute("CREATE TABLE app.missing (id bigint PRIMARY KEY)")
+        .await
+        .unwrap();
+    let (code, out) =
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.trim_end().ends_with("ready"), "{out}");
+    drop(target);
+    drop_database(&name).await;
+}
