@@ -233,9 +233,21 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let files = config.files();
+    let files = match (config.files(), config.postgres()) {
+        (Some(files), _) => files,
+        (None, Some(postgres)) => {
+            ok &= check_pg_target(config, postgres)?;
+            println!("{}", if ok { "ready" } else { "not ready" });
+            return Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            });
+        }
+        (None, None) => anyhow::bail!("the pipeline has no sink section"),
+    };
     if let Some(url) = &files.url {
-        ok &= check_object_store(url, config)?;
+        ok &= check_object_store(url, files)?;
         println!("{}", if ok { "ready" } else { "not ready" });
         return Ok(if ok {
             ExitCode::SUCCESS
@@ -274,9 +286,103 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `sluice check` for a PostgreSQL sink: the target database answers, every topic's table
+/// exists with the privileges the sink needs, and the progress table exists or can be created.
+fn check_pg_target(
+    config: &SinkPipelineConfig,
+    postgres: &crate::sink::postgres::config::PostgresSinkConfig,
+) -> anyhow::Result<bool> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let target = crate::pg_connect::redact_url(&postgres.url);
+    let connect = match crate::pg_connect::PgConnectConfig::parse(&postgres.url) {
+        Ok(connect) => connect,
+        Err(error) => {
+            println!(
+                "target {target}: FAILED: {}",
+                error.0.replace("source.postgres.url", "sink.postgres.url")
+            );
+            return Ok(false);
+        }
+    };
+    // The timer is made inside the runtime (it needs its reactor).
+    let client = match runtime.block_on(async {
+        tokio::time::timeout(CHECK_TIMEOUT, crate::pg_connect::connect_sql(&connect)).await
+    }) {
+        Ok(Ok((client, _task))) => client,
+        Ok(Err(error)) => {
+            println!("target {target}: FAILED: {error}");
+            println!("  fix: check sink.postgres.url and that the database is up");
+            return Ok(false);
+        }
+        Err(_) => {
+            println!("target {target}: FAILED: no answer within {CHECK_TIMEOUT:?}");
+            return Ok(false);
+        }
+    };
+    println!("target {target}: connected");
+    let mut ok = true;
+    for topic in &config.kafka().topics {
+        let Ok(table) = postgres.table_for(topic) else {
+            continue;
+        };
+        let row = runtime.block_on(client.query_one(
+            "SELECT to_regclass($1) IS NOT NULL,
+                    to_regclass($1) IS NOT NULL
+                    AND has_table_privilege(to_regclass($1), 'INSERT, UPDATE, DELETE, SELECT')",
+            &[&table.quoted()],
+        ));
+        match row {
+            Ok(row) if !row.get::<_, bool>(0) => {
+                ok = false;
+                println!(
+                    "topic {topic:?} -> table {table}: MISSING (create it: auto_create is not supported yet)"
+                );
+            }
+            Ok(row) if !row.get::<_, bool>(1) => {
+                ok = false;
+                println!(
+                    "topic {topic:?} -> table {table}: the user lacks SELECT, INSERT, UPDATE or DELETE"
+                );
+            }
+            Ok(_) => println!("topic {topic:?} -> table {table}"),
+            Err(error) => {
+                ok = false;
+                println!("topic {topic:?} -> table {table}: FAILED: {error}");
+            }
+        }
+    }
+    let row = runtime.block_on(client.query_one(
+        "SELECT to_regclass($1) IS NOT NULL
+             OR has_schema_privilege($2, 'CREATE')",
+        &[&postgres.progress_table(), &postgres.progress_schema],
+    ));
+    match row {
+        Ok(row) if row.get::<_, bool>(0) => {
+            println!("progress table {}: ready", postgres.progress_table());
+        }
+        Ok(_) => {
+            ok = false;
+            println!(
+                "progress table {}: missing and the user cannot create it in schema {:?}",
+                postgres.progress_table(),
+                postgres.progress_schema
+            );
+        }
+        Err(error) => {
+            ok = false;
+            println!("progress table: FAILED: {error}");
+        }
+    }
+    Ok(ok)
+}
+
 /// Reads the S3 target's root marker: reachable, and written with the same sub-partitions.
-fn check_object_store(url: &str, config: &SinkPipelineConfig) -> anyhow::Result<bool> {
-    let files = config.files();
+fn check_object_store(
+    url: &str,
+    files: &crate::sink::config::FilesSinkConfig,
+) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()

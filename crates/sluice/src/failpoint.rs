@@ -15,6 +15,9 @@
 //!   encoded.
 //! - `stream::refresh_tables` (delay): an async wait of `return(MS)` milliseconds before the
 //!   captured tables are listed, e.g. `stream::refresh_tables=1*return(25000)->off`.
+//! - `sink::postgres::batch_committed` (crash): right after a PostgreSQL sink batch and its
+//!   progress committed, before the batch's records are acknowledged (so before their Kafka
+//!   offsets can be committed).
 
 /// Arms the crash points named in `FAILPOINTS`; the returned guard keeps them for the
 /// process's life.

@@ -32,6 +32,7 @@ pub mod event;
 pub mod failpoint;
 pub mod kafka;
 pub mod perf;
+pub mod pg_connect;
 pub mod pipeline_file;
 pub mod runtime;
 pub mod sink;

@@ -127,6 +127,8 @@ impl std::fmt::Debug for KafkaSourceConfig {
 pub enum SinkConfig {
     /// Files on the local filesystem.
     Files(FilesSinkConfig),
+    /// Tables of a PostgreSQL database.
+    Postgres(crate::sink::postgres::config::PostgresSinkConfig),
 }
 
 /// Output formats.
@@ -356,6 +358,75 @@ const fn default_revoke_timeout_ms() -> u64 {
     DEFAULT_REVOKE_TIMEOUT_MS
 }
 
+/// The rules of `[sink.files]`.
+fn validate_files(files: &FilesSinkConfig, issue: &mut impl FnMut(&str, String)) {
+    if files.path.as_os_str().is_empty() {
+        issue("sink.files.path", "empty: expected a directory".into());
+    }
+    if let Some(url) = &files.url
+        && let Err(problem) = crate::sink::object::parse_s3_url(url)
+    {
+        issue("sink.files.url", problem);
+    }
+    if files.s3.upload_part_bytes < crate::sink::object::MIN_UPLOAD_PART_BYTES {
+        issue(
+            "sink.files.s3.upload_part_bytes",
+            format!(
+                "{} is too small: expected at least {} (5 MiB, S3's smallest part)",
+                files.s3.upload_part_bytes,
+                crate::sink::object::MIN_UPLOAD_PART_BYTES
+            ),
+        );
+    }
+    if let Err(problem) = PathTemplate::parse(&files.path_template) {
+        issue("sink.files.path_template", problem);
+    }
+    match (files.format, files.compression) {
+        (FileFormat::Jsonl, Some(FileCompression::Snappy)) => issue(
+            "sink.files.compression",
+            "\"snappy\" is for Parquet: expected \"none\", \"gzip\" or \"zstd\" with format = \"jsonl\"".into(),
+        ),
+        (FileFormat::Parquet, Some(FileCompression::Gzip)) => issue(
+            "sink.files.compression",
+            "\"gzip\" is for JSON Lines: expected \"none\", \"snappy\" or \"zstd\" with format = \"parquet\"".into(),
+        ),
+        _ => {}
+    }
+    if files.roll_records == 0 {
+        issue("sink.files.roll_records", "0: expected at least 1".into());
+    }
+    if files.roll_bytes < 1024 {
+        issue(
+            "sink.files.roll_bytes",
+            format!(
+                "{} is too small: expected at least 1024 (bytes)",
+                files.roll_bytes
+            ),
+        );
+    }
+    if files.roll_interval_ms == 0 {
+        issue(
+            "sink.files.roll_interval_ms",
+            "0: expected at least 1 (milliseconds)".into(),
+        );
+    }
+    if !(1..=256).contains(&files.sub_partitions) {
+        issue(
+            "sink.files.sub_partitions",
+            format!(
+                "{} is out of range: expected 1 to 256",
+                files.sub_partitions
+            ),
+        );
+    }
+    if files.parquet_row_group_records == 0 {
+        issue(
+            "sink.files.parquet_row_group_records",
+            "0: expected at least 1".into(),
+        );
+    }
+}
+
 impl SinkPipelineConfig {
     /// Parses and validates sink pipeline text; `env` looks up variables for interpolation.
     ///
@@ -437,71 +508,17 @@ impl SinkPipelineConfig {
                 );
             }
         }
-        let files = self.files();
-        if files.path.as_os_str().is_empty() {
-            issue("sink.files.path", "empty: expected a directory".into());
+        if let SinkConfig::Postgres(postgres) = &self.sink {
+            issues.extend(postgres.validate(&kafka.topics));
         }
-        if let Some(url) = &files.url
-            && let Err(problem) = crate::sink::object::parse_s3_url(url)
-        {
-            issue("sink.files.url", problem);
-        }
-        if files.s3.upload_part_bytes < crate::sink::object::MIN_UPLOAD_PART_BYTES {
-            issue(
-                "sink.files.s3.upload_part_bytes",
-                format!(
-                    "{} is too small: expected at least {} (5 MiB, S3's smallest part)",
-                    files.s3.upload_part_bytes,
-                    crate::sink::object::MIN_UPLOAD_PART_BYTES
-                ),
-            );
-        }
-        if let Err(problem) = PathTemplate::parse(&files.path_template) {
-            issue("sink.files.path_template", problem);
-        }
-        match (files.format, files.compression) {
-            (FileFormat::Jsonl, Some(FileCompression::Snappy)) => issue(
-                "sink.files.compression",
-                "\"snappy\" is for Parquet: expected \"none\", \"gzip\" or \"zstd\" with format = \"jsonl\"".into(),
-            ),
-            (FileFormat::Parquet, Some(FileCompression::Gzip)) => issue(
-                "sink.files.compression",
-                "\"gzip\" is for JSON Lines: expected \"none\", \"snappy\" or \"zstd\" with format = \"parquet\"".into(),
-            ),
-            _ => {}
-        }
-        if files.roll_records == 0 {
-            issue("sink.files.roll_records", "0: expected at least 1".into());
-        }
-        if files.roll_bytes < 1024 {
-            issue(
-                "sink.files.roll_bytes",
-                format!(
-                    "{} is too small: expected at least 1024 (bytes)",
-                    files.roll_bytes
-                ),
-            );
-        }
-        if files.roll_interval_ms == 0 {
-            issue(
-                "sink.files.roll_interval_ms",
-                "0: expected at least 1 (milliseconds)".into(),
-            );
-        }
-        if !(1..=256).contains(&files.sub_partitions) {
-            issue(
-                "sink.files.sub_partitions",
-                format!(
-                    "{} is out of range: expected 1 to 256",
-                    files.sub_partitions
-                ),
-            );
-        }
-        if files.parquet_row_group_records == 0 {
-            issue(
-                "sink.files.parquet_row_group_records",
-                "0: expected at least 1".into(),
-            );
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
+        if let Some(files) = self.files() {
+            validate_files(files, &mut issue);
         }
         let delivery = &self.delivery;
         match (delivery.on_failure, &delivery.dead_letter_topic) {
@@ -584,10 +601,28 @@ impl SinkPipelineConfig {
         kafka
     }
 
-    /// `[sink.files]`.
-    pub fn files(&self) -> &FilesSinkConfig {
-        let SinkConfig::Files(files) = &self.sink;
-        files
+    /// `[sink.files]`, when the sink writes files.
+    pub fn files(&self) -> Option<&FilesSinkConfig> {
+        match &self.sink {
+            SinkConfig::Files(files) => Some(files),
+            SinkConfig::Postgres(_) => None,
+        }
+    }
+
+    /// `[sink.postgres]`, when the sink writes to PostgreSQL.
+    pub fn postgres(&self) -> Option<&crate::sink::postgres::config::PostgresSinkConfig> {
+        match &self.sink {
+            SinkConfig::Postgres(postgres) => Some(postgres),
+            SinkConfig::Files(_) => None,
+        }
+    }
+
+    /// Sub-partitions per Kafka partition.
+    pub fn sub_partitions(&self) -> u32 {
+        match &self.sink {
+            SinkConfig::Files(files) => files.sub_partitions,
+            SinkConfig::Postgres(postgres) => postgres.sub_partitions,
+        }
     }
 
     /// The consumer group.
@@ -598,9 +633,11 @@ impl SinkPipelineConfig {
             .unwrap_or_else(|| format!("sluice_{}", self.name))
     }
 
-    /// The output compression, with the format's default.
+    /// The output compression, with the format's default (none without files).
     pub fn compression(&self) -> FileCompression {
-        let files = self.files();
+        let Some(files) = self.files() else {
+            return FileCompression::None;
+        };
         files.compression.unwrap_or(match files.format {
             FileFormat::Jsonl => FileCompression::None,
             FileFormat::Parquet => FileCompression::Snappy,
@@ -647,11 +684,14 @@ mod tests {
     fn kafka_source_selects_the_sink_kind_with_defaults() {
         let config = SinkPipelineConfig::from_toml(MINIMAL, "t.toml", &env).unwrap();
         assert_eq!(config.group_id(), "sluice_orders_files");
-        assert_eq!(config.files().path, PathBuf::from("/tmp/out"));
-        assert_eq!(config.files().format, FileFormat::Jsonl);
+        assert_eq!(config.files().unwrap().path, PathBuf::from("/tmp/out"));
+        assert_eq!(config.files().unwrap().format, FileFormat::Jsonl);
         assert_eq!(config.compression(), FileCompression::None);
-        assert_eq!(config.files().sub_partitions, DEFAULT_SUB_PARTITIONS);
-        assert_eq!(config.files().path_template, DEFAULT_PATH_TEMPLATE);
+        assert_eq!(
+            config.files().unwrap().sub_partitions,
+            DEFAULT_SUB_PARTITIONS
+        );
+        assert_eq!(config.files().unwrap().path_template, DEFAULT_PATH_TEMPLATE);
         assert_eq!(config.delivery.on_failure, FailurePolicy::Stop);
     }
 
@@ -703,6 +743,33 @@ mod tests {
     }
 
     #[test]
+    fn a_postgres_sink_names_its_broken_keys() {
+        let text = r#"
+            name = "to_pg"
+            [source.kafka]
+            brokers = "127.0.0.1:9092"
+            topics = ["cdc.public.orders", "orders"]
+            [sink.postgres]
+            url = "postgres://u@localhost/db?sslmode=nope"
+            batch_records = 0
+        "#;
+        let issues = issues(text);
+        let keys: Vec<_> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "sink.postgres.url",
+                "sink.postgres.table",
+                "sink.postgres.batch_records"
+            ],
+            "{issues:?}"
+        );
+        assert!(issues[1].problem.contains("\"orders\""), "{issues:?}");
+        let issues = self::issues(&text.replace("batch_records = 0", "tabel = \"x\""));
+        assert_eq!(issues[0].key, "sink.postgres.tabel");
+    }
+
+    #[test]
     fn the_examples_load() {
         let env = |name: &str| match name {
             "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
@@ -720,11 +787,28 @@ mod tests {
         }
         let text = include_str!("../../../../examples/kafka-to-s3.toml");
         let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
-        assert_eq!(config.files().url.as_deref(), Some("s3://bucket/orders"));
         assert_eq!(
-            config.files().s3.upload_part_bytes,
+            config.files().unwrap().url.as_deref(),
+            Some("s3://bucket/orders")
+        );
+        assert_eq!(
+            config.files().unwrap().s3.upload_part_bytes,
             DEFAULT_UPLOAD_PART_BYTES
         );
+        let text = include_str!("../../../../examples/kafka-to-postgres.toml");
+        let env = |name: &str| match name {
+            "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+            "SOURCE_TOPIC" => Some("cdc.public.orders".to_owned()),
+            "TARGET_PG_URL" => Some("postgres://u@replica/app?sslmode=verify-full".to_owned()),
+            _ => None,
+        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
+        let postgres = config.postgres().unwrap();
+        assert_eq!(
+            postgres.table_for("cdc.public.orders").unwrap().to_string(),
+            "public.orders"
+        );
+        assert_eq!(config.sub_partitions(), 4);
         let issues = issues(&format!(
             "{MINIMAL}\nurl = \"/data\"\n[sink.files.s3]\nupload_part_bytes = 1000\n"
         ));

@@ -1,4 +1,4 @@
-//! Kafka → files: the sink runtime.
+//! Kafka → files or PostgreSQL: the sink runtime.
 //!
 //! ```text
 //! intake thread: BaseConsumer::poll ─┬─ partition 0: queue budget ─┬─ worker s0 ─ epoch files
@@ -30,6 +30,10 @@
 //! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
 //!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
 //!   any more), the watermark is committed, then the partitions are released.
+//! - **Destinations.** Everything above is the same for every destination; `Destination`
+//!   recovers a sub-partition's state (committed files, or its row in the PostgreSQL progress
+//!   table: see [`postgres::apply`]) and makes its [`worker::SubPartitionWriter`]. "Epoch"
+//!   and "files" below read as "batch" and "transaction" for PostgreSQL.
 //! - **Admin API.** Pause pauses every assigned partition in the consumer (the group
 //!   membership stays, so the partitions do not move to another process) and has the
 //!   workers commit their open epochs; records already queued are still written. Resume
@@ -47,6 +51,7 @@ pub mod files;
 pub mod metrics;
 pub mod object;
 pub mod parquet;
+pub mod postgres;
 pub mod template;
 pub mod worker;
 
@@ -72,9 +77,11 @@ use crate::runtime::supervisor::{RunEnd as SupervisedEnd, Supervised};
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
 use crate::sink::files::{FileSettings, OutputRoot, Recovered, RootError, SubPartitionId};
 use crate::sink::object::ObjectTarget;
+use crate::sink::postgres::apply::PgTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{
-    DeadLetter, RecordData, WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
+    DeadLetter, FailureSettings, FilesWriter, RecordData, SubPartitionWriter, WorkerEvent,
+    WorkerHandle, WorkerMsg, WorkerSettings,
 };
 
 /// Consumer settings sluice sets unless the pipeline file overrides them.
@@ -117,7 +124,11 @@ impl Supervised for SinkPipeline {
     const PAUSES_IN_RUN: bool = true;
 
     fn resumes_from(&self) -> &'static str {
-        "the committed files"
+        if self.config.postgres().is_some() {
+            "the progress table"
+        } else {
+            "the committed files"
+        }
     }
 
     async fn run_once(&mut self, stop: CancellationToken) -> Result<SupervisedEnd, PipelineError> {
@@ -160,9 +171,11 @@ pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
     client
 }
 
-/// The workers' settings from the pipeline file.
-fn worker_settings(config: &SinkPipelineConfig) -> Result<WorkerSettings, PipelineError> {
-    let files = config.files();
+/// The files writers' settings from the pipeline file.
+fn worker_settings(
+    config: &SinkPipelineConfig,
+    files: &crate::sink::config::FilesSinkConfig,
+) -> Result<WorkerSettings, PipelineError> {
     let template = PathTemplate::parse(&files.path_template)
         .map_err(|problem| PipelineError::fatal("sink.files.path_template is invalid", problem))?;
     Ok(WorkerSettings {
@@ -177,9 +190,142 @@ fn worker_settings(config: &SinkPipelineConfig) -> Result<WorkerSettings, Pipeli
         roll_bytes: files.roll_bytes,
         roll_interval: Duration::from_millis(files.roll_interval_ms),
         skip_tombstones: files.skip_tombstones,
+    })
+}
+
+/// What every worker does with a failing record, from the pipeline file.
+fn failure_settings(config: &SinkPipelineConfig) -> FailureSettings {
+    FailureSettings {
         policy: config.delivery.on_failure,
         retry_max_attempts: config.delivery.retry_max_attempts,
         retry_backoff: Duration::from_millis(config.delivery.retry_backoff_ms),
+    }
+}
+
+/// Where a sink writes: the one place the runtime tells its destinations apart. Each
+/// sub-partition's state is recovered from the destination (its committed files, or its row
+/// in the PostgreSQL progress table) and its worker writes through a
+/// [`SubPartitionWriter`] made from that state.
+enum Destination {
+    /// Epochs of files under an output root.
+    Files {
+        root: Arc<OutputRoot>,
+        settings: Arc<WorkerSettings>,
+    },
+    /// Tables of a PostgreSQL database.
+    Postgres(Arc<PgTarget>),
+}
+
+impl Destination {
+    /// The files or database, for logs.
+    fn describe(&self) -> String {
+        match self {
+            Self::Files { root, .. } => root.describe(),
+            Self::Postgres(target) => target.describe(),
+        }
+    }
+
+    /// What `id` has committed; `None`: nothing yet.
+    fn recover(&self, id: &SubPartitionId) -> Result<Option<Recovered>, PipelineError> {
+        match self {
+            Self::Files { root, .. } => root.recover(id).map_err(|e| {
+                PipelineError::retryable(
+                    format!(
+                        "cannot recover the files of {}/{} sub-partition {}",
+                        id.topic, id.partition, id.sub
+                    ),
+                    e,
+                )
+            }),
+            Self::Postgres(target) => target.recover(id),
+        }
+    }
+
+    /// The writer of `id`, from its recovered state.
+    fn writer(
+        &self,
+        id: SubPartitionId,
+        recovered: &Recovered,
+        failure: FailureSettings,
+        dead_letter: Option<Arc<DeadLetter>>,
+    ) -> Box<dyn SubPartitionWriter> {
+        match self {
+            Self::Files { root, settings } => Box::new(FilesWriter::new(
+                id,
+                recovered.epoch,
+                recovered.skipped.clone(),
+                Arc::clone(root),
+                Arc::clone(settings),
+            )),
+            Self::Postgres(target) => {
+                Box::new(target.writer(id, recovered.last_offset, failure, dead_letter))
+            }
+        }
+    }
+
+    /// Records that `offset` of `id` went to the dead-letter topic (after a timeout), so that
+    /// the next run skips it.
+    fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> Result<(), PipelineError> {
+        match self {
+            Self::Files { root, .. } => root.add_skipped(id, offset).map_err(|e| {
+                PipelineError::retryable(
+                    format!(
+                        "cannot record that {}/{} offset {offset} was dead-lettered (it may be dead-lettered again)",
+                        id.topic, id.partition
+                    ),
+                    e,
+                )
+            }),
+            Self::Postgres(_) => Err(PipelineError::fatal(
+                format!(
+                    "record {}/{} offset {offset} timed out and was dead-lettered, but the PostgreSQL sink cannot record a skipped offset yet",
+                    id.topic, id.partition
+                ),
+                "find out why the record hangs, or raise delivery.processing_timeout_ms",
+            )),
+        }
+    }
+}
+
+/// Opens the pipeline's destination.
+fn open_destination(
+    config: &SinkPipelineConfig,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Destination, PipelineError> {
+    if let Some(postgres) = config.postgres() {
+        let target = PgTarget::open(config, postgres, runtime.clone())?;
+        return Ok(Destination::Postgres(Arc::new(target)));
+    }
+    let Some(files) = config.files() else {
+        return Err(PipelineError::fatal(
+            "the pipeline has no sink",
+            "add [sink.files] or [sink.postgres]",
+        ));
+    };
+    let opened = match &files.url {
+        None => OutputRoot::open(&files.path, files.sub_partitions),
+        Some(url) => {
+            let objects = ObjectTarget::s3(url, &files.s3, runtime.clone()).map_err(|e| {
+                PipelineError::fatal_with(
+                    "cannot configure the S3 client",
+                    "check sink.files.url and [sink.files.s3]",
+                    e,
+                )
+            })?;
+            OutputRoot::open_objects(&files.path, objects, files.sub_partitions)
+        }
+    };
+    let root = opened.map_err(|error| match error {
+        RootError::SubPartitionsChanged { .. } => PipelineError::fatal_with(
+            "the output root was written with another number of sub-partitions",
+            "keep sink.files.sub_partitions as it was for this root, or write to a new sink.files.path",
+            error,
+        ),
+        RootError::Io { .. } => PipelineError::retryable("cannot prepare the output root", error),
+    })?;
+    Ok(Destination::Files {
+        root: Arc::new(root),
+        settings: Arc::new(worker_settings(config, files)?),
     })
 }
 
@@ -210,30 +356,8 @@ fn run_once(
         crate::kafka::RUN_PROBE_TIMEOUT,
         Some(shutdown),
     )?;
-    let files = config.files();
-    let opened = match &files.url {
-        None => OutputRoot::open(&files.path, files.sub_partitions),
-        Some(url) => {
-            let objects = ObjectTarget::s3(url, &files.s3, runtime.clone()).map_err(|e| {
-                PipelineError::fatal_with(
-                    "cannot configure the S3 client",
-                    "check sink.files.url and [sink.files.s3]",
-                    e,
-                )
-            })?;
-            OutputRoot::open_objects(&files.path, objects, files.sub_partitions)
-        }
-    };
-    let root = opened.map_err(|error| match error {
-        RootError::SubPartitionsChanged { .. } => PipelineError::fatal_with(
-            "the output root was written with another number of sub-partitions",
-            "keep sink.files.sub_partitions as it was for this root, or write to a new sink.files.path",
-            error,
-        ),
-        RootError::Io { .. } => PipelineError::retryable("cannot prepare the output root", error),
-    })?;
-    let root_description = root.describe();
-    let settings = Arc::new(worker_settings(config)?);
+    let destination = open_destination(config, &runtime)?;
+    let root_description = destination.describe();
     let dead_letter = match (
         &config.delivery.dead_letter_topic,
         config.delivery.on_failure,
@@ -274,8 +398,8 @@ fn run_once(
             timeouts: Arc::clone(timeouts),
             assignments: 0,
             config: Arc::clone(config),
-            root: Arc::new(root),
-            settings,
+            destination,
+            failure_settings: failure_settings(config),
             dead_letter,
             partitions: HashMap::new(),
             events_tx,
@@ -634,8 +758,8 @@ struct Intake {
     /// Assignments so far (each deactivates the partition queues).
     assignments: u64,
     config: Arc<SinkPipelineConfig>,
-    root: Arc<OutputRoot>,
-    settings: Arc<WorkerSettings>,
+    destination: Destination,
+    failure_settings: FailureSettings,
     dead_letter: Option<Arc<DeadLetter>>,
     partitions: HashMap<(Arc<str>, i32), PartitionState>,
     events_tx: Sender<WorkerEvent>,
@@ -657,7 +781,7 @@ impl Intake {
     }
 
     fn sub_partitions(&self) -> u32 {
-        self.config.files().sub_partitions
+        self.config.sub_partitions()
     }
 
     /// Recovers the assigned partitions from the files and starts their workers; returns the
@@ -727,12 +851,7 @@ impl Intake {
                 partition,
                 sub,
             };
-            let recovered = self.root.recover(&id).map_err(|e| {
-                PipelineError::retryable(
-                    format!("cannot recover the files of {topic}/{partition} sub-partition {sub}"),
-                    e,
-                )
-            })?;
+            let recovered = self.destination.recover(&id)?;
             any_state |= recovered.is_some();
             let recovered = recovered.unwrap_or(Recovered {
                 last_offset: -1,
@@ -745,14 +864,18 @@ impl Intake {
                     .max(group_committed.map_or(-1, |c| c - 1)),
             );
             dead_lettered.push(recovered.skipped.clone());
+            let writer = self.destination.writer(
+                id.clone(),
+                &recovered,
+                self.failure_settings,
+                self.dead_letter.clone(),
+            );
             workers.push(
                 worker::spawn(
                     id,
                     generation,
-                    recovered.epoch,
-                    recovered.skipped,
-                    Arc::clone(&self.root),
-                    Arc::clone(&self.settings),
+                    writer,
+                    self.failure_settings,
                     self.events_tx.clone(),
                     self.dead_letter.clone(),
                     self.clock,
@@ -833,7 +956,7 @@ impl Intake {
         if !admit_now {
             return;
         }
-        let subs = self.config.files().sub_partitions;
+        let subs = self.config.sub_partitions();
         if let Err(error) = admit(state, subs) {
             self.fail(error);
             return;
@@ -1150,14 +1273,7 @@ impl Intake {
             partition,
             sub,
         };
-        self.root.add_skipped(&id, offset).map_err(|e| {
-            PipelineError::retryable(
-                format!(
-                    "cannot record that {topic}/{partition} offset {offset} was dead-lettered (it may be dead-lettered again)"
-                ),
-                e,
-            )
-        })
+        self.destination.add_skipped(&id, offset)
     }
 
     /// Commits the watermark of `only` (or of every partition) where it moved.
@@ -1449,8 +1565,11 @@ mod tests {
             admin_paused: false,
             timeouts: TimeoutAttempts::default(),
             assignments: 0,
-            settings: Arc::new(worker_settings(&config).unwrap()),
-            root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
+            destination: Destination::Files {
+                settings: Arc::new(worker_settings(&config, config.files().unwrap()).unwrap()),
+                root: Arc::new(OutputRoot::open(&dir, 1).unwrap()),
+            },
+            failure_settings: failure_settings(&config),
             config: Arc::new(config),
             dead_letter: None,
             partitions: HashMap::new(),

@@ -1,11 +1,14 @@
-//! A sub-partition worker: one thread per (partition, sub-partition) that turns records into
-//! files, in offset order, and reports each committed epoch's records to the intake.
+//! A sub-partition worker: one thread per (partition, sub-partition) that hands records to
+//! its [`SubPartitionWriter`] (files: [`FilesWriter`]; PostgreSQL:
+//! [`crate::sink::postgres::apply::PgWriter`]), in offset order, and reports each committed
+//! epoch's records to the intake.
 //!
-//! The worker owns its [`Epoch`]. A record's queue budget is released as soon as it is written
-//! into the open file; its acknowledgement (the sequence number in the partition's
-//! [`sluice_engine::AckTracker`]) is reported only when its epoch commits, i.e. when the file
-//! that holds it has its final name. A record that cannot be written follows the failure
-//! policy; an I/O failure ends the run (the supervisor restarts it from the committed files).
+//! The writer owns its open epoch (files: an [`Epoch`]; PostgreSQL: a batch). A record's queue
+//! budget is released as soon as it is written into the epoch; its acknowledgement (the
+//! sequence number in the partition's [`sluice_engine::AckTracker`]) is reported only when its
+//! epoch commits, i.e. when the file that holds it has its final name or the transaction that
+//! applied it has committed. A record that cannot be written follows the failure policy; a
+//! failure of the destination ends the run (the supervisor restarts it from what committed).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -122,7 +125,64 @@ pub enum WorkerEvent {
     },
 }
 
-/// Settings every worker shares.
+/// Why a record could not be written.
+#[derive(Debug)]
+pub enum WriteFailure {
+    /// The record cannot be written (the failure policy decides).
+    Record(String),
+    /// The destination failed: the run ends (and restarts from what committed).
+    Run(PipelineError),
+}
+
+/// The writer of one sub-partition: it appends records to an open epoch, commits the epoch
+/// atomically (then its records are durable) and is created from what a recovery of its
+/// sub-partition found (see `Destination` in [`crate::sink`]).
+pub trait SubPartitionWriter: Send {
+    /// Appends one record to the open epoch.
+    ///
+    /// # Errors
+    ///
+    /// [`WriteFailure`].
+    fn write(&mut self, data: &RecordData) -> Result<(), WriteFailure>;
+    /// Counts a record that has no output (dead-lettered, skipped) into the open epoch.
+    fn note(&mut self, offset: i64);
+    /// Records in the open epoch.
+    fn records(&self) -> u64;
+    /// When the open epoch took its first record.
+    fn opened_at(&self) -> Option<Instant>;
+    /// Whether the open epoch must commit now (its size limits).
+    fn is_full(&self) -> bool;
+    /// Whether the open epoch must commit once the records at hand are written, though more
+    /// keep coming (`false`: only when idle for [`SubPartitionWriter::max_age`]).
+    fn due_after_batch(&self) -> bool {
+        false
+    }
+    /// The age at which an open epoch commits.
+    fn max_age(&self) -> Duration;
+    /// Commits the open epoch: its records are durable afterwards.
+    ///
+    /// # Errors
+    ///
+    /// The run ends.
+    fn commit(&mut self) -> Result<(), PipelineError>;
+    /// Drops the open epoch without cleaning anything up (another worker may own the names).
+    fn forget(&mut self);
+    /// Drops the open epoch and what it staged.
+    fn discard(&mut self);
+}
+
+/// What every worker does with a failing record.
+#[derive(Debug, Clone, Copy)]
+pub struct FailureSettings {
+    /// Failure policy.
+    pub policy: FailurePolicy,
+    /// Attempts with `policy = Retry`.
+    pub retry_max_attempts: u32,
+    /// First retry delay.
+    pub retry_backoff: Duration,
+}
+
+/// Settings every files writer shares.
 #[derive(Debug)]
 pub struct WorkerSettings {
     /// File format and compression.
@@ -137,12 +197,6 @@ pub struct WorkerSettings {
     pub roll_interval: Duration,
     /// Skip null values instead of failing them.
     pub skip_tombstones: bool,
-    /// Failure policy.
-    pub policy: FailurePolicy,
-    /// Attempts with `policy = Retry`.
-    pub retry_max_attempts: u32,
-    /// First retry delay.
-    pub retry_backoff: Duration,
 }
 
 /// The dead-letter topic's producer.
@@ -236,13 +290,11 @@ pub struct WorkerHandle {
 pub struct Worker {
     id: SubPartitionId,
     topic: Arc<str>,
-    topic_json: String,
     generation: u64,
-    root: Arc<OutputRoot>,
-    settings: Arc<WorkerSettings>,
+    failure: FailureSettings,
     events: Sender<WorkerEvent>,
     dead_letter: Option<Arc<DeadLetter>>,
-    epoch: Epoch,
+    writer: Box<dyn SubPartitionWriter>,
     seqs: Vec<Seq>,
     busy_since_ms: Arc<AtomicU64>,
     busy_offset: Arc<AtomicI64>,
@@ -259,10 +311,8 @@ pub struct Worker {
 pub fn spawn(
     id: SubPartitionId,
     generation: u64,
-    last_epoch: u64,
-    skipped: Vec<i64>,
-    root: Arc<OutputRoot>,
-    settings: Arc<WorkerSettings>,
+    writer: Box<dyn SubPartitionWriter>,
+    failure: FailureSettings,
     events: Sender<WorkerEvent>,
     dead_letter: Option<Arc<DeadLetter>>,
     clock: Instant,
@@ -271,17 +321,14 @@ pub fn spawn(
     let busy_since_ms = Arc::new(AtomicU64::new(0));
     let busy_offset = Arc::new(AtomicI64::new(-1));
     let abandoned = Arc::new(AtomicBool::new(false));
-    let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped);
     let worker = Worker {
         topic: Arc::from(id.topic.as_str()),
-        topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
         id,
         generation,
-        root,
-        settings,
+        failure,
         events,
         dead_letter,
-        epoch,
+        writer,
         seqs: Vec::new(),
         busy_since_ms: Arc::clone(&busy_since_ms),
         busy_offset: Arc::clone(&busy_offset),
@@ -305,9 +352,9 @@ impl Worker {
     fn run(mut self, rx: &Receiver<WorkerMsg>) {
         if let Err(error) = self.work(rx) {
             if self.abandoned.load(Ordering::Acquire) {
-                self.epoch.forget();
+                self.writer.forget();
             } else {
-                self.epoch.discard();
+                self.writer.discard();
             }
             let _ = self.events.send(WorkerEvent::Failed(error));
         }
@@ -320,8 +367,8 @@ impl Worker {
 
     fn work(&mut self, rx: &Receiver<WorkerMsg>) -> Result<(), PipelineError> {
         loop {
-            let wait = match self.epoch.opened_at() {
-                Some(opened) => self.settings.roll_interval.saturating_sub(opened.elapsed()),
+            let wait = match self.writer.opened_at() {
+                Some(opened) => self.writer.max_age().saturating_sub(opened.elapsed()),
                 None => Duration::from_secs(1),
             };
             match rx.recv_timeout(wait) {
@@ -333,17 +380,18 @@ impl Worker {
                         self.busy_offset.store(-1, Ordering::Relaxed);
                         if self.abandoned.load(Ordering::Acquire) {
                             // Timed out on this record: the intake has moved on without us.
-                            self.epoch.forget();
+                            self.writer.forget();
                             return Ok(());
                         }
                         self.seqs.push(seq);
-                        if self.epoch.records() >= self.settings.roll_records
-                            || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
-                        {
+                        if self.writer.is_full() {
                             self.commit()?;
                         }
                     }
                     drop(permit);
+                    if self.writer.due_after_batch() {
+                        self.commit()?;
+                    }
                     self.set_busy(false);
                 }
                 Ok(WorkerMsg::Flush) => {
@@ -360,14 +408,15 @@ impl Worker {
                 Ok(WorkerMsg::Abort) | Err(RecvTimeoutError::Disconnected) => {
                     // The next recovery of this sub-partition deletes the staged files; an
                     // abandoned worker must not delete names a new worker may use again.
-                    self.epoch.forget();
+                    self.writer.forget();
                     return Ok(());
                 }
                 Err(RecvTimeoutError::Timeout) => {
+                    let max_age = self.writer.max_age();
                     if self
-                        .epoch
+                        .writer
                         .opened_at()
-                        .is_some_and(|opened| opened.elapsed() >= self.settings.roll_interval)
+                        .is_some_and(|opened| opened.elapsed() >= max_age)
                     {
                         self.set_busy(true);
                         self.commit()?;
@@ -391,27 +440,11 @@ impl Worker {
         if self.abandoned.load(Ordering::Acquire) {
             // The intake gave up on this worker (revocation deadline, processing timeout):
             // the next owner rewrites these records, so this epoch must never commit.
-            self.epoch.forget();
+            self.writer.forget();
             self.seqs.clear();
             return Ok(());
         }
-        let records = self.epoch.records();
-        let files = self
-            .epoch
-            .commit(&self.root, &self.settings.files)
-            .map_err(|e| self.io_error(e))?;
-        if records > 0 {
-            m::records_committed().increment(records);
-            m::files_committed().increment(files.len() as u64);
-            tracing::debug!(
-                topic = %self.id.topic,
-                partition = self.id.partition,
-                sub = self.id.sub,
-                records,
-                files = files.len(),
-                "epoch committed"
-            );
-        }
+        self.writer.commit()?;
         if !self.seqs.is_empty() {
             let _ = self.events.send(WorkerEvent::Committed {
                 topic: Arc::clone(&self.topic),
@@ -423,35 +456,22 @@ impl Worker {
         Ok(())
     }
 
-    fn io_error(&self, error: std::io::Error) -> PipelineError {
-        PipelineError::retryable(
-            format!(
-                "cannot write files of {}/{} sub-partition {} under {}",
-                self.id.topic,
-                self.id.partition,
-                self.id.sub,
-                self.root.describe()
-            ),
-            error,
-        )
-    }
-
     /// Writes one record, applying the failure policy.
     fn handle(&mut self, data: &RecordData) -> Result<(), PipelineError> {
         hang_hook(data);
         let mut attempt = 1;
         loop {
-            let reason = match self.write(data) {
+            let reason = match self.writer.write(data) {
                 Ok(()) => return Ok(()),
-                Err(WriteError::Io(error)) => return Err(self.io_error(error)),
-                Err(WriteError::Record(reason)) => reason,
+                Err(WriteFailure::Run(error)) => return Err(error),
+                Err(WriteFailure::Record(reason)) => reason,
             };
             let what = format!(
                 "record {}/{} offset {} cannot be written: {reason}",
                 self.id.topic, self.id.partition, data.offset
             );
-            match self.settings.policy {
-                FailurePolicy::Retry if attempt < self.settings.retry_max_attempts => {
+            match self.failure.policy {
+                FailurePolicy::Retry if attempt < self.failure.retry_max_attempts => {
                     tracing::warn!(
                         topic = %self.id.topic,
                         partition = self.id.partition,
@@ -460,7 +480,7 @@ impl Worker {
                         reason = %reason,
                         "record failed; retrying"
                     );
-                    let delay = self.settings.retry_backoff * 2u32.saturating_pow(attempt - 1);
+                    let delay = self.failure.retry_backoff * 2u32.saturating_pow(attempt - 1);
                     std::thread::sleep(delay.min(Duration::from_secs(30)));
                     attempt += 1;
                 }
@@ -483,15 +503,58 @@ impl Worker {
                         "record sent to the dead-letter topic"
                     );
                     dead_letter.send(&self.id.topic, self.id.partition, data, &reason)?;
-                    self.epoch.note(data.offset);
+                    self.writer.note(data.offset);
                     return Ok(());
                 }
             }
         }
     }
+}
+
+/// The files writer: a sub-partition's records in epochs of files (see [`crate::sink::files`]).
+pub struct FilesWriter {
+    id: SubPartitionId,
+    topic_json: String,
+    root: Arc<OutputRoot>,
+    settings: Arc<WorkerSettings>,
+    epoch: Epoch,
+}
+
+impl FilesWriter {
+    /// The writer of `id` after a recovery whose last committed epoch was `last_epoch` and
+    /// whose state lists `skipped` offsets.
+    pub fn new(
+        id: SubPartitionId,
+        last_epoch: u64,
+        skipped: Vec<i64>,
+        root: Arc<OutputRoot>,
+        settings: Arc<WorkerSettings>,
+    ) -> Self {
+        let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped);
+        Self {
+            topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
+            id,
+            root,
+            settings,
+            epoch,
+        }
+    }
+
+    fn io_error(&self, error: std::io::Error) -> PipelineError {
+        PipelineError::retryable(
+            format!(
+                "cannot write files of {}/{} sub-partition {} under {}",
+                self.id.topic,
+                self.id.partition,
+                self.id.sub,
+                self.root.describe()
+            ),
+            error,
+        )
+    }
 
     /// One attempt: parse once, render the directory, append to the open file.
-    fn write(&mut self, data: &RecordData) -> Result<(), WriteError> {
+    fn write_file(&mut self, data: &RecordData) -> Result<(), WriteError> {
         let Some(value) = data.value() else {
             if self.settings.skip_tombstones {
                 self.epoch.note(data.offset);
@@ -535,6 +598,66 @@ impl Worker {
         };
         self.epoch.write(dir, &record, &self.settings.files)?;
         Ok(())
+    }
+}
+
+impl SubPartitionWriter for FilesWriter {
+    fn write(&mut self, data: &RecordData) -> Result<(), WriteFailure> {
+        match self.write_file(data) {
+            Ok(()) => Ok(()),
+            Err(WriteError::Record(reason)) => Err(WriteFailure::Record(reason)),
+            Err(WriteError::Io(error)) => Err(WriteFailure::Run(self.io_error(error))),
+        }
+    }
+
+    fn note(&mut self, offset: i64) {
+        self.epoch.note(offset);
+    }
+
+    fn records(&self) -> u64 {
+        self.epoch.records()
+    }
+
+    fn opened_at(&self) -> Option<Instant> {
+        self.epoch.opened_at()
+    }
+
+    fn is_full(&self) -> bool {
+        self.epoch.records() >= self.settings.roll_records
+            || self.epoch.largest_file_bytes() >= self.settings.roll_bytes
+    }
+
+    fn max_age(&self) -> Duration {
+        self.settings.roll_interval
+    }
+
+    fn commit(&mut self) -> Result<(), PipelineError> {
+        let records = self.epoch.records();
+        let files = self
+            .epoch
+            .commit(&self.root, &self.settings.files)
+            .map_err(|e| self.io_error(e))?;
+        if records > 0 {
+            m::records_committed().increment(records);
+            m::files_committed().increment(files.len() as u64);
+            tracing::debug!(
+                topic = %self.id.topic,
+                partition = self.id.partition,
+                sub = self.id.sub,
+                records,
+                files = files.len(),
+                "epoch committed"
+            );
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self) {
+        self.epoch.forget();
+    }
+
+    fn discard(&mut self) {
+        self.epoch.discard();
     }
 }
 
@@ -585,7 +708,7 @@ mod tests {
     use sluice_engine::InFlightBudget;
     use std::num::NonZeroU32;
 
-    fn settings(policy: FailurePolicy) -> Arc<WorkerSettings> {
+    fn settings() -> Arc<WorkerSettings> {
         Arc::new(WorkerSettings {
             files: FileSettings {
                 format: FileFormat::Jsonl,
@@ -598,10 +721,15 @@ mod tests {
             roll_bytes: 1 << 30,
             roll_interval: Duration::from_secs(60),
             skip_tombstones: true,
+        })
+    }
+
+    fn failure(policy: FailurePolicy) -> FailureSettings {
+        FailureSettings {
             policy,
             retry_max_attempts: 3,
             retry_backoff: Duration::from_millis(1),
-        })
+        }
     }
 
     /// Runs a worker over `values` (None = tombstone), then asks it to finish; returns its
@@ -620,13 +748,12 @@ mod tests {
             partition: 0,
             sub: 0,
         };
+        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), root, settings());
         let mut worker = spawn(
             id,
             1,
-            0,
-            Vec::new(),
-            root,
-            settings(policy),
+            Box::new(writer),
+            failure(policy),
             events_tx,
             None,
             Instant::now(),

@@ -17,6 +17,7 @@ mod perf;
 mod secrets;
 mod silence;
 mod sink;
+mod sink_pg;
 mod sink_s3;
 mod snapshot;
 mod stack;

@@ -14,7 +14,8 @@
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod config;
-pub mod connect;
+/// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
+pub use crate::pg_connect as connect;
 pub mod encode;
 pub mod incremental;
 pub mod pgoutput;

@@ -430,15 +430,4 @@ pub fn quote_ident(name: &str) -> String {
 }
 
 /// `host:port` of a connection config, for messages (never the password).
-pub fn describe_host(config: &tokio_postgres::Config) -> String {
-    let host = config
-        .get_hosts()
-        .first()
-        .map(|h| match h {
-            tokio_postgres::config::Host::Tcp(host) => host.clone(),
-            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
-        })
-        .unwrap_or_else(|| "localhost".into());
-    let port = config.get_ports().first().copied().unwrap_or(5432);
-    format!("{host}:{port}")
-}
+pub use crate::pg_connect::describe_host;

@@ -1132,7 +1132,21 @@ pub async fn connect_sql_url(
 }
 
 fn host_name(config: &PgConnectConfig) -> String {
-    super::setup::describe_host(&config.pg)
+    describe_host(&config.pg)
+}
+
+/// `host:port` of the first host, for messages.
+pub fn describe_host(config: &tokio_postgres::Config) -> String {
+    let host = config
+        .get_hosts()
+        .first()
+        .map(|h| match h {
+            tokio_postgres::config::Host::Tcp(host) => host.clone(),
+            tokio_postgres::config::Host::Unix(path) => path.display().to_string(),
+        })
+        .unwrap_or_else(|| "localhost".into());
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    format!("{host}:{port}")
 }
 
 /// A message for a failed connection: TLS verification and authentication failures name the
