@@ -4,13 +4,21 @@
 //! `{"before":…,"after":…,"source":{…},"transaction":null,"op":"c|u|d|r|t","ts_ms":…}`, field
 //! for field the Debezium PostgreSQL connector's (a second source reuses these rules); a delete
 //! is followed by a tombstone (null value; null key for a keyless table, as Debezium) unless
-//! `kafka.tombstones_on_delete = false`. Unchanged TOASTed
-//! columns are left out of `after` and named in `"unavailable_columns"`, never sent as null or
-//! as a placeholder. Topics are `<prefix>.<schema>.<table>`.
+//! `[kafka.events] tombstones_on_delete = false`. An unchanged TOASTed column is Debezium's
+//! placeholder (or, with `unavailable_columns`, left out and named in `"unavailable_columns"`).
+//! Topics are `<prefix>.<schema>.<table>`. Debezium's options that change a column's form are
+//! in [`options`], one deciding function each.
 //!
 //! Every record also carries its source position in headers, so consumers can drop the
 //! duplicates an at-least-once pipeline may write after a crash: the position
 //! (`sluice.commit_lsn`, `sluice.tx_index`) strictly increases per key.
+
+pub mod options;
+
+pub use options::{
+    BinaryHandlingMode, HstoreHandlingMode, IntervalHandlingMode, SkippedOperations, TemporalUnit,
+    TimePrecisionMode,
+};
 
 /// Header: the LSN of the source transaction's commit record (decimal).
 pub const HEADER_COMMIT_LSN: &str = "sluice.commit_lsn";
@@ -111,16 +119,43 @@ impl SnapshotMarker {
     }
 }
 
-/// `[kafka.events]`: how change events are written. Everything off (the default) is exactly
-/// the Debezium connector's default output (JSON, schemas disabled); each key turns on one of
-/// sluice's own additions, or one of Debezium's options by its name (`decimal.handling.mode` →
-/// `decimal_handling_mode`). Shared by every source.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+/// `[kafka.events]`: how change events are written. The defaults are exactly the Debezium
+/// connector's default output (JSON, schemas disabled); Debezium's options go by their names
+/// (`decimal.handling.mode` → `decimal_handling_mode`) and values, and a few keys turn on
+/// sluice's own additions. Shared by every source.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventOptions {
     /// Debezium's `decimal.handling.mode`.
     #[serde(default)]
     pub decimal_handling_mode: DecimalHandlingMode,
+    /// Debezium's `time.precision.mode`.
+    #[serde(default)]
+    pub time_precision_mode: TimePrecisionMode,
+    /// Debezium's `binary.handling.mode`.
+    #[serde(default)]
+    pub binary_handling_mode: BinaryHandlingMode,
+    /// Debezium's `interval.handling.mode`.
+    #[serde(default)]
+    pub interval_handling_mode: IntervalHandlingMode,
+    /// Debezium's `hstore.handling.mode`.
+    #[serde(default)]
+    pub hstore_handling_mode: HstoreHandlingMode,
+    /// Debezium's `money.fraction.digits`: the scale of `money` amounts.
+    #[serde(default = "default_money_fraction_digits")]
+    pub money_fraction_digits: u8,
+    /// Debezium's `tombstones.on.delete` (`kafka.tombstones_on_delete` is its older name);
+    /// unset = true. Read it with `KafkaConfig::tombstones_on_delete`.
+    #[serde(default)]
+    pub tombstones_on_delete: Option<bool>,
+    /// Debezium's `skipped.operations` (default `"t"`: no event for a TRUNCATE).
+    #[serde(default)]
+    pub skipped_operations: SkippedOperations,
+    /// Debezium's `unavailable.value.placeholder`: the value of an unchanged TOASTed column
+    /// the server did not send (its UTF-8 bytes for a binary column under
+    /// `binary_handling_mode = "bytes"`).
+    #[serde(default = "default_unavailable_value_placeholder")]
+    pub unavailable_value_placeholder: String,
     /// sluice: `json`/`jsonb` values as the document itself (embedded JSON) instead of
     /// Debezium's string holding the document.
     #[serde(default)]
@@ -130,10 +165,36 @@ pub struct EventOptions {
     /// (`"__debezium_unavailable_value"`) in the column.
     #[serde(default)]
     pub unavailable_columns: bool,
-    /// sluice: write `TRUNCATE` as an `op: "t"` event (Debezium's default
-    /// `skipped.operations=t` leaves it out).
+    /// Replaced by `skipped_operations` (refused with a message saying so).
     #[serde(default)]
-    pub truncate: bool,
+    pub truncate: Option<bool>,
+}
+
+impl Default for EventOptions {
+    fn default() -> Self {
+        Self {
+            decimal_handling_mode: DecimalHandlingMode::default(),
+            time_precision_mode: TimePrecisionMode::default(),
+            binary_handling_mode: BinaryHandlingMode::default(),
+            interval_handling_mode: IntervalHandlingMode::default(),
+            hstore_handling_mode: HstoreHandlingMode::default(),
+            money_fraction_digits: default_money_fraction_digits(),
+            tombstones_on_delete: None,
+            skipped_operations: SkippedOperations::default(),
+            unavailable_value_placeholder: default_unavailable_value_placeholder(),
+            embed_json: false,
+            unavailable_columns: false,
+            truncate: None,
+        }
+    }
+}
+
+fn default_money_fraction_digits() -> u8 {
+    2
+}
+
+fn default_unavailable_value_placeholder() -> String {
+    UNAVAILABLE_VALUE_PLACEHOLDER.to_owned()
 }
 
 /// Debezium's `decimal.handling.mode`: how `numeric` (and `money`) values are written.
@@ -149,6 +210,10 @@ pub enum DecimalHandlingMode {
     /// A string of the exact decimal (`"NaN"`, `"Infinity"`, `"-Infinity"` as such).
     #[serde(rename = "string")]
     String,
+    /// A JSON number (a 64-bit float: may lose digits); NaN and the infinities are the
+    /// strings `"NaN"`, `"Infinity"`, `"-Infinity"`, as Kafka's JSON converter writes them.
+    #[serde(rename = "double")]
+    Double,
 }
 
 /// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column).

@@ -7,8 +7,10 @@
 //! files' README lists. Numbers are compared by their decimal value (`1.5E-5` = `0.000015`,
 //! `1.4E-45` ≠ `1e-45`), object members in any order.
 //!
-//! Two combinations: `defaults`, and `decimal-string` (`[kafka.events] decimal_handling_mode =
-//! "string"`), one sluice run each, side by side.
+//! The combinations, one sluice run each, side by side: `defaults`, and under `[kafka.events]`
+//! `decimal-string` (`decimal_handling_mode = "string"`), `time-connect`
+//! (`time_precision_mode = "connect"`), `binary-hex` (`binary_handling_mode = "hex"`) and
+//! `truncate` (`skipped_operations = "none"`).
 //!
 //! A ratchet while parity is incomplete: `tests/debezium/known-differences.txt` lists the
 //! difference groups (`<combination> <table> <field path> <kind>`) still accepted. The test fails on a
@@ -685,20 +687,26 @@ async fn events_match_debezium_golden_files() {
     let _broker = broker_shared().await;
     let started = Instant::now();
     // One sluice run per combination captured with an option sluice has, side by side.
-    let (defaults, decimal_string) = tokio::join!(
+    let (defaults, decimal_string, time_connect, binary_hex, truncate) = tokio::join!(
         run_sluice(""),
         run_sluice("\n[kafka.events]\ndecimal_handling_mode = \"string\"\n"),
+        run_sluice("\n[kafka.events]\ntime_precision_mode = \"connect\"\n"),
+        run_sluice("\n[kafka.events]\nbinary_handling_mode = \"hex\"\n"),
+        run_sluice("\n[kafka.events]\nskipped_operations = \"none\"\n"),
     );
     let mut diff = Diff::default();
     compare("defaults", &defaults, &mut diff);
     compare("decimal-string", &decimal_string, &mut diff);
+    compare("time-connect", &time_connect, &mut diff);
+    compare("binary-hex", &binary_hex, &mut diff);
+    compare("truncate", &truncate, &mut diff);
 
     let known = known_differences();
     let found: BTreeSet<String> = diff.groups.keys().cloned().collect();
     let new: Vec<&String> = found.difference(&known).collect();
     let gone: Vec<&String> = known.difference(&found).collect();
     println!(
-        "compared {} records and {} fields with Debezium's (defaults, decimal-string) in {:?}: \
+        "compared {} records and {} fields with Debezium's (defaults, decimal-string, time-connect, binary-hex, truncate) in {:?}: \
          {} field differences in {} groups, all of them known: {}",
         diff.records,
         diff.fields,
@@ -734,7 +742,7 @@ async fn events_match_debezium_golden_files() {
     }
     assert!(report.is_empty(), "{report}");
     assert!(
-        diff.records >= 760,
+        diff.records >= 1920,
         "too few records paired: {}",
         diff.records
     );

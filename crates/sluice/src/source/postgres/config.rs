@@ -710,7 +710,7 @@ mod tests {
             config.delivery.max_in_flight_bytes,
             DEFAULT_MAX_IN_FLIGHT_BYTES
         );
-        assert!(config.kafka.tombstones_on_delete);
+        assert!(config.kafka.tombstones_on_delete());
     }
 
     #[test]

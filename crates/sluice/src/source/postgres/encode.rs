@@ -152,6 +152,9 @@ pub struct ColumnInfo {
     pub type_modifier: i32,
     /// What the pipeline's column rules do with its values (keys are never changed).
     pub treatment: ColumnTreatment,
+    /// Whether the type is the `hstore` extension's (its OID differs per database), written as
+    /// `hstore_handling_mode` says.
+    pub is_hstore: bool,
 }
 
 /// A column rule's effect on a column's values in `before`/`after`.
@@ -203,6 +206,7 @@ impl RelationInfo {
                     type_oid,
                     type_modifier,
                     treatment: ColumnTreatment::Keep,
+                    is_hstore: false,
                 }
             })
             .collect();
@@ -240,6 +244,13 @@ impl RelationInfo {
             envelope_overhead,
             outbox: None,
             excluded: false,
+        }
+    }
+
+    /// Marks the columns whose type is `hstore` (`is_hstore` answers for a type OID).
+    pub fn mark_hstore(&mut self, is_hstore: impl Fn(u32) -> bool) {
+        for column in &mut self.columns {
+            column.is_hstore = is_hstore(column.type_oid);
         }
     }
 
@@ -348,7 +359,7 @@ impl RowChange {
 }
 
 /// Encoding choices fixed for a pipeline.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EncodeOptions {
     /// Follow deletes with a tombstone.
     pub tombstones: bool,
@@ -359,7 +370,7 @@ pub struct EncodeOptions {
 }
 
 /// Encodes a change into its records, in order (`out` gets `record_count` records).
-pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<OutRecord>) {
+pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<OutRecord>) {
     let rel = &change.relation;
     if let Some(outbox) = &rel.outbox {
         // Only inserts reach here (see the stream); a row without an aggregate type was
@@ -508,7 +519,7 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData, events: &EventOptions) -> Op
 /// unchanged TOASTed values can be taken from the old row when the server sent one.
 fn envelope(
     change: &RowChange,
-    options: EncodeOptions,
+    options: &EncodeOptions,
     before: Option<&TupleData>,
     after: Option<(&TupleData, Option<&TupleData>)>,
     op: Op,
@@ -594,7 +605,7 @@ fn write_row(
                     }
                     first = false;
                     out.extend_from_slice(&column.json_label);
-                    value::write_unavailable(column.type_oid, out);
+                    value::write_unavailable(column.type_oid, events, out);
                     continue;
                 }
             }
@@ -656,9 +667,12 @@ fn write_datum(
         None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
         Some(Datum::Text(text)) => {
             let start = out.len();
-            if let Err(error) =
+            let written = if column.is_hstore {
+                value::write_hstore(text, out, events.hstore_handling_mode)
+            } else {
                 value::write_json(column.type_oid, column.type_modifier, text, out, events)
-            {
+            };
+            if let Err(error) = written {
                 // The text did not parse as its type: keep it, as a string, rather than lose it,
                 // and tell the operator (once per process in the log, always in the metric).
                 out.truncate(start);
@@ -767,7 +781,7 @@ mod tests {
             },
             now_unix_ms: 5,
         };
-        encode_change(change, options, &mut out);
+        encode_change(change, &options, &mut out);
         assert_eq!(out.len() as u32, change.record_count(true));
         out.into_iter()
             .map(|r| {
@@ -840,7 +854,7 @@ mod tests {
             events: EventOptions::default(),
             now_unix_ms: 5,
         };
-        encode_change(&change, options, &mut out);
+        encode_change(&change, &options, &mut out);
         let value: Value = serde_json::from_slice(out[0].value.as_ref().unwrap()).unwrap();
         assert_eq!(
             value["after"],

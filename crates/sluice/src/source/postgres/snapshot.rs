@@ -133,7 +133,7 @@ pub async fn run(
             shutdown: ctx.shutdown.clone(),
             source: Arc::clone(&source),
             ends: Arc::clone(&ends),
-            events: ctx.config.kafka.events,
+            events: ctx.config.kafka.events.clone(),
         };
         handles.spawn(worker.run());
     }
@@ -806,7 +806,7 @@ impl Worker {
     ) -> Result<u64, PipelineError> {
         let options = EncodeOptions {
             tombstones: false,
-            events: self.events,
+            events: self.events.clone(),
             now_unix_ms: unix_micros_now() / 1000,
         };
         let commit_unix_micros = unix_micros_now();
@@ -828,7 +828,7 @@ impl Worker {
                     xid: 0,
                     commit_unix_micros,
                 };
-                encode_change(&change, options, &mut out);
+                encode_change(&change, &options, &mut out);
             }
             out
         })
@@ -877,9 +877,10 @@ pub(super) async fn relation_info(
     let rows = catalog
         .client()
         .query(
-            "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, c.oid \
+            "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, c.oid, t.typname = 'hstore' \
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_type t ON t.oid = a.atttypid \
              WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
                AND a.attgenerated = '' \
              ORDER BY a.attnum",
@@ -922,6 +923,12 @@ pub(super) async fn relation_info(
         Arc::new(TableMetrics::new(&qualified)),
     );
     info.apply_rules(rules);
+    let hstore: Vec<u32> = rows
+        .iter()
+        .filter(|r| r.get::<_, bool>(4))
+        .map(|r| r.get::<_, u32>(1))
+        .collect();
+    info.mark_hstore(|oid| hstore.contains(&oid));
     Ok(info)
 }
 

@@ -412,6 +412,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         stream,
         relations: HashMap::new(),
         table_metrics: HashMap::new(),
+        hstore_types: std::collections::HashSet::new(),
         known_topics,
         tx: None,
         received: slot.confirmed_flush,
@@ -494,6 +495,8 @@ struct PgSource<'a> {
     stream: ReplicationStream,
     relations: HashMap<u32, Arc<RelationInfo>>,
     table_metrics: HashMap<String, Arc<TableMetrics>>,
+    /// The OIDs of `hstore` types, from the Type messages sent before a Relation.
+    hstore_types: std::collections::HashSet<u32>,
     known_topics: HashSet<String>,
     tx: Option<OpenTransaction>,
     /// The newest WAL position received.
@@ -557,7 +560,7 @@ impl Encode<Item> for PgEncoder {
             Item::Row(change) => {
                 #[cfg(feature = "failpoints")]
                 fail::fail_point!("encode::change");
-                encode_change(change, self.options, out);
+                encode_change(change, &self.options, out);
             }
             Item::Message(message) => {
                 out.push(encode_message(
@@ -727,8 +730,8 @@ impl Source for PgSource<'_> {
     fn encoder(&mut self) -> PgEncoder {
         PgEncoder {
             options: EncodeOptions {
-                tombstones: self.ctx.config.kafka.tombstones_on_delete,
-                events: self.ctx.config.kafka.events,
+                tombstones: self.ctx.config.kafka.tombstones_on_delete(),
+                events: self.ctx.config.kafka.events.clone(),
                 now_unix_ms: unix_micros_now() / 1000,
             },
             identity: self.identity.clone(),
@@ -949,7 +952,12 @@ impl PgSource<'_> {
                     intake.checkpoint(message_lsn);
                 }
             }
-            PgOutputMessage::Type { .. } | PgOutputMessage::Origin { .. } => {}
+            PgOutputMessage::Type { id, name, .. } => {
+                if name == "hstore" {
+                    self.hstore_types.insert(id);
+                }
+            }
+            PgOutputMessage::Origin { .. } => {}
         }
         Ok(())
     }
@@ -993,6 +1001,7 @@ impl PgSource<'_> {
             metrics,
         );
         info.apply_rules(&self.ctx.config.source);
+        info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let is_outbox = self
             .ctx
             .config
@@ -1120,7 +1129,7 @@ impl PgSource<'_> {
         // A table that joined while running may have had no streamed change yet.
         self.ensure_topic(&chunk.relation.topic).await?;
         let commit_unix_micros = unix_micros_now();
-        let tombstones = self.ctx.config.kafka.tombstones_on_delete;
+        let tombstones = self.ctx.config.kafka.tombstones_on_delete();
         let rows_metric =
             metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.relation.name.clone());
         rows_metric.increment(chunk.rows.len() as u64);
@@ -1352,8 +1361,16 @@ impl PgSource<'_> {
             return Ok(());
         }
         self.incremental.note(&relation, &kind);
-        if matches!(kind, ChangeKind::Truncate) && !self.ctx.config.kafka.events.truncate {
-            // Debezium's default (`skipped.operations=t`): no event.
+        let op = match &kind {
+            ChangeKind::Insert { .. } => crate::event::Op::Create,
+            ChangeKind::Update { .. } => crate::event::Op::Update,
+            ChangeKind::Delete { .. } => crate::event::Op::Delete,
+            ChangeKind::Truncate => crate::event::Op::Truncate,
+            ChangeKind::Read { .. } => crate::event::Op::Read,
+        };
+        if self.ctx.config.kafka.events.skipped_operations.skips(op) {
+            // Debezium's `skipped.operations` (default `t`: a TRUNCATE emits nothing); an
+            // update that changes the key is skipped whole, as an update.
             return Ok(());
         }
         if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
@@ -1377,7 +1394,7 @@ impl PgSource<'_> {
             xid: tx.xid,
             commit_unix_micros: tx.commit_unix_micros,
         };
-        let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete);
+        let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete());
         tx.next_index += records;
         change.size_hint = change.size_hint.max(1);
         let size = change.size_hint;
