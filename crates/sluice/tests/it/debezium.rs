@@ -756,3 +756,32 @@ fn numbers_compare_by_decimal_value() {
     assert_ne!(canonical_number("1.4E-45"), canonical_number("1e-45"));
     assert_ne!(canonical_number("-1"), canonical_number("1"));
 }
+
+/// What a user sees for a Debezium option value sluice does not know: `sluice check` names the
+/// key and lists the supported values.
+#[test]
+fn unknown_option_values_are_refused_with_the_supported_ones() {
+    let name = unique("dbzopt");
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    for (line, expected) in [
+        (
+            "time_precision_mode = \"nanoseconds\"",
+            "kafka.events.time_precision_mode: unknown variant `nanoseconds`, expected one of \
+             `adaptive`, `adaptive_time_microseconds`, `connect`",
+        ),
+        (
+            "skipped_operations = \"c,x\"",
+            "kafka.events.skipped_operations: unknown operation \"x\" in \"c,x\": expected a \
+             comma-separated list of `c`, `u`, `d`, `t`, or `none`",
+        ),
+    ] {
+        let toml = pipeline_toml(&name, "public", &name, free_port(), "")
+            + &format!("\n[kafka.events]\n{line}\n");
+        std::fs::write(&file, toml).unwrap();
+        let (code, output) =
+            crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(20));
+        assert_eq!(code, Some(1), "{output}");
+        assert!(output.contains(expected), "{output}");
+    }
+}
