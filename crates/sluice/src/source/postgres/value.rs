@@ -8,12 +8,11 @@
 //! beyond the buffer (an array of `bytea`, `json` or other escaped elements reuses one scratch
 //! buffer for the whole array).
 //!
-//! The mapping follows Debezium's defaults (`decimal.handling.mode=string` aside, which sluice
-//! chooses): `time.precision.mode=adaptive`, `interval.handling.mode=numeric`,
-//! `binary.handling.mode=bytes` (base64 in JSON). Where JSON or sluice differ from Debezium
-//! (`json` is embedded rather than quoted, non-finite floats and infinite dates are strings,
-//! intervals are computed exactly), `docs/type-mapping.md` says so; that file is the reference
-//! table of every mapping.
+//! The mapping follows Debezium's, its options (`[kafka.events]`: `decimal_handling_mode`,
+//! `time_precision_mode`, `binary_handling_mode`, `interval_handling_mode`, …) deciding a
+//! column's form in one place, [`representation`], through each option's own function in
+//! `crate::event::options`. Where JSON or sluice differ from Debezium, `docs/type-mapping.md`
+//! says so; that file is the reference table of every mapping.
 //!
 //! Values come from the server, so parsing never panics: every access is checked and a value
 //! that does not parse as its type is a `ValueError`, after which the caller may fall back to
