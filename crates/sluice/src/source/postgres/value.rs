@@ -10,7 +10,7 @@
 //!
 //! The mapping follows Debezium's, its options (`[kafka.events]`: `decimal_handling_mode`,
 //! `time_precision_mode`, `binary_handling_mode`, `interval_handling_mode`, …) deciding a
-//! column's form in one place, [`representation`], through each option's own function in
+//! column's form in one place, `representation`, through each option's own function in
 //! `crate::event::options`. Where JSON or sluice differ from Debezium, `docs/type-mapping.md`
 //! says so; that file is the reference table of every mapping.
 //!
