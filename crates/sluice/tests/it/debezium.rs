@@ -785,3 +785,55 @@ fn unknown_option_values_are_refused_with_the_supported_ones() {
         assert!(output.contains(expected), "{output}");
     }
 }
+
+/// `skipped_operations` and `tombstones_on_delete` by Debezium's names: with `"c,d"` and
+/// `false`, the change script gives exactly Debezium's default run's snapshot reads, updates,
+/// the delete + create pairs of key-changing updates (an update, so not skipped, as Debezium
+/// skips by the change's operation), the TRUNCATE (`t` is not in the list), and no insert,
+/// delete or tombstone.
+#[tokio::test(flavor = "multi_thread")]
+async fn skipped_operations_and_tombstones_by_debeziums_names() {
+    let _broker = broker_shared().await;
+    let ours = run_sluice(
+        "\n[kafka.events]\nskipped_operations = \"c,d\"\ntombstones_on_delete = false\n",
+    )
+    .await;
+    let lsn = |rec: &Rec| {
+        rec.value
+            .as_ref()
+            .and_then(|v| v.get("source"))
+            .and_then(|s| s.get("lsn"))
+            .map(J::canonical)
+    };
+    let mut expected: BTreeMap<String, usize> = BTreeMap::new();
+    for recs in golden("defaults").values() {
+        let lsns = |op: &str| -> BTreeSet<String> {
+            recs.iter()
+                .filter(|r| r.op() == op)
+                .filter_map(lsn)
+                .collect()
+        };
+        let key_changes: BTreeSet<String> = lsns("c").intersection(&lsns("d")).cloned().collect();
+        for rec in recs {
+            let kept = match rec.op().as_str() {
+                "r" | "u" => true,
+                "c" | "d" => lsn(rec).is_some_and(|l| key_changes.contains(&l)),
+                _ => false,
+            };
+            if kept {
+                *expected.entry(rec.op()).or_default() += 1;
+            }
+        }
+    }
+    *expected.entry("t".into()).or_default() += 1;
+    let mut found: BTreeMap<String, usize> = BTreeMap::new();
+    for (table, recs) in &ours {
+        if table != "public.zz_marker" {
+            for rec in recs {
+                *found.entry(rec.op()).or_default() += 1;
+            }
+        }
+    }
+    assert!(expected["c"] > 0 && expected["u"] > 0, "{expected:?}");
+    assert_eq!(found, expected);
+}
