@@ -156,6 +156,10 @@ pub struct EventOptions {
     /// `binary_handling_mode = "bytes"`).
     #[serde(default = "default_unavailable_value_placeholder")]
     pub unavailable_value_placeholder: String,
+    /// Debezium's `provide.transaction.metadata`: only `false` (its default) for now; `true`
+    /// is refused, naming what is missing.
+    #[serde(default)]
+    pub provide_transaction_metadata: bool,
     /// sluice: `json`/`jsonb` values as the document itself (embedded JSON) instead of
     /// Debezium's string holding the document.
     #[serde(default)]
@@ -182,6 +186,7 @@ impl Default for EventOptions {
             tombstones_on_delete: None,
             skipped_operations: SkippedOperations::default(),
             unavailable_value_placeholder: default_unavailable_value_placeholder(),
+            provide_transaction_metadata: false,
             embed_json: false,
             unavailable_columns: false,
             truncate: None,
