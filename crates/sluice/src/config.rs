@@ -573,15 +573,6 @@ impl<S: SourceSection> PipelineConfig<S> {
                 ),
             );
         }
-        if self.kafka.events.provide_transaction_metadata {
-            issue(
-                "kafka.events.provide_transaction_metadata",
-                "true is not supported yet: sluice does not write Debezium's transaction \
-                 metadata (the `transaction` block is null and there is no \
-                 <topic_prefix>.transaction topic); expected false"
-                    .into(),
-            );
-        }
         if let Some(truncate) = self.kafka.events.truncate {
             issue(
                 "kafka.events.truncate",

@@ -63,6 +63,96 @@ impl Op {
 pub const SOURCE_END_TRANSACTION: &[u8] =
     b",\"xmin\":null,\"origin\":null,\"origin_lsn\":null},\"transaction\":null";
 
+/// Debezium's `transaction` block of a streamed change event
+/// (`provide.transaction.metadata`): `{"id":"<txId>:<lsn>","total_order":n,
+/// "data_collection_order":m}`, the orders counting the transaction's events from 1, in all and
+/// per table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionOrder {
+    /// The transaction's id (`txId`).
+    pub xid: u32,
+    /// The event's position among the transaction's events, from 1.
+    pub total_order: u64,
+    /// The event's position among the transaction's events of its table, from 1.
+    pub data_collection_order: u64,
+}
+
+impl TransactionOrder {
+    /// Appends the block of the event at `lsn` (Debezium's id: the transaction id and the
+    /// position of the event).
+    pub fn write(&self, lsn: u64, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":\"");
+        write_int(out, self.xid);
+        out.push(b':');
+        write_int(out, lsn);
+        out.extend_from_slice(b"\",\"total_order\":");
+        write_int(out, self.total_order);
+        out.extend_from_slice(b",\"data_collection_order\":");
+        write_int(out, self.data_collection_order);
+        out.push(b'}');
+    }
+
+    /// The same for the event after this one in the same table (the create of a key change).
+    pub fn next(self) -> Self {
+        Self {
+            total_order: self.total_order + 1,
+            data_collection_order: self.data_collection_order + 1,
+            ..self
+        }
+    }
+}
+
+/// A transaction boundary event on `<prefix>.transaction` (`provide.transaction.metadata`),
+/// as Debezium writes it: key `{"id":…}`, value `{"status":"BEGIN"|"END","id":…,
+/// "event_count":…,"data_collections":[{"data_collection":"<schema>.<table>",
+/// "event_count":…}],"ts_ms":<commit time>}` (`event_count` and `data_collections` `null` for
+/// BEGIN). `collections` is `None` for BEGIN.
+pub fn transaction_event(
+    xid: u32,
+    lsn: u64,
+    commit_unix_ms: i64,
+    collections: Option<&[(String, u64)]>,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut id = Vec::with_capacity(24);
+    id.push(b'"');
+    write_int(&mut id, xid);
+    id.push(b':');
+    write_int(&mut id, lsn);
+    id.push(b'"');
+    let mut key = b"{\"id\":".to_vec();
+    key.extend_from_slice(&id);
+    key.push(b'}');
+    let mut value = Vec::with_capacity(128);
+    value.extend_from_slice(match collections {
+        None => b"{\"status\":\"BEGIN\",\"id\":".as_slice(),
+        Some(_) => b"{\"status\":\"END\",\"id\":".as_slice(),
+    });
+    value.extend_from_slice(&id);
+    match collections {
+        None => value.extend_from_slice(b",\"event_count\":null,\"data_collections\":null"),
+        Some(collections) => {
+            value.extend_from_slice(b",\"event_count\":");
+            write_int(&mut value, collections.iter().map(|(_, n)| n).sum::<u64>());
+            value.extend_from_slice(b",\"data_collections\":[");
+            for (n, (name, count)) in collections.iter().enumerate() {
+                if n > 0 {
+                    value.push(b',');
+                }
+                value.extend_from_slice(b"{\"data_collection\":");
+                write_json_str(&mut value, name);
+                value.extend_from_slice(b",\"event_count\":");
+                write_int(&mut value, *count);
+                value.push(b'}');
+            }
+            value.push(b']');
+        }
+    }
+    value.extend_from_slice(b",\"ts_ms\":");
+    write_int(&mut value, commit_unix_ms);
+    value.push(b'}');
+    (key, value)
+}
+
 /// `source.snapshot`: where a record is in a snapshot, as Debezium marks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnapshotMarker {
@@ -156,8 +246,8 @@ pub struct EventOptions {
     /// `binary_handling_mode = "bytes"`).
     #[serde(default = "default_unavailable_value_placeholder")]
     pub unavailable_value_placeholder: String,
-    /// Debezium's `provide.transaction.metadata`: only `false` (its default) for now; `true`
-    /// is refused, naming what is missing.
+    /// Debezium's `provide.transaction.metadata`: a `transaction` block in each streamed
+    /// change event and BEGIN/END events on `<topic_prefix>.transaction`.
     #[serde(default)]
     pub provide_transaction_metadata: bool,
     /// sluice: `json`/`jsonb` values as the document itself (embedded JSON) instead of
@@ -233,4 +323,25 @@ pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
 /// Appends an integer in decimal.
 pub fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_events_are_debeziums() {
+        let (key, value) = transaction_event(571, 53195829, 1_580_390_884_335, None);
+        assert_eq!(key, br#"{"id":"571:53195829"}"#);
+        assert_eq!(
+            String::from_utf8(value).unwrap(),
+            r#"{"status":"BEGIN","id":"571:53195829","event_count":null,"data_collections":null,"ts_ms":1580390884335}"#
+        );
+        let collections = [("s1.a".to_owned(), 1), ("s2.a".to_owned(), 2)];
+        let (_, value) = transaction_event(571, 53195900, 1_580_390_884_335, Some(&collections));
+        assert_eq!(
+            String::from_utf8(value).unwrap(),
+            r#"{"status":"END","id":"571:53195900","event_count":3,"data_collections":[{"data_collection":"s1.a","event_count":1},{"data_collection":"s2.a","event_count":2}],"ts_ms":1580390884335}"#
+        );
+    }
 }

@@ -1006,11 +1006,6 @@ mod tests {
                  `c`, `u`, `d`, `t`, or `none`",
             ),
             (
-                "provide_transaction_metadata = true",
-                "kafka.events.provide_transaction_metadata",
-                "true is not supported yet",
-            ),
-            (
                 "truncate = true",
                 "kafka.events.truncate",
                 "replaced by Debezium's skipped_operations: write skipped_operations = \"none\"",

@@ -15,7 +15,7 @@ use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
 use crate::event::{
     EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
-    SnapshotMarker, write_int, write_json_str,
+    SnapshotMarker, TransactionOrder, write_int, write_json_str,
 };
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
@@ -320,6 +320,9 @@ pub struct RowChange {
     pub commit_unix_micros: i64,
     /// Bytes the change holds in flight, as charged to the budget.
     pub size_hint: usize,
+    /// Debezium's `transaction` block (`provide_transaction_metadata`), of the change's first
+    /// event; `None`: `"transaction":null`.
+    pub transaction: Option<TransactionOrder>,
 }
 
 /// A logical decoding message written with `pg_logical_emit_message`.
@@ -393,7 +396,14 @@ pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<
     };
     match &change.kind {
         ChangeKind::Insert { new } => {
-            let value = envelope(change, options, None, Some((new, None)), Op::Create);
+            let value = envelope(
+                change,
+                options,
+                None,
+                Some((new, None)),
+                Op::Create,
+                change.transaction,
+            );
             push(out, write_key(rel, new, &options.events), Some(value));
         }
         ChangeKind::Update {
@@ -406,22 +416,50 @@ pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<
             if *key_changed {
                 let old = old.as_ref().expect("a key change comes with the old key");
                 let old_key = write_key(rel, old, &options.events);
-                let value = envelope(change, options, before, None, Op::Delete);
+                let value = envelope(
+                    change,
+                    options,
+                    before,
+                    None,
+                    Op::Delete,
+                    change.transaction,
+                );
                 push(out, old_key.clone(), Some(value));
                 if options.tombstones {
                     push(out, old_key, None);
                 }
-                let value = envelope(change, options, None, Some((new, None)), Op::Create);
+                let value = envelope(
+                    change,
+                    options,
+                    None,
+                    Some((new, None)),
+                    Op::Create,
+                    change.transaction.map(TransactionOrder::next),
+                );
                 push(out, write_key(rel, new, &options.events), Some(value));
             } else {
                 let old_full = old.as_ref().filter(|_| !old_is_key_only);
-                let value = envelope(change, options, before, Some((new, old_full)), Op::Update);
+                let value = envelope(
+                    change,
+                    options,
+                    before,
+                    Some((new, old_full)),
+                    Op::Update,
+                    change.transaction,
+                );
                 push(out, write_key(rel, new, &options.events), Some(value));
             }
         }
         ChangeKind::Delete { old, .. } => {
             let key = write_key(rel, old, &options.events);
-            let value = envelope(change, options, Some(old), None, Op::Delete);
+            let value = envelope(
+                change,
+                options,
+                Some(old),
+                None,
+                Op::Delete,
+                change.transaction,
+            );
             // Debezium follows a keyless table's delete with a tombstone too (null key).
             push(out, key.clone(), Some(value));
             if options.tombstones {
@@ -429,11 +467,18 @@ pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<
             }
         }
         ChangeKind::Truncate => {
-            let value = envelope(change, options, None, None, Op::Truncate);
+            let value = envelope(
+                change,
+                options,
+                None,
+                None,
+                Op::Truncate,
+                change.transaction,
+            );
             push(out, None, Some(value));
         }
         ChangeKind::Read { row, .. } => {
-            let value = envelope(change, options, None, Some((row, None)), Op::Read);
+            let value = envelope(change, options, None, Some((row, None)), Op::Read, None);
             push(out, write_key(rel, row, &options.events), Some(value));
         }
     }
@@ -523,6 +568,7 @@ fn envelope(
     before: Option<&TupleData>,
     after: Option<(&TupleData, Option<&TupleData>)>,
     op: Op,
+    transaction: Option<TransactionOrder>,
 ) -> Vec<u8> {
     let rel = &change.relation;
     let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
@@ -551,7 +597,17 @@ fn envelope(
     write_int(&mut out, change.xid);
     out.extend_from_slice(b",\"lsn\":");
     write_int(&mut out, change.lsn.0);
-    out.extend_from_slice(SOURCE_END_TRANSACTION);
+    match transaction {
+        None => out.extend_from_slice(SOURCE_END_TRANSACTION),
+        Some(order) => {
+            out.extend_from_slice(
+                SOURCE_END_TRANSACTION
+                    .strip_suffix(b"null")
+                    .unwrap_or(SOURCE_END_TRANSACTION),
+            );
+            order.write(change.lsn.0, &mut out);
+        }
+    }
     out.extend_from_slice(b",\"op\":\"");
     out.extend_from_slice(op.code().as_bytes());
     out.extend_from_slice(b"\",\"ts_ms\":");
@@ -762,7 +818,44 @@ mod tests {
             xid: 77,
             commit_unix_micros: 1_700_000_000_123_456,
             size_hint: 1,
+            transaction: None,
         }
+    }
+
+    #[test]
+    fn transaction_blocks_number_a_key_change_as_two_events() {
+        let old = TupleData(vec![text("1"), Datum::Null, Datum::Null]);
+        let new = TupleData(vec![text("2"), text("x"), text("y")]);
+        let mut key_change = change(ChangeKind::Update {
+            old: Some(old),
+            old_is_key_only: true,
+            new,
+            key_changed: true,
+        });
+        key_change.transaction = Some(TransactionOrder {
+            xid: 77,
+            total_order: 3,
+            data_collection_order: 2,
+        });
+        let blocks: Vec<Value> = encode(&key_change)
+            .into_iter()
+            .filter_map(|(_, v, _)| v.map(|v| v["transaction"].clone()))
+            .collect();
+        assert_eq!(
+            blocks,
+            vec![
+                json!({"id": "77:128", "total_order": 3, "data_collection_order": 2}),
+                json!({"id": "77:128", "total_order": 4, "data_collection_order": 3}),
+            ]
+        );
+        // Without metadata: null, as Debezium's default.
+        let insert = change(ChangeKind::Insert {
+            new: TupleData(vec![text("1"), text("a"), text("b")]),
+        });
+        assert_eq!(
+            encode(&insert)[0].1.as_ref().unwrap()["transaction"],
+            json!(null)
+        );
     }
 
     type Decoded = (

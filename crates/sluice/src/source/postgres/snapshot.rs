@@ -827,6 +827,7 @@ impl Worker {
                     tx_index: first_index.wrapping_add(n as u32),
                     xid: 0,
                     commit_unix_micros,
+                    transaction: None,
                 };
                 encode_change(&change, &options, &mut out);
             }

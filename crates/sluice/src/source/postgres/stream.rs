@@ -176,6 +176,10 @@ struct OpenTransaction {
     xid: u32,
     commit_unix_micros: i64,
     next_index: u32,
+    /// `provide_transaction_metadata`: the data events emitted so far, in all and per table
+    /// (`schema.table`, in order of first event).
+    events: u64,
+    collections: Vec<(String, u64)>,
 }
 
 /// Runs the pipeline until shutdown (`Ok`) or an error.
@@ -833,11 +837,27 @@ impl PgSource<'_> {
                     xid: begin.xid,
                     commit_unix_micros: begin.commit_time.unix_micros(),
                     next_index: 0,
+                    events: 0,
+                    collections: Vec::new(),
                 });
+                if self.ctx.config.kafka.events.provide_transaction_metadata {
+                    let topic = self.transaction_topic();
+                    self.ensure_topic(&topic).await?;
+                }
             }
             PgOutputMessage::Commit(commit) => {
                 if let Some(tx) = self.tx.take() {
                     self.incremental.on_commit(tx.xid);
+                    if tx.events > 0 {
+                        // Debezium's END: the transaction's events per table.
+                        let (key, value) = crate::event::transaction_event(
+                            tx.xid,
+                            commit.commit_lsn.0,
+                            tx.commit_unix_micros.div_euclid(1000),
+                            Some(&tx.collections),
+                        );
+                        self.admit_transaction_event(&tx, key, value, intake);
+                    }
                 }
                 intake.checkpoint(commit.end_lsn);
             }
@@ -1155,6 +1175,7 @@ impl PgSource<'_> {
                 tx_index: u32::try_from(n).unwrap_or(u32::MAX),
                 xid: 0,
                 commit_unix_micros,
+                transaction: None,
             };
             let records = change.record_count(tombstones);
             intake.admit(Item::Row(change), size, records);
@@ -1291,6 +1312,36 @@ impl PgSource<'_> {
         Ok(())
     }
 
+    /// Debezium's transaction topic, `<topic_prefix>.transaction`.
+    fn transaction_topic(&self) -> String {
+        format!("{}.transaction", self.ctx.config.kafka.topic_prefix)
+    }
+
+    /// Admits a transaction boundary event (END) after the transaction's records.
+    fn admit_transaction_event(
+        &self,
+        tx: &OpenTransaction,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        intake: &mut Intake<Item, Lsn>,
+    ) {
+        let record = OutRecord {
+            topic: Arc::from(self.transaction_topic()),
+            key: Some(key),
+            value: Some(value),
+            headers: transaction_headers(tx, tx.commit_lsn),
+        };
+        let size = record.len() + 256;
+        intake.admit(
+            Item::Raw {
+                record,
+                commit_unix_micros: tx.commit_unix_micros,
+            },
+            size,
+            1,
+        );
+    }
+
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
         let what = format!("creating topic {topic}");
         bounded(&what, self.ensure_topic_unbounded(topic)).await
@@ -1384,6 +1435,59 @@ impl PgSource<'_> {
                 std::io::Error::other("protocol order"),
             )
         })?;
+        let mut transaction = None;
+        if self.ctx.config.kafka.events.provide_transaction_metadata && relation.outbox.is_none() {
+            if tx.events == 0 {
+                // Debezium's BEGIN, before the transaction's first event.
+                let (key, value) = crate::event::transaction_event(
+                    tx.xid,
+                    lsn.0,
+                    tx.commit_unix_micros.div_euclid(1000),
+                    None,
+                );
+                let record = OutRecord {
+                    topic: Arc::from(format!(
+                        "{}.transaction",
+                        self.ctx.config.kafka.topic_prefix
+                    )),
+                    key: Some(key),
+                    value: Some(value),
+                    headers: transaction_headers(tx, lsn),
+                };
+                tx.next_index += 1;
+                let size = record.len() + 256;
+                intake.admit(
+                    Item::Raw {
+                        record,
+                        commit_unix_micros: tx.commit_unix_micros,
+                    },
+                    size,
+                    1,
+                );
+            }
+            // A key change is two events (delete, create) of one table.
+            let events = match &kind {
+                ChangeKind::Update {
+                    key_changed: true, ..
+                } => 2,
+                _ => 1,
+            };
+            let index = match tx.collections.iter().position(|(n, _)| *n == relation.name) {
+                Some(index) => index,
+                None => {
+                    tx.collections.push((relation.name.clone(), 0));
+                    tx.collections.len() - 1
+                }
+            };
+            let collection = &mut tx.collections[index].1;
+            transaction = Some(crate::event::TransactionOrder {
+                xid: tx.xid,
+                total_order: tx.events + 1,
+                data_collection_order: *collection + 1,
+            });
+            tx.events += events;
+            *collection += events;
+        }
         let mut change = RowChange {
             size_hint: size + relation.envelope_overhead,
             relation,
@@ -1393,6 +1497,7 @@ impl PgSource<'_> {
             tx_index: tx.next_index,
             xid: tx.xid,
             commit_unix_micros: tx.commit_unix_micros,
+            transaction,
         };
         let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete());
         tx.next_index += records;
@@ -1671,6 +1776,25 @@ fn silent_connection(silent: Duration) -> PipelineError {
 fn is_invalidated_slot(error: &ReplicationError) -> bool {
     let text = error.to_string();
     text.contains("can no longer get changes") || text.contains("has been invalidated")
+}
+
+/// The position headers of a transaction boundary event: after the transaction's records so
+/// far (the END's index is past every record of the transaction).
+fn transaction_headers(
+    tx: &OpenTransaction,
+    lsn: Lsn,
+) -> Vec<(std::borrow::Cow<'static, str>, String)> {
+    vec![
+        (
+            crate::event::HEADER_COMMIT_LSN.into(),
+            tx.commit_lsn.0.to_string(),
+        ),
+        (crate::event::HEADER_LSN.into(), lsn.0.to_string()),
+        (
+            crate::event::HEADER_TX_INDEX.into(),
+            tx.next_index.to_string(),
+        ),
+    ]
 }
 
 #[cfg(test)]
