@@ -841,14 +841,27 @@ impl PgSource<'_> {
                     collections: Vec::new(),
                 });
                 if self.ctx.config.kafka.events.provide_transaction_metadata {
+                    // Debezium's BEGIN, for every transaction the server sends (one whose
+                    // changes are all skipped too: its END counts 0 events).
                     let topic = self.transaction_topic();
                     self.ensure_topic(&topic).await?;
+                    if let Some(tx) = self.tx.as_mut() {
+                        let (key, value) = crate::event::transaction_event(
+                            tx.xid,
+                            lsn.0,
+                            tx.commit_unix_micros.div_euclid(1000),
+                            None,
+                        );
+                        let headers = transaction_headers(tx, lsn);
+                        tx.next_index += 1;
+                        admit_transaction_event(&topic, tx, key, value, headers, intake);
+                    }
                 }
             }
             PgOutputMessage::Commit(commit) => {
                 if let Some(tx) = self.tx.take() {
                     self.incremental.on_commit(tx.xid);
-                    if tx.events > 0 {
+                    if self.ctx.config.kafka.events.provide_transaction_metadata {
                         // Debezium's END: the transaction's events per table.
                         let (key, value) = crate::event::transaction_event(
                             tx.xid,
@@ -856,7 +869,9 @@ impl PgSource<'_> {
                             tx.commit_unix_micros.div_euclid(1000),
                             Some(&tx.collections),
                         );
-                        self.admit_transaction_event(&tx, key, value, intake);
+                        let headers = transaction_headers(&tx, tx.commit_lsn);
+                        let topic = self.transaction_topic();
+                        admit_transaction_event(&topic, &tx, key, value, headers, intake);
                     }
                 }
                 intake.checkpoint(commit.end_lsn);
@@ -1317,31 +1332,6 @@ impl PgSource<'_> {
         format!("{}.transaction", self.ctx.config.kafka.topic_prefix)
     }
 
-    /// Admits a transaction boundary event (END) after the transaction's records.
-    fn admit_transaction_event(
-        &self,
-        tx: &OpenTransaction,
-        key: Vec<u8>,
-        value: Vec<u8>,
-        intake: &mut Intake<Item, Lsn>,
-    ) {
-        let record = OutRecord {
-            topic: Arc::from(self.transaction_topic()),
-            key: Some(key),
-            value: Some(value),
-            headers: transaction_headers(tx, tx.commit_lsn),
-        };
-        let size = record.len() + 256;
-        intake.admit(
-            Item::Raw {
-                record,
-                commit_unix_micros: tx.commit_unix_micros,
-            },
-            size,
-            1,
-        );
-    }
-
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
         let what = format!("creating topic {topic}");
         bounded(&what, self.ensure_topic_unbounded(topic)).await
@@ -1437,34 +1427,6 @@ impl PgSource<'_> {
         })?;
         let mut transaction = None;
         if self.ctx.config.kafka.events.provide_transaction_metadata && relation.outbox.is_none() {
-            if tx.events == 0 {
-                // Debezium's BEGIN, before the transaction's first event.
-                let (key, value) = crate::event::transaction_event(
-                    tx.xid,
-                    lsn.0,
-                    tx.commit_unix_micros.div_euclid(1000),
-                    None,
-                );
-                let record = OutRecord {
-                    topic: Arc::from(format!(
-                        "{}.transaction",
-                        self.ctx.config.kafka.topic_prefix
-                    )),
-                    key: Some(key),
-                    value: Some(value),
-                    headers: transaction_headers(tx, lsn),
-                };
-                tx.next_index += 1;
-                let size = record.len() + 256;
-                intake.admit(
-                    Item::Raw {
-                        record,
-                        commit_unix_micros: tx.commit_unix_micros,
-                    },
-                    size,
-                    1,
-                );
-            }
             // A key change is two events (delete, create) of one table.
             let events = match &kind {
                 ChangeKind::Update {
@@ -1776,6 +1738,33 @@ fn silent_connection(silent: Duration) -> PipelineError {
 fn is_invalidated_slot(error: &ReplicationError) -> bool {
     let text = error.to_string();
     text.contains("can no longer get changes") || text.contains("has been invalidated")
+}
+
+/// Admits a transaction boundary event (BEGIN, END) on the transaction topic, in the
+/// transaction's order.
+fn admit_transaction_event(
+    topic: &str,
+    tx: &OpenTransaction,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+    intake: &mut Intake<Item, Lsn>,
+) {
+    let record = OutRecord {
+        topic: Arc::from(topic),
+        key: Some(key),
+        value: Some(value),
+        headers,
+    };
+    let size = record.len() + 256;
+    intake.admit(
+        Item::Raw {
+            record,
+            commit_unix_micros: tx.commit_unix_micros,
+        },
+        size,
+        1,
+    );
 }
 
 /// The position headers of a transaction boundary event: after the transaction's records so
