@@ -168,9 +168,10 @@ pub struct KafkaConfig {
     /// Topics are `<topic_prefix>.<schema>.<table>`.
     #[serde(default = "default_topic_prefix")]
     pub topic_prefix: String,
-    /// Write a tombstone (null value) after each delete.
-    #[serde(default = "default_true")]
-    pub tombstones_on_delete: bool,
+    /// The older name of `[kafka.events] tombstones_on_delete` (still accepted); read
+    /// [`KafkaConfig::tombstones_on_delete`].
+    #[serde(default, rename = "tombstones_on_delete")]
+    pub tombstones_on_delete_alias: Option<bool>,
     /// Create missing topics.
     #[serde(default = "default_true")]
     pub create_topics: bool,
@@ -206,7 +207,7 @@ impl fmt::Debug for KafkaConfig {
         f.debug_struct("KafkaConfig")
             .field("brokers", &self.brokers)
             .field("topic_prefix", &self.topic_prefix)
-            .field("tombstones_on_delete", &self.tombstones_on_delete)
+            .field("tombstones_on_delete", &self.tombstones_on_delete())
             .field("create_topics", &self.create_topics)
             .field("topic_partitions", &self.topic_partitions)
             .field("topic_replication_factor", &self.topic_replication_factor)
@@ -219,6 +220,18 @@ impl fmt::Debug for KafkaConfig {
             .field("schema_changes_topic", &self.schema_changes_topic)
             .field("events", &self.events)
             .finish()
+    }
+}
+
+impl KafkaConfig {
+    /// Whether a delete is followed by a tombstone (null value): Debezium's
+    /// `tombstones.on.delete`, `[kafka.events] tombstones_on_delete` or its older name
+    /// `kafka.tombstones_on_delete`; true when neither is set.
+    pub fn tombstones_on_delete(&self) -> bool {
+        self.events
+            .tombstones_on_delete
+            .or(self.tombstones_on_delete_alias)
+            .unwrap_or(true)
     }
 }
 
@@ -552,6 +565,31 @@ impl<S: SourceSection> PipelineConfig<S> {
                 "cannot be combined with kafka.events.schemas_enable: an embedded document has no \
                  Connect schema (Debezium's is a string, io.debezium.data.Json); turn one off"
                     .into(),
+            );
+        }
+        if let (Some(new), Some(old)) = (
+            self.kafka.events.tombstones_on_delete,
+            self.kafka.tombstones_on_delete_alias,
+        ) && new != old
+        {
+            issue(
+                "kafka.tombstones_on_delete",
+                format!(
+                    "{old} disagrees with kafka.events.tombstones_on_delete = {new}: \
+                     kafka.tombstones_on_delete is its older name; keep only \
+                     kafka.events.tombstones_on_delete"
+                ),
+            );
+        }
+        if let Some(truncate) = self.kafka.events.truncate {
+            issue(
+                "kafka.events.truncate",
+                format!(
+                    "replaced by Debezium's skipped_operations: write skipped_operations = {} \
+                     instead (a comma-separated list of c, u, d, t, or \"none\"; the default \
+                     \"t\" leaves TRUNCATE out)",
+                    if truncate { "\"none\"" } else { "\"t\"" }
+                ),
             );
         }
         if self.kafka.topic_partitions == 0 {

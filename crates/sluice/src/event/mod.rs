@@ -4,9 +4,10 @@
 //! `{"before":…,"after":…,"source":{…},"transaction":null,"op":"c|u|d|r|t","ts_ms":…}`, field
 //! for field the Debezium PostgreSQL connector's (a second source reuses these rules); a delete
 //! is followed by a tombstone (null value; null key for a keyless table, as Debezium) unless
-//! `kafka.tombstones_on_delete = false`. Unchanged TOASTed
-//! columns are left out of `after` and named in `"unavailable_columns"`, never sent as null or
-//! as a placeholder. Topics are `<prefix>.<schema>.<table>`.
+//! `[kafka.events] tombstones_on_delete = false`. An unchanged TOASTed column is Debezium's
+//! placeholder (or, with `unavailable_columns`, left out and named in `"unavailable_columns"`).
+//! Topics are `<prefix>.<schema>.<table>`. Debezium's options that change a column's form are
+//! in [`options`], one deciding function each.
 //!
 //! Every record also carries its source position in headers, so consumers can drop the
 //! duplicates an at-least-once pipeline may write after a crash: the position
@@ -16,6 +17,13 @@
 //! are `{"schema":…,"payload":…}` with the schemas Debezium's connector declares ([`schema`]).
 
 pub mod schema;
+
+pub mod options;
+
+pub use options::{
+    BinaryHandlingMode, HstoreHandlingMode, IntervalHandlingMode, SkippedOperations, TemporalUnit,
+    TimePrecisionMode,
+};
 
 /// Header: the LSN of the source transaction's commit record (decimal).
 pub const HEADER_COMMIT_LSN: &str = "sluice.commit_lsn";
@@ -59,6 +67,96 @@ impl Op {
 /// `transaction` (Debezium's, with transaction metadata off): `xmin`, `origin`, `origin_lsn`.
 pub const SOURCE_END_TRANSACTION: &[u8] =
     b",\"xmin\":null,\"origin\":null,\"origin_lsn\":null},\"transaction\":null";
+
+/// Debezium's `transaction` block of a streamed change event
+/// (`provide.transaction.metadata`): `{"id":"<txId>:<lsn>","total_order":n,
+/// "data_collection_order":m}`, the orders counting the transaction's events from 1, in all and
+/// per table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransactionOrder {
+    /// The transaction's id (`txId`).
+    pub xid: u32,
+    /// The event's position among the transaction's events, from 1.
+    pub total_order: u64,
+    /// The event's position among the transaction's events of its table, from 1.
+    pub data_collection_order: u64,
+}
+
+impl TransactionOrder {
+    /// Appends the block of the event at `lsn` (Debezium's id: the transaction id and the
+    /// position of the event).
+    pub fn write(&self, lsn: u64, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":\"");
+        write_int(out, self.xid);
+        out.push(b':');
+        write_int(out, lsn);
+        out.extend_from_slice(b"\",\"total_order\":");
+        write_int(out, self.total_order);
+        out.extend_from_slice(b",\"data_collection_order\":");
+        write_int(out, self.data_collection_order);
+        out.push(b'}');
+    }
+
+    /// The same for the event after this one in the same table (the create of a key change).
+    pub fn next(self) -> Self {
+        Self {
+            total_order: self.total_order + 1,
+            data_collection_order: self.data_collection_order + 1,
+            ..self
+        }
+    }
+}
+
+/// A transaction boundary event on `<prefix>.transaction` (`provide.transaction.metadata`),
+/// as Debezium writes it: key `{"id":…}`, value `{"status":"BEGIN"|"END","id":…,
+/// "event_count":…,"data_collections":[{"data_collection":"<schema>.<table>",
+/// "event_count":…}],"ts_ms":<commit time>}` (`event_count` and `data_collections` `null` for
+/// BEGIN). `collections` is `None` for BEGIN.
+pub fn transaction_event(
+    xid: u32,
+    lsn: u64,
+    commit_unix_ms: i64,
+    collections: Option<&[(String, u64)]>,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut id = Vec::with_capacity(24);
+    id.push(b'"');
+    write_int(&mut id, xid);
+    id.push(b':');
+    write_int(&mut id, lsn);
+    id.push(b'"');
+    let mut key = b"{\"id\":".to_vec();
+    key.extend_from_slice(&id);
+    key.push(b'}');
+    let mut value = Vec::with_capacity(128);
+    value.extend_from_slice(match collections {
+        None => b"{\"status\":\"BEGIN\",\"id\":".as_slice(),
+        Some(_) => b"{\"status\":\"END\",\"id\":".as_slice(),
+    });
+    value.extend_from_slice(&id);
+    match collections {
+        None => value.extend_from_slice(b",\"event_count\":null,\"data_collections\":null"),
+        Some(collections) => {
+            value.extend_from_slice(b",\"event_count\":");
+            write_int(&mut value, collections.iter().map(|(_, n)| n).sum::<u64>());
+            value.extend_from_slice(b",\"data_collections\":[");
+            for (n, (name, count)) in collections.iter().enumerate() {
+                if n > 0 {
+                    value.push(b',');
+                }
+                value.extend_from_slice(b"{\"data_collection\":");
+                write_json_str(&mut value, name);
+                value.extend_from_slice(b",\"event_count\":");
+                write_int(&mut value, *count);
+                value.push(b'}');
+            }
+            value.push(b']');
+        }
+    }
+    value.extend_from_slice(b",\"ts_ms\":");
+    write_int(&mut value, commit_unix_ms);
+    value.push(b'}');
+    (key, value)
+}
 
 /// `source.snapshot`: where a record is in a snapshot, as Debezium marks it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,16 +214,47 @@ impl SnapshotMarker {
     }
 }
 
-/// `[kafka.events]`: how change events are written. Everything off (the default) is exactly
-/// the Debezium connector's default output (JSON, schemas disabled); each key turns on one of
-/// sluice's own additions, or one of Debezium's options by its name (`decimal.handling.mode` →
-/// `decimal_handling_mode`). Shared by every source.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+/// `[kafka.events]`: how change events are written. The defaults are exactly the Debezium
+/// connector's default output (JSON, schemas disabled); Debezium's options go by their names
+/// (`decimal.handling.mode` → `decimal_handling_mode`) and values, and a few keys turn on
+/// sluice's own additions. Shared by every source.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventOptions {
     /// Debezium's `decimal.handling.mode`.
     #[serde(default)]
     pub decimal_handling_mode: DecimalHandlingMode,
+    /// Debezium's `time.precision.mode`.
+    #[serde(default)]
+    pub time_precision_mode: TimePrecisionMode,
+    /// Debezium's `binary.handling.mode`.
+    #[serde(default)]
+    pub binary_handling_mode: BinaryHandlingMode,
+    /// Debezium's `interval.handling.mode`.
+    #[serde(default)]
+    pub interval_handling_mode: IntervalHandlingMode,
+    /// Debezium's `hstore.handling.mode`.
+    #[serde(default)]
+    pub hstore_handling_mode: HstoreHandlingMode,
+    /// Debezium's `money.fraction.digits`: the scale of `money` amounts.
+    #[serde(default = "default_money_fraction_digits")]
+    pub money_fraction_digits: u8,
+    /// Debezium's `tombstones.on.delete` (`kafka.tombstones_on_delete` is its older name);
+    /// unset = true. Read it with `KafkaConfig::tombstones_on_delete`.
+    #[serde(default)]
+    pub tombstones_on_delete: Option<bool>,
+    /// Debezium's `skipped.operations` (default `"t"`: no event for a TRUNCATE).
+    #[serde(default)]
+    pub skipped_operations: SkippedOperations,
+    /// Debezium's `unavailable.value.placeholder`: the value of an unchanged TOASTed column
+    /// the server did not send (its UTF-8 bytes for a binary column under
+    /// `binary_handling_mode = "bytes"`).
+    #[serde(default = "default_unavailable_value_placeholder")]
+    pub unavailable_value_placeholder: String,
+    /// Debezium's `provide.transaction.metadata`: a `transaction` block in each streamed
+    /// change event and BEGIN/END events on `<topic_prefix>.transaction`.
+    #[serde(default)]
+    pub provide_transaction_metadata: bool,
     /// sluice: `json`/`jsonb` values as the document itself (embedded JSON) instead of
     /// Debezium's string holding the document.
     #[serde(default)]
@@ -135,10 +264,9 @@ pub struct EventOptions {
     /// (`"__debezium_unavailable_value"`) in the column.
     #[serde(default)]
     pub unavailable_columns: bool,
-    /// sluice: write `TRUNCATE` as an `op: "t"` event (Debezium's default
-    /// `skipped.operations=t` leaves it out).
+    /// Replaced by `skipped_operations` (refused with a message saying so).
     #[serde(default)]
-    pub truncate: bool,
+    pub truncate: Option<bool>,
     /// Kafka Connect's `JsonConverter` `schemas.enable`: write keys and values as
     /// `{"schema":…,"payload":…}` with Debezium's schemas (off: the bare payload, as
     /// `schemas.enable=false`).
@@ -150,6 +278,36 @@ pub struct EventOptions {
     /// (with `schemas_enable`).
     #[serde(default)]
     pub column_propagate_source_type: ColumnPatterns,
+}
+
+impl Default for EventOptions {
+    fn default() -> Self {
+        Self {
+            decimal_handling_mode: DecimalHandlingMode::default(),
+            time_precision_mode: TimePrecisionMode::default(),
+            binary_handling_mode: BinaryHandlingMode::default(),
+            interval_handling_mode: IntervalHandlingMode::default(),
+            hstore_handling_mode: HstoreHandlingMode::default(),
+            money_fraction_digits: default_money_fraction_digits(),
+            tombstones_on_delete: None,
+            skipped_operations: SkippedOperations::default(),
+            unavailable_value_placeholder: default_unavailable_value_placeholder(),
+            provide_transaction_metadata: false,
+            embed_json: false,
+            unavailable_columns: false,
+            truncate: None,
+            schemas_enable: false,
+            column_propagate_source_type: ColumnPatterns::NONE,
+        }
+    }
+}
+
+fn default_money_fraction_digits() -> u8 {
+    2
+}
+
+fn default_unavailable_value_placeholder() -> String {
+    UNAVAILABLE_VALUE_PLACEHOLDER.to_owned()
 }
 
 /// Regular expressions over column names (`schema.table.column`), each matching the whole name,
@@ -251,6 +409,10 @@ pub enum DecimalHandlingMode {
     /// A string of the exact decimal (`"NaN"`, `"Infinity"`, `"-Infinity"` as such).
     #[serde(rename = "string")]
     String,
+    /// A JSON number (a 64-bit float: may lose digits); NaN and the infinities are the
+    /// strings `"NaN"`, `"Infinity"`, `"-Infinity"`, as Kafka's JSON converter writes them.
+    #[serde(rename = "double")]
+    Double,
 }
 
 /// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column).
@@ -265,4 +427,25 @@ pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
 /// Appends an integer in decimal.
 pub fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_events_are_debeziums() {
+        let (key, value) = transaction_event(571, 53195829, 1_580_390_884_335, None);
+        assert_eq!(key, br#"{"id":"571:53195829"}"#);
+        assert_eq!(
+            String::from_utf8(value).unwrap(),
+            r#"{"status":"BEGIN","id":"571:53195829","event_count":null,"data_collections":null,"ts_ms":1580390884335}"#
+        );
+        let collections = [("s1.a".to_owned(), 1), ("s2.a".to_owned(), 2)];
+        let (_, value) = transaction_event(571, 53195900, 1_580_390_884_335, Some(&collections));
+        assert_eq!(
+            String::from_utf8(value).unwrap(),
+            r#"{"status":"END","id":"571:53195900","event_count":3,"data_collections":[{"data_collection":"s1.a","event_count":1},{"data_collection":"s2.a","event_count":2}],"ts_ms":1580390884335}"#
+        );
+    }
 }

@@ -265,8 +265,7 @@ pub(crate) async fn mixed_workload(source_url: &str, kafka: Option<(&str, &str)>
 
 /// sluice's additions to Debezium's events (`[kafka.events]`): embedded JSON, numerics as
 /// strings, truncate events. tests/it/debezium.rs checks the default (Debezium's) output.
-const SLUICE_EVENTS: &str =
-    "\n[kafka.events]\nembed_json = true\ndecimal_handling_mode = \"string\"\ntruncate = true\n";
+const SLUICE_EVENTS: &str = "\n[kafka.events]\nembed_json = true\ndecimal_handling_mode = \"string\"\nskipped_operations = \"none\"\n";
 
 /// A table with one column of every documented type round-trips to the JSON that
 /// docs/type-mapping.md documents; a column added mid-stream shows up in later events;

@@ -710,7 +710,7 @@ mod tests {
             config.delivery.max_in_flight_bytes,
             DEFAULT_MAX_IN_FLIGHT_BYTES
         );
-        assert!(config.kafka.tombstones_on_delete);
+        assert!(config.kafka.tombstones_on_delete());
     }
 
     #[test]
@@ -915,5 +915,110 @@ mod tests {
             issue.problem.contains("sslmode is `sometimes`"),
             "{issue:?}"
         );
+    }
+    #[test]
+    fn debeziums_event_options_by_their_names() {
+        let with = |section: &str| format!("{MINIMAL}\n[kafka.events]\n{section}\n");
+        let config = PgPipelineConfig::from_toml(
+            &with(
+                "time_precision_mode = \"adaptive_time_microseconds\"\n\
+                 binary_handling_mode = \"base64-url-safe\"\n\
+                 interval_handling_mode = \"string\"\n\
+                 hstore_handling_mode = \"map\"\n\
+                 decimal_handling_mode = \"double\"\n\
+                 money_fraction_digits = 4\n\
+                 skipped_operations = \"c,d\"\n\
+                 tombstones_on_delete = false\n\
+                 unavailable_value_placeholder = \"n/a\"",
+            ),
+            "test.toml",
+            &env,
+        )
+        .unwrap();
+        let events = &config.kafka.events;
+        assert_eq!(
+            events.time_precision_mode,
+            crate::event::TimePrecisionMode::AdaptiveTimeMicroseconds
+        );
+        assert_eq!(
+            events.binary_handling_mode,
+            crate::event::BinaryHandlingMode::Base64UrlSafe
+        );
+        assert_eq!(events.money_fraction_digits, 4);
+        assert!(events.skipped_operations.create && events.skipped_operations.delete);
+        assert!(!events.skipped_operations.truncate);
+        assert!(!config.kafka.tombstones_on_delete());
+        assert_eq!(events.unavailable_value_placeholder, "n/a");
+
+        // Defaults: Debezium's.
+        let config = PgPipelineConfig::from_toml(MINIMAL, "test.toml", &env).unwrap();
+        assert_eq!(config.kafka.events, crate::event::EventOptions::default());
+        assert!(config.kafka.events.skipped_operations.truncate);
+        assert_eq!(config.kafka.events.money_fraction_digits, 2);
+
+        // The older name of tombstones_on_delete still works; the two must not disagree.
+        let old = MINIMAL.replace("[kafka]", "[kafka]\ntombstones_on_delete = false");
+        let config = PgPipelineConfig::from_toml(&old, "test.toml", &env).unwrap();
+        assert!(!config.kafka.tombstones_on_delete());
+        let both = format!("{old}\n[kafka.events]\ntombstones_on_delete = true\n");
+        let issue = issues(&both).remove(0);
+        assert_eq!(issue.key, "kafka.tombstones_on_delete");
+        assert!(
+            issue
+                .problem
+                .contains("keep only kafka.events.tombstones_on_delete"),
+            "{issue:?}"
+        );
+
+        // Unknown values: the key and the supported values.
+        for (line, key, expected) in [
+            (
+                "time_precision_mode = \"nanos\"",
+                "kafka.events.time_precision_mode",
+                "unknown variant `nanos`, expected one of `adaptive`, \
+                 `adaptive_time_microseconds`, `connect`",
+            ),
+            (
+                "binary_handling_mode = \"base32\"",
+                "kafka.events.binary_handling_mode",
+                "unknown variant `base32`, expected one of `bytes`, `base64`, \
+                 `base64-url-safe`, `hex`",
+            ),
+            (
+                "decimal_handling_mode = \"float\"",
+                "kafka.events.decimal_handling_mode",
+                "unknown variant `float`, expected one of `precise`, `string`, `double`",
+            ),
+            (
+                "interval_handling_mode = \"iso\"",
+                "kafka.events.interval_handling_mode",
+                "unknown variant `iso`, expected `numeric` or `string`",
+            ),
+            (
+                "hstore_handling_mode = \"text\"",
+                "kafka.events.hstore_handling_mode",
+                "unknown variant `text`, expected `json` or `map`",
+            ),
+            (
+                "skipped_operations = \"c,r\"",
+                "kafka.events.skipped_operations",
+                "unknown operation \"r\" in \"c,r\": expected a comma-separated list of \
+                 `c`, `u`, `d`, `t`, or `none`",
+            ),
+            (
+                "truncate = true",
+                "kafka.events.truncate",
+                "replaced by Debezium's skipped_operations: write skipped_operations = \"none\"",
+            ),
+        ] {
+            let found = issues(&with(line));
+            assert_eq!(found.len(), 1, "{line}: {found:?}");
+            assert_eq!(found[0].key, key, "{line}");
+            assert!(
+                found[0].problem.starts_with(expected),
+                "{line}: {:?}",
+                found[0].problem
+            );
+        }
     }
 }

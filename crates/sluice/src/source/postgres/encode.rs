@@ -16,7 +16,7 @@ use super::value;
 use crate::event::schema::RenderedSchemas;
 use crate::event::{
     EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
-    SnapshotMarker, write_int, write_json_str,
+    SnapshotMarker, TransactionOrder, write_int, write_json_str,
 };
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
@@ -155,6 +155,9 @@ pub struct ColumnInfo {
     pub type_modifier: i32,
     /// What the pipeline's column rules do with its values (keys are never changed).
     pub treatment: ColumnTreatment,
+    /// Whether the type is the `hstore` extension's (its OID differs per database), written as
+    /// `hstore_handling_mode` says.
+    pub is_hstore: bool,
 }
 
 /// A column rule's effect on a column's values in `before`/`after`.
@@ -206,6 +209,7 @@ impl RelationInfo {
                     type_oid,
                     type_modifier,
                     treatment: ColumnTreatment::Keep,
+                    is_hstore: false,
                 }
             })
             .collect();
@@ -253,6 +257,13 @@ impl RelationInfo {
         self.envelope_overhead +=
             schemas.value_head.len() + schemas.key_head.as_ref().map_or(0, |k| k.len());
         self.schemas = Some(schemas);
+    }
+
+    /// Marks the columns whose type is `hstore` (`is_hstore` answers for a type OID).
+    pub fn mark_hstore(&mut self, is_hstore: impl Fn(u32) -> bool) {
+        for column in &mut self.columns {
+            column.is_hstore = is_hstore(column.type_oid);
+        }
     }
 
     /// Applies the pipeline's table exclusions and column rules.
@@ -321,6 +332,9 @@ pub struct RowChange {
     pub commit_unix_micros: i64,
     /// Bytes the change holds in flight, as charged to the budget.
     pub size_hint: usize,
+    /// Debezium's `transaction` block (`provide_transaction_metadata`), of the change's first
+    /// event; `None`: `"transaction":null`.
+    pub transaction: Option<TransactionOrder>,
 }
 
 /// A logical decoding message written with `pg_logical_emit_message`.
@@ -360,7 +374,7 @@ impl RowChange {
 }
 
 /// Encoding choices fixed for a pipeline.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct EncodeOptions {
     /// Follow deletes with a tombstone.
     pub tombstones: bool,
@@ -371,7 +385,7 @@ pub struct EncodeOptions {
 }
 
 /// Encodes a change into its records, in order (`out` gets `record_count` records).
-pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<OutRecord>) {
+pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<OutRecord>) {
     let rel = &change.relation;
     if let Some(outbox) = &rel.outbox {
         // Only inserts reach here (see the stream); a row without an aggregate type was
@@ -394,7 +408,14 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
     };
     match &change.kind {
         ChangeKind::Insert { new } => {
-            let value = envelope(change, options, None, Some((new, None)), Op::Create);
+            let value = envelope(
+                change,
+                options,
+                None,
+                Some((new, None)),
+                Op::Create,
+                change.transaction,
+            );
             push(out, write_key(rel, new, &options.events), Some(value));
         }
         ChangeKind::Update {
@@ -407,22 +428,50 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
             if *key_changed {
                 let old = old.as_ref().expect("a key change comes with the old key");
                 let old_key = write_key(rel, old, &options.events);
-                let value = envelope(change, options, before, None, Op::Delete);
+                let value = envelope(
+                    change,
+                    options,
+                    before,
+                    None,
+                    Op::Delete,
+                    change.transaction,
+                );
                 push(out, old_key.clone(), Some(value));
                 if options.tombstones {
                     push(out, old_key, None);
                 }
-                let value = envelope(change, options, None, Some((new, None)), Op::Create);
+                let value = envelope(
+                    change,
+                    options,
+                    None,
+                    Some((new, None)),
+                    Op::Create,
+                    change.transaction.map(TransactionOrder::next),
+                );
                 push(out, write_key(rel, new, &options.events), Some(value));
             } else {
                 let old_full = old.as_ref().filter(|_| !old_is_key_only);
-                let value = envelope(change, options, before, Some((new, old_full)), Op::Update);
+                let value = envelope(
+                    change,
+                    options,
+                    before,
+                    Some((new, old_full)),
+                    Op::Update,
+                    change.transaction,
+                );
                 push(out, write_key(rel, new, &options.events), Some(value));
             }
         }
         ChangeKind::Delete { old, .. } => {
             let key = write_key(rel, old, &options.events);
-            let value = envelope(change, options, Some(old), None, Op::Delete);
+            let value = envelope(
+                change,
+                options,
+                Some(old),
+                None,
+                Op::Delete,
+                change.transaction,
+            );
             // Debezium follows a keyless table's delete with a tombstone too (null key).
             push(out, key.clone(), Some(value));
             if options.tombstones {
@@ -430,11 +479,18 @@ pub fn encode_change(change: &RowChange, options: EncodeOptions, out: &mut Vec<O
             }
         }
         ChangeKind::Truncate => {
-            let value = envelope(change, options, None, None, Op::Truncate);
+            let value = envelope(
+                change,
+                options,
+                None,
+                None,
+                Op::Truncate,
+                change.transaction,
+            );
             push(out, None, Some(value));
         }
         ChangeKind::Read { row, .. } => {
-            let value = envelope(change, options, None, Some((row, None)), Op::Read);
+            let value = envelope(change, options, None, Some((row, None)), Op::Read, None);
             push(out, write_key(rel, row, &options.events), Some(value));
         }
     }
@@ -531,10 +587,11 @@ fn write_key(rel: &RelationInfo, tuple: &TupleData, events: &EventOptions) -> Op
 /// unchanged TOASTed values can be taken from the old row when the server sent one.
 fn envelope(
     change: &RowChange,
-    options: EncodeOptions,
+    options: &EncodeOptions,
     before: Option<&TupleData>,
     after: Option<(&TupleData, Option<&TupleData>)>,
     op: Op,
+    transaction: Option<TransactionOrder>,
 ) -> Vec<u8> {
     let rel = &change.relation;
     let schema = rel
@@ -571,7 +628,17 @@ fn envelope(
     write_int(&mut out, change.xid);
     out.extend_from_slice(b",\"lsn\":");
     write_int(&mut out, change.lsn.0);
-    out.extend_from_slice(SOURCE_END_TRANSACTION);
+    match transaction {
+        None => out.extend_from_slice(SOURCE_END_TRANSACTION),
+        Some(order) => {
+            out.extend_from_slice(
+                SOURCE_END_TRANSACTION
+                    .strip_suffix(b"null")
+                    .unwrap_or(SOURCE_END_TRANSACTION),
+            );
+            order.write(change.lsn.0, &mut out);
+        }
+    }
     out.extend_from_slice(b",\"op\":\"");
     out.extend_from_slice(op.code().as_bytes());
     out.extend_from_slice(b"\",\"ts_ms\":");
@@ -628,7 +695,7 @@ fn write_row(
                     }
                     first = false;
                     out.extend_from_slice(&column.json_label);
-                    value::write_unavailable(column.type_oid, out);
+                    value::write_unavailable(column.type_oid, events, out);
                     continue;
                 }
             }
@@ -690,9 +757,12 @@ fn write_datum(
         None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
         Some(Datum::Text(text)) => {
             let start = out.len();
-            if let Err(error) =
+            let written = if column.is_hstore {
+                value::write_hstore(text, out, events.hstore_handling_mode)
+            } else {
                 value::write_json(column.type_oid, column.type_modifier, text, out, events)
-            {
+            };
+            if let Err(error) = written {
                 // The text did not parse as its type: keep it, as a string, rather than lose it,
                 // and tell the operator (once per process in the log, always in the metric).
                 out.truncate(start);
@@ -782,7 +852,44 @@ mod tests {
             xid: 77,
             commit_unix_micros: 1_700_000_000_123_456,
             size_hint: 1,
+            transaction: None,
         }
+    }
+
+    #[test]
+    fn transaction_blocks_number_a_key_change_as_two_events() {
+        let old = TupleData(vec![text("1"), Datum::Null, Datum::Null]);
+        let new = TupleData(vec![text("2"), text("x"), text("y")]);
+        let mut key_change = change(ChangeKind::Update {
+            old: Some(old),
+            old_is_key_only: true,
+            new,
+            key_changed: true,
+        });
+        key_change.transaction = Some(TransactionOrder {
+            xid: 77,
+            total_order: 3,
+            data_collection_order: 2,
+        });
+        let blocks: Vec<Value> = encode(&key_change)
+            .into_iter()
+            .filter_map(|(_, v, _)| v.map(|v| v["transaction"].clone()))
+            .collect();
+        assert_eq!(
+            blocks,
+            vec![
+                json!({"id": "77:128", "total_order": 3, "data_collection_order": 2}),
+                json!({"id": "77:128", "total_order": 4, "data_collection_order": 3}),
+            ]
+        );
+        // Without metadata: null, as Debezium's default.
+        let insert = change(ChangeKind::Insert {
+            new: TupleData(vec![text("1"), text("a"), text("b")]),
+        });
+        assert_eq!(
+            encode(&insert)[0].1.as_ref().unwrap()["transaction"],
+            json!(null)
+        );
     }
 
     type Decoded = (
@@ -801,7 +908,7 @@ mod tests {
             },
             now_unix_ms: 5,
         };
-        encode_change(change, options, &mut out);
+        encode_change(change, &options, &mut out);
         assert_eq!(out.len() as u32, change.record_count(true));
         out.into_iter()
             .map(|r| {
@@ -874,7 +981,7 @@ mod tests {
             events: EventOptions::default(),
             now_unix_ms: 5,
         };
-        encode_change(&change, options, &mut out);
+        encode_change(&change, &options, &mut out);
         let value: Value = serde_json::from_slice(out[0].value.as_ref().unwrap()).unwrap();
         assert_eq!(
             value["after"],

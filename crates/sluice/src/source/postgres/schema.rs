@@ -12,6 +12,7 @@ use super::setup::PgCatalog;
 use super::value::{self, ColumnKind, Kind};
 use crate::error::PipelineError;
 use crate::event::EventOptions;
+use crate::event::options::{HstoreHandlingMode, IntervalHandlingMode, TemporalUnit};
 use crate::event::schema::{Field, RenderedSchemas, Schema, SchemaType, source_common_fields};
 
 /// What the catalog says about a column beyond the Relation message.
@@ -264,9 +265,9 @@ fn column_schema(
     let (oid, modifier) = info.map_or((column.type_oid, column.type_modifier), |c| {
         (c.base_oid, c.base_modifier)
     });
-    let mut schema = match value::column_kind(oid, events) {
+    let mut schema = match value::column_kind(oid, modifier, events) {
         ColumnKind::Array(kind) => {
-            let element = scalar_schema(kind, array_element_oid(oid), modifier, None, true);
+            let element = scalar_schema(kind, array_element_oid(oid), modifier, None, true, events);
             Schema::of(SchemaType::Array(Box::new(element)), optional)
         }
         ColumnKind::Scalar(_) if info.is_some_and(|c| c.element_type_type == Some('e')) => {
@@ -277,7 +278,7 @@ fn column_schema(
                 optional,
             )
         }
-        ColumnKind::Scalar(kind) => scalar_schema(kind, oid, modifier, info, optional),
+        ColumnKind::Scalar(kind) => scalar_schema(kind, oid, modifier, info, optional, events),
     };
     if let Some(default) = info.and_then(|c| c.default.as_deref()) {
         schema.default = default_value(&schema.schema_type, schema.name.as_deref(), default);
@@ -293,8 +294,11 @@ fn scalar_schema(
     modifier: i32,
     info: Option<&ColumnCatalog>,
     optional: bool,
+    events: &EventOptions,
 ) -> Schema {
     let plain = |t| Schema::of(t, optional);
+    let precision = u32::try_from(modifier).ok();
+    let time_mode = events.time_precision_mode;
     let logical = |t, name| Schema::logical(t, name, optional);
     match kind {
         Kind::Bool => plain(SchemaType::Boolean),
@@ -314,27 +318,37 @@ fn scalar_schema(
                 schema
             }
         }
-        Kind::Numeric | Kind::Money => plain(SchemaType::String),
+        Kind::Numeric | Kind::Money(_) => plain(SchemaType::String),
+        Kind::NumericDouble | Kind::MoneyDouble => plain(SchemaType::Float64),
         Kind::NumericPrecise if modifier < 4 => Schema::variable_scale_decimal(optional),
         Kind::NumericPrecise => {
             let packed = modifier - 4;
             Schema::decimal(packed & 0xffff, Some(packed >> 16), optional)
         }
-        Kind::MoneyPrecise => Schema::decimal(2, None, optional),
-        Kind::Bytea => plain(SchemaType::Bytes),
+        Kind::MoneyPrecise(digits) => Schema::decimal(i32::from(digits), None, optional),
+        Kind::Bytea(mode) if mode.is_string() => plain(SchemaType::String),
+        Kind::Bytea(_) => plain(SchemaType::Bytes),
         Kind::Json => logical(SchemaType::String, "io.debezium.data.Json"),
-        Kind::Date => logical(SchemaType::Int32, "io.debezium.time.Date"),
-        Kind::Time if value::is_millisecond_precision(modifier) => {
-            logical(SchemaType::Int32, "io.debezium.time.Time")
-        }
-        Kind::Time => logical(SchemaType::Int64, "io.debezium.time.MicroTime"),
+        Kind::Date => logical(SchemaType::Int32, time_mode.date_schema_name()),
+        Kind::Time(unit) => logical(
+            match unit {
+                TemporalUnit::Millis => SchemaType::Int32,
+                TemporalUnit::Micros => SchemaType::Int64,
+            },
+            time_mode.time_schema_name(precision),
+        ),
         Kind::TimeTz => logical(SchemaType::String, "io.debezium.time.ZonedTime"),
-        Kind::Timestamp if value::is_millisecond_precision(modifier) => {
-            logical(SchemaType::Int64, "io.debezium.time.Timestamp")
-        }
-        Kind::Timestamp => logical(SchemaType::Int64, "io.debezium.time.MicroTimestamp"),
+        Kind::Timestamp(_) => logical(
+            SchemaType::Int64,
+            time_mode.timestamp_schema_name(precision),
+        ),
         Kind::TimestampTz => logical(SchemaType::String, "io.debezium.time.ZonedTimestamp"),
-        Kind::Interval => logical(SchemaType::Int64, "io.debezium.time.MicroDuration"),
+        Kind::Interval(IntervalHandlingMode::Numeric) => {
+            logical(SchemaType::Int64, "io.debezium.time.MicroDuration")
+        }
+        Kind::Interval(IntervalHandlingMode::String) => {
+            logical(SchemaType::String, "io.debezium.time.Interval")
+        }
         Kind::Text => match (type_oid, info) {
             // json, jsonb written as Debezium's string (not embedded).
             (114 | 3802, _) => logical(SchemaType::String, "io.debezium.data.Json"),
@@ -347,10 +361,13 @@ fn scalar_schema(
             (_, Some(c)) if c.type_name == "ltree" => {
                 logical(SchemaType::String, "io.debezium.data.Ltree")
             }
-            // hstore.handling.mode=json, Debezium's default.
-            (_, Some(c)) if c.type_name == "hstore" => {
-                logical(SchemaType::String, "io.debezium.data.Json")
-            }
+            (_, Some(c)) if c.type_name == "hstore" => match events.hstore_handling_mode {
+                HstoreHandlingMode::Json => logical(SchemaType::String, "io.debezium.data.Json"),
+                HstoreHandlingMode::Map => plain(SchemaType::Map(
+                    Box::new(Schema::of(SchemaType::String, false)),
+                    Box::new(Schema::of(SchemaType::String, true)),
+                )),
+            },
             _ => plain(SchemaType::String),
         },
     }
@@ -476,6 +493,7 @@ mod tests {
             xid: 7,
             commit_unix_micros: 1_000_000,
             size_hint: 1,
+            transaction: None,
         };
         let mut out = Vec::new();
         let options = EncodeOptions {
@@ -483,7 +501,7 @@ mod tests {
             events,
             now_unix_ms: 5,
         };
-        encode_change(&change, options, &mut out);
+        encode_change(&change, &options, &mut out);
         let parse = |b: &Option<Vec<u8>>| serde_json::from_slice(b.as_ref().unwrap()).unwrap();
         (parse(&out[0].key), parse(&out[0].value))
     }
@@ -493,10 +511,10 @@ mod tests {
         let off = EventOptions::default();
         let on = EventOptions {
             schemas_enable: true,
-            ..off
+            ..off.clone()
         };
         let (plain_key, plain_value) = encode(off);
-        let (key, value) = encode(on);
+        let (key, value) = encode(on.clone());
         assert_eq!(key["payload"], plain_key);
         assert_eq!(value["payload"], plain_value);
         assert_eq!(

@@ -133,7 +133,7 @@ pub async fn run(
             shutdown: ctx.shutdown.clone(),
             source: Arc::clone(&source),
             ends: Arc::clone(&ends),
-            events: ctx.config.kafka.events,
+            events: ctx.config.kafka.events.clone(),
         };
         handles.spawn(worker.run());
     }
@@ -814,7 +814,7 @@ impl Worker {
     ) -> Result<u64, PipelineError> {
         let options = EncodeOptions {
             tombstones: false,
-            events: self.events,
+            events: self.events.clone(),
             now_unix_ms: unix_micros_now() / 1000,
         };
         let commit_unix_micros = unix_micros_now();
@@ -835,8 +835,9 @@ impl Worker {
                     tx_index: first_index.wrapping_add(n as u32),
                     xid: 0,
                     commit_unix_micros,
+                    transaction: None,
                 };
-                encode_change(&change, options, &mut out);
+                encode_change(&change, &options, &mut out);
             }
             out
         })
@@ -886,9 +887,10 @@ pub(super) async fn relation_info(
     let rows = catalog
         .client()
         .query(
-            "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, c.oid \
+            "SELECT a.attname::text, a.atttypid::oid, a.atttypmod, c.oid, t.typname = 'hstore' \
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_type t ON t.oid = a.atttypid \
              WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
                AND a.attgenerated = '' \
              ORDER BY a.attnum",
@@ -931,6 +933,12 @@ pub(super) async fn relation_info(
         Arc::new(TableMetrics::new(&qualified)),
     );
     info.apply_rules(rules);
+    let hstore: Vec<u32> = rows
+        .iter()
+        .filter(|r| r.get::<_, bool>(4))
+        .map(|r| r.get::<_, u32>(1))
+        .collect();
+    info.mark_hstore(|oid| hstore.contains(&oid));
     if events.schemas_enable {
         let columns = super::schema::column_catalog(catalog, oid).await?;
         info.set_schemas(super::schema::render(&info, &columns, events));

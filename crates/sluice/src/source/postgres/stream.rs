@@ -176,6 +176,10 @@ struct OpenTransaction {
     xid: u32,
     commit_unix_micros: i64,
     next_index: u32,
+    /// `provide_transaction_metadata`: the data events emitted so far, in all and per table
+    /// (`schema.table`, in order of first event).
+    events: u64,
+    collections: Vec<(String, u64)>,
 }
 
 /// Runs the pipeline until shutdown (`Ok`) or an error.
@@ -412,6 +416,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         stream,
         relations: HashMap::new(),
         table_metrics: HashMap::new(),
+        hstore_types: std::collections::HashSet::new(),
         known_topics,
         tx: None,
         received: slot.confirmed_flush,
@@ -494,6 +499,8 @@ struct PgSource<'a> {
     stream: ReplicationStream,
     relations: HashMap<u32, Arc<RelationInfo>>,
     table_metrics: HashMap<String, Arc<TableMetrics>>,
+    /// The OIDs of `hstore` types, from the Type messages sent before a Relation.
+    hstore_types: std::collections::HashSet<u32>,
     known_topics: HashSet<String>,
     tx: Option<OpenTransaction>,
     /// The newest WAL position received.
@@ -557,7 +564,7 @@ impl Encode<Item> for PgEncoder {
             Item::Row(change) => {
                 #[cfg(feature = "failpoints")]
                 fail::fail_point!("encode::change");
-                encode_change(change, self.options, out);
+                encode_change(change, &self.options, out);
             }
             Item::Message(message) => {
                 out.push(encode_message(
@@ -727,8 +734,8 @@ impl Source for PgSource<'_> {
     fn encoder(&mut self) -> PgEncoder {
         PgEncoder {
             options: EncodeOptions {
-                tombstones: self.ctx.config.kafka.tombstones_on_delete,
-                events: self.ctx.config.kafka.events,
+                tombstones: self.ctx.config.kafka.tombstones_on_delete(),
+                events: self.ctx.config.kafka.events.clone(),
                 now_unix_ms: unix_micros_now() / 1000,
             },
             identity: self.identity.clone(),
@@ -830,11 +837,42 @@ impl PgSource<'_> {
                     xid: begin.xid,
                     commit_unix_micros: begin.commit_time.unix_micros(),
                     next_index: 0,
+                    events: 0,
+                    collections: Vec::new(),
                 });
+                if self.ctx.config.kafka.events.provide_transaction_metadata {
+                    // Debezium's BEGIN, for every transaction the server sends (one whose
+                    // changes are all skipped too: its END counts 0 events).
+                    let topic = self.transaction_topic();
+                    self.ensure_topic(&topic).await?;
+                    if let Some(tx) = self.tx.as_mut() {
+                        let (key, value) = crate::event::transaction_event(
+                            tx.xid,
+                            lsn.0,
+                            tx.commit_unix_micros.div_euclid(1000),
+                            None,
+                        );
+                        let headers = transaction_headers(tx, lsn);
+                        tx.next_index += 1;
+                        admit_transaction_event(&topic, tx, key, value, headers, intake);
+                    }
+                }
             }
             PgOutputMessage::Commit(commit) => {
                 if let Some(tx) = self.tx.take() {
                     self.incremental.on_commit(tx.xid);
+                    if self.ctx.config.kafka.events.provide_transaction_metadata {
+                        // Debezium's END: the transaction's events per table.
+                        let (key, value) = crate::event::transaction_event(
+                            tx.xid,
+                            commit.commit_lsn.0,
+                            tx.commit_unix_micros.div_euclid(1000),
+                            Some(&tx.collections),
+                        );
+                        let headers = transaction_headers(&tx, tx.commit_lsn);
+                        let topic = self.transaction_topic();
+                        admit_transaction_event(&topic, &tx, key, value, headers, intake);
+                    }
                 }
                 intake.checkpoint(commit.end_lsn);
             }
@@ -949,7 +987,12 @@ impl PgSource<'_> {
                     intake.checkpoint(message_lsn);
                 }
             }
-            PgOutputMessage::Type { .. } | PgOutputMessage::Origin { .. } => {}
+            PgOutputMessage::Type { id, name, .. } => {
+                if name == "hstore" {
+                    self.hstore_types.insert(id);
+                }
+            }
+            PgOutputMessage::Origin { .. } => {}
         }
         Ok(())
     }
@@ -993,14 +1036,15 @@ impl PgSource<'_> {
             metrics,
         );
         info.apply_rules(&self.ctx.config.source);
-        let events = self.ctx.config.kafka.events;
+        info.mark_hstore(|oid| self.hstore_types.contains(&oid));
+        let events = &self.ctx.config.kafka.events;
         if events.schemas_enable && !info.excluded {
             let columns = bounded(
                 "reading the table's column types",
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
-            info.set_schemas(super::schema::render(&info, &columns, &events));
+            info.set_schemas(super::schema::render(&info, &columns, events));
         }
         let is_outbox = self
             .ctx
@@ -1129,7 +1173,7 @@ impl PgSource<'_> {
         // A table that joined while running may have had no streamed change yet.
         self.ensure_topic(&chunk.relation.topic).await?;
         let commit_unix_micros = unix_micros_now();
-        let tombstones = self.ctx.config.kafka.tombstones_on_delete;
+        let tombstones = self.ctx.config.kafka.tombstones_on_delete();
         let rows_metric =
             metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.relation.name.clone());
         rows_metric.increment(chunk.rows.len() as u64);
@@ -1155,6 +1199,7 @@ impl PgSource<'_> {
                 tx_index: u32::try_from(n).unwrap_or(u32::MAX),
                 xid: 0,
                 commit_unix_micros,
+                transaction: None,
             };
             let records = change.record_count(tombstones);
             intake.admit(Item::Row(change), size, records);
@@ -1291,6 +1336,11 @@ impl PgSource<'_> {
         Ok(())
     }
 
+    /// Debezium's transaction topic, `<topic_prefix>.transaction`.
+    fn transaction_topic(&self) -> String {
+        format!("{}.transaction", self.ctx.config.kafka.topic_prefix)
+    }
+
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
         let what = format!("creating topic {topic}");
         bounded(&what, self.ensure_topic_unbounded(topic)).await
@@ -1361,8 +1411,16 @@ impl PgSource<'_> {
             return Ok(());
         }
         self.incremental.note(&relation, &kind);
-        if matches!(kind, ChangeKind::Truncate) && !self.ctx.config.kafka.events.truncate {
-            // Debezium's default (`skipped.operations=t`): no event.
+        let op = match &kind {
+            ChangeKind::Insert { .. } => crate::event::Op::Create,
+            ChangeKind::Update { .. } => crate::event::Op::Update,
+            ChangeKind::Delete { .. } => crate::event::Op::Delete,
+            ChangeKind::Truncate => crate::event::Op::Truncate,
+            ChangeKind::Read { .. } => crate::event::Op::Read,
+        };
+        if self.ctx.config.kafka.events.skipped_operations.skips(op) {
+            // Debezium's `skipped.operations` (default `t`: a TRUNCATE emits nothing); an
+            // update that changes the key is skipped whole, as an update.
             return Ok(());
         }
         if relation.outbox.is_some() && !matches!(kind, ChangeKind::Insert { .. }) {
@@ -1376,6 +1434,31 @@ impl PgSource<'_> {
                 std::io::Error::other("protocol order"),
             )
         })?;
+        let mut transaction = None;
+        if self.ctx.config.kafka.events.provide_transaction_metadata && relation.outbox.is_none() {
+            // A key change is two events (delete, create) of one table.
+            let events = match &kind {
+                ChangeKind::Update {
+                    key_changed: true, ..
+                } => 2,
+                _ => 1,
+            };
+            let index = match tx.collections.iter().position(|(n, _)| *n == relation.name) {
+                Some(index) => index,
+                None => {
+                    tx.collections.push((relation.name.clone(), 0));
+                    tx.collections.len() - 1
+                }
+            };
+            let collection = &mut tx.collections[index].1;
+            transaction = Some(crate::event::TransactionOrder {
+                xid: tx.xid,
+                total_order: tx.events + 1,
+                data_collection_order: *collection + 1,
+            });
+            tx.events += events;
+            *collection += events;
+        }
         let mut change = RowChange {
             size_hint: size + relation.envelope_overhead,
             relation,
@@ -1385,8 +1468,9 @@ impl PgSource<'_> {
             tx_index: tx.next_index,
             xid: tx.xid,
             commit_unix_micros: tx.commit_unix_micros,
+            transaction,
         };
-        let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete);
+        let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete());
         tx.next_index += records;
         change.size_hint = change.size_hint.max(1);
         let size = change.size_hint;
@@ -1663,6 +1747,52 @@ fn silent_connection(silent: Duration) -> PipelineError {
 fn is_invalidated_slot(error: &ReplicationError) -> bool {
     let text = error.to_string();
     text.contains("can no longer get changes") || text.contains("has been invalidated")
+}
+
+/// Admits a transaction boundary event (BEGIN, END) on the transaction topic, in the
+/// transaction's order.
+fn admit_transaction_event(
+    topic: &str,
+    tx: &OpenTransaction,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+    intake: &mut Intake<Item, Lsn>,
+) {
+    let record = OutRecord {
+        topic: Arc::from(topic),
+        key: Some(key),
+        value: Some(value),
+        headers,
+    };
+    let size = record.len() + 256;
+    intake.admit(
+        Item::Raw {
+            record,
+            commit_unix_micros: tx.commit_unix_micros,
+        },
+        size,
+        1,
+    );
+}
+
+/// The position headers of a transaction boundary event: after the transaction's records so
+/// far (the END's index is past every record of the transaction).
+fn transaction_headers(
+    tx: &OpenTransaction,
+    lsn: Lsn,
+) -> Vec<(std::borrow::Cow<'static, str>, String)> {
+    vec![
+        (
+            crate::event::HEADER_COMMIT_LSN.into(),
+            tx.commit_lsn.0.to_string(),
+        ),
+        (crate::event::HEADER_LSN.into(), lsn.0.to_string()),
+        (
+            crate::event::HEADER_TX_INDEX.into(),
+            tx.next_index.to_string(),
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -8,12 +8,11 @@
 //! beyond the buffer (an array of `bytea`, `json` or other escaped elements reuses one scratch
 //! buffer for the whole array).
 //!
-//! The mapping follows Debezium's defaults (`decimal.handling.mode=string` aside, which sluice
-//! chooses): `time.precision.mode=adaptive`, `interval.handling.mode=numeric`,
-//! `binary.handling.mode=bytes` (base64 in JSON). Where JSON or sluice differ from Debezium
-//! (`json` is embedded rather than quoted, non-finite floats and infinite dates are strings,
-//! intervals are computed exactly), `docs/type-mapping.md` says so; that file is the reference
-//! table of every mapping.
+//! The mapping follows Debezium's, its options (`[kafka.events]`: `decimal_handling_mode`,
+//! `time_precision_mode`, `binary_handling_mode`, `interval_handling_mode`, …) deciding a
+//! column's form in one place, `representation`, through each option's own function in
+//! `crate::event::options`. Where JSON or sluice differ from Debezium, `docs/type-mapping.md`
+//! says so; that file is the reference table of every mapping.
 //!
 //! Values come from the server, so parsing never panics: every access is checked and a value
 //! that does not parse as its type is a `ValueError`, after which the caller may fall back to
@@ -22,8 +21,10 @@
 
 use base64::Engine as _;
 
+use crate::event::options::{IntervalParts, write_interval_iso};
 use crate::event::{
-    DecimalHandlingMode, EventOptions, UNAVAILABLE_VALUE_PLACEHOLDER, write_json_str,
+    BinaryHandlingMode, DecimalHandlingMode, EventOptions, HstoreHandlingMode,
+    IntervalHandlingMode, TemporalUnit, write_json_str,
 };
 
 /// Microseconds in a second.
@@ -71,7 +72,7 @@ pub(crate) fn write_json(
     events: &EventOptions,
 ) -> Result<(), ValueError> {
     let start = out.len();
-    let result = match column_kind(type_oid, events) {
+    let result = match column_kind(type_oid, type_modifier, events) {
         ColumnKind::Array(element) => write_array(element, type_modifier, text, out),
         ColumnKind::Scalar(kind) => write_scalar(kind, type_modifier, text, out),
     };
@@ -93,43 +94,128 @@ pub(crate) enum ColumnKind {
 
 /// The kind of a column's values under the event options: the one place that decides a
 /// type's Debezium form, for the value writer and the schema (`schema.rs`) alike.
-pub(crate) fn column_kind(type_oid: u32, events: &EventOptions) -> ColumnKind {
-    // `json`/`jsonb` are Debezium's strings holding the document unless embedded; `numeric`
-    // and `money` follow `decimal_handling_mode`.
-    let precise = events.decimal_handling_mode == DecimalHandlingMode::Precise;
-    let adjust = |kind: Kind| match kind {
-        Kind::Json if !events.embed_json => Kind::Text,
-        Kind::Numeric if precise => Kind::NumericPrecise,
-        Kind::Money if precise => Kind::MoneyPrecise,
-        kind => kind,
-    };
+pub(crate) fn column_kind(type_oid: u32, type_modifier: i32, events: &EventOptions) -> ColumnKind {
+    let adjust = |kind: Kind| representation(kind, type_modifier, events);
     match array_element_kind(type_oid) {
         Some(element) => ColumnKind::Array(adjust(element)),
         None => ColumnKind::Scalar(adjust(scalar_kind(type_oid))),
     }
 }
 
-/// Debezium's placeholder for a value the server did not send (an unchanged TOASTed column),
-/// in the column's form: base64 of its bytes for `bytea`, a one-element array for arrays, the
-/// string otherwise.
-pub(crate) fn write_unavailable(type_oid: u32, out: &mut Vec<u8>) {
+/// The representation of a column's values (or an array's elements) under the event options:
+/// the one place where Debezium's options meet a PostgreSQL type, each through its option's
+/// own deciding function (`crate::event::options`).
+fn representation(kind: Kind, type_modifier: i32, events: &EventOptions) -> Kind {
+    let precision = u32::try_from(type_modifier).ok();
+    let decimal = events.decimal_handling_mode;
+    let digits = events.money_fraction_digits;
+    match kind {
+        // `json`/`jsonb` are Debezium's strings holding the document unless embedded.
+        Kind::Json if !events.embed_json => Kind::Text,
+        Kind::Numeric | Kind::NumericPrecise | Kind::NumericDouble => match decimal {
+            DecimalHandlingMode::Precise => Kind::NumericPrecise,
+            DecimalHandlingMode::String => Kind::Numeric,
+            DecimalHandlingMode::Double => Kind::NumericDouble,
+        },
+        Kind::Money(_) | Kind::MoneyPrecise(_) | Kind::MoneyDouble => match decimal {
+            DecimalHandlingMode::Precise => Kind::MoneyPrecise(digits),
+            DecimalHandlingMode::String => Kind::Money(digits),
+            DecimalHandlingMode::Double => Kind::MoneyDouble,
+        },
+        Kind::Bytea(_) => Kind::Bytea(events.binary_handling_mode),
+        Kind::Time(_) => Kind::Time(events.time_precision_mode.time_unit(precision)),
+        Kind::Timestamp(_) => Kind::Timestamp(events.time_precision_mode.timestamp_unit(precision)),
+        Kind::Interval(_) => Kind::Interval(events.interval_handling_mode),
+        kind => kind,
+    }
+}
+
+/// The value of an unchanged TOASTed column the server did not send: Debezium's placeholder
+/// (`unavailable_value_placeholder`) in the column's form: for `bytea`, as
+/// `binary_handling_mode` writes it; a one-element array for arrays; the string otherwise.
+pub(crate) fn write_unavailable(type_oid: u32, events: &EventOptions, out: &mut Vec<u8>) {
+    let placeholder = events.unavailable_value_placeholder.as_str();
     match (type_oid, array_element_kind(type_oid)) {
-        (17, _) => {
-            out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(UNAVAILABLE_VALUE_PLACEHOLDER)
-                    .as_bytes(),
-            );
-            out.push(b'"');
-        }
+        (17, _) => events
+            .binary_handling_mode
+            .write_placeholder(placeholder, out),
         (_, Some(_)) => {
             out.push(b'[');
-            write_json_str(out, UNAVAILABLE_VALUE_PLACEHOLDER);
+            write_json_str(out, placeholder);
             out.push(b']');
         }
-        _ => write_json_str(out, UNAVAILABLE_VALUE_PLACEHOLDER),
+        _ => write_json_str(out, placeholder),
     }
+}
+
+/// Appends an `hstore` value (`"k"=>"v", "n"=>NULL`) as `hstore_handling_mode` writes it.
+///
+/// # Errors
+///
+/// Text that is not an `hstore` value; `out` is left as it was.
+pub(crate) fn write_hstore(
+    text: &[u8],
+    out: &mut Vec<u8>,
+    mode: HstoreHandlingMode,
+) -> Result<(), ValueError> {
+    let pairs = parse_hstore(text).ok_or(ValueError::Invalid {
+        type_name: "hstore",
+    })?;
+    mode.write(&pairs, out);
+    Ok(())
+}
+
+/// Parses `hstore`'s output: `"key"=>"value"` pairs (or `=>NULL`) separated by `, `, strings
+/// double-quoted with `\` escaping `"` and `\`.
+fn parse_hstore(text: &[u8]) -> Option<Vec<(String, Option<String>)>> {
+    let text = std::str::from_utf8(text).ok()?;
+    let mut chars = text.chars().peekable();
+    let mut pairs = Vec::new();
+    let skip_ws = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+        while chars.peek().is_some_and(|c| c.is_ascii_whitespace()) {
+            chars.next();
+        }
+    };
+    let quoted = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| -> Option<String> {
+        if chars.next()? != '"' {
+            return None;
+        }
+        let mut value = String::new();
+        loop {
+            match chars.next()? {
+                '"' => return Some(value),
+                '\\' => value.push(chars.next()?),
+                c => value.push(c),
+            }
+        }
+    };
+    skip_ws(&mut chars);
+    while chars.peek().is_some() {
+        let key = quoted(&mut chars)?;
+        skip_ws(&mut chars);
+        if chars.next()? != '=' || chars.next()? != '>' {
+            return None;
+        }
+        skip_ws(&mut chars);
+        let value = if chars.peek() == Some(&'"') {
+            Some(quoted(&mut chars)?)
+        } else {
+            for expected in ['N', 'U', 'L', 'L'] {
+                if chars.next()?.to_ascii_uppercase() != expected {
+                    return None;
+                }
+            }
+            None
+        };
+        pairs.push((key, value));
+        skip_ws(&mut chars);
+        match chars.next() {
+            None => break,
+            Some(',') => skip_ws(&mut chars),
+            Some(_) => return None,
+        }
+    }
+    Some(pairs)
 }
 
 /// Why a column value could not be mapped to JSON. It never holds the value itself, so it is
@@ -186,28 +272,32 @@ pub(crate) enum Kind {
     /// `numeric` (`precise`): base64 of the unscaled value's bytes with the column's scale, or
     /// `{"scale","value"}` without one; `null` for the specials.
     NumericPrecise,
-    /// `money` (`string`): a string of the amount with 2 fraction digits.
-    Money,
-    /// `money` (`precise`): base64 of the unscaled amount's bytes (scale 2).
-    MoneyPrecise,
+    /// `numeric` (`double`): a JSON number, strings for the specials.
+    NumericDouble,
+    /// `money` (`string`): a string of the amount with this many fraction digits.
+    Money(u8),
+    /// `money` (`precise`): base64 of the unscaled amount's bytes at this scale.
+    MoneyPrecise(u8),
+    /// `money` (`double`): a JSON number.
+    MoneyDouble,
     /// Text-like and unknown types: a string of the text.
     Text,
-    /// `bytea`: a base64 string.
-    Bytea,
+    /// `bytea`: a string in the mode's encoding.
+    Bytea(BinaryHandlingMode),
     /// `json`, `jsonb`: embedded as is.
     Json,
     /// `date`: days since 1970-01-01.
     Date,
     /// `time`: microseconds or milliseconds since midnight.
-    Time,
+    Time(TemporalUnit),
     /// `timetz`: an ISO-8601 time string in UTC.
     TimeTz,
     /// `timestamp`: microseconds or milliseconds since the epoch.
-    Timestamp,
+    Timestamp(TemporalUnit),
     /// `timestamptz`: an ISO-8601 timestamp string in UTC.
     TimestampTz,
-    /// `interval`: microseconds.
-    Interval,
+    /// `interval`: microseconds, or an ISO-8601 string.
+    Interval(IntervalHandlingMode),
 }
 
 impl Kind {
@@ -218,17 +308,17 @@ impl Kind {
             Kind::Integer => "integer",
             Kind::Float | Kind::Float4 => "floating-point",
             Kind::Bit | Kind::VarBit => "bit",
-            Kind::Numeric | Kind::NumericPrecise => "numeric",
-            Kind::Money | Kind::MoneyPrecise => "money",
+            Kind::Numeric | Kind::NumericPrecise | Kind::NumericDouble => "numeric",
+            Kind::Money(_) | Kind::MoneyPrecise(_) | Kind::MoneyDouble => "money",
             Kind::Text => "text",
-            Kind::Bytea => "bytea",
+            Kind::Bytea(_) => "bytea",
             Kind::Json => "json",
             Kind::Date => "date",
-            Kind::Time => "time",
+            Kind::Time(_) => "time",
             Kind::TimeTz => "timetz",
-            Kind::Timestamp => "timestamp",
+            Kind::Timestamp(_) => "timestamp",
             Kind::TimestampTz => "timestamptz",
-            Kind::Interval => "interval",
+            Kind::Interval(_) => "interval",
         }
     }
 
@@ -263,16 +353,16 @@ fn scalar_kind(type_oid: u32) -> Kind {
         1560 => Kind::Bit,
         1562 => Kind::VarBit,
         1700 => Kind::Numeric,
-        790 => Kind::Money,
-        17 => Kind::Bytea,
+        790 => Kind::Money(2),
+        17 => Kind::Bytea(BinaryHandlingMode::Bytes),
         // json, jsonb.
         114 | 3802 => Kind::Json,
         1082 => Kind::Date,
-        1083 => Kind::Time,
+        1083 => Kind::Time(TemporalUnit::Micros),
         1266 => Kind::TimeTz,
-        1114 => Kind::Timestamp,
+        1114 => Kind::Timestamp(TemporalUnit::Micros),
         1184 => Kind::TimestampTz,
-        1186 => Kind::Interval,
+        1186 => Kind::Interval(IntervalHandlingMode::Numeric),
         // text, varchar, bpchar, name, "char", xml, money, inet, cidr, macaddr, uuid, enums,
         // and everything else.
         _ => Kind::Text,
@@ -293,13 +383,13 @@ fn array_element_kind(type_oid: u32) -> Option<Kind> {
         1009 | 1015 | 1014 | 2951 | 1002 | 1041 | 651 | 1040 | 775 => Kind::Text,
         // _json, _jsonb.
         199 | 3807 => Kind::Json,
-        1001 => Kind::Bytea,
+        1001 => Kind::Bytea(BinaryHandlingMode::Bytes),
         1182 => Kind::Date,
-        1183 => Kind::Time,
+        1183 => Kind::Time(TemporalUnit::Micros),
         1270 => Kind::TimeTz,
-        1115 => Kind::Timestamp,
+        1115 => Kind::Timestamp(TemporalUnit::Micros),
         1185 => Kind::TimestampTz,
-        1187 => Kind::Interval,
+        1187 => Kind::Interval(IntervalHandlingMode::Numeric),
         _ => return None,
     })
 }
@@ -351,8 +441,22 @@ fn write_scalar(
         }
         Kind::Numeric => write_numeric(text, out)?,
         Kind::NumericPrecise => write_numeric_precise(type_modifier, text, out)?,
-        Kind::Money => {
-            let (negative, int, frac) = parse_money(text)?;
+        Kind::NumericDouble => {
+            if matches!(text, b"NaN" | b"Infinity" | b"-Infinity") {
+                write_ascii_string(text, out);
+            } else {
+                split_decimal(text).ok_or(Kind::Numeric.invalid())?;
+                write_double(text, out)?;
+            }
+        }
+        Kind::MoneyDouble => {
+            let (negative, int, frac) = parse_money(text, 2)?;
+            let sign = if negative { "-" } else { "" };
+            let int = if int.is_empty() { "0" } else { int.as_str() };
+            write_double(format!("{sign}{int}.{frac}").as_bytes(), out)?;
+        }
+        Kind::Money(digits) => {
+            let (negative, int, frac) = parse_money(text, digits)?;
             out.push(b'"');
             if negative
                 && (int.trim_start_matches('0').len() + frac.trim_end_matches('0').len()) > 0
@@ -360,23 +464,26 @@ fn write_scalar(
                 out.push(b'-');
             }
             out.extend_from_slice(if int.is_empty() { b"0" } else { int.as_bytes() });
-            out.push(b'.');
-            out.extend_from_slice(frac.as_bytes());
+            if !frac.is_empty() {
+                out.push(b'.');
+                out.extend_from_slice(frac.as_bytes());
+            }
             out.push(b'"');
         }
-        Kind::MoneyPrecise => {
-            let (negative, int, frac) = parse_money(text)?;
+        Kind::MoneyPrecise(digits) => {
+            let (negative, int, frac) = parse_money(text, digits)?;
             write_unscaled(negative, &format!("{int}{frac}"), out);
         }
         Kind::Text => write_string(text, out)?,
-        Kind::Bytea => write_bytea(text, out)?,
+        Kind::Bytea(mode) => write_bytea(mode, text, out)?,
         Kind::Json => write_embedded_json(text, out)?,
         Kind::Date => write_date(text, out)?,
-        Kind::Time => write_time(type_modifier, text, out)?,
+        Kind::Time(unit) => write_time(unit, text, out)?,
         Kind::TimeTz => write_timetz(text, out)?,
-        Kind::Timestamp => write_timestamp(type_modifier, text, out)?,
+        Kind::Timestamp(unit) => write_timestamp(unit, text, out)?,
         Kind::TimestampTz => write_timestamptz(type_modifier, text, out)?,
-        Kind::Interval => write_int(out, parse_interval(text)?),
+        Kind::Interval(IntervalHandlingMode::Numeric) => write_int(out, parse_interval(text)?),
+        Kind::Interval(IntervalHandlingMode::String) => write_interval_string(text, out)?,
     }
     Ok(())
 }
@@ -452,6 +559,30 @@ fn write_float(text: &[u8], single: bool, out: &mut Vec<u8>) -> Result<(), Value
     }
     out.extend_from_slice(text);
     Ok(())
+}
+
+/// Appends an exact decimal as the nearest 64-bit float (Debezium's
+/// `decimal.handling.mode=double`, `BigDecimal.doubleValue()`), in the shortest form that
+/// reads back as the same float; a value past the float range is `"Infinity"` or
+/// `"-Infinity"`, as Java's conversion makes it.
+fn write_double(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+    let value = std::str::from_utf8(text)
+        .ok()
+        .and_then(|text| text.parse::<f64>().ok())
+        .ok_or(Kind::NumericDouble.invalid())?;
+    if value.is_infinite() {
+        write_ascii_string(
+            if value > 0.0 {
+                b"Infinity"
+            } else {
+                b"-Infinity"
+            },
+            out,
+        );
+        return Ok(());
+    }
+    // `{:?}` is the shortest round-trip form, with an exponent for very large or small values.
+    write_float(format!("{value:?}").as_bytes(), false, out)
 }
 
 /// Whether `text` is a number in JSON's grammar: `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]?
@@ -539,8 +670,9 @@ fn write_numeric_precise(
 }
 
 /// A `money` text as PostgreSQL formats it (`-$1,234.56`, `($1.00)`, with `lc_monetary`'s
-/// symbol and grouping) as (negative, integer digits, 2 fraction digits).
-fn parse_money(text: &[u8]) -> Result<(bool, String, String), ValueError> {
+/// symbol and grouping) as (negative, integer digits, `digits` fraction digits), rounded half
+/// up to Debezium's `money.fraction.digits`.
+fn parse_money(text: &[u8], digits: u8) -> Result<(bool, String, String), ValueError> {
     let invalid = ValueError::Invalid { type_name: "money" };
     let text = std::str::from_utf8(text).map_err(|_| invalid)?;
     let negative = text.contains('-') || text.contains('(');
@@ -550,10 +682,33 @@ fn parse_money(text: &[u8]) -> Result<(bool, String, String), ValueError> {
     if int.is_empty() && frac.is_empty() {
         return Err(invalid);
     }
-    frac.truncate(2);
-    while frac.len() < 2 {
+    let digits = usize::from(digits);
+    let round_up = frac.as_bytes().get(digits).is_some_and(|d| *d >= b'5');
+    frac.truncate(digits);
+    while frac.len() < digits {
         frac.push('0');
     }
+    if !round_up {
+        return Ok((negative, int, frac));
+    }
+    // Add one unit of the last kept digit to int.frac, as decimal text.
+    let mut all: Vec<u8> = format!("{int}{frac}").into_bytes();
+    let mut carry = true;
+    for digit in all.iter_mut().rev() {
+        if *digit == b'9' {
+            *digit = b'0';
+        } else {
+            *digit += 1;
+            carry = false;
+            break;
+        }
+    }
+    if carry {
+        all.insert(0, b'1');
+    }
+    let split = all.len() - digits;
+    let frac = String::from_utf8_lossy(&all[split..]).into_owned();
+    let int = String::from_utf8_lossy(&all[..split]).into_owned();
     Ok((negative, int, frac))
 }
 
@@ -692,14 +847,25 @@ fn write_escaped_unquoting(element: &[u8], out: &mut Vec<u8>) {
     }
 }
 
-/// Appends a `bytea` in hex format (`\x0a0b…`) as a base64 string (standard alphabet, padded).
-fn write_bytea(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
-    let invalid = Kind::Bytea.invalid();
+/// Appends a `bytea` in hex format (`\x0a0b…`) as a string in `binary_handling_mode`'s
+/// encoding: base64 (standard or URL-safe alphabet, padded) or lowercase hex.
+fn write_bytea(mode: BinaryHandlingMode, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+    let invalid = Kind::Bytea(mode).invalid();
     let hex = text.strip_prefix(b"\\x").ok_or(invalid)?;
     if !hex.len().is_multiple_of(2) {
         return Err(invalid);
     }
-    let encoded_len = base64::encoded_len(hex.len() / 2, true).ok_or(Kind::Bytea.out_of_range())?;
+    let Some(engine) = mode.base64_engine() else {
+        if !hex.iter().all(|b| hex_digit(*b).is_some()) {
+            return Err(invalid);
+        }
+        out.push(b'"');
+        out.extend(hex.iter().map(u8::to_ascii_lowercase));
+        out.push(b'"');
+        return Ok(());
+    };
+    let encoded_len =
+        base64::encoded_len(hex.len() / 2, true).ok_or(Kind::Bytea(mode).out_of_range())?;
     out.push(b'"');
     let start = out.len();
     out.resize(start.saturating_add(encoded_len), 0);
@@ -716,9 +882,7 @@ fn write_bytea(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
         }
         let input = chunk.get(..len).ok_or(invalid)?;
         let target = out.get_mut(start + written..).ok_or(invalid)?;
-        written += base64::engine::general_purpose::STANDARD
-            .encode_slice(input, target)
-            .map_err(|_| invalid)?;
+        written += engine.encode_slice(input, target).map_err(|_| invalid)?;
     }
     out.truncate(start + written);
     out.push(b'"');
@@ -770,21 +934,15 @@ fn write_date(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
     Ok(())
 }
 
-/// Whether a `time` or `timestamp` column's precision (its type modifier) makes Debezium use
-/// milliseconds (precision 0 to 3) rather than microseconds (4 to 6, or none).
-pub(crate) fn is_millisecond_precision(type_modifier: i32) -> bool {
-    (0..=3).contains(&type_modifier)
-}
-
-/// Appends a `time` as microseconds since midnight (`io.debezium.time.MicroTime`), or
-/// milliseconds (`io.debezium.time.Time`) when the precision is 0 to 3.
-fn write_time(type_modifier: i32, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+/// Appends a `time` as microseconds or milliseconds since midnight (the unit
+/// `time_precision_mode` chose for the column).
+fn write_time(unit: TemporalUnit, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
     let mut cursor = Cursor::new(text);
     let micros = cursor
         .time_of_day()
         .filter(|_| cursor.at_end())
-        .ok_or(Kind::Time.invalid())?;
-    if is_millisecond_precision(type_modifier) {
+        .ok_or(Kind::Time(unit).invalid())?;
+    if unit == TemporalUnit::Millis {
         write_int(out, micros / 1000);
     } else {
         write_int(out, micros);
@@ -813,13 +971,13 @@ fn write_timetz(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
     Ok(())
 }
 
-/// Appends a `timestamp` as microseconds since the epoch (`io.debezium.time.MicroTimestamp`),
-/// or milliseconds (`io.debezium.time.Timestamp`) when the precision is 0 to 3. `infinity` and
-/// `-infinity` become the values Debezium uses for them.
-fn write_timestamp(type_modifier: i32, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+/// Appends a `timestamp` as microseconds or milliseconds since the epoch (the unit
+/// `time_precision_mode` chose for the column). `infinity` and `-infinity` become the values
+/// Debezium uses for them.
+fn write_timestamp(unit: TemporalUnit, text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
     // Debezium: the driver's sentinels as they are in milliseconds, the `i64` limits in
     // microseconds.
-    let millis = is_millisecond_precision(type_modifier);
+    let millis = unit == TemporalUnit::Millis;
     let infinity = match (text, millis) {
         (b"infinity", true) => Some(TIMESTAMP_INFINITY_MILLIS),
         (b"-infinity", true) => Some(TIMESTAMP_NEG_INFINITY_MILLIS),
@@ -831,9 +989,9 @@ fn write_timestamp(type_modifier: i32, text: &[u8], out: &mut Vec<u8>) -> Result
         write_int(out, value);
         return Ok(());
     }
-    let micros = i64::try_from(parse_timestamp(Kind::Timestamp, text)?)
-        .map_err(|_| Kind::Timestamp.out_of_range())?;
-    if is_millisecond_precision(type_modifier) {
+    let micros = i64::try_from(parse_timestamp(Kind::Timestamp(unit), text)?)
+        .map_err(|_| Kind::Timestamp(unit).out_of_range())?;
+    if millis {
         write_int(out, micros.div_euclid(1000));
     } else {
         write_int(out, micros);
@@ -903,7 +1061,7 @@ fn parse_timestamp(kind: Kind, text: &[u8]) -> Result<i128, ValueError> {
 /// The sum is exact, in integers; Debezium computes it in floating point and truncates, so its
 /// value can be 1 µs off for some fractional seconds.
 fn parse_interval(text: &[u8]) -> Result<i64, ValueError> {
-    let invalid = Kind::Interval.invalid();
+    let invalid = Kind::Interval(IntervalHandlingMode::Numeric).invalid();
     let body = text.strip_prefix(b"P").ok_or(invalid)?;
     let mut cursor = Cursor::new(body);
     let mut total: i128 = 0;
@@ -943,7 +1101,7 @@ fn parse_interval(text: &[u8]) -> Result<i64, ValueError> {
         let value = if negative { -value } else { value };
         total = total
             .checked_add(value)
-            .ok_or(Kind::Interval.out_of_range())?;
+            .ok_or(Kind::Interval(IntervalHandlingMode::Numeric).out_of_range())?;
         components += 1;
     }
     // `P` alone, or a `T` with nothing after it, is not an interval.
@@ -952,6 +1110,67 @@ fn parse_interval(text: &[u8]) -> Result<i64, ValueError> {
     }
     // Debezium saturates an interval past the `i64` range at its limits.
     Ok(i64::try_from(total).unwrap_or(if total < 0 { i64::MIN } else { i64::MAX }))
+}
+
+/// Appends an `interval` in `iso_8601` style as Debezium's `interval.handling.mode=string`
+/// (`io.debezium.time.Interval`): the components as the server splits them, each one written.
+fn write_interval_string(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
+    let invalid = Kind::Interval(IntervalHandlingMode::String).invalid();
+    let body = std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.strip_prefix('P'))
+        .ok_or(invalid)?;
+    let mut parts = IntervalParts {
+        seconds: "0",
+        ..IntervalParts::default()
+    };
+    let (date, time) = body.split_once('T').unwrap_or((body, ""));
+    let mut components = 0;
+    for (part, in_time) in [(date, false), (time, true)] {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let end = rest
+                .find(|c: char| c.is_ascii_alphabetic())
+                .ok_or(invalid)?;
+            let (number, unit) = (&rest[..end], rest.as_bytes()[end]);
+            rest = &rest[end + 1..];
+            components += 1;
+            if in_time && unit == b'S' {
+                let (negative, digits) = match number.strip_prefix('-') {
+                    Some(d) => (true, d),
+                    None => (false, number.strip_prefix('+').unwrap_or(number)),
+                };
+                let (whole, fraction) = digits.split_once('.').unwrap_or((digits, ""));
+                if whole.is_empty()
+                    || !whole
+                        .bytes()
+                        .chain(fraction.bytes())
+                        .all(|b| b.is_ascii_digit())
+                {
+                    return Err(invalid);
+                }
+                parts.seconds_negative = negative;
+                parts.seconds = whole;
+                parts.fraction = fraction;
+                continue;
+            }
+            let value: i64 = number.parse().map_err(|_| invalid)?;
+            let slot = match (in_time, unit) {
+                (false, b'Y') => &mut parts.years,
+                (false, b'M') => &mut parts.months,
+                (false, b'D') => &mut parts.days,
+                (true, b'H') => &mut parts.hours,
+                (true, b'M') => &mut parts.minutes,
+                _ => return Err(invalid),
+            };
+            *slot = value;
+        }
+    }
+    if components == 0 {
+        return Err(invalid);
+    }
+    write_interval_iso(&parts, out);
+    Ok(())
 }
 
 /// Splits PostgreSQL's era suffix ` BC` off a date or timestamp.
@@ -1622,14 +1841,22 @@ mod tests {
     use proptest::prelude::*;
 
     /// The options these tests map values with: sluice's embedded JSON, numerics as strings.
-    const SLUICE: EventOptions = EventOptions {
-        decimal_handling_mode: crate::event::DecimalHandlingMode::String,
-        embed_json: true,
-        unavailable_columns: true,
-        truncate: true,
-        schemas_enable: false,
-        column_propagate_source_type: crate::event::ColumnPatterns::NONE,
-    };
+    fn sluice() -> EventOptions {
+        EventOptions {
+            decimal_handling_mode: crate::event::DecimalHandlingMode::String,
+            embed_json: true,
+            unavailable_columns: true,
+            ..EventOptions::default()
+        }
+    }
+
+    /// The JSON for a value under `events`.
+    fn with(events: &EventOptions, type_oid: u32, type_modifier: i32, text: &str) -> String {
+        let mut out = Vec::new();
+        write_json(type_oid, type_modifier, text.as_bytes(), &mut out, events)
+            .unwrap_or_else(|error| panic!("{text:?} as {type_oid}: {error}"));
+        String::from_utf8(out).expect("UTF-8")
+    }
 
     /// The JSON for a value, or the error.
     fn json(type_oid: u32, type_modifier: i32, text: &str) -> Result<String, ValueError> {
@@ -1638,7 +1865,7 @@ mod tests {
 
     fn json_bytes(type_oid: u32, type_modifier: i32, text: &[u8]) -> Result<String, ValueError> {
         let mut out = b"prefix".to_vec();
-        let result = write_json(type_oid, type_modifier, text, &mut out, &SLUICE);
+        let result = write_json(type_oid, type_modifier, text, &mut out, &sluice());
         let written = out.strip_prefix(b"prefix").expect("the prefix is kept");
         match result {
             Ok(()) => {
@@ -2456,7 +2683,7 @@ newline"}"#
             text in value_text(),
         ) {
             let mut out = b"[".to_vec();
-            match write_json(oid, modifier, &text, &mut out, &SLUICE) {
+            match write_json(oid, modifier, &text, &mut out, &sluice()) {
                 Ok(()) => {
                     out.push(b']');
                     let written = std::str::from_utf8(&out).expect("UTF-8");
@@ -2521,6 +2748,193 @@ newline"}"#
             };
             prop_assert_eq!(ok(TIMESTAMP, -1, &timestamp), micros.to_string());
             prop_assert_eq!(ok(DATE, -1, &date), days.to_string());
+        }
+    }
+    // ---- Debezium's options (`[kafka.events]`), exact bytes ----
+
+    const MONEY: u32 = 790;
+    const BYTEA_ARRAY: u32 = 1001;
+    const TIME_ARRAY: u32 = 1183;
+    const TIMESTAMP_ARRAY: u32 = 1115;
+
+    fn events(edit: impl FnOnce(&mut EventOptions)) -> EventOptions {
+        let mut events = EventOptions::default();
+        edit(&mut events);
+        events
+    }
+
+    #[test]
+    fn time_precision_modes() {
+        use crate::event::TimePrecisionMode::*;
+        let connect = events(|e| e.time_precision_mode = Connect);
+        let micro = events(|e| e.time_precision_mode = AdaptiveTimeMicroseconds);
+        let adaptive = EventOptions::default();
+        // connect: milliseconds whatever the precision (golden `time-connect`).
+        assert_eq!(with(&connect, TIME, -1, "13:51:30.123456"), "49890123");
+        assert_eq!(with(&connect, TIME, 6, "13:51:30.123456"), "49890123");
+        assert_eq!(
+            with(&connect, TIMESTAMP, -1, "2016-11-04 13:51:30.123456"),
+            "1478267490123"
+        );
+        assert_eq!(
+            with(&connect, TIMESTAMP, -1, "-infinity"),
+            "-9223372036832400000"
+        );
+        assert_eq!(
+            with(&connect, TIME_ARRAY, -1, "{13:51:30.5,NULL}"),
+            "[49890500,null]"
+        );
+        assert_eq!(
+            with(
+                &connect,
+                TIMESTAMP_ARRAY,
+                6,
+                "{\"2016-11-04 13:51:30.123456\"}"
+            ),
+            "[1478267490123]"
+        );
+        assert_eq!(with(&connect, DATE, -1, "1970-01-02"), "1");
+        // adaptive_time_microseconds: time always in microseconds, timestamps adaptive.
+        assert_eq!(with(&micro, TIME, 0, "13:51:30"), "49890000000");
+        assert_eq!(
+            with(&micro, TIMESTAMP, 3, "2016-11-04 13:51:30.123"),
+            "1478267490123"
+        );
+        assert_eq!(with(&adaptive, TIME, 0, "13:51:30"), "49890000");
+        // timetz/timestamptz are strings in every mode.
+        assert_eq!(with(&connect, TIMETZ, -1, "13:51:30+00"), "\"13:51:30Z\"");
+    }
+
+    #[test]
+    fn binary_handling_modes() {
+        use crate::event::BinaryHandlingMode::*;
+        let w = |mode, oid, text| with(&events(|e| e.binary_handling_mode = mode), oid, -1, text);
+        assert_eq!(w(Bytes, BYTEA, "\\xfbff000a"), "\"+/8ACg==\"");
+        assert_eq!(w(Base64, BYTEA, "\\xfbff000a"), "\"+/8ACg==\"");
+        assert_eq!(w(Base64UrlSafe, BYTEA, "\\xfbff000a"), "\"-_8ACg==\"");
+        assert_eq!(w(Hex, BYTEA, "\\xFBff000a"), "\"fbff000a\"");
+        assert_eq!(w(Hex, BYTEA, "\\x"), "\"\"");
+        assert_eq!(
+            w(Hex, BYTEA_ARRAY, "{\"\\\\x0a0b\",NULL}"),
+            "[\"0a0b\",null]"
+        );
+        // bit/varbit stay io.debezium.data.Bits bytes (golden `binary-hex`).
+        assert_eq!(w(Hex, 1560, "101"), "\"BQ==\"");
+        let mut out = Vec::new();
+        assert!(
+            write_json(
+                BYTEA,
+                -1,
+                b"\\x0g",
+                &mut out,
+                &events(|e| e.binary_handling_mode = Hex)
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn unavailable_placeholders_follow_the_options() {
+        let placeholder = |events: &EventOptions, oid| {
+            let mut out = Vec::new();
+            write_unavailable(oid, events, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let default = EventOptions::default();
+        assert_eq!(
+            placeholder(&default, BYTEA),
+            "\"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==\""
+        );
+        assert_eq!(
+            placeholder(&default, TEXT),
+            "\"__debezium_unavailable_value\""
+        );
+        let custom = events(|e| e.unavailable_value_placeholder = "gone".into());
+        assert_eq!(placeholder(&custom, TEXT), "\"gone\"");
+        assert_eq!(placeholder(&custom, BYTEA), "\"Z29uZQ==\"");
+        assert_eq!(placeholder(&custom, 1009), "[\"gone\"]");
+        let hex = events(|e| e.binary_handling_mode = crate::event::BinaryHandlingMode::Hex);
+        assert_eq!(placeholder(&hex, BYTEA), "\"__debezium_unavailable_value\"");
+    }
+
+    #[test]
+    fn interval_handling_modes() {
+        let string = events(|e| e.interval_handling_mode = IntervalHandlingMode::String);
+        let w = |text| with(&string, INTERVAL, -1, text);
+        assert_eq!(w("P1Y2M3DT4H5M6.78S"), "\"P1Y2M3DT4H5M6.78S\"");
+        assert_eq!(w("PT0S"), "\"P0Y0M0DT0H0M0S\"");
+        assert_eq!(w("P-1Y-2M3DT-4H-5M-6.5S"), "\"P-1Y-2M3DT-4H-5M-6.5S\"");
+        assert_eq!(w("PT27H"), "\"P0Y0M0DT27H0M0S\"");
+        assert_eq!(w("P3D"), "\"P0Y0M3DT0H0M0S\"");
+        assert_eq!(
+            with(&string, 1187, -1, "{P1D,NULL}"),
+            "[\"P0Y0M1DT0H0M0S\",null]"
+        );
+        assert_eq!(
+            with(&EventOptions::default(), INTERVAL, -1, "P1D"),
+            "86400000000"
+        );
+        for bad in ["", "P", "1D", "P1X", "PT1.5H", "PTS"] {
+            let mut out = Vec::new();
+            assert!(
+                write_json(INTERVAL, -1, bad.as_bytes(), &mut out, &string).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn decimal_double_and_money_fraction_digits() {
+        use crate::event::DecimalHandlingMode::*;
+        let double = events(|e| e.decimal_handling_mode = Double);
+        assert_eq!(with(&double, NUMERIC, -1, "1234.5"), "1234.5");
+        assert_eq!(with(&double, NUMERIC, 393_222, "-0.10"), "-0.1");
+        assert_eq!(with(&double, NUMERIC, -1, "NaN"), "\"NaN\"");
+        assert_eq!(with(&double, NUMERIC, -1, "-Infinity"), "\"-Infinity\"");
+        assert_eq!(with(&double, 1231, -1, "{1.5,NULL}"), "[1.5,null]");
+        assert_eq!(with(&double, MONEY, -1, "-$1,234.56"), "-1234.56");
+        assert_eq!(
+            with(&double, NUMERIC, -1, &format!("-{}", "9".repeat(400))),
+            "\"-Infinity\""
+        );
+        let mut out = Vec::new();
+        assert!(write_json(NUMERIC, -1, b"1e5", &mut out, &double).is_err());
+        // money.fraction.digits: the scale of the amount, rounded half up.
+        let string = |digits| {
+            events(|e| {
+                e.decimal_handling_mode = String;
+                e.money_fraction_digits = digits;
+            })
+        };
+        assert_eq!(with(&string(2), MONEY, -1, "$1,234.56"), "\"1234.56\"");
+        assert_eq!(with(&string(4), MONEY, -1, "$1,234.56"), "\"1234.5600\"");
+        assert_eq!(with(&string(1), MONEY, -1, "$1,234.56"), "\"1234.6\"");
+        assert_eq!(with(&string(0), MONEY, -1, "$9.50"), "\"10\"");
+        assert_eq!(with(&string(1), MONEY, -1, "-$99.96"), "\"-100.0\"");
+        let precise = |digits| events(|e| e.money_fraction_digits = digits);
+        // 123456 = 0x01E240; 12345600 = 0xBC6100.
+        assert_eq!(with(&precise(2), MONEY, -1, "$1,234.56"), "\"AeJA\"");
+        assert_eq!(with(&precise(4), MONEY, -1, "$1,234.56"), "\"ALxhAA==\"");
+    }
+
+    #[test]
+    fn hstore_values_follow_the_mode() {
+        let w = |mode, text: &str| {
+            let mut out = Vec::new();
+            write_hstore(text.as_bytes(), &mut out, mode).map(|()| String::from_utf8(out).unwrap())
+        };
+        let text = r#""a"=>"1", "b"=>NULL, "q\"t"=>"x\\y""#;
+        assert_eq!(
+            w(HstoreHandlingMode::Map, text).unwrap(),
+            r#"{"a":"1","b":null,"q\"t":"x\\y"}"#
+        );
+        assert_eq!(
+            w(HstoreHandlingMode::Json, r#""a"=>"1", "b"=>NULL"#).unwrap(),
+            r#""{\"a\":\"1\",\"b\":null}""#
+        );
+        assert_eq!(w(HstoreHandlingMode::Json, "").unwrap(), r#""{}""#);
+        for bad in [r#""a"=>"#, r#""a"=>"1" "b"=>"2""#, r#"a=>1"#, r#""a"=>NUL"#] {
+            assert!(w(HstoreHandlingMode::Map, bad).is_err(), "{bad:?}");
         }
     }
 }
