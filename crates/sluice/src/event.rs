@@ -1,9 +1,10 @@
 //! The change-event format: Debezium's envelope, as JSON.
 //!
 //! Key: a JSON object of the primary-key columns (`null` for tables without one). Value:
-//! `{"before":…,"after":…,"source":{…},"transaction":null,"op":"c|u|d|r|t","ts_ms":…}`, field
-//! for field the Debezium PostgreSQL connector's (a second source reuses these rules); a delete
-//! is followed by a tombstone (null value; null key for a keyless table, as Debezium) unless
+//! `{"before":…,"after":…,"source":{…},"transaction":null,"op":"c|u|d|r|t","ts_ms":…,
+//! "ts_us":…,"ts_ns":…}`, field for field the Debezium PostgreSQL connector's (a second source
+//! reuses these rules: [`geometry`], [`temporal`]); a delete is followed by a tombstone (null
+//! value; null key for a keyless table, as Debezium) unless
 //! `kafka.tombstones_on_delete = false`. Unchanged TOASTed
 //! columns are left out of `after` and named in `"unavailable_columns"`, never sent as null or
 //! as a placeholder. Topics are `<prefix>.<schema>.<table>`.
@@ -11,6 +12,9 @@
 //! Every record also carries its source position in headers, so consumers can drop the
 //! duplicates an at-least-once pipeline may write after a crash: the position
 //! (`sluice.commit_lsn`, `sluice.tx_index`) strictly increases per key.
+
+pub mod geometry;
+pub mod temporal;
 
 /// Header: the LSN of the source transaction's commit record (decimal).
 pub const HEADER_COMMIT_LSN: &str = "sluice.commit_lsn";

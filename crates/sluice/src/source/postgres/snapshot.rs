@@ -807,7 +807,7 @@ impl Worker {
         let options = EncodeOptions {
             tombstones: false,
             events: self.events,
-            now_unix_ms: unix_micros_now() / 1000,
+            now_unix_nanos: crate::delivery::unix_nanos_now(),
         };
         let commit_unix_micros = unix_micros_now();
         let consistent_point = self.consistent_point;
@@ -827,6 +827,7 @@ impl Worker {
                     tx_index: first_index.wrapping_add(n as u32),
                     xid: 0,
                     commit_unix_micros,
+                    last_commit_end: None,
                 };
                 encode_change(&change, options, &mut out);
             }
@@ -921,6 +922,8 @@ pub(super) async fn relation_info(
         },
         Arc::new(TableMetrics::new(&qualified)),
     );
+    let user_types = catalog.user_types(&info.user_type_oids()).await?;
+    info.resolve_types(&user_types);
     info.apply_rules(rules);
     Ok(info)
 }
