@@ -377,8 +377,9 @@ impl SnapshotPlan {
             let boundaries: Vec<String> = client
                 .query(
                     &format!(
-                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn FROM {}.{}{filter}) s \
-                         WHERE rn % $1 = 0 ORDER BY rn",
+                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn, \
+                         count(*) OVER () AS total FROM {}.{}{filter}) s \
+                         WHERE rn % $1 = 0 AND rn < total ORDER BY rn",
                         quote_ident(&table.schema),
                         quote_ident(&table.table),
                         col = quote_ident(&column),
@@ -390,6 +391,8 @@ impl SnapshotPlan {
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
+            // No boundary at the last row (`rn < total`): the table's last chunk is never empty,
+            // so its last row carries the `last…` marker even when the rows split exactly.
             let mut lower = None;
             for boundary in boundaries
                 .into_iter()
@@ -414,8 +417,9 @@ impl SnapshotPlan {
 
 /// The chunks that hold the snapshot's first row (the first chunk of the first table with a
 /// row) and its last (the last chunk of the last table with a row), for Debezium's `first` and
-/// `last` markers; read under the snapshot. (A table's last chunk can be empty when its rows
-/// split exactly into chunks: its last row is then marked as any other.)
+/// `last` markers; read under the snapshot. (A key-split table's last chunk is never empty; a
+/// page-split one's can be, when its last pages hold no rows: its last row is then marked as
+/// any other.)
 ///
 /// # Errors
 ///
