@@ -534,7 +534,9 @@ pub fn encode_message(
     value.extend_from_slice(b",\"snapshot\":\"false\",\"db\":");
     write_json_str(&mut value, &identity.database);
     value.extend_from_slice(b",\"sequence\":");
-    write_sequence(message.last_commit_end, message.lsn, &mut value);
+    let mut lsn = itoa::Buffer::new();
+    let lsn = lsn.format(message.lsn.0).as_bytes();
+    write_sequence(message.last_commit_end, lsn, &mut value);
     write_source_micros(message.commit_unix_micros, &mut value);
     value.extend_from_slice(b",\"schema\":\"\",\"table\":\"\",\"txId\":");
     match message.xid {
@@ -542,7 +544,7 @@ pub fn encode_message(
         None => value.extend_from_slice(b"null"),
     }
     value.extend_from_slice(b",\"lsn\":");
-    write_int(&mut value, message.lsn.0);
+    value.extend_from_slice(lsn);
     value.extend_from_slice(b",\"xmin\":null,\"origin\":null,\"origin_lsn\":null");
     value.extend_from_slice(b"},\"message\":{\"prefix\":");
     write_json_str(&mut value, &message.prefix);
@@ -563,7 +565,7 @@ pub fn encode_message(
 
 /// Debezium's `source.sequence`: a JSON string holding the JSON array of the last commit's
 /// end LSN (`null` when none) and the change's LSN, both as strings.
-fn write_sequence(last_commit_end: Option<Lsn>, lsn: Lsn, out: &mut Vec<u8>) {
+fn write_sequence(last_commit_end: Option<Lsn>, lsn_digits: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\"[");
     match last_commit_end {
         Some(end) => {
@@ -574,27 +576,47 @@ fn write_sequence(last_commit_end: Option<Lsn>, lsn: Lsn, out: &mut Vec<u8>) {
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\\\"");
-    write_int(out, lsn.0);
+    out.extend_from_slice(lsn_digits);
     out.extend_from_slice(b"\\\"]\"");
 }
 
 /// `,"ts_us":…,"ts_ns":…` of the `source` block (the commit time; Debezium's nanoseconds are
-/// its microseconds × 1000).
+/// its microseconds × 1000). One integer formatting: the nanoseconds are the same digits and
+/// `000` (hot path: every event).
 fn write_source_micros(unix_micros: i64, out: &mut Vec<u8>) {
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(unix_micros).as_bytes();
     out.extend_from_slice(b",\"ts_us\":");
-    write_int(out, unix_micros);
+    out.extend_from_slice(digits);
     out.extend_from_slice(b",\"ts_ns\":");
-    write_int(out, unix_micros.saturating_mul(1000));
+    if unix_micros > 0 && unix_micros < i64::MAX / 1000 {
+        out.extend_from_slice(digits);
+        out.extend_from_slice(b"000");
+    } else {
+        write_int(out, unix_micros.saturating_mul(1000));
+    }
 }
 
-/// `","ts_ms":…,"ts_us":…,"ts_ns":…` after the envelope's `op` (when the event was made).
+/// `","ts_ms":…,"ts_us":…,"ts_ns":…` after the envelope's `op` (when the event was made). One
+/// integer formatting: the milliseconds and microseconds are prefixes of the nanoseconds'
+/// digits (hot path: every event).
 fn write_envelope_times(now_unix_nanos: i64, out: &mut Vec<u8>) {
-    out.extend_from_slice(b"\",\"ts_ms\":");
-    write_int(out, now_unix_nanos.div_euclid(1_000_000));
-    out.extend_from_slice(b",\"ts_us\":");
-    write_int(out, now_unix_nanos.div_euclid(1000));
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(now_unix_nanos).as_bytes();
+    // Any time after 1970-01-01 00:00:01 has at least 10 digits and no sign.
+    if now_unix_nanos >= 1_000_000_000 {
+        out.extend_from_slice(b"\",\"ts_ms\":");
+        out.extend_from_slice(&digits[..digits.len() - 6]);
+        out.extend_from_slice(b",\"ts_us\":");
+        out.extend_from_slice(&digits[..digits.len() - 3]);
+    } else {
+        out.extend_from_slice(b"\",\"ts_ms\":");
+        write_int(out, now_unix_nanos.div_euclid(1_000_000));
+        out.extend_from_slice(b",\"ts_us\":");
+        write_int(out, now_unix_nanos.div_euclid(1000));
+    }
     out.extend_from_slice(b",\"ts_ns\":");
-    write_int(out, now_unix_nanos);
+    out.extend_from_slice(digits);
 }
 
 fn position_headers(
@@ -677,12 +699,15 @@ fn envelope(
     out.extend_from_slice(marker.as_str().as_bytes());
     out.push(b'"');
     out.extend_from_slice(rel.source_db.as_bytes());
-    write_sequence(change.last_commit_end, change.lsn, &mut out);
+    // The LSN is written twice (`sequence`, `lsn`): formatted once.
+    let mut lsn = itoa::Buffer::new();
+    let lsn = lsn.format(change.lsn.0).as_bytes();
+    write_sequence(change.last_commit_end, lsn, &mut out);
     write_source_micros(change.commit_unix_micros, &mut out);
     out.extend_from_slice(rel.source_tail.as_bytes());
     write_int(&mut out, change.xid);
     out.extend_from_slice(b",\"lsn\":");
-    write_int(&mut out, change.lsn.0);
+    out.extend_from_slice(lsn);
     out.extend_from_slice(SOURCE_END_TRANSACTION);
     out.extend_from_slice(b",\"op\":\"");
     out.extend_from_slice(op.code().as_bytes());
@@ -1034,6 +1059,35 @@ mod tests {
             changes.len(),
             bytes / changes.len()
         );
+    }
+
+    #[test]
+    fn times_are_written_from_one_formatting_as_from_three() {
+        for nanos in [
+            0,
+            5_000_000,
+            999_999_999,
+            1_000_000_000,
+            1_700_000_000_123_456_789,
+        ] {
+            let mut out = Vec::new();
+            write_envelope_times(nanos, &mut out);
+            let expected = format!(
+                "\",\"ts_ms\":{},\"ts_us\":{},\"ts_ns\":{nanos}",
+                nanos / 1_000_000,
+                nanos / 1000
+            );
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
+        for micros in [-1, 0, 1, 1_700_000_000_123_456, i64::MAX] {
+            let mut out = Vec::new();
+            write_source_micros(micros, &mut out);
+            let expected = format!(
+                ",\"ts_us\":{micros},\"ts_ns\":{}",
+                micros.saturating_mul(1000)
+            );
+            assert_eq!(String::from_utf8(out).unwrap(), expected);
+        }
     }
 
     #[test]
