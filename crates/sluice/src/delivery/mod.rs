@@ -260,6 +260,13 @@ async fn confirm<S: Source, K: RecordSink>(
 }
 
 /// Now, in Unix microseconds.
+pub fn unix_nanos_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+/// Now, in microseconds since the Unix epoch.
 pub fn unix_micros_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

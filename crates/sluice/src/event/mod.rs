@@ -1,8 +1,9 @@
 //! The change-event format: Debezium's envelope, as JSON.
 //!
 //! Key: a JSON object of the primary-key columns (`null` for tables without one). Value:
-//! `{"before":…,"after":…,"source":{…},"transaction":null,"op":"c|u|d|r|t","ts_ms":…}`, field
-//! for field the Debezium PostgreSQL connector's (a second source reuses these rules); a delete
+//! `{"before":…,"after":…,"source":{…},"transaction":null,"op":"c|u|d|r|t","ts_ms":…,
+//! "ts_us":…,"ts_ns":…}`, field for field the Debezium PostgreSQL connector's (a second source
+//! reuses these rules: [`geometry`], [`temporal`], [`options`], [`schema`]); a delete
 //! is followed by a tombstone (null value; null key for a keyless table, as Debezium) unless
 //! `[kafka.events] tombstones_on_delete = false`. An unchanged TOASTed column is Debezium's
 //! placeholder (or, with `unavailable_columns`, left out and named in `"unavailable_columns"`).
@@ -16,9 +17,10 @@
 //! With `kafka.events.schemas_enable` (`JsonConverter`'s `schemas.enable=true`), key and value
 //! are `{"schema":…,"payload":…}` with the schemas Debezium's connector declares ([`schema`]).
 
-pub mod schema;
-
+pub mod geometry;
 pub mod options;
+pub mod schema;
+pub mod temporal;
 
 pub use options::{
     BinaryHandlingMode, HstoreHandlingMode, IntervalHandlingMode, SkippedOperations, TemporalUnit,

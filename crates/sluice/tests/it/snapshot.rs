@@ -325,6 +325,56 @@ async fn snapshot_never_streams_only_new_changes() {
     drop_slot_and_publication(&client, &name).await;
 }
 
+/// Tables whose rows split exactly into chunks (100 rows, `snapshot_chunk_rows = 50`) still
+/// mark their last row as Debezium does: `last_in_data_collection` once per table, `first` and
+/// `last` once in the whole snapshot.
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshot_markers_survive_tables_that_split_exactly_into_chunks() {
+    let _broker = broker_shared().await;
+    let name = unique("snapmark");
+    let client = pg().await;
+    create_tables(&client, &name, 100).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot_workers = 2\nsnapshot_chunk_rows = 50\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(120));
+    let mut markers: HashMap<String, usize> = HashMap::new();
+    for table in TABLES {
+        let topic = format!("{name}.{name}.{table}");
+        let records = tokio::task::spawn_blocking(move || {
+            read_topic(&topic, Duration::from_secs(60), |r| r.len() >= 100)
+        })
+        .await
+        .unwrap();
+        assert_eq!(records.len(), 100, "{table}: one read per row");
+        let ends: Vec<&str> = records
+            .iter()
+            .filter_map(|r| r.value.as_ref()?["source"]["snapshot"].as_str())
+            .filter(|m| matches!(*m, "last_in_data_collection" | "last"))
+            .collect();
+        assert_eq!(ends.len(), 1, "{table}: one last row, marked: {ends:?}");
+        for record in &records {
+            let marker = record.value.as_ref().unwrap()["source"]["snapshot"].clone();
+            *markers
+                .entry(marker.as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(markers.get("first"), Some(&1), "{markers:?}");
+    assert_eq!(markers.get("last"), Some(&1), "{markers:?}");
+    assert_eq!(
+        markers.get("last_in_data_collection"),
+        Some(&2),
+        "{markers:?}"
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
 /// Per table of `schema`: how many snapshot reads (`op: "r"`) each row id got, read until
 /// `rows` distinct ids arrived. The id is `after.id` (the table without a key has null keys).
 async fn reads_per_id(schema: &str, table: &str, rows: usize) -> HashMap<i64, usize> {

@@ -129,7 +129,10 @@ pub fn render(
         Field::new(column.name.clone(), schema)
     };
     let columns = (0..rel.columns.len())
-        .filter(|&i| rel.columns[i].treatment != ColumnTreatment::Exclude)
+        // As the value writer: excluded columns and those Debezium leaves out are not fields.
+        .filter(|&i| {
+            rel.columns[i].treatment != ColumnTreatment::Exclude && !rel.columns[i].left_out
+        })
         .map(field)
         .collect();
     let key =
@@ -338,6 +341,10 @@ fn scalar_schema(
             time_mode.time_schema_name(precision),
         ),
         Kind::TimeTz => logical(SchemaType::String, "io.debezium.time.ZonedTime"),
+        Kind::Point => Schema::point(optional),
+        Kind::Box => Schema::geometry(optional),
+        // Only an array's elements (enum arrays): the array's schema names the labels.
+        Kind::EnumText => plain(SchemaType::String),
         Kind::Timestamp(_) => logical(
             SchemaType::Int64,
             time_mode.timestamp_schema_name(precision),
@@ -494,12 +501,13 @@ mod tests {
             commit_unix_micros: 1_000_000,
             size_hint: 1,
             transaction: None,
+            last_commit_end: None,
         };
         let mut out = Vec::new();
         let options = EncodeOptions {
             tombstones: true,
             events,
-            now_unix_ms: 5,
+            now_unix_nanos: 5_000_000,
         };
         encode_change(&change, &options, &mut out);
         let parse = |b: &Option<Vec<u8>>| serde_json::from_slice(b.as_ref().unwrap()).unwrap();

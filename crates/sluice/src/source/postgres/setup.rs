@@ -376,6 +376,60 @@ impl PgCatalog {
         Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
+    /// What the catalog says of user-defined column types (see
+    /// [`super::encode::RelationInfo::user_type_oids`]): domains with their base type, enums,
+    /// enum arrays, composites. No query when `oids` is empty.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn user_types(
+        &self,
+        oids: &[u32],
+    ) -> Result<std::collections::HashMap<u32, super::encode::UserType>, PipelineError> {
+        use super::encode::UserType;
+        let mut types = std::collections::HashMap::new();
+        if oids.is_empty() {
+            return Ok(types);
+        }
+        // A domain's base type, domains over domains followed; the first modifier found
+        // from the column's type down is the one that applies.
+        let rows = self
+            .client
+            .query(
+                "WITH RECURSIVE d(oid, base, modifier, depth) AS ( \
+                   SELECT t.oid, t.oid, -1, 0 FROM pg_type t WHERE t.oid = ANY($1::oid[]) \
+                   UNION ALL \
+                   SELECT d.oid, t.typbasetype, \
+                          CASE WHEN d.modifier = -1 THEN t.typtypmod ELSE d.modifier END, d.depth + 1 \
+                   FROM d JOIN pg_type t ON t.oid = d.base AND t.typtype = 'd' WHERE d.depth < 16) \
+                 SELECT DISTINCT ON (d.oid) d.oid, d.base, d.modifier, b.typtype::text, \
+                        coalesce(e.typtype::text, '') \
+                 FROM d JOIN pg_type b ON b.oid = d.base \
+                 LEFT JOIN pg_type e ON e.oid = b.typelem AND b.typcategory = 'A' \
+                 ORDER BY d.oid, d.depth DESC",
+                &[&oids],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read the columns' types", e))?;
+        for row in rows {
+            let oid: u32 = row.get(0);
+            let base: u32 = row.get(1);
+            let modifier: i32 = row.get(2);
+            let kind: String = row.get(3);
+            let element: String = row.get(4);
+            let resolved = match (kind.as_str(), element.as_str()) {
+                ("c", _) | (_, "c") => UserType::Composite,
+                ("e", _) => UserType::Enum,
+                (_, "e") => UserType::EnumArray,
+                _ if base != oid => UserType::Domain { base, modifier },
+                _ => UserType::Other,
+            };
+            types.insert(oid, resolved);
+        }
+        Ok(types)
+    }
+
     /// Writes a heartbeat message into the WAL.
     ///
     /// # Errors

@@ -377,8 +377,9 @@ impl SnapshotPlan {
             let boundaries: Vec<String> = client
                 .query(
                     &format!(
-                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn FROM {}.{}{filter}) s \
-                         WHERE rn % $1 = 0 ORDER BY rn",
+                        "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn, \
+                         count(*) OVER () AS total FROM {}.{}{filter}) s \
+                         WHERE rn % $1 = 0 AND rn < total ORDER BY rn",
                         quote_ident(&table.schema),
                         quote_ident(&table.table),
                         col = quote_ident(&column),
@@ -390,6 +391,8 @@ impl SnapshotPlan {
                 .iter()
                 .map(|r| r.get(0))
                 .collect();
+            // No boundary at the last row (`rn < total`): the table's last chunk is never empty,
+            // so its last row carries the `last…` marker even when the rows split exactly.
             let mut lower = None;
             for boundary in boundaries
                 .into_iter()
@@ -414,8 +417,9 @@ impl SnapshotPlan {
 
 /// The chunks that hold the snapshot's first row (the first chunk of the first table with a
 /// row) and its last (the last chunk of the last table with a row), for Debezium's `first` and
-/// `last` markers; read under the snapshot. (A table's last chunk can be empty when its rows
-/// split exactly into chunks: its last row is then marked as any other.)
+/// `last` markers; read under the snapshot. (A key-split table's last chunk is never empty; a
+/// page-split one's can be, when its last pages hold no rows: its last row is then marked as
+/// any other.)
 ///
 /// # Errors
 ///
@@ -815,7 +819,7 @@ impl Worker {
         let options = EncodeOptions {
             tombstones: false,
             events: self.events.clone(),
-            now_unix_ms: unix_micros_now() / 1000,
+            now_unix_nanos: crate::delivery::unix_nanos_now(),
         };
         let commit_unix_micros = unix_micros_now();
         let consistent_point = self.consistent_point;
@@ -836,6 +840,7 @@ impl Worker {
                     xid: 0,
                     commit_unix_micros,
                     transaction: None,
+                    last_commit_end: None,
                 };
                 encode_change(&change, &options, &mut out);
             }
@@ -932,6 +937,8 @@ pub(super) async fn relation_info(
         },
         Arc::new(TableMetrics::new(&qualified)),
     );
+    let user_types = catalog.user_types(&info.user_type_oids()).await?;
+    info.resolve_types(&user_types);
     info.apply_rules(rules);
     let hstore: Vec<u32> = rows
         .iter()

@@ -419,6 +419,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         hstore_types: std::collections::HashSet::new(),
         known_topics,
         tx: None,
+        last_commit_end: None,
         received: slot.confirmed_flush,
         slot_state,
         incremental,
@@ -503,6 +504,9 @@ struct PgSource<'a> {
     hstore_types: std::collections::HashSet<u32>,
     known_topics: HashSet<String>,
     tx: Option<OpenTransaction>,
+    /// The end LSN of the last transaction seen to commit since the start (Debezium's
+    /// `source.sequence` starts with it).
+    last_commit_end: Option<Lsn>,
     /// The newest WAL position received.
     received: Lsn,
     /// The slot's identity and the newest confirmed position, written before each checkpoint.
@@ -570,7 +574,7 @@ impl Encode<Item> for PgEncoder {
                 out.push(encode_message(
                     message,
                     &self.identity,
-                    self.options.now_unix_ms,
+                    self.options.now_unix_nanos,
                 ));
             }
             Item::Raw { record, .. } => out.push(record.clone()),
@@ -736,7 +740,7 @@ impl Source for PgSource<'_> {
             options: EncodeOptions {
                 tombstones: self.ctx.config.kafka.tombstones_on_delete(),
                 events: self.ctx.config.kafka.events.clone(),
-                now_unix_ms: unix_micros_now() / 1000,
+                now_unix_nanos: crate::delivery::unix_nanos_now(),
             },
             identity: self.identity.clone(),
             message_metrics: Arc::clone(
@@ -875,6 +879,7 @@ impl PgSource<'_> {
                     }
                 }
                 intake.checkpoint(commit.end_lsn);
+                self.last_commit_end = Some(commit.end_lsn);
             }
             PgOutputMessage::Relation(relation) => {
                 self.on_relation(relation, intake).await?;
@@ -981,6 +986,7 @@ impl PgSource<'_> {
                     tx_index,
                     xid,
                     commit_unix_micros,
+                    last_commit_end: self.last_commit_end,
                 };
                 intake.admit(Item::Message(message), size * 2 + 256, 1);
                 if !transactional && self.tx.is_none() {
@@ -1035,6 +1041,12 @@ impl PgSource<'_> {
             relation.replica_identity,
             metrics,
         );
+        let user_types = bounded(
+            "looking up the table's column types",
+            self.catalog.user_types(&info.user_type_oids()),
+        )
+        .await?;
+        info.resolve_types(&user_types);
         info.apply_rules(&self.ctx.config.source);
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
@@ -1200,6 +1212,7 @@ impl PgSource<'_> {
                 xid: 0,
                 commit_unix_micros,
                 transaction: None,
+                last_commit_end: self.last_commit_end,
             };
             let records = change.record_count(tombstones);
             intake.admit(Item::Row(change), size, records);
@@ -1469,6 +1482,7 @@ impl PgSource<'_> {
             xid: tx.xid,
             commit_unix_micros: tx.commit_unix_micros,
             transaction,
+            last_commit_end: self.last_commit_end,
         };
         let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete());
         tx.next_index += records;
