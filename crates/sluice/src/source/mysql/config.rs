@@ -15,7 +15,8 @@ pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
 /// taken for dead and replaced.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
 /// The databases never captured (the server's own).
-pub const SYSTEM_DATABASES: [&str; 4] = ["mysql", "sys", "information_schema", "performance_schema"];
+pub const SYSTEM_DATABASES: [&str; 4] =
+    ["mysql", "sys", "information_schema", "performance_schema"];
 
 /// A MySQL/MariaDB → Kafka pipeline file.
 pub type MysqlPipelineConfig = PipelineConfig<MysqlSourceConfig>;
@@ -125,7 +126,8 @@ impl SourceSection for MysqlSourceConfig {
         if self.server_id == 0 {
             issue(
                 "source.mysql.server_id",
-                "0: expected a replica id from 1 to 4294967295, unique among the server's replicas".into(),
+                "0: expected a replica id from 1 to 4294967295, unique among the server's replicas"
+                    .into(),
             );
         }
         let globs = self
@@ -149,7 +151,9 @@ impl SourceSection for MysqlSourceConfig {
                 ),
                 Err(error) => issue(
                     &key,
-                    format!("{pattern:?} is not a valid pattern ({error}): expected database.table, e.g. \"shop.*\""),
+                    format!(
+                        "{pattern:?} is not a valid pattern ({error}): expected database.table, e.g. \"shop.*\""
+                    ),
                 ),
             }
         }
@@ -180,7 +184,10 @@ mod tests {
             load("url = \"mysql://u:secret@127.0.0.1:3306\"\nserver_id = 7\ninclude_tables = [\"shop.*\"]")
                 .unwrap();
         assert_eq!(config.source.server_id, 7);
-        assert_eq!(config.source.heartbeat_interval_ms, DEFAULT_HEARTBEAT_INTERVAL_MS);
+        assert_eq!(
+            config.source.heartbeat_interval_ms,
+            DEFAULT_HEARTBEAT_INTERVAL_MS
+        );
         assert!(config.source.captures("shop", "orders"));
         assert!(!config.source.captures("other", "orders"));
         assert!(!format!("{config:?}").contains("secret"));
@@ -188,10 +195,9 @@ mod tests {
 
     #[test]
     fn every_table_outside_the_system_databases_by_default_minus_the_excluded() {
-        let config = load(
-            "url = \"mysql://u@h:3306\"\nserver_id = 7\nexclude_tables = [\"shop.audit_*\"]",
-        )
-        .unwrap();
+        let config =
+            load("url = \"mysql://u@h:3306\"\nserver_id = 7\nexclude_tables = [\"shop.audit_*\"]")
+                .unwrap();
         assert!(config.source.captures("shop", "orders"));
         assert!(!config.source.captures("shop", "audit_log"));
         assert!(!config.source.captures("mysql", "user"));
@@ -217,7 +223,11 @@ mod tests {
             ],
             "{issues:?}"
         );
-        assert!(issues[0].problem.contains("expected mysql://user:password@host:port"));
+        assert!(
+            issues[0]
+                .problem
+                .contains("expected mysql://user:password@host:port")
+        );
         assert!(issues[2].problem.contains("expected database.table"));
     }
 

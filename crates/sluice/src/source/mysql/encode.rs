@@ -98,11 +98,7 @@ pub struct TableInfo {
 
 /// The column types of this step, by their binlog type, metadata and flags; the others are
 /// named in the error.
-fn kind_of(
-    column_type: ColumnType,
-    meta: &[u8],
-    charset: u16,
-) -> Result<Kind, &'static str> {
+fn kind_of(column_type: ColumnType, meta: &[u8], charset: u16) -> Result<Kind, &'static str> {
     use ColumnType::*;
     Ok(match column_type {
         MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
@@ -252,7 +248,11 @@ pub struct RowChange {
 impl RowChange {
     /// The records it becomes: one, and a tombstone after a delete when they are on.
     pub fn records(&self, tombstones: bool) -> u32 {
-        if self.op == Op::Delete && tombstones { 2 } else { 1 }
+        if self.op == Op::Delete && tombstones {
+            2
+        } else {
+            1
+        }
     }
 }
 
@@ -360,11 +360,7 @@ fn write_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<u8>>
     Some(key)
 }
 
-fn write_row(
-    table: &TableInfo,
-    row: Option<&Vec<BinlogValue<'static>>>,
-    out: &mut Vec<u8>,
-) {
+fn write_row(table: &TableInfo, row: Option<&Vec<BinlogValue<'static>>>, out: &mut Vec<u8>) {
     let Some(row) = row else {
         out.extend_from_slice(b"null");
         return;
@@ -654,8 +650,14 @@ mod tests {
 
     #[test]
     fn integers_are_exact_up_to_bigint_unsigned_max() {
-        assert_eq!(text(Kind::Integer, Value::UInt(u64::MAX)), "18446744073709551615");
-        assert_eq!(text(Kind::Integer, Value::Int(i64::MIN)), "-9223372036854775808");
+        assert_eq!(
+            text(Kind::Integer, Value::UInt(u64::MAX)),
+            "18446744073709551615"
+        );
+        assert_eq!(
+            text(Kind::Integer, Value::Int(i64::MIN)),
+            "-9223372036854775808"
+        );
     }
 
     #[test]
@@ -674,20 +676,32 @@ mod tests {
 
     #[test]
     fn times_follow_adaptive_time_microseconds() {
-        assert_eq!(text(Kind::Date, Value::Date(2024, 2, 29, 0, 0, 0, 0)), "19782");
+        assert_eq!(
+            text(Kind::Date, Value::Date(2024, 2, 29, 0, 0, 0, 0)),
+            "19782"
+        );
         assert_eq!(text(Kind::Date, Value::Date(0, 0, 0, 0, 0, 0, 0)), "null");
         let dt = Value::Date(2024, 2, 29, 13, 14, 15, 123_456);
         assert_eq!(text(Kind::DateTime { fsp: 3 }, dt.clone()), "1709212455123");
         assert_eq!(text(Kind::DateTime { fsp: 6 }, dt), "1709212455123456");
         assert_eq!(
-            text(Kind::Timestamp { fsp: 3 }, Value::Bytes(b"1709212455.123000".to_vec())),
+            text(
+                Kind::Timestamp { fsp: 3 },
+                Value::Bytes(b"1709212455.123000".to_vec())
+            ),
             "\"2024-02-29T13:14:15.123Z\""
         );
         assert_eq!(
-            text(Kind::Timestamp { fsp: 0 }, Value::Bytes(b"1709212455".to_vec())),
+            text(
+                Kind::Timestamp { fsp: 0 },
+                Value::Bytes(b"1709212455".to_vec())
+            ),
             "\"2024-02-29T13:14:15Z\""
         );
-        assert_eq!(text(Kind::Time, Value::Time(true, 1, 2, 3, 4, 5)), "-93784000005");
+        assert_eq!(
+            text(Kind::Time, Value::Time(true, 1, 2, 3, 4, 5)),
+            "-93784000005"
+        );
     }
 
     #[test]

@@ -36,10 +36,7 @@ pub async fn connect(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> 
         )
     })?;
     Conn::new(opts).await.map_err(|e| {
-        PipelineError::retryable(
-            format!("cannot connect to {}", redact_url(&source.url)),
-            e,
-        )
+        PipelineError::retryable(format!("cannot connect to {}", redact_url(&source.url)), e)
     })
 }
 
@@ -110,12 +107,18 @@ pub async fn check_settings(
     if !get("log_bin").is_some_and(|v| v.eq_ignore_ascii_case("ON") || v == "1") {
         issue(
             "log_bin",
-            format!("the binary log is off: start the server with log_bin (e.g. log_bin = binlog in {config_file}) and restart it"),
+            format!(
+                "the binary log is off: start the server with log_bin (e.g. log_bin = binlog in {config_file}) and restart it"
+            ),
         );
     }
     for (name, wanted, fix) in [
         ("binlog_format", "ROW", "SET GLOBAL binlog_format = 'ROW'"),
-        ("binlog_row_image", "FULL", "SET GLOBAL binlog_row_image = 'FULL'"),
+        (
+            "binlog_row_image",
+            "FULL",
+            "SET GLOBAL binlog_row_image = 'FULL'",
+        ),
         (
             "binlog_row_metadata",
             "FULL",
@@ -126,11 +129,15 @@ pub async fn check_settings(
             Some(value) if value.eq_ignore_ascii_case(wanted) => {}
             Some(value) => issue(
                 name,
-                format!("is {value}, must be {wanted}: {fix}, and set it in {config_file} so it survives a restart"),
+                format!(
+                    "is {value}, must be {wanted}: {fix}, and set it in {config_file} so it survives a restart"
+                ),
             ),
             None => issue(
                 name,
-                format!("not supported by this server version: sluice needs {name} = {wanted} (MySQL 8.0.1+, MariaDB 10.5+)"),
+                format!(
+                    "not supported by this server version: sluice needs {name} = {wanted} (MySQL 8.0.1+, MariaDB 10.5+)"
+                ),
             ),
         }
     }
@@ -139,7 +146,9 @@ pub async fn check_settings(
     {
         issue(
             "binlog_row_value_options",
-            format!("is {value}, must be empty (partial JSON updates leave whole values out of the binlog): SET GLOBAL binlog_row_value_options = ''"),
+            format!(
+                "is {value}, must be empty (partial JSON updates leave whole values out of the binlog): SET GLOBAL binlog_row_value_options = ''"
+            ),
         );
     }
     if flavor == Flavor::Mysql
@@ -148,7 +157,9 @@ pub async fn check_settings(
     {
         issue(
             "gtid_mode",
-            format!("is {mode} (a transition state): finish it (ON, or OFF for file:position checkpoints)"),
+            format!(
+                "is {mode} (a transition state): finish it (ON, or OFF for file:position checkpoints)"
+            ),
         );
     }
     let grants: Vec<String> = conn
@@ -258,10 +269,10 @@ pub async fn current_position(
                 .await
                 .map_err(sql_error("SELECT @@GLOBAL.gtid_mode failed"))?;
             if mode.is_some_and(|m| m.eq_ignore_ascii_case("ON")) {
-                let set: Option<String> = conn
-                    .query_first("SELECT @@GLOBAL.gtid_executed")
-                    .await
-                    .map_err(sql_error("SELECT @@GLOBAL.gtid_executed failed"))?;
+                let set: Option<String> =
+                    conn.query_first("SELECT @@GLOBAL.gtid_executed")
+                        .await
+                        .map_err(sql_error("SELECT @@GLOBAL.gtid_executed failed"))?;
                 Some(MysqlGtidSet::parse(&set.unwrap_or_default())?.to_string())
             } else {
                 None

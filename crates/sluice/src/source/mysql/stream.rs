@@ -25,7 +25,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::config::MysqlPipelineConfig;
-use super::encode::{self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo};
+use super::encode::{
+    self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
+};
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
 use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Position, Source,
@@ -125,8 +127,7 @@ pub async fn run_once(
     .await?;
     let mut conn = server::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
-    if let Some(error) = server::settings_error(&server::check_settings(&mut conn, flavor).await?)
-    {
+    if let Some(error) = server::settings_error(&server::check_settings(&mut conn, flavor).await?) {
         return Err(error);
     }
     let store: Arc<dyn StateStore> =
@@ -200,8 +201,12 @@ pub async fn run_once(
     if config.kafka.create_topics
         && let Some(topic) = config.delivery.dead_letter_topic.clone()
     {
-        kafka::ensure_topics(&config.kafka, std::slice::from_ref(&topic), config.kafka.topic_partitions)
-            .await?;
+        kafka::ensure_topics(
+            &config.kafka,
+            std::slice::from_ref(&topic),
+            config.kafka.topic_partitions,
+        )
+        .await?;
         known_topics.insert(topic);
     }
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
