@@ -704,6 +704,70 @@ mod tests {
         );
     }
 
+    fn table() -> Arc<TableInfo> {
+        let column = |name: &str, kind| {
+            let mut json_label = Vec::new();
+            write_json_str(&mut json_label, name);
+            json_label.push(b':');
+            ColumnInfo {
+                name: name.to_owned(),
+                json_label,
+                kind,
+            }
+        };
+        Arc::new(TableInfo {
+            database: "shop".into(),
+            table: "orders".into(),
+            topic: Arc::from("p.shop.orders"),
+            columns: vec![column("id", Kind::Integer), column("note", Kind::Text)],
+            key_columns: vec![0],
+            metrics: Arc::new(TableMetrics::new("shop.orders")),
+            source_db_table: b",\"db\":\"shop\",\"sequence\":null,\"table\":\"orders\"".to_vec(),
+        })
+    }
+
+    /// The envelope field for field, in Debezium's order, then the tombstone.
+    #[test]
+    fn a_delete_is_the_debezium_mysql_envelope_then_a_tombstone() {
+        let row = vec![
+            BinlogValue::Value(Value::UInt(7)),
+            BinlogValue::Value(Value::Bytes(b"x".to_vec())),
+        ];
+        let change = RowChange {
+            table: table(),
+            op: Op::Delete,
+            before: Some(row),
+            after: None,
+            source: BinlogSource {
+                server_id: 1,
+                ts_sec: 1_700_000_000,
+                gtid: Some(Arc::from("0-1-9")),
+                file: Arc::from("binlog.000002"),
+                pos: 1234,
+                row: 3,
+                thread: None,
+            },
+        };
+        let mut out = Vec::new();
+        encode(&change, "p", true, 1_700_000_000_500, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].key.as_deref(), Some(&b"{\"id\":7}"[..]));
+        let value = String::from_utf8(out[0].value.clone().unwrap()).unwrap();
+        assert_eq!(
+            value,
+            format!(
+                "{{\"before\":{{\"id\":7,\"note\":\"x\"}},\"after\":null,\"source\":{{\"version\":\"{}\",\"connector\":\"mysql\",\"name\":\"p\",\"ts_ms\":1700000000000,\"snapshot\":\"false\",\"db\":\"shop\",\"sequence\":null,\"table\":\"orders\",\"server_id\":1,\"gtid\":\"0-1-9\",\"file\":\"binlog.000002\",\"pos\":1234,\"row\":3,\"thread\":null,\"query\":null}},\"transaction\":null,\"op\":\"d\",\"ts_ms\":1700000000500}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(out[1].key, out[0].key);
+        assert!(out[1].value.is_none());
+        assert_eq!(
+            out[1].headers[1],
+            (HEADER_BINLOG_POS.into(), "1234".to_owned())
+        );
+    }
+
     #[test]
     fn bytes_are_base64_and_text_is_a_string() {
         assert_eq!(text(Kind::Bytes, Value::Bytes(vec![0, 255])), "\"AP8=\"");
