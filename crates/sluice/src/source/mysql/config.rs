@@ -232,6 +232,19 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_loads() {
+        let text = include_str!("../../../../../examples/mysql-to-kafka.toml");
+        let env = |name: &str| match name {
+            "MYSQL_URL" => Some("mysql://sluice:pw@127.0.0.1:3306".to_owned()),
+            "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+            _ => None,
+        };
+        let config = MysqlPipelineConfig::from_toml(text, "example", &env).unwrap();
+        assert_eq!(config.source.server_id, 5701);
+        assert_eq!(config.kafka.topic_prefix, "sluice");
+    }
+
+    #[test]
     fn a_missing_server_id_is_named() {
         let error = load("url = \"mysql://u@h:3306\"").unwrap_err();
         assert!(error.to_string().contains("server_id"), "{error}");
