@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use mysql_async::Value;
+use mysql_async::binlog::jsonb::{ObjectKey as JsonbKey, Value as JsonbValue};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::{ColumnFlags, ColumnType};
 
@@ -402,9 +403,9 @@ fn write_value_checked(
             return Ok(());
         }
         Some(BinlogValue::Jsonb(jsonb)) if kind == Kind::Json => {
-            let json = serde_json::Value::try_from(jsonb.clone())
-                .map_err(|e| ValueError(format!("undecodable binary JSON ({e})")))?;
-            write_json_str(out, &json.to_string());
+            let mut text = Vec::with_capacity(64);
+            write_jsonb(jsonb, &mut text)?;
+            write_json_str(out, &String::from_utf8_lossy(&text));
             return Ok(());
         }
         Some(BinlogValue::Value(value)) => value,
@@ -515,6 +516,92 @@ fn write_value_checked(
         _ => return Err(unexpected()),
     }
     Ok(())
+}
+
+/// MySQL's binary JSON as text the way Debezium writes it: compact, object members in MySQL's
+/// storage order (shorter keys first, then bytewise), doubles as Java prints them.
+fn write_jsonb(value: &JsonbValue<'_>, out: &mut Vec<u8>) -> Result<(), ValueError> {
+    let bad = |e: std::io::Error| ValueError(format!("undecodable binary JSON ({e})"));
+    match value {
+        JsonbValue::Null => out.extend_from_slice(b"null"),
+        JsonbValue::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        JsonbValue::I16(n) => write_int(out, *n),
+        JsonbValue::U16(n) => write_int(out, *n),
+        JsonbValue::I32(n) => write_int(out, *n),
+        JsonbValue::U32(n) => write_int(out, *n),
+        JsonbValue::I64(n) => write_int(out, *n),
+        JsonbValue::U64(n) => write_int(out, *n),
+        JsonbValue::F64(f) => out.extend_from_slice(java_double(*f).as_bytes()),
+        JsonbValue::String(text) => write_json_str(out, &String::from_utf8_lossy(text.str_raw())),
+        JsonbValue::SmallArray(array) => {
+            write_array(array.iter().map(|v| v.map_err(bad)), out)?;
+        }
+        JsonbValue::LargeArray(array) => {
+            write_array(array.iter().map(|v| v.map_err(bad)), out)?;
+        }
+        JsonbValue::SmallObject(object) => {
+            write_object(object.iter().map(|e| e.map_err(bad)), out)?;
+        }
+        JsonbValue::LargeObject(object) => {
+            write_object(object.iter().map(|e| e.map_err(bad)), out)?;
+        }
+        JsonbValue::Opaque(opaque) => {
+            return Err(ValueError(format!(
+                "a JSON document holds a MySQL {:?} value, not mapped yet",
+                opaque.value_type()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn write_array<'a>(
+    items: impl Iterator<Item = Result<JsonbValue<'a>, ValueError>>,
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    out.push(b'[');
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_jsonb(&item?, out)?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+fn write_object<'a>(
+    members: impl Iterator<Item = Result<(JsonbKey<'a>, JsonbValue<'a>), ValueError>>,
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    out.push(b'{');
+    for (i, member) in members.enumerate() {
+        let (key, value) = member?;
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_str(out, &String::from_utf8_lossy(key.value_raw()));
+        out.push(b':');
+        write_jsonb(&value, out)?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// A double as Java's `Double.toString`: `2.5`, `1.0`, `1.0E20`, `1.0E-4`.
+fn java_double(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude == 0.0 || (1e-3..1e7).contains(&magnitude) {
+        // Debug keeps a fractional digit (`1.0`) and is the shortest round-trip form.
+        return format!("{value:?}");
+    }
+    let scientific = format!("{value:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    if mantissa.contains('.') {
+        format!("{mantissa}E{exponent}")
+    } else {
+        format!("{mantissa}.0E{exponent}")
+    }
 }
 
 /// A float as Java prints it for JSON (shortest round-trip form); `null` when not finite.
@@ -766,6 +853,15 @@ mod tests {
             out[1].headers[1],
             (HEADER_BINLOG_POS.into(), "1234".to_owned())
         );
+    }
+
+    #[test]
+    fn doubles_print_as_java_does() {
+        assert_eq!(java_double(2.5), "2.5");
+        assert_eq!(java_double(1.0), "1.0");
+        assert_eq!(java_double(-0.0), "-0.0");
+        assert_eq!(java_double(1e20), "1.0E20");
+        assert_eq!(java_double(1.5e-4), "1.5E-4");
     }
 
     #[test]
