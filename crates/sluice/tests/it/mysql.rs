@@ -500,3 +500,59 @@ async fn mariadb_check_names_missing_privileges() {
 async fn mysql_check_names_missing_privileges() {
     check_names_missing_privileges(Server::Mysql).await;
 }
+
+/// A saved position whose binlog the server no longer has stops the pipeline (no endless
+/// retries) with the fix named.
+async fn a_lost_position_stops_with_the_fix(server: Server) {
+    let _broker = broker_shared().await;
+    let name = unique("my_lost");
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let flavor = match server {
+        Server::Mariadb => "mariadb",
+        Server::Mysql => "mysql",
+    };
+    // A file:position start (no GTID set) in a binlog file the server never had.
+    std::fs::write(
+        state.join(format!("{name}.mysql.json")),
+        format!(
+            r#"{{"flavor":"{flavor}","position":{{"file":"binlog.999999","pos":4,"gtid_set":null}}}}"#
+        ),
+    )
+    .unwrap();
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, "nothing", "p", admin_port),
+        admin_port,
+    );
+    crate::support::wait_until("sluice to stop", Duration::from_secs(60), || {
+        sluice.exited().is_some()
+    });
+    assert!(!sluice.exited().unwrap().success());
+    let log = sluice.log_text();
+    assert!(
+        log.contains("the server cannot send the binlog from the saved position binlog.999999:4"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "remove the state file {}",
+            state.join(format!("{name}.mysql.json")).display()
+        )),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_a_lost_position_stops_with_the_fix() {
+    a_lost_position_stops_with_the_fix(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_a_lost_position_stops_with_the_fix() {
+    a_lost_position_stops_with_the_fix(Server::Mysql).await;
+}

@@ -44,6 +44,9 @@ use crate::runtime::supervisor::{RunEnd, Supervised};
 const MARIADB_ANNOTATE_ROWS_EVENT: u8 = 160;
 const MARIADB_GTID_EVENT: u8 = 162;
 
+/// The server's error when it cannot send the binlog from the requested position.
+const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+
 /// The longest a topic creation may hold the loop.
 const TOPIC_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -437,7 +440,7 @@ impl Source for MysqlSource {
                     std::io::Error::other("binlog stream closed"),
                 ));
             }
-            Some(Err(e)) => return Err(PipelineError::retryable("reading the binlog failed", e)),
+            Some(Err(e)) => return Err(self.binlog_error(e)),
             Some(Ok(event)) => event,
         };
         self.last_event = Instant::now();
@@ -705,6 +708,27 @@ impl MysqlSource {
             },
         ));
         intake.checkpoint(seq);
+    }
+
+    /// A binlog read error: fatal, with the fix, when the server cannot send from the saved
+    /// position (error 1236: purged, unknown file or GTIDs); retryable otherwise.
+    fn binlog_error(&self, error: mysql_async::Error) -> PipelineError {
+        if let mysql_async::Error::Server(server) = &error
+            && server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
+        {
+            return PipelineError::fatal_with(
+                format!(
+                    "the server cannot send the binlog from the saved position {}",
+                    self.saved
+                ),
+                format!(
+                    "the binlog there is gone (purged, or another server): remove the state file {} to start from the server's current position (the changes in between are not captured; no snapshot yet), and keep binlogs longer than sluice may be down (binlog_expire_logs_seconds)",
+                    self.store.location(&self.key)
+                ),
+                error,
+            );
+        }
+        PipelineError::retryable("reading the binlog failed", error)
     }
 
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
