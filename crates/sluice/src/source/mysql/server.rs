@@ -81,14 +81,28 @@ pub async fn check_settings(
     conn: &mut Conn,
     flavor: Flavor,
 ) -> Result<Vec<SettingIssue>, PipelineError> {
-    let rows: Vec<(String, String)> = conn
+    let variables: Vec<(String, String)> = conn
         .query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', \
              'binlog_row_image', 'binlog_row_metadata', 'binlog_row_value_options', 'gtid_mode')",
         )
         .await
         .map_err(sql_error("SHOW GLOBAL VARIABLES failed"))?;
-    let vars: BTreeMap<String, String> = rows
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS FOR CURRENT_USER()")
+        .await
+        .map_err(sql_error("SHOW GRANTS failed"))?;
+    Ok(settings_issues(flavor, variables, &grants))
+}
+
+/// The wrong settings and missing privileges among the server's `variables` and the user's
+/// `grants` (as `SHOW GRANTS` prints them), each with the fix.
+pub fn settings_issues(
+    flavor: Flavor,
+    variables: Vec<(String, String)>,
+    grants: &[String],
+) -> Vec<SettingIssue> {
+    let vars: BTreeMap<String, String> = variables
         .into_iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v))
         .collect();
@@ -162,10 +176,6 @@ pub async fn check_settings(
             ),
         );
     }
-    let grants: Vec<String> = conn
-        .query("SHOW GRANTS FOR CURRENT_USER()")
-        .await
-        .map_err(sql_error("SHOW GRANTS failed"))?;
     let global: Vec<String> = grants
         .iter()
         .map(|g| g.to_ascii_uppercase())
@@ -200,7 +210,7 @@ pub async fn check_settings(
             ),
         );
     }
-    Ok(issues)
+    issues
 }
 
 /// The issues as one fatal error (or nothing).
@@ -606,6 +616,76 @@ mod tests {
         assert_eq!(MysqlGtidSet::parse("").unwrap().to_string(), "");
         assert!(MysqlGtidSet::parse("nope:1").is_err());
         assert_eq!(set.sids().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn each_wrong_setting_and_missing_privilege_is_named_with_its_fix() {
+        let good = || {
+            [
+                ("log_bin", "ON"),
+                ("binlog_format", "ROW"),
+                ("binlog_row_image", "FULL"),
+                ("binlog_row_metadata", "FULL"),
+                ("binlog_row_value_options", ""),
+                ("gtid_mode", "ON"),
+            ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .to_vec()
+        };
+        let all = [
+            "GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `sluice`@`%`".to_owned(),
+        ];
+        assert_eq!(settings_issues(Flavor::Mysql, good(), &all), []);
+        let bad: Vec<(String, String)> = [
+            ("log_bin", "OFF"),
+            ("binlog_format", "MIXED"),
+            ("binlog_row_image", "MINIMAL"),
+            ("binlog_row_value_options", "PARTIAL_JSON"),
+            ("gtid_mode", "OFF_PERMISSIVE"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .to_vec();
+        let only_select = [
+            "GRANT SELECT ON *.* TO `u`@`%`".to_owned(),
+            "GRANT ALL PRIVILEGES ON `shop`.* TO `u`@`%`".to_owned(),
+        ];
+        let issues = settings_issues(Flavor::Mysql, bad, &only_select);
+        let named: Vec<&str> = issues.iter().map(|i| i.setting.as_str()).collect();
+        assert_eq!(
+            named,
+            [
+                "log_bin",
+                "binlog_format",
+                "binlog_row_image",
+                "binlog_row_metadata",
+                "binlog_row_value_options",
+                "gtid_mode",
+                "privileges"
+            ]
+        );
+        assert!(
+            issues[1]
+                .problem
+                .contains("SET GLOBAL binlog_format = 'ROW'"),
+            "{issues:?}"
+        );
+        assert!(
+            issues[3]
+                .problem
+                .contains("not supported by this server version"),
+            "{issues:?}"
+        );
+        assert_eq!(
+            issues[6].problem,
+            "the user lacks REPLICATION SLAVE, REPLICATION CLIENT: GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO <user>"
+        );
+        let all_privileges = ["GRANT ALL PRIVILEGES ON *.* TO `root`@`localhost`".to_owned()];
+        let mut mariadb = good();
+        mariadb.retain(|(k, _)| k != "gtid_mode" && k != "binlog_row_value_options");
+        assert_eq!(
+            settings_issues(Flavor::Mariadb, mariadb, &all_privileges),
+            []
+        );
     }
 
     #[test]
