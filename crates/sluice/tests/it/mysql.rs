@@ -159,10 +159,21 @@ async fn types_and_order(server: Server) {
     .await
     .unwrap();
 
+    // A column added mid-stream shows up in the next events (the binlog's table map carries
+    // the columns of its time).
+    root.query_drop(format!(
+        "ALTER TABLE {database}.t ADD COLUMN extra VARCHAR(10) DEFAULT 'new'"
+    ))
+    .await
+    .unwrap();
+    root.query_drop(format!("INSERT INTO {database}.t (id) VALUES (3)"))
+        .await
+        .unwrap();
+
     let topic = format!("{prefix}.{database}.t");
-    // 2 inserts, 20 updates, a delete and its tombstone.
-    let records = read_until(&topic, 24);
-    assert_eq!(records.len(), 24, "{records:#?}\n{}", sluice.log_text());
+    // 2 inserts, 20 updates, a delete and its tombstone, an insert after the ALTER.
+    let records = read_until(&topic, 25);
+    assert_eq!(records.len(), 25, "{records:#?}\n{}", sluice.log_text());
 
     let insert = &records[0];
     assert_eq!(insert.key, Some(json!({"id": 1})));
@@ -299,6 +310,10 @@ async fn types_and_order(server: Server) {
     let tombstone = &records[23];
     assert_eq!(tombstone.key, delete.key);
     assert!(tombstone.value.is_none());
+    let added = records[24].value.as_ref().unwrap();
+    assert_eq!(added["after"]["id"], 3);
+    assert_eq!(added["after"]["extra"], "new");
+    assert_eq!(added["after"]["vc"], Value::Null);
     root.query_drop(format!("DROP DATABASE {database}"))
         .await
         .unwrap();
