@@ -84,7 +84,8 @@ pub async fn check_settings(
     let variables: Vec<(String, String)> = conn
         .query(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('log_bin', 'binlog_format', \
-             'binlog_row_image', 'binlog_row_metadata', 'binlog_row_value_options', 'gtid_mode')",
+             'binlog_row_image', 'binlog_row_metadata', 'binlog_row_value_options', 'gtid_mode', \
+             'log_bin_compress')",
         )
         .await
         .map_err(sql_error("SHOW GLOBAL VARIABLES failed"))?;
@@ -163,6 +164,12 @@ pub fn settings_issues(
             format!(
                 "is {value}, must be empty (partial JSON updates leave whole values out of the binlog): SET GLOBAL binlog_row_value_options = ''"
             ),
+        );
+    }
+    if get("log_bin_compress").is_some_and(|v| v.eq_ignore_ascii_case("ON")) {
+        issue(
+            "log_bin_compress",
+            "is ON: sluice does not read compressed binlog events yet: SET GLOBAL log_bin_compress = OFF".into(),
         );
     }
     if flavor == Flavor::Mysql

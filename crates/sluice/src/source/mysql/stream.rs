@@ -43,6 +43,8 @@ use crate::runtime::supervisor::{RunEnd, Supervised};
 /// MariaDB's own event types, which the binlog crate hands over as unknown events.
 const MARIADB_ANNOTATE_ROWS_EVENT: u8 = 160;
 const MARIADB_GTID_EVENT: u8 = 162;
+const MARIADB_QUERY_COMPRESSED_EVENT: u8 = 165;
+const MARIADB_DELETE_ROWS_COMPRESSED_EVENT: u8 = 171;
 
 /// The server's error when it cannot send the binlog from the requested position.
 const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
@@ -527,8 +529,19 @@ impl MysqlSource {
                 };
                 return Ok(());
             }
-            // MariaDB's GTID_LIST (163), BINLOG_CHECKPOINT (161) and ANNOTATE_ROWS (160, the
-            // statement, only sent on request) carry nothing a reader of rows needs.
+            // MariaDB's compressed query and row events (`log_bin_compress`): not read yet, and
+            // never skipped (their rows would be lost).
+            t @ MARIADB_QUERY_COMPRESSED_EVENT..=MARIADB_DELETE_ROWS_COMPRESSED_EVENT => {
+                return Err(PipelineError::fatal(
+                    format!(
+                        "the binlog holds a compressed event (type {t}), which sluice does not read yet"
+                    ),
+                    "SET GLOBAL log_bin_compress = OFF (and in the server's configuration file); events written compressed before cannot be captured",
+                ));
+            }
+            // MariaDB's GTID_LIST (163), BINLOG_CHECKPOINT (161), ANNOTATE_ROWS (160, the
+            // statement, only sent on request) and START_ENCRYPTION (164, never sent to
+            // replicas) carry nothing a reader of rows needs.
             t if t >= MARIADB_ANNOTATE_ROWS_EVENT => return Ok(()),
             _ => {}
         }
