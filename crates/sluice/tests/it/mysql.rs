@@ -358,6 +358,8 @@ async fn nothing_lost_after_sigkill(server: Server) {
     // Writes 10-row transactions until told to stop; returns the last id written.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer_stop = std::sync::Arc::clone(&stop);
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let writer_written = std::sync::Arc::clone(&written);
     let writer_db = database.clone();
     let writer = tokio::spawn(async move {
         let mut conn = server.root().await;
@@ -373,6 +375,7 @@ async fn nothing_lost_after_sigkill(server: Server) {
             .await
             .unwrap();
             next += PER_TX;
+            writer_written.store(next - 1, std::sync::atomic::Ordering::Relaxed);
         }
         next - 1
     });
@@ -383,13 +386,19 @@ async fn nothing_lost_after_sigkill(server: Server) {
     });
     assert!(seen.len() >= 500, "{}", sluice.log_text());
     sluice.kill();
-    // Rows written while sluice is down, then after its restart.
-    let written_while_down = read_topic(&topic, Duration::from_secs(2), |_| false).len();
+    // Rows written while sluice is down (at least 1,000), then after its restart (2,000 more).
+    let at_kill = written.load(std::sync::atomic::Ordering::Relaxed);
+    crate::support::wait_until("rows written while down", Duration::from_secs(60), || {
+        written.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 1000
+    });
     sluice.restart();
     sluice.wait_streaming(Duration::from_secs(60));
-    read_topic(&topic, Duration::from_secs(60), |records| {
-        records.len() >= written_while_down + 500
-    });
+    let at_restart = written.load(std::sync::atomic::Ordering::Relaxed);
+    crate::support::wait_until(
+        "rows written after the restart",
+        Duration::from_secs(60),
+        || written.load(std::sync::atomic::Ordering::Relaxed) >= at_restart + 2000,
+    );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let rows = writer.await.unwrap();
 
