@@ -17,6 +17,7 @@ use crate::runtime::metrics::install_recorder;
 use crate::runtime::status::StatusBoard;
 use crate::runtime::supervisor::{Supervised, stop_on_signal, supervise};
 use crate::sink::SinkPipeline;
+use crate::source::mysql::stream::MysqlPipeline;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::stream::CdcPipeline;
 
@@ -58,6 +59,20 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         pipeline,
                     ))?;
                 }
+                PipelineFile::Mysql(config) => {
+                    let prometheus = install_recorder(&config.name)?;
+                    let config = Arc::new(*config);
+                    let board = StatusBoard::new(&config.name, config.restart.policy.name());
+                    let pipeline = MysqlPipeline::new(Arc::clone(&config), Arc::clone(&board));
+                    runtime()?.block_on(serve_and_supervise(
+                        &config.admin,
+                        &config.restart,
+                        board,
+                        None,
+                        prometheus,
+                        pipeline,
+                    ))?;
+                }
                 PipelineFile::Files(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
@@ -77,6 +92,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Check { pipeline } => match PipelineFile::load(&pipeline)? {
             PipelineFile::Postgres(config) => runtime()?.block_on(crate::check::check(&config)),
+            PipelineFile::Mysql(config) => runtime()?.block_on(crate::check::check_mysql(&config)),
             PipelineFile::Files(config) => crate::check::check_sink(&config),
         },
         Command::Doctor {
@@ -163,6 +179,10 @@ pub fn render_report(error: &anyhow::Error) -> String {
 fn load_postgres(path: &std::path::Path) -> anyhow::Result<PgPipelineConfig> {
     match PipelineFile::load(path)? {
         PipelineFile::Postgres(config) => Ok(*config),
+        PipelineFile::Mysql(_) => anyhow::bail!(
+            "{} is a MySQL → Kafka pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
+            path.display()
+        ),
         PipelineFile::Files(_) => anyhow::bail!(
             "{} is a Kafka → files pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
             path.display()

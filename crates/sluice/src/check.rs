@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use crate::error::PipelineError;
 use crate::sink::config::SinkPipelineConfig;
+use crate::source::mysql::config::MysqlPipelineConfig;
+use crate::source::mysql::server::SettingIssue;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::publication::PublicationPlan;
 use crate::source::postgres::setup::PgCatalog;
@@ -170,7 +172,9 @@ fn filter_lines(
     lines
 }
 
-async fn check_kafka(config: &PgPipelineConfig) -> Result<String, PipelineError> {
+async fn check_kafka<S>(
+    config: &crate::config::PipelineConfig<S>,
+) -> Result<String, PipelineError> {
     let metadata = crate::kafka::probe_async(
         &config.kafka.brokers,
         &config.kafka.client,
@@ -185,6 +189,62 @@ async fn check_kafka(config: &PgPipelineConfig) -> Result<String, PipelineError>
         metadata.brokers().len(),
         metadata.topics().len()
     ))
+}
+
+/// `sluice check` for a MySQL/MariaDB → Kafka pipeline: the server answers, has the settings
+/// and privileges a binlog reader needs (each wrong one named with its fix), and the brokers
+/// answer.
+///
+/// # Errors
+///
+/// Never for failed checks (they are reported); only for broken output.
+pub async fn check_mysql(config: &MysqlPipelineConfig) -> anyhow::Result<ExitCode> {
+    let mut ok = true;
+    println!("pipeline {:?}: configuration is valid", config.name);
+    match mysql_report(config).await {
+        Ok((lines, issues)) => {
+            lines.iter().for_each(|line| println!("{line}"));
+            for issue in &issues {
+                ok = false;
+                println!("mysql: {}: {}", issue.setting, issue.problem);
+            }
+        }
+        Err(error) => {
+            ok = false;
+            report_failure("mysql", &error);
+        }
+    }
+    match check_kafka(config).await {
+        Ok(line) => println!("{line}"),
+        Err(error) => {
+            ok = false;
+            report_failure("kafka", &error);
+        }
+    }
+    println!("{}", if ok { "ready" } else { "not ready" });
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn mysql_report(
+    config: &MysqlPipelineConfig,
+) -> Result<(Vec<String>, Vec<SettingIssue>), PipelineError> {
+    use crate::source::mysql::server;
+    let mut conn = server::connect(&config.source).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    let issues = server::check_settings(&mut conn, flavor).await?;
+    let url = crate::source::mysql::config::redact_url(&config.source.url);
+    // The position needs the privileges checked above.
+    let line = if issues.is_empty() {
+        let position = server::current_position(&mut conn, flavor).await?;
+        format!("mysql: connected to {url} ({flavor:?}), binlog at {position}")
+    } else {
+        format!("mysql: connected to {url} ({flavor:?})")
+    };
+    Ok((vec![line], issues))
 }
 
 /// `sluice check` for a Kafka → files pipeline: the brokers answer, the topics exist, and the

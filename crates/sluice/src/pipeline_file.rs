@@ -7,6 +7,7 @@ use std::path::Path;
 
 use crate::config::{ConfigError, load_file};
 use crate::sink::config::SinkPipelineConfig;
+use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::PgPipelineConfig;
 
 /// What a pipeline file describes, by its sections: a source into Kafka
@@ -15,6 +16,8 @@ use crate::source::postgres::config::PgPipelineConfig;
 pub enum PipelineFile {
     /// PostgreSQL → Kafka (`[source.postgres]`): change data capture.
     Postgres(Box<PgPipelineConfig>),
+    /// MySQL/MariaDB → Kafka (`[source.mysql]`): binlog change data capture.
+    Mysql(Box<MysqlPipelineConfig>),
     /// Kafka → files (`[source.kafka]` and `[sink.files]`).
     Files(Box<SinkPipelineConfig>),
 }
@@ -45,6 +48,8 @@ impl PipelineFile {
         let has = |kind: &str| source.is_some_and(|source| source.contains_key(kind));
         if has("kafka") {
             SinkPipelineConfig::from_toml(text, origin, env).map(|c| Self::Files(Box::new(c)))
+        } else if has("mysql") {
+            MysqlPipelineConfig::from_toml(text, origin, env).map(|c| Self::Mysql(Box::new(c)))
         } else {
             // PostgreSQL is also the kind of a file without a known source section: its
             // parsing names what is missing or unknown.
@@ -56,6 +61,7 @@ impl PipelineFile {
     pub fn name(&self) -> &str {
         match self {
             Self::Postgres(config) => &config.name,
+            Self::Mysql(config) => &config.name,
             Self::Files(config) => &config.name,
         }
     }
@@ -201,6 +207,21 @@ mod tests {
     }
 
     #[test]
+    fn mysql_files_load_as_mysql() {
+        let text = r#"
+            name = "shop"
+            [source.mysql]
+            url = "mysql://sluice@127.0.0.1:3306"
+            server_id = 5701
+            [kafka]
+            brokers = "127.0.0.1:9092"
+        "#;
+        let file = PipelineFile::from_toml(text, "t.toml", &env).unwrap();
+        assert!(matches!(file, PipelineFile::Mysql(_)));
+        assert_eq!(file.name(), "shop");
+    }
+
+    #[test]
     fn postgres_files_load_as_postgres() {
         let text = r#"
             name = "orders"
@@ -220,8 +241,8 @@ mod tests {
     fn an_unknown_source_kind_is_named_with_the_kinds_expected() {
         let text = r#"
             name = "orders"
-            [source.mysql]
-            url = "mysql://root@127.0.0.1:3306/app"
+            [source.oracle]
+            url = "oracle://root@127.0.0.1:1521/app"
             [kafka]
             brokers = "127.0.0.1:9092"
         "#;
@@ -234,7 +255,7 @@ mod tests {
         assert!(
             issues[0]
                 .problem
-                .starts_with("unknown variant `mysql`, expected `postgres`"),
+                .starts_with("unknown variant `oracle`, expected `postgres`"),
             "{issues:?}"
         );
     }

@@ -1,3 +1,4 @@
 //! Sources: where change events come from.
 
+pub mod mysql;
 pub mod postgres;

@@ -11,6 +11,7 @@ mod doctor;
 mod faults;
 mod filters;
 mod incremental;
+mod mysql;
 mod operate;
 mod outbox;
 mod perf;

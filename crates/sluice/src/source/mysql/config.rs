@@ -1,0 +1,252 @@
+//! `[source.mysql]`: the MySQL/MariaDB source's section of a pipeline file, its defaults and its
+//! rules. The file around it (`name`, `[kafka]` with `topic_prefix`, `[delivery]`, …) is
+//! [`crate::config`]'s; [`MysqlPipelineConfig`] is a whole MySQL → Kafka pipeline file.
+
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::config::{ConfigIssue, PipelineConfig, SourceSection, glob_matches};
+
+/// Default interval between checkpoints (the watermark's position saved in the state store).
+pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
+/// Default binlog heartbeat period asked of the server (`@master_heartbeat_period`): an idle
+/// stream still receives an event this often, and a connection silent for three periods is
+/// taken for dead and replaced.
+pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
+/// The databases never captured (the server's own).
+pub const SYSTEM_DATABASES: [&str; 4] =
+    ["mysql", "sys", "information_schema", "performance_schema"];
+
+/// A MySQL/MariaDB → Kafka pipeline file.
+pub type MysqlPipelineConfig = PipelineConfig<MysqlSourceConfig>;
+
+/// `[source.mysql]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MysqlSourceConfig {
+    /// `mysql://user:password@host:port[/db][?require_ssl=true&…]` (mysql_async's URL
+    /// parameters).
+    pub url: String,
+    /// The server id sluice registers with as a replica: unique among the server's replicas
+    /// (and not the server's own `server_id`).
+    pub server_id: u32,
+    /// Tables to capture (`database.table` globs, `*` matches any characters); default every
+    /// table outside the server's own databases.
+    #[serde(default)]
+    pub include_tables: Vec<String>,
+    /// Tables to leave out (`database.table` globs), e.g. of an included database.
+    #[serde(default)]
+    pub exclude_tables: Vec<String>,
+    /// Interval between checkpoints.
+    #[serde(default = "default_status_interval_ms")]
+    pub status_interval_ms: u64,
+    /// Binlog heartbeat period asked of the server; 0 disables heartbeats (and the check for
+    /// a silent connection).
+    #[serde(default = "default_heartbeat_interval_ms")]
+    pub heartbeat_interval_ms: u64,
+}
+
+fn default_status_interval_ms() -> u64 {
+    DEFAULT_STATUS_INTERVAL_MS
+}
+
+fn default_heartbeat_interval_ms() -> u64 {
+    DEFAULT_HEARTBEAT_INTERVAL_MS
+}
+
+impl fmt::Debug for MysqlSourceConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MysqlSourceConfig")
+            .field("url", &redact_url(&self.url))
+            .field("server_id", &self.server_id)
+            .field("include_tables", &self.include_tables)
+            .field("exclude_tables", &self.exclude_tables)
+            .field("status_interval_ms", &self.status_interval_ms)
+            .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .finish()
+    }
+}
+
+/// `url` without its password (and without the query, which may hold one).
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(not shown)".to_owned();
+    };
+    let rest = rest.split('?').next().unwrap_or_default();
+    match rest.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***@{host}")
+        }
+        None => format!("{scheme}://{rest}"),
+    }
+}
+
+impl MysqlSourceConfig {
+    /// Whether `database.table` is captured.
+    pub fn captures(&self, database: &str, table: &str) -> bool {
+        let qualified = format!("{database}.{table}");
+        let included = if self.include_tables.is_empty() {
+            !SYSTEM_DATABASES.contains(&database)
+        } else {
+            self.include_tables
+                .iter()
+                .any(|p| glob_matches(p, &qualified))
+        };
+        included
+            && !self
+                .exclude_tables
+                .iter()
+                .any(|p| glob_matches(p, &qualified))
+    }
+}
+
+impl SourceSection for MysqlSourceConfig {
+    const KEY: &'static str = "mysql";
+
+    fn validate(&self) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
+        match mysql_async::Opts::from_url(&self.url) {
+            Ok(_) => {}
+            Err(error) => issue(
+                "source.mysql.url",
+                format!(
+                    "{} is not valid ({error}): expected mysql://user:password@host:port",
+                    redact_url(&self.url)
+                ),
+            ),
+        }
+        if self.server_id == 0 {
+            issue(
+                "source.mysql.server_id",
+                "0: expected a replica id from 1 to 4294967295, unique among the server's replicas"
+                    .into(),
+            );
+        }
+        let globs = self
+            .include_tables
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (format!("source.mysql.include_tables[{i}]"), p))
+            .chain(
+                self.exclude_tables
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (format!("source.mysql.exclude_tables[{i}]"), p)),
+            );
+        for (key, pattern) in globs {
+            let valid = globset::Glob::new(pattern).map(|_| pattern.contains('.'));
+            match valid {
+                Ok(true) => {}
+                Ok(false) => issue(
+                    &key,
+                    format!("{pattern:?} names no table: expected database.table, e.g. \"shop.*\""),
+                ),
+                Err(error) => issue(
+                    &key,
+                    format!(
+                        "{pattern:?} is not a valid pattern ({error}): expected database.table, e.g. \"shop.*\""
+                    ),
+                ),
+            }
+        }
+        if self.status_interval_ms == 0 {
+            issue(
+                "source.mysql.status_interval_ms",
+                "0: expected at least 1 (milliseconds)".into(),
+            );
+        }
+        issues
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(section: &str) -> Result<MysqlPipelineConfig, crate::config::ConfigError> {
+        let text = format!(
+            "name = \"shop\"\n[source.mysql]\n{section}\n[kafka]\nbrokers = \"127.0.0.1:9092\"\n"
+        );
+        MysqlPipelineConfig::from_toml(&text, "t.toml", &|_| None)
+    }
+
+    #[test]
+    fn a_valid_section_loads_with_defaults() {
+        let config =
+            load("url = \"mysql://u:secret@127.0.0.1:3306\"\nserver_id = 7\ninclude_tables = [\"shop.*\"]")
+                .unwrap();
+        assert_eq!(config.source.server_id, 7);
+        assert_eq!(
+            config.source.heartbeat_interval_ms,
+            DEFAULT_HEARTBEAT_INTERVAL_MS
+        );
+        assert!(config.source.captures("shop", "orders"));
+        assert!(!config.source.captures("other", "orders"));
+        assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    #[test]
+    fn every_table_outside_the_system_databases_by_default_minus_the_excluded() {
+        let config =
+            load("url = \"mysql://u@h:3306\"\nserver_id = 7\nexclude_tables = [\"shop.audit_*\"]")
+                .unwrap();
+        assert!(config.source.captures("shop", "orders"));
+        assert!(!config.source.captures("shop", "audit_log"));
+        assert!(!config.source.captures("mysql", "user"));
+    }
+
+    #[test]
+    fn invalid_keys_are_named_with_the_expected_form() {
+        let error = load(
+            "url = \"postgres://u@h\"\nserver_id = 0\ninclude_tables = [\"shop\"]\nexclude_tables = [\"a.[\"]",
+        )
+        .unwrap_err();
+        let crate::config::ConfigError::Invalid { issues, .. } = error else {
+            panic!("{error:?}");
+        };
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "source.mysql.url",
+                "source.mysql.server_id",
+                "source.mysql.include_tables[0]",
+                "source.mysql.exclude_tables[0]"
+            ],
+            "{issues:?}"
+        );
+        assert!(
+            issues[0]
+                .problem
+                .contains("expected mysql://user:password@host:port")
+        );
+        assert!(issues[2].problem.contains("expected database.table"));
+    }
+
+    #[test]
+    fn the_example_file_loads() {
+        let text = include_str!("../../../../../examples/mysql-to-kafka.toml");
+        let env = |name: &str| match name {
+            "MYSQL_URL" => Some("mysql://sluice:pw@127.0.0.1:3306".to_owned()),
+            "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+            _ => None,
+        };
+        let config = MysqlPipelineConfig::from_toml(text, "example", &env).unwrap();
+        assert_eq!(config.source.server_id, 5701);
+        assert_eq!(config.kafka.topic_prefix, "sluice");
+    }
+
+    #[test]
+    fn a_missing_server_id_is_named() {
+        let error = load("url = \"mysql://u@h:3306\"").unwrap_err();
+        assert!(error.to_string().contains("server_id"), "{error}");
+    }
+}

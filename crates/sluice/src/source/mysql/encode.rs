@@ -1,0 +1,872 @@
+//! Row changes to Debezium MySQL envelopes: values mapped as Debezium's MySQL connector does
+//! by default (`decimal.handling.mode=precise`, `time.precision.mode=adaptive_time_microseconds`,
+//! `binary.handling.mode=bytes`), keys of the primary-key columns, tombstones after deletes.
+//!
+//! The envelope: `{"before":…,"after":…,"source":{"version","connector":"mysql","name","ts_ms",
+//! "snapshot","db","sequence","table","server_id","gtid","file","pos","row","thread","query"},
+//! "transaction":null,"op":…,"ts_ms":…}`.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use mysql_async::Value;
+use mysql_async::binlog::jsonb::{ObjectKey as JsonbKey, Value as JsonbValue};
+use mysql_async::binlog::value::BinlogValue;
+use mysql_async::consts::{ColumnFlags, ColumnType};
+
+use crate::error::PipelineError;
+use crate::event::{Op, write_int, write_json_str};
+use crate::kafka::OutRecord;
+use crate::runtime::metrics::TableMetrics;
+
+/// Header: the binlog file of the record's row event.
+pub const HEADER_BINLOG_FILE: &str = "sluice.binlog_file";
+/// Header: the position of the record's row event in its file (decimal).
+pub const HEADER_BINLOG_POS: &str = "sluice.binlog_pos";
+/// Header: the row's index in its row event (decimal, from 0).
+pub const HEADER_BINLOG_ROW: &str = "sluice.binlog_row";
+
+/// How a column's values are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// TINYINT … BIGINT, signed or unsigned: a JSON integer (BIGINT UNSIGNED exact up to
+    /// 2^64-1).
+    Integer,
+    /// YEAR: a JSON integer.
+    Year,
+    /// FLOAT / DOUBLE: a JSON number (`null` for NaN and the infinities, which MySQL does not
+    /// store).
+    Float,
+    /// DECIMAL(p,s): base64 of the unscaled value's big-endian two's-complement bytes.
+    Decimal {
+        /// Digits after the point.
+        scale: u8,
+    },
+    /// CHAR / VARCHAR / TEXT: a JSON string.
+    Text,
+    /// BINARY / VARBINARY / BLOB: base64.
+    Bytes,
+    /// JSON: a string holding the document.
+    Json,
+    /// DATE: days since 1970-01-01 (`io.debezium.time.Date`).
+    Date,
+    /// DATETIME(0-3): milliseconds since the epoch (`io.debezium.time.Timestamp`);
+    /// DATETIME(4-6): microseconds (`io.debezium.time.MicroTimestamp`).
+    DateTime {
+        /// Fractional digits.
+        fsp: u8,
+    },
+    /// TIMESTAMP(fsp): an ISO-8601 string in UTC with `fsp` fractional digits
+    /// (`io.debezium.time.ZonedTimestamp`).
+    Timestamp {
+        /// Fractional digits.
+        fsp: u8,
+    },
+    /// TIME(fsp): microseconds (`io.debezium.time.MicroTime`), negative or past 24 h as MySQL
+    /// allows.
+    Time,
+}
+
+/// One column of a captured table, as the TABLE_MAP event describes it.
+#[derive(Debug, Clone)]
+pub struct ColumnInfo {
+    /// Its name.
+    pub name: String,
+    /// `"name":`, ready to write.
+    json_label: Vec<u8>,
+    /// How its values are written.
+    pub kind: Kind,
+}
+
+/// A captured table at one version of its definition.
+#[derive(Debug)]
+pub struct TableInfo {
+    /// Its database.
+    pub database: String,
+    /// Its name.
+    pub table: String,
+    /// `<prefix>.<database>.<table>`.
+    pub topic: Arc<str>,
+    /// Its columns, in order.
+    pub columns: Vec<ColumnInfo>,
+    /// The indexes of the primary-key columns (empty: no key; records have a null key).
+    pub key_columns: Vec<usize>,
+    /// Its counters.
+    pub metrics: Arc<TableMetrics>,
+    /// `,"db":…,"sequence":null,"table":…`, ready to write.
+    source_db_table: Vec<u8>,
+}
+
+/// The column types of this step, by their binlog type, metadata and flags; the others are
+/// named in the error.
+fn kind_of(column_type: ColumnType, meta: &[u8], charset: u16) -> Result<Kind, &'static str> {
+    use ColumnType::*;
+    Ok(match column_type {
+        MYSQL_TYPE_TINY | MYSQL_TYPE_SHORT | MYSQL_TYPE_INT24 | MYSQL_TYPE_LONG
+        | MYSQL_TYPE_LONGLONG => Kind::Integer,
+        MYSQL_TYPE_YEAR => Kind::Year,
+        MYSQL_TYPE_FLOAT | MYSQL_TYPE_DOUBLE => Kind::Float,
+        MYSQL_TYPE_NEWDECIMAL => Kind::Decimal {
+            scale: meta.get(1).copied().unwrap_or(0),
+        },
+        MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_STRING => {
+            if charset == BINARY_CHARSET {
+                Kind::Bytes
+            } else {
+                Kind::Text
+            }
+        }
+        MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB | MYSQL_TYPE_BLOB => {
+            if charset == BINARY_CHARSET {
+                Kind::Bytes
+            } else {
+                Kind::Text
+            }
+        }
+        MYSQL_TYPE_JSON => Kind::Json,
+        MYSQL_TYPE_NEWDATE | MYSQL_TYPE_DATE => Kind::Date,
+        MYSQL_TYPE_DATETIME2 => Kind::DateTime {
+            fsp: meta.first().copied().unwrap_or(0),
+        },
+        MYSQL_TYPE_DATETIME => Kind::DateTime { fsp: 0 },
+        MYSQL_TYPE_TIMESTAMP2 => Kind::Timestamp {
+            fsp: meta.first().copied().unwrap_or(0),
+        },
+        MYSQL_TYPE_TIMESTAMP => Kind::Timestamp { fsp: 0 },
+        MYSQL_TYPE_TIME2 | MYSQL_TYPE_TIME => Kind::Time,
+        MYSQL_TYPE_BIT => return Err("BIT"),
+        MYSQL_TYPE_ENUM => return Err("ENUM"),
+        MYSQL_TYPE_SET => return Err("SET"),
+        MYSQL_TYPE_GEOMETRY => return Err("GEOMETRY"),
+        MYSQL_TYPE_DECIMAL => return Err("old DECIMAL (pre-5.0)"),
+        _ => return Err("this column type"),
+    })
+}
+
+/// The `binary` character set's id: BLOB and BINARY columns carry it, TEXT and CHAR do not.
+const BINARY_CHARSET: u16 = 63;
+
+impl TableInfo {
+    /// The table of a TABLE_MAP event, from the columns of a decoded row (names, flags,
+    /// character sets from the event's optional metadata) and the event's type metadata.
+    ///
+    /// # Errors
+    ///
+    /// A fatal error naming the column whose type is not mapped yet, or a table whose binlog
+    /// has no column names (`binlog_row_metadata` is not FULL).
+    pub fn new(
+        prefix: &str,
+        tme: &mysql_async::binlog::events::TableMapEvent<'_>,
+        row_columns: &[mysql_async::Column],
+        metrics: Arc<TableMetrics>,
+    ) -> Result<Self, PipelineError> {
+        let database = tme.database_name().into_owned();
+        let table = tme.table_name().into_owned();
+        let mut columns = Vec::with_capacity(row_columns.len());
+        let mut key_columns = Vec::new();
+        for (i, column) in row_columns.iter().enumerate() {
+            let name = column.name_str().into_owned();
+            if name.starts_with('@') {
+                return Err(PipelineError::fatal(
+                    format!("the binlog has no column names for {database}.{table}"),
+                    "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration file); rows written before it cannot be captured",
+                ));
+            }
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+            let kind = kind_of(column.column_type(), meta, column.character_set())
+                .map_err(|what| {
+                    PipelineError::fatal(
+                        format!(
+                            "column {database}.{table}.{name} is of a type sluice does not map yet ({what})"
+                        ),
+                        format!(
+                            "leave the table out (source.mysql.exclude_tables = [\"{database}.{table}\"]); see docs/mysql-source.md for the types mapped"
+                        ),
+                    )
+                })?;
+            if column.flags().contains(ColumnFlags::PRI_KEY_FLAG) {
+                key_columns.push(i);
+            }
+            let mut json_label = Vec::with_capacity(name.len() + 3);
+            write_json_str(&mut json_label, &name);
+            json_label.push(b':');
+            columns.push(ColumnInfo {
+                name,
+                json_label,
+                kind,
+            });
+        }
+        let mut source_db_table = Vec::new();
+        source_db_table.extend_from_slice(b",\"db\":");
+        write_json_str(&mut source_db_table, &database);
+        source_db_table.extend_from_slice(b",\"sequence\":null,\"table\":");
+        write_json_str(&mut source_db_table, &table);
+        Ok(Self {
+            topic: Arc::from(format!("{prefix}.{database}.{table}")),
+            database,
+            table,
+            columns,
+            key_columns,
+            metrics,
+            source_db_table,
+        })
+    }
+}
+
+/// Where a change is in the binlog, as `source` shows it.
+#[derive(Debug, Clone)]
+pub struct BinlogSource {
+    /// The server that wrote the event.
+    pub server_id: u32,
+    /// The event's timestamp (seconds).
+    pub ts_sec: u32,
+    /// The transaction's GTID (`uuid:n` on MySQL, `domain-server-seq` on MariaDB).
+    pub gtid: Option<Arc<str>>,
+    /// The binlog file.
+    pub file: Arc<str>,
+    /// The row event's position in it.
+    pub pos: u64,
+    /// The row's index in the event.
+    pub row: u32,
+    /// The thread that made the change (from the transaction's `BEGIN`), when known.
+    pub thread: Option<u32>,
+}
+
+/// One row change: the MySQL source's change type in the delivery core.
+pub struct RowChange {
+    /// Its table.
+    pub table: Arc<TableInfo>,
+    /// Insert, update or delete.
+    pub op: Op,
+    /// The row before (updates, deletes).
+    pub before: Option<Vec<BinlogValue<'static>>>,
+    /// The row after (inserts, updates).
+    pub after: Option<Vec<BinlogValue<'static>>>,
+    /// Where it is in the binlog.
+    pub source: BinlogSource,
+}
+
+impl RowChange {
+    /// The records it becomes: one, and a tombstone after a delete when they are on.
+    pub fn records(&self, tombstones: bool) -> u32 {
+        if self.op == Op::Delete && tombstones {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// A value this step cannot write (a bug or a server sending what its metadata did not say).
+#[derive(Debug)]
+struct ValueError(String);
+
+/// Encodes `change` into `out`: the change event, then the tombstone after a delete.
+///
+/// # Panics
+///
+/// On a value that does not fit its column's kind (the core applies
+/// `delivery.on_permanent_error`).
+pub fn encode(
+    change: &RowChange,
+    prefix_name: &str,
+    tombstones: bool,
+    now_ms: i64,
+    out: &mut Vec<OutRecord>,
+) {
+    let table = &change.table;
+    let key_row = change.after.as_ref().or(change.before.as_ref());
+    let key = key_row.and_then(|row| write_key(table, row));
+    let mut value = Vec::with_capacity(512);
+    value.extend_from_slice(b"{\"before\":");
+    write_row(table, change.before.as_ref(), &mut value);
+    value.extend_from_slice(b",\"after\":");
+    write_row(table, change.after.as_ref(), &mut value);
+    let source = &change.source;
+    value.extend_from_slice(b",\"source\":{\"version\":");
+    write_json_str(&mut value, env!("CARGO_PKG_VERSION"));
+    value.extend_from_slice(b",\"connector\":\"mysql\",\"name\":");
+    write_json_str(&mut value, prefix_name);
+    value.extend_from_slice(b",\"ts_ms\":");
+    write_int(&mut value, i64::from(source.ts_sec) * 1000);
+    value.extend_from_slice(b",\"snapshot\":\"false\"");
+    value.extend_from_slice(&table.source_db_table);
+    value.extend_from_slice(b",\"server_id\":");
+    write_int(&mut value, source.server_id);
+    value.extend_from_slice(b",\"gtid\":");
+    match &source.gtid {
+        Some(gtid) => write_json_str(&mut value, gtid),
+        None => value.extend_from_slice(b"null"),
+    }
+    value.extend_from_slice(b",\"file\":");
+    write_json_str(&mut value, &source.file);
+    value.extend_from_slice(b",\"pos\":");
+    write_int(&mut value, source.pos);
+    value.extend_from_slice(b",\"row\":");
+    write_int(&mut value, source.row);
+    value.extend_from_slice(b",\"thread\":");
+    match source.thread {
+        Some(thread) => write_int(&mut value, thread),
+        None => value.extend_from_slice(b"null"),
+    }
+    value.extend_from_slice(b",\"query\":null},\"transaction\":null,\"op\":\"");
+    value.extend_from_slice(change.op.code().as_bytes());
+    value.extend_from_slice(b"\",\"ts_ms\":");
+    write_int(&mut value, now_ms);
+    value.push(b'}');
+    let headers = vec![
+        (HEADER_BINLOG_FILE.into(), source.file.to_string()),
+        (HEADER_BINLOG_POS.into(), source.pos.to_string()),
+        (HEADER_BINLOG_ROW.into(), source.row.to_string()),
+    ];
+    if change.op == Op::Delete && tombstones {
+        out.push(OutRecord {
+            topic: Arc::clone(&table.topic),
+            key: key.clone(),
+            value: Some(value),
+            headers: headers.clone(),
+        });
+        out.push(OutRecord {
+            topic: Arc::clone(&table.topic),
+            key,
+            value: None,
+            headers,
+        });
+    } else {
+        out.push(OutRecord {
+            topic: Arc::clone(&table.topic),
+            key,
+            value: Some(value),
+            headers,
+        });
+    }
+}
+
+/// The key: the primary-key columns as a JSON object; `None` for a table without one.
+fn write_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<u8>> {
+    if table.key_columns.is_empty() {
+        return None;
+    }
+    let mut key = Vec::with_capacity(64);
+    key.push(b'{');
+    for (n, &i) in table.key_columns.iter().enumerate() {
+        if n > 0 {
+            key.push(b',');
+        }
+        let column = &table.columns[i];
+        key.extend_from_slice(&column.json_label);
+        write_value(table, column, row.get(i), &mut key);
+    }
+    key.push(b'}');
+    Some(key)
+}
+
+fn write_row(table: &TableInfo, row: Option<&Vec<BinlogValue<'static>>>, out: &mut Vec<u8>) {
+    let Some(row) = row else {
+        out.extend_from_slice(b"null");
+        return;
+    };
+    out.push(b'{');
+    for (i, column) in table.columns.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(&column.json_label);
+        write_value(table, column, row.get(i), out);
+    }
+    out.push(b'}');
+}
+
+fn write_value(
+    table: &TableInfo,
+    column: &ColumnInfo,
+    value: Option<&BinlogValue<'static>>,
+    out: &mut Vec<u8>,
+) {
+    if let Err(ValueError(problem)) = write_value_checked(column.kind, value, out) {
+        // A panic: the core applies delivery.on_permanent_error with this message.
+        panic!(
+            "column {}.{}.{}: {problem}",
+            table.database, table.table, column.name
+        );
+    }
+}
+
+fn write_value_checked(
+    kind: Kind,
+    value: Option<&BinlogValue<'static>>,
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    let value = match value {
+        None | Some(BinlogValue::Value(Value::NULL)) => {
+            out.extend_from_slice(b"null");
+            return Ok(());
+        }
+        Some(BinlogValue::Jsonb(jsonb)) if kind == Kind::Json => {
+            let mut text = Vec::with_capacity(64);
+            write_jsonb(jsonb, &mut text)?;
+            write_json_str(out, &String::from_utf8_lossy(&text));
+            return Ok(());
+        }
+        Some(BinlogValue::Value(value)) => value,
+        Some(other) => return Err(ValueError(format!("unexpected value {other:?}"))),
+    };
+    let unexpected = || ValueError(format!("unexpected value {value:?} for {kind:?}"));
+    match (kind, value) {
+        (Kind::Integer, Value::Int(n)) => write_int(out, *n),
+        (Kind::Integer, Value::UInt(n)) => write_int(out, *n),
+        (Kind::Year, Value::Bytes(text)) => {
+            let year: i64 = std::str::from_utf8(text)
+                .ok()
+                .and_then(|t| t.parse().ok())
+                .ok_or_else(unexpected)?;
+            // YEAR's zero value (stored as 0, read as 1900 by the decoder) is 0.
+            write_int(out, if year == 1900 { 0 } else { year });
+        }
+        (Kind::Year, Value::Int(n)) => write_int(out, *n),
+        (Kind::Float, Value::Float(f)) => write_float(f64::from(*f), Some(*f), out),
+        (Kind::Float, Value::Double(f)) => write_float(*f, None, out),
+        (Kind::Decimal { scale }, Value::Bytes(text)) => {
+            let text = std::str::from_utf8(text).map_err(|_| unexpected())?;
+            let (negative, text) = match text.strip_prefix('-') {
+                Some(rest) => (true, rest),
+                None => (false, text),
+            };
+            let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+            let mut digits = String::with_capacity(int.len() + usize::from(scale));
+            digits.push_str(int);
+            // Exactly `scale` fractional digits (the decoder may print fewer or more).
+            let scale = usize::from(scale);
+            digits.extend(frac.chars().take(scale));
+            for _ in frac.len()..scale {
+                digits.push('0');
+            }
+            if !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(unexpected());
+            }
+            write_unscaled(negative, &digits, out);
+        }
+        (Kind::Text, Value::Bytes(bytes)) => {
+            write_json_str(out, &String::from_utf8_lossy(bytes));
+        }
+        (Kind::Json, Value::Bytes(bytes)) => {
+            // MariaDB's JSON is LONGTEXT: the document's text as written.
+            write_json_str(out, &String::from_utf8_lossy(bytes));
+        }
+        (Kind::Bytes, Value::Bytes(bytes)) => {
+            out.push(b'"');
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(bytes)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+        (Kind::Date, Value::Date(year, month, day, ..)) => {
+            if *month == 0 || *day == 0 {
+                // A zero date ('0000-00-00' or a zero part) has no day: Debezium writes null.
+                out.extend_from_slice(b"null");
+            } else {
+                write_int(
+                    out,
+                    days_from_civil(i64::from(*year), u32::from(*month), u32::from(*day)),
+                );
+            }
+        }
+        (Kind::DateTime { fsp }, Value::Date(year, month, day, hour, minute, second, micros)) => {
+            if *month == 0 || *day == 0 {
+                out.extend_from_slice(b"null");
+            } else {
+                let days = days_from_civil(i64::from(*year), u32::from(*month), u32::from(*day));
+                let micros = days * 86_400_000_000
+                    + (i64::from(*hour) * 3600 + i64::from(*minute) * 60 + i64::from(*second))
+                        * 1_000_000
+                    + i64::from(*micros);
+                if fsp <= 3 {
+                    write_int(out, micros.div_euclid(1000));
+                } else {
+                    write_int(out, micros);
+                }
+            }
+        }
+        (Kind::Timestamp { fsp }, Value::Bytes(text)) => {
+            // The decoder writes `seconds[.micros]` since the epoch, UTC.
+            let text = std::str::from_utf8(text).map_err(|_| unexpected())?;
+            let (seconds, fraction) = text.split_once('.').unwrap_or((text, "0"));
+            let seconds: i64 = seconds.parse().map_err(|_| unexpected())?;
+            let fraction: u64 = format!("{fraction:0<6}")
+                .get(..6)
+                .and_then(|f| f.parse().ok())
+                .ok_or_else(unexpected)?;
+            if seconds == 0 && fraction == 0 {
+                // The zero timestamp: Debezium writes null.
+                out.extend_from_slice(b"null");
+            } else {
+                write_zoned(seconds, fraction, fsp, out);
+            }
+        }
+        (Kind::Time, Value::Time(negative, days, hours, minutes, seconds, micros)) => {
+            let total = ((i64::from(*days) * 24 + i64::from(*hours)) * 3600
+                + i64::from(*minutes) * 60
+                + i64::from(*seconds))
+                * 1_000_000
+                + i64::from(*micros);
+            write_int(out, if *negative { -total } else { total });
+        }
+        _ => return Err(unexpected()),
+    }
+    Ok(())
+}
+
+/// MySQL's binary JSON as text the way Debezium writes it: compact, object members in MySQL's
+/// storage order (shorter keys first, then bytewise), doubles as Java prints them.
+fn write_jsonb(value: &JsonbValue<'_>, out: &mut Vec<u8>) -> Result<(), ValueError> {
+    let bad = |e: std::io::Error| ValueError(format!("undecodable binary JSON ({e})"));
+    match value {
+        JsonbValue::Null => out.extend_from_slice(b"null"),
+        JsonbValue::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        JsonbValue::I16(n) => write_int(out, *n),
+        JsonbValue::U16(n) => write_int(out, *n),
+        JsonbValue::I32(n) => write_int(out, *n),
+        JsonbValue::U32(n) => write_int(out, *n),
+        JsonbValue::I64(n) => write_int(out, *n),
+        JsonbValue::U64(n) => write_int(out, *n),
+        JsonbValue::F64(f) => out.extend_from_slice(java_double(*f).as_bytes()),
+        JsonbValue::String(text) => write_json_str(out, &String::from_utf8_lossy(text.str_raw())),
+        JsonbValue::SmallArray(array) => {
+            write_array(array.iter().map(|v| v.map_err(bad)), out)?;
+        }
+        JsonbValue::LargeArray(array) => {
+            write_array(array.iter().map(|v| v.map_err(bad)), out)?;
+        }
+        JsonbValue::SmallObject(object) => {
+            write_object(object.iter().map(|e| e.map_err(bad)), out)?;
+        }
+        JsonbValue::LargeObject(object) => {
+            write_object(object.iter().map(|e| e.map_err(bad)), out)?;
+        }
+        JsonbValue::Opaque(opaque) => {
+            return Err(ValueError(format!(
+                "a JSON document holds a MySQL {:?} value, not mapped yet",
+                opaque.value_type()
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn write_array<'a>(
+    items: impl Iterator<Item = Result<JsonbValue<'a>, ValueError>>,
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    out.push(b'[');
+    for (i, item) in items.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_jsonb(&item?, out)?;
+    }
+    out.push(b']');
+    Ok(())
+}
+
+fn write_object<'a>(
+    members: impl Iterator<Item = Result<(JsonbKey<'a>, JsonbValue<'a>), ValueError>>,
+    out: &mut Vec<u8>,
+) -> Result<(), ValueError> {
+    out.push(b'{');
+    for (i, member) in members.enumerate() {
+        let (key, value) = member?;
+        if i > 0 {
+            out.push(b',');
+        }
+        write_json_str(out, &String::from_utf8_lossy(key.value_raw()));
+        out.push(b':');
+        write_jsonb(&value, out)?;
+    }
+    out.push(b'}');
+    Ok(())
+}
+
+/// A double as Java's `Double.toString`: `2.5`, `1.0`, `1.0E20`, `1.0E-4`.
+fn java_double(value: f64) -> String {
+    let magnitude = value.abs();
+    if magnitude == 0.0 || (1e-3..1e7).contains(&magnitude) {
+        // Debug keeps a fractional digit (`1.0`) and is the shortest round-trip form.
+        return format!("{value:?}");
+    }
+    let scientific = format!("{value:e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    if mantissa.contains('.') {
+        format!("{mantissa}E{exponent}")
+    } else {
+        format!("{mantissa}.0E{exponent}")
+    }
+}
+
+/// A float as Java prints it for JSON (shortest round-trip form); `null` when not finite.
+fn write_float(value: f64, single: Option<f32>, out: &mut Vec<u8>) {
+    if !value.is_finite() {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    let _ = match single {
+        Some(single) => serde_json::to_writer(&mut *out, &single),
+        None => serde_json::to_writer(&mut *out, &value),
+    };
+}
+
+/// Appends, as a base64 JSON string, the big-endian two's-complement bytes (as few as hold
+/// the sign, as Java's `BigInteger.toByteArray`) of the integer `-?digits`. (The PostgreSQL
+/// source has the same function; to be shared once the event modules settle.)
+fn write_unscaled(negative: bool, digits: &str, out: &mut Vec<u8>) {
+    let mut bytes: Vec<u8> = vec![0];
+    for digit in digits.bytes() {
+        let mut carry = u32::from(digit - b'0');
+        for byte in bytes.iter_mut().rev() {
+            let v = u32::from(*byte) * 10 + carry;
+            *byte = (v & 0xff) as u8;
+            carry = v >> 8;
+        }
+        while carry > 0 {
+            bytes.insert(0, (carry & 0xff) as u8);
+            carry >>= 8;
+        }
+    }
+    while bytes.len() > 1 && bytes[0] == 0 {
+        bytes.remove(0);
+    }
+    let zero = bytes.iter().all(|b| *b == 0);
+    if negative && !zero {
+        for byte in &mut bytes {
+            *byte = !*byte;
+        }
+        for byte in bytes.iter_mut().rev() {
+            let (v, overflow) = byte.overflowing_add(1);
+            *byte = v;
+            if !overflow {
+                break;
+            }
+        }
+        if bytes[0] & 0x80 == 0 {
+            bytes.insert(0, 0xff);
+        }
+        while bytes.len() > 1 && bytes[0] == 0xff && bytes[1] & 0x80 != 0 {
+            bytes.remove(0);
+        }
+    } else if bytes[0] & 0x80 != 0 {
+        bytes.insert(0, 0);
+    }
+    out.push(b'"');
+    out.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(&bytes)
+            .as_bytes(),
+    );
+    out.push(b'"');
+}
+
+/// `seconds.fraction` since the epoch as `YYYY-MM-DDTHH:MM:SS[.f…]Z` with `fsp` digits.
+fn write_zoned(seconds: i64, micros: u64, fsp: u8, out: &mut Vec<u8>) {
+    let days = seconds.div_euclid(86_400);
+    let secs = seconds.rem_euclid(86_400) as u64;
+    let (year, month, day) = civil_from_days(days);
+    out.push(b'"');
+    write_padded(year.unsigned_abs(), 4, out);
+    out.push(b'-');
+    write_padded(u64::from(month), 2, out);
+    out.push(b'-');
+    write_padded(u64::from(day), 2, out);
+    out.push(b'T');
+    write_padded(secs / 3600, 2, out);
+    out.push(b':');
+    write_padded(secs / 60 % 60, 2, out);
+    out.push(b':');
+    write_padded(secs % 60, 2, out);
+    let fsp = u32::from(fsp.min(6));
+    if fsp > 0 {
+        out.push(b'.');
+        write_padded(micros / 10u64.pow(6 - fsp), fsp as usize, out);
+    }
+    out.extend_from_slice(b"Z\"");
+}
+
+fn write_padded(value: u64, width: usize, out: &mut Vec<u8>) {
+    let mut buffer = itoa::Buffer::new();
+    let digits = buffer.format(value).as_bytes();
+    for _ in digits.len()..width {
+        out.push(b'0');
+    }
+    out.extend_from_slice(digits);
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let yoe = year - era * 400;
+    let month = i64::from(month);
+    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day number since 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(kind: Kind, value: Value) -> String {
+        let mut out = Vec::new();
+        write_value_checked(kind, Some(&BinlogValue::Value(value)), &mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn integers_are_exact_up_to_bigint_unsigned_max() {
+        assert_eq!(
+            text(Kind::Integer, Value::UInt(u64::MAX)),
+            "18446744073709551615"
+        );
+        assert_eq!(
+            text(Kind::Integer, Value::Int(i64::MIN)),
+            "-9223372036854775808"
+        );
+    }
+
+    #[test]
+    fn decimals_are_base64_unscaled_twos_complement() {
+        let dec = |s: &str, scale| text(Kind::Decimal { scale }, Value::Bytes(s.into()));
+        // 12345 = 0x3039.
+        assert_eq!(dec("123.45", 2), "\"MDk=\"");
+        // -12345 = 0xCFC7.
+        assert_eq!(dec("-123.45", 2), "\"z8c=\"");
+        // 1.5 at scale 3 = 1500 = 0x05DC.
+        assert_eq!(dec("1.5", 3), "\"Bdw=\"");
+        assert_eq!(dec("0.00", 2), "\"AA==\"");
+        // 128 needs a sign byte: 0x0080.
+        assert_eq!(dec("128", 0), "\"AIA=\"");
+    }
+
+    #[test]
+    fn times_follow_adaptive_time_microseconds() {
+        assert_eq!(
+            text(Kind::Date, Value::Date(2024, 2, 29, 0, 0, 0, 0)),
+            "19782"
+        );
+        assert_eq!(text(Kind::Date, Value::Date(0, 0, 0, 0, 0, 0, 0)), "null");
+        let dt = Value::Date(2024, 2, 29, 13, 14, 15, 123_456);
+        assert_eq!(text(Kind::DateTime { fsp: 3 }, dt.clone()), "1709212455123");
+        assert_eq!(text(Kind::DateTime { fsp: 6 }, dt), "1709212455123456");
+        assert_eq!(
+            text(
+                Kind::Timestamp { fsp: 3 },
+                Value::Bytes(b"1709212455.123000".to_vec())
+            ),
+            "\"2024-02-29T13:14:15.123Z\""
+        );
+        assert_eq!(
+            text(
+                Kind::Timestamp { fsp: 0 },
+                Value::Bytes(b"1709212455".to_vec())
+            ),
+            "\"2024-02-29T13:14:15Z\""
+        );
+        assert_eq!(
+            text(Kind::Time, Value::Time(true, 1, 2, 3, 4, 5)),
+            "-93784000005"
+        );
+    }
+
+    fn table() -> Arc<TableInfo> {
+        let column = |name: &str, kind| {
+            let mut json_label = Vec::new();
+            write_json_str(&mut json_label, name);
+            json_label.push(b':');
+            ColumnInfo {
+                name: name.to_owned(),
+                json_label,
+                kind,
+            }
+        };
+        Arc::new(TableInfo {
+            database: "shop".into(),
+            table: "orders".into(),
+            topic: Arc::from("p.shop.orders"),
+            columns: vec![column("id", Kind::Integer), column("note", Kind::Text)],
+            key_columns: vec![0],
+            metrics: Arc::new(TableMetrics::new("shop.orders")),
+            source_db_table: b",\"db\":\"shop\",\"sequence\":null,\"table\":\"orders\"".to_vec(),
+        })
+    }
+
+    /// The envelope field for field, in Debezium's order, then the tombstone.
+    #[test]
+    fn a_delete_is_the_debezium_mysql_envelope_then_a_tombstone() {
+        let row = vec![
+            BinlogValue::Value(Value::UInt(7)),
+            BinlogValue::Value(Value::Bytes(b"x".to_vec())),
+        ];
+        let change = RowChange {
+            table: table(),
+            op: Op::Delete,
+            before: Some(row),
+            after: None,
+            source: BinlogSource {
+                server_id: 1,
+                ts_sec: 1_700_000_000,
+                gtid: Some(Arc::from("0-1-9")),
+                file: Arc::from("binlog.000002"),
+                pos: 1234,
+                row: 3,
+                thread: None,
+            },
+        };
+        let mut out = Vec::new();
+        encode(&change, "p", true, 1_700_000_000_500, &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0].key.as_deref(), Some(&b"{\"id\":7}"[..]));
+        let value = String::from_utf8(out[0].value.clone().unwrap()).unwrap();
+        assert_eq!(
+            value,
+            format!(
+                "{{\"before\":{{\"id\":7,\"note\":\"x\"}},\"after\":null,\"source\":{{\"version\":\"{}\",\"connector\":\"mysql\",\"name\":\"p\",\"ts_ms\":1700000000000,\"snapshot\":\"false\",\"db\":\"shop\",\"sequence\":null,\"table\":\"orders\",\"server_id\":1,\"gtid\":\"0-1-9\",\"file\":\"binlog.000002\",\"pos\":1234,\"row\":3,\"thread\":null,\"query\":null}},\"transaction\":null,\"op\":\"d\",\"ts_ms\":1700000000500}}",
+                env!("CARGO_PKG_VERSION")
+            )
+        );
+        assert_eq!(out[1].key, out[0].key);
+        assert!(out[1].value.is_none());
+        assert_eq!(
+            out[1].headers[1],
+            (HEADER_BINLOG_POS.into(), "1234".to_owned())
+        );
+    }
+
+    #[test]
+    fn doubles_print_as_java_does() {
+        assert_eq!(java_double(2.5), "2.5");
+        assert_eq!(java_double(1.0), "1.0");
+        assert_eq!(java_double(-0.0), "-0.0");
+        assert_eq!(java_double(1e20), "1.0E20");
+        assert_eq!(java_double(1.5e-4), "1.5E-4");
+    }
+
+    #[test]
+    fn bytes_are_base64_and_text_is_a_string() {
+        assert_eq!(text(Kind::Bytes, Value::Bytes(vec![0, 255])), "\"AP8=\"");
+        assert_eq!(text(Kind::Text, Value::Bytes("é\"".into())), "\"é\\\"\"");
+    }
+}

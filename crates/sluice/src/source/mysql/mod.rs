@@ -1,0 +1,13 @@
+//! The MySQL/MariaDB source: the binlog read as a replica (`mysql_async`'s binlog stream),
+//! row events into Debezium MySQL envelopes on the delivery core. See `docs/mysql-source.md`
+//! for what works and what does not yet.
+//!
+//! - [`config`]: the `[source.mysql]` section of the pipeline file.
+//! - [`server`]: connections, required settings, GTID sets and positions, the dump request.
+//! - [`encode`]: row changes to Debezium envelopes, values as Debezium maps them.
+//! - [`stream`]: one run of the pipeline: the loop, checkpoints in the state store.
+
+pub mod config;
+pub mod encode;
+pub mod server;
+pub mod stream;

@@ -1,0 +1,782 @@
+//! One run of a MySQL/MariaDB → Kafka pipeline: the binlog read as a replica, row events
+//! turned into changes on the delivery core ([`crate::delivery`]), and checkpoints.
+//!
+//! Positions: the delivery core orders positions it can copy, so each committed transaction
+//! gets a sequence number ([`BinlogSeq`]) and the source keeps, per sequence number not yet
+//! confirmed, the binlog position after it ([`BinlogPosition`]: the GTID set and file:pos).
+//! Confirming a watermark saves the position of the newest transaction at or below it in the
+//! state store (`<state_dir>/<pipeline>.mysql.json`); the next run dumps the binlog from
+//! there. Nothing is confirmed to the server (a binlog reader has no slot): the server keeps
+//! binlogs for `binlog_expire_logs_seconds` whatever the reader did.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use mysql_async::BinlogStream;
+use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use rdkafka::producer::Producer as _;
+use rdkafka::util::Timeout;
+use serde::{Deserialize, Serialize};
+use sluice_engine::InFlightBudget;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::config::MysqlPipelineConfig;
+use super::encode::{
+    self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
+};
+use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
+use crate::delivery::{
+    self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Position, Source,
+};
+use crate::error::PipelineError;
+use crate::event::Op;
+use crate::kafka::{self, KafkaHealth, OutRecord, PipelineProducer, PipelineProducerContext};
+use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
+use crate::runtime::state::{DirectoryStateStore, StateStore};
+use crate::runtime::status::{PipelineState, StatusBoard};
+use crate::runtime::supervisor::{RunEnd, Supervised};
+
+/// MariaDB's own event types, which the binlog crate hands over as unknown events.
+const MARIADB_ANNOTATE_ROWS_EVENT: u8 = 160;
+const MARIADB_GTID_EVENT: u8 = 162;
+const MARIADB_QUERY_COMPRESSED_EVENT: u8 = 165;
+const MARIADB_DELETE_ROWS_COMPRESSED_EVENT: u8 = 171;
+
+/// The server's error when it cannot send the binlog from the requested position.
+const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
+
+/// The longest a topic creation may hold the loop.
+const TOPIC_DEADLINE: Duration = Duration::from_secs(20);
+
+/// A committed transaction's place in the run (1, 2, …), the delivery core's position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct BinlogSeq(pub u64);
+
+impl fmt::Display for BinlogSeq {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "transaction #{}", self.0)
+    }
+}
+
+impl Position for BinlogSeq {
+    fn gauge(&self) -> f64 {
+        self.0 as f64
+    }
+}
+
+/// What the state store keeps for a MySQL pipeline.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct SavedState {
+    /// The server's flavor when the position was saved (a position of the other flavor
+    /// cannot be resumed from).
+    flavor: Flavor,
+    /// Where the next run starts.
+    position: BinlogPosition,
+}
+
+/// A MySQL/MariaDB → Kafka pipeline as the supervisor runs it: each run resumes from the
+/// position saved at the last checkpoint.
+pub struct MysqlPipeline {
+    config: Arc<MysqlPipelineConfig>,
+    board: Arc<StatusBoard>,
+    metrics: PipelineMetrics,
+}
+
+impl MysqlPipeline {
+    /// The pipeline of `config`, reporting to `board`.
+    pub fn new(config: Arc<MysqlPipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        Self {
+            config,
+            board,
+            metrics: PipelineMetrics::new(),
+        }
+    }
+}
+
+impl Supervised for MysqlPipeline {
+    const PAUSES_IN_RUN: bool = false;
+
+    fn resumes_from(&self) -> &'static str {
+        "the last saved binlog position"
+    }
+
+    async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
+        run_once(&self.config, &self.board, &stop, &self.metrics)
+            .await
+            .map(|()| RunEnd::Finished)
+    }
+}
+
+/// Runs the pipeline until shutdown (`Ok`) or an error.
+///
+/// # Errors
+///
+/// Retryable errors (lost connections) and fatal ones (configuration, server settings).
+pub async fn run_once(
+    config: &Arc<MysqlPipelineConfig>,
+    board: &Arc<StatusBoard>,
+    shutdown: &CancellationToken,
+    metrics: &PipelineMetrics,
+) -> Result<(), PipelineError> {
+    kafka::probe_async(
+        &config.kafka.brokers,
+        &config.kafka.client,
+        "kafka.client",
+        kafka::RUN_PROBE_TIMEOUT,
+        Some(shutdown.clone()),
+    )
+    .await?;
+    let mut conn = server::connect(&config.source).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    if let Some(error) = server::settings_error(&server::check_settings(&mut conn, flavor).await?) {
+        return Err(error);
+    }
+    let store: Arc<dyn StateStore> =
+        Arc::new(DirectoryStateStore::open(&config.state_dir()).map_err(|e| {
+            PipelineError::fatal_with(
+                format!("cannot open state_dir {}", config.state_dir().display()),
+                "make state_dir a writable directory",
+                e,
+            )
+        })?);
+    let key = format!("{}.mysql", config.name);
+    let saved = load_state(store.as_ref(), &key)?;
+    let start = match saved {
+        Some(saved) if saved.flavor == flavor => saved.position,
+        Some(saved) => {
+            return Err(PipelineError::fatal(
+                format!(
+                    "the state file {} holds a {:?} position; this server is {flavor:?}",
+                    store.location(&key),
+                    saved.flavor
+                ),
+                "point source.mysql.url at the server the pipeline read from, or remove the state file to start from this server's current position",
+            ));
+        }
+        None => {
+            // No snapshot in this version: a new pipeline starts at the server's current
+            // position, and saves it at once so that a restart before the first change does
+            // not skip what was written meanwhile.
+            let position = server::current_position(&mut conn, flavor).await?;
+            save_state(store.as_ref(), &key, flavor, &position)?;
+            position
+        }
+    };
+    let gtids = start
+        .gtid_set
+        .as_deref()
+        .map(|set| GtidState::parse(flavor, set))
+        .transpose()?;
+    tracing::info!(position = %start, ?flavor, "resuming from the saved binlog position");
+    let stream = server::start_dump(
+        conn,
+        flavor,
+        config.source.server_id,
+        &start,
+        config.source.heartbeat_interval_ms,
+    )
+    .await?;
+
+    let (delivery_tx, mut delivery_rx) = mpsc::unbounded_channel();
+    let health = Arc::new(KafkaHealth::default());
+    let producer: Arc<PipelineProducer> = Arc::new(
+        kafka::producer_config(
+            &config.kafka,
+            &format!("sluice-{}", config.name),
+            config.delivery.max_in_flight_records,
+            None,
+        )
+        .create_with_context(PipelineProducerContext::new(
+            delivery_tx.clone(),
+            Arc::clone(&health),
+        ))
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create the Kafka producer",
+                "check the [kafka.producer] properties: each must be a librdkafka producer property with a valid value",
+                e,
+            )
+        })?,
+    );
+    let mut known_topics = HashSet::new();
+    if config.kafka.create_topics
+        && let Some(topic) = config.delivery.dead_letter_topic.clone()
+    {
+        kafka::ensure_topics(
+            &config.kafka,
+            std::slice::from_ref(&topic),
+            config.kafka.topic_partitions,
+        )
+        .await?;
+        known_topics.insert(topic);
+    }
+    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
+    board.set_budget(Some(budget.clone()));
+    board.set_state(PipelineState::Streaming);
+    board.update(|s| {
+        s.last_error = None;
+        s.hint = None;
+    });
+    let (mut core, publisher) = DeliveryCore::start(
+        Arc::clone(&producer),
+        budget,
+        BinlogSeq(0),
+        &config.delivery,
+        metrics.clone(),
+        delivery_tx.clone(),
+        record_position,
+    );
+    let mut source = MysqlSource {
+        config: Arc::clone(config),
+        flavor,
+        stream,
+        store,
+        key,
+        file: Arc::from(start.file.as_str()),
+        gtids,
+        saved: start,
+        seq: 0,
+        unconfirmed: VecDeque::new(),
+        tables: HashMap::new(),
+        table_metrics: HashMap::new(),
+        known_topics,
+        tx: Transaction::default(),
+        last_event: Instant::now(),
+    };
+    let result = delivery::run(
+        &mut source,
+        &mut core,
+        &mut delivery_rx,
+        LoopContext {
+            shutdown,
+            status_interval: Duration::from_millis(config.source.status_interval_ms),
+            board,
+            health: &health,
+        },
+    )
+    .await;
+    drop(core);
+    drop(source);
+    publisher.abort();
+    board.set_budget(None);
+    let _ = tokio::task::spawn_blocking(move || {
+        let _ = producer.flush(Timeout::After(Duration::from_secs(2)));
+    })
+    .await;
+    result
+}
+
+fn load_state(store: &dyn StateStore, key: &str) -> Result<Option<SavedState>, PipelineError> {
+    let document = store.load(key).map_err(|e| {
+        PipelineError::fatal_with(
+            format!("cannot read the state file {}", store.location(key)),
+            "make state_dir readable",
+            e,
+        )
+    })?;
+    document
+        .map(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|e| {
+                PipelineError::fatal_with(
+                    format!("the state file {} is damaged", store.location(key)),
+                    "remove it to start from the server's current position (changes since the last checkpoint are then skipped)",
+                    e,
+                )
+            })
+        })
+        .transpose()
+}
+
+fn save_state(
+    store: &dyn StateStore,
+    key: &str,
+    flavor: Flavor,
+    position: &BinlogPosition,
+) -> Result<(), PipelineError> {
+    let document = serde_json::to_vec(&SavedState {
+        flavor,
+        position: position.clone(),
+    })
+    .unwrap_or_default();
+    tokio::task::block_in_place(|| store.store(key, &document)).map_err(|e| {
+        PipelineError::fatal_with(
+            format!("cannot write the state file {}", store.location(key)),
+            "make state_dir writable (and give it space); nothing past the last saved position was confirmed",
+            e,
+        )
+    })
+}
+
+/// Where a record came from, from its headers: `binlog.000003:1234`.
+fn record_position(record: &OutRecord) -> String {
+    let header = |name: &str| {
+        record
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+            .unwrap_or("?")
+    };
+    format!(
+        "binlog {}:{}",
+        header(HEADER_BINLOG_FILE),
+        header(HEADER_BINLOG_POS)
+    )
+}
+
+/// The transaction being read.
+#[derive(Debug, Default)]
+struct Transaction {
+    /// MySQL's GTID (`uuid`, `gno`).
+    mysql_gtid: Option<(String, u64)>,
+    /// MariaDB's GTID.
+    mariadb_gtid: Option<MariadbGtid>,
+    /// Its GTID as `source.gtid` shows it.
+    gtid: Option<Arc<str>>,
+    /// The thread of its `BEGIN`.
+    thread: Option<u32>,
+}
+
+/// A table id's latest TABLE_MAP and what sluice made of it.
+struct TableSlot {
+    /// The event's body: a different one is a new definition.
+    tme: Vec<u8>,
+    /// Whether the table is captured.
+    captured: bool,
+    /// Built at its first row (from the row's column metadata).
+    info: Option<Arc<TableInfo>>,
+}
+
+struct MysqlSource {
+    config: Arc<MysqlPipelineConfig>,
+    flavor: Flavor,
+    stream: BinlogStream,
+    store: Arc<dyn StateStore>,
+    key: String,
+    /// The binlog file being read.
+    file: Arc<str>,
+    /// GTIDs of every transaction read so far (`None`: the server has none).
+    gtids: Option<GtidState>,
+    /// The position last saved.
+    saved: BinlogPosition,
+    /// The last transaction's sequence number.
+    seq: u64,
+    /// Positions after transactions not yet confirmed, oldest first.
+    unconfirmed: VecDeque<(BinlogSeq, BinlogPosition)>,
+    tables: HashMap<u64, TableSlot>,
+    table_metrics: HashMap<String, Arc<TableMetrics>>,
+    known_topics: HashSet<String>,
+    tx: Transaction,
+    /// When the stream last delivered an event (or reading resumed after back-pressure).
+    last_event: Instant,
+}
+
+/// Encodes the MySQL source's changes.
+pub struct MysqlEncoder {
+    prefix: Arc<str>,
+    tombstones: bool,
+    now_ms: i64,
+}
+
+impl Encode<RowChange> for MysqlEncoder {
+    fn encode(&self, change: &RowChange, out: &mut Vec<OutRecord>) -> Origin {
+        encode::encode(change, &self.prefix, self.tombstones, self.now_ms, out);
+        origin(change)
+    }
+
+    fn describe(&self, change: &RowChange, reason: &str) -> FailedChange {
+        let table = format!("{}.{}", change.table.database, change.table.table);
+        let position = format!(
+            "binlog {}:{} row {}, table {table}",
+            change.source.file, change.source.pos, change.source.row
+        );
+        let description = serde_json::to_vec(&serde_json::json!({
+            "table": table,
+            "file": &*change.source.file,
+            "pos": change.source.pos,
+            "row": change.source.row,
+            "gtid": change.source.gtid.as_deref(),
+            "error": reason,
+        }))
+        .unwrap_or_default();
+        FailedChange {
+            reason: reason.to_owned(),
+            topic: Arc::clone(&change.table.topic),
+            position,
+            description,
+            origin: origin(change),
+        }
+    }
+}
+
+fn origin(change: &RowChange) -> Origin {
+    Origin {
+        commit_unix_micros: i64::from(change.source.ts_sec) * 1_000_000,
+        table: Arc::clone(&change.table.metrics),
+    }
+}
+
+impl Source for MysqlSource {
+    type Change = RowChange;
+    type Position = BinlogSeq;
+    type Message = Option<Result<Event, mysql_async::Error>>;
+    type Encoder = MysqlEncoder;
+
+    fn read(&mut self) -> impl std::future::Future<Output = Self::Message> {
+        self.stream.next()
+    }
+
+    async fn on_message(
+        &mut self,
+        message: Self::Message,
+        intake: &mut Intake<RowChange, BinlogSeq>,
+    ) -> Result<bool, PipelineError> {
+        let event = match message {
+            None => {
+                return Err(PipelineError::retryable(
+                    "the server ended the binlog stream",
+                    std::io::Error::other("binlog stream closed"),
+                ));
+            }
+            Some(Err(e)) => return Err(self.binlog_error(e)),
+            Some(Ok(event)) => event,
+        };
+        self.last_event = Instant::now();
+        self.on_event(&event, intake).await?;
+        Ok(false)
+    }
+
+    fn not_reading(&mut self) {
+        // Back-pressured: the stream's silence is sluice's own.
+        self.last_event = Instant::now();
+    }
+
+    async fn before_checkpoint(
+        &mut self,
+        _intake: &mut Intake<RowChange, BinlogSeq>,
+    ) -> Result<bool, PipelineError> {
+        let heartbeat = self.config.source.heartbeat_interval_ms;
+        if heartbeat > 0 {
+            let silent = self.last_event.elapsed();
+            if silent > Duration::from_millis(heartbeat.saturating_mul(3)) {
+                return Err(PipelineError::retryable(
+                    format!(
+                        "the binlog connection was silent for {} s, three heartbeat periods: replacing it",
+                        silent.as_secs()
+                    ),
+                    std::io::Error::other("silent binlog connection"),
+                ));
+            }
+        }
+        Ok(false)
+    }
+
+    async fn confirm(&mut self, watermark: BinlogSeq, _reply: bool) -> Result<(), PipelineError> {
+        let mut newest = None;
+        while self
+            .unconfirmed
+            .front()
+            .is_some_and(|(seq, _)| *seq <= watermark)
+        {
+            newest = self.unconfirmed.pop_front().map(|(_, position)| position);
+        }
+        if let Some(position) = newest
+            && position != self.saved
+        {
+            save_state(self.store.as_ref(), &self.key, self.flavor, &position)?;
+            self.saved = position;
+        }
+        Ok(())
+    }
+
+    async fn after_checkpoint(
+        &mut self,
+        _intake: &mut Intake<RowChange, BinlogSeq>,
+        _watermark: BinlogSeq,
+    ) -> Result<(), PipelineError> {
+        Ok(())
+    }
+
+    fn encoder(&mut self) -> MysqlEncoder {
+        MysqlEncoder {
+            prefix: Arc::from(self.config.kafka.topic_prefix.as_str()),
+            tombstones: self.config.kafka.tombstones_on_delete,
+            now_ms: delivery::unix_micros_now().div_euclid(1000),
+        }
+    }
+}
+
+impl MysqlSource {
+    async fn on_event(
+        &mut self,
+        event: &Event,
+        intake: &mut Intake<RowChange, BinlogSeq>,
+    ) -> Result<(), PipelineError> {
+        let header = event.header();
+        let log_pos = u64::from(header.log_pos());
+        match header.event_type_raw() {
+            MARIADB_GTID_EVENT => {
+                let (gtid, _flags) = MariadbGtid::from_event(event.data(), header.server_id())
+                    .ok_or_else(|| bad_event("MariaDB GTID"))?;
+                self.tx = Transaction {
+                    gtid: Some(Arc::from(gtid.to_string())),
+                    mariadb_gtid: Some(gtid),
+                    ..Transaction::default()
+                };
+                return Ok(());
+            }
+            // MariaDB's compressed query and row events (`log_bin_compress`): not read yet, and
+            // never skipped (their rows would be lost).
+            t @ MARIADB_QUERY_COMPRESSED_EVENT..=MARIADB_DELETE_ROWS_COMPRESSED_EVENT => {
+                return Err(PipelineError::fatal(
+                    format!(
+                        "the binlog holds a compressed event (type {t}), which sluice does not read yet"
+                    ),
+                    "SET GLOBAL log_bin_compress = OFF (and in the server's configuration file); events written compressed before cannot be captured",
+                ));
+            }
+            // MariaDB's GTID_LIST (163), BINLOG_CHECKPOINT (161), ANNOTATE_ROWS (160, the
+            // statement, only sent on request) and START_ENCRYPTION (164, never sent to
+            // replicas) carry nothing a reader of rows needs.
+            t if t >= MARIADB_ANNOTATE_ROWS_EVENT => return Ok(()),
+            _ => {}
+        }
+        let data = event
+            .read_data()
+            .map_err(|e| PipelineError::retryable("undecodable binlog event", e))?;
+        let Some(data) = data else {
+            return Ok(());
+        };
+        match data {
+            EventData::RotateEvent(rotate) => {
+                self.file = Arc::from(&*rotate.name());
+            }
+            EventData::GtidEvent(gtid) => {
+                let uuid = format_uuid(&gtid.sid());
+                self.tx = Transaction {
+                    gtid: Some(Arc::from(format!("{uuid}:{}", gtid.gno()))),
+                    mysql_gtid: Some((uuid, gtid.gno())),
+                    ..Transaction::default()
+                };
+            }
+            EventData::AnonymousGtidEvent(_) => self.tx = Transaction::default(),
+            EventData::QueryEvent(query) => {
+                let sql = query.query();
+                let word = sql
+                    .trim_start()
+                    .split(|c: char| c.is_whitespace() || c == ';')
+                    .next()
+                    .unwrap_or_default()
+                    .to_ascii_uppercase();
+                match word.as_str() {
+                    "BEGIN" => self.tx.thread = Some(query.thread_id()),
+                    // Inside a transaction.
+                    "SAVEPOINT" => {}
+                    "ROLLBACK" if sql.to_ascii_uppercase().contains(" TO ") => {}
+                    // COMMIT of a non-transactional table's changes, or a statement (DDL) that
+                    // is its own transaction.
+                    _ => self.commit(log_pos, intake),
+                }
+            }
+            EventData::XidEvent(_) => self.commit(log_pos, intake),
+            EventData::TableMapEvent(tme) => {
+                let table_id = tme.table_id();
+                let body = event.data();
+                let unchanged = self
+                    .tables
+                    .get(&table_id)
+                    .is_some_and(|slot| slot.tme == body);
+                if !unchanged {
+                    let captured = self
+                        .config
+                        .source
+                        .captures(&tme.database_name(), &tme.table_name());
+                    self.tables.insert(
+                        table_id,
+                        TableSlot {
+                            tme: body.to_vec(),
+                            captured,
+                            info: None,
+                        },
+                    );
+                }
+            }
+            EventData::RowsEvent(rows) => {
+                self.on_rows(&rows, header, log_pos, intake).await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    async fn on_rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        header: mysql_async::binlog::events::BinlogEventHeader,
+        log_pos: u64,
+        intake: &mut Intake<RowChange, BinlogSeq>,
+    ) -> Result<(), PipelineError> {
+        let table_id = rows.table_id();
+        let Some(slot) = self.tables.get(&table_id) else {
+            return Err(PipelineError::retryable(
+                format!("row event for table id {table_id} before its TABLE_MAP"),
+                std::io::Error::other("binlog order"),
+            ));
+        };
+        if !slot.captured {
+            return Ok(());
+        }
+        let op = match rows {
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_) => Op::Create,
+            RowsEventData::UpdateRowsEvent(_)
+            | RowsEventData::UpdateRowsEventV1(_)
+            | RowsEventData::PartialUpdateRowsEvent(_) => Op::Update,
+            RowsEventData::DeleteRowsEvent(_) | RowsEventData::DeleteRowsEventV1(_) => Op::Delete,
+        };
+        let Some(tme) = self.stream.get_tme(table_id) else {
+            return Err(bad_event("rows (no TABLE_MAP kept)"));
+        };
+        let pos = log_pos.saturating_sub(u64::from(header.event_size()));
+        let mut decoded = Vec::new();
+        for row in rows.rows(tme) {
+            let (before, after) =
+                row.map_err(|e| PipelineError::retryable("undecodable row event", e))?;
+            decoded.push((before, after));
+        }
+        let Some((first_before, first_after)) = decoded.first() else {
+            return Ok(());
+        };
+        let info = match &slot.info {
+            Some(info) => Arc::clone(info),
+            None => {
+                let columns = first_after
+                    .as_ref()
+                    .or(first_before.as_ref())
+                    .map(|row| row.columns())
+                    .unwrap_or_default();
+                let name = format!("{}.{}", tme.database_name(), tme.table_name());
+                let metrics = Arc::clone(
+                    self.table_metrics
+                        .entry(name.clone())
+                        .or_insert_with(|| Arc::new(TableMetrics::new(&name))),
+                );
+                let info = Arc::new(TableInfo::new(
+                    &self.config.kafka.topic_prefix,
+                    tme,
+                    &columns,
+                    metrics,
+                )?);
+                if let Some(slot) = self.tables.get_mut(&table_id) {
+                    slot.info = Some(Arc::clone(&info));
+                }
+                info
+            }
+        };
+        self.ensure_topic(&info.topic).await?;
+        let size_per_row = rows.rows_data().len() / decoded.len().max(1) * 3 + 512;
+        let tombstones = self.config.kafka.tombstones_on_delete;
+        for (row, (before, after)) in decoded.into_iter().enumerate() {
+            let change = RowChange {
+                table: Arc::clone(&info),
+                op,
+                before: before.map(|r| r.unwrap()),
+                after: after.map(|r| r.unwrap()),
+                source: BinlogSource {
+                    server_id: header.server_id(),
+                    ts_sec: header.timestamp(),
+                    gtid: self.tx.gtid.clone(),
+                    file: Arc::clone(&self.file),
+                    pos,
+                    row: u32::try_from(row).unwrap_or(u32::MAX),
+                    thread: self.tx.thread,
+                },
+            };
+            let records = change.records(tombstones);
+            intake.admit(change, size_per_row, records);
+        }
+        Ok(())
+    }
+
+    /// The transaction ends at `log_pos`: its GTID joins the set and its position becomes a
+    /// checkpoint.
+    fn commit(&mut self, log_pos: u64, intake: &mut Intake<RowChange, BinlogSeq>) {
+        let tx = std::mem::take(&mut self.tx);
+        match (&mut self.gtids, tx.mysql_gtid, tx.mariadb_gtid) {
+            (Some(GtidState::Mysql(set)), Some((uuid, gno)), _) => set.add(&uuid, gno),
+            (Some(GtidState::Mariadb(pos)), _, Some(gtid)) => pos.add(gtid),
+            _ => {}
+        }
+        self.seq += 1;
+        let seq = BinlogSeq(self.seq);
+        self.unconfirmed.push_back((
+            seq,
+            BinlogPosition {
+                file: self.file.to_string(),
+                pos: log_pos,
+                gtid_set: self.gtids.as_ref().map(ToString::to_string),
+            },
+        ));
+        intake.checkpoint(seq);
+    }
+
+    /// A binlog read error: fatal, with the fix, when the server cannot send from the saved
+    /// position (error 1236: purged, unknown file or GTIDs); retryable otherwise.
+    fn binlog_error(&self, error: mysql_async::Error) -> PipelineError {
+        if let mysql_async::Error::Server(server) = &error
+            && server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
+        {
+            return PipelineError::fatal_with(
+                format!(
+                    "the server cannot send the binlog from the saved position {}",
+                    self.saved
+                ),
+                format!(
+                    "the binlog there is gone (purged, or another server): remove the state file {} to start from the server's current position (the changes in between are not captured; no snapshot yet), and keep binlogs longer than sluice may be down (binlog_expire_logs_seconds)",
+                    self.store.location(&self.key)
+                ),
+                error,
+            );
+        }
+        PipelineError::retryable("reading the binlog failed", error)
+    }
+
+    async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
+        let config = &self.config;
+        if !config.kafka.create_topics || self.known_topics.contains(topic) {
+            return Ok(());
+        }
+        let topics = [topic.to_owned()];
+        let create = kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions);
+        tokio::time::timeout(TOPIC_DEADLINE, create)
+            .await
+            .map_err(|e| {
+                PipelineError::retryable(format!("creating topic {topic} took too long"), e)
+            })??;
+        self.known_topics.insert(topic.to_owned());
+        Ok(())
+    }
+}
+
+fn bad_event(what: &str) -> PipelineError {
+    PipelineError::retryable(
+        format!("undecodable {what} event"),
+        std::io::Error::other("binlog event layout"),
+    )
+}
+
+/// A server UUID as MySQL prints it.
+fn format_uuid(sid: &[u8; 16]) -> String {
+    let hex: String = sid.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}

@@ -1,0 +1,582 @@
+//! MySQL/MariaDB → Kafka: binlog streaming against both servers of the dev stack (MariaDB
+//! 10.11 and MySQL 8.0), the same test body for each. They need `MARIADB_URL`/`MYSQL_URL` (the
+//! replication user) and `MARIADB_ROOT_URL`/`MYSQL_ROOT_URL` (for setup) from
+//! `scripts/dev-stack env` (`scripts/test` starts the servers).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable;
+use serde_json::{Value, json};
+
+use crate::support::{
+    Record, Sluice, broker_shared, free_port, read_topic, sluice_bin, stack, test_dir, unique,
+};
+
+/// Which server a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Server {
+    Mariadb,
+    Mysql,
+}
+
+impl Server {
+    fn var(self, root: bool) -> &'static str {
+        match (self, root) {
+            (Server::Mariadb, false) => "MARIADB_URL",
+            (Server::Mariadb, true) => "MARIADB_ROOT_URL",
+            (Server::Mysql, false) => "MYSQL_URL",
+            (Server::Mysql, true) => "MYSQL_ROOT_URL",
+        }
+    }
+
+    fn url(self, root: bool) -> String {
+        let name = self.var(root);
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!(
+                "{name} is not set: start MariaDB and MySQL and load their settings: \
+                 `scripts/dev-stack mysql-up && eval \"$(scripts/dev-stack env)\"` (scripts/test does both)"
+            )
+        })
+    }
+
+    async fn root(self) -> mysql_async::Conn {
+        let url = self.url(true);
+        let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to {url}: {e}"));
+        conn.query_drop("SET time_zone = '+00:00'").await.unwrap();
+        conn
+    }
+}
+
+/// A replica server id unique to this test run.
+fn server_id() -> u32 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    1000 + (std::process::id() % 100_000) * 10
+        + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+fn pipeline(server: Server, name: &str, database: &str, prefix: &str, admin_port: u16) -> String {
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state");
+    format!(
+        r#"
+name = "{name}"
+state_dir = "{state}"
+
+[source.mysql]
+url = "{url}"
+server_id = {server_id}
+include_tables = ["{database}.*"]
+status_interval_ms = 200
+heartbeat_interval_ms = 1000
+
+[kafka]
+brokers = "{brokers}"
+topic_prefix = "{prefix}"
+
+[admin]
+listen = "127.0.0.1:{admin_port}"
+
+[restart]
+initial_backoff_ms = 200
+max_backoff_ms = 2000
+"#,
+        url = server.url(false),
+        server_id = server_id(),
+        brokers = stack().brokers,
+        state = state.display(),
+    )
+}
+
+/// The records until `done` holds (or 60 s).
+fn read_until(topic: &str, count: usize) -> Vec<Record> {
+    read_topic(topic, Duration::from_secs(60), |records| {
+        records.len() >= count
+    })
+}
+
+async fn types_and_order(server: Server) {
+    let _broker = broker_shared().await;
+    let name = unique("my_types");
+    let database = name.clone();
+    let prefix = unique("mt");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (
+            id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+            ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mu MEDIUMINT UNSIGNED, i INT,
+            iu INT UNSIGNED, bi BIGINT,
+            vc VARCHAR(50), ch CHAR(5), tx TEXT,
+            dc DECIMAL(10,2), dneg DECIMAL(30,5),
+            d DATE, dt3 DATETIME(3), dt6 DATETIME(6), ts TIMESTAMP(6) NULL, tm TIME(6),
+            bl BLOB, js JSON, n INT NULL, f FLOAT, db DOUBLE, y YEAR
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+    ))
+    .await
+    .unwrap();
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    root.query_drop(format!(
+        "INSERT INTO {database}.t VALUES (1, -128, 255, -32768, 16777215, -2147483648,
+            4294967295, 9223372036854775807,
+            'héllo ✓', 'ab', 'a long text',
+            12345.67, -123456789012345678901234.56789,
+            '2024-02-29', '2024-02-29 13:14:15.123', '1969-12-31 23:59:58.000001',
+            '2024-02-29 13:14:15.123456', '-838:59:58.999999',
+            X'00FF10', '{{\"aa\": \"x\", \"b\": [1, 2.5, null]}}', NULL,
+            1.5, -2.25, 2024)"
+    ))
+    .await
+    .unwrap();
+    root.query_drop(format!(
+        "INSERT INTO {database}.t (id, bi, vc) VALUES (18446744073709551615, -9223372036854775808, 'max')"
+    ))
+    .await
+    .unwrap();
+    for i in 1..=20 {
+        root.query_drop(format!("UPDATE {database}.t SET i = {i} WHERE id = 1"))
+            .await
+            .unwrap();
+    }
+    root.query_drop(format!(
+        "DELETE FROM {database}.t WHERE id = 18446744073709551615"
+    ))
+    .await
+    .unwrap();
+
+    // A column added mid-stream shows up in the next events (the binlog's table map carries
+    // the columns of its time).
+    root.query_drop(format!(
+        "ALTER TABLE {database}.t ADD COLUMN extra VARCHAR(10) DEFAULT 'new'"
+    ))
+    .await
+    .unwrap();
+    root.query_drop(format!("INSERT INTO {database}.t (id) VALUES (3)"))
+        .await
+        .unwrap();
+
+    let topic = format!("{prefix}.{database}.t");
+    // 2 inserts, 20 updates, a delete and its tombstone, an insert after the ALTER.
+    let records = read_until(&topic, 25);
+    assert_eq!(records.len(), 25, "{records:#?}\n{}", sluice.log_text());
+
+    let insert = &records[0];
+    assert_eq!(insert.key, Some(json!({"id": 1})));
+    let value = insert.value.as_ref().unwrap();
+    assert_eq!(value["op"], "c");
+    assert_eq!(value["before"], Value::Null);
+    assert_eq!(value["transaction"], Value::Null);
+    assert!(value["ts_ms"].as_i64().unwrap() > 1_700_000_000_000);
+    // MySQL's binary JSON as Debezium writes it (compact, keys in storage order: shorter
+    // first); MariaDB's JSON is text, as written.
+    let json_text = value["after"]["js"].as_str().unwrap();
+    let expected_json = match server {
+        Server::Mysql => r#"{"b":[1,2.5,null],"aa":"x"}"#,
+        Server::Mariadb => r#"{"aa": "x", "b": [1, 2.5, null]}"#,
+    };
+    assert_eq!(json_text, expected_json);
+    let mut after = value["after"].clone();
+    after["js"] = Value::Null;
+    assert_eq!(
+        after,
+        json!({
+            "id": 1, "ti": -128, "tu": 255, "si": -32768, "mu": 16777215, "i": -2147483648,
+            "iu": 4294967295u64, "bi": 9223372036854775807i64,
+            "vc": "héllo ✓", "ch": "ab", "tx": "a long text",
+            // 1234567 = 0x12D687; -12345678901234567890123456789 in two's complement.
+            "dc": "EtaH", "dneg": "2BvkzblBNk6Rxn7r",
+            // 2024-02-29: day 19782; DATETIME(3) as milliseconds, DATETIME(6) as microseconds.
+            "d": 19782, "dt3": 1709212455123i64, "dt6": -1_999_999i64,
+            "ts": "2024-02-29T13:14:15.123456Z",
+            "tm": -3_020_398_999_999i64,
+            "bl": "AP8Q", "js": null, "n": null, "f": 1.5, "db": -2.25, "y": 2024
+        })
+    );
+    let source = &value["source"];
+    // The fields (their order in the text is the encoder's unit tests').
+    let mut keys: Vec<&str> = source
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    let mut expected = [
+        "version",
+        "connector",
+        "name",
+        "ts_ms",
+        "snapshot",
+        "db",
+        "sequence",
+        "table",
+        "server_id",
+        "gtid",
+        "file",
+        "pos",
+        "row",
+        "thread",
+        "query",
+    ];
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    assert_eq!(source["connector"], "mysql");
+    assert_eq!(source["name"], prefix.as_str());
+    assert_eq!(source["snapshot"], "false");
+    assert_eq!(source["db"], database.as_str());
+    assert_eq!(source["table"], "t");
+    assert_eq!(source["sequence"], Value::Null);
+    assert_eq!(source["server_id"], 1);
+    assert_eq!(source["row"], 0);
+    assert_eq!(source["query"], Value::Null);
+    assert!(
+        source["file"].as_str().unwrap().starts_with("binlog."),
+        "{source}"
+    );
+    assert!(source["pos"].as_u64().unwrap() > 4, "{source}");
+    assert!(source["ts_ms"].as_i64().unwrap() % 1000 == 0, "{source}");
+    let gtid = source["gtid"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no gtid: {source}"));
+    match server {
+        // domain-server-sequence.
+        Server::Mariadb => assert_eq!(gtid.split('-').count(), 3, "{gtid}"),
+        // uuid:transaction.
+        Server::Mysql => {
+            assert!(gtid.len() > 37 && gtid.as_bytes()[36] == b':', "{gtid}");
+            assert!(source["thread"].as_u64().is_some(), "{source}");
+        }
+    }
+    assert_eq!(
+        insert.headers["sluice.binlog_file"],
+        source["file"].as_str().unwrap()
+    );
+    assert_eq!(
+        insert.header_u64("sluice.binlog_pos"),
+        source["pos"].as_u64().unwrap()
+    );
+
+    let max = &records[1];
+    assert_eq!(max.key, Some(json!({"id": 18446744073709551615u64})));
+    let after = &max.value.as_ref().unwrap()["after"];
+    assert_eq!(after["id"], json!(18446744073709551615u64));
+    assert_eq!(after["bi"], json!(-9223372036854775808i64));
+    assert_eq!(after["dc"], Value::Null);
+
+    // Per-key order: the updates of row 1 in the order made, each with its before image, at
+    // strictly increasing binlog positions.
+    let updates: Vec<&Record> = records[2..22].iter().collect();
+    for (n, update) in updates.iter().enumerate() {
+        let value = update.value.as_ref().unwrap();
+        assert_eq!(update.key, Some(json!({"id": 1})));
+        assert_eq!(value["op"], "u");
+        assert_eq!(value["after"]["i"], json!(n + 1));
+        let before = if n == 0 { json!(-2147483648) } else { json!(n) };
+        assert_eq!(value["before"]["i"], before);
+        assert_eq!(value["after"]["vc"], "héllo ✓");
+    }
+    let positions: Vec<(String, u64)> = records[..22]
+        .iter()
+        .map(|r| {
+            (
+                r.headers["sluice.binlog_file"].clone(),
+                r.header_u64("sluice.binlog_pos"),
+            )
+        })
+        .collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+
+    let delete = &records[22];
+    let value = delete.value.as_ref().unwrap();
+    assert_eq!(value["op"], "d");
+    assert_eq!(value["after"], Value::Null);
+    assert_eq!(value["before"]["vc"], "max");
+    assert_eq!(delete.key, Some(json!({"id": 18446744073709551615u64})));
+    let tombstone = &records[23];
+    assert_eq!(tombstone.key, delete.key);
+    assert!(tombstone.value.is_none());
+    let added = records[24].value.as_ref().unwrap();
+    assert_eq!(added["after"]["id"], 3);
+    assert_eq!(added["after"]["extra"], "new");
+    assert_eq!(added["after"]["vc"], Value::Null);
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_rows_arrive_as_debezium_mysql_events() {
+    types_and_order(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_rows_arrive_as_debezium_mysql_events() {
+    types_and_order(Server::Mysql).await;
+}
+
+/// SIGKILL mid-stream while a writer keeps inserting (before, during the downtime and after the
+/// restart); after the restart every row is in the topic (duplicates allowed and counted).
+async fn nothing_lost_after_sigkill(server: Server) {
+    const PER_TX: u32 = 10;
+    let _broker = broker_shared().await;
+    let name = unique("my_kill");
+    let database = name.clone();
+    let prefix = unique("mk");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))"
+    ))
+    .await
+    .unwrap();
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    // Writes 10-row transactions until told to stop; returns the last id written.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_stop = std::sync::Arc::clone(&stop);
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let writer_written = std::sync::Arc::clone(&written);
+    let writer_db = database.clone();
+    let writer = tokio::spawn(async move {
+        let mut conn = server.root().await;
+        let mut next = 1;
+        while !writer_stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let values: Vec<String> = (next..next + PER_TX)
+                .map(|id| format!("({id}, 'v{id}')"))
+                .collect();
+            conn.query_drop(format!(
+                "INSERT INTO {writer_db}.t VALUES {}",
+                values.join(",")
+            ))
+            .await
+            .unwrap();
+            next += PER_TX;
+            writer_written.store(next - 1, std::sync::atomic::Ordering::Relaxed);
+        }
+        next - 1
+    });
+    let topic = format!("{prefix}.{database}.t");
+    // Mid-stream: some rows are in the topic, the writer is still writing.
+    let seen = read_topic(&topic, Duration::from_secs(60), |records| {
+        records.len() >= 500
+    });
+    assert!(seen.len() >= 500, "{}", sluice.log_text());
+    sluice.kill();
+    // Rows written while sluice is down (at least 1,000), then after its restart (2,000 more).
+    let at_kill = written.load(std::sync::atomic::Ordering::Relaxed);
+    crate::support::wait_until("rows written while down", Duration::from_secs(60), || {
+        written.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 1000
+    });
+    sluice.restart();
+    sluice.wait_streaming(Duration::from_secs(60));
+    let at_restart = written.load(std::sync::atomic::Ordering::Relaxed);
+    crate::support::wait_until(
+        "rows written after the restart",
+        Duration::from_secs(60),
+        || written.load(std::sync::atomic::Ordering::Relaxed) >= at_restart + 2000,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rows = writer.await.unwrap();
+
+    let records = read_topic(&topic, Duration::from_secs(90), |records| {
+        ids(records).len() >= rows as usize
+    });
+    let counts = ids(&records);
+    let missing: Vec<u32> = (1..=rows).filter(|id| !counts.contains_key(id)).collect();
+    let duplicates: usize = counts.values().map(|n| n - 1).sum();
+    eprintln!(
+        "{server:?}: {} records for {rows} rows, {duplicates} duplicates",
+        records.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "{} rows missing after the restart, e.g. {:?}; log:\n{}",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        sluice.log_text()
+    );
+    // Per-key order survives the restart: a key's records are at non-decreasing positions
+    // (a duplicate repeats a position).
+    let mut last: HashMap<u32, (String, u64, u64)> = HashMap::new();
+    for record in &records {
+        let id = record.key.as_ref().unwrap()["id"].as_u64().unwrap() as u32;
+        let position = (
+            record.headers["sluice.binlog_file"].clone(),
+            record.header_u64("sluice.binlog_pos"),
+            record.header_u64("sluice.binlog_row"),
+        );
+        if let Some(previous) = last.insert(id, position.clone()) {
+            assert!(previous <= position, "{id}: {previous:?} then {position:?}");
+        }
+    }
+    assert!(sluice.stop(), "{}", sluice.log_text());
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+/// Records per inserted id.
+fn ids(records: &[Record]) -> BTreeMap<u32, usize> {
+    let mut counts = BTreeMap::new();
+    for record in records {
+        if let Some(id) = record
+            .value
+            .as_ref()
+            .and_then(|v| v["after"]["id"].as_u64())
+        {
+            *counts.entry(id as u32).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_sigkill_mid_stream_loses_nothing() {
+    nothing_lost_after_sigkill(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_sigkill_mid_stream_loses_nothing() {
+    nothing_lost_after_sigkill(Server::Mysql).await;
+}
+
+/// `sluice check` connects, reports the binlog position, and names a missing privilege with
+/// the GRANT that fixes it.
+async fn check_names_missing_privileges(server: Server) {
+    let name = unique("my_check");
+    let user = name.clone();
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE USER '{user}'@'%' IDENTIFIED BY 'pw'"))
+        .await
+        .unwrap();
+    root.query_drop(format!("GRANT SELECT ON *.* TO '{user}'@'%'"))
+        .await
+        .unwrap();
+    let dir = test_dir(&name);
+    let good = pipeline(server, &name, "shop", "p", free_port());
+    let run = |toml: &str| {
+        let file = dir.join("pipeline.toml");
+        std::fs::write(&file, toml).unwrap();
+        let output = Command::new(sluice_bin())
+            .args(["check"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    };
+    let (ok, text) = run(&good);
+    assert!(ok, "{text}");
+    assert!(text.contains("binlog at binlog."), "{text}");
+    let url = server.url(false);
+    let (_, host) = url.rsplit_once('@').unwrap();
+    let weak = good.replace(&url, &format!("mysql://{user}:pw@{host}"));
+    let (ok, text) = run(&weak);
+    assert!(!ok, "{text}");
+    let expected_monitor = match server {
+        Server::Mariadb => "BINLOG MONITOR",
+        Server::Mysql => "REPLICATION CLIENT",
+    };
+    assert!(
+        text.contains(&format!(
+            "privileges: the user lacks REPLICATION SLAVE, {expected_monitor}: GRANT REPLICATION SLAVE, {expected_monitor} ON *.* TO <user>"
+        )),
+        "{text}"
+    );
+    assert!(text.ends_with("not ready\n"), "{text}");
+    root.query_drop(format!("DROP USER '{user}'@'%'"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_check_names_missing_privileges() {
+    check_names_missing_privileges(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_check_names_missing_privileges() {
+    check_names_missing_privileges(Server::Mysql).await;
+}
+
+/// A saved position whose binlog the server no longer has stops the pipeline (no endless
+/// retries) with the fix named.
+async fn a_lost_position_stops_with_the_fix(server: Server) {
+    let _broker = broker_shared().await;
+    let name = unique("my_lost");
+    let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let flavor = match server {
+        Server::Mariadb => "mariadb",
+        Server::Mysql => "mysql",
+    };
+    // A file:position start (no GTID set) in a binlog file the server never had.
+    std::fs::write(
+        state.join(format!("{name}.mysql.json")),
+        format!(
+            r#"{{"flavor":"{flavor}","position":{{"file":"binlog.999999","pos":4,"gtid_set":null}}}}"#
+        ),
+    )
+    .unwrap();
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, "nothing", "p", admin_port),
+        admin_port,
+    );
+    crate::support::wait_until("sluice to stop", Duration::from_secs(60), || {
+        sluice.exited().is_some()
+    });
+    assert!(!sluice.exited().unwrap().success());
+    let log = sluice.log_text();
+    assert!(
+        log.contains("the server cannot send the binlog from the saved position binlog.999999:4"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!(
+            "remove the state file {}",
+            state.join(format!("{name}.mysql.json")).display()
+        )),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_a_lost_position_stops_with_the_fix() {
+    a_lost_position_stops_with_the_fix(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_a_lost_position_stops_with_the_fix() {
+    a_lost_position_stops_with_the_fix(Server::Mysql).await;
+}
