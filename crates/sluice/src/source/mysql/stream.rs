@@ -504,7 +504,7 @@ impl Source for MysqlSource {
     fn encoder(&mut self) -> MysqlEncoder {
         MysqlEncoder {
             prefix: Arc::from(self.config.kafka.topic_prefix.as_str()),
-            tombstones: self.config.kafka.tombstones_on_delete,
+            tombstones: self.config.kafka.tombstones_on_delete(),
             now_ms: delivery::unix_micros_now().div_euclid(1000),
         }
     }
@@ -678,7 +678,7 @@ impl MysqlSource {
         };
         self.ensure_topic(&info.topic).await?;
         let size_per_row = rows.rows_data().len() / decoded.len().max(1) * 3 + 512;
-        let tombstones = self.config.kafka.tombstones_on_delete;
+        let tombstones = self.config.kafka.tombstones_on_delete();
         for (row, (before, after)) in decoded.into_iter().enumerate() {
             let change = RowChange {
                 table: Arc::clone(&info),
