@@ -273,7 +273,10 @@ impl RelationInfo {
             + head.len()
             + db.len()
             + tail.len()
-            + 260;
+            // The rest of the envelope and the key: `sequence` (two LSNs), `source.ts_us`/`ts_ns`,
+            // `txId`, `lsn`, `xmin`/`origin`/`origin_lsn`, `transaction`, `op`, the envelope's
+            // `ts_ms`/`ts_us`/`ts_ns`, the key's braces: about 400 bytes.
+            + 400;
         Self {
             name,
             topic,
