@@ -17,6 +17,7 @@
 //! With `kafka.events.schemas_enable` (`JsonConverter`'s `schemas.enable=true`), key and value
 //! are `{"schema":…,"payload":…}` with the schemas Debezium's connector declares ([`schema`]).
 
+pub mod decimal;
 pub mod geometry;
 pub mod options;
 pub mod schema;

@@ -6,6 +6,8 @@
 //! "snapshot","db","sequence","table","server_id","gtid","file","pos","row","thread","query"},
 //! "transaction":null,"op":…,"ts_ms":…}`.
 
+use crate::event::decimal::write_unscaled;
+use crate::event::temporal::{civil_from_days, days_from_civil, write_padded};
 use std::sync::Arc;
 
 use base64::Engine as _;
@@ -616,56 +618,6 @@ fn write_float(value: f64, single: Option<f32>, out: &mut Vec<u8>) {
     };
 }
 
-/// Appends, as a base64 JSON string, the big-endian two's-complement bytes (as few as hold
-/// the sign, as Java's `BigInteger.toByteArray`) of the integer `-?digits`. (The PostgreSQL
-/// source has the same function; to be shared once the event modules settle.)
-fn write_unscaled(negative: bool, digits: &str, out: &mut Vec<u8>) {
-    let mut bytes: Vec<u8> = vec![0];
-    for digit in digits.bytes() {
-        let mut carry = u32::from(digit - b'0');
-        for byte in bytes.iter_mut().rev() {
-            let v = u32::from(*byte) * 10 + carry;
-            *byte = (v & 0xff) as u8;
-            carry = v >> 8;
-        }
-        while carry > 0 {
-            bytes.insert(0, (carry & 0xff) as u8);
-            carry >>= 8;
-        }
-    }
-    while bytes.len() > 1 && bytes[0] == 0 {
-        bytes.remove(0);
-    }
-    let zero = bytes.iter().all(|b| *b == 0);
-    if negative && !zero {
-        for byte in &mut bytes {
-            *byte = !*byte;
-        }
-        for byte in bytes.iter_mut().rev() {
-            let (v, overflow) = byte.overflowing_add(1);
-            *byte = v;
-            if !overflow {
-                break;
-            }
-        }
-        if bytes[0] & 0x80 == 0 {
-            bytes.insert(0, 0xff);
-        }
-        while bytes.len() > 1 && bytes[0] == 0xff && bytes[1] & 0x80 != 0 {
-            bytes.remove(0);
-        }
-    } else if bytes[0] & 0x80 != 0 {
-        bytes.insert(0, 0);
-    }
-    out.push(b'"');
-    out.extend_from_slice(
-        base64::engine::general_purpose::STANDARD
-            .encode(&bytes)
-            .as_bytes(),
-    );
-    out.push(b'"');
-}
-
 /// `seconds.fraction` since the epoch as `YYYY-MM-DDTHH:MM:SS[.f…]Z` with `fsp` digits.
 fn write_zoned(seconds: i64, micros: u64, fsp: u8, out: &mut Vec<u8>) {
     let days = seconds.div_euclid(86_400);
@@ -689,40 +641,6 @@ fn write_zoned(seconds: i64, micros: u64, fsp: u8, out: &mut Vec<u8>) {
         write_padded(micros / 10u64.pow(6 - fsp), fsp as usize, out);
     }
     out.extend_from_slice(b"Z\"");
-}
-
-fn write_padded(value: u64, width: usize, out: &mut Vec<u8>) {
-    let mut buffer = itoa::Buffer::new();
-    let digits = buffer.format(value).as_bytes();
-    for _ in digits.len()..width {
-        out.push(b'0');
-    }
-    out.extend_from_slice(digits);
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let yoe = year - era * 400;
-    let month = i64::from(month);
-    let doy = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The date of a day number since 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@
 //! a JSON string of the text. Whatever `write_json` appends on success is valid JSON; on
 //! failure it appends nothing.
 
+use crate::event::decimal::write_unscaled;
+use crate::event::temporal::{civil_from_days, days_from_civil, write_padded};
 use base64::Engine as _;
 
 use crate::event::options::{IntervalParts, write_interval_iso};
@@ -791,58 +793,6 @@ fn parse_money(text: &[u8], digits: u8) -> Result<(bool, String, String), ValueE
     Ok((negative, int, frac))
 }
 
-/// Appends, as a base64 JSON string, the big-endian two's-complement bytes (as few as hold
-/// the sign, as Java's `BigInteger.toByteArray`) of the integer `-?digits`.
-fn write_unscaled(negative: bool, digits: &str, out: &mut Vec<u8>) {
-    // Magnitude, big-endian, by multiply-and-add per decimal digit.
-    let mut bytes: Vec<u8> = vec![0];
-    for digit in digits.bytes() {
-        let mut carry = u32::from(digit - b'0');
-        for byte in bytes.iter_mut().rev() {
-            let v = u32::from(*byte) * 10 + carry;
-            *byte = (v & 0xff) as u8;
-            carry = v >> 8;
-        }
-        while carry > 0 {
-            bytes.insert(0, (carry & 0xff) as u8);
-            carry >>= 8;
-        }
-    }
-    while bytes.len() > 1 && bytes[0] == 0 {
-        bytes.remove(0);
-    }
-    let zero = bytes.iter().all(|b| *b == 0);
-    if negative && !zero {
-        // Two's complement: invert and add one.
-        for byte in &mut bytes {
-            *byte = !*byte;
-        }
-        for byte in bytes.iter_mut().rev() {
-            let (v, overflow) = byte.overflowing_add(1);
-            *byte = v;
-            if !overflow {
-                break;
-            }
-        }
-        if bytes[0] & 0x80 == 0 {
-            bytes.insert(0, 0xff);
-        }
-        // Drop redundant sign bytes (0xff followed by a byte with its top bit set).
-        while bytes.len() > 1 && bytes[0] == 0xff && bytes[1] & 0x80 != 0 {
-            bytes.remove(0);
-        }
-    } else if bytes[0] & 0x80 != 0 {
-        bytes.insert(0, 0);
-    }
-    out.push(b'"');
-    out.extend_from_slice(
-        base64::engine::general_purpose::STANDARD
-            .encode(&bytes)
-            .as_bytes(),
-    );
-    out.push(b'"');
-}
-
 /// Appends `text`, which must be UTF-8, as a JSON string.
 fn write_string(text: &[u8], out: &mut Vec<u8>) -> Result<(), ValueError> {
     std::str::from_utf8(text).map_err(|_| ValueError::InvalidUtf8)?;
@@ -1368,58 +1318,9 @@ fn write_year(year: i64, out: &mut Vec<u8>) {
     write_padded(year.unsigned_abs(), 4, out);
 }
 
-/// Appends `value` in decimal, zero-padded to at least `width` digits.
-fn write_padded(value: u64, width: usize, out: &mut Vec<u8>) {
-    let mut buffer = itoa::Buffer::new();
-    let digits = buffer.format(value).as_bytes();
-    for _ in digits.len()..width {
-        out.push(b'0');
-    }
-    out.extend_from_slice(digits);
-}
-
 /// Appends an integer in decimal.
 fn write_int(out: &mut Vec<u8>, value: i64) {
     out.extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
-}
-
-/// Days since 1970-01-01 of a date in the proleptic Gregorian calendar, with astronomical year
-/// numbering (year 0 is 1 BC). Valid for any year whose days fit in an `i64` several times.
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    // Howard Hinnant's algorithm: count from 0000-03-01 so that leap days fall at year ends.
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month = i64::from(month);
-    let shifted_month = if month > 2 { month - 3 } else { month + 9 };
-    let day_of_year = (153 * shifted_month + 2) / 5 + i64::from(day) - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-/// The date (astronomical year, month, day) of a number of days since 1970-01-01; the inverse
-/// of [`days_from_civil`].
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let shifted_month = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 {
-        shifted_month + 3
-    } else {
-        shifted_month - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    // Both are in range by construction: 1..=31 and 1..=12.
-    (
-        year,
-        u32::try_from(month).unwrap_or(1),
-        u32::try_from(day).unwrap_or(1),
-    )
 }
 
 /// The number of days in a month of an (astronomical) year.
