@@ -656,6 +656,52 @@ impl KafkaHealth {
     }
 }
 
+/// A source pipeline's producer with the channel its deliveries come back on and its brokers'
+/// health: what every source's delivery loop starts from.
+pub struct SourceProducer {
+    /// The producer.
+    pub producer: Arc<PipelineProducer>,
+    /// The sending side of the deliveries channel (the publisher reports refusals on it too).
+    pub deliveries_tx: UnboundedSender<DeliveryEvent>,
+    /// The deliveries, in the order librdkafka reports them.
+    pub deliveries: tokio::sync::mpsc::UnboundedReceiver<DeliveryEvent>,
+    /// Broker health as the producer's context sees it.
+    pub health: Arc<KafkaHealth>,
+}
+
+/// Creates a source pipeline's producer (`batch_size_cap`: see [`producer_config`]).
+///
+/// # Errors
+///
+/// A `[kafka.producer]` property librdkafka refuses.
+pub fn source_producer(
+    kafka: &KafkaConfig,
+    client_id: &str,
+    max_in_flight_records: u32,
+    batch_size_cap: Option<u64>,
+) -> Result<SourceProducer, PipelineError> {
+    let (deliveries_tx, deliveries) = tokio::sync::mpsc::unbounded_channel();
+    let health = Arc::new(KafkaHealth::default());
+    let producer = producer_config(kafka, client_id, max_in_flight_records, batch_size_cap)
+        .create_with_context(PipelineProducerContext::new(
+            deliveries_tx.clone(),
+            Arc::clone(&health),
+        ))
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create the Kafka producer",
+                "check the [kafka.producer] properties: each must be a librdkafka producer property with a valid value",
+                e,
+            )
+        })?;
+    Ok(SourceProducer {
+        producer: Arc::new(producer),
+        deliveries_tx,
+        deliveries,
+        health,
+    })
+}
+
 /// The producer's librdkafka context.
 pub struct PipelineProducerContext {
     deliveries: UnboundedSender<DeliveryEvent>,

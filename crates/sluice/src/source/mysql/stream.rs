@@ -21,7 +21,6 @@ use rdkafka::producer::Producer as _;
 use rdkafka::util::Timeout;
 use serde::{Deserialize, Serialize};
 use sluice_engine::InFlightBudget;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::config::MysqlPipelineConfig;
@@ -34,7 +33,7 @@ use crate::delivery::{
 };
 use crate::error::PipelineError;
 use crate::event::Op;
-use crate::kafka::{self, KafkaHealth, OutRecord, PipelineProducer, PipelineProducerContext};
+use crate::kafka::{self, OutRecord};
 use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
 use crate::runtime::state::{DirectoryStateStore, StateStore};
 use crate::runtime::status::{PipelineState, StatusBoard};
@@ -181,27 +180,17 @@ pub async fn run_once(
     )
     .await?;
 
-    let (delivery_tx, mut delivery_rx) = mpsc::unbounded_channel();
-    let health = Arc::new(KafkaHealth::default());
-    let producer: Arc<PipelineProducer> = Arc::new(
-        kafka::producer_config(
-            &config.kafka,
-            &format!("sluice-{}", config.name),
-            config.delivery.max_in_flight_records,
-            None,
-        )
-        .create_with_context(PipelineProducerContext::new(
-            delivery_tx.clone(),
-            Arc::clone(&health),
-        ))
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create the Kafka producer",
-                "check the [kafka.producer] properties: each must be a librdkafka producer property with a valid value",
-                e,
-            )
-        })?,
-    );
+    let kafka::SourceProducer {
+        producer,
+        deliveries_tx: delivery_tx,
+        deliveries: mut delivery_rx,
+        health,
+    } = kafka::source_producer(
+        &config.kafka,
+        &format!("sluice-{}", config.name),
+        config.delivery.max_in_flight_records,
+        None,
+    )?;
     let mut known_topics = HashSet::new();
     if config.kafka.create_topics
         && let Some(topic) = config.delivery.dead_letter_topic.clone()

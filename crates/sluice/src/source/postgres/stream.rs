@@ -43,7 +43,6 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::Producer;
 use rdkafka::util::Timeout;
 use sluice_engine::{InFlightBudget, Lsn};
-use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -67,7 +66,7 @@ use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source, unix_micros_now,
 };
 use crate::error::PipelineError;
-use crate::kafka::{self, KafkaHealth, OutRecord, PipelineProducer, PipelineProducerContext};
+use crate::kafka::{self, OutRecord};
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
@@ -277,27 +276,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         "resuming from the slot's confirmed position"
     );
 
-    let (delivery_tx, mut delivery_rx) = mpsc::unbounded_channel();
-    let health = Arc::new(KafkaHealth::default());
-    let producer: Arc<PipelineProducer> = Arc::new(
-        kafka::producer_config(
-            &config.kafka,
-            &format!("sluice-{}", config.name),
-            config.delivery.max_in_flight_records,
-            batch_size_cap,
-        )
-        .create_with_context(PipelineProducerContext::new(
-            delivery_tx.clone(),
-            Arc::clone(&health),
-        ))
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create the Kafka producer",
-                "check the [kafka.producer] properties: each must be a librdkafka producer property with a valid value",
-                e,
-            )
-        })?,
-    );
+    let kafka::SourceProducer {
+        producer,
+        deliveries_tx: delivery_tx,
+        deliveries: mut delivery_rx,
+        health,
+    } = kafka::source_producer(
+        &config.kafka,
+        &format!("sluice-{}", config.name),
+        config.delivery.max_in_flight_records,
+        batch_size_cap,
+    )?;
 
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     if mode != SnapshotMode::Never && slot_state.record().is_some_and(|r| r.snapshot_pending) {
