@@ -4,7 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::error::PipelineError;
-use crate::sink::config::SinkPipelineConfig;
+use crate::sink::config::{SinkPipelineConfig, TopicSelector};
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::mysql::server::SettingIssue;
 use crate::source::postgres::config::PgPipelineConfig;
@@ -257,6 +257,8 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     println!("pipeline {:?}: configuration is valid", config.name);
     let kafka = config.kafka();
+    // The topics read: named ones, and what the patterns match now.
+    let mut resolved = kafka.topic_names();
     let metadata = crate::kafka::probe(
         &kafka.brokers,
         &kafka.client,
@@ -271,16 +273,38 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
                 kafka.brokers,
                 metadata.brokers().len()
             );
-            for topic in &kafka.topics {
-                match metadata.topics().iter().find(|t| t.name() == topic) {
-                    Some(found) if found.error().is_none() => println!(
-                        "topic {topic:?}: {} partition(s) -> group {:?}",
-                        found.partitions().len(),
-                        config.group_id()
-                    ),
-                    _ => {
-                        ok = false;
-                        println!("topic {topic:?}: MISSING");
+            resolved.clear();
+            for selector in kafka.selectors() {
+                match selector {
+                    TopicSelector::Name(topic) => {
+                        match metadata.topics().iter().find(|t| t.name() == topic) {
+                            Some(found) if found.error().is_none() => {
+                                println!(
+                                    "topic {topic:?}: {} partition(s) -> group {:?}",
+                                    found.partitions().len(),
+                                    config.group_id()
+                                );
+                                resolved.push(topic);
+                            }
+                            _ => {
+                                ok = false;
+                                println!("topic {topic:?}: MISSING");
+                            }
+                        }
+                    }
+                    TopicSelector::Pattern(pattern) => {
+                        let matched: Vec<String> = metadata
+                            .topics()
+                            .iter()
+                            .map(|t| t.name().to_owned())
+                            .filter(|name| !name.starts_with("__") && kafka.selects(name))
+                            .collect();
+                        println!(
+                            "topics /{pattern}/: {} match now ({}); topics created later are read too",
+                            matched.len(),
+                            matched.join(", ")
+                        );
+                        resolved.extend(matched);
                     }
                 }
             }
@@ -296,7 +320,7 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     let files = match (config.files(), config.postgres()) {
         (Some(files), _) => files,
         (None, Some(postgres)) => {
-            ok &= check_pg_target(config, postgres)?;
+            ok &= check_pg_target(postgres, &resolved)?;
             println!("{}", if ok { "ready" } else { "not ready" });
             return Ok(if ok {
                 ExitCode::SUCCESS
@@ -349,8 +373,8 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
 /// `sluice check` for a PostgreSQL sink: the target database answers, every topic's table
 /// exists with the privileges the sink needs, and the progress table exists or can be created.
 fn check_pg_target(
-    config: &SinkPipelineConfig,
     postgres: &crate::sink::postgres::config::PostgresSinkConfig,
+    topics: &[String],
 ) -> anyhow::Result<bool> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -383,9 +407,17 @@ fn check_pg_target(
     };
     println!("target {target}: connected");
     let mut ok = true;
-    for topic in &config.kafka().topics {
-        let Ok(table) = postgres.table_for(topic) else {
-            continue;
+    for topic in topics {
+        let table = match postgres.table_for(topic) {
+            Ok(table) => table,
+            Err(issue) => {
+                ok = false;
+                println!(
+                    "topic {topic:?}: no table: {}: {}",
+                    issue.key, issue.problem
+                );
+                continue;
+            }
         };
         let row = runtime.block_on(client.query_one(
             "SELECT to_regclass($1) IS NOT NULL,
@@ -394,10 +426,15 @@ fn check_pg_target(
             &[&table.quoted()],
         ));
         match row {
+            Ok(row) if !row.get::<_, bool>(0) && postgres.auto_create => {
+                println!(
+                    "topic {topic:?} -> table {table}: missing, created from the first change (auto_create)"
+                );
+            }
             Ok(row) if !row.get::<_, bool>(0) => {
                 ok = false;
                 println!(
-                    "topic {topic:?} -> table {table}: MISSING (create it: auto_create is not supported yet)"
+                    "topic {topic:?} -> table {table}: MISSING (create it, or set sink.postgres.auto_create = true)"
                 );
             }
             Ok(row) if !row.get::<_, bool>(1) => {

@@ -91,7 +91,9 @@ pub enum SinkSourceConfig {
 pub struct KafkaSourceConfig {
     /// `host:port[,host:port…]`.
     pub brokers: String,
-    /// Topics to read.
+    /// Topics to read: names, comma-separated lists of names, or `/regex/` (every topic whose
+    /// whole name matches, including topics created later). See [`Self::topic_names`] and
+    /// [`Self::subscription`].
     pub topics: Vec<String>,
     /// Consumer group; default `sluice_<pipeline name>`.
     pub group_id: Option<String>,
@@ -105,6 +107,80 @@ pub struct KafkaSourceConfig {
     /// metadata): security (`security.protocol`, `ssl.*`, `sasl.*`) and the like.
     #[serde(default)]
     pub client: BTreeMap<String, String>,
+}
+
+/// One entry of `source.kafka.topics`, after splitting at commas.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicSelector {
+    /// A topic name.
+    Name(String),
+    /// A regular expression (between slashes in the file) that whole topic names match.
+    Pattern(String),
+}
+
+impl KafkaSourceConfig {
+    /// The entries of `topics`: comma-separated names are split, `/…/` is a pattern.
+    pub fn selectors(&self) -> Vec<TopicSelector> {
+        let mut selectors = Vec::new();
+        for entry in &self.topics {
+            let entry = entry.trim();
+            if entry.len() >= 2 && entry.starts_with('/') && entry.ends_with('/') {
+                selectors.push(TopicSelector::Pattern(entry[1..entry.len() - 1].to_owned()));
+                continue;
+            }
+            for name in entry.split(',') {
+                let name = name.trim();
+                if !name.is_empty() {
+                    selectors.push(TopicSelector::Name(name.to_owned()));
+                }
+            }
+        }
+        selectors
+    }
+
+    /// The topics named (not matched by a pattern).
+    pub fn topic_names(&self) -> Vec<String> {
+        self.selectors()
+            .into_iter()
+            .filter_map(|s| match s {
+                TopicSelector::Name(name) => Some(name),
+                TopicSelector::Pattern(_) => None,
+            })
+            .collect()
+    }
+
+    /// The subscription as librdkafka takes it: names, and patterns as `^(…)$` (librdkafka
+    /// treats a subscription that starts with `^` as a regular expression).
+    pub fn subscription(&self) -> Vec<String> {
+        self.selectors()
+            .into_iter()
+            .map(|s| match s {
+                TopicSelector::Name(name) => name,
+                TopicSelector::Pattern(pattern) => {
+                    let pattern = pattern.strip_prefix('^').unwrap_or(&pattern);
+                    let pattern = pattern.strip_suffix('$').unwrap_or(pattern);
+                    format!("^({pattern})$")
+                }
+            })
+            .collect()
+    }
+
+    /// Whether `topic` is read: named, or matched by a pattern.
+    pub fn selects(&self, topic: &str) -> bool {
+        self.selectors().iter().any(|s| match s {
+            TopicSelector::Name(name) => name == topic,
+            TopicSelector::Pattern(pattern) => whole_match(pattern, topic).unwrap_or(false),
+        })
+    }
+}
+
+/// Whether `pattern` matches all of `text`; `Err`: the pattern is invalid.
+fn whole_match(pattern: &str, text: &str) -> Result<bool, String> {
+    let pattern = pattern.strip_prefix('^').unwrap_or(pattern);
+    let pattern = pattern.strip_suffix('$').unwrap_or(pattern);
+    let regex =
+        regex_automata::meta::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())?;
+    Ok(regex.is_match(text))
 }
 
 impl std::fmt::Debug for KafkaSourceConfig {
@@ -466,20 +542,29 @@ impl SinkPipelineConfig {
                 "empty: expected host:port[,host:port...]".into(),
             );
         }
-        if kafka.topics.is_empty() {
+        if kafka.selectors().is_empty() {
             issue(
                 "source.kafka.topics",
-                "empty: expected at least one topic, e.g. [\"orders\"]".into(),
+                "empty: expected at least one topic, e.g. [\"orders\"], a comma-separated list or a /regex/".into(),
             );
         }
-        for (index, topic) in kafka.topics.iter().enumerate() {
-            if !is_topic_name(topic) {
-                issue(
-                    &format!("source.kafka.topics[{index}]"),
+        for selector in kafka.selectors() {
+            match selector {
+                TopicSelector::Name(topic) if !is_topic_name(&topic) => issue(
+                    "source.kafka.topics",
                     format!(
-                        "{topic:?} is not a valid topic name: expected characters a-z, A-Z, 0-9, '.', '_' and '-'"
+                        "{topic:?} is not a valid topic name: expected characters a-z, A-Z, 0-9, '.', '_' and '-', or a regular expression between slashes (/cdc\\.public\\..*/)"
                     ),
-                );
+                ),
+                TopicSelector::Pattern(pattern) => {
+                    if let Err(error) = whole_match(&pattern, "") {
+                        issue(
+                            "source.kafka.topics",
+                            format!("/{pattern}/ is not a valid regular expression: {error}"),
+                        );
+                    }
+                }
+                TopicSelector::Name(_) => {}
             }
         }
         if kafka.group_id.as_deref().is_some_and(str::is_empty) {
@@ -509,7 +594,7 @@ impl SinkPipelineConfig {
             }
         }
         if let SinkConfig::Postgres(postgres) = &self.sink {
-            issues.extend(postgres.validate(&kafka.topics));
+            issues.extend(postgres.validate(kafka));
         }
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
@@ -530,7 +615,7 @@ impl SinkPipelineConfig {
                 "delivery.dead_letter_topic",
                 format!("{topic:?} is not a valid topic name"),
             ),
-            (_, Some(topic)) if kafka.topics.contains(topic) => issue(
+            (_, Some(topic)) if kafka.selects(topic) => issue(
                 "delivery.dead_letter_topic",
                 format!("{topic:?} is also a source topic: expected a topic sluice does not read"),
             ),
@@ -798,7 +883,7 @@ mod tests {
         let text = include_str!("../../../../examples/kafka-to-postgres.toml");
         let env = |name: &str| match name {
             "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
-            "SOURCE_TOPIC" => Some("cdc.public.orders".to_owned()),
+            "SOURCE_TOPICS" => Some("cdc.public.orders, cdc.public.items".to_owned()),
             "TARGET_PG_URL" => Some("postgres://u@replica/app?sslmode=verify-full".to_owned()),
             _ => None,
         };
@@ -809,6 +894,20 @@ mod tests {
             "public.orders"
         );
         assert_eq!(config.sub_partitions(), 4);
+        assert_eq!(
+            config.kafka().subscription(),
+            ["cdc.public.orders", "cdc.public.items"]
+        );
+        // SOURCE_TOPICS as a regular expression.
+        let env = |name: &str| match name {
+            "SOURCE_TOPICS" => Some(r"/cdc\.public\..*/".to_owned()),
+            other => env(other),
+        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
+        assert_eq!(config.kafka().subscription(), [r"^(cdc\.public\..*)$"]);
+        assert!(config.kafka().selects("cdc.public.orders"));
+        assert!(!config.kafka().selects("cdc.other.orders"));
+        assert!(!config.kafka().selects("xcdc.public.orders"));
         let issues = issues(&format!(
             "{MINIMAL}\nurl = \"/data\"\n[sink.files.s3]\nupload_part_bytes = 1000\n"
         ));

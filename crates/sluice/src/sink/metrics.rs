@@ -1,6 +1,11 @@
 //! The sink's metric names and handles (see [`crate::runtime::metrics`] for the conventions).
 
-use metrics::{Counter, counter, describe_counter, describe_gauge};
+use std::time::Duration;
+
+use metrics::{
+    Counter, Gauge, Histogram, Unit, counter, describe_counter, describe_gauge, describe_histogram,
+    gauge, histogram,
+};
 
 /// Records whose epoch committed (in a file with its final name, skipped as a tombstone, or
 /// dead-lettered).
@@ -15,6 +20,16 @@ pub const PARTITION_PAUSES: &str = "sluice_sink_partition_pauses_total";
 pub const OFFSET_COMMITS: &str = "sluice_sink_offset_commits_total";
 /// Partitions assigned to this process.
 pub const ASSIGNED_PARTITIONS: &str = "sluice_sink_assigned_partitions";
+
+/// PostgreSQL sink: rows applied, by `table` and `op` (`upsert`, `delete`).
+pub const PG_ROWS_APPLIED: &str = "sluice_sink_postgres_rows_applied_total";
+/// PostgreSQL sink: records per applied batch (before collapsing per key).
+pub const PG_BATCH_RECORDS: &str = "sluice_sink_postgres_batch_records";
+/// PostgreSQL sink: time to apply a batch (statements and commit), by `table`.
+pub const PG_APPLY_DURATION: &str = "sluice_sink_postgres_apply_duration_seconds";
+/// PostgreSQL sink: age of the newest record of the last applied batch (now minus its Kafka
+/// timestamp), by `table`.
+pub const PG_LAG: &str = "sluice_sink_postgres_lag_seconds";
 
 /// Registers the descriptions.
 pub fn describe() {
@@ -32,6 +47,24 @@ pub fn describe() {
         );
         describe_counter!(OFFSET_COMMITS, "watermark offset commits sent to Kafka");
         describe_gauge!(ASSIGNED_PARTITIONS, "partitions assigned to this process");
+        describe_counter!(
+            PG_ROWS_APPLIED,
+            "rows applied to PostgreSQL tables, by table and op (upsert, delete)"
+        );
+        describe_histogram!(
+            PG_BATCH_RECORDS,
+            "records per batch applied to PostgreSQL (before collapsing per key)"
+        );
+        describe_histogram!(
+            PG_APPLY_DURATION,
+            Unit::Seconds,
+            "time to apply a batch to PostgreSQL, statements and commit"
+        );
+        describe_gauge!(
+            PG_LAG,
+            Unit::Seconds,
+            "now minus the Kafka timestamp of the newest record applied to the table"
+        );
     });
 }
 
@@ -43,6 +76,46 @@ pub fn records_committed() -> Counter {
 /// [`FILES_COMMITTED`].
 pub fn files_committed() -> Counter {
     counter!(FILES_COMMITTED)
+}
+
+/// The PostgreSQL sink's handles of one table (made once per writer).
+#[derive(Debug)]
+pub struct PgTableMetrics {
+    upserted: Counter,
+    deleted: Counter,
+    batch_records: Histogram,
+    apply_duration: Histogram,
+    lag: Gauge,
+}
+
+impl PgTableMetrics {
+    /// The handles of `table`.
+    pub fn new(table: &str) -> Self {
+        let table = table.to_owned();
+        Self {
+            upserted: counter!(PG_ROWS_APPLIED, "table" => table.clone(), "op" => "upsert"),
+            deleted: counter!(PG_ROWS_APPLIED, "table" => table.clone(), "op" => "delete"),
+            batch_records: histogram!(PG_BATCH_RECORDS),
+            apply_duration: histogram!(PG_APPLY_DURATION, "table" => table.clone()),
+            lag: gauge!(PG_LAG, "table" => table),
+        }
+    }
+
+    /// A batch of `records` applied in `took`: `upserted` and `deleted` rows.
+    pub fn applied(&self, upserted: u64, deleted: u64, records: u64, took: Duration) {
+        self.upserted.increment(upserted);
+        self.deleted.increment(deleted);
+        self.batch_records.record(records as f64);
+        self.apply_duration.record(took.as_secs_f64());
+    }
+
+    /// The newest applied record's Kafka timestamp.
+    pub fn lag(&self, timestamp_ms: i64) {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        self.lag.set((now_ms - timestamp_ms).max(0) as f64 / 1000.0);
+    }
 }
 
 #[cfg(test)]
@@ -60,6 +133,10 @@ mod tests {
             PARTITION_PAUSES,
             OFFSET_COMMITS,
             ASSIGNED_PARTITIONS,
+            PG_ROWS_APPLIED,
+            PG_BATCH_RECORDS,
+            PG_APPLY_DURATION,
+            PG_LAG,
         ] {
             assert!(name.starts_with("sluice_sink_"), "{name}");
             assert!(

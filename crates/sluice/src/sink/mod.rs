@@ -409,7 +409,7 @@ fn run_once(
             clock: Instant::now(),
             topics: config
                 .kafka()
-                .topics
+                .topic_names()
                 .iter()
                 .map(|t| Arc::from(t.as_str()))
                 .collect(),
@@ -427,7 +427,8 @@ fn run_once(
                 )
             })?,
     );
-    let topics: Vec<&str> = config.kafka().topics.iter().map(String::as_str).collect();
+    let subscription = config.kafka().subscription();
+    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|e| {
         PipelineError::fatal_with(
             "cannot subscribe to the source topics",
@@ -441,7 +442,7 @@ fn run_once(
         PipelineState::Streaming
     });
     tracing::info!(
-        topics = ?config.kafka().topics,
+        topics = ?subscription,
         group = %config.group_id(),
         root = %root_description,
         "sink started"
@@ -660,12 +661,13 @@ impl ConsumerContext for SinkContext {
             .elements()
             .iter()
             .map(|e| {
-                let topic = intake
-                    .topics
-                    .iter()
-                    .find(|t| ***t == *e.topic())
-                    .cloned()
-                    .unwrap_or_else(|| Arc::from(e.topic()));
+                let known = intake.topics.iter().find(|t| ***t == *e.topic()).cloned();
+                // A topic a pattern matched: known from its first assignment on.
+                let topic = known.unwrap_or_else(|| {
+                    let topic: Arc<str> = Arc::from(e.topic());
+                    intake.topics.push(Arc::clone(&topic));
+                    topic
+                });
                 (topic, e.partition())
             })
             .collect();

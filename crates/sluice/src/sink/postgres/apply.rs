@@ -22,8 +22,6 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
 use tokio_postgres::Client;
 
 use crate::error::PipelineError;
@@ -33,6 +31,9 @@ use crate::sink::config::SinkPipelineConfig;
 use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
 use crate::sink::postgres::config::{PostgresSinkConfig, TableName, quote_ident};
+use crate::sink::postgres::convert::{self, Conversion, TargetColumn};
+use crate::sink::postgres::ddl;
+use crate::sink::postgres::decode::{self, Change, ConnectSchema, SchemaCache};
 use crate::sink::worker::{
     DeadLetter, FailureSettings, RecordData, SubPartitionWriter, WriteFailure,
 };
@@ -198,11 +199,14 @@ impl PgTarget {
             shape: None,
             progress: (last_offset + 1).max(0),
             batch: Vec::new(),
+            schemas: SchemaCache::default(),
             failure,
             dead_letter,
             last_offset: None,
+            last_timestamp_ms: None,
             records: 0,
             opened_at: None,
+            metrics: None,
         }
     }
 
@@ -252,15 +256,6 @@ fn describe_db_error(error: &tokio_postgres::Error) -> String {
     }
 }
 
-/// One staged change.
-#[derive(Debug)]
-enum Change {
-    /// The row, as JSON text.
-    Upsert { key: Vec<u8>, row: String },
-    /// The key, as JSON text.
-    Delete { key: Vec<u8> },
-}
-
 /// A staged change and its record (for the dead-letter topic).
 #[derive(Debug)]
 struct Staged {
@@ -268,71 +263,58 @@ struct Staged {
     data: RecordData,
 }
 
-impl Change {
-    fn key(&self) -> &[u8] {
-        match self {
-            Self::Upsert { key, .. } | Self::Delete { key } => key,
-        }
-    }
-}
-
-/// A record as the change it stands for; `Err`: why it is none (the failure policy decides).
-fn decode(data: &RecordData) -> Result<Change, String> {
-    let key = data.key().ok_or_else(|| {
-        "the record has no key: the PostgreSQL sink applies changes by key".to_owned()
-    })?;
-    if !key.trim_ascii_start().starts_with(b"{") {
-        return Err("the record key is not a JSON object of the key columns".into());
-    }
-    let key = key.to_vec();
-    let Some(value) = data.value() else {
-        return Ok(Change::Delete { key });
-    };
-    let text =
-        std::str::from_utf8(value).map_err(|_| "the value is not UTF-8, so not JSON".to_owned())?;
-    let envelope: Envelope<'_> =
-        serde_json::from_str(text).map_err(|e| format!("the value is not a JSON object: {e}"))?;
-    match envelope.op {
-        Some("c" | "r" | "u") => match envelope.after {
-            Some(after) if after.get().starts_with('{') => Ok(Change::Upsert {
-                key,
-                row: after.get().to_owned(),
-            }),
-            _ => Err("a create/read/update event without an `after` row".into()),
-        },
-        Some("d") => Ok(Change::Delete { key }),
-        Some("t") => Err("a truncate event: truncates are not applied (yet)".into()),
-        Some(other) => Err(format!("an event with op {other:?}: expected c, r, u or d")),
-        None if envelope.payload.is_some() => Err(
-            "a JSON value with schemas (schema/payload): not supported yet; produce events without schemas"
-                .into(),
-        ),
-        None => Ok(Change::Upsert {
-            key,
-            row: text.to_owned(),
-        }),
-    }
-}
-
-/// The fields of a change event the writer reads.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow)]
-    op: Option<&'a str>,
-    #[serde(borrow)]
-    after: Option<&'a RawValue>,
-    #[serde(borrow)]
-    payload: Option<&'a RawValue>,
-}
-
 /// What the writer knows of its table.
 #[derive(Debug)]
 struct TableShape {
     /// Columns that can be written (not generated), in table order.
-    columns: Vec<String>,
+    columns: Vec<TargetColumn>,
     /// The key columns, from the first record key.
     key: Vec<String>,
+    /// The conversions of the rows of each Connect schema seen (`None`: events without
+    /// schemas, by the columns' types), by the schema's address.
+    plans: Vec<(Option<Arc<ConnectSchema>>, Plan)>,
 }
+
+/// The conversions of a row's columns.
+type Plan = Arc<[(String, Conversion)]>;
+
+impl TableShape {
+    fn has_column(&self, name: &str) -> bool {
+        self.columns.iter().any(|c| c.name == name)
+    }
+
+    /// The conversions of a change event's row with `schema`.
+    fn plan(&mut self, schema: Option<&Arc<ConnectSchema>>) -> Plan {
+        let same = |known: &Option<Arc<ConnectSchema>>| match (known, schema) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if let Some((_, plan)) = self.plans.iter().find(|(known, _)| same(known)) {
+            return Arc::clone(plan);
+        }
+        let plan: Plan = self
+            .columns
+            .iter()
+            .filter_map(|column| {
+                let conversion = match schema {
+                    Some(schema) => schema.field(&column.name).and_then(convert::from_schema),
+                    None => convert::from_column(column),
+                };
+                conversion.map(|c| (column.name.clone(), c))
+            })
+            .collect();
+        // A few schemas per table at most (one per version of the source table).
+        if self.plans.len() >= 16 {
+            self.plans.clear();
+        }
+        self.plans.push((schema.cloned(), Arc::clone(&plan)));
+        plan
+    }
+}
+
+/// One statement of a batch's transaction and its JSON parameter (`None`: none).
+type Statement = (String, Option<String>);
 
 /// The PostgreSQL writer of one sub-partition.
 pub struct PgWriter {
@@ -345,11 +327,23 @@ pub struct PgWriter {
     /// expects to find).
     progress: i64,
     batch: Vec<Staged>,
+    schemas: SchemaCache,
     failure: FailureSettings,
     dead_letter: Option<Arc<DeadLetter>>,
     last_offset: Option<i64>,
+    /// The newest Kafka timestamp of the open batch (for the lag metric).
+    last_timestamp_ms: Option<i64>,
     records: u64,
     opened_at: Option<Instant>,
+    metrics: Option<m::PgTableMetrics>,
+}
+
+/// The outcome of one attempt at a batch's transaction.
+enum Attempt {
+    /// Committed: rows upserted and deleted.
+    Committed { upserted: u64, deleted: u64 },
+    /// The progress was not where this writer left it: nothing applied.
+    Fenced,
 }
 
 impl PgWriter {
@@ -362,17 +356,23 @@ impl PgWriter {
         })
     }
 
-    /// Loads the table's columns and the key columns (from the first key of the batch).
-    fn load_shape(&mut self, client: &Client, first_key: &[u8]) -> Result<(), PipelineError> {
-        if self.shape.is_some() {
-            return Ok(());
-        }
-        let table = self.table()?.clone();
+    /// The table's writable columns (not generated), in table order; empty when the table
+    /// does not exist.
+    fn read_columns(
+        &self,
+        client: &Client,
+        table: &TableName,
+    ) -> Result<Vec<TargetColumn>, PipelineError> {
         let rows = self
             .target
             .runtime
             .block_on(client.query(
-                "SELECT a.attname::text FROM pg_attribute a
+                "SELECT a.attname::text, t.typname::text,
+                        CASE WHEN a.atttypmod < 0 THEN NULL
+                             WHEN t.typname = 'numeric' THEN (a.atttypmod - 4) & 65535
+                             WHEN t.typname IN ('timestamp', 'timestamptz', 'time', 'timetz') THEN a.atttypmod
+                        END
+                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
                    AND a.attgenerated = ''
                  ORDER BY a.attnum",
@@ -382,16 +382,57 @@ impl PgWriter {
                 self.target
                     .sql_error(&format!("cannot read the columns of {table}"), e)
             })?;
-        let columns: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        if columns.is_empty() {
-            return Err(PipelineError::fatal(
-                format!(
-                    "the target table {table} of topic {:?} does not exist",
-                    self.id.topic
-                ),
-                "create it with the key's columns as its primary key (auto_create is not supported yet)",
-            ));
+        Ok(rows
+            .iter()
+            .map(|r| TargetColumn {
+                name: r.get(0),
+                type_name: r.get(1),
+                modifier: r.get(2),
+            })
+            .collect())
+    }
+
+    /// Runs DDL under a transaction-level advisory lock on the table's name, so that the
+    /// writers of one table never race on it.
+    fn run_ddl(
+        &self,
+        client: &mut Client,
+        table: &TableName,
+        sql: &str,
+    ) -> Result<(), PipelineError> {
+        tracing::info!(table = %table, statement = %sql, "changing the target table's schema");
+        let name = table.to_string();
+        self.target
+            .runtime
+            .block_on(async {
+                let transaction = client.transaction().await?;
+                transaction
+                    .execute("SELECT pg_advisory_xact_lock(hashtext($1))", &[&name])
+                    .await?;
+                transaction.batch_execute(sql).await?;
+                transaction.commit().await
+            })
+            .map_err(|e| {
+                self.target
+                    .sql_error(&format!("cannot change the schema of {table}"), e)
+            })
+    }
+
+    /// Loads the table's columns and the key columns (from the first key of the batch);
+    /// creates the table when it is missing and `auto_create` is on.
+    fn load_shape(&mut self, client: &mut Client) -> Result<(), PipelineError> {
+        if self.shape.is_some() {
+            return Ok(());
         }
+        let Some(first_key) = self
+            .batch
+            .iter()
+            .map(|s| s.change.key())
+            .find(|k| !k.is_empty())
+        else {
+            return Ok(());
+        };
+        let table = self.table()?.clone();
         let key: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(first_key)
             .map_err(|e| {
                 PipelineError::fatal(
@@ -403,117 +444,263 @@ impl PgWriter {
                 )
             })?;
         let key: Vec<String> = key.keys().cloned().collect();
-        if let Some(missing) = key.iter().find(|k| !columns.contains(k)) {
-            return Err(PipelineError::fatal(
-                format!("the record key's column {missing:?} is not a column of {table}"),
-                "the target table needs the key's columns (with a primary key or unique index on them)",
-            ));
-        }
         if key.is_empty() {
             return Err(PipelineError::fatal(
                 format!("a record key of {:?} is an empty object", self.id.topic),
                 "the PostgreSQL sink applies changes by key",
             ));
         }
-        self.shape = Some(TableShape { columns, key });
+        let mut columns = self.read_columns(client, &table)?;
+        if columns.is_empty() {
+            let first_row = self.batch.iter().find_map(|s| match &s.change {
+                Change::Upsert { row, schema, .. } => Some((row, schema)),
+                _ => None,
+            });
+            match first_row {
+                Some((row, schema)) if self.target.settings.auto_create => {
+                    let new = ddl::columns_of(row, schema.as_deref(), &key).map_err(|e| {
+                        PipelineError::fatal(
+                            format!(
+                                "cannot create {table} from a record of {:?}: {e}",
+                                self.id.topic
+                            ),
+                            "create the table yourself",
+                        )
+                    })?;
+                    let sql = ddl::create_table(&table, &new, &key);
+                    self.run_ddl(client, &table, &sql)?;
+                    columns = self.read_columns(client, &table)?;
+                }
+                // Only deletes and truncates for a table that does not exist: nothing to do.
+                None if self.target.settings.auto_create => return Ok(()),
+                _ => {
+                    return Err(PipelineError::fatal(
+                        format!(
+                            "the target table {table} of topic {:?} does not exist",
+                            self.id.topic
+                        ),
+                        "create it with the key's columns as its primary key, or set sink.postgres.auto_create = true",
+                    ));
+                }
+            }
+        }
+        if let Some(missing) = key.iter().find(|k| !columns.iter().any(|c| &c.name == *k)) {
+            return Err(PipelineError::fatal(
+                format!("the record key's column {missing:?} is not a column of {table}"),
+                "the target table needs the key's columns (with a primary key or unique index on them)",
+            ));
+        }
+        self.shape = Some(TableShape {
+            columns,
+            key,
+            plans: Vec::new(),
+        });
         Ok(())
     }
 
-    /// The statements that apply `changes` (in offset order), collapsed per key to the last
-    /// change: (SQL, the batch as a JSON array).
-    fn statements(&self, changes: &[&Change]) -> Result<Vec<(String, String)>, PipelineError> {
+    /// Makes sure the table has every column the batch's rows carry: reloads the columns
+    /// (another writer may have added them) and, with `auto_evolve`, adds the missing ones.
+    fn ensure_columns(&mut self, client: &mut Client) -> Result<(), PipelineError> {
         let Some(shape) = &self.shape else {
-            return Ok(Vec::new());
+            return Ok(());
         };
-        let table = self.table()?.quoted();
-        // The last change of each key.
-        let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(changes.len());
-        for (index, change) in changes.iter().enumerate() {
-            last.insert(change.key(), index);
+        // The first row carrying each column the table lacks.
+        let mut missing: Vec<(String, usize)> = Vec::new();
+        for (index, staged) in self.batch.iter().enumerate() {
+            let Change::Upsert { row, .. } = &staged.change else {
+                continue;
+            };
+            let fields: HashMap<std::borrow::Cow<'_, str>, serde::de::IgnoredAny> =
+                serde_json::from_str(row).unwrap_or_default();
+            for name in fields.into_keys() {
+                if !shape.has_column(&name) && !missing.iter().any(|(m, _)| *m == name) {
+                    missing.push((name.into_owned(), index));
+                }
+            }
         }
-        let mut upserts = String::from("[");
-        let mut deletes = String::from("[");
-        let mut upserted = 0u64;
-        let mut deleted = 0u64;
-        let mut seen: HashSet<String> = HashSet::new();
-        for (index, change) in changes.iter().enumerate() {
-            if last.get(change.key()) != Some(&index) {
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let table = self.table()?.clone();
+        let mut columns = self.read_columns(client, &table)?;
+        missing.retain(|(name, _)| !columns.iter().any(|c| &c.name == name));
+        if !missing.is_empty() {
+            if !self.target.settings.auto_evolve {
+                let names: Vec<&str> = missing.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(PipelineError::fatal(
+                    format!(
+                        "the records of {:?} have column(s) {names:?} that {table} lacks",
+                        self.id.topic
+                    ),
+                    "add the column(s) to the target table, or set sink.postgres.auto_evolve = true",
+                ));
+            }
+            let mut new = Vec::new();
+            for (name, index) in &missing {
+                let Change::Upsert { row, schema, .. } = &self.batch[*index].change else {
+                    continue;
+                };
+                let all = ddl::columns_of(row, schema.as_deref(), &[]).unwrap_or_default();
+                if let Some(column) = all.into_iter().find(|c| &c.name == name) {
+                    new.push(column);
+                }
+            }
+            self.run_ddl(client, &table, &ddl::add_columns(&table, &new))?;
+            columns = self.read_columns(client, &table)?;
+        }
+        if let Some(shape) = &mut self.shape {
+            shape.columns = columns;
+            shape.plans.clear();
+        }
+        Ok(())
+    }
+
+    /// The rows of the staged upserts in PostgreSQL's input form (Debezium's encodings
+    /// converted); `Err`: the changes whose values cannot be converted, with why.
+    fn prepare_rows(&mut self) -> (Vec<Option<String>>, Vec<(usize, String)>) {
+        let mut rows = Vec::with_capacity(self.batch.len());
+        let mut refused = Vec::new();
+        for (index, staged) in self.batch.iter().enumerate() {
+            let Change::Upsert {
+                row, event, schema, ..
+            } = &staged.change
+            else {
+                rows.push(None);
+                continue;
+            };
+            let Some(shape) = self.shape.as_mut() else {
+                rows.push(None);
+                continue;
+            };
+            if !*event && schema.is_none() {
+                rows.push(Some(row.clone()));
                 continue;
             }
-            match change {
-                Change::Upsert { row, .. } => {
-                    if upserted > 0 {
-                        upserts.push(',');
-                    }
-                    upserts.push_str(row);
-                    upserted += 1;
-                    let fields: HashMap<String, serde::de::IgnoredAny> =
-                        serde_json::from_str(row).unwrap_or_default();
-                    for name in fields.into_keys() {
-                        if !seen.contains(&name) {
-                            seen.insert(name);
-                        }
-                    }
-                }
-                Change::Delete { key } => {
-                    if deleted > 0 {
-                        deletes.push(',');
-                    }
-                    deletes.push_str(&String::from_utf8_lossy(key));
-                    deleted += 1;
+            match convert::convert_row(row, &shape.plan(schema.as_ref())) {
+                Ok(converted) => rows.push(Some(converted)),
+                Err(reason) => {
+                    refused.push((index, format!("a value cannot be converted: {reason}")));
+                    rows.push(None);
                 }
             }
         }
-        upserts.push(']');
-        deletes.push(']');
-        if let Some(unknown) = seen.iter().find(|c| !shape.columns.contains(c)) {
-            return Err(PipelineError::fatal(
-                format!(
-                    "the records of {:?} have a column {unknown:?} that {table} lacks",
-                    self.id.topic
-                ),
-                "add the column to the target table (auto_evolve is not supported yet)",
-            ));
-        }
-        let mut statements = Vec::new();
+        (rows, refused)
+    }
+
+    /// The statements that apply the changes of `indices` (in offset order), collapsed per
+    /// key to the last change between truncates, with their rows from `rows`; and the rows
+    /// upserted and deleted.
+    fn statements(
+        &self,
+        indices: &[usize],
+        rows: &[Option<String>],
+    ) -> Result<(Vec<Statement>, u64, u64), PipelineError> {
+        let table = self.table()?.quoted();
+        let Some(shape) = &self.shape else {
+            // No table (auto_create with only deletes and truncates so far): nothing to do.
+            return Ok((Vec::new(), 0, 0));
+        };
         let keys: Vec<String> = shape.key.iter().map(|k| quote_ident(k)).collect();
-        if deleted > 0 {
-            let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} = k.{k}")).collect();
-            statements.push((
-                format!(
-                    "DELETE FROM {table} AS t USING jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS k WHERE {}",
-                    matches.join(" AND ")
-                ),
-                deletes,
-            ));
+        let mut statements = Vec::new();
+        let (mut upserted_total, mut deleted_total) = (0, 0);
+        for segment in indices.split(|i| matches!(self.batch[*i].change, Change::Truncate)) {
+            // The last change of each key in this segment.
+            let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(segment.len());
+            for &index in segment {
+                last.insert(self.batch[index].change.key(), index);
+            }
+            let mut upserts = String::from("[");
+            let mut deletes = String::from("[");
+            let mut upserted = 0u64;
+            let mut deleted = 0u64;
+            let mut seen: HashSet<String> = HashSet::new();
+            for &index in segment {
+                let change = &self.batch[index].change;
+                if last.get(change.key()) != Some(&index) {
+                    continue;
+                }
+                match change {
+                    Change::Upsert { .. } => {
+                        let Some(row) = rows[index].as_deref() else {
+                            continue;
+                        };
+                        if upserted > 0 {
+                            upserts.push(',');
+                        }
+                        upserts.push_str(row);
+                        upserted += 1;
+                        let fields: HashMap<std::borrow::Cow<'_, str>, serde::de::IgnoredAny> =
+                            serde_json::from_str(row).unwrap_or_default();
+                        for name in fields.into_keys() {
+                            if !seen.contains(name.as_ref()) {
+                                seen.insert(name.into_owned());
+                            }
+                        }
+                    }
+                    Change::Delete { key } => {
+                        if deleted > 0 {
+                            deletes.push(',');
+                        }
+                        deletes.push_str(&String::from_utf8_lossy(key));
+                        deleted += 1;
+                    }
+                    Change::Truncate => {}
+                }
+            }
+            upserts.push(']');
+            deletes.push(']');
+            if let Some(unknown) = seen.iter().find(|c| !shape.has_column(c)) {
+                return Err(PipelineError::fatal(
+                    format!(
+                        "the records of {:?} have a column {unknown:?} that {table} lacks",
+                        self.id.topic
+                    ),
+                    "add the column to the target table, or set sink.postgres.auto_evolve = true",
+                ));
+            }
+            if deleted > 0 {
+                let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} = k.{k}")).collect();
+                statements.push((
+                    format!(
+                        "DELETE FROM {table} AS t USING jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS k WHERE {}",
+                        matches.join(" AND ")
+                    ),
+                    Some(deletes),
+                ));
+            }
+            if upserted > 0 {
+                let columns: Vec<String> = shape
+                    .columns
+                    .iter()
+                    .filter(|c| seen.contains(&c.name))
+                    .map(|c| quote_ident(&c.name))
+                    .collect();
+                let updates: Vec<String> = columns
+                    .iter()
+                    .filter(|c| !keys.contains(c))
+                    .map(|c| format!("{c} = EXCLUDED.{c}"))
+                    .collect();
+                let action = if updates.is_empty() {
+                    "NOTHING".to_owned()
+                } else {
+                    format!("UPDATE SET {}", updates.join(", "))
+                };
+                let list = columns.join(", ");
+                statements.push((
+                    format!(
+                        "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
+                        keys.join(", ")
+                    ),
+                    Some(upserts),
+                ));
+            }
+            upserted_total += upserted;
+            deleted_total += deleted;
+            statements.push((format!("TRUNCATE {table}"), None));
         }
-        if upserted > 0 {
-            let columns: Vec<String> = shape
-                .columns
-                .iter()
-                .filter(|c| seen.contains(*c))
-                .map(|c| quote_ident(c))
-                .collect();
-            let updates: Vec<String> = columns
-                .iter()
-                .filter(|c| !keys.contains(c))
-                .map(|c| format!("{c} = EXCLUDED.{c}"))
-                .collect();
-            let action = if updates.is_empty() {
-                "NOTHING".to_owned()
-            } else {
-                format!("UPDATE SET {}", updates.join(", "))
-            };
-            let list = columns.join(", ");
-            statements.push((
-                format!(
-                    "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
-                    keys.join(", ")
-                ),
-                upserts,
-            ));
-        }
-        Ok(statements)
+        // The segments end with a truncate each, but for the last.
+        statements.pop();
+        Ok((statements, upserted_total, deleted_total))
     }
 
     /// Runs `statements` and moves the progress to `next` in one transaction; `false`: the
@@ -521,7 +708,7 @@ impl PgWriter {
     fn transact(
         &self,
         client: &mut Client,
-        statements: &[(String, String)],
+        statements: &[Statement],
         next: i64,
     ) -> Result<bool, tokio_postgres::Error> {
         let progress_sql = format!(
@@ -534,7 +721,10 @@ impl PgWriter {
         self.target.runtime.block_on(async {
             let transaction = client.transaction().await?;
             for (sql, json) in statements {
-                transaction.execute(sql.as_str(), &[json]).await?;
+                match json {
+                    Some(json) => transaction.execute(sql.as_str(), &[json]).await?,
+                    None => transaction.execute(sql.as_str(), &[]).await?,
+                };
             }
             let moved = transaction
                 .execute(
@@ -564,6 +754,7 @@ impl PgWriter {
         &self,
         client: &mut Client,
         rejected: &HashSet<usize>,
+        rows: &[Option<String>],
     ) -> Result<Vec<(usize, String)>, PipelineError> {
         let runtime = &self.target.runtime;
         let failed = |e| {
@@ -572,15 +763,19 @@ impl PgWriter {
         };
         let transaction = runtime.block_on(client.transaction()).map_err(failed)?;
         let mut refused = Vec::new();
-        for (index, staged) in self.batch.iter().enumerate() {
+        for index in 0..self.batch.len() {
             if rejected.contains(&index) {
                 continue;
             }
             runtime
                 .block_on(transaction.batch_execute("SAVEPOINT sluice_one"))
                 .map_err(failed)?;
-            for (sql, json) in self.statements(&[&staged.change])? {
-                match runtime.block_on(transaction.execute(sql.as_str(), &[&json])) {
+            for (sql, json) in self.statements(&[index], rows)?.0 {
+                let executed = match &json {
+                    Some(json) => runtime.block_on(transaction.execute(sql.as_str(), &[json])),
+                    None => runtime.block_on(transaction.execute(sql.as_str(), &[])),
+                };
+                match executed {
                     Ok(_) => {}
                     Err(error) if is_record_error(&error) => {
                         refused.push((index, describe_db_error(&error)));
@@ -597,6 +792,56 @@ impl PgWriter {
         Ok(refused)
     }
 
+    /// Records that cannot be applied follow `delivery.on_failure`: dead-lettered (added to
+    /// `rejected`), retried after a backoff (`Ok(())` with nothing added), or the end of the
+    /// run.
+    fn refuse(
+        &self,
+        refused: &[(usize, String)],
+        rejected: &mut HashSet<usize>,
+        attempt: &mut u32,
+    ) -> Result<(), PipelineError> {
+        let Some((first, reason)) = refused.first() else {
+            return Ok(());
+        };
+        let id = &self.id;
+        let table = self.table()?;
+        let offset = self.batch[*first].data.offset;
+        let what = format!(
+            "record {}/{} offset {offset} cannot be applied to {table}: {reason}",
+            id.topic, id.partition
+        );
+        match (self.failure.policy, &self.dead_letter) {
+            (FailurePolicy::DeadLetter, Some(dead_letter)) => {
+                for (index, reason) in refused {
+                    let data = &self.batch[*index].data;
+                    tracing::warn!(
+                        topic = %id.topic,
+                        partition = id.partition,
+                        offset = data.offset,
+                        reason = %reason,
+                        dead_letter_topic = %dead_letter.topic,
+                        "record sent to the dead-letter topic"
+                    );
+                    dead_letter.send(&id.topic, id.partition, data, reason)?;
+                    rejected.insert(*index);
+                }
+                Ok(())
+            }
+            (FailurePolicy::Retry, _) if *attempt < self.failure.retry_max_attempts => {
+                tracing::warn!(topic = %id.topic, partition = id.partition, offset, attempt = *attempt, reason = %reason, "record refused; retrying its batch");
+                let delay = self.failure.retry_backoff * 2u32.saturating_pow(*attempt - 1);
+                std::thread::sleep(delay.min(Duration::from_secs(30)));
+                *attempt += 1;
+                Ok(())
+            }
+            _ => Err(PipelineError::fatal(
+                format!("{what} (after {attempt} attempt(s))"),
+                "fix the target table or the record's producer, or set delivery.on_failure = \"dead_letter\" with a delivery.dead_letter_topic; the pipeline resumes from the progress table",
+            )),
+        }
+    }
+
     /// Applies the staged batch and the progress in one transaction; records PostgreSQL
     /// refuses follow `delivery.on_failure`.
     fn apply(&mut self) -> Result<(), PipelineError> {
@@ -608,14 +853,13 @@ impl PgWriter {
             Some(client) if !client.is_closed() => client,
             _ => self.target.connect()?,
         };
-        if let Some(first) = self.batch.first() {
-            let key = first.change.key().to_vec();
-            self.load_shape(&client, &key)?;
-        }
+        self.load_shape(&mut client)?;
+        self.ensure_columns(&mut client)?;
         let table = self.table()?.clone();
         let id = self.id.clone();
+        let target = Arc::clone(&self.target);
         let batch_error = |e| {
-            self.target.sql_error(
+            target.sql_error(
                 &format!(
                     "cannot apply a batch of {}/{} sub-partition {} to {table}",
                     id.topic, id.partition, id.sub
@@ -623,79 +867,60 @@ impl PgWriter {
                 e,
             )
         };
+        let started = Instant::now();
+        let (rows, unconvertible) = self.prepare_rows();
         let mut rejected: HashSet<usize> = HashSet::new();
         let mut attempt = 1;
-        loop {
-            let changes: Vec<&Change> = self
-                .batch
-                .iter()
-                .enumerate()
-                .filter(|(index, _)| !rejected.contains(index))
-                .map(|(_, staged)| &staged.change)
+        while !unconvertible.is_empty() && rejected.is_empty() {
+            // Values that cannot be converted never will be: dead-lettered or the end.
+            self.refuse(&unconvertible, &mut rejected, &mut attempt)?;
+        }
+        let outcome = loop {
+            let indices: Vec<usize> = (0..self.batch.len())
+                .filter(|index| !rejected.contains(index))
                 .collect();
-            let statements = self.statements(&changes)?;
+            let (statements, upserted, deleted) = self.statements(&indices, &rows)?;
             match self.transact(&mut client, &statements, next) {
-                Ok(true) => break,
-                Ok(false) => {
-                    return Err(PipelineError::Retryable {
-                        what: format!(
-                            "the progress of {}/{} sub-partition {} moved past offset {} in the target database: another consumer applied it; restarting from the progress table",
-                            id.topic, id.partition, id.sub, self.progress
-                        ),
-                        source: None,
-                    });
-                }
+                Ok(true) => break Attempt::Committed { upserted, deleted },
+                Ok(false) => break Attempt::Fenced,
                 Err(error) if is_record_error(&error) => {
-                    let refused = self.find_refused(&mut client, &rejected)?;
-                    let Some((first, reason)) = refused.first() else {
+                    let refused = self.find_refused(&mut client, &rejected, &rows)?;
+                    if refused.is_empty() {
                         return Err(batch_error(error));
-                    };
-                    let offset = self.batch[*first].data.offset;
-                    let what = format!(
-                        "record {}/{} offset {offset} cannot be applied to {table}: {reason}",
-                        id.topic, id.partition
-                    );
-                    match (self.failure.policy, &self.dead_letter) {
-                        (FailurePolicy::DeadLetter, Some(dead_letter)) => {
-                            for (index, reason) in &refused {
-                                let data = &self.batch[*index].data;
-                                tracing::warn!(
-                                    topic = %id.topic,
-                                    partition = id.partition,
-                                    offset = data.offset,
-                                    reason = %reason,
-                                    dead_letter_topic = %dead_letter.topic,
-                                    "record sent to the dead-letter topic"
-                                );
-                                dead_letter.send(&id.topic, id.partition, data, reason)?;
-                                rejected.insert(*index);
-                            }
-                        }
-                        (FailurePolicy::Retry, _) if attempt < self.failure.retry_max_attempts => {
-                            tracing::warn!(topic = %id.topic, partition = id.partition, offset, attempt, reason = %reason, "record refused; retrying its batch");
-                            let delay =
-                                self.failure.retry_backoff * 2u32.saturating_pow(attempt - 1);
-                            std::thread::sleep(delay.min(Duration::from_secs(30)));
-                            attempt += 1;
-                        }
-                        _ => {
-                            return Err(PipelineError::fatal(
-                                format!("{what} (after {attempt} attempt(s))"),
-                                "fix the target table or the record's producer, or set delivery.on_failure = \"dead_letter\" with a delivery.dead_letter_topic; the pipeline resumes from the progress table",
-                            ));
-                        }
                     }
+                    self.refuse(&refused, &mut rejected, &mut attempt)?;
                 }
                 Err(error) => return Err(batch_error(error)),
             }
-        }
+        };
+        let (upserted, deleted) = match outcome {
+            Attempt::Committed { upserted, deleted } => (upserted, deleted),
+            Attempt::Fenced => {
+                return Err(PipelineError::Retryable {
+                    what: format!(
+                        "the progress of {}/{} sub-partition {} moved past offset {} in the target database: another consumer applied it; restarting from the progress table",
+                        id.topic, id.partition, id.sub, self.progress
+                    ),
+                    source: None,
+                });
+            }
+        };
         crate::crash_point!("sink::postgres::batch_committed");
         m::records_committed().increment(self.records);
+        let metrics = self
+            .metrics
+            .get_or_insert_with(|| m::PgTableMetrics::new(&table.to_string()));
+        metrics.applied(upserted, deleted, self.records, started.elapsed());
+        if let Some(timestamp_ms) = self.last_timestamp_ms {
+            metrics.lag(timestamp_ms);
+        }
         tracing::debug!(
             topic = %id.topic,
             partition = id.partition,
             sub = id.sub,
             records = self.records,
+            upserted,
+            deleted,
             rejected = rejected.len(),
             next_offset = next,
             "batch applied"
@@ -708,6 +933,7 @@ impl PgWriter {
     fn clear(&mut self) {
         self.batch.clear();
         self.last_offset = None;
+        self.last_timestamp_ms = None;
         self.records = 0;
         self.opened_at = None;
     }
@@ -715,11 +941,21 @@ impl PgWriter {
 
 impl SubPartitionWriter for PgWriter {
     fn write(&mut self, data: &RecordData) -> Result<(), WriteFailure> {
-        let change = decode(data).map_err(WriteFailure::Record)?;
+        let change = decode::decode(data.key(), data.value(), &mut self.schemas)
+            .map_err(WriteFailure::Record)?;
+        if matches!(change, Change::Truncate) && !self.target.settings.truncate {
+            return Err(WriteFailure::Record(
+                "a truncate event: truncates are applied only with sink.postgres.truncate = true"
+                    .into(),
+            ));
+        }
         self.batch.push(Staged {
             change,
             data: RecordData::new(data.offset, data.key(), data.value(), data.timestamp_ms),
         });
+        if data.timestamp_ms.is_some() {
+            self.last_timestamp_ms = data.timestamp_ms;
+        }
         self.note(data.offset);
         Ok(())
     }
@@ -763,73 +999,5 @@ impl SubPartitionWriter for PgWriter {
 
     fn discard(&mut self) {
         self.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record(key: Option<&str>, value: Option<&str>) -> RecordData {
-        RecordData::new(7, key.map(str::as_bytes), value.map(str::as_bytes), None)
-    }
-
-    #[test]
-    fn change_events_become_upserts_and_deletes() {
-        let key = Some(r#"{"id":1}"#);
-        for op in ["c", "r", "u"] {
-            let value =
-                format!(r#"{{"before":null,"after":{{"id":1,"n":2}},"source":{{}},"op":"{op}"}}"#);
-            match decode(&record(key, Some(&value))).unwrap() {
-                Change::Upsert { key, row } => {
-                    assert_eq!(key, br#"{"id":1}"#);
-                    assert_eq!(row, r#"{"id":1,"n":2}"#);
-                }
-                other => panic!("{op}: {other:?}"),
-            }
-        }
-        let delete = r#"{"before":{"id":1},"after":null,"op":"d"}"#;
-        assert!(matches!(
-            decode(&record(key, Some(delete))).unwrap(),
-            Change::Delete { .. }
-        ));
-        assert!(matches!(
-            decode(&record(key, None)).unwrap(),
-            Change::Delete { .. }
-        ));
-        // A plain JSON row is upserted as it is.
-        match decode(&record(key, Some(r#"{"id":1,"n":3}"#))).unwrap() {
-            Change::Upsert { row, .. } => assert_eq!(row, r#"{"id":1,"n":3}"#),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    #[test]
-    fn records_that_are_no_change_say_why() {
-        let key = Some(r#"{"id":1}"#);
-        let cases = [
-            (None, Some(r#"{"op":"c","after":{"id":1}}"#), "no key"),
-            (
-                Some("42"),
-                Some(r#"{"op":"c","after":{"id":1}}"#),
-                "not a JSON object",
-            ),
-            (key, Some(r#"{"op":"t"}"#), "truncate"),
-            (
-                key,
-                Some(r#"{"op":"u","after":null}"#),
-                "without an `after`",
-            ),
-            (
-                key,
-                Some(r#"{"schema":{},"payload":{"op":"c"}}"#),
-                "schemas",
-            ),
-            (key, Some("{oops"), "not a JSON object"),
-        ];
-        for (key, value, expected) in cases {
-            let error = decode(&record(key, value)).unwrap_err();
-            assert!(error.contains(expected), "{value:?}: {error}");
-        }
     }
 }

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use crate::config::ConfigIssue;
 use crate::pg_connect::PgConnectConfig;
+use crate::sink::config::KafkaSourceConfig;
 
 /// Default table template: the source's schema and table.
 pub const DEFAULT_TABLE_TEMPLATE: &str = "{schema}.{table}";
@@ -52,6 +53,18 @@ pub struct PostgresSinkConfig {
     /// Schema of the progress table `sluice_sink_progress` (created when missing).
     #[serde(default = "default_progress_schema")]
     pub progress_schema: String,
+    /// Create a missing target table (and its schema) from the first change's row: column
+    /// types from the events' Connect schemas (`schemas_enable`), else from the JSON values.
+    #[serde(default)]
+    pub auto_create: bool,
+    /// Add the columns that the events carry and the table lacks (nullable; never dropped or
+    /// narrowed).
+    #[serde(default)]
+    pub auto_evolve: bool,
+    /// Apply truncate events (`op: "t"`) as `TRUNCATE`; otherwise they follow
+    /// `delivery.on_failure`.
+    #[serde(default)]
+    pub truncate: bool,
 }
 
 impl std::fmt::Debug for PostgresSinkConfig {
@@ -65,6 +78,9 @@ impl std::fmt::Debug for PostgresSinkConfig {
             .field("batch_records", &self.batch_records)
             .field("batch_interval_ms", &self.batch_interval_ms)
             .field("progress_schema", &self.progress_schema)
+            .field("auto_create", &self.auto_create)
+            .field("auto_evolve", &self.auto_evolve)
+            .field("truncate", &self.truncate)
             .finish()
     }
 }
@@ -197,8 +213,10 @@ impl PostgresSinkConfig {
         )
     }
 
-    /// Every broken rule, for the source topics `topics`.
-    pub fn validate(&self, topics: &[String]) -> Vec<ConfigIssue> {
+    /// Every broken rule, for the source topics of `kafka` (tables of topics matched by a
+    /// pattern are checked when the topics are assigned).
+    pub fn validate(&self, kafka: &KafkaSourceConfig) -> Vec<ConfigIssue> {
+        let topics = kafka.topic_names();
         let mut issues = Vec::new();
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
@@ -218,17 +236,17 @@ impl PostgresSinkConfig {
                 error.0.replace("source.postgres.url", "sink.postgres.url"),
             );
         }
-        for topic in topics {
+        for topic in &topics {
             if let Err(found) = self.table_for(topic) {
                 issues.push(found);
             }
         }
         for topic in self.tables.keys() {
-            if !topics.contains(topic) {
+            if !kafka.selects(topic) {
                 issues.push(ConfigIssue {
                     key: format!("sink.postgres.tables.\"{topic}\""),
                     problem: format!(
-                        "{topic:?} is not a source topic: expected one of source.kafka.topics"
+                        "{topic:?} is not a source topic: expected one of source.kafka.topics (or a topic its patterns match)"
                     ),
                 });
             }
@@ -286,6 +304,9 @@ mod tests {
             batch_records: 10,
             batch_interval_ms: 10,
             progress_schema: "public".into(),
+            auto_create: false,
+            auto_evolve: false,
+            truncate: false,
         }
     }
 
@@ -332,7 +353,14 @@ mod tests {
         c.url = "postgres://u@localhost/db?sslmode=sometimes".into();
         c.sub_partitions = 0;
         let keys: Vec<String> = c
-            .validate(&["a.b.c".to_owned()])
+            .validate(&KafkaSourceConfig {
+                brokers: "localhost:9092".into(),
+                topics: vec!["a.b.c".into(), "/x\\..*/".into()],
+                group_id: None,
+                commit_interval_ms: 1000,
+                properties: BTreeMap::new(),
+                client: BTreeMap::new(),
+            })
             .into_iter()
             .map(|i| i.key)
             .collect();
@@ -344,5 +372,18 @@ mod tests {
                 "sink.postgres.sub_partitions"
             ]
         );
+        // A per-topic table for a topic the pattern matches is fine.
+        c.tables = BTreeMap::from([("x.a.b".to_owned(), "x.y".to_owned())]);
+        c.url = "postgres://u@localhost/db".into();
+        c.sub_partitions = 1;
+        let kafka = KafkaSourceConfig {
+            brokers: "localhost:9092".into(),
+            topics: vec!["/x\\..*/".into()],
+            group_id: None,
+            commit_interval_ms: 1000,
+            properties: BTreeMap::new(),
+            client: BTreeMap::new(),
+        };
+        assert!(c.validate(&kafka).is_empty(), "{:?}", c.validate(&kafka));
     }
 }
