@@ -766,6 +766,42 @@ mod tests {
     }
 
     #[test]
+    fn topics_take_lists_and_patterns_and_name_bad_ones() {
+        let config = SinkPipelineConfig::from_toml(
+            &MINIMAL.replace(
+                r#"["orders"]"#,
+                r#"["orders, refunds", "/cdc\\.app\\..+/"]"#,
+            ),
+            "t.toml",
+            &env,
+        )
+        .unwrap();
+        let kafka = config.kafka();
+        assert_eq!(kafka.topic_names(), ["orders", "refunds"]);
+        assert_eq!(
+            kafka.subscription(),
+            ["orders", "refunds", r"^(cdc\.app\..+)$"]
+        );
+        assert!(kafka.selects("cdc.app.items") && kafka.selects("refunds"));
+        assert!(!kafka.selects("cdc.app.") && !kafka.selects("xcdc.app.items"));
+        let found = issues(&MINIMAL.replace(r#"["orders"]"#, r#"["/cdc(/", "bad topic"]"#));
+        let problems: Vec<String> = found
+            .iter()
+            .map(|i| format!("{}: {}", i.key, i.problem))
+            .collect();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0]
+                .starts_with("source.kafka.topics: /cdc(/ is not a valid regular expression"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("\"bad topic\" is not a valid topic name"),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
     fn kafka_source_selects_the_sink_kind_with_defaults() {
         let config = SinkPipelineConfig::from_toml(MINIMAL, "t.toml", &env).unwrap();
         assert_eq!(config.group_id(), "sluice_orders_files");

@@ -421,18 +421,28 @@ impl PgWriter {
     /// Loads the table's columns and the key columns (from the first key of the batch);
     /// creates the table when it is missing and `auto_create` is on.
     fn load_shape(&mut self, client: &mut Client) -> Result<(), PipelineError> {
-        if self.shape.is_some() {
+        // A shape loaded for a batch of truncates only has no key columns yet.
+        if self.shape.as_ref().is_some_and(|s| !s.key.is_empty()) {
             return Ok(());
         }
+        let table = self.table()?.clone();
         let Some(first_key) = self
             .batch
             .iter()
             .map(|s| s.change.key())
             .find(|k| !k.is_empty())
         else {
+            // Truncates only: the table's columns, no key needed.
+            let columns = self.read_columns(client, &table)?;
+            if !columns.is_empty() {
+                self.shape = Some(TableShape {
+                    columns,
+                    key: Vec::new(),
+                    plans: Vec::new(),
+                });
+            }
             return Ok(());
         };
-        let table = self.table()?.clone();
         let key: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(first_key)
             .map_err(|e| {
                 PipelineError::fatal(

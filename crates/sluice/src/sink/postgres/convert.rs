@@ -251,14 +251,15 @@ fn base64(text: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Whether `text` is a decimal number's text (`decimal.handling.mode = string`), rather than
-/// base64: it has a point, a sign or an exponent, or is `NaN`/`Infinity`. A string of digits
-/// only is read as base64 (Debezium's default), which is ambiguous: events with schemas say.
+/// base64: it has a point or a sign (characters base64 never has), or is `NaN`/`Infinity`.
+/// A string of digits only is read as base64 (Debezium's default), which is ambiguous: events
+/// with schemas say. Letters (`E518` is base64 of 1285500) prove nothing.
 fn is_decimal_text(text: &str) -> bool {
     matches!(text, "NaN" | "Infinity" | "-Infinity")
-        || (text.contains(['.', '-', 'e', 'E'])
+        || (text.contains(['.', '-'])
             && text
                 .bytes()
-                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E')))
+                .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-')))
 }
 
 /// Appends `YYYY-MM-DD` (with ` BC` for years before 1).
@@ -415,6 +416,11 @@ mod tests {
         assert_eq!(
             converted(Conversion::Decimal { scale: 6 }, json!(wide)),
             json!("340282366920938463463374607431768.211456")
+        );
+        // Base64 that looks like an exponent is base64 (1285500).
+        assert_eq!(
+            converted(Conversion::Decimal { scale: 2 }, json!("E518")),
+            json!("12855.00")
         );
         // decimal.handling.mode = string passes.
         assert_eq!(
