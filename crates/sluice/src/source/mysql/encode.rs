@@ -17,7 +17,7 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::{ColumnFlags, ColumnType};
 
 use crate::error::PipelineError;
-use crate::event::{Op, write_int, write_json_str};
+use crate::event::{Op, SnapshotMarker, write_int, write_json_str};
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
 
@@ -164,28 +164,65 @@ impl TableInfo {
     ) -> Result<Self, PipelineError> {
         let database = tme.database_name().into_owned();
         let table = tme.table_name().into_owned();
+        if row_columns.iter().any(|c| c.name_str().starts_with('@')) {
+            return Err(PipelineError::fatal(
+                format!("the binlog has no column names for {database}.{table}"),
+                "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration file); rows written before it cannot be captured",
+            ));
+        }
+        let kinds = row_columns.iter().enumerate().map(|(i, column)| {
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+            kind_of(column.column_type(), meta, column.character_set())
+        });
+        Self::build(prefix, database, table, row_columns, kinds, metrics)
+    }
+
+    /// The table of a snapshot query's result (`SELECT` of every column): the result's column
+    /// definitions give the same kinds as the binlog's metadata.
+    ///
+    /// # Errors
+    ///
+    /// A fatal error naming the column whose type is not mapped yet.
+    pub fn of_result(
+        prefix: &str,
+        database: &str,
+        table: &str,
+        columns: &[mysql_async::Column],
+        metrics: Arc<TableMetrics>,
+    ) -> Result<Self, PipelineError> {
+        let kinds = columns.iter().map(kind_of_result_column);
+        Self::build(
+            prefix,
+            database.to_owned(),
+            table.to_owned(),
+            columns,
+            kinds,
+            metrics,
+        )
+    }
+
+    fn build(
+        prefix: &str,
+        database: String,
+        table: String,
+        row_columns: &[mysql_async::Column],
+        kinds: impl Iterator<Item = Result<Kind, &'static str>>,
+        metrics: Arc<TableMetrics>,
+    ) -> Result<Self, PipelineError> {
         let mut columns = Vec::with_capacity(row_columns.len());
         let mut key_columns = Vec::new();
-        for (i, column) in row_columns.iter().enumerate() {
+        for (i, (column, kind)) in row_columns.iter().zip(kinds).enumerate() {
             let name = column.name_str().into_owned();
-            if name.starts_with('@') {
-                return Err(PipelineError::fatal(
-                    format!("the binlog has no column names for {database}.{table}"),
-                    "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration file); rows written before it cannot be captured",
-                ));
-            }
-            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
-            let kind = kind_of(column.column_type(), meta, column.character_set())
-                .map_err(|what| {
-                    PipelineError::fatal(
-                        format!(
-                            "column {database}.{table}.{name} is of a type sluice does not map yet ({what})"
-                        ),
-                        format!(
-                            "leave the table out (source.mysql.exclude_tables = [\"{database}.{table}\"]); see docs/mysql-source.md for the types mapped"
-                        ),
-                    )
-                })?;
+            let kind = kind.map_err(|what| {
+                PipelineError::fatal(
+                    format!(
+                        "column {database}.{table}.{name} is of a type sluice does not map yet ({what})"
+                    ),
+                    format!(
+                        "leave the table out (source.mysql.exclude_tables = [\"{database}.{table}\"]); see docs/mysql-source.md for the types mapped"
+                    ),
+                )
+            })?;
             if column.flags().contains(ColumnFlags::PRI_KEY_FLAG) {
                 key_columns.push(i);
             }
@@ -215,6 +252,28 @@ impl TableInfo {
     }
 }
 
+/// A result-set column's kind: its type and flags stand for the binlog's type and metadata
+/// (DATETIME and TIMESTAMP are the fractional `…2` types, their precision in `decimals`;
+/// ENUM and SET are strings with a flag).
+fn kind_of_result_column(column: &mysql_async::Column) -> Result<Kind, &'static str> {
+    use ColumnType::*;
+    let flags = column.flags();
+    if flags.contains(ColumnFlags::ENUM_FLAG) {
+        return Err("ENUM");
+    }
+    if flags.contains(ColumnFlags::SET_FLAG) {
+        return Err("SET");
+    }
+    let decimals = column.decimals();
+    let (column_type, meta) = match column.column_type() {
+        MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => (MYSQL_TYPE_DATETIME2, [decimals, 0]),
+        MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => (MYSQL_TYPE_TIMESTAMP2, [decimals, 0]),
+        MYSQL_TYPE_NEWDECIMAL => (MYSQL_TYPE_NEWDECIMAL, [0, decimals]),
+        other => (other, [0, 0]),
+    };
+    kind_of(column_type, &meta, column.character_set())
+}
+
 /// Where a change is in the binlog, as `source` shows it.
 #[derive(Debug, Clone)]
 pub struct BinlogSource {
@@ -232,6 +291,8 @@ pub struct BinlogSource {
     pub row: u32,
     /// The thread that made the change (from the transaction's `BEGIN`), when known.
     pub thread: Option<u32>,
+    /// `source.snapshot`: `False` for streamed changes, Debezium's marker for snapshot reads.
+    pub snapshot: SnapshotMarker,
 }
 
 /// One row change: the MySQL source's change type in the delivery core.
@@ -291,7 +352,9 @@ pub fn encode(
     write_json_str(&mut value, prefix_name);
     value.extend_from_slice(b",\"ts_ms\":");
     write_int(&mut value, i64::from(source.ts_sec) * 1000);
-    value.extend_from_slice(b",\"snapshot\":\"false\"");
+    value.extend_from_slice(b",\"snapshot\":\"");
+    value.extend_from_slice(source.snapshot.as_str().as_bytes());
+    value.push(b'"');
     value.extend_from_slice(&table.source_db_table);
     value.extend_from_slice(b",\"server_id\":");
     write_int(&mut value, source.server_id);
@@ -426,6 +489,8 @@ fn write_value_checked(
             write_int(out, if year == 1900 { 0 } else { year });
         }
         (Kind::Year, Value::Int(n)) => write_int(out, *n),
+        // A snapshot's YEAR (binary protocol): the year itself, 0 for the zero year.
+        (Kind::Year, Value::UInt(n)) => write_int(out, *n),
         (Kind::Float, Value::Float(f)) => write_float(f64::from(*f), Some(*f), out),
         (Kind::Float, Value::Double(f)) => write_float(*f, None, out),
         (Kind::Decimal { scale }, Value::Bytes(text)) => {
@@ -505,6 +570,19 @@ fn write_value_checked(
                 out.extend_from_slice(b"null");
             } else {
                 write_zoned(seconds, fraction, fsp, out);
+            }
+        }
+        // A snapshot's TIMESTAMP (binary protocol, the session in UTC): the date and time.
+        (Kind::Timestamp { fsp }, Value::Date(year, month, day, hour, minute, second, micros)) => {
+            if *month == 0 || *day == 0 {
+                out.extend_from_slice(b"null");
+            } else {
+                let days = days_from_civil(i64::from(*year), u32::from(*month), u32::from(*day));
+                let seconds = days * 86_400
+                    + i64::from(*hour) * 3600
+                    + i64::from(*minute) * 60
+                    + i64::from(*second);
+                write_zoned(seconds, u64::from(*micros), fsp, out);
             }
         }
         (Kind::Time, Value::Time(negative, days, hours, minutes, seconds, micros)) => {
@@ -751,6 +829,7 @@ mod tests {
                 pos: 1234,
                 row: 3,
                 thread: None,
+                snapshot: SnapshotMarker::False,
             },
         };
         let mut out = Vec::new();
