@@ -828,6 +828,38 @@ fn newest_per_key(records: &[Record]) -> BTreeMap<u64, Option<(i64, String)>> {
     newest
 }
 
+/// Per key, the snapshot row and the streamed changes form one chain: a read comes first, each
+/// update's and delete's `before` is the row as the previous event left it, and an insert finds
+/// no row. A snapshot whose binlog position is not exactly its own breaks the chain (a change
+/// replayed over a row that already holds it, or one missing).
+fn assert_one_chain_per_key(records: &[Record]) {
+    let mut rows: HashMap<u64, Option<Value>> = HashMap::new();
+    for record in records {
+        let (Some(key), Some(value)) = (
+            record.key.as_ref().and_then(|k| k["id"].as_u64()),
+            record.value.as_ref(),
+        ) else {
+            continue;
+        };
+        let current = rows.get(&key).cloned().flatten();
+        match value["op"].as_str().unwrap() {
+            "r" => assert!(
+                !rows.contains_key(&key),
+                "key {key}: a snapshot read after other events: {value}"
+            ),
+            "c" => assert_eq!(current, None, "key {key}: an insert over a row: {value}"),
+            "u" | "d" => assert_eq!(
+                current.as_ref(),
+                Some(&value["before"]),
+                "key {key}: the change's before image is not the row: {value}"
+            ),
+            op => panic!("unexpected op {op}"),
+        }
+        let after = &value["after"];
+        rows.insert(key, (!after.is_null()).then(|| after.clone()));
+    }
+}
+
 /// Every row of the table, as [`newest_per_key`] holds them (deleted keys left out).
 async fn table_rows(server: Server, database: &str) -> BTreeMap<u64, Option<(i64, String)>> {
     let mut conn = server.root().await;
@@ -973,6 +1005,11 @@ async fn snapshot_under_writes(server: Server, crash: bool) {
         .collect();
     assert!(extra.is_empty(), "rows not in the table: {extra:?}");
     assert!(changes > 0);
+    if !crash {
+        // Without a crash, nothing is read twice and the stream starts exactly at the
+        // snapshot.
+        assert_one_chain_per_key(&records);
+    }
     assert!(sluice.stop(), "{}", sluice.log_text());
     root.query_drop(format!("DROP DATABASE {database}"))
         .await

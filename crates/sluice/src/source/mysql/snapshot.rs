@@ -152,37 +152,44 @@ async fn begin(conn: &mut Conn) -> Result<(), PipelineError> {
         .map_err(sql_error("START TRANSACTION WITH CONSISTENT SNAPSHOT failed"))
 }
 
+/// Begins a consistent snapshot on MariaDB; returns it with the snapshot's binlog position.
+async fn mariadb_begin(mut conn: Conn) -> Result<(Conn, (String, u64)), PipelineError> {
+    begin(&mut conn).await?;
+    let status: Vec<(String, String)> = conn
+        .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
+        .await
+        .map_err(sql_error("cannot read the snapshot's binlog position"))?;
+    let get = |name: &str| {
+        status
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.clone())
+    };
+    match (
+        get("binlog_snapshot_file"),
+        get("binlog_snapshot_position").and_then(|p| p.parse::<u64>().ok()),
+    ) {
+        (Some(file), Some(pos)) => Ok((conn, (file, pos))),
+        _ => Err(PipelineError::fatal(
+            "the server reports no binlog position for a consistent snapshot",
+            "start the server with log_bin",
+        )),
+    }
+}
+
 async fn open_mariadb(
     source: &MysqlSourceConfig,
     workers: usize,
 ) -> Result<ConsistentSnapshot, PipelineError> {
     let mut best: Vec<(Conn, (String, u64))> = Vec::new();
     for _ in 0..MARIADB_TRIES {
-        let mut opened = Vec::with_capacity(workers);
+        let mut connections = Vec::with_capacity(workers);
         for _ in 0..workers {
-            let mut conn = reader(source).await?;
-            begin(&mut conn).await?;
-            let status: Vec<(String, String)> = conn
-                .query("SHOW SESSION STATUS LIKE 'binlog_snapshot_%'")
-                .await
-                .map_err(sql_error("cannot read the snapshot's binlog position"))?;
-            let get = |name: &str| {
-                status
-                    .iter()
-                    .find(|(n, _)| n.eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v.clone())
-            };
-            let (Some(file), Some(pos)) = (
-                get("binlog_snapshot_file"),
-                get("binlog_snapshot_position").and_then(|p| p.parse::<u64>().ok()),
-            ) else {
-                return Err(PipelineError::fatal(
-                    "the server reports no binlog position for a consistent snapshot",
-                    "start the server with log_bin",
-                ));
-            };
-            opened.push((conn, (file, pos)));
+            connections.push(reader(source).await?);
         }
+        // The transactions begin together, so that commits rarely fall between them.
+        let opened: Vec<(Conn, (String, u64))> =
+            futures::future::try_join_all(connections.into_iter().map(mariadb_begin)).await?;
         // The largest group of connections whose snapshots are at one position.
         let mut counts: HashMap<(String, u64), usize> = HashMap::new();
         for (_, position) in &opened {
