@@ -968,7 +968,9 @@ async fn snapshot_under_writes(server: Server, crash: bool) {
     let table = table_rows(server, &database).await;
     let topic = format!("{prefix}.{database}.t");
     let mut last_difference = String::new();
-    let records = read_topic(&topic, Duration::from_secs(600), |records| {
+    // A minute, and a minute more per 100,000 rows.
+    let patience = Duration::from_secs(60 + u64::from(rows) * 60 / 100_000);
+    let records = read_topic(&topic, patience, |records| {
         let newest = newest_per_key(records);
         let differences: Vec<u64> = newest
             .iter()
