@@ -1037,3 +1037,79 @@ async fn mariadb_snapshot_crashed_mid_way_ends_equal_to_the_table() {
 async fn mysql_snapshot_crashed_mid_way_ends_equal_to_the_table() {
     snapshot_under_writes(Server::Mysql, true).await;
 }
+
+/// BIT, ENUM, SET and GEOMETRY as Debezium's MySQL connector writes them, the same from the
+/// snapshot (a row written before the start) and from the binlog (the same values after it):
+/// BIT(1) a boolean, BIT(n) base64 of little-endian bytes, ENUM and SET their labels (the
+/// binlog's index and bit mask resolved with the TABLE_MAP's labels), GEOMETRY `{wkb, srid}`.
+async fn bits_enums_sets_geometries(server: Server) {
+    let _broker = broker_shared().await;
+    let name = unique("my_bits");
+    let database = name.clone();
+    let prefix = unique("mb");
+    let mut root = server.root().await;
+    let values = "b'1', b'1000000011', 'medium', 'a,c', ST_GeomFromText('POINT(1 2)'), \
+                  ST_GeomFromText('POINT(1 2)', 3857), NULL";
+    for sql in [
+        format!("CREATE DATABASE {database}"),
+        format!(
+            "CREATE TABLE {database}.t (id INT PRIMARY KEY, b1 BIT(1), b10 BIT(10), \
+             e ENUM('small', 'medium', 'large'), st SET('a', 'b', 'c'), g GEOMETRY, \
+             g2 GEOMETRY, gn GEOMETRY NULL)"
+        ),
+        format!("INSERT INTO {database}.t VALUES (1, {values})"),
+    ] {
+        root.query_drop(sql).await.unwrap();
+    }
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (2, {values})"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "UPDATE {database}.t SET e = 'large', st = '', b1 = b'0' WHERE id = 2"
+    ))
+    .await
+    .unwrap();
+    let records = read_until(&format!("{prefix}.{database}.t"), 3);
+    assert_eq!(records.len(), 3, "{records:#?}\n{}", sluice.log_text());
+    let ops: Vec<&str> = records.iter().map(|r| r.op().unwrap()).collect();
+    assert_eq!(ops, ["r", "c", "u"]);
+    // 0x203 is 02 03 big-endian: 03 02 little-endian; POINT(1 2) in WKB.
+    let point = "AQEAAAAAAAAAAADwPwAAAAAAAABA";
+    let expected = |id: u32| {
+        json!({
+            "id": id, "b1": true, "b10": "AwI=", "e": "medium", "st": "a,c",
+            "g": {"wkb": point, "srid": null}, "g2": {"wkb": point, "srid": 3857}, "gn": null
+        })
+    };
+    assert_eq!(records[0].value.as_ref().unwrap()["after"], expected(1));
+    assert_eq!(records[1].value.as_ref().unwrap()["after"], expected(2));
+    let update = records[2].value.as_ref().unwrap();
+    assert_eq!(update["before"], expected(2));
+    let mut after = expected(2);
+    after["e"] = json!("large");
+    after["st"] = json!("");
+    after["b1"] = json!(false);
+    assert_eq!(update["after"], after);
+    drop(sluice);
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_bits_enums_sets_geometries() {
+    bits_enums_sets_geometries(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_bits_enums_sets_geometries() {
+    bits_enums_sets_geometries(Server::Mysql).await;
+}
