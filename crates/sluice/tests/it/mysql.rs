@@ -659,9 +659,11 @@ async fn snapshot_reads_then_streams(server: Server) {
     // The snapshot is finished: the state holds the position, no plan.
     let state: Value = serde_json::from_slice(&std::fs::read(state_file(&name)).unwrap()).unwrap();
     assert!(state.get("snapshot").is_none(), "{state}");
-    root.query_drop(format!("INSERT INTO {database}.a (id, vc) VALUES (4, 'four')"))
-        .await
-        .unwrap();
+    root.query_drop(format!(
+        "INSERT INTO {database}.a (id, vc) VALUES (4, 'four')"
+    ))
+    .await
+    .unwrap();
 
     let a = read_until(&format!("{prefix}.{database}.a"), 4);
     let b = read_until(&format!("{prefix}.{database}.b"), 1);
@@ -790,10 +792,7 @@ fn start_writer(
                 0 => format!("DELETE FROM {database}.t WHERE id = {id}"),
                 1 => {
                     next += 1;
-                    format!(
-                        "INSERT INTO {database}.t VALUES ({}, {n}, 'new')",
-                        next - 1
-                    )
+                    format!("INSERT INTO {database}.t VALUES ({}, {n}, 'new')", next - 1)
                 }
                 _ => format!(
                     "UPDATE {database}.t SET v = v + 1, note = 'upd{n}' WHERE id IN ({id}, {})",
@@ -956,7 +955,9 @@ async fn snapshot_under_writes(server: Server, crash: bool) {
     let snapshot_seconds = started.elapsed().as_secs_f64();
     if crash {
         assert!(
-            sluice.log_text().contains("resuming the unfinished snapshot"),
+            sluice
+                .log_text()
+                .contains("resuming the unfinished snapshot"),
             "{}",
             sluice.log_text()
         );

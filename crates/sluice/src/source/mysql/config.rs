@@ -276,8 +276,8 @@ mod tests {
         let config = load("url = \"mysql://u@h:3306\"\nserver_id = 7").unwrap();
         assert_eq!(config.source.snapshot, SnapshotMode::Initial);
         assert_eq!(config.source.snapshot_workers, DEFAULT_SNAPSHOT_WORKERS);
-        let config = load("url = \"mysql://u@h:3306\"\nserver_id = 7\nsnapshot = \"when_needed\"")
-            .unwrap();
+        let config =
+            load("url = \"mysql://u@h:3306\"\nserver_id = 7\nsnapshot = \"when_needed\"").unwrap();
         assert_eq!(config.source.snapshot, SnapshotMode::WhenNeeded);
         let error = load("url = \"mysql://u@h:3306\"\nserver_id = 7\nsnapshot = \"sometimes\"")
             .unwrap_err()

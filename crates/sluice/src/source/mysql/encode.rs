@@ -218,13 +218,25 @@ impl TableInfo {
                 Ok(OptionalMetadataField::EnumStrValue(values)) => {
                     for column in values.iter_values() {
                         let column = column.map_err(bad_metadata)?;
-                        enums.push(column.values().iter().map(|v| v.value().into_owned()).collect());
+                        enums.push(
+                            column
+                                .values()
+                                .iter()
+                                .map(|v| v.value().into_owned())
+                                .collect(),
+                        );
                     }
                 }
                 Ok(OptionalMetadataField::SetStrValue(values)) => {
                     for column in values.iter_values() {
                         let column = column.map_err(bad_metadata)?;
-                        sets.push(column.values().iter().map(|v| v.value().into_owned()).collect());
+                        sets.push(
+                            column
+                                .values()
+                                .iter()
+                                .map(|v| v.value().into_owned())
+                                .collect(),
+                        );
                     }
                 }
                 Ok(_) => {}
@@ -683,7 +695,10 @@ fn write_value_checked(
         (Kind::Set, Value::Bytes(mask)) => {
             let mut text = String::new();
             for (i, label) in labels.iter().enumerate() {
-                if mask.get(i / 8).is_some_and(|byte| byte & (1 << (i % 8)) != 0) {
+                if mask
+                    .get(i / 8)
+                    .is_some_and(|byte| byte & (1 << (i % 8)) != 0)
+                {
                     if !text.is_empty() {
                         text.push(',');
                     }
@@ -1004,8 +1019,7 @@ mod tests {
         let labels: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
         let labelled = |kind, value| {
             let mut out = Vec::new();
-            write_value_checked(kind, &labels, Some(&BinlogValue::Value(value)), &mut out)
-                .unwrap();
+            write_value_checked(kind, &labels, Some(&BinlogValue::Value(value)), &mut out).unwrap();
             String::from_utf8(out).unwrap()
         };
         assert_eq!(labelled(Kind::Enum, Value::Int(2)), "\"b\"");

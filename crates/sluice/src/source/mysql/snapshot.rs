@@ -149,7 +149,9 @@ async fn reader(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> {
 async fn begin(conn: &mut Conn) -> Result<(), PipelineError> {
     conn.query_drop("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         .await
-        .map_err(sql_error("START TRANSACTION WITH CONSISTENT SNAPSHOT failed"))
+        .map_err(sql_error(
+            "START TRANSACTION WITH CONSISTENT SNAPSHOT failed",
+        ))
 }
 
 /// Begins a consistent snapshot on MariaDB; returns it with the snapshot's binlog position.
@@ -630,7 +632,10 @@ async fn ends_of_snapshot(
     }
     let mut last = None;
     for i in (0..chunks.len()).rev() {
-        if chunks.get(i + 1).is_some_and(|n| n.table == chunks[i].table) {
+        if chunks
+            .get(i + 1)
+            .is_some_and(|n| n.table == chunks[i].table)
+        {
             continue;
         }
         if table_has_rows(conn, &chunks[i].table).await? {

@@ -136,7 +136,9 @@ pub async fn run_once(
     .await?;
     let mut conn = server::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
-    if let Some(error) = server::settings_error(&server::check_settings(&mut conn, flavor, &config.source).await?) {
+    if let Some(error) =
+        server::settings_error(&server::check_settings(&mut conn, flavor, &config.source).await?)
+    {
         return Err(error);
     }
     let store: Arc<dyn StateStore> =
