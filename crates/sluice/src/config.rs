@@ -838,6 +838,25 @@ fn without_value(problem: &str) -> String {
     problem.to_owned()
 }
 
+/// When a CDC source snapshots its tables (`source.<kind>.snapshot`), Debezium's
+/// `snapshot.mode` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// When the pipeline has no saved position (PostgreSQL: its slot is new): read every
+    /// captured table consistently with the position streaming then starts from.
+    #[default]
+    Initial,
+    /// Never: stream only the changes after the first start.
+    Never,
+    /// Snapshot like `initial`, then stop (no streaming).
+    InitialOnly,
+    /// Like `initial`, and also when the saved position cannot be resumed from any more
+    /// (PostgreSQL: a lost slot recreated with `on_slot_loss = "recreate"`; MySQL: a purged
+    /// binlog).
+    WhenNeeded,
+}
+
 /// A glob over dotted names (`*` matches any characters, dots included).
 pub fn glob_matches(pattern: &str, name: &str) -> bool {
     globset::GlobBuilder::new(pattern)

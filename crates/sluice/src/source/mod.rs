@@ -1,4 +1,5 @@
 //! Sources: where change events come from.
 
+pub mod chunked;
 pub mod mysql;
 pub mod postgres;

@@ -100,6 +100,43 @@ fn read_until(topic: &str, count: usize) -> Vec<Record> {
     })
 }
 
+/// A table with a column of every mapped type; [`TYPES_ROW`] is a row of it and
+/// [`types_row_after`] that row as Debezium writes it (but `js`, which differs per server and
+/// between snapshot and stream).
+const TYPES_TABLE: &str = "(
+    id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
+    ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mu MEDIUMINT UNSIGNED, i INT,
+    iu INT UNSIGNED, bi BIGINT,
+    vc VARCHAR(50), ch CHAR(5), tx TEXT,
+    dc DECIMAL(10,2), dneg DECIMAL(30,5),
+    d DATE, dt3 DATETIME(3), dt6 DATETIME(6), ts TIMESTAMP(6) NULL, tm TIME(6),
+    bl BLOB, js JSON, n INT NULL, f FLOAT, db DOUBLE, y YEAR
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
+
+const TYPES_ROW: &str = "(1, -128, 255, -32768, 16777215, -2147483648,
+    4294967295, 9223372036854775807,
+    'héllo ✓', 'ab', 'a long text',
+    12345.67, -123456789012345678901234.56789,
+    '2024-02-29', '2024-02-29 13:14:15.123', '1969-12-31 23:59:58.000001',
+    '2024-02-29 13:14:15.123456', '-838:59:58.999999',
+    X'00FF10', '{\"aa\": \"x\", \"b\": [1, 2.5, null]}', NULL,
+    1.5, -2.25, 2024)";
+
+fn types_row_after() -> Value {
+    json!({
+        "id": 1, "ti": -128, "tu": 255, "si": -32768, "mu": 16777215, "i": -2147483648,
+        "iu": 4294967295u64, "bi": 9223372036854775807i64,
+        "vc": "héllo ✓", "ch": "ab", "tx": "a long text",
+        // 1234567 = 0x12D687; -12345678901234567890123456789 in two's complement.
+        "dc": "EtaH", "dneg": "2BvkzblBNk6Rxn7r",
+        // 2024-02-29: day 19782; DATETIME(3) as milliseconds, DATETIME(6) as microseconds.
+        "d": 19782, "dt3": 1709212455123i64, "dt6": -1_999_999i64,
+        "ts": "2024-02-29T13:14:15.123456Z",
+        "tm": -3_020_398_999_999i64,
+        "bl": "AP8Q", "js": null, "n": null, "f": 1.5, "db": -2.25, "y": 2024
+    })
+}
+
 async fn types_and_order(server: Server) {
     let _broker = broker_shared().await;
     let name = unique("my_types");
@@ -109,19 +146,9 @@ async fn types_and_order(server: Server) {
     root.query_drop(format!("CREATE DATABASE {database}"))
         .await
         .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (
-            id BIGINT UNSIGNED NOT NULL PRIMARY KEY,
-            ti TINYINT, tu TINYINT UNSIGNED, si SMALLINT, mu MEDIUMINT UNSIGNED, i INT,
-            iu INT UNSIGNED, bi BIGINT,
-            vc VARCHAR(50), ch CHAR(5), tx TEXT,
-            dc DECIMAL(10,2), dneg DECIMAL(30,5),
-            d DATE, dt3 DATETIME(3), dt6 DATETIME(6), ts TIMESTAMP(6) NULL, tm TIME(6),
-            bl BLOB, js JSON, n INT NULL, f FLOAT, db DOUBLE, y YEAR
-        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-    ))
-    .await
-    .unwrap();
+    root.query_drop(format!("CREATE TABLE {database}.t {TYPES_TABLE}"))
+        .await
+        .unwrap();
     let dir = test_dir(&name);
     let admin_port = free_port();
     let sluice = Sluice::start(
@@ -131,18 +158,9 @@ async fn types_and_order(server: Server) {
     );
     sluice.wait_streaming(Duration::from_secs(60));
 
-    root.query_drop(format!(
-        "INSERT INTO {database}.t VALUES (1, -128, 255, -32768, 16777215, -2147483648,
-            4294967295, 9223372036854775807,
-            'héllo ✓', 'ab', 'a long text',
-            12345.67, -123456789012345678901234.56789,
-            '2024-02-29', '2024-02-29 13:14:15.123', '1969-12-31 23:59:58.000001',
-            '2024-02-29 13:14:15.123456', '-838:59:58.999999',
-            X'00FF10', '{{\"aa\": \"x\", \"b\": [1, 2.5, null]}}', NULL,
-            1.5, -2.25, 2024)"
-    ))
-    .await
-    .unwrap();
+    root.query_drop(format!("INSERT INTO {database}.t VALUES {TYPES_ROW}"))
+        .await
+        .unwrap();
     root.query_drop(format!(
         "INSERT INTO {database}.t (id, bi, vc) VALUES (18446744073709551615, -9223372036854775808, 'max')"
     ))
@@ -192,21 +210,7 @@ async fn types_and_order(server: Server) {
     assert_eq!(json_text, expected_json);
     let mut after = value["after"].clone();
     after["js"] = Value::Null;
-    assert_eq!(
-        after,
-        json!({
-            "id": 1, "ti": -128, "tu": 255, "si": -32768, "mu": 16777215, "i": -2147483648,
-            "iu": 4294967295u64, "bi": 9223372036854775807i64,
-            "vc": "héllo ✓", "ch": "ab", "tx": "a long text",
-            // 1234567 = 0x12D687; -12345678901234567890123456789 in two's complement.
-            "dc": "EtaH", "dneg": "2BvkzblBNk6Rxn7r",
-            // 2024-02-29: day 19782; DATETIME(3) as milliseconds, DATETIME(6) as microseconds.
-            "d": 19782, "dt3": 1709212455123i64, "dt6": -1_999_999i64,
-            "ts": "2024-02-29T13:14:15.123456Z",
-            "tm": -3_020_398_999_999i64,
-            "bl": "AP8Q", "js": null, "n": null, "f": 1.5, "db": -2.25, "y": 2024
-        })
-    );
+    assert_eq!(after, types_row_after());
     let source = &value["source"];
     // The fields (their order in the text is the encoder's unit tests').
     let mut keys: Vec<&str> = source
@@ -499,9 +503,10 @@ async fn check_names_missing_privileges(server: Server) {
     let weak = good.replace(&url, &format!("mysql://{user}:pw@{host}"));
     let (ok, text) = run(&weak);
     assert!(!ok, "{text}");
+    // MySQL's snapshots (on by default) also need RELOAD, to stop commits while they open.
     let expected_monitor = match server {
         Server::Mariadb => "BINLOG MONITOR",
-        Server::Mysql => "REPLICATION CLIENT",
+        Server::Mysql => "REPLICATION CLIENT, RELOAD",
     };
     assert!(
         text.contains(&format!(
@@ -579,4 +584,533 @@ async fn mariadb_a_lost_position_stops_with_the_fix() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_a_lost_position_stops_with_the_fix() {
     a_lost_position_stops_with_the_fix(Server::Mysql).await;
+}
+
+/// The pipeline file with `lines` added to `[source.mysql]`.
+fn pipeline_with(
+    server: Server,
+    name: &str,
+    database: &str,
+    prefix: &str,
+    admin_port: u16,
+    lines: &str,
+) -> String {
+    pipeline(server, name, database, prefix, admin_port)
+        .replace("[source.mysql]\n", &format!("[source.mysql]\n{lines}\n"))
+}
+
+/// The state file of pipeline `name`.
+fn state_file(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it")
+        .join("state")
+        .join(format!("{name}.mysql.json"))
+}
+
+/// The binlog place of a record: (file, pos) from its `source` block.
+fn binlog_place(record: &Record) -> (String, u64) {
+    let source = &record.value.as_ref().unwrap()["source"];
+    (
+        source["file"].as_str().unwrap().to_owned(),
+        source["pos"].as_u64().unwrap(),
+    )
+}
+
+/// The initial snapshot: rows written before the first start arrive as `op: "r"` with the same
+/// values the stream writes, Debezium's `source` block and markers (two workers, two-row
+/// chunks: a table split in two chunks, a one-row table, an empty one, one without a key);
+/// then a change made after the snapshot streams, at a binlog position after the snapshot's.
+async fn snapshot_reads_then_streams(server: Server) {
+    let _broker = broker_shared().await;
+    let name = unique("my_snap");
+    let database = name.clone();
+    let prefix = unique("ms");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    for sql in [
+        format!("CREATE TABLE {database}.a {TYPES_TABLE}"),
+        format!("INSERT INTO {database}.a VALUES {TYPES_ROW}"),
+        format!("INSERT INTO {database}.a (id, vc) VALUES (2, 'two'), (3, 'three')"),
+        format!("CREATE TABLE {database}.b (id INT PRIMARY KEY, v VARCHAR(10))"),
+        format!("INSERT INTO {database}.b VALUES (7, 'seven')"),
+        format!("CREATE TABLE {database}.c_empty (id INT PRIMARY KEY)"),
+        format!("CREATE TABLE {database}.d_nokey (v INT)"),
+        format!("INSERT INTO {database}.d_nokey VALUES (10), (20)"),
+    ] {
+        root.query_drop(sql).await.unwrap();
+    }
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let sluice = Sluice::start(
+        &dir,
+        &pipeline_with(
+            server,
+            &name,
+            &database,
+            &prefix,
+            admin_port,
+            "snapshot_workers = 2\nsnapshot_chunk_rows = 2",
+        ),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+    // The snapshot is finished: the state holds the position, no plan.
+    let state: Value = serde_json::from_slice(&std::fs::read(state_file(&name)).unwrap()).unwrap();
+    assert!(state.get("snapshot").is_none(), "{state}");
+    root.query_drop(format!(
+        "INSERT INTO {database}.a (id, vc) VALUES (4, 'four')"
+    ))
+    .await
+    .unwrap();
+
+    let a = read_until(&format!("{prefix}.{database}.a"), 4);
+    let b = read_until(&format!("{prefix}.{database}.b"), 1);
+    let d = read_until(&format!("{prefix}.{database}.d_nokey"), 2);
+    assert_eq!(
+        (a.len(), b.len(), d.len()),
+        (4, 1, 2),
+        "{a:#?}\n{}",
+        sluice.log_text()
+    );
+    let by_id = |records: &[Record], id: u64| -> Record {
+        records
+            .iter()
+            .find(|r| r.key == Some(json!({ "id": id })))
+            .unwrap_or_else(|| panic!("no record for id {id}: {records:#?}"))
+            .clone()
+    };
+    let first = by_id(&a, 1);
+    let value = first.value.as_ref().unwrap();
+    assert_eq!(value["op"], "r");
+    assert_eq!(value["before"], Value::Null);
+    // The values are the stream's (`types_and_order`), but for JSON: Debezium's snapshot writes
+    // the document as the server prints it (MySQL: keys in storage order, with spaces).
+    let expected_json = match server {
+        Server::Mysql => r#"{"b": [1, 2.5, null], "aa": "x"}"#,
+        Server::Mariadb => r#"{"aa": "x", "b": [1, 2.5, null]}"#,
+    };
+    assert_eq!(value["after"]["js"], expected_json);
+    let mut after = value["after"].clone();
+    after["js"] = Value::Null;
+    assert_eq!(after, types_row_after());
+    let (file, pos) = binlog_place(&first);
+    let mut source = value["source"].clone();
+    assert!(source["ts_ms"].as_i64().unwrap() > 1_700_000_000_000);
+    source["ts_ms"] = json!(0);
+    assert_eq!(
+        source,
+        json!({
+            "version": source["version"], "connector": "mysql", "name": prefix, "ts_ms": 0,
+            "snapshot": "first", "db": database, "sequence": null, "table": "a",
+            "server_id": 0, "gtid": null, "file": file, "pos": pos, "row": 0,
+            "thread": null, "query": null
+        })
+    );
+    assert!(file.starts_with("binlog.") && pos > 4, "{source}");
+    assert_eq!(value["transaction"], Value::Null);
+    // Debezium's markers: the snapshot's first row, a table's first and last, the snapshot's
+    // last (in the last table with rows: the empty table has none).
+    let marker = |record: &Record| {
+        record.value.as_ref().unwrap()["source"]["snapshot"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(marker(&by_id(&a, 2)), "true");
+    assert_eq!(marker(&by_id(&a, 3)), "last_in_data_collection");
+    assert_eq!(marker(&b[0]), "last_in_data_collection");
+    let mut d_markers: Vec<String> = d.iter().map(marker).collect();
+    d_markers.sort();
+    assert_eq!(d_markers, ["first_in_data_collection", "last"]);
+    assert_eq!(d[0].key, None, "a table without a key has null keys");
+    let mut d_values: Vec<i64> = d
+        .iter()
+        .map(|r| r.value.as_ref().unwrap()["after"]["v"].as_i64().unwrap())
+        .collect();
+    d_values.sort_unstable();
+    assert_eq!(d_values, [10, 20]);
+    // Every snapshot record shows the snapshot's position.
+    for record in a.iter().chain(&b).chain(&d).filter(|r| r.op() == Some("r")) {
+        assert_eq!(binlog_place(record), (file.clone(), pos), "{record:?}");
+    }
+    // The change after the snapshot streams, from a later binlog position.
+    let streamed = by_id(&a, 4);
+    let value = streamed.value.as_ref().unwrap();
+    assert_eq!(value["op"], "c");
+    assert_eq!(value["source"]["snapshot"], "false");
+    assert_eq!(value["after"]["vc"], "four");
+    assert!(binlog_place(&streamed) > (file, pos), "{value}");
+    assert_eq!(
+        a.iter().filter(|r| r.op() == Some("r")).count(),
+        3,
+        "{a:#?}"
+    );
+    drop(sluice);
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_snapshot_reads_then_streams() {
+    snapshot_reads_then_streams(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_snapshot_reads_then_streams() {
+    snapshot_reads_then_streams(Server::Mysql).await;
+}
+
+/// Rows for the snapshot-under-writes tests: `SLUICE_IT_MYSQL_SNAPSHOT_ROWS` (default 20,000;
+/// issue 16's must-show is 1,000,000).
+fn snapshot_rows() -> u32 {
+    std::env::var("SLUICE_IT_MYSQL_SNAPSHOT_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+/// Inserts, updates and deletes in small transactions until `stop`; returns the changes made.
+fn start_writer(
+    server: Server,
+    database: String,
+    rows: u32,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let mut conn = server.root().await;
+        let mut changes = 0u64;
+        let mut next = rows + 1;
+        let mut n: u64 = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            n += 1;
+            // Spread over the whole key range (so every chunk sees changes).
+            let id = (n.wrapping_mul(7919) % u64::from(rows)) + 1;
+            let sql = match n % 4 {
+                0 => format!("DELETE FROM {database}.t WHERE id = {id}"),
+                1 => {
+                    next += 1;
+                    format!("INSERT INTO {database}.t VALUES ({}, {n}, 'new')", next - 1)
+                }
+                _ => format!(
+                    "UPDATE {database}.t SET v = v + 1, note = 'upd{n}' WHERE id IN ({id}, {})",
+                    (id * 31) % u64::from(rows) + 1
+                ),
+            };
+            conn.query_drop(sql).await.unwrap();
+            changes += 1;
+        }
+        changes
+    })
+}
+
+/// The newest state per key in the topic (`None`: deleted).
+fn newest_per_key(records: &[Record]) -> BTreeMap<u64, Option<(i64, String)>> {
+    let mut newest = BTreeMap::new();
+    for record in records {
+        let Some(key) = record.key.as_ref().and_then(|k| k["id"].as_u64()) else {
+            continue;
+        };
+        let row = record.value.as_ref().and_then(|v| {
+            let after = &v["after"];
+            (!after.is_null()).then(|| {
+                (
+                    after["v"].as_i64().unwrap(),
+                    after["note"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+        });
+        newest.insert(key, row);
+    }
+    newest
+}
+
+/// Per key, the snapshot row and the streamed changes form one chain: a read comes first, each
+/// update's and delete's `before` is the row as the previous event left it, and an insert finds
+/// no row. A snapshot whose binlog position is not exactly its own breaks the chain (a change
+/// replayed over a row that already holds it, or one missing).
+fn assert_one_chain_per_key(records: &[Record]) {
+    let mut rows: HashMap<u64, Option<Value>> = HashMap::new();
+    for record in records {
+        let (Some(key), Some(value)) = (
+            record.key.as_ref().and_then(|k| k["id"].as_u64()),
+            record.value.as_ref(),
+        ) else {
+            continue;
+        };
+        let current = rows.get(&key).cloned().flatten();
+        match value["op"].as_str().unwrap() {
+            "r" => assert!(
+                !rows.contains_key(&key),
+                "key {key}: a snapshot read after other events: {value}"
+            ),
+            "c" => assert_eq!(current, None, "key {key}: an insert over a row: {value}"),
+            "u" | "d" => assert_eq!(
+                current.as_ref(),
+                Some(&value["before"]),
+                "key {key}: the change's before image is not the row: {value}"
+            ),
+            op => panic!("unexpected op {op}"),
+        }
+        let after = &value["after"];
+        rows.insert(key, (!after.is_null()).then(|| after.clone()));
+    }
+}
+
+/// Every row of the table, as [`newest_per_key`] holds them (deleted keys left out).
+async fn table_rows(server: Server, database: &str) -> BTreeMap<u64, Option<(i64, String)>> {
+    let mut conn = server.root().await;
+    let rows: Vec<(u64, i64, String)> = conn
+        .query(format!("SELECT id, v, note FROM {database}.t"))
+        .await
+        .unwrap();
+    rows.into_iter()
+        .map(|(id, v, note)| (id, Some((v, note))))
+        .collect()
+}
+
+/// Must-show 4 (scaled down): a snapshot of `snapshot_rows()` rows (4 workers, ten chunks)
+/// under concurrent inserts, updates and deletes, optionally crashed mid-snapshot at the
+/// `snapshot::chunks_recorded` crash point and restarted; afterwards the newest event per key
+/// in the topic equals the table, row for row.
+async fn snapshot_under_writes(server: Server, crash: bool) {
+    let _broker = broker_shared().await;
+    let name = unique(if crash { "my_snapkill" } else { "my_snapw" });
+    let database = name.clone();
+    let prefix = unique("msw");
+    let rows = snapshot_rows();
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
+    ))
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    for first in (1..=rows).step_by(1000) {
+        let values: Vec<String> = (first..=rows.min(first + 999))
+            .map(|id| format!("({id}, {id}, 'row{id}')"))
+            .collect();
+        root.query_drop(format!(
+            "INSERT INTO {database}.t VALUES {}",
+            values.join(",")
+        ))
+        .await
+        .unwrap();
+    }
+    eprintln!(
+        "{server:?}: {rows} rows inserted in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = start_writer(server, database.clone(), rows, std::sync::Arc::clone(&stop));
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let toml = pipeline_with(
+        server,
+        &name,
+        &database,
+        &prefix,
+        admin_port,
+        &format!(
+            "snapshot_workers = 4\nsnapshot_chunk_rows = {}",
+            rows.div_ceil(10)
+        ),
+    );
+    let started = std::time::Instant::now();
+    let mut sluice = if crash {
+        // Abort when finished chunks are recorded for the third time (at most 4 per batch:
+        // some of the ten chunks are done, not all).
+        let mut sluice = Sluice::start_with_env(
+            &dir,
+            &toml,
+            admin_port,
+            crate::snapshot::crash_after_recorded_chunks(2),
+        );
+        crate::snapshot::wait_crash(&mut sluice);
+        let state: Value =
+            serde_json::from_slice(&std::fs::read(state_file(&name)).unwrap()).unwrap();
+        let chunks = state["snapshot"]["chunks"].as_array().expect("a plan");
+        let done = chunks.iter().filter(|c| c["done"] == true).count();
+        assert!(
+            done > 0 && done < chunks.len(),
+            "{done} of {} chunks done",
+            chunks.len()
+        );
+        eprintln!(
+            "{server:?}: crashed with {done} of {} chunks done",
+            chunks.len()
+        );
+        sluice.env.clear();
+        sluice.restart();
+        sluice
+    } else {
+        Sluice::start(&dir, &toml, admin_port)
+    };
+    sluice.wait_streaming(Duration::from_secs(600));
+    let snapshot_seconds = started.elapsed().as_secs_f64();
+    if crash {
+        assert!(
+            sluice
+                .log_text()
+                .contains("resuming the unfinished snapshot"),
+            "{}",
+            sluice.log_text()
+        );
+    }
+    // Writes go on while streaming, then stop.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let changes = writer.await.unwrap();
+    let table = table_rows(server, &database).await;
+    let topic = format!("{prefix}.{database}.t");
+    let mut last_difference = String::new();
+    // A minute, and a minute more per 100,000 rows.
+    let patience = Duration::from_secs(60 + u64::from(rows) * 60 / 100_000);
+    let records = read_topic(&topic, patience, |records| {
+        let newest = newest_per_key(records);
+        let differences: Vec<u64> = newest
+            .iter()
+            .filter(|(id, row)| table.get(id).cloned().flatten() != **row)
+            .map(|(id, _)| *id)
+            .chain(table.keys().filter(|id| !newest.contains_key(id)).copied())
+            .collect();
+        last_difference = format!(
+            "{} keys differ, e.g. {:?}",
+            differences.len(),
+            &differences[..differences.len().min(5)]
+        );
+        differences.is_empty()
+    });
+    let newest = newest_per_key(&records);
+    let reads = records.iter().filter(|r| r.op() == Some("r")).count();
+    eprintln!(
+        "{server:?}: snapshot of {rows} rows to streaming in {snapshot_seconds:.1} s with {changes} concurrent changes; {} records, {reads} reads; {} rows in the table",
+        records.len(),
+        table.len()
+    );
+    for (id, row) in &table {
+        assert_eq!(
+            newest.get(id),
+            Some(row),
+            "key {id}: {last_difference}; log:\n{}",
+            sluice.log_text()
+        );
+    }
+    let extra: Vec<&u64> = newest
+        .iter()
+        .filter(|(id, row)| row.is_some() && !table.contains_key(id))
+        .map(|(id, _)| id)
+        .collect();
+    assert!(extra.is_empty(), "rows not in the table: {extra:?}");
+    assert!(changes > 0);
+    if !crash {
+        // Without a crash, nothing is read twice and the stream starts exactly at the
+        // snapshot.
+        assert_one_chain_per_key(&records);
+    }
+    assert!(sluice.stop(), "{}", sluice.log_text());
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_snapshot_under_writes_ends_equal_to_the_table() {
+    snapshot_under_writes(Server::Mariadb, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_snapshot_under_writes_ends_equal_to_the_table() {
+    snapshot_under_writes(Server::Mysql, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_snapshot_crashed_mid_way_ends_equal_to_the_table() {
+    snapshot_under_writes(Server::Mariadb, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_snapshot_crashed_mid_way_ends_equal_to_the_table() {
+    snapshot_under_writes(Server::Mysql, true).await;
+}
+
+/// BIT, ENUM, SET and GEOMETRY as Debezium's MySQL connector writes them, the same from the
+/// snapshot (a row written before the start) and from the binlog (the same values after it):
+/// BIT(1) a boolean, BIT(n) base64 of little-endian bytes, ENUM and SET their labels (the
+/// binlog's index and bit mask resolved with the TABLE_MAP's labels), GEOMETRY `{wkb, srid}`.
+async fn bits_enums_sets_geometries(server: Server) {
+    let _broker = broker_shared().await;
+    let name = unique("my_bits");
+    let database = name.clone();
+    let prefix = unique("mb");
+    let mut root = server.root().await;
+    let values = "b'1', b'1000000011', 'medium', 'a,c', ST_GeomFromText('POINT(1 2)'), \
+                  ST_GeomFromText('POINT(1 2)', 3857), NULL";
+    for sql in [
+        format!("CREATE DATABASE {database}"),
+        format!(
+            "CREATE TABLE {database}.t (id INT PRIMARY KEY, b1 BIT(1), b10 BIT(10), \
+             e ENUM('small', 'medium', 'large'), st SET('a', 'b', 'c'), g GEOMETRY, \
+             g2 GEOMETRY, gn GEOMETRY NULL)"
+        ),
+        format!("INSERT INTO {database}.t VALUES (1, {values})"),
+    ] {
+        root.query_drop(sql).await.unwrap();
+    }
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (2, {values})"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "UPDATE {database}.t SET e = 'large', st = '', b1 = b'0' WHERE id = 2"
+    ))
+    .await
+    .unwrap();
+    let records = read_until(&format!("{prefix}.{database}.t"), 3);
+    assert_eq!(records.len(), 3, "{records:#?}\n{}", sluice.log_text());
+    let ops: Vec<&str> = records.iter().map(|r| r.op().unwrap()).collect();
+    assert_eq!(ops, ["r", "c", "u"]);
+    // 0x203 is 02 03 big-endian: 03 02 little-endian; POINT(1 2) in WKB.
+    let point = "AQEAAAAAAAAAAADwPwAAAAAAAABA";
+    let expected = |id: u32| {
+        json!({
+            "id": id, "b1": true, "b10": "AwI=", "e": "medium", "st": "a,c",
+            "g": {"wkb": point, "srid": null}, "g2": {"wkb": point, "srid": 3857}, "gn": null
+        })
+    };
+    assert_eq!(records[0].value.as_ref().unwrap()["after"], expected(1));
+    assert_eq!(records[1].value.as_ref().unwrap()["after"], expected(2));
+    let update = records[2].value.as_ref().unwrap();
+    assert_eq!(update["before"], expected(2));
+    let mut after = expected(2);
+    after["e"] = json!("large");
+    after["st"] = json!("");
+    after["b1"] = json!(false);
+    assert_eq!(update["after"], after);
+    drop(sluice);
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_bits_enums_sets_geometries() {
+    bits_enums_sets_geometries(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_bits_enums_sets_geometries() {
+    bits_enums_sets_geometries(Server::Mysql).await;
 }

@@ -197,7 +197,7 @@ async fn initial_snapshot_is_consistent_with_concurrent_changes() {
 
 /// The environment that arms the `snapshot::chunks_recorded` crash point: the process aborts
 /// when finished chunks are recorded for the `passes + 1`-th time.
-fn crash_after_recorded_chunks(passes: u32) -> Vec<(String, String)> {
+pub(crate) fn crash_after_recorded_chunks(passes: u32) -> Vec<(String, String)> {
     vec![(
         "FAILPOINTS".to_owned(),
         format!("snapshot::chunks_recorded={passes}*off->return"),
@@ -205,7 +205,7 @@ fn crash_after_recorded_chunks(passes: u32) -> Vec<(String, String)> {
 }
 
 /// Waits until sluice aborted at its armed crash point.
-fn wait_crash(sluice: &mut Sluice) {
+pub(crate) fn wait_crash(sluice: &mut Sluice) {
     wait_until(
         "sluice to abort at its crash point",
         Duration::from_secs(300),

@@ -6,7 +6,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::config::{ConfigIssue, PipelineConfig, SourceSection, glob_matches};
+use crate::config::{ConfigIssue, PipelineConfig, SnapshotMode, SourceSection, glob_matches};
 
 /// Default interval between checkpoints (the watermark's position saved in the state store).
 pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
@@ -14,6 +14,10 @@ pub const DEFAULT_STATUS_INTERVAL_MS: u64 = 1_000;
 /// stream still receives an event this often, and a connection silent for three periods is
 /// taken for dead and replaced.
 pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
+/// Default connections reading snapshot chunks in parallel.
+pub const DEFAULT_SNAPSHOT_WORKERS: u32 = 4;
+/// Default rows per snapshot chunk.
+pub const DEFAULT_SNAPSHOT_CHUNK_ROWS: u32 = 50_000;
 /// The databases never captured (the server's own).
 pub const SYSTEM_DATABASES: [&str; 4] =
     ["mysql", "sys", "information_schema", "performance_schema"];
@@ -45,6 +49,16 @@ pub struct MysqlSourceConfig {
     /// a silent connection).
     #[serde(default = "default_heartbeat_interval_ms")]
     pub heartbeat_interval_ms: u64,
+    /// When to snapshot the captured tables (`initial`: when there is no saved position).
+    #[serde(default)]
+    pub snapshot: SnapshotMode,
+    /// Connections reading snapshot chunks in parallel (1 to 64), each in a transaction of the
+    /// same consistent snapshot.
+    #[serde(default = "default_snapshot_workers")]
+    pub snapshot_workers: u32,
+    /// Rows per snapshot chunk (tables are split by primary-key ranges).
+    #[serde(default = "default_snapshot_chunk_rows")]
+    pub snapshot_chunk_rows: u32,
 }
 
 fn default_status_interval_ms() -> u64 {
@@ -53,6 +67,14 @@ fn default_status_interval_ms() -> u64 {
 
 fn default_heartbeat_interval_ms() -> u64 {
     DEFAULT_HEARTBEAT_INTERVAL_MS
+}
+
+fn default_snapshot_workers() -> u32 {
+    DEFAULT_SNAPSHOT_WORKERS
+}
+
+fn default_snapshot_chunk_rows() -> u32 {
+    DEFAULT_SNAPSHOT_CHUNK_ROWS
 }
 
 impl fmt::Debug for MysqlSourceConfig {
@@ -64,6 +86,9 @@ impl fmt::Debug for MysqlSourceConfig {
             .field("exclude_tables", &self.exclude_tables)
             .field("status_interval_ms", &self.status_interval_ms)
             .field("heartbeat_interval_ms", &self.heartbeat_interval_ms)
+            .field("snapshot", &self.snapshot)
+            .field("snapshot_workers", &self.snapshot_workers)
+            .field("snapshot_chunk_rows", &self.snapshot_chunk_rows)
             .finish()
     }
 }
@@ -163,6 +188,18 @@ impl SourceSection for MysqlSourceConfig {
                 "0: expected at least 1 (milliseconds)".into(),
             );
         }
+        if !(1..=64).contains(&self.snapshot_workers) {
+            issue(
+                "source.mysql.snapshot_workers",
+                format!("{}: expected 1 to 64", self.snapshot_workers),
+            );
+        }
+        if self.snapshot_chunk_rows == 0 {
+            issue(
+                "source.mysql.snapshot_chunk_rows",
+                "0: expected at least 1 (rows)".into(),
+            );
+        }
         issues
     }
 }
@@ -206,7 +243,7 @@ mod tests {
     #[test]
     fn invalid_keys_are_named_with_the_expected_form() {
         let error = load(
-            "url = \"postgres://u@h\"\nserver_id = 0\ninclude_tables = [\"shop\"]\nexclude_tables = [\"a.[\"]",
+            "url = \"postgres://u@h\"\nserver_id = 0\ninclude_tables = [\"shop\"]\nexclude_tables = [\"a.[\"]\nsnapshot_workers = 0\nsnapshot_chunk_rows = 0",
         )
         .unwrap_err();
         let crate::config::ConfigError::Invalid { issues, .. } = error else {
@@ -219,7 +256,9 @@ mod tests {
                 "source.mysql.url",
                 "source.mysql.server_id",
                 "source.mysql.include_tables[0]",
-                "source.mysql.exclude_tables[0]"
+                "source.mysql.exclude_tables[0]",
+                "source.mysql.snapshot_workers",
+                "source.mysql.snapshot_chunk_rows"
             ],
             "{issues:?}"
         );
@@ -229,6 +268,22 @@ mod tests {
                 .contains("expected mysql://user:password@host:port")
         );
         assert!(issues[2].problem.contains("expected database.table"));
+        assert!(issues[4].problem.contains("expected 1 to 64"));
+    }
+
+    #[test]
+    fn snapshot_modes_are_debeziums_and_an_unknown_one_is_named() {
+        let config = load("url = \"mysql://u@h:3306\"\nserver_id = 7").unwrap();
+        assert_eq!(config.source.snapshot, SnapshotMode::Initial);
+        assert_eq!(config.source.snapshot_workers, DEFAULT_SNAPSHOT_WORKERS);
+        let config =
+            load("url = \"mysql://u@h:3306\"\nserver_id = 7\nsnapshot = \"when_needed\"").unwrap();
+        assert_eq!(config.source.snapshot, SnapshotMode::WhenNeeded);
+        let error = load("url = \"mysql://u@h:3306\"\nserver_id = 7\nsnapshot = \"sometimes\"")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("source.mysql.snapshot"), "{error}");
+        assert!(error.contains("initial_only"), "{error}");
     }
 
     #[test]

@@ -12,12 +12,13 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use mysql_async::Value;
+use mysql_async::binlog::events::OptionalMetadataField;
 use mysql_async::binlog::jsonb::{ObjectKey as JsonbKey, Value as JsonbValue};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::{ColumnFlags, ColumnType};
 
 use crate::error::PipelineError;
-use crate::event::{Op, write_int, write_json_str};
+use crate::event::{Op, SnapshotMarker, write_int, write_json_str};
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
 
@@ -67,6 +68,23 @@ pub enum Kind {
     /// TIME(fsp): microseconds (`io.debezium.time.MicroTime`), negative or past 24 h as MySQL
     /// allows.
     Time,
+    /// BIT(1): a JSON boolean.
+    Bool,
+    /// BIT(n), n > 1: base64 of the bits in little-endian byte order, `bytes` long
+    /// (`io.debezium.data.Bits`).
+    Bits {
+        /// (n + 7) / 8.
+        bytes: usize,
+    },
+    /// ENUM in the binlog (its value's 1-based index): the label, from the TABLE_MAP's
+    /// metadata ([`ColumnInfo::labels`]).
+    Enum,
+    /// SET in the binlog (a bit mask): the labels of its bits, in definition order, joined by
+    /// commas.
+    Set,
+    /// GEOMETRY and the other spatial types: `{"wkb":…,"srid":…}`
+    /// (`io.debezium.data.geometry.Geometry`): base64 of the WKB, the SRID (null for 0).
+    Geometry,
 }
 
 /// One column of a captured table, as the TABLE_MAP event describes it.
@@ -78,6 +96,8 @@ pub struct ColumnInfo {
     json_label: Vec<u8>,
     /// How its values are written.
     pub kind: Kind,
+    /// An ENUM's or SET's labels, in definition order (binlog only).
+    pub labels: Arc<[String]>,
 }
 
 /// A captured table at one version of its definition.
@@ -136,13 +156,28 @@ fn kind_of(column_type: ColumnType, meta: &[u8], charset: u16) -> Result<Kind, &
         },
         MYSQL_TYPE_TIMESTAMP => Kind::Timestamp { fsp: 0 },
         MYSQL_TYPE_TIME2 | MYSQL_TYPE_TIME => Kind::Time,
-        MYSQL_TYPE_BIT => return Err("BIT"),
-        MYSQL_TYPE_ENUM => return Err("ENUM"),
-        MYSQL_TYPE_SET => return Err("SET"),
-        MYSQL_TYPE_GEOMETRY => return Err("GEOMETRY"),
+        MYSQL_TYPE_BIT => {
+            // Metadata: bits in the last byte, whole bytes.
+            let bits = usize::from(meta.get(1).copied().unwrap_or(0)) * 8
+                + usize::from(meta.first().copied().unwrap_or(0));
+            if bits <= 1 {
+                Kind::Bool
+            } else {
+                Kind::Bits {
+                    bytes: bits.div_ceil(8),
+                }
+            }
+        }
+        MYSQL_TYPE_ENUM => Kind::Enum,
+        MYSQL_TYPE_SET => Kind::Set,
+        MYSQL_TYPE_GEOMETRY => Kind::Geometry,
         MYSQL_TYPE_DECIMAL => return Err("old DECIMAL (pre-5.0)"),
         _ => return Err("this column type"),
     })
+}
+
+fn bad_metadata(error: std::io::Error) -> PipelineError {
+    PipelineError::retryable("undecodable TABLE_MAP metadata", error)
 }
 
 /// The `binary` character set's id: BLOB and BINARY columns carry it, TEXT and CHAR do not.
@@ -164,28 +199,117 @@ impl TableInfo {
     ) -> Result<Self, PipelineError> {
         let database = tme.database_name().into_owned();
         let table = tme.table_name().into_owned();
+        if row_columns.iter().any(|c| c.name_str().starts_with('@')) {
+            return Err(PipelineError::fatal(
+                format!("the binlog has no column names for {database}.{table}"),
+                "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration file); rows written before it cannot be captured",
+            ));
+        }
+        let kinds = row_columns.iter().enumerate().map(|(i, column)| {
+            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
+            kind_of(column.column_type(), meta, column.character_set())
+        });
+        let mut info = Self::build(prefix, database, table, row_columns, kinds, metrics)?;
+        // ENUM and SET labels: the optional metadata lists them per ENUM (per SET) column, in
+        // column order.
+        let (mut enums, mut sets) = (Vec::new(), Vec::new());
+        for field in tme.iter_optional_meta() {
+            match field {
+                Ok(OptionalMetadataField::EnumStrValue(values)) => {
+                    for column in values.iter_values() {
+                        let column = column.map_err(bad_metadata)?;
+                        enums.push(
+                            column
+                                .values()
+                                .iter()
+                                .map(|v| v.value().into_owned())
+                                .collect(),
+                        );
+                    }
+                }
+                Ok(OptionalMetadataField::SetStrValue(values)) => {
+                    for column in values.iter_values() {
+                        let column = column.map_err(bad_metadata)?;
+                        sets.push(
+                            column
+                                .values()
+                                .iter()
+                                .map(|v| v.value().into_owned())
+                                .collect(),
+                        );
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => return Err(bad_metadata(e)),
+            }
+        }
+        let (mut enums, mut sets) = (enums.into_iter(), sets.into_iter());
+        for column in &mut info.columns {
+            let labels: Option<Vec<String>> = match column.kind {
+                Kind::Enum => enums.next(),
+                Kind::Set => sets.next(),
+                _ => continue,
+            };
+            let Some(labels) = labels else {
+                return Err(PipelineError::fatal(
+                    format!(
+                        "the binlog has no ENUM/SET values for {}.{}.{}",
+                        info.database, info.table, column.name
+                    ),
+                    "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration file)",
+                ));
+            };
+            column.labels = Arc::from(labels);
+        }
+        Ok(info)
+    }
+
+    /// The table of a snapshot query's result (`SELECT` of every column): the result's column
+    /// definitions give the same kinds as the binlog's metadata.
+    ///
+    /// # Errors
+    ///
+    /// A fatal error naming the column whose type is not mapped yet.
+    pub fn of_result(
+        prefix: &str,
+        database: &str,
+        table: &str,
+        columns: &[mysql_async::Column],
+        metrics: Arc<TableMetrics>,
+    ) -> Result<Self, PipelineError> {
+        let kinds = columns.iter().map(kind_of_result_column);
+        Self::build(
+            prefix,
+            database.to_owned(),
+            table.to_owned(),
+            columns,
+            kinds,
+            metrics,
+        )
+    }
+
+    fn build(
+        prefix: &str,
+        database: String,
+        table: String,
+        row_columns: &[mysql_async::Column],
+        kinds: impl Iterator<Item = Result<Kind, &'static str>>,
+        metrics: Arc<TableMetrics>,
+    ) -> Result<Self, PipelineError> {
         let mut columns = Vec::with_capacity(row_columns.len());
         let mut key_columns = Vec::new();
-        for (i, column) in row_columns.iter().enumerate() {
+        for (i, (column, kind)) in row_columns.iter().zip(kinds).enumerate() {
             let name = column.name_str().into_owned();
-            if name.starts_with('@') {
-                return Err(PipelineError::fatal(
-                    format!("the binlog has no column names for {database}.{table}"),
-                    "SET GLOBAL binlog_row_metadata = 'FULL' (and in the server's configuration file); rows written before it cannot be captured",
-                ));
-            }
-            let meta = tme.get_column_metadata(i).unwrap_or(&[]);
-            let kind = kind_of(column.column_type(), meta, column.character_set())
-                .map_err(|what| {
-                    PipelineError::fatal(
-                        format!(
-                            "column {database}.{table}.{name} is of a type sluice does not map yet ({what})"
-                        ),
-                        format!(
-                            "leave the table out (source.mysql.exclude_tables = [\"{database}.{table}\"]); see docs/mysql-source.md for the types mapped"
-                        ),
-                    )
-                })?;
+            let kind = kind.map_err(|what| {
+                PipelineError::fatal(
+                    format!(
+                        "column {database}.{table}.{name} is of a type sluice does not map yet ({what})"
+                    ),
+                    format!(
+                        "leave the table out (source.mysql.exclude_tables = [\"{database}.{table}\"]); see docs/mysql-source.md for the types mapped"
+                    ),
+                )
+            })?;
             if column.flags().contains(ColumnFlags::PRI_KEY_FLAG) {
                 key_columns.push(i);
             }
@@ -196,6 +320,7 @@ impl TableInfo {
                 name,
                 json_label,
                 kind,
+                labels: Arc::from([]),
             });
         }
         let mut source_db_table = Vec::new();
@@ -215,6 +340,31 @@ impl TableInfo {
     }
 }
 
+/// A result-set column's kind: its type and flags stand for the binlog's type and metadata
+/// (DATETIME and TIMESTAMP are the fractional `…2` types, their precision in `decimals`; a
+/// BIT's width is its length; ENUM and SET are strings with a flag, and their values text).
+fn kind_of_result_column(column: &mysql_async::Column) -> Result<Kind, &'static str> {
+    use ColumnType::*;
+    let flags = column.flags();
+    // A query returns ENUM and SET values as their text.
+    if flags.contains(ColumnFlags::ENUM_FLAG) || flags.contains(ColumnFlags::SET_FLAG) {
+        return Ok(Kind::Text);
+    }
+    let decimals = column.decimals();
+    let (column_type, meta) = match column.column_type() {
+        MYSQL_TYPE_BIT => {
+            // The column's length is its number of bits.
+            let bits = column.column_length();
+            (MYSQL_TYPE_BIT, [(bits % 8) as u8, (bits / 8) as u8])
+        }
+        MYSQL_TYPE_DATETIME | MYSQL_TYPE_DATETIME2 => (MYSQL_TYPE_DATETIME2, [decimals, 0]),
+        MYSQL_TYPE_TIMESTAMP | MYSQL_TYPE_TIMESTAMP2 => (MYSQL_TYPE_TIMESTAMP2, [decimals, 0]),
+        MYSQL_TYPE_NEWDECIMAL => (MYSQL_TYPE_NEWDECIMAL, [0, decimals]),
+        other => (other, [0, 0]),
+    };
+    kind_of(column_type, &meta, column.character_set())
+}
+
 /// Where a change is in the binlog, as `source` shows it.
 #[derive(Debug, Clone)]
 pub struct BinlogSource {
@@ -232,6 +382,8 @@ pub struct BinlogSource {
     pub row: u32,
     /// The thread that made the change (from the transaction's `BEGIN`), when known.
     pub thread: Option<u32>,
+    /// `source.snapshot`: `False` for streamed changes, Debezium's marker for snapshot reads.
+    pub snapshot: SnapshotMarker,
 }
 
 /// One row change: the MySQL source's change type in the delivery core.
@@ -291,7 +443,9 @@ pub fn encode(
     write_json_str(&mut value, prefix_name);
     value.extend_from_slice(b",\"ts_ms\":");
     write_int(&mut value, i64::from(source.ts_sec) * 1000);
-    value.extend_from_slice(b",\"snapshot\":\"false\"");
+    value.extend_from_slice(b",\"snapshot\":\"");
+    value.extend_from_slice(source.snapshot.as_str().as_bytes());
+    value.push(b'"');
     value.extend_from_slice(&table.source_db_table);
     value.extend_from_slice(b",\"server_id\":");
     write_int(&mut value, source.server_id);
@@ -385,7 +539,7 @@ fn write_value(
     value: Option<&BinlogValue<'static>>,
     out: &mut Vec<u8>,
 ) {
-    if let Err(ValueError(problem)) = write_value_checked(column.kind, value, out) {
+    if let Err(ValueError(problem)) = write_value_checked(column.kind, &column.labels, value, out) {
         // A panic: the core applies delivery.on_permanent_error with this message.
         panic!(
             "column {}.{}.{}: {problem}",
@@ -396,6 +550,7 @@ fn write_value(
 
 fn write_value_checked(
     kind: Kind,
+    labels: &[String],
     value: Option<&BinlogValue<'static>>,
     out: &mut Vec<u8>,
 ) -> Result<(), ValueError> {
@@ -426,6 +581,8 @@ fn write_value_checked(
             write_int(out, if year == 1900 { 0 } else { year });
         }
         (Kind::Year, Value::Int(n)) => write_int(out, *n),
+        // A snapshot's YEAR (binary protocol): the year itself, 0 for the zero year.
+        (Kind::Year, Value::UInt(n)) => write_int(out, *n),
         (Kind::Float, Value::Float(f)) => write_float(f64::from(*f), Some(*f), out),
         (Kind::Float, Value::Double(f)) => write_float(*f, None, out),
         (Kind::Decimal { scale }, Value::Bytes(text)) => {
@@ -455,15 +612,7 @@ fn write_value_checked(
             // MariaDB's JSON is LONGTEXT: the document's text as written.
             write_json_str(out, &String::from_utf8_lossy(bytes));
         }
-        (Kind::Bytes, Value::Bytes(bytes)) => {
-            out.push(b'"');
-            out.extend_from_slice(
-                base64::engine::general_purpose::STANDARD
-                    .encode(bytes)
-                    .as_bytes(),
-            );
-            out.push(b'"');
-        }
+        (Kind::Bytes, Value::Bytes(bytes)) => write_base64(bytes, out),
         (Kind::Date, Value::Date(year, month, day, ..)) => {
             if *month == 0 || *day == 0 {
                 // A zero date ('0000-00-00' or a zero part) has no day: Debezium writes null.
@@ -507,6 +656,73 @@ fn write_value_checked(
                 write_zoned(seconds, fraction, fsp, out);
             }
         }
+        // A snapshot's TIMESTAMP (binary protocol, the session in UTC): the date and time.
+        (Kind::Timestamp { fsp }, Value::Date(year, month, day, hour, minute, second, micros)) => {
+            if *month == 0 || *day == 0 {
+                out.extend_from_slice(b"null");
+            } else {
+                let days = days_from_civil(i64::from(*year), u32::from(*month), u32::from(*day));
+                let seconds = days * 86_400
+                    + i64::from(*hour) * 3600
+                    + i64::from(*minute) * 60
+                    + i64::from(*second);
+                write_zoned(seconds, u64::from(*micros), fsp, out);
+            }
+        }
+        (Kind::Bool, Value::Bytes(bytes)) => {
+            out.extend_from_slice(if bytes.iter().any(|b| *b != 0) {
+                b"true"
+            } else {
+                b"false"
+            });
+        }
+        (Kind::Bits { bytes: width }, Value::Bytes(bytes)) => {
+            // Big-endian from the server; Debezium writes little-endian, `width` bytes.
+            let mut little: Vec<u8> = bytes.iter().rev().copied().collect();
+            little.resize(width.max(little.len()), 0);
+            write_base64(&little, out);
+        }
+        (Kind::Enum, Value::Int(index)) => {
+            // 0 is the empty string MySQL stores for an invalid value.
+            let label = usize::try_from(*index)
+                .ok()
+                .and_then(|i| i.checked_sub(1))
+                .map(|i| labels.get(i).ok_or_else(unexpected))
+                .transpose()?
+                .map_or("", String::as_str);
+            write_json_str(out, label);
+        }
+        (Kind::Set, Value::Bytes(mask)) => {
+            let mut text = String::new();
+            for (i, label) in labels.iter().enumerate() {
+                if mask
+                    .get(i / 8)
+                    .is_some_and(|byte| byte & (1 << (i % 8)) != 0)
+                {
+                    if !text.is_empty() {
+                        text.push(',');
+                    }
+                    text.push_str(label);
+                }
+            }
+            write_json_str(out, &text);
+        }
+        (Kind::Geometry, Value::Bytes(bytes)) => {
+            // MySQL's internal form: the SRID (4 bytes, little-endian), then the WKB.
+            let (Some(srid), Some(wkb)) = (bytes.get(..4), bytes.get(4..)) else {
+                return Err(unexpected());
+            };
+            let srid = u32::from_le_bytes([srid[0], srid[1], srid[2], srid[3]]);
+            out.extend_from_slice(b"{\"wkb\":");
+            write_base64(wkb, out);
+            out.extend_from_slice(b",\"srid\":");
+            if srid == 0 {
+                out.extend_from_slice(b"null");
+            } else {
+                write_int(out, srid);
+            }
+            out.push(b'}');
+        }
         (Kind::Time, Value::Time(negative, days, hours, minutes, seconds, micros)) => {
             let total = ((i64::from(*days) * 24 + i64::from(*hours)) * 3600
                 + i64::from(*minutes) * 60
@@ -518,6 +734,17 @@ fn write_value_checked(
         _ => return Err(unexpected()),
     }
     Ok(())
+}
+
+/// Bytes as a base64 JSON string.
+fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
+    out.push(b'"');
+    out.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(bytes)
+            .as_bytes(),
+    );
+    out.push(b'"');
 }
 
 /// MySQL's binary JSON as text the way Debezium writes it: compact, object members in MySQL's
@@ -649,7 +876,7 @@ mod tests {
 
     fn text(kind: Kind, value: Value) -> String {
         let mut out = Vec::new();
-        write_value_checked(kind, Some(&BinlogValue::Value(value)), &mut out).unwrap();
+        write_value_checked(kind, &[], Some(&BinlogValue::Value(value)), &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -718,6 +945,7 @@ mod tests {
                 name: name.to_owned(),
                 json_label,
                 kind,
+                labels: Arc::from([]),
             }
         };
         Arc::new(TableInfo {
@@ -751,6 +979,7 @@ mod tests {
                 pos: 1234,
                 row: 3,
                 thread: None,
+                snapshot: SnapshotMarker::False,
             },
         };
         let mut out = Vec::new();
@@ -771,6 +1000,43 @@ mod tests {
             out[1].headers[1],
             (HEADER_BINLOG_POS.into(), "1234".to_owned())
         );
+    }
+
+    #[test]
+    fn bits_enums_sets_and_geometries_are_written_as_debezium_does() {
+        assert_eq!(text(Kind::Bool, Value::Bytes(vec![1])), "true");
+        assert_eq!(text(Kind::Bool, Value::Bytes(vec![0])), "false");
+        // b'0000000100000010' (0x0102) little-endian: 02 01.
+        assert_eq!(
+            text(Kind::Bits { bytes: 2 }, Value::Bytes(vec![1, 2])),
+            "\"AgE=\""
+        );
+        // BIT(10) holding 3, sent in 2 bytes: 03 00.
+        assert_eq!(
+            text(Kind::Bits { bytes: 2 }, Value::Bytes(vec![0, 3])),
+            "\"AwA=\""
+        );
+        let labels: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let labelled = |kind, value| {
+            let mut out = Vec::new();
+            write_value_checked(kind, &labels, Some(&BinlogValue::Value(value)), &mut out).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        assert_eq!(labelled(Kind::Enum, Value::Int(2)), "\"b\"");
+        assert_eq!(labelled(Kind::Enum, Value::Int(0)), "\"\"");
+        assert_eq!(labelled(Kind::Set, Value::Bytes(vec![0b101])), "\"a,c\"");
+        assert_eq!(labelled(Kind::Set, Value::Bytes(vec![0])), "\"\"");
+        // POINT(1 2) with SRID 4326: the SRID, then the WKB.
+        let mut point = 4326u32.to_le_bytes().to_vec();
+        point.extend_from_slice(&[1, 1, 0, 0, 0]);
+        point.extend_from_slice(&1f64.to_le_bytes());
+        point.extend_from_slice(&2f64.to_le_bytes());
+        assert_eq!(
+            text(Kind::Geometry, Value::Bytes(point.clone())),
+            "{\"wkb\":\"AQEAAAAAAAAAAADwPwAAAAAAAABA\",\"srid\":4326}"
+        );
+        point[..4].copy_from_slice(&[0; 4]);
+        assert!(text(Kind::Geometry, Value::Bytes(point)).ends_with(",\"srid\":null}"));
     }
 
     #[test]

@@ -5,9 +5,11 @@
 //! - [`config`]: the `[source.mysql]` section of the pipeline file.
 //! - [`server`]: connections, required settings, GTID sets and positions, the dump request.
 //! - [`encode`]: row changes to Debezium envelopes, values as Debezium maps them.
+//! - [`snapshot`]: the initial snapshot (consistent, chunked, resumable).
 //! - [`stream`]: one run of the pipeline: the loop, checkpoints in the state store.
 
 pub mod config;
 pub mod encode;
 pub mod server;
+pub mod snapshot;
 pub mod stream;

@@ -71,8 +71,8 @@ pub struct SettingIssue {
     pub problem: String,
 }
 
-/// Checks the server settings and privileges a binlog reader needs; every wrong one, with the
-/// fix.
+/// Checks the server settings and privileges a binlog reader with `source`'s configuration
+/// needs; every wrong one, with the fix.
 ///
 /// # Errors
 ///
@@ -80,6 +80,7 @@ pub struct SettingIssue {
 pub async fn check_settings(
     conn: &mut Conn,
     flavor: Flavor,
+    source: &MysqlSourceConfig,
 ) -> Result<Vec<SettingIssue>, PipelineError> {
     let variables: Vec<(String, String)> = conn
         .query(
@@ -93,15 +94,19 @@ pub async fn check_settings(
         .query("SHOW GRANTS FOR CURRENT_USER()")
         .await
         .map_err(sql_error("SHOW GRANTS failed"))?;
-    Ok(settings_issues(flavor, variables, &grants))
+    let snapshots = source.snapshot != crate::config::SnapshotMode::Never;
+    Ok(settings_issues(flavor, variables, &grants, snapshots))
 }
 
 /// The wrong settings and missing privileges among the server's `variables` and the user's
-/// `grants` (as `SHOW GRANTS` prints them), each with the fix.
+/// `grants` (as `SHOW GRANTS` prints them), each with the fix. With `snapshots`, MySQL also
+/// needs `RELOAD` or `LOCK TABLES` (to stop commits while the snapshot opens; MariaDB needs
+/// no lock).
 pub fn settings_issues(
     flavor: Flavor,
     variables: Vec<(String, String)>,
     grants: &[String],
+    snapshots: bool,
 ) -> Vec<SettingIssue> {
     let vars: BTreeMap<String, String> = variables
         .into_iter()
@@ -193,7 +198,7 @@ pub fn settings_issues(
             .iter()
             .any(|g| g.contains("ALL PRIVILEGES") || g.contains(privilege))
     };
-    let mut missing = Vec::new();
+    let mut missing: Vec<&str> = Vec::new();
     if !has("REPLICATION SLAVE") && !has("REPLICATION REPLICA") {
         missing.push("REPLICATION SLAVE");
     }
@@ -206,6 +211,11 @@ pub fn settings_issues(
     }
     if !has("SELECT") {
         missing.push("SELECT");
+    }
+    if snapshots && flavor == Flavor::Mysql && !has("RELOAD") && !has("LOCK TABLES") {
+        // FLUSH TABLES WITH READ LOCK (or, without RELOAD, LOCK TABLES … READ) while the
+        // snapshot's transactions open.
+        missing.push("RELOAD");
     }
     if !missing.is_empty() {
         issue(
@@ -642,7 +652,21 @@ mod tests {
         let all = [
             "GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO `sluice`@`%`".to_owned(),
         ];
-        assert_eq!(settings_issues(Flavor::Mysql, good(), &all), []);
+        assert_eq!(settings_issues(Flavor::Mysql, good(), &all, false), []);
+        // Snapshots on MySQL stop commits while they open: RELOAD (or LOCK TABLES) too.
+        let issues = settings_issues(Flavor::Mysql, good(), &all, true);
+        assert_eq!(
+            issues[0].problem,
+            "the user lacks RELOAD: GRANT RELOAD ON *.* TO <user>"
+        );
+        let with_lock_tables = [
+            "GRANT SELECT, REPLICATION SLAVE, REPLICATION CLIENT, LOCK TABLES ON *.* TO `u`@`%`"
+                .to_owned(),
+        ];
+        assert_eq!(
+            settings_issues(Flavor::Mysql, good(), &with_lock_tables, true),
+            []
+        );
         let bad: Vec<(String, String)> = [
             ("log_bin", "OFF"),
             ("binlog_format", "MIXED"),
@@ -656,7 +680,7 @@ mod tests {
             "GRANT SELECT ON *.* TO `u`@`%`".to_owned(),
             "GRANT ALL PRIVILEGES ON `shop`.* TO `u`@`%`".to_owned(),
         ];
-        let issues = settings_issues(Flavor::Mysql, bad, &only_select);
+        let issues = settings_issues(Flavor::Mysql, bad, &only_select, false);
         let named: Vec<&str> = issues.iter().map(|i| i.setting.as_str()).collect();
         assert_eq!(
             named,
@@ -690,9 +714,11 @@ mod tests {
         let mut mariadb = good();
         mariadb.retain(|(k, _)| k != "gtid_mode" && k != "binlog_row_value_options");
         assert_eq!(
-            settings_issues(Flavor::Mariadb, mariadb, &all_privileges),
+            settings_issues(Flavor::Mariadb, mariadb.clone(), &all_privileges, true),
             []
         );
+        // MariaDB's snapshots take no lock.
+        assert_eq!(settings_issues(Flavor::Mariadb, mariadb, &all, true), []);
     }
 
     #[test]

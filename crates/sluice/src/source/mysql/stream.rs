@@ -28,11 +28,13 @@ use super::encode::{
     self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
 };
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
+use super::snapshot::{self, SnapshotContext, SnapshotPlan};
+use crate::config::SnapshotMode;
 use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Position, Source,
 };
 use crate::error::PipelineError;
-use crate::event::Op;
+use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{self, OutRecord};
 use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
 use crate::runtime::state::{DirectoryStateStore, StateStore};
@@ -73,8 +75,11 @@ struct SavedState {
     /// The server's flavor when the position was saved (a position of the other flavor
     /// cannot be resumed from).
     flavor: Flavor,
-    /// Where the next run starts.
+    /// Where the next run starts (streaming; during a snapshot, the snapshot's position).
     position: BinlogPosition,
+    /// The initial snapshot's plan while it is not finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    snapshot: Option<SnapshotPlan>,
 }
 
 /// A MySQL/MariaDB → Kafka pipeline as the supervisor runs it: each run resumes from the
@@ -131,7 +136,9 @@ pub async fn run_once(
     .await?;
     let mut conn = server::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
-    if let Some(error) = server::settings_error(&server::check_settings(&mut conn, flavor).await?) {
+    if let Some(error) =
+        server::settings_error(&server::check_settings(&mut conn, flavor, &config.source).await?)
+    {
         return Err(error);
     }
     let store: Arc<dyn StateStore> =
@@ -144,8 +151,12 @@ pub async fn run_once(
         })?);
     let key = format!("{}.mysql", config.name);
     let saved = load_state(store.as_ref(), &key)?;
-    let start = match saved {
-        Some(saved) if saved.flavor == flavor => saved.position,
+    let mode = config.source.snapshot;
+    let workers = config.source.snapshot_workers as usize;
+    // A snapshot opened by this run, and the plan of one not finished.
+    let mut opened = None;
+    let (start, mut pending) = match saved {
+        Some(saved) if saved.flavor == flavor => (saved.position, saved.snapshot),
         Some(saved) => {
             return Err(PipelineError::fatal(
                 format!(
@@ -156,29 +167,31 @@ pub async fn run_once(
                 "point source.mysql.url at the server the pipeline read from, or remove the state file to start from this server's current position",
             ));
         }
-        None => {
-            // No snapshot in this version: a new pipeline starts at the server's current
-            // position, and saves it at once so that a restart before the first change does
-            // not skip what was written meanwhile.
+        None if mode == SnapshotMode::Never => {
+            // A new pipeline starts at the server's current position, and saves it at once so
+            // that a restart before the first change does not skip what was written meanwhile.
             let position = server::current_position(&mut conn, flavor).await?;
-            save_state(store.as_ref(), &key, flavor, &position)?;
-            position
+            save_state(store.as_ref(), &key, flavor, &position, None)?;
+            (position, None)
+        }
+        None => {
+            // A new pipeline snapshots: the plan and the snapshot's position are saved before
+            // any row is read, so a restart resumes this snapshot and streams from there.
+            let tables = snapshot::captured_tables(&mut conn, &config.source).await?;
+            let mut consistent = snapshot::open(&config.source, flavor, workers, &tables).await?;
+            let plan = SnapshotPlan::build(
+                &mut consistent.connections[0],
+                &tables,
+                config.source.snapshot_chunk_rows,
+            )
+            .await?;
+            let position = consistent.position.clone();
+            save_state(store.as_ref(), &key, flavor, &position, Some(&plan))?;
+            opened = Some(consistent);
+            (position, Some(plan))
         }
     };
-    let gtids = start
-        .gtid_set
-        .as_deref()
-        .map(|set| GtidState::parse(flavor, set))
-        .transpose()?;
-    tracing::info!(position = %start, ?flavor, "resuming from the saved binlog position");
-    let stream = server::start_dump(
-        conn,
-        flavor,
-        config.source.server_id,
-        &start,
-        config.source.heartbeat_interval_ms,
-    )
-    .await?;
+    drop(conn);
 
     let kafka::SourceProducer {
         producer,
@@ -191,6 +204,81 @@ pub async fn run_once(
         config.delivery.max_in_flight_records,
         None,
     )?;
+    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
+    board.set_budget(Some(budget.clone()));
+    if let Some(plan) = pending.as_mut() {
+        board.set_state(PipelineState::Snapshotting);
+        let consistent = match opened {
+            Some(consistent) => consistent,
+            None => {
+                // A restart mid-snapshot: the unfinished chunks are read under a fresh
+                // snapshot; streaming still starts at the first one's position, so every change
+                // since is replayed after the rows.
+                let mut tables: Vec<_> = plan.chunks.iter().map(|c| c.table.clone()).collect();
+                tables.dedup();
+                tracing::info!(position = %start, "resuming the unfinished snapshot");
+                snapshot::open(&config.source, flavor, workers, &tables).await?
+            }
+        };
+        if config.kafka.create_topics {
+            let mut topics: Vec<String> = plan
+                .chunks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}.{}.{}",
+                        config.kafka.topic_prefix, c.table.database, c.table.table
+                    )
+                })
+                .collect();
+            topics.dedup();
+            kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        }
+        snapshot::run(
+            SnapshotContext {
+                prefix: &config.kafka.topic_prefix,
+                producer: &producer,
+                deliveries: &mut delivery_rx,
+                budget: &budget,
+                position: &start,
+                shutdown,
+                board,
+            },
+            consistent,
+            plan,
+            |plan| save_state(store.as_ref(), &key, flavor, &start, Some(plan)),
+        )
+        .await?;
+        if mode == SnapshotMode::InitialOnly {
+            // Nothing streams; a later run snapshots anew.
+            store.remove(&key).map_err(|e| {
+                PipelineError::fatal_with(
+                    format!("cannot remove the state file {}", store.location(&key)),
+                    "make state_dir writable",
+                    e,
+                )
+            })?;
+            board.set_budget(None);
+            tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
+            return Ok(());
+        }
+        save_state(store.as_ref(), &key, flavor, &start, None)?;
+    }
+    let gtids = start
+        .gtid_set
+        .as_deref()
+        .map(|set| GtidState::parse(flavor, set))
+        .transpose()?;
+    tracing::info!(position = %start, ?flavor, "resuming from the saved binlog position");
+    let stream = server::start_dump(
+        server::connect(&config.source).await?,
+        flavor,
+        config.source.server_id,
+        &start,
+        config.source.heartbeat_interval_ms,
+    )
+    .await?;
+
     let mut known_topics = HashSet::new();
     if config.kafka.create_topics
         && let Some(topic) = config.delivery.dead_letter_topic.clone()
@@ -203,8 +291,6 @@ pub async fn run_once(
         .await?;
         known_topics.insert(topic);
     }
-    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
-    board.set_budget(Some(budget.clone()));
     board.set_state(PipelineState::Streaming);
     board.update(|s| {
         s.last_error = None;
@@ -285,10 +371,12 @@ fn save_state(
     key: &str,
     flavor: Flavor,
     position: &BinlogPosition,
+    snapshot: Option<&SnapshotPlan>,
 ) -> Result<(), PipelineError> {
     let document = serde_json::to_vec(&SavedState {
         flavor,
         position: position.clone(),
+        snapshot: snapshot.cloned(),
     })
     .unwrap_or_default();
     tokio::task::block_in_place(|| store.store(key, &document)).map_err(|e| {
@@ -476,7 +564,7 @@ impl Source for MysqlSource {
         if let Some(position) = newest
             && position != self.saved
         {
-            save_state(self.store.as_ref(), &self.key, self.flavor, &position)?;
+            save_state(self.store.as_ref(), &self.key, self.flavor, &position, None)?;
             self.saved = position;
         }
         Ok(())
@@ -682,6 +770,7 @@ impl MysqlSource {
                     pos,
                     row: u32::try_from(row).unwrap_or(u32::MAX),
                     thread: self.tx.thread,
+                    snapshot: SnapshotMarker::False,
                 },
             };
             let records = change.records(tombstones);
@@ -718,13 +807,34 @@ impl MysqlSource {
         if let mysql_async::Error::Server(server) = &error
             && server.code == ER_MASTER_FATAL_ERROR_READING_BINLOG
         {
+            if self.config.source.snapshot == SnapshotMode::WhenNeeded {
+                // `when_needed`: forget the position; the next run snapshots anew and streams
+                // from the new snapshot's position.
+                return match self.store.remove(&self.key) {
+                    Ok(()) => PipelineError::retryable(
+                        format!(
+                            "the server cannot send the binlog from the saved position {} (snapshot = \"when_needed\": snapshotting again)",
+                            self.saved
+                        ),
+                        error,
+                    ),
+                    Err(e) => PipelineError::fatal_with(
+                        format!(
+                            "cannot remove the state file {}",
+                            self.store.location(&self.key)
+                        ),
+                        "make state_dir writable",
+                        e,
+                    ),
+                };
+            }
             return PipelineError::fatal_with(
                 format!(
                     "the server cannot send the binlog from the saved position {}",
                     self.saved
                 ),
                 format!(
-                    "the binlog there is gone (purged, or another server): remove the state file {} to start from the server's current position (the changes in between are not captured; no snapshot yet), and keep binlogs longer than sluice may be down (binlog_expire_logs_seconds)",
+                    "the binlog there is gone (purged, or another server): remove the state file {} to snapshot again (source.mysql.snapshot = \"initial\"; \"never\" starts from the server's current position and the changes in between are not captured), or set snapshot = \"when_needed\" to do so by itself; keep binlogs longer than sluice may be down (binlog_expire_logs_seconds)",
                     self.store.location(&self.key)
                 ),
                 error,

@@ -190,21 +190,8 @@ impl PostgresSourceConfig {
     }
 }
 
-/// When to snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum SnapshotMode {
-    /// When the slot is new: read every captured table under the slot's exported snapshot,
-    /// then stream from the slot's consistent point.
-    #[default]
-    Initial,
-    /// Never: stream only the changes after the slot's creation.
-    Never,
-    /// Snapshot like `initial`, then stop (no streaming).
-    InitialOnly,
-    /// Like `initial`, and also after a lost slot was recreated (`on_slot_loss = "recreate"`).
-    WhenNeeded,
-}
+/// When to snapshot (shared with the MySQL source).
+pub use crate::config::SnapshotMode;
 
 /// `[source.postgres.outbox]`: the outbox pattern without a separate transform. Column names
 /// default to Debezium's outbox event router's.

@@ -29,11 +29,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rdkafka::error::KafkaError;
-use sluice_engine::{InFlightBudget, Lsn, Seq};
+use sluice_engine::{InFlightBudget, Lsn};
 use tokio::sync::mpsc;
 use tokio_postgres::SimpleQueryMessage;
 
@@ -47,7 +45,7 @@ use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use crate::delivery::unix_micros_now;
 use crate::error::{PipelineError, classify_pg};
 use crate::event::SnapshotMarker;
-use crate::kafka::{Delivery, DeliveryEvent, PipelineProducer};
+use crate::kafka::{DeliveryEvent, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
 
 /// What a snapshot needs from the run.
@@ -85,7 +83,6 @@ pub async fn run(
     exported: Option<&str>,
     mut record: impl FnMut(&SnapshotPlan) -> Result<(), PipelineError>,
 ) -> Result<u64, PipelineError> {
-    let started = Instant::now();
     let workers = ctx.config.source.snapshot_workers.max(1) as usize;
     // Every worker imports the snapshot before any reads (and before the replication connection
     // runs another command).
@@ -112,7 +109,7 @@ pub async fn run(
     let ends = Arc::new(ends_of_snapshot(&connections[0], plan, ctx.config).await?);
     let queue = Arc::new(std::sync::Mutex::new(todo));
     let relations = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
-    let (sent_tx, mut sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
+    let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
     let index = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let plan_arc = Arc::new(plan.chunks.clone());
     let mut handles = tokio::task::JoinSet::new();
@@ -138,117 +135,25 @@ pub async fn run(
         handles.spawn(worker.run());
     }
     drop(sent_tx);
-    let mut acked: HashMap<usize, u64> = HashMap::new();
-    let mut sent: HashMap<usize, u64> = HashMap::new();
-    let mut rows = 0u64;
-    let mut done = plan.chunks.iter().filter(|c| c.done).count();
-    let mut last_log = Instant::now();
-    let mut workers_running = true;
-    let mut events = Vec::new();
-    let mut finished: Vec<usize> = Vec::new();
-    while done < total_chunks {
-        tokio::select! {
-            count = ctx.deliveries.recv_many(&mut events, 4096) => {
-                if count == 0 {
-                    return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
-                }
-                for event in events.drain(..) {
-                    match event {
-                        DeliveryEvent::Acked(delivery) => {
-                            delivery.table.records.increment(1);
-                            delivery.table.bytes.increment(u64::from(delivery.bytes));
-                            let chunk = (delivery.seq.0 >> 32) as usize;
-                            let n = acked.entry(chunk).or_default();
-                            *n += 1;
-                            if sent.get(&chunk) == Some(n) {
-                                finished.push(chunk);
-                            }
-                        }
-                        DeliveryEvent::Failed { error, record, .. } => {
-                            return Err(refused(&error, &record.topic));
-                        }
-                        DeliveryEvent::EncodeFailed { reason, position, .. } => {
-                            return Err(PipelineError::fatal_with(
-                                format!("cannot encode the snapshot row at {position}"),
-                                "this is a bug in sluice: report it with the table's column types",
-                                std::io::Error::other(reason),
-                            ));
-                        }
-                    }
-                }
-            }
-            message = sent_rx.recv(), if workers_running => {
-                match message {
-                    Some((chunk, records)) => {
-                        rows += records;
-                        sent.insert(chunk, records);
-                        if acked.get(&chunk).copied().unwrap_or(0) == records {
-                            finished.push(chunk);
-                        }
-                    }
-                    None => workers_running = false,
-                }
-            }
-            Some(result) = handles.join_next() => {
-                match result {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => return Err(error),
-                    Err(error) => return Err(PipelineError::retryable("a snapshot worker failed", error)),
-                }
-            }
-            () = ctx.shutdown.cancelled() => {
-                return Err(PipelineError::retryable(
-                    "stopped during the snapshot (its unfinished chunks are read on the next start)",
-                    std::io::Error::other("shutdown"),
-                ));
-            }
-        }
-        if !finished.is_empty() {
-            for chunk in finished.drain(..) {
+    let done = plan.chunks.iter().filter(|c| c.done).count();
+    crate::source::chunked::drive(
+        crate::source::chunked::Progress {
+            deliveries: ctx.deliveries,
+            shutdown: ctx.shutdown,
+            board: ctx.board,
+            chunks_total: total_chunks,
+            chunks_done: done,
+        },
+        handles,
+        sent_rx,
+        |finished| {
+            for &chunk in finished {
                 plan.chunks[chunk].done = true;
-                done += 1;
             }
-            record(plan)?;
-            crate::crash_point!("snapshot::chunks_recorded");
-            ctx.board.update(|s| {
-                s.snapshot = Some(crate::runtime::status::SnapshotStatus {
-                    chunks_total: total_chunks,
-                    chunks_done: done,
-                    rows,
-                });
-            });
-        }
-        if last_log.elapsed() >= Duration::from_secs(10) {
-            last_log = Instant::now();
-            let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
-            let per_chunk = if done > 0 {
-                rows as f64 / done as f64
-            } else {
-                0.0
-            };
-            let eta = if rate > 0.0 {
-                per_chunk * (total_chunks - done) as f64 / rate
-            } else {
-                0.0
-            };
-            tracing::info!(
-                chunks_done = done,
-                chunks_total = total_chunks,
-                rows,
-                rows_per_s = rate as u64,
-                eta_s = eta as u64,
-                "snapshot: progress"
-            );
-        }
-    }
-    while handles.join_next().await.is_some() {}
-    tracing::info!(
-        rows,
-        chunks = total_chunks,
-        seconds = started.elapsed().as_secs_f64(),
-        "snapshot: done; streaming from the consistent point"
-    );
-    Ok(rows)
+            record(plan)
+        },
+    )
+    .await
 }
 
 /// The chunks of a snapshot, persisted in the state file so a restart reads only the
@@ -848,21 +753,16 @@ impl Worker {
         })
         .await
         .map_err(|e| PipelineError::retryable("the snapshot encoder failed", e))?;
-        let count = records.len() as u64;
-        for (n, record) in records.into_iter().enumerate() {
-            let permit = self.budget.acquire(record.len().max(1)).await;
-            let delivery = Box::new(Delivery {
-                seq: Seq(((chunk_id as u64) << 32) | (first + n as u64)),
-                permit: Arc::new(permit),
-                commit_unix_micros,
-                table: Arc::clone(&relation.metrics),
-                bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
-            });
-            crate::delivery::send(&*self.producer, record, delivery)
-                .await
-                .map_err(|(error, record, _)| refused(&error, &record.topic))?;
-        }
-        Ok(count)
+        crate::source::chunked::publish(
+            &self.producer,
+            &self.budget,
+            chunk_id,
+            first,
+            records,
+            &relation.metrics,
+            commit_unix_micros,
+        )
+        .await
     }
 }
 
@@ -951,11 +851,4 @@ pub(super) async fn relation_info(
         info.set_schemas(super::schema::render(&info, &columns, events));
     }
     Ok(info)
-}
-
-fn refused(error: &KafkaError, topic: &str) -> PipelineError {
-    PipelineError::fatal(
-        format!("Kafka refused a snapshot record for topic {topic}: {error}"),
-        crate::delivery::rejection_hint(error),
-    )
 }

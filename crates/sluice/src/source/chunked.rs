@@ -1,0 +1,234 @@
+//! The part of an initial snapshot every source shares: chunks read by workers, their records
+//! produced under the in-flight budget, and a chunk finished once Kafka acknowledged all of
+//! its records (only then is it recorded as done, so a restart reads the unfinished ones).
+//!
+//! A worker publishes the records of chunk `c` with [`publish`], record `n` carrying sequence
+//! number `c << 32 | n`, and reports the chunk's record count on the `sent` channel when the
+//! chunk is read; [`drive`] counts the acknowledgements per chunk and calls `finished` with the
+//! chunks whose records are all acknowledged.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::error::KafkaError;
+use sluice_engine::{InFlightBudget, Seq};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::error::PipelineError;
+use crate::event::SnapshotMarker;
+use crate::kafka::{Delivery, DeliveryEvent, OutRecord, PipelineProducer};
+use crate::runtime::metrics::TableMetrics;
+use crate::runtime::status::{SnapshotStatus, StatusBoard};
+
+/// A chunk's place in its table and in the snapshot, for Debezium's `source.snapshot` markers.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChunkPlace {
+    /// It holds the snapshot's first row.
+    pub first_of_all: bool,
+    /// It holds the snapshot's last row.
+    pub last_of_all: bool,
+    /// It is its table's first chunk.
+    pub first_in_table: bool,
+    /// It is its table's last chunk.
+    pub last_in_table: bool,
+}
+
+impl ChunkPlace {
+    /// The marker of the chunk's first and/or last row (or of another row: both false).
+    pub fn marker(&self, first_of_chunk: bool, last_of_chunk: bool) -> SnapshotMarker {
+        SnapshotMarker::of(
+            first_of_chunk && self.first_of_all,
+            last_of_chunk && self.last_of_all,
+            first_of_chunk && self.first_in_table,
+            last_of_chunk && self.last_in_table,
+        )
+    }
+}
+
+/// What [`drive`] watches.
+pub struct Progress<'a> {
+    /// The producer's delivery reports.
+    pub deliveries: &'a mut mpsc::UnboundedReceiver<DeliveryEvent>,
+    /// Stop early.
+    pub shutdown: &'a tokio_util::sync::CancellationToken,
+    /// The status board (progress).
+    pub board: &'a StatusBoard,
+    /// Chunks in the plan.
+    pub chunks_total: usize,
+    /// Chunks already finished (by an earlier run).
+    pub chunks_done: usize,
+}
+
+/// Runs until every chunk is finished: collects the workers' `(chunk, records)` reports from
+/// `sent`, counts acknowledgements per chunk, and calls `finished` with each batch of chunks
+/// that finished together (to record them; the crash point `snapshot::chunks_recorded` follows
+/// it). Returns the rows read by this run.
+///
+/// # Errors
+///
+/// A worker's error, the producer's end, a record Kafka refused for good, or shutdown.
+pub async fn drive(
+    progress: Progress<'_>,
+    mut workers: JoinSet<Result<(), PipelineError>>,
+    mut sent: mpsc::UnboundedReceiver<(usize, u64)>,
+    mut finished: impl FnMut(&[usize]) -> Result<(), PipelineError>,
+) -> Result<u64, PipelineError> {
+    let Progress {
+        deliveries,
+        shutdown,
+        board,
+        chunks_total,
+        mut chunks_done,
+    } = progress;
+    let started = Instant::now();
+    let mut acked: HashMap<usize, u64> = HashMap::new();
+    let mut counts: HashMap<usize, u64> = HashMap::new();
+    let mut rows = 0u64;
+    let mut last_log = Instant::now();
+    let mut workers_running = true;
+    let mut events = Vec::new();
+    let mut done: Vec<usize> = Vec::new();
+    while chunks_done < chunks_total {
+        tokio::select! {
+            count = deliveries.recv_many(&mut events, 4096) => {
+                if count == 0 {
+                    return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                }
+                for event in events.drain(..) {
+                    match event {
+                        DeliveryEvent::Acked(delivery) => {
+                            delivery.table.records.increment(1);
+                            delivery.table.bytes.increment(u64::from(delivery.bytes));
+                            let chunk = (delivery.seq.0 >> 32) as usize;
+                            let n = acked.entry(chunk).or_default();
+                            *n += 1;
+                            if counts.get(&chunk) == Some(n) {
+                                done.push(chunk);
+                            }
+                        }
+                        DeliveryEvent::Failed { error, record, .. } => {
+                            return Err(refused(&error, &record.topic));
+                        }
+                        DeliveryEvent::EncodeFailed { reason, position, .. } => {
+                            return Err(PipelineError::fatal_with(
+                                format!("cannot encode the snapshot row at {position}"),
+                                "this is a bug in sluice: report it with the table's column types",
+                                std::io::Error::other(reason),
+                            ));
+                        }
+                    }
+                }
+            }
+            message = sent.recv(), if workers_running => {
+                match message {
+                    Some((chunk, records)) => {
+                        rows += records;
+                        counts.insert(chunk, records);
+                        if acked.get(&chunk).copied().unwrap_or(0) == records {
+                            done.push(chunk);
+                        }
+                    }
+                    None => workers_running = false,
+                }
+            }
+            Some(result) = workers.join_next() => {
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(error)) => return Err(error),
+                    Err(error) => return Err(PipelineError::retryable("a snapshot worker failed", error)),
+                }
+            }
+            () = shutdown.cancelled() => {
+                return Err(PipelineError::retryable(
+                    "stopped during the snapshot (its unfinished chunks are read on the next start)",
+                    std::io::Error::other("shutdown"),
+                ));
+            }
+        }
+        if !done.is_empty() {
+            chunks_done += done.len();
+            finished(&done)?;
+            done.clear();
+            crate::crash_point!("snapshot::chunks_recorded");
+            board.update(|s| {
+                s.snapshot = Some(SnapshotStatus {
+                    chunks_total,
+                    chunks_done,
+                    rows,
+                });
+            });
+        }
+        if last_log.elapsed() >= Duration::from_secs(10) {
+            last_log = Instant::now();
+            let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
+            let per_chunk = if chunks_done > 0 {
+                rows as f64 / chunks_done as f64
+            } else {
+                0.0
+            };
+            let eta = if rate > 0.0 {
+                per_chunk * (chunks_total - chunks_done) as f64 / rate
+            } else {
+                0.0
+            };
+            tracing::info!(
+                chunks_done,
+                chunks_total,
+                rows,
+                rows_per_s = rate as u64,
+                eta_s = eta as u64,
+                "snapshot: progress"
+            );
+        }
+    }
+    while workers.join_next().await.is_some() {}
+    tracing::info!(
+        rows,
+        chunks = chunks_total,
+        seconds = started.elapsed().as_secs_f64(),
+        "snapshot: done; streaming from the consistent point"
+    );
+    Ok(rows)
+}
+
+/// Produces `records` of chunk `chunk` within the budget, the first as the chunk's record
+/// number `first` (sequence `chunk << 32 | n`, so acknowledgements count per chunk); returns
+/// how many were produced.
+///
+/// # Errors
+///
+/// Fatal when Kafka refuses a record for good.
+pub async fn publish(
+    producer: &PipelineProducer,
+    budget: &InFlightBudget,
+    chunk: usize,
+    first: u64,
+    records: Vec<OutRecord>,
+    table: &Arc<TableMetrics>,
+    commit_unix_micros: i64,
+) -> Result<u64, PipelineError> {
+    let count = records.len() as u64;
+    for (n, record) in records.into_iter().enumerate() {
+        let permit = budget.acquire(record.len().max(1)).await;
+        let delivery = Box::new(Delivery {
+            seq: Seq(((chunk as u64) << 32) | (first + n as u64)),
+            permit: Arc::new(permit),
+            commit_unix_micros,
+            table: Arc::clone(table),
+            bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
+        });
+        crate::delivery::send(producer, record, delivery)
+            .await
+            .map_err(|(error, record, _)| refused(&error, &record.topic))?;
+    }
+    Ok(count)
+}
+
+fn refused(error: &KafkaError, topic: &str) -> PipelineError {
+    PipelineError::fatal(
+        format!("Kafka refused a snapshot record for topic {topic}: {error}"),
+        crate::delivery::rejection_hint(error),
+    )
+}
