@@ -285,16 +285,9 @@ fn produce_changes(topic: &str, keys: u64, updates: u64) -> BTreeMap<u64, u64> {
     expected
 }
 
-/// Exactly once: the sink is killed (a crash point aborts it) right after a batch committed in
-/// PostgreSQL and before its Kafka offsets are committed (they are committed only every ten
-/// minutes here, so every record is delivered again after the restart). A trigger records
-/// every update that does not move a row's counter forward — a change applied a second time —
-/// and there must be none; the table must equal the expected rows, counters included.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
-    let _broker = broker_shared().await;
-    let name = unique("pgsink_kill");
-    let (url, target) = target_database(&name).await;
+/// `app.counters` in `target`, with a trigger that records in `app.replayed` every update
+/// that does not move a row's counter forward: a change applied a second time.
+async fn counters_table(target: &Client) {
     target
         .batch_execute(
             "CREATE SCHEMA app;
@@ -312,6 +305,69 @@ async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
         )
         .await
         .unwrap();
+}
+
+/// Waits until `app.counters` equals `expected` (id → counter; labels as [`event`] writes
+/// them), then asserts that no change was applied twice.
+async fn assert_applied_once(
+    target: &Client,
+    expected: &BTreeMap<u64, u64>,
+    timeout: Duration,
+    sink: &Sluice,
+) {
+    let expected_json = serde_json::to_string(
+        &expected
+            .iter()
+            .map(|(id, counter)| serde_json::json!({"id": id, "counter": counter, "label": format!("k{id} c{counter}")}))
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    target
+        .execute(
+            "CREATE TABLE app.expected AS SELECT * FROM json_populate_recordset(NULL::app.counters, $1::text::json)",
+            &[&expected_json],
+        )
+        .await
+        .unwrap();
+    wait_zero(
+        "the target table to equal the expected rows",
+        target,
+        "SELECT count(*) FROM ((SELECT * FROM app.expected EXCEPT SELECT * FROM app.counters)
+                               UNION ALL (SELECT * FROM app.counters EXCEPT SELECT * FROM app.expected)) d",
+        timeout,
+        sink,
+    )
+    .await;
+    let count: i64 = target
+        .query_one("SELECT count(*) FROM app.counters", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(count, expected.len() as i64);
+    let replayed: Vec<(i64, i64, i64)> = target
+        .query("SELECT * FROM app.replayed ORDER BY 1 LIMIT 10", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert!(
+        replayed.is_empty(),
+        "changes applied a second time (id, counter before, counter applied): {replayed:?}"
+    );
+}
+
+/// Exactly once: the sink is killed (a crash point aborts it) right after a batch committed in
+/// PostgreSQL and before its Kafka offsets are committed (they are committed only every ten
+/// minutes here, so every record is delivered again after the restart). A trigger records
+/// every update that does not move a row's counter forward — a change applied a second time —
+/// and there must be none; the table must equal the expected rows, counters included.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
+    let _broker = broker_shared().await;
+    let name = unique("pgsink_kill");
+    let (url, target) = target_database(&name).await;
+    counters_table(&target).await;
     let topic = format!("{name}.app.counters");
     create_topic(&topic, 2).await;
     let expected = produce_changes(&topic, 400, 25);
@@ -356,47 +412,7 @@ async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
     sink.env.clear();
     sink.restart();
 
-    let rows = expected.len() as i64;
-    let expected_json = serde_json::to_string(
-        &expected
-            .iter()
-            .map(|(id, counter)| serde_json::json!({"id": id, "counter": counter, "label": format!("k{id} c{counter}")}))
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    target
-        .execute(
-            "CREATE TABLE app.expected AS SELECT * FROM json_populate_recordset(NULL::app.counters, $1::text::json)",
-            &[&expected_json],
-        )
-        .await
-        .unwrap();
-    wait_zero(
-        "the target table to equal the expected rows",
-        &target,
-        "SELECT count(*) FROM ((SELECT * FROM app.expected EXCEPT SELECT * FROM app.counters)
-                               UNION ALL (SELECT * FROM app.counters EXCEPT SELECT * FROM app.expected)) d",
-        Duration::from_secs(120),
-        &sink,
-    )
-    .await;
-    let count: i64 = target
-        .query_one("SELECT count(*) FROM app.counters", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(count, rows);
-    let replayed: Vec<(i64, i64, i64)> = target
-        .query("SELECT * FROM app.replayed ORDER BY 1 LIMIT 10", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    assert!(
-        replayed.is_empty(),
-        "changes applied a second time (id, counter before, counter applied): {replayed:?}"
-    );
+    assert_applied_once(&target, &expected, Duration::from_secs(120), &sink).await;
     assert!(
         sink.log_text().contains("partition assigned"),
         "{}",
@@ -1051,23 +1067,7 @@ async fn a_sink_sigkilled_five_times_applies_every_change_once() {
     let _broker = broker_shared().await;
     let name = unique("pgsink_kill5");
     let (url, target) = target_database(&name).await;
-    target
-        .batch_execute(
-            "CREATE SCHEMA app;
-             CREATE TABLE app.counters (id bigint PRIMARY KEY, counter bigint NOT NULL, label text);
-             CREATE TABLE app.replayed (id bigint, old_counter bigint, new_counter bigint);
-             CREATE FUNCTION app.check_forward() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN
-               IF NEW.counter <= OLD.counter THEN
-                 INSERT INTO app.replayed VALUES (NEW.id, OLD.counter, NEW.counter);
-               END IF;
-               RETURN NEW;
-             END $$;
-             CREATE TRIGGER forward BEFORE UPDATE ON app.counters
-               FOR EACH ROW EXECUTE FUNCTION app.check_forward();",
-        )
-        .await
-        .unwrap();
+    counters_table(&target).await;
     let topic = format!("{name}.app.counters");
     create_topic(&topic, 2).await;
     let changes = kill_changes();
@@ -1108,46 +1108,7 @@ async fn a_sink_sigkilled_five_times_applies_every_change_once() {
         sink.restart();
     }
     let rows = expected.len() as i64;
-    let expected_json = serde_json::to_string(
-        &expected
-            .iter()
-            .map(|(id, counter)| serde_json::json!({"id": id, "counter": counter, "label": format!("k{id} c{counter}")}))
-            .collect::<Vec<_>>(),
-    )
-    .unwrap();
-    target
-        .execute(
-            "CREATE TABLE app.expected AS SELECT * FROM json_populate_recordset(NULL::app.counters, $1::text::json)",
-            &[&expected_json],
-        )
-        .await
-        .unwrap();
-    wait_zero(
-        "the target table to equal the expected rows",
-        &target,
-        "SELECT count(*) FROM ((SELECT * FROM app.expected EXCEPT SELECT * FROM app.counters)
-                               UNION ALL (SELECT * FROM app.counters EXCEPT SELECT * FROM app.expected)) d",
-        Duration::from_secs(300),
-        &sink,
-    )
-    .await;
-    let count: i64 = target
-        .query_one("SELECT count(*) FROM app.counters", &[])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(count, rows);
-    let replayed: Vec<(i64, i64, i64)> = target
-        .query("SELECT * FROM app.replayed ORDER BY 1 LIMIT 10", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    assert!(
-        replayed.is_empty(),
-        "changes applied a second time (id, counter before, counter applied): {replayed:?}"
-    );
+    assert_applied_once(&target, &expected, Duration::from_secs(300), &sink).await;
     println!(
         "{changes} changes over {keys} keys, SIGKILLed at applied offsets {kills:?}: {rows} rows equal, 0 changes applied twice"
     );
