@@ -84,6 +84,56 @@ async fn wait_zero(what: &str, client: &Client, query: &str, timeout: Duration, 
     );
 }
 
+/// Waits until `<schema>.items` in `target` equals the source's `<schema>.items` (a copy of
+/// the source rows in the target database, `EXCEPT` both ways, every column); returns the rows
+/// of the target and of the copy.
+async fn assert_equal_to_source(
+    source: &Client,
+    target: &Client,
+    schema: &str,
+    timeout: Duration,
+    sink: &Sluice,
+) -> (i64, i64) {
+    let t = format!("{schema}.items");
+    let rows: String = source
+        .query_one(
+            &format!("SELECT coalesce(json_agg(s), '[]')::text FROM {t} s"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    target
+        .execute(
+            &format!(
+                "CREATE TABLE {schema}.expected AS SELECT * FROM json_populate_recordset(NULL::{t}, $1::text::json)"
+            ),
+            &[&rows],
+        )
+        .await
+        .unwrap();
+    let differences = format!(
+        "SELECT count(*) FROM ((SELECT * FROM {schema}.expected EXCEPT SELECT * FROM {t})
+                               UNION ALL (SELECT * FROM {t} EXCEPT SELECT * FROM {schema}.expected)) d"
+    );
+    wait_zero(
+        "the target table to equal the source",
+        target,
+        &differences,
+        timeout,
+        sink,
+    )
+    .await;
+    let row = target
+        .query_one(
+            &format!("SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM {schema}.expected)"),
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
 /// PostgreSQL → sluice (CDC) → Kafka → sluice (`[sink.postgres]`) → another database: inserts,
 /// repeated updates of the same keys, deletes and primary-key changes; afterwards the target
 /// table equals the source table row by row (`EXCEPT` both ways over a copy of the source).
@@ -172,48 +222,8 @@ async fn cdc_changes_replicate_into_another_database() {
         .await
         .unwrap();
 
-    // Compare: a copy of the source rows in the target database, EXCEPT both ways.
-    let rows: String = source
-        .query_one(
-            &format!("SELECT coalesce(json_agg(s), '[]')::text FROM {t} s"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    target
-        .execute(
-            &format!(
-                "CREATE TABLE {schema}.expected AS SELECT * FROM json_populate_recordset(NULL::{schema}.items, $1::text::json)"
-            ),
-            &[&rows],
-        )
-        .await
-        .unwrap();
-    let differences = format!(
-        "SELECT count(*) FROM ((SELECT * FROM {schema}.expected EXCEPT SELECT * FROM {t})
-                               UNION ALL (SELECT * FROM {t} EXCEPT SELECT * FROM {schema}.expected)) d"
-    );
-    wait_zero(
-        "the target table to equal the source",
-        &target,
-        &differences,
-        Duration::from_secs(120),
-        &sink,
-    )
-    .await;
-    let counts: (i64, i64) = {
-        let row = target
-            .query_one(
-                &format!(
-                    "SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM {schema}.expected)"
-                ),
-                &[],
-            )
-            .await
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let counts =
+        assert_equal_to_source(&source, &target, &schema, Duration::from_secs(120), &sink).await;
     assert_eq!(counts, (1000, 1000), "rows in the target and the source");
     let moved: i64 = target
         .query_one(&format!("SELECT count(*) FROM {t} WHERE id > 100000"), &[])
@@ -938,47 +948,8 @@ async fn typed_changes_replicate(schemas: bool) {
             .unwrap()
         },
     );
-    let expected_rows: String = source
-        .query_one(
-            &format!("SELECT coalesce(json_agg(s), '[]')::text FROM {t} s"),
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    target
-        .execute(
-            &format!(
-                "CREATE TABLE {schema}.expected AS SELECT * FROM json_populate_recordset(NULL::{schema}.items, $1::text::json)"
-            ),
-            &[&expected_rows],
-        )
-        .await
-        .unwrap();
-    let differences = format!(
-        "SELECT count(*) FROM ((SELECT * FROM {schema}.expected EXCEPT SELECT * FROM {t})
-                               UNION ALL (SELECT * FROM {t} EXCEPT SELECT * FROM {schema}.expected)) d"
-    );
-    wait_zero(
-        "the target table to equal the source",
-        &target,
-        &differences,
-        patience,
-        &sink,
-    )
-    .await;
-    let (count, expected_count): (i64, i64) = {
-        let row = target
-            .query_one(
-                &format!(
-                    "SELECT (SELECT count(*) FROM {t}), (SELECT count(*) FROM {schema}.expected)"
-                ),
-                &[],
-            )
-            .await
-            .unwrap();
-        (row.get(0), row.get(1))
-    };
+    let (count, expected_count) =
+        assert_equal_to_source(&source, &target, &schema, patience, &sink).await;
     assert_eq!(count, expected_count, "rows in the target and the source");
     assert!(count > rows / 2, "{count} rows of {rows}");
     // The values are the source's, not just equal after a cast: spot-check a row by text.
