@@ -1,0 +1,389 @@
+//! `sluice compaction scan|plan` against what Kafka's log cleaner really does.
+//!
+//! The cross-check runs on a throwaway single-node KRaft broker of its own (the dev stack's
+//! jars, `KAFKA_LIBS`), because it needs broker-wide cleaner settings (a 1 MiB dedupe buffer,
+//! a 200 ms cleaner backoff) that must not touch the shared broker. For each configuration it
+//! writes a topic with a known key sequence, asks `compaction plan` for its prediction, lets
+//! the cleaner run, and compares: the passes (the cleaner's "cleaned log" lines in the broker's
+//! log) and the records left (`compaction scan`).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+use crate::support::{broker_shared, free_port, sluice_bin, stack, unique, wait_until};
+
+/// A throwaway single-node KRaft broker; killed and removed on drop.
+struct ThrowawayKafka {
+    dir: PathBuf,
+    child: Option<Child>,
+    brokers: String,
+}
+
+fn kafka_libs() -> String {
+    std::env::var("KAFKA_LIBS")
+        .unwrap_or_else(|_| panic!("KAFKA_LIBS is not set: eval \"$(scripts/dev-stack env)\""))
+}
+
+fn kafka_java(dir: &std::path::Path) -> Command {
+    let mut command = Command::new("java");
+    command.args([
+        "-Xms128m",
+        "-Xmx512m",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        &format!("-Dlog4j2.configurationFile={}/log4j2.properties", dir.display()),
+        &format!("-Dkafka.logs.dir={}", dir.display()),
+        "-cp",
+        &format!("{}/*", kafka_libs()),
+    ]);
+    command
+}
+
+impl ThrowawayKafka {
+    /// Formats and starts a broker with `settings` added to a minimal KRaft configuration.
+    /// `Err` holds the broker's log when it exits instead of serving.
+    fn start(settings: &[(&str, &str)]) -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(unique("sluice-throwaway-kafka"));
+        std::fs::create_dir_all(&dir).expect("broker dir");
+        let (port, controller) = (free_port(), free_port());
+        let mut properties = format!(
+            "process.roles=broker,controller\nnode.id=1\n\
+             listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+             controller.listener.names=CONTROLLER\ninter.broker.listener.name=PLAINTEXT\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
+             controller.quorum.bootstrap.servers=127.0.0.1:{controller}\n\
+             log.dirs={}/data\nnum.partitions=1\noffsets.topic.replication.factor=1\n\
+             transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n\
+             share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n\
+             group.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n",
+            dir.display()
+        );
+        for (key, value) in settings {
+            properties.push_str(&format!("{key}={value}\n"));
+        }
+        std::fs::write(dir.join("server.properties"), properties).expect("server.properties");
+        std::fs::write(
+            dir.join("log4j2.properties"),
+            format!(
+                "status = warn\nappender.file.type = File\nappender.file.name = file\n\
+                 appender.file.fileName = {}/server.log\nappender.file.layout.type = PatternLayout\n\
+                 appender.file.layout.pattern = [%d] %p %m (%c)%n\nrootLogger.level = info\n\
+                 rootLogger.appenderRef.file.ref = file\n",
+                dir.display()
+            ),
+        )
+        .expect("log4j2.properties");
+        // A cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid).
+        use base64::Engine as _;
+        let id: [u8; 16] = rand::random();
+        let cluster_id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id);
+        let format = kafka_java(&dir)
+            .args(["kafka.tools.StorageTool", "format", "--standalone", "-t", &cluster_id, "-c"])
+            .arg(dir.join("server.properties"))
+            .output()
+            .expect("run StorageTool");
+        assert!(
+            format.status.success(),
+            "formatting the throwaway broker's storage failed: {}{}",
+            String::from_utf8_lossy(&format.stdout),
+            String::from_utf8_lossy(&format.stderr)
+        );
+        let stdout = std::fs::File::create(dir.join("stdout.log")).expect("stdout.log");
+        let child = kafka_java(&dir)
+            .arg("kafka.Kafka")
+            .arg(dir.join("server.properties"))
+            .stdin(Stdio::null())
+            .stdout(stdout.try_clone().expect("stdout"))
+            .stderr(stdout)
+            .spawn()
+            .expect("start the throwaway broker");
+        let mut broker = Self {
+            dir,
+            child: Some(child),
+            brokers: format!("127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(child) = broker.child.as_mut()
+                && let Ok(Some(_)) = child.try_wait()
+            {
+                return Err(broker.log());
+            }
+            if broker.answers() {
+                return Ok(broker);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the throwaway broker did not answer in 120 s:\n{}",
+                broker.log()
+            );
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+
+    fn answers(&self) -> bool {
+        let consumer: Result<rdkafka::consumer::BaseConsumer, _> = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .create();
+        consumer.is_ok_and(|c| {
+            rdkafka::consumer::Consumer::fetch_metadata(&c, None, Duration::from_secs(2))
+                .is_ok_and(|m| !m.brokers().is_empty())
+        })
+    }
+
+    fn log(&self) -> String {
+        let read = |name: &str| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+        format!("{}{}", read("server.log"), read("stdout.log"))
+    }
+
+    /// The cleaner's passes over `topic`-0 so far: its "cleaned log" lines, `(from, to)`.
+    fn passes(&self, topic: &str) -> Vec<(u64, u64)> {
+        let needle = format!("cleaned log {topic}-0 (dirty section = [");
+        self.log()
+            .lines()
+            .filter_map(|line| {
+                let rest = &line[line.find(&needle)? + needle.len()..];
+                let (from, rest) = rest.split_once(", ")?;
+                let to = rest.split(']').next()?;
+                Some((from.trim().parse().ok()?, to.trim().parse().ok()?))
+            })
+            .collect()
+    }
+}
+
+impl Drop for ThrowawayKafka {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn admin(brokers: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .expect("admin client")
+}
+
+async fn create_topic(brokers: &str, topic: &str, configs: &[(&str, &str)]) {
+    let mut new = NewTopic::new(topic, 1, TopicReplication::Fixed(1));
+    for (key, value) in configs {
+        new = new.set(key, value);
+    }
+    let results = admin(brokers)
+        .create_topics(&[new], &AdminOptions::new())
+        .await
+        .expect("create topic");
+    for result in results {
+        result.expect("topic created");
+    }
+}
+
+/// Replaces the topic's configuration (AlterConfigs replaces the whole set).
+async fn set_topic_configs(brokers: &str, topic: &str, configs: &[(&str, &str)]) {
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (key, value) in configs {
+        alter = alter.set(key, value);
+    }
+    let results = admin(brokers)
+        .alter_configs(&[alter], &AdminOptions::new())
+        .await
+        .expect("alter configs");
+    for result in results {
+        result.expect("configs altered");
+    }
+}
+
+/// Writes `records` records with keys `<prefix><i % keys>` (round robin), values of 100
+/// bytes, then returns.
+fn produce(brokers: &str, topic: &str, records: u64, keys: u64, prefix: &str) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "20")
+        .set("batch.size", "262144")
+        .create()
+        .expect("producer");
+    let value = [b'v'; 100];
+    for i in 0..records {
+        let key = format!("{prefix}{}", i % keys);
+        let mut record = BaseRecord::to(topic).key(key.as_bytes()).payload(&value[..]);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).expect("flush");
+}
+
+fn sluice_json(args: &[&str], brokers: &str) -> serde_json::Value {
+    let output = Command::new(sluice_bin())
+        .args(args)
+        .args(["--json", "--quiet"])
+        .env("KAFKA_BROKERS", brokers)
+        .output()
+        .expect("run sluice");
+    assert!(
+        output.status.success(),
+        "sluice {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("JSON output")
+}
+
+/// One configuration of the cross-check.
+struct Case {
+    name: &'static str,
+    keys: u64,
+    records: u64,
+    /// Topic settings while the data is written and after (`min.compaction.lag.ms` holds the
+    /// cleaner off while writing; the case sets it to 0 afterwards).
+    configs: &'static [(&'static str, &'static str)],
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn plan_predicts_what_the_cleaner_does() {
+    // Needs no shared broker, but the shared lock keeps it out of broker restarts' way
+    // (the machine is small).
+    let _broker = broker_shared().await;
+    let _ = stack();
+    // A dedupe buffer of 1 MiB (the broker's minimum for one thread): 43,690 slots × 0.9 =
+    // 39,321 keys per pass.
+    let kafka = ThrowawayKafka::start(&[
+        ("log.cleaner.dedupe.buffer.size", "1048576"),
+        ("log.cleaner.threads", "1"),
+        ("log.cleaner.backoff.ms", "200"),
+    ])
+    .unwrap_or_else(|log| panic!("the throwaway broker exited:\n{log}"));
+    let brokers = kafka.brokers.clone();
+    const SMALL_SEGMENTS: &[(&str, &str)] = &[
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "1048576"),
+        ("segment.ms", "4000"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+    ];
+    const ONE_SEGMENT: &[(&str, &str)] = &[
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "1073741824"),
+        ("segment.ms", "86400000"),
+        ("min.cleanable.dirty.ratio", "0.01"),
+    ];
+    let cases = [
+        // 20,000 keys fit in one pass.
+        Case { name: "fits", keys: 20_000, records: 60_000, configs: SMALL_SEGMENTS },
+        // 100,000 keys written round robin: every 39,321 records fill the map.
+        Case { name: "passes", keys: 100_000, records: 300_000, configs: SMALL_SEGMENTS },
+        // Everything in the active segment: nothing is cleanable.
+        Case { name: "active", keys: 10_000, records: 30_000, configs: ONE_SEGMENT },
+    ];
+    let mut topics = HashMap::new();
+    for case in &cases {
+        let topic = unique(&format!("compaction_{}", case.name));
+        let mut configs = case.configs.to_vec();
+        configs.push(("min.compaction.lag.ms", "3600000"));
+        create_topic(&brokers, &topic, &configs).await;
+        produce(&brokers, &topic, case.records, case.keys, "k");
+        topics.insert(case.name, topic);
+    }
+    // Past segment.ms, one more record rolls the small-segment topics' last data segment, so
+    // all the data is in closed segments and only that record is in the active one.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    for case in &cases {
+        produce(&brokers, &topics[case.name], 1, 1, "roll");
+    }
+    let mut predicted = HashMap::new();
+    for case in &cases {
+        let topic = &topics[case.name];
+        let plan = sluice_json(&["compaction", "plan", "--topic", topic], &brokers);
+        assert_eq!(plan["plan"]["keys_per_pass"], 39_321, "{plan:#}");
+        let partition = plan["plan"]["partitions"][0].clone();
+        predicted.insert(case.name, partition);
+        let mut configs = case.configs.to_vec();
+        configs.push(("min.compaction.lag.ms", "0"));
+        set_topic_configs(&brokers, topic, &configs).await;
+    }
+    // Until the cleaner has been idle for 3 s (it backs off 200 ms between looks).
+    let mut last = (Instant::now(), 0usize);
+    wait_until("the cleaner to go idle", Duration::from_secs(180), || {
+        let seen: usize = cases.iter().map(|c| kafka.passes(&topics[c.name]).len()).sum();
+        if seen != last.1 {
+            last = (Instant::now(), seen);
+        }
+        last.0.elapsed() >= Duration::from_secs(3)
+    });
+    let mut table = String::from(
+        "case    keys     records  predicted passes / records after  observed passes / records after\n",
+    );
+    for case in &cases {
+        let topic = &topics[case.name];
+        let observed_passes = kafka.passes(topic);
+        let scan = sluice_json(&["compaction", "scan", "--topic", topic], &brokers);
+        let observed_records = scan["partitions"][0]["records"].as_u64().unwrap();
+        let p = &predicted[case.name];
+        let predicted_passes = p["passes"].as_u64().unwrap();
+        let predicted_records = p["records_after"].as_u64().unwrap();
+        let cleanable_now = p["cleanable"]["state"].as_str().unwrap().to_owned();
+        table.push_str(&format!(
+            "{:<7} {:>7} {:>8}  {:>6} / {:<7} ({cleanable_now:<8})    {:>6} / {:<7} {observed_passes:?}\n",
+            case.name,
+            case.keys,
+            case.records + 1,
+            if case.name == "active" { 0 } else { predicted_passes },
+            if case.name == "active" { case.records + 1 } else { predicted_records },
+            observed_passes.len(),
+            observed_records,
+        ));
+        if case.name == "active" {
+            // Predicted: not cleanable, all in the active segment; observed: no pass, every
+            // record still there.
+            assert_eq!(cleanable_now, "not_now", "{p:#}");
+            let reason = p["cleanable"]["reason"].as_str().unwrap();
+            assert!(reason.contains("active segment"), "{reason}");
+            assert!(observed_passes.is_empty(), "{observed_passes:?}");
+            assert_eq!(observed_records, case.records + 1);
+        } else {
+            // Held off by min.compaction.lag.ms when the plan ran: it says so.
+            assert_eq!(cleanable_now, "not_now", "{p:#}");
+            assert!(p["passes_simulated"].as_bool().unwrap());
+            assert_eq!(observed_passes.len() as u64, predicted_passes, "{}: {table}", case.name);
+            // Every key once, plus the record that rolled the segment.
+            assert_eq!(predicted_records, case.keys + 1);
+            assert_eq!(observed_records, predicted_records, "{}: {table}", case.name);
+        }
+    }
+    eprintln!("{table}");
+    assert_eq!(
+        kafka.passes(&topics["passes"]).len(),
+        8,
+        "ceil(300,000 / 39,321) = 8 passes"
+    );
+    drop(kafka);
+
+    // A dedupe buffer below 1 MiB per thread: the plan says the broker refuses it, and it does.
+    let refused = ThrowawayKafka::start(&[
+        ("log.cleaner.dedupe.buffer.size", "1048576"),
+        ("log.cleaner.threads", "2"),
+    ]);
+    match refused {
+        Ok(_) => panic!("a broker with 512 KiB of dedupe buffer per cleaner thread started"),
+        Err(log) => assert!(
+            log.contains("log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread"),
+            "{log}"
+        ),
+    }
+}
