@@ -18,8 +18,9 @@
 //!   holds is cleaned in several passes; since partial segments are mapped, a valid buffer
 //!   always makes progress. (Brokers before partial mapping could not clean a segment with
 //!   more distinct keys than the map holds; 4.3 can.)
-//! - `KafkaConfig`: "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread"
-//!   (the broker refuses to start below that).
+//! - `KafkaConfig.validateValues`: `require(dedupe buffer / threads > 1048576, "log.cleaner.
+//!   dedupe.buffer.size must be at least 1MB per cleaner thread")`: the broker refuses to start
+//!   with exactly 1 MiB per thread or less.
 //! - `LogCleanerManager.cleanableOffsets`: the active segment, the last stable offset and
 //!   segments whose largest timestamp is within `min.compaction.lag.ms` are never cleaned.
 //! - `LogCleanerManager.grabFilthiestCompactedLog` / `LogToClean`: a partition is cleaned when
@@ -33,7 +34,8 @@
 
 use serde::Serialize;
 
-/// The smallest dedupe buffer per cleaner thread a broker accepts (`KafkaConfig`).
+/// A broker refuses a dedupe buffer of this many bytes per cleaner thread or less
+/// (`KafkaConfig`: the buffer per thread must exceed it).
 pub const MIN_DEDUPE_BYTES_PER_THREAD: u64 = 1024 * 1024;
 
 /// `log.cleaner.*` broker settings.
@@ -86,9 +88,9 @@ impl CleanerSettings {
             return Some("log.cleaner.threads is 0: no cleaner runs".into());
         }
         let per_thread = self.dedupe_buffer_bytes / u64::from(self.threads);
-        if per_thread < MIN_DEDUPE_BYTES_PER_THREAD {
+        if per_thread <= MIN_DEDUPE_BYTES_PER_THREAD {
             return Some(format!(
-                "log.cleaner.dedupe.buffer.size {} / {} threads = {per_thread} bytes per thread, below the broker's minimum of 1 MiB per thread: the broker refuses this configuration",
+                "log.cleaner.dedupe.buffer.size {} / {} threads = {per_thread} bytes per thread, not more than 1 MiB (1048576) per thread: the broker refuses this configuration",
                 self.dedupe_buffer_bytes, self.threads
             ));
         }
@@ -102,7 +104,7 @@ impl CleanerSettings {
     /// no buffer can (a thread's map is capped at 2^31 − 1 bytes).
     pub fn dedupe_buffer_for(&self, keys: u64) -> Option<u64> {
         let slots = (keys as f64 / self.load_factor).ceil() as u64 + 1;
-        let per_thread = (slots * self.entry_bytes).max(MIN_DEDUPE_BYTES_PER_THREAD);
+        let per_thread = (slots * self.entry_bytes).max(MIN_DEDUPE_BYTES_PER_THREAD + 1);
         (per_thread <= i32::MAX as u64).then(|| per_thread * u64::from(self.threads.max(1)))
     }
 }
@@ -499,16 +501,22 @@ mod tests {
     #[test]
     fn the_broker_minimum_is_one_mib_per_thread() {
         let ok = CleanerSettings {
-            dedupe_buffer_bytes: 2 << 20,
+            dedupe_buffer_bytes: (2 << 20) + 2,
             threads: 2,
             ..CleanerSettings::default()
         };
         assert_eq!(ok.rejection(), None);
+        // Exactly 1 MiB per thread is refused too (the broker requires more).
+        let exact = CleanerSettings {
+            dedupe_buffer_bytes: 2 << 20,
+            ..ok
+        };
+        assert!(exact.rejection().unwrap().contains("1 MiB (1048576) per thread"));
         let low = CleanerSettings {
             threads: 3,
             ..ok
         };
-        assert!(low.rejection().unwrap().contains("1 MiB per thread"));
+        assert!(low.rejection().is_some());
         assert!(
             CleanerSettings {
                 threads: 0,
@@ -529,7 +537,7 @@ mod tests {
             };
             assert!(fitted.keys_per_pass() >= keys, "{keys}");
         }
-        assert_eq!(settings.dedupe_buffer_for(10), Some(1024 * 1024));
+        assert_eq!(settings.dedupe_buffer_for(10), Some(1024 * 1024 + 1));
         // One thread maps at most (2^31 − 1) / 24 × 0.9 = 80,530,636 keys.
         assert_eq!(settings.dedupe_buffer_for(100_000_000), None);
         let plan = plan(

@@ -1,7 +1,7 @@
 //! `sluice compaction scan|plan` against what Kafka's log cleaner really does.
 //!
 //! The cross-check runs on a throwaway single-node KRaft broker of its own (the dev stack's
-//! jars, `KAFKA_LIBS`), because it needs broker-wide cleaner settings (a 1 MiB dedupe buffer,
+//! jars, `KAFKA_LIBS`), because it needs broker-wide cleaner settings (a small dedupe buffer,
 //! a 200 ms cleaner backoff) that must not touch the shared broker. For each configuration it
 //! writes a topic with a known key sequence, asks `compaction plan` for its prediction, lets
 //! the cleaner run, and compares: the passes (the cleaner's "cleaned log" lines in the broker's
@@ -90,12 +90,14 @@ impl ThrowawayKafka {
             .arg(dir.join("server.properties"))
             .output()
             .expect("run StorageTool");
-        assert!(
-            format.status.success(),
-            "formatting the throwaway broker's storage failed: {}{}",
-            String::from_utf8_lossy(&format.stdout),
-            String::from_utf8_lossy(&format.stderr)
-        );
+        if !format.status.success() {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!(
+                "formatting the throwaway broker's storage failed: {}{}",
+                String::from_utf8_lossy(&format.stdout),
+                String::from_utf8_lossy(&format.stderr)
+            ));
+        }
         let stdout = std::fs::File::create(dir.join("stdout.log")).expect("stdout.log");
         let child = kafka_java(&dir)
             .arg("kafka.Kafka")
@@ -262,10 +264,10 @@ async fn plan_predicts_what_the_cleaner_does() {
     // (the machine is small).
     let _broker = broker_shared().await;
     let _ = stack();
-    // A dedupe buffer of 1 MiB (the broker's minimum for one thread): 43,690 slots × 0.9 =
-    // 39,321 keys per pass.
+    // A dedupe buffer of 1,200,000 bytes (a broker wants more than 1 MiB per thread): 50,000
+    // slots × 0.9 = 45,000 keys per pass.
     let kafka = ThrowawayKafka::start(&[
-        ("log.cleaner.dedupe.buffer.size", "1048576"),
+        ("log.cleaner.dedupe.buffer.size", "1200000"),
         ("log.cleaner.threads", "1"),
         ("log.cleaner.backoff.ms", "200"),
     ])
@@ -286,7 +288,7 @@ async fn plan_predicts_what_the_cleaner_does() {
     let cases = [
         // 20,000 keys fit in one pass.
         Case { name: "fits", keys: 20_000, records: 60_000, configs: SMALL_SEGMENTS },
-        // 100,000 keys written round robin: every 39,321 records fill the map.
+        // 100,000 keys written round robin: every 45,000 records fill the map.
         Case { name: "passes", keys: 100_000, records: 300_000, configs: SMALL_SEGMENTS },
         // Everything in the active segment: nothing is cleanable.
         Case { name: "active", keys: 10_000, records: 30_000, configs: ONE_SEGMENT },
@@ -310,7 +312,7 @@ async fn plan_predicts_what_the_cleaner_does() {
     for case in &cases {
         let topic = &topics[case.name];
         let plan = sluice_json(&["compaction", "plan", "--topic", topic], &brokers);
-        assert_eq!(plan["plan"]["keys_per_pass"], 39_321, "{plan:#}");
+        assert_eq!(plan["plan"]["keys_per_pass"], 45_000, "{plan:#}");
         let partition = plan["plan"]["partitions"][0].clone();
         predicted.insert(case.name, partition);
         let mut configs = case.configs.to_vec();
@@ -369,18 +371,25 @@ async fn plan_predicts_what_the_cleaner_does() {
     eprintln!("{table}");
     assert_eq!(
         kafka.passes(&topics["passes"]).len(),
-        8,
-        "ceil(300,000 / 39,321) = 8 passes"
+        7,
+        "ceil(300,000 / 45,000) = 7 passes"
     );
     drop(kafka);
 
-    // A dedupe buffer below 1 MiB per thread: the plan says the broker refuses it, and it does.
-    let refused = ThrowawayKafka::start(&[
-        ("log.cleaner.dedupe.buffer.size", "1048576"),
+    // Exactly 1 MiB of dedupe buffer per thread: the model says the broker refuses it, and it
+    // does (at `StorageTool format` already, which validates the configuration).
+    let settings = [
+        ("log.cleaner.dedupe.buffer.size", "2097152"),
         ("log.cleaner.threads", "2"),
-    ]);
-    match refused {
-        Ok(_) => panic!("a broker with 512 KiB of dedupe buffer per cleaner thread started"),
+    ];
+    let model = sluice::compaction::model::CleanerSettings {
+        threads: 2,
+        dedupe_buffer_bytes: 2_097_152,
+        ..Default::default()
+    };
+    assert!(model.rejection().is_some());
+    match ThrowawayKafka::start(&settings) {
+        Ok(_) => panic!("a broker with 1 MiB of dedupe buffer per cleaner thread started"),
         Err(log) => assert!(
             log.contains("log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread"),
             "{log}"
