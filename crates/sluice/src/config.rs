@@ -638,16 +638,23 @@ impl<S: SourceSection> PipelineConfig<S> {
         if self.kafka.topic_partitions == 0 {
             issue("kafka.topic_partitions", "0: expected at least 1".into());
         }
-        let topic_configs = std::iter::once(("kafka.topic_config".to_owned(), &self.kafka.topic_config))
-            .chain(self.kafka.topic_config_by_topic.iter().map(|(topic, configs)| {
-                (format!("kafka.topic_config_by_topic.\"{topic}\""), configs)
-            }));
+        let topic_configs =
+            std::iter::once(("kafka.topic_config".to_owned(), &self.kafka.topic_config)).chain(
+                self.kafka
+                    .topic_config_by_topic
+                    .iter()
+                    .map(|(topic, configs)| {
+                        (format!("kafka.topic_config_by_topic.\"{topic}\""), configs)
+                    }),
+            );
         for (section, configs) in topic_configs {
             for (key, value) in configs {
                 if key.trim().is_empty() || value.trim().is_empty() {
                     issue(
                         &section,
-                        format!("{key:?} = {value:?}: expected a Kafka topic config name and a value, e.g. \"cleanup.policy\" = \"compact\""),
+                        format!(
+                            "{key:?} = {value:?}: expected a Kafka topic config name and a value, e.g. \"cleanup.policy\" = \"compact\""
+                        ),
                     );
                 } else if key == "cleanup.policy"
                     && !value
@@ -656,7 +663,9 @@ impl<S: SourceSection> PipelineConfig<S> {
                 {
                     issue(
                         &format!("{section}.\"cleanup.policy\""),
-                        format!("{value:?}: expected \"compact\", \"delete\" or \"compact,delete\""),
+                        format!(
+                            "{value:?}: expected \"compact\", \"delete\" or \"compact,delete\""
+                        ),
                     );
                 }
             }

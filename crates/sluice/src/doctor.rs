@@ -734,13 +734,15 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
         .and_then(|s| s.get("acks").cloned())
         .unwrap_or_else(|| "all".into());
     let results: Vec<_> = results.into_iter().flatten().collect();
-    let cleaner = results.iter().find_map(|resource| match resource.specifier {
-        rdkafka::admin::OwnedResourceSpecifier::Broker(_) => {
-            let get = |key: &str| resource.get(key).and_then(|e| e.value.clone());
-            crate::compaction::configs::cleaner_settings(&get).ok()
-        }
-        _ => None,
-    });
+    let cleaner = results
+        .iter()
+        .find_map(|resource| match resource.specifier {
+            rdkafka::admin::OwnedResourceSpecifier::Broker(_) => {
+                let get = |key: &str| resource.get(key).and_then(|e| e.value.clone());
+                crate::compaction::configs::cleaner_settings(&get).ok()
+            }
+            _ => None,
+        });
     for resource in &results {
         let get = |key: &str| resource.get(key).and_then(|e| e.value.clone());
         match &resource.specifier {
@@ -749,8 +751,10 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
                 topic_findings(topic, replicas, &acks, &get, findings);
                 if let Some(pipeline) = &target.pipeline {
                     let policy = get("cleanup.policy").unwrap_or_default();
-                    compaction_findings(brokers, &common, pipeline, topic, cleaner, policy, findings)
-                        .await;
+                    compaction_findings(
+                        brokers, &common, pipeline, topic, cleaner, policy, findings,
+                    )
+                    .await;
                 }
             }
             rdkafka::admin::OwnedResourceSpecifier::Broker(_) => {
@@ -807,7 +811,13 @@ async fn compaction_findings(
         let metadata = consumer
             .fetch_metadata(Some(&name), Duration::from_secs(10))
             .ok()?;
-        let partitions: Vec<i32> = metadata.topics().first()?.partitions().iter().map(|p| p.id()).collect();
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .first()?
+            .partitions()
+            .iter()
+            .map(|p| p.id())
+            .collect();
         partitions
             .into_iter()
             .filter_map(|p| {

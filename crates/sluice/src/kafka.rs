@@ -871,8 +871,10 @@ async fn create_topics(
     }
     let admin = admin_client(kafka)?;
     let replication_factor = kafka.topic_replication_factor.map_or(-1, i32::from);
-    let configs: Vec<BTreeMap<String, String>> =
-        topics.iter().map(|topic| kafka.topic_configs(topic, events_topics)).collect();
+    let configs: Vec<BTreeMap<String, String>> = topics
+        .iter()
+        .map(|topic| kafka.topic_configs(topic, events_topics))
+        .collect();
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
         .zip(&configs)

@@ -53,8 +53,16 @@ pub fn topic_settings(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<To
         )?,
         segment_bytes: number(get, "segment.bytes", defaults.segment_bytes)?,
         segment_ms: number(get, "segment.ms", defaults.segment_ms)?,
-        min_compaction_lag_ms: number(get, "min.compaction.lag.ms", defaults.min_compaction_lag_ms)?,
-        max_compaction_lag_ms: number(get, "max.compaction.lag.ms", defaults.max_compaction_lag_ms)?,
+        min_compaction_lag_ms: number(
+            get,
+            "min.compaction.lag.ms",
+            defaults.min_compaction_lag_ms,
+        )?,
+        max_compaction_lag_ms: number(
+            get,
+            "max.compaction.lag.ms",
+            defaults.max_compaction_lag_ms,
+        )?,
         delete_retention_ms: number(get, "delete.retention.ms", defaults.delete_retention_ms)?,
     })
 }
@@ -69,7 +77,11 @@ pub fn cleaner_settings(get: &dyn Fn(&str) -> Option<String>) -> anyhow::Result<
             "log.cleaner.dedupe.buffer.size",
             defaults.dedupe_buffer_bytes,
         )?,
-        load_factor: number(get, "log.cleaner.io.buffer.load.factor", defaults.load_factor)?,
+        load_factor: number(
+            get,
+            "log.cleaner.io.buffer.load.factor",
+            defaults.load_factor,
+        )?,
         backoff_ms: number(get, "log.cleaner.backoff.ms", defaults.backoff_ms)?,
         entry_bytes: defaults.entry_bytes,
     })

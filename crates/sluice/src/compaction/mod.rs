@@ -142,7 +142,10 @@ fn plan_command(args: &PlanArgs) -> anyhow::Result<()> {
     if args.entry_bytes == 0 {
         bail!("--entry-bytes must be at least 1 (24 for MD5, 40 for SHA-256)");
     }
-    if args.records_per_s.is_some_and(|r| !(r >= 0.0 && r.is_finite())) {
+    if args
+        .records_per_s
+        .is_some_and(|r| !(r >= 0.0 && r.is_finite()))
+    {
         bail!("--records-per-s must be a number ≥ 0");
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -185,7 +188,9 @@ fn plan_command(args: &PlanArgs) -> anyhow::Result<()> {
         let avg = args.record_bytes.map(|b| b as f64).unwrap_or_else(|| {
             let (records, bytes) = profiles
                 .iter()
-                .fold((0u64, 0u64), |(r, b), p: &PartitionProfile| (r + p.records, b + p.bytes));
+                .fold((0u64, 0u64), |(r, b), p: &PartitionProfile| {
+                    (r + p.records, b + p.bytes)
+                });
             if records == 0 {
                 1000.0
             } else {
@@ -274,8 +279,7 @@ pub fn render_scan(scan: &TopicScan) -> String {
             p.partition,
             p.records,
             keys,
-            p.newest_bytes
-                .map_or("-".into(), |b| human_bytes(b as i64)),
+            p.newest_bytes.map_or("-".into(), |b| human_bytes(b as i64)),
             p.duplicate_ratio * 100.0,
             p.tombstones,
             p.null_key_records,
@@ -356,8 +360,9 @@ pub fn render_plan(report: &PlanReport) -> String {
             p.records_after,
             human_bytes(p.bytes_after as i64),
             human_bytes(p.peak_bytes as i64),
-            p.next_clean_after_s
-                .map_or(String::new(), |s| format!("; next clean {s:.0} s after the last at this rate")),
+            p.next_clean_after_s.map_or(String::new(), |s| format!(
+                "; next clean {s:.0} s after the last at this rate"
+            )),
         ));
     }
     out.push_str(&format!(

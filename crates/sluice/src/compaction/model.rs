@@ -366,7 +366,11 @@ pub fn plan(
 /// whose clean section holds `clean_bytes`: the first moment when the rolled (non-active)
 /// dirty segments exceed the ratio, or `max.compaction.lag.ms` forces it; never before
 /// `min.compaction.lag.ms`.
-pub fn next_clean_after_s(topic: &TopicSettings, clean_bytes: f64, bytes_per_s: f64) -> Option<f64> {
+pub fn next_clean_after_s(
+    topic: &TopicSettings,
+    clean_bytes: f64,
+    bytes_per_s: f64,
+) -> Option<f64> {
     if bytes_per_s <= 0.0 {
         return None;
     }
@@ -402,7 +406,11 @@ fn advise(
             why: "an entity topic keeps the newest record per key only when compacted".into(),
         });
     }
-    let largest = partitions.iter().map(|p| p.distinct_keys).max().unwrap_or(0);
+    let largest = partitions
+        .iter()
+        .map(|p| p.distinct_keys)
+        .max()
+        .unwrap_or(0);
     let worst = plans.iter().map(|p| p.passes).max().unwrap_or(0);
     if cleaner.rejection().is_none() && largest > cleaner.keys_per_pass() {
         let why = format!(
@@ -441,7 +449,8 @@ fn advise(
             setting: "producer keys".into(),
             current: format!("{null_keys} records without a key"),
             suggested: "a key on every record".into(),
-            why: "the cleaner drops records without a key, and a compacted topic rejects new ones".into(),
+            why: "the cleaner drops records without a key, and a compacted topic rejects new ones"
+                .into(),
         });
     }
     if let Some(rate) = rate {
@@ -511,20 +520,15 @@ mod tests {
             dedupe_buffer_bytes: 2 << 20,
             ..ok
         };
-        assert!(exact.rejection().unwrap().contains("1 MiB (1048576) per thread"));
-        let low = CleanerSettings {
-            threads: 3,
-            ..ok
-        };
-        assert!(low.rejection().is_some());
         assert!(
-            CleanerSettings {
-                threads: 0,
-                ..ok
-            }
-            .rejection()
-            .is_some()
+            exact
+                .rejection()
+                .unwrap()
+                .contains("1 MiB (1048576) per thread")
         );
+        let low = CleanerSettings { threads: 3, ..ok };
+        assert!(low.rejection().is_some());
+        assert!(CleanerSettings { threads: 0, ..ok }.rejection().is_some());
     }
 
     #[test]
@@ -583,13 +587,22 @@ mod tests {
         assert_eq!((p.passes, p.passes_simulated), (3, false));
         assert_eq!(p.records_after, 100_000);
         assert_eq!(p.bytes_after, 10_000_000);
-        assert_eq!(plan.advice[0].setting, "log.cleaner.dedupe.buffer.size (broker)");
+        assert_eq!(
+            plan.advice[0].setting,
+            "log.cleaner.dedupe.buffer.size (broker)"
+        );
         assert_eq!(plan.advice[0].suggested, (111_113 * 24).to_string());
         // A simulation wins over the bound.
         let mut simulated = profile(1_000_000, 100_000, 100_000_000);
         simulated.simulated_passes = Some(26);
         let plan = super::plan(&cleaner, &topic, &[simulated], None);
-        assert_eq!((plan.partitions[0].passes, plan.partitions[0].passes_simulated), (26, true));
+        assert_eq!(
+            (
+                plan.partitions[0].passes,
+                plan.partitions[0].passes_simulated
+            ),
+            (26, true)
+        );
     }
 
     #[test]
@@ -616,15 +629,27 @@ mod tests {
     fn the_active_segment_is_never_cleaned() {
         let mut p = profile(1000, 10, 100_000);
         p.oldest_record_age_ms = Some(5_000);
-        let plan = plan(&CleanerSettings::default(), &TopicSettings::default(), &[p], None);
+        let plan = plan(
+            &CleanerSettings::default(),
+            &TopicSettings::default(),
+            &[p],
+            None,
+        );
         match &plan.partitions[0].cleanable {
-            Cleanability::NotNow { reason } => assert!(reason.contains("active segment"), "{reason}"),
+            Cleanability::NotNow { reason } => {
+                assert!(reason.contains("active segment"), "{reason}")
+            }
             other => panic!("{other:?}"),
         }
         // Once segment.ms has passed, the next write rolls it.
         let mut old = profile(1000, 10, 100_000);
         old.oldest_record_age_ms = Some(8 * 24 * 3600 * 1000);
-        let plan = super::plan(&CleanerSettings::default(), &TopicSettings::default(), &[old], None);
+        let plan = super::plan(
+            &CleanerSettings::default(),
+            &TopicSettings::default(),
+            &[old],
+            None,
+        );
         assert_eq!(plan.partitions[0].cleanable, Cleanability::Yes);
     }
 
@@ -636,8 +661,16 @@ mod tests {
             segment_bytes: 1,
             ..TopicSettings::default()
         };
-        let plan = plan(&CleanerSettings::default(), &topic, &[profile(10, 5, 100)], None);
-        assert!(matches!(plan.partitions[0].cleanable, Cleanability::Never { .. }));
+        let plan = plan(
+            &CleanerSettings::default(),
+            &topic,
+            &[profile(10, 5, 100)],
+            None,
+        );
+        assert!(matches!(
+            plan.partitions[0].cleanable,
+            Cleanability::Never { .. }
+        ));
         assert_eq!(plan.advice[0].setting, "cleanup.policy");
     }
 

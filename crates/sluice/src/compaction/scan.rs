@@ -120,7 +120,12 @@ impl PartitionTally {
     }
 
     /// Counts one record; returns by how many keys the exact table grew (0 or 1).
-    pub fn record(&mut self, key: Option<&[u8]>, value: Option<&[u8]>, timestamp_ms: Option<i64>) -> u64 {
+    pub fn record(
+        &mut self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+    ) -> u64 {
         let size = key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len);
         self.records += 1;
         self.bytes += size as u64;
@@ -164,7 +169,8 @@ impl PartitionTally {
 
     /// The report, with ages relative to `now_ms`.
     pub fn report(&self, now_ms: i64) -> PartitionScan {
-        let (distinct, estimated, live, tombstoned, newest_bytes, oldest_newest) = match &self.exact {
+        let (distinct, estimated, live, tombstoned, newest_bytes, oldest_newest) = match &self.exact
+        {
             Some(exact) => {
                 let tombstoned = exact.values().filter(|n| n.tombstone).count() as u64;
                 let bytes = exact.values().map(|n| u64::from(n.bytes)).sum();
@@ -307,7 +313,10 @@ pub fn scan(options: &ScanOptions) -> anyhow::Result<TopicScan> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &options.brokers)
-        .set("group.id", format!("sluice-compaction-scan-{}", std::process::id()))
+        .set(
+            "group.id",
+            format!("sluice-compaction-scan-{}", std::process::id()),
+        )
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
@@ -494,10 +503,7 @@ impl Progress {
             eprintln!();
         }
         if elapsed >= Duration::from_secs(1) {
-            eprintln!(
-                "scan: {records} records in {:.1} s",
-                elapsed.as_secs_f64()
-            );
+            eprintln!("scan: {records} records in {:.1} s", elapsed.as_secs_f64());
         }
     }
 }

@@ -13,7 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
-use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, NewTopic, ResourceSpecifier, TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
@@ -38,7 +40,10 @@ fn kafka_java(dir: &std::path::Path) -> Command {
         "-Xmx512m",
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
-        &format!("-Dlog4j2.configurationFile={}/log4j2.properties", dir.display()),
+        &format!(
+            "-Dlog4j2.configurationFile={}/log4j2.properties",
+            dir.display()
+        ),
         &format!("-Dkafka.logs.dir={}", dir.display()),
         "-cp",
         &format!("{}/*", kafka_libs()),
@@ -86,7 +91,14 @@ impl ThrowawayKafka {
         let id: [u8; 16] = rand::random();
         let cluster_id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id);
         let format = kafka_java(&dir)
-            .args(["kafka.tools.StorageTool", "format", "--standalone", "-t", &cluster_id, "-c"])
+            .args([
+                "kafka.tools.StorageTool",
+                "format",
+                "--standalone",
+                "-t",
+                &cluster_id,
+                "-c",
+            ])
             .arg(dir.join("server.properties"))
             .output()
             .expect("run StorageTool");
@@ -219,7 +231,9 @@ fn produce(brokers: &str, topic: &str, records: u64, keys: u64, prefix: &str) {
     let value = [b'v'; 100];
     for i in 0..records {
         let key = format!("{prefix}{}", i % keys);
-        let mut record = BaseRecord::to(topic).key(key.as_bytes()).payload(&value[..]);
+        let mut record = BaseRecord::to(topic)
+            .key(key.as_bytes())
+            .payload(&value[..]);
         loop {
             match producer.send(record) {
                 Ok(()) => break,
@@ -287,15 +301,43 @@ async fn plan_predicts_what_the_cleaner_does() {
     ];
     let cases = [
         // 20,000 keys fit in one pass.
-        Case { name: "fits", keys: 20_000, records: 60_000, configs: SMALL_SEGMENTS },
+        Case {
+            name: "fits",
+            keys: 20_000,
+            records: 60_000,
+            configs: SMALL_SEGMENTS,
+        },
         // 100,000 keys written round robin: every 45,000 records fill the map.
-        Case { name: "passes", keys: 100_000, records: 300_000, configs: SMALL_SEGMENTS },
+        Case {
+            name: "passes",
+            keys: 100_000,
+            records: 300_000,
+            configs: SMALL_SEGMENTS,
+        },
         // Everything in the active segment: nothing is cleanable.
-        Case { name: "active", keys: 10_000, records: 30_000, configs: ONE_SEGMENT },
+        Case {
+            name: "active",
+            keys: 10_000,
+            records: 30_000,
+            configs: ONE_SEGMENT,
+        },
     ];
+    // The "passes" topic is a pipeline's topic (`<prefix>.<schema>.<table>`), for doctor below.
+    let schema = unique("compaction_doctor");
+    let client = crate::support::pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (id int PRIMARY KEY);"
+        ))
+        .await
+        .unwrap();
     let mut topics = HashMap::new();
     for case in &cases {
-        let topic = unique(&format!("compaction_{}", case.name));
+        let topic = if case.name == "passes" {
+            format!("{schema}.{schema}.t")
+        } else {
+            unique(&format!("compaction_{}", case.name))
+        };
         let mut configs = case.configs.to_vec();
         configs.push(("min.compaction.lag.ms", "3600000"));
         create_topic(&brokers, &topic, &configs).await;
@@ -322,7 +364,10 @@ async fn plan_predicts_what_the_cleaner_does() {
     // Until the cleaner has been idle for 3 s (it backs off 200 ms between looks).
     let mut last = (Instant::now(), 0usize);
     wait_until("the cleaner to go idle", Duration::from_secs(180), || {
-        let seen: usize = cases.iter().map(|c| kafka.passes(&topics[c.name]).len()).sum();
+        let seen: usize = cases
+            .iter()
+            .map(|c| kafka.passes(&topics[c.name]).len())
+            .sum();
         if seen != last.1 {
             last = (Instant::now(), seen);
         }
@@ -362,10 +407,19 @@ async fn plan_predicts_what_the_cleaner_does() {
             // Held off by min.compaction.lag.ms when the plan ran: it says so.
             assert_eq!(cleanable_now, "not_now", "{p:#}");
             assert!(p["passes_simulated"].as_bool().unwrap());
-            assert_eq!(observed_passes.len() as u64, predicted_passes, "{}: {table}", case.name);
+            assert_eq!(
+                observed_passes.len() as u64,
+                predicted_passes,
+                "{}: {table}",
+                case.name
+            );
             // Every key once, plus the record that rolled the segment.
             assert_eq!(predicted_records, case.keys + 1);
-            assert_eq!(observed_records, predicted_records, "{}: {table}", case.name);
+            assert_eq!(
+                observed_records, predicted_records,
+                "{}: {table}",
+                case.name
+            );
         }
     }
     eprintln!("{table}");
@@ -374,6 +428,40 @@ async fn plan_predicts_what_the_cleaner_does() {
         7,
         "ceil(300,000 / 45,000) = 7 passes"
     );
+
+    // doctor: the pipeline's topic holds more records than one pass maps.
+    let dir = crate::support::test_dir(&schema);
+    let file = dir.join("pipeline.toml");
+    let toml = crate::support::pipeline_toml(&schema, &schema, &schema, free_port(), "").replace(
+        &format!("brokers = \"{}\"", stack().brokers),
+        &format!("brokers = \"{brokers}\""),
+    );
+    assert!(toml.contains(&brokers));
+    std::fs::write(&file, toml).unwrap();
+    let output = Command::new(sluice_bin())
+        .args(["doctor", "--json", "--pipeline", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
+    let dedupe: Vec<&serde_json::Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "kafka.compaction_dedupe_buffer")
+        .collect();
+    assert_eq!(dedupe.len(), 1, "{all:#}");
+    assert_eq!(dedupe[0]["evidence"]["keys_per_pass"], 45_000);
+    assert_eq!(dedupe[0]["evidence"]["records"], 300_001);
+    assert!(
+        dedupe[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("sluice compaction plan")
+    );
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await;
     drop(kafka);
 
     // Exactly 1 MiB of dedupe buffer per thread: the model says the broker refuses it, and it
@@ -395,4 +483,88 @@ async fn plan_predicts_what_the_cleaner_does() {
             "{log}"
         ),
     }
+}
+
+/// Reads a topic's effective configs.
+async fn topic_configs(brokers: &str, topic: &str) -> HashMap<String, String> {
+    let results = admin(brokers)
+        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+        .await
+        .expect("describe configs");
+    let resource = results.into_iter().next().unwrap().expect("topic configs");
+    resource
+        .entries
+        .into_iter()
+        .filter_map(|e| Some((e.name, e.value?)))
+        .collect()
+}
+
+/// `kafka.topic_config` makes the change-event topics sluice creates compacted (with the
+/// compacted-topic defaults filled in; a per-topic entry wins), and `sluice doctor` names a
+/// captured topic that is not compacted although the pipeline asks for it.
+#[tokio::test(flavor = "multi_thread")]
+async fn cdc_topics_are_created_compacted_and_doctor_names_the_one_that_is_not() {
+    let _broker = broker_shared().await;
+    let name = unique("compacted");
+    let brokers = stack().brokers;
+    let client = crate::support::pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.entities (id int PRIMARY KEY, v text); \
+             CREATE TABLE {name}.audit (id int PRIMARY KEY, v text); \
+             CREATE TABLE {name}.legacy (id int PRIMARY KEY, v text);"
+        ))
+        .await
+        .unwrap();
+    // legacy's topic exists already, not compacted.
+    let legacy = format!("{name}.{name}.legacy");
+    create_topic(&brokers, &legacy, &[("cleanup.policy", "delete")]).await;
+    let extra = format!(
+        "[kafka.topic_config]\n\"cleanup.policy\" = \"compact\"\n\"min.cleanable.dirty.ratio\" = \"0.2\"\n\
+         [kafka.topic_config_by_topic.\"{name}.{name}.audit\"]\n\"cleanup.policy\" = \"delete\"\n"
+    );
+    let dir = crate::support::test_dir(&name);
+    let port = free_port();
+    let toml = crate::support::pipeline_toml(&name, &name, &name, port, &extra);
+    let sluice = crate::support::Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    let entities = topic_configs(&brokers, &format!("{name}.{name}.entities")).await;
+    assert_eq!(entities["cleanup.policy"], "compact");
+    assert_eq!(entities["min.cleanable.dirty.ratio"], "0.2");
+    assert_eq!(entities["segment.ms"], "3600000");
+    assert_eq!(entities["min.compaction.lag.ms"], "0");
+    assert_eq!(entities["delete.retention.ms"], "86400000");
+    let audit = topic_configs(&brokers, &format!("{name}.{name}.audit")).await;
+    assert_eq!(audit["cleanup.policy"], "delete");
+    assert_eq!(
+        audit["segment.ms"], "604800000",
+        "no compacted defaults on a delete topic"
+    );
+    drop(sluice);
+
+    let file = dir.join("pipeline.toml");
+    let output = Command::new(sluice_bin())
+        .args(["doctor", "--json", "--pipeline", file.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&output.stderr)));
+    let not_in_force: Vec<&serde_json::Value> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["code"] == "kafka.compaction_not_in_force")
+        .collect();
+    assert_eq!(not_in_force.len(), 1, "{all:#}");
+    assert_eq!(not_in_force[0]["evidence"]["topic"], legacy.as_str());
+    assert_eq!(not_in_force[0]["severity"], "warning");
+    assert!(
+        not_in_force[0]["fix"]
+            .as_str()
+            .unwrap()
+            .contains("cleanup.policy=compact")
+    );
+    crate::support::drop_slot_and_publication(&client, &name).await;
 }
