@@ -1102,6 +1102,39 @@ mod tests {
     }
 
     #[test]
+    fn topic_config_merges_per_topic_and_fills_compacted_defaults() {
+        let text = format!(
+            "{MINIMAL}\n[kafka.topic_config]\n\"cleanup.policy\" = \"compact\"\n\"segment.ms\" = \"60000\"\n\
+             [kafka.topic_config_by_topic.\"sluice.public.audit\"]\n\"cleanup.policy\" = \"delete\"\n"
+        );
+        let config = parse(&text).unwrap();
+        let orders = config.kafka.topic_configs("sluice.public.orders", true);
+        assert_eq!(orders["cleanup.policy"], "compact");
+        assert_eq!(
+            orders["segment.ms"], "60000",
+            "set values win over the defaults"
+        );
+        assert_eq!(orders["min.compaction.lag.ms"], "0");
+        assert_eq!(orders["delete.retention.ms"], "86400000");
+        let audit = config.kafka.topic_configs("sluice.public.audit", true);
+        assert_eq!(
+            audit.get("cleanup.policy").map(String::as_str),
+            Some("delete")
+        );
+        assert_eq!(audit.get("min.compaction.lag.ms"), None);
+        // Not an events topic (the dead-letter topic): only its own entry applies.
+        assert!(config.kafka.topic_configs("sluice.dlq", false).is_empty());
+        let bad = format!("{MINIMAL}\n[kafka.topic_config]\n\"cleanup.policy\" = \"compacted\"\n");
+        let issues = issues(&bad);
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "kafka.topic_config.\"cleanup.policy\"");
+        assert!(
+            issues[0].problem.contains("\"compact,delete\""),
+            "{issues:?}"
+        );
+    }
+
+    #[test]
     fn schemas_enable_refuses_embedded_json() {
         let both = format!("{MINIMAL}\n[kafka.events]\nschemas_enable = true\nembed_json = true\n");
         let issues = issues(&both);

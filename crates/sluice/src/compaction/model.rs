@@ -567,8 +567,9 @@ mod tests {
 
     #[test]
     fn passes_and_size_after_a_clean() {
+        // 50,000 slots, 45,000 keys per pass.
         let cleaner = CleanerSettings {
-            dedupe_buffer_bytes: 1024 * 1024,
+            dedupe_buffer_bytes: 1_200_000,
             ..CleanerSettings::default()
         };
         let topic = TopicSettings {
@@ -583,7 +584,7 @@ mod tests {
         );
         let p = &plan.partitions[0];
         assert_eq!(p.cleanable, Cleanability::Yes);
-        // Lower bound without a simulation: ceil(100,000 / 39,321) = 3.
+        // Lower bound without a simulation: ceil(100,000 / 45,000) = 3.
         assert_eq!((p.passes, p.passes_simulated), (3, false));
         assert_eq!(p.records_after, 100_000);
         assert_eq!(p.bytes_after, 10_000_000);
