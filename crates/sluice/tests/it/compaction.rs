@@ -86,10 +86,17 @@ impl ThrowawayKafka {
             ),
         )
         .expect("log4j2.properties");
-        // A cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid).
+        // A cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's Uuid), not
+        // starting with '-' (the command line would take it for an option, as Kafka's own
+        // Uuid.randomUuid avoids too).
         use base64::Engine as _;
-        let id: [u8; 16] = rand::random();
-        let cluster_id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id);
+        let cluster_id = loop {
+            let id: [u8; 16] = rand::random();
+            let id = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id);
+            if !id.starts_with('-') {
+                break id;
+            }
+        };
         let format = kafka_java(&dir)
             .args([
                 "kafka.tools.StorageTool",
