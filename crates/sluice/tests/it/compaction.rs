@@ -575,3 +575,110 @@ async fn cdc_topics_are_created_compacted_and_doctor_names_the_one_that_is_not()
     );
     crate::support::drop_slot_and_publication(&client, &name).await;
 }
+
+/// `compaction scan` counts what is in the topic: records, distinct keys (exact, and estimated
+/// past `--exact-keys`), tombstones, null keys, the newest record's bytes per key, and the
+/// passes of an offset map of `--keys-per-pass` keys; a partition that does not exist is named.
+#[tokio::test(flavor = "multi_thread")]
+async fn scan_counts_keys_tombstones_and_null_keys() {
+    let _broker = broker_shared().await;
+    let brokers = stack().brokers;
+    let topic = unique("compaction_scan");
+    create_topic(&brokers, &topic, &[]).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "5")
+        .create()
+        .expect("producer");
+    // 3,000 keys × 2 values of 10 bytes, then a tombstone for keys 0..500, then 7 records
+    // without a key.
+    let mut send = |key: Option<String>, value: Option<&[u8]>| {
+        let mut record = BaseRecord::<str, [u8]>::to(&topic);
+        if let Some(key) = &key {
+            record = record.key(key.as_str());
+        }
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        producer.send(record).map_err(|(e, _)| e).expect("send");
+    };
+    for round in 0..2 {
+        for k in 0..3000 {
+            send(
+                Some(format!("key-{k:04}")),
+                Some(format!("value-{round}-{:02}", k % 100).as_bytes()),
+            );
+        }
+    }
+    for k in 0..500 {
+        send(Some(format!("key-{k:04}")), None);
+    }
+    for _ in 0..7 {
+        send(None, Some(b"no key"));
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+
+    let scan = sluice_json(
+        &[
+            "compaction",
+            "scan",
+            "--topic",
+            &topic,
+            "--keys-per-pass",
+            "1000",
+        ],
+        &brokers,
+    );
+    let p = &scan["partitions"][0];
+    assert_eq!(p["records"], 6_507, "{scan:#}");
+    assert_eq!(p["distinct_keys"], 3_000);
+    assert_eq!(p["distinct_keys_estimated"], false);
+    assert_eq!(p["tombstones"], 500);
+    assert_eq!(p["null_key_records"], 7);
+    assert_eq!(p["live_keys"], 2_500);
+    assert_eq!(p["tombstoned_keys"], 500);
+    // Newest per key: 2,500 × ("key-0000" 8 + "value-1-00" 10) + 500 tombstones × 8.
+    assert_eq!(p["newest_bytes"], 2_500 * 18 + 500 * 8);
+    // 6,500 keyed records, 1,000 keys per pass, keys round robin over 3,000: 7 passes.
+    assert_eq!(p["simulated_passes"], 7);
+
+    let estimated = sluice_json(
+        &[
+            "compaction",
+            "scan",
+            "--topic",
+            &topic,
+            "--exact-keys",
+            "100",
+        ],
+        &brokers,
+    );
+    let p = &estimated["partitions"][0];
+    assert_eq!(p["distinct_keys_estimated"], true, "{estimated:#}");
+    let keys = p["distinct_keys"].as_f64().unwrap();
+    assert!((keys - 3000.0).abs() / 3000.0 < 0.03, "{keys}");
+    assert_eq!(p["live_keys"], serde_json::Value::Null);
+
+    let output = Command::new(sluice_bin())
+        .args([
+            "compaction",
+            "scan",
+            "--topic",
+            &topic,
+            "--partitions",
+            "3",
+            "--quiet",
+        ])
+        .env("KAFKA_BROKERS", &brokers)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--partitions") && stderr.contains("no partition 3"),
+        "{stderr}"
+    );
+    let _ = admin(&brokers)
+        .delete_topics(&[&topic], &AdminOptions::new())
+        .await;
+}
