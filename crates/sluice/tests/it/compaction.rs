@@ -592,7 +592,7 @@ async fn scan_counts_keys_tombstones_and_null_keys() {
         .expect("producer");
     // 3,000 keys × 2 values of 10 bytes, then a tombstone for keys 0..500, then 7 records
     // without a key.
-    let mut send = |key: Option<String>, value: Option<&[u8]>| {
+    let send = |key: Option<String>, value: Option<&[u8]>| {
         let mut record = BaseRecord::<str, [u8]>::to(&topic);
         if let Some(key) = &key {
             record = record.key(key.as_str());
