@@ -143,6 +143,10 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::perf::run(command)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Compaction(command) => {
+            crate::compaction::run(command)?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -63,6 +63,9 @@ pub enum Command {
     /// Kafka load generation and consumer benchmarks.
     #[command(subcommand)]
     Perf(crate::perf::PerfCommand),
+    /// Compacted topics: what they hold and what the log cleaner will do with them.
+    #[command(subcommand)]
+    Compaction(crate::compaction::CompactionCommand),
 }
 
 /// Log output formats.

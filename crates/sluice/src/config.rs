@@ -180,6 +180,13 @@ pub struct KafkaConfig {
     pub topic_partitions: u32,
     /// Replication factor of the topics sluice creates; unset = the broker's default.
     pub topic_replication_factor: Option<u16>,
+    /// Topic configs (Kafka's names, e.g. `"cleanup.policy" = "compact"`) for every topic
+    /// sluice creates; see [`KafkaConfig::topic_configs`] for the defaults a compacted topic gets.
+    #[serde(default)]
+    pub topic_config: BTreeMap<String, String>,
+    /// Topic configs for one topic by its full name; they override `topic_config`.
+    #[serde(default)]
+    pub topic_config_by_topic: BTreeMap<String, BTreeMap<String, String>>,
     /// librdkafka properties for every client sluice makes (producer, admin, metadata):
     /// security (`security.protocol`, `ssl.*`, `sasl.*`) and the like, by their own names.
     #[serde(default)]
@@ -211,6 +218,8 @@ impl fmt::Debug for KafkaConfig {
             .field("create_topics", &self.create_topics)
             .field("topic_partitions", &self.topic_partitions)
             .field("topic_replication_factor", &self.topic_replication_factor)
+            .field("topic_config", &self.topic_config)
+            .field("topic_config_by_topic", &self.topic_config_by_topic)
             .field("client", &RedactedProperties(&self.client))
             .field("producer", &RedactedProperties(&self.producer))
             .field(
@@ -223,7 +232,41 @@ impl fmt::Debug for KafkaConfig {
     }
 }
 
+/// What a compacted topic sluice creates gets unless `topic_config` says otherwise: a segment
+/// rolls at least hourly (the active segment is never cleaned, and Kafka's default
+/// `segment.ms` is 7 days), records are compactable at once, tombstones stay a day.
+pub const COMPACTED_TOPIC_DEFAULTS: &[(&str, &str)] = &[
+    ("segment.ms", "3600000"),
+    ("min.compaction.lag.ms", "0"),
+    ("delete.retention.ms", "86400000"),
+];
+
 impl KafkaConfig {
+    /// The configs sluice creates `topic` with: `topic_config` (for change-event topics only:
+    /// `events_topic`), then `topic_config_by_topic.<topic>`, then, when `cleanup.policy`
+    /// contains `compact`, [`COMPACTED_TOPIC_DEFAULTS`] for the keys still unset.
+    pub fn topic_configs(&self, topic: &str, events_topic: bool) -> BTreeMap<String, String> {
+        let mut configs = if events_topic {
+            self.topic_config.clone()
+        } else {
+            BTreeMap::new()
+        };
+        if let Some(own) = self.topic_config_by_topic.get(topic) {
+            configs.extend(own.clone());
+        }
+        let compacted = configs
+            .get("cleanup.policy")
+            .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"));
+        if compacted {
+            for (key, value) in COMPACTED_TOPIC_DEFAULTS {
+                configs
+                    .entry((*key).to_owned())
+                    .or_insert_with(|| (*value).to_owned());
+            }
+        }
+        configs
+    }
+
     /// Whether a delete is followed by a tombstone (null value): Debezium's
     /// `tombstones.on.delete`, `[kafka.events] tombstones_on_delete` or its older name
     /// `kafka.tombstones_on_delete`; true when neither is set.
@@ -594,6 +637,38 @@ impl<S: SourceSection> PipelineConfig<S> {
         }
         if self.kafka.topic_partitions == 0 {
             issue("kafka.topic_partitions", "0: expected at least 1".into());
+        }
+        let topic_configs =
+            std::iter::once(("kafka.topic_config".to_owned(), &self.kafka.topic_config)).chain(
+                self.kafka
+                    .topic_config_by_topic
+                    .iter()
+                    .map(|(topic, configs)| {
+                        (format!("kafka.topic_config_by_topic.\"{topic}\""), configs)
+                    }),
+            );
+        for (section, configs) in topic_configs {
+            for (key, value) in configs {
+                if key.trim().is_empty() || value.trim().is_empty() {
+                    issue(
+                        &section,
+                        format!(
+                            "{key:?} = {value:?}: expected a Kafka topic config name and a value, e.g. \"cleanup.policy\" = \"compact\""
+                        ),
+                    );
+                } else if key == "cleanup.policy"
+                    && !value
+                        .split(',')
+                        .all(|p| matches!(p.trim(), "compact" | "delete"))
+                {
+                    issue(
+                        &format!("{section}.\"cleanup.policy\""),
+                        format!(
+                            "{value:?}: expected \"compact\", \"delete\" or \"compact,delete\""
+                        ),
+                    );
+                }
+            }
         }
         if self.delivery.max_in_flight_bytes < 1024 {
             issue(
@@ -1043,6 +1118,39 @@ mod tests {
         assert_eq!(issues[0].key, "kafka.topic_prefx");
         assert!(issues[0].problem.contains("unknown field `topic_prefx`"));
         assert!(issues[0].problem.contains("topic_prefix"), "{issues:?}");
+    }
+
+    #[test]
+    fn topic_config_merges_per_topic_and_fills_compacted_defaults() {
+        let text = format!(
+            "{MINIMAL}\n[kafka.topic_config]\n\"cleanup.policy\" = \"compact\"\n\"segment.ms\" = \"60000\"\n\
+             [kafka.topic_config_by_topic.\"sluice.public.audit\"]\n\"cleanup.policy\" = \"delete\"\n"
+        );
+        let config = parse(&text).unwrap();
+        let orders = config.kafka.topic_configs("sluice.public.orders", true);
+        assert_eq!(orders["cleanup.policy"], "compact");
+        assert_eq!(
+            orders["segment.ms"], "60000",
+            "set values win over the defaults"
+        );
+        assert_eq!(orders["min.compaction.lag.ms"], "0");
+        assert_eq!(orders["delete.retention.ms"], "86400000");
+        let audit = config.kafka.topic_configs("sluice.public.audit", true);
+        assert_eq!(
+            audit.get("cleanup.policy").map(String::as_str),
+            Some("delete")
+        );
+        assert_eq!(audit.get("min.compaction.lag.ms"), None);
+        // Not an events topic (the dead-letter topic): only its own entry applies.
+        assert!(config.kafka.topic_configs("sluice.dlq", false).is_empty());
+        let bad = format!("{MINIMAL}\n[kafka.topic_config]\n\"cleanup.policy\" = \"compacted\"\n");
+        let issues = issues(&bad);
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "kafka.topic_config.\"cleanup.policy\"");
+        assert!(
+            issues[0].problem.contains("\"compact,delete\""),
+            "{issues:?}"
+        );
     }
 
     #[test]

@@ -733,12 +733,29 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
         .map(|p| kafka::effective_producer_settings(&p.kafka))
         .and_then(|s| s.get("acks").cloned())
         .unwrap_or_else(|| "all".into());
-    for resource in results.into_iter().flatten() {
+    let results: Vec<_> = results.into_iter().flatten().collect();
+    let cleaner = results
+        .iter()
+        .find_map(|resource| match resource.specifier {
+            rdkafka::admin::OwnedResourceSpecifier::Broker(_) => {
+                let get = |key: &str| resource.get(key).and_then(|e| e.value.clone());
+                crate::compaction::configs::cleaner_settings(&get).ok()
+            }
+            _ => None,
+        });
+    for resource in &results {
         let get = |key: &str| resource.get(key).and_then(|e| e.value.clone());
         match &resource.specifier {
             rdkafka::admin::OwnedResourceSpecifier::Topic(topic) => {
                 let (_, replicas) = partitions.get(topic).copied().unwrap_or((0, 0));
                 topic_findings(topic, replicas, &acks, &get, findings);
+                if let Some(pipeline) = &target.pipeline {
+                    let policy = get("cleanup.policy").unwrap_or_default();
+                    compaction_findings(
+                        brokers, &common, pipeline, topic, cleaner, policy, findings,
+                    )
+                    .await;
+                }
             }
             rdkafka::admin::OwnedResourceSpecifier::Broker(_) => {
                 let message_max: i64 = get("message.max.bytes")
@@ -754,6 +771,88 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
             }
             _ => {}
         }
+    }
+}
+
+/// Findings about compaction of one of the pipeline's topics: compaction requested in
+/// `kafka.topic_config` but not in force, and a largest partition with more records (an upper
+/// bound of its keys) than one pass of the cleaner maps.
+async fn compaction_findings(
+    brokers: &str,
+    common: &BTreeMap<String, String>,
+    pipeline: &PgPipelineConfig,
+    topic: &str,
+    cleaner: Option<crate::compaction::model::CleanerSettings>,
+    policy: String,
+    findings: &mut Vec<Finding>,
+) {
+    let compacted = policy.split(',').any(|p| p.trim() == "compact");
+    let requested = pipeline
+        .kafka
+        .topic_configs(topic, true)
+        .get("cleanup.policy")
+        .is_some_and(|p| p.split(',').any(|p| p.trim() == "compact"));
+    if requested && !compacted {
+        findings.push(finding(
+            "kafka.compaction_not_in_force",
+            Severity::Warning,
+            format!("{topic}: the pipeline asks for cleanup.policy = compact (kafka.topic_config), but the topic has cleanup.policy = {policy}: it was created before, or by someone else, and keeps every change instead of the newest per key"),
+            &[("topic", topic.into()), ("cleanup_policy", policy.clone().into())],
+            format!("kafka-configs --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact"),
+        ));
+    }
+    let Some(cleaner) = cleaner.filter(|_| compacted) else {
+        return;
+    };
+    let client = crate::kafka::client_config(brokers, common);
+    let name = topic.to_owned();
+    let largest = tokio::task::spawn_blocking(move || -> Option<(i32, i64)> {
+        let consumer: BaseConsumer = client.create().ok()?;
+        let metadata = consumer
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+            .ok()?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .first()?
+            .partitions()
+            .iter()
+            .map(|p| p.id())
+            .collect();
+        partitions
+            .into_iter()
+            .filter_map(|p| {
+                let (low, high) = consumer
+                    .fetch_watermarks(&name, p, Duration::from_secs(10))
+                    .ok()?;
+                Some((p, high - low))
+            })
+            .max_by_key(|(_, records)| *records)
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some((partition, records)) = largest else {
+        return;
+    };
+    let per_pass = cleaner.keys_per_pass();
+    if records > 0 && records as u64 > per_pass {
+        let passes = (records as u64).div_ceil(per_pass.max(1));
+        findings.push(finding(
+            "kafka.compaction_dedupe_buffer",
+            Severity::Warning,
+            format!("{topic}: partition {partition} holds {records} records and one pass of the log cleaner maps {per_pass} keys (log.cleaner.dedupe.buffer.size {} / {} thread(s)): if most of them are distinct keys, each clean takes up to {passes} passes and the log stays larger meanwhile", cleaner.dedupe_buffer_bytes, cleaner.threads),
+            &[
+                ("topic", topic.into()),
+                ("partition", partition.into()),
+                ("records", records.into()),
+                ("keys_per_pass", per_pass.into()),
+                ("dedupe_buffer_bytes", cleaner.dedupe_buffer_bytes.into()),
+            ],
+            format!("count the keys with `sluice compaction plan --topic {topic}`; if they exceed {per_pass}, {}", match cleaner.dedupe_buffer_for(records as u64) {
+                Some(bytes) => format!("raise log.cleaner.dedupe.buffer.size to {bytes} (maps {records} keys in one pass) or spread the topic over more partitions"),
+                None => "spread the topic over more partitions (no dedupe buffer maps that many keys in one pass)".to_owned(),
+            }),
+        ));
     }
 }
 

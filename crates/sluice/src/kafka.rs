@@ -843,18 +843,49 @@ pub async fn ensure_topics(
     topics: &[String],
     partitions: u32,
 ) -> Result<(), PipelineError> {
+    create_topics(kafka, topics, partitions, true).await
+}
+
+/// [`ensure_topics`] for topics that are not change-event topics (the dead-letter topic):
+/// `kafka.topic_config` does not apply to them, `kafka.topic_config_by_topic` does.
+///
+/// # Errors
+///
+/// As [`ensure_topics`].
+pub async fn ensure_other_topics(
+    kafka: &KafkaConfig,
+    topics: &[String],
+    partitions: u32,
+) -> Result<(), PipelineError> {
+    create_topics(kafka, topics, partitions, false).await
+}
+
+async fn create_topics(
+    kafka: &KafkaConfig,
+    topics: &[String],
+    partitions: u32,
+    events_topics: bool,
+) -> Result<(), PipelineError> {
     if topics.is_empty() {
         return Ok(());
     }
     let admin = admin_client(kafka)?;
     let replication_factor = kafka.topic_replication_factor.map_or(-1, i32::from);
+    let configs: Vec<BTreeMap<String, String>> = topics
+        .iter()
+        .map(|topic| kafka.topic_configs(topic, events_topics))
+        .collect();
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
-        .map(|topic| {
-            NewTopic::new(
-                topic,
-                partitions as i32,
-                TopicReplication::Fixed(replication_factor),
+        .zip(&configs)
+        .map(|(topic, configs)| {
+            configs.iter().fold(
+                NewTopic::new(
+                    topic,
+                    partitions as i32,
+                    TopicReplication::Fixed(replication_factor),
+                ),
+                |new, (key, value)| new.set(key, value),
             )
         })
         .collect();
@@ -885,7 +916,7 @@ pub async fn ensure_topics(
             Err((topic, code)) => {
                 return Err(PipelineError::fatal_with(
                     format!("Kafka refused to create topic {topic}"),
-                    "create the topic yourself, or fix kafka.topic_partitions / kafka.topic_replication_factor and the client's authorization",
+                    "create the topic yourself, or fix kafka.topic_partitions / kafka.topic_replication_factor / kafka.topic_config and the client's authorization",
                     KafkaError::AdminOp(code),
                 ));
             }

@@ -17,12 +17,13 @@
 //! [`source`] (sources), [`event`] (the change-event format),
 //! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`runtime`] (pipeline status and metrics), [`admin`] (the HTTP
 //! admin server, which serves what the runtime holds),
-//! [`doctor`] (`sluice doctor` and `sluice slots`).
+//! [`doctor`] (`sluice doctor` and `sluice slots`), [`compaction`] (`sluice compaction scan|plan`).
 
 pub mod admin;
 pub mod app;
 pub mod check;
 pub mod cli;
+pub mod compaction;
 pub mod config;
 pub mod dead_letter;
 pub mod delivery;

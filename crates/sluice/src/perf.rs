@@ -123,7 +123,7 @@ pub struct ConsumeArgs {
     pub json: bool,
 }
 
-fn parse_property(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_property(text: &str) -> Result<(String, String), String> {
     text.split_once('=')
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .ok_or_else(|| format!("{text:?}: expected name=value, e.g. -X linger.ms=10"))

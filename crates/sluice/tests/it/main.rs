@@ -6,6 +6,7 @@
 //! topic prefix, so they run in parallel against one cluster.
 
 mod cdc;
+mod compaction;
 mod debezium;
 mod doctor;
 mod faults;

@@ -254,11 +254,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
         .map(|t| format!("{}.{}", identity.server_name, t.qualified()))
         .collect();
-    topics.extend(config.delivery.dead_letter_topic.clone());
+    let dead_letter: Vec<String> = config.delivery.dead_letter_topic.iter().cloned().collect();
     if config.kafka.create_topics {
         kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        kafka::ensure_other_topics(&config.kafka, &dead_letter, config.kafka.topic_partitions)
+            .await?;
         known_topics.extend(topics.iter().cloned());
+        known_topics.extend(dead_letter.iter().cloned());
     }
+    topics.extend(dead_letter);
     // Topics created while running may accept smaller batches than these: the smallest limit
     // seen so far is kept across runs (see `ensure_topic`).
     let learned = ctx
