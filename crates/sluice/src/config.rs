@@ -953,6 +953,22 @@ pub(crate) fn is_identifier(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
+/// A byte count for messages: `12.3 MiB`.
+pub fn human_bytes(bytes: i64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value.abs() >= 1024.0 && unit < units.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", units[unit])
+    }
+}
+
 pub(crate) fn is_topic_name(name: &str) -> bool {
     (1..=200).contains(&name.len())
         && name

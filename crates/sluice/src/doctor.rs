@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config::human_bytes;
 use crate::source::postgres::connect::{PgConnectConfig, SslMode, connect_sql_url, redact_url};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
@@ -1042,22 +1043,6 @@ fn pipeline_checks(pipeline: &PgPipelineConfig, findings: &mut Vec<Finding>) {
         &[("status_interval_ms", status_ms.into())],
         if status_ms > 10_000 { "lower source.postgres.status_interval_ms: the server's wal_sender_timeout (60 s) must see replies well within it, and WAL is released only at checkpoints" } else { "" },
     ));
-}
-
-/// `12.3 MiB`.
-pub fn human_bytes(bytes: i64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value.abs() >= 1024.0 && unit < units.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", units[unit])
-    }
 }
 
 /// The exit code for the worst severity.

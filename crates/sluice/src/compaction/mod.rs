@@ -12,6 +12,7 @@ pub mod hll;
 pub mod model;
 pub mod scan;
 
+use crate::config::human_bytes;
 use anyhow::{Context as _, bail};
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -217,22 +218,6 @@ fn plan_command(args: &PlanArgs) -> anyhow::Result<()> {
         print!("{}", render_plan(&report));
     }
     Ok(())
-}
-
-/// `12.3 MiB`.
-fn human_bytes(bytes: i64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value.abs() >= 1024.0 && unit < units.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", units[unit])
-    }
 }
 
 fn age(ms: Option<u64>) -> String {
