@@ -938,11 +938,12 @@ fn admin_client(kafka: &KafkaConfig) -> Result<AdminClient<ConnectionWatch>, Pip
         })
 }
 
-/// The smallest `max.message.bytes` among the existing `topics`, if any could be read.
+/// The smallest `max.message.bytes` among `topics`, if any could be read (a topic whose config
+/// the client may not describe is left out).
 ///
 /// # Errors
 ///
-/// Retryable when the cluster cannot be reached.
+/// Retryable when the cluster cannot be reached or a topic is still unknown to it after 15 s.
 pub async fn smallest_max_message_bytes(
     kafka: &KafkaConfig,
     topics: &[String],
@@ -954,25 +955,54 @@ pub async fn smallest_max_message_bytes(
     let resources: Vec<ResourceSpecifier<'_>> =
         topics.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
     let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
-    let results = admin_request(
-        &admin,
-        format!(
-            "cannot reach Kafka at {} to read topic configs",
-            kafka.brokers
-        ),
-        admin.describe_configs(&resources, &options),
-    )
-    .await?;
-    Ok(results
-        .into_iter()
-        .filter_map(Result::ok)
-        .filter_map(|resource| {
-            resource
-                .get("max.message.bytes")
-                .and_then(|entry| entry.value.as_deref())
-                .and_then(|value| value.parse::<u64>().ok())
-        })
-        .min())
+    // A topic created a moment ago may not be in the answering broker's metadata yet
+    // (UNKNOWN_TOPIC_OR_PARTITION): skipping it would leave the producer's batch.size above
+    // its limit and have its first batch refused, so such answers are asked again, and a topic
+    // still unknown fails the run (retried) rather than being assumed unlimited.
+    let mut delay = Duration::from_millis(100);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let results = admin_request(
+            &admin,
+            format!(
+                "cannot reach Kafka at {} to read topic configs",
+                kafka.brokers
+            ),
+            admin.describe_configs(&resources, &options),
+        )
+        .await?;
+        let mut smallest: Option<u64> = None;
+        let mut unanswered = None;
+        for (topic, result) in topics.iter().zip(results) {
+            match result {
+                Ok(resource) => {
+                    let limit = resource
+                        .get("max.message.bytes")
+                        .and_then(|entry| entry.value.as_deref())
+                        .and_then(|value| value.parse::<u64>().ok());
+                    smallest = smallest.into_iter().chain(limit).min();
+                }
+                Err(code @ RDKafkaErrorCode::UnknownTopicOrPartition) => {
+                    unanswered = Some((topic, code));
+                }
+                // Not allowed to describe it (a principal with write rights only): the limit
+                // stays unknown, as it would be without this check.
+                Err(code) => tracing::debug!(topic, %code, "cannot read the topic's config"),
+            }
+        }
+        let Some((topic, code)) = unanswered else {
+            return Ok(smallest);
+        };
+        if tokio::time::Instant::now() + delay > deadline {
+            return Err(PipelineError::retryable(
+                format!("cannot read max.message.bytes of topic {topic}"),
+                KafkaError::AdminOp(code),
+            ));
+        }
+        tracing::debug!(topic, %code, "topic config not readable yet; asking again");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(2));
+    }
 }
 
 /// The producer overrides in effect, for `sluice check`.
