@@ -68,6 +68,85 @@ pub struct PipelineConfig<S> {
     /// Where sluice keeps what it must remember between runs (the slot's identity and the last
     /// position it confirmed); default `$XDG_STATE_HOME/sluice` or `~/.local/state/sluice`.
     pub state_dir: Option<String>,
+    /// Where that state lives: `"local"` (`state_dir`, the default, for a single instance) or
+    /// `"kafka"` (a compacted topic every instance can read, for a standby that takes over).
+    #[serde(default)]
+    pub state_store: StateStoreKind,
+    /// With `state_store = "kafka"`: the compacted topic (default `_sluice_state`), created when
+    /// missing; pipelines share it (documents are keyed by pipeline).
+    pub state_topic: Option<String>,
+    /// Active/standby: several instances of one pipeline, exactly one streams.
+    #[serde(default)]
+    pub ha: HaConfig,
+}
+
+/// Where a pipeline's state is kept (`state_store`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StateStoreKind {
+    /// Files in `state_dir`: readable by this machine only.
+    #[default]
+    Local,
+    /// A compacted Kafka topic (`state_topic`), written in Kafka transactions whose
+    /// `transactional.id` is the pipeline's, so an instance that took over fences the writes of
+    /// the one it replaced.
+    Kafka,
+}
+
+/// The default `state_topic`.
+pub const DEFAULT_STATE_TOPIC: &str = "_sluice_state";
+
+/// `[ha]`: how instances of one pipeline elect the one that streams (see docs/high-availability.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HaConfig {
+    /// How this instance is named in `/health` and in the source's session list; default
+    /// `<hostname>:<pid>`.
+    pub instance_id: Option<String>,
+    /// How long the source server waits for a silent active instance (a lost network, a
+    /// frozen machine) before it ends that instance's sessions, so that a standby can take
+    /// over: PostgreSQL's `idle_session_timeout` of the session that holds the active role and
+    /// `wal_sender_timeout` of the replication connection. A killed process is noticed at
+    /// once; this bounds the takeover after a silent loss.
+    #[serde(default = "default_failover_timeout_ms")]
+    pub failover_timeout_ms: u64,
+    /// How often a standby asks whether it may take over.
+    #[serde(default = "default_standby_poll_ms")]
+    pub standby_poll_ms: u64,
+}
+
+impl Default for HaConfig {
+    fn default() -> Self {
+        Self {
+            instance_id: None,
+            failover_timeout_ms: default_failover_timeout_ms(),
+            standby_poll_ms: default_standby_poll_ms(),
+        }
+    }
+}
+
+fn default_failover_timeout_ms() -> u64 {
+    10_000
+}
+
+fn default_standby_poll_ms() -> u64 {
+    500
+}
+
+impl HaConfig {
+    /// `instance_id`, or `<hostname>:<pid>`.
+    pub fn instance_id(&self) -> String {
+        if let Some(id) = self.instance_id.as_ref().filter(|id| !id.trim().is_empty()) {
+            return id.clone();
+        }
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .map(|h| h.trim().to_owned())
+            .filter(|h| !h.is_empty())
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_else(|| "localhost".to_owned());
+        format!("{host}:{}", std::process::id())
+    }
 }
 
 /// A source's section of a pipeline file (`[source.<KEY>]`): its keys, defaults and rules
@@ -727,6 +806,37 @@ impl<S: SourceSection> PipelineConfig<S> {
                 "too short: expected at least 16 characters (e.g. `openssl rand -hex 16`)".into(),
             );
         }
+        if !(1_000..=3_600_000).contains(&self.ha.failover_timeout_ms) {
+            issue(
+                "ha.failover_timeout_ms",
+                format!(
+                    "{} is out of range: expected milliseconds from 1000 to 3600000 (default 10000)",
+                    self.ha.failover_timeout_ms
+                ),
+            );
+        }
+        if !(50..=60_000).contains(&self.ha.standby_poll_ms) {
+            issue(
+                "ha.standby_poll_ms",
+                format!(
+                    "{} is out of range: expected milliseconds from 50 to 60000 (default 500)",
+                    self.ha.standby_poll_ms
+                ),
+            );
+        }
+        if let Some(topic) = &self.state_topic
+            && (topic.trim().is_empty() || self.state_store != StateStoreKind::Kafka)
+        {
+            issue(
+                "state_topic",
+                if topic.trim().is_empty() {
+                    "empty: expected a topic name, or leave the key out for _sluice_state".into()
+                } else {
+                    "only used with state_store = \"kafka\": set it too, or remove state_topic"
+                        .into()
+                },
+            );
+        }
         if let Some(dir) = &self.state_dir
             && dir.trim().is_empty()
         {
@@ -736,6 +846,11 @@ impl<S: SourceSection> PipelineConfig<S> {
             );
         }
         issues
+    }
+
+    /// The compacted topic of `state_store = "kafka"`.
+    pub fn state_topic(&self) -> &str {
+        self.state_topic.as_deref().unwrap_or(DEFAULT_STATE_TOPIC)
     }
 
     /// The directory of this pipeline's state file (see [`PipelineConfig::state_dir`]).

@@ -843,7 +843,11 @@ pub async fn ensure_topics(
     topics: &[String],
     partitions: u32,
 ) -> Result<(), PipelineError> {
-    create_topics(kafka, topics, partitions, true).await
+    let configs = topics
+        .iter()
+        .map(|t| kafka.topic_configs(t, true))
+        .collect();
+    create_topics(kafka, topics, partitions, configs).await
 }
 
 /// [`ensure_topics`] for topics that are not change-event topics (the dead-letter topic):
@@ -857,24 +861,36 @@ pub async fn ensure_other_topics(
     topics: &[String],
     partitions: u32,
 ) -> Result<(), PipelineError> {
-    create_topics(kafka, topics, partitions, false).await
+    let configs = topics
+        .iter()
+        .map(|t| kafka.topic_configs(t, false))
+        .collect();
+    create_topics(kafka, topics, partitions, configs).await
+}
+
+/// Creates `topic` when missing, compacted, with one partition (`state_topic`): its own
+/// settings from `kafka.topic_config_by_topic` apply on top.
+///
+/// # Errors
+///
+/// As [`ensure_topics`].
+pub async fn ensure_compacted_topic(kafka: &KafkaConfig, topic: &str) -> Result<(), PipelineError> {
+    let mut configs = BTreeMap::from([("cleanup.policy".to_owned(), "compact".to_owned())]);
+    configs.extend(kafka.topic_configs(topic, false));
+    create_topics(kafka, &[topic.to_owned()], 1, vec![configs]).await
 }
 
 async fn create_topics(
     kafka: &KafkaConfig,
     topics: &[String],
     partitions: u32,
-    events_topics: bool,
+    configs: Vec<BTreeMap<String, String>>,
 ) -> Result<(), PipelineError> {
     if topics.is_empty() {
         return Ok(());
     }
     let admin = admin_client(kafka)?;
     let replication_factor = kafka.topic_replication_factor.map_or(-1, i32::from);
-    let configs: Vec<BTreeMap<String, String>> = topics
-        .iter()
-        .map(|topic| kafka.topic_configs(topic, events_topics))
-        .collect();
     let new_topics: Vec<NewTopic<'_>> = topics
         .iter()
         .zip(&configs)

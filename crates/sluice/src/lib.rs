@@ -32,6 +32,7 @@ pub mod error;
 pub mod event;
 pub mod failpoint;
 pub mod kafka;
+pub mod kafka_state;
 pub mod perf;
 pub mod pg_connect;
 pub mod pipeline_file;

@@ -45,6 +45,10 @@ pub const PRODUCER_QUEUE_BYTES: &str = "sluice_kafka_producer_queue_bytes";
 /// Restarts of the pipeline, by `reason`: `retryable` (a lost connection), `fatal` (with
 /// `restart.policy = "always"`), `requested` (through the admin API).
 pub const RESTARTS: &str = "sluice_pipeline_restarts_total";
+/// Times this instance took over the active role after waiting as a standby.
+pub const HA_TAKEOVERS: &str = "sluice_ha_takeovers_total";
+/// 1 for this instance's role (label `role`: `active`, `standby`), 0 for the other.
+pub const HA_ROLE: &str = "sluice_ha_role";
 /// Records sent to the dead-letter topic.
 pub const DEAD_LETTERED: &str = "sluice_delivery_dead_lettered_records_total";
 /// WAL message bytes received from the replication stream.
@@ -87,6 +91,8 @@ pub const ALL: &[&str] = &[
     RECORDS_PER_REQUEST,
     PRODUCER_QUEUE_BYTES,
     RESTARTS,
+    HA_TAKEOVERS,
+    HA_ROLE,
     DEAD_LETTERED,
     SOURCE_RECEIVED_BYTES,
     SOURCE_TRANSACTIONS,
@@ -173,6 +179,11 @@ pub fn describe() {
             "bytes of records in librdkafka's producer queues (statistics)"
         );
         describe_counter!(RESTARTS, "pipeline restarts, by reason");
+        describe_counter!(
+            HA_TAKEOVERS,
+            "times this instance took over the active role after waiting as a standby"
+        );
+        describe_gauge!(HA_ROLE, "1 for this instance's role (active, standby)");
         describe_counter!(DEAD_LETTERED, "records sent to the dead-letter topic");
         describe_counter!(
             SOURCE_RECEIVED_BYTES,

@@ -54,6 +54,8 @@ pub enum PipelineState {
     Backoff,
     /// Paused through the admin API.
     Paused,
+    /// Waiting as a standby while another instance of the pipeline is active.
+    Standby,
     /// Stopped on a failure that the restart policy does not restart.
     Failed,
     /// Stopped on request.
@@ -61,12 +63,13 @@ pub enum PipelineState {
 }
 
 impl PipelineState {
-    const ALL: [Self; 7] = [
+    const ALL: [Self; 8] = [
         Self::Starting,
         Self::Snapshotting,
         Self::Streaming,
         Self::Backoff,
         Self::Paused,
+        Self::Standby,
         Self::Failed,
         Self::Stopped,
     ];
@@ -79,10 +82,30 @@ impl PipelineState {
             Self::Streaming => "streaming",
             Self::Backoff => "backoff",
             Self::Paused => "paused",
+            Self::Standby => "standby",
             Self::Failed => "failed",
             Self::Stopped => "stopped",
         }
     }
+}
+
+/// An instance's part in an active/standby pipeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Streams (holds the source's exclusive role).
+    Active,
+    /// Waits to take over.
+    Standby,
+}
+
+/// Which instance of the pipeline is active, as this one last saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ActiveInstance {
+    /// Its `ha.instance_id`.
+    pub instance: String,
+    /// When it became active (Unix milliseconds).
+    pub since_unix_ms: u64,
 }
 
 /// One restart, as the status lists it.
@@ -197,6 +220,14 @@ pub struct Sample {
 pub struct PipelineStatus {
     /// The pipeline's name.
     pub pipeline: String,
+    /// This instance's `ha.instance_id`.
+    pub instance: String,
+    /// `active` or `standby` (sources that elect one; none before the first election).
+    pub role: Option<Role>,
+    /// The active instance (this one or another), when known.
+    pub active: Option<ActiveInstance>,
+    /// Times this instance took over after waiting as a standby.
+    pub takeovers: u64,
     /// Its state.
     pub state: PipelineState,
     /// Unix milliseconds of the last state change.
@@ -296,6 +327,10 @@ impl StatusBoard {
         let board = Arc::new(Self {
             status: Mutex::new(PipelineStatus {
                 pipeline: pipeline.to_owned(),
+                instance: String::new(),
+                role: None,
+                active: None,
+                takeovers: 0,
                 state: PipelineState::Starting,
                 since_unix_ms: unix_ms(),
                 restart_policy: restart_policy.to_owned(),
@@ -362,6 +397,30 @@ impl StatusBoard {
             ::metrics::counter!(super::metrics::STATE_TRANSITIONS, "state" => state.name())
                 .increment(1);
             self.publish_state_gauges(state);
+        }
+    }
+
+    /// Records this instance's role and the active instance; a standby that becomes active
+    /// counts a takeover.
+    pub fn set_role(&self, role: Role, active: Option<ActiveInstance>) {
+        let mut took_over = false;
+        self.update(|status| {
+            took_over = role == Role::Active && status.role == Some(Role::Standby);
+            if took_over {
+                status.takeovers += 1;
+            }
+            status.role = Some(role);
+            status.active = active;
+        });
+        if took_over {
+            ::metrics::counter!(super::metrics::HA_TAKEOVERS).increment(1);
+        }
+        for (each, name) in [(Role::Active, "active"), (Role::Standby, "standby")] {
+            ::metrics::gauge!(super::metrics::HA_ROLE, "role" => name).set(if each == role {
+                1.0
+            } else {
+                0.0
+            });
         }
     }
 

@@ -15,7 +15,7 @@ use crate::support::{
 };
 
 /// Creates `schema.t (id bigint primary key, payload text)`.
-async fn create_table(client: &tokio_postgres::Client, schema: &str) {
+pub(crate) async fn create_table(client: &tokio_postgres::Client, schema: &str) {
     client
         .batch_execute(&format!(
             "CREATE SCHEMA {schema}; CREATE TABLE {schema}.t (id bigint PRIMARY KEY, payload text);"
@@ -25,7 +25,7 @@ async fn create_table(client: &tokio_postgres::Client, schema: &str) {
 }
 
 /// Inserts ids `from..to` in transactions of `per_tx` rows (~200-byte payloads).
-async fn insert_range(
+pub(crate) async fn insert_range(
     client: &tokio_postgres::Client,
     schema: &str,
     from: i64,
@@ -47,7 +47,11 @@ async fn insert_range(
 }
 
 /// Reads the topic until every id of `0..count` was seen; returns (records per id, total).
-fn read_all_ids(topic: &str, count: usize, timeout: Duration) -> (HashMap<i64, usize>, usize) {
+pub(crate) fn read_all_ids(
+    topic: &str,
+    count: usize,
+    timeout: Duration,
+) -> (HashMap<i64, usize>, usize) {
     let mut seen: HashMap<i64, usize> = HashMap::new();
     let mut counted = 0;
     let records = read_topic(topic, timeout, |records| {

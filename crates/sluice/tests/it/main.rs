@@ -11,6 +11,7 @@ mod debezium;
 mod doctor;
 mod faults;
 mod filters;
+mod ha;
 mod incremental;
 mod mysql;
 mod operate;

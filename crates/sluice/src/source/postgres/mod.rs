@@ -1,5 +1,6 @@
 //! The PostgreSQL source: logical replication with the `pgoutput` plugin.
 //!
+//! - [`active`]: active/standby election of the pipeline's instances (advisory lock + slot).
 //! - [`config`]: the `[source.postgres]` section of the pipeline file, its defaults and rules.
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
@@ -13,6 +14,7 @@
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
+pub mod active;
 pub mod config;
 /// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
 pub use crate::pg_connect as connect;

@@ -46,6 +46,7 @@ use sluice_engine::{InFlightBudget, Lsn};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::active::ActiveRole;
 use super::config::{
     HEARTBEAT_MESSAGE_PREFIX, PgPipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
 };
@@ -62,11 +63,13 @@ use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
+use crate::config::StateStoreKind;
 use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source, unix_micros_now,
 };
 use crate::error::PipelineError;
 use crate::kafka::{self, OutRecord};
+use crate::kafka_state::KafkaStateStore;
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
@@ -127,6 +130,8 @@ pub struct CdcPipeline {
 impl CdcPipeline {
     /// The pipeline of `config`, reporting to `board`.
     pub fn new(config: Arc<PgPipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        let instance = config.ha.instance_id();
+        board.update(|s| s.instance = instance);
         Self {
             config,
             board,
@@ -145,15 +150,39 @@ impl Supervised for CdcPipeline {
     }
 
     async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
+        // Exactly one instance of the pipeline runs past this point; the others wait here as
+        // standbys (see `active`).
+        let Some(role) = ActiveRole::acquire(&self.config, &self.board, &stop).await? else {
+            return Ok(RunEnd::Finished);
+        };
+        let run_stop = stop.child_token();
+        let lost = role.lost().clone();
+        let watch = {
+            let run_stop = run_stop.clone();
+            tokio::spawn(async move {
+                lost.cancelled().await;
+                run_stop.cancel();
+            })
+        };
         let ctx = RunContext {
             config: Arc::clone(&self.config),
             board: Arc::clone(&self.board),
-            shutdown: stop,
+            shutdown: run_stop,
             metrics: self.metrics.clone(),
             progress: Arc::clone(&self.progress),
             batch_size_cap: Arc::clone(&self.batch_size_cap),
         };
-        run_once(&ctx).await.map(|()| RunEnd::Finished)
+        let result = run_once(&ctx).await;
+        watch.abort();
+        if role.lost().is_cancelled() && !stop.is_cancelled() {
+            // Another instance may be active by now: never go on as a second writer.
+            return Err(PipelineError::retryable(
+                "lost the PostgreSQL session that holds the pipeline's active role; asking again (as a standby if another instance took over)",
+                std::io::Error::from(std::io::ErrorKind::ConnectionAborted),
+            ));
+        }
+        drop(role);
+        result.map(|()| RunEnd::Finished)
     }
 }
 
@@ -214,6 +243,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         super::connect::PgConnectConfig::parse(&config.source.connection()).map_err(|e| {
             PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
         })?;
+    let mut pg_config = pg_config;
+    if config.state_store == StateStoreKind::Kafka {
+        // Standbys may take over: a silent walsender of this instance must not hold the slot
+        // longer than the failover timeout (the server's default is 60 s).
+        let options = format!(
+            "{} -c wal_sender_timeout={}",
+            pg_config.pg.get_options().unwrap_or_default(),
+            config.ha.failover_timeout_ms
+        );
+        pg_config.pg.options(options.trim_start());
+    }
     let mut connection =
         ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
             .await
@@ -222,7 +262,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .identify_system()
         .await
         .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
-    let mut slot_state = SlotStateFile::open(&config.state_dir(), &config.name)?;
+    let mut slot_state = match config.state_store {
+        StateStoreKind::Local => SlotStateFile::open(&config.state_dir(), &config.name)?,
+        StateStoreKind::Kafka => SlotStateFile::open_in(
+            Arc::new(
+                KafkaStateStore::open(&config.kafka, config.state_topic(), &config.name).await?,
+            ),
+            &config.name,
+        )?,
+    };
     let mode = config.source.snapshot;
     // A new pipeline on a new slot: create the slot with an exported snapshot, the database
     // exactly at the slot's consistent point, to read the tables under.
