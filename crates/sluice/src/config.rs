@@ -155,6 +155,10 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// The section's key under `[source]`, e.g. `"postgres"` for `[source.postgres]`.
     const KEY: &'static str;
 
+    /// Whether the source elects an active instance and keeps its state with
+    /// `state_store = "kafka"` (see docs/high-availability.md).
+    const ELECTS_ACTIVE_INSTANCE: bool = false;
+
     /// Checks every rule that serde's types do not express; each issue's key is the full path
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
@@ -824,6 +828,15 @@ impl<S: SourceSection> PipelineConfig<S> {
                 ),
             );
         }
+        if self.state_store == StateStoreKind::Kafka && !S::ELECTS_ACTIVE_INSTANCE {
+            issue(
+                "state_store",
+                format!(
+                    "\"kafka\" is supported for [source.postgres] pipelines only: a [source.{}] pipeline keeps its state in state_dir (remove state_store)",
+                    S::KEY
+                ),
+            );
+        }
         if let Some(topic) = &self.state_topic
             && (topic.trim().is_empty() || self.state_store != StateStoreKind::Kafka)
         {
@@ -1249,6 +1262,32 @@ mod tests {
         assert_eq!(issues[0].key, "kafka.topic_prefx");
         assert!(issues[0].problem.contains("unknown field `topic_prefx`"));
         assert!(issues[0].problem.contains("topic_prefix"), "{issues:?}");
+    }
+
+    #[test]
+    fn state_store_and_ha_keys_are_checked_with_the_key_named() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(config.state_store, StateStoreKind::Local);
+        assert_eq!(config.ha.failover_timeout_ms, 10_000);
+        assert_eq!(config.ha.standby_poll_ms, 500);
+        assert!(config.ha.instance_id().contains(':'), "<host>:<pid>");
+        let with = |top: &str, ha: &str| format!("{top}\n{MINIMAL}\n[ha]\n{ha}\n");
+        let keys =
+            |text: String| -> Vec<String> { issues(&text).into_iter().map(|i| i.key).collect() };
+        // The test source does not elect an active instance (as MySQL's).
+        assert_eq!(keys(with("state_store = \"kafka\"", "")), ["state_store"]);
+        assert_eq!(
+            keys(with("state_topic = \"st\"", "")),
+            ["state_topic"],
+            "state_topic without state_store = kafka"
+        );
+        assert_eq!(
+            keys(with("", "failover_timeout_ms = 10\nstandby_poll_ms = 0")),
+            ["ha.failover_timeout_ms", "ha.standby_poll_ms"]
+        );
+        let named = parse(&with("", "instance_id = \"east-1\"")).unwrap();
+        assert_eq!(named.ha.instance_id(), "east-1");
+        assert_eq!(named.state_topic(), DEFAULT_STATE_TOPIC);
     }
 
     #[test]

@@ -46,9 +46,9 @@ pub const PRODUCER_QUEUE_BYTES: &str = "sluice_kafka_producer_queue_bytes";
 /// `restart.policy = "always"`), `requested` (through the admin API).
 pub const RESTARTS: &str = "sluice_pipeline_restarts_total";
 /// Times this instance took over the active role after waiting as a standby.
-pub const HA_TAKEOVERS: &str = "sluice_ha_takeovers_total";
+pub const HA_TAKEOVERS: &str = "sluice_pipeline_takeovers_total";
 /// 1 for this instance's role (label `role`: `active`, `standby`), 0 for the other.
-pub const HA_ROLE: &str = "sluice_ha_role";
+pub const HA_ROLE: &str = "sluice_pipeline_role";
 /// Records sent to the dead-letter topic.
 pub const DEAD_LETTERED: &str = "sluice_delivery_dead_lettered_records_total";
 /// WAL message bytes received from the replication stream.

@@ -339,6 +339,7 @@ impl PgPipelineConfig {
 
 impl SourceSection for PostgresSourceConfig {
     const KEY: &'static str = "postgres";
+    const ELECTS_ACTIVE_INSTANCE: bool = true;
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let pg = self;
