@@ -31,6 +31,11 @@ pub const WATERMARK_LSN: &str = "sluice_source_watermark_lsn";
 pub const SLOT_CONFIRMED_LSN: &str = "sluice_source_slot_confirmed_flush_lsn";
 /// WAL bytes between the server's current position and the slot's confirmed position.
 pub const REPLICATION_LAG_BYTES: &str = "sluice_source_replication_lag_bytes";
+/// Binlog bytes between the server's newest position and the pipeline's confirmed one
+/// (MySQL/MariaDB sources).
+pub const BINLOG_LAG_BYTES: &str = "sluice_source_binlog_lag_bytes";
+/// Seconds since the confirmed binlog transaction committed, while there is more to read.
+pub const BINLOG_LAG_SECONDS: &str = "sluice_source_binlog_lag_seconds";
 /// Source commit time to Kafka acknowledgement, per record.
 pub const END_TO_END_LATENCY: &str = "sluice_pipeline_end_to_end_latency_seconds";
 /// Time to write one checkpoint (standby status update with the watermark).
@@ -91,6 +96,8 @@ pub const ALL: &[&str] = &[
     RECORDS_PER_REQUEST,
     PRODUCER_QUEUE_BYTES,
     RESTARTS,
+    BINLOG_LAG_BYTES,
+    BINLOG_LAG_SECONDS,
     HA_TAKEOVERS,
     HA_ROLE,
     DEAD_LETTERED,
@@ -179,6 +186,16 @@ pub fn describe() {
             "bytes of records in librdkafka's producer queues (statistics)"
         );
         describe_counter!(RESTARTS, "pipeline restarts, by reason");
+        describe_gauge!(
+            BINLOG_LAG_BYTES,
+            Unit::Bytes,
+            "binlog bytes between the server's newest position and the confirmed one"
+        );
+        describe_gauge!(
+            BINLOG_LAG_SECONDS,
+            Unit::Seconds,
+            "seconds since the confirmed binlog transaction committed, while there is more to read"
+        );
         describe_counter!(
             HA_TAKEOVERS,
             "times this instance took over the active role after waiting as a standby"

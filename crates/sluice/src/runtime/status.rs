@@ -143,6 +143,24 @@ pub struct SlotStatus {
     pub stalled: bool,
 }
 
+/// A MySQL/MariaDB source's place in the server's binary log, as last polled.
+#[derive(Debug, Clone, Serialize)]
+pub struct BinlogStatus {
+    /// The binlog file of the confirmed position (what a restart resumes from).
+    pub confirmed_file: String,
+    /// The position in it.
+    pub confirmed_pos: u64,
+    /// The server's newest binlog file.
+    pub server_file: String,
+    /// Its size: the server's current position.
+    pub server_pos: u64,
+    /// Binlog bytes between the two.
+    pub lag_bytes: u64,
+    /// Seconds since the confirmed transaction committed, while there is more to read (0 when
+    /// caught up).
+    pub lag_seconds: f64,
+}
+
 /// A running snapshot's progress.
 #[derive(Debug, Clone, Serialize)]
 pub struct SnapshotStatus {
@@ -252,6 +270,8 @@ pub struct PipelineStatus {
     pub watermark_lsn: Option<String>,
     /// The slot, as last polled.
     pub slot: Option<SlotStatus>,
+    /// The binary log position against the server's (MySQL/MariaDB sources), as last polled.
+    pub binlog: Option<BinlogStatus>,
     /// The snapshot's progress, while one runs (and its last figures after).
     pub snapshot: Option<SnapshotStatus>,
     /// The running incremental snapshot, if any.
@@ -343,6 +363,7 @@ impl StatusBoard {
                 hint: None,
                 watermark_lsn: None,
                 slot: None,
+                binlog: None,
                 snapshot: None,
                 incremental_snapshot: None,
                 kafka_brokers_down: false,

@@ -318,6 +318,38 @@ async fn types_and_order(server: Server) {
     assert_eq!(added["after"]["id"], 3);
     assert_eq!(added["after"]["extra"], "new");
     assert_eq!(added["after"]["vc"], Value::Null);
+    // The lag against the server's binary log, in /health and /metrics (other tests write to
+    // the same server, so "caught up" is a small lag, not zero).
+    let mut binlog = Value::Null;
+    crate::support::wait_until("the binlog lag in /health", Duration::from_secs(30), || {
+        binlog = sluice
+            .get("/health")
+            .and_then(|body| serde_json::from_str::<Value>(&body).ok())
+            .map_or(Value::Null, |health| health["binlog"].clone());
+        binlog["confirmed_pos"].as_u64().unwrap_or(0) > 4
+    });
+    let files: Vec<String> = root
+        .query("SHOW BINARY LOGS")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|row: mysql_async::Row| row.get::<String, _>(0).unwrap())
+        .collect();
+    assert!(
+        files.contains(&binlog["confirmed_file"].as_str().unwrap().to_owned()),
+        "{binlog} {files:?}"
+    );
+    // source.file names a real binlog file (MariaDB's first ROTATE carries a checksum).
+    for record in records.iter().filter_map(|r| r.value.as_ref()) {
+        let file = record["source"]["file"].as_str().unwrap_or_default();
+        assert!(files.iter().any(|f| f == file), "{file:?} not in {files:?}");
+    }
+    assert!(binlog["lag_bytes"].as_u64().unwrap() < 64 << 20, "{binlog}");
+    assert!(binlog["lag_seconds"].as_f64().unwrap() < 60.0, "{binlog}");
+    assert!(
+        sluice.metric("sluice_source_binlog_lag_bytes").is_some(),
+        "the lag metric"
+    );
     root.query_drop(format!("DROP DATABASE {database}"))
         .await
         .unwrap();

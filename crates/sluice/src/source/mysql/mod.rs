@@ -3,6 +3,7 @@
 //! for what works and what does not yet.
 //!
 //! - [`config`]: the `[source.mysql]` section of the pipeline file.
+//! - [`lag`]: bytes and seconds behind the server's binary log, for `/health` and `/metrics`.
 //! - [`server`]: connections, required settings, GTID sets and positions, the dump request.
 //! - [`encode`]: row changes to Debezium envelopes, values as Debezium maps them.
 //! - [`snapshot`]: the initial snapshot (consistent, chunked, resumable).
@@ -10,6 +11,7 @@
 
 pub mod config;
 pub mod encode;
+pub mod lag;
 pub mod server;
 pub mod snapshot;
 pub mod stream;

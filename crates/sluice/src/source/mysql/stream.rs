@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use mysql_async::BinlogStream;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::prelude::Queryable as _;
 use rdkafka::producer::Producer as _;
 use rdkafka::util::Timeout;
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ use super::config::MysqlPipelineConfig;
 use super::encode::{
     self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
 };
+use super::lag;
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::config::SnapshotMode;
@@ -191,6 +193,13 @@ pub async fn run_once(
             (position, Some(plan))
         }
     };
+    let rotate_crc = flavor == Flavor::Mariadb && {
+        let checksum: Option<String> = conn
+            .query_first("SELECT @@GLOBAL.binlog_checksum")
+            .await
+            .map_err(server::sql_error("SELECT @@GLOBAL.binlog_checksum failed"))?;
+        checksum.is_some_and(|c| c.eq_ignore_ascii_case("CRC32"))
+    };
     drop(conn);
 
     let kafka::SourceProducer {
@@ -305,7 +314,22 @@ pub async fn run_once(
         delivery_tx.clone(),
         record_position,
     );
+    let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
+        file: start.file.clone(),
+        pos: start.pos,
+        commit_unix_s: None,
+    }));
+    let monitor_stop = shutdown.child_token();
+    let monitor = tokio::spawn(lag::monitor(
+        config.source.clone(),
+        Arc::clone(&confirmed),
+        Arc::clone(board),
+        monitor_stop.clone(),
+    ));
     let mut source = MysqlSource {
+        rotate_crc,
+        confirmed,
+        commit_unix_s: 0,
         config: Arc::clone(config),
         flavor,
         stream,
@@ -337,6 +361,8 @@ pub async fn run_once(
     drop(core);
     drop(source);
     publisher.abort();
+    monitor_stop.cancel();
+    monitor.abort();
     board.set_budget(None);
     let _ = tokio::task::spawn_blocking(move || {
         let _ = producer.flush(Timeout::After(Duration::from_secs(2)));
@@ -429,6 +455,13 @@ struct TableSlot {
 }
 
 struct MysqlSource {
+    /// Whether the artificial ROTATE at the dump's start carries a checksum (see
+    /// [`rotate_file_name`]).
+    rotate_crc: bool,
+    /// The confirmed position, for the lag monitor.
+    confirmed: lag::SharedConfirmed,
+    /// The commit time (Unix seconds) of the transaction being read.
+    commit_unix_s: u32,
     config: Arc<MysqlPipelineConfig>,
     flavor: Flavor,
     stream: BinlogStream,
@@ -443,13 +476,26 @@ struct MysqlSource {
     /// The last transaction's sequence number.
     seq: u64,
     /// Positions after transactions not yet confirmed, oldest first.
-    unconfirmed: VecDeque<(BinlogSeq, BinlogPosition)>,
+    unconfirmed: VecDeque<(BinlogSeq, BinlogPosition, u32)>,
     tables: HashMap<u64, TableSlot>,
     table_metrics: HashMap<String, Arc<TableMetrics>>,
     known_topics: HashSet<String>,
     tx: Transaction,
     /// When the stream last delivered an event (or reading resumed after back-pressure).
     last_event: Instant,
+}
+
+/// The file name of a ROTATE event. MariaDB sends the dump's first, artificial ROTATE
+/// (`log_pos` 0) before the format description that tells the reader whether events carry a
+/// checksum, so with `binlog_checksum = CRC32` its name arrives with the 4 checksum bytes
+/// appended; `crc` says to cut them.
+fn rotate_file_name(raw: &[u8], artificial: bool, crc: bool) -> String {
+    let name = if artificial && crc && raw.len() > 4 {
+        &raw[..raw.len() - 4]
+    } else {
+        raw
+    };
+    String::from_utf8_lossy(name).into_owned()
 }
 
 /// Encodes the MySQL source's changes.
@@ -557,14 +603,25 @@ impl Source for MysqlSource {
         while self
             .unconfirmed
             .front()
-            .is_some_and(|(seq, _)| *seq <= watermark)
+            .is_some_and(|(seq, _, _)| *seq <= watermark)
         {
-            newest = self.unconfirmed.pop_front().map(|(_, position)| position);
+            newest = self
+                .unconfirmed
+                .pop_front()
+                .map(|(_, position, ts)| (position, ts));
         }
-        if let Some(position) = newest
+        if let Some((position, commit_unix_s)) = newest
             && position != self.saved
         {
             save_state(self.store.as_ref(), &self.key, self.flavor, &position, None)?;
+            *self
+                .confirmed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = lag::Confirmed {
+                file: position.file.clone(),
+                pos: position.pos,
+                commit_unix_s: Some(commit_unix_s),
+            };
             self.saved = position;
         }
         Ok(())
@@ -595,6 +652,7 @@ impl MysqlSource {
     ) -> Result<(), PipelineError> {
         let header = event.header();
         let log_pos = u64::from(header.log_pos());
+        self.commit_unix_s = header.timestamp();
         match header.event_type_raw() {
             MARIADB_GTID_EVENT => {
                 let (gtid, _flags) = MariadbGtid::from_event(event.data(), header.server_id())
@@ -630,7 +688,11 @@ impl MysqlSource {
         };
         match data {
             EventData::RotateEvent(rotate) => {
-                self.file = Arc::from(&*rotate.name());
+                self.file = Arc::from(rotate_file_name(
+                    rotate.name_raw(),
+                    header.log_pos() == 0,
+                    self.rotate_crc,
+                ));
             }
             EventData::GtidEvent(gtid) => {
                 let uuid = format_uuid(&gtid.sid());
@@ -797,6 +859,7 @@ impl MysqlSource {
                 pos: log_pos,
                 gtid_set: self.gtids.as_ref().map(ToString::to_string),
             },
+            self.commit_unix_s,
         ));
         intake.checkpoint(seq);
     }
