@@ -141,7 +141,15 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
     ) -> (Self, JoinHandle<()>) {
         let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
         let publisher = tokio::spawn(publish::publish(Arc::clone(&sink), publish_rx, events));
-        let core = Self::new(sink, budget, start, delivery, metrics, position_of, publish_tx);
+        let core = Self::new(
+            sink,
+            budget,
+            start,
+            delivery,
+            metrics,
+            position_of,
+            publish_tx,
+        );
         (core, publisher)
     }
 
@@ -166,7 +174,15 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             events,
             transactions,
         ));
-        let mut core = Self::new(sink, budget, start, delivery, metrics, position_of, publish_tx);
+        let mut core = Self::new(
+            sink,
+            budget,
+            start,
+            delivery,
+            metrics,
+            position_of,
+            publish_tx,
+        );
         core.exactly_once = true;
         (core, publisher)
     }
@@ -346,7 +362,10 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                     bytes,
                     table,
                 };
-                if self.committed_through.is_some_and(|through| seq.0 <= through) {
+                if self
+                    .committed_through
+                    .is_some_and(|through| seq.0 <= through)
+                {
                     self.acknowledge(&record)?;
                 } else {
                     self.uncommitted.push(record);

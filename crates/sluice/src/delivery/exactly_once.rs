@@ -309,7 +309,10 @@ fn read_committed_blocking(
 ) -> Result<HashMap<Vec<u8>, Vec<u8>>, PipelineError> {
     let what = || format!("cannot read the committed positions from {topic}");
     let consumer: BaseConsumer = crate::kafka::client_config(&kafka.brokers, &kafka.client)
-        .set("group.id", format!("sluice-offsets-reader-{}", std::process::id()))
+        .set(
+            "group.id",
+            format!("sluice-offsets-reader-{}", std::process::id()),
+        )
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")

@@ -355,6 +355,7 @@ pub async fn drive_transactional(
                     error,
                 ));
             }
+            crate::crash_point!("exactly_once::after_commit");
             chunks_done += read.len();
             finished(&read)?;
             read.clear();
@@ -414,7 +415,9 @@ fn delivered(events: &mut Vec<DeliveryEvent>) -> Result<(), PipelineError> {
             DeliveryEvent::Failed { error, record, .. } => {
                 return Err(refused(&error, &record.topic));
             }
-            DeliveryEvent::EncodeFailed { reason, position, .. } => {
+            DeliveryEvent::EncodeFailed {
+                reason, position, ..
+            } => {
                 return Err(PipelineError::fatal_with(
                     format!("cannot encode the snapshot row at {position}"),
                     "this is a bug in sluice: report it with the table's column types",
@@ -423,7 +426,9 @@ fn delivered(events: &mut Vec<DeliveryEvent>) -> Result<(), PipelineError> {
             }
             DeliveryEvent::Committed { .. } => {}
             DeliveryEvent::TransactionFailed { what, error } => {
-                return Err(crate::delivery::exactly_once::transaction_error(what, error));
+                return Err(crate::delivery::exactly_once::transaction_error(
+                    what, error,
+                ));
             }
         }
     }

@@ -73,9 +73,11 @@ impl Committed {
         system_identifier: &str,
         consistent_point: Lsn,
     ) -> Result<Self, PipelineError> {
-        let offsets_topic = config.delivery.offsets_topic.clone().unwrap_or_else(|| {
-            exactly_once::default_offsets_topic(&config.kafka.topic_prefix)
-        });
+        let offsets_topic = config
+            .delivery
+            .offsets_topic
+            .clone()
+            .unwrap_or_else(|| exactly_once::default_offsets_topic(&config.kafka.topic_prefix));
         if config.kafka.create_topics {
             kafka::ensure_offsets_topic(&config.kafka, &offsets_topic).await?;
         }

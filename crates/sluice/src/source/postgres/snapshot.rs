@@ -165,9 +165,7 @@ pub async fn run(
         chunks_total: total_chunks,
         chunks_done: done,
     };
-    let committed_done: Vec<usize> = (0..total_chunks)
-        .filter(|i| plan.chunks[*i].done)
-        .collect();
+    let committed_done: Vec<usize> = (0..total_chunks).filter(|i| plan.chunks[*i].done).collect();
     let finished = |finished: &[usize]| {
         for &chunk in finished {
             plan.chunks[chunk].done = true;

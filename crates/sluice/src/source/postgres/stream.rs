@@ -911,11 +911,8 @@ impl PgSource<'_> {
                         );
                         let headers = transaction_headers(&tx, tx.commit_lsn);
                         let topic = self.transaction_topic();
-                        if !committed_already(
-                            self.committed_position,
-                            tx.commit_lsn,
-                            tx.next_index,
-                        ) {
+                        if !committed_already(self.committed_position, tx.commit_lsn, tx.next_index)
+                        {
                             admit_transaction_event(&topic, &tx, key, value, headers, intake);
                         }
                     }
