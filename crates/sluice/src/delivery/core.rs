@@ -616,7 +616,8 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                             DeliveryEvent::Acked(_) | DeliveryEvent::Committed { .. }
                                 if self.exactly_once =>
                             {
-                                if self.on_delivery(event).await.is_err() {
+                                let applied = self.on_delivery(event).await;
+                                if applied.is_err() {
                                     return;
                                 }
                             }

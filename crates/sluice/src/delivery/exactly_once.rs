@@ -54,6 +54,13 @@ pub fn default_offsets_topic(topic_prefix: &str) -> String {
     format!("{topic_prefix}.sluice_offsets")
 }
 
+/// The offsets record's value for a transaction whose newest record is the argument (`None`
+/// when the record carries no position).
+pub type PositionValue = Arc<dyn Fn(&OutRecord) -> Option<Vec<u8>> + Send + Sync>;
+
+/// The snapshot record's value for the finished chunks given.
+pub type ChunksValue = Box<dyn Fn(&[usize]) -> Vec<u8> + Send>;
+
 /// What the publisher needs to run transactions.
 #[derive(Clone)]
 pub struct Transactions {
@@ -63,7 +70,7 @@ pub struct Transactions {
     pub key: Arc<[u8]>,
     /// The offsets record's value for a transaction whose newest record is the argument
     /// (`None` when the record carries no position).
-    pub position_value: Arc<dyn Fn(&OutRecord) -> Option<Vec<u8>> + Send + Sync>,
+    pub position_value: PositionValue,
     /// The longest a transaction stays open.
     pub interval: Duration,
     /// A transaction commits once it holds this many record bytes.

@@ -209,7 +209,7 @@ pub struct ChunkTransactions {
     /// The snapshot record's key.
     pub key: Arc<[u8]>,
     /// The snapshot record's value for the finished chunks.
-    pub value: Box<dyn Fn(&[usize]) -> Vec<u8> + Send>,
+    pub value: crate::delivery::exactly_once::ChunksValue,
     /// How often a transaction commits.
     pub interval: Duration,
     /// The chunks finished by earlier runs.

@@ -193,7 +193,7 @@ pub struct SnapshotTransactions {
     /// The chunks committed as finished by earlier runs.
     pub done: Vec<usize>,
     /// The snapshot record's value for the finished chunks.
-    pub value: Box<dyn Fn(&[usize]) -> Vec<u8> + Send>,
+    pub value: crate::delivery::exactly_once::ChunksValue,
     /// How often a transaction commits (once the chunks in it are whole).
     pub interval: Duration,
 }
