@@ -42,6 +42,10 @@ pub const DEFAULT_RESTART_INITIAL_BACKOFF_MS: u64 = 500;
 pub const DEFAULT_RESTART_MAX_BACKOFF_MS: u64 = 30_000;
 /// Default cap on the value bytes copied into a dead-letter record.
 pub const DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES: u32 = 900_000;
+/// Default longest time an exactly-once Kafka transaction stays open before it commits.
+pub const DEFAULT_TRANSACTION_INTERVAL_MS: u64 = 100;
+/// Default bytes of records after which an exactly-once Kafka transaction commits early.
+pub const DEFAULT_TRANSACTION_MAX_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A whole change-data-capture pipeline file: the source section `S` (`[source.<S::KEY>]`,
 /// e.g. `crate::source::postgres::config::PgPipelineConfig`) and what every source shares.
@@ -372,10 +376,35 @@ pub enum PermanentErrorPolicy {
     DeadLetter,
 }
 
+/// `delivery.guarantee`: what a crash may do to the records in Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryGuarantee {
+    /// Nothing is lost; records after the last confirmed position may be written again.
+    #[default]
+    AtLeastOnce,
+    /// Records and the position they lead to are committed in one Kafka transaction: consumers
+    /// with `isolation.level = read_committed` see every change exactly once (PostgreSQL
+    /// sources).
+    ExactlyOnce,
+}
+
 /// `[delivery]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeliveryConfig {
+    /// `at_least_once` (default) or `exactly_once`.
+    #[serde(default)]
+    pub guarantee: DeliveryGuarantee,
+    /// Exactly once: the longest a Kafka transaction stays open before it commits.
+    #[serde(default = "default_transaction_interval_ms")]
+    pub transaction_interval_ms: u64,
+    /// Exactly once: a transaction commits as soon as it holds this many record bytes.
+    #[serde(default = "default_transaction_max_bytes")]
+    pub transaction_max_bytes: u64,
+    /// Exactly once: the compacted topic of committed positions (default
+    /// `<topic_prefix>.sluice_offsets`).
+    pub offsets_topic: Option<String>,
     /// Bytes of change events between the source and Kafka's acknowledgement.
     #[serde(default = "default_max_in_flight_bytes")]
     pub max_in_flight_bytes: u32,
@@ -395,6 +424,10 @@ pub struct DeliveryConfig {
 impl Default for DeliveryConfig {
     fn default() -> Self {
         Self {
+            guarantee: DeliveryGuarantee::default(),
+            transaction_interval_ms: DEFAULT_TRANSACTION_INTERVAL_MS,
+            transaction_max_bytes: DEFAULT_TRANSACTION_MAX_BYTES,
+            offsets_topic: None,
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             max_in_flight_records: DEFAULT_MAX_IN_FLIGHT_RECORDS,
             on_permanent_error: PermanentErrorPolicy::default(),
@@ -541,6 +574,14 @@ const fn default_max_in_flight_bytes() -> u32 {
 const fn default_max_in_flight_records() -> u32 {
     DEFAULT_MAX_IN_FLIGHT_RECORDS
 }
+const fn default_transaction_interval_ms() -> u64 {
+    DEFAULT_TRANSACTION_INTERVAL_MS
+}
+
+const fn default_transaction_max_bytes() -> u64 {
+    DEFAULT_TRANSACTION_MAX_BYTES
+}
+
 const fn default_dead_letter_max_value_bytes() -> u32 {
     DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES
 }
@@ -782,6 +823,19 @@ impl<S: SourceSection> PipelineConfig<S> {
             ),
             _ => {}
         }
+        if self.delivery.guarantee == DeliveryGuarantee::ExactlyOnce {
+            for (key, problem) in exactly_once_issues::<S>(&self.delivery, &self.kafka) {
+                issue(&key, problem);
+            }
+        }
+        if let Some(topic) = &self.delivery.offsets_topic
+            && !is_topic_name(topic)
+        {
+            issue(
+                "delivery.offsets_topic",
+                format!("{topic:?} is not a valid topic name"),
+            );
+        }
         if SocketAddr::from_str(&self.admin.listen).is_err() {
             issue(
                 "admin.listen",
@@ -923,6 +977,76 @@ pub fn guarantee_breaking_overrides(producer: &BTreeMap<String, String>) -> Vec<
         if let Some(reason) = reason {
             found.push((key.clone(), reason));
         }
+    }
+    found
+}
+
+/// The settings that cannot hold `delivery.guarantee = "exactly_once"`: (key, problem).
+fn exactly_once_issues<S: SourceSection>(
+    delivery: &DeliveryConfig,
+    kafka: &KafkaConfig,
+) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    if S::KEY != "postgres" {
+        found.push((
+            "delivery.guarantee".to_owned(),
+            format!(
+                "\"exactly_once\" is supported for PostgreSQL sources only, not [source.{}]: use \"at_least_once\" (records carry their source position in headers, so consumers can drop duplicates)",
+                S::KEY
+            ),
+        ));
+    }
+    if delivery.on_permanent_error == PermanentErrorPolicy::DeadLetter {
+        found.push((
+            "delivery.on_permanent_error".to_owned(),
+            "\"dead_letter\" cannot be combined with delivery.guarantee = \"exactly_once\": a refused record aborts the whole Kafka transaction; use \"stop\"".to_owned(),
+        ));
+    }
+    if delivery.transaction_interval_ms == 0 || delivery.transaction_interval_ms > 30_000 {
+        found.push((
+            "delivery.transaction_interval_ms".to_owned(),
+            format!(
+                "{}: expected 1 to 30000 (milliseconds; a transaction must commit well within the producer's transaction.timeout.ms)",
+                delivery.transaction_interval_ms
+            ),
+        ));
+    }
+    if delivery.transaction_max_bytes < 1024 {
+        found.push((
+            "delivery.transaction_max_bytes".to_owned(),
+            format!(
+                "{} is too small: expected at least 1024 (bytes)",
+                delivery.transaction_max_bytes
+            ),
+        ));
+    }
+    for key in ["transactional.id", "enable.idempotence"] {
+        if kafka.producer.contains_key(key) {
+            found.push((
+                format!("kafka.producer.\"{key}\""),
+                format!(
+                    "sluice sets {key} itself with delivery.guarantee = \"exactly_once\" (the transactional id is derived from the pipeline's name, so a restarted instance fences the old one): remove the override"
+                ),
+            ));
+        }
+    }
+    let transaction_timeout = kafka
+        .producer
+        .get("transaction.timeout.ms")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(60_000);
+    if let Some(value) = kafka.producer.get("message.timeout.ms")
+        && value
+            .trim()
+            .parse::<u64>()
+            .map_or(true, |ms| ms == 0 || ms > transaction_timeout)
+    {
+        found.push((
+            "kafka.producer.\"message.timeout.ms\"".to_owned(),
+            format!(
+                "{value}: with delivery.guarantee = \"exactly_once\" it must be between 1 and transaction.timeout.ms ({transaction_timeout}): a record still undelivered when its transaction times out aborts it"
+            ),
+        ));
     }
     found
 }

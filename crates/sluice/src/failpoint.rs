@@ -15,6 +15,10 @@
 //!   encoded.
 //! - `stream::refresh_tables` (delay): an async wait of `return(MS)` milliseconds before the
 //!   captured tables are listed, e.g. `stream::refresh_tables=1*return(25000)->off`.
+//! - `exactly_once::before_commit` (crash): an exactly-once Kafka transaction's records and
+//!   offsets record are produced, its commit not begun.
+//! - `exactly_once::after_commit` (crash): the transaction committed, before the delivery
+//!   core (and so the source's confirmation) or the snapshot's state file learn of it.
 //! - `sink::postgres::batch_committed` (crash): right after a PostgreSQL sink batch and its
 //!   progress committed, before the batch's records are acknowledged (so before their Kafka
 //!   offsets can be committed).

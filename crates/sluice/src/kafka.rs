@@ -524,16 +524,30 @@ fn watched_config(brokers: &str, client: &BTreeMap<String, String>) -> ClientCon
 /// the broker checks that limit against whole batches, so a `batch.size` above it would get
 /// batches of small records rejected along with a large one. Unless `batch.size` is set
 /// explicitly, it is lowered to the cap.
+///
+/// With `transactional_id` (`delivery.guarantee = "exactly_once"`) the producer is
+/// transactional, and a record is given up on once its transaction would time out
+/// (`message.timeout.ms` = `transaction.timeout.ms`): the transaction is then aborted and the
+/// run restarts, instead of waiting forever inside a transaction the broker aborts anyway.
 pub fn producer_config(
     kafka: &KafkaConfig,
     client_id: &str,
     max_records: u32,
     batch_size_cap: Option<u64>,
+    transactional_id: Option<&str>,
 ) -> ClientConfig {
     let mut config = client_config(&kafka.brokers, &kafka.client);
     config.set("client.id", client_id);
     for (key, value) in CDC_PRODUCER_DEFAULTS {
         config.set(*key, *value);
+    }
+    if let Some(id) = transactional_id {
+        config.set("transactional.id", id);
+        let timeout = kafka
+            .producer
+            .get("transaction.timeout.ms")
+            .map_or("60000", String::as_str);
+        config.set("message.timeout.ms", timeout);
     }
     // Deletes may become two records and key changes four.
     let queue = (u64::from(max_records) * 4 + 10_000).min(2_147_483_647);
@@ -552,6 +566,10 @@ pub fn producer_config(
     config
 }
 
+/// The sequence number of a record whose delivery is not reported (see
+/// [`Delivery::unreported`]).
+pub const UNREPORTED: Seq = Seq(u64::MAX);
+
 /// What the pipeline attaches to each record it produces; handed back with its report.
 #[derive(Debug)]
 pub struct Delivery {
@@ -566,6 +584,32 @@ pub struct Delivery {
     pub table: Arc<m::TableMetrics>,
     /// Key and value bytes, for the per-table byte counter.
     pub bytes: u32,
+}
+
+impl Delivery {
+    /// The bookkeeping of a record whose delivery report is dropped (an exactly-once offsets
+    /// record: its fate is its transaction's).
+    pub fn unreported() -> Box<Self> {
+        static BUDGET: std::sync::LazyLock<sluice_engine::InFlightBudget> =
+            std::sync::LazyLock::new(|| {
+                sluice_engine::InFlightBudget::new(
+                    std::num::NonZeroU32::MAX,
+                    std::num::NonZeroU32::MAX,
+                )
+            });
+        static TABLE: std::sync::LazyLock<Arc<m::TableMetrics>> =
+            std::sync::LazyLock::new(|| Arc::new(m::TableMetrics::new("(offsets)")));
+        let permit = BUDGET
+            .try_acquire(1)
+            .unwrap_or_else(|| unreachable!("a budget of u32::MAX bytes and records"));
+        Box::new(Self {
+            seq: UNREPORTED,
+            permit: Arc::new(permit),
+            commit_unix_micros: 0,
+            table: Arc::clone(&TABLE),
+            bytes: 0,
+        })
+    }
 }
 
 /// A record as the producer sends it (also how a failed record comes back).
@@ -618,6 +662,19 @@ pub enum DeliveryEvent {
         record: OutRecord,
         /// Its bookkeeping.
         delivery: Box<Delivery>,
+    },
+    /// Exactly once: the Kafka transaction holding every record up to `through` (in the
+    /// delivery core's order) and the position they lead to has committed.
+    Committed {
+        /// The newest record in the committed transaction.
+        through: Seq,
+    },
+    /// Exactly once: a Kafka transaction could not be begun or committed (it was aborted).
+    TransactionFailed {
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        error: KafkaError,
     },
     /// A change could not be encoded (a bug in sluice, e.g. a value it cannot render): it
     /// produced no records; the pipeline applies its policy (stop with the change's position,
@@ -679,10 +736,17 @@ pub fn source_producer(
     client_id: &str,
     max_in_flight_records: u32,
     batch_size_cap: Option<u64>,
+    transactional_id: Option<&str>,
 ) -> Result<SourceProducer, PipelineError> {
     let (deliveries_tx, deliveries) = tokio::sync::mpsc::unbounded_channel();
     let health = Arc::new(KafkaHealth::default());
-    let producer = producer_config(kafka, client_id, max_in_flight_records, batch_size_cap)
+    let producer = producer_config(
+        kafka,
+        client_id,
+        max_in_flight_records,
+        batch_size_cap,
+        transactional_id,
+    )
         .create_with_context(PipelineProducerContext::new(
             deliveries_tx.clone(),
             Arc::clone(&health),
@@ -759,6 +823,10 @@ impl ProducerContext for PipelineProducerContext {
     type DeliveryOpaque = Box<Delivery>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, delivery: Self::DeliveryOpaque) {
+        if delivery.seq == UNREPORTED {
+            // An exactly-once offsets record: its fate is its transaction's.
+            return;
+        }
         let event = match result {
             Ok(_) => {
                 self.health.all_brokers_down.store(false, Ordering::Relaxed);
@@ -933,6 +1001,41 @@ async fn create_topics(
                 return Err(PipelineError::fatal_with(
                     format!("Kafka refused to create topic {topic}"),
                     "create the topic yourself, or fix kafka.topic_partitions / kafka.topic_replication_factor / kafka.topic_config and the client's authorization",
+                    KafkaError::AdminOp(code),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Creates the exactly-once offsets topic when it does not exist: one partition, compacted
+/// (only the newest position per pipeline matters).
+///
+/// # Errors
+///
+/// As [`ensure_topics`].
+pub async fn ensure_offsets_topic(kafka: &KafkaConfig, topic: &str) -> Result<(), PipelineError> {
+    let admin = admin_client(kafka)?;
+    let replication_factor = kafka.topic_replication_factor.map_or(-1, i32::from);
+    let new = NewTopic::new(topic, 1, TopicReplication::Fixed(replication_factor))
+        .set("cleanup.policy", "compact");
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    let results = admin_request(
+        &admin,
+        format!("cannot reach Kafka at {} to create topics", kafka.brokers),
+        admin.create_topics([&new], &options),
+    )
+    .await?;
+    for result in results {
+        match result {
+            Ok(topic) => tracing::info!(topic, "created the exactly-once offsets topic"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((topic, code)) => {
+                return Err(PipelineError::retryable(
+                    format!(
+                        "cannot create the offsets topic {topic} (delivery.offsets_topic): create it yourself, compacted, one partition"
+                    ),
                     KafkaError::AdminOp(code),
                 ));
             }

@@ -83,6 +83,15 @@ struct Admitted<C> {
     permit: Arc<InFlightPermit>,
 }
 
+/// Exactly once: a record delivered in a transaction that has not committed yet (its budget
+/// share is released; its place in the tracker waits for the commit).
+struct Uncommitted {
+    seq: u64,
+    commit_unix_micros: i64,
+    bytes: u32,
+    table: Arc<crate::runtime::metrics::TableMetrics>,
+}
+
 /// Acknowledged records, bytes and latencies between two status ticks.
 struct AckWindow {
     records: u64,
@@ -109,6 +118,12 @@ pub struct DeliveryCore<C, P, K> {
     position_of: fn(&OutRecord) -> String,
     /// How long a graceful stop waits for in-flight records.
     pub(super) drain_deadline: Duration,
+    /// Exactly once: records are acknowledged when their transaction commits.
+    exactly_once: bool,
+    /// Exactly once: delivered records waiting for their transaction's commit.
+    uncommitted: Vec<Uncommitted>,
+    /// Exactly once: the newest record of the last committed transaction.
+    committed_through: Option<u64>,
 }
 
 impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
@@ -126,7 +141,62 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
     ) -> (Self, JoinHandle<()>) {
         let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
         let publisher = tokio::spawn(publish::publish(Arc::clone(&sink), publish_rx, events));
-        let core = Self {
+        let core = Self::new(
+            sink,
+            budget,
+            start,
+            delivery,
+            metrics,
+            position_of,
+            publish_tx,
+        );
+        (core, publisher)
+    }
+
+    /// [`DeliveryCore::start`] for exactly-once delivery: the publisher hands records over
+    /// inside Kafka transactions that commit with their position (see
+    /// [`super::exactly_once`]), and records are acknowledged once their transaction commits.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_exactly_once(
+        sink: Arc<K>,
+        budget: InFlightBudget,
+        start: P,
+        delivery: &DeliveryConfig,
+        metrics: PipelineMetrics,
+        events: mpsc::UnboundedSender<DeliveryEvent>,
+        position_of: fn(&OutRecord) -> String,
+        transactions: super::exactly_once::Transactions,
+    ) -> (Self, JoinHandle<()>) {
+        let (publish_tx, publish_rx) = mpsc::channel(ENCODE_QUEUE);
+        let publisher = tokio::spawn(super::exactly_once::publish(
+            Arc::clone(&sink),
+            publish_rx,
+            events,
+            transactions,
+        ));
+        let mut core = Self::new(
+            sink,
+            budget,
+            start,
+            delivery,
+            metrics,
+            position_of,
+            publish_tx,
+        );
+        core.exactly_once = true;
+        (core, publisher)
+    }
+
+    fn new(
+        sink: Arc<K>,
+        budget: InFlightBudget,
+        start: P,
+        delivery: &DeliveryConfig,
+        metrics: PipelineMetrics,
+        position_of: fn(&OutRecord) -> String,
+        publish_tx: mpsc::Sender<EncodedBatch>,
+    ) -> Self {
+        Self {
             intake: Intake::new(start),
             tracker: AckTracker::new(Some(start)),
             budget,
@@ -143,8 +213,10 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             },
             position_of,
             drain_deadline: DRAIN_DEADLINE,
-        };
-        (core, publisher)
+            exactly_once: false,
+            uncommitted: Vec::new(),
+            committed_through: None,
+        }
     }
 
     /// The in-flight budget.
@@ -275,6 +347,31 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
     /// Retryable for a transient refusal; fatal when the policy is to stop.
     pub async fn on_delivery(&mut self, event: DeliveryEvent) -> Result<(), PipelineError> {
         match event {
+            DeliveryEvent::Acked(delivery) if self.exactly_once => {
+                let Delivery {
+                    seq,
+                    permit,
+                    commit_unix_micros,
+                    table,
+                    bytes,
+                } = *delivery;
+                drop(permit);
+                let record = Uncommitted {
+                    seq: seq.0,
+                    commit_unix_micros,
+                    bytes,
+                    table,
+                };
+                if self
+                    .committed_through
+                    .is_some_and(|through| seq.0 <= through)
+                {
+                    self.acknowledge(&record)?;
+                } else {
+                    self.uncommitted.push(record);
+                }
+                Ok(())
+            }
             DeliveryEvent::Acked(delivery) => {
                 let latency_micros = (unix_micros_now() - delivery.commit_unix_micros).max(0);
                 self.metrics.latency.record(latency_micros as f64 / 1e6);
@@ -289,6 +386,21 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                     .ack(delivery.seq)
                     .map_err(|e| internal("acknowledgement", e))?;
                 Ok(())
+            }
+            DeliveryEvent::Committed { through } => {
+                self.committed_through = Some(through.0);
+                let uncommitted = std::mem::take(&mut self.uncommitted);
+                for record in &uncommitted {
+                    if record.seq <= through.0 {
+                        self.acknowledge(record)?;
+                    }
+                }
+                self.uncommitted = uncommitted;
+                self.uncommitted.retain(|r| r.seq > through.0);
+                Ok(())
+            }
+            DeliveryEvent::TransactionFailed { what, error } => {
+                Err(super::exactly_once::transaction_error(what, error))
             }
             DeliveryEvent::Failed {
                 error,
@@ -306,6 +418,24 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                     .await
             }
         }
+    }
+
+    /// Exactly once: acknowledges a record whose transaction committed (its latency is to
+    /// the commit: when read_committed consumers can see it).
+    fn acknowledge(&mut self, record: &Uncommitted) -> Result<(), PipelineError> {
+        let latency_micros = (unix_micros_now() - record.commit_unix_micros).max(0);
+        self.metrics.latency.record(latency_micros as f64 / 1e6);
+        self.window.records += 1;
+        self.window.bytes += u64::from(record.bytes);
+        self.window
+            .latency_micros
+            .saturating_record(latency_micros.max(1) as u64);
+        record.table.records.increment(1);
+        record.table.bytes.increment(u64::from(record.bytes));
+        self.tracker
+            .ack(Seq(record.seq))
+            .map_err(|e| internal("acknowledgement", e))?;
+        Ok(())
     }
 
     /// A change that could not be encoded: stop with its position, or dead-letter a
@@ -476,13 +606,26 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         self.batch.clear();
         let deadline = tokio::time::Instant::now() + self.drain_deadline;
         let mut events = Vec::new();
-        while self.budget.in_flight_records() > 0 {
+        // Exactly once: the publisher commits the open transaction on its timer.
+        while self.budget.in_flight_records() > 0 || !self.uncommitted.is_empty() {
             match tokio::time::timeout_at(deadline, deliveries.recv_many(&mut events, 4096)).await {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
                     for event in events.drain(..) {
-                        if let DeliveryEvent::Acked(delivery) = event {
-                            let _ = self.tracker.ack(delivery.seq);
+                        match event {
+                            DeliveryEvent::Acked(_) | DeliveryEvent::Committed { .. }
+                                if self.exactly_once =>
+                            {
+                                let applied = self.on_delivery(event).await;
+                                if applied.is_err() {
+                                    return;
+                                }
+                            }
+                            DeliveryEvent::Acked(delivery) => {
+                                let _ = self.tracker.ack(delivery.seq);
+                            }
+                            DeliveryEvent::TransactionFailed { .. } => return,
+                            _ => {}
                         }
                     }
                 }

@@ -28,6 +28,7 @@
 //! clients never does.
 
 mod core;
+pub mod exactly_once;
 mod publish;
 #[cfg(test)]
 mod tests;

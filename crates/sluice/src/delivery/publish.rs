@@ -10,8 +10,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::BaseRecord;
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, Producer};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -37,6 +37,48 @@ pub trait RecordSink: Send + Sync + 'static {
     /// [`SendError`] with the record and its bookkeeping.
     #[allow(clippy::result_large_err)]
     fn try_send(&self, record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError>;
+
+    /// Exactly once: begins a transaction.
+    ///
+    /// # Errors
+    ///
+    /// The producer's refusal (a sink without transactions refuses).
+    fn begin_transaction(&self) -> KafkaResult<()> {
+        Err(not_transactional())
+    }
+
+    /// Exactly once: commits the open transaction (blocking: call it on the blocking pool).
+    ///
+    /// # Errors
+    ///
+    /// The producer's refusal; the transaction must then be aborted.
+    fn commit_transaction(&self, _timeout: Duration) -> KafkaResult<()> {
+        Err(not_transactional())
+    }
+
+    /// Exactly once: aborts the open transaction (blocking).
+    ///
+    /// # Errors
+    ///
+    /// The producer's refusal.
+    fn abort_transaction(&self, _timeout: Duration) -> KafkaResult<()> {
+        Err(not_transactional())
+    }
+
+    /// Exactly once: sends a record whose delivery is not reported (its fate is its
+    /// transaction's), waiting (blocking) while the producer's queue is full.
+    ///
+    /// # Errors
+    ///
+    /// The producer's refusal.
+    fn send_unreported(&self, _topic: &str, _key: &[u8], _value: &[u8]) -> KafkaResult<()> {
+        Err(not_transactional())
+    }
+}
+
+/// The error of a transaction operation on a sink without transactions.
+fn not_transactional() -> KafkaError {
+    KafkaError::MessageProduction(RDKafkaErrorCode::NotImplemented)
 }
 
 impl RecordSink for PipelineProducer {
@@ -59,6 +101,33 @@ impl RecordSink for PipelineProducer {
                 Err(SendError::QueueFull(record, delivery))
             }
             Err((error, delivery)) => Err(SendError::Refused(error, record, delivery)),
+        }
+    }
+
+    fn begin_transaction(&self) -> KafkaResult<()> {
+        Producer::begin_transaction(self)
+    }
+
+    fn commit_transaction(&self, timeout: Duration) -> KafkaResult<()> {
+        Producer::commit_transaction(self, timeout)
+    }
+
+    fn abort_transaction(&self, timeout: Duration) -> KafkaResult<()> {
+        Producer::abort_transaction(self, timeout)
+    }
+
+    fn send_unreported(&self, topic: &str, key: &[u8], value: &[u8]) -> KafkaResult<()> {
+        loop {
+            let record = BaseRecord::with_opaque_to(topic, Delivery::unreported())
+                .key(key)
+                .payload(value);
+            match self.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err((error, _)) => return Err(error),
+            }
         }
     }
 }

@@ -118,6 +118,10 @@ pub async fn drive(
                                 std::io::Error::other(reason),
                             ));
                         }
+                        DeliveryEvent::Committed { .. } => {}
+                        DeliveryEvent::TransactionFailed { what, error } => {
+                            return Err(crate::delivery::exactly_once::transaction_error(what, error));
+                        }
                     }
                 }
             }
@@ -191,6 +195,244 @@ pub async fn drive(
         "snapshot: done; streaming from the consistent point"
     );
     Ok(rows)
+}
+
+/// Exactly once: what [`drive_transactional`] needs to commit chunks.
+pub struct ChunkTransactions {
+    /// The transactional producer the workers produce with.
+    pub producer: Arc<PipelineProducer>,
+    /// Held shared by each worker while it reads a chunk; the committer holds it exclusively,
+    /// so a transaction holds whole chunks only.
+    pub gate: Arc<tokio::sync::RwLock<()>>,
+    /// The compacted topic of committed positions.
+    pub offsets_topic: Arc<str>,
+    /// The snapshot record's key.
+    pub key: Arc<[u8]>,
+    /// The snapshot record's value for the finished chunks.
+    pub value: crate::delivery::exactly_once::ChunksValue,
+    /// How often a transaction commits.
+    pub interval: Duration,
+    /// The chunks finished by earlier runs.
+    pub done: Vec<usize>,
+}
+
+/// Exactly once: begins a transaction for the snapshot's records.
+///
+/// # Errors
+///
+/// Retryable (the run restarts from what is committed).
+pub async fn begin(producer: &Arc<PipelineProducer>) -> Result<(), PipelineError> {
+    use rdkafka::producer::Producer as _;
+    producer.begin_transaction().map_err(|e| {
+        crate::delivery::exactly_once::transaction_error("cannot begin a Kafka transaction", e)
+    })
+}
+
+/// [`drive`] exactly once: every `interval`, the committer takes the gate (workers finish the
+/// chunks they are reading and wait), writes the snapshot record — every finished chunk —
+/// to the offsets topic and commits the transaction holding those chunks' records and the
+/// record together; only then are the chunks recorded as finished (`finished`) and counted.
+/// A crash before the commit aborts the transaction, so no record of a chunk that is read
+/// again is ever visible to `read_committed` consumers.
+///
+/// # Errors
+///
+/// As [`drive`], and a transaction that cannot be committed (it is aborted).
+pub async fn drive_transactional(
+    progress: Progress<'_>,
+    mut workers: JoinSet<Result<(), PipelineError>>,
+    mut sent: mpsc::UnboundedReceiver<(usize, u64)>,
+    mut finished: impl FnMut(&[usize]) -> Result<(), PipelineError>,
+    transactions: ChunkTransactions,
+) -> Result<u64, PipelineError> {
+    let Progress {
+        deliveries,
+        shutdown,
+        board,
+        chunks_total,
+        mut chunks_done,
+    } = progress;
+    let ChunkTransactions {
+        producer,
+        gate,
+        offsets_topic,
+        key,
+        value,
+        interval,
+        mut done,
+    } = transactions;
+    let started = Instant::now();
+    let mut rows = 0u64;
+    let mut read: Vec<usize> = Vec::new();
+    let mut events = Vec::new();
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut workers_running = true;
+    loop {
+        let last_round = !workers_running && workers.is_empty();
+        if !last_round {
+            tokio::select! {
+                count = deliveries.recv_many(&mut events, 4096) => {
+                    if count == 0 {
+                        return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                    }
+                    delivered(&mut events)?;
+                    continue;
+                }
+                message = sent.recv(), if workers_running => {
+                    match message {
+                        Some((chunk, records)) => {
+                            rows += records;
+                            read.push(chunk);
+                        }
+                        None => workers_running = false,
+                    }
+                    continue;
+                }
+                Some(result) = workers.join_next() => {
+                    match result {
+                        Ok(Ok(())) => {}
+                        Ok(Err(error)) => return Err(error),
+                        Err(error) => return Err(PipelineError::retryable("a snapshot worker failed", error)),
+                    }
+                    continue;
+                }
+                () = shutdown.cancelled() => {
+                    return Err(PipelineError::retryable(
+                        "stopped during the snapshot (its uncommitted chunks are read on the next start)",
+                        std::io::Error::other("shutdown"),
+                    ));
+                }
+                _ = tick.tick() => {}
+            }
+        }
+        // Commit: take the gate (draining delivery reports meanwhile: they free the budget the
+        // workers wait for), so no chunk is half in the transaction.
+        let exclusive = Arc::clone(&gate).write_owned();
+        tokio::pin!(exclusive);
+        let guard = loop {
+            tokio::select! {
+                guard = &mut exclusive => break guard,
+                count = deliveries.recv_many(&mut events, 4096) => {
+                    if count == 0 {
+                        return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                    }
+                    delivered(&mut events)?;
+                }
+            }
+        };
+        while let Ok((chunk, records)) = sent.try_recv() {
+            rows += records;
+            read.push(chunk);
+        }
+        if !read.is_empty() {
+            done.extend(read.iter().copied());
+            let record = value(&done);
+            let (producer, topic, key) = (
+                Arc::clone(&producer),
+                Arc::clone(&offsets_topic),
+                Arc::clone(&key),
+            );
+            let last = last_round;
+            let committed = tokio::task::spawn_blocking(move || {
+                use crate::delivery::RecordSink;
+                RecordSink::send_unreported(&*producer, &topic, &key, &record)?;
+                crate::crash_point!("exactly_once::before_commit");
+                RecordSink::commit_transaction(
+                    &*producer,
+                    crate::delivery::exactly_once::TRANSACTION_TIMEOUT,
+                )?;
+                if !last {
+                    RecordSink::begin_transaction(&*producer)?;
+                }
+                Ok::<(), KafkaError>(())
+            })
+            .await
+            .map_err(|e| PipelineError::retryable("the commit task failed", e))?;
+            if let Err(error) = committed {
+                return Err(crate::delivery::exactly_once::transaction_error(
+                    "cannot commit the snapshot's Kafka transaction",
+                    error,
+                ));
+            }
+            crate::crash_point!("exactly_once::after_commit");
+            chunks_done += read.len();
+            finished(&read)?;
+            read.clear();
+            crate::crash_point!("snapshot::chunks_recorded");
+            board.update(|s| {
+                s.snapshot = Some(SnapshotStatus {
+                    chunks_total,
+                    chunks_done,
+                    rows,
+                });
+            });
+        } else if last_round {
+            // Nothing left to commit: end the (empty) transaction begun after the last commit.
+            let producer = Arc::clone(&producer);
+            let aborted = tokio::task::spawn_blocking(move || {
+                use rdkafka::producer::Producer as _;
+                producer.abort_transaction(crate::delivery::exactly_once::TRANSACTION_TIMEOUT)
+            })
+            .await
+            .map_err(|e| PipelineError::retryable("the abort task failed", e))?;
+            aborted.map_err(|e| {
+                crate::delivery::exactly_once::transaction_error(
+                    "cannot end the snapshot's Kafka transaction",
+                    e,
+                )
+            })?;
+        }
+        drop(guard);
+        if last_round {
+            break;
+        }
+    }
+    if chunks_done < chunks_total {
+        return Err(PipelineError::retryable(
+            "the snapshot's workers ended before every chunk was read",
+            std::io::Error::other("snapshot incomplete"),
+        ));
+    }
+    tracing::info!(
+        rows,
+        chunks = chunks_total,
+        seconds = started.elapsed().as_secs_f64(),
+        "snapshot: done (exactly once); streaming from the consistent point"
+    );
+    Ok(rows)
+}
+
+/// Exactly once: applies the snapshot's delivery reports (counters; a refused record ends the
+/// run, and its transaction can never commit).
+fn delivered(events: &mut Vec<DeliveryEvent>) -> Result<(), PipelineError> {
+    for event in events.drain(..) {
+        match event {
+            DeliveryEvent::Acked(delivery) => {
+                delivery.table.records.increment(1);
+                delivery.table.bytes.increment(u64::from(delivery.bytes));
+            }
+            DeliveryEvent::Failed { error, record, .. } => {
+                return Err(refused(&error, &record.topic));
+            }
+            DeliveryEvent::EncodeFailed {
+                reason, position, ..
+            } => {
+                return Err(PipelineError::fatal_with(
+                    format!("cannot encode the snapshot row at {position}"),
+                    "this is a bug in sluice: report it with the table's column types",
+                    std::io::Error::other(reason),
+                ));
+            }
+            DeliveryEvent::Committed { .. } => {}
+            DeliveryEvent::TransactionFailed { what, error } => {
+                return Err(crate::delivery::exactly_once::transaction_error(
+                    what, error,
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Produces `records` of chunk `chunk` within the budget, the first as the chunk's record

@@ -9,6 +9,7 @@ mod cdc;
 mod compaction;
 mod debezium;
 mod doctor;
+mod exactly_once;
 mod faults;
 mod filters;
 mod ha;

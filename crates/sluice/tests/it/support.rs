@@ -358,14 +358,27 @@ impl Record {
 pub fn read_topic(
     topic: &str,
     timeout: Duration,
+    done: impl FnMut(&[Record]) -> bool,
+) -> Vec<Record> {
+    read_topic_with(topic, timeout, &[], done)
+}
+
+/// [`read_topic`] by a consumer with extra settings, e.g. `isolation.level`.
+pub fn read_topic_with(
+    topic: &str,
+    timeout: Duration,
+    settings: &[(&str, &str)],
     mut done: impl FnMut(&[Record]) -> bool,
 ) -> Vec<Record> {
-    let consumer: BaseConsumer = ClientConfig::new()
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", stack().brokers)
         .set("group.id", unique("it-reader"))
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("consumer");
+        .set("enable.auto.commit", "false");
+    for (key, value) in settings {
+        config.set(*key, *value);
+    }
+    let consumer: BaseConsumer = config.create().expect("consumer");
     let deadline = Instant::now() + timeout;
     let partitions = loop {
         let metadata = consumer

@@ -212,6 +212,7 @@ pub async fn run_once(
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
         None,
+        None,
     )?;
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     board.set_budget(Some(budget.clone()));

@@ -740,6 +740,30 @@ mod tests {
     }
 
     #[test]
+    fn exactly_once_refuses_what_cannot_hold_it_by_key() {
+        let ok = format!("{MINIMAL}\n[delivery]\nguarantee = \"exactly_once\"\n");
+        let config = PgPipelineConfig::from_toml(&ok, "test.toml", &env).unwrap();
+        assert_eq!(
+            config.delivery.guarantee,
+            crate::config::DeliveryGuarantee::ExactlyOnce
+        );
+        assert_eq!(config.delivery.transaction_interval_ms, 100);
+        let text = MINIMAL.to_owned()
+            + "\n[kafka.producer]\n\"transactional.id\" = \"x\"\n\"message.timeout.ms\" = \"0\"\n"
+            + "\n[delivery]\nguarantee = \"exactly_once\"\non_permanent_error = \"dead_letter\"\ndead_letter_topic = \"dlq\"\ntransaction_interval_ms = 0\n";
+        let keys: Vec<_> = issues(&text).into_iter().map(|i| i.key).collect();
+        assert_eq!(
+            keys,
+            [
+                "delivery.on_permanent_error",
+                "delivery.transaction_interval_ms",
+                "kafka.producer.\"transactional.id\"",
+                "kafka.producer.\"message.timeout.ms\"",
+            ]
+        );
+    }
+
+    #[test]
     fn rules_are_all_reported() {
         let text = MINIMAL.replace("schemas = [\"public\"]", "tables = [\"nodot\"]")
             + "\n[delivery]\non_permanent_error = \"dead_letter\"\n[admin]\nlisten = \"localhost\"\n";

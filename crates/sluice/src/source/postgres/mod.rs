@@ -19,6 +19,7 @@ pub mod config;
 /// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
 pub use crate::pg_connect as connect;
 pub mod encode;
+pub mod exactly_once;
 pub mod incremental;
 pub mod pgoutput;
 pub mod publication;

@@ -66,6 +66,9 @@ pub struct SnapshotContext<'a> {
     pub shutdown: &'a tokio_util::sync::CancellationToken,
     /// The status board (progress).
     pub board: &'a crate::runtime::status::StatusBoard,
+    /// Exactly once: chunks are committed in Kafka transactions with the record of their
+    /// being finished.
+    pub exactly_once: Option<super::exactly_once::SnapshotTransactions>,
 }
 
 /// Reads the plan's unfinished chunks under `exported` (a snapshot name from the slot's
@@ -94,6 +97,15 @@ pub async fn run(
     if exported.is_none() && recheck_page_chunks(&connections[0], plan).await? {
         record(plan)?;
     }
+    // Exactly once: the chunks committed as finished are the ones not to read again (the state
+    // file may lag behind the last commit).
+    if let Some(transactions) = &ctx.exactly_once {
+        for &chunk in &transactions.done {
+            if let Some(chunk) = plan.chunks.get_mut(chunk) {
+                chunk.done = true;
+            }
+        }
+    }
     let todo: VecDeque<usize> = (0..plan.chunks.len())
         .filter(|i| !plan.chunks[*i].done)
         .collect();
@@ -114,6 +126,15 @@ pub async fn run(
     let plan_arc = Arc::new(plan.chunks.clone());
     let mut handles = tokio::task::JoinSet::new();
     let source = Arc::new(ctx.config.source.clone());
+    // Exactly once: workers hold the gate shared while they read a chunk, the committer
+    // exclusively, so a transaction holds whole chunks only.
+    let gate = ctx
+        .exactly_once
+        .as_ref()
+        .map(|_| Arc::new(tokio::sync::RwLock::new(())));
+    if ctx.exactly_once.is_some() {
+        crate::source::chunked::begin(ctx.producer).await?;
+    }
     for catalog in connections {
         let worker = Worker {
             catalog,
@@ -131,29 +152,47 @@ pub async fn run(
             source: Arc::clone(&source),
             ends: Arc::clone(&ends),
             events: ctx.config.kafka.events.clone(),
+            gate: gate.clone(),
         };
         handles.spawn(worker.run());
     }
     drop(sent_tx);
     let done = plan.chunks.iter().filter(|c| c.done).count();
-    crate::source::chunked::drive(
-        crate::source::chunked::Progress {
-            deliveries: ctx.deliveries,
-            shutdown: ctx.shutdown,
-            board: ctx.board,
-            chunks_total: total_chunks,
-            chunks_done: done,
-        },
-        handles,
-        sent_rx,
-        |finished| {
-            for &chunk in finished {
-                plan.chunks[chunk].done = true;
-            }
-            record(plan)
-        },
-    )
-    .await
+    let progress = crate::source::chunked::Progress {
+        deliveries: ctx.deliveries,
+        shutdown: ctx.shutdown,
+        board: ctx.board,
+        chunks_total: total_chunks,
+        chunks_done: done,
+    };
+    let committed_done: Vec<usize> = (0..total_chunks).filter(|i| plan.chunks[*i].done).collect();
+    let finished = |finished: &[usize]| {
+        for &chunk in finished {
+            plan.chunks[chunk].done = true;
+        }
+        record(plan)
+    };
+    match (ctx.exactly_once, gate) {
+        (Some(transactions), Some(gate)) => {
+            crate::source::chunked::drive_transactional(
+                progress,
+                handles,
+                sent_rx,
+                finished,
+                crate::source::chunked::ChunkTransactions {
+                    producer: Arc::clone(ctx.producer),
+                    gate,
+                    offsets_topic: transactions.offsets_topic,
+                    key: transactions.key,
+                    value: transactions.value,
+                    interval: transactions.interval,
+                    done: committed_done,
+                },
+            )
+            .await
+        }
+        _ => crate::source::chunked::drive(progress, handles, sent_rx, finished).await,
+    }
 }
 
 /// The chunks of a snapshot, persisted in the state file so a restart reads only the
@@ -538,6 +577,8 @@ struct Worker {
     events: crate::event::EventOptions,
     /// The chunks holding the snapshot's first and last rows (see [`ends_of_snapshot`]).
     ends: Arc<(Option<usize>, Option<usize>)>,
+    /// Exactly once: held shared while a chunk is read (see [`run`]).
+    gate: Option<Arc<tokio::sync::RwLock<()>>>,
 }
 
 impl Worker {
@@ -554,6 +595,10 @@ impl Worker {
             if self.shutdown.is_cancelled() {
                 break;
             }
+            let _shared = match &self.gate {
+                Some(gate) => Some(gate.read().await),
+                None => None,
+            };
             let records = self.read_chunk(chunk_id).await?;
             let _ = self.sent.send((chunk_id, records));
         }

@@ -327,6 +327,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         tables = tables.len(),
         "resuming from the slot's confirmed position"
     );
+    let exactly_once = config.delivery.guarantee == crate::config::DeliveryGuarantee::ExactlyOnce;
 
     let kafka::SourceProducer {
         producer,
@@ -338,7 +339,25 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
         batch_size_cap,
+        exactly_once
+            .then(|| delivery::exactly_once::transactional_id(&config.name))
+            .as_deref(),
     )?;
+    // Exactly once: fence older instances (aborting what they left open), then read back what
+    // was committed.
+    let committed = if exactly_once {
+        Some(
+            super::exactly_once::Committed::start(
+                config,
+                &producer,
+                &system.systemid,
+                exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
 
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     if mode != SnapshotMode::Never && slot_state.record().is_some_and(|r| r.snapshot_pending) {
@@ -368,6 +387,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
                 consistent_point: exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
                 shutdown: &ctx.shutdown,
                 board: &ctx.board,
+                exactly_once: committed.as_ref().map(|c| c.snapshot_transactions(config)),
             },
             &mut plan,
             exported_name,
@@ -419,15 +439,27 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         s.hint = None;
     });
 
-    let (mut core, publisher) = DeliveryCore::start(
-        Arc::clone(&producer),
-        budget,
-        slot.confirmed_flush,
-        &config.delivery,
-        ctx.metrics.clone(),
-        delivery_tx.clone(),
-        record_position,
-    );
+    let (mut core, publisher) = match &committed {
+        Some(committed) => DeliveryCore::start_exactly_once(
+            Arc::clone(&producer),
+            budget,
+            slot.confirmed_flush,
+            &config.delivery,
+            ctx.metrics.clone(),
+            delivery_tx.clone(),
+            record_position,
+            committed.stream_transactions(config),
+        ),
+        None => DeliveryCore::start(
+            Arc::clone(&producer),
+            budget,
+            slot.confirmed_flush,
+            &config.delivery,
+            ctx.metrics.clone(),
+            delivery_tx.clone(),
+            record_position,
+        ),
+    };
     let catalog = Arc::new(catalog);
     let incremental = IncrementalRun::new(
         Arc::clone(config),
@@ -475,6 +507,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             running: None,
         },
         progress_log: (Instant::now(), slot.confirmed_flush),
+        committed_position: committed.as_ref().and_then(|c| c.stream),
     };
     let result = delivery::run(
         &mut source,
@@ -570,6 +603,9 @@ struct PgSource<'a> {
     heartbeat: Heartbeat,
     /// When progress was last logged, and the position then.
     progress_log: (Instant, Lsn),
+    /// Exactly once: the position (commit LSN, index) of the newest record committed to
+    /// Kafka; changes at or below it are skipped.
+    committed_position: Option<(Lsn, u32)>,
 }
 
 /// `heartbeat_interval_ms`: a heartbeat written off the loop, at most one at a time.
@@ -898,8 +934,15 @@ impl PgSource<'_> {
                             None,
                         );
                         let headers = transaction_headers(tx, lsn);
+                        let committed = committed_already(
+                            self.committed_position,
+                            tx.commit_lsn,
+                            tx.next_index,
+                        );
                         tx.next_index += 1;
-                        admit_transaction_event(&topic, tx, key, value, headers, intake);
+                        if !committed {
+                            admit_transaction_event(&topic, tx, key, value, headers, intake);
+                        }
                     }
                 }
             }
@@ -916,7 +959,10 @@ impl PgSource<'_> {
                         );
                         let headers = transaction_headers(&tx, tx.commit_lsn);
                         let topic = self.transaction_topic();
-                        admit_transaction_event(&topic, &tx, key, value, headers, intake);
+                        if !committed_already(self.committed_position, tx.commit_lsn, tx.next_index)
+                        {
+                            admit_transaction_event(&topic, &tx, key, value, headers, intake);
+                        }
                     }
                 }
                 intake.checkpoint(commit.end_lsn);
@@ -1029,7 +1075,9 @@ impl PgSource<'_> {
                     commit_unix_micros,
                     last_commit_end: self.last_commit_end,
                 };
-                intake.admit(Item::Message(message), size * 2 + 256, 1);
+                if !committed_already(self.committed_position, commit_lsn, tx_index) {
+                    intake.admit(Item::Message(message), size * 2 + 256, 1);
+                }
                 if !transactional && self.tx.is_none() {
                     intake.checkpoint(message_lsn);
                 }
@@ -1199,6 +1247,9 @@ impl PgSource<'_> {
                 (crate::event::HEADER_TX_INDEX.into(), tx_index.to_string()),
             ],
         };
+        if committed_already(self.committed_position, commit_lsn, tx_index) {
+            return Ok(());
+        }
         let size = record.len() + 256;
         intake.admit(
             Item::Raw {
@@ -1527,6 +1578,10 @@ impl PgSource<'_> {
         };
         let records = change.record_count(self.ctx.config.kafka.tombstones_on_delete());
         tx.next_index += records;
+        if committed_already(self.committed_position, change.commit_lsn, change.tx_index) {
+            // Exactly once: its records are in a committed Kafka transaction.
+            return Ok(());
+        }
         change.size_hint = change.size_hint.max(1);
         let size = change.size_hint;
         intake.admit(Item::Row(change), size, records);
@@ -1802,6 +1857,12 @@ fn silent_connection(silent: Duration) -> PipelineError {
 fn is_invalidated_slot(error: &ReplicationError) -> bool {
     let text = error.to_string();
     text.contains("can no longer get changes") || text.contains("has been invalidated")
+}
+
+/// Exactly once: whether the change at (`commit_lsn`, `index`) is at or below the position
+/// committed to Kafka with its records (so it must not be written again).
+fn committed_already(committed: Option<(Lsn, u32)>, commit_lsn: Lsn, index: u32) -> bool {
+    committed.is_some_and(|position| (commit_lsn, index) <= position)
 }
 
 /// Admits a transaction boundary event (BEGIN, END) on the transaction topic, in the
