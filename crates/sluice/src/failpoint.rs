@@ -57,7 +57,11 @@ macro_rules! crash_point {
 #[cfg(feature = "failpoints")]
 pub fn wait_for_gate(name: &str, path: &str) {
     use std::time::{Duration, Instant};
-    tracing::warn!(point = name, gate = path, "failpoint: waiting for the gate file");
+    tracing::warn!(
+        point = name,
+        gate = path,
+        "failpoint: waiting for the gate file"
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     while !std::path::Path::new(path).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));

@@ -237,7 +237,11 @@ impl SubPartitionId {
 
     /// The staged object of the staged file `staged`.
     fn staging_key(&self, staged: &str) -> String {
-        format!("{}/{}", self.staging_prefix(), staged.trim_start_matches('.'))
+        format!(
+            "{}/{}",
+            self.staging_prefix(),
+            staged.trim_start_matches('.')
+        )
     }
 }
 
@@ -447,10 +451,7 @@ impl OutputRoot {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
-        let tmp = dir.join(format!(
-            ".tmp-v{version}-{}-{nanos}",
-            std::process::id()
-        ));
+        let tmp = dir.join(format!(".tmp-v{version}-{}-{nanos}", std::process::id()));
         let mut file = File::create(&tmp)?;
         file.write_all(&bytes)?;
         file.sync_all()?;
@@ -572,9 +573,7 @@ impl OutputRoot {
                 _ => {}
             }
         }
-        let recovered = state
-            .filter(SubState::has_commits)
-            .map(Recovered::from);
+        let recovered = state.filter(SubState::has_commits).map(Recovered::from);
         Ok((recovered, ownership))
     }
 
@@ -1224,7 +1223,11 @@ impl Epoch {
         }
         abort_after_upload_hook();
         let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
-        let expected = self.ownership.e_tag.clone().ok_or_else(|| no_e_tag(objects))?;
+        let expected = self
+            .ownership
+            .e_tag
+            .clone()
+            .ok_or_else(|| no_e_tag(objects))?;
         match objects.put_if(&self.id.state_key(), bytes, Some(&expected))? {
             PutOutcome::Written(e_tag) => {
                 self.ownership.e_tag = Some(e_tag.ok_or_else(|| no_e_tag(objects))?);
@@ -1477,7 +1480,10 @@ mod tests {
         write(&mut owner, "a", 2, "{}");
         write(&mut owner, "a", 3, "{}");
         let staged_by_owner = fs::read_dir(root.staging_dir(&id())).unwrap().count();
-        assert_eq!(staged_by_owner, 1, "the claim's recovery deleted the zombie's staged file");
+        assert_eq!(
+            staged_by_owner, 1,
+            "the claim's recovery deleted the zombie's staged file"
+        );
         owner.commit(&root, &settings()).unwrap();
         // The zombie goes on, as a resumed process would: a new file, then its commit.
         write(&mut zombie, "b", 4, "{}");
@@ -1485,7 +1491,9 @@ mod tests {
         assert!(refusal.cleaned, "{refusal}");
         assert_eq!((refusal.generation, refusal.epoch), (1, 2));
         assert!(
-            refusal.to_string().contains("owner generation 1 no longer owns it"),
+            refusal
+                .to_string()
+                .contains("owner generation 1 no longer owns it"),
             "{refusal}"
         );
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
@@ -1562,7 +1570,10 @@ mod tests {
         let (recovered, ownership) = root.recover(&id()).unwrap();
         assert_eq!(recovered.map(|r| (r.last_offset, r.epoch)), Some((42, 4)));
         assert_eq!((ownership.generation, ownership.version), (1, 1));
-        assert!(!legacy.exists(), "the legacy state is replaced by version 1");
+        assert!(
+            !legacy.exists(),
+            "the legacy state is replaced by version 1"
+        );
         assert_eq!(
             fs::read_to_string(dir.join("x/y/part-t+0+s1+40-42.jsonl")).unwrap(),
             "{}\n"
@@ -1765,10 +1776,7 @@ mod tests {
         let before = objects.get("a/part-t+0+s1+2-2.jsonl").unwrap().unwrap();
         let refusal = refused(zombie.commit(&root_a, &settings()));
         assert!(refusal.cleaned, "{refusal}");
-        assert!(
-            refusal.reason.contains("owner generation 2"),
-            "{refusal}"
-        );
+        assert!(refusal.reason.contains("owner generation 2"), "{refusal}");
         assert!(objects.list(&id().staging_prefix()).unwrap().is_empty());
         assert_eq!(fs::read_dir(root_a.staging_dir(&id())).unwrap().count(), 0);
         assert_eq!(

@@ -76,7 +76,7 @@ use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd as SupervisedEnd, Supervised};
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
 use crate::sink::files::{
-    FileSettings, Ownership, OutputRoot, Recovered, RootError, SubPartitionId,
+    FileSettings, OutputRoot, Ownership, Recovered, RootError, SubPartitionId,
 };
 use crate::sink::object::ObjectTarget;
 use crate::sink::postgres::apply::PgTarget;

@@ -199,7 +199,8 @@ impl ObjectTarget {
         match self.runtime.block_on(put) {
             Ok(result) => Ok(PutOutcome::Written(result.e_tag)),
             Err(
-                object_store::Error::Precondition { .. } | object_store::Error::AlreadyExists { .. },
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
             ) => Ok(PutOutcome::Conflict),
             Err(error) => Err(io_error(error)),
         }
