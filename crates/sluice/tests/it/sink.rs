@@ -928,7 +928,8 @@ pub(crate) struct ZombieRun {
 /// process A commits an epoch, then stops inside its next epoch commit (the
 /// `sink::files::commit` gate point: its files finished, nothing of the commit written yet)
 /// and is SIGSTOPped there; process B joins the group, gets the partition once A's session
-/// (6 s) has expired, claims it and writes every record; then A is resumed: its consumer
+/// (6 s) has expired, claims it and writes every record, including a batch produced while A
+/// was stopped; then A is resumed: its consumer
 /// finds its assignment lost and commits its watermark with its old generation, and its
 /// worker, let through the gate, attempts the commit. `pipeline(dir, port)` is the
 /// pipeline file of a process; A also gets `commit_interval_ms = 600000` (so that its
@@ -972,7 +973,6 @@ pub(crate) async fn zombie_writer(
         committed_records(&zombie) >= 1.0
     });
     produce_batch(1000).await.unwrap();
-    let ends = end_offsets(topic, 1);
     assert!(
         wait_for_log(
             &zombie,
@@ -985,6 +985,10 @@ pub(crate) async fn zombie_writer(
     signal(&zombie, "STOP");
     println!("zombie writer: A stopped inside an epoch commit");
     let stopped = Instant::now();
+    // Records only B sees: its committed state goes past anything A holds, so a zombie state
+    // that replaced it would leave B's last files uncovered.
+    produce_batch(2000).await.unwrap();
+    let ends = end_offsets(topic, 1);
 
     let owner = Sluice::start(&dir_b, &pipeline(&dir_b, port_b), port_b);
     let deadline = Instant::now() + Duration::from_secs(60);
