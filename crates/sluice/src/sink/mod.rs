@@ -30,6 +30,11 @@
 //! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
 //!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
 //!   any more), the watermark is committed, then the partitions are released.
+//! - **Fencing.** A worker that outlives its assignment (a stalled process, a lost group
+//!   session: the assignment is *lost*, not revoked) cannot commit either: each assignment
+//!   claims its sub-partitions by bumping the owner generation in their state, and every
+//!   commit is conditional on it (see "Fencing" in [`files`]); the broker refuses the stale
+//!   consumer's offset commit (`UNKNOWN_MEMBER_ID`).
 //! - **Destinations.** Everything above is the same for every destination; `Destination`
 //!   recovers a sub-partition's state (committed files, or its row in the PostgreSQL progress
 //!   table: see [`postgres::apply`]) and makes its [`worker::SubPartitionWriter`]. "Epoch"

@@ -21,6 +21,11 @@ use crate::sink::config::S3Config;
 /// The smallest multipart part S3 accepts (every part but the last).
 pub const MIN_UPLOAD_PART_BYTES: usize = 5 * 1024 * 1024;
 
+/// The largest `sink.files.roll_bytes` with an object store: a committed object is copied
+/// from its staged key with one `CopyObject`, which takes up to 5 GiB; a file may exceed
+/// `roll_bytes` by its last record.
+pub const MAX_ROLL_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+
 /// An object store under a prefix; see the [module docs](self).
 pub struct ObjectTarget {
     store: Arc<dyn ObjectStore>,
