@@ -22,6 +22,12 @@
 //! - `sink::postgres::batch_committed` (crash): right after a PostgreSQL sink batch and its
 //!   progress committed, before the batch's records are acknowledged (so before their Kafka
 //!   offsets can be committed).
+//! - `sink::files::commit` (gate): in a files sink epoch commit, after the epoch's files are
+//!   finished and before anything of the commit is written (uploads, state). Armed with
+//!   `return(PATH)`, the worker logs `failpoint: waiting for the gate file` and blocks until
+//!   the file `PATH` exists (two minutes at most), e.g.
+//!   `sink::files::commit=1*off->1*return(/tmp/gate)->off` holds the second commit. The
+//!   zombie-writer tests stop the process there.
 
 /// Arms the crash points named in `FAILPOINTS`; the returned guard keeps them for the
 /// process's life.
@@ -45,6 +51,37 @@ macro_rules! crash_point {
         {
             if fail::eval($name, |_| ()).is_some() {
                 $crate::failpoint::crash($name);
+            }
+        }
+    };
+}
+
+/// Blocks the calling thread until the file `path` exists (at most two minutes): the gate of
+/// [`gate_point!`].
+#[cfg(feature = "failpoints")]
+pub fn wait_for_gate(name: &str, path: &str) {
+    use std::time::{Duration, Instant};
+    tracing::warn!(
+        point = name,
+        gate = path,
+        "failpoint: waiting for the gate file"
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::path::Path::new(path).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    tracing::warn!(point = name, "failpoint: gate open, going on");
+}
+
+/// A gate point: when the test armed `$name` with `return(PATH)`, blocks the thread until the
+/// file PATH exists (see the module docs).
+#[macro_export]
+macro_rules! gate_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if let Some(Some(path)) = fail::eval($name, |arg| arg) {
+                $crate::failpoint::wait_for_gate($name, &path);
             }
         }
     };

@@ -454,6 +454,16 @@ fn validate_files(files: &FilesSinkConfig, issue: &mut impl FnMut(&str, String))
             ),
         );
     }
+    if files.url.is_some() && files.roll_bytes > crate::sink::object::MAX_ROLL_BYTES {
+        issue(
+            "sink.files.roll_bytes",
+            format!(
+                "{} is too large for an object store: committed objects are copied from their staged keys with one CopyObject (at most 5 GiB), so expected at most {} (4 GiB)",
+                files.roll_bytes,
+                crate::sink::object::MAX_ROLL_BYTES
+            ),
+        );
+    }
     if let Err(problem) = PathTemplate::parse(&files.path_template) {
         issue("sink.files.path_template", problem);
     }
@@ -949,5 +959,10 @@ mod tests {
         ));
         let keys: Vec<_> = issues.into_iter().map(|i| i.key).collect();
         assert_eq!(keys, ["sink.files.url", "sink.files.s3.upload_part_bytes"]);
+        let too_large = self::issues(&format!(
+            "{MINIMAL}\nurl = \"s3://b/p\"\nroll_bytes = 5000000000\n"
+        ));
+        let keys: Vec<_> = too_large.into_iter().map(|i| i.key).collect();
+        assert_eq!(keys, ["sink.files.roll_bytes"]);
     }
 }

@@ -7,9 +7,11 @@
 //! commits in three steps:
 //!
 //! 1. every open file is finished (footer, compression trailer), `fsync`ed and closed;
-//! 2. the sub-partition's **state file** is replaced atomically (write, `fsync`, rename,
-//!    `fsync` the directory) with `last_offset` — the epoch's highest offset — and the list of
-//!    renames the epoch consists of. This is the commit point;
+//! 2. the sub-partition's next **state version** `_sluice/state/<tag>/v<N>.json` is created —
+//!    `last_offset` (the epoch's highest offset), the list of renames the epoch consists of and
+//!    the writer's owner generation — written and `fsync`ed under a temporary name, then
+//!    hard-linked to its name, which fails if that version exists (see *Fencing*). This is
+//!    the commit point;
 //! 3. each staged file is renamed to its final name, and the directories are `fsync`ed.
 //!
 //! Final names encode what a file holds:
@@ -17,19 +19,55 @@
 //!
 //! A sub-partition's records are in offset order, so after a commit every record of that
 //! sub-partition with an offset up to `last_offset` is in a committed file, and none after it
-//! is. Recovery on assignment ([`OutputRoot::recover`]) finishes the renames of a committed
-//! epoch (a crash between steps 2 and 3), deletes every other staged file (epochs that never
-//! committed), and returns `last_offset`: the worker skips records up to it and the consumer
-//! seeks to the smallest of them plus one. Kafka's committed offsets are only an
-//! optimisation; the files are the truth. A crash at any point therefore leaves every offset
-//! in exactly one committed file (or in the dead-letter topic).
+//! is. Recovery on assignment ([`OutputRoot::recover`]) claims the sub-partition, finishes the
+//! renames of the committed epoch (a crash between steps 2 and 3), deletes every other staged
+//! file (epochs that never committed), and returns `last_offset`: the worker skips records up
+//! to it and the consumer seeks to the smallest of them plus one. Kafka's committed offsets
+//! are only an optimisation; the files are the truth. A crash at any point therefore leaves
+//! every offset in exactly one committed file (or in the dead-letter topic). The newest
+//! version is the state; the two newest are kept, older ones deleted. (The single
+//! `_sluice/state/<tag>.json` of older sluice versions is read as version 0.)
 //!
-//! The state file is needed because an epoch may span several files (several directories of
-//! the path template): renaming them one by one is not atomic, and a scan of final names after
-//! a crash between two renames would see a `last` offset whose lower offsets are missing.
+//! The state is needed because an epoch may span several files (several directories of the
+//! path template): renaming them one by one is not atomic, and a scan of final names after a
+//! crash between two renames would see a `last` offset whose lower offsets are missing.
 //!
 //! The number of sub-partitions decides which worker owns which key, so it is fixed for an
 //! output root: `_sluice_sink.json` in the root records it and a different value is refused.
+//!
+//! # Fencing
+//!
+//! A worker can outlive its partition assignment: its process stalls (SIGSTOP, a long GC-like
+//! pause, a slow upload) or loses its group session, Kafka gives the partition to another
+//! process, and the old worker wakes up in the middle of an epoch. Kafka refuses its offset
+//! commit (its member id and generation are stale), but the files are the truth, so the files
+//! must refuse its commit too. Every assignment therefore **claims** each sub-partition before
+//! recovering it: it writes the state again, unchanged except for its `owner` generation,
+//! bumped by one, on the same condition as a commit. Every commit of that owner is
+//! conditional on the state being the one it wrote last:
+//!
+//! - local files: a commit creates version `N + 1` where `N` is the version the owner wrote
+//!   last; a claim creates the version after the newest. A zombie's next version is exactly
+//!   the one the claim created, so its link fails (`EEXIST`). Pruning could free that name
+//!   again, so after a successful link the writer checks that no newer version exists; if one
+//!   does, the outcome is treated as refused but ambiguous (see below);
+//! - object stores: the state object is PUT with `If-Match: <e-tag of the state this owner
+//!   wrote last>` (the first claim with `If-None-Match: *`); a claim changes the e-tag, so a
+//!   zombie's PUT gets `412 Precondition Failed`.
+//!
+//! A refused writer logs `zombie commit refused`, deletes the staged files of its own epoch
+//! (their names carry its owner generation, `.tmp-o<G>-e<E>-<n>`, so they are never the new
+//! owner's) and fails its run, which restarts and rejoins the group. When the outcome is
+//! ambiguous — a link that succeeded on a pruned name, or on an object store a conflict after
+//! which the state names this very epoch (committed, then claimed) — it deletes nothing and
+//! leaves its files to the owner's recoveries, which roll the epoch forward when the state
+//! names it and delete its staged files otherwise. A claim is itself conditional: two
+//! processes claiming at once cannot both win; the loser's run fails and retries. Limits: a
+//! zombie that never attempts another commit leaves its staged files (never final names) until
+//! the next recovery of the sub-partition; the local check relies on `link` being atomic and
+//! the directory listing being current (true on local file systems; on NFS, mount without
+//! attribute caching); moto, the test S3 server, checks the conditions without a lock (real
+//! S3 checks them atomically).
 //!
 //! # Object stores (S3)
 //!
@@ -39,30 +77,30 @@
 //! on local disk (under `path`, the staging directory), and the commit becomes:
 //!
 //! 1. every open file is finished and closed, as above;
-//! 2. the sub-partition's **pending intent** `<prefix>/_sluice/pending/<tag>.json` is PUT:
-//!    the epoch's number and the object keys it is about to write;
-//! 3. each file is uploaded straight to its **final key** (the same
-//!    `<dir>/part-<topic>+<partition>+s<sub>+<first>-<last>.<ext>` name as on disk; a
+//! 2. each file is uploaded to its **staged key** `<prefix>/_sluice/staging/<tag>/<name>` (a
 //!    multipart upload when it is larger than `upload_part_bytes`);
-//! 4. the sub-partition's **state object** `<prefix>/_sluice/state/<tag>.json` is PUT —
-//!    `last_offset`, the epoch and its keys. This single PUT is the commit point;
-//! 5. the pending intent is deleted and the local staged files are removed.
+//! 3. the sub-partition's **state object** `<prefix>/_sluice/state/<tag>.json` is PUT with
+//!    `If-Match` — `last_offset`, the epoch, its staged and final keys, the owner generation.
+//!    This single conditional PUT is the commit point;
+//! 4. each staged object is copied (`CopyObject`, server side) to its **final key**, the same
+//!    `<dir>/part-<topic>+<partition>+s<sub>+<first>-<last>.<ext>` name as on disk;
+//! 5. the staged objects and the local staged files are deleted.
 //!
-//! Recovery on assignment reads the state object and the pending intent. A pending epoch
-//! newer than the state's never committed (a crash during step 3 or right before step 4):
-//! its keys are deleted — they hold offsets after `last_offset`, so they can be no committed
-//! epoch's keys — and its records are read again. A pending epoch equal to the state's
-//! committed (a crash before step 5): only the intent is deleted. Nothing is ever rolled
-//! forward from local disk, so another process (another machine) can take the partition
-//! over. Local staged files of any epoch are deleted on assignment.
+//! Recovery on assignment claims the state object, copies the staged objects the state names
+//! that are still there (a crash or a lost partition between steps 3 and 5), then deletes
+//! everything else under the sub-partition's staging prefix (epochs that never committed).
+//! Nothing is ever rolled forward from local disk, so another process (another machine) can
+//! take the partition over. Local staged files of any epoch are deleted on assignment. A
+//! final key is only ever written after its epoch committed, so a zombie never touches one,
+//! and a copy done twice writes the same bytes. `CopyObject` takes objects up to 5 GiB, so
+//! `roll_bytes` is at most 4 GiB there. (A pending intent `<prefix>/_sluice/pending/<tag>.json` left by an
+//! older sluice, which uploaded straight to the final keys, is still honoured: its
+//! uncommitted keys are deleted.)
 //!
-//! **What a reader that lists the prefix sees.** Committed objects stay, and every offset is
-//! in exactly one committed object. During the upload window of an epoch (steps 3–4, the
-//! time of the uploads) and, after a crash in that window, until the sub-partition is
-//! assigned again, the epoch's objects are already listed without being committed. A reader
-//! that must never see them keeps an object `part-<tag>+<first>-<last>` only when `<last>` is
-//! at most the `last_offset` of `<prefix>/_sluice/state/<tag>.json` (read after the listing):
-//! exactly the committed objects.
+//! **What a reader that lists the prefix sees.** Only committed objects have final keys, and
+//! every offset is in exactly one of them. Between an epoch's state PUT and its last copy
+//! (and, after a crash there, until the sub-partition is assigned again) some of its objects
+//! are not listed yet.
 //!
 //! Test hook: with `SLUICE_TEST_ABORT_AFTER_UPLOAD=N` in its environment the process aborts
 //! in its `N`th epoch commit to an object store, after the uploads and before the state PUT
@@ -76,7 +114,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::sink::config::{FileCompression, FileFormat};
-use crate::sink::object::ObjectTarget;
+use crate::sink::object::{ObjectTarget, PutOutcome};
 use crate::sink::parquet::{ParquetFile, ParquetRow};
 
 /// The root's marker file.
@@ -90,9 +128,13 @@ struct RootMarker {
     sub_partitions: u32,
 }
 
-/// A sub-partition's committed state (and, on an object store, its pending intent).
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// A sub-partition's committed state (and, on an object store written by an older sluice,
+/// its pending intent).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 struct SubState {
+    /// The owner generation that wrote it: every claim (assignment) bumps it.
+    #[serde(default)]
+    owner: u64,
     /// The highest offset of the last committed epoch.
     last_offset: i64,
     /// The last committed epoch's number.
@@ -115,6 +157,66 @@ pub struct Recovered {
     pub epoch: u64,
     /// Offsets after `last_offset` that must be skipped (dead-lettered after a timeout).
     pub skipped: Vec<i64>,
+}
+
+impl SubState {
+    /// The state a claim starts from when the sub-partition has none.
+    fn empty() -> Self {
+        Self {
+            last_offset: -1,
+            ..Self::default()
+        }
+    }
+
+    /// Whether anything was committed (an epoch, or a dead-lettered offset to skip).
+    fn has_commits(&self) -> bool {
+        self.epoch > 0 || !self.skipped.is_empty()
+    }
+}
+
+/// The right to commit a sub-partition's epochs, taken by a claim on assignment: the owner
+/// generation and what the commit's condition compares (see the [module docs](self)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ownership {
+    /// The owner generation (recorded in the state; every claim bumps it).
+    pub generation: u64,
+    /// Local files: the state version this owner wrote last; its next commit creates the
+    /// next version, exclusively.
+    version: u64,
+    /// Object store: the e-tag of the state object this owner wrote last; its next commit
+    /// is a PUT with `If-Match` on it.
+    e_tag: Option<String>,
+}
+
+/// An epoch commit was refused: the sub-partition has a newer owner.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the commit of epoch {epoch} of {tag} was refused: owner generation {generation} no longer owns it ({reason}); {}",
+    if *.cleaned { "its uncommitted files were deleted" } else { "its files are left to the new owner" }
+)]
+pub struct CommitRefused {
+    /// The sub-partition (`topic+partition+sSUB`).
+    pub tag: String,
+    /// The refused epoch.
+    pub epoch: u64,
+    /// The refused writer's owner generation.
+    pub generation: u64,
+    /// What the condition found.
+    pub reason: String,
+    /// Whether the writer deleted its own staged files (`false`: the outcome is ambiguous,
+    /// so it touched nothing and the new owner's recovery decides).
+    pub cleaned: bool,
+}
+
+/// Why [`Epoch::commit`] did not commit.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitError {
+    /// The file system or the store failed; nothing is known to be committed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// The sub-partition has a newer owner (this writer is a zombie).
+    #[error(transparent)]
+    Refused(CommitRefused),
 }
 
 impl From<SubState> for Recovered {
@@ -161,10 +263,28 @@ impl SubPartitionId {
         format!("{STATE_DIR}/state/{}.json", self.tag())
     }
 
+    /// The pending intent of sluice versions before the staging prefix (read on recovery).
     fn pending_key(&self) -> String {
         format!("{STATE_DIR}/pending/{}.json", self.tag())
     }
+
+    /// The store prefix where an epoch's files wait for their commit.
+    fn staging_prefix(&self) -> String {
+        format!("{STATE_DIR}/staging/{}", self.tag())
+    }
+
+    /// The staged object of the staged file `staged`.
+    fn staging_key(&self, staged: &str) -> String {
+        format!(
+            "{}/{}",
+            self.staging_prefix(),
+            staged.trim_start_matches('.')
+        )
+    }
 }
+
+/// Claims give up after this many conflicting attempts in a row.
+const CLAIM_ATTEMPTS: u32 = 8;
 
 /// The output root could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -285,7 +405,13 @@ impl OutputRoot {
         }
     }
 
-    fn state_path(&self, id: &SubPartitionId) -> PathBuf {
+    /// The directory of a sub-partition's state versions (`v<version>.json`).
+    fn state_dir(&self, id: &SubPartitionId) -> PathBuf {
+        self.root.join(STATE_DIR).join("state").join(id.tag())
+    }
+
+    /// The single state file of sluice versions before the versioned state (version 0).
+    fn legacy_state_path(&self, id: &SubPartitionId) -> PathBuf {
         self.root
             .join(STATE_DIR)
             .join("state")
@@ -296,105 +422,230 @@ impl OutputRoot {
         self.root.join(STATE_DIR).join("staging").join(id.tag())
     }
 
-    /// Brings a sub-partition's files to its last commit (finishing its renames, deleting
-    /// staged files of uncommitted epochs) and returns what the commit holds.
+    /// The state versions of a sub-partition, ascending.
+    fn state_versions(&self, id: &SubPartitionId) -> io::Result<Vec<u64>> {
+        let entries = match fs::read_dir(self.state_dir(id)) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let mut versions = Vec::new();
+        for entry in entries {
+            let name = entry?.file_name();
+            if let Some(version) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix('v'))
+                .and_then(|n| n.strip_suffix(".json"))
+                .and_then(|n| n.parse().ok())
+            {
+                versions.push(version);
+            }
+        }
+        versions.sort_unstable();
+        Ok(versions)
+    }
+
+    /// The newest state version and its state (version 0: the legacy file, or nothing).
+    fn read_local_state(&self, id: &SubPartitionId) -> io::Result<(u64, Option<SubState>)> {
+        let parse = |bytes: &[u8]| {
+            serde_json::from_slice::<SubState>(bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+        };
+        for _ in 0..CLAIM_ATTEMPTS {
+            let Some(&version) = self.state_versions(id)?.last() else {
+                return match fs::read(self.legacy_state_path(id)) {
+                    Ok(bytes) => Ok((0, Some(parse(&bytes)?))),
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => Ok((0, None)),
+                    Err(error) => Err(error),
+                };
+            };
+            match fs::read(self.state_dir(id).join(version_name(version))) {
+                Ok(bytes) => return Ok((version, Some(parse(&bytes)?))),
+                // Pruned after newer versions were written meanwhile: look again.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Err(io::Error::other(format!(
+            "the state of {} keeps changing while it is read",
+            id.tag()
+        )))
+    }
+
+    /// Creates state version `version` exclusively (a hard link of a synced temporary file:
+    /// atomic, and it never replaces an existing version); `Ok(false)` when it exists.
+    fn create_version(
+        &self,
+        id: &SubPartitionId,
+        version: u64,
+        state: &SubState,
+    ) -> io::Result<bool> {
+        let dir = self.state_dir(id);
+        if !dir.exists() {
+            fs::create_dir_all(&dir)?;
+            sync_ancestors(&dir, &self.root)?;
+        }
+        let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let tmp = dir.join(format!(".tmp-v{version}-{}-{nanos}", std::process::id()));
+        let mut file = File::create(&tmp)?;
+        file.write_all(&bytes)?;
+        file.sync_all()?;
+        drop(file);
+        let linked = fs::hard_link(&tmp, dir.join(version_name(version)));
+        let _ = fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {
+                sync_dir(&dir)?;
+                Ok(true)
+            }
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Deletes the state versions older than `newest - 1` and the legacy file (best
+    /// effort: a version left over is only garbage).
+    fn prune_versions(&self, id: &SubPartitionId, newest: u64) {
+        let Ok(versions) = self.state_versions(id) else {
+            return;
+        };
+        for version in versions.into_iter().filter(|v| *v + 1 < newest) {
+            let _ = fs::remove_file(self.state_dir(id).join(version_name(version)));
+        }
+        let _ = fs::remove_file(self.legacy_state_path(id));
+    }
+
+    /// Claims a sub-partition for a new owner (see the [module docs](self)): writes its state,
+    /// changed by `change`, with the owner generation bumped, on the condition that nobody
+    /// wrote it meanwhile. Returns the state found and the new owner's [`Ownership`].
+    fn claim(
+        &self,
+        id: &SubPartitionId,
+        change: impl Fn(&mut SubState),
+    ) -> io::Result<(Option<SubState>, Ownership)> {
+        for _ in 0..CLAIM_ATTEMPTS {
+            let claimed = match &self.objects {
+                Some(objects) => claim_object(objects, id, &change)?,
+                None => self.claim_local(id, &change)?,
+            };
+            if let Some((previous, ownership)) = claimed {
+                tracing::info!(
+                    sub_partition = %id.tag(),
+                    owner = ownership.generation,
+                    "sub-partition claimed: earlier owners can no longer commit"
+                );
+                return Ok((previous, ownership));
+            }
+        }
+        Err(io::Error::other(format!(
+            "cannot claim {}: its state changed {CLAIM_ATTEMPTS} times in a row while claiming (another process claims it too)",
+            id.tag()
+        )))
+    }
+
+    /// One attempt of [`OutputRoot::claim`] on local files; `None`: someone else wrote the
+    /// next version first.
+    fn claim_local(
+        &self,
+        id: &SubPartitionId,
+        change: &impl Fn(&mut SubState),
+    ) -> io::Result<Option<(Option<SubState>, Ownership)>> {
+        let (version, previous) = self.read_local_state(id)?;
+        let mut next = previous.clone().unwrap_or_else(SubState::empty);
+        next.owner = previous.as_ref().map_or(0, |s| s.owner) + 1;
+        change(&mut next);
+        if !self.create_version(id, version + 1, &next)? {
+            return Ok(None);
+        }
+        // A newer version than ours means the state had moved on before our version was
+        // created (ours re-created a pruned name): this claim is stale.
+        let newest = self.state_versions(id)?.last().copied().unwrap_or(0);
+        if newest != version + 1 {
+            return Err(io::Error::other(format!(
+                "cannot claim {}: another process claimed it concurrently (state version {newest} is newer than this claim's {})",
+                id.tag(),
+                version + 1
+            )));
+        }
+        self.prune_versions(id, version + 1);
+        Ok(Some((
+            previous,
+            Ownership {
+                generation: next.owner,
+                version: version + 1,
+                e_tag: None,
+            },
+        )))
+    }
+
+    /// Claims a sub-partition (bumping its owner generation, which fences every earlier
+    /// owner), brings its files to its last commit (finishing its renames or copies,
+    /// deleting staged files of uncommitted epochs) and returns what the commit holds and
+    /// the new owner's [`Ownership`].
     ///
     /// # Errors
     ///
-    /// I/O errors, and a state file that cannot be read.
-    pub fn recover(&self, id: &SubPartitionId) -> io::Result<Option<Recovered>> {
-        if let Some(objects) = &self.objects {
-            return self.recover_objects(objects, id);
-        }
+    /// I/O errors, a state file that cannot be read, and a claim that lost to a concurrent
+    /// one.
+    pub fn recover(&self, id: &SubPartitionId) -> io::Result<(Option<Recovered>, Ownership)> {
         let staging = self.staging_dir(id);
         fs::create_dir_all(&staging)?;
-        let state = match fs::read(self.state_path(id)) {
-            Ok(bytes) => Some(
-                serde_json::from_slice::<SubState>(&bytes)
-                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?,
-            ),
-            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
-            Err(error) => return Err(error),
-        };
-        if let Some(state) = &state {
+        // The claim first: from here on no earlier owner can commit, so what the state names
+        // is final and every other staged file is garbage.
+        let (state, ownership) = self.claim(id, |_| ())?;
+        if let Some(objects) = &self.objects {
+            self.recover_objects(objects, id, state.as_ref())?;
+        } else if let Some(state) = &state {
             self.apply_renames(&staging, &state.renames)?;
         }
         for entry in fs::read_dir(&staging)? {
             let entry = entry?;
-            tracing::info!(file = %entry.path().display(), "deleting a file of an uncommitted epoch");
-            fs::remove_file(entry.path())?;
+            if self.objects.is_none() {
+                tracing::info!(file = %entry.path().display(), "deleting a file of an uncommitted epoch");
+            }
+            match fs::remove_file(entry.path()) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
         }
-        Ok(state.map(Recovered::from))
+        let recovered = state.filter(SubState::has_commits).map(Recovered::from);
+        Ok((recovered, ownership))
     }
 
     /// Records in a sub-partition's state that `offset` (after its last committed offset) is
     /// in no file because it went to the dead-letter topic, so that the records after it can
-    /// be committed and it is never written after a restart. The sub-partition's worker must
-    /// have been abandoned (it commits no more): this rewrites its state.
+    /// be committed and it is never written after a restart. This claims the sub-partition:
+    /// its abandoned worker can no longer commit.
     ///
     /// # Errors
     ///
     /// I/O errors; the state is then unchanged.
     pub fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> io::Result<()> {
-        let parse = |bytes: &[u8]| {
-            serde_json::from_slice::<SubState>(bytes)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-        };
-        let mut state = match &self.objects {
-            Some(objects) => objects
-                .get(&id.state_key())?
-                .map(|b| parse(&b))
-                .transpose()?,
-            None => match fs::read(self.state_path(id)) {
-                Ok(bytes) => Some(parse(&bytes)?),
-                Err(error) if error.kind() == io::ErrorKind::NotFound => None,
-                Err(error) => return Err(error),
-            },
-        }
-        .unwrap_or(SubState {
-            last_offset: -1,
-            ..SubState::default()
-        });
-        if offset <= state.last_offset || state.skipped.contains(&offset) {
-            return Ok(());
-        }
-        state.skipped.push(offset);
-        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
-        match &self.objects {
-            Some(objects) => objects.put(&id.state_key(), bytes),
-            None => {
-                let path = self.state_path(id);
-                if let Some(dir) = path.parent() {
-                    fs::create_dir_all(dir)?;
-                }
-                write_atomically(&path, &bytes)
+        self.claim(id, |state| {
+            if offset > state.last_offset && !state.skipped.contains(&offset) {
+                state.skipped.push(offset);
             }
-        }
+        })
+        .map(|_| ())
     }
 
-    /// [`OutputRoot::recover`] on an object store (see the [module docs](self)).
+    /// The object store part of [`OutputRoot::recover`], after the claim (see the
+    /// [module docs](self)).
     fn recover_objects(
         &self,
         objects: &ObjectTarget,
         id: &SubPartitionId,
-    ) -> io::Result<Option<Recovered>> {
-        let staging = self.staging_dir(id);
-        fs::create_dir_all(&staging)?;
-        for entry in fs::read_dir(&staging)? {
-            fs::remove_file(entry?.path())?;
-        }
-        let read = |key: &str| -> io::Result<Option<SubState>> {
-            objects
-                .get(key)?
-                .map(|bytes| {
-                    serde_json::from_slice::<SubState>(&bytes)
-                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
-                })
-                .transpose()
-        };
-        let state = read(&id.state_key())?;
-        if let Some(pending) = read(&id.pending_key())? {
-            if state.as_ref().is_none_or(|s| pending.epoch > s.epoch) {
+        state: Option<&SubState>,
+    ) -> io::Result<()> {
+        // A pending intent of an older sluice: the keys of an epoch newer than the state's
+        // were uploaded to their final names and never committed.
+        if let Some(bytes) = objects.get(&id.pending_key())? {
+            let pending = serde_json::from_slice::<SubState>(&bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            if state.is_none_or(|s| pending.epoch > s.epoch) {
                 let committed: Vec<&String> = state
                     .iter()
                     .flat_map(|s| s.renames.iter().map(|(_, key)| key))
@@ -413,11 +664,32 @@ impl OutputRoot {
             }
             objects.delete(&id.pending_key())?;
         }
-        Ok(state.map(Recovered::from))
+        // The committed epoch's copies (a crash or a lost partition between the state PUT and
+        // the last copy): a staged object still there has not been copied yet.
+        if let Some(state) = state {
+            for (staged, key) in &state.renames {
+                if objects.copy(&id.staging_key(staged), key)? {
+                    tracing::info!(
+                        object = %format!("{}/{key}", objects.url()),
+                        epoch = state.epoch,
+                        "finishing the copy of a committed epoch"
+                    );
+                }
+            }
+        }
+        for key in objects.list(&id.staging_prefix())? {
+            tracing::info!(
+                object = %format!("{}/{key}", objects.url()),
+                "deleting a staged object of an uncommitted epoch"
+            );
+            objects.delete(&key)?;
+        }
+        Ok(())
     }
 
     /// Renames staged files to their final names (those not renamed yet), then syncs the
-    /// directories.
+    /// directories. A file another process renamed meanwhile (a new owner finishing the same
+    /// committed epoch) is not an error.
     fn apply_renames(&self, staging: &Path, renames: &[(String, String)]) -> io::Result<()> {
         let mut dirs = BTreeMap::new();
         for (staged, target) in renames {
@@ -431,7 +703,10 @@ impl OutputRoot {
                 fs::create_dir_all(&dir)?;
                 sync_ancestors(&dir, &self.root)?;
             }
-            fs::rename(&from, &to)?;
+            match fs::rename(&from, &to) {
+                Err(error) if error.kind() == io::ErrorKind::NotFound && to.exists() => {}
+                other => other?,
+            }
             dirs.insert(dir, ());
         }
         for dir in dirs.keys() {
@@ -442,6 +717,53 @@ impl OutputRoot {
         }
         Ok(())
     }
+}
+
+/// A state version's file name (zero-padded, so that names sort like numbers).
+fn version_name(version: u64) -> String {
+    format!("v{version:020}.json")
+}
+
+/// One attempt of [`OutputRoot::claim`] on an object store: a conditional PUT of the state
+/// object; `None`: it changed since it was read.
+fn claim_object(
+    objects: &ObjectTarget,
+    id: &SubPartitionId,
+    change: &impl Fn(&mut SubState),
+) -> io::Result<Option<(Option<SubState>, Ownership)>> {
+    let key = id.state_key();
+    let (previous, e_tag) = match objects.get_tagged(&key)? {
+        Some((bytes, e_tag)) => {
+            let state = serde_json::from_slice::<SubState>(&bytes)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            let e_tag = e_tag.ok_or_else(|| no_e_tag(objects))?;
+            (Some(state), Some(e_tag))
+        }
+        None => (None, None),
+    };
+    let mut next = previous.clone().unwrap_or_else(SubState::empty);
+    next.owner = previous.as_ref().map_or(0, |s| s.owner) + 1;
+    change(&mut next);
+    let bytes = serde_json::to_vec(&next).map_err(io::Error::other)?;
+    match objects.put_if(&key, bytes, e_tag.as_deref())? {
+        PutOutcome::Written(Some(e_tag)) => Ok(Some((
+            previous,
+            Ownership {
+                generation: next.owner,
+                version: 0,
+                e_tag: Some(e_tag),
+            },
+        ))),
+        PutOutcome::Written(None) => Err(no_e_tag(objects)),
+        PutOutcome::Conflict => Ok(None),
+    }
+}
+
+fn no_e_tag(objects: &ObjectTarget) -> io::Error {
+    io::Error::other(format!(
+        "the object store at {} returns no e-tags, so its commits cannot be made conditional",
+        objects.url()
+    ))
 }
 
 /// The test hook of the [module docs](self): aborts the process in the `N`th object store
@@ -739,17 +1061,26 @@ pub struct Epoch {
     next_file: u32,
     /// Dead-lettered offsets the state must keep listing until a commit passes them.
     skipped: Vec<i64>,
+    /// This writer's claim on the sub-partition: every commit is conditional on it.
+    ownership: Ownership,
 }
 
 impl Epoch {
-    /// The first epoch after a recovery whose last committed epoch was `last_epoch` and
-    /// whose state lists `skipped` offsets.
-    pub fn new(root: &OutputRoot, id: SubPartitionId, last_epoch: u64, skipped: Vec<i64>) -> Self {
+    /// The first epoch after a recovery whose last committed epoch was `last_epoch`, whose
+    /// state lists `skipped` offsets and whose claim gave `ownership`.
+    pub fn new(
+        root: &OutputRoot,
+        id: SubPartitionId,
+        last_epoch: u64,
+        skipped: Vec<i64>,
+        ownership: Ownership,
+    ) -> Self {
         let staging = root.staging_dir(&id);
         Self {
             id,
             staging,
             skipped,
+            ownership,
             number: last_epoch + 1,
             files: Vec::new(),
             records: 0,
@@ -791,7 +1122,12 @@ impl Epoch {
                 if self.files.is_empty() {
                     fs::create_dir_all(&self.staging)?;
                 }
-                let staged_name = format!(".tmp-e{}-{}", self.number, self.next_file);
+                // Unique per owner: a zombie's staged names never collide with the
+                // current owner's.
+                let staged_name = format!(
+                    ".tmp-o{}-e{}-{}",
+                    self.ownership.generation, self.number, self.next_file
+                );
                 self.next_file += 1;
                 let file = OpenFile::create(
                     &self.staging.join(&staged_name),
@@ -821,19 +1157,22 @@ impl Epoch {
     ///
     /// # Errors
     ///
-    /// I/O errors; the epoch is then not committed (or committed and its renames finished by
-    /// the next recovery).
+    /// [`CommitError::Io`]: the epoch is then not committed (or committed and its renames
+    /// finished by the next recovery). [`CommitError::Refused`]: the sub-partition has a newer
+    /// owner; the epoch is dropped (see [`CommitRefused::cleaned`]).
     pub fn commit(
         &mut self,
         root: &OutputRoot,
         settings: &FileSettings,
-    ) -> io::Result<Vec<PathBuf>> {
+    ) -> Result<Vec<PathBuf>, CommitError> {
         let Some(last_offset) = self.last_offset else {
             return Ok(Vec::new());
         };
         for file in &mut self.files {
             file.finish()?;
         }
+        // Tests stop a worker here, its files finished and its commit not yet attempted.
+        crate::gate_point!("sink::files::commit");
         let renames: Vec<(String, String)> = self
             .files
             .iter()
@@ -855,43 +1194,15 @@ impl Epoch {
             .collect();
         self.skipped.retain(|o| *o > last_offset);
         let state = SubState {
+            owner: self.ownership.generation,
             last_offset,
             epoch: self.number,
             renames,
             skipped: self.skipped.clone(),
         };
-        let bytes = serde_json::to_vec(&state).map_err(io::Error::other)?;
-        let committed = if let Some(objects) = &root.objects {
-            objects.put(&self.id.pending_key(), bytes.clone())?;
-            for (staged, key) in &state.renames {
-                objects.upload(&self.staging.join(staged), key)?;
-            }
-            abort_after_upload_hook();
-            objects.put(&self.id.state_key(), bytes)?;
-            if let Err(error) = objects.delete(&self.id.pending_key()) {
-                // Recovery deletes it; it names a committed epoch.
-                tracing::warn!(error = %error, "cannot delete a committed epoch's pending intent");
-            }
-            for (staged, _) in &state.renames {
-                fs::remove_file(self.staging.join(staged))?;
-            }
-            state
-                .renames
-                .iter()
-                .map(|(_, key)| PathBuf::from(key))
-                .collect()
-        } else {
-            let state_path = root.state_path(&self.id);
-            if let Some(dir) = state_path.parent() {
-                fs::create_dir_all(dir)?;
-            }
-            write_atomically(&state_path, &bytes)?;
-            root.apply_renames(&self.staging, &state.renames)?;
-            state
-                .renames
-                .iter()
-                .map(|(_, target)| root.path().join(target))
-                .collect()
+        let committed = match &root.objects {
+            Some(objects) => self.commit_objects(root, objects, &state)?,
+            None => self.commit_local(root, &state)?,
         };
         self.number += 1;
         self.files.clear();
@@ -900,6 +1211,135 @@ impl Epoch {
         self.opened_at = None;
         self.next_file = 0;
         Ok(committed)
+    }
+
+    /// The local part of [`Epoch::commit`]: the next state version, created exclusively, is
+    /// the commit point; then the renames.
+    fn commit_local(
+        &mut self,
+        root: &OutputRoot,
+        state: &SubState,
+    ) -> Result<Vec<PathBuf>, CommitError> {
+        let version = self.ownership.version + 1;
+        if !root.create_version(&self.id, version, state)? {
+            // Someone claimed the sub-partition: version `version` is theirs.
+            let (_, newer) = root.read_local_state(&self.id)?;
+            let reason = format!(
+                "state version {version} was written by owner generation {}",
+                newer.map_or_else(|| "?".to_owned(), |s| s.owner.to_string())
+            );
+            return Err(self.refuse(root, reason, true));
+        }
+        let newest = root.state_versions(&self.id)?.last().copied().unwrap_or(0);
+        if newest != version {
+            // Our version re-created a name that had been pruned: the state had moved on.
+            // Whether a new owner read ours first is unknown, so nothing is touched: the
+            // owner's recovery renames or deletes these files.
+            let reason = format!("state version {newest} is newer than this commit's {version}");
+            return Err(self.refuse(root, reason, false));
+        }
+        self.ownership.version = version;
+        root.prune_versions(&self.id, version);
+        root.apply_renames(&self.staging, &state.renames)?;
+        Ok(state
+            .renames
+            .iter()
+            .map(|(_, target)| root.path().join(target))
+            .collect())
+    }
+
+    /// The object store part of [`Epoch::commit`]: uploads to the staging prefix, the state
+    /// PUT with `If-Match` (the commit point), then the copies to the final keys.
+    fn commit_objects(
+        &mut self,
+        root: &OutputRoot,
+        objects: &ObjectTarget,
+        state: &SubState,
+    ) -> Result<Vec<PathBuf>, CommitError> {
+        for (staged, _) in &state.renames {
+            objects.upload(&self.staging.join(staged), &self.id.staging_key(staged))?;
+        }
+        abort_after_upload_hook();
+        let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
+        let expected = self
+            .ownership
+            .e_tag
+            .clone()
+            .ok_or_else(|| no_e_tag(objects))?;
+        match objects.put_if(&self.id.state_key(), bytes, Some(&expected))? {
+            PutOutcome::Written(e_tag) => {
+                self.ownership.e_tag = Some(e_tag.ok_or_else(|| no_e_tag(objects))?);
+            }
+            PutOutcome::Conflict => {
+                let current = objects.get_tagged(&self.id.state_key())?;
+                let found = current
+                    .as_ref()
+                    .and_then(|(bytes, _)| serde_json::from_slice::<SubState>(bytes).ok());
+                match found {
+                    // Our own PUT, retried after its answer was lost.
+                    Some(found) if found == *state => {
+                        self.ownership.e_tag = current.and_then(|(_, e_tag)| e_tag);
+                    }
+                    // Committed, then claimed: the new owner copies these objects.
+                    Some(found) if found.renames == state.renames => {
+                        let reason = format!(
+                            "owner generation {} claimed it right after this commit",
+                            found.owner
+                        );
+                        return Err(self.refuse(root, reason, false));
+                    }
+                    found => {
+                        let reason = format!(
+                            "the state object was rewritten by owner generation {}",
+                            found.map_or_else(|| "?".to_owned(), |s| s.owner.to_string())
+                        );
+                        return Err(self.refuse(root, reason, true));
+                    }
+                }
+            }
+        }
+        for (staged, key) in &state.renames {
+            // Not there any more: a new owner's recovery has copied it already.
+            if !objects.copy(&self.id.staging_key(staged), key)? && !objects.exists(key)? {
+                return Err(CommitError::Io(io::Error::other(format!(
+                    "the staged object of {key} vanished before it was copied"
+                ))));
+            }
+        }
+        for (staged, _) in &state.renames {
+            if let Err(error) = objects.delete(&self.id.staging_key(staged)) {
+                // The next recovery deletes it.
+                tracing::warn!(error = %error, "cannot delete a committed epoch's staged object");
+            }
+            fs::remove_file(self.staging.join(staged))?;
+        }
+        Ok(state
+            .renames
+            .iter()
+            .map(|(_, key)| PathBuf::from(key))
+            .collect())
+    }
+
+    /// Ends a refused commit: with `clean`, deletes this epoch's own staged files (and
+    /// staged objects); otherwise leaves them to the new owner. The epoch is empty after.
+    fn refuse(&mut self, root: &OutputRoot, reason: String, clean: bool) -> CommitError {
+        if clean {
+            for file in &self.files {
+                let _ = fs::remove_file(self.staging.join(&file.staged_name));
+                if let Some(objects) = &root.objects {
+                    let _ = objects.delete(&self.id.staging_key(&file.staged_name));
+                }
+            }
+        }
+        let refused = CommitRefused {
+            tag: self.id.tag(),
+            epoch: self.number,
+            generation: self.ownership.generation,
+            reason,
+            cleaned: clean,
+        };
+        self.forget();
+        CommitError::Refused(refused)
     }
 
     /// Closes the epoch's files and forgets them, leaving them on disk for the next
@@ -973,12 +1413,33 @@ mod tests {
         }
     }
 
+    /// Claims the sub-partition and opens its next epoch, as an assignment does.
+    fn claim_epoch(root: &OutputRoot) -> Epoch {
+        let (recovered, ownership) = root.recover(&id()).unwrap();
+        let (epoch, skipped) = recovered.map_or((0, Vec::new()), |r| (r.epoch, r.skipped));
+        Epoch::new(root, id(), epoch, skipped, ownership)
+    }
+
+    fn recovered(root: &OutputRoot) -> Option<(i64, u64)> {
+        root.recover(&id())
+            .unwrap()
+            .0
+            .map(|r| (r.last_offset, r.epoch))
+    }
+
+    fn refused(result: Result<Vec<PathBuf>, CommitError>) -> CommitRefused {
+        match result {
+            Err(CommitError::Refused(refused)) => refused,
+            other => panic!("expected a refused commit, got {other:?}"),
+        }
+    }
+
     #[test]
     fn commit_renames_to_offset_names_and_recovery_returns_the_last_offset() {
         let dir = temp_root("commit");
         let root = OutputRoot::open(&dir, 2).unwrap();
-        assert_eq!(root.recover(&id()).unwrap(), None);
-        let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
+        assert_eq!(recovered(&root), None);
+        let mut epoch = claim_epoch(&root);
         write(&mut epoch, "a", 3, r#"{"x":1}"#);
         write(&mut epoch, "b", 5, "{ }");
         write(&mut epoch, "a", 9, "[\n1]");
@@ -1005,13 +1466,10 @@ mod tests {
         // An uncommitted epoch leaves staged files; recovery deletes them.
         write(&mut epoch, "a", 11, "{}");
         drop(epoch);
-        assert_eq!(
-            root.recover(&id())
-                .unwrap()
-                .map(|r| (r.last_offset, r.epoch)),
-            Some((9, 1))
-        );
+        assert_eq!(recovered(&root), Some((9, 1)));
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
+        // Old state versions are pruned: the newest two stay.
+        assert!(root.state_versions(&id()).unwrap().len() <= 2);
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1020,26 +1478,88 @@ mod tests {
         let dir = temp_root("skipped");
         let root = OutputRoot::open(&dir, 2).unwrap();
         root.add_skipped(&id(), 4).unwrap();
-        let recovered = root.recover(&id()).unwrap().unwrap();
+        let (recovered, ownership) = root.recover(&id()).unwrap();
+        let recovered = recovered.unwrap();
         assert_eq!(
             (recovered.last_offset, &recovered.skipped[..]),
             (-1, &[4][..])
         );
-        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped);
+        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped, ownership);
         write(&mut epoch, "a", 3, "{}");
         epoch.commit(&root, &settings()).unwrap();
-        assert_eq!(root.recover(&id()).unwrap().unwrap().skipped, [4]);
+        assert_eq!(root.recover(&id()).unwrap().0.unwrap().skipped, [4]);
         root.add_skipped(&id(), 2).unwrap(); // already committed: ignored
         root.add_skipped(&id(), 6).unwrap();
-        let recovered = root.recover(&id()).unwrap().unwrap();
+        let (recovered, ownership) = root.recover(&id()).unwrap();
+        let recovered = recovered.unwrap();
         assert_eq!(
             (recovered.last_offset, &recovered.skipped[..]),
             (3, &[4, 6][..])
         );
-        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped);
+        let mut epoch = Epoch::new(&root, id(), recovered.epoch, recovered.skipped, ownership);
         write(&mut epoch, "a", 5, "{}");
         epoch.commit(&root, &settings()).unwrap();
-        assert_eq!(root.recover(&id()).unwrap().unwrap().skipped, [6]);
+        assert_eq!(root.recover(&id()).unwrap().0.unwrap().skipped, [6]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The fence on local files: a writer whose sub-partition was claimed by another owner
+    /// cannot commit; it deletes its own staged files and nothing of the new owner's.
+    #[test]
+    fn a_zombie_writer_cannot_commit_after_a_new_owner_claimed() {
+        let dir = temp_root("zombie");
+        let root = OutputRoot::open(&dir, 2).unwrap();
+        let mut zombie = claim_epoch(&root);
+        write(&mut zombie, "a", 1, "{}");
+        zombie.commit(&root, &settings()).unwrap();
+        write(&mut zombie, "a", 2, "{}");
+        // The partition moves: the new owner claims, writes offset 2 again and commits.
+        let mut owner = claim_epoch(&root);
+        write(&mut owner, "a", 2, "{}");
+        write(&mut owner, "a", 3, "{}");
+        let staged_by_owner = fs::read_dir(root.staging_dir(&id())).unwrap().count();
+        assert_eq!(
+            staged_by_owner, 1,
+            "the claim's recovery deleted the zombie's staged file"
+        );
+        owner.commit(&root, &settings()).unwrap();
+        // The zombie goes on, as a resumed process would: a new file, then its commit.
+        write(&mut zombie, "b", 4, "{}");
+        let refusal = refused(zombie.commit(&root, &settings()));
+        assert!(refusal.cleaned, "{refusal}");
+        assert_eq!((refusal.generation, refusal.epoch), (1, 2));
+        assert!(
+            refusal
+                .to_string()
+                .contains("owner generation 1 no longer owns it"),
+            "{refusal}"
+        );
+        assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
+        assert!(dir.join("a/part-t+0+s1+1-1.jsonl").exists());
+        assert!(dir.join("a/part-t+0+s1+2-3.jsonl").exists());
+        assert!(!dir.join("a/part-t+0+s1+2-2.jsonl").exists());
+        assert!(!dir.join("b").exists());
+        assert_eq!(recovered(&root), Some((3, 2)));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A zombie whose next state version had been pruned creates it again, but a newer
+    /// version exists: its commit is refused without touching anything.
+    #[test]
+    fn a_zombie_recreating_a_pruned_version_is_refused() {
+        let dir = temp_root("zombie_pruned");
+        let root = OutputRoot::open(&dir, 2).unwrap();
+        let mut zombie = claim_epoch(&root);
+        let mut owner = claim_epoch(&root);
+        for offset in 1..=3 {
+            write(&mut owner, "a", offset, "{}");
+            owner.commit(&root, &settings()).unwrap();
+        }
+        assert!(!root.state_dir(&id()).join(version_name(2)).exists());
+        write(&mut zombie, "a", 1, "{}");
+        let refusal = refused(zombie.commit(&root, &settings()));
+        assert!(!refusal.cleaned, "{refusal}");
+        assert_eq!(recovered(&root), Some((3, 3)));
         fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -1069,28 +1589,28 @@ mod tests {
 
     #[test]
     fn recovery_finishes_the_renames_of_a_committed_epoch() {
+        // The state file of an older sluice (one file, no versions) still recovers.
         let dir = temp_root("rollforward");
         let root = OutputRoot::open(&dir, 2).unwrap();
         let staging = root.staging_dir(&id());
         fs::create_dir_all(&staging).unwrap();
         fs::write(staging.join(".tmp-e4-0"), "{}\n").unwrap();
         let state = SubState {
+            owner: 0,
             last_offset: 42,
             epoch: 4,
             renames: vec![(".tmp-e4-0".into(), "x/y/part-t+0+s1+40-42.jsonl".into())],
             skipped: Vec::new(),
         };
-        fs::create_dir_all(root.state_path(&id()).parent().unwrap()).unwrap();
-        write_atomically(
-            &root.state_path(&id()),
-            &serde_json::to_vec(&state).unwrap(),
-        )
-        .unwrap();
-        assert_eq!(
-            root.recover(&id())
-                .unwrap()
-                .map(|r| (r.last_offset, r.epoch)),
-            Some((42, 4))
+        let legacy = root.legacy_state_path(&id());
+        fs::create_dir_all(legacy.parent().unwrap()).unwrap();
+        write_atomically(&legacy, &serde_json::to_vec(&state).unwrap()).unwrap();
+        let (recovered, ownership) = root.recover(&id()).unwrap();
+        assert_eq!(recovered.map(|r| (r.last_offset, r.epoch)), Some((42, 4)));
+        assert_eq!((ownership.generation, ownership.version), (1, 1));
+        assert!(
+            !legacy.exists(),
+            "the legacy state is replaced by version 1"
         );
         assert_eq!(
             fs::read_to_string(dir.join("x/y/part-t+0+s1+40-42.jsonl")).unwrap(),
@@ -1110,7 +1630,7 @@ mod tests {
                 metadata: false,
                 ..settings()
             };
-            let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
+            let mut epoch = claim_epoch(&root);
             for offset in 0..100 {
                 let value = format!(r#"{{"n":{offset}}}"#);
                 let fields = parse_object(&value).ok();
@@ -1159,7 +1679,7 @@ mod tests {
     }
 
     #[test]
-    fn object_store_commits_to_final_keys_and_recovery_deletes_uncommitted_epochs() {
+    fn object_store_commits_through_staging_and_recovery_deletes_uncommitted_epochs() {
         use object_store::ObjectStore;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -1171,8 +1691,8 @@ mod tests {
             || ObjectTarget::new(Arc::clone(&store), "mem://b", runtime.handle().clone(), 0);
         let staging = temp_root("objects");
         let root = OutputRoot::open_objects(&staging, target(), 2).unwrap();
-        assert_eq!(root.recover(&id()).unwrap(), None);
-        let mut epoch = Epoch::new(&root, id(), 0, Vec::new());
+        assert_eq!(recovered(&root), None);
+        let mut epoch = claim_epoch(&root);
         write(&mut epoch, "a", 3, r#"{"x":1}"#);
         write(&mut epoch, "b", 5, "{}");
         let files = epoch.commit(&root, &settings()).unwrap();
@@ -1187,22 +1707,31 @@ mod tests {
         let line =
             String::from_utf8(objects.get("a/part-t+0+s1+3-3.jsonl").unwrap().unwrap()).unwrap();
         assert!(line.ends_with(",\"x\":1}\n"), "{line}");
-        let mut keys = objects.list("").unwrap();
-        keys.sort();
+        let keys = |objects: &ObjectTarget| {
+            let mut keys = objects.list("").unwrap();
+            keys.sort();
+            keys
+        };
         assert_eq!(
-            keys,
+            keys(&objects),
             [
                 "_sluice/state/t+0+s1.json",
                 "_sluice_sink.json",
                 "a/part-t+0+s1+3-3.jsonl",
                 "b/part-t+0+s1+5-5.jsonl"
             ],
-            "the pending intent is gone after the commit"
+            "nothing is left in the staging prefix after the commit"
         );
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
 
-        // A crash after epoch 2's uploads, before its state PUT: intent and object exist.
+        // A crash after an epoch's uploads, before its state PUT: staged objects only.
+        objects
+            .put(&id().staging_key(".tmp-o9-e2-0"), b"{}\n".to_vec())
+            .unwrap();
+        fs::write(root.staging_dir(&id()).join(".tmp-o9-e2-0"), "{}\n").unwrap();
+        // And a pending intent of an older sluice, with its uploaded final key.
         let pending = SubState {
+            owner: 0,
             last_offset: 9,
             epoch: 2,
             renames: vec![(".tmp-e2-0".into(), "a/part-t+0+s1+7-9.jsonl".into())],
@@ -1214,39 +1743,39 @@ mod tests {
         objects
             .put("a/part-t+0+s1+7-9.jsonl", b"{}\n".to_vec())
             .unwrap();
-        fs::write(root.staging_dir(&id()).join(".tmp-e2-0"), "{}\n").unwrap();
+        assert_eq!(recovered(&root), Some((5, 1)));
         assert_eq!(
-            root.recover(&id())
-                .unwrap()
-                .map(|r| (r.last_offset, r.epoch)),
-            Some((5, 1))
+            keys(&objects),
+            [
+                "_sluice/state/t+0+s1.json",
+                "_sluice_sink.json",
+                "a/part-t+0+s1+3-3.jsonl",
+                "b/part-t+0+s1+5-5.jsonl"
+            ]
         );
-        assert_eq!(objects.get("a/part-t+0+s1+7-9.jsonl").unwrap(), None);
-        assert_eq!(objects.get(&id().pending_key()).unwrap(), None);
-        assert!(objects.get("a/part-t+0+s1+3-3.jsonl").unwrap().is_some());
         assert_eq!(fs::read_dir(root.staging_dir(&id())).unwrap().count(), 0);
 
-        // A crash after the state PUT, before the intent's deletion: the epoch stays.
-        let mut epoch = Epoch::new(&root, id(), 1, Vec::new());
-        write(&mut epoch, "a", 7, "{}");
-        epoch.commit(&root, &settings()).unwrap();
+        // A state PUT whose copies did not all happen: recovery copies what is staged.
+        let (_, ownership) = root.recover(&id()).unwrap();
         let committed = SubState {
+            owner: ownership.generation,
             last_offset: 7,
             epoch: 2,
-            renames: vec![(".tmp-e2-0".into(), "a/part-t+0+s1+7-7.jsonl".into())],
+            renames: vec![(".tmp-o3-e2-0".into(), "a/part-t+0+s1+7-7.jsonl".into())],
             skipped: Vec::new(),
         };
         objects
-            .put(&id().pending_key(), serde_json::to_vec(&committed).unwrap())
+            .put(&id().state_key(), serde_json::to_vec(&committed).unwrap())
             .unwrap();
+        objects
+            .put(&id().staging_key(".tmp-o3-e2-0"), b"{}\n".to_vec())
+            .unwrap();
+        assert_eq!(recovered(&root), Some((7, 2)));
         assert_eq!(
-            root.recover(&id())
-                .unwrap()
-                .map(|r| (r.last_offset, r.epoch)),
-            Some((7, 2))
+            objects.get("a/part-t+0+s1+7-7.jsonl").unwrap().as_deref(),
+            Some(&b"{}\n"[..])
         );
-        assert!(objects.get("a/part-t+0+s1+7-7.jsonl").unwrap().is_some());
-        assert_eq!(objects.get(&id().pending_key()).unwrap(), None);
+        assert!(objects.list(&id().staging_prefix()).unwrap().is_empty());
 
         // The number of sub-partitions is recorded in the store.
         let error = OutputRoot::open_objects(&staging, target(), 4).unwrap_err();
@@ -1255,6 +1784,51 @@ mod tests {
             RootError::SubPartitionsChanged { stored: 2, .. }
         ));
         fs::remove_dir_all(&staging).unwrap();
+    }
+
+    /// The fence on an object store: the zombie's state PUT fails its `If-Match`; it deletes
+    /// its own staged objects, and no final key of the new owner is touched.
+    #[test]
+    fn a_zombie_writer_cannot_commit_to_an_object_store() {
+        use object_store::ObjectStore;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let target = ObjectTarget::new(Arc::clone(&store), "mem://b", runtime.handle().clone(), 0);
+        let objects = ObjectTarget::new(Arc::clone(&store), "mem://b", runtime.handle().clone(), 0);
+        // Two processes, each with its own staging directory.
+        let (dir_a, dir_b) = (temp_root("zombie_a"), temp_root("zombie_b"));
+        let root_a = OutputRoot::open_objects(&dir_a, target, 2).unwrap();
+        let target = ObjectTarget::new(Arc::clone(&store), "mem://b", runtime.handle().clone(), 0);
+        let root_b = OutputRoot::open_objects(&dir_b, target, 2).unwrap();
+        let mut zombie = claim_epoch(&root_a);
+        write(&mut zombie, "a", 1, "{}");
+        zombie.commit(&root_a, &settings()).unwrap();
+        write(&mut zombie, "a", 2, "{}");
+        let mut owner = claim_epoch(&root_b);
+        write(&mut owner, "a", 2, "{}");
+        owner.commit(&root_b, &settings()).unwrap();
+        let before = objects.get("a/part-t+0+s1+2-2.jsonl").unwrap().unwrap();
+        let refusal = refused(zombie.commit(&root_a, &settings()));
+        assert!(refusal.cleaned, "{refusal}");
+        assert!(refusal.reason.contains("owner generation 2"), "{refusal}");
+        assert!(objects.list(&id().staging_prefix()).unwrap().is_empty());
+        assert_eq!(fs::read_dir(root_a.staging_dir(&id())).unwrap().count(), 0);
+        assert_eq!(
+            objects.get("a/part-t+0+s1+2-2.jsonl").unwrap().unwrap(),
+            before
+        );
+        assert_eq!(recovered(&root_b), Some((2, 2)));
+        // The new owner goes on committing.
+        let mut owner = claim_epoch(&root_b);
+        write(&mut owner, "a", 3, "{}");
+        owner.commit(&root_b, &settings()).unwrap();
+        assert_eq!(recovered(&root_b), Some((3, 3)));
+        fs::remove_dir_all(&dir_a).unwrap();
+        fs::remove_dir_all(&dir_b).unwrap();
     }
 
     #[test]

@@ -30,6 +30,11 @@
 //! - **Rebalance.** On revocation the partitions' workers commit their epochs (bounded by
 //!   `revoke_timeout_ms`; a worker that does not finish in time is abandoned and cannot commit
 //!   any more), the watermark is committed, then the partitions are released.
+//! - **Fencing.** A worker that outlives its assignment (a stalled process, a lost group
+//!   session: the assignment is *lost*, not revoked) cannot commit either: each assignment
+//!   claims its sub-partitions by bumping the owner generation in their state, and every
+//!   commit is conditional on it (see "Fencing" in [`files`]); the broker refuses the stale
+//!   consumer's offset commit (`UNKNOWN_MEMBER_ID`).
 //! - **Destinations.** Everything above is the same for every destination; `Destination`
 //!   recovers a sub-partition's state (committed files, or its row in the PostgreSQL progress
 //!   table: see [`postgres::apply`]) and makes its [`worker::SubPartitionWriter`]. "Epoch"
@@ -75,7 +80,9 @@ use crate::error::PipelineError;
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd as SupervisedEnd, Supervised};
 use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
-use crate::sink::files::{FileSettings, OutputRoot, Recovered, RootError, SubPartitionId};
+use crate::sink::files::{
+    FileSettings, OutputRoot, Ownership, Recovered, RootError, SubPartitionId,
+};
 use crate::sink::object::ObjectTarget;
 use crate::sink::postgres::apply::PgTarget;
 use crate::sink::template::PathTemplate;
@@ -225,19 +232,26 @@ impl Destination {
         }
     }
 
-    /// What `id` has committed; `None`: nothing yet.
-    fn recover(&self, id: &SubPartitionId) -> Result<Option<Recovered>, PipelineError> {
+    /// What `id` has committed (`None`: nothing yet), and for files the claim that makes this
+    /// process its owner (see [`files`]).
+    fn recover(
+        &self,
+        id: &SubPartitionId,
+    ) -> Result<(Option<Recovered>, Option<Ownership>), PipelineError> {
         match self {
-            Self::Files { root, .. } => root.recover(id).map_err(|e| {
-                PipelineError::retryable(
-                    format!(
-                        "cannot recover the files of {}/{} sub-partition {}",
-                        id.topic, id.partition, id.sub
-                    ),
-                    e,
-                )
-            }),
-            Self::Postgres(target) => target.recover(id),
+            Self::Files { root, .. } => root
+                .recover(id)
+                .map(|(recovered, ownership)| (recovered, Some(ownership)))
+                .map_err(|e| {
+                    PipelineError::retryable(
+                        format!(
+                            "cannot recover the files of {}/{} sub-partition {}",
+                            id.topic, id.partition, id.sub
+                        ),
+                        e,
+                    )
+                }),
+            Self::Postgres(target) => target.recover(id).map(|recovered| (recovered, None)),
         }
     }
 
@@ -246,21 +260,28 @@ impl Destination {
         &self,
         id: SubPartitionId,
         recovered: &Recovered,
+        ownership: Option<Ownership>,
         failure: FailureSettings,
         dead_letter: Option<Arc<DeadLetter>>,
-    ) -> Box<dyn SubPartitionWriter> {
-        match self {
+    ) -> Result<Box<dyn SubPartitionWriter>, PipelineError> {
+        Ok(match self {
             Self::Files { root, settings } => Box::new(FilesWriter::new(
                 id,
                 recovered.epoch,
                 recovered.skipped.clone(),
+                ownership.ok_or_else(|| {
+                    PipelineError::fatal(
+                        "a files writer without a claim on its sub-partition",
+                        "this is a bug in sluice: please report it with the log",
+                    )
+                })?,
                 Arc::clone(root),
                 Arc::clone(settings),
             )),
             Self::Postgres(target) => {
                 Box::new(target.writer(id, recovered.last_offset, failure, dead_letter))
             }
-        }
+        })
     }
 
     /// Records that `offset` of `id` went to the dead-letter topic (after a timeout), so that
@@ -853,7 +874,7 @@ impl Intake {
                 partition,
                 sub,
             };
-            let recovered = self.destination.recover(&id)?;
+            let (recovered, ownership) = self.destination.recover(&id)?;
             any_state |= recovered.is_some();
             let recovered = recovered.unwrap_or(Recovered {
                 last_offset: -1,
@@ -869,9 +890,10 @@ impl Intake {
             let writer = self.destination.writer(
                 id.clone(),
                 &recovered,
+                ownership,
                 self.failure_settings,
                 self.dead_letter.clone(),
-            );
+            )?;
             workers.push(
                 worker::spawn(
                     id,
@@ -1374,6 +1396,7 @@ impl Intake {
                     topic = %key.0,
                     partition = key.1,
                     committed = ?state.committed,
+                    lost = consumer.assignment_lost(),
                     "partition released"
                 );
                 for worker in &mut state.workers {

@@ -13,13 +13,18 @@ use object_store::aws::AmazonS3Builder;
 use object_store::buffered::BufWriter;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
 use tokio::io::AsyncWriteExt as _;
 
 use crate::sink::config::S3Config;
 
 /// The smallest multipart part S3 accepts (every part but the last).
 pub const MIN_UPLOAD_PART_BYTES: usize = 5 * 1024 * 1024;
+
+/// The largest `sink.files.roll_bytes` with an object store: a committed object is copied
+/// from its staged key with one `CopyObject`, which takes up to 5 GiB; a file may exceed
+/// `roll_bytes` by its last record.
+pub const MAX_ROLL_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
 /// An object store under a prefix; see the [module docs](self).
 pub struct ObjectTarget {
@@ -148,6 +153,93 @@ impl ObjectTarget {
             .map_err(io_error)
     }
 
+    /// The object's bytes and e-tag, or `None` when there is no such object.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors other than "not found".
+    pub fn get_tagged(&self, key: &str) -> io::Result<Option<(Vec<u8>, Option<String>)>> {
+        let location = ObjectPath::from(key);
+        self.runtime.block_on(async {
+            match self.store.get(&location).await {
+                Ok(result) => {
+                    let e_tag = result.meta.e_tag.clone();
+                    let bytes = result.bytes().await.map_err(io_error)?.to_vec();
+                    Ok(Some((bytes, e_tag)))
+                }
+                Err(object_store::Error::NotFound { .. }) => Ok(None),
+                Err(error) => Err(io_error(error)),
+            }
+        })
+    }
+
+    /// Writes an object with one conditional PUT: only when its current e-tag is `expected`
+    /// (`If-Match`), or, with `None`, only when there is no such object (`If-None-Match: *`).
+    /// Returns the new e-tag, or [`PutOutcome::Conflict`] when the condition does not hold.
+    ///
+    /// # Errors
+    ///
+    /// The store's other errors (after `object_store`'s own retries).
+    pub fn put_if(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+        expected: Option<&str>,
+    ) -> io::Result<PutOutcome> {
+        let location = ObjectPath::from(key);
+        let mode = match expected {
+            Some(e_tag) => PutMode::Update(UpdateVersion {
+                e_tag: Some(e_tag.to_owned()),
+                version: None,
+            }),
+            None => PutMode::Create,
+        };
+        let options = PutOptions {
+            mode,
+            ..PutOptions::default()
+        };
+        let put = self
+            .store
+            .put_opts(&location, PutPayload::from(bytes), options);
+        match self.runtime.block_on(put) {
+            Ok(result) => Ok(PutOutcome::Written(result.e_tag)),
+            Err(
+                object_store::Error::Precondition { .. }
+                | object_store::Error::AlreadyExists { .. },
+            ) => Ok(PutOutcome::Conflict),
+            Err(error) => Err(io_error(error)),
+        }
+    }
+
+    /// Copies an object inside the store (S3 `CopyObject`: up to 5 GiB); `Ok(false)` when
+    /// `from` does not exist.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors other than "not found".
+    pub fn copy(&self, from: &str, to: &str) -> io::Result<bool> {
+        let (from, to) = (ObjectPath::from(from), ObjectPath::from(to));
+        match self.runtime.block_on(self.store.copy(&from, &to)) {
+            Ok(()) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(error) => Err(io_error(error)),
+        }
+    }
+
+    /// Whether an object exists.
+    ///
+    /// # Errors
+    ///
+    /// The store's errors other than "not found".
+    pub fn exists(&self, key: &str) -> io::Result<bool> {
+        let location = ObjectPath::from(key);
+        match self.runtime.block_on(self.store.head(&location)) {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(error) => Err(io_error(error)),
+        }
+    }
+
     /// Deletes an object; one that does not exist is not an error.
     ///
     /// # Errors
@@ -206,6 +298,15 @@ impl ObjectTarget {
             Ok(metas.into_iter().map(|m| m.location.to_string()).collect())
         })
     }
+}
+
+/// What a conditional PUT ([`ObjectTarget::put_if`]) did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PutOutcome {
+    /// Written; the new object's e-tag.
+    Written(Option<String>),
+    /// Not written: the object changed (or exists, or is gone) since the expected version.
+    Conflict,
 }
 
 fn io_error(error: object_store::Error) -> io::Error {

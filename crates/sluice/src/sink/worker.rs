@@ -24,7 +24,8 @@ use crate::dead_letter;
 use crate::error::PipelineError;
 use crate::sink::config::FailurePolicy;
 use crate::sink::files::{
-    Epoch, FileSettings, OutputRecord, OutputRoot, SubPartitionId, WriteError,
+    CommitError, Epoch, FileSettings, OutputRecord, OutputRoot, Ownership, SubPartitionId,
+    WriteError,
 };
 use crate::sink::metrics as m;
 use crate::sink::parquet::ParquetRow;
@@ -521,16 +522,17 @@ pub struct FilesWriter {
 }
 
 impl FilesWriter {
-    /// The writer of `id` after a recovery whose last committed epoch was `last_epoch` and
-    /// whose state lists `skipped` offsets.
+    /// The writer of `id` after a recovery whose last committed epoch was `last_epoch`, whose
+    /// state lists `skipped` offsets and whose claim gave `ownership`.
     pub fn new(
         id: SubPartitionId,
         last_epoch: u64,
         skipped: Vec<i64>,
+        ownership: Ownership,
         root: Arc<OutputRoot>,
         settings: Arc<WorkerSettings>,
     ) -> Self {
-        let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped);
+        let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped, ownership);
         Self {
             topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
             id,
@@ -633,10 +635,29 @@ impl SubPartitionWriter for FilesWriter {
 
     fn commit(&mut self) -> Result<(), PipelineError> {
         let records = self.epoch.records();
-        let files = self
-            .epoch
-            .commit(&self.root, &self.settings.files)
-            .map_err(|e| self.io_error(e))?;
+        let files = match self.epoch.commit(&self.root, &self.settings.files) {
+            Ok(files) => files,
+            Err(CommitError::Io(error)) => return Err(self.io_error(error)),
+            Err(CommitError::Refused(refused)) => {
+                tracing::warn!(
+                    topic = %self.id.topic,
+                    partition = self.id.partition,
+                    sub = self.id.sub,
+                    epoch = refused.epoch,
+                    owner = refused.generation,
+                    reason = %refused.reason,
+                    cleaned = refused.cleaned,
+                    "zombie commit refused: the sub-partition has a newer owner"
+                );
+                return Err(PipelineError::retryable(
+                    format!(
+                        "{}/{} sub-partition {} lost its partition: a newer owner took it over",
+                        self.id.topic, self.id.partition, self.id.sub
+                    ),
+                    refused,
+                ));
+            }
+        };
         if records > 0 {
             m::records_committed().increment(records);
             m::files_committed().increment(files.len() as u64);
@@ -748,7 +769,8 @@ mod tests {
             partition: 0,
             sub: 0,
         };
-        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), root, settings());
+        let (_, ownership) = root.recover(&id).unwrap();
+        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), ownership, root, settings());
         let mut worker = spawn(
             id,
             1,

@@ -862,3 +862,256 @@ async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
     assert!(rows.iter().all(|r| r.id != "hung"));
     verify(&rows, &ends, &HashSet::from([(partition, offset)]));
 }
+
+/// Sends `signal` (`STOP`, `CONT`, …) to a running sluice.
+pub(crate) fn signal(sluice: &Sluice, signal: &str) {
+    let pid = sluice.pid().expect("sluice runs");
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// The consumer group's committed offsets of `topic`'s partitions `0..partitions`.
+pub(crate) fn group_offsets(group: &str, topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition(topic, partition);
+    }
+    consumer
+        .committed_offsets(list, Duration::from_secs(10))
+        .map(|list| {
+            list.elements()
+                .iter()
+                .filter_map(|e| match e.offset() {
+                    rdkafka::Offset::Offset(o) => Some((e.partition(), o)),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until `sluice`'s log has `text` (polling, at most `timeout`); returns whether it has.
+pub(crate) fn wait_for_log(sluice: &Sluice, text: &str, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if sluice.log_text().contains(text) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// What [`zombie_writer`] leaves for the test to check.
+pub(crate) struct ZombieRun {
+    /// The process that was stopped past its session timeout (running again).
+    pub(crate) zombie: Sluice,
+    /// The process that took its partition over.
+    pub(crate) owner: Sluice,
+    /// The topic's end offsets.
+    pub(crate) ends: BTreeMap<i32, i64>,
+    /// The group's committed offsets once the zombie had resumed and tried to commit.
+    pub(crate) group_after: BTreeMap<i32, i64>,
+    /// Whether the zombie logged that its commit was refused.
+    pub(crate) refused: bool,
+}
+
+/// The zombie-writer scenario of issue 17, on a one-partition topic (one sub-partition):
+/// process A commits an epoch, then stops inside its next epoch commit (the
+/// `sink::files::commit` gate point: its files finished, nothing of the commit written yet)
+/// and is SIGSTOPped there; process B joins the group, gets the partition once A's session
+/// (6 s) has expired, claims it and writes every record, including a batch produced while A
+/// was stopped; then A is resumed: its consumer
+/// finds its assignment lost and commits its watermark with its old generation, and its
+/// worker, let through the gate, attempts the commit. `pipeline(dir, port)` is the
+/// pipeline file of a process; A also gets `commit_interval_ms = 600000` (so that its
+/// watermark is still uncommitted when it is stopped) and `revoke_timeout_ms = 2000`.
+pub(crate) async fn zombie_writer(
+    name: &str,
+    topic: &str,
+    pipeline: impl Fn(&Path, u16) -> String,
+) -> ZombieRun {
+    create_topic(topic, 1).await;
+    let produce_batch = |first: u64| {
+        let topic = topic.to_owned();
+        tokio::task::spawn_blocking(move || produce(&topic, 1000, 50, first))
+    };
+    produce_batch(0).await.unwrap();
+    let (dir_a, dir_b) = (
+        test_dir(&format!("{name}_a")),
+        test_dir(&format!("{name}_b")),
+    );
+    let gate = dir_a.join("gate");
+    let _ = std::fs::remove_file(&gate);
+    let (port_a, port_b) = (free_port(), free_port());
+    let toml_a = pipeline(&dir_a, port_a)
+        .replace("commit_interval_ms = 500", "commit_interval_ms = 600000")
+        + "\n[delivery]\nrevoke_timeout_ms = 2000\n";
+    assert!(toml_a.contains("commit_interval_ms = 600000"), "{toml_a}");
+    let zombie = Sluice::start_with_env(
+        &dir_a,
+        &toml_a,
+        port_a,
+        vec![(
+            "FAILPOINTS".into(),
+            format!(
+                "sink::files::commit=1*off->1*return({})->off",
+                gate.display()
+            ),
+        )],
+    );
+    // The first epoch commits; the records produced after it go to the held epoch.
+    wait_until("A's first commit", Duration::from_secs(60), || {
+        committed_records(&zombie) >= 1.0
+    });
+    produce_batch(1000).await.unwrap();
+    assert!(
+        wait_for_log(
+            &zombie,
+            "failpoint: waiting for the gate file",
+            Duration::from_secs(60)
+        ),
+        "A never reached its second commit:\n{}",
+        zombie.log_text()
+    );
+    signal(&zombie, "STOP");
+    println!("zombie writer: A stopped inside an epoch commit");
+    let stopped = Instant::now();
+    // Records only B sees: its committed state goes past anything A holds, so a zombie state
+    // that replaced it would leave B's last files uncovered.
+    produce_batch(2000).await.unwrap();
+    let ends = end_offsets(topic, 1);
+
+    let owner = Sluice::start(&dir_b, &pipeline(&dir_b, port_b), port_b);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while group_offsets(name, topic, 1) != ends {
+        assert!(
+            Instant::now() < deadline,
+            "B did not commit every record while A was stopped (group offsets {:?}, ends {ends:?}):\n{}",
+            group_offsets(name, topic, 1),
+            owner.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!(
+        "zombie writer: B took the partition over and committed every record {:.1} s after A was stopped",
+        stopped.elapsed().as_secs_f64()
+    );
+
+    signal(&zombie, "CONT");
+    // Its consumer learns that the partition is gone; its worker still holds the epoch.
+    assert!(
+        wait_for_log(&zombie, "partition released", Duration::from_secs(30)),
+        "A did not release its lost partition:\n{}",
+        zombie.log_text()
+    );
+    std::fs::write(&gate, b"").unwrap();
+    let refused = wait_for_log(&zombie, "zombie commit refused", Duration::from_secs(15));
+    let group_after = group_offsets(name, topic, 1);
+    ZombieRun {
+        zombie,
+        owner,
+        ends,
+        group_after,
+        refused,
+    }
+}
+
+/// The committed files under `root` that their sub-partition's state does not cover (a last
+/// offset above the state's `last_offset`): the next owner would write them again.
+fn uncommitted_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    files_under(root, &mut files);
+    files
+        .into_iter()
+        .filter(|file| {
+            let name = file.file_name().unwrap().to_string_lossy().into_owned();
+            let (partition, sub, _, last) = parse_name(&name).unwrap();
+            let topic = name
+                .strip_prefix("part-")
+                .unwrap()
+                .rsplitn(4, '+')
+                .nth(3)
+                .unwrap()
+                .to_owned();
+            let dir = root
+                .join("_sluice/state")
+                .join(format!("{topic}+{partition}+s{sub}"));
+            let newest = std::fs::read_dir(&dir)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .filter(|n| n.starts_with('v') && n.ends_with(".json"))
+                        .max()
+                })
+                .ok()
+                .flatten();
+            let committed = newest
+                .and_then(|n| std::fs::read(dir.join(n)).ok())
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                .and_then(|state| state["last_offset"].as_i64());
+            committed.is_none_or(|c| last > c)
+        })
+        .collect()
+}
+
+/// Issue 17, files sink: a writer SIGSTOPped inside an epoch commit past its session timeout,
+/// resumed after another process took its partition over, cannot commit: its commit is
+/// refused, its Kafka offset commit does not move the group's offsets, and every offset is in
+/// exactly one committed file.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zombie_writer_cannot_commit_files() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_zombie");
+    let topic = name.clone();
+    let root = test_dir(&name).join("out");
+    let run = zombie_writer(&name, &topic, |_, port| {
+        sink_toml(&name, &topic, &root, port, "jsonl", 1, "")
+    })
+    .await;
+    let logs = || {
+        format!(
+            "A:\n{}\n-----\nB:\n{}",
+            run.zombie.log_text(),
+            run.owner.log_text()
+        )
+    };
+    // The data first: a zombie commit that went through shows here.
+    let uncommitted = uncommitted_files(&root);
+    assert!(
+        uncommitted.is_empty(),
+        "files beyond their sub-partition's committed state: {uncommitted:?}\n{}",
+        logs()
+    );
+    verify(&read_output(&root), &run.ends, &HashSet::new());
+    assert_eq!(
+        run.group_after,
+        run.ends,
+        "the zombie moved the group's offsets\n{}",
+        logs()
+    );
+    assert!(
+        run.refused,
+        "the zombie's commit was not refused:\n{}",
+        logs()
+    );
+    let ZombieRun {
+        mut zombie,
+        mut owner,
+        ends,
+        ..
+    } = run;
+    assert!(zombie.stop(), "A did not stop:\n{}", zombie.log_text());
+    assert!(owner.stop(), "B did not stop:\n{}", owner.log_text());
+    assert!(uncommitted_files(&root).is_empty());
+    verify(&read_output(&root), &ends, &HashSet::new());
+}

@@ -17,8 +17,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::sink::{
-    Row, assigned, committed_records, create_topic, end_offsets, parse_name, produce, rows_of_file,
-    verify,
+    Row, ZombieRun, assigned, committed_records, create_topic, end_offsets, parse_name, produce,
+    rows_of_file, verify, zombie_writer,
 };
 use crate::support::{
     Sluice, broker_shared, free_port, http_request, s3_endpoint, stack, test_dir, unique,
@@ -103,8 +103,10 @@ struct Listing {
     parts: BTreeMap<String, (u64, Option<String>)>,
     /// Sub-partition tag (`topic+partition+sSUB`) → committed `last_offset`.
     committed: HashMap<String, i64>,
-    /// Pending intents' keys.
+    /// Pending intents' keys (written by sluice before the staging prefix).
     pending: Vec<String>,
+    /// Staged objects (uploaded, not yet committed and copied).
+    staged: Vec<String>,
 }
 
 async fn list(store: &Arc<dyn ObjectStore>) -> Listing {
@@ -117,6 +119,7 @@ async fn list(store: &Arc<dyn ObjectStore>) -> Listing {
         parts: BTreeMap::new(),
         committed: HashMap::new(),
         pending: Vec::new(),
+        staged: Vec::new(),
     };
     for meta in metas {
         let key = meta.location.to_string();
@@ -131,6 +134,8 @@ async fn list(store: &Arc<dyn ObjectStore>) -> Listing {
                 .insert(tag.to_owned(), state["last_offset"].as_i64().unwrap());
         } else if key.starts_with("out/_sluice/pending/") {
             listing.pending.push(key);
+        } else if key.starts_with("out/_sluice/staging/") {
+            listing.staged.push(key);
         } else if key.starts_with("out/_sluice") {
             // The root marker.
         } else {
@@ -217,7 +222,8 @@ fn wait_for_group(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, sluice: &
 }
 
 /// Keyed JSON Lines on S3, SIGKILLed three times while it uploads: every offset in exactly
-/// one object, per-key order, every object committed, large files uploaded in parts.
+/// one object, per-key order, every object committed, files larger than a part uploaded (in
+/// parts) and copied.
 #[tokio::test(flavor = "multi_thread")]
 async fn s3_every_offset_exactly_once_across_sigkills() {
     let _broker = broker_shared().await;
@@ -270,31 +276,36 @@ async fn s3_every_offset_exactly_once_across_sigkills() {
         listing.uncommitted()
     );
     assert!(listing.pending.is_empty(), "{:?}", listing.pending);
+    assert!(listing.staged.is_empty(), "{:?}", listing.staged);
+    // Final objects are server-side copies of the staged uploads (a copy's e-tag no longer
+    // tells a multipart upload apart): an object larger than upload_part_bytes (5 MiB here)
+    // was uploaded in parts (`ObjectTarget::upload`, unit-tested) and copied whole.
     let multipart = listing
         .parts
         .values()
-        .filter(|(_, e_tag)| e_tag.as_deref().is_some_and(|e| e.contains('-')))
+        .filter(|(size, _)| *size > 5 * 1024 * 1024)
         .count();
     let largest = listing.parts.values().map(|(size, _)| *size).max();
     assert!(
         multipart >= 1,
-        "no object was uploaded in parts (largest: {largest:?} bytes)"
+        "no object was larger than a part (largest: {largest:?} bytes)"
     );
     let rows = read_objects(&store, &listing).await;
     verify(&rows, &ends, &HashSet::new());
     let orphans_deleted = sluice
         .log_text()
-        .matches("deleting an object of an uncommitted epoch")
+        .matches("deleting a staged object of an uncommitted epoch")
         .count();
     println!(
-        "sink s3: {RECORDS} records, 3 SIGKILLs: {} objects ({multipart} multipart), every offset exactly once; {orphans_deleted} objects of uncommitted epochs deleted on recovery",
+        "sink s3: {RECORDS} records, 3 SIGKILLs: {} objects ({multipart} larger than a part), every offset exactly once; {orphans_deleted} staged objects of uncommitted epochs deleted on recovery",
         listing.parts.len()
     );
 }
 
 /// The process dies after an epoch's uploads and before its state PUT (the test hook aborts
-/// it exactly there): the uploaded objects are visible but uncommitted; after a restart they
-/// are deleted and re-written, and no offset is in two objects.
+/// it exactly there): the uploaded objects are under the staging prefix, no output object is
+/// uncommitted; after a restart they are deleted and their records re-written, and no offset
+/// is in two objects.
 #[tokio::test(flavor = "multi_thread")]
 async fn s3_crash_between_upload_and_state_put_leaves_no_duplicate() {
     let _broker = broker_shared().await;
@@ -342,14 +353,20 @@ async fn s3_crash_between_upload_and_state_put_leaves_no_duplicate() {
     );
     let store = store(&bucket);
     let before = list(&store).await;
-    let orphans: Vec<String> = before.uncommitted().into_iter().cloned().collect();
     assert!(
-        !orphans.is_empty(),
-        "the aborted epoch's uploads are not in the bucket: {:?}",
+        !before.staged.is_empty(),
+        "the aborted epoch's uploads are not in the staging prefix: {:?}",
         before.parts.keys()
     );
-    assert!(!before.pending.is_empty(), "no pending intent was written");
-    println!("sink s3 crash: uploaded but uncommitted at the crash: {orphans:?}");
+    assert!(
+        before.uncommitted().is_empty(),
+        "uncommitted output objects: {:?}",
+        before.uncommitted()
+    );
+    println!(
+        "sink s3 crash: uploaded but uncommitted at the crash: {:?}",
+        before.staged
+    );
 
     sluice.env.clear();
     sluice.restart();
@@ -363,13 +380,92 @@ async fn s3_crash_between_upload_and_state_put_leaves_no_duplicate() {
     assert!(
         sluice
             .log_text()
-            .contains("deleting an object of an uncommitted epoch"),
+            .contains("deleting a staged object of an uncommitted epoch"),
         "{}",
         sluice.log_text()
     );
     let after = list(&store).await;
     assert!(after.uncommitted().is_empty(), "{:?}", after.uncommitted());
-    assert!(after.pending.is_empty(), "{:?}", after.pending);
+    assert!(after.staged.is_empty(), "{:?}", after.staged);
     let rows = read_objects(&store, &after).await;
     verify(&rows, &ends, &HashSet::new());
+}
+
+/// Issue 17, S3: a writer SIGSTOPped inside an epoch commit past its session timeout, resumed
+/// after another process (another staging directory, as on another machine) took its
+/// partition over, cannot commit: its state PUT fails its `If-Match`, it deletes what it
+/// staged, its Kafka offset commit does not move the group's offsets, and every offset is in
+/// exactly one committed object.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zombie_writer_cannot_commit_objects() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_s3_zombie");
+    let topic = name.clone();
+    let bucket = create_bucket("sink-s3-zombie");
+    let run = zombie_writer(&name, &topic, |dir, port| {
+        s3_sink_toml(&name, &topic, &dir.join("staging"), &bucket, port)
+            .replace("sub_partitions = 2", "sub_partitions = 1")
+            .replace("roll_interval_ms = 3000", "roll_interval_ms = 500")
+    })
+    .await;
+    let logs = || {
+        format!(
+            "A:\n{}\n-----\nB:\n{}",
+            run.zombie.log_text(),
+            run.owner.log_text()
+        )
+    };
+    let store = store(&bucket);
+    let check = |listing: &Listing| {
+        assert!(
+            listing.uncommitted().is_empty(),
+            "objects beyond their sub-partition's committed state: {:?}\n{}",
+            listing.uncommitted(),
+            logs()
+        );
+        assert!(
+            listing.staged.is_empty(),
+            "staged objects left: {:?}\n{}",
+            listing.staged,
+            logs()
+        );
+    };
+    // The data first: a zombie commit that went through shows here.
+    let listing = list(&store).await;
+    check(&listing);
+    verify(
+        &read_objects(&store, &listing).await,
+        &run.ends,
+        &HashSet::new(),
+    );
+    assert_eq!(
+        run.group_after,
+        run.ends,
+        "the zombie moved the group's offsets\n{}",
+        logs()
+    );
+    assert!(
+        run.refused,
+        "the zombie's commit was not refused:\n{}",
+        logs()
+    );
+    let ZombieRun {
+        mut zombie,
+        mut owner,
+        ends,
+        ..
+    } = run;
+    assert!(zombie.stop(), "A did not stop:\n{}", zombie.log_text());
+    assert!(owner.stop(), "B did not stop:\n{}", owner.log_text());
+    let listing = list(&store).await;
+    assert!(
+        listing.uncommitted().is_empty(),
+        "{:?}",
+        listing.uncommitted()
+    );
+    verify(
+        &read_objects(&store, &listing).await,
+        &ends,
+        &HashSet::new(),
+    );
 }
