@@ -101,16 +101,32 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             brokers,
             json,
         } => {
-            let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
-            let target = crate::doctor::Target {
-                pg_url: pipeline.as_ref().map(|p| p.source.connection()).or(pg_url),
-                brokers: pipeline
-                    .as_ref()
-                    .map(|p| p.kafka.brokers.clone())
-                    .or(brokers),
-                pipeline,
+            let file = pipeline.as_deref().map(PipelineFile::load).transpose()?;
+            let findings = match file {
+                Some(PipelineFile::Mysql(config)) => {
+                    runtime()?.block_on(crate::doctor::diagnose_mysql(&config))
+                }
+                Some(PipelineFile::Files(_)) => anyhow::bail!(
+                    "{} is a Kafka → files pipeline: `sluice doctor` inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines; use `sluice check` for this one",
+                    pipeline.unwrap_or_default().display()
+                ),
+                file => {
+                    let pipeline = match file {
+                        Some(PipelineFile::Postgres(config)) => Some(*config),
+                        _ => None,
+                    };
+                    let target = crate::doctor::Target {
+                        pg_url: pipeline.as_ref().map(|p| p.source.connection()).or(pg_url),
+                        brokers: pipeline
+                            .as_ref()
+                            .map(|p| p.kafka.brokers.clone())
+                            .or(brokers),
+                        pipeline,
+                        kafka_client: None,
+                    };
+                    runtime()?.block_on(crate::doctor::diagnose(&target))
+                }
             };
-            let findings = runtime()?.block_on(crate::doctor::diagnose(&target));
             if json {
                 println!("{}", serde_json::to_string_pretty(&findings)?);
             } else {

@@ -187,6 +187,7 @@ async fn pipeline_doctor(
         pg_url: Some(config.source.connection()),
         brokers: Some(config.kafka.brokers.clone()),
         pipeline: Some((*config).clone()),
+        kafka_client: None,
     };
     let findings = crate::doctor::diagnose(&target).await;
     Json(serde_json::json!({ "pipeline": name, "findings": findings })).into_response()

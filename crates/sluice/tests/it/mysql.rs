@@ -585,6 +585,41 @@ async fn a_lost_position_stops_with_the_fix(server: Server) {
     .unwrap();
     let dir = test_dir(&name);
     let admin_port = free_port();
+    // `sluice doctor` sees it before any run: the position is gone, the settings are right.
+    let doctor_file = dir.join("doctor.toml");
+    std::fs::write(
+        &doctor_file,
+        pipeline(server, &name, "nothing", "p", admin_port),
+    )
+    .unwrap();
+    let output = Command::new(sluice_bin())
+        .args(["doctor", "--json", "--pipeline"])
+        .arg(&doctor_file)
+        .output()
+        .unwrap();
+    let findings: Vec<Value> = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    let code = |code: &str| {
+        findings
+            .iter()
+            .find(|f| f["code"] == code)
+            .unwrap_or_else(|| panic!("no {code} in {findings:#?}"))
+            .clone()
+    };
+    assert_eq!(code("mysql.settings")["severity"], "ok");
+    assert!(code("mysql.binlog_retention")["severity"].is_string());
+    let purged = code("mysql.position_purged");
+    assert_eq!(purged["severity"], "critical", "{purged}");
+    assert!(
+        purged["fix"].as_str().unwrap().contains("when_needed"),
+        "{purged}"
+    );
+    assert_eq!(output.status.code(), Some(2), "critical: exit code 2");
     let mut sluice = Sluice::start(
         &dir,
         &pipeline(server, &name, "nothing", "p", admin_port),

@@ -372,6 +372,28 @@ pub async fn run_once(
     result
 }
 
+/// The position the pipeline of `config` resumes from, from its state file (for `doctor`).
+///
+/// # Errors
+///
+/// When the state file cannot be read or parsed.
+pub fn saved_position(
+    config: &MysqlPipelineConfig,
+) -> Result<Option<BinlogPosition>, PipelineError> {
+    let dir = config.state_dir();
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let store = DirectoryStateStore::open(&dir).map_err(|e| {
+        PipelineError::fatal_with(
+            format!("cannot open state_dir {}", dir.display()),
+            "make state_dir readable",
+            e,
+        )
+    })?;
+    Ok(load_state(&store, &format!("{}.mysql", config.name))?.map(|saved| saved.position))
+}
+
 fn load_state(store: &dyn StateStore, key: &str) -> Result<Option<SavedState>, PipelineError> {
     let document = store.load(key).map_err(|e| {
         PipelineError::fatal_with(

@@ -4,6 +4,8 @@
 //!
 //! The checks read catalogs and settings only; they never change anything. Every finding
 //! code is listed with its check and fix in `docs/doctor.md`.
+//!
+//! - [`mysql`]: the MySQL/MariaDB source's server, retention and saved position.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -19,7 +21,10 @@ use serde::Serialize;
 use tokio_postgres::Client;
 
 use crate::kafka;
+use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::PgPipelineConfig;
+
+mod mysql;
 
 /// How bad a finding is; the exit code is the worst one's (0 ok/info, 1 warning, 2 critical).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -89,6 +94,22 @@ pub struct Target {
     pub pg_url: Option<String>,
     /// Kafka bootstrap servers (from the pipeline, `--brokers` or `KAFKA_BROKERS`).
     pub brokers: Option<String>,
+    /// `[kafka.client]` of a pipeline that is not a PostgreSQL one (security settings).
+    pub kafka_client: Option<BTreeMap<String, String>>,
+}
+
+/// The findings for a MySQL/MariaDB → Kafka pipeline: its server, binlog retention and saved
+/// position, and the Kafka checks.
+pub async fn diagnose_mysql(config: &MysqlPipelineConfig) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    mysql::checks(config, &mut findings).await;
+    let target = Target {
+        brokers: Some(config.kafka.brokers.clone()),
+        kafka_client: Some(config.kafka.client.clone()),
+        ..Target::default()
+    };
+    kafka_checks(&config.kafka.brokers, &target, &mut findings).await;
+    findings
 }
 
 /// Slots retaining less WAL than this are not worth a warning.
@@ -637,6 +658,7 @@ async fn kafka_checks(brokers: &str, target: &Target, findings: &mut Vec<Finding
         .pipeline
         .as_ref()
         .map(|p| p.kafka.client.clone())
+        .or_else(|| target.kafka_client.clone())
         .unwrap_or_default();
     if let Some(found) = unencrypted_kafka(brokers, &common) {
         findings.push(found);

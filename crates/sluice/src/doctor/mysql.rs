@@ -1,0 +1,285 @@
+//! `sluice doctor` for MySQL/MariaDB → Kafka pipelines: every setting and privilege the binlog
+//! reader needs (the same rules the pipeline checks at start), binlog retention against the
+//! downtime a pipeline should survive, and whether the saved position is still on the server.
+
+use mysql_async::prelude::Queryable as _;
+
+use super::{Finding, Severity, finding};
+use crate::config::SnapshotMode;
+use crate::source::mysql::config::MysqlPipelineConfig;
+use crate::source::mysql::lag::bytes_behind;
+use crate::source::mysql::server::{self, Flavor};
+
+/// The outage a pipeline should survive without losing its place: binlogs purged sooner are a
+/// warning.
+pub const EXPECTED_DOWNTIME_S: u64 = 24 * 3600;
+
+/// The finding code of a required setting (see `server::settings_issues`).
+fn setting_code(setting: &str) -> &'static str {
+    match setting {
+        "log_bin" => "mysql.log_bin",
+        "binlog_format" => "mysql.binlog_format",
+        "binlog_row_image" => "mysql.binlog_row_image",
+        "binlog_row_metadata" => "mysql.binlog_row_metadata",
+        "binlog_row_value_options" => "mysql.binlog_row_value_options",
+        "log_bin_compress" => "mysql.log_bin_compress",
+        "gtid_mode" => "mysql.gtid_mode",
+        "privileges" => "mysql.privileges",
+        _ => "mysql.setting",
+    }
+}
+
+/// Binlog retention in seconds from the server's variables (0: never purged automatically).
+fn retention_s(expire_seconds: Option<u64>, expire_days: Option<f64>) -> u64 {
+    match (expire_seconds, expire_days) {
+        (Some(seconds), _) if seconds > 0 => seconds,
+        (_, Some(days)) if days > 0.0 => (days * 86_400.0) as u64,
+        _ => 0,
+    }
+}
+
+fn human_duration(seconds: u64) -> String {
+    match seconds {
+        s if s >= 86_400 && s % 3600 == 0 => format!("{:.1} days", s as f64 / 86_400.0),
+        s if s >= 3600 => format!("{:.1} h", s as f64 / 3600.0),
+        s => format!("{s} s"),
+    }
+}
+
+/// Every MySQL/MariaDB finding for `config`'s server and saved position.
+pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Finding>) {
+    let url = crate::source::postgres::connect::redact_url(&config.source.url);
+    let mut conn = match server::connect(&config.source).await {
+        Ok(conn) => conn,
+        Err(error) => {
+            findings.push(finding(
+                "mysql.unreachable",
+                Severity::Critical,
+                format!("cannot connect to the MySQL/MariaDB server: {error}"),
+                &[("url", url.into())],
+                error.hint().unwrap_or(
+                    "check source.mysql.url (host, port, user, password) and that the server listens there",
+                ),
+            ));
+            return;
+        }
+    };
+    let flavor = match server::flavor(&mut conn).await {
+        Ok(flavor) => flavor,
+        Err(error) => {
+            findings.push(query_failed(&error.to_string()));
+            return;
+        }
+    };
+    let version: Option<String> = conn.query_first("SELECT VERSION()").await.ok().flatten();
+    findings.push(finding(
+        "mysql.server",
+        Severity::Ok,
+        format!(
+            "{} {}",
+            match flavor {
+                Flavor::Mysql => "MySQL",
+                Flavor::Mariadb => "MariaDB",
+            },
+            version.as_deref().unwrap_or("(version unknown)")
+        ),
+        &[("url", url.into())],
+        "",
+    ));
+    match server::check_settings(&mut conn, flavor, &config.source).await {
+        Ok(issues) if issues.is_empty() => findings.push(finding(
+            "mysql.settings",
+            Severity::Ok,
+            "log_bin, binlog_format = ROW, binlog_row_image = FULL, binlog_row_metadata = FULL and the user's privileges are as the binlog reader needs",
+            &[],
+            "",
+        )),
+        Ok(issues) => {
+            for issue in issues {
+                findings.push(finding(
+                    setting_code(&issue.setting),
+                    Severity::Critical,
+                    format!("{}: {}", issue.setting, issue.problem),
+                    &[("setting", issue.setting.clone().into())],
+                    issue.problem,
+                ));
+            }
+        }
+        Err(error) => findings.push(query_failed(&error.to_string())),
+    }
+    let expire_seconds: Option<u64> = conn
+        .query_first("SELECT @@GLOBAL.binlog_expire_logs_seconds")
+        .await
+        .ok()
+        .flatten();
+    let expire_days: Option<f64> = conn
+        .query_first("SELECT @@GLOBAL.expire_logs_days")
+        .await
+        .ok()
+        .flatten();
+    let retention = retention_s(expire_seconds, expire_days);
+    let evidence = [
+        (
+            "binlog_expire_logs_seconds",
+            expire_seconds.map_or(serde_json::Value::Null, Into::into),
+        ),
+        (
+            "expire_logs_days",
+            expire_days.map_or(serde_json::Value::Null, Into::into),
+        ),
+    ];
+    let when_needed = config.source.snapshot == SnapshotMode::WhenNeeded;
+    let after_purge = if when_needed {
+        "re-snapshots (snapshot = \"when_needed\")"
+    } else {
+        "stops with the fix and must be re-snapshotted"
+    };
+    if retention == 0 {
+        findings.push(finding(
+            "mysql.binlog_retention",
+            Severity::Info,
+            "binlogs are never purged automatically: a stopped pipeline can always resume, and the binlogs' disk use grows until someone purges them",
+            &evidence,
+            "",
+        ));
+    } else if retention < EXPECTED_DOWNTIME_S {
+        findings.push(finding(
+            "mysql.binlog_retention",
+            Severity::Warning,
+            format!(
+                "binlogs are purged after {}: a pipeline down longer than that cannot resume from its position and {after_purge}",
+                human_duration(retention)
+            ),
+            &evidence,
+            "keep binlogs for longer than your longest outage: SET GLOBAL binlog_expire_logs_seconds = 604800 (7 days) and the same in my.cnf",
+        ));
+    } else {
+        findings.push(finding(
+            "mysql.binlog_retention",
+            Severity::Ok,
+            format!(
+                "binlogs are kept for {}: a pipeline can be down that long and resume",
+                human_duration(retention)
+            ),
+            &evidence,
+            "",
+        ));
+    }
+    let logs: Vec<(String, u64)> = match conn.query("SHOW BINARY LOGS").await {
+        Ok(rows) => rows
+            .into_iter()
+            .map(|row: mysql_async::Row| {
+                (
+                    row.get_opt::<String, _>(0)
+                        .and_then(Result::ok)
+                        .unwrap_or_default(),
+                    row.get_opt::<u64, _>(1).and_then(Result::ok).unwrap_or(0),
+                )
+            })
+            .collect(),
+        Err(error) => {
+            findings.push(query_failed(&error.to_string()));
+            return;
+        }
+    };
+    match crate::source::mysql::stream::saved_position(config) {
+        Ok(Some(position)) => match bytes_behind(&logs, &position.file, position.pos) {
+            Some(behind) => findings.push(finding(
+                "mysql.position",
+                Severity::Ok,
+                format!(
+                    "the saved position {position} is on the server, {} behind its newest position",
+                    crate::config::human_bytes(i64::try_from(behind).unwrap_or(i64::MAX))
+                ),
+                &[
+                    ("position", position.to_string().into()),
+                    ("bytes_behind", behind.into()),
+                    (
+                        "oldest_binlog",
+                        logs.first().map_or(serde_json::Value::Null, |l| l.0.clone().into()),
+                    ),
+                ],
+                "",
+            )),
+            None => findings.push(finding(
+                "mysql.position_purged",
+                Severity::Critical,
+                format!(
+                    "the saved position {position} is no longer on the server (its binlog was purged): the pipeline cannot resume from it and {after_purge}"
+                ),
+                &[
+                    ("position", position.to_string().into()),
+                    (
+                        "oldest_binlog",
+                        logs.first().map_or(serde_json::Value::Null, |l| l.0.clone().into()),
+                    ),
+                ],
+                if when_needed {
+                    "nothing to do: the next run snapshots anew (changes since the position are read from the tables, not the binlog)".to_owned()
+                } else {
+                    format!(
+                        "re-snapshot: set source.mysql.snapshot = \"when_needed\", or remove the state file ({}/{}.mysql.json) to snapshot anew",
+                        config.state_dir().display(),
+                        config.name
+                    )
+                },
+            )),
+        },
+        Ok(None) => findings.push(finding(
+            "mysql.position",
+            Severity::Info,
+            "no saved position: the pipeline has not run here yet (or keeps its state elsewhere)",
+            &[("state_dir", config.state_dir().display().to_string().into())],
+            "",
+        )),
+        Err(error) => findings.push(finding(
+            "mysql.position",
+            Severity::Warning,
+            format!("cannot read the saved position: {error}"),
+            &[],
+            error.hint().unwrap_or_default(),
+        )),
+    }
+}
+
+fn query_failed(error: &str) -> Finding {
+    finding(
+        "mysql.query_failed",
+        Severity::Critical,
+        format!("a MySQL/MariaDB check failed: {error}"),
+        &[],
+        "see the server's message; the user needs REPLICATION CLIENT (MariaDB: BINLOG MONITOR) to read the binlog list and settings",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_comes_from_seconds_else_days_and_zero_means_never() {
+        assert_eq!(retention_s(Some(3600), Some(10.0)), 3600);
+        assert_eq!(retention_s(Some(0), Some(2.0)), 172_800);
+        assert_eq!(retention_s(None, Some(0.5)), 43_200);
+        assert_eq!(retention_s(Some(0), Some(0.0)), 0);
+        assert_eq!(retention_s(None, None), 0);
+        assert_eq!(human_duration(604_800), "7.0 days");
+        assert_eq!(human_duration(7200), "2.0 h");
+    }
+
+    #[test]
+    fn every_required_setting_has_its_own_code() {
+        for setting in [
+            "log_bin",
+            "binlog_format",
+            "binlog_row_image",
+            "binlog_row_metadata",
+            "binlog_row_value_options",
+            "log_bin_compress",
+            "gtid_mode",
+            "privileges",
+        ] {
+            assert_eq!(setting_code(setting), format!("mysql.{setting}"));
+        }
+    }
+}
