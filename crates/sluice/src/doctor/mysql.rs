@@ -7,7 +7,7 @@ use mysql_async::prelude::Queryable as _;
 use super::{Finding, Severity, finding};
 use crate::config::SnapshotMode;
 use crate::source::mysql::config::MysqlPipelineConfig;
-use crate::source::mysql::lag::bytes_behind;
+use crate::source::mysql::lag::{binary_logs, bytes_behind};
 use crate::source::mysql::server::{self, Flavor};
 
 /// The outage a pipeline should survive without losing its place: binlogs purged sooner are a
@@ -165,18 +165,8 @@ pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Find
             "",
         ));
     }
-    let logs: Vec<(String, u64)> = match conn.query("SHOW BINARY LOGS").await {
-        Ok(rows) => rows
-            .into_iter()
-            .map(|row: mysql_async::Row| {
-                (
-                    row.get_opt::<String, _>(0)
-                        .and_then(Result::ok)
-                        .unwrap_or_default(),
-                    row.get_opt::<u64, _>(1).and_then(Result::ok).unwrap_or(0),
-                )
-            })
-            .collect(),
+    let logs = match binary_logs(&mut conn).await {
+        Ok(logs) => logs,
         Err(error) => {
             findings.push(query_failed(&error.to_string()));
             return;

@@ -39,6 +39,28 @@ pub fn bytes_behind(logs: &[(String, u64)], file: &str, pos: u64) -> Option<u64>
     Some(logs[index].1.saturating_sub(pos) + rest)
 }
 
+/// The server's binlog files and their sizes, oldest first (`SHOW BINARY LOGS`).
+///
+/// # Errors
+///
+/// The query's (the user needs `REPLICATION CLIENT`, MariaDB `BINLOG MONITOR`).
+pub async fn binary_logs(
+    conn: &mut mysql_async::Conn,
+) -> Result<Vec<(String, u64)>, mysql_async::Error> {
+    let rows: Vec<mysql_async::Row> = conn.query("SHOW BINARY LOGS").await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| {
+            (
+                row.get_opt::<String, _>(0)
+                    .and_then(Result::ok)
+                    .unwrap_or_default(),
+                row.get_opt::<u64, _>(1).and_then(Result::ok).unwrap_or(0),
+            )
+        })
+        .collect())
+}
+
 /// Reads the server's binlogs every [`INTERVAL`] and publishes the lag until `stop`.
 pub async fn monitor(
     source: MysqlSourceConfig,
@@ -62,18 +84,8 @@ pub async fn monitor(
             };
         }
         let Some(c) = conn.as_mut() else { continue };
-        let logs: Vec<(String, u64)> = match c.query("SHOW BINARY LOGS").await {
-            Ok(rows) => rows
-                .into_iter()
-                .map(|row: mysql_async::Row| {
-                    (
-                        row.get_opt::<String, _>(0)
-                            .and_then(Result::ok)
-                            .unwrap_or_default(),
-                        row.get_opt::<u64, _>(1).and_then(Result::ok).unwrap_or(0),
-                    )
-                })
-                .collect(),
+        let logs = match binary_logs(c).await {
+            Ok(logs) => logs,
             Err(error) => {
                 tracing::warn!(%error, "cannot read the binlog list for the lag");
                 conn = None;
