@@ -372,32 +372,21 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                 }
                 Ok(())
             }
-            DeliveryEvent::Acked(delivery) => {
-                let latency_micros = (unix_micros_now() - delivery.commit_unix_micros).max(0);
-                self.metrics.latency.record(latency_micros as f64 / 1e6);
-                self.window.records += 1;
-                self.window.bytes += u64::from(delivery.bytes);
-                self.window
-                    .latency_micros
-                    .saturating_record(latency_micros.max(1) as u64);
-                delivery.table.records.increment(1);
-                delivery.table.bytes.increment(u64::from(delivery.bytes));
-                self.tracker
-                    .ack(delivery.seq)
-                    .map_err(|e| internal("acknowledgement", e))?;
-                Ok(())
-            }
+            DeliveryEvent::Acked(delivery) => self.acknowledge(&Uncommitted {
+                seq: delivery.seq.0,
+                commit_unix_micros: delivery.commit_unix_micros,
+                bytes: delivery.bytes,
+                table: delivery.table,
+            }),
             DeliveryEvent::Committed { through } => {
                 self.committed_through = Some(through.0);
-                let uncommitted = std::mem::take(&mut self.uncommitted);
-                for record in &uncommitted {
-                    if record.seq <= through.0 {
-                        self.acknowledge(record)?;
-                    }
-                }
-                self.uncommitted = uncommitted;
-                self.uncommitted.retain(|r| r.seq > through.0);
-                Ok(())
+                let (committed, open): (Vec<_>, Vec<_>) = std::mem::take(&mut self.uncommitted)
+                    .into_iter()
+                    .partition(|r| r.seq <= through.0);
+                self.uncommitted = open;
+                committed
+                    .iter()
+                    .try_for_each(|record| self.acknowledge(record))
             }
             DeliveryEvent::TransactionFailed { what, error } => {
                 Err(super::exactly_once::transaction_error(what, error))
@@ -420,8 +409,9 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         }
     }
 
-    /// Exactly once: acknowledges a record whose transaction committed (its latency is to
-    /// the commit: when read_committed consumers can see it).
+    /// Acknowledges a record: at least once when Kafka acknowledged it, exactly once when its
+    /// transaction committed (its latency is then to the commit: when read_committed consumers
+    /// can see it).
     fn acknowledge(&mut self, record: &Uncommitted) -> Result<(), PipelineError> {
         let latency_micros = (unix_micros_now() - record.commit_unix_micros).max(0);
         self.metrics.latency.record(latency_micros as f64 / 1e6);
