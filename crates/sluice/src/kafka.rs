@@ -66,6 +66,21 @@ pub fn effective_batch_size(kafka: &KafkaConfig, batch_size_cap: Option<u64>) ->
     Some(batch_size_cap.map_or(default, |cap| cap.min(default)))
 }
 
+/// Lowers the kept `batch.size` cap (`0`: none yet) to `limit`, a topic's `max.message.bytes`.
+pub fn lower_batch_cap(cap: &std::sync::atomic::AtomicU64, limit: u64) {
+    let _ = cap.fetch_update(
+        std::sync::atomic::Ordering::Relaxed,
+        std::sync::atomic::Ordering::Relaxed,
+        |current| {
+            Some(if current == 0 {
+                limit
+            } else {
+                current.min(limit)
+            })
+        },
+    );
+}
+
 /// A connection problem only an operator can fix, as librdkafka reports it: which setting is
 /// wrong, what sluice found there, and what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,7 +3,11 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
+
+use futures::future::BoxFuture;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use tokio::sync::mpsc;
@@ -92,6 +96,22 @@ struct Uncommitted {
     table: Arc<crate::runtime::metrics::TableMetrics>,
 }
 
+/// Reads a topic's `max.message.bytes` (`None` when it cannot be known).
+pub type TopicLimit =
+    Arc<dyn Fn(Arc<str>) -> BoxFuture<'static, Result<Option<u64>, PipelineError>> + Send + Sync>;
+
+/// The producer's `batch.size`, for telling a batch the broker refused from a record it
+/// refused (see [`DeliveryCore::set_batch_limit`]).
+pub struct BatchLimit {
+    /// The producer's `batch.size`.
+    pub batch_size: u64,
+    /// The smallest topic limit learned, kept across runs (`0`: none yet); the next run's
+    /// producer takes `batch.size` from it.
+    pub learned: Arc<AtomicU64>,
+    /// Reads a topic's limit again.
+    pub topic_limit: TopicLimit,
+}
+
 /// Acknowledged records, bytes and latencies between two status ticks.
 struct AckWindow {
     records: u64,
@@ -124,6 +144,8 @@ pub struct DeliveryCore<C, P, K> {
     uncommitted: Vec<Uncommitted>,
     /// Exactly once: the newest record of the last committed transaction.
     committed_through: Option<u64>,
+    /// The producer's `batch.size`, when sluice chose it.
+    batch_limit: Option<BatchLimit>,
 }
 
 impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
@@ -216,7 +238,16 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             exactly_once: false,
             uncommitted: Vec::new(),
             committed_through: None,
+            batch_limit: None,
         }
+    }
+
+    /// Tells a refused batch from a refused record: a record smaller than `batch.size` that
+    /// Kafka refuses as too large has its topic's limit read again, and when that is below
+    /// `batch.size` the run restarts with the lower cap instead of stopping (or dead-lettering
+    /// a record that was never too large).
+    pub fn set_batch_limit(&mut self, limit: BatchLimit) {
+        self.batch_limit = Some(limit);
     }
 
     /// The in-flight budget.
@@ -504,6 +535,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                 error,
             ));
         }
+        self.check_batch_refusal(&error, &record).await?;
         let dead_letter = self.delivery.dead_letter_topic.as_deref();
         let already_dead_letter = dead_letter == Some(&*record.topic);
         if self.delivery.on_permanent_error == PermanentErrorPolicy::Stop || already_dead_letter {
@@ -543,6 +575,42 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             headers,
         };
         self.send_dead_letter(dlq, delivery).await
+    }
+
+    /// The broker checks a topic's `max.message.bytes` against whole batches, and that limit
+    /// can drop below the producer's `batch.size` while the pipeline runs (the topic or the
+    /// brokers' default altered, or a topic created while a new default was on its way to the
+    /// broker that answered for it). A record smaller than `batch.size` refused as too large is
+    /// then a refused batch: the topic's limit is read again and, when it is below
+    /// `batch.size`, the run restarts with `batch.size` lowered to it. Nothing after the record
+    /// was confirmed to the source, so nothing is lost.
+    async fn check_batch_refusal(
+        &self,
+        error: &KafkaError,
+        record: &OutRecord,
+    ) -> Result<(), PipelineError> {
+        let Some(limit) = &self.batch_limit else {
+            return Ok(());
+        };
+        if error.rdkafka_error_code() != Some(RDKafkaErrorCode::MessageSizeTooLarge)
+            || record.len() as u64 >= limit.batch_size
+        {
+            return Ok(());
+        }
+        let Some(topic_limit) = (limit.topic_limit)(Arc::clone(&record.topic)).await? else {
+            return Ok(());
+        };
+        if topic_limit >= limit.batch_size {
+            return Ok(());
+        }
+        crate::kafka::lower_batch_cap(&limit.learned, topic_limit);
+        Err(PipelineError::retryable(
+            format!(
+                "topic {} takes batches of at most {topic_limit} bytes (max.message.bytes), less than the producer's batch.size {}: a batch of its records was refused; restarting with batch.size = {topic_limit}",
+                record.topic, limit.batch_size
+            ),
+            error.clone(),
+        ))
     }
 
     /// Sends a dead-letter record; its delivery report acknowledges `delivery`'s place.

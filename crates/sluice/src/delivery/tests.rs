@@ -308,6 +308,93 @@ async fn a_dead_lettered_record_keeps_its_place_in_the_watermark() {
     assert_eq!(h.core.watermark(), Lsn(20));
 }
 
+/// A batch limit whose topic answers `topic_limit`, counting the look-ups.
+fn batch_limit(
+    batch_size: u64,
+    topic_limit: Option<u64>,
+) -> (
+    super::BatchLimit,
+    Arc<std::sync::atomic::AtomicU64>,
+    Arc<AtomicUsize>,
+) {
+    let learned = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&lookups);
+    let limit = super::BatchLimit {
+        batch_size,
+        learned: Arc::clone(&learned),
+        topic_limit: Arc::new(move |topic| {
+            assert_eq!(&*topic, "events");
+            counted.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move { Ok(topic_limit) })
+        }),
+    };
+    (limit, learned, lookups)
+}
+
+/// The broker refuses whole batches above a topic's max.message.bytes: a small record refused
+/// as too large, on a topic whose limit is now below batch.size, restarts the run with the
+/// lower cap (retryable, the cap learned) instead of stopping; nothing past it is confirmed.
+#[tokio::test]
+async fn a_refused_batch_restarts_with_the_topics_lower_limit() {
+    let mut h = harness(&DeliveryConfig::default());
+    let (limit, learned, _) = batch_limit(1_000_000, Some(150_000));
+    h.core.set_batch_limit(limit);
+    h.send(&[change(1, 10), change(2, 20)]).await;
+    let mut sent = h.producer.take(2).await;
+    let (_, second) = sent.pop().unwrap();
+    let (record, first) = sent.pop().unwrap();
+    let error = h
+        .core
+        .on_delivery(DeliveryEvent::Failed {
+            error: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+            record,
+            delivery: first,
+        })
+        .await
+        .unwrap_err();
+    assert!(error.is_retryable(), "{}", error.chain());
+    assert!(
+        error
+            .chain()
+            .contains("takes batches of at most 150000 bytes"),
+        "{}",
+        error.chain()
+    );
+    assert_eq!(learned.load(Ordering::SeqCst), 150_000);
+    h.ack(second).await;
+    assert_eq!(h.core.watermark(), Lsn(1), "nothing past the refused batch");
+}
+
+/// A refusal stays the record's when its topic's limit is not below batch.size (or the record
+/// is not smaller than batch.size: then it is not looked up at all).
+#[tokio::test]
+async fn a_refused_record_on_a_topic_within_batch_size_still_stops() {
+    for (batch_size, topic_limit, lookups_expected) in [
+        (1_000_000, Some(1_048_588), 1),
+        (1_000_000, None, 1),
+        (2, Some(1), 0),
+    ] {
+        let mut h = harness(&DeliveryConfig::default());
+        let (limit, learned, lookups) = batch_limit(batch_size, topic_limit);
+        h.core.set_batch_limit(limit);
+        h.send(&[change(1, 10)]).await;
+        let (record, first) = h.producer.take(1).await.pop().unwrap();
+        let error = h
+            .core
+            .on_delivery(DeliveryEvent::Failed {
+                error: KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge),
+                record,
+                delivery: first,
+            })
+            .await
+            .unwrap_err();
+        assert!(!error.is_retryable(), "{}", error.chain());
+        assert_eq!(learned.load(Ordering::SeqCst), 0);
+        assert_eq!(lookups.load(Ordering::SeqCst), lookups_expected);
+    }
+}
+
 #[tokio::test]
 async fn a_refused_record_stops_the_pipeline_with_its_position_under_the_stop_policy() {
     let mut h = harness(&DeliveryConfig::default());

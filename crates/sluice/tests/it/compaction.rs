@@ -493,7 +493,7 @@ async fn plan_predicts_what_the_cleaner_does() {
 }
 
 /// Reads a topic's effective configs.
-async fn topic_configs(brokers: &str, topic: &str) -> HashMap<String, String> {
+pub(crate) async fn topic_configs(brokers: &str, topic: &str) -> HashMap<String, String> {
     let results = admin(brokers)
         .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
         .await

@@ -860,7 +860,9 @@ impl Drop for SmallerDefaultMessageSize {
 
 /// A topic created while running that takes smaller batches (`max.message.bytes`) than the
 /// producer's `batch.size` restarts the run with `batch.size` lowered to it, instead of having
-/// batches of small records refused: every row of the new table arrives.
+/// batches of small records refused: every row of the new table arrives. Then the topic's limit
+/// is lowered again while running: the batches the broker refuses restart the run with the new
+/// limit (a refused batch is not a refused record), and every row arrives.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_topic_created_while_running_lowers_the_batch_size() {
     let _broker = broker_exclusive().await;
@@ -904,6 +906,55 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
         sluice
             .log_text()
             .contains(&format!("takes batches of at most {LIMIT} bytes")),
+        "{}",
+        sluice.log_text()
+    );
+
+    // The topic's own limit, lowered while running, below the learned batch.size.
+    const LOWER: u64 = 60_000;
+    let topic = format!("{name}.{name}.big");
+    {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || {
+            kafka_config_alter(&[
+                "--add-config",
+                &format!("max.message.bytes={LOWER}"),
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                &topic,
+            ])
+        })
+        .await
+        .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while crate::compaction::topic_configs(&stack().brokers, &topic)
+        .await
+        .get("max.message.bytes")
+        != Some(&LOWER.to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the broker never applied {LOWER}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.big SELECT g, repeat(md5(g::text), 32) FROM generate_series(301, 600) g"
+        ))
+        .await
+        .unwrap();
+    let (per_id, _) =
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 600, Duration::from_secs(90)))
+            .await
+            .unwrap();
+    assert_eq!(per_id.len(), 600, "every row\n{}", sluice.log_text());
+    assert!(
+        sluice
+            .log_text()
+            .contains(&format!("takes batches of at most {LOWER} bytes")),
         "{}",
         sluice.log_text()
     );

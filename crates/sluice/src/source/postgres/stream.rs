@@ -321,6 +321,12 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .into_iter()
         .chain((learned > 0).then_some(learned))
         .min();
+    let batch_size = kafka::effective_batch_size(&config.kafka, batch_size_cap);
+    if let Some(cap) = batch_size_cap.filter(|cap| batch_size == Some(*cap)) {
+        tracing::info!(
+            "the pipeline's topics take batches of at most {cap} bytes (max.message.bytes): batch.size = {cap}"
+        );
+    }
     tracing::info!(
         slot = %slot_name,
         confirmed_flush = %slot.confirmed_flush,
@@ -460,6 +466,19 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             record_position,
         ),
     };
+    if let Some(batch_size) = batch_size {
+        let config = Arc::clone(config);
+        core.set_batch_limit(delivery::BatchLimit {
+            batch_size,
+            learned: Arc::clone(&ctx.batch_size_cap),
+            topic_limit: Arc::new(move |topic| {
+                let config = Arc::clone(&config);
+                Box::pin(async move {
+                    kafka::smallest_max_message_bytes(&config.kafka, &[topic.to_string()]).await
+                })
+            }),
+        });
+    }
     let catalog = Arc::new(catalog);
     let incremental = IncrementalRun::new(
         Arc::clone(config),
@@ -500,7 +519,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
         silence: SilenceWatch::new(config.source.silence_timeout_ms, Instant::now()),
-        batch_size: kafka::effective_batch_size(&config.kafka, batch_size_cap),
+        batch_size,
         heartbeat: Heartbeat {
             interval: (heartbeat_interval > 0).then(|| Duration::from_millis(heartbeat_interval)),
             last: Instant::now(),
@@ -1470,11 +1489,7 @@ impl PgSource<'_> {
             let limit =
                 kafka::smallest_max_message_bytes(&config.kafka, &[topic.to_owned()]).await?;
             if let Some(limit) = limit.filter(|limit| *limit < batch_size) {
-                let _ = self.ctx.batch_size_cap.fetch_update(
-                    std::sync::atomic::Ordering::Relaxed,
-                    std::sync::atomic::Ordering::Relaxed,
-                    |cap| Some(if cap == 0 { limit } else { cap.min(limit) }),
-                );
+                kafka::lower_batch_cap(&self.ctx.batch_size_cap, limit);
                 return Err(PipelineError::retryable(
                     format!(
                         "topic {topic} takes batches of at most {limit} bytes (max.message.bytes), less than the producer's batch.size {batch_size}: restarting with batch.size = {limit}"
