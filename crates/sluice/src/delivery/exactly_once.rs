@@ -6,9 +6,11 @@
 //! transaction it left open ([`init_transactions`]). The publisher ([`publish`]) opens a
 //! transaction before the first record it hands over, and commits it on a time and byte budget
 //! (`delivery.transaction_interval_ms`, `delivery.transaction_max_bytes`), never inside a
-//! change (only between encoding batches, which hold whole changes): before the commit it
-//! writes an offsets record — the position of the newest record in the transaction, keyed by
-//! the pipeline — to a compacted offsets topic, inside the transaction. The commit runs on the
+//! change (only between encoding batches, which hold whole changes) nor inside a group of
+//! changes the source needs committed whole (a [`Boundary`]: an incremental snapshot's chunk):
+//! before the commit it writes the offsets records — the position of the newest record in the
+//! transaction, keyed by the pipeline, and whatever progress the source keeps with it — to a
+//! compacted offsets topic, inside the transaction. The commit runs on the
 //! blocking pool, so the delivery loop keeps answering the source's keepalives meanwhile; no
 //! record is handed over until it ends (the budget fills and reads stop, as under any
 //! backpressure).
@@ -54,9 +56,13 @@ pub fn default_offsets_topic(topic_prefix: &str) -> String {
     format!("{topic_prefix}.sluice_offsets")
 }
 
-/// The offsets record's value for a transaction whose newest record is the argument (`None`
-/// when the record carries no position).
-pub type PositionValue = Arc<dyn Fn(&OutRecord) -> Option<Vec<u8>> + Send + Sync>;
+/// The offsets records (key, value) for a transaction whose newest record is the argument
+/// (none when the record carries no position). Within a transaction, a key's newest value wins.
+pub type PositionValue = Arc<dyn Fn(&OutRecord) -> Vec<(Vec<u8>, Vec<u8>)> + Send + Sync>;
+
+/// Whether a transaction may commit after the argument (the newest record of an encoding
+/// batch): a source whose records form groups that must commit whole says no inside a group.
+pub type Boundary = Arc<dyn Fn(&OutRecord) -> bool + Send + Sync>;
 
 /// The snapshot record's value for the finished chunks given.
 pub type ChunksValue = Box<dyn Fn(&[usize]) -> Vec<u8> + Send>;
@@ -66,11 +72,10 @@ pub type ChunksValue = Box<dyn Fn(&[usize]) -> Vec<u8> + Send>;
 pub struct Transactions {
     /// The compacted topic of committed positions.
     pub offsets_topic: Arc<str>,
-    /// The offsets record's key (the pipeline).
-    pub key: Arc<[u8]>,
-    /// The offsets record's value for a transaction whose newest record is the argument
-    /// (`None` when the record carries no position).
+    /// The offsets records for a transaction whose newest record is the argument.
     pub position_value: PositionValue,
+    /// Where a transaction may end (everywhere without one).
+    pub boundary: Option<Boundary>,
     /// The longest a transaction stays open.
     pub interval: Duration,
     /// A transaction commits once it holds this many record bytes.
@@ -125,14 +130,31 @@ pub fn transaction_error(what: &str, error: KafkaError) -> PipelineError {
 
 /// The transaction being filled.
 struct Open {
-    /// When it must commit at the latest.
-    deadline: tokio::time::Instant,
+    /// When it must commit at the latest (`None` once due).
+    deadline: Option<tokio::time::Instant>,
     /// Record bytes handed over in it.
     bytes: u64,
     /// Its newest record.
     last: Seq,
-    /// The offsets record's value for its newest record.
-    value: Option<Vec<u8>>,
+    /// The offsets records for its newest record (a key's newest value).
+    values: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Whether it may commit after its newest record (see [`Boundary`]).
+    at_boundary: bool,
+    /// Its time or byte budget ran out while it could not commit: it commits at the next
+    /// boundary.
+    due: bool,
+}
+
+impl Open {
+    /// Merges offsets records in: a key's newest value wins.
+    fn set_values(&mut self, values: Vec<(Vec<u8>, Vec<u8>)>) {
+        for (key, value) in values {
+            match self.values.iter_mut().find(|(k, _)| *k == key) {
+                Some(entry) => entry.1 = value,
+                None => self.values.push((key, value)),
+            }
+        }
+    }
 }
 
 /// The exactly-once publisher task: hands the records of each batch to `sink` in dispatch
@@ -147,10 +169,18 @@ pub(super) async fn publish<K: RecordSink>(
 ) {
     let mut open: Option<Open> = None;
     loop {
-        let deadline = open.as_ref().map(|o| o.deadline);
+        let deadline = open.as_ref().and_then(|o| o.deadline);
         tokio::select! {
             biased;
             () = sleep_until(deadline), if deadline.is_some() => {
+                if let Some(o) = open.as_mut()
+                    && !o.at_boundary
+                {
+                    // Inside a group that commits whole: at its end.
+                    o.due = true;
+                    o.deadline = None;
+                    continue;
+                }
                 if let Some(o) = open.take()
                     && !commit(&sink, &events, &transactions, o).await
                 {
@@ -189,19 +219,21 @@ pub(super) async fn publish<K: RecordSink>(
                             return;
                         }
                         open = Some(Open {
-                            deadline: tokio::time::Instant::now() + transactions.interval,
+                            deadline: Some(tokio::time::Instant::now() + transactions.interval),
                             bytes: 0,
                             last: delivery.seq,
-                            value: None,
+                            values: Vec::new(),
+                            at_boundary: true,
+                            due: false,
                         });
                     }
                     if let Some(o) = open.as_mut() {
                         o.bytes += record.len() as u64;
                         o.last = delivery.seq;
-                        if Some(n) == last_record
-                            && let Some(value) = (transactions.position_value)(&record)
-                        {
-                            o.value = Some(value);
+                        if Some(n) == last_record {
+                            o.set_values((transactions.position_value)(&record));
+                            o.at_boundary =
+                                transactions.boundary.as_ref().is_none_or(|b| b(&record));
                         }
                     }
                     if let Err((error, record, delivery)) =
@@ -216,8 +248,9 @@ pub(super) async fn publish<K: RecordSink>(
                         return;
                     }
                 }
-                if open.as_ref().is_some_and(|o| o.bytes >= transactions.max_bytes)
-                    && let Some(o) = open.take()
+                if open.as_ref().is_some_and(|o| {
+                    o.at_boundary && (o.due || o.bytes >= transactions.max_bytes)
+                }) && let Some(o) = open.take()
                     && !commit(&sink, &events, &transactions, o).await
                 {
                     return;
@@ -243,14 +276,10 @@ async fn commit<K: RecordSink>(
     transactions: &Transactions,
     open: Open,
 ) -> bool {
-    let Open { last, value, .. } = open;
-    let (producer, topic, key) = (
-        Arc::clone(sink),
-        Arc::clone(&transactions.offsets_topic),
-        Arc::clone(&transactions.key),
-    );
+    let Open { last, values, .. } = open;
+    let (producer, topic) = (Arc::clone(sink), Arc::clone(&transactions.offsets_topic));
     let committed = tokio::task::spawn_blocking(move || {
-        if let Some(value) = value {
+        for (key, value) in values {
             producer.send_unreported(&topic, &key, &value)?;
         }
         crate::crash_point!("exactly_once::before_commit");

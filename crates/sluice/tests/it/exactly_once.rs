@@ -3,9 +3,10 @@
 //! confirmation, and by SIGKILL at random (seeded, reproducible) moments — and a consumer with
 //! `isolation.level = read_committed` sees every change exactly once: no duplicate, no gap.
 //!
-//! Sizes: `SLUICE_IT_EOS_ROWS` (streaming, default 20,000) and `SLUICE_IT_EOS_SNAPSHOT_ROWS`
-//! (initial snapshot, default 50,000); `SLUICE_IT_EOS_SEED` replays the kill moments of a run
-//! (each test prints its seed). The must-show sizes are 200,000 and 500,000.
+//! Sizes: `SLUICE_IT_EOS_ROWS` (streaming, default 20,000), `SLUICE_IT_EOS_SNAPSHOT_ROWS`
+//! (initial snapshot, default 50,000) and `SLUICE_IT_EOS_INCREMENTAL_ROWS` (incremental
+//! snapshot, default 20,000); `SLUICE_IT_EOS_SEED` replays the kill moments of a run (each test
+//! prints its seed). The must-show sizes are 200,000 and 500,000.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    Sluice, broker_shared, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml,
     read_topic_with, test_dir, unique, wait_until,
 };
 
@@ -174,7 +175,7 @@ async fn exactly_once_streaming_survives_crashes_without_duplicates() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     tokio::task::block_in_place(|| {
         crash_at(&mut sluice, "exactly_once::before_commit", 3);
-        crash_at(&mut sluice, "exactly_once::after_commit", 3);
+        crash_at(&mut sluice, "exactly_once::after_commit", 2);
     });
     let mut kills = 0;
     while kills < 5 {
@@ -274,6 +275,93 @@ async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
     .await
     .unwrap();
     assert_exactly_once("exactly_once_snapshot", &per_id, rows, &sluice);
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// An incremental snapshot (2,000-row chunks, transactions of at most 64 kB, so a chunk would
+/// span several) crashed twice between a transaction's commit and the slot's confirmation (at
+/// the third commit of a run: inside the first chunk, were chunks split) and then SIGKILLed
+/// three times at random moments: a read_committed consumer sees each row once.
+/// A chunk's rows commit in one transaction with the progress after it, so a restart resumes
+/// after the last committed chunk instead of reading it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn exactly_once_incremental_snapshot_survives_crashes_without_duplicates() {
+    let _broker = broker_shared().await;
+    let name = unique("eos_incr");
+    let rows = env_or("SLUICE_IT_EOS_INCREMENTAL_ROWS", 20_000);
+    let mut rng = rng("exactly_once_incremental");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id bigint PRIMARY KEY, payload text);
+             INSERT INTO {name}.t SELECT g, md5(g::text) || repeat('p', 168) FROM generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(
+        &name,
+        &name,
+        &name,
+        port,
+        &format!("{EXACTLY_ONCE}transaction_max_bytes = 65536\n"),
+    )
+    .replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\nincremental_chunk_rows = 2000\n",
+    );
+    // The snapshot's chunks are the only transactions: the first run aborts after its third
+    // commit (the request is committed with the first chunk, so every later run resumes it).
+    let mut sluice = Sluice::start_with_env(
+        &dir,
+        &toml,
+        port,
+        vec![(
+            "FAILPOINTS".to_owned(),
+            "exactly_once::after_commit=2*off->return".to_owned(),
+        )],
+    );
+    tokio::task::block_in_place(|| sluice.wait_streaming(Duration::from_secs(120)));
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{name}.t"], "id": "eos-incremental"}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let topic = format!("{name}.{name}.t");
+    tokio::task::block_in_place(|| {
+        wait_until(
+            "sluice to abort at exactly_once::after_commit (build with --features sluice/failpoints)",
+            Duration::from_secs(120),
+            || sluice.exited().is_some(),
+        );
+        assert!(
+            sluice
+                .log_text()
+                .contains("failpoint exactly_once::after_commit"),
+            "{}",
+            sluice.log_text()
+        );
+        crash_at(&mut sluice, "exactly_once::after_commit", 2);
+    });
+    for _ in 0..3 {
+        let pause = rng.random_range(300..1500);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        sluice.kill();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sluice.restart();
+    }
+    tokio::task::block_in_place(|| sluice.wait_streaming(Duration::from_secs(120)));
+    let per_id = tokio::task::spawn_blocking(move || {
+        read_committed_ids(&topic, rows as usize, Duration::from_secs(300))
+    })
+    .await
+    .unwrap();
+    assert_exactly_once("exactly_once_incremental", &per_id, rows, &sluice);
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }

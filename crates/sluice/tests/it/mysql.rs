@@ -42,6 +42,33 @@ impl Server {
         })
     }
 
+    fn lock(self) -> &'static tokio::sync::RwLock<()> {
+        static MARIADB: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+        static MYSQL: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+        match self {
+            Server::Mariadb => &MARIADB,
+            Server::Mysql => &MYSQL,
+        }
+    }
+
+    /// Use of the server alongside other tests.
+    async fn shared(self) -> tokio::sync::RwLockReadGuard<'static, ()> {
+        self.lock().read().await
+    }
+
+    /// Exclusive use of the server (to restart it).
+    async fn exclusive(self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
+        self.lock().write().await
+    }
+
+    /// Stops the server and starts it again on the same data directory and port.
+    fn restart(self) {
+        crate::support::dev_stack(&[match self {
+            Server::Mariadb => "restart-mariadb",
+            Server::Mysql => "restart-mysql",
+        }]);
+    }
+
     async fn root(self) -> mysql_async::Conn {
         let url = self.url(true);
         let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap())
@@ -139,6 +166,7 @@ fn types_row_after() -> Value {
 
 async fn types_and_order(server: Server) {
     let _broker = broker_shared().await;
+    let _server = server.shared().await;
     let name = unique("my_types");
     let database = name.clone();
     let prefix = unique("mt");
@@ -370,6 +398,7 @@ async fn mysql_rows_arrive_as_debezium_mysql_events() {
 async fn nothing_lost_after_sigkill(server: Server) {
     const PER_TX: u32 = 10;
     let _broker = broker_shared().await;
+    let _server = server.shared().await;
     let name = unique("my_kill");
     let database = name.clone();
     let prefix = unique("mk");
@@ -500,9 +529,152 @@ async fn mysql_sigkill_mid_stream_loses_nothing() {
     nothing_lost_after_sigkill(Server::Mysql).await;
 }
 
+/// The replication connection is killed on the server (`KILL` of its binlog dump thread), then
+/// the server restarts, both while rows are being written: sluice reconnects by itself each
+/// time and resumes where it was; every row arrives (duplicates counted and printed).
+async fn survives_a_killed_connection_and_a_server_restart(server: Server) {
+    const PER_TX: u32 = 10;
+    /// What sluice logs as each run starts streaming.
+    const RESUMING: &str = "resuming from the saved binlog position";
+    let _broker = broker_shared().await;
+    let _server = server.exclusive().await;
+    let name = unique("my_restart");
+    let database = name.clone();
+    let prefix = unique("mr");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))"
+    ))
+    .await
+    .unwrap();
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    // Writes 10-row transactions until told to stop, reconnecting when the server goes away
+    // (a transaction whose commit went unanswered is written again: INSERT IGNORE).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer_stop = std::sync::Arc::clone(&stop);
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let writer_written = std::sync::Arc::clone(&written);
+    let writer_db = database.clone();
+    let writer = tokio::spawn(async move {
+        let url = server.url(true);
+        let mut conn: Option<mysql_async::Conn> = None;
+        let mut next = 1;
+        while !writer_stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let Some(c) = conn.as_mut() else {
+                match mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap()).await {
+                    Ok(c) => conn = Some(c),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+                continue;
+            };
+            let values: Vec<String> = (next..next + PER_TX)
+                .map(|id| format!("({id}, 'v{id}')"))
+                .collect();
+            match c
+                .query_drop(format!(
+                    "INSERT IGNORE INTO {writer_db}.t VALUES {}",
+                    values.join(",")
+                ))
+                .await
+            {
+                Ok(()) => {
+                    next += PER_TX;
+                    writer_written.store(next - 1, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(_) => conn = None,
+            }
+        }
+        next - 1
+    });
+    let wait_written = |what: &str, rows: u32| {
+        crate::support::wait_until(what, Duration::from_secs(120), || {
+            written.load(std::sync::atomic::Ordering::Relaxed) >= rows
+        });
+    };
+    let streaming_again = |what: &str, since: usize| {
+        crate::support::wait_until(what, Duration::from_secs(120), || {
+            sluice.log_text().matches(RESUMING).count() > since
+                && sluice
+                    .get("/health")
+                    .is_some_and(|b| b.contains("\"state\":\"streaming\""))
+        });
+    };
+    tokio::task::block_in_place(|| wait_written("rows before the kill", 1000));
+    // The replication connection, killed on the server.
+    let dumps: Vec<u64> = root
+        .query(
+            "SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%' \
+             AND user = 'sluice'",
+        )
+        .await
+        .unwrap();
+    assert_eq!(dumps.len(), 1, "one binlog dump thread: sluice's");
+    let before_kill = sluice.log_text().matches(RESUMING).count();
+    root.query_drop(format!("KILL {}", dumps[0])).await.unwrap();
+    drop(root);
+    tokio::task::block_in_place(|| {
+        streaming_again("sluice to reconnect after the KILL", before_kill);
+        let at = written.load(std::sync::atomic::Ordering::Relaxed);
+        wait_written("rows after the kill", at + 1000);
+        // The server restarts (SIGTERM, then started again on the same data and port).
+        let before_restart = sluice.log_text().matches(RESUMING).count();
+        server.restart();
+        streaming_again("sluice to reconnect after the restart", before_restart);
+        let at = written.load(std::sync::atomic::Ordering::Relaxed);
+        wait_written("rows after the restart", at + 1000);
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rows = writer.await.unwrap();
+    let topic = format!("{prefix}.{database}.t");
+    let records = read_topic(&topic, Duration::from_secs(90), |records| {
+        ids(records).len() >= rows as usize
+    });
+    let counts = ids(&records);
+    let missing: Vec<u32> = (1..=rows).filter(|id| !counts.contains_key(id)).collect();
+    let duplicates: usize = counts.values().map(|n| n - 1).sum();
+    eprintln!(
+        "{server:?}: killed connection + server restart: {} records for {rows} rows, {duplicates} duplicates",
+        records.len()
+    );
+    assert!(
+        missing.is_empty(),
+        "{} rows missing, e.g. {:?}; log:\n{}",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        sluice.log_text()
+    );
+    assert!(sluice.stop(), "{}", sluice.log_text());
+    let mut root = server.root().await;
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_survives_a_killed_connection_and_a_server_restart() {
+    survives_a_killed_connection_and_a_server_restart(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_survives_a_killed_connection_and_a_server_restart() {
+    survives_a_killed_connection_and_a_server_restart(Server::Mysql).await;
+}
+
 /// `sluice check` connects, reports the binlog position, and names a missing privilege with
 /// the GRANT that fixes it.
 async fn check_names_missing_privileges(server: Server) {
+    let _server = server.shared().await;
     let name = unique("my_check");
     let user = name.clone();
     let mut root = server.root().await;
@@ -566,6 +738,7 @@ async fn mysql_check_names_missing_privileges() {
 /// retries) with the fix named.
 async fn a_lost_position_stops_with_the_fix(server: Server) {
     let _broker = broker_shared().await;
+    let _server = server.shared().await;
     let name = unique("my_lost");
     let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("it")
@@ -689,6 +862,7 @@ fn binlog_place(record: &Record) -> (String, u64) {
 /// then a change made after the snapshot streams, at a binlog position after the snapshot's.
 async fn snapshot_reads_then_streams(server: Server) {
     let _broker = broker_shared().await;
+    let _server = server.shared().await;
     let name = unique("my_snap");
     let database = name.clone();
     let prefix = unique("ms");
@@ -944,6 +1118,7 @@ async fn table_rows(server: Server, database: &str) -> BTreeMap<u64, Option<(i64
 /// in the topic equals the table, row for row.
 async fn snapshot_under_writes(server: Server, crash: bool) {
     let _broker = broker_shared().await;
+    let _server = server.shared().await;
     let name = unique(if crash { "my_snapkill" } else { "my_snapw" });
     let database = name.clone();
     let prefix = unique("msw");
@@ -1112,6 +1287,7 @@ async fn mysql_snapshot_crashed_mid_way_ends_equal_to_the_table() {
 /// binlog's index and bit mask resolved with the TABLE_MAP's labels), GEOMETRY `{wkb, srid}`.
 async fn bits_enums_sets_geometries(server: Server) {
     let _broker = broker_shared().await;
+    let _server = server.shared().await;
     let name = unique("my_bits");
     let database = name.clone();
     let prefix = unique("mb");
@@ -1180,4 +1356,256 @@ async fn mariadb_bits_enums_sets_geometries() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_bits_enums_sets_geometries() {
     bits_enums_sets_geometries(Server::Mysql).await;
+}
+
+/// One key's expected event: (op, `v` before, `v` after, whether the row has the column added
+/// mid-stream).
+type Expected = (&'static str, Option<i64>, Option<i64>, bool);
+
+/// A mixed workload — inserts, updates and deletes in transactions of 1 to 5,000 row changes,
+/// a column added half-way — arrives as committed: each transaction's changes under its GTID
+/// and nowhere else, every key's events in the order made with their before and after images,
+/// the added column in every image after the ALTER, and the newest event per key equal to the
+/// table. `SLUICE_IT_MYSQL_MIXED_ROWS` rows are inserted (default 20,000; the issue's size is
+/// 100,000); `SLUICE_IT_MYSQL_MIXED_SEED` replays a run's workload.
+async fn mixed_workload_arrives_as_committed(server: Server) {
+    use rand::{Rng, SeedableRng};
+    let rows: u32 = std::env::var("SLUICE_IT_MYSQL_MIXED_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let seed: u64 = std::env::var("SLUICE_IT_MYSQL_MIXED_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("{server:?} mixed workload: SLUICE_IT_MYSQL_MIXED_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let _broker = broker_shared().await;
+    let _server = server.shared().await;
+    let name = unique("my_mixed");
+    let database = name.clone();
+    let prefix = unique("mm");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, tag VARCHAR(20))"
+    ))
+    .await
+    .unwrap();
+    let dir = test_dir(&name);
+    let admin_port = free_port();
+    let mut sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &name, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    let started = std::time::Instant::now();
+    let mut current: BTreeMap<u32, i64> = BTreeMap::new();
+    let mut expected: HashMap<u32, Vec<Expected>> = HashMap::new();
+    let mut transaction_sizes: Vec<usize> = Vec::new();
+    let (mut next_id, mut altered, mut events) = (1u32, false, 0usize);
+    while next_id <= rows {
+        if !altered && next_id > rows / 2 {
+            root.query_drop(format!(
+                "ALTER TABLE {database}.t ADD COLUMN extra INT NOT NULL DEFAULT 7"
+            ))
+            .await
+            .unwrap();
+            altered = true;
+        }
+        let size: usize = match rng.random_range(0..10) {
+            0..=6 => rng.random_range(1..=20),
+            7 | 8 => rng.random_range(200..=1000),
+            _ => rng.random_range(2000..=5000),
+        };
+        let existing: Vec<u32> = current.keys().copied().collect();
+        let (mut inserts, mut updates, mut deletes) = (Vec::new(), Vec::new(), Vec::new());
+        let mut touched = std::collections::HashSet::new();
+        for _ in 0..size {
+            let roll = rng.random_range(0..100);
+            if roll < 60 || existing.is_empty() {
+                if next_id <= rows {
+                    inserts.push(next_id);
+                    next_id += 1;
+                }
+            } else {
+                let id = existing[rng.random_range(0..existing.len())];
+                if touched.insert(id) {
+                    if roll < 85 {
+                        updates.push(id);
+                    } else {
+                        deletes.push(id);
+                    }
+                }
+            }
+        }
+        if inserts.is_empty() && updates.is_empty() && deletes.is_empty() {
+            continue;
+        }
+        let list = |ids: &[u32]| ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let mut statements = vec!["START TRANSACTION".to_owned()];
+        if !inserts.is_empty() {
+            let values: Vec<String> = inserts
+                .iter()
+                .map(|id| format!("({id}, 0, 'tag{}')", id % 97))
+                .collect();
+            statements.push(format!(
+                "INSERT INTO {database}.t (id, v, tag) VALUES {}",
+                values.join(",")
+            ));
+        }
+        if !updates.is_empty() {
+            statements.push(format!(
+                "UPDATE {database}.t SET v = v + 1 WHERE id IN ({})",
+                list(&updates)
+            ));
+        }
+        if !deletes.is_empty() {
+            statements.push(format!(
+                "DELETE FROM {database}.t WHERE id IN ({})",
+                list(&deletes)
+            ));
+        }
+        statements.push("COMMIT".to_owned());
+        for statement in statements {
+            root.query_drop(statement).await.unwrap();
+        }
+        for id in &inserts {
+            current.insert(*id, 0);
+            expected
+                .entry(*id)
+                .or_default()
+                .push(("c", None, Some(0), altered));
+        }
+        for id in &updates {
+            let v = current.get_mut(id).unwrap();
+            expected
+                .entry(*id)
+                .or_default()
+                .push(("u", Some(*v), Some(*v + 1), altered));
+            *v += 1;
+        }
+        for id in &deletes {
+            let v = current.remove(id).unwrap();
+            expected
+                .entry(*id)
+                .or_default()
+                .push(("d", Some(v), None, altered));
+        }
+        let changes = inserts.len() + updates.len() + deletes.len();
+        transaction_sizes.push(changes);
+        events += changes;
+    }
+    println!(
+        "{server:?} mixed workload: {rows} rows inserted, {events} changes in {} transactions (largest {}) in {:.1} s",
+        transaction_sizes.len(),
+        transaction_sizes.iter().max().unwrap_or(&0),
+        started.elapsed().as_secs_f64()
+    );
+
+    let topic = format!("{prefix}.{database}.t");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(300), |records| {
+            records.iter().filter(|r| r.value.is_some()).count() >= events
+        })
+    })
+    .await
+    .unwrap();
+    let changes: Vec<&Record> = records.iter().filter(|r| r.value.is_some()).collect();
+    assert_eq!(changes.len(), events, "{}", sluice.log_text());
+    // Per key: the events made, in order, with their images.
+    let mut seen: HashMap<u32, Vec<Expected>> = HashMap::new();
+    let mut per_gtid: HashMap<String, usize> = HashMap::new();
+    for record in &changes {
+        let value = record.value.as_ref().unwrap();
+        let id = record.key.as_ref().unwrap()["id"].as_u64().unwrap() as u32;
+        let op: &'static str = match value["op"].as_str().unwrap() {
+            "c" => "c",
+            "u" => "u",
+            "d" => "d",
+            other => panic!("unexpected op {other}"),
+        };
+        let image = if op == "d" {
+            &value["before"]
+        } else {
+            &value["after"]
+        };
+        let has_extra = match image["extra"].as_i64() {
+            Some(7) => true,
+            None => false,
+            Some(other) => panic!("extra = {other} for {id}"),
+        };
+        if op == "u" {
+            assert_eq!(
+                value["before"]["extra"].as_i64().is_some(),
+                has_extra,
+                "{id}: the before and after images of one update differ in columns: {value}"
+            );
+        }
+        assert_eq!(image["tag"], json!(format!("tag{}", id % 97)), "{value}");
+        seen.entry(id).or_default().push((
+            op,
+            value["before"]["v"].as_i64(),
+            value["after"]["v"].as_i64(),
+            has_extra,
+        ));
+        *per_gtid
+            .entry(value["source"]["gtid"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    let mut wrong: Vec<u32> = expected
+        .iter()
+        .filter(|(id, events)| seen.get(id) != Some(events))
+        .map(|(id, _)| *id)
+        .collect();
+    wrong.sort_unstable();
+    if let Some(id) = wrong.first() {
+        panic!(
+            "{} keys with other events than made, e.g. {id}: made {:?}, seen {:?}",
+            wrong.len(),
+            expected[id],
+            seen.get(id)
+        );
+    }
+    // Each transaction's changes under one GTID of their own.
+    let mut made = transaction_sizes.clone();
+    made.sort_unstable();
+    let mut arrived: Vec<usize> = per_gtid.values().copied().collect();
+    arrived.sort_unstable();
+    assert_eq!(arrived, made, "changes per GTID vs per transaction");
+    // The newest event per key is the table.
+    let table: BTreeMap<u32, i64> = root
+        .query(format!("SELECT id, v FROM {database}.t"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(id, v): (u32, i64)| (id, v))
+        .collect();
+    assert_eq!(table, current);
+    let newest: BTreeMap<u32, i64> = seen
+        .iter()
+        .filter_map(|(id, events)| {
+            let last = events.last()?;
+            last.2.map(|v| (*id, v))
+        })
+        .collect();
+    assert_eq!(newest, table, "newest event per key vs the table");
+    assert!(sluice.stop(), "{}", sluice.log_text());
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_mixed_workload_arrives_as_committed() {
+    mixed_workload_arrives_as_committed(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_mixed_workload_arrives_as_committed() {
+    mixed_workload_arrives_as_committed(Server::Mysql).await;
 }

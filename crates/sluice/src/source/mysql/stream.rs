@@ -90,6 +90,9 @@ pub struct MysqlPipeline {
     config: Arc<MysqlPipelineConfig>,
     board: Arc<StatusBoard>,
     metrics: PipelineMetrics,
+    /// The smallest `max.message.bytes` a topic refused a batch for (`0`: none), kept across
+    /// runs as the producer's `batch.size` cap.
+    batch_size_cap: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl MysqlPipeline {
@@ -99,6 +102,7 @@ impl MysqlPipeline {
             config,
             board,
             metrics: PipelineMetrics::new(),
+            batch_size_cap: Arc::default(),
         }
     }
 }
@@ -111,10 +115,21 @@ impl Supervised for MysqlPipeline {
     }
 
     async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
-        run_once(&self.config, &self.board, &stop, &self.metrics)
-            .await
-            .map(|()| RunEnd::Finished)
+        run_once(
+            &self.config,
+            &self.board,
+            &stop,
+            &self.metrics,
+            &self.batch_size_cap,
+        )
+        .await
+        .map(|()| RunEnd::Finished)
     }
+}
+
+/// The `batch.size` cap learned from a refused batch, if one was.
+fn learned_cap(cap: &std::sync::atomic::AtomicU64) -> Option<u64> {
+    Some(cap.load(std::sync::atomic::Ordering::Relaxed)).filter(|cap| *cap > 0)
 }
 
 /// Runs the pipeline until shutdown (`Ok`) or an error.
@@ -127,6 +142,7 @@ pub async fn run_once(
     board: &Arc<StatusBoard>,
     shutdown: &CancellationToken,
     metrics: &PipelineMetrics,
+    batch_size_cap: &Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<(), PipelineError> {
     kafka::probe_async(
         &config.kafka.brokers,
@@ -211,7 +227,7 @@ pub async fn run_once(
         &config.kafka,
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
-        None,
+        learned_cap(batch_size_cap),
         None,
     )?;
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
@@ -315,6 +331,21 @@ pub async fn run_once(
         delivery_tx.clone(),
         record_position,
     );
+    if let Some(batch_size) =
+        kafka::effective_batch_size(&config.kafka, learned_cap(batch_size_cap))
+    {
+        let kafka_config = Arc::new(config.kafka.clone());
+        core.set_batch_limit(crate::delivery::BatchLimit {
+            batch_size,
+            learned: Arc::clone(batch_size_cap),
+            topic_limit: Arc::new(move |topic| {
+                let kafka_config = Arc::clone(&kafka_config);
+                Box::pin(async move {
+                    kafka::smallest_max_message_bytes(&kafka_config, &[topic.to_string()]).await
+                })
+            }),
+        });
+    }
     let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
         file: start.file.clone(),
         pos: start.pos,

@@ -11,16 +11,25 @@
 //! - key `<pipeline>.snapshot`: the initial snapshot's finished chunks,
 //!   `{"pipeline", "system_identifier", "consistent_point", "done": [0, 3, …]}`, written in
 //!   the transaction that holds the last of their rows; a restarted snapshot skips them.
+//! - key `<pipeline>.incremental`: the incremental snapshots' progress
+//!   `{"pipeline", "system_identifier", "state": {…}}` (as the state store keeps it), written in
+//!   the transaction that holds the last row of the chunk it follows. A chunk's rows commit in
+//!   one transaction (a [`Boundary`](crate::delivery::exactly_once::Boundary)), so a restart
+//!   resumes after the last chunk committed: its rows are never published twice. The state
+//!   store's copy is used instead when it is newer (progress without records, such as an
+//!   accepted request, reaches it with the slot's confirmation).
 //!
 //! A record of another server (a different system identifier) or of another snapshot (a
 //! different consistent point) is ignored with a warning: its positions mean nothing here.
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sluice_engine::Lsn;
 
 use super::config::PgPipelineConfig;
+use super::incremental::IncrementalState;
 use crate::delivery::exactly_once::{self, Transactions};
 use crate::error::PipelineError;
 use crate::kafka::{self, OutRecord, PipelineProducer};
@@ -43,6 +52,76 @@ struct SnapshotRecord {
     done: Vec<usize>,
 }
 
+/// The incremental snapshots' committed progress.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct IncrementalRecord {
+    pipeline: String,
+    system_identifier: String,
+    state: IncrementalState,
+}
+
+/// Exactly once: the incremental snapshots' progress, handed from the stream loop to the
+/// transactions that commit the records it follows.
+#[derive(Debug, Default)]
+pub struct IncrementalOffsets {
+    inner: Mutex<IncrementalLog>,
+}
+
+#[derive(Debug, Default)]
+struct IncrementalLog {
+    /// States by the position of the newest record they follow, oldest first.
+    states: VecDeque<((Lsn, u32), IncrementalState)>,
+    /// Chunks being published, by watermark: the index of their last row.
+    chunks: HashMap<Lsn, u32>,
+}
+
+impl IncrementalOffsets {
+    /// A state that holds once every record up to `position` is committed.
+    pub fn record(&self, position: (Lsn, u32), state: IncrementalState) {
+        if let Ok(mut log) = self.inner.lock() {
+            log.states.push_back((position, state));
+        }
+    }
+
+    /// A chunk of `rows` rows published at `watermark` (positions `(watermark, 0..rows)`): no
+    /// transaction may end inside it.
+    pub fn chunk(&self, watermark: Lsn, rows: usize) {
+        if rows > 1
+            && let Ok(mut log) = self.inner.lock()
+        {
+            log.chunks
+                .insert(watermark, u32::try_from(rows - 1).unwrap_or(u32::MAX));
+        }
+    }
+
+    /// The newest state that holds once `position` is committed, if one was not handed out
+    /// yet (the ones before it are dropped).
+    fn state_through(&self, position: (Lsn, u32)) -> Option<IncrementalState> {
+        let mut log = self.inner.lock().ok()?;
+        let mut newest = None;
+        while log.states.front().is_some_and(|(at, _)| *at <= position) {
+            newest = log.states.pop_front().map(|(_, state)| state);
+        }
+        newest
+    }
+
+    /// Whether a transaction may end after the record at `position`: not inside a chunk.
+    fn boundary(&self, position: (Lsn, u32)) -> bool {
+        let Ok(mut log) = self.inner.lock() else {
+            return true;
+        };
+        log.chunks.retain(|watermark, _| *watermark >= position.0);
+        match log.chunks.get(&position.0) {
+            Some(last) if position.1 < *last => false,
+            Some(_) => {
+                log.chunks.remove(&position.0);
+                true
+            }
+            None => true,
+        }
+    }
+}
+
 /// What the offsets topic says is committed, for one run.
 #[derive(Debug, Clone)]
 pub struct Committed {
@@ -58,6 +137,8 @@ pub struct Committed {
     pub stream: Option<(Lsn, u32)>,
     /// The snapshot chunks committed as finished.
     pub snapshot_done: Vec<usize>,
+    /// The incremental snapshots' committed progress.
+    pub incremental: Option<IncrementalState>,
 }
 
 impl Committed {
@@ -90,6 +171,7 @@ impl Committed {
             consistent_point,
             stream: None,
             snapshot_done: Vec::new(),
+            incremental: None,
         };
         let unreadable = |key: &str, e: &dyn std::fmt::Display| {
             PipelineError::fatal(
@@ -127,6 +209,14 @@ impl Committed {
                 committed.snapshot_done = record.done;
             }
         }
+        let incremental_key = incremental_key(&config.name);
+        if let Some(value) = values.get(incremental_key.as_bytes()) {
+            let record: IncrementalRecord =
+                serde_json::from_slice(value).map_err(|e| unreadable(&incremental_key, &e))?;
+            if record.system_identifier == system_identifier {
+                committed.incremental = Some(record.state);
+            }
+        }
         tracing::info!(
             offsets_topic = committed.offsets_topic,
             position = committed
@@ -138,24 +228,49 @@ impl Committed {
         Ok(committed)
     }
 
-    /// The stream's transactions: the offsets record is the position of a transaction's
-    /// newest record (from its position headers).
-    pub fn stream_transactions(&self, config: &PgPipelineConfig) -> Transactions {
+    /// The stream's transactions: the offsets records are the position of a transaction's
+    /// newest record (from its position headers) and the incremental snapshots' progress that
+    /// holds once it is committed; no transaction ends inside an incremental chunk.
+    pub fn stream_transactions(
+        &self,
+        config: &PgPipelineConfig,
+        incremental: Arc<IncrementalOffsets>,
+    ) -> Transactions {
         let pipeline = self.pipeline.clone();
         let system_identifier = self.system_identifier.clone();
+        let boundary_log = Arc::clone(&incremental);
         Transactions {
             offsets_topic: Arc::from(self.offsets_topic.as_str()),
-            key: Arc::from(self.pipeline.as_bytes()),
             position_value: Arc::new(move |record: &OutRecord| {
-                let (commit_lsn, tx_index) = record_position(record)?;
-                serde_json::to_vec(&StreamRecord {
+                let Some((commit_lsn, tx_index)) = record_position(record) else {
+                    return Vec::new();
+                };
+                let stream = StreamRecord {
                     pipeline: pipeline.clone(),
                     system_identifier: system_identifier.clone(),
                     commit_lsn: commit_lsn.to_string(),
                     tx_index,
-                })
-                .ok()
+                };
+                let mut records: Vec<(Vec<u8>, Vec<u8>)> = serde_json::to_vec(&stream)
+                    .ok()
+                    .map(|value| (pipeline.as_bytes().to_vec(), value))
+                    .into_iter()
+                    .collect();
+                if let Some(state) = incremental.state_through((commit_lsn, tx_index)) {
+                    let record = IncrementalRecord {
+                        pipeline: pipeline.clone(),
+                        system_identifier: system_identifier.clone(),
+                        state,
+                    };
+                    if let Ok(value) = serde_json::to_vec(&record) {
+                        records.push((incremental_key(&pipeline).into_bytes(), value));
+                    }
+                }
+                records
             }),
+            boundary: Some(Arc::new(move |record: &OutRecord| {
+                record_position(record).is_none_or(|position| boundary_log.boundary(position))
+            })),
             interval: Duration::from_millis(config.delivery.transaction_interval_ms),
             max_bytes: config.delivery.transaction_max_bytes,
         }
@@ -198,6 +313,11 @@ pub struct SnapshotTransactions {
     pub interval: Duration,
 }
 
+/// The incremental progress record's key.
+fn incremental_key(pipeline: &str) -> String {
+    format!("{pipeline}.incremental")
+}
+
 fn committed_topic(config: &PgPipelineConfig) -> String {
     config
         .delivery
@@ -223,6 +343,34 @@ fn record_position(record: &OutRecord) -> Option<(Lsn, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn state(table: &str) -> IncrementalState {
+        let mut state = IncrementalState::default();
+        state.accepted.push_back(table.to_owned());
+        state
+    }
+
+    #[test]
+    fn a_chunk_commits_whole_and_its_state_with_its_last_row() {
+        let log = IncrementalOffsets::default();
+        log.record((Lsn(100), u32::MAX), state("accepted"));
+        log.chunk(Lsn(200), 3);
+        log.record((Lsn(200), 2), state("chunk"));
+        assert!(log.boundary((Lsn(150), 4)), "outside a chunk");
+        assert!(!log.boundary((Lsn(200), 0)));
+        assert!(!log.boundary((Lsn(200), 1)));
+        assert_eq!(log.state_through((Lsn(200), 1)), Some(state("accepted")));
+        assert_eq!(log.state_through((Lsn(200), 1)), None, "handed out once");
+        assert!(log.boundary((Lsn(200), 2)), "the chunk's last row");
+        assert_eq!(log.state_through((Lsn(200), 2)), Some(state("chunk")));
+        // A chunk whose last row was not the last of a batch is forgotten once passed.
+        log.chunk(Lsn(300), 5);
+        assert!(log.boundary((Lsn(400), 0)));
+        assert!(log.inner.lock().unwrap().chunks.is_empty());
+        // One row: nothing to keep together.
+        log.chunk(Lsn(500), 1);
+        assert!(log.boundary((Lsn(500), 0)));
+    }
 
     #[test]
     fn a_record_position_comes_from_its_headers() {

@@ -37,6 +37,8 @@
 //! file and advances only when the records of a chunk are acknowledged and the slot confirmed
 //! past its watermark: after a crash the snapshot resumes at the first chunk not confirmed
 //! (a chunk read twice publishes its rows twice; never a row older than a streamed change).
+//! Under exactly once, a chunk's rows commit in one Kafka transaction together with the
+//! progress that follows them (see [`super::exactly_once`]), so no chunk is published twice.
 //! Watermarks from an earlier run carry another token and are ignored.
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
@@ -82,6 +84,10 @@ pub struct IncrementalState {
     /// first run records them.
     #[serde(default)]
     pub known_tables: Option<BTreeSet<String>>,
+    /// The stream position (commit LSN, index) from which on this state holds: under exactly
+    /// once, the newer of the state store's copy and the offsets topic's is resumed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<(u64, u32)>,
 }
 
 /// One table's incremental snapshot.
@@ -200,6 +206,18 @@ impl Signal {
 }
 
 impl IncrementalState {
+    /// The newer of two copies (by [`position`](Self::position); `stored` on a tie).
+    pub fn newer(stored: Option<Self>, committed: Option<Self>) -> Option<Self> {
+        match (stored, committed) {
+            (Some(stored), Some(committed)) => Some(if committed.position > stored.position {
+                committed
+            } else {
+                stored
+            }),
+            (stored, committed) => stored.or(committed),
+        }
+    }
+
     /// Applies a signal; returns whether the state changed. Tables that are not `captured`
     /// are refused with a warning.
     pub fn accept(&mut self, signal: &Signal, captured: &dyn Fn(&str) -> bool) -> bool {
@@ -653,6 +671,8 @@ pub struct IncrementalRun {
     snapshot_new_tables: bool,
     config: Arc<PgPipelineConfig>,
     identity: SourceIdentity,
+    /// Exactly once: where progress goes to be committed with the records it follows.
+    offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
 }
 
 /// Rows of a chunk to publish at its watermark.
@@ -664,15 +684,18 @@ pub struct ChunkToPublish {
 }
 
 impl IncrementalRun {
-    /// The run's incremental snapshots: `state` from the state file, `captured` the tables
-    /// captured now. Tables captured now but unknown to the state are queued for a snapshot
-    /// (with `snapshot_new_tables` and a snapshot mode other than `never`).
+    /// The run's incremental snapshots: `state` from the state file (or, under exactly once,
+    /// the newer of it and the offsets topic's), `captured` the tables captured now. Tables
+    /// captured now but unknown to the state are queued for a snapshot (with
+    /// `snapshot_new_tables` and a snapshot mode other than `never`). Under exactly once,
+    /// progress also goes to `offsets`.
     pub fn new(
         config: Arc<PgPipelineConfig>,
         identity: SourceIdentity,
         state: Option<IncrementalState>,
         captured: HashSet<String>,
         start: Lsn,
+        offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
     ) -> Self {
         let pg = &config.source;
         let mut run = Self {
@@ -696,6 +719,7 @@ impl IncrementalRun {
             captured,
             config,
             identity,
+            offsets,
         };
         match run.state.known_tables.clone() {
             None => {
@@ -744,7 +768,29 @@ impl IncrementalRun {
 
     /// [`record`](Self::record), for the admin request `request` (its sequence number).
     fn record_request(&mut self, at: Lsn, request: u64) {
-        self.progress.push_back((at, self.state.clone(), request));
+        self.record_at((at, u32::MAX), request);
+    }
+
+    /// Queues the state reached by publishing a chunk of `rows` rows at `watermark` (its rows
+    /// are at `(watermark, 0..rows)`); under exactly once they commit in one transaction,
+    /// with the state.
+    fn record_chunk(&mut self, watermark: Lsn, rows: usize) {
+        if let Some(offsets) = &self.offsets {
+            offsets.chunk(watermark, rows);
+        }
+        let last = u32::try_from(rows.saturating_sub(1)).unwrap_or(u32::MAX);
+        self.record_at((watermark, last), 0);
+    }
+
+    /// Queues the current state as holding from `position` on: for the state store once the
+    /// slot is confirmed past it, and under exactly once for the transaction holding it.
+    fn record_at(&mut self, position: (Lsn, u32), request: u64) {
+        self.state.position = Some((position.0.0, position.1));
+        if let Some(offsets) = &self.offsets {
+            offsets.record(position, self.state.clone());
+        }
+        self.progress
+            .push_back((position.0, self.state.clone(), request));
     }
 
     /// The newest admin request in the states [`confirmed`](Self::confirmed) handed out: once
@@ -1052,7 +1098,7 @@ impl IncrementalRun {
             );
             self.state.queue.pop_front();
         }
-        self.record(at);
+        self.record_chunk(at, publish.len());
         Some(ChunkToPublish {
             relation: rows.relation,
             rows: publish,

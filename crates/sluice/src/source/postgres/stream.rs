@@ -445,8 +445,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         s.hint = None;
     });
 
-    let (mut core, publisher) = match &committed {
-        Some(committed) => DeliveryCore::start_exactly_once(
+    let incremental_offsets = committed
+        .as_ref()
+        .map(|_| Arc::new(super::exactly_once::IncrementalOffsets::default()));
+    let (mut core, publisher) = match (&committed, &incremental_offsets) {
+        (Some(committed), Some(offsets)) => DeliveryCore::start_exactly_once(
             Arc::clone(&producer),
             budget,
             slot.confirmed_flush,
@@ -454,9 +457,9 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             ctx.metrics.clone(),
             delivery_tx.clone(),
             record_position,
-            committed.stream_transactions(config),
+            committed.stream_transactions(config, Arc::clone(offsets)),
         ),
-        None => DeliveryCore::start(
+        _ => DeliveryCore::start(
             Arc::clone(&producer),
             budget,
             slot.confirmed_flush,
@@ -483,13 +486,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let incremental = IncrementalRun::new(
         Arc::clone(config),
         identity.clone(),
-        slot_state.record().and_then(|r| r.incremental.clone()),
+        incremental::IncrementalState::newer(
+            slot_state.record().and_then(|r| r.incremental.clone()),
+            committed.as_ref().and_then(|c| c.incremental.clone()),
+        ),
         tables
             .iter()
             .map(CapturedTable::qualified)
             .filter(|t| outbox_table.as_deref() != Some(t.as_str()))
             .collect(),
         slot.confirmed_flush,
+        incremental_offsets,
     );
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
