@@ -393,10 +393,24 @@ async fn mysql_rows_arrive_as_debezium_mysql_events() {
     types_and_order(Server::Mysql).await;
 }
 
-/// SIGKILL mid-stream while a writer keeps inserting (before, during the downtime and after the
-/// restart); after the restart every row is in the topic (duplicates allowed and counted).
+/// SIGKILL five times at random moments (seeded: `SLUICE_IT_MYSQL_KILL_SEED`) while a writer
+/// inserts `SLUICE_IT_MYSQL_KILL_ROWS` rows (default 20,000; the size is 200,000) in
+/// 10-row transactions over about 20 s, each kill followed by rows written while sluice is down;
+/// after the last restart every row is in the topic (duplicates allowed and counted) and every
+/// key's records are in binlog order.
 async fn nothing_lost_after_sigkill(server: Server) {
+    use rand::{Rng, SeedableRng};
     const PER_TX: u32 = 10;
+    let rows: u32 = std::env::var("SLUICE_IT_MYSQL_KILL_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let seed: u64 = std::env::var("SLUICE_IT_MYSQL_KILL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| rand::rng().random());
+    println!("{server:?} SIGKILLs: SLUICE_IT_MYSQL_KILL_SEED={seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique("my_kill");
@@ -420,71 +434,73 @@ async fn nothing_lost_after_sigkill(server: Server) {
     );
     sluice.wait_streaming(Duration::from_secs(60));
 
-    // Writes 10-row transactions until told to stop; returns the last id written.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let writer_stop = std::sync::Arc::clone(&stop);
+    // Writes `rows` rows in 10-row transactions, paced to take about 20 s.
     let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let writer_written = std::sync::Arc::clone(&written);
     let writer_db = database.clone();
     let writer = tokio::spawn(async move {
         let mut conn = server.root().await;
+        let started = std::time::Instant::now();
+        let per_second = f64::from(rows) / 20.0;
         let mut next = 1;
-        while !writer_stop.load(std::sync::atomic::Ordering::Relaxed) {
-            let values: Vec<String> = (next..next + PER_TX)
-                .map(|id| format!("({id}, 'v{id}')"))
-                .collect();
+        while next <= rows {
+            let last = (next + PER_TX - 1).min(rows);
+            let values: Vec<String> = (next..=last).map(|id| format!("({id}, 'v{id}')")).collect();
             conn.query_drop(format!(
                 "INSERT INTO {writer_db}.t VALUES {}",
                 values.join(",")
             ))
             .await
             .unwrap();
-            next += PER_TX;
-            writer_written.store(next - 1, std::sync::atomic::Ordering::Relaxed);
+            next = last + 1;
+            writer_written.store(last, std::sync::atomic::Ordering::Relaxed);
+            let due = Duration::from_secs_f64(f64::from(last) / per_second);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
         }
-        next - 1
     });
     let topic = format!("{prefix}.{database}.t");
-    // Mid-stream: some rows are in the topic, the writer is still writing.
-    let seen = read_topic(&topic, Duration::from_secs(60), |records| {
-        records.len() >= 500
-    });
-    assert!(seen.len() >= 500, "{}", sluice.log_text());
-    sluice.kill();
-    // Rows written while sluice is down (at least 1,000), then after its restart (2,000 more).
-    let at_kill = written.load(std::sync::atomic::Ordering::Relaxed);
-    crate::support::wait_until("rows written while down", Duration::from_secs(60), || {
-        written.load(std::sync::atomic::Ordering::Relaxed) >= at_kill + 1000
-    });
-    sluice.restart();
-    sluice.wait_streaming(Duration::from_secs(60));
-    let at_restart = written.load(std::sync::atomic::Ordering::Relaxed);
-    crate::support::wait_until(
-        "rows written after the restart",
-        Duration::from_secs(60),
-        || written.load(std::sync::atomic::Ordering::Relaxed) >= at_restart + 2000,
+    let mut kills = Vec::new();
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        sluice.kill();
+        let at_kill = written.load(std::sync::atomic::Ordering::Relaxed);
+        kills.push(at_kill);
+        // Rows written while sluice is down.
+        tokio::time::sleep(Duration::from_millis(rng.random_range(100..600))).await;
+        sluice.restart();
+        tokio::task::block_in_place(|| sluice.wait_streaming(Duration::from_secs(60)));
+    }
+    writer.await.unwrap();
+    println!("{server:?} SIGKILLs: killed after rows {kills:?} of {rows}");
+    assert!(
+        kills.last().is_some_and(|at| *at < rows),
+        "the writer finished before the last kill: the kills must fall into the load"
     );
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let rows = writer.await.unwrap();
 
-    let records = read_topic(&topic, Duration::from_secs(90), |records| {
-        ids(records).len() >= rows as usize
-    });
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(180), |records| {
+            ids(records).len() >= rows as usize
+        })
+    })
+    .await
+    .unwrap();
     let counts = ids(&records);
     let missing: Vec<u32> = (1..=rows).filter(|id| !counts.contains_key(id)).collect();
     let duplicates: usize = counts.values().map(|n| n - 1).sum();
-    eprintln!(
-        "{server:?}: {} records for {rows} rows, {duplicates} duplicates",
+    println!(
+        "{server:?} SIGKILLs: {} records for {rows} rows after 5 kills, {duplicates} duplicates",
         records.len()
     );
     assert!(
         missing.is_empty(),
-        "{} rows missing after the restart, e.g. {:?}; log:\n{}",
+        "{} rows missing after the restarts, e.g. {:?}; log:\n{}",
         missing.len(),
         &missing[..missing.len().min(10)],
         sluice.log_text()
     );
-    // Per-key order survives the restart: a key's records are at non-decreasing positions
+    // Per-key order survives the restarts: a key's records are at non-decreasing positions
     // (a duplicate repeats a position).
     let mut last: HashMap<u32, (String, u64, u64)> = HashMap::new();
     for record in &records {
