@@ -99,6 +99,17 @@ fn assert_exactly_once(what: &str, per_id: &HashMap<i64, usize>, rows: i64, slui
     );
 }
 
+/// Creates schema `name` with table `t` holding rows `1..=rows` of ~200 bytes.
+async fn create_table_of(client: &tokio_postgres::Client, name: &str, rows: i64) {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id bigint PRIMARY KEY, payload text);
+             INSERT INTO {name}.t SELECT g, md5(g::text) || repeat('p', 168) FROM generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+}
+
 /// Runs sluice with `failpoint` armed until it aborts there (it must: the load keeps
 /// transactions coming), then restarts it without.
 fn crash_at(sluice: &mut Sluice, failpoint: &str, passes: u32) {
@@ -135,12 +146,7 @@ async fn exactly_once_streaming_survives_crashes_without_duplicates() {
     let rows = env_or("SLUICE_IT_EOS_ROWS", 20_000);
     let mut rng = rng("exactly_once_streaming");
     let client = pg().await;
-    client
-        .batch_execute(&format!(
-            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id bigint PRIMARY KEY, payload text);"
-        ))
-        .await
-        .unwrap();
+    create_table_of(&client, &name, 0).await;
     let port = free_port();
     let dir = test_dir(&name);
     let mut sluice = Sluice::start(
@@ -212,13 +218,7 @@ async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
     let rows = env_or("SLUICE_IT_EOS_SNAPSHOT_ROWS", 50_000);
     let mut rng = rng("exactly_once_snapshot");
     let client = pg().await;
-    client
-        .batch_execute(&format!(
-            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id bigint PRIMARY KEY, payload text);
-             INSERT INTO {name}.t SELECT g, md5(g::text) || repeat('p', 168) FROM generate_series(1, {rows}) g;"
-        ))
-        .await
-        .unwrap();
+    create_table_of(&client, &name, rows).await;
     let port = free_port();
     let dir = test_dir(&name);
     let chunk_rows = (rows / 25).max(1000);
@@ -292,13 +292,7 @@ async fn exactly_once_incremental_snapshot_survives_crashes_without_duplicates()
     let rows = env_or("SLUICE_IT_EOS_INCREMENTAL_ROWS", 20_000);
     let mut rng = rng("exactly_once_incremental");
     let client = pg().await;
-    client
-        .batch_execute(&format!(
-            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id bigint PRIMARY KEY, payload text);
-             INSERT INTO {name}.t SELECT g, md5(g::text) || repeat('p', 168) FROM generate_series(1, {rows}) g;"
-        ))
-        .await
-        .unwrap();
+    create_table_of(&client, &name, rows).await;
     let port = free_port();
     let dir = test_dir(&name);
     let toml = pipeline_toml(

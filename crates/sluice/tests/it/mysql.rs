@@ -120,6 +120,42 @@ max_backoff_ms = 2000
     )
 }
 
+/// A test's database holding table `t` (`columns`: its definition), with sluice streaming it.
+struct Streaming {
+    root: mysql_async::Conn,
+    database: String,
+    prefix: String,
+    sluice: Sluice,
+}
+
+/// Creates the database `<name>_<unique>` with table `t`, starts sluice on it (topic prefix
+/// `<prefix>_<unique>`) and waits until it streams.
+async fn streaming(server: Server, name: &str, prefix: &str, columns: &str) -> Streaming {
+    let database = unique(name);
+    let prefix = unique(prefix);
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!("CREATE TABLE {database}.t {columns}"))
+        .await
+        .unwrap();
+    let dir = test_dir(&database);
+    let admin_port = free_port();
+    let sluice = Sluice::start(
+        &dir,
+        &pipeline(server, &database, &database, &prefix, admin_port),
+        admin_port,
+    );
+    sluice.wait_streaming(Duration::from_secs(60));
+    Streaming {
+        root,
+        database,
+        prefix,
+        sluice,
+    }
+}
+
 /// The records until `done` holds (or 60 s).
 fn read_until(topic: &str, count: usize) -> Vec<Record> {
     read_topic(topic, Duration::from_secs(60), |records| {
@@ -167,24 +203,12 @@ fn types_row_after() -> Value {
 async fn types_and_order(server: Server) {
     let _broker = broker_shared().await;
     let _server = server.shared().await;
-    let name = unique("my_types");
-    let database = name.clone();
-    let prefix = unique("mt");
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!("CREATE TABLE {database}.t {TYPES_TABLE}"))
-        .await
-        .unwrap();
-    let dir = test_dir(&name);
-    let admin_port = free_port();
-    let sluice = Sluice::start(
-        &dir,
-        &pipeline(server, &name, &database, &prefix, admin_port),
-        admin_port,
-    );
-    sluice.wait_streaming(Duration::from_secs(60));
+    let Streaming {
+        mut root,
+        database,
+        prefix,
+        sluice,
+    } = streaming(server, "my_types", "mt", TYPES_TABLE).await;
 
     root.query_drop(format!("INSERT INTO {database}.t VALUES {TYPES_ROW}"))
         .await
@@ -413,26 +437,18 @@ async fn nothing_lost_after_sigkill(server: Server) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let _broker = broker_shared().await;
     let _server = server.shared().await;
-    let name = unique("my_kill");
-    let database = name.clone();
-    let prefix = unique("mk");
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))"
-    ))
-    .await
-    .unwrap();
-    let dir = test_dir(&name);
-    let admin_port = free_port();
-    let mut sluice = Sluice::start(
-        &dir,
-        &pipeline(server, &name, &database, &prefix, admin_port),
-        admin_port,
-    );
-    sluice.wait_streaming(Duration::from_secs(60));
+    let Streaming {
+        mut root,
+        database,
+        prefix,
+        mut sluice,
+    } = streaming(
+        server,
+        "my_kill",
+        "mk",
+        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+    )
+    .await;
 
     // Writes `rows` rows in 10-row transactions, paced to take about 20 s.
     let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -554,26 +570,18 @@ async fn survives_a_killed_connection_and_a_server_restart(server: Server) {
     const RESUMING: &str = "resuming from the saved binlog position";
     let _broker = broker_shared().await;
     let _server = server.exclusive().await;
-    let name = unique("my_restart");
-    let database = name.clone();
-    let prefix = unique("mr");
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))"
-    ))
-    .await
-    .unwrap();
-    let dir = test_dir(&name);
-    let admin_port = free_port();
-    let mut sluice = Sluice::start(
-        &dir,
-        &pipeline(server, &name, &database, &prefix, admin_port),
-        admin_port,
-    );
-    sluice.wait_streaming(Duration::from_secs(60));
+    let Streaming {
+        mut root,
+        database,
+        prefix,
+        mut sluice,
+    } = streaming(
+        server,
+        "my_restart",
+        "mr",
+        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+    )
+    .await;
 
     // Writes 10-row transactions until told to stop, reconnecting when the server goes away
     // (a transaction whose commit went unanswered is written again: INSERT IGNORE).
@@ -1398,26 +1406,18 @@ async fn mixed_workload_arrives_as_committed(server: Server) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let _broker = broker_shared().await;
     let _server = server.shared().await;
-    let name = unique("my_mixed");
-    let database = name.clone();
-    let prefix = unique("mm");
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, tag VARCHAR(20))"
-    ))
-    .await
-    .unwrap();
-    let dir = test_dir(&name);
-    let admin_port = free_port();
-    let mut sluice = Sluice::start(
-        &dir,
-        &pipeline(server, &name, &database, &prefix, admin_port),
-        admin_port,
-    );
-    sluice.wait_streaming(Duration::from_secs(60));
+    let Streaming {
+        mut root,
+        database,
+        prefix,
+        mut sluice,
+    } = streaming(
+        server,
+        "my_mixed",
+        "mm",
+        "(id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, tag VARCHAR(20))",
+    )
+    .await;
 
     let started = std::time::Instant::now();
     let mut current: BTreeMap<u32, i64> = BTreeMap::new();

@@ -451,19 +451,38 @@ async fn no_secret_appears_in_anything_sluice_writes() {
             ),
         ),
     ];
+    // The cases run side by side (most of their time is spent waiting on connection
+    // timeouts), each its three commands in turn.
     let short = Duration::from_secs(60);
-    for (index, (case, text)) in cases.iter().enumerate() {
-        let file = write(&dir, &format!("case{index}.toml"), text);
-        let file = file.to_str().unwrap();
-        for (args, timeout) in [
-            (vec!["run", file], Duration::from_secs(15)),
-            (vec!["check", file], short),
-            (vec!["doctor", "--pipeline", file], short),
-        ] {
-            let (out, err) = run_sluice(&args, &[], timeout);
-            written.add(format!("{case}: {args:?} stdout"), out);
-            written.add(format!("{case}: {args:?} stderr"), err);
-        }
+    let outputs: Vec<Vec<(String, Vec<u8>, Vec<u8>)>> = tokio::task::block_in_place(|| {
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = cases
+                .iter()
+                .enumerate()
+                .map(|(index, (case, text))| {
+                    let file = write(&dir, &format!("case{index}.toml"), text);
+                    scope.spawn(move || {
+                        let file = file.to_str().unwrap();
+                        [
+                            (vec!["run", file], Duration::from_secs(15)),
+                            (vec!["check", file], short),
+                            (vec!["doctor", "--pipeline", file], short),
+                        ]
+                        .into_iter()
+                        .map(|(args, timeout)| {
+                            let (out, err) = run_sluice(&args, &[], timeout);
+                            (format!("{case}: {args:?}"), out, err)
+                        })
+                        .collect()
+                    })
+                })
+                .collect();
+            runs.into_iter().map(|run| run.join().unwrap()).collect()
+        })
+    });
+    for (what, out, err) in outputs.into_iter().flatten() {
+        written.add(format!("{what} stdout"), out);
+        written.add(format!("{what} stderr"), err);
     }
 
     // 5. Whatever sluice keeps under its state_dir.
