@@ -70,6 +70,9 @@ impl Written {
     }
 }
 
+/// What a run wrote: (what ran, stdout, stderr).
+type Output = (String, Vec<u8>, Vec<u8>);
+
 /// Runs `sluice <args>` to its end (killed after `timeout`), with `env`; returns its stdout
 /// and stderr.
 fn run_sluice(args: &[&str], env: &[(&str, &str)], timeout: Duration) -> (Vec<u8>, Vec<u8>) {
@@ -454,7 +457,7 @@ async fn no_secret_appears_in_anything_sluice_writes() {
     // The cases run side by side (most of their time is spent waiting on connection
     // timeouts), each its three commands in turn.
     let short = Duration::from_secs(60);
-    let outputs: Vec<Vec<(String, Vec<u8>, Vec<u8>)>> = tokio::task::block_in_place(|| {
+    let outputs: Vec<Vec<Output>> = tokio::task::block_in_place(|| {
         std::thread::scope(|scope| {
             let runs: Vec<_> = cases
                 .iter()
