@@ -66,6 +66,11 @@ pub fn effective_batch_size(kafka: &KafkaConfig, batch_size_cap: Option<u64>) ->
     Some(batch_size_cap.map_or(default, |cap| cap.min(default)))
 }
 
+/// The kept `batch.size` cap, if one was learned (`0`: none yet).
+pub fn learned_batch_cap(cap: &std::sync::atomic::AtomicU64) -> Option<u64> {
+    Some(cap.load(std::sync::atomic::Ordering::Relaxed)).filter(|cap| *cap > 0)
+}
+
 /// Lowers the kept `batch.size` cap (`0`: none yet) to `limit`, a topic's `max.message.bytes`.
 pub fn lower_batch_cap(cap: &std::sync::atomic::AtomicU64, limit: u64) {
     let _ = cap.fetch_update(

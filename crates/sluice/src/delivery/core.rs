@@ -112,6 +112,28 @@ pub struct BatchLimit {
     pub topic_limit: TopicLimit,
 }
 
+impl BatchLimit {
+    /// The limit of a producer with `batch_size` writing through `kafka`: a topic's limit is
+    /// read from the cluster (`describe_configs`).
+    pub fn from_cluster(
+        kafka: crate::config::KafkaConfig,
+        batch_size: u64,
+        learned: Arc<AtomicU64>,
+    ) -> Self {
+        let kafka = Arc::new(kafka);
+        Self {
+            batch_size,
+            learned,
+            topic_limit: Arc::new(move |topic| {
+                let kafka = Arc::clone(&kafka);
+                Box::pin(async move {
+                    crate::kafka::smallest_max_message_bytes(&kafka, &[topic.to_string()]).await
+                })
+            }),
+        }
+    }
+}
+
 /// Acknowledged records, bytes and latencies between two status ticks.
 struct AckWindow {
     records: u64,

@@ -127,11 +127,6 @@ impl Supervised for MysqlPipeline {
     }
 }
 
-/// The `batch.size` cap learned from a refused batch, if one was.
-fn learned_cap(cap: &std::sync::atomic::AtomicU64) -> Option<u64> {
-    Some(cap.load(std::sync::atomic::Ordering::Relaxed)).filter(|cap| *cap > 0)
-}
-
 /// Runs the pipeline until shutdown (`Ok`) or an error.
 ///
 /// # Errors
@@ -227,7 +222,7 @@ pub async fn run_once(
         &config.kafka,
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
-        learned_cap(batch_size_cap),
+        kafka::learned_batch_cap(batch_size_cap),
         None,
     )?;
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
@@ -332,19 +327,13 @@ pub async fn run_once(
         record_position,
     );
     if let Some(batch_size) =
-        kafka::effective_batch_size(&config.kafka, learned_cap(batch_size_cap))
+        kafka::effective_batch_size(&config.kafka, kafka::learned_batch_cap(batch_size_cap))
     {
-        let kafka_config = Arc::new(config.kafka.clone());
-        core.set_batch_limit(crate::delivery::BatchLimit {
+        core.set_batch_limit(crate::delivery::BatchLimit::from_cluster(
+            config.kafka.clone(),
             batch_size,
-            learned: Arc::clone(batch_size_cap),
-            topic_limit: Arc::new(move |topic| {
-                let kafka_config = Arc::clone(&kafka_config);
-                Box::pin(async move {
-                    kafka::smallest_max_message_bytes(&kafka_config, &[topic.to_string()]).await
-                })
-            }),
-        });
+            Arc::clone(batch_size_cap),
+        ));
     }
     let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
         file: start.file.clone(),

@@ -313,13 +313,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     topics.extend(dead_letter);
     // Topics created while running may accept smaller batches than these: the smallest limit
     // seen so far is kept across runs (see `ensure_topic`).
-    let learned = ctx
-        .batch_size_cap
-        .load(std::sync::atomic::Ordering::Relaxed);
     let batch_size_cap = kafka::smallest_max_message_bytes(&config.kafka, &topics)
         .await?
         .into_iter()
-        .chain((learned > 0).then_some(learned))
+        .chain(kafka::learned_batch_cap(&ctx.batch_size_cap))
         .min();
     let batch_size = kafka::effective_batch_size(&config.kafka, batch_size_cap);
     if let Some(cap) = batch_size_cap.filter(|cap| batch_size == Some(*cap)) {
@@ -470,17 +467,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         ),
     };
     if let Some(batch_size) = batch_size {
-        let config = Arc::clone(config);
-        core.set_batch_limit(delivery::BatchLimit {
+        core.set_batch_limit(delivery::BatchLimit::from_cluster(
+            config.kafka.clone(),
             batch_size,
-            learned: Arc::clone(&ctx.batch_size_cap),
-            topic_limit: Arc::new(move |topic| {
-                let config = Arc::clone(&config);
-                Box::pin(async move {
-                    kafka::smallest_max_message_bytes(&config.kafka, &[topic.to_string()]).await
-                })
-            }),
-        });
+            Arc::clone(&ctx.batch_size_cap),
+        ));
     }
     let catalog = Arc::new(catalog);
     let incremental = IncrementalRun::new(
