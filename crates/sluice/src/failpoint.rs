@@ -15,6 +15,8 @@
 //!   encoded.
 //! - `stream::refresh_tables` (delay): an async wait of `return(MS)` milliseconds before the
 //!   captured tables are listed, e.g. `stream::refresh_tables=1*return(25000)->off`.
+//! - `incremental::sweep` (delay): before a republication's sweep reads the table's topic
+//!   (after its copy of the key set was taken).
 //! - `exactly_once::before_commit` (crash): an exactly-once Kafka transaction's records and
 //!   offsets record are produced, its commit not begun.
 //! - `exactly_once::after_commit` (crash): the transaction committed, before the delivery

@@ -246,6 +246,9 @@ struct SnapshotBody {
     filter: Option<String>,
     #[serde(default)]
     id: Option<String>,
+    /// Republication: tombstones for the keys in the topic that are gone from the table.
+    #[serde(default)]
+    tombstones: bool,
 }
 
 /// How long a snapshot request waits for the pipeline to record it before answering.
@@ -292,12 +295,13 @@ async fn snapshot_signal(
             tables: Vec::new(),
             filter: None,
             id: None,
+            tombstones: false,
         },
         Err(rejection) => {
             return error(
                 StatusCode::BAD_REQUEST,
                 format!(
-                    "{}: expected {{\"tables\": [\"schema.table\"], \"filter\": \"optional SQL condition\"}}",
+                    "{}: expected {{\"tables\": [\"schema.table\"], \"filter\": \"optional SQL condition\", \"tombstones\": false}}",
                     rejection.body_text()
                 ),
             );
@@ -320,6 +324,14 @@ async fn snapshot_signal(
                 .into(),
         );
     }
+    if body.tombstones && body.filter.is_some() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "tombstones with a filter would delete the rows outside the filter from the topic: \
+             republish the whole table (no filter) to have tombstones"
+                .into(),
+        );
+    }
     let id = body.id.unwrap_or_else(|| format!("api-{}", unix_ms()));
     let signal = if stop {
         Signal::Stop {
@@ -334,6 +346,7 @@ async fn snapshot_signal(
                 .into_iter()
                 .map(|t| (t, body.filter.clone()))
                 .collect(),
+            tombstones: body.tombstones,
         }
     };
     tracing::info!(pipeline = %name, id = %id, stop, "admin request: incremental snapshot");

@@ -41,7 +41,8 @@ impl std::hash::Hasher for PassThrough {
 }
 
 type HashedMap<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
-type HashedSet = HashSet<u64, BuildHasherDefault<PassThrough>>;
+/// A set of 64-bit key hashes ([`hash_key`]).
+pub type HashedSet = HashSet<u64, BuildHasherDefault<PassThrough>>;
 
 /// The newest record of a key.
 #[derive(Clone, Copy)]
@@ -441,6 +442,103 @@ pub fn scan(options: &ScanOptions) -> anyhow::Result<TopicScan> {
             .map(|t| t.report(now_ms))
             .collect(),
     })
+}
+
+/// The keys whose newest record in `topic` (read from each partition's low to its high
+/// watermark, taken at the start) has a value and whose hash ([`hash_key`]) is not in
+/// `present`: what a republication deletes with tombstones. Memory: the missing keys only
+/// (a key in `present` is never held). Two keys with the same 64-bit hash count as present:
+/// at worst a tombstone is missed, never one written for a key in `present`.
+///
+/// # Errors
+///
+/// Unknown topic, Kafka failures, or `deadline` passed.
+pub fn live_keys_missing(
+    mut config: ClientConfig,
+    topic: &str,
+    present: &HashedSet,
+    deadline: Duration,
+) -> anyhow::Result<Vec<Vec<u8>>> {
+    config
+        .set(
+            "group.id",
+            format!("sluice-republication-{}", std::process::id()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed");
+    let consumer: BaseConsumer = config.create().context("cannot create the consumer")?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .with_context(|| format!("cannot read the metadata of topic {topic}"))?;
+    let Some(topic_meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        bail!("topic {topic} not found");
+    };
+    if let Some(error) = topic_meta.error() {
+        bail!(
+            "topic {topic}: {:?}",
+            rdkafka::error::RDKafkaErrorCode::from(error)
+        );
+    }
+    let mut highs = HashMap::new();
+    let mut assignment = TopicPartitionList::new();
+    for partition in topic_meta.partitions() {
+        let p = partition.id();
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(30))
+            .with_context(|| format!("cannot read the watermarks of {topic} partition {p}"))?;
+        if high > low {
+            assignment.add_partition_offset(topic, p, Offset::Offset(low))?;
+            highs.insert(p, high);
+        }
+    }
+    if highs.is_empty() {
+        return Ok(Vec::new());
+    }
+    consumer.assign(&assignment)?;
+    let started = Instant::now();
+    // Missing keys by hash: the newest record's key when it has a value; removed again by a
+    // later tombstone.
+    let mut missing: HashedMap<Vec<u8>> = HashedMap::default();
+    while !highs.is_empty() {
+        if started.elapsed() > deadline {
+            bail!("reading {topic} took longer than {} s", deadline.as_secs());
+        }
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => {
+                let p = message.partition();
+                let Some(&high) = highs.get(&p) else {
+                    continue;
+                };
+                if message.offset() + 1 >= high {
+                    highs.remove(&p);
+                }
+                if message.offset() >= high {
+                    continue;
+                }
+                let Some(key) = message.key() else {
+                    continue;
+                };
+                let hash = hash_key(key);
+                if present.contains(&hash) {
+                    continue;
+                }
+                if message.payload().is_some() {
+                    missing.insert(hash, key.to_vec());
+                } else {
+                    missing.remove(&hash);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                highs.remove(&p);
+            }
+            Some(Err(error)) => return Err(error).with_context(|| format!("reading {topic}")),
+            None => {}
+        }
+    }
+    Ok(missing.into_values().collect())
 }
 
 /// A progress bar on stderr: redrawn in place on a terminal, a line every 5 s otherwise.

@@ -30,6 +30,9 @@ pub enum Signal {
         id: String,
         /// Tables and filters.
         tables: Vec<(String, Option<String>)>,
+        /// Republication: after the rows, a tombstone for every key live in the table's topic
+        /// that is no longer in the table (no filter then).
+        tombstones: bool,
     },
     /// Stop the queued and running snapshots of these tables (all when empty).
     Stop {

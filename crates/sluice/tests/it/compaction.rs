@@ -682,3 +682,223 @@ async fn scan_counts_keys_tombstones_and_null_keys() {
         .delete_topics(&[&topic], &AdminOptions::new())
         .await;
 }
+
+/// Rows of the republication test: `SLUICE_IT_REPUBLISH_ROWS` (default 20,000; the issue's
+/// size is 1,000,000).
+fn republish_rows() -> i64 {
+    std::env::var("SLUICE_IT_REPUBLISH_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+/// Republication (issue 19): a compacted CDC topic that missed changes — deletes and updates
+/// made while the slot was advanced past them, as after a slot was recreated — is rebuilt
+/// from the table by an incremental snapshot with `tombstones`, while another client keeps
+/// writing. Once the broker's cleaner has compacted the topic, the newest record per key
+/// equals the table: every row with its current value, every key gone from the table a
+/// tombstone (or cleaned away).
+#[tokio::test(flavor = "multi_thread")]
+async fn republication_rebuilds_a_compacted_topic_with_tombstones() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::incremental::{incremental_running, start_writer, table_contents};
+    use crate::support::{
+        Sluice, drop_slot_and_publication, http_json, pg, pipeline_toml, read_topic, test_dir,
+    };
+
+    let _broker = broker_shared().await;
+    let name = unique("republish");
+    let client = pg().await;
+    let rows = republish_rows();
+    let table = format!("{name}.entities");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {table} (id bigint PRIMARY KEY, v bigint NOT NULL, payload text); \
+             INSERT INTO {table} SELECT g, 0, md5(g::text) FROM generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    // Compacted, with segments rolled every 2 s and cleaned as soon as 1 % is dirty.
+    let toml = pipeline_toml(&name, &name, &name, port, "")
+        .replace(
+            "[kafka]\n",
+            "[kafka]\ntopic_config = { \"cleanup.policy\" = \"compact\", \"segment.ms\" = \"2000\", \
+             \"min.cleanable.dirty.ratio\" = \"0.01\", \"min.compaction.lag.ms\" = \"0\" }\n",
+        )
+        .replace(
+            "[source.postgres]\n",
+            "[source.postgres]\nsnapshot = \"initial\"\nincremental_chunk_rows = 4096\n",
+        );
+    let mut sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(300));
+    let topic = format!("{name}.{table}");
+    // The initial snapshot is in the topic; then changes the topic never gets: sluice stops,
+    // a tenth of the rows are deleted and another tenth updated, and the slot is moved past
+    // them.
+    let first = read_topic(&topic, Duration::from_secs(300), |records| {
+        records.len() as i64 >= rows
+    });
+    assert!(
+        first.len() as i64 >= rows,
+        "the initial snapshot: {}",
+        first.len()
+    );
+    assert!(sluice.stop(), "graceful stop");
+    client
+        .batch_execute(&format!(
+            "DELETE FROM {table} WHERE id % 10 = 3; UPDATE {table} SET v = 1000 WHERE id % 10 = 7;"
+        ))
+        .await
+        .unwrap();
+    let ghosts = rows / 10 + i64::from(rows % 10 >= 3);
+    client
+        .execute(
+            "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())",
+            &[&format!("sluice_{name}")],
+        )
+        .await
+        .unwrap();
+    // sluice refuses the gap, and names the way out: accept it, then republish.
+    sluice.restart();
+    wait_until("sluice to refuse the gap", Duration::from_secs(60), || {
+        sluice.exited().is_some()
+    });
+    let log = sluice.log_text();
+    assert!(
+        log.contains("\"tombstones\": true") && log.contains("on_slot_loss"),
+        "the slot-loss error names republication:\n{log}"
+    );
+    std::fs::write(
+        &sluice.file,
+        toml.replace(
+            "[source.postgres]\n",
+            "[source.postgres]\non_slot_loss = \"recreate\"\n",
+        ),
+    )
+    .unwrap();
+    // The sweep waits 3 s after copying the key set: rows the writer inserts meanwhile are in
+    // the topic it reads but not in the copy; they must not get tombstones.
+    sluice.env.push((
+        "FAILPOINTS".into(),
+        "incremental::sweep=return(3000)".into(),
+    ));
+    sluice.restart();
+    sluice.wait_streaming(Duration::from_secs(120));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(table.clone(), rows, Arc::clone(&stop));
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{table}"], "tombstones": true, "id": "republish-1"}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    // A filter with tombstones is refused: it would delete the rows outside it.
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{table}"], "tombstones": true, "filter": "id < 10"}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("tombstones with a filter"), "{body}");
+    wait_until(
+        "the republication to start",
+        Duration::from_secs(60),
+        || incremental_running(&sluice),
+    );
+    wait_until("the republication's end", Duration::from_secs(1200), || {
+        !incremental_running(&sluice)
+    });
+    stop.store(true, Ordering::Relaxed);
+    let changes = writer.await.unwrap();
+    let expected = table_contents(&client, &table).await;
+    let log = sluice.log_text();
+    let done = log
+        .lines()
+        .find(|l| l.contains("republication done"))
+        .unwrap_or_else(|| panic!("no 'republication done' in the log:\n{log}"));
+    let tombstones: i64 = done
+        .split("tombstones=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no tombstone count in {done:?}"));
+    // The ghosts, and maybe keys the writer deleted whose deletes were not in the topic yet
+    // when it was read (a second tombstone, harmless).
+    assert!(
+        tombstones >= ghosts,
+        "{tombstones} tombstones for {ghosts} rows deleted unseen: {done}"
+    );
+
+    // Wait for the cleaner: the records present fall well below what was written (the
+    // initial snapshot and the republication wrote every row twice).
+    let written =
+        sluice_json(&["compaction", "scan", "--topic", &topic], &stack().brokers)["partitions"][0]
+            ["records"]
+            .as_i64()
+            .unwrap();
+    let mut cleaned = written;
+    wait_until("the log cleaner", Duration::from_secs(300), || {
+        cleaned =
+            sluice_json(&["compaction", "scan", "--topic", &topic], &stack().brokers)["partitions"]
+                [0]["records"]
+                .as_i64()
+                .unwrap();
+        cleaned < written - rows / 2
+    });
+
+    // Newest record per key = the table.
+    let records = read_topic(&topic, Duration::from_secs(300), |records| {
+        records.len() as i64 >= cleaned
+    });
+    let mut newest: HashMap<i64, Option<i64>> = HashMap::new();
+    for record in &records {
+        let Some(id) = record.key.as_ref().and_then(|k| k["id"].as_i64()) else {
+            continue;
+        };
+        let v = record
+            .value
+            .as_ref()
+            .map(|value| value["after"]["v"].as_i64());
+        match v {
+            // A delete event's `after` is null: its tombstone follows.
+            Some(None) => {}
+            Some(Some(v)) => {
+                newest.insert(id, Some(v));
+            }
+            None => {
+                newest.insert(id, None);
+            }
+        }
+    }
+    let live: HashMap<i64, i64> = newest
+        .iter()
+        .filter_map(|(&id, v)| v.map(|v| (id, v)))
+        .collect();
+    let stale = live
+        .iter()
+        .filter(|(id, v)| expected.get(id).is_some_and(|e| e != *v))
+        .count();
+    let ghosts_live = live.keys().filter(|id| !expected.contains_key(id)).count();
+    let missing = expected.keys().filter(|id| !live.contains_key(id)).count();
+    println!(
+        "republication of {rows} rows ({ghosts} deleted and {} updated unseen, {changes} concurrent changes): {tombstones} tombstones; {written} records before the cleaner, {cleaned} after; newest per key: {} live, {stale} stale, {ghosts_live} deleted rows still live, {missing} rows missing",
+        rows / 10,
+        live.len()
+    );
+    assert!(
+        stale == 0 && ghosts_live == 0 && missing == 0,
+        "the topic differs from the table"
+    );
+    assert_eq!(live, expected);
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

@@ -30,7 +30,7 @@ fn snapshot_rows(sluice: &Sluice) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn incremental_running(sluice: &Sluice) -> bool {
+pub(crate) fn incremental_running(sluice: &Sluice) -> bool {
     sluice
         .get("/health")
         .and_then(|body| serde_json::from_str::<Value>(&body).ok())
@@ -108,7 +108,11 @@ fn check_order(records: &[Record], max_reads: usize) -> (HashMap<i64, i64>, usiz
 
 /// Updates (`v = v + 1`, 50 random rows per statement), deletes and inserts (new ids) rows
 /// of `table` until `stop`; returns the rows changed.
-fn start_writer(table: String, rows: i64, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+pub(crate) fn start_writer(
+    table: String,
+    rows: i64,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
     tokio::spawn(async move {
         let client = pg().await;
         let mut changes = 0u64;
@@ -145,7 +149,10 @@ fn start_writer(table: String, rows: i64, stop: Arc<AtomicBool>) -> tokio::task:
     })
 }
 
-async fn table_contents(client: &tokio_postgres::Client, table: &str) -> HashMap<i64, i64> {
+pub(crate) async fn table_contents(
+    client: &tokio_postgres::Client,
+    table: &str,
+) -> HashMap<i64, i64> {
     client
         .query(&format!("SELECT id, v FROM {table}"), &[])
         .await

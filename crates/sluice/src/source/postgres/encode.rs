@@ -690,7 +690,7 @@ fn write_envelope_times(now_unix_nanos: i64, out: &mut Vec<u8>) {
     out.extend_from_slice(digits);
 }
 
-fn position_headers(
+pub fn position_headers(
     commit_lsn: Lsn,
     lsn: Lsn,
     tx_index: u32,
@@ -703,7 +703,7 @@ fn position_headers(
 }
 
 /// The key object, or `None` when the table has no key.
-fn write_key(
+pub fn write_key(
     rel: &RelationInfo,
     tuple: &TupleData,
     events: &EventOptions,

@@ -40,6 +40,9 @@
 //! Under exactly once, a chunk's rows commit in one Kafka transaction together with the
 //! progress that follows them (see [`super::exactly_once`]), so no chunk is published twice.
 //! Watermarks from an earlier run carry another token and are ignored.
+//!
+//! A request with `tombstones` is a **republication** (see [`Republication`]): after the last
+//! chunk, the keys still live in the table's topic but gone from the table get tombstones.
 
 use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
@@ -52,9 +55,11 @@ use tokio::task::JoinHandle;
 use tokio_postgres::SimpleQueryMessage;
 
 use super::config::{PgPipelineConfig, PostgresSourceConfig};
-use super::encode::{ChangeKind, RelationInfo, SourceIdentity};
+use super::encode::{ChangeKind, RelationInfo, SourceIdentity, write_key};
 use super::pgoutput::{Datum, TupleData};
 use super::setup::{PgCatalog, quote_ident};
+use crate::compaction::hll::hash_key;
+use crate::compaction::scan::HashedSet;
 use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
 
@@ -109,6 +114,10 @@ pub struct TableSnapshot {
     /// Chunks read so far.
     #[serde(default)]
     pub chunks: u64,
+    /// Republication: after the last chunk, tombstones for the keys live in the table's topic
+    /// that are no longer in the table (see [`Republication`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tombstones: bool,
 }
 
 pub use crate::runtime::status::Signal;
@@ -124,6 +133,9 @@ struct SignalData {
     kind: Option<String>,
     #[serde(default)]
     additional_conditions: Vec<Condition>,
+    /// sluice's own: republication with tombstones (see [`Republication`]).
+    #[serde(default)]
+    tombstones: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -179,6 +191,13 @@ impl Signal {
         if data.data_collections.is_empty() {
             return Err("data-collections is empty: name the tables to snapshot".into());
         }
+        if data.tombstones && !data.additional_conditions.is_empty() {
+            return Err(
+                "tombstones with additional-conditions would delete the rows outside the filter \
+                 from the topic: republish whole tables to have tombstones"
+                    .into(),
+            );
+        }
         let tables = data
             .data_collections
             .iter()
@@ -194,6 +213,7 @@ impl Signal {
         Ok(Some(Self::Snapshot {
             id: id.to_owned(),
             tables,
+            tombstones: data.tombstones,
         }))
     }
 
@@ -230,7 +250,11 @@ impl IncrementalState {
             self.accepted.pop_front();
         }
         match signal {
-            Signal::Snapshot { id, tables } => {
+            Signal::Snapshot {
+                id,
+                tables,
+                tombstones,
+            } => {
                 for (table, filter) in tables {
                     if !captured(table) {
                         tracing::warn!(
@@ -244,6 +268,7 @@ impl IncrementalState {
                         id,
                         table,
                         filter = filter.as_deref().unwrap_or(""),
+                        tombstones,
                         "incremental snapshot: queued"
                     );
                     self.queue.push_back(TableSnapshot {
@@ -253,6 +278,7 @@ impl IncrementalState {
                         after: None,
                         rows: 0,
                         chunks: 0,
+                        tombstones: *tombstones && filter.is_none(),
                     });
                 }
             }
@@ -628,8 +654,64 @@ struct OpenChunk {
     request: String,
     table: String,
     window: Window,
-    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
-    result: Option<Result<ChunkRows, ChunkError>>,
+    task: Option<JoinHandle<Result<ChunkRead, ChunkError>>>,
+    result: Option<Result<ChunkRead, ChunkError>>,
+}
+
+/// What the side connection's task read before writing its watermark.
+pub enum ChunkRead {
+    /// A chunk of rows.
+    Rows(ChunkRows),
+    /// A republication's sweep: the keys live in the topic whose hash was not in the key set
+    /// copied when the sweep started.
+    Missing {
+        /// The table.
+        relation: Arc<RelationInfo>,
+        /// Event keys (bytes as in the topic).
+        keys: Vec<Vec<u8>>,
+    },
+}
+
+/// How long a republication's sweep may take to read the table's topic.
+const SWEEP_DEADLINE: Duration = Duration::from_secs(3600);
+
+/// A republication: an incremental snapshot of a whole table that ends with a tombstone for
+/// every key still live in the table's topic but no longer in the table (rows deleted while
+/// their deletes did not reach the topic: a slot recreated, a topic restored from elsewhere,
+/// `skipped_operations`), so a compacted topic can be rebuilt without replaying history.
+///
+/// While the table's chunks run, the loop keeps the hashes ([`hash_key`]) of the event keys
+/// the table holds: every row a chunk publishes, every key a streamed insert or update writes;
+/// a streamed delete removes its key, a truncate all. After the last chunk, a side task reads
+/// the topic from the beginning to its high watermarks (taken then), collects the keys whose
+/// newest record has a value and whose hash is not in a copy of the set, and writes a closing
+/// watermark; at the watermark the keys still not in the set (changes streamed during the read
+/// are in it by then) get tombstones, in stream order: a key inserted after the watermark
+/// follows its tombstone.
+///
+/// Memory: the set, 8 bytes per row (about 16 MiB per million rows with the table's slack),
+/// twice during the sweep (the copy), and the missing keys. The set is not in the state file:
+/// after a restart the table's republication starts over from its first chunk.
+struct Republication {
+    request: String,
+    table: String,
+    present: HashedSet,
+    /// The last chunk is done: the sweep of the topic is next.
+    sweeping: bool,
+}
+
+impl Republication {
+    fn add(&mut self, key: Option<Vec<u8>>) {
+        if let Some(key) = key {
+            self.present.insert(hash_key(&key));
+        }
+    }
+
+    fn remove(&mut self, key: Option<Vec<u8>>) {
+        if let Some(key) = key {
+            self.present.remove(&hash_key(&key));
+        }
+    }
 }
 
 /// The outcome of a chunk's visibility check (see the module docs).
@@ -673,6 +755,8 @@ pub struct IncrementalRun {
     identity: SourceIdentity,
     /// Exactly once: where progress goes to be committed with the records it follows.
     offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
+    /// The running republication's key set.
+    republication: Option<Republication>,
 }
 
 /// Rows of a chunk to publish at its watermark.
@@ -681,6 +765,8 @@ pub struct ChunkToPublish {
     pub relation: Arc<RelationInfo>,
     /// The rows whose keys had no streamed change in the window.
     pub rows: Vec<TupleData>,
+    /// A republication's tombstones (event keys), after the rows.
+    pub tombstones: Vec<Vec<u8>>,
 }
 
 impl IncrementalRun {
@@ -720,7 +806,20 @@ impl IncrementalRun {
             config,
             identity,
             offsets,
+            republication: None,
         };
+        for table in run.state.queue.iter_mut().filter(|t| t.tombstones) {
+            if table.after.is_some() || table.chunks > 0 {
+                tracing::info!(
+                    table = %table.table,
+                    request = %table.request,
+                    "republication: its key set is kept in memory only, so after a restart the table is read again from its first chunk"
+                );
+                table.after = None;
+                table.rows = 0;
+                table.chunks = 0;
+            }
+        }
         match run.state.known_tables.clone() {
             None => {
                 run.state.known_tables = Some(run.captured.iter().cloned().collect());
@@ -741,6 +840,7 @@ impl IncrementalRun {
                         let signal = Signal::Snapshot {
                             id: format!("new-tables@{start}"),
                             tables: new.into_iter().map(|t| (t, None)).collect(),
+                            tombstones: false,
                         };
                         run.state.accept(&signal, &|_| true);
                     }
@@ -862,6 +962,7 @@ impl IncrementalRun {
             let signal = Signal::Snapshot {
                 id: format!("new-table:{table}@{at}"),
                 tables: vec![(table.to_owned(), None)],
+                tombstones: false,
             };
             self.state.accept(&signal, &|_| true);
         }
@@ -885,6 +986,29 @@ impl IncrementalRun {
 
     /// Notes the keys a streamed change touches while a window on its table is open.
     pub fn note(&mut self, relation: &RelationInfo, kind: &ChangeKind) {
+        if let Some(republication) = &mut self.republication
+            && republication.table == relation.name
+        {
+            let events = &self.config.kafka.events;
+            let key = |tuple| write_key(relation, tuple, events, true);
+            match kind {
+                ChangeKind::Insert { new } => republication.add(key(new)),
+                ChangeKind::Update {
+                    old,
+                    new,
+                    key_changed,
+                    ..
+                } => {
+                    if *key_changed && let Some(old) = old {
+                        republication.remove(key(old));
+                    }
+                    republication.add(key(new));
+                }
+                ChangeKind::Delete { old, .. } => republication.remove(key(old)),
+                ChangeKind::Truncate => republication.present.clear(),
+                ChangeKind::Read { .. } => {}
+            }
+        }
         let Some(chunk) = &mut self.chunk else {
             return;
         };
@@ -917,9 +1041,30 @@ impl IncrementalRun {
             return;
         }
         let Some(snapshot) = self.state.queue.front().cloned() else {
+            self.republication = None;
             return;
         };
         let (request, table) = (snapshot.request.clone(), snapshot.table.clone());
+        if !snapshot.tombstones {
+            self.republication = None;
+        } else if self
+            .republication
+            .as_ref()
+            .is_none_or(|r| r.request != request || r.table != table)
+        {
+            tracing::info!(%table, %request, "republication: keeping the table's keys while its chunks run, for the tombstones after them");
+            self.republication = Some(Republication {
+                request: request.clone(),
+                table: table.clone(),
+                present: HashedSet::default(),
+                sweeping: false,
+            });
+        }
+        let sweep = self
+            .republication
+            .as_ref()
+            .filter(|r| r.sweeping)
+            .map(|r| Arc::new(r.present.clone()));
         self.retry_at = None;
         let token = format!("{}:{}", self.token_base, self.next_chunk);
         self.next_chunk += 1;
@@ -940,16 +1085,22 @@ impl IncrementalRun {
             let Some(catalog) = guard.as_ref() else {
                 unreachable!("connected above");
             };
-            let result = read_chunk(
-                catalog,
-                &identity,
-                &config.source,
-                &config.kafka.events,
-                &snapshot,
-                limit,
-                &task_token,
-            )
-            .await;
+            let result = match sweep {
+                Some(present) => {
+                    sweep_topic(catalog, &identity, &config, &snapshot, present, &task_token).await
+                }
+                None => read_chunk(
+                    catalog,
+                    &identity,
+                    &config.source,
+                    &config.kafka.events,
+                    &snapshot,
+                    limit,
+                    &task_token,
+                )
+                .await
+                .map(ChunkRead::Rows),
+            };
             if matches!(result, Err(ChunkError::Retry(_))) {
                 *guard = None;
             }
@@ -999,6 +1150,7 @@ impl IncrementalRun {
                 );
                 if self.state.queue.front().is_some_and(|t| t.table == table) {
                     self.state.queue.pop_front();
+                    self.republication = None;
                     self.record(at);
                 }
             }
@@ -1041,7 +1193,10 @@ impl IncrementalRun {
             }
         };
         let rows = match result {
-            Ok(rows) => rows,
+            Ok(ChunkRead::Rows(rows)) => rows,
+            Ok(ChunkRead::Missing { relation, keys }) => {
+                return self.on_swept(&chunk, relation, keys, at);
+            }
             Err(error) => {
                 self.on_error(&chunk.table, error, at);
                 return None;
@@ -1088,7 +1243,26 @@ impl IncrementalRun {
         current.rows += publish.len() as u64;
         current.chunks += 1;
         tracing::debug!(table = %current.table, read, published = publish.len(), noted = window.keys.len(), "incremental snapshot: chunk");
-        if !rows.full {
+        let republication = self
+            .republication
+            .as_mut()
+            .filter(|r| r.table == chunk.table && r.request == chunk.request);
+        if let Some(republication) = republication {
+            let events = &self.config.kafka.events;
+            for row in &publish {
+                republication.add(write_key(&rows.relation, row, events, false));
+            }
+            if !rows.full {
+                tracing::info!(
+                    table = %current.table,
+                    request = %current.request,
+                    rows = current.rows,
+                    keys = republication.present.len(),
+                    "republication: rows done; reading the topic for keys gone from the table"
+                );
+                republication.sweeping = true;
+            }
+        } else if !rows.full {
             tracing::info!(
                 table = %current.table,
                 request = %current.request,
@@ -1102,6 +1276,46 @@ impl IncrementalRun {
         Some(ChunkToPublish {
             relation: rows.relation,
             rows: publish,
+            tombstones: Vec::new(),
+        })
+    }
+
+    /// A republication's sweep closed at `at`: tombstones for the keys still not in the table,
+    /// and the table is done.
+    fn on_swept(
+        &mut self,
+        chunk: &OpenChunk,
+        relation: Arc<RelationInfo>,
+        keys: Vec<Vec<u8>>,
+        at: Lsn,
+    ) -> Option<ChunkToPublish> {
+        let current = self.state.queue.front()?;
+        if current.table != chunk.table || current.request != chunk.request {
+            return None; // stopped meanwhile
+        }
+        let republication = self
+            .republication
+            .take()
+            .filter(|r| r.table == chunk.table && r.request == chunk.request)?;
+        let found = keys.len();
+        let tombstones: Vec<Vec<u8>> = keys
+            .into_iter()
+            .filter(|key| !republication.present.contains(&hash_key(key)))
+            .collect();
+        tracing::info!(
+            table = %current.table,
+            request = %current.request,
+            rows = current.rows,
+            tombstones = tombstones.len(),
+            written_back_meanwhile = found - tombstones.len(),
+            "republication done: rows republished, tombstones for the keys gone from the table"
+        );
+        self.state.queue.pop_front();
+        self.record_chunk(at, tombstones.len());
+        Some(ChunkToPublish {
+            relation,
+            rows: Vec::new(),
+            tombstones,
         })
     }
 
@@ -1134,9 +1348,77 @@ impl IncrementalRun {
     }
 }
 
+/// A republication's sweep (see [`Republication`]): reads the table's topic for the keys live
+/// there whose hash is not in `present`, then writes the closing watermark `token`.
+async fn sweep_topic(
+    catalog: &PgCatalog,
+    identity: &SourceIdentity,
+    config: &PgPipelineConfig,
+    snapshot: &TableSnapshot,
+    present: Arc<HashedSet>,
+    token: &str,
+) -> Result<ChunkRead, ChunkError> {
+    crate::delay_point!("incremental::sweep");
+    let Some((schema, table)) = parse_table_name(&snapshot.table) else {
+        return Err(ChunkError::Table(format!(
+            "{:?} is not schema.table",
+            snapshot.table
+        )));
+    };
+    let relation = super::snapshot::relation_info(
+        catalog,
+        identity,
+        &config.source,
+        &config.kafka.events,
+        schema,
+        table,
+    )
+    .await
+    .map_err(ChunkError::Retry)?;
+    if relation.outbox.is_some() {
+        return Err(ChunkError::Table(format!(
+            "{} is an outbox table: its topics are not entity topics, no tombstones",
+            snapshot.table
+        )));
+    }
+    let client = crate::kafka::client_config(&config.kafka.brokers, &config.kafka.client);
+    let topic = relation.topic.to_string();
+    let keys = tokio::task::spawn_blocking(move || {
+        crate::compaction::scan::live_keys_missing(client, &topic, &present, SWEEP_DEADLINE)
+    })
+    .await
+    .map_err(|e| {
+        ChunkError::Retry(PipelineError::retryable(
+            "the republication's topic reader failed",
+            e,
+        ))
+    })?
+    .map_err(|e| {
+        ChunkError::Retry(PipelineError::retryable(
+            format!(
+                "cannot read {} for the republication's tombstones",
+                relation.topic
+            ),
+            std::io::Error::other(format!("{e:#}")),
+        ))
+    })?;
+    catalog
+        .client()
+        .execute(
+            "SELECT pg_logical_emit_message(false, $1, $2)",
+            &[&WATERMARK_PREFIX, &token],
+        )
+        .await
+        .map_err(|e| ChunkError::Retry(classify_pg("cannot write a snapshot watermark", e)))?;
+    Ok(ChunkRead::Missing {
+        relation: Arc::new(relation),
+        keys,
+    })
+}
+
 async fn join(
-    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
-) -> Result<ChunkRows, ChunkError> {
+    task: Option<JoinHandle<Result<ChunkRead, ChunkError>>>,
+) -> Result<ChunkRead, ChunkError> {
     match task {
         Some(task) => task.await.unwrap_or_else(|e| {
             Err(ChunkError::Retry(PipelineError::retryable(
@@ -1287,6 +1569,7 @@ mod tests {
                     ("public.a".into(), None),
                     ("public.b".into(), Some("id > 10".into()))
                 ],
+                tombstones: false,
             }
         );
         assert_eq!(
@@ -1325,6 +1608,7 @@ mod tests {
                 ("public.b".into(), None),
                 ("public.other".into(), None),
             ],
+            tombstones: false,
         };
         assert!(state.accept(&request, &captured));
         assert_eq!(state.queue.len(), 2, "the uncaptured table is skipped");

@@ -1298,6 +1298,7 @@ impl PgSource<'_> {
         let rows_metric =
             metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.relation.name.clone());
         rows_metric.increment(chunk.rows.len() as u64);
+        let rows = chunk.rows.len();
         for (n, row) in chunk.rows.into_iter().enumerate() {
             let bytes: usize = row
                 .0
@@ -1325,6 +1326,26 @@ impl PgSource<'_> {
             };
             let records = change.record_count(tombstones);
             intake.admit(Item::Row(change), size, records);
+        }
+        // A republication's tombstones: after the rows, at the same watermark.
+        let first = rows;
+        for (n, key) in chunk.tombstones.into_iter().enumerate() {
+            let index = u32::try_from(first + n).unwrap_or(u32::MAX);
+            let record = OutRecord {
+                topic: Arc::clone(&chunk.relation.topic),
+                key: Some(key),
+                value: None,
+                headers: super::encode::position_headers(lsn, lsn, index),
+            };
+            let size = record.len() + 256;
+            intake.admit(
+                Item::Raw {
+                    record,
+                    commit_unix_micros,
+                },
+                size,
+                1,
+            );
         }
         self.incremental.maybe_start();
         Ok(())
@@ -1763,8 +1784,9 @@ async fn secure_slot(
                 return Err(PipelineError::fatal(
                     what,
                     format!(
-                        "the changes in the gap cannot be read from PostgreSQL any more: re-snapshot the captured tables into Kafka, or accept the gap by setting source.postgres.on_slot_loss = \"recreate\" (or by deleting {}) and starting again. To prevent it: alert on sluice_source_replication_lag_bytes and size max_slot_wal_keep_size for the longest outage you must survive",
-                        state.location()
+                        "the changes in the gap cannot be read from PostgreSQL any more: accept the gap by setting source.postgres.on_slot_loss = \"recreate\" (or by deleting {}) and starting again, then republish the captured tables (POST /api/v1/pipelines/{}/snapshots with {{\"tables\": [...], \"tombstones\": true}}: current rows, and tombstones for the rows deleted in the gap). To prevent it: alert on sluice_source_replication_lag_bytes and size max_slot_wal_keep_size for the longest outage you must survive",
+                        state.location(),
+                        config.name
                     ),
                 ));
             }
