@@ -468,7 +468,10 @@ pub fn live_keys_missing(
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
+        .set("isolation.level", "read_committed")
+        // Prefetch 16 MiB per partition at most (librdkafka's default is 64 MiB): the
+        // pipeline's memory is shared with the stream.
+        .set("queued.max.messages.kbytes", "16384");
     let consumer: BaseConsumer = config.create().context("cannot create the consumer")?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))

@@ -819,7 +819,6 @@ async fn republication_rebuilds_a_compacted_topic_with_tombstones() {
     });
     stop.store(true, Ordering::Relaxed);
     let changes = writer.await.unwrap();
-    let expected = table_contents(&client, &table).await;
     let log = sluice.log_text();
     let done = log
         .lines()
@@ -838,23 +837,44 @@ async fn republication_rebuilds_a_compacted_topic_with_tombstones() {
         "{tombstones} tombstones for {ghosts} rows deleted unseen: {done}"
     );
 
-    // Wait for the cleaner: the records present fall well below what was written (the
-    // initial snapshot and the republication wrote every row twice).
-    let written =
-        sluice_json(&["compaction", "scan", "--topic", &topic], &stack().brokers)["partitions"][0]
-            ["records"]
-            .as_i64()
-            .unwrap();
-    let mut cleaned = written;
-    wait_until("the log cleaner", Duration::from_secs(300), || {
-        cleaned =
-            sluice_json(&["compaction", "scan", "--topic", &topic], &stack().brokers)["partitions"]
-                [0]["records"]
-                .as_i64()
-                .unwrap();
-        cleaned < written - rows / 2
+    // The peak memory of the run that republished (streaming, the chunks, the key set).
+    let peak_rss = sluice
+        .pid()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l.trim_start_matches("VmHWM:").trim().to_owned())
+        })
+        .unwrap_or_default();
+    // Roll the segment holding the republication's last records (`segment.ms` is checked on
+    // append): one more row, streamed more than 2 s after the last record. Then wait until
+    // the cleaner has cleaned everything before it: no key has two records left.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {table} VALUES ({}, 1, 'roll')",
+            rows * 100
+        ))
+        .await
+        .unwrap();
+    let expected = table_contents(&client, &table).await;
+    let scan = || {
+        let scan = sluice_json(&["compaction", "scan", "--topic", &topic], &stack().brokers);
+        let p = &scan["partitions"][0];
+        (
+            p["records"].as_i64().unwrap(),
+            p["distinct_keys"].as_i64().unwrap(),
+        )
+    };
+    let (mut present, mut keys) = scan();
+    let before = present - keys;
+    wait_until("the log cleaner", Duration::from_secs(600), || {
+        (present, keys) = scan();
+        present == keys
     });
-
+    let cleaned = present;
     // Newest record per key = the table.
     let records = read_topic(&topic, Duration::from_secs(300), |records| {
         records.len() as i64 >= cleaned
@@ -890,7 +910,7 @@ async fn republication_rebuilds_a_compacted_topic_with_tombstones() {
     let ghosts_live = live.keys().filter(|id| !expected.contains_key(id)).count();
     let missing = expected.keys().filter(|id| !live.contains_key(id)).count();
     println!(
-        "republication of {rows} rows ({ghosts} deleted and {} updated unseen, {changes} concurrent changes): {tombstones} tombstones; {written} records before the cleaner, {cleaned} after; newest per key: {} live, {stale} stale, {ghosts_live} deleted rows still live, {missing} rows missing",
+        "republication of {rows} rows ({ghosts} deleted and {} updated unseen, {changes} concurrent changes): {tombstones} tombstones; {before} duplicate records when the republication ended, {cleaned} records (one per key) after the cleaner; newest per key: {} live, {stale} stale, {ghosts_live} deleted rows still live, {missing} rows missing; sluice's peak RSS {peak_rss}",
         rows / 10,
         live.len()
     );
