@@ -17,7 +17,7 @@ use crate::support::{
 
 /// Which server a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Server {
+pub(crate) enum Server {
     Mariadb,
     Mysql,
 }
@@ -52,7 +52,7 @@ impl Server {
     }
 
     /// Use of the server alongside other tests.
-    async fn shared(self) -> tokio::sync::RwLockReadGuard<'static, ()> {
+    pub(crate) async fn shared(self) -> tokio::sync::RwLockReadGuard<'static, ()> {
         self.lock().read().await
     }
 
@@ -69,7 +69,7 @@ impl Server {
         }]);
     }
 
-    async fn root(self) -> mysql_async::Conn {
+    pub(crate) async fn root(self) -> mysql_async::Conn {
         let url = self.url(true);
         let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap())
             .await
@@ -86,7 +86,13 @@ fn server_id() -> u32 {
         + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-fn pipeline(server: Server, name: &str, database: &str, prefix: &str, admin_port: u16) -> String {
+pub(crate) fn pipeline(
+    server: Server,
+    name: &str,
+    database: &str,
+    prefix: &str,
+    admin_port: u16,
+) -> String {
     let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("it")
         .join("state");
