@@ -234,7 +234,7 @@ async fn events_match_debezium(server: Server) {
     );
     assert!(report.is_empty(), "{report}");
     assert!(
-        diff.records >= 70,
+        diff.records >= 85,
         "too few records paired: {}",
         diff.records
     );

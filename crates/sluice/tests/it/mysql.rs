@@ -286,6 +286,8 @@ async fn types_and_order(server: Server) {
         "snapshot",
         "db",
         "sequence",
+        "ts_us",
+        "ts_ns",
         "table",
         "server_id",
         "gtid",
@@ -968,13 +970,19 @@ async fn snapshot_reads_then_streams(server: Server) {
     assert_eq!(after, types_row_after());
     let (file, pos) = binlog_place(&first);
     let mut source = value["source"].clone();
-    assert!(source["ts_ms"].as_i64().unwrap() > 1_700_000_000_000);
+    let ts_ms = source["ts_ms"].as_i64().unwrap();
+    assert!(ts_ms > 1_700_000_000_000);
+    assert_eq!(source["ts_us"], json!(ts_ms * 1000));
+    assert_eq!(source["ts_ns"], json!(ts_ms * 1_000_000));
     source["ts_ms"] = json!(0);
+    source["ts_us"] = json!(0);
+    source["ts_ns"] = json!(0);
     assert_eq!(
         source,
         json!({
             "version": source["version"], "connector": "mysql", "name": prefix, "ts_ms": 0,
-            "snapshot": "first", "db": database, "sequence": null, "table": "a",
+            "snapshot": "first", "db": database, "sequence": null, "ts_us": 0, "ts_ns": 0,
+            "table": "a",
             "server_id": 0, "gtid": null, "file": file, "pos": pos, "row": 0,
             "thread": null, "query": null
         })
