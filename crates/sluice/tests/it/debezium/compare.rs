@@ -681,7 +681,7 @@ pub(crate) fn golden_dir(
     table_of: &dyn Fn(&str) -> String,
 ) -> BTreeMap<String, Vec<Rec>> {
     let mut out = BTreeMap::new();
-    for entry in std::fs::read_dir(&dir).expect("golden dir") {
+    for entry in std::fs::read_dir(dir).expect("golden dir") {
         let path = entry.unwrap().path();
         let file = path.file_name().unwrap().to_str().unwrap().to_owned();
         let Some(topic) = file.strip_suffix(".jsonl") else {
