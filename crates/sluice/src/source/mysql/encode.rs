@@ -1253,5 +1253,70 @@ mod tests {
     fn bytes_are_base64_and_text_is_a_string() {
         assert_eq!(text(Kind::Bytes, Value::Bytes(vec![0, 255])), "\"AP8=\"");
         assert_eq!(text(Kind::Text, Value::Bytes("é\"".into())), "\"é\\\"\"");
+        // latin1 is Windows-1252: 0xE9 is é, 0x80 the euro sign.
+        assert_eq!(
+            text(Kind::Latin1, Value::Bytes(vec![b'c', 0xE9, 0x80, 0xFF])),
+            "\"cé€ÿ\""
+        );
+        // BINARY(4) from the binlog, trailing zero bytes dropped: put back.
+        assert_eq!(
+            text(Kind::Binary { len: 4 }, Value::Bytes(vec![0, 255, 16])),
+            "\"AP8QAA==\""
+        );
+    }
+
+    #[test]
+    fn signed_mediumint_is_sign_extended_and_year_zero_is_debeziums() {
+        assert_eq!(text(Kind::Int24, Value::Int(8_388_608)), "-8388608");
+        assert_eq!(text(Kind::Int24, Value::Int(-5)), "-5");
+        assert_eq!(text(Kind::Int24, Value::Int(8_388_607)), "8388607");
+        assert_eq!(text(Kind::Year, Value::UInt(0)), "2000");
+        assert_eq!(text(Kind::Year, Value::Bytes(b"1900".to_vec())), "1900");
+        assert_eq!(text(Kind::Year, Value::UInt(2024)), "2024");
+    }
+
+    /// A key change: the delete of the old key, its tombstone, the create of the new one.
+    #[test]
+    fn a_key_change_is_a_delete_a_tombstone_and_a_create() {
+        let row = |id: u64| {
+            vec![
+                BinlogValue::Value(Value::UInt(id)),
+                BinlogValue::Value(Value::Bytes(b"x".to_vec())),
+            ]
+        };
+        let change = RowChange {
+            table: table(),
+            op: Op::Update,
+            before: Some(row(1)),
+            after: Some(row(2)),
+            source: BinlogSource {
+                server_id: 1,
+                ts_sec: 1_700_000_000,
+                gtid: None,
+                file: Arc::from("binlog.000002"),
+                pos: 1234,
+                row: 0,
+                thread: None,
+                snapshot: SnapshotMarker::False,
+            },
+        };
+        assert_eq!(change.records(true), 3);
+        assert_eq!(change.records(false), 2);
+        let mut out = Vec::new();
+        encode(&change, "p", true, 1_700_000_000_500_250, &mut out);
+        let keys: Vec<&[u8]> = out.iter().map(|r| r.key.as_deref().unwrap()).collect();
+        assert_eq!(keys, [&b"{\"id\":1}"[..], b"{\"id\":1}", b"{\"id\":2}"]);
+        let value = |i: usize| String::from_utf8(out[i].value.clone().unwrap()).unwrap();
+        assert!(value(0).starts_with("{\"before\":{\"id\":1,\"note\":\"x\"},\"after\":null,"));
+        assert!(value(0).contains("\"op\":\"d\""));
+        assert!(out[1].value.is_none());
+        assert!(value(2).starts_with("{\"before\":null,\"after\":{\"id\":2,\"note\":\"x\"},"));
+        assert!(value(2).contains("\"op\":\"c\""));
+        let mut same = change;
+        same.after = Some(vec![
+            BinlogValue::Value(Value::UInt(1)),
+            BinlogValue::Value(Value::Bytes(b"y".to_vec())),
+        ]);
+        assert_eq!(same.records(true), 1);
     }
 }
