@@ -24,10 +24,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use mysql_async::prelude::Queryable;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions};
+use rdkafka::client::DefaultClientContext;
 
 use crate::debezium::compare::{Diff, J, Rec, golden_dir, ratchet_report, read_topics, statements};
 use crate::mysql::{Server, pipeline};
-use crate::support::{Sluice, broker_shared, free_port, read_topic, test_dir, unique};
+use crate::support::{Sluice, broker_shared, free_port, read_topic, stack, test_dir, unique};
 
 /// The capture's topic prefix and database (`source.name`, `source.db` in the golden files).
 const GOLDEN_PREFIX: &str = "dbzmy";
@@ -165,6 +168,7 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
     }
     let records = tokio::task::spawn_blocking({
         let prefix = prefix.clone();
+        let marker_topic = marker_topic.clone();
         move || read_topics(&prefix, &|topic: &str| topic != marker_topic)
     })
     .await
@@ -173,6 +177,14 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
     conn.query_drop(format!("DROP DATABASE {database}"))
         .await
         .unwrap();
+    let mut topics: Vec<String> = records.keys().map(|t| format!("{prefix}.{t}")).collect();
+    topics.push(marker_topic);
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .expect("admin client");
+    let _ = admin.delete_topics(&topics, &AdminOptions::new()).await;
     records
         .into_iter()
         .map(|(topic, recs)| {
