@@ -163,6 +163,11 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// `state_store = "kafka"` (see docs/high-availability.md).
     const ELECTS_ACTIVE_INSTANCE: bool = false;
 
+    /// Whether the source applies `[kafka.events]`' options; a source that writes only
+    /// Debezium's default form (and `tombstones_on_delete`) refuses the others rather than
+    /// ignore them.
+    const APPLIES_EVENT_OPTIONS: bool = true;
+
     /// Checks every rule that serde's types do not express; each issue's key is the full path
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
@@ -651,6 +656,64 @@ fn format_issues(issues: &[ConfigIssue]) -> String {
         .join("\n")
 }
 
+/// The `[kafka.events]` keys set to other than their defaults, `tombstones_on_delete` aside.
+fn non_default_event_options(events: &crate::event::EventOptions) -> Vec<&'static str> {
+    let d = crate::event::EventOptions::default();
+    let e = events;
+    [
+        (
+            "decimal_handling_mode",
+            e.decimal_handling_mode != d.decimal_handling_mode,
+        ),
+        (
+            "time_precision_mode",
+            e.time_precision_mode != d.time_precision_mode,
+        ),
+        (
+            "binary_handling_mode",
+            e.binary_handling_mode != d.binary_handling_mode,
+        ),
+        (
+            "interval_handling_mode",
+            e.interval_handling_mode != d.interval_handling_mode,
+        ),
+        (
+            "hstore_handling_mode",
+            e.hstore_handling_mode != d.hstore_handling_mode,
+        ),
+        (
+            "money_fraction_digits",
+            e.money_fraction_digits != d.money_fraction_digits,
+        ),
+        (
+            "skipped_operations",
+            e.skipped_operations != d.skipped_operations,
+        ),
+        (
+            "unavailable_value_placeholder",
+            e.unavailable_value_placeholder != d.unavailable_value_placeholder,
+        ),
+        (
+            "provide_transaction_metadata",
+            e.provide_transaction_metadata != d.provide_transaction_metadata,
+        ),
+        ("embed_json", e.embed_json != d.embed_json),
+        (
+            "unavailable_columns",
+            e.unavailable_columns != d.unavailable_columns,
+        ),
+        ("schemas_enable", e.schemas_enable != d.schemas_enable),
+        (
+            "column_propagate_source_type",
+            e.column_propagate_source_type != d.column_propagate_source_type,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, differs)| *differs)
+    .map(|(key, _)| key)
+    .collect()
+}
+
 impl<S: SourceSection> PipelineConfig<S> {
     /// Reads, interpolates, parses and validates a pipeline file.
     ///
@@ -693,6 +756,18 @@ impl<S: SourceSection> PipelineConfig<S> {
                 problem,
             });
         };
+        if !S::APPLIES_EVENT_OPTIONS {
+            for key in non_default_event_options(&self.kafka.events) {
+                issue(
+                    &format!("kafka.events.{key}"),
+                    format!(
+                        "not applied by the {} source, which writes Debezium's default event form \
+                         (only tombstones_on_delete applies): remove it",
+                        S::KEY
+                    ),
+                );
+            }
+        }
         if !self.kafka.allow_unsafe_producer_settings {
             for (key, reason) in guarantee_breaking_overrides(&self.kafka.producer) {
                 issue(

@@ -8,6 +8,7 @@
 mod cdc;
 mod compaction;
 mod debezium;
+mod debezium_mysql;
 mod doctor;
 mod exactly_once;
 mod faults;

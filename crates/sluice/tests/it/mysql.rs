@@ -17,7 +17,7 @@ use crate::support::{
 
 /// Which server a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Server {
+pub(crate) enum Server {
     Mariadb,
     Mysql,
 }
@@ -52,7 +52,7 @@ impl Server {
     }
 
     /// Use of the server alongside other tests.
-    async fn shared(self) -> tokio::sync::RwLockReadGuard<'static, ()> {
+    pub(crate) async fn shared(self) -> tokio::sync::RwLockReadGuard<'static, ()> {
         self.lock().read().await
     }
 
@@ -69,7 +69,7 @@ impl Server {
         }]);
     }
 
-    async fn root(self) -> mysql_async::Conn {
+    pub(crate) async fn root(self) -> mysql_async::Conn {
         let url = self.url(true);
         let mut conn = mysql_async::Conn::new(mysql_async::Opts::from_url(&url).unwrap())
             .await
@@ -86,7 +86,13 @@ fn server_id() -> u32 {
         + NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-fn pipeline(server: Server, name: &str, database: &str, prefix: &str, admin_port: u16) -> String {
+pub(crate) fn pipeline(
+    server: Server,
+    name: &str,
+    database: &str,
+    prefix: &str,
+    admin_port: u16,
+) -> String {
     let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("it")
         .join("state");
@@ -280,6 +286,8 @@ async fn types_and_order(server: Server) {
         "snapshot",
         "db",
         "sequence",
+        "ts_us",
+        "ts_ns",
         "table",
         "server_id",
         "gtid",
@@ -962,13 +970,19 @@ async fn snapshot_reads_then_streams(server: Server) {
     assert_eq!(after, types_row_after());
     let (file, pos) = binlog_place(&first);
     let mut source = value["source"].clone();
-    assert!(source["ts_ms"].as_i64().unwrap() > 1_700_000_000_000);
+    let ts_ms = source["ts_ms"].as_i64().unwrap();
+    assert!(ts_ms > 1_700_000_000_000);
+    assert_eq!(source["ts_us"], json!(ts_ms * 1000));
+    assert_eq!(source["ts_ns"], json!(ts_ms * 1_000_000));
     source["ts_ms"] = json!(0);
+    source["ts_us"] = json!(0);
+    source["ts_ns"] = json!(0);
     assert_eq!(
         source,
         json!({
             "version": source["version"], "connector": "mysql", "name": prefix, "ts_ms": 0,
-            "snapshot": "first", "db": database, "sequence": null, "table": "a",
+            "snapshot": "first", "db": database, "sequence": null, "ts_us": 0, "ts_ns": 0,
+            "table": "a",
             "server_id": 0, "gtid": null, "file": file, "pos": pos, "row": 0,
             "thread": null, "query": null
         })

@@ -129,6 +129,7 @@ impl MysqlSourceConfig {
 
 impl SourceSection for MysqlSourceConfig {
     const KEY: &'static str = "mysql";
+    const APPLIES_EVENT_OPTIONS: bool = false;
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
@@ -269,6 +270,38 @@ mod tests {
         );
         assert!(issues[2].problem.contains("expected database.table"));
         assert!(issues[4].problem.contains("expected 1 to 64"));
+    }
+
+    /// `[kafka.events]` options the MySQL source does not apply are refused by name, not
+    /// ignored; `tombstones_on_delete` applies.
+    #[test]
+    fn event_options_it_does_not_apply_are_refused() {
+        let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
+                    [kafka]\nbrokers = \"127.0.0.1:9092\"\n[kafka.events]\n\
+                    tombstones_on_delete = false\ndecimal_handling_mode = \"string\"\n\
+                    schemas_enable = true\n";
+        let error = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap_err();
+        let crate::config::ConfigError::Invalid { issues, .. } = error else {
+            panic!("{error:?}");
+        };
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "kafka.events.decimal_handling_mode",
+                "kafka.events.schemas_enable"
+            ]
+        );
+        assert!(
+            issues[0]
+                .problem
+                .contains("not applied by the mysql source")
+        );
+        let text = text
+            .replace("decimal_handling_mode = \"string\"\n", "")
+            .replace("schemas_enable = true\n", "");
+        let config = MysqlPipelineConfig::from_toml(&text, "t.toml", &|_| None).unwrap();
+        assert!(!config.kafka.tombstones_on_delete());
     }
 
     #[test]

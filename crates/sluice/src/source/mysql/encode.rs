@@ -3,8 +3,8 @@
 //! `binary.handling.mode=bytes`), keys of the primary-key columns, tombstones after deletes.
 //!
 //! The envelope: `{"before":…,"after":…,"source":{"version","connector":"mysql","name","ts_ms",
-//! "snapshot","db","sequence","table","server_id","gtid","file","pos","row","thread","query"},
-//! "transaction":null,"op":…,"ts_ms":…}`.
+//! "snapshot","db","sequence","ts_us","ts_ns","table","server_id","gtid","file","pos","row",
+//! "thread","query"},"transaction":null,"op":…,"ts_ms":…,"ts_us":…,"ts_ns":…}` (Debezium 3's).
 
 use crate::event::decimal::write_unscaled;
 use crate::event::temporal::{civil_from_days, days_from_civil, write_padded};
@@ -15,7 +15,7 @@ use mysql_async::Value;
 use mysql_async::binlog::events::OptionalMetadataField;
 use mysql_async::binlog::jsonb::{ObjectKey as JsonbKey, Value as JsonbValue};
 use mysql_async::binlog::value::BinlogValue;
-use mysql_async::consts::{ColumnFlags, ColumnType};
+use mysql_async::consts::{ColumnFlags, ColumnType, GeometryType};
 
 use crate::error::PipelineError;
 use crate::event::{Op, SnapshotMarker, write_int, write_json_str};
@@ -35,7 +35,11 @@ pub enum Kind {
     /// TINYINT … BIGINT, signed or unsigned: a JSON integer (BIGINT UNSIGNED exact up to
     /// 2^64-1).
     Integer,
-    /// YEAR: a JSON integer.
+    /// A signed MEDIUMINT from the binlog: a JSON integer, sign-extended from its 24 bits (the
+    /// decoder reads -8388608 as 8388608).
+    Int24,
+    /// YEAR: a JSON integer; the zero year as Debezium writes it (a snapshot's `0` is 2000, the
+    /// binlog's is 1900).
     Year,
     /// FLOAT / DOUBLE: a JSON number (`null` for NaN and the infinities, which MySQL does not
     /// store).
@@ -47,8 +51,17 @@ pub enum Kind {
     },
     /// CHAR / VARCHAR / TEXT: a JSON string.
     Text,
+    /// CHAR / VARCHAR / TEXT in `latin1` from the binlog (the server's bytes in that
+    /// character set, which is Windows-1252): a JSON string.
+    Latin1,
     /// BINARY / VARBINARY / BLOB: base64.
     Bytes,
+    /// BINARY(n) from the binlog, which drops the trailing zero bytes: base64 of the value
+    /// padded with zero bytes to `len`, as the column holds it.
+    Binary {
+        /// The column's length in bytes.
+        len: u16,
+    },
     /// JSON: a string holding the document.
     Json,
     /// DATE: days since 1970-01-01 (`io.debezium.time.Date`).
@@ -85,6 +98,8 @@ pub enum Kind {
     /// GEOMETRY and the other spatial types: `{"wkb":…,"srid":…}`
     /// (`io.debezium.data.geometry.Geometry`): base64 of the WKB, the SRID (null for 0).
     Geometry,
+    /// POINT: `{"x":…,"y":…,"wkb":…,"srid":…}` (`io.debezium.data.geometry.Point`).
+    Point,
 }
 
 /// One column of a captured table, as the TABLE_MAP event describes it.
@@ -115,8 +130,10 @@ pub struct TableInfo {
     pub key_columns: Vec<usize>,
     /// Its counters.
     pub metrics: Arc<TableMetrics>,
-    /// `,"db":…,"sequence":null,"table":…`, ready to write.
-    source_db_table: Vec<u8>,
+    /// `,"db":…,"sequence":null`, ready to write.
+    source_db: Vec<u8>,
+    /// `,"table":…`, ready to write.
+    source_table: Vec<u8>,
 }
 
 /// The column types of this step, by their binlog type, metadata and flags; the others are
@@ -131,9 +148,26 @@ fn kind_of(column_type: ColumnType, meta: &[u8], charset: u16) -> Result<Kind, &
         MYSQL_TYPE_NEWDECIMAL => Kind::Decimal {
             scale: meta.get(1).copied().unwrap_or(0),
         },
+        MYSQL_TYPE_STRING if charset == BINARY_CHARSET => {
+            // Metadata: the real type and the length in bytes, its two high bits folded into
+            // the first byte (as the server writes lengths above 255). A snapshot's result
+            // has none (its values come padded).
+            match meta {
+                [real, low, ..] if *real != 0 => Kind::Binary {
+                    len: if real & 0x30 != 0x30 {
+                        u16::from(*low) | (u16::from((real & 0x30) ^ 0x30) << 4)
+                    } else {
+                        u16::from(*low)
+                    },
+                },
+                _ => Kind::Bytes,
+            }
+        }
         MYSQL_TYPE_VARCHAR | MYSQL_TYPE_VAR_STRING | MYSQL_TYPE_STRING => {
             if charset == BINARY_CHARSET {
                 Kind::Bytes
+            } else if LATIN1_CHARSETS.contains(&charset) {
+                Kind::Latin1
             } else {
                 Kind::Text
             }
@@ -141,6 +175,8 @@ fn kind_of(column_type: ColumnType, meta: &[u8], charset: u16) -> Result<Kind, &
         MYSQL_TYPE_TINY_BLOB | MYSQL_TYPE_MEDIUM_BLOB | MYSQL_TYPE_LONG_BLOB | MYSQL_TYPE_BLOB => {
             if charset == BINARY_CHARSET {
                 Kind::Bytes
+            } else if LATIN1_CHARSETS.contains(&charset) {
+                Kind::Latin1
             } else {
                 Kind::Text
             }
@@ -183,6 +219,29 @@ fn bad_metadata(error: std::io::Error) -> PipelineError {
 /// The `binary` character set's id: BLOB and BINARY columns carry it, TEXT and CHAR do not.
 const BINARY_CHARSET: u16 = 63;
 
+/// The ids of `latin1`'s collations (the same on MySQL and MariaDB).
+const LATIN1_CHARSETS: [u16; 8] = [5, 8, 15, 31, 47, 48, 49, 94];
+
+/// Windows-1252's characters for the bytes 0x80 to 0x9F (MySQL's `latin1`); the five bytes
+/// it leaves undefined map to the C1 controls, as Java's decoder does.
+const CP1252_HIGH: [char; 32] = [
+    '\u{20AC}', '\u{81}', '\u{201A}', '\u{192}', '\u{201E}', '\u{2026}', '\u{2020}', '\u{2021}',
+    '\u{2C6}', '\u{2030}', '\u{160}', '\u{2039}', '\u{152}', '\u{8D}', '\u{17D}', '\u{8F}',
+    '\u{90}', '\u{2018}', '\u{2019}', '\u{201C}', '\u{201D}', '\u{2022}', '\u{2013}', '\u{2014}',
+    '\u{2DC}', '\u{2122}', '\u{161}', '\u{203A}', '\u{153}', '\u{9D}', '\u{17E}', '\u{178}',
+];
+
+/// `latin1` (Windows-1252) bytes as text.
+fn latin1_text(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|&b| match b {
+            0x80..=0x9F => CP1252_HIGH[usize::from(b - 0x80)],
+            _ => char::from(b),
+        })
+        .collect()
+}
+
 impl TableInfo {
     /// The table of a TABLE_MAP event, from the columns of a decoded row (names, flags,
     /// character sets from the event's optional metadata) and the event's type metadata.
@@ -207,14 +266,42 @@ impl TableInfo {
         }
         let kinds = row_columns.iter().enumerate().map(|(i, column)| {
             let meta = tme.get_column_metadata(i).unwrap_or(&[]);
-            kind_of(column.column_type(), meta, column.character_set())
+            let kind = kind_of(column.column_type(), meta, column.character_set());
+            if column.column_type() == ColumnType::MYSQL_TYPE_INT24
+                && !column.flags().contains(ColumnFlags::UNSIGNED_FLAG)
+            {
+                return kind.map(|_| Kind::Int24);
+            }
+            kind
         });
         let mut info = Self::build(prefix, database, table, row_columns, kinds, metrics)?;
         // ENUM and SET labels: the optional metadata lists them per ENUM (per SET) column, in
-        // column order.
+        // column order; the geometry types per spatial column; the primary key's columns in
+        // the key's order (which the decoder's column flags miss when it is not the columns').
         let (mut enums, mut sets) = (Vec::new(), Vec::new());
+        let mut geometry_types = Vec::new();
+        let mut key: Option<Vec<usize>> = None;
+        let index = |i: u64| usize::try_from(i).unwrap_or(usize::MAX);
         for field in tme.iter_optional_meta() {
             match field {
+                Ok(OptionalMetadataField::SimplePrimaryKey(pk)) => {
+                    let columns: Result<Vec<usize>, _> =
+                        pk.iter_indexes().map(|i| i.map(index)).collect();
+                    key = Some(columns.map_err(bad_metadata)?);
+                }
+                Ok(OptionalMetadataField::PrimaryKeyWithPrefix(pk)) => {
+                    let columns: Result<Vec<usize>, _> = pk
+                        .iter_keys()
+                        .map(|k| k.map(|k| index(k.column_index())))
+                        .collect();
+                    key = Some(columns.map_err(bad_metadata)?);
+                }
+                Ok(OptionalMetadataField::GeometryType(types)) => {
+                    for geometry in types.iter_geometry_types() {
+                        // An unknown type is an error here: a geometry, not a point.
+                        geometry_types.push(geometry.ok());
+                    }
+                }
                 Ok(OptionalMetadataField::EnumStrValue(values)) => {
                     for column in values.iter_values() {
                         let column = column.map_err(bad_metadata)?;
@@ -243,6 +330,19 @@ impl TableInfo {
                 Err(e) => return Err(bad_metadata(e)),
             }
         }
+        if let Some(key) = key
+            && key.iter().all(|&i| i < info.columns.len())
+        {
+            info.key_columns = key;
+        }
+        let mut geometry_types = geometry_types.into_iter();
+        for column in &mut info.columns {
+            if column.kind == Kind::Geometry
+                && geometry_types.next().flatten() == Some(GeometryType::GEOM_POINT)
+            {
+                column.kind = Kind::Point;
+            }
+        }
         let (mut enums, mut sets) = (enums.into_iter(), sets.into_iter());
         for column in &mut info.columns {
             let labels: Option<Vec<String>> = match column.kind {
@@ -265,7 +365,9 @@ impl TableInfo {
     }
 
     /// The table of a snapshot query's result (`SELECT` of every column): the result's column
-    /// definitions give the same kinds as the binlog's metadata.
+    /// definitions give the same kinds as the binlog's metadata; `key` names the primary key's
+    /// columns in the key's order and `points` the columns declared `POINT` (a result says
+    /// neither).
     ///
     /// # Errors
     ///
@@ -275,17 +377,29 @@ impl TableInfo {
         database: &str,
         table: &str,
         columns: &[mysql_async::Column],
+        key: &[String],
+        points: &[String],
         metrics: Arc<TableMetrics>,
     ) -> Result<Self, PipelineError> {
         let kinds = columns.iter().map(kind_of_result_column);
-        Self::build(
+        let mut info = Self::build(
             prefix,
             database.to_owned(),
             table.to_owned(),
             columns,
             kinds,
             metrics,
-        )
+        )?;
+        let position = |name: &String| info.columns.iter().position(|c| &c.name == name);
+        if let Some(key) = key.iter().map(position).collect::<Option<Vec<usize>>>() {
+            info.key_columns = key;
+        }
+        for column in &mut info.columns {
+            if column.kind == Kind::Geometry && points.contains(&column.name) {
+                column.kind = Kind::Point;
+            }
+        }
+        Ok(info)
     }
 
     fn build(
@@ -323,11 +437,12 @@ impl TableInfo {
                 labels: Arc::from([]),
             });
         }
-        let mut source_db_table = Vec::new();
-        source_db_table.extend_from_slice(b",\"db\":");
-        write_json_str(&mut source_db_table, &database);
-        source_db_table.extend_from_slice(b",\"sequence\":null,\"table\":");
-        write_json_str(&mut source_db_table, &table);
+        let mut source_db = Vec::new();
+        source_db.extend_from_slice(b",\"db\":");
+        write_json_str(&mut source_db, &database);
+        source_db.extend_from_slice(b",\"sequence\":null");
+        let mut source_table = b",\"table\":".to_vec();
+        write_json_str(&mut source_table, &table);
         Ok(Self {
             topic: Arc::from(format!("{prefix}.{database}.{table}")),
             database,
@@ -335,7 +450,8 @@ impl TableInfo {
             columns,
             key_columns,
             metrics,
-            source_db_table,
+            source_db,
+            source_table,
         })
     }
 }
@@ -403,10 +519,26 @@ pub struct RowChange {
 impl RowChange {
     /// The records it becomes: one, and a tombstone after a delete when they are on.
     pub fn records(&self, tombstones: bool) -> u32 {
-        if self.op == Op::Delete && tombstones {
+        if self.key_changed() {
+            // A delete (and its tombstone), then a create.
+            if tombstones { 3 } else { 2 }
+        } else if self.op == Op::Delete && tombstones {
             2
         } else {
             1
+        }
+    }
+
+    /// An update of a primary-key column: Debezium writes it as a delete of the old key (and
+    /// its tombstone) and a create of the new one.
+    fn key_changed(&self) -> bool {
+        match (self.op, &self.before, &self.after) {
+            (Op::Update, Some(before), Some(after)) => self
+                .table
+                .key_columns
+                .iter()
+                .any(|&i| before.get(i) != after.get(i)),
+            _ => false,
         }
     }
 }
@@ -415,7 +547,8 @@ impl RowChange {
 #[derive(Debug)]
 struct ValueError(String);
 
-/// Encodes `change` into `out`: the change event, then the tombstone after a delete.
+/// Encodes `change` into `out`: the change event, then the tombstone after a delete; an
+/// update of the primary key as a delete (and tombstone) and a create, as Debezium.
 ///
 /// # Panics
 ///
@@ -425,7 +558,32 @@ pub fn encode(
     change: &RowChange,
     prefix_name: &str,
     tombstones: bool,
-    now_ms: i64,
+    now_micros: i64,
+    out: &mut Vec<OutRecord>,
+) {
+    if change.key_changed() {
+        let part = |op, before: &Option<Vec<BinlogValue<'static>>>, after: &Option<_>| RowChange {
+            table: Arc::clone(&change.table),
+            op,
+            before: before.clone(),
+            after: after.clone(),
+            source: change.source.clone(),
+        };
+        let delete = part(Op::Delete, &change.before, &None);
+        encode_one(&delete, prefix_name, tombstones, now_micros, out);
+        let create = part(Op::Create, &None, &change.after);
+        encode_one(&create, prefix_name, tombstones, now_micros, out);
+    } else {
+        encode_one(change, prefix_name, tombstones, now_micros, out);
+    }
+}
+
+/// Encodes one change event (and the tombstone after a delete).
+fn encode_one(
+    change: &RowChange,
+    prefix_name: &str,
+    tombstones: bool,
+    now_micros: i64,
     out: &mut Vec<OutRecord>,
 ) {
     let table = &change.table;
@@ -446,7 +604,12 @@ pub fn encode(
     value.extend_from_slice(b",\"snapshot\":\"");
     value.extend_from_slice(source.snapshot.as_str().as_bytes());
     value.push(b'"');
-    value.extend_from_slice(&table.source_db_table);
+    value.extend_from_slice(&table.source_db);
+    value.extend_from_slice(b",\"ts_us\":");
+    write_int(&mut value, i64::from(source.ts_sec) * 1_000_000);
+    value.extend_from_slice(b",\"ts_ns\":");
+    write_int(&mut value, i64::from(source.ts_sec) * 1_000_000_000);
+    value.extend_from_slice(&table.source_table);
     value.extend_from_slice(b",\"server_id\":");
     write_int(&mut value, source.server_id);
     value.extend_from_slice(b",\"gtid\":");
@@ -468,7 +631,11 @@ pub fn encode(
     value.extend_from_slice(b",\"query\":null},\"transaction\":null,\"op\":\"");
     value.extend_from_slice(change.op.code().as_bytes());
     value.extend_from_slice(b"\",\"ts_ms\":");
-    write_int(&mut value, now_ms);
+    write_int(&mut value, now_micros.div_euclid(1000));
+    value.extend_from_slice(b",\"ts_us\":");
+    write_int(&mut value, now_micros);
+    value.extend_from_slice(b",\"ts_ns\":");
+    write_int(&mut value, now_micros.saturating_mul(1000));
     value.push(b'}');
     let headers = vec![
         (HEADER_BINLOG_FILE.into(), source.file.to_string()),
@@ -572,16 +739,22 @@ fn write_value_checked(
     match (kind, value) {
         (Kind::Integer, Value::Int(n)) => write_int(out, *n),
         (Kind::Integer, Value::UInt(n)) => write_int(out, *n),
+        // Sign-extended from the value's low 24 bits.
+        (Kind::Int24, Value::Int(n)) => write_int(out, (*n << 40) >> 40),
+        (Kind::Int24, Value::UInt(n)) => write_int(out, *n),
         (Kind::Year, Value::Bytes(text)) => {
+            // The binlog's zero year is read as 1900 (1900 + the stored 0): Debezium writes
+            // 1900 too.
             let year: i64 = std::str::from_utf8(text)
                 .ok()
                 .and_then(|t| t.parse().ok())
                 .ok_or_else(unexpected)?;
-            // YEAR's zero value (stored as 0, read as 1900 by the decoder) is 0.
-            write_int(out, if year == 1900 { 0 } else { year });
+            write_int(out, year);
         }
+        // A snapshot's YEAR (binary protocol): the year itself; for the zero year Debezium's
+        // snapshot writes 2000 (the JDBC driver reads YEAR 0 as a two-digit year).
+        (Kind::Year, Value::Int(0) | Value::UInt(0)) => write_int(out, 2000),
         (Kind::Year, Value::Int(n)) => write_int(out, *n),
-        // A snapshot's YEAR (binary protocol): the year itself, 0 for the zero year.
         (Kind::Year, Value::UInt(n)) => write_int(out, *n),
         (Kind::Float, Value::Float(f)) => write_float(f64::from(*f), Some(*f), out),
         (Kind::Float, Value::Double(f)) => write_float(*f, None, out),
@@ -607,6 +780,14 @@ fn write_value_checked(
         }
         (Kind::Text, Value::Bytes(bytes)) => {
             write_json_str(out, &String::from_utf8_lossy(bytes));
+        }
+        (Kind::Latin1, Value::Bytes(bytes)) => write_json_str(out, &latin1_text(bytes)),
+        (Kind::Binary { len }, Value::Bytes(bytes)) => {
+            let mut padded = bytes.clone();
+            if padded.len() < usize::from(len) {
+                padded.resize(usize::from(len), 0);
+            }
+            write_base64(&padded, out);
         }
         (Kind::Json, Value::Bytes(bytes)) => {
             // MariaDB's JSON is LONGTEXT: the document's text as written.
@@ -707,13 +888,32 @@ fn write_value_checked(
             }
             write_json_str(out, &text);
         }
-        (Kind::Geometry, Value::Bytes(bytes)) => {
+        (Kind::Geometry | Kind::Point, Value::Bytes(bytes)) => {
             // MySQL's internal form: the SRID (4 bytes, little-endian), then the WKB.
             let (Some(srid), Some(wkb)) = (bytes.get(..4), bytes.get(4..)) else {
                 return Err(unexpected());
             };
             let srid = u32::from_le_bytes([srid[0], srid[1], srid[2], srid[3]]);
-            out.extend_from_slice(b"{\"wkb\":");
+            out.push(b'{');
+            if kind == Kind::Point {
+                // WKB: byte order, type (4 bytes), then x and y (8 bytes each).
+                let coordinate = |at: usize| -> Result<f64, ValueError> {
+                    let raw: [u8; 8] = wkb
+                        .get(at..at + 8)
+                        .and_then(|b| b.try_into().ok())
+                        .ok_or_else(unexpected)?;
+                    Ok(match wkb.first() {
+                        Some(0) => f64::from_be_bytes(raw),
+                        _ => f64::from_le_bytes(raw),
+                    })
+                };
+                out.extend_from_slice(b"\"x\":");
+                out.extend_from_slice(java_double(coordinate(5)?).as_bytes());
+                out.extend_from_slice(b",\"y\":");
+                out.extend_from_slice(java_double(coordinate(13)?).as_bytes());
+                out.push(b',');
+            }
+            out.extend_from_slice(b"\"wkb\":");
             write_base64(wkb, out);
             out.extend_from_slice(b",\"srid\":");
             if srid == 0 {
@@ -955,7 +1155,8 @@ mod tests {
             columns: vec![column("id", Kind::Integer), column("note", Kind::Text)],
             key_columns: vec![0],
             metrics: Arc::new(TableMetrics::new("shop.orders")),
-            source_db_table: b",\"db\":\"shop\",\"sequence\":null,\"table\":\"orders\"".to_vec(),
+            source_db: b",\"db\":\"shop\",\"sequence\":null".to_vec(),
+            source_table: b",\"table\":\"orders\"".to_vec(),
         })
     }
 
@@ -983,14 +1184,14 @@ mod tests {
             },
         };
         let mut out = Vec::new();
-        encode(&change, "p", true, 1_700_000_000_500, &mut out);
+        encode(&change, "p", true, 1_700_000_000_500_250, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(out[0].key.as_deref(), Some(&b"{\"id\":7}"[..]));
         let value = String::from_utf8(out[0].value.clone().unwrap()).unwrap();
         assert_eq!(
             value,
             format!(
-                "{{\"before\":{{\"id\":7,\"note\":\"x\"}},\"after\":null,\"source\":{{\"version\":\"{}\",\"connector\":\"mysql\",\"name\":\"p\",\"ts_ms\":1700000000000,\"snapshot\":\"false\",\"db\":\"shop\",\"sequence\":null,\"table\":\"orders\",\"server_id\":1,\"gtid\":\"0-1-9\",\"file\":\"binlog.000002\",\"pos\":1234,\"row\":3,\"thread\":null,\"query\":null}},\"transaction\":null,\"op\":\"d\",\"ts_ms\":1700000000500}}",
+                "{{\"before\":{{\"id\":7,\"note\":\"x\"}},\"after\":null,\"source\":{{\"version\":\"{}\",\"connector\":\"mysql\",\"name\":\"p\",\"ts_ms\":1700000000000,\"snapshot\":\"false\",\"db\":\"shop\",\"sequence\":null,\"ts_us\":1700000000000000,\"ts_ns\":1700000000000000000,\"table\":\"orders\",\"server_id\":1,\"gtid\":\"0-1-9\",\"file\":\"binlog.000002\",\"pos\":1234,\"row\":3,\"thread\":null,\"query\":null}},\"transaction\":null,\"op\":\"d\",\"ts_ms\":1700000000500,\"ts_us\":1700000000500250,\"ts_ns\":1700000000500250000}}",
                 env!("CARGO_PKG_VERSION")
             )
         );
@@ -1052,5 +1253,70 @@ mod tests {
     fn bytes_are_base64_and_text_is_a_string() {
         assert_eq!(text(Kind::Bytes, Value::Bytes(vec![0, 255])), "\"AP8=\"");
         assert_eq!(text(Kind::Text, Value::Bytes("é\"".into())), "\"é\\\"\"");
+        // latin1 is Windows-1252: 0xE9 is é, 0x80 the euro sign.
+        assert_eq!(
+            text(Kind::Latin1, Value::Bytes(vec![b'c', 0xE9, 0x80, 0xFF])),
+            "\"cé€ÿ\""
+        );
+        // BINARY(4) from the binlog, trailing zero bytes dropped: put back.
+        assert_eq!(
+            text(Kind::Binary { len: 4 }, Value::Bytes(vec![0, 255, 16])),
+            "\"AP8QAA==\""
+        );
+    }
+
+    #[test]
+    fn signed_mediumint_is_sign_extended_and_year_zero_is_debeziums() {
+        assert_eq!(text(Kind::Int24, Value::Int(8_388_608)), "-8388608");
+        assert_eq!(text(Kind::Int24, Value::Int(-5)), "-5");
+        assert_eq!(text(Kind::Int24, Value::Int(8_388_607)), "8388607");
+        assert_eq!(text(Kind::Year, Value::UInt(0)), "2000");
+        assert_eq!(text(Kind::Year, Value::Bytes(b"1900".to_vec())), "1900");
+        assert_eq!(text(Kind::Year, Value::UInt(2024)), "2024");
+    }
+
+    /// A key change: the delete of the old key, its tombstone, the create of the new one.
+    #[test]
+    fn a_key_change_is_a_delete_a_tombstone_and_a_create() {
+        let row = |id: u64| {
+            vec![
+                BinlogValue::Value(Value::UInt(id)),
+                BinlogValue::Value(Value::Bytes(b"x".to_vec())),
+            ]
+        };
+        let change = RowChange {
+            table: table(),
+            op: Op::Update,
+            before: Some(row(1)),
+            after: Some(row(2)),
+            source: BinlogSource {
+                server_id: 1,
+                ts_sec: 1_700_000_000,
+                gtid: None,
+                file: Arc::from("binlog.000002"),
+                pos: 1234,
+                row: 0,
+                thread: None,
+                snapshot: SnapshotMarker::False,
+            },
+        };
+        assert_eq!(change.records(true), 3);
+        assert_eq!(change.records(false), 2);
+        let mut out = Vec::new();
+        encode(&change, "p", true, 1_700_000_000_500_250, &mut out);
+        let keys: Vec<&[u8]> = out.iter().map(|r| r.key.as_deref().unwrap()).collect();
+        assert_eq!(keys, [&b"{\"id\":1}"[..], b"{\"id\":1}", b"{\"id\":2}"]);
+        let value = |i: usize| String::from_utf8(out[i].value.clone().unwrap()).unwrap();
+        assert!(value(0).starts_with("{\"before\":{\"id\":1,\"note\":\"x\"},\"after\":null,"));
+        assert!(value(0).contains("\"op\":\"d\""));
+        assert!(out[1].value.is_none());
+        assert!(value(2).starts_with("{\"before\":null,\"after\":{\"id\":2,\"note\":\"x\"},"));
+        assert!(value(2).contains("\"op\":\"c\""));
+        let mut same = change;
+        same.after = Some(vec![
+            BinlogValue::Value(Value::UInt(1)),
+            BinlogValue::Value(Value::Bytes(b"y".to_vec())),
+        ]);
+        assert_eq!(same.records(true), 1);
     }
 }

@@ -724,6 +724,15 @@ async fn read_chunk(
         chunk.order()
     );
     let read_error = || format!("cannot read {name} for the snapshot");
+    // The columns declared POINT (Debezium's Point struct; a result set says GEOMETRY).
+    let points: Vec<String> = conn
+        .exec(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
+             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND DATA_TYPE = 'point'",
+            (chunk.table.database.as_str(), chunk.table.table.as_str()),
+        )
+        .await
+        .map_err(|e| PipelineError::retryable(read_error(), e))?;
     let mut result = conn
         .exec_iter(sql, params(values))
         .await
@@ -733,6 +742,8 @@ async fn read_chunk(
         &chunk.table.database,
         &chunk.table.table,
         result.columns_ref(),
+        &chunk.key,
+        &points,
         shared.table_metrics(&name),
     )?);
     let rows_metric = metrics::counter!(m::SNAPSHOT_ROWS, "table" => name.clone());
@@ -784,7 +795,6 @@ async fn publish(
     let prefix = shared.prefix.clone();
     let encode_table = Arc::clone(table);
     let records = tokio::task::spawn_blocking(move || {
-        let now_ms = now_micros.div_euclid(1000);
         let mut out = Vec::with_capacity(rows.len());
         for (row, marker) in rows {
             let change = RowChange {
@@ -801,7 +811,7 @@ async fn publish(
                     ..source.clone()
                 },
             };
-            encode::encode(&change, &prefix, false, now_ms, &mut out);
+            encode::encode(&change, &prefix, false, now_micros, &mut out);
         }
         out
     })

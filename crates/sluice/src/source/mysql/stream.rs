@@ -545,12 +545,12 @@ fn rotate_file_name(raw: &[u8], artificial: bool, crc: bool) -> String {
 pub struct MysqlEncoder {
     prefix: Arc<str>,
     tombstones: bool,
-    now_ms: i64,
+    now_micros: i64,
 }
 
 impl Encode<RowChange> for MysqlEncoder {
     fn encode(&self, change: &RowChange, out: &mut Vec<OutRecord>) -> Origin {
-        encode::encode(change, &self.prefix, self.tombstones, self.now_ms, out);
+        encode::encode(change, &self.prefix, self.tombstones, self.now_micros, out);
         origin(change)
     }
 
@@ -682,7 +682,7 @@ impl Source for MysqlSource {
         MysqlEncoder {
             prefix: Arc::from(self.config.kafka.topic_prefix.as_str()),
             tombstones: self.config.kafka.tombstones_on_delete(),
-            now_ms: delivery::unix_micros_now().div_euclid(1000),
+            now_micros: delivery::unix_micros_now(),
         }
     }
 }
