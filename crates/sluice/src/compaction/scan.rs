@@ -305,6 +305,17 @@ pub struct ScanOptions {
     pub progress: bool,
 }
 
+/// Consumer settings for reading a topic through: 8 MiB of prefetched messages per partition
+/// (librdkafka's default is 64 MiB), and the next fetch 5 ms after the queue drained below
+/// that instead of `fetch.queue.backoff.ms`'s 1 s. Measured here on a 1,000,000-record topic
+/// (`sluice compaction scan --exact-keys 1000`, release build): defaults 164 MB peak RSS in
+/// 2.9 s; 8 MiB alone 86 MB but 39 s (the 1 s back-off after every drained queue); both 104 MB
+/// in 1.2 s.
+pub const LEAN_PREFETCH: &[(&str, &str)] = &[
+    ("queued.max.messages.kbytes", "8192"),
+    ("fetch.queue.backoff.ms", "5"),
+];
+
 /// Reads the topic from each partition's low to its high watermark.
 ///
 /// # Errors
@@ -322,6 +333,9 @@ pub fn scan(options: &ScanOptions) -> anyhow::Result<TopicScan> {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest");
+    for (key, value) in LEAN_PREFETCH {
+        config.set(*key, *value);
+    }
     for (key, value) in &options.properties {
         config.set(key, value);
     }
@@ -468,10 +482,10 @@ pub fn live_keys_missing(
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        // Prefetch 16 MiB per partition at most (librdkafka's default is 64 MiB): the
-        // pipeline's memory is shared with the stream.
-        .set("queued.max.messages.kbytes", "16384");
+        .set("isolation.level", "read_committed");
+    for (key, value) in LEAN_PREFETCH {
+        config.set(*key, *value);
+    }
     let consumer: BaseConsumer = config.create().context("cannot create the consumer")?;
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))
