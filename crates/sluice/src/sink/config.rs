@@ -36,13 +36,14 @@ pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 ///
 /// When it is full the partition's librdkafka queue is no longer polled (see
 /// `sink::PartitionQueues`), and librdkafka itself holds up to `queued.max.messages.kbytes`
-/// more. (These defaults date from when a full partition was paused, which librdkafka
-/// resumed up to ~1 s late, so the queue had to hold a second of work; with the partition
-/// queues, `bench/run --cases sink --sink-records 1000000` measured about the same
-/// throughput with 16 MiB / 50,000 records.)
-pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 64 * 1024 * 1024;
+/// more. (64 MiB / 200,000 records date from when a full partition was paused, which
+/// librdkafka resumed up to ~1 s late, so the queue had to hold a second of work. With the
+/// partition queues, 16 MiB / 50,000 records keep the throughput and cut the peak RSS:
+/// `bench/run --cases sink --runs 1 --sink-records 1000000 --sink-sub-partitions 1`, see
+/// bench/PROFILE.md "Sink memory".)
+pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 16 * 1024 * 1024;
 /// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
-pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 200_000;
+pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
 /// Default time a worker may spend on one record or one file commit.
 pub const DEFAULT_PROCESSING_TIMEOUT_MS: u64 = 60_000;
 /// Default time to finish in-flight work when partitions are revoked or on shutdown.

@@ -97,7 +97,9 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("enable.partition.eof", "false"),
     // Fetch in large chunks; the per-partition queue budget bounds what waits for workers.
     ("fetch.max.bytes", "52428800"),
-    ("queued.max.messages.kbytes", "65536"),
+    // librdkafka's own prefetch per partition (its default is 64 MiB), on top of the
+    // partition queue above it.
+    ("queued.max.messages.kbytes", "16384"),
     // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
     // and backs a partition off after a pause discards its in-flight fetch: both left the
     // consumer idle for most of each second whenever the workers briefly fell behind.
