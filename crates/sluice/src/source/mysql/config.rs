@@ -59,6 +59,15 @@ pub struct MysqlSourceConfig {
     /// Rows per snapshot chunk (tables are split by primary-key ranges).
     #[serde(default = "default_snapshot_chunk_rows")]
     pub snapshot_chunk_rows: u32,
+    /// Write schema-change events (the snapshot's definitions, then each DDL statement on a
+    /// captured database or table) to the topic named `kafka.topic_prefix`, as Debezium's
+    /// `include.schema.changes` (on by default).
+    #[serde(default = "default_include_schema_changes")]
+    pub include_schema_changes: bool,
+}
+
+fn default_include_schema_changes() -> bool {
+    true
 }
 
 fn default_status_interval_ms() -> u64 {
@@ -89,6 +98,7 @@ impl fmt::Debug for MysqlSourceConfig {
             .field("snapshot", &self.snapshot)
             .field("snapshot_workers", &self.snapshot_workers)
             .field("snapshot_chunk_rows", &self.snapshot_chunk_rows)
+            .field("include_schema_changes", &self.include_schema_changes)
             .finish()
     }
 }
@@ -127,7 +137,23 @@ impl MysqlSourceConfig {
     }
 }
 
+impl MysqlSourceConfig {
+    /// Whether the include list reaches `database` (some captured table may be in it): a
+    /// database-level DDL statement on it is a schema change to report.
+    pub fn captures_database(&self, database: &str) -> bool {
+        if self.include_tables.is_empty() {
+            return !SYSTEM_DATABASES.contains(&database);
+        }
+        self.include_tables.iter().any(|p| {
+            let db_part = p.split_once('.').map_or(p.as_str(), |(db, _)| db);
+            glob_matches(db_part, database)
+        })
+    }
+}
+
 impl SourceSection for MysqlSourceConfig {
+    const APPLIES_SCHEMA_CHANGES_TOPIC: bool = false;
+
     const KEY: &'static str = "mysql";
     const APPLIES_EVENT_OPTIONS: bool = false;
 
