@@ -258,6 +258,30 @@ mod tests {
     }
 
     #[test]
+    fn schema_changes_are_on_by_default_and_the_postgres_topic_is_refused() {
+        let config =
+            load("url = \"mysql://u@h:3306\"\nserver_id = 7\ninclude_tables = [\"sh*.orders\"]")
+                .unwrap();
+        assert!(config.source.include_schema_changes);
+        assert!(config.source.captures_database("shop"));
+        assert!(!config.source.captures_database("other"));
+        let off = load("url = \"mysql://u@h:3306\"\nserver_id = 7\ninclude_schema_changes = false")
+            .unwrap();
+        assert!(!off.source.include_schema_changes);
+        assert!(off.source.captures_database("anything"));
+        assert!(!off.source.captures_database("mysql"));
+        let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
+                    [kafka]\nbrokers = \"127.0.0.1:9092\"\nschema_changes_topic = \"ddl\"\n";
+        let error = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap_err();
+        let crate::config::ConfigError::Invalid { issues, .. } = error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "kafka.schema_changes_topic");
+        assert!(issues[0].problem.contains("include_schema_changes"));
+    }
+
+    #[test]
     fn every_table_outside_the_system_databases_by_default_minus_the_excluded() {
         let config =
             load("url = \"mysql://u@h:3306\"\nserver_id = 7\nexclude_tables = [\"shop.audit_*\"]")
