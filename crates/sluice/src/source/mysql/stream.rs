@@ -1061,19 +1061,26 @@ impl MysqlSource {
         if !self.config.source.include_schema_changes {
             return Ok(());
         }
-        let conn = match &mut self.meta {
-            Some(conn) => conn,
-            None => self
-                .meta
-                .insert(server::connect(&self.config.source).await?),
-        };
-        let result = ddl::streamed(conn, self.flavor, &self.config.source, sql, default_db).await;
-        let change = match result {
-            Ok(Some(change)) => change,
-            Ok(None) => return Ok(()),
-            Err(error) => {
-                self.meta = None;
-                return Err(error);
+        // The connection kept since the last statement may have been closed by the server
+        // (`wait_timeout`): one more try on a new one.
+        let mut tries = if self.meta.is_some() { 2 } else { 1 };
+        let change = loop {
+            let conn = match &mut self.meta {
+                Some(conn) => conn,
+                None => self
+                    .meta
+                    .insert(server::connect(&self.config.source).await?),
+            };
+            match ddl::streamed(conn, self.flavor, &self.config.source, sql, default_db).await {
+                Ok(Some(change)) => break change,
+                Ok(None) => return Ok(()),
+                Err(error) => {
+                    self.meta = None;
+                    tries -= 1;
+                    if tries == 0 {
+                        return Err(error);
+                    }
+                }
             }
         };
         let topic: Arc<str> = Arc::from(self.config.kafka.topic_prefix.as_str());
