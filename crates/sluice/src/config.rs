@@ -168,6 +168,11 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// ignore them.
     const APPLIES_EVENT_OPTIONS: bool = true;
 
+    /// Whether the source writes column changes to `kafka.schema_changes_topic`; a source
+    /// with a schema-change topic of its own (MySQL: `<topic_prefix>`, Debezium's) refuses it
+    /// rather than ignore it.
+    const APPLIES_SCHEMA_CHANGES_TOPIC: bool = true;
+
     /// Checks every rule that serde's types do not express; each issue's key is the full path
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
@@ -767,6 +772,18 @@ impl<S: SourceSection> PipelineConfig<S> {
                     ),
                 );
             }
+        }
+        if !S::APPLIES_SCHEMA_CHANGES_TOPIC && self.kafka.schema_changes_topic.is_some() {
+            issue(
+                "kafka.schema_changes_topic",
+                format!(
+                    "not applied by the {} source, which writes its schema changes (Debezium's \
+                     form) to the topic named kafka.topic_prefix (source.{}.include_schema_changes): \
+                     remove it",
+                    S::KEY,
+                    S::KEY
+                ),
+            );
         }
         if !self.kafka.allow_unsafe_producer_settings {
             for (key, reason) in guarantee_breaking_overrides(&self.kafka.producer) {

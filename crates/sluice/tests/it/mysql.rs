@@ -425,6 +425,179 @@ async fn mysql_rows_arrive_as_debezium_mysql_events() {
     types_and_order(Server::Mysql).await;
 }
 
+/// Runs `statements` in order on `conn`.
+async fn run(conn: &mut mysql_async::Conn, statements: Vec<String>) {
+    for statement in statements {
+        conn.query_drop(&statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+}
+
+/// Schema changes: the snapshot's synthesised statements, then each streamed DDL statement on
+/// a captured table (with the table's structure as the server describes it, the session's
+/// database resolving an unqualified name) arrive on the `<topic_prefix>` topic in binlog
+/// order; DDL on a database the include list does not reach is not written.
+async fn schema_changes(server: Server) {
+    let _broker = broker_shared().await;
+    let _server = server.shared().await;
+    let Streaming {
+        mut root,
+        database,
+        prefix,
+        sluice,
+    } = streaming(
+        server,
+        "ddl",
+        "ddl",
+        "(id INT NOT NULL PRIMARY KEY) ENGINE=InnoDB",
+    )
+    .await;
+    let other = format!("{database}_x");
+    let read = |count: usize| {
+        let topic = prefix.clone();
+        tokio::task::spawn_blocking(move || {
+            read_topic(&topic, Duration::from_secs(60), |records| {
+                records.len() >= count
+            })
+        })
+    };
+    run(
+        &mut root,
+        vec![
+            format!("USE {database}"),
+            "CREATE TABLE u (id INT NOT NULL AUTO_INCREMENT, s SET('x','yy') NOT NULL DEFAULT 'x' \
+         COMMENT 'a set', d DECIMAL(7,3) UNSIGNED, PRIMARY KEY (id)) COMMENT 'u table'"
+                .to_owned(),
+            format!("CREATE DATABASE {other}"),
+            format!("CREATE TABLE {other}.v (id INT)"),
+        ],
+    )
+    .await;
+    // The CREATE's event is written before `u` changes again (its structure is read when the
+    // event is processed).
+    read(7).await.unwrap();
+    run(
+        &mut root,
+        vec![
+            "ALTER TABLE t ADD COLUMN c2 VARCHAR(5) NOT NULL DEFAULT 'z'".to_owned(),
+            format!("DROP TABLE u, {other}.v"),
+            format!("DROP DATABASE {other}"),
+            "INSERT INTO t VALUES (1, 'a')".to_owned(),
+        ],
+    )
+    .await;
+    let rows = read_until(&format!("{prefix}.{database}.t"), 1);
+    assert_eq!(
+        rows[0].value.as_ref().unwrap()["after"],
+        json!({"id": 1, "c2": "a"}),
+        "the row written after the ALTER has the new column"
+    );
+    let records = read(9).await.unwrap();
+    let ddl: Vec<(String, Value)> = records
+        .iter()
+        .map(|r| {
+            let value = r.value.as_ref().unwrap();
+            assert_eq!(r.key, Some(json!({"databaseName": value["databaseName"]})));
+            let changes: Vec<Value> = value["tableChanges"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| json!([c["type"], c["id"]]))
+                .collect();
+            (
+                value["ddl"].as_str().unwrap().to_owned(),
+                json!([
+                    value["source"]["snapshot"],
+                    value["source"]["table"],
+                    changes
+                ]),
+            )
+        })
+        .collect();
+    let id = |table: &str| format!("\"{database}\".\"{table}\"");
+    assert_eq!(ddl.len(), 9, "{ddl:#?}\nlog:\n{}", sluice.log_text());
+    assert!(
+        ddl[0].0.starts_with("SET character_set_server="),
+        "{ddl:#?}"
+    );
+    assert_eq!(
+        ddl[1],
+        (
+            format!("DROP TABLE IF EXISTS `{database}`.`t`"),
+            json!(["true", "t", [["DROP", id("t")]]])
+        )
+    );
+    assert_eq!(ddl[2].0, format!("DROP DATABASE IF EXISTS `{database}`"));
+    assert!(
+        ddl[3]
+            .0
+            .starts_with(&format!("CREATE DATABASE `{database}` CHARSET "))
+    );
+    assert_eq!(ddl[4].0, format!("USE `{database}`"));
+    assert!(ddl[5].0.starts_with("CREATE TABLE `t` ("), "{ddl:#?}");
+    assert_eq!(ddl[5].1, json!(["true", "t", [["CREATE", id("t")]]]));
+    assert!(ddl[6].0.starts_with("CREATE TABLE u ("), "{ddl:#?}");
+    assert_eq!(ddl[6].1, json!(["false", "u", [["CREATE", id("u")]]]));
+    assert_eq!(
+        ddl[7],
+        (
+            "ALTER TABLE t ADD COLUMN c2 VARCHAR(5) NOT NULL DEFAULT 'z'".to_owned(),
+            json!(["false", "t", [["ALTER", id("t")]]])
+        )
+    );
+    // Only the captured table of the two dropped.
+    assert_eq!(ddl[8].1, json!(["false", "u", [["DROP", id("u")]]]));
+    assert!(ddl[8].0.starts_with("DROP TABLE"), "{ddl:#?}");
+    let value = |i: usize| records[i].value.clone().unwrap();
+    let created = value(6);
+    let table = &created["tableChanges"][0]["table"];
+    assert_eq!(table["primaryKeyColumnNames"], json!(["id"]), "{created}");
+    assert_eq!(table["comment"], json!("u table"));
+    let columns = table["columns"].as_array().unwrap();
+    assert_eq!(
+        columns[0],
+        json!({"name": "id", "jdbcType": 4, "nativeType": null, "typeName": "INT",
+            "typeExpression": "INT", "charsetName": null, "length": 11, "scale": null,
+            "position": 1, "optional": false, "autoIncremented": true, "generated": false,
+            "comment": null, "defaultValueExpression": null, "enumValues": null})
+    );
+    assert_eq!(columns[1]["typeName"], json!("SET"));
+    // Debezium's SET length: its labels joined by commas.
+    assert_eq!(columns[1]["length"], json!(4));
+    assert_eq!(columns[1]["enumValues"], json!(["'x'", "'yy'"]));
+    assert_eq!(columns[1]["defaultValueExpression"], json!("x"));
+    assert_eq!(columns[1]["comment"], json!("a set"));
+    assert_eq!(columns[2]["typeName"], json!("DECIMAL UNSIGNED"));
+    assert_eq!(
+        (&columns[2]["length"], &columns[2]["scale"]),
+        (&json!(7), &json!(3))
+    );
+    let altered = value(7);
+    let columns = altered["tableChanges"][0]["table"]["columns"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(columns.len(), 2, "{altered}");
+    assert_eq!(columns[1]["name"], json!("c2"));
+    assert_eq!(columns[1]["optional"], json!(false));
+    assert_eq!(columns[1]["defaultValueExpression"], json!("z"));
+    drop(sluice);
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_schema_changes_are_written_for_captured_ddl() {
+    schema_changes(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_schema_changes_are_written_for_captured_ddl() {
+    schema_changes(Server::Mysql).await;
+}
+
 /// SIGKILL five times at random moments (seeded: `SLUICE_IT_MYSQL_KILL_SEED`) while a writer
 /// inserts `SLUICE_IT_MYSQL_KILL_ROWS` rows (default 20,000; the issue's size is 200,000) in
 /// 10-row transactions over about 20 s, each kill followed by rows written while sluice is down;

@@ -59,6 +59,15 @@ pub struct MysqlSourceConfig {
     /// Rows per snapshot chunk (tables are split by primary-key ranges).
     #[serde(default = "default_snapshot_chunk_rows")]
     pub snapshot_chunk_rows: u32,
+    /// Write schema-change events (the snapshot's definitions, then each DDL statement on a
+    /// captured database or table) to the topic named `kafka.topic_prefix`, as Debezium's
+    /// `include.schema.changes` (on by default).
+    #[serde(default = "default_include_schema_changes")]
+    pub include_schema_changes: bool,
+}
+
+fn default_include_schema_changes() -> bool {
+    true
 }
 
 fn default_status_interval_ms() -> u64 {
@@ -89,6 +98,7 @@ impl fmt::Debug for MysqlSourceConfig {
             .field("snapshot", &self.snapshot)
             .field("snapshot_workers", &self.snapshot_workers)
             .field("snapshot_chunk_rows", &self.snapshot_chunk_rows)
+            .field("include_schema_changes", &self.include_schema_changes)
             .finish()
     }
 }
@@ -127,7 +137,23 @@ impl MysqlSourceConfig {
     }
 }
 
+impl MysqlSourceConfig {
+    /// Whether the include list reaches `database` (some captured table may be in it): a
+    /// database-level DDL statement on it is a schema change to report.
+    pub fn captures_database(&self, database: &str) -> bool {
+        if self.include_tables.is_empty() {
+            return !SYSTEM_DATABASES.contains(&database);
+        }
+        self.include_tables.iter().any(|p| {
+            let db_part = p.split_once('.').map_or(p.as_str(), |(db, _)| db);
+            glob_matches(db_part, database)
+        })
+    }
+}
+
 impl SourceSection for MysqlSourceConfig {
+    const APPLIES_SCHEMA_CHANGES_TOPIC: bool = false;
+
     const KEY: &'static str = "mysql";
     const APPLIES_EVENT_OPTIONS: bool = false;
 
@@ -229,6 +255,30 @@ mod tests {
         assert!(config.source.captures("shop", "orders"));
         assert!(!config.source.captures("other", "orders"));
         assert!(!format!("{config:?}").contains("secret"));
+    }
+
+    #[test]
+    fn schema_changes_are_on_by_default_and_the_postgres_topic_is_refused() {
+        let config =
+            load("url = \"mysql://u@h:3306\"\nserver_id = 7\ninclude_tables = [\"sh*.orders\"]")
+                .unwrap();
+        assert!(config.source.include_schema_changes);
+        assert!(config.source.captures_database("shop"));
+        assert!(!config.source.captures_database("other"));
+        let off = load("url = \"mysql://u@h:3306\"\nserver_id = 7\ninclude_schema_changes = false")
+            .unwrap();
+        assert!(!off.source.include_schema_changes);
+        assert!(off.source.captures_database("anything"));
+        assert!(!off.source.captures_database("mysql"));
+        let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
+                    [kafka]\nbrokers = \"127.0.0.1:9092\"\nschema_changes_topic = \"ddl\"\n";
+        let error = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap_err();
+        let crate::config::ConfigError::Invalid { issues, .. } = error else {
+            panic!("{error:?}");
+        };
+        assert_eq!(issues.len(), 1, "{issues:?}");
+        assert_eq!(issues[0].key, "kafka.schema_changes_topic");
+        assert!(issues[0].problem.contains("include_schema_changes"));
     }
 
     #[test]

@@ -25,6 +25,7 @@ use sluice_engine::InFlightBudget;
 use tokio_util::sync::CancellationToken;
 
 use super::config::MysqlPipelineConfig;
+use super::ddl::{self, SchemaChange};
 use super::encode::{
     self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
 };
@@ -255,6 +256,20 @@ pub async fn run_once(
             topics.dedup();
             kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
         }
+        let mut consistent = consistent;
+        if config.source.include_schema_changes {
+            publish_snapshot_schema(
+                config,
+                flavor,
+                &mut consistent.connections[0],
+                plan,
+                &start,
+                &producer,
+                &budget,
+                &mut delivery_rx,
+            )
+            .await?;
+        }
         snapshot::run(
             SnapshotContext {
                 prefix: &config.kafka.topic_prefix,
@@ -365,6 +380,8 @@ pub async fn run_once(
         table_metrics: HashMap::new(),
         known_topics,
         tx: Transaction::default(),
+        meta: None,
+        schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
         last_event: Instant::now(),
     };
     let result = delivery::run(
@@ -390,6 +407,84 @@ pub async fn run_once(
     })
     .await;
     result
+}
+
+/// The snapshot's chunk number of its schema-change records (no table's chunk).
+const SCHEMA_CHUNK: usize = u32::MAX as usize;
+
+/// Writes the initial snapshot's schema changes (see [`ddl::snapshot`]) for the tables of
+/// `plan`, read on `conn` under the snapshot, and waits until Kafka has acknowledged them all.
+/// Written at every start of a snapshot (again when one resumes): at least once.
+#[allow(clippy::too_many_arguments)]
+async fn publish_snapshot_schema(
+    config: &MysqlPipelineConfig,
+    flavor: Flavor,
+    conn: &mut mysql_async::Conn,
+    plan: &SnapshotPlan,
+    position: &BinlogPosition,
+    producer: &Arc<kafka::PipelineProducer>,
+    budget: &InFlightBudget,
+    deliveries: &mut tokio::sync::mpsc::UnboundedReceiver<kafka::DeliveryEvent>,
+) -> Result<(), PipelineError> {
+    let mut tables: Vec<_> = plan.chunks.iter().map(|c| c.table.clone()).collect();
+    tables.dedup();
+    let changes = ddl::snapshot(conn, flavor, &tables).await?;
+    let topic: Arc<str> = Arc::from(config.kafka.topic_prefix.as_str());
+    if config.kafka.create_topics {
+        kafka::ensure_topics(
+            &config.kafka,
+            std::slice::from_ref(&topic.to_string()),
+            config.kafka.topic_partitions,
+        )
+        .await?;
+    }
+    let now_micros = delivery::unix_micros_now();
+    let source = BinlogSource {
+        server_id: 0,
+        ts_sec: u32::try_from(now_micros.div_euclid(1_000_000)).unwrap_or(u32::MAX),
+        gtid: None,
+        file: Arc::from(position.file.as_str()),
+        pos: position.pos,
+        row: 0,
+        thread: None,
+        snapshot: SnapshotMarker::True,
+    };
+    let records: Vec<OutRecord> = changes
+        .iter()
+        .map(|change| change.record(&topic, &config.kafka.topic_prefix, &source, now_micros))
+        .collect();
+    let metrics = Arc::new(TableMetrics::new(&config.kafka.topic_prefix));
+    let count = crate::source::chunked::publish(
+        producer,
+        budget,
+        SCHEMA_CHUNK,
+        0,
+        records,
+        &metrics,
+        now_micros,
+    )
+    .await?;
+    let mut acked = 0;
+    while acked < count {
+        match deliveries.recv().await {
+            Some(kafka::DeliveryEvent::Acked(_)) => acked += 1,
+            Some(kafka::DeliveryEvent::Failed { error, .. }) => {
+                return Err(PipelineError::fatal(
+                    format!("Kafka refused a schema-change record for topic {topic}: {error}"),
+                    delivery::rejection_hint(&error),
+                ));
+            }
+            Some(_) => {}
+            None => {
+                return Err(PipelineError::retryable(
+                    "the producer stopped during the snapshot",
+                    std::io::Error::other("delivery reports closed"),
+                ));
+            }
+        }
+    }
+    tracing::info!(events = count, topic = %topic, "snapshot: schema changes written");
+    Ok(())
 }
 
 /// The position the pipeline of `config` resumes from, from its state file (for `doctor`).
@@ -524,6 +619,10 @@ struct MysqlSource {
     table_metrics: HashMap<String, Arc<TableMetrics>>,
     known_topics: HashSet<String>,
     tx: Transaction,
+    /// A connection for `information_schema` (schema changes), opened when first needed.
+    meta: Option<mysql_async::Conn>,
+    /// The schema-change topic's counters.
+    schema_metrics: Arc<TableMetrics>,
     /// When the stream last delivered an event (or reading resumed after back-pressure).
     last_event: Instant,
 }
@@ -548,30 +647,71 @@ pub struct MysqlEncoder {
     now_micros: i64,
 }
 
-impl Encode<RowChange> for MysqlEncoder {
-    fn encode(&self, change: &RowChange, out: &mut Vec<OutRecord>) -> Origin {
-        encode::encode(change, &self.prefix, self.tombstones, self.now_micros, out);
+/// The MySQL source's change in the delivery core: a row change or a schema change.
+pub enum MysqlChange {
+    /// A row event's row.
+    Row(RowChange),
+    /// A DDL statement on a captured database or table.
+    Schema(Box<StreamedSchemaChange>),
+}
+
+/// A streamed schema change and where it is in the binlog.
+pub struct StreamedSchemaChange {
+    /// The event.
+    pub change: SchemaChange,
+    /// Its `source` (the QUERY event's place).
+    pub source: BinlogSource,
+    /// `<topic_prefix>`.
+    pub topic: Arc<str>,
+    /// The counters of the schema-change topic.
+    pub metrics: Arc<TableMetrics>,
+}
+
+impl Encode<MysqlChange> for MysqlEncoder {
+    fn encode(&self, change: &MysqlChange, out: &mut Vec<OutRecord>) -> Origin {
+        match change {
+            MysqlChange::Row(change) => {
+                encode::encode(change, &self.prefix, self.tombstones, self.now_micros, out);
+            }
+            MysqlChange::Schema(schema) => out.push(schema.change.record(
+                &schema.topic,
+                &self.prefix,
+                &schema.source,
+                self.now_micros,
+            )),
+        }
         origin(change)
     }
 
-    fn describe(&self, change: &RowChange, reason: &str) -> FailedChange {
-        let table = format!("{}.{}", change.table.database, change.table.table);
+    fn describe(&self, change: &MysqlChange, reason: &str) -> FailedChange {
+        let (source, table, topic) = match change {
+            MysqlChange::Row(change) => (
+                &change.source,
+                format!("{}.{}", change.table.database, change.table.table),
+                Arc::clone(&change.table.topic),
+            ),
+            MysqlChange::Schema(schema) => (
+                &schema.source,
+                schema.change.database.clone(),
+                Arc::clone(&schema.topic),
+            ),
+        };
         let position = format!(
             "binlog {}:{} row {}, table {table}",
-            change.source.file, change.source.pos, change.source.row
+            source.file, source.pos, source.row
         );
         let description = serde_json::to_vec(&serde_json::json!({
             "table": table,
-            "file": &*change.source.file,
-            "pos": change.source.pos,
-            "row": change.source.row,
-            "gtid": change.source.gtid.as_deref(),
+            "file": &*source.file,
+            "pos": source.pos,
+            "row": source.row,
+            "gtid": source.gtid.as_deref(),
             "error": reason,
         }))
         .unwrap_or_default();
         FailedChange {
             reason: reason.to_owned(),
-            topic: Arc::clone(&change.table.topic),
+            topic,
             position,
             description,
             origin: origin(change),
@@ -579,15 +719,21 @@ impl Encode<RowChange> for MysqlEncoder {
     }
 }
 
-fn origin(change: &RowChange) -> Origin {
-    Origin {
-        commit_unix_micros: i64::from(change.source.ts_sec) * 1_000_000,
-        table: Arc::clone(&change.table.metrics),
+fn origin(change: &MysqlChange) -> Origin {
+    match change {
+        MysqlChange::Row(change) => Origin {
+            commit_unix_micros: i64::from(change.source.ts_sec) * 1_000_000,
+            table: Arc::clone(&change.table.metrics),
+        },
+        MysqlChange::Schema(schema) => Origin {
+            commit_unix_micros: i64::from(schema.source.ts_sec) * 1_000_000,
+            table: Arc::clone(&schema.metrics),
+        },
     }
 }
 
 impl Source for MysqlSource {
-    type Change = RowChange;
+    type Change = MysqlChange;
     type Position = BinlogSeq;
     type Message = Option<Result<Event, mysql_async::Error>>;
     type Encoder = MysqlEncoder;
@@ -599,7 +745,7 @@ impl Source for MysqlSource {
     async fn on_message(
         &mut self,
         message: Self::Message,
-        intake: &mut Intake<RowChange, BinlogSeq>,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
     ) -> Result<bool, PipelineError> {
         let event = match message {
             None => {
@@ -623,7 +769,7 @@ impl Source for MysqlSource {
 
     async fn before_checkpoint(
         &mut self,
-        _intake: &mut Intake<RowChange, BinlogSeq>,
+        _intake: &mut Intake<MysqlChange, BinlogSeq>,
     ) -> Result<bool, PipelineError> {
         let heartbeat = self.config.source.heartbeat_interval_ms;
         if heartbeat > 0 {
@@ -672,7 +818,7 @@ impl Source for MysqlSource {
 
     async fn after_checkpoint(
         &mut self,
-        _intake: &mut Intake<RowChange, BinlogSeq>,
+        _intake: &mut Intake<MysqlChange, BinlogSeq>,
         _watermark: BinlogSeq,
     ) -> Result<(), PipelineError> {
         Ok(())
@@ -691,7 +837,7 @@ impl MysqlSource {
     async fn on_event(
         &mut self,
         event: &Event,
-        intake: &mut Intake<RowChange, BinlogSeq>,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
     ) -> Result<(), PipelineError> {
         let header = event.header();
         let log_pos = u64::from(header.log_pos());
@@ -760,8 +906,14 @@ impl MysqlSource {
                     "SAVEPOINT" => {}
                     "ROLLBACK" if sql.to_ascii_uppercase().contains(" TO ") => {}
                     // COMMIT of a non-transactional table's changes, or a statement (DDL) that
-                    // is its own transaction.
-                    _ => self.commit(log_pos, intake),
+                    // is its own transaction: a DDL statement on something captured is a
+                    // schema change (and the end of its transaction).
+                    _ => {
+                        let pos = log_pos.saturating_sub(u64::from(header.event_size()));
+                        self.on_statement(&sql, &query.schema(), header, pos, intake)
+                            .await?;
+                        self.commit(log_pos, intake);
+                    }
                 }
             }
             EventData::XidEvent(_) => self.commit(log_pos, intake),
@@ -800,7 +952,7 @@ impl MysqlSource {
         rows: &RowsEventData<'_>,
         header: mysql_async::binlog::events::BinlogEventHeader,
         log_pos: u64,
-        intake: &mut Intake<RowChange, BinlogSeq>,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
     ) -> Result<(), PipelineError> {
         let table_id = rows.table_id();
         let Some(slot) = self.tables.get(&table_id) else {
@@ -879,14 +1031,83 @@ impl MysqlSource {
                 },
             };
             let records = change.records(tombstones);
-            intake.admit(change, size_per_row, records);
+            intake.admit(MysqlChange::Row(change), size_per_row, records);
         }
+        Ok(())
+    }
+
+    /// A statement from a QUERY event (not `BEGIN`): a DDL statement on a captured database or
+    /// table invalidates what was cached of the tables (their next TABLE_MAP is read anew)
+    /// and, with `include_schema_changes`, becomes a schema-change event, its tables'
+    /// structures read from `information_schema` now (see [`ddl`] for the race with later
+    /// statements).
+    async fn on_statement(
+        &mut self,
+        sql: &str,
+        default_db: &str,
+        header: mysql_async::binlog::events::BinlogEventHeader,
+        pos: u64,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
+    ) -> Result<(), PipelineError> {
+        if ddl::classify(sql, default_db)
+            .and_then(|s| s.captured(&self.config.source))
+            .is_none()
+        {
+            return Ok(());
+        }
+        // Every cached table definition goes: the next row event of each table follows a
+        // TABLE_MAP that is read anew.
+        self.tables.clear();
+        if !self.config.source.include_schema_changes {
+            return Ok(());
+        }
+        // The connection kept since the last statement may have been closed by the server
+        // (`wait_timeout`): one more try on a new one.
+        let mut tries = if self.meta.is_some() { 2 } else { 1 };
+        let change = loop {
+            let conn = match &mut self.meta {
+                Some(conn) => conn,
+                None => self
+                    .meta
+                    .insert(server::connect(&self.config.source).await?),
+            };
+            match ddl::streamed(conn, self.flavor, &self.config.source, sql, default_db).await {
+                Ok(Some(change)) => break change,
+                Ok(None) => return Ok(()),
+                Err(error) => {
+                    self.meta = None;
+                    tries -= 1;
+                    if tries == 0 {
+                        return Err(error);
+                    }
+                }
+            }
+        };
+        let topic: Arc<str> = Arc::from(self.config.kafka.topic_prefix.as_str());
+        self.ensure_topic(&topic).await?;
+        let size = change.ddl.len() + change.changes.len() * 4096 + 1024;
+        let schema = StreamedSchemaChange {
+            change,
+            source: BinlogSource {
+                server_id: header.server_id(),
+                ts_sec: header.timestamp(),
+                gtid: self.tx.gtid.clone(),
+                file: Arc::clone(&self.file),
+                pos,
+                row: 0,
+                thread: None,
+                snapshot: SnapshotMarker::False,
+            },
+            topic,
+            metrics: Arc::clone(&self.schema_metrics),
+        };
+        intake.admit(MysqlChange::Schema(Box::new(schema)), size, 1);
         Ok(())
     }
 
     /// The transaction ends at `log_pos`: its GTID joins the set and its position becomes a
     /// checkpoint.
-    fn commit(&mut self, log_pos: u64, intake: &mut Intake<RowChange, BinlogSeq>) {
+    fn commit(&mut self, log_pos: u64, intake: &mut Intake<MysqlChange, BinlogSeq>) {
         let tx = std::mem::take(&mut self.tx);
         match (&mut self.gtids, tx.mysql_gtid, tx.mariadb_gtid) {
             (Some(GtidState::Mysql(set)), Some((uuid, gno)), _) => set.add(&uuid, gno),

@@ -610,9 +610,10 @@ impl Diff {
     }
 }
 
-/// Every topic under `prefix.` read from the beginning to its end, as `{"key","value"}` lines.
+/// Every topic under `prefix.` (and the topic named `prefix` itself, Debezium MySQL's
+/// schema-change topic) read from the beginning to its end, as `{"key","value"}` lines.
 /// `wanted` (given the topic's name) picks the topics; records per topic name without the
-/// `prefix.`.
+/// `prefix.` (`""` for the topic `prefix`).
 pub(crate) fn read_topics(
     prefix: &str,
     wanted: &dyn Fn(&str) -> bool,
@@ -629,7 +630,8 @@ pub(crate) fn read_topics(
     let mut assignment = TopicPartitionList::new();
     let mut ends = BTreeMap::new();
     for topic in metadata.topics() {
-        if !topic.name().starts_with(&format!("{prefix}.")) || !wanted(topic.name()) {
+        let under = topic.name().starts_with(&format!("{prefix}.")) || topic.name() == prefix;
+        if !under || !wanted(topic.name()) {
             continue;
         }
         for partition in topic.partitions() {
@@ -663,7 +665,7 @@ pub(crate) fn read_topics(
         let topic = message.topic().to_owned();
         let table = topic
             .strip_prefix(&format!("{prefix}."))
-            .unwrap()
+            .unwrap_or_default()
             .to_owned();
         out.entry(table)
             .or_default()
