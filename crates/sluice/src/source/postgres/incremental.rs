@@ -1595,6 +1595,31 @@ mod tests {
                 .unwrap_err()
                 .contains("expected {")
         );
+        assert_eq!(
+            Signal::parse(
+                "s7",
+                "execute-snapshot",
+                r#"{"data-collections": ["public.a"], "tombstones": true}"#
+            )
+            .unwrap()
+            .unwrap(),
+            Signal::Snapshot {
+                id: "s7".into(),
+                tables: vec![("public.a".into(), None)],
+                tombstones: true,
+            }
+        );
+        let error = Signal::parse(
+            "s8",
+            "execute-snapshot",
+            r#"{"data-collections": ["public.a"], "tombstones": true,
+                "additional-conditions": [{"data-collection": "public.a", "filter": "id > 1"}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            error.contains("tombstones with additional-conditions"),
+            "{error}"
+        );
     }
 
     #[test]
