@@ -674,15 +674,9 @@ impl SchemaChange {
         write_json_str(&mut key, &self.database);
         key.push(b'}');
         let mut value = Vec::with_capacity(512 + self.ddl.len());
-        value.extend_from_slice(b"{\"source\":{\"version\":");
-        write_json_str(&mut value, env!("CARGO_PKG_VERSION"));
-        value.extend_from_slice(b",\"connector\":\"mysql\",\"name\":");
-        write_json_str(&mut value, prefix_name);
-        value.extend_from_slice(b",\"ts_ms\":");
-        write_int(&mut value, i64::from(source.ts_sec) * 1000);
-        value.extend_from_slice(b",\"snapshot\":\"");
-        value.extend_from_slice(source.snapshot.as_str().as_bytes());
-        value.extend_from_slice(b"\",\"db\":");
+        value.extend_from_slice(b"{\"source\":");
+        super::encode::write_source_head(&mut value, prefix_name, source);
+        value.extend_from_slice(b",\"db\":");
         write_json_str(&mut value, &self.database);
         value.extend_from_slice(b",\"sequence\":null,\"ts_us\":");
         write_int(&mut value, i64::from(source.ts_sec) * 1_000_000);

@@ -595,15 +595,8 @@ fn encode_one(
     value.extend_from_slice(b",\"after\":");
     write_row(table, change.after.as_ref(), &mut value);
     let source = &change.source;
-    value.extend_from_slice(b",\"source\":{\"version\":");
-    write_json_str(&mut value, env!("CARGO_PKG_VERSION"));
-    value.extend_from_slice(b",\"connector\":\"mysql\",\"name\":");
-    write_json_str(&mut value, prefix_name);
-    value.extend_from_slice(b",\"ts_ms\":");
-    write_int(&mut value, i64::from(source.ts_sec) * 1000);
-    value.extend_from_slice(b",\"snapshot\":\"");
-    value.extend_from_slice(source.snapshot.as_str().as_bytes());
-    value.push(b'"');
+    value.extend_from_slice(b",\"source\":");
+    write_source_head(&mut value, prefix_name, source);
     value.extend_from_slice(&table.source_db);
     value.extend_from_slice(b",\"ts_us\":");
     write_int(&mut value, i64::from(source.ts_sec) * 1_000_000);
@@ -663,6 +656,20 @@ fn encode_one(
             headers,
         });
     }
+}
+
+/// The `source` block's opening, the same in row and schema-change events: `{"version": …,
+/// "connector": "mysql", "name": …, "ts_ms": …, "snapshot": …` (no closing brace).
+pub fn write_source_head(value: &mut Vec<u8>, prefix_name: &str, source: &BinlogSource) {
+    value.extend_from_slice(b"{\"version\":");
+    write_json_str(value, env!("CARGO_PKG_VERSION"));
+    value.extend_from_slice(b",\"connector\":\"mysql\",\"name\":");
+    write_json_str(value, prefix_name);
+    value.extend_from_slice(b",\"ts_ms\":");
+    write_int(value, i64::from(source.ts_sec) * 1000);
+    value.extend_from_slice(b",\"snapshot\":\"");
+    value.extend_from_slice(source.snapshot.as_str().as_bytes());
+    value.push(b'"');
 }
 
 /// The key: the primary-key columns as a JSON object; `None` for a table without one.
