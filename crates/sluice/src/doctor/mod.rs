@@ -291,8 +291,10 @@ async fn postgres_checks(
     let standby_names = setting(client, "synchronous_standby_names").await?;
     let physical_standbys: i64 = client
         .query_one(
-            "SELECT count(*) FROM pg_stat_replication r WHERE NOT EXISTS \
-             (SELECT 1 FROM pg_replication_slots s WHERE s.active_pid = r.pid AND s.slot_type = 'logical')",
+            // A physical walsender is connected to no database; a logical one (sluice's own,
+            // also before its slot is active) is.
+            "SELECT count(*) FROM pg_stat_replication r JOIN pg_stat_activity a ON a.pid = r.pid \
+             WHERE a.datid IS NULL",
             &[],
         )
         .await?
