@@ -493,17 +493,31 @@ async fn plan_predicts_what_the_cleaner_does() {
 }
 
 /// Reads a topic's effective configs.
+/// A topic's configs; waits (30 s at most) while the broker does not describe a topic just
+/// created yet (no entries, or an error for it).
 pub(crate) async fn topic_configs(brokers: &str, topic: &str) -> HashMap<String, String> {
-    let results = admin(brokers)
-        .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
-        .await
-        .expect("describe configs");
-    let resource = results.into_iter().next().unwrap().expect("topic configs");
-    resource
-        .entries
-        .into_iter()
-        .filter_map(|e| Some((e.name, e.value?)))
-        .collect()
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let results = admin(brokers)
+            .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())
+            .await
+            .expect("describe configs");
+        if let Some(Ok(resource)) = results.into_iter().next() {
+            let configs: HashMap<String, String> = resource
+                .entries
+                .into_iter()
+                .filter_map(|e| Some((e.name, e.value?)))
+                .collect();
+            if configs.contains_key("cleanup.policy") {
+                return configs;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the broker did not describe topic {topic} in 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `kafka.topic_config` makes the change-event topics sluice creates compacted (with the
