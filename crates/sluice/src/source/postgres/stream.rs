@@ -1267,15 +1267,7 @@ impl PgSource<'_> {
         if committed_already(self.committed_position, commit_lsn, tx_index) {
             return Ok(());
         }
-        let size = record.len() + 256;
-        intake.admit(
-            Item::Raw {
-                record,
-                commit_unix_micros,
-            },
-            size,
-            1,
-        );
+        admit_raw(intake, record, commit_unix_micros);
         Ok(())
     }
 
@@ -1337,15 +1329,7 @@ impl PgSource<'_> {
                 value: None,
                 headers: super::encode::position_headers(lsn, lsn, index),
             };
-            let size = record.len() + 256;
-            intake.admit(
-                Item::Raw {
-                    record,
-                    commit_unix_micros,
-                },
-                size,
-                1,
-            );
+            admit_raw(intake, record, commit_unix_micros);
         }
         self.incremental.maybe_start();
         Ok(())
@@ -1896,6 +1880,19 @@ fn is_invalidated_slot(error: &ReplicationError) -> bool {
 
 /// Exactly once: whether the change at (`commit_lsn`, `index`) is at or below the position
 /// committed to Kafka with its records (so it must not be written again).
+/// Admits a record sluice made itself (a schema change event, a republication's tombstone).
+fn admit_raw(intake: &mut Intake<Item, Lsn>, record: OutRecord, commit_unix_micros: i64) {
+    let size = record.len() + 256;
+    intake.admit(
+        Item::Raw {
+            record,
+            commit_unix_micros,
+        },
+        size,
+        1,
+    );
+}
+
 fn committed_already(committed: Option<(Lsn, u32)>, commit_lsn: Lsn, index: u32) -> bool {
     committed.is_some_and(|position| (commit_lsn, index) <= position)
 }
