@@ -423,8 +423,77 @@ pub const UNAVAILABLE_VALUE_PLACEHOLDER: &str = "__debezium_unavailable_value";
 
 /// Appends `text` as a JSON string.
 pub fn write_json_str(out: &mut Vec<u8>, text: &str) {
-    // serde_json's escaper is exact and fast; writing into a Vec cannot fail.
-    let _ = serde_json::to_writer(&mut *out, text);
+    out.push(b'"');
+    write_escaped(text.as_bytes(), out);
+    out.push(b'"');
+}
+
+/// Whether a byte must be escaped inside a JSON string.
+pub fn needs_escape(byte: u8) -> bool {
+    byte < 0x20 || byte == b'"' || byte == b'\\'
+}
+
+/// Appends the JSON escape of one byte that [`needs_escape`] (serde_json's escapes: the short
+/// forms where JSON has one, else `\u00xx`).
+pub fn push_escape(byte: u8, out: &mut Vec<u8>) {
+    /// Hexadecimal digits for `\u00XX` escapes.
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    match byte {
+        b'"' => out.extend_from_slice(b"\\\""),
+        b'\\' => out.extend_from_slice(b"\\\\"),
+        b'\n' => out.extend_from_slice(b"\\n"),
+        b'\r' => out.extend_from_slice(b"\\r"),
+        b'\t' => out.extend_from_slice(b"\\t"),
+        0x08 => out.extend_from_slice(b"\\b"),
+        0x0c => out.extend_from_slice(b"\\f"),
+        _ => {
+            out.extend_from_slice(b"\\u00");
+            out.push(HEX[usize::from(byte >> 4)]);
+            out.push(HEX[usize::from(byte & 0x0f)]);
+        }
+    }
+}
+
+/// Appends the body of a JSON string (without quotes) for `text`, which must be UTF-8.
+///
+/// Escaping works byte by byte: every byte that needs an escape is ASCII, and the bytes of
+/// multi-byte UTF-8 sequences are all at least 0x80, so they pass through untouched. Runs
+/// of eight bytes none of which needs an escape (most text) are skipped a word at a time.
+pub fn write_escaped(text: &[u8], out: &mut Vec<u8>) {
+    out.reserve(text.len());
+    let mut copied = 0;
+    let mut at = 0;
+    while at < text.len() {
+        if let Some(word) = text
+            .get(at..at + 8)
+            .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            && !word_needs_escape(u64::from_le_bytes(word))
+        {
+            at += 8;
+            continue;
+        }
+        let byte = text[at];
+        if needs_escape(byte) {
+            out.extend_from_slice(&text[copied..at]);
+            push_escape(byte, out);
+            copied = at + 1;
+        }
+        at += 1;
+    }
+    out.extend_from_slice(&text[copied..]);
+}
+
+/// Whether any of a word's eight bytes [`needs_escape`] (the classic bit tricks: `has_zero`
+/// of the word XOR a repeated byte finds that byte; subtracting 0x20 from every byte sets
+/// the high bit of each byte below 0x20 that had it clear). A byte can only be flagged
+/// wrongly by the borrow of a lower byte that matched, so the answer for the word is exact.
+fn word_needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    control | has_zero(word ^ (ONES * u64::from(b'"'))) | has_zero(word ^ (ONES * u64::from(b'\\')))
+        != 0
 }
 
 /// Appends an integer in decimal.
@@ -435,6 +504,30 @@ pub fn write_int(out: &mut Vec<u8>, value: impl itoa::Integer) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn strings_are_escaped_as_serde_json_does() {
+        // Every byte below 0x80 at every offset of a 17-byte run (both the word-at-a-time
+        // path and the byte path), next to multi-byte characters.
+        for byte in 0u8..0x80 {
+            for at in 0..17 {
+                let mut text: Vec<char> = "ab€cdefghijklmnop".chars().collect();
+                let len = text.len();
+                text[at % len] = char::from(byte);
+                let text: String = text.into_iter().collect();
+                let mut ours = Vec::new();
+                write_json_str(&mut ours, &text);
+                assert_eq!(
+                    String::from_utf8(ours).unwrap(),
+                    serde_json::to_string(&text).unwrap(),
+                    "byte {byte:#04x} at {at}"
+                );
+            }
+        }
+        let mut ours = Vec::new();
+        write_json_str(&mut ours, "");
+        assert_eq!(ours, b"\"\"");
+    }
 
     #[test]
     fn transaction_events_are_debeziums() {

@@ -18,7 +18,7 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::{ColumnFlags, ColumnType, GeometryType};
 
 use crate::error::PipelineError;
-use crate::event::{Op, SnapshotMarker, write_int, write_json_str};
+use crate::event::{Op, SnapshotMarker, write_escaped, write_int, write_json_str};
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
 
@@ -240,6 +240,26 @@ fn latin1_text(bytes: &[u8]) -> String {
             _ => char::from(b),
         })
         .collect()
+}
+
+/// Appends `latin1` bytes as a JSON string: ASCII (most text) as it is, without a copy.
+fn write_latin1_str(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.is_ascii() {
+        out.push(b'"');
+        write_escaped(bytes, out);
+        out.push(b'"');
+    } else {
+        write_json_str(out, &latin1_text(bytes));
+    }
+}
+
+/// Appends text from the binlog as a JSON string: valid UTF-8 without a copy, anything else
+/// with U+FFFD for what is not.
+fn write_utf8_str(out: &mut Vec<u8>, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => write_json_str(out, text),
+        Err(_) => write_json_str(out, &String::from_utf8_lossy(bytes)),
+    }
 }
 
 impl TableInfo {
@@ -785,10 +805,8 @@ fn write_value_checked(
             }
             write_unscaled(negative, &digits, out);
         }
-        (Kind::Text, Value::Bytes(bytes)) => {
-            write_json_str(out, &String::from_utf8_lossy(bytes));
-        }
-        (Kind::Latin1, Value::Bytes(bytes)) => write_json_str(out, &latin1_text(bytes)),
+        (Kind::Text, Value::Bytes(bytes)) => write_utf8_str(out, bytes),
+        (Kind::Latin1, Value::Bytes(bytes)) => write_latin1_str(out, bytes),
         (Kind::Binary { len }, Value::Bytes(bytes)) => {
             let mut padded = bytes.clone();
             if padded.len() < usize::from(len) {

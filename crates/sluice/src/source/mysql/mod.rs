@@ -6,6 +6,7 @@
 //! - [`lag`]: bytes and seconds behind the server's binary log, for `/health` and `/metrics`.
 //! - [`server`]: connections, required settings, GTID sets and positions, the dump request.
 //! - [`encode`]: row changes to Debezium envelopes, values as Debezium maps them.
+//! - [`rows`]: row images decoded with a plan kept per TABLE_MAP.
 //! - [`ddl`]: schema-change events (the snapshot's definitions, DDL from QUERY events).
 //! - [`snapshot`]: the initial snapshot (consistent, chunked, resumable).
 //! - [`stream`]: one run of the pipeline: the loop, checkpoints in the state store.
@@ -14,6 +15,7 @@ pub mod config;
 pub mod ddl;
 pub mod encode;
 pub mod lag;
+pub mod rows;
 pub mod server;
 pub mod snapshot;
 pub mod stream;

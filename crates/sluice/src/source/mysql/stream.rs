@@ -30,6 +30,7 @@ use super::encode::{
     self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
 };
 use super::lag;
+use super::rows::{self, RowPlan};
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::config::SnapshotMode;
@@ -590,6 +591,8 @@ struct TableSlot {
     captured: bool,
     /// Built at its first row (from the row's column metadata).
     info: Option<Arc<TableInfo>>,
+    /// How its rows are read, made with `info` (`None` there: the crate's row iterator).
+    plan: Option<RowPlan>,
 }
 
 struct MysqlSource {
@@ -935,6 +938,7 @@ impl MysqlSource {
                             tme: body.to_vec(),
                             captured,
                             info: None,
+                            plan: None,
                         },
                     );
                 }
@@ -975,41 +979,56 @@ impl MysqlSource {
             return Err(bad_event("rows (no TABLE_MAP kept)"));
         };
         let pos = log_pos.saturating_sub(u64::from(header.event_size()));
-        let mut decoded = Vec::new();
-        for row in rows.rows(tme) {
-            let (before, after) =
-                row.map_err(|e| PipelineError::retryable("undecodable row event", e))?;
-            decoded.push((before, after));
-        }
-        let Some((first_before, first_after)) = decoded.first() else {
-            return Ok(());
-        };
-        let info = match &slot.info {
-            Some(info) => Arc::clone(info),
-            None => {
-                let columns = first_after
-                    .as_ref()
-                    .or(first_before.as_ref())
-                    .map(|row| row.columns())
-                    .unwrap_or_default();
-                let name = format!("{}.{}", tme.database_name(), tme.table_name());
-                let metrics = Arc::clone(
-                    self.table_metrics
-                        .entry(name.clone())
-                        .or_insert_with(|| Arc::new(TableMetrics::new(&name))),
-                );
-                let info = Arc::new(TableInfo::new(
-                    &self.config.kafka.topic_prefix,
-                    tme,
-                    &columns,
-                    metrics,
-                )?);
-                if let Some(slot) = self.tables.get_mut(&table_id) {
-                    slot.info = Some(Arc::clone(&info));
+        let undecodable = |e| PipelineError::retryable("undecodable row event", e);
+        let (info, decoded) = match (&slot.info, &slot.plan) {
+            (Some(info), Some(plan)) if plan.fits(rows) => (
+                Arc::clone(info),
+                rows::decode(plan, rows).map_err(undecodable)?,
+            ),
+            (known, _) => {
+                // The crate's iterator: the table's first rows (its columns' names and flags
+                // come with them), or images a plan does not read.
+                let mut decoded = Vec::new();
+                let mut columns = None;
+                for row in rows.rows(tme) {
+                    let (before, after) = row.map_err(undecodable)?;
+                    if columns.is_none() {
+                        columns = after.as_ref().or(before.as_ref()).map(|r| r.columns());
+                    }
+                    decoded.push((before.map(|r| r.unwrap()), after.map(|r| r.unwrap())));
                 }
-                info
+                let info = match known {
+                    Some(info) => Arc::clone(info),
+                    None => {
+                        let Some(columns) = columns else {
+                            return Ok(());
+                        };
+                        let name = format!("{}.{}", tme.database_name(), tme.table_name());
+                        let metrics = Arc::clone(
+                            self.table_metrics
+                                .entry(name.clone())
+                                .or_insert_with(|| Arc::new(TableMetrics::new(&name))),
+                        );
+                        let info = Arc::new(TableInfo::new(
+                            &self.config.kafka.topic_prefix,
+                            tme,
+                            &columns,
+                            metrics,
+                        )?);
+                        let plan = RowPlan::new(tme, &columns);
+                        if let Some(slot) = self.tables.get_mut(&table_id) {
+                            slot.info = Some(Arc::clone(&info));
+                            slot.plan = plan;
+                        }
+                        info
+                    }
+                };
+                (info, decoded)
             }
         };
+        if decoded.is_empty() {
+            return Ok(());
+        }
         self.ensure_topic(&info.topic).await?;
         let size_per_row = rows.rows_data().len() / decoded.len().max(1) * 3 + 512;
         let tombstones = self.config.kafka.tombstones_on_delete();
@@ -1017,8 +1036,8 @@ impl MysqlSource {
             let change = RowChange {
                 table: Arc::clone(&info),
                 op,
-                before: before.map(|r| r.unwrap()),
-                after: after.map(|r| r.unwrap()),
+                before,
+                after,
                 source: BinlogSource {
                     server_id: header.server_id(),
                     ts_sec: header.timestamp(),

@@ -26,7 +26,7 @@ use base64::Engine as _;
 use crate::event::options::{IntervalParts, write_interval_iso};
 use crate::event::{
     BinaryHandlingMode, DecimalHandlingMode, EventOptions, HstoreHandlingMode,
-    IntervalHandlingMode, TemporalUnit, write_json_str,
+    IntervalHandlingMode, TemporalUnit, needs_escape, push_escape, write_escaped, write_json_str,
 };
 
 /// Microseconds in a second.
@@ -807,52 +807,6 @@ fn write_ascii_string(text: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
     out.extend_from_slice(text);
     out.push(b'"');
-}
-
-/// Whether a byte must be escaped inside a JSON string.
-fn needs_escape(byte: u8) -> bool {
-    byte < 0x20 || byte == b'"' || byte == b'\\'
-}
-
-/// Appends the JSON escape of one byte that [`needs_escape`].
-fn push_escape(byte: u8, out: &mut Vec<u8>) {
-    /// Hexadecimal digits for `\u00XX` escapes.
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    match byte {
-        b'"' => out.extend_from_slice(b"\\\""),
-        b'\\' => out.extend_from_slice(b"\\\\"),
-        b'\n' => out.extend_from_slice(b"\\n"),
-        b'\r' => out.extend_from_slice(b"\\r"),
-        b'\t' => out.extend_from_slice(b"\\t"),
-        0x08 => out.extend_from_slice(b"\\b"),
-        0x0c => out.extend_from_slice(b"\\f"),
-        _ => {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[usize::from(byte >> 4)]);
-            out.push(HEX[usize::from(byte & 0x0f)]);
-        }
-    }
-}
-
-/// Appends the body of a JSON string (without quotes) for `text`, which must be UTF-8.
-///
-/// Escaping works byte by byte: every byte that needs an escape is ASCII, and the bytes of
-/// multi-byte UTF-8 sequences are all at least 0x80, so they pass through untouched.
-fn write_escaped(text: &[u8], out: &mut Vec<u8>) {
-    let mut rest = text;
-    while let Some(at) = rest.iter().position(|&byte| needs_escape(byte)) {
-        let Some((head, tail)) = rest.split_at_checked(at) else {
-            break;
-        };
-        out.extend_from_slice(head);
-        let Some((&byte, after)) = tail.split_first() else {
-            rest = tail;
-            break;
-        };
-        push_escape(byte, out);
-        rest = after;
-    }
-    out.extend_from_slice(rest);
 }
 
 /// Appends the body of a JSON string for an array element that still holds PostgreSQL's
