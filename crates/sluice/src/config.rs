@@ -26,8 +26,17 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
-/// Default in-flight byte budget: 64 MiB.
-pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u32 = 64 * 1024 * 1024;
+/// Default `delivery.memory_limit`: the memory a pipeline's queues are sized for.
+pub const DEFAULT_MEMORY_LIMIT: u64 = 128 * 1024 * 1024;
+/// The share of `delivery.memory_limit` given to the in-flight byte budget when
+/// `delivery.max_in_flight_bytes` is not set: the budget's bytes are held about 2.5 times
+/// (the admitted changes, librdkafka's copy of each record, its batches and their compressed
+/// requests) on top of a fixed part (runtime, buffers, allocator) that measured ~70 MiB
+/// during a backlog (bench/PROFILE.md, "Memory").
+pub const IN_FLIGHT_SHARE_OF_MEMORY_LIMIT: u64 = 8;
+/// The in-flight byte budget at the default memory limit (16 MiB).
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u32 =
+    (DEFAULT_MEMORY_LIMIT / IN_FLIGHT_SHARE_OF_MEMORY_LIMIT) as u32;
 /// Default in-flight record budget.
 pub const DEFAULT_MAX_IN_FLIGHT_RECORDS: u32 = 100_000;
 /// Default topic prefix.
@@ -415,9 +424,18 @@ pub struct DeliveryConfig {
     /// Exactly once: the compacted topic of committed positions (default
     /// `<topic_prefix>.sluice_offsets`).
     pub offsets_topic: Option<String>,
-    /// Bytes of change events between the source and Kafka's acknowledgement.
-    #[serde(default = "default_max_in_flight_bytes")]
-    pub max_in_flight_bytes: u32,
+    /// The memory the pipeline's queues are sized for (bytes, or a string with a unit:
+    /// `"256MiB"`): the in-flight byte budget and librdkafka's queue are derived from it
+    /// unless set themselves.
+    #[serde(
+        default = "default_memory_limit",
+        deserialize_with = "deserialize_byte_size"
+    )]
+    pub memory_limit: u64,
+    /// Bytes of change events between the source and Kafka's acknowledgement (default: an
+    /// eighth of `memory_limit`); see [`DeliveryConfig::in_flight_bytes`].
+    #[serde(default)]
+    pub max_in_flight_bytes: Option<u32>,
     /// Row changes between the source and Kafka's acknowledgement.
     #[serde(default = "default_max_in_flight_records")]
     pub max_in_flight_records: u32,
@@ -438,13 +456,72 @@ impl Default for DeliveryConfig {
             transaction_interval_ms: DEFAULT_TRANSACTION_INTERVAL_MS,
             transaction_max_bytes: DEFAULT_TRANSACTION_MAX_BYTES,
             offsets_topic: None,
-            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            max_in_flight_bytes: None,
             max_in_flight_records: DEFAULT_MAX_IN_FLIGHT_RECORDS,
             on_permanent_error: PermanentErrorPolicy::default(),
             dead_letter_topic: None,
             dead_letter_max_value_bytes: DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES,
         }
     }
+}
+
+impl DeliveryConfig {
+    /// The in-flight byte budget: `max_in_flight_bytes`, else `memory_limit` divided by
+    /// [`IN_FLIGHT_SHARE_OF_MEMORY_LIMIT`] (at least 1 MiB).
+    pub fn in_flight_bytes(&self) -> u32 {
+        self.max_in_flight_bytes.unwrap_or_else(|| {
+            u32::try_from(self.memory_limit / IN_FLIGHT_SHARE_OF_MEMORY_LIMIT)
+                .unwrap_or(u32::MAX)
+                .max(1024 * 1024)
+        })
+    }
+}
+
+/// A size in bytes from the pipeline file: an integer, or a string of a number and a unit
+/// (`B`, `KiB`, `MiB`, `GiB`; `KB`, `MB`, `GB` as powers of 1000).
+pub fn deserialize_byte_size<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<u64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+    match Size::deserialize(deserializer).map_err(|_| {
+        serde::de::Error::custom(
+            "expected a size: bytes as an integer, or a string like \"128MiB\"",
+        )
+    })? {
+        Size::Bytes(n) => Ok(n),
+        Size::Text(text) => parse_byte_size(&text).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "{text:?}: expected a size like \"128MiB\", \"1GiB\" or a number of bytes"
+            ))
+        }),
+    }
+}
+
+/// `"128MiB"`, `"1 GiB"`, `"4096"` → bytes (see [`deserialize_byte_size`]).
+pub fn parse_byte_size(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().ok()?;
+    let factor: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    number.checked_mul(factor)
 }
 
 /// `[admin]`.
@@ -578,8 +655,8 @@ fn default_topic_prefix() -> String {
 const fn default_topic_partitions() -> u32 {
     DEFAULT_TOPIC_PARTITIONS
 }
-const fn default_max_in_flight_bytes() -> u32 {
-    DEFAULT_MAX_IN_FLIGHT_BYTES
+const fn default_memory_limit() -> u64 {
+    DEFAULT_MEMORY_LIMIT
 }
 const fn default_max_in_flight_records() -> u32 {
     DEFAULT_MAX_IN_FLIGHT_RECORDS
@@ -886,12 +963,20 @@ impl<S: SourceSection> PipelineConfig<S> {
                 }
             }
         }
-        if self.delivery.max_in_flight_bytes < 1024 {
+        if let Some(bytes) = self.delivery.max_in_flight_bytes
+            && bytes < 1024
+        {
             issue(
                 "delivery.max_in_flight_bytes",
+                format!("{bytes} is too small: expected at least 1024 (bytes)"),
+            );
+        }
+        if self.delivery.memory_limit < 16 * 1024 * 1024 {
+            issue(
+                "delivery.memory_limit",
                 format!(
-                    "{} is too small: expected at least 1024 (bytes)",
-                    self.delivery.max_in_flight_bytes
+                    "{} bytes is too small: expected at least \"16MiB\" (sluice's fixed part alone is larger)",
+                    self.delivery.memory_limit
                 ),
             );
         }
@@ -1030,7 +1115,7 @@ impl<S: SourceSection> PipelineConfig<S> {
 
     /// The byte budget as the engine takes it (validated to be at least 1024).
     pub fn max_in_flight_bytes(&self) -> NonZeroU32 {
-        NonZeroU32::new(self.delivery.max_in_flight_bytes).unwrap_or(NonZeroU32::MIN)
+        NonZeroU32::new(self.delivery.in_flight_bytes()).unwrap_or(NonZeroU32::MIN)
     }
 
     /// The record budget as the engine takes it (validated to be at least 1).
@@ -1617,6 +1702,31 @@ mod tests {
         let text = format!("{MINIMAL}\n[delivery]\nmax_in_flight_bytes = \"lots\"\n");
         let issues = issues(&text);
         assert_eq!(issues[0].key, "delivery.max_in_flight_bytes");
+    }
+
+    #[test]
+    fn memory_limit_sizes_the_in_flight_budget_unless_it_is_set() {
+        let sized = |extra: &str| {
+            let text = format!("{MINIMAL}\n[delivery]\n{extra}\n");
+            let config: DeliveryConfig = toml::from_str::<toml::Table>(&text).unwrap()["delivery"]
+                .clone()
+                .try_into()
+                .unwrap();
+            (config.memory_limit, config.in_flight_bytes())
+        };
+        assert_eq!(sized(""), (128 << 20, 16 << 20));
+        assert_eq!(sized("memory_limit = \"256MiB\""), (256 << 20, 32 << 20));
+        assert_eq!(sized("memory_limit = \"1 GiB\""), (1 << 30, 128 << 20));
+        assert_eq!(sized("memory_limit = 67108864"), (64 << 20, 8 << 20));
+        assert_eq!(
+            sized("memory_limit = \"64MiB\"\nmax_in_flight_bytes = 1048576"),
+            (64 << 20, 1 << 20)
+        );
+        let bad = issues(&format!("{MINIMAL}\n[delivery]\nmemory_limit = \"lots\"\n"));
+        assert_eq!(bad[0].key, "delivery.memory_limit");
+        assert!(bad[0].problem.contains("128MiB"), "{:?}", bad[0].problem);
+        let small = issues(&format!("{MINIMAL}\n[delivery]\nmemory_limit = \"8MiB\"\n"));
+        assert_eq!(small[0].key, "delivery.memory_limit");
     }
 
     #[test]

@@ -553,6 +553,7 @@ pub fn producer_config(
     kafka: &KafkaConfig,
     client_id: &str,
     max_records: u32,
+    max_bytes: u32,
     batch_size_cap: Option<u64>,
     transactional_id: Option<&str>,
 ) -> ClientConfig {
@@ -572,7 +573,10 @@ pub fn producer_config(
     // Deletes may become two records and key changes four.
     let queue = (u64::from(max_records) * 4 + 10_000).min(2_147_483_647);
     config.set("queue.buffering.max.messages", queue.to_string());
-    config.set("queue.buffering.max.kbytes", "2097151");
+    // The same four-fold margin over the byte budget (which counts a change's size once): a
+    // bound on librdkafka's copies that the budget reaches first.
+    let kbytes = (u64::from(max_bytes) * 4 / 1024).clamp(16 * 1024, 2_097_151);
+    config.set("queue.buffering.max.kbytes", kbytes.to_string());
     if let Some(cap) = batch_size_cap.filter(|cap| *cap < 1_000_000) {
         tracing::info!(
             batch_size = cap,
@@ -755,6 +759,7 @@ pub fn source_producer(
     kafka: &KafkaConfig,
     client_id: &str,
     max_in_flight_records: u32,
+    max_in_flight_bytes: u32,
     batch_size_cap: Option<u64>,
     transactional_id: Option<&str>,
 ) -> Result<SourceProducer, PipelineError> {
@@ -764,6 +769,7 @@ pub fn source_producer(
         kafka,
         client_id,
         max_in_flight_records,
+        max_in_flight_bytes,
         batch_size_cap,
         transactional_id,
     )

@@ -1047,17 +1047,23 @@ fn pipeline_checks(pipeline: &PgPipelineConfig, findings: &mut Vec<Finding>) {
     } else {
         finding("pipeline.batch_size", Severity::Ok, "producer batching is not capped", &evidence, "")
     });
-    let budget = u64::from(pipeline.delivery.max_in_flight_bytes);
+    let budget = u64::from(pipeline.delivery.in_flight_bytes());
+    let memory_limit = pipeline.delivery.memory_limit;
+    let derived = if pipeline.delivery.max_in_flight_bytes.is_some() {
+        "delivery.max_in_flight_bytes"
+    } else {
+        "from delivery.memory_limit"
+    };
     findings.push(if budget < 4 * 1024 * 1024 {
         finding(
             "pipeline.inflight_budget",
             Severity::Warning,
-            format!("delivery.max_in_flight_bytes = {}: with a broker 10 ms away this caps throughput near {}/s", human_bytes(budget as i64), human_bytes((budget * 100) as i64)),
-            &[("max_in_flight_bytes", budget.into())],
-            "raise delivery.max_in_flight_bytes (default 64 MiB) unless memory is tight",
+            format!("in-flight budget {} ({derived}): with a broker 10 ms away this caps throughput near {}/s", human_bytes(budget as i64), human_bytes((budget * 100) as i64)),
+            &[("max_in_flight_bytes", budget.into()), ("memory_limit", memory_limit.into())],
+            "raise delivery.memory_limit (default 128 MiB; the budget is an eighth of it) or delivery.max_in_flight_bytes, unless memory is tight",
         )
     } else {
-        finding("pipeline.inflight_budget", Severity::Ok, format!("in-flight budget {}", human_bytes(budget as i64)), &[("max_in_flight_bytes", budget.into())], "")
+        finding("pipeline.inflight_budget", Severity::Ok, format!("in-flight budget {} ({derived}), memory limit {}", human_bytes(budget as i64), human_bytes(memory_limit as i64)), &[("max_in_flight_bytes", budget.into()), ("memory_limit", memory_limit.into())], "")
     });
     let status_ms = pipeline.source.status_interval_ms;
     findings.push(finding(

@@ -9,6 +9,7 @@
 use crate::event::decimal::write_unscaled;
 use crate::event::temporal::{civil_from_days, days_from_civil, write_padded};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use base64::Engine as _;
 use mysql_async::Value;
@@ -134,6 +135,10 @@ pub struct TableInfo {
     source_db: Vec<u8>,
     /// `,"table":…`, ready to write.
     source_table: Vec<u8>,
+    /// The size of the largest event value written for it so far (up to
+    /// [`VALUE_SIZE_HINT_MAX`]): the next one's buffer is made that large, so a value is
+    /// written without growing (and copying) its buffer.
+    value_size_hint: AtomicUsize,
 }
 
 /// The column types of this step, by their binlog type, metadata and flags; the others are
@@ -261,6 +266,10 @@ fn write_utf8_str(out: &mut Vec<u8>, bytes: &[u8]) {
         Err(_) => write_json_str(out, &String::from_utf8_lossy(bytes)),
     }
 }
+
+/// The largest buffer [`TableInfo`]'s size hint makes for an event value: a few large rows
+/// must not make every later value of the table take that much memory while in flight.
+const VALUE_SIZE_HINT_MAX: usize = 16 * 1024;
 
 impl TableInfo {
     /// The table of a TABLE_MAP event, from the columns of a decoded row (names, flags,
@@ -472,6 +481,7 @@ impl TableInfo {
             metrics,
             source_db,
             source_table,
+            value_size_hint: AtomicUsize::new(512),
         })
     }
 }
@@ -609,7 +619,8 @@ fn encode_one(
     let table = &change.table;
     let key_row = change.after.as_ref().or(change.before.as_ref());
     let key = key_row.and_then(|row| write_key(table, row));
-    let mut value = Vec::with_capacity(512);
+    let size_hint = table.value_size_hint.load(Ordering::Relaxed);
+    let mut value = Vec::with_capacity(size_hint);
     value.extend_from_slice(b"{\"before\":");
     write_row(table, change.before.as_ref(), &mut value);
     value.extend_from_slice(b",\"after\":");
@@ -650,6 +661,9 @@ fn encode_one(
     value.extend_from_slice(b",\"ts_ns\":");
     write_int(&mut value, now_micros.saturating_mul(1000));
     value.push(b'}');
+    if value.len() > size_hint && value.len() <= VALUE_SIZE_HINT_MAX {
+        table.value_size_hint.store(value.len(), Ordering::Relaxed);
+    }
     let headers = vec![
         (HEADER_BINLOG_FILE.into(), source.file.to_string()),
         (HEADER_BINLOG_POS.into(), source.pos.to_string()),
@@ -1182,6 +1196,7 @@ mod tests {
             metrics: Arc::new(TableMetrics::new("shop.orders")),
             source_db: b",\"db\":\"shop\",\"sequence\":null".to_vec(),
             source_table: b",\"table\":\"orders\"".to_vec(),
+            value_size_hint: AtomicUsize::new(512),
         })
     }
 

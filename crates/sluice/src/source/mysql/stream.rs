@@ -224,6 +224,7 @@ pub async fn run_once(
         &config.kafka,
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
+        config.delivery.in_flight_bytes(),
         kafka::learned_batch_cap(batch_size_cap),
         None,
     )?;

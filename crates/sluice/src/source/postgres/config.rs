@@ -695,9 +695,10 @@ mod tests {
         assert_eq!(config.slot_name(), "sluice_orders");
         assert_eq!(config.publication_name(), "sluice_orders");
         assert_eq!(
-            config.delivery.max_in_flight_bytes,
+            config.delivery.in_flight_bytes(),
             DEFAULT_MAX_IN_FLIGHT_BYTES
         );
+        assert_eq!(config.delivery.memory_limit, 128 * 1024 * 1024);
         assert!(config.kafka.tombstones_on_delete());
     }
 

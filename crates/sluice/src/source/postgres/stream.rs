@@ -341,6 +341,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &config.kafka,
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
+        config.delivery.in_flight_bytes(),
         batch_size_cap,
         exactly_once
             .then(|| delivery::exactly_once::transactional_id(&config.name))
