@@ -1032,7 +1032,7 @@ async fn mysql_a_lost_position_stops_with_the_fix() {
 }
 
 /// The pipeline file with `lines` added to `[source.mysql]`.
-fn pipeline_with(
+pub(crate) fn pipeline_with(
     server: Server,
     name: &str,
     database: &str,
@@ -1045,7 +1045,7 @@ fn pipeline_with(
 }
 
 /// The state file of pipeline `name`.
-fn state_file(name: &str) -> PathBuf {
+pub(crate) fn state_file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("it")
         .join("state")
