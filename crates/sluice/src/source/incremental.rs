@@ -12,8 +12,8 @@ use std::collections::{BTreeSet, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use crate::config::parse_table_name;
-pub use crate::runtime::status::Signal;
 use crate::runtime::status::IncrementalStatus;
+pub use crate::runtime::status::Signal;
 
 /// How many accepted request ids are remembered (a signal replayed after a restart is
 /// recognised and not run twice).
@@ -64,7 +64,6 @@ pub struct TableSnapshot<K = Vec<String>> {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tombstones: bool,
 }
-
 
 /// Debezium's signal data: `{"data-collections": [...], "type": "incremental",
 /// "additional-conditions": [{"data-collection": ..., "filter": ...}]}`.
@@ -330,7 +329,7 @@ mod tests {
 
     #[test]
     fn accepts_each_request_once_and_stops_by_table() {
-        let mut state = IncrementalState::default();
+        let mut state: IncrementalState = IncrementalState::default();
         let captured = |t: &str| t != "public.other";
         let request = Signal::Snapshot {
             id: "r1".into(),

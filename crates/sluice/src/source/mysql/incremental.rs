@@ -164,10 +164,7 @@ fn classify(what: &str, table: &str, error: mysql_async::Error) -> ChunkError {
         mysql_async::Error::Server(server) if !TRANSIENT_ERRORS.contains(&server.code) => {
             ChunkError::Table(format!("{what} ({table}): {}", server.message))
         }
-        _ => ChunkError::Retry(PipelineError::retryable(
-            format!("{what} ({table})"),
-            error,
-        )),
+        _ => ChunkError::Retry(PipelineError::retryable(format!("{what} ({table})"), error)),
     }
 }
 
@@ -194,12 +191,14 @@ async fn write_watermark(
     .await;
     if let Err(error) = result {
         let _ = conn.query_drop("ROLLBACK").await;
-        return Err(match classify("cannot write a snapshot watermark", table, error) {
-            ChunkError::Table(problem) => ChunkError::Table(format!(
-                "{problem}: GRANT INSERT, DELETE ON {signal_table} TO <user> (watermarks are written there)"
-            )),
-            retry => retry,
-        });
+        return Err(
+            match classify("cannot write a snapshot watermark", table, error) {
+                ChunkError::Table(problem) => ChunkError::Table(format!(
+                    "{problem}: GRANT INSERT, DELETE ON {signal_table} TO <user> (watermarks are written there)"
+                )),
+                retry => retry,
+            },
+        );
     }
     Ok(())
 }
@@ -247,9 +246,7 @@ async fn read_chunk(
 ) -> Result<ChunkRows, ChunkError> {
     let name = snapshot.table.as_str();
     let Some((database, table)) = parse_table_name(name) else {
-        return Err(ChunkError::Table(format!(
-            "{name:?} is not database.table"
-        )));
+        return Err(ChunkError::Table(format!("{name:?} is not database.table")));
     };
     let Some(signal_table) = config
         .source
@@ -647,7 +644,9 @@ impl IncrementalRun {
                 return None;
             }
         };
-        let stale = chunk.stale.or((!chunk.opened).then_some("its opening watermark was not seen"));
+        let stale = chunk
+            .stale
+            .or((!chunk.opened).then_some("its opening watermark was not seen"));
         if let Some(why) = stale {
             tracing::info!(table = %chunk.table, "incremental snapshot: chunk dropped ({why}); reading it again");
             self.retry_at = Some(Instant::now() + REREAD_AFTER);
@@ -662,9 +661,7 @@ impl IncrementalRun {
             .rows
             .into_iter()
             .map(|row| row.into_iter().map(BinlogValue::Value).collect::<Vec<_>>())
-            .filter(|row| {
-                event_key(&rows.table, row).is_none_or(|key| !chunk.keys.contains(&key))
-            })
+            .filter(|row| event_key(&rows.table, row).is_none_or(|key| !chunk.keys.contains(&key)))
             .collect();
         if let Some(last) = rows.last_key {
             current.after = Some(last);
@@ -725,5 +722,97 @@ async fn join(
             "the incremental snapshot reader is gone",
             std::io::Error::other("no task"),
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> IncrementalRun {
+        let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
+                    include_tables = [\"shop.*\"]\nsignal_table = \"shop.sig\"\n\
+                    [kafka]\nbrokers = \"127.0.0.1:9092\"\n";
+        let config = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap();
+        IncrementalRun::new(Arc::new(config), Flavor::Mariadb, None)
+    }
+
+    fn snapshot(id: &str, tables: &[&str], tombstones: bool) -> Signal {
+        Signal::Snapshot {
+            id: id.into(),
+            tables: tables.iter().map(|t| ((*t).to_owned(), None)).collect(),
+            tombstones,
+        }
+    }
+
+    #[test]
+    fn progress_is_handed_out_once_the_checkpoint_passed_it() {
+        let mut run = run();
+        // Outside a runtime the chunk's task cannot start: keep it from trying.
+        run.retry_at = Some(Instant::now() + Duration::from_secs(3600));
+        run.accept(
+            &snapshot("r1", &["shop.orders", "other.t", "shop.sig"], false),
+            BinlogSeq(5),
+            0,
+        );
+        assert_eq!(
+            run.status().map(|s| (s.table, s.tables_queued)),
+            Some(("shop.orders".to_owned(), 1)),
+            "tables not captured (and the signal table) are skipped"
+        );
+        assert_eq!(run.confirmed(BinlogSeq(4)), None);
+        let state = run.confirmed(BinlogSeq(5)).expect("recorded at 5");
+        assert_eq!(state.accepted, ["r1"]);
+        // A replayed signal changes nothing; an admin request is answered even so.
+        run.accept(&snapshot("r1", &["shop.orders"], false), BinlogSeq(6), 0);
+        assert_eq!(run.confirmed(BinlogSeq(6)), None);
+        run.accept(&snapshot("r1", &["shop.orders"], false), BinlogSeq(6), 3);
+        assert!(run.confirmed(BinlogSeq(6)).is_some());
+        assert_eq!(run.confirmed_request(), 3);
+        // Republication is refused: nothing queued.
+        run.accept(&snapshot("r2", &["shop.items"], true), BinlogSeq(7), 4);
+        let state = run.confirmed(BinlogSeq(7)).unwrap();
+        assert_eq!(state.queue.len(), 1);
+        assert_eq!(run.confirmed_request(), 4);
+    }
+
+    #[test]
+    fn watermarks_of_other_runs_are_ignored_and_requests_parsed() {
+        let mut run = run();
+        run.retry_at = Some(Instant::now() + Duration::from_secs(3600));
+        assert!(matches!(
+            run.on_signal_row("sluice-1:0", WINDOW_CLOSE, "shop.orders", BinlogSeq(1)),
+            SignalRow::Taken
+        ));
+        run.on_signal_row(
+            "s1",
+            "execute-snapshot",
+            r#"{"data-collections": ["shop.orders"], "type": "incremental"}"#,
+            BinlogSeq(2),
+        );
+        assert_eq!(run.status().map(|s| s.request), Some("s1".to_owned()));
+        run.on_signal_row("s2", "stop-snapshot", "", BinlogSeq(3));
+        assert!(run.status().is_none());
+    }
+
+    #[test]
+    fn the_last_key_survives_the_state_file() {
+        let mut state = MysqlIncrementalState::default();
+        state.queue.push_back(TableSnapshot {
+            request: "r".into(),
+            table: "shop.orders".into(),
+            filter: None,
+            after: Some(vec![KeyValue::Int(42), KeyValue::Base64("YWI=".into())]),
+            rows: 10,
+            chunks: 1,
+            tombstones: false,
+        });
+        let text = serde_json::to_string(&state).unwrap();
+        assert!(
+            text.contains(r#""after":[{"int":42},{"base64":"YWI="}]"#),
+            "{text}"
+        );
+        let back: MysqlIncrementalState = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, state);
     }
 }

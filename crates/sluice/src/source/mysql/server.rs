@@ -282,7 +282,9 @@ pub fn signal_table_privileges(
 ) -> Option<SettingIssue> {
     let covers = |object: &str| {
         let object = object.replace(['`', '\\'], "");
-        object == "*.*" || object == format!("{database}.*") || object == format!("{database}.{table}")
+        object == "*.*"
+            || object == format!("{database}.*")
+            || object == format!("{database}.{table}")
     };
     let mut held: Vec<String> = Vec::new();
     for grant in grants {
@@ -296,11 +298,7 @@ pub fn signal_table_privileges(
         if !covers(object) {
             continue;
         }
-        held.extend(
-            privileges
-                .split(',')
-                .map(|p| p.trim().to_ascii_uppercase()),
-        );
+        held.extend(privileges.split(',').map(|p| p.trim().to_ascii_uppercase()));
     }
     let all = held.iter().any(|p| p == "ALL PRIVILEGES" || p == "ALL");
     let missing: Vec<&str> = ["INSERT", "DELETE"]
@@ -728,7 +726,11 @@ mod tests {
         let base = "GRANT SELECT, REPLICATION SLAVE ON *.* TO `sluice`@`%`";
         let issue = signal_table_privileges(&grants(&[base]), "shop", "sig").unwrap();
         assert!(issue.problem.contains("lacks INSERT, DELETE"), "{issue:?}");
-        assert!(issue.problem.contains("GRANT INSERT, DELETE ON `shop`.`sig`"));
+        assert!(
+            issue
+                .problem
+                .contains("GRANT INSERT, DELETE ON `shop`.`sig`")
+        );
         for enough in [
             "GRANT INSERT, DELETE ON `shop`.* TO `sluice`@`%`",
             "GRANT CREATE, INSERT, DELETE ON `shop`.`sig` TO `sluice`@`%`",

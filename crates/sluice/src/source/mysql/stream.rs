@@ -27,10 +27,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::config::MysqlPipelineConfig;
 use super::ddl::{self, SchemaChange};
-use super::incremental::{self, IncrementalRun, MysqlIncrementalState, SignalRow};
 use super::encode::{
     self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
 };
+use super::incremental::{self, IncrementalRun, MysqlIncrementalState, SignalRow};
 use super::lag;
 use super::rows::{self, RowPlan};
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
@@ -396,33 +396,34 @@ pub async fn run_once(
         Arc::clone(board),
         monitor_stop.clone(),
     ));
-    let mut source = MysqlSource {
-        rotate_crc,
-        confirmed,
-        commit_unix_s: 0,
-        config: Arc::clone(config),
-        flavor,
-        stream,
-        store,
-        key,
-        file: Arc::from(start.file.as_str()),
-        gtids,
-        saved: start,
-        seq: 0,
-        unconfirmed: VecDeque::new(),
-        tables: HashMap::new(),
-        table_metrics: HashMap::new(),
-        known_topics,
-        tx: Transaction::default(),
-        meta: None,
-        schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
-        last_event: Instant::now(),
-        incremental: config.source.signal_table.is_some().then(|| {
-            IncrementalRun::new(Arc::clone(config), flavor, incremental_state.clone())
-        }),
-        saved_incremental: incremental_state.take(),
-        board: Arc::clone(board),
-    };
+    let mut source =
+        MysqlSource {
+            rotate_crc,
+            confirmed,
+            commit_unix_s: 0,
+            config: Arc::clone(config),
+            flavor,
+            stream,
+            store,
+            key,
+            file: Arc::from(start.file.as_str()),
+            gtids,
+            saved: start,
+            seq: 0,
+            unconfirmed: VecDeque::new(),
+            tables: HashMap::new(),
+            table_metrics: HashMap::new(),
+            known_topics,
+            tx: Transaction::default(),
+            meta: None,
+            schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
+            last_event: Instant::now(),
+            incremental: config.source.signal_table.is_some().then(|| {
+                IncrementalRun::new(Arc::clone(config), flavor, incremental_state.clone())
+            }),
+            saved_incremental: incremental_state.take(),
+            board: Arc::clone(board),
+        };
     let result = delivery::run(
         &mut source,
         &mut core,
@@ -869,9 +870,7 @@ impl Source for MysqlSource {
             if incremental.is_some() {
                 self.saved_incremental = incremental;
             }
-            let position = moved
-                .as_ref()
-                .map_or(&self.saved, |(position, _)| position);
+            let position = moved.as_ref().map_or(&self.saved, |(position, _)| position);
             save_state(
                 self.store.as_ref(),
                 &self.key,

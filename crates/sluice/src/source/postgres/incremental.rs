@@ -60,8 +60,8 @@ use super::setup::{PgCatalog, quote_ident};
 use crate::compaction::hll::hash_key;
 use crate::compaction::scan::HashedSet;
 use crate::config::parse_table_name;
-pub use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
 use crate::error::{PipelineError, classify_pg};
+pub use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
 
 /// The prefix of the closing watermarks' logical messages.
 pub const WATERMARK_PREFIX: &str = "sluice.snapshot";
