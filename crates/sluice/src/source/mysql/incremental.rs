@@ -93,6 +93,9 @@ const REREAD_AFTER: Duration = Duration::from_millis(100);
 /// (it wrote the watermark, so only the commit's answer is left).
 const JOIN_DEADLINE: Duration = Duration::from_secs(10);
 
+/// How long the side connection waits for a table lock (`lock_wait_timeout`).
+const LOCK_WAIT_TIMEOUT_S: u32 = 10;
+
 /// Server errors that pass (a lock wait timeout, a deadlock, an interrupted query, the server
 /// shutting down): the chunk is read again later.
 const TRANSIENT_ERRORS: [u16; 5] = [1205, 1213, 1317, 1053, 1927];
@@ -209,10 +212,13 @@ async fn connect(source: &MysqlSourceConfig, flavor: Flavor) -> Result<Conn, Chu
     let mut conn = super::snapshot::reader(source)
         .await
         .map_err(ChunkError::Retry)?;
-    // The watermark and chunk statements: the session's default, autocommit.
-    conn.query_drop("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        .await
-        .map_err(|e| ChunkError::Retry(PipelineError::retryable("cannot set up a session", e)))?;
+    // A table locked by someone else (LOCK TABLES, a DDL statement) is waited for so long,
+    // then the chunk is retried (error 1205), rather than the server's default of a year.
+    conn.query_drop(format!(
+        "SET SESSION lock_wait_timeout = {LOCK_WAIT_TIMEOUT_S}"
+    ))
+    .await
+    .map_err(|e| ChunkError::Retry(PipelineError::retryable("cannot set up a session", e)))?;
     if flavor == Flavor::Mysql {
         let ordered: Option<i64> = conn
             .query_first("SELECT @@GLOBAL.binlog_order_commits")
@@ -323,10 +329,17 @@ async fn read_chunk(
         .collect()
         .await
         .map_err(|e| classify("cannot read an incremental snapshot chunk", name, e))?;
+    // The names as the server keeps them (the request's may differ in case), as the stream's
+    // TABLE_MAP events carry them: the topic is the stream's.
+    let (database, table) = columns
+        .first()
+        .map(|c| (c.schema_str().into_owned(), c.org_table_str().into_owned()))
+        .filter(|(d, t)| !d.is_empty() && !t.is_empty())
+        .unwrap_or_else(|| (database.to_owned(), table.to_owned()));
     let info = TableInfo::of_result(
         &config.kafka.topic_prefix,
-        database,
-        table,
+        &database,
+        &table,
         &columns,
         &key,
         &points,
@@ -513,10 +526,13 @@ impl IncrementalRun {
         let Some(chunk) = &mut self.chunk else {
             return;
         };
-        if !chunk.opened
-            || parse_table_name(&chunk.table)
-                != Some((table.database.as_str(), table.table.as_str()))
-        {
+        // Names compared as a server with case-insensitive names would (noting a key too many
+        // only drops a row the stream carries anyway).
+        let same = parse_table_name(&chunk.table).is_some_and(|(database, name)| {
+            database.eq_ignore_ascii_case(&table.database)
+                && name.eq_ignore_ascii_case(&table.table)
+        });
+        if !chunk.opened || !same {
             return;
         }
         for row in [before, after].into_iter().flatten() {
