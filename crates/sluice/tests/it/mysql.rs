@@ -57,7 +57,7 @@ impl Server {
     }
 
     /// Exclusive use of the server (to restart it).
-    async fn exclusive(self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    pub(crate) async fn exclusive(self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
         self.lock().write().await
     }
 

@@ -56,35 +56,53 @@ async fn table_with_rows(server: Server, name: &str, rows: u32) -> mysql_async::
 }
 
 /// Updates (`v = v + 1`, so `v` only grows per key), deletes and inserts (new ids, never
-/// reused) rows of `database.t` until `stop`; returns the statements run.
+/// reused) rows of `database.t` until `stop`, with `writers` connections side by side (so
+/// transactions commit in groups), writer `w` on the ids `≡ w` modulo their number; returns
+/// the statements run.
 fn start_writer(
     server: Server,
     database: String,
     rows: u32,
+    writers: u64,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<u64> {
-    tokio::spawn(async move {
-        let mut conn = server.root().await;
-        let mut n: u64 = 0;
-        let mut next = u64::from(rows) * 10;
-        while !stop.load(Ordering::Relaxed) {
-            n += 1;
-            let id = (n.wrapping_mul(7919) % u64::from(rows)) + 1;
-            let sql = match n % 10 {
-                0 => format!("DELETE FROM {database}.t WHERE id = {id}"),
-                1 => {
-                    next += 1;
-                    format!("INSERT INTO {database}.t VALUES ({next}, 1, 'new')")
+    let tasks: Vec<_> = (0..writers)
+        .map(|w| {
+            let (database, stop) = (database.clone(), Arc::clone(&stop));
+            tokio::spawn(async move {
+                let mut conn = server.root().await;
+                let rows = u64::from(rows);
+                // An id of this writer's: w, w + writers, …, within 1..=rows.
+                let own = |x: u64| ((x % (rows / writers)) * writers + w) % rows + 1;
+                let mut n: u64 = 0;
+                let mut next = rows * 10 + w * 1_000_000;
+                while !stop.load(Ordering::Relaxed) {
+                    n += 1;
+                    let id = own(n.wrapping_mul(7919));
+                    let sql = match n % 10 {
+                        0 => format!("DELETE FROM {database}.t WHERE id = {id}"),
+                        1 => {
+                            next += 1;
+                            format!("INSERT INTO {database}.t VALUES ({next}, 1, 'new')")
+                        }
+                        _ => format!(
+                            "UPDATE {database}.t SET v = v + 1, note = 'upd{n}' WHERE id IN ({id}, {}, {})",
+                            own(id * 31),
+                            own(id * 17)
+                        ),
+                    };
+                    conn.query_drop(sql).await.unwrap();
                 }
-                _ => format!(
-                    "UPDATE {database}.t SET v = v + 1, note = 'upd{n}' WHERE id IN ({id}, {}, {})",
-                    (id * 31) % u64::from(rows) + 1,
-                    (id * 17) % u64::from(rows) + 1
-                ),
-            };
-            conn.query_drop(sql).await.unwrap();
+                n
+            })
+        })
+        .collect();
+    tokio::spawn(async move {
+        let mut statements = 0;
+        for task in tasks {
+            statements += task.await.unwrap();
         }
-        n
+        statements
     })
 }
 
@@ -201,6 +219,10 @@ fn finished(name: &str, id: &str) -> bool {
 async fn signal_snapshot_under_writes(server: Server, crash: bool) {
     let _broker = broker_shared().await;
     let _server = server.shared().await;
+    snapshot_under_writes(server, crash, 2).await;
+}
+
+async fn snapshot_under_writes(server: Server, crash: bool, writers: u64) {
     let name = unique(if crash { "my_incrkill" } else { "my_incr" });
     let mut root = table_with_rows(server, &name, ROWS).await;
     let prefix = unique("mi");
@@ -225,7 +247,7 @@ async fn signal_snapshot_under_writes(server: Server, crash: bool) {
     let mut sluice = Sluice::start_with_env(&dir, &toml, admin_port, env);
     sluice.wait_streaming(Duration::from_secs(60));
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = start_writer(server, name.clone(), ROWS, Arc::clone(&stop));
+    let writer = start_writer(server, name.clone(), ROWS, writers, Arc::clone(&stop));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let started = Instant::now();
     root.query_drop(format!(
@@ -334,6 +356,39 @@ async fn mariadb_incremental_snapshot_crashed_mid_way_resumes_and_finishes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_incremental_snapshot_crashed_mid_way_resumes_and_finishes() {
     signal_snapshot_under_writes(Server::Mysql, true).await;
+}
+
+/// MySQL's form of DBLog's race: a transaction is in the binlog, and streamed, before InnoDB
+/// commits it and other sessions see it. With `sync_binlog = 0` the dump thread sends a group's
+/// events once they are written, and `binlog_group_commit_sync_delay` then holds the group for
+/// 200 ms before its engine commit: every streamed change is invisible that long. Sixteen
+/// writers commit in such groups while a table is snapshotted; a chunk read in that gap must
+/// not publish the older row after the streamed change (the opening watermark, which commits
+/// after the group, is what orders the read after it). MySQL only: MariaDB has no delay between
+/// writing a group and committing it. Takes the server for itself (global settings).
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
+    let _broker = broker_shared().await;
+    let server = Server::Mysql;
+    let _server = server.exclusive().await;
+    let mut root = server.root().await;
+    let (sync, delay): (u64, u64) = root
+        .query_first("SELECT @@GLOBAL.sync_binlog, @@GLOBAL.binlog_group_commit_sync_delay")
+        .await
+        .unwrap()
+        .unwrap();
+    root.query_drop("SET GLOBAL sync_binlog = 0, GLOBAL binlog_group_commit_sync_delay = 200000")
+        .await
+        .unwrap();
+    let result = tokio::spawn(snapshot_under_writes(server, false, 16)).await;
+    root.query_drop(format!(
+        "SET GLOBAL sync_binlog = {sync}, GLOBAL binlog_group_commit_sync_delay = {delay}"
+    ))
+    .await
+    .unwrap();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic.into_panic());
+    }
 }
 
 /// The admin API: a request with a filter publishes exactly the rows it selects, once, marked
