@@ -877,7 +877,7 @@ async fn mysql_survives_a_killed_connection_and_a_server_restart() {
 }
 
 /// `sluice check` connects, reports the binlog position, and names a missing privilege with
-/// the GRANT that fixes it.
+/// the GRANT that fixes it (the signal table's too).
 async fn check_names_missing_privileges(server: Server) {
     let _server = server.shared().await;
     let name = unique("my_check");
@@ -924,6 +924,19 @@ async fn check_names_missing_privileges(server: Server) {
         "{text}"
     );
     assert!(text.ends_with("not ready\n"), "{text}");
+    // A signal table needs INSERT and DELETE (incremental snapshots' watermarks).
+    let signal = good.replace(
+        "[source.mysql]\n",
+        &format!("[source.mysql]\nsignal_table = \"{name}.sig\"\n"),
+    );
+    let (ok, text) = run(&signal);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "lacks INSERT, DELETE on the signal table {name}.sig (incremental snapshots write their watermarks there): GRANT INSERT, DELETE ON `{name}`.`sig` TO <user>"
+        )),
+        "{text}"
+    );
     root.query_drop(format!("DROP USER '{user}'@'%'"))
         .await
         .unwrap();
