@@ -1123,8 +1123,6 @@ impl MysqlSource {
         let size_per_row = rows.rows_data().len() / decoded.len().max(1) * 3 + 512;
         let tombstones = self.config.kafka.tombstones_on_delete();
         for (row, (before, after)) in decoded.into_iter().enumerate() {
-            let before = before.map(|r| r.unwrap());
-            let after = after.map(|r| r.unwrap());
             if let Some(run) = &mut self.incremental {
                 run.note(&info, before.as_deref(), after.as_deref());
             }
