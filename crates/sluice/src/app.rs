@@ -48,7 +48,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
-                    board.take_snapshot_signals();
+                    board.take_snapshot_signals(true);
                     let pipeline = CdcPipeline::new(Arc::clone(&config), Arc::clone(&board));
                     runtime()?.block_on(serve_and_supervise(
                         &config.admin,
@@ -63,6 +63,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
+                    if config.source.signal_table.is_some() {
+                        board.take_snapshot_signals(false);
+                    }
                     let pipeline = MysqlPipeline::new(Arc::clone(&config), Arc::clone(&board));
                     runtime()?.block_on(serve_and_supervise(
                         &config.admin,

@@ -235,7 +235,8 @@ async fn mysql_report(
     use crate::source::mysql::server;
     let mut conn = server::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
-    let issues = server::check_settings(&mut conn, flavor, &config.source).await?;
+    let mut issues = server::check_settings(&mut conn, flavor, &config.source).await?;
+    issues.extend(server::signal_table_issues(&mut conn, flavor, &config.source).await?);
     let url = crate::source::mysql::config::redact_url(&config.source.url);
     // The position needs the privileges checked above.
     let line = if issues.is_empty() {

@@ -17,6 +17,10 @@
 //!   captured tables are listed, e.g. `stream::refresh_tables=1*return(25000)->off`.
 //! - `incremental::sweep` (delay): before a republication's sweep reads the table's topic
 //!   (after its copy of the key set was taken).
+//! - `mysql_incremental::close` (delay): a MySQL incremental snapshot chunk's read is done, its
+//!   closing watermark not written yet (widens the window in which streamed changes are noted).
+//! - `mysql_incremental::progress_saved` (crash): the MySQL state file was written with an
+//!   incremental snapshot's chunk progress.
 //! - `exactly_once::before_commit` (crash): an exactly-once Kafka transaction's records and
 //!   offsets record are produced, its commit not begun.
 //! - `exactly_once::after_commit` (crash): the transaction committed, before the delivery

@@ -286,7 +286,9 @@ async fn snapshot_signal(
     if !state.board.takes_snapshot_signals_now() {
         return error(
             StatusCode::NOT_IMPLEMENTED,
-            format!("pipeline {name:?} is not a PostgreSQL source pipeline: it has no snapshots"),
+            format!(
+                "pipeline {name:?} takes no snapshot requests: incremental snapshots need a PostgreSQL source, or a MySQL/MariaDB source with source.mysql.signal_table set (its watermarks are written there)"
+            ),
         );
     }
     let body = match body {
@@ -321,6 +323,13 @@ async fn snapshot_signal(
         return error(
             StatusCode::BAD_REQUEST,
             "tables is empty: name the tables to snapshot, e.g. {\"tables\": [\"public.orders\"]}"
+                .into(),
+        );
+    }
+    if body.tombstones && !state.board.takes_republication_now() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "tombstones (republication) are supported for PostgreSQL sources only: request the snapshot without them"
                 .into(),
         );
     }

@@ -107,6 +107,23 @@ pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Find
         }
         Err(error) => findings.push(query_failed(&error.to_string())),
     }
+    match server::signal_table_issues(&mut conn, flavor, &config.source).await {
+        Ok(issues) => {
+            for issue in issues {
+                findings.push(finding(
+                    "mysql.signal_table",
+                    Severity::Warning,
+                    format!(
+                        "incremental snapshots cannot run: {}: {}",
+                        issue.setting, issue.problem
+                    ),
+                    &[("setting", issue.setting.clone().into())],
+                    issue.problem,
+                ));
+            }
+        }
+        Err(error) => findings.push(query_failed(&error.to_string())),
+    }
     let expire_seconds: Option<u64> = conn
         .query_first("SELECT @@GLOBAL.binlog_expire_logs_seconds")
         .await

@@ -334,8 +334,11 @@ pub struct StatusBoard {
     /// Every signal up to this sequence number is recorded in the state file (or needed no
     /// record).
     signals_recorded: tokio::sync::watch::Sender<u64>,
-    /// Whether the pipeline takes snapshot signals (a PostgreSQL source).
+    /// Whether the pipeline takes snapshot signals (a PostgreSQL source; a MySQL source with a
+    /// signal table).
     takes_snapshots: std::sync::atomic::AtomicBool,
+    /// Whether its snapshots can republish with tombstones (PostgreSQL).
+    takes_republication: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for StatusBoard {
@@ -391,6 +394,7 @@ impl StatusBoard {
             signal_seq: std::sync::atomic::AtomicU64::new(0),
             signals_recorded: tokio::sync::watch::Sender::new(0),
             takes_snapshots: std::sync::atomic::AtomicBool::new(false),
+            takes_republication: std::sync::atomic::AtomicBool::new(false),
         });
         board.publish_state_gauges(PipelineState::Starting);
         board
@@ -640,10 +644,19 @@ impl StatusBoard {
         self.control.send_modify(|c| c.restart_requests += 1);
     }
 
-    /// Marks the pipeline as one that takes snapshot signals (a PostgreSQL source).
-    pub fn take_snapshot_signals(&self) {
+    /// Marks the pipeline as one that takes snapshot signals (a PostgreSQL source; a MySQL
+    /// source with a signal table), and with `republication` requests with tombstones too.
+    pub fn take_snapshot_signals(&self, republication: bool) {
         self.takes_snapshots
             .store(true, std::sync::atomic::Ordering::Relaxed);
+        self.takes_republication
+            .store(republication, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the pipeline's snapshots can republish with tombstones.
+    pub fn takes_republication_now(&self) -> bool {
+        self.takes_republication
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the pipeline takes snapshot signals.

@@ -57,7 +57,7 @@ impl Server {
     }
 
     /// Exclusive use of the server (to restart it).
-    async fn exclusive(self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
+    pub(crate) async fn exclusive(self) -> tokio::sync::RwLockWriteGuard<'static, ()> {
         self.lock().write().await
     }
 
@@ -877,7 +877,7 @@ async fn mysql_survives_a_killed_connection_and_a_server_restart() {
 }
 
 /// `sluice check` connects, reports the binlog position, and names a missing privilege with
-/// the GRANT that fixes it.
+/// the GRANT that fixes it (the signal table's too).
 async fn check_names_missing_privileges(server: Server) {
     let _server = server.shared().await;
     let name = unique("my_check");
@@ -924,6 +924,19 @@ async fn check_names_missing_privileges(server: Server) {
         "{text}"
     );
     assert!(text.ends_with("not ready\n"), "{text}");
+    // A signal table needs INSERT and DELETE (incremental snapshots' watermarks).
+    let signal = good.replace(
+        "[source.mysql]\n",
+        &format!("[source.mysql]\nsignal_table = \"{name}.sig\"\n"),
+    );
+    let (ok, text) = run(&signal);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(&format!(
+            "lacks INSERT, DELETE on the signal table {name}.sig (incremental snapshots write their watermarks there): GRANT INSERT, DELETE ON `{name}`.`sig` TO <user>"
+        )),
+        "{text}"
+    );
     root.query_drop(format!("DROP USER '{user}'@'%'"))
         .await
         .unwrap();
@@ -1032,7 +1045,7 @@ async fn mysql_a_lost_position_stops_with_the_fix() {
 }
 
 /// The pipeline file with `lines` added to `[source.mysql]`.
-fn pipeline_with(
+pub(crate) fn pipeline_with(
     server: Server,
     name: &str,
     database: &str,
@@ -1045,7 +1058,7 @@ fn pipeline_with(
 }
 
 /// The state file of pipeline `name`.
-fn state_file(name: &str) -> PathBuf {
+pub(crate) fn state_file(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("it")
         .join("state")

@@ -18,6 +18,8 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 10_000;
 pub const DEFAULT_SNAPSHOT_WORKERS: u32 = 4;
 /// Default rows per snapshot chunk.
 pub const DEFAULT_SNAPSHOT_CHUNK_ROWS: u32 = 50_000;
+/// Default rows per chunk of an incremental snapshot.
+pub const DEFAULT_INCREMENTAL_CHUNK_ROWS: u32 = 4096;
 /// The databases never captured (the server's own).
 pub const SYSTEM_DATABASES: [&str; 4] =
     ["mysql", "sys", "information_schema", "performance_schema"];
@@ -64,6 +66,20 @@ pub struct MysqlSourceConfig {
     /// `include.schema.changes` (on by default).
     #[serde(default = "default_include_schema_changes")]
     pub include_schema_changes: bool,
+    /// A table (`database.table`) whose inserted rows are signals to sluice, as Debezium's
+    /// signal table: `(id VARCHAR(64) PRIMARY KEY, type VARCHAR(32) NOT NULL, data TEXT)`;
+    /// created when missing. Signals: `execute-snapshot` and `stop-snapshot`. Incremental
+    /// snapshots need it: their watermarks are rows written to it (the user needs `INSERT` and
+    /// `DELETE` on it). Never captured.
+    #[serde(default)]
+    pub signal_table: Option<String>,
+    /// Rows per chunk of an incremental snapshot (held in memory between its watermarks).
+    #[serde(default = "default_incremental_chunk_rows")]
+    pub incremental_chunk_rows: u32,
+}
+
+fn default_incremental_chunk_rows() -> u32 {
+    DEFAULT_INCREMENTAL_CHUNK_ROWS
 }
 
 fn default_include_schema_changes() -> bool {
@@ -99,6 +115,8 @@ impl fmt::Debug for MysqlSourceConfig {
             .field("snapshot_workers", &self.snapshot_workers)
             .field("snapshot_chunk_rows", &self.snapshot_chunk_rows)
             .field("include_schema_changes", &self.include_schema_changes)
+            .field("signal_table", &self.signal_table)
+            .field("incremental_chunk_rows", &self.incremental_chunk_rows)
             .finish()
     }
 }
@@ -119,9 +137,12 @@ pub fn redact_url(url: &str) -> String {
 }
 
 impl MysqlSourceConfig {
-    /// Whether `database.table` is captured.
+    /// Whether `database.table` is captured (the signal table never is).
     pub fn captures(&self, database: &str, table: &str) -> bool {
         let qualified = format!("{database}.{table}");
+        if self.signal_table.as_deref() == Some(qualified.as_str()) {
+            return false;
+        }
         let included = if self.include_tables.is_empty() {
             !SYSTEM_DATABASES.contains(&database)
         } else {
@@ -138,6 +159,19 @@ impl MysqlSourceConfig {
 }
 
 impl MysqlSourceConfig {
+    /// Whether `database.table` is the signal table.
+    pub fn is_signal_table(&self, database: &str, table: &str) -> bool {
+        self.signal_table
+            .as_deref()
+            .and_then(crate::config::parse_table_name)
+            .is_some_and(|(d, t)| d == database && t == table)
+    }
+
+    /// Whether `database.table` (one string) is captured.
+    pub fn captures_name(&self, qualified: &str) -> bool {
+        crate::config::parse_table_name(qualified).is_some_and(|(d, t)| self.captures(d, t))
+    }
+
     /// Whether the include list reaches `database` (some captured table may be in it): a
     /// database-level DDL statement on it is a schema change to report.
     pub fn captures_database(&self, database: &str) -> bool {
@@ -227,6 +261,30 @@ impl SourceSection for MysqlSourceConfig {
                 "0: expected at least 1 (rows)".into(),
             );
         }
+        if !(1..=1_000_000).contains(&self.incremental_chunk_rows) {
+            issue(
+                "source.mysql.incremental_chunk_rows",
+                format!(
+                    "{} is out of range: expected 1 to 1000000 (rows held in memory per chunk)",
+                    self.incremental_chunk_rows
+                ),
+            );
+        }
+        if let Some(table) = &self.signal_table {
+            match crate::config::parse_table_name(table) {
+                None => issue(
+                    "source.mysql.signal_table",
+                    format!("{table:?}: expected database.table, e.g. \"shop.sluice_signal\""),
+                ),
+                Some((database, _)) if SYSTEM_DATABASES.contains(&database) => issue(
+                    "source.mysql.signal_table",
+                    format!(
+                        "{table:?} is in the server's own database {database:?}: put it in a database of yours, e.g. \"shop.sluice_signal\""
+                    ),
+                ),
+                Some(_) => {}
+            }
+        }
         issues
     }
 }
@@ -294,7 +352,7 @@ mod tests {
     #[test]
     fn invalid_keys_are_named_with_the_expected_form() {
         let error = load(
-            "url = \"postgres://u@h\"\nserver_id = 0\ninclude_tables = [\"shop\"]\nexclude_tables = [\"a.[\"]\nsnapshot_workers = 0\nsnapshot_chunk_rows = 0",
+            "url = \"postgres://u@h\"\nserver_id = 0\ninclude_tables = [\"shop\"]\nexclude_tables = [\"a.[\"]\nsnapshot_workers = 0\nsnapshot_chunk_rows = 0\nincremental_chunk_rows = 0\nsignal_table = \"sluice_signal\"",
         )
         .unwrap_err();
         let crate::config::ConfigError::Invalid { issues, .. } = error else {
@@ -309,7 +367,9 @@ mod tests {
                 "source.mysql.include_tables[0]",
                 "source.mysql.exclude_tables[0]",
                 "source.mysql.snapshot_workers",
-                "source.mysql.snapshot_chunk_rows"
+                "source.mysql.snapshot_chunk_rows",
+                "source.mysql.incremental_chunk_rows",
+                "source.mysql.signal_table"
             ],
             "{issues:?}"
         );
@@ -320,6 +380,7 @@ mod tests {
         );
         assert!(issues[2].problem.contains("expected database.table"));
         assert!(issues[4].problem.contains("expected 1 to 64"));
+        assert!(issues[7].problem.contains("expected database.table"));
     }
 
     /// `[kafka.events]` options the MySQL source does not apply are refused by name, not
@@ -380,6 +441,23 @@ mod tests {
         let config = MysqlPipelineConfig::from_toml(text, "example", &env).unwrap();
         assert_eq!(config.source.server_id, 5701);
         assert_eq!(config.kafka.topic_prefix, "sluice");
+    }
+
+    #[test]
+    fn the_signal_table_is_never_captured() {
+        let config = load(
+            "url = \"mysql://u@h:3306\"\nserver_id = 7\nsignal_table = \"shop.sluice_signal\"",
+        )
+        .unwrap();
+        assert!(config.source.captures("shop", "orders"));
+        assert!(!config.source.captures("shop", "sluice_signal"));
+        assert!(config.source.is_signal_table("shop", "sluice_signal"));
+        assert!(config.source.captures_name("shop.orders"));
+        assert!(!config.source.captures_name("shop"));
+        assert_eq!(
+            config.source.incremental_chunk_rows,
+            DEFAULT_INCREMENTAL_CHUNK_ROWS
+        );
     }
 
     #[test]

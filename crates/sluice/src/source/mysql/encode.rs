@@ -706,6 +706,27 @@ pub fn write_source_head(value: &mut Vec<u8>, prefix_name: &str, source: &Binlog
     value.push(b'"');
 }
 
+/// The event key `row` has in `table`'s topic (the bytes [`encode`] writes), without
+/// panicking: `None` for a table without a primary key or a value that cannot be written.
+/// Incremental snapshots compare streamed changes and chunk rows by it.
+pub fn event_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<u8>> {
+    if table.key_columns.is_empty() {
+        return None;
+    }
+    let mut key = Vec::with_capacity(64);
+    key.push(b'{');
+    for (n, &i) in table.key_columns.iter().enumerate() {
+        if n > 0 {
+            key.push(b',');
+        }
+        let column = table.columns.get(i)?;
+        key.extend_from_slice(&column.json_label);
+        write_value_checked(column.kind, &column.labels, row.get(i), &mut key).ok()?;
+    }
+    key.push(b'}');
+    Some(key)
+}
+
 /// The key: the primary-key columns as a JSON object; `None` for a table without one.
 fn write_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<u8>> {
     if table.key_columns.is_empty() {

@@ -9,11 +9,14 @@
 //! - [`rows`]: row images decoded with a plan kept per TABLE_MAP.
 //! - [`ddl`]: schema-change events (the snapshot's definitions, DDL from QUERY events).
 //! - [`snapshot`]: the initial snapshot (consistent, chunked, resumable).
+//! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks in the signal
+//!   table).
 //! - [`stream`]: one run of the pipeline: the loop, checkpoints in the state store.
 
 pub mod config;
 pub mod ddl;
 pub mod encode;
+pub mod incremental;
 pub mod lag;
 pub mod rows;
 pub mod server;

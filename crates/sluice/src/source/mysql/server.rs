@@ -230,6 +230,91 @@ pub fn settings_issues(
     issues
 }
 
+/// What incremental snapshots need of a pipeline with a signal table, for `sluice check` and
+/// `doctor` (not checked at start: without them, requests are refused in the log): `INSERT`
+/// and `DELETE` on the signal table (the watermarks), and on MySQL `binlog_order_commits = ON`
+/// (see [`super::incremental`]).
+///
+/// # Errors
+///
+/// When the queries fail.
+pub async fn signal_table_issues(
+    conn: &mut Conn,
+    flavor: Flavor,
+    source: &MysqlSourceConfig,
+) -> Result<Vec<SettingIssue>, PipelineError> {
+    let Some((database, table)) = source
+        .signal_table
+        .as_deref()
+        .and_then(crate::config::parse_table_name)
+    else {
+        return Ok(Vec::new());
+    };
+    let grants: Vec<String> = conn
+        .query("SHOW GRANTS FOR CURRENT_USER()")
+        .await
+        .map_err(sql_error("SHOW GRANTS failed"))?;
+    let mut issues: Vec<SettingIssue> = signal_table_privileges(&grants, database, table)
+        .into_iter()
+        .collect();
+    if flavor == Flavor::Mysql {
+        let ordered: Option<i64> = conn
+            .query_first("SELECT @@GLOBAL.binlog_order_commits")
+            .await
+            .map_err(sql_error("SELECT @@GLOBAL.binlog_order_commits failed"))?;
+        if ordered == Some(0) {
+            issues.push(SettingIssue {
+                setting: "binlog_order_commits".into(),
+                problem: "is OFF: incremental snapshots are refused (transactions may become visible out of binlog order): SET GLOBAL binlog_order_commits = ON (the default)".into(),
+            });
+        }
+    }
+    Ok(issues)
+}
+
+/// Whether `grants` (as `SHOW GRANTS` prints them) let the user write watermarks into the
+/// signal table `database.table` (`INSERT` and `DELETE` on it, its database or `*.*`); the
+/// issue with the fix when not.
+pub fn signal_table_privileges(
+    grants: &[String],
+    database: &str,
+    table: &str,
+) -> Option<SettingIssue> {
+    let covers = |object: &str| {
+        let object = object.replace(['`', '\\'], "");
+        object == "*.*"
+            || object == format!("{database}.*")
+            || object == format!("{database}.{table}")
+    };
+    let mut held: Vec<String> = Vec::new();
+    for grant in grants {
+        let Some(rest) = grant.strip_prefix("GRANT ") else {
+            continue;
+        };
+        let Some((privileges, rest)) = rest.split_once(" ON ") else {
+            continue;
+        };
+        let object = rest.split(" TO ").next().unwrap_or_default().trim();
+        if !covers(object) {
+            continue;
+        }
+        held.extend(privileges.split(',').map(|p| p.trim().to_ascii_uppercase()));
+    }
+    let all = held.iter().any(|p| p == "ALL PRIVILEGES" || p == "ALL");
+    let missing: Vec<&str> = ["INSERT", "DELETE"]
+        .into_iter()
+        .filter(|p| !all && !held.iter().any(|h| h == p))
+        .collect();
+    (!missing.is_empty()).then(|| SettingIssue {
+        setting: "privileges".into(),
+        problem: format!(
+            "the user lacks {} on the signal table {database}.{table} (incremental snapshots write their watermarks there): GRANT {} ON `{database}`.`{table}` TO <user>",
+            missing.join(", "),
+            missing.join(", "),
+        ),
+    })
+}
+
 /// The issues as one fatal error (or nothing).
 pub fn settings_error(issues: &[SettingIssue]) -> Option<PipelineError> {
     (!issues.is_empty()).then(|| {
@@ -633,6 +718,36 @@ mod tests {
         assert_eq!(MysqlGtidSet::parse("").unwrap().to_string(), "");
         assert!(MysqlGtidSet::parse("nope:1").is_err());
         assert_eq!(set.sids().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_signal_table_needs_insert_and_delete() {
+        let grants = |lines: &[&str]| lines.iter().map(|l| (*l).to_owned()).collect::<Vec<_>>();
+        let base = "GRANT SELECT, REPLICATION SLAVE ON *.* TO `sluice`@`%`";
+        let issue = signal_table_privileges(&grants(&[base]), "shop", "sig").unwrap();
+        assert!(issue.problem.contains("lacks INSERT, DELETE"), "{issue:?}");
+        assert!(
+            issue
+                .problem
+                .contains("GRANT INSERT, DELETE ON `shop`.`sig`")
+        );
+        for enough in [
+            "GRANT INSERT, DELETE ON `shop`.* TO `sluice`@`%`",
+            "GRANT CREATE, INSERT, DELETE ON `shop`.`sig` TO `sluice`@`%`",
+            "GRANT ALL PRIVILEGES ON `shop`.* TO `sluice`@`%`",
+            "GRANT INSERT, DELETE ON *.* TO `sluice`@`%`",
+        ] {
+            assert_eq!(
+                signal_table_privileges(&grants(&[base, enough]), "shop", "sig"),
+                None,
+                "{enough}"
+            );
+        }
+        let other = "GRANT INSERT, DELETE ON `other`.* TO `sluice`@`%`";
+        assert!(signal_table_privileges(&grants(&[base, other]), "shop", "sig").is_some());
+        let insert_only = "GRANT INSERT ON `shop`.* TO `sluice`@`%`";
+        let issue = signal_table_privileges(&grants(&[insert_only]), "shop", "sig").unwrap();
+        assert!(issue.problem.contains("lacks DELETE"), "{issue:?}");
     }
 
     #[test]

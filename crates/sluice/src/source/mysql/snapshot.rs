@@ -71,13 +71,13 @@ pub struct CapturedTable {
 }
 
 impl CapturedTable {
-    fn quoted(&self) -> String {
+    pub(super) fn quoted(&self) -> String {
         format!("{}.{}", quote(&self.database), quote(&self.table))
     }
 }
 
 /// An identifier in backquotes.
-fn quote(name: &str) -> String {
+pub(super) fn quote(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
@@ -135,7 +135,7 @@ pub async fn open(
 
 /// A connection for snapshot reads: UTC session (TIMESTAMP values), long write timeout (the
 /// server waits while the in-flight budget is full).
-async fn reader(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> {
+pub(super) async fn reader(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> {
     let mut conn = server::connect(source).await?;
     conn.query_drop("SET SESSION time_zone = '+00:00', SESSION net_write_timeout = 3600")
         .await
@@ -411,7 +411,7 @@ impl Chunk {
 /// `(k1, k2, …) <op> (v1, v2, …)` in the form range scans use:
 /// `k1 > v1 OR (k1 = v1 AND (k2 > v2 OR (k2 = v2 AND k3 >= v3)))` (`strict` for all but the
 /// last column, `last` for it).
-fn compare(
+pub(super) fn compare(
     key: &[String],
     values: &[KeyValue],
     strict: &str,
@@ -437,7 +437,7 @@ fn compare(
     format!("({text})")
 }
 
-fn params(values: Vec<Value>) -> Params {
+pub(super) fn params(values: Vec<Value>) -> Params {
     if values.is_empty() {
         Params::Empty
     } else {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt as _;
 use mysql_async::BinlogStream;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
+use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable as _;
 use rdkafka::producer::Producer as _;
 use rdkafka::util::Timeout;
@@ -29,6 +30,7 @@ use super::ddl::{self, SchemaChange};
 use super::encode::{
     self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
 };
+use super::incremental::{self, IncrementalRun, MysqlIncrementalState, SignalRow};
 use super::lag;
 use super::rows::{self, RowPlan};
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
@@ -84,6 +86,10 @@ struct SavedState {
     /// The initial snapshot's plan while it is not finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     snapshot: Option<SnapshotPlan>,
+    /// Incremental snapshots: the queue, the progress, the requests accepted (see
+    /// [`incremental`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    incremental: Option<MysqlIncrementalState>,
 }
 
 /// A MySQL/MariaDB → Kafka pipeline as the supervisor runs it: each run resumes from the
@@ -170,6 +176,7 @@ pub async fn run_once(
     let workers = config.source.snapshot_workers as usize;
     // A snapshot opened by this run, and the plan of one not finished.
     let mut opened = None;
+    let mut incremental_state = saved.as_ref().and_then(|s| s.incremental.clone());
     let (start, mut pending) = match saved {
         Some(saved) if saved.flavor == flavor => (saved.position, saved.snapshot),
         Some(saved) => {
@@ -186,7 +193,7 @@ pub async fn run_once(
             // A new pipeline starts at the server's current position, and saves it at once so
             // that a restart before the first change does not skip what was written meanwhile.
             let position = server::current_position(&mut conn, flavor).await?;
-            save_state(store.as_ref(), &key, flavor, &position, None)?;
+            save_state(store.as_ref(), &key, flavor, &position, None, None)?;
             (position, None)
         }
         None => {
@@ -201,11 +208,21 @@ pub async fn run_once(
             )
             .await?;
             let position = consistent.position.clone();
-            save_state(store.as_ref(), &key, flavor, &position, Some(&plan))?;
+            save_state(store.as_ref(), &key, flavor, &position, Some(&plan), None)?;
             opened = Some(consistent);
             (position, Some(plan))
         }
     };
+    if config.source.signal_table.is_some() {
+        incremental::ensure_signal_table(&mut conn, &config.source).await?;
+    } else if incremental_state
+        .as_ref()
+        .is_some_and(|s| !s.queue.is_empty())
+    {
+        tracing::warn!(
+            "incremental snapshots are queued in the state file but source.mysql.signal_table is not set: they wait until it is"
+        );
+    }
     let rotate_crc = flavor == Flavor::Mariadb && {
         let checksum: Option<String> = conn
             .query_first("SELECT @@GLOBAL.binlog_checksum")
@@ -284,7 +301,16 @@ pub async fn run_once(
             },
             consistent,
             plan,
-            |plan| save_state(store.as_ref(), &key, flavor, &start, Some(plan)),
+            |plan| {
+                save_state(
+                    store.as_ref(),
+                    &key,
+                    flavor,
+                    &start,
+                    Some(plan),
+                    incremental_state.as_ref(),
+                )
+            },
         )
         .await?;
         if mode == SnapshotMode::InitialOnly {
@@ -300,7 +326,14 @@ pub async fn run_once(
             tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
             return Ok(());
         }
-        save_state(store.as_ref(), &key, flavor, &start, None)?;
+        save_state(
+            store.as_ref(),
+            &key,
+            flavor,
+            &start,
+            None,
+            incremental_state.as_ref(),
+        )?;
     }
     let gtids = start
         .gtid_set
@@ -364,28 +397,34 @@ pub async fn run_once(
         Arc::clone(board),
         monitor_stop.clone(),
     ));
-    let mut source = MysqlSource {
-        rotate_crc,
-        confirmed,
-        commit_unix_s: 0,
-        config: Arc::clone(config),
-        flavor,
-        stream,
-        store,
-        key,
-        file: Arc::from(start.file.as_str()),
-        gtids,
-        saved: start,
-        seq: 0,
-        unconfirmed: VecDeque::new(),
-        tables: HashMap::new(),
-        table_metrics: HashMap::new(),
-        known_topics,
-        tx: Transaction::default(),
-        meta: None,
-        schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
-        last_event: Instant::now(),
-    };
+    let mut source =
+        MysqlSource {
+            rotate_crc,
+            confirmed,
+            commit_unix_s: 0,
+            config: Arc::clone(config),
+            flavor,
+            stream,
+            store,
+            key,
+            file: Arc::from(start.file.as_str()),
+            gtids,
+            saved: start,
+            seq: 0,
+            unconfirmed: VecDeque::new(),
+            tables: HashMap::new(),
+            table_metrics: HashMap::new(),
+            known_topics,
+            tx: Transaction::default(),
+            meta: None,
+            schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
+            last_event: Instant::now(),
+            incremental: config.source.signal_table.is_some().then(|| {
+                IncrementalRun::new(Arc::clone(config), flavor, incremental_state.clone())
+            }),
+            saved_incremental: incremental_state.take(),
+            board: Arc::clone(board),
+        };
     let result = delivery::run(
         &mut source,
         &mut core,
@@ -538,11 +577,13 @@ fn save_state(
     flavor: Flavor,
     position: &BinlogPosition,
     snapshot: Option<&SnapshotPlan>,
+    incremental: Option<&MysqlIncrementalState>,
 ) -> Result<(), PipelineError> {
     let document = serde_json::to_vec(&SavedState {
         flavor,
         position: position.clone(),
         snapshot: snapshot.cloned(),
+        incremental: incremental.cloned(),
     })
     .unwrap_or_default();
     tokio::task::block_in_place(|| store.store(key, &document)).map_err(|e| {
@@ -590,6 +631,8 @@ struct TableSlot {
     tme: Vec<u8>,
     /// Whether the table is captured.
     captured: bool,
+    /// Whether it is the signal table.
+    signal: bool,
     /// Built at its first row (from the row's column metadata).
     info: Option<Arc<TableInfo>>,
     /// How its rows are read, made with `info` (`None` there: the crate's row iterator).
@@ -629,6 +672,12 @@ struct MysqlSource {
     schema_metrics: Arc<TableMetrics>,
     /// When the stream last delivered an event (or reading resumed after back-pressure).
     last_event: Instant,
+    /// Incremental snapshots (with a signal table).
+    incremental: Option<IncrementalRun>,
+    /// The incremental snapshot state last saved (saved again with every position).
+    saved_incremental: Option<MysqlIncrementalState>,
+    /// The pipeline's status board (the admin API's snapshot requests).
+    board: Arc<StatusBoard>,
 }
 
 /// The file name of a ROTATE event. MariaDB sends the dump's first, artificial ROTATE
@@ -773,8 +822,14 @@ impl Source for MysqlSource {
 
     async fn before_checkpoint(
         &mut self,
-        _intake: &mut Intake<MysqlChange, BinlogSeq>,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
     ) -> Result<bool, PipelineError> {
+        // Operators' requests first, so this checkpoint can record them.
+        if let Some(run) = &mut self.incremental {
+            for (seq, signal) in self.board.take_signals() {
+                run.accept(&signal, intake.last_checkpoint(), seq);
+            }
+        }
         let heartbeat = self.config.source.heartbeat_interval_ms;
         if heartbeat > 0 {
             let silent = self.last_event.elapsed();
@@ -803,10 +858,33 @@ impl Source for MysqlSource {
                 .pop_front()
                 .map(|(_, position, ts)| (position, ts));
         }
-        if let Some((position, commit_unix_s)) = newest
-            && position != self.saved
-        {
-            save_state(self.store.as_ref(), &self.key, self.flavor, &position, None)?;
+        let incremental = self
+            .incremental
+            .as_mut()
+            .and_then(|run| run.confirmed(watermark));
+        let moved = newest.filter(|(position, _)| *position != self.saved);
+        if moved.is_some() || incremental.is_some() {
+            let chunk_saved = incremental
+                .as_ref()
+                .and_then(|s| s.queue.front())
+                .is_some_and(|t| t.chunks > 0);
+            if incremental.is_some() {
+                self.saved_incremental = incremental;
+            }
+            let position = moved.as_ref().map_or(&self.saved, |(position, _)| position);
+            save_state(
+                self.store.as_ref(),
+                &self.key,
+                self.flavor,
+                position,
+                None,
+                self.saved_incremental.as_ref(),
+            )?;
+            if chunk_saved {
+                crate::crash_point!("mysql_incremental::progress_saved");
+            }
+        }
+        if let Some((position, commit_unix_s)) = moved {
             *self
                 .confirmed
                 .lock()
@@ -817,14 +895,23 @@ impl Source for MysqlSource {
             };
             self.saved = position;
         }
+        if let Some(run) = &self.incremental {
+            // The admin API's requests now in the state file: their callers get their answer.
+            self.board.signals_recorded(run.confirmed_request());
+        }
         Ok(())
     }
 
     async fn after_checkpoint(
         &mut self,
-        _intake: &mut Intake<MysqlChange, BinlogSeq>,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
         _watermark: BinlogSeq,
     ) -> Result<(), PipelineError> {
+        if let Some(run) = &mut self.incremental {
+            run.poll(intake.last_checkpoint()).await;
+            let status = run.status();
+            self.board.update(|s| s.incremental_snapshot = status);
+        }
         Ok(())
     }
 
@@ -929,15 +1016,15 @@ impl MysqlSource {
                     .get(&table_id)
                     .is_some_and(|slot| slot.tme == body);
                 if !unchanged {
-                    let captured = self
-                        .config
-                        .source
-                        .captures(&tme.database_name(), &tme.table_name());
+                    let (database, table) = (tme.database_name(), tme.table_name());
+                    let captured = self.config.source.captures(&database, &table);
+                    let signal = self.config.source.is_signal_table(&database, &table);
                     self.tables.insert(
                         table_id,
                         TableSlot {
                             tme: body.to_vec(),
                             captured,
+                            signal,
                             info: None,
                             plan: None,
                         },
@@ -966,6 +1053,9 @@ impl MysqlSource {
                 std::io::Error::other("binlog order"),
             ));
         };
+        if slot.signal {
+            return self.on_signal_rows(rows, header, log_pos, intake).await;
+        }
         if !slot.captured {
             return Ok(());
         }
@@ -1034,6 +1124,9 @@ impl MysqlSource {
         let size_per_row = rows.rows_data().len() / decoded.len().max(1) * 3 + 512;
         let tombstones = self.config.kafka.tombstones_on_delete();
         for (row, (before, after)) in decoded.into_iter().enumerate() {
+            if let Some(run) = &mut self.incremental {
+                run.note(&info, before.as_deref(), after.as_deref());
+            }
             let change = RowChange {
                 table: Arc::clone(&info),
                 op,
@@ -1052,6 +1145,110 @@ impl MysqlSource {
             };
             let records = change.records(tombstones);
             intake.admit(MysqlChange::Row(change), size_per_row, records);
+        }
+        Ok(())
+    }
+
+    /// Rows of the signal table: inserted rows are signals or snapshot watermarks; a closing
+    /// watermark publishes its chunk's rows here, in its transaction.
+    async fn on_signal_rows(
+        &mut self,
+        rows: &RowsEventData<'_>,
+        header: mysql_async::binlog::events::BinlogEventHeader,
+        log_pos: u64,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
+    ) -> Result<(), PipelineError> {
+        if !matches!(
+            rows,
+            RowsEventData::WriteRowsEvent(_) | RowsEventData::WriteRowsEventV1(_)
+        ) || self.incremental.is_none()
+        {
+            return Ok(());
+        }
+        let Some(tme) = self.stream.get_tme(rows.table_id()) else {
+            return Err(bad_event("rows (no TABLE_MAP kept)"));
+        };
+        let mut signals = Vec::new();
+        for row in rows.rows(tme) {
+            let (_, after) =
+                row.map_err(|e| PipelineError::retryable("undecodable row event", e))?;
+            let Some(after) = after else { continue };
+            let columns = after.columns();
+            let values = after.unwrap();
+            let column = |name: &str| -> String {
+                columns
+                    .iter()
+                    .position(|c| c.name_str().eq_ignore_ascii_case(name))
+                    .and_then(|i| values.get(i))
+                    .and_then(|value| match value {
+                        BinlogValue::Value(mysql_async::Value::Bytes(bytes)) => {
+                            Some(String::from_utf8_lossy(bytes).into_owned())
+                        }
+                        BinlogValue::Value(mysql_async::Value::NULL) => None,
+                        BinlogValue::Value(other) => Some(other.as_sql(true)),
+                        _ => None,
+                    })
+                    .unwrap_or_default()
+            };
+            signals.push((column("id"), column("type"), column("data")));
+        }
+        // The transaction being read commits as the next sequence number.
+        let at = BinlogSeq(self.seq + 1);
+        let pos = log_pos.saturating_sub(u64::from(header.event_size()));
+        for (id, kind, data) in signals {
+            let Some(run) = &mut self.incremental else {
+                return Ok(());
+            };
+            if let SignalRow::Close = run.on_signal_row(&id, &kind, &data, at)
+                && let Some(chunk) = run.on_close(at).await
+            {
+                self.publish_chunk(chunk, header, pos, intake).await?;
+            }
+            if let Some(run) = &mut self.incremental {
+                run.maybe_start();
+            }
+        }
+        Ok(())
+    }
+
+    /// A closed chunk's rows, as `op: "r"` events at the closing watermark's place.
+    async fn publish_chunk(
+        &mut self,
+        chunk: incremental::ChunkToPublish,
+        header: mysql_async::binlog::events::BinlogEventHeader,
+        pos: u64,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
+    ) -> Result<(), PipelineError> {
+        // A table with no streamed change yet may have no topic.
+        self.ensure_topic(&chunk.table.topic).await?;
+        let name = format!("{}.{}", chunk.table.database, chunk.table.table);
+        metrics::counter!(crate::runtime::metrics::SNAPSHOT_ROWS, "table" => name)
+            .increment(chunk.rows.len() as u64);
+        for (row, values) in chunk.rows.into_iter().enumerate() {
+            let bytes: usize = values
+                .iter()
+                .map(|v| match v {
+                    BinlogValue::Value(mysql_async::Value::Bytes(b)) => b.len(),
+                    _ => 8,
+                })
+                .sum();
+            let change = RowChange {
+                table: Arc::clone(&chunk.table),
+                op: Op::Read,
+                before: None,
+                after: Some(values),
+                source: BinlogSource {
+                    server_id: header.server_id(),
+                    ts_sec: header.timestamp(),
+                    gtid: self.tx.gtid.clone(),
+                    file: Arc::clone(&self.file),
+                    pos,
+                    row: u32::try_from(row).unwrap_or(u32::MAX),
+                    thread: self.tx.thread,
+                    snapshot: SnapshotMarker::Incremental,
+                },
+            };
+            intake.admit(MysqlChange::Row(change), bytes * 3 + 512, 1);
         }
         Ok(())
     }
@@ -1078,6 +1275,9 @@ impl MysqlSource {
         // Every cached table definition goes: the next row event of each table follows a
         // TABLE_MAP that is read anew.
         self.tables.clear();
+        if let Some(run) = &mut self.incremental {
+            run.on_schema_change();
+        }
         if !self.config.source.include_schema_changes {
             return Ok(());
         }
