@@ -99,6 +99,8 @@ impl ThrowawayKafka {
         };
         let format = kafka_java(&dir)
             .args([
+                // A short-lived tool: the JIT's first tier only (less CPU to start it).
+                "-XX:TieredStopAtLevel=1",
                 "kafka.tools.StorageTool",
                 "format",
                 "--standalone",
@@ -285,6 +287,31 @@ async fn plan_predicts_what_the_cleaner_does() {
     // (the machine is small).
     let _broker = broker_shared().await;
     let _ = stack();
+    // Exactly 1 MiB of dedupe buffer per thread: the model says the broker refuses it, and it
+    // does (at `StorageTool format` already, which validates the configuration). Checked on a
+    // thread of its own while the cross-check below runs (a JVM start of its own, mostly
+    // waited for: ~5 s less for the test).
+    let refused = std::thread::spawn(|| {
+        let settings = [
+            ("log.cleaner.dedupe.buffer.size", "2097152"),
+            ("log.cleaner.threads", "2"),
+        ];
+        let model = sluice::compaction::model::CleanerSettings {
+            threads: 2,
+            dedupe_buffer_bytes: 2_097_152,
+            ..Default::default()
+        };
+        assert!(model.rejection().is_some());
+        match ThrowawayKafka::start(&settings) {
+            Ok(_) => panic!("a broker with 1 MiB of dedupe buffer per cleaner thread started"),
+            Err(log) => assert!(
+                log.contains(
+                    "log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread"
+                ),
+                "{log}"
+            ),
+        }
+    });
     // A dedupe buffer of 1,200,000 bytes (a broker wants more than 1 MiB per thread): 50,000
     // slots × 0.9 = 45,000 keys per pass.
     let kafka = ThrowawayKafka::start(&[
@@ -470,25 +497,8 @@ async fn plan_predicts_what_the_cleaner_does() {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await;
     drop(kafka);
-
-    // Exactly 1 MiB of dedupe buffer per thread: the model says the broker refuses it, and it
-    // does (at `StorageTool format` already, which validates the configuration).
-    let settings = [
-        ("log.cleaner.dedupe.buffer.size", "2097152"),
-        ("log.cleaner.threads", "2"),
-    ];
-    let model = sluice::compaction::model::CleanerSettings {
-        threads: 2,
-        dedupe_buffer_bytes: 2_097_152,
-        ..Default::default()
-    };
-    assert!(model.rejection().is_some());
-    match ThrowawayKafka::start(&settings) {
-        Ok(_) => panic!("a broker with 1 MiB of dedupe buffer per cleaner thread started"),
-        Err(log) => assert!(
-            log.contains("log.cleaner.dedupe.buffer.size must be at least 1MB per cleaner thread"),
-            "{log}"
-        ),
+    if let Err(panic) = refused.join() {
+        std::panic::resume_unwind(panic);
     }
 }
 

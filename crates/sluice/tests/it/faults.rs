@@ -177,6 +177,10 @@ async fn walsender_kill_and_broker_restart_are_survived() {
                 >= 1.0
         },
     );
+    // The broker goes away mid-stream, as the test says: once the new run streams. (Stopped
+    // while the new run was still creating its topics, the outage showed in /health only when
+    // the admin request gave up, 45 s later: the test took ~25-70 s by that race.)
+    sluice.wait_streaming(Duration::from_secs(60));
 
     tokio::task::spawn_blocking(|| dev_stack(&["stop-kafka"]))
         .await
@@ -227,9 +231,14 @@ fn rss_bytes(pid: u32) -> Option<u64> {
 fn kafka_config_alter(args: &[&str]) {
     let libs = std::env::var("KAFKA_LIBS")
         .unwrap_or_else(|_| panic!("KAFKA_LIBS is not set: eval \"$(scripts/dev-stack env)\""));
+    // A short-lived client: the JIT's first tier only and the serial collector (~40% less CPU
+    // to start and run it, seconds on two busy cores; two of its runs hold the broker
+    // exclusively).
     let output = Command::new("java")
         .args([
             "-Xmx256m",
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
             "-cp",
             &format!("{libs}/*"),
             "kafka.admin.ConfigCommand",
@@ -298,18 +307,19 @@ async fn backlog_on_one_partition_stays_within_budget() {
              \"compression.type\" = \"none\"\n"
         ),
     );
+    // The quota is set (a JVM start, seconds on two busy cores) while the idle footprint is
+    // measured: an idle pipeline produces far below it.
+    let throttle = tokio::task::spawn_blocking({
+        let name = name.clone();
+        move || throttle_producer(&name, Some(1_000_000))
+    });
     let mut sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
     // The footprint of a connected, idle, streaming process.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rss_idle = rss_bytes(sluice.pid().unwrap()).expect("RSS of the sluice process");
     assert!(sluice.stop(), "graceful stop\n{}", sluice.log_text());
-    tokio::task::spawn_blocking({
-        let name = name.clone();
-        move || throttle_producer(&name, Some(1_000_000))
-    })
-    .await
-    .unwrap();
+    throttle.await.unwrap();
 
     const ROWS: i64 = 150_000;
     insert_range(&client, &name, 0, ROWS, 50_000).await;

@@ -276,25 +276,28 @@ async fn no_secret_appears_in_anything_sluice_writes() {
     let pipeline_file = sluice.file.clone();
     drop(sluice);
 
-    // 3. `sluice check` and `sluice doctor` on the same file.
+    // 3. `sluice check` and `sluice doctor` on the same file (run, in turn, side by side with
+    // the cases of 4.).
     let file = pipeline_file.to_str().unwrap();
     let long = Duration::from_secs(120);
-    for args in [
-        vec!["check", file],
-        vec!["doctor", "--pipeline", file],
-        vec!["doctor", "--pipeline", file, "--json"],
-        vec!["slots", "--pipeline", file],
-    ] {
-        let (out, err) = run_sluice(&args, &[], long);
-        written.add(format!("{args:?} stdout"), out);
-        written.add(format!("{args:?} stderr"), err);
-    }
-    // `doctor` and `slots` with the URL from the environment.
-    for args in [vec!["doctor"], vec!["slots"]] {
-        let (out, err) = run_sluice(&args, &[("PG_URL", &tls_url)], long);
-        written.add(format!("{args:?} (PG_URL) stdout"), out);
-        written.add(format!("{args:?} (PG_URL) stderr"), err);
-    }
+    let same_file = || -> Vec<Output> {
+        let mut outputs = Vec::new();
+        for args in [
+            vec!["check", file],
+            vec!["doctor", "--pipeline", file],
+            vec!["doctor", "--pipeline", file, "--json"],
+            vec!["slots", "--pipeline", file],
+        ] {
+            let (out, err) = run_sluice(&args, &[], long);
+            outputs.push((format!("{args:?}"), out, err));
+        }
+        // `doctor` and `slots` with the URL from the environment.
+        for args in [vec!["doctor"], vec!["slots"]] {
+            let (out, err) = run_sluice(&args, &[("PG_URL", &tls_url)], long);
+            outputs.push((format!("{args:?} (PG_URL)"), out, err));
+        }
+        outputs
+    };
 
     // 4. Errors that echo connection settings, each in a file of its own.
     let pg_port = tls_url
@@ -454,33 +457,38 @@ async fn no_secret_appears_in_anything_sluice_writes() {
             ),
         ),
     ];
-    // The cases run side by side (most of their time is spent waiting on connection
-    // timeouts), each its three commands in turn.
+    // The cases run side by side, and so do each case's three commands (most of their time
+    // is spent waiting on connection timeouts: in turn, the wrong SASL password's took 15 s +
+    // 10 s + 10 s). They all share the pipeline name and state of 1.
     let short = Duration::from_secs(60);
     let outputs: Vec<Vec<Output>> = tokio::task::block_in_place(|| {
         std::thread::scope(|scope| {
+            let same_file = scope.spawn(same_file);
             let runs: Vec<_> = cases
                 .iter()
                 .enumerate()
-                .map(|(index, (case, text))| {
+                .flat_map(|(index, (case, text))| {
                     let file = write(&dir, &format!("case{index}.toml"), text);
-                    scope.spawn(move || {
-                        let file = file.to_str().unwrap();
-                        [
-                            (vec!["run", file], Duration::from_secs(15)),
-                            (vec!["check", file], short),
-                            (vec!["doctor", "--pipeline", file], short),
-                        ]
-                        .into_iter()
-                        .map(|(args, timeout)| {
+                    [
+                        (vec!["run"], Duration::from_secs(15)),
+                        (vec!["check"], short),
+                        (vec!["doctor", "--pipeline"], short),
+                    ]
+                    .map(|(command, timeout)| {
+                        let file = file.clone();
+                        scope.spawn(move || {
+                            let mut args = command;
+                            args.push(file.to_str().unwrap());
                             let (out, err) = run_sluice(&args, &[], timeout);
-                            (format!("{case}: {args:?}"), out, err)
+                            vec![(format!("{case}: {args:?}"), out, err)]
                         })
-                        .collect()
                     })
                 })
                 .collect();
-            runs.into_iter().map(|run| run.join().unwrap()).collect()
+            std::iter::once(same_file)
+                .chain(runs)
+                .map(|run| run.join().unwrap())
+                .collect()
         })
     });
     for (what, out, err) in outputs.into_iter().flatten() {
