@@ -14,8 +14,8 @@ use std::str::FromStr;
 use serde::Deserialize;
 
 use crate::config::{
-    AdminConfig, ConfigError, ConfigIssue, RedactedProperties, RestartConfig, is_identifier,
-    is_topic_name,
+    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RedactedProperties,
+    RestartConfig, is_identifier, is_topic_name,
 };
 use crate::sink::template::PathTemplate;
 
@@ -32,16 +32,20 @@ pub const DEFAULT_ROLL_BYTES: u64 = 128 * 1024 * 1024;
 pub const DEFAULT_ROLL_INTERVAL_MS: u64 = 60_000;
 /// Default sub-partitions per Kafka partition.
 pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
-/// Default per-partition queue limit in bytes (key + value).
+/// The share of `delivery.memory_limit` each partition's queue and each partition's librdkafka
+/// prefetch (`queued.max.messages.kbytes`) get unless set themselves: 4 MiB each at the default
+/// 128 MiB.
 ///
-/// When it is full the partition's librdkafka queue is no longer polled (see
-/// `sink::PartitionQueues`), and librdkafka itself holds up to `queued.max.messages.kbytes`
-/// more. (64 MiB / 200,000 records date from when a full partition was paused, which
-/// librdkafka resumed up to ~1 s late, so the queue had to hold a second of work. With the
-/// partition queues, 16 MiB / 50,000 records keep the throughput and cut the peak RSS:
-/// `bench/run --cases sink --runs 1 --sink-records 1000000 --sink-sub-partitions 1`, see
-/// bench/PROFILE.md "Sink memory".)
-pub const DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION: u32 = 16 * 1024 * 1024;
+/// When a partition's queue is full its librdkafka queue is no longer polled (see
+/// `sink::PartitionQueues`), and librdkafka holds up to its prefetch more. Each byte queued
+/// costs about two in RSS (librdkafka's fetch buffers and message headers, the copy taken for
+/// the worker). Measured on a 1-partition topic of 1,000,000 ~300-byte records, 1
+/// sub-partition (`bench/run --cases sink --runs 1 --sink-records 1000000
+/// --sink-sub-partitions 1`, bench/PROFILE.md "Sink memory"): 16 MiB + 16 MiB peaked at
+/// 149 MiB (JSON Lines), 4 MiB + 4 MiB at 96 MiB, at the same rate (the workers, not the
+/// queues, are the limit; 64 MiB / 200,000 records date from when a full partition was
+/// paused, which librdkafka resumed up to ~1 s late).
+pub const QUEUE_SHARE_OF_MEMORY_LIMIT: u64 = 32;
 /// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
 pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
 /// Default time a worker may spend on one record or one file commit.
@@ -356,10 +360,18 @@ pub struct SinkDeliveryConfig {
     /// First retry delay; doubles per attempt.
     #[serde(default = "default_retry_backoff_ms")]
     pub retry_backoff_ms: u64,
+    /// The memory the pipeline's queues are sized for (bytes, or a string with a unit:
+    /// `"256MiB"`): each partition's queue and librdkafka's prefetch per partition get a
+    /// [`QUEUE_SHARE_OF_MEMORY_LIMIT`]th of it unless set themselves.
+    #[serde(
+        default = "default_memory_limit",
+        deserialize_with = "crate::config::deserialize_byte_size"
+    )]
+    pub memory_limit: u64,
     /// Bytes queued per partition between the consumer and its workers; when full, the
-    /// partition is paused.
-    #[serde(default = "default_max_queued_bytes")]
-    pub max_queued_bytes_per_partition: u32,
+    /// partition's records wait in librdkafka (default: a 32nd of `memory_limit`).
+    #[serde(default)]
+    pub max_queued_bytes_per_partition: Option<u32>,
     /// Records queued per partition; when full, the partition is paused.
     #[serde(default = "default_max_queued_records")]
     pub max_queued_records_per_partition: u32,
@@ -381,7 +393,8 @@ impl Default for SinkDeliveryConfig {
             dead_letter_topic: None,
             retry_max_attempts: DEFAULT_RETRY_MAX_ATTEMPTS,
             retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
-            max_queued_bytes_per_partition: DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION,
+            memory_limit: DEFAULT_MEMORY_LIMIT,
+            max_queued_bytes_per_partition: None,
             max_queued_records_per_partition: DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION,
             processing_timeout_ms: DEFAULT_PROCESSING_TIMEOUT_MS,
             revoke_timeout_ms: DEFAULT_REVOKE_TIMEOUT_MS,
@@ -422,8 +435,8 @@ const fn default_retry_max_attempts() -> u32 {
 const fn default_retry_backoff_ms() -> u64 {
     DEFAULT_RETRY_BACKOFF_MS
 }
-const fn default_max_queued_bytes() -> u32 {
-    DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION
+const fn default_memory_limit() -> u64 {
+    DEFAULT_MEMORY_LIMIT
 }
 const fn default_max_queued_records() -> u32 {
     DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION
@@ -638,12 +651,20 @@ impl SinkPipelineConfig {
                 "0: expected at least 1".into(),
             );
         }
-        if delivery.max_queued_bytes_per_partition < 1024 {
+        if let Some(bytes) = delivery.max_queued_bytes_per_partition
+            && bytes < 1024
+        {
             issue(
                 "delivery.max_queued_bytes_per_partition",
+                format!("{bytes} is too small: expected at least 1024 (bytes)"),
+            );
+        }
+        if delivery.memory_limit < 16 * 1024 * 1024 {
+            issue(
+                "delivery.memory_limit",
                 format!(
-                    "{} is too small: expected at least 1024 (bytes)",
-                    delivery.max_queued_bytes_per_partition
+                    "{} is too small: expected at least 16 MiB (bytes, or a string such as \"256MiB\")",
+                    delivery.memory_limit
                 ),
             );
         }
@@ -740,9 +761,21 @@ impl SinkPipelineConfig {
         })
     }
 
-    /// Per-partition queue byte limit as the budget takes it (validated to be at least 1024).
+    /// Per-partition queue byte limit as the budget takes it: `max_queued_bytes_per_partition`
+    /// (validated to be at least 1024), else a [`QUEUE_SHARE_OF_MEMORY_LIMIT`]th of
+    /// `memory_limit`.
     pub fn queued_bytes(&self) -> NonZeroU32 {
-        NonZeroU32::new(self.delivery.max_queued_bytes_per_partition).unwrap_or(NonZeroU32::MIN)
+        let bytes = self.delivery.max_queued_bytes_per_partition.unwrap_or_else(|| {
+            u32::try_from(self.delivery.memory_limit / QUEUE_SHARE_OF_MEMORY_LIMIT)
+                .unwrap_or(u32::MAX)
+        });
+        NonZeroU32::new(bytes).unwrap_or(NonZeroU32::MIN)
+    }
+
+    /// librdkafka's prefetch per partition in KiB (`queued.max.messages.kbytes`) unless the
+    /// pipeline file sets it: a [`QUEUE_SHARE_OF_MEMORY_LIMIT`]th of `memory_limit`.
+    pub fn prefetch_kbytes(&self) -> u64 {
+        (self.delivery.memory_limit / QUEUE_SHARE_OF_MEMORY_LIMIT / 1024).max(1024)
     }
 
     /// Per-partition queue record limit as the budget takes it (validated to be at least 1).
@@ -825,6 +858,42 @@ mod tests {
         );
         assert_eq!(config.files().unwrap().path_template, DEFAULT_PATH_TEMPLATE);
         assert_eq!(config.delivery.on_failure, FailurePolicy::Stop);
+    }
+
+    #[test]
+    fn memory_limit_sizes_the_partition_queues_unless_they_are_set() {
+        let sized = |delivery: &str| {
+            let config = SinkPipelineConfig::from_toml(
+                &format!("{MINIMAL}\n[delivery]\n{delivery}\n"),
+                "t.toml",
+                &env,
+            )
+            .unwrap();
+            let client = crate::sink::consumer_config(&config);
+            let prefetch = client.get("queued.max.messages.kbytes").unwrap().to_owned();
+            (config.queued_bytes().get(), prefetch)
+        };
+        assert_eq!(sized(""), (4 << 20, "4096".to_owned()));
+        assert_eq!(sized("memory_limit = \"1GiB\""), (32 << 20, "32768".to_owned()));
+        assert_eq!(
+            sized("max_queued_bytes_per_partition = 1048576"),
+            (1 << 20, "4096".to_owned())
+        );
+        // A property set in the pipeline file wins over the derived prefetch.
+        let config = SinkPipelineConfig::from_toml(
+            &MINIMAL.replace(
+                "topics = [\"orders\"]",
+                "topics = [\"orders\"]\nproperties = { \"queued.max.messages.kbytes\" = \"65536\" }",
+            ),
+            "t.toml",
+            &env,
+        )
+        .unwrap();
+        let client = crate::sink::consumer_config(&config);
+        assert_eq!(client.get("queued.max.messages.kbytes"), Some("65536"));
+        let small = issues(&format!("{MINIMAL}\n[delivery]\nmemory_limit = \"8MiB\"\n"));
+        assert_eq!(small[0].key, "delivery.memory_limit");
+        assert!(small[0].problem.contains("at least 16 MiB"), "{:?}", small[0]);
     }
 
     #[test]

@@ -97,9 +97,6 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("enable.partition.eof", "false"),
     // Fetch in large chunks; the per-partition queue budget bounds what waits for workers.
     ("fetch.max.bytes", "52428800"),
-    // librdkafka's own prefetch per partition (its default is 64 MiB), on top of the
-    // partition queue above it.
-    ("queued.max.messages.kbytes", "16384"),
     // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
     // and backs a partition off after a pause discards its in-flight fetch: both left the
     // consumer idle for most of each second whenever the workers briefly fell behind.
@@ -173,6 +170,12 @@ pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
     for (key, value) in CONSUMER_DEFAULTS {
         client.set(*key, *value);
     }
+    // librdkafka's own prefetch per partition (its default is 64 MiB), on top of the
+    // partition queue: sized from `delivery.memory_limit`.
+    client.set(
+        "queued.max.messages.kbytes",
+        config.prefetch_kbytes().to_string(),
+    );
     for (key, value) in &kafka.properties {
         client.set(key, value);
     }

@@ -13,8 +13,10 @@
 //!   schema has no column for or whose value does not fit the column's type, or the whole
 //!   value when it is not a JSON object. Nothing is dropped.
 //!
-//! Rows are buffered in Arrow builders and written as one row group every
-//! `parquet_row_group_records` rows, so memory per open file is bounded by that.
+//! Rows are buffered in Arrow builders and handed to the Parquet writer every
+//! [`ENCODE_BATCH_ROWS`] rows; it encodes and compresses them into the row group it is
+//! building and writes one every `parquet_row_group_records` rows. Memory per open file is
+//! bounded by a batch of raw rows plus one row group's encoded pages.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -28,6 +30,12 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
+
+/// Rows buffered in the Arrow builders before they go to the Parquet writer. Holding a whole
+/// row group (65,536 rows by default) as builders, then as arrays while it was encoded, put
+/// the files sink's peak RSS ~40 MiB above its JSON Lines figure (bench/PROFILE.md, "Sink
+/// memory"); the encoded pages of a row group are a fraction of the raw rows.
+pub const ENCODE_BATCH_ROWS: usize = 8192;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde_json::value::RawValue;
@@ -334,7 +342,7 @@ impl ParquetFile {
         }
         self.buffered_rows += 1;
         self.buffered_bytes += row.value.len() + row.key.map_or(0, <[u8]>::len) + 32;
-        if self.buffered_rows >= self.row_group_records {
+        if self.buffered_rows >= ENCODE_BATCH_ROWS.min(self.row_group_records) {
             self.write_batch()?;
         }
         Ok(())
@@ -359,8 +367,9 @@ impl ParquetFile {
         arrays.extend(self.columns.iter_mut().map(Column::finish));
         arrays.push(Arc::new(self.extra.finish()));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
+        // The writer closes a row group by itself when it reaches
+        // `set_max_row_group_row_count` rows.
         self.writer.write(&batch)?;
-        self.writer.flush()?;
         self.buffered_rows = 0;
         self.buffered_bytes = 0;
         Ok(())
@@ -387,6 +396,59 @@ mod tests {
     use arrow_array::cast::AsArray;
     use arrow_array::types::Int64Type;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    #[test]
+    fn row_groups_keep_their_size_while_rows_are_encoded_in_batches() {
+        let dir = std::env::temp_dir().join(format!("sluice-pq-groups-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.parquet");
+        // Row groups of 20,000 rows fed in batches of ENCODE_BATCH_ROWS: 20,000, 20,000, 5,000.
+        let total = 45_000;
+        let mut file = None;
+        let mut peak_in_progress = 0;
+        for offset in 0..total {
+            let value = format!(r#"{{"id":{offset},"text":"row {offset} {}"}}"#, "x".repeat(64));
+            let fields = parse_object(&value).ok();
+            let row = ParquetRow {
+                topic: "t",
+                partition: 0,
+                offset,
+                timestamp_ms: None,
+                key: None,
+                value: &value,
+                fields: fields.as_deref(),
+            };
+            let writer = file.get_or_insert_with(|| {
+                ParquetFile::create(
+                    File::create(&path).unwrap(),
+                    &row,
+                    FileCompression::Snappy,
+                    20_000,
+                )
+                .unwrap()
+            });
+            writer.append(&row).unwrap();
+            peak_in_progress = peak_in_progress.max(writer.buffered_rows);
+        }
+        assert_eq!(peak_in_progress, ENCODE_BATCH_ROWS - 1, "rows held as builders");
+        file.unwrap().finish().unwrap().sync_all().unwrap();
+        let builder =
+            ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+        let groups: Vec<i64> = builder
+            .metadata()
+            .row_groups()
+            .iter()
+            .map(|g| g.num_rows())
+            .collect();
+        assert_eq!(groups, [20_000, 20_000, 5_000]);
+        let offsets: Vec<i64> = builder
+            .build()
+            .unwrap()
+            .flat_map(|b| b.unwrap().column(2).as_primitive::<Int64Type>().values().to_vec())
+            .collect();
+        assert_eq!(offsets, (0..total).collect::<Vec<_>>());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn schema_from_first_record_and_extra_keeps_the_rest() {
