@@ -1063,7 +1063,7 @@ impl<S: SourceSection> PipelineConfig<S> {
             issue(
                 "state_store",
                 format!(
-                    "\"kafka\" is supported for [source.postgres] pipelines only: a [source.{}] pipeline keeps its state in state_dir (remove state_store)",
+                    "\"kafka\" is supported for [source.postgres] and [source.mysql] pipelines only: a [source.{}] pipeline keeps its state in state_dir (remove state_store)",
                     S::KEY
                 ),
             );
@@ -1575,7 +1575,7 @@ mod tests {
         let with = |top: &str, ha: &str| format!("{top}\n{MINIMAL}\n[ha]\n{ha}\n");
         let keys =
             |text: String| -> Vec<String> { issues(&text).into_iter().map(|i| i.key).collect() };
-        // The test source does not elect an active instance (as MySQL's).
+        // The test source does not elect an active instance.
         assert_eq!(keys(with("state_store = \"kafka\"", "")), ["state_store"]);
         assert_eq!(
             keys(with("state_topic = \"st\"", "")),
