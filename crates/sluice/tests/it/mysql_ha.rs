@@ -13,6 +13,20 @@ use crate::support::{
     Sluice, broker_shared, free_port, read_topic, state_documents, test_dir, unique, wait_until,
 };
 
+/// `file` with its `state_dir = "…"` line pointing at `dir`.
+fn with_state_dir(file: &str, dir: &str) -> String {
+    file.lines()
+        .map(|line| {
+            if line.starts_with("state_dir = ") {
+                format!("state_dir = \"{dir}\"")
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// The (file, pos) of a saved MySQL state document.
 fn position(document: &serde_json::Value) -> (String, u64) {
     let position = &document["position"];
@@ -62,18 +76,26 @@ async fn a_standby_takes_over_from_a_killed_active_instance(server: Server) {
         "[source.mysql]\n",
         &format!("state_store = \"kafka\"\nstate_topic = \"{state_topic}\"\n\n[source.mysql]\n"),
     );
+    // Each instance has a state_dir of its own, as on two hosts: what it resumes from can
+    // only come from the state topic.
+    let dirs = [
+        test_dir(&format!("{database}-a")),
+        test_dir(&format!("{database}-b")),
+    ];
     let toml = |index: usize, instance: &str| {
+        let state_dir = dirs[index].join("state");
+        let own = with_state_dir(&file, &state_dir.display().to_string());
         format!(
             "{}\n[ha]\ninstance_id = \"{instance}\"\n",
-            file.replace(
+            own.replace(
                 &format!("127.0.0.1:{}", ports[0]),
                 &format!("127.0.0.1:{}", ports[index])
             )
         )
     };
-    let mut a = Sluice::start(&test_dir(&format!("{database}-a")), &toml(0, "a"), ports[0]);
+    let mut a = Sluice::start(&dirs[0], &toml(0, "a"), ports[0]);
     a.wait_streaming(Duration::from_secs(60));
-    let mut b = Sluice::start(&test_dir(&format!("{database}-b")), &toml(1, "b"), ports[1]);
+    let mut b = Sluice::start(&dirs[1], &toml(1, "b"), ports[1]);
     tokio::task::block_in_place(|| {
         wait_until("b waits as the standby", Duration::from_secs(30), || {
             is_standby(&b)
