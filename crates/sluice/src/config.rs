@@ -119,8 +119,10 @@ pub struct HaConfig {
     /// How long the source server waits for a silent active instance (a lost network, a
     /// frozen machine) before it ends that instance's sessions, so that a standby can take
     /// over: PostgreSQL's `idle_session_timeout` of the session that holds the active role and
-    /// `wal_sender_timeout` of the replication connection. A killed process is noticed at
-    /// once; this bounds the takeover after a silent loss.
+    /// `wal_sender_timeout` of the replication connection; MySQL's `wait_timeout` of the
+    /// session that holds the role and `net_write_timeout` of the binlog dump (in seconds,
+    /// rounded up). A killed process is noticed at once; this bounds the takeover after a
+    /// silent loss.
     #[serde(default = "default_failover_timeout_ms")]
     pub failover_timeout_ms: u64,
     /// How often a standby asks whether it may take over.
