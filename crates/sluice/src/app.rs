@@ -142,7 +142,24 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             pg_url,
             json,
         } => {
-            let pipeline = pipeline.as_deref().map(load_postgres).transpose()?;
+            let file = pipeline.as_deref().map(PipelineFile::load).transpose()?;
+            let pipeline = match file {
+                Some(PipelineFile::Mysql(config)) => {
+                    let place = runtime()?.block_on(crate::doctor::binlog_place(&config))?;
+                    if json {
+                        println!("{}", serde_json::to_string_pretty(&place)?);
+                    } else {
+                        print!("{}", crate::doctor::render_binlog_place(&place));
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                Some(PipelineFile::Files(_)) => anyhow::bail!(
+                    "{} is a Kafka → files pipeline: `sluice slots` inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines",
+                    pipeline.unwrap_or_default().display()
+                ),
+                Some(PipelineFile::Postgres(config)) => Some(*config),
+                None => None,
+            };
             let url = pipeline
                 .as_ref()
                 .map(|p| p.source.connection())
@@ -196,21 +213,6 @@ pub fn render_report(error: &anyhow::Error) -> String {
         text.push_str(&format!("\n  fix: {hint}"));
     }
     text
-}
-
-/// A PostgreSQL → Kafka pipeline file, for the commands that only know that kind.
-fn load_postgres(path: &std::path::Path) -> anyhow::Result<PgPipelineConfig> {
-    match PipelineFile::load(path)? {
-        PipelineFile::Postgres(config) => Ok(*config),
-        PipelineFile::Mysql(_) => anyhow::bail!(
-            "{} is a MySQL → Kafka pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
-            path.display()
-        ),
-        PipelineFile::Files(_) => anyhow::bail!(
-            "{} is a Kafka → files pipeline: `sluice doctor` and `sluice slots` inspect PostgreSQL → Kafka pipelines; use `sluice check` for this one",
-            path.display()
-        ),
-    }
 }
 
 /// Runs one pipeline with its admin server until a signal or a failure the restart policy

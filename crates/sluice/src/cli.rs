@@ -48,7 +48,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List replication slots: activity, retained and unconfirmed WAL, wal_status, owner.
+    /// List replication slots: activity, retained and unconfirmed WAL, wal_status, owner. For a
+    /// MySQL/MariaDB pipeline file: its saved binlog position, the server's, how far behind,
+    /// and whether the server still has the saved position's binlog.
     Slots {
         /// The pipeline file (TOML), to mark its slot and take the connection from.
         #[arg(long)]

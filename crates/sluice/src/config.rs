@@ -119,8 +119,10 @@ pub struct HaConfig {
     /// How long the source server waits for a silent active instance (a lost network, a
     /// frozen machine) before it ends that instance's sessions, so that a standby can take
     /// over: PostgreSQL's `idle_session_timeout` of the session that holds the active role and
-    /// `wal_sender_timeout` of the replication connection. A killed process is noticed at
-    /// once; this bounds the takeover after a silent loss.
+    /// `wal_sender_timeout` of the replication connection; MySQL's `wait_timeout` of the
+    /// session that holds the role and `net_write_timeout` of the binlog dump (in seconds,
+    /// rounded up). A killed process is noticed at once; this bounds the takeover after a
+    /// silent loss.
     #[serde(default = "default_failover_timeout_ms")]
     pub failover_timeout_ms: u64,
     /// How often a standby asks whether it may take over.
@@ -1063,7 +1065,7 @@ impl<S: SourceSection> PipelineConfig<S> {
             issue(
                 "state_store",
                 format!(
-                    "\"kafka\" is supported for [source.postgres] pipelines only: a [source.{}] pipeline keeps its state in state_dir (remove state_store)",
+                    "\"kafka\" is supported for [source.postgres] and [source.mysql] pipelines only: a [source.{}] pipeline keeps its state in state_dir (remove state_store)",
                     S::KEY
                 ),
             );
@@ -1575,7 +1577,7 @@ mod tests {
         let with = |top: &str, ha: &str| format!("{top}\n{MINIMAL}\n[ha]\n{ha}\n");
         let keys =
             |text: String| -> Vec<String> { issues(&text).into_iter().map(|i| i.key).collect() };
-        // The test source does not elect an active instance (as MySQL's).
+        // The test source does not elect an active instance.
         assert_eq!(keys(with("state_store = \"kafka\"", "")), ["state_store"]);
         assert_eq!(
             keys(with("state_topic = \"st\"", "")),

@@ -12,6 +12,8 @@
 //! - Opening reads the topic from its start with `isolation.level = read_committed`, after
 //!   fencing, so it sees the last committed documents of the instance it replaced; later loads
 //!   answer from memory (only the active instance writes).
+//! - [`KafkaStateStore::read_only`] reads the documents without the producer, so it fences
+//!   nobody (for `sluice doctor` and `sluice slots` next to a running pipeline).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -25,7 +27,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
 use crate::error::PipelineError;
-use crate::runtime::state::StateStore;
+use crate::runtime::state::{Fenced, StateStore};
 
 /// How long a transaction (or the initial read) may take before the store gives up.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -33,7 +35,8 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// Documents in a compacted topic (see the module docs).
 pub struct KafkaStateStore {
     topic: String,
-    producer: ThreadedProducer<DefaultProducerContext>,
+    /// `None` when opened [`read_only`](Self::read_only).
+    producer: Option<ThreadedProducer<DefaultProducerContext>>,
     documents: Mutex<HashMap<String, Vec<u8>>>,
 }
 
@@ -84,12 +87,43 @@ impl KafkaStateStore {
             let documents = read_all(&brokers, &client, &topic_owned, &prefix)?;
             Ok(Self {
                 topic: topic_owned,
-                producer,
+                producer: Some(producer),
                 documents: Mutex::new(documents),
             })
         })
         .await
         .map_err(|e| PipelineError::retryable("the state store's start failed", e))?
+    }
+
+    /// The committed documents of `pipeline` in `topic`, read without a producer: nothing is
+    /// fenced (the pipeline's active instance goes on writing), and writes fail. `None` when
+    /// the topic does not exist.
+    ///
+    /// # Errors
+    ///
+    /// Retryable when Kafka cannot be reached.
+    pub async fn read_only(
+        kafka: &KafkaConfig,
+        topic: &str,
+        pipeline: &str,
+    ) -> Result<Option<Self>, PipelineError> {
+        let brokers = kafka.brokers.clone();
+        let client = kafka.client.clone();
+        let topic_owned = topic.to_owned();
+        let prefix = format!("{pipeline}.");
+        tokio::task::spawn_blocking(move || {
+            if !topic_exists(&brokers, &client, &topic_owned)? {
+                return Ok(None);
+            }
+            let documents = read_all(&brokers, &client, &topic_owned, &prefix)?;
+            Ok(Some(Self {
+                topic: topic_owned,
+                producer: None,
+                documents: Mutex::new(documents),
+            }))
+        })
+        .await
+        .map_err(|e| PipelineError::retryable("the state store's read failed", e))?
     }
 
     fn documents(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<u8>>> {
@@ -100,30 +134,34 @@ impl KafkaStateStore {
 
     /// One record in one transaction; `None` writes a tombstone.
     fn write(&self, key: &str, document: Option<&[u8]>) -> std::io::Result<()> {
+        // A fenced producer carries [`Fenced`], so that the source stops as a deposed instance.
         let io = |what: &str, e: KafkaError| {
+            if is_fenced(&e) {
+                tracing::warn!(topic = %self.topic, error = %e, "{Fenced}");
+                return std::io::Error::other(Fenced);
+            }
             std::io::Error::other(format!("{what} in state topic {}: {e}", self.topic))
         };
-        self.producer
+        let Some(producer) = &self.producer else {
+            return Err(std::io::Error::other(format!(
+                "the state topic {} was opened to read only",
+                self.topic
+            )));
+        };
+        producer
             .begin_transaction()
             .map_err(|e| io("cannot begin a transaction", e))?;
         let mut record = BaseRecord::<str, [u8]>::to(&self.topic).key(key);
         if let Some(document) = document {
             record = record.payload(document);
         }
-        let sent = self.producer.send(record).map_err(|(e, _)| e);
-        let committed = sent.and_then(|()| self.producer.commit_transaction(TIMEOUT));
+        let sent = producer.send(record).map_err(|(e, _)| e);
+        let committed = sent.and_then(|()| producer.commit_transaction(TIMEOUT));
         if let Err(e) = committed {
             if !is_fenced(&e) {
-                let _ = self.producer.abort_transaction(TIMEOUT);
+                let _ = producer.abort_transaction(TIMEOUT);
             }
-            return Err(io(
-                if is_fenced(&e) {
-                    "fenced: another instance of the pipeline took over and writes"
-                } else {
-                    "cannot commit a document"
-                },
-                e,
-            ));
+            return Err(io("cannot commit a document", e));
         }
         Ok(())
     }
@@ -170,6 +208,30 @@ fn transaction_error(what: &str, error: KafkaError) -> PipelineError {
         ),
         _ => PipelineError::retryable(what, error),
     }
+}
+
+/// Whether `topic` exists.
+fn topic_exists(
+    brokers: &str,
+    client: &std::collections::BTreeMap<String, String>,
+    topic: &str,
+) -> Result<bool, PipelineError> {
+    let consumer: BaseConsumer = crate::kafka::client_config(brokers, client)
+        .create()
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create the state store's reader",
+                "check the properties in [kafka.client]",
+                e,
+            )
+        })?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), TIMEOUT)
+        .map_err(|e| PipelineError::retryable(format!("cannot read the state topic {topic}"), e))?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
 /// Every committed document of the topic whose key starts with `prefix` (the newest per key;

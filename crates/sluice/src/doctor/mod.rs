@@ -1,6 +1,7 @@
 //! `sluice doctor`: inspects PostgreSQL, Kafka and the pipeline, and reports findings, each
 //! with a stable code, a severity, the evidence (the values read) and the concrete fix.
-//! `sluice slots`: every replication slot with its lag and whether sluice owns it.
+//! `sluice slots`: every replication slot with its lag and whether sluice owns it; for a
+//! MySQL/MariaDB pipeline, its saved binlog position against the server's.
 //!
 //! The checks read catalogs and settings only; they never change anything. Every finding
 //! code is listed with its check and fix in `docs/doctor.md`.
@@ -25,6 +26,8 @@ use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::PgPipelineConfig;
 
 mod mysql;
+
+pub use mysql::{BinlogPlace, binlog_place, render_binlog_place};
 
 /// How bad a finding is; the exit code is the worst one's (0 ok/info, 1 warning, 2 critical).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -1,14 +1,20 @@
 //! `sluice doctor` for MySQL/MariaDB → Kafka pipelines: every setting and privilege the binlog
 //! reader needs (the same rules the pipeline checks at start), binlog retention against the
 //! downtime a pipeline should survive, and whether the saved position is still on the server.
+//! `sluice slots` for such a pipeline ([`binlog_place`]): the saved position against the
+//! server's, how far behind, and whether the server still has it.
+
+use std::fmt::Write as _;
 
 use mysql_async::prelude::Queryable as _;
+use serde::Serialize;
 
 use super::{Finding, Severity, finding};
-use crate::config::SnapshotMode;
+use crate::config::{SnapshotMode, StateStoreKind};
+use crate::error::PipelineError;
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::mysql::lag::{binary_logs, bytes_behind};
-use crate::source::mysql::server::{self, Flavor};
+use crate::source::mysql::server::{self, BinlogPosition, Flavor};
 
 /// The outage a pipeline should survive without losing its place: binlogs purged sooner are a
 /// warning.
@@ -189,8 +195,8 @@ pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Find
             return;
         }
     };
-    match crate::source::mysql::stream::saved_position(config) {
-        Ok(Some(position)) => match bytes_behind(&logs, &position.file, position.pos) {
+    match crate::source::mysql::stream::saved_position(config).await {
+        Ok((Some(position), location)) => match bytes_behind(&logs, &position.file, position.pos) {
             Some(behind) => findings.push(finding(
                 "mysql.position",
                 Severity::Ok,
@@ -221,22 +227,14 @@ pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Find
                         logs.first().map_or(serde_json::Value::Null, |l| l.0.clone().into()),
                     ),
                 ],
-                if when_needed {
-                    "nothing to do: the next run snapshots anew (changes since the position are read from the tables, not the binlog)".to_owned()
-                } else {
-                    format!(
-                        "re-snapshot: set source.mysql.snapshot = \"when_needed\", or remove the state file ({}/{}.mysql.json) to snapshot anew",
-                        config.state_dir().display(),
-                        config.name
-                    )
-                },
+                purged_fix(config, &location),
             )),
         },
-        Ok(None) => findings.push(finding(
+        Ok((None, location)) => findings.push(finding(
             "mysql.position",
             Severity::Info,
             "no saved position: the pipeline has not run here yet (or keeps its state elsewhere)",
-            &[("state_dir", config.state_dir().display().to_string().into())],
+            &[("state", location.into())],
             "",
         )),
         Err(error) => findings.push(finding(
@@ -247,6 +245,147 @@ pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Find
             error.hint().unwrap_or_default(),
         )),
     }
+}
+
+/// What to do when the saved position (kept at `location`) is no longer on the server.
+fn purged_fix(config: &MysqlPipelineConfig, location: &str) -> String {
+    if config.source.snapshot == SnapshotMode::WhenNeeded {
+        return "nothing to do: the next run snapshots anew (changes since the position are read from the tables, not the binlog)".to_owned();
+    }
+    let remove = match config.state_store {
+        StateStoreKind::Local => format!("remove the state file {location}"),
+        StateStoreKind::Kafka => format!(
+            "with every instance stopped, write a tombstone (null value) for key {}.mysql to the state topic {}",
+            config.name,
+            config.state_topic()
+        ),
+    };
+    format!(
+        "re-snapshot: set source.mysql.snapshot = \"when_needed\", or {remove} to snapshot anew (and keep binlogs longer: binlog_expire_logs_seconds)"
+    )
+}
+
+/// A MySQL/MariaDB pipeline's place in its server's binary log, for `sluice slots` (a binlog
+/// reader has no slot: this is what stands for one).
+#[derive(Debug, Clone, Serialize)]
+pub struct BinlogPlace {
+    /// The pipeline's name.
+    pub pipeline: String,
+    /// The server and its version, e.g. `MariaDB 10.11.6-MariaDB`.
+    pub server: String,
+    /// Where the saved position is kept (a file, or the state topic and key).
+    pub state: String,
+    /// The position the next run resumes from; `None` when nothing is saved.
+    pub saved: Option<BinlogPosition>,
+    /// The server's current position (`SHOW MASTER STATUS`).
+    pub current: BinlogPosition,
+    /// Binlog bytes from the saved position to the server's (`None`: nothing saved, or
+    /// purged).
+    pub bytes_behind: Option<u64>,
+    /// Binlog files from the saved position's to the server's (0: the same file).
+    pub files_behind: Option<usize>,
+    /// The oldest binlog file the server still has.
+    pub oldest_binlog: Option<String>,
+    /// Whether the saved position's binlog file is still on the server (`None`: nothing
+    /// saved); when not, the pipeline cannot resume.
+    pub on_server: Option<bool>,
+    /// What to do, when something is wrong.
+    pub fix: Option<String>,
+}
+
+/// The saved position of `config`'s pipeline against its server's binary log.
+///
+/// # Errors
+///
+/// When the server or the state store cannot be read.
+pub async fn binlog_place(config: &MysqlPipelineConfig) -> Result<BinlogPlace, PipelineError> {
+    let mut conn = server::connect(&config.source).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    let version: Option<String> = conn
+        .query_first("SELECT VERSION()")
+        .await
+        .map_err(server::sql_error("SELECT VERSION() failed"))?;
+    let current = server::current_position(&mut conn, flavor).await?;
+    let logs = binary_logs(&mut conn).await.map_err(server::sql_error(
+        "SHOW BINARY LOGS failed (the user needs REPLICATION CLIENT; MariaDB: BINLOG MONITOR)",
+    ))?;
+    drop(conn);
+    let (saved, state) = crate::source::mysql::stream::saved_position(config).await?;
+    let index = |file: &str| logs.iter().position(|(name, _)| name == file);
+    let bytes_behind = saved
+        .as_ref()
+        .and_then(|saved| bytes_behind(&logs, &saved.file, saved.pos));
+    let on_server = saved.as_ref().map(|_| bytes_behind.is_some());
+    let files_behind = saved
+        .as_ref()
+        .and_then(|saved| Some(index(&current.file)?.saturating_sub(index(&saved.file)?)));
+    let fix = (on_server == Some(false)).then(|| purged_fix(config, &state));
+    Ok(BinlogPlace {
+        pipeline: config.name.clone(),
+        server: format!(
+            "{} {}",
+            match flavor {
+                Flavor::Mysql => "MySQL",
+                Flavor::Mariadb => "MariaDB",
+            },
+            version.as_deref().unwrap_or("(version unknown)")
+        ),
+        state,
+        saved,
+        current,
+        bytes_behind,
+        files_behind,
+        oldest_binlog: logs.first().map(|(name, _)| name.clone()),
+        on_server,
+        fix,
+    })
+}
+
+/// `place` as `sluice slots` prints it.
+pub fn render_binlog_place(place: &BinlogPlace) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "PIPELINE  {} ({})", place.pipeline, place.server);
+    match &place.saved {
+        Some(saved) => {
+            let _ = writeln!(out, "SAVED     {saved}");
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "SAVED     none: the pipeline has not saved a position yet (or keeps its state elsewhere)"
+            );
+        }
+    }
+    let _ = writeln!(out, "STATE     {}", place.state);
+    let _ = writeln!(out, "SERVER    {}", place.current);
+    if let (Some(bytes), Some(files)) = (place.bytes_behind, place.files_behind) {
+        let _ = writeln!(
+            out,
+            "BEHIND    {} ({bytes} bytes), {files} binlog file(s)",
+            crate::config::human_bytes(i64::try_from(bytes).unwrap_or(i64::MAX))
+        );
+    }
+    let oldest = place.oldest_binlog.as_deref().unwrap_or("none");
+    match place.on_server {
+        Some(true) => {
+            let _ = writeln!(
+                out,
+                "BINLOG    on the server (oldest binlog: {oldest}): the pipeline can resume"
+            );
+        }
+        Some(false) => {
+            let file = place.saved.as_ref().map_or("?", |s| s.file.as_str());
+            let _ = writeln!(
+                out,
+                "BINLOG    PURGED: {file} is no longer on the server (oldest binlog: {oldest}): the pipeline cannot resume from the saved position"
+            );
+        }
+        None => {}
+    }
+    if let Some(fix) = &place.fix {
+        let _ = writeln!(out, "fix: {fix}");
+    }
+    out
 }
 
 fn query_failed(error: &str) -> Finding {

@@ -1,9 +1,10 @@
-//! The runtime every pipeline runs in: its status, its metrics, its supervisor and the store
-//! of what it remembers between runs.
+//! The runtime every pipeline runs in: its status, its metrics, its supervisor, the active role
+//! among standby instances and the store of what it remembers between runs.
 //!
 //! Sources, sinks and the supervisor write here; the admin server ([`crate::admin`]) only
 //! serves what is here. Nothing in this module knows about HTTP.
 
+pub mod active;
 pub mod metrics;
 pub mod state;
 pub mod status;

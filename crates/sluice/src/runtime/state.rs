@@ -43,6 +43,25 @@ pub trait StateStore: fmt::Debug + Send + Sync {
     fn location(&self, key: &str) -> String;
 }
 
+/// The error inside a [`StateStore`] write's `io::Error` when another instance of the
+/// pipeline took over the store (a shared store fences the writers it replaced): this instance
+/// is not the active one any more and must stop; see [`is_fenced`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fenced;
+
+impl fmt::Display for Fenced {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("fenced: another instance of the pipeline took over and writes the state")
+    }
+}
+
+impl std::error::Error for Fenced {}
+
+/// Whether a [`StateStore`] write failed because another instance took over (see [`Fenced`]).
+pub fn is_fenced(error: &std::io::Error) -> bool {
+    error.get_ref().is_some_and(|inner| inner.is::<Fenced>())
+}
+
 /// Documents as `<dir>/<key>.json` files: written to a temporary file, fsynced, renamed over
 /// the old one, and the directory fsynced.
 #[derive(Debug)]

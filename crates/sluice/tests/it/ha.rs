@@ -32,19 +32,19 @@ fn ha_toml(name: &str, instance: &str, port: u16, failover_ms: u64, pg_url: &str
     .replace(&stack().pg_url, pg_url)
 }
 
-fn health(sluice: &Sluice) -> serde_json::Value {
+pub(crate) fn health(sluice: &Sluice) -> serde_json::Value {
     sluice
         .get("/health")
         .and_then(|body| serde_json::from_str(&body).ok())
         .unwrap_or(serde_json::Value::Null)
 }
 
-fn is_active_and_streaming(sluice: &Sluice) -> bool {
+pub(crate) fn is_active_and_streaming(sluice: &Sluice) -> bool {
     let health = health(sluice);
     health["role"] == "active" && health["state"] == "streaming"
 }
 
-fn is_standby(sluice: &Sluice) -> bool {
+pub(crate) fn is_standby(sluice: &Sluice) -> bool {
     let health = health(sluice);
     health["role"] == "standby" && health["state"] == "standby"
 }

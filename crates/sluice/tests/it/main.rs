@@ -16,6 +16,7 @@ mod filters;
 mod ha;
 mod incremental;
 mod mysql;
+mod mysql_ha;
 mod mysql_incremental;
 mod operate;
 mod outbox;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
 
+use crate::faults::run_sluice;
 use crate::support::{
     Record, Sluice, broker_shared, free_port, read_topic, sluice_bin, stack, test_dir, unique,
 };
@@ -631,32 +632,7 @@ async fn nothing_lost_after_sigkill(server: Server) {
     )
     .await;
 
-    // Writes `rows` rows in 10-row transactions, paced to take about 20 s.
-    let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let writer_written = std::sync::Arc::clone(&written);
-    let writer_db = database.clone();
-    let writer = tokio::spawn(async move {
-        let mut conn = server.root().await;
-        let started = std::time::Instant::now();
-        let per_second = f64::from(rows) / 20.0;
-        let mut next = 1;
-        while next <= rows {
-            let last = (next + PER_TX - 1).min(rows);
-            let values: Vec<String> = (next..=last).map(|id| format!("({id}, 'v{id}')")).collect();
-            conn.query_drop(format!(
-                "INSERT INTO {writer_db}.t VALUES {}",
-                values.join(",")
-            ))
-            .await
-            .unwrap();
-            next = last + 1;
-            writer_written.store(last, std::sync::atomic::Ordering::Relaxed);
-            let due = Duration::from_secs_f64(f64::from(last) / per_second);
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                tokio::time::sleep(wait).await;
-            }
-        }
-    });
+    let (writer, written) = spawn_inserts(server, &database, rows, PER_TX);
     let topic = format!("{prefix}.{database}.t");
     let mut kills = Vec::new();
     for _ in 0..5 {
@@ -717,8 +693,47 @@ async fn nothing_lost_after_sigkill(server: Server) {
         .unwrap();
 }
 
+/// Inserts rows `1..=rows` (`(id, 'v<id>')`) into `<database>.t` in `per_tx`-row
+/// transactions, paced to take about 20 s; the count written so far is shared.
+pub(crate) fn spawn_inserts(
+    server: Server,
+    database: &str,
+    rows: u32,
+    per_tx: u32,
+) -> (
+    tokio::task::JoinHandle<()>,
+    std::sync::Arc<std::sync::atomic::AtomicU32>,
+) {
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let writer_written = std::sync::Arc::clone(&written);
+    let writer_db = database.to_owned();
+    let writer = tokio::spawn(async move {
+        let mut conn = server.root().await;
+        let started = std::time::Instant::now();
+        let per_second = f64::from(rows) / 20.0;
+        let mut next = 1;
+        while next <= rows {
+            let last = (next + per_tx - 1).min(rows);
+            let values: Vec<String> = (next..=last).map(|id| format!("({id}, 'v{id}')")).collect();
+            conn.query_drop(format!(
+                "INSERT INTO {writer_db}.t VALUES {}",
+                values.join(",")
+            ))
+            .await
+            .unwrap();
+            next = last + 1;
+            writer_written.store(last, std::sync::atomic::Ordering::Relaxed);
+            let due = Duration::from_secs_f64(f64::from(last) / per_second);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    });
+    (writer, written)
+}
+
 /// Records per inserted id.
-fn ids(records: &[Record]) -> BTreeMap<u32, usize> {
+pub(crate) fn ids(records: &[Record]) -> BTreeMap<u32, usize> {
     let mut counts = BTreeMap::new();
     for record in records {
         if let Some(id) = record
@@ -1044,6 +1059,97 @@ async fn mysql_a_lost_position_stops_with_the_fix() {
     a_lost_position_stops_with_the_fix(Server::Mysql).await;
 }
 
+/// `sluice slots --pipeline` for a MySQL/MariaDB pipeline: the saved position (the state
+/// file's), the server's, how far behind in bytes and binlog files; a saved position whose
+/// binlog file the server no longer has (older than its oldest) is named purged, with the fix.
+async fn slots_shows_the_saved_position_against_the_server(server: Server) {
+    let _broker = broker_shared().await;
+    let _server = server.shared().await;
+    let Streaming {
+        mut root,
+        database,
+        prefix,
+        mut sluice,
+    } = streaming(server, "my_slots", "ms", "(id INT NOT NULL PRIMARY KEY)").await;
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (1)"))
+        .await
+        .unwrap();
+    read_until(&format!("{prefix}.{database}.t"), 1);
+    assert!(sluice.stop(), "{}", sluice.log_text());
+    let state: Value =
+        serde_json::from_slice(&std::fs::read(state_file(&database)).unwrap()).unwrap();
+    let saved = &state["position"];
+    // The server moves on while the pipeline is stopped.
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (2), (3)"))
+        .await
+        .unwrap();
+    let file = sluice.file.to_str().unwrap();
+    let (code, text) = run_sluice(&["slots", "--pipeline", file], Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{text}");
+    let saved_place = format!(
+        "SAVED     {}:{}",
+        saved["file"].as_str().unwrap(),
+        saved["pos"]
+    );
+    assert!(text.contains(&saved_place), "{saved_place:?} in:\n{text}");
+    assert!(
+        text.contains(&format!("STATE     {}", state_file(&database).display())),
+        "{text}"
+    );
+    assert!(text.contains("SERVER    "), "{text}");
+    assert!(text.contains(" binlog file(s)"), "{text}");
+    assert!(text.contains("the pipeline can resume"), "{text}");
+    let (code, json) = run_sluice(
+        &["slots", "--json", "--pipeline", file],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{json}");
+    let place: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!(place["saved"], *saved, "{place:#}");
+    assert_eq!(place["on_server"], true, "{place:#}");
+    assert!(place["bytes_behind"].as_u64().unwrap() > 0, "{place:#}");
+    assert!(place["files_behind"].as_u64().is_some(), "{place:#}");
+    assert!(place["current"]["file"].as_str().is_some(), "{place:#}");
+    assert!(place["fix"].is_null(), "{place:#}");
+
+    // A position in a binlog file older than the server's oldest: purged.
+    let oldest = place["oldest_binlog"].as_str().unwrap().to_owned();
+    let (stem, _) = oldest.rsplit_once('.').unwrap();
+    let purged = format!("{stem}.000000");
+    let mut lost = state.clone();
+    lost["position"] = json!({"file": purged, "pos": 4, "gtid_set": null});
+    std::fs::write(state_file(&database), lost.to_string()).unwrap();
+    let (code, text) = run_sluice(&["slots", "--pipeline", file], Duration::from_secs(60));
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!(
+            "BINLOG    PURGED: {purged} is no longer on the server (oldest binlog: {oldest}): the pipeline cannot resume from the saved position"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "fix: re-snapshot: set source.mysql.snapshot = \"when_needed\", or remove the state file {}",
+            state_file(&database).display()
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("BEHIND"), "{text}");
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_slots_shows_the_saved_position_against_the_server() {
+    slots_shows_the_saved_position_against_the_server(Server::Mariadb).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_slots_shows_the_saved_position_against_the_server() {
+    slots_shows_the_saved_position_against_the_server(Server::Mysql).await;
+}
+
 /// The pipeline file with `lines` added to `[source.mysql]`.
 pub(crate) fn pipeline_with(
     server: Server,
@@ -1066,7 +1172,7 @@ pub(crate) fn state_file(name: &str) -> PathBuf {
 }
 
 /// The binlog place of a record: (file, pos) from its `source` block.
-fn binlog_place(record: &Record) -> (String, u64) {
+pub(crate) fn binlog_place(record: &Record) -> (String, u64) {
     let source = &record.value.as_ref().unwrap()["source"];
     (
         source["file"].as_str().unwrap().to_owned(),

@@ -680,3 +680,51 @@ pub fn http_json(addr: SocketAddr, method: &str, path: &str, body: &str) -> Opti
     let body = response.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())?;
     Some((status, body))
 }
+
+/// The committed documents of key `key` in the state topic `topic` (`state_store = "kafka"`),
+/// oldest first, read to the topic's end (tombstones as `Null`); empty while there is no topic.
+pub fn state_documents(topic: &str, key: &str) -> Vec<serde_json::Value> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("group.id", unique("it-state-reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .create()
+        .expect("consumer");
+    let Ok((_, high)) = consumer.fetch_watermarks(topic, 0, Duration::from_secs(10)) else {
+        return Vec::new();
+    };
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(topic, 0, Offset::Beginning)
+        .expect("assignment");
+    consumer.assign(&assignment).expect("assign");
+    let mut documents = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Transaction markers take offsets too: read until the position passes the end seen at the
+    // start (or the reader has been idle a while behind an open transaction).
+    let mut idle = 0;
+    while Instant::now() < deadline && idle < 10 {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(message)) => {
+                idle = 0;
+                if message.key() == Some(key.as_bytes()) {
+                    documents.push(message.payload().map_or(serde_json::Value::Null, |p| {
+                        serde_json::from_slice(p).expect("a JSON document")
+                    }));
+                }
+            }
+            Some(Err(e)) => panic!("reading the state topic {topic}: {e}"),
+            None => idle += 1,
+        }
+        let position = consumer
+            .position()
+            .ok()
+            .and_then(|list| list.find_partition(topic, 0).map(|p| p.offset()))
+            .and_then(|offset| offset.to_raw());
+        if position.is_some_and(|p| p >= high) {
+            break;
+        }
+    }
+    documents
+}

@@ -189,6 +189,7 @@ impl SourceSection for MysqlSourceConfig {
     const APPLIES_SCHEMA_CHANGES_TOPIC: bool = false;
 
     const KEY: &'static str = "mysql";
+    const ELECTS_ACTIVE_INSTANCE: bool = true;
     const APPLIES_EVENT_OPTIONS: bool = false;
 
     fn validate(&self) -> Vec<ConfigIssue> {

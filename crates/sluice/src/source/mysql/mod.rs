@@ -2,6 +2,7 @@
 //! row events into Debezium MySQL envelopes on the delivery core. See `docs/mysql-source.md`
 //! for what works and what does not yet.
 //!
+//! - [`active`]: which instance of the pipeline streams (a user-level lock), the others wait.
 //! - [`config`]: the `[source.mysql]` section of the pipeline file.
 //! - [`lag`]: bytes and seconds behind the server's binary log, for `/health` and `/metrics`.
 //! - [`server`]: connections, required settings, GTID sets and positions, the dump request.
@@ -13,6 +14,7 @@
 //!   table).
 //! - [`stream`]: one run of the pipeline: the loop, checkpoints in the state store.
 
+pub mod active;
 pub mod config;
 pub mod ddl;
 pub mod encode;

@@ -5,8 +5,12 @@
 //! gets a sequence number ([`BinlogSeq`]) and the source keeps, per sequence number not yet
 //! confirmed, the binlog position after it ([`BinlogPosition`]: the GTID set and file:pos).
 //! Confirming a watermark saves the position of the newest transaction at or below it in the
-//! state store (`<state_dir>/<pipeline>.mysql.json`); the next run dumps the binlog from
-//! there. Nothing is confirmed to the server (a binlog reader has no slot): the server keeps
+//! state store (`<state_dir>/<pipeline>.mysql.json`, or the document `<pipeline>.mysql` of the
+//! state topic with `state_store = "kafka"`); the next run dumps the binlog from there.
+//!
+//! Only the active instance of the pipeline runs (see [`super::active`]): the others wait as
+//! standbys, and a run stops the moment its instance loses the role or finds its state writes
+//! fenced by an instance that took over. Nothing is confirmed to the server (a binlog reader has no slot): the server keeps
 //! binlogs for `binlog_expire_logs_seconds` whatever the reader did.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -25,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use sluice_engine::InFlightBudget;
 use tokio_util::sync::CancellationToken;
 
+use super::active;
 use super::config::MysqlPipelineConfig;
 use super::ddl::{self, SchemaChange};
 use super::encode::{
@@ -35,15 +40,17 @@ use super::lag;
 use super::rows::{self, RowPlan};
 use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
-use crate::config::SnapshotMode;
+use crate::config::{SnapshotMode, StateStoreKind};
 use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Position, Source,
 };
 use crate::error::PipelineError;
 use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{self, OutRecord};
+use crate::kafka_state::KafkaStateStore;
+use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
-use crate::runtime::state::{DirectoryStateStore, StateStore};
+use crate::runtime::state::{DirectoryStateStore, StateStore, is_fenced};
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
 
@@ -106,6 +113,8 @@ pub struct MysqlPipeline {
 impl MysqlPipeline {
     /// The pipeline of `config`, reporting to `board`.
     pub fn new(config: Arc<MysqlPipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        let instance = config.ha.instance_id();
+        board.update(|s| s.instance = instance);
         Self {
             config,
             board,
@@ -123,15 +132,22 @@ impl Supervised for MysqlPipeline {
     }
 
     async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
-        run_once(
-            &self.config,
-            &self.board,
-            &stop,
-            &self.metrics,
-            &self.batch_size_cap,
-        )
+        // Exactly one instance of the pipeline runs past this point; the others wait here as
+        // standbys (see `active`).
+        let Some(role) = active::acquire(&self.config, &self.board, &stop).await? else {
+            return Ok(RunEnd::Finished);
+        };
+        run_while_active(role, &stop, "MySQL/MariaDB", |run_stop| async move {
+            run_once(
+                &self.config,
+                &self.board,
+                &run_stop,
+                &self.metrics,
+                &self.batch_size_cap,
+            )
+            .await
+        })
         .await
-        .map(|()| RunEnd::Finished)
     }
 }
 
@@ -162,14 +178,13 @@ pub async fn run_once(
     {
         return Err(error);
     }
-    let store: Arc<dyn StateStore> =
-        Arc::new(DirectoryStateStore::open(&config.state_dir()).map_err(|e| {
-            PipelineError::fatal_with(
-                format!("cannot open state_dir {}", config.state_dir().display()),
-                "make state_dir a writable directory",
-                e,
-            )
-        })?);
+    let store: Arc<dyn StateStore> = match config.state_store {
+        StateStoreKind::Local => open_directory(config)?,
+        // Opening fences the instance this one replaced: its state writes fail from here on.
+        StateStoreKind::Kafka => Arc::new(
+            KafkaStateStore::open(&config.kafka, config.state_topic(), &config.name).await?,
+        ),
+    };
     let key = format!("{}.mysql", config.name);
     let saved = load_state(store.as_ref(), &key)?;
     let mode = config.source.snapshot;
@@ -341,8 +356,19 @@ pub async fn run_once(
         .map(|set| GtidState::parse(flavor, set))
         .transpose()?;
     tracing::info!(position = %start, ?flavor, "resuming from the saved binlog position");
+    let mut dump = server::connect(&config.source).await?;
+    if config.state_store == StateStoreKind::Kafka {
+        // Standbys may take over: the server ends the dump of a silent former instance after
+        // the failover timeout rather than its default net_write_timeout (60 s).
+        dump.query_drop(format!(
+            "SET SESSION net_write_timeout = {}",
+            config.ha.failover_timeout_ms.div_ceil(1000).max(1)
+        ))
+        .await
+        .map_err(server::sql_error("SET SESSION net_write_timeout failed"))?;
+    }
     let stream = server::start_dump(
-        server::connect(&config.source).await?,
+        dump,
         flavor,
         config.source.server_id,
         &start,
@@ -528,26 +554,54 @@ async fn publish_snapshot_schema(
     Ok(())
 }
 
-/// The position the pipeline of `config` resumes from, from its state file (for `doctor`).
+/// The position the pipeline of `config` resumes from, from its state store (for `doctor`
+/// and `slots`; the Kafka state topic is read without fencing the running pipeline), with the
+/// store's location of it; `None` when nothing is saved.
 ///
 /// # Errors
 ///
-/// When the state file cannot be read or parsed.
-pub fn saved_position(
+/// When the store cannot be read, or the document parsed.
+pub async fn saved_position(
     config: &MysqlPipelineConfig,
-) -> Result<Option<BinlogPosition>, PipelineError> {
+) -> Result<(Option<BinlogPosition>, String), PipelineError> {
+    let key = format!("{}.mysql", config.name);
+    let store: Arc<dyn StateStore> = match config.state_store {
+        StateStoreKind::Local => {
+            let dir = config.state_dir();
+            if !dir.exists() {
+                return Ok((None, dir.join(format!("{key}.json")).display().to_string()));
+            }
+            open_directory(config)?
+        }
+        StateStoreKind::Kafka => {
+            match KafkaStateStore::read_only(&config.kafka, config.state_topic(), &config.name)
+                .await?
+            {
+                Some(store) => Arc::new(store),
+                None => {
+                    return Ok((
+                        None,
+                        format!("kafka topic {} key {key}", config.state_topic()),
+                    ));
+                }
+            }
+        }
+    };
+    let position = load_state(store.as_ref(), &key)?.map(|saved| saved.position);
+    Ok((position, store.location(&key)))
+}
+
+/// The directory state store of `config` (`state_dir`).
+fn open_directory(config: &MysqlPipelineConfig) -> Result<Arc<dyn StateStore>, PipelineError> {
     let dir = config.state_dir();
-    if !dir.exists() {
-        return Ok(None);
-    }
     let store = DirectoryStateStore::open(&dir).map_err(|e| {
         PipelineError::fatal_with(
             format!("cannot open state_dir {}", dir.display()),
-            "make state_dir readable",
+            "make state_dir a writable directory",
             e,
         )
     })?;
-    Ok(load_state(&store, &format!("{}.mysql", config.name))?.map(|saved| saved.position))
+    Ok(Arc::new(store))
 }
 
 fn load_state(store: &dyn StateStore, key: &str) -> Result<Option<SavedState>, PipelineError> {
@@ -587,6 +641,16 @@ fn save_state(
     })
     .unwrap_or_default();
     tokio::task::block_in_place(|| store.store(key, &document)).map_err(|e| {
+        if is_fenced(&e) {
+            // Another instance took over: this one stops its run and asks for the role again.
+            return PipelineError::retryable(
+                format!(
+                    "cannot write the state {}: another instance of the pipeline is active",
+                    store.location(key)
+                ),
+                e,
+            );
+        }
         PipelineError::fatal_with(
             format!("cannot write the state file {}", store.location(key)),
             "make state_dir writable (and give it space); nothing past the last saved position was confirmed",

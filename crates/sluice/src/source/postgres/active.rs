@@ -16,14 +16,15 @@
 //! No lease, clock or coordinator of sluice's own: the server ends the sessions, and an
 //! instance that lost its session stops its run (and asks again, as a standby).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio_postgres::Client;
 use tokio_util::sync::CancellationToken;
 
 use super::config::PgPipelineConfig;
 use crate::error::{PipelineError, classify_pg};
-use crate::runtime::status::{ActiveInstance, PipelineState, Role, StatusBoard};
+use crate::runtime::active::{self, ActiveRole};
+use crate::runtime::status::{ActiveInstance, StatusBoard};
 
 /// The advisory lock's first key: "sluice" in ASCII, so sluice's locks are easy to find in
 /// `pg_locks` (`classid`); the second is `hashtext(<slot name>)`.
@@ -32,133 +33,97 @@ const LOCK_CLASS: i32 = 0x736c_7563;
 /// How often the active instance proves its session alive (and so keeps it from idling out).
 const PING_INTERVAL: Duration = Duration::from_secs(1);
 
-/// The held active role: the session with the lock, kept alive by a task that also notices
-/// its loss.
-pub struct ActiveRole {
-    lost: CancellationToken,
-    ping: tokio::task::JoinHandle<()>,
-}
-
-impl ActiveRole {
-    /// Waits (as a standby, reporting so on `board`) until this instance holds the pipeline's
-    /// lock and the slot has no walsender left; `Ok(None)` when `shutdown` fires first.
-    ///
-    /// # Errors
-    ///
-    /// When the server cannot be reached (retryable) or refuses the session settings.
-    pub async fn acquire(
-        config: &PgPipelineConfig,
-        board: &StatusBoard,
-        shutdown: &CancellationToken,
-    ) -> Result<Option<Self>, PipelineError> {
-        let ha = &config.ha;
-        let instance = ha.instance_id();
-        let slot = config.slot_name();
-        let client = connect(config, &instance).await?;
-        let poll = Duration::from_millis(ha.standby_poll_ms);
-        let mut waited = false;
-        loop {
-            let locked: bool = client
-                .query_one(
-                    "SELECT pg_try_advisory_lock($1, hashtext($2))",
-                    &[&LOCK_CLASS, &slot],
-                )
-                .await
-                .map_err(|e| classify_pg("cannot ask for the pipeline's active role", e))?
-                .get(0);
-            if locked {
-                break;
-            }
-            let active = holder(&client, &slot).await?;
-            if !waited {
-                tracing::info!(
-                    active = active.as_ref().map_or("unknown", |a| a.instance.as_str()),
-                    "another instance of the pipeline is active: waiting as a standby"
-                );
-                waited = true;
-            }
-            board.set_role(Role::Standby, active);
-            board.set_state(PipelineState::Standby);
-            tokio::select! {
-                () = tokio::time::sleep(poll) => {}
-                () = shutdown.cancelled() => return Ok(None),
-            }
-        }
-        // The lock is ours; an old walsender (of an instance that fell silent) may still hold
-        // the slot until wal_sender_timeout ends it.
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(ha.failover_timeout_ms) * 3;
-        loop {
-            let busy: Option<i32> = client
-                .query_opt(
-                    "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-                    &[&slot],
-                )
-                .await
-                .map_err(|e| classify_pg("cannot read the replication slot", e))?
-                .and_then(|row| row.get(0));
-            let Some(pid) = busy else { break };
-            if tokio::time::Instant::now() > deadline {
-                return Err(PipelineError::retryable(
-                    format!(
-                        "replication slot {slot:?} is still used by walsender {pid} of a former active instance"
-                    ),
-                    std::io::Error::other("slot busy"),
-                ));
-            }
-            tracing::info!(
-                slot,
-                pid,
-                "waiting for the former active instance's walsender to end"
-            );
-            tokio::select! {
-                () = tokio::time::sleep(poll) => {}
-                () = shutdown.cancelled() => return Ok(None),
-            }
-        }
-        let since_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        // Standbys read the active instance and its start from the session's name.
-        client
-            .execute(
-                "SELECT set_config('application_name', $1, false)",
-                &[&format!(
-                    "sluice-{} {instance} {since_unix_ms}",
-                    config.name
-                )],
+/// Waits (as a standby, reporting so on `board`) until this instance holds the pipeline's
+/// lock and the slot has no walsender left; `Ok(None)` when `shutdown` fires first.
+///
+/// # Errors
+///
+/// When the server cannot be reached (retryable) or refuses the session settings.
+pub async fn acquire(
+    config: &PgPipelineConfig,
+    board: &StatusBoard,
+    shutdown: &CancellationToken,
+) -> Result<Option<ActiveRole>, PipelineError> {
+    let ha = &config.ha;
+    let instance = ha.instance_id();
+    let slot = config.slot_name();
+    let client = connect(config, &instance).await?;
+    let poll = Duration::from_millis(ha.standby_poll_ms);
+    let mut waited = false;
+    loop {
+        let locked: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                &[&LOCK_CLASS, &slot],
             )
             .await
-            .map_err(|e| classify_pg("cannot name the active session", e))?;
-        if waited {
-            tracing::info!(instance, "took over as the active instance");
-        } else {
-            tracing::info!(instance, "active instance of the pipeline");
+            .map_err(|e| classify_pg("cannot ask for the pipeline's active role", e))?
+            .get(0);
+        if locked {
+            break;
         }
-        board.set_role(
-            Role::Active,
-            Some(ActiveInstance {
-                instance,
-                since_unix_ms,
-            }),
+        let active = holder(&client, &slot).await?;
+        if !waited {
+            tracing::info!(
+                active = active.as_ref().map_or("unknown", |a| a.instance.as_str()),
+                "another instance of the pipeline is active: waiting as a standby"
+            );
+            waited = true;
+        }
+        active::report_standby(board, active);
+        tokio::select! {
+            () = tokio::time::sleep(poll) => {}
+            () = shutdown.cancelled() => return Ok(None),
+        }
+    }
+    // The lock is ours; an old walsender (of an instance that fell silent) may still hold
+    // the slot until wal_sender_timeout ends it.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(ha.failover_timeout_ms) * 3;
+    loop {
+        let busy: Option<i32> = client
+            .query_opt(
+                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read the replication slot", e))?
+            .and_then(|row| row.get(0));
+        let Some(pid) = busy else { break };
+        if tokio::time::Instant::now() > deadline {
+            return Err(PipelineError::retryable(
+                format!(
+                    "replication slot {slot:?} is still used by walsender {pid} of a former active instance"
+                ),
+                std::io::Error::other("slot busy"),
+            ));
+        }
+        tracing::info!(
+            slot,
+            pid,
+            "waiting for the former active instance's walsender to end"
         );
-        board.set_state(PipelineState::Starting);
-        let lost = CancellationToken::new();
-        let ping = tokio::spawn(keep_alive(client, lost.clone()));
-        Ok(Some(Self { lost, ping }))
+        tokio::select! {
+            () = tokio::time::sleep(poll) => {}
+            () = shutdown.cancelled() => return Ok(None),
+        }
     }
-
-    /// Fires when the session with the lock is gone (the role may be someone else's by now).
-    pub fn lost(&self) -> &CancellationToken {
-        &self.lost
-    }
-}
-
-impl Drop for ActiveRole {
-    fn drop(&mut self) {
-        // Ending the task drops the session, which releases the lock.
-        self.ping.abort();
-    }
+    let since_unix_ms = active::now_unix_ms();
+    // Standbys read the active instance and its start from the session's name.
+    client
+        .execute(
+            "SELECT set_config('application_name', $1, false)",
+            &[&active::session_label(
+                &config.name,
+                &instance,
+                since_unix_ms,
+            )],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot name the active session", e))?;
+    active::report_active(board, instance, since_unix_ms, waited);
+    let lost = CancellationToken::new();
+    let ping = tokio::spawn(keep_alive(client, lost.clone()));
+    Ok(Some(ActiveRole::new(lost, ping)))
 }
 
 /// Queries the session every second; cancels `lost` when a query fails or takes longer than
@@ -230,14 +195,6 @@ async fn holder(client: &Client, slot: &str) -> Result<Option<ActiveInstance>, P
         .map_err(|e| classify_pg("cannot read who holds the pipeline's active role", e))?;
     Ok(row.map(|row| {
         let name: Option<String> = row.get(0);
-        let (instance, since) = name
-            .as_deref()
-            .and_then(|n| n.split_once(' '))
-            .and_then(|(_, rest)| rest.rsplit_once(' '))
-            .unwrap_or(("unknown", "0"));
-        ActiveInstance {
-            instance: instance.to_owned(),
-            since_unix_ms: since.parse().unwrap_or(0),
-        }
+        active::parse_session_label(name.as_deref())
     }))
 }

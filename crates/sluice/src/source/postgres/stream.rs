@@ -46,7 +46,7 @@ use sluice_engine::{InFlightBudget, Lsn};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::active::ActiveRole;
+use super::active;
 use super::config::{
     HEARTBEAT_MESSAGE_PREFIX, PgPipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
 };
@@ -70,6 +70,7 @@ use crate::delivery::{
 use crate::error::PipelineError;
 use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
+use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
@@ -152,37 +153,21 @@ impl Supervised for CdcPipeline {
     async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
         // Exactly one instance of the pipeline runs past this point; the others wait here as
         // standbys (see `active`).
-        let Some(role) = ActiveRole::acquire(&self.config, &self.board, &stop).await? else {
+        let Some(role) = active::acquire(&self.config, &self.board, &stop).await? else {
             return Ok(RunEnd::Finished);
         };
-        let run_stop = stop.child_token();
-        let lost = role.lost().clone();
-        let watch = {
-            let run_stop = run_stop.clone();
-            tokio::spawn(async move {
-                lost.cancelled().await;
-                run_stop.cancel();
-            })
-        };
-        let ctx = RunContext {
-            config: Arc::clone(&self.config),
-            board: Arc::clone(&self.board),
-            shutdown: run_stop,
-            metrics: self.metrics.clone(),
-            progress: Arc::clone(&self.progress),
-            batch_size_cap: Arc::clone(&self.batch_size_cap),
-        };
-        let result = run_once(&ctx).await;
-        watch.abort();
-        if role.lost().is_cancelled() && !stop.is_cancelled() {
-            // Another instance may be active by now: never go on as a second writer.
-            return Err(PipelineError::retryable(
-                "lost the PostgreSQL session that holds the pipeline's active role; asking again (as a standby if another instance took over)",
-                std::io::Error::from(std::io::ErrorKind::ConnectionAborted),
-            ));
-        }
-        drop(role);
-        result.map(|()| RunEnd::Finished)
+        run_while_active(role, &stop, "PostgreSQL", |run_stop| {
+            let ctx = RunContext {
+                config: Arc::clone(&self.config),
+                board: Arc::clone(&self.board),
+                shutdown: run_stop,
+                metrics: self.metrics.clone(),
+                progress: Arc::clone(&self.progress),
+                batch_size_cap: Arc::clone(&self.batch_size_cap),
+            };
+            async move { run_once(&ctx).await }
+        })
+        .await
     }
 }
 
