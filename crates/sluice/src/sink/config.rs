@@ -14,8 +14,8 @@ use std::str::FromStr;
 use serde::Deserialize;
 
 use crate::config::{
-    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RedactedProperties,
-    RestartConfig, is_identifier, is_topic_name,
+    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RedactedProperties, RestartConfig,
+    is_identifier, is_topic_name,
 };
 use crate::sink::template::PathTemplate;
 
@@ -765,10 +765,13 @@ impl SinkPipelineConfig {
     /// (validated to be at least 1024), else a [`QUEUE_SHARE_OF_MEMORY_LIMIT`]th of
     /// `memory_limit`.
     pub fn queued_bytes(&self) -> NonZeroU32 {
-        let bytes = self.delivery.max_queued_bytes_per_partition.unwrap_or_else(|| {
-            u32::try_from(self.delivery.memory_limit / QUEUE_SHARE_OF_MEMORY_LIMIT)
-                .unwrap_or(u32::MAX)
-        });
+        let bytes = self
+            .delivery
+            .max_queued_bytes_per_partition
+            .unwrap_or_else(|| {
+                u32::try_from(self.delivery.memory_limit / QUEUE_SHARE_OF_MEMORY_LIMIT)
+                    .unwrap_or(u32::MAX)
+            });
         NonZeroU32::new(bytes).unwrap_or(NonZeroU32::MIN)
     }
 
@@ -874,7 +877,10 @@ mod tests {
             (config.queued_bytes().get(), prefetch)
         };
         assert_eq!(sized(""), (4 << 20, "4096".to_owned()));
-        assert_eq!(sized("memory_limit = \"1GiB\""), (32 << 20, "32768".to_owned()));
+        assert_eq!(
+            sized("memory_limit = \"1GiB\""),
+            (32 << 20, "32768".to_owned())
+        );
         assert_eq!(
             sized("max_queued_bytes_per_partition = 1048576"),
             (1 << 20, "4096".to_owned())
@@ -893,7 +899,11 @@ mod tests {
         assert_eq!(client.get("queued.max.messages.kbytes"), Some("65536"));
         let small = issues(&format!("{MINIMAL}\n[delivery]\nmemory_limit = \"8MiB\"\n"));
         assert_eq!(small[0].key, "delivery.memory_limit");
-        assert!(small[0].problem.contains("at least 16 MiB"), "{:?}", small[0]);
+        assert!(
+            small[0].problem.contains("at least 16 MiB"),
+            "{:?}",
+            small[0]
+        );
     }
 
     #[test]

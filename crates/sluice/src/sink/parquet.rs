@@ -407,7 +407,10 @@ mod tests {
         let mut file = None;
         let mut peak_in_progress = 0;
         for offset in 0..total {
-            let value = format!(r#"{{"id":{offset},"text":"row {offset} {}"}}"#, "x".repeat(64));
+            let value = format!(
+                r#"{{"id":{offset},"text":"row {offset} {}"}}"#,
+                "x".repeat(64)
+            );
             let fields = parse_object(&value).ok();
             let row = ParquetRow {
                 topic: "t",
@@ -430,10 +433,13 @@ mod tests {
             writer.append(&row).unwrap();
             peak_in_progress = peak_in_progress.max(writer.buffered_rows);
         }
-        assert_eq!(peak_in_progress, ENCODE_BATCH_ROWS - 1, "rows held as builders");
+        assert_eq!(
+            peak_in_progress,
+            ENCODE_BATCH_ROWS - 1,
+            "rows held as builders"
+        );
         file.unwrap().finish().unwrap().sync_all().unwrap();
-        let builder =
-            ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
+        let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
         let groups: Vec<i64> = builder
             .metadata()
             .row_groups()
@@ -444,7 +450,13 @@ mod tests {
         let offsets: Vec<i64> = builder
             .build()
             .unwrap()
-            .flat_map(|b| b.unwrap().column(2).as_primitive::<Int64Type>().values().to_vec())
+            .flat_map(|b| {
+                b.unwrap()
+                    .column(2)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
             .collect();
         assert_eq!(offsets, (0..total).collect::<Vec<_>>());
         std::fs::remove_dir_all(&dir).unwrap();
