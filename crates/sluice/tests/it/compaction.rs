@@ -395,17 +395,24 @@ async fn plan_predicts_what_the_cleaner_does() {
         configs.push(("min.compaction.lag.ms", "0"));
         set_topic_configs(&brokers, topic, &configs).await;
     }
-    // Until the cleaner has been idle for 3 s (it backs off 200 ms between looks).
+    // Until every cleanable topic's last pass reached its active segment (the record that
+    // rolled it, at offset `records`), and nothing changed for 3 s (the cleaner backs off
+    // 200 ms between looks). Idleness alone was not enough: on a loaded machine a pass can
+    // start more than 3 s after the one before it.
     let mut last = (Instant::now(), 0usize);
-    wait_until("the cleaner to go idle", Duration::from_secs(180), || {
-        let seen: usize = cases
+    wait_until("the cleaner to finish", Duration::from_secs(180), || {
+        let passes: Vec<(&Case, Vec<(u64, u64)>)> = cases
             .iter()
-            .map(|c| kafka.passes(&topics[c.name]).len())
-            .sum();
+            .map(|c| (c, kafka.passes(&topics[c.name])))
+            .collect();
+        let seen: usize = passes.iter().map(|(_, p)| p.len()).sum();
         if seen != last.1 {
             last = (Instant::now(), seen);
         }
-        last.0.elapsed() >= Duration::from_secs(3)
+        let through = passes.iter().all(|(case, p)| {
+            case.name == "active" || p.last().is_some_and(|&(_, to)| to >= case.records)
+        });
+        through && last.0.elapsed() >= Duration::from_secs(3)
     });
     let mut table = String::from(
         "case    keys     records  predicted passes / records after  observed passes / records after\n",
