@@ -1377,6 +1377,44 @@ fn start_writer(
     })
 }
 
+/// Creates database `database` with `t (id INT PRIMARY KEY, v BIGINT, note)` holding `rows`
+/// rows (`id` 1 to `rows`, `v` = `v(id)`, `note` `row<id>`); returns a root connection.
+pub(crate) async fn table_with_rows(
+    server: Server,
+    database: &str,
+    rows: u32,
+    v: impl Fn(u32) -> u32,
+) -> mysql_async::Conn {
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
+    ))
+    .await
+    .unwrap();
+    for first in (1..=rows).step_by(1000) {
+        let values: Vec<String> = (first..=rows.min(first + 999))
+            .map(|id| format!("({id}, {}, 'row{id}')", v(id)))
+            .collect();
+        root.query_drop(format!(
+            "INSERT INTO {database}.t VALUES {}",
+            values.join(",")
+        ))
+        .await
+        .unwrap();
+    }
+    root
+}
+
+/// The change events of `records` whose key has an `id`: (id, value); tombstones left out.
+pub(crate) fn keyed_changes(records: &[Record]) -> impl Iterator<Item = (u64, &Value)> {
+    records
+        .iter()
+        .filter_map(|record| Some((record.key.as_ref()?["id"].as_u64()?, record.value.as_ref()?)))
+}
+
 /// The newest state per key in the topic (`None`: deleted).
 fn newest_per_key(records: &[Record]) -> BTreeMap<u64, Option<(i64, String)>> {
     let mut newest = BTreeMap::new();
@@ -1404,13 +1442,7 @@ fn newest_per_key(records: &[Record]) -> BTreeMap<u64, Option<(i64, String)>> {
 /// replayed over a row that already holds it, or one missing).
 fn assert_one_chain_per_key(records: &[Record]) {
     let mut rows: HashMap<u64, Option<Value>> = HashMap::new();
-    for record in records {
-        let (Some(key), Some(value)) = (
-            record.key.as_ref().and_then(|k| k["id"].as_u64()),
-            record.value.as_ref(),
-        ) else {
-            continue;
-        };
+    for (key, value) in keyed_changes(records) {
         let current = rows.get(&key).cloned().flatten();
         match value["op"].as_str().unwrap() {
             "r" => assert!(
@@ -1431,7 +1463,10 @@ fn assert_one_chain_per_key(records: &[Record]) {
 }
 
 /// Every row of the table, as [`newest_per_key`] holds them (deleted keys left out).
-async fn table_rows(server: Server, database: &str) -> BTreeMap<u64, Option<(i64, String)>> {
+pub(crate) async fn table_rows(
+    server: Server,
+    database: &str,
+) -> BTreeMap<u64, Option<(i64, String)>> {
     let mut conn = server.root().await;
     let rows: Vec<(u64, i64, String)> = conn
         .query(format!("SELECT id, v, note FROM {database}.t"))
@@ -1453,27 +1488,8 @@ async fn snapshot_under_writes(server: Server, crash: bool) {
     let database = name.clone();
     let prefix = unique("msw");
     let rows = snapshot_rows();
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
-    ))
-    .await
-    .unwrap();
     let started = std::time::Instant::now();
-    for first in (1..=rows).step_by(1000) {
-        let values: Vec<String> = (first..=rows.min(first + 999))
-            .map(|id| format!("({id}, {id}, 'row{id}')"))
-            .collect();
-        root.query_drop(format!(
-            "INSERT INTO {database}.t VALUES {}",
-            values.join(",")
-        ))
-        .await
-        .unwrap();
-    }
+    let mut root = table_with_rows(server, &database, rows, |id| id).await;
     eprintln!(
         "{server:?}: {rows} rows inserted in {:.1} s",
         started.elapsed().as_secs_f64()
