@@ -747,6 +747,95 @@ pub(crate) fn ids(records: &[Record]) -> BTreeMap<u32, usize> {
     counts
 }
 
+/// A topic that takes smaller batches (`max.message.bytes`) than the producer's default
+/// `batch.size`, made before the pipeline starts: its limit is read ahead at the start and
+/// `batch.size` lowered to it, so no batch is refused, and every row of a transaction of
+/// ~300 kB of small rows arrives.
+async fn a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(server: Server) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let _broker = broker_shared().await;
+    let _server = server.shared().await;
+    let database = unique("my_batchcap");
+    let prefix = unique("mbc");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, payload TEXT)"
+    ))
+    .await
+    .unwrap();
+    const LIMIT: u64 = 150_000;
+    let topic = format!("{prefix}.{database}.t");
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+                .set("max.message.bytes", &LIMIT.to_string())],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = test_dir(&database);
+    let admin_port = free_port();
+    // Uncompressed batches: 300 rows of ~1 kB in one transaction are ~300 kB at the default
+    // batch.size (1 MB), twice the topic's limit.
+    let toml = pipeline_with(
+        server,
+        &database,
+        &database,
+        &prefix,
+        admin_port,
+        "snapshot = \"never\"",
+    ) + "\n[kafka.producer]\n\"compression.type\" = \"none\"\n\"linger.ms\" = \"50\"\n";
+    let mut sluice = Sluice::start(&dir, &toml, admin_port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let values: Vec<String> = (1..=300)
+        .map(|id| format!("({id}, REPEAT(MD5({id}), 32))"))
+        .collect();
+    root.query_drop(format!(
+        "INSERT INTO {database}.t VALUES {}",
+        values.join(",")
+    ))
+    .await
+    .unwrap();
+    let records = tokio::task::spawn_blocking(move || read_until(&topic, 300))
+        .await
+        .unwrap();
+    let ids = ids(&records);
+    assert_eq!(
+        ids.keys().copied().collect::<Vec<_>>(),
+        (1..=300).collect::<Vec<_>>(),
+        "every row\n{}",
+        sluice.log_text()
+    );
+    let log = sluice.log_text();
+    assert!(
+        log.contains(&format!(
+            "take batches of at most {LIMIT} bytes (max.message.bytes): batch.size = {LIMIT}"
+        )),
+        "the limit was not read ahead:\n{log}"
+    );
+    assert!(
+        !log.contains("batch of its records was refused"),
+        "the limit was found by a refused batch, not read ahead:\n{log}"
+    );
+    assert!(sluice.stop(), "{log}");
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_a_topic_with_a_small_max_message_bytes_lowers_the_batch_size() {
+    a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(Server::Mariadb).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_sigkill_mid_stream_loses_nothing() {
     nothing_lost_after_sigkill(Server::Mariadb).await;
