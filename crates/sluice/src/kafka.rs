@@ -86,6 +86,69 @@ pub fn lower_batch_cap(cap: &std::sync::atomic::AtomicU64, limit: u64) {
     );
 }
 
+/// The producer's `batch.size` cap for a run producing to `topics`: the smallest
+/// `max.message.bytes` among them and the cap `learned` in earlier runs (`0`: none); with the
+/// `batch.size` it leaves (`None`: set in `[kafka.producer]`, left alone).
+///
+/// The broker checks `max.message.bytes` against whole batches: a topic that takes less than
+/// the producer's `batch.size` would refuse batches of small records.
+///
+/// # Errors
+///
+/// Retryable when the cluster cannot be reached or a topic is unknown to it (see
+/// [`smallest_max_message_bytes`]).
+pub async fn batch_size_for_topics(
+    kafka: &KafkaConfig,
+    topics: &[String],
+    learned: &std::sync::atomic::AtomicU64,
+) -> Result<(Option<u64>, Option<u64>), PipelineError> {
+    // Topics created while running may accept smaller batches than these: the smallest limit
+    // seen so far is kept across runs (see `check_new_topic_batch_size`).
+    let cap = smallest_max_message_bytes(kafka, topics)
+        .await?
+        .into_iter()
+        .chain(learned_batch_cap(learned))
+        .min();
+    let batch_size = effective_batch_size(kafka, cap);
+    if let Some(cap) = cap.filter(|cap| batch_size == Some(*cap)) {
+        tracing::info!(
+            "the pipeline's topics take batches of at most {cap} bytes (max.message.bytes): batch.size = {cap}"
+        );
+    }
+    Ok((cap, batch_size))
+}
+
+/// Reads the `max.message.bytes` of `topic`, created (or first used) while running, ahead of
+/// its first batch: below the producer's `batch_size` (`None`: not sluice's to set), the cap
+/// `learned` is lowered to it and the run is to restart with it (the producer's `batch.size`
+/// is fixed).
+///
+/// # Errors
+///
+/// Retryable: the topic's limit is below `batch_size` (the run restarts with the lower cap),
+/// or it cannot be read.
+pub async fn check_new_topic_batch_size(
+    kafka: &KafkaConfig,
+    topic: &str,
+    batch_size: Option<u64>,
+    learned: &std::sync::atomic::AtomicU64,
+) -> Result<(), PipelineError> {
+    let Some(batch_size) = batch_size else {
+        return Ok(());
+    };
+    let limit = smallest_max_message_bytes(kafka, &[topic.to_owned()]).await?;
+    if let Some(limit) = limit.filter(|limit| *limit < batch_size) {
+        lower_batch_cap(learned, limit);
+        return Err(PipelineError::retryable(
+            format!(
+                "topic {topic} takes batches of at most {limit} bytes (max.message.bytes), less than the producer's batch.size {batch_size}: restarting with batch.size = {limit}"
+            ),
+            std::io::Error::other("batch.size above a new topic's max.message.bytes"),
+        ));
+    }
+    Ok(())
+}
+
 /// A connection problem only an operator can fix, as librdkafka reports it: which setting is
 /// wrong, what sluice found there, and what to change.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,23 +1,37 @@
 //! What incremental (ad-hoc) snapshots share across sources: the operator's requests (the
 //! signal table's rows as Debezium writes them, parsed into [`Signal`]s), the queue of tables
-//! and the progress kept in the state file ([`IncrementalState`]), and the ids of the requests
-//! already accepted (a signal replayed after a restart runs once).
+//! and the progress kept in the state file ([`IncrementalState`]), the ids of the requests
+//! already accepted (a signal replayed after a restart runs once), the side connection's
+//! chunk reads and when they are tried again ([`ChunkReader`]), and the states waiting for the
+//! checkpoint ([`Progress`]).
 //!
 //! How a chunk is read consistently with the stream is the source's own (DBLog's watermarks,
-//! written where the source's log carries them): see
+//! written where the source's log carries them, and the window the stream loop keeps): see
 //! [`crate::source::postgres::incremental`] and [`crate::source::mysql::incremental`].
 
 use std::collections::{BTreeSet, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
 
 use crate::config::parse_table_name;
+use crate::error::PipelineError;
 use crate::runtime::status::IncrementalStatus;
 pub use crate::runtime::status::Signal;
 
 /// How many accepted request ids are remembered (a signal replayed after a restart is
 /// recognised and not run twice).
 const REMEMBERED_IDS: usize = 64;
+
+/// How long a chunk that failed for connection trouble waits before it is read again.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// How long a chunk dropped at its watermark (stale, or its read late) waits to be read again.
+const REREAD_AFTER: Duration = Duration::from_millis(100);
 
 /// The persisted state of incremental snapshots (part of the state file).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -249,6 +263,272 @@ impl<K> IncrementalState<K> {
             }
         }
         true
+    }
+}
+
+/// Why a chunk could not be read.
+pub enum ChunkError {
+    /// The table cannot be snapshotted incrementally (gone, no primary key, bad filter, no
+    /// right to write watermarks): it is dropped from the queue.
+    Table(String),
+    /// Connection trouble or a conflict that passes: retried.
+    Retry(PipelineError),
+}
+
+/// A chunk being read: its token (carried by its watermarks), the table and request it
+/// belongs to, and the source's window on the stream (`W`: what the stream loop noted since
+/// the window opened).
+pub struct Chunk<W> {
+    /// The chunk's token, unique per run.
+    pub token: String,
+    /// The request the table belongs to.
+    pub request: String,
+    /// `schema.table` (MySQL: `database.table`).
+    pub table: String,
+    /// What the stream loop notes while the chunk is read.
+    pub window: W,
+}
+
+/// An open chunk and the side connection's task reading it.
+struct OpenChunk<W, R> {
+    chunk: Chunk<W>,
+    task: Option<JoinHandle<Result<R, ChunkError>>>,
+    result: Option<Result<R, ChunkError>>,
+}
+
+/// A chunk's read on the side connection, borrowing it.
+pub type ChunkRead<'a, R> = Pin<Box<dyn Future<Output = Result<R, ChunkError>> + Send + 'a>>;
+
+/// The chunk reads of one run: at most one open chunk, read by a task on a side connection
+/// (`C`, kept between chunks, dropped after connection trouble) into `R`, and when the next
+/// chunk may start (a failed read waits [`RETRY_AFTER`], a dropped chunk [`REREAD_AFTER`]).
+pub struct ChunkReader<C, W, R> {
+    open: Option<OpenChunk<W, R>>,
+    connection: Arc<tokio::sync::Mutex<Option<C>>>,
+    token_base: String,
+    next_chunk: u64,
+    retry_at: Option<Instant>,
+}
+
+impl<C, W, R> ChunkReader<C, W, R>
+where
+    C: Send + 'static,
+    R: Send + 'static,
+{
+    /// No chunk open yet; the chunks' tokens are `token_base:<n>` (unique per run).
+    pub fn new(token_base: String) -> Self {
+        Self {
+            open: None,
+            connection: Arc::new(tokio::sync::Mutex::new(None)),
+            token_base,
+            next_chunk: 0,
+            retry_at: None,
+        }
+    }
+
+    /// The open chunk.
+    pub fn open(&self) -> Option<&Chunk<W>> {
+        self.open.as_ref().map(|open| &open.chunk)
+    }
+
+    /// The open chunk, to note changes in its window.
+    pub fn open_mut(&mut self) -> Option<&mut Chunk<W>> {
+        self.open.as_mut().map(|open| &mut open.chunk)
+    }
+
+    /// Whether a chunk may start now: none is open and no wait is running.
+    pub fn may_start(&self) -> bool {
+        self.open.is_none() && self.retry_at.is_none_or(|at| Instant::now() >= at)
+    }
+
+    /// Opens a chunk of `request`'s `table` with `window` and starts reading it: `read` runs
+    /// on the side connection with the chunk's token, once `connect` made one when there is
+    /// none. A read that fails with [`ChunkError::Retry`] drops the connection.
+    pub fn start<F>(
+        &mut self,
+        request: String,
+        table: String,
+        window: W,
+        connect: impl Future<Output = Result<C, ChunkError>> + Send + 'static,
+        read: F,
+    ) where
+        F: for<'a> FnOnce(&'a mut C, String) -> ChunkRead<'a, R> + Send + 'static,
+    {
+        self.retry_at = None;
+        let token = format!("{}:{}", self.token_base, self.next_chunk);
+        self.next_chunk += 1;
+        let connection = Arc::clone(&self.connection);
+        let task_token = token.clone();
+        let task = tokio::spawn(async move {
+            let mut guard = connection.lock().await;
+            let conn = match guard.as_mut() {
+                Some(conn) => conn,
+                None => guard.insert(connect.await?),
+            };
+            let result = read(conn, task_token).await;
+            if matches!(result, Err(ChunkError::Retry(_))) {
+                *guard = None;
+            }
+            result
+        });
+        self.open = Some(OpenChunk {
+            chunk: Chunk {
+                token,
+                request,
+                table,
+                window,
+            },
+            task: Some(task),
+            result: None,
+        });
+    }
+
+    /// Collects the open chunk's read when it finished; a failed read closes the chunk, and
+    /// its table and error are returned (for [`on_error`](Self::on_error)). Call on every
+    /// status tick.
+    pub async fn failed(&mut self) -> Option<(String, ChunkError)> {
+        let open = self.open.as_mut()?;
+        if open.result.is_none() && open.task.as_ref().is_some_and(JoinHandle::is_finished) {
+            open.result = Some(join(open.task.take()).await);
+        }
+        if let Some(Err(_)) = &open.result {
+            let Some(OpenChunk {
+                result: Some(Err(error)),
+                chunk,
+                ..
+            }) = self.open.take()
+            else {
+                return None;
+            };
+            return Some((chunk.table, error));
+        }
+        None
+    }
+
+    /// A failed read of `table`: a table that cannot be read is abandoned (dropped from
+    /// `state`'s queue when it is the one running: returns `true`, the state is to be
+    /// recorded); connection trouble waits [`RETRY_AFTER`].
+    pub fn on_error<K>(
+        &mut self,
+        state: &mut IncrementalState<K>,
+        table: &str,
+        error: ChunkError,
+    ) -> bool {
+        match error {
+            ChunkError::Table(problem) => {
+                tracing::error!(
+                    table,
+                    "incremental snapshot of {table} abandoned: {problem}"
+                );
+                if state.queue.front().is_some_and(|t| t.table == table) {
+                    state.queue.pop_front();
+                    return true;
+                }
+            }
+            ChunkError::Retry(error) => {
+                tracing::warn!(table, error = %error.chain(), "incremental snapshot: reading a chunk failed; retrying in 5 s");
+                self.retry_at = Some(Instant::now() + RETRY_AFTER);
+            }
+        }
+        false
+    }
+
+    /// Closes the open chunk at its closing watermark: the chunk and what its read returned.
+    /// A read not done within `deadline` is given up (`late` is logged) and the chunk read
+    /// again after [`REREAD_AFTER`]: `None`.
+    pub async fn close(
+        &mut self,
+        deadline: Duration,
+        late: &str,
+    ) -> Option<(Chunk<W>, Result<R, ChunkError>)> {
+        let mut open = self.open.take()?;
+        let result = match open.result.take() {
+            Some(result) => result,
+            None => match tokio::time::timeout(deadline, join(open.task.take())).await {
+                Ok(result) => result,
+                Err(_) => {
+                    tracing::warn!(table = %open.chunk.table, "{late}");
+                    self.read_again();
+                    return None;
+                }
+            },
+        };
+        Some((open.chunk, result))
+    }
+
+    /// A closed chunk was dropped (stale): the next is read after [`REREAD_AFTER`].
+    pub fn read_again(&mut self) {
+        self.retry_at = Some(Instant::now() + REREAD_AFTER);
+    }
+
+    /// Keeps the next chunk from starting for `wait` (tests outside a runtime, where its task
+    /// cannot start).
+    #[cfg(test)]
+    pub fn hold_for(&mut self, wait: Duration) {
+        self.retry_at = Some(Instant::now() + wait);
+    }
+}
+
+/// What the side connection's task returned.
+async fn join<R>(task: Option<JoinHandle<Result<R, ChunkError>>>) -> Result<R, ChunkError> {
+    match task {
+        Some(task) => task.await.unwrap_or_else(|e| {
+            Err(ChunkError::Retry(PipelineError::retryable(
+                "the incremental snapshot reader failed",
+                e,
+            )))
+        }),
+        None => Err(ChunkError::Retry(PipelineError::retryable(
+            "the incremental snapshot reader is gone",
+            std::io::Error::other("no task"),
+        ))),
+    }
+}
+
+/// States of incremental snapshots waiting for the checkpoint to pass their position (`P`),
+/// each with the admin request it records (its sequence number on the status board; 0 for
+/// none).
+pub struct Progress<P, K> {
+    pending: VecDeque<(P, IncrementalState<K>, u64)>,
+    /// The newest admin request among the states [`confirmed`](Self::confirmed) handed out.
+    confirmed_request: u64,
+}
+
+impl<P: PartialOrd, K> Default for Progress<P, K> {
+    fn default() -> Self {
+        Self {
+            pending: VecDeque::new(),
+            confirmed_request: 0,
+        }
+    }
+}
+
+impl<P: PartialOrd, K> Progress<P, K> {
+    /// Queues `state`, which holds from `at` on, for `request`.
+    pub fn push(&mut self, at: P, state: IncrementalState<K>, request: u64) {
+        self.pending.push_back((at, state, request));
+    }
+
+    /// The newest state whose position `checkpoint` covers, to save with it.
+    pub fn confirmed(&mut self, checkpoint: P) -> Option<IncrementalState<K>> {
+        let mut newest = None;
+        while self
+            .pending
+            .front()
+            .is_some_and(|(at, _, _)| *at <= checkpoint)
+        {
+            if let Some((_, state, request)) = self.pending.pop_front() {
+                self.confirmed_request = self.confirmed_request.max(request);
+                newest = Some(state);
+            }
+        }
+        newest
+    }
+
+    /// The newest admin request in the states [`confirmed`](Self::confirmed) handed out: once
+    /// the state file is written, it and every earlier request are in it.
+    pub fn confirmed_request(&self) -> u64 {
+        self.confirmed_request
     }
 }
 

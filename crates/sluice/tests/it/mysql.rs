@@ -747,6 +747,95 @@ pub(crate) fn ids(records: &[Record]) -> BTreeMap<u32, usize> {
     counts
 }
 
+/// A topic that takes smaller batches (`max.message.bytes`) than the producer's default
+/// `batch.size`, made before the pipeline starts: its limit is read ahead at the start and
+/// `batch.size` lowered to it, so no batch is refused, and every row of a transaction of
+/// ~300 kB of small rows arrives.
+async fn a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(server: Server) {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let _broker = broker_shared().await;
+    let _server = server.shared().await;
+    let database = unique("my_batchcap");
+    let prefix = unique("mbc");
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, payload TEXT)"
+    ))
+    .await
+    .unwrap();
+    const LIMIT: u64 = 150_000;
+    let topic = format!("{prefix}.{database}.t");
+    let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+                .set("max.message.bytes", &LIMIT.to_string())],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = test_dir(&database);
+    let admin_port = free_port();
+    // Uncompressed batches: 300 rows of ~1 kB in one transaction are ~300 kB at the default
+    // batch.size (1 MB), twice the topic's limit.
+    let toml = pipeline_with(
+        server,
+        &database,
+        &database,
+        &prefix,
+        admin_port,
+        "snapshot = \"never\"",
+    ) + "\n[kafka.producer]\n\"compression.type\" = \"none\"\n\"linger.ms\" = \"50\"\n";
+    let mut sluice = Sluice::start(&dir, &toml, admin_port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let values: Vec<String> = (1..=300)
+        .map(|id| format!("({id}, REPEAT(MD5({id}), 32))"))
+        .collect();
+    root.query_drop(format!(
+        "INSERT INTO {database}.t VALUES {}",
+        values.join(",")
+    ))
+    .await
+    .unwrap();
+    let records = tokio::task::spawn_blocking(move || read_until(&topic, 300))
+        .await
+        .unwrap();
+    let ids = ids(&records);
+    assert_eq!(
+        ids.keys().copied().collect::<Vec<_>>(),
+        (1..=300).collect::<Vec<_>>(),
+        "every row\n{}",
+        sluice.log_text()
+    );
+    let log = sluice.log_text();
+    assert!(
+        log.contains(&format!(
+            "take batches of at most {LIMIT} bytes (max.message.bytes): batch.size = {LIMIT}"
+        )),
+        "the limit was not read ahead:\n{log}"
+    );
+    assert!(
+        !log.contains("batch of its records was refused"),
+        "the limit was found by a refused batch, not read ahead:\n{log}"
+    );
+    assert!(sluice.stop(), "{log}");
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_a_topic_with_a_small_max_message_bytes_lowers_the_batch_size() {
+    a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(Server::Mariadb).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_sigkill_mid_stream_loses_nothing() {
     nothing_lost_after_sigkill(Server::Mariadb).await;
@@ -1377,6 +1466,44 @@ fn start_writer(
     })
 }
 
+/// Creates database `database` with `t (id INT PRIMARY KEY, v BIGINT, note)` holding `rows`
+/// rows (`id` 1 to `rows`, `v` = `v(id)`, `note` `row<id>`); returns a root connection.
+pub(crate) async fn table_with_rows(
+    server: Server,
+    database: &str,
+    rows: u32,
+    v: impl Fn(u32) -> u32,
+) -> mysql_async::Conn {
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!(
+        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
+    ))
+    .await
+    .unwrap();
+    for first in (1..=rows).step_by(1000) {
+        let values: Vec<String> = (first..=rows.min(first + 999))
+            .map(|id| format!("({id}, {}, 'row{id}')", v(id)))
+            .collect();
+        root.query_drop(format!(
+            "INSERT INTO {database}.t VALUES {}",
+            values.join(",")
+        ))
+        .await
+        .unwrap();
+    }
+    root
+}
+
+/// The change events of `records` whose key has an `id`: (id, value); tombstones left out.
+pub(crate) fn keyed_changes(records: &[Record]) -> impl Iterator<Item = (u64, &Value)> {
+    records
+        .iter()
+        .filter_map(|record| Some((record.key.as_ref()?["id"].as_u64()?, record.value.as_ref()?)))
+}
+
 /// The newest state per key in the topic (`None`: deleted).
 fn newest_per_key(records: &[Record]) -> BTreeMap<u64, Option<(i64, String)>> {
     let mut newest = BTreeMap::new();
@@ -1404,13 +1531,7 @@ fn newest_per_key(records: &[Record]) -> BTreeMap<u64, Option<(i64, String)>> {
 /// replayed over a row that already holds it, or one missing).
 fn assert_one_chain_per_key(records: &[Record]) {
     let mut rows: HashMap<u64, Option<Value>> = HashMap::new();
-    for record in records {
-        let (Some(key), Some(value)) = (
-            record.key.as_ref().and_then(|k| k["id"].as_u64()),
-            record.value.as_ref(),
-        ) else {
-            continue;
-        };
+    for (key, value) in keyed_changes(records) {
         let current = rows.get(&key).cloned().flatten();
         match value["op"].as_str().unwrap() {
             "r" => assert!(
@@ -1431,7 +1552,10 @@ fn assert_one_chain_per_key(records: &[Record]) {
 }
 
 /// Every row of the table, as [`newest_per_key`] holds them (deleted keys left out).
-async fn table_rows(server: Server, database: &str) -> BTreeMap<u64, Option<(i64, String)>> {
+pub(crate) async fn table_rows(
+    server: Server,
+    database: &str,
+) -> BTreeMap<u64, Option<(i64, String)>> {
     let mut conn = server.root().await;
     let rows: Vec<(u64, i64, String)> = conn
         .query(format!("SELECT id, v, note FROM {database}.t"))
@@ -1453,27 +1577,8 @@ async fn snapshot_under_writes(server: Server, crash: bool) {
     let database = name.clone();
     let prefix = unique("msw");
     let rows = snapshot_rows();
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
-    ))
-    .await
-    .unwrap();
     let started = std::time::Instant::now();
-    for first in (1..=rows).step_by(1000) {
-        let values: Vec<String> = (first..=rows.min(first + 999))
-            .map(|id| format!("({id}, {id}, 'row{id}')"))
-            .collect();
-        root.query_drop(format!(
-            "INSERT INTO {database}.t VALUES {}",
-            values.join(",")
-        ))
-        .await
-        .unwrap();
-    }
+    let mut root = table_with_rows(server, &database, rows, |id| id).await;
     eprintln!(
         "{server:?}: {rows} rows inserted in {:.1} s",
         started.elapsed().as_secs_f64()

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use mysql_async::prelude::Queryable;
 use serde_json::Value;
 
-use crate::mysql::{Server, pipeline_with, state_file};
+use crate::mysql::{Server, keyed_changes, pipeline_with, state_file, table_rows, table_with_rows};
 use crate::support::{
     Record, Sluice, broker_shared, free_port, http_json, read_topic, test_dir, unique, wait_until,
 };
@@ -26,26 +26,10 @@ const CHUNK_ROWS: u32 = 400;
 /// (so the concurrent writer changes keys of the chunk just read, inside the window).
 const WIDE_WINDOWS: &str = "mysql_incremental::close=return(150)";
 
-/// Creates database `name` with `t (id INT PRIMARY KEY, v BIGINT, note)` holding `rows` rows
-/// (`v` = 0), and lets the replication user create and write the signal table there.
-async fn table_with_rows(server: Server, name: &str, rows: u32) -> mysql_async::Conn {
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {name}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {name}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
-    ))
-    .await
-    .unwrap();
-    for first in (1..=rows).step_by(1000) {
-        let values: Vec<String> = (first..=rows.min(first + 999))
-            .map(|id| format!("({id}, 0, 'row{id}')"))
-            .collect();
-        root.query_drop(format!("INSERT INTO {name}.t VALUES {}", values.join(",")))
-            .await
-            .unwrap();
-    }
+/// Creates database `name` with `t` (see [`table_with_rows`], `v` = 0), and lets the
+/// replication user create and write the signal table there.
+async fn table_with_signal_table(server: Server, name: &str, rows: u32) -> mysql_async::Conn {
+    let mut root = table_with_rows(server, name, rows, |_| 0).await;
     // Watermarks are rows of the signal table, which sluice creates when missing.
     root.query_drop(format!(
         "GRANT CREATE, INSERT, DELETE ON {name}.* TO 'sluice'@'127.0.0.1'"
@@ -108,12 +92,11 @@ fn start_writer(
 
 /// Every row of `database.t`: id → v.
 async fn table_contents(server: Server, database: &str) -> BTreeMap<u64, i64> {
-    let mut conn = server.root().await;
-    let rows: Vec<(u64, i64)> = conn
-        .query(format!("SELECT id, v FROM {database}.t"))
+    table_rows(server, database)
         .await
-        .unwrap();
-    rows.into_iter().collect()
+        .into_iter()
+        .filter_map(|(id, row)| Some((id, row?.0)))
+        .collect()
 }
 
 /// What the topic says, checked on the way: every key's events in topic order (records replayed
@@ -135,13 +118,7 @@ fn check(records: &[Record]) -> Checked {
     let mut seen = HashSet::new();
     let mut reads = 0;
     let mut violation = None;
-    for record in records {
-        let (Some(key), Some(value)) = (
-            record.key.as_ref().and_then(|k| k["id"].as_u64()),
-            record.value.as_ref(),
-        ) else {
-            continue;
-        };
+    for (key, value) in keyed_changes(records) {
         let source = &value["source"];
         let op = value["op"].as_str().unwrap_or_default().to_owned();
         let place = (
@@ -224,7 +201,7 @@ async fn signal_snapshot_under_writes(server: Server, crash: bool) {
 
 async fn snapshot_under_writes(server: Server, crash: bool, writers: u64) {
     let name = unique(if crash { "my_incrkill" } else { "my_incr" });
-    let mut root = table_with_rows(server, &name, ROWS).await;
+    let mut root = table_with_signal_table(server, &name, ROWS).await;
     let prefix = unique("mi");
     let dir = test_dir(&name);
     let admin_port = free_port();
@@ -398,7 +375,7 @@ async fn api_snapshot_with_a_filter(server: Server) {
     let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique("my_incrapi");
-    let mut root = table_with_rows(server, &name, 1000).await;
+    let mut root = table_with_signal_table(server, &name, 1000).await;
     let prefix = unique("mia");
     let dir = test_dir(&name);
     let admin_port = free_port();

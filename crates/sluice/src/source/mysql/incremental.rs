@@ -55,14 +55,13 @@
 //!
 //! Republication (`tombstones`) is PostgreSQL's only: a MySQL request with it is refused.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable as _;
 use mysql_async::{Conn, Row, Value};
-use tokio::task::JoinHandle;
 
 use super::config::{MysqlPipelineConfig, MysqlSourceConfig};
 use super::encode::{TableInfo, event_key};
@@ -73,7 +72,9 @@ use crate::config::parse_table_name;
 use crate::error::PipelineError;
 use crate::runtime::metrics::TableMetrics;
 use crate::runtime::status::IncrementalStatus;
-use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
+use crate::source::incremental::{
+    ChunkError, ChunkReader, IncrementalState, Progress, Signal, TableSnapshot,
+};
 
 /// The MySQL source's incremental snapshot state: keys are column values.
 pub type MysqlIncrementalState = IncrementalState<Vec<KeyValue>>;
@@ -82,12 +83,6 @@ pub type MysqlIncrementalState = IncrementalState<Vec<KeyValue>>;
 pub const WINDOW_OPEN: &str = "snapshot-window-open";
 /// `type` of a closing watermark's row.
 pub const WINDOW_CLOSE: &str = "snapshot-window-close";
-
-/// How long a chunk that failed for connection trouble waits before it is read again.
-const RETRY_AFTER: Duration = Duration::from_secs(5);
-
-/// How long a chunk dropped at its watermark (stale) waits to be read again.
-const REREAD_AFTER: Duration = Duration::from_millis(100);
 
 /// How long the loop waits, at the closing watermark, for the side task to hand over its rows
 /// (it wrote the watermark, so only the commit's answer is left).
@@ -151,15 +146,6 @@ pub struct ChunkRows {
     pub last_key: Option<Vec<KeyValue>>,
     /// Whether the chunk was full (more rows may follow).
     pub full: bool,
-}
-
-/// Why a chunk could not be read.
-pub enum ChunkError {
-    /// The table cannot be snapshotted incrementally (gone, no primary key, bad filter, no
-    /// right to write watermarks): it is dropped from the queue.
-    Table(String),
-    /// Connection trouble or a conflict that passes: retried.
-    Retry(PipelineError),
 }
 
 fn classify(what: &str, table: &str, error: mysql_async::Error) -> ChunkError {
@@ -364,19 +350,15 @@ async fn read_chunk(
     })
 }
 
-/// A chunk being read: its window and the side connection's task.
-struct OpenChunk {
-    token: String,
-    request: String,
-    table: String,
+/// What the stream loop notes while a chunk is read.
+#[derive(Default)]
+struct Window {
     /// The opening watermark was streamed: changes to the table are noted from now on.
     opened: bool,
     /// Event keys of the changes streamed since the window opened.
     keys: HashSet<Vec<u8>>,
     /// Why the chunk cannot be trusted (it is read again).
     stale: Option<&'static str>,
-    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
-    result: Option<Result<ChunkRows, ChunkError>>,
 }
 
 /// Rows of a chunk to publish at its closing watermark.
@@ -399,16 +381,9 @@ pub enum SignalRow {
 /// for confirmation. Owned by the stream loop.
 pub struct IncrementalRun {
     state: MysqlIncrementalState,
-    /// States to save once the checkpoint passed their transaction, each with the admin
-    /// request it records (its sequence number on the status board; 0 for none).
-    progress: VecDeque<(BinlogSeq, MysqlIncrementalState, u64)>,
-    /// The newest admin request among the states [`confirmed`](Self::confirmed) handed out.
-    confirmed_request: u64,
-    chunk: Option<OpenChunk>,
-    reader: Arc<tokio::sync::Mutex<Option<Conn>>>,
-    token_base: String,
-    next_chunk: u64,
-    retry_at: Option<Instant>,
+    /// States to save once the checkpoint passed their transaction.
+    progress: Progress<BinlogSeq, Vec<KeyValue>>,
+    chunks: ChunkReader<Conn, Window, ChunkRows>,
     config: Arc<MysqlPipelineConfig>,
     flavor: Flavor,
 }
@@ -432,14 +407,9 @@ impl IncrementalRun {
         }
         Self {
             state,
-            progress: VecDeque::new(),
-            confirmed_request: 0,
-            chunk: None,
-            reader: Arc::new(tokio::sync::Mutex::new(None)),
+            progress: Progress::default(),
             // Short (the signal table's id column): unique per run.
-            token_base: format!("sluice-{:x}", crate::delivery::unix_micros_now()),
-            next_chunk: 0,
-            retry_at: None,
+            chunks: ChunkReader::new(format!("sluice-{:x}", crate::delivery::unix_micros_now())),
             config,
             flavor,
         }
@@ -447,13 +417,13 @@ impl IncrementalRun {
 
     /// Queues the current state to be saved once the checkpoint passed `at`.
     fn record(&mut self, at: BinlogSeq, request: u64) {
-        self.progress.push_back((at, self.state.clone(), request));
+        self.progress.push(at, self.state.clone(), request);
     }
 
     /// The newest admin request in the states [`confirmed`](Self::confirmed) handed out: once
     /// the state file is written, it and every earlier request are in it.
     pub fn confirmed_request(&self) -> u64 {
-        self.confirmed_request
+        self.progress.confirmed_request()
     }
 
     /// Applies an operator's signal seen at `at` (the transaction of the signal row, or the
@@ -478,7 +448,7 @@ impl IncrementalRun {
         let source = &self.config.source;
         let changed = self.state.accept(signal, &|t| source.captures_name(t));
         if changed
-            && let Some(chunk) = &self.chunk
+            && let Some(chunk) = self.chunks.open()
             && !self.state.queue.iter().any(|t| t.table == chunk.table)
         {
             tracing::info!(table = %chunk.table, "incremental snapshot stopped");
@@ -493,13 +463,13 @@ impl IncrementalRun {
     pub fn on_signal_row(&mut self, id: &str, kind: &str, data: &str, at: BinlogSeq) -> SignalRow {
         match kind {
             WINDOW_OPEN => {
-                if let Some(chunk) = self.chunk.as_mut().filter(|c| c.token == id) {
-                    chunk.opened = true;
+                if let Some(chunk) = self.chunks.open_mut().filter(|c| c.token == id) {
+                    chunk.window.opened = true;
                 }
                 SignalRow::Taken
             }
             WINDOW_CLOSE => {
-                if self.chunk.as_ref().is_some_and(|c| c.token == id) {
+                if self.chunks.open().is_some_and(|c| c.token == id) {
                     SignalRow::Close
                 } else {
                     SignalRow::Taken // an earlier run's, or a chunk given up
@@ -523,7 +493,7 @@ impl IncrementalRun {
         before: Option<&[BinlogValue<'static>]>,
         after: Option<&[BinlogValue<'static>]>,
     ) {
-        let Some(chunk) = &mut self.chunk else {
+        let Some(chunk) = self.chunks.open_mut() else {
             return;
         };
         // Names compared as a server with case-insensitive names would (noting a key too many
@@ -532,108 +502,67 @@ impl IncrementalRun {
             database.eq_ignore_ascii_case(&table.database)
                 && name.eq_ignore_ascii_case(&table.table)
         });
-        if !chunk.opened || !same {
+        let window = &mut chunk.window;
+        if !window.opened || !same {
             return;
         }
         for row in [before, after].into_iter().flatten() {
             match event_key(table, row) {
                 Some(key) => {
-                    chunk.keys.insert(key);
+                    window.keys.insert(key);
                 }
-                None => chunk.stale = Some("a streamed change's key could not be computed"),
+                None => window.stale = Some("a streamed change's key could not be computed"),
             }
         }
     }
 
     /// A DDL statement on a captured table or database: an open window's chunk is read again.
     pub fn on_schema_change(&mut self) {
-        if let Some(chunk) = self.chunk.as_mut().filter(|c| c.opened) {
-            chunk.stale = Some("a schema change was streamed while it was read");
+        if let Some(chunk) = self.chunks.open_mut().filter(|c| c.window.opened) {
+            chunk.window.stale = Some("a schema change was streamed while it was read");
         }
     }
 
     /// Opens the next chunk's window and starts reading it, when a table is queued and no
     /// chunk is open.
     pub fn maybe_start(&mut self) {
-        if self.chunk.is_some() || self.retry_at.is_some_and(|at| Instant::now() < at) {
+        if !self.chunks.may_start() {
             return;
         }
         let Some(snapshot) = self.state.queue.front().cloned() else {
             return;
         };
-        self.retry_at = None;
-        let token = format!("{}:{}", self.token_base, self.next_chunk);
-        self.next_chunk += 1;
-        let reader = Arc::clone(&self.reader);
         let config = Arc::clone(&self.config);
         let flavor = self.flavor;
         let limit = config.source.incremental_chunk_rows.max(1);
-        let task_token = token.clone();
-        let task = tokio::spawn(async move {
-            let mut guard = reader.lock().await;
-            let conn = match guard.as_mut() {
-                Some(conn) => conn,
-                None => guard.insert(connect(&config.source, flavor).await?),
-            };
-            let result = read_chunk(conn, &config, &snapshot, limit, &task_token).await;
-            if matches!(result, Err(ChunkError::Retry(_))) {
-                *guard = None;
-            }
-            result
-        });
-        let front = self.state.queue.front();
-        self.chunk = Some(OpenChunk {
-            token,
-            request: front.map(|t| t.request.clone()).unwrap_or_default(),
-            table: front.map(|t| t.table.clone()).unwrap_or_default(),
-            opened: false,
-            keys: HashSet::new(),
-            stale: None,
-            task: Some(task),
-            result: None,
-        });
+        let (request, table) = (snapshot.request.clone(), snapshot.table.clone());
+        let connect = {
+            let config = Arc::clone(&config);
+            async move { connect(&config.source, flavor).await }
+        };
+        self.chunks.start(
+            request,
+            table,
+            Window::default(),
+            connect,
+            move |conn: &mut Conn, token: String| {
+                Box::pin(async move { read_chunk(conn, &config, &snapshot, limit, &token).await })
+            },
+        );
     }
 
     /// Collects a finished read; a failed one is dropped (its table skipped, or retried
     /// later). Call on every status tick.
     pub async fn poll(&mut self, at: BinlogSeq) {
-        let Some(chunk) = &mut self.chunk else {
-            self.maybe_start();
-            return;
-        };
-        if chunk.result.is_none() && chunk.task.as_ref().is_some_and(JoinHandle::is_finished) {
-            chunk.result = Some(join(chunk.task.take()).await);
-        }
-        if let Some(Err(_)) = &chunk.result {
-            let Some(OpenChunk {
-                result: Some(Err(error)),
-                table,
-                ..
-            }) = self.chunk.take()
-            else {
-                return;
-            };
+        if let Some((table, error)) = self.chunks.failed().await {
             self.on_error(&table, error, at);
         }
         self.maybe_start();
     }
 
     fn on_error(&mut self, table: &str, error: ChunkError, at: BinlogSeq) {
-        match error {
-            ChunkError::Table(problem) => {
-                tracing::error!(
-                    table,
-                    "incremental snapshot of {table} abandoned: {problem}"
-                );
-                if self.state.queue.front().is_some_and(|t| t.table == table) {
-                    self.state.queue.pop_front();
-                    self.record(at, 0);
-                }
-            }
-            ChunkError::Retry(error) => {
-                tracing::warn!(table, error = %error.chain(), "incremental snapshot: reading a chunk failed; retrying in 5 s");
-                self.retry_at = Some(Instant::now() + RETRY_AFTER);
-            }
+        if self.chunks.on_error(&mut self.state, table, error) {
+            self.record(at, 0);
         }
     }
 
@@ -641,18 +570,13 @@ impl IncrementalRun {
     /// the chunk's rows to publish there (before anything streamed after it) and records the
     /// progress.
     pub async fn on_close(&mut self, at: BinlogSeq) -> Option<ChunkToPublish> {
-        let mut chunk = self.chunk.take()?;
-        let result = match chunk.result.take() {
-            Some(result) => result,
-            None => match tokio::time::timeout(JOIN_DEADLINE, join(chunk.task.take())).await {
-                Ok(result) => result,
-                Err(_) => {
-                    tracing::warn!(table = %chunk.table, "incremental snapshot: the chunk's reader did not answer after its watermark; reading it again");
-                    self.retry_at = Some(Instant::now() + REREAD_AFTER);
-                    return None;
-                }
-            },
-        };
+        let (chunk, result) = self
+            .chunks
+            .close(
+                JOIN_DEADLINE,
+                "incremental snapshot: the chunk's reader did not answer after its watermark; reading it again",
+            )
+            .await?;
         let rows = match result {
             Ok(rows) => rows,
             Err(error) => {
@@ -660,12 +584,13 @@ impl IncrementalRun {
                 return None;
             }
         };
-        let stale = chunk
+        let window = chunk.window;
+        let stale = window
             .stale
-            .or((!chunk.opened).then_some("its opening watermark was not seen"));
+            .or((!window.opened).then_some("its opening watermark was not seen"));
         if let Some(why) = stale {
             tracing::info!(table = %chunk.table, "incremental snapshot: chunk dropped ({why}); reading it again");
-            self.retry_at = Some(Instant::now() + REREAD_AFTER);
+            self.chunks.read_again();
             return None;
         }
         let current = self.state.queue.front_mut()?;
@@ -677,14 +602,14 @@ impl IncrementalRun {
             .rows
             .into_iter()
             .map(|row| row.into_iter().map(BinlogValue::Value).collect::<Vec<_>>())
-            .filter(|row| event_key(&rows.table, row).is_none_or(|key| !chunk.keys.contains(&key)))
+            .filter(|row| event_key(&rows.table, row).is_none_or(|key| !window.keys.contains(&key)))
             .collect();
         if let Some(last) = rows.last_key {
             current.after = Some(last);
         }
         current.rows += publish.len() as u64;
         current.chunks += 1;
-        tracing::debug!(table = %current.table, read, published = publish.len(), noted = chunk.keys.len(), "incremental snapshot: chunk");
+        tracing::debug!(table = %current.table, read, published = publish.len(), noted = window.keys.len(), "incremental snapshot: chunk");
         if !rows.full {
             tracing::info!(
                 table = %current.table,
@@ -704,40 +629,12 @@ impl IncrementalRun {
 
     /// The newest state whose transaction `watermark` covers, to save with it.
     pub fn confirmed(&mut self, watermark: BinlogSeq) -> Option<MysqlIncrementalState> {
-        let mut newest = None;
-        while self
-            .progress
-            .front()
-            .is_some_and(|(at, _, _)| *at <= watermark)
-        {
-            if let Some((_, state, request)) = self.progress.pop_front() {
-                self.confirmed_request = self.confirmed_request.max(request);
-                newest = Some(state);
-            }
-        }
-        newest
+        self.progress.confirmed(watermark)
     }
 
     /// For `/health`: the running table's progress and the queue's length.
     pub fn status(&self) -> Option<IncrementalStatus> {
         self.state.status()
-    }
-}
-
-async fn join(
-    task: Option<JoinHandle<Result<ChunkRows, ChunkError>>>,
-) -> Result<ChunkRows, ChunkError> {
-    match task {
-        Some(task) => task.await.unwrap_or_else(|e| {
-            Err(ChunkError::Retry(PipelineError::retryable(
-                "the incremental snapshot reader failed",
-                e,
-            )))
-        }),
-        None => Err(ChunkError::Retry(PipelineError::retryable(
-            "the incremental snapshot reader is gone",
-            std::io::Error::other("no task"),
-        ))),
     }
 }
 
@@ -765,7 +662,7 @@ mod tests {
     fn progress_is_handed_out_once_the_checkpoint_passed_it() {
         let mut run = run();
         // Outside a runtime the chunk's task cannot start: keep it from trying.
-        run.retry_at = Some(Instant::now() + Duration::from_secs(3600));
+        run.chunks.hold_for(Duration::from_secs(3600));
         run.accept(
             &snapshot("r1", &["shop.orders", "other.t", "shop.sig"], false),
             BinlogSeq(5),
@@ -795,7 +692,7 @@ mod tests {
     #[test]
     fn watermarks_of_other_runs_are_ignored_and_requests_parsed() {
         let mut run = run();
-        run.retry_at = Some(Instant::now() + Duration::from_secs(3600));
+        run.chunks.hold_for(Duration::from_secs(3600));
         assert!(matches!(
             run.on_signal_row("sluice-1:0", WINDOW_CLOSE, "shop.orders", BinlogSeq(1)),
             SignalRow::Taken

@@ -161,7 +161,7 @@ pub async fn run_once(
     board: &Arc<StatusBoard>,
     shutdown: &CancellationToken,
     metrics: &PipelineMetrics,
-    batch_size_cap: &Arc<std::sync::atomic::AtomicU64>,
+    learned_cap: &Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<(), PipelineError> {
     kafka::probe_async(
         &config.kafka.brokers,
@@ -245,7 +245,23 @@ pub async fn run_once(
             .map_err(server::sql_error("SELECT @@GLOBAL.binlog_checksum failed"))?;
         checksum.is_some_and(|c| c.eq_ignore_ascii_case("CRC32"))
     };
+    // The captured tables' topics and the dead-letter topic, created now (when sluice creates
+    // topics) and their max.message.bytes read ahead for the producer's batch.size; a table's
+    // topic first used later is read then (see `ensure_topic`).
+    let mut topics: Vec<String> = snapshot::captured_tables(&mut conn, &config.source)
+        .await?
+        .iter()
+        .map(|t| format!("{}.{}.{}", config.kafka.topic_prefix, t.database, t.table))
+        .collect();
     drop(conn);
+    topics.extend(config.delivery.dead_letter_topic.iter().cloned());
+    let mut known_topics = HashSet::new();
+    if config.kafka.create_topics {
+        kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        known_topics.extend(topics.iter().cloned());
+    }
+    let (batch_size_cap, batch_size) =
+        kafka::batch_size_for_topics(&config.kafka, &topics, learned_cap).await?;
 
     let kafka::SourceProducer {
         producer,
@@ -257,7 +273,7 @@ pub async fn run_once(
         &format!("sluice-{}", config.name),
         config.delivery.max_in_flight_records,
         config.delivery.in_flight_bytes(),
-        kafka::learned_batch_cap(batch_size_cap),
+        batch_size_cap,
         None,
     )?;
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
@@ -376,18 +392,6 @@ pub async fn run_once(
     )
     .await?;
 
-    let mut known_topics = HashSet::new();
-    if config.kafka.create_topics
-        && let Some(topic) = config.delivery.dead_letter_topic.clone()
-    {
-        kafka::ensure_topics(
-            &config.kafka,
-            std::slice::from_ref(&topic),
-            config.kafka.topic_partitions,
-        )
-        .await?;
-        known_topics.insert(topic);
-    }
     board.set_state(PipelineState::Streaming);
     board.update(|s| {
         s.last_error = None;
@@ -402,13 +406,11 @@ pub async fn run_once(
         delivery_tx.clone(),
         record_position,
     );
-    if let Some(batch_size) =
-        kafka::effective_batch_size(&config.kafka, kafka::learned_batch_cap(batch_size_cap))
-    {
+    if let Some(batch_size) = batch_size {
         core.set_batch_limit(crate::delivery::BatchLimit::from_cluster(
             config.kafka.clone(),
             batch_size,
-            Arc::clone(batch_size_cap),
+            Arc::clone(learned_cap),
         ));
     }
     let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
@@ -441,6 +443,8 @@ pub async fn run_once(
             tables: HashMap::new(),
             table_metrics: HashMap::new(),
             known_topics,
+            batch_size,
+            learned_cap: Arc::clone(learned_cap),
             tx: Transaction::default(),
             meta: None,
             schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
@@ -729,6 +733,10 @@ struct MysqlSource {
     tables: HashMap<u64, TableSlot>,
     table_metrics: HashMap<String, Arc<TableMetrics>>,
     known_topics: HashSet<String>,
+    /// The producer's `batch.size` when sluice sets it (`None`: set in `[kafka.producer]`).
+    batch_size: Option<u64>,
+    /// The `batch.size` cap kept across runs (see [`MysqlPipeline`]).
+    learned_cap: Arc<std::sync::atomic::AtomicU64>,
     tx: Transaction,
     /// A connection for `information_schema` (schema changes), opened when first needed.
     meta: Option<mysql_async::Conn>,
@@ -1460,7 +1468,16 @@ impl MysqlSource {
             return Ok(());
         }
         let topics = [topic.to_owned()];
-        let create = kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions);
+        let create = async {
+            kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+            kafka::check_new_topic_batch_size(
+                &config.kafka,
+                topic,
+                self.batch_size,
+                &self.learned_cap,
+            )
+            .await
+        };
         tokio::time::timeout(TOPIC_DEADLINE, create)
             .await
             .map_err(|e| {

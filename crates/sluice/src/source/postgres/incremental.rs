@@ -46,11 +46,10 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use sluice_engine::Lsn;
-use tokio::task::JoinHandle;
 use tokio_postgres::SimpleQueryMessage;
 
 use super::config::{PgPipelineConfig, PostgresSourceConfig};
@@ -61,6 +60,7 @@ use crate::compaction::hll::hash_key;
 use crate::compaction::scan::HashedSet;
 use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
+use crate::source::incremental::{Chunk, ChunkError, ChunkReader, Progress};
 pub use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
 
 /// The prefix of the closing watermarks' logical messages.
@@ -68,9 +68,6 @@ pub const WATERMARK_PREFIX: &str = "sluice.snapshot";
 
 /// How many decoded commits' transaction ids the loop remembers for the visibility check.
 pub const RECENT_COMMITS: usize = 8192;
-
-/// How long a chunk dropped because its read missed a decoded commit waits to be read again.
-const REREAD_AFTER: Duration = Duration::from_millis(100);
 
 /// A key's column values in text form (`None`: SQL NULL or not sent).
 pub type KeyValues = Vec<Option<Bytes>>;
@@ -143,15 +140,6 @@ impl XidSnapshot {
         }
         !self.in_progress.contains(&xid)
     }
-}
-
-/// Why a chunk could not be read.
-pub enum ChunkError {
-    /// The table cannot be snapshotted incrementally (gone, no primary key, bad filter): the
-    /// table is dropped from the queue.
-    Table(String),
-    /// Connection trouble: retried.
-    Retry(PipelineError),
 }
 
 /// Reads the chunk after `after` of `table` and then writes the closing watermark `token`.
@@ -412,25 +400,12 @@ pub async fn publish_signal_table(
 /// The keys a window noted.
 #[derive(Debug, Default)]
 pub struct Window {
+    /// How many commits the loop had decoded when the window opened.
+    pub opened_at: u64,
     /// Keys changed since the window opened.
     pub keys: HashSet<KeyValues>,
     /// A truncate was streamed: every row of the chunk is stale.
     pub truncated: bool,
-}
-
-/// How long a chunk that failed for connection trouble waits before it is read again.
-const RETRY_AFTER: Duration = Duration::from_secs(5);
-
-/// A chunk being read: its window and the side connection's task.
-struct OpenChunk {
-    token: String,
-    /// How many commits the loop had decoded when the window opened.
-    opened_at: u64,
-    request: String,
-    table: String,
-    window: Window,
-    task: Option<JoinHandle<Result<ChunkRead, ChunkError>>>,
-    result: Option<Result<ChunkRead, ChunkError>>,
 }
 
 /// What the side connection's task read before writing its watermark.
@@ -509,20 +484,12 @@ enum Visibility {
 pub struct IncrementalRun {
     state: IncrementalState,
     /// States to record once the slot is confirmed past their position.
-    /// Each with the admin request it records (its sequence number on the status board; 0
-    /// for none).
-    progress: VecDeque<(Lsn, IncrementalState, u64)>,
-    /// The newest admin request among the states [`confirmed`](Self::confirmed) handed out.
-    confirmed_request: u64,
-    chunk: Option<OpenChunk>,
+    progress: Progress<Lsn, Vec<String>>,
+    chunks: ChunkReader<PgCatalog, Window, ChunkRead>,
     /// The transaction ids of the last [`RECENT_COMMITS`] commits decoded, oldest first.
     recent_commits: VecDeque<u32>,
     /// How many commits were decoded in all.
     commits: u64,
-    reader: Arc<tokio::sync::Mutex<Option<PgCatalog>>>,
-    token_base: String,
-    next_chunk: u64,
-    retry_at: Option<Instant>,
     captured: HashSet<String>,
     signal_table: Option<String>,
     snapshot_new_tables: bool,
@@ -561,19 +528,14 @@ impl IncrementalRun {
         let pg = &config.source;
         let mut run = Self {
             state: state.unwrap_or_default(),
-            progress: VecDeque::new(),
-            confirmed_request: 0,
-            chunk: None,
-            recent_commits: VecDeque::with_capacity(RECENT_COMMITS),
-            commits: 0,
-            reader: Arc::new(tokio::sync::Mutex::new(None)),
-            token_base: format!(
+            progress: Progress::default(),
+            chunks: ChunkReader::new(format!(
                 "{}-{}",
                 std::process::id(),
                 crate::delivery::unix_micros_now()
-            ),
-            next_chunk: 0,
-            retry_at: None,
+            )),
+            recent_commits: VecDeque::with_capacity(RECENT_COMMITS),
+            commits: 0,
             signal_table: pg.signal_table.clone(),
             snapshot_new_tables: pg.snapshot_new_tables
                 && pg.snapshot != super::config::SnapshotMode::Never,
@@ -664,14 +626,13 @@ impl IncrementalRun {
         if let Some(offsets) = &self.offsets {
             offsets.record(position, self.state.clone());
         }
-        self.progress
-            .push_back((position.0, self.state.clone(), request));
+        self.progress.push(position.0, self.state.clone(), request);
     }
 
     /// The newest admin request in the states [`confirmed`](Self::confirmed) handed out: once
     /// the state file is written, it and every earlier request are in it.
     pub fn confirmed_request(&self) -> u64 {
-        self.confirmed_request
+        self.progress.confirmed_request()
     }
 
     /// Applies an operator's signal seen at `at` (the signal row's commit, or the newest
@@ -681,7 +642,7 @@ impl IncrementalRun {
         let captured = &self.captured;
         let changed = self.state.accept(signal, &|t| captured.contains(t));
         if changed
-            && let Some(chunk) = &self.chunk
+            && let Some(chunk) = self.chunks.open()
             && !self.state.queue.iter().any(|t| t.table == chunk.table)
         {
             // The running table was stopped: its chunk is dropped at its watermark.
@@ -784,7 +745,7 @@ impl IncrementalRun {
                 ChangeKind::Read { .. } => {}
             }
         }
-        let Some(chunk) = &mut self.chunk else {
+        let Some(chunk) = self.chunks.open_mut() else {
             return;
         };
         if chunk.table != relation.name {
@@ -812,7 +773,7 @@ impl IncrementalRun {
     /// Opens the next chunk's window and starts reading it, when a table is queued and no
     /// chunk is open.
     pub fn maybe_start(&mut self) {
-        if self.chunk.is_some() || self.retry_at.is_some_and(|at| Instant::now() < at) {
+        if !self.chunks.may_start() {
             return;
         }
         let Some(snapshot) = self.state.queue.front().cloned() else {
@@ -840,99 +801,59 @@ impl IncrementalRun {
             .as_ref()
             .filter(|r| r.sweeping)
             .map(|r| Arc::new(r.present.clone()));
-        self.retry_at = None;
-        let token = format!("{}:{}", self.token_base, self.next_chunk);
-        self.next_chunk += 1;
-        let reader = Arc::clone(&self.reader);
         let config = Arc::clone(&self.config);
         let identity = self.identity.clone();
         let limit = config.source.incremental_chunk_rows.max(1);
-        let task_token = token.clone();
-        let task = tokio::spawn(async move {
-            let mut guard = reader.lock().await;
-            if guard.is_none() {
-                *guard = Some(
-                    PgCatalog::connect(&config)
-                        .await
-                        .map_err(ChunkError::Retry)?,
-                );
-            }
-            let Some(catalog) = guard.as_ref() else {
-                unreachable!("connected above");
-            };
-            let result = match sweep {
-                Some(present) => {
-                    sweep_topic(catalog, &identity, &config, &snapshot, present, &task_token).await
-                }
-                None => read_chunk(
-                    catalog,
-                    &identity,
-                    &config.source,
-                    &config.kafka.events,
-                    &snapshot,
-                    limit,
-                    &task_token,
-                )
-                .await
-                .map(ChunkRead::Rows),
-            };
-            if matches!(result, Err(ChunkError::Retry(_))) {
-                *guard = None;
-            }
-            result
-        });
-        self.chunk = Some(OpenChunk {
-            token,
+        let connect = {
+            let config = Arc::clone(&config);
+            async move { PgCatalog::connect(&config).await.map_err(ChunkError::Retry) }
+        };
+        let window = Window {
             opened_at: self.commits,
+            ..Window::default()
+        };
+        self.chunks.start(
             request,
             table,
-            window: Window::default(),
-            task: Some(task),
-            result: None,
-        });
+            window,
+            connect,
+            move |catalog: &mut PgCatalog, token: String| {
+                Box::pin(async move {
+                    match sweep {
+                        Some(present) => {
+                            sweep_topic(catalog, &identity, &config, &snapshot, present, &token)
+                                .await
+                        }
+                        None => read_chunk(
+                            catalog,
+                            &identity,
+                            &config.source,
+                            &config.kafka.events,
+                            &snapshot,
+                            limit,
+                            &token,
+                        )
+                        .await
+                        .map(ChunkRead::Rows),
+                    }
+                })
+            },
+        );
     }
 
     /// Collects a finished read; a failed one is dropped (its table skipped, or retried
     /// later). Call on every status tick.
     pub async fn poll(&mut self, at: Lsn) {
-        let Some(chunk) = &mut self.chunk else {
-            self.maybe_start();
-            return;
-        };
-        if chunk.result.is_none() && chunk.task.as_ref().is_some_and(JoinHandle::is_finished) {
-            chunk.result = Some(join(chunk.task.take()).await);
-        }
-        if let Some(Err(_)) = &chunk.result {
-            let Some(OpenChunk {
-                result: Some(Err(error)),
-                table,
-                ..
-            }) = self.chunk.take()
-            else {
-                return;
-            };
+        if let Some((table, error)) = self.chunks.failed().await {
             self.on_error(&table, error, at);
         }
         self.maybe_start();
     }
 
     fn on_error(&mut self, table: &str, error: ChunkError, at: Lsn) {
-        match error {
-            ChunkError::Table(problem) => {
-                tracing::error!(
-                    table,
-                    "incremental snapshot of {table} abandoned: {problem}"
-                );
-                if self.state.queue.front().is_some_and(|t| t.table == table) {
-                    self.state.queue.pop_front();
-                    self.republication = None;
-                    self.record(at);
-                }
-            }
-            ChunkError::Retry(error) => {
-                tracing::warn!(table, error = %error.chain(), "incremental snapshot: reading a chunk failed; retrying in 5 s");
-                self.retry_at = Some(Instant::now() + RETRY_AFTER);
-            }
+        if self.chunks.on_error(&mut self.state, table, error) {
+            self.republication = None;
+            self.record(at);
         }
     }
 
@@ -940,33 +861,21 @@ impl IncrementalRun {
     /// publish there (before anything streamed after it) and records the progress.
     pub async fn on_watermark(&mut self, content: &[u8], at: Lsn) -> Option<ChunkToPublish> {
         if self
-            .chunk
-            .as_ref()
+            .chunks
+            .open()
             .is_none_or(|c| c.token.as_bytes() != content)
         {
             return None; // an earlier run's, or a chunk given up
         }
-        let mut chunk = self.chunk.take()?;
-        let result = match chunk.result.take() {
-            Some(result) => result,
-            // The loop waits for the read only so long (see `stream::LOOP_DEADLINE`): a chunk
-            // still being read then is given up and read again later.
-            None => {
-                match tokio::time::timeout(super::stream::LOOP_DEADLINE, join(chunk.task.take()))
-                    .await
-                {
-                    Ok(result) => result,
-                    Err(_) => {
-                        tracing::warn!(
-                            table = %chunk.table,
-                            "incremental snapshot: the chunk's read outlasted the loop's deadline; reading it again later"
-                        );
-                        self.retry_at = Some(Instant::now() + REREAD_AFTER);
-                        return None;
-                    }
-                }
-            }
-        };
+        // The loop waits for the read only so long (see `stream::LOOP_DEADLINE`): a chunk
+        // still being read then is given up and read again later.
+        let (chunk, result) = self
+            .chunks
+            .close(
+                super::stream::LOOP_DEADLINE,
+                "incremental snapshot: the chunk's read outlasted the loop's deadline; reading it again later",
+            )
+            .await?;
         let rows = match result {
             Ok(ChunkRead::Rows(rows)) => rows,
             Ok(ChunkRead::Missing { relation, keys }) => {
@@ -977,7 +886,7 @@ impl IncrementalRun {
                 return None;
             }
         };
-        match self.missed_commit(chunk.opened_at, &rows.snapshot) {
+        match self.missed_commit(chunk.window.opened_at, &rows.snapshot) {
             Visibility::SawAll => {}
             Visibility::Missed(xid) => {
                 tracing::info!(
@@ -985,7 +894,7 @@ impl IncrementalRun {
                     xid,
                     "incremental snapshot: the chunk was read before transaction {xid}, already streamed, became visible; reading it again"
                 );
-                self.retry_at = Some(Instant::now() + REREAD_AFTER);
+                self.chunks.read_again();
                 return None;
             }
             Visibility::Unknown { after_opening } => {
@@ -994,7 +903,7 @@ impl IncrementalRun {
                     after_opening,
                     "incremental snapshot: {after_opening} commits were decoded while the chunk was read, more than the {RECENT_COMMITS} remembered for its visibility check; reading it again"
                 );
-                self.retry_at = Some(Instant::now() + REREAD_AFTER);
+                self.chunks.read_again();
                 return None;
             }
         }
@@ -1059,7 +968,7 @@ impl IncrementalRun {
     /// and the table is done.
     fn on_swept(
         &mut self,
-        chunk: &OpenChunk,
+        chunk: &Chunk<Window>,
         relation: Arc<RelationInfo>,
         keys: Vec<Vec<u8>>,
         at: Lsn,
@@ -1096,18 +1005,7 @@ impl IncrementalRun {
 
     /// The newest state whose position `confirmed` covers, to record with it.
     pub fn confirmed(&mut self, confirmed: Lsn) -> Option<IncrementalState> {
-        let mut newest = None;
-        while self
-            .progress
-            .front()
-            .is_some_and(|(at, _, _)| *at <= confirmed)
-        {
-            if let Some((_, state, request)) = self.progress.pop_front() {
-                self.confirmed_request = self.confirmed_request.max(request);
-                newest = Some(state);
-            }
-        }
-        newest
+        self.progress.confirmed(confirmed)
     }
 
     /// For `/health`: the running table's progress and the queue's length.
@@ -1182,23 +1080,6 @@ async fn sweep_topic(
         relation: Arc::new(relation),
         keys,
     })
-}
-
-async fn join(
-    task: Option<JoinHandle<Result<ChunkRead, ChunkError>>>,
-) -> Result<ChunkRead, ChunkError> {
-    match task {
-        Some(task) => task.await.unwrap_or_else(|e| {
-            Err(ChunkError::Retry(PipelineError::retryable(
-                "the incremental snapshot reader failed",
-                e,
-            )))
-        }),
-        None => Err(ChunkError::Retry(PipelineError::retryable(
-            "the incremental snapshot reader is gone",
-            std::io::Error::other("no task"),
-        ))),
-    }
 }
 
 /// The visibility check of a chunk opened after `opened_at` of `commits` decoded commits, the

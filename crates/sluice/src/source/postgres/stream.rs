@@ -296,19 +296,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         known_topics.extend(dead_letter.iter().cloned());
     }
     topics.extend(dead_letter);
-    // Topics created while running may accept smaller batches than these: the smallest limit
-    // seen so far is kept across runs (see `ensure_topic`).
-    let batch_size_cap = kafka::smallest_max_message_bytes(&config.kafka, &topics)
-        .await?
-        .into_iter()
-        .chain(kafka::learned_batch_cap(&ctx.batch_size_cap))
-        .min();
-    let batch_size = kafka::effective_batch_size(&config.kafka, batch_size_cap);
-    if let Some(cap) = batch_size_cap.filter(|cap| batch_size == Some(*cap)) {
-        tracing::info!(
-            "the pipeline's topics take batches of at most {cap} bytes (max.message.bytes): batch.size = {cap}"
-        );
-    }
+    let (batch_size_cap, batch_size) =
+        kafka::batch_size_for_topics(&config.kafka, &topics, &ctx.batch_size_cap).await?;
     tracing::info!(
         slot = %slot_name,
         confirmed_flush = %slot.confirmed_flush,
@@ -1471,23 +1460,13 @@ impl PgSource<'_> {
         )
         .await?;
         self.known_topics.insert(topic.to_owned());
-        // The broker checks max.message.bytes against whole batches: a topic that takes less
-        // than the producer's batch.size would refuse batches of small records. The producer's
-        // batch.size is fixed, so the run restarts with the lower cap (kept across runs).
-        if let Some(batch_size) = self.batch_size {
-            let limit =
-                kafka::smallest_max_message_bytes(&config.kafka, &[topic.to_owned()]).await?;
-            if let Some(limit) = limit.filter(|limit| *limit < batch_size) {
-                kafka::lower_batch_cap(&self.ctx.batch_size_cap, limit);
-                return Err(PipelineError::retryable(
-                    format!(
-                        "topic {topic} takes batches of at most {limit} bytes (max.message.bytes), less than the producer's batch.size {batch_size}: restarting with batch.size = {limit}"
-                    ),
-                    std::io::Error::other("batch.size above a new topic's max.message.bytes"),
-                ));
-            }
-        }
-        Ok(())
+        kafka::check_new_topic_batch_size(
+            &config.kafka,
+            topic,
+            self.batch_size,
+            &self.ctx.batch_size_cap,
+        )
+        .await
     }
 
     fn relation(&self, relation_id: u32) -> Result<Arc<RelationInfo>, PipelineError> {
