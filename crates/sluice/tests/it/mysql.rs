@@ -140,13 +140,7 @@ struct Streaming {
 async fn streaming(server: Server, name: &str, prefix: &str, columns: &str) -> Streaming {
     let database = unique(name);
     let prefix = unique(prefix);
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!("CREATE TABLE {database}.t {columns}"))
-        .await
-        .unwrap();
+    let root = database_with_table(server, &database, columns).await;
     let dir = test_dir(&database);
     let admin_port = free_port();
     let sluice = Sluice::start(
@@ -757,15 +751,12 @@ async fn a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(server: Se
     let _server = server.shared().await;
     let database = unique("my_batchcap");
     let prefix = unique("mbc");
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, payload TEXT)"
-    ))
-    .await
-    .unwrap();
+    let mut root = database_with_table(
+        server,
+        &database,
+        "(id INT NOT NULL PRIMARY KEY, payload TEXT)",
+    )
+    .await;
     const LIMIT: u64 = 150_000;
     let topic = format!("{prefix}.{database}.t");
     let admin: AdminClient<rdkafka::client::DefaultClientContext> = rdkafka::ClientConfig::new()
@@ -1466,6 +1457,23 @@ fn start_writer(
     })
 }
 
+/// Creates database `database` and its table `t` (`columns`: the parenthesised column list);
+/// returns a root connection.
+pub(crate) async fn database_with_table(
+    server: Server,
+    database: &str,
+    columns: &str,
+) -> mysql_async::Conn {
+    let mut root = server.root().await;
+    root.query_drop(format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    root.query_drop(format!("CREATE TABLE {database}.t {columns}"))
+        .await
+        .unwrap();
+    root
+}
+
 /// Creates database `database` with `t (id INT PRIMARY KEY, v BIGINT, note)` holding `rows`
 /// rows (`id` 1 to `rows`, `v` = `v(id)`, `note` `row<id>`); returns a root connection.
 pub(crate) async fn table_with_rows(
@@ -1474,15 +1482,12 @@ pub(crate) async fn table_with_rows(
     rows: u32,
     v: impl Fn(u32) -> u32,
 ) -> mysql_async::Conn {
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))"
-    ))
-    .await
-    .unwrap();
+    let mut root = database_with_table(
+        server,
+        database,
+        "(id INT NOT NULL PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(40))",
+    )
+    .await;
     for first in (1..=rows).step_by(1000) {
         let values: Vec<String> = (first..=rows.min(first + 999))
             .map(|id| format!("({id}, {}, 'row{id}')", v(id)))

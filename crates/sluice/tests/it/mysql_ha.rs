@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 
 use crate::faults::run_sluice;
 use crate::ha::{health, is_active_and_streaming, is_standby};
-use crate::mysql::{Server, binlog_place, ids, pipeline, spawn_inserts};
+use crate::mysql::{Server, binlog_place, database_with_table, ids, pipeline, spawn_inserts};
 use crate::support::{
     Sluice, broker_shared, free_port, read_topic, state_documents, test_dir, unique, wait_until,
 };
@@ -59,15 +59,12 @@ async fn a_standby_takes_over_from_a_killed_active_instance(server: Server) {
     let _server = server.shared().await;
     let database = unique("my_ha");
     let prefix = unique("mha");
-    let mut root = server.root().await;
-    root.query_drop(format!("CREATE DATABASE {database}"))
-        .await
-        .unwrap();
-    root.query_drop(format!(
-        "CREATE TABLE {database}.t (id INT NOT NULL PRIMARY KEY, v VARCHAR(20))"
-    ))
-    .await
-    .unwrap();
+    let mut root = database_with_table(
+        server,
+        &database,
+        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+    )
+    .await;
     let state_topic = format!("{database}.state");
     let ports = [free_port(), free_port()];
     // One pipeline file (one server_id), as on two hosts; only the admin port and the
