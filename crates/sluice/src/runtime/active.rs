@@ -67,8 +67,16 @@ pub fn parse_session_label(label: Option<&str>) -> ActiveInstance {
     }
 }
 
-/// Reports on `board` that this instance waits as a standby while `active` streams.
-pub fn report_standby(board: &StatusBoard, active: Option<ActiveInstance>) {
+/// Reports on `board` that this instance waits as a standby while `active` streams, and logs
+/// it the first time (`waited` remembers that it did).
+pub fn report_standby(board: &StatusBoard, active: Option<ActiveInstance>, waited: &mut bool) {
+    if !*waited {
+        tracing::info!(
+            active = active.as_ref().map_or("unknown", |a| a.instance.as_str()),
+            "another instance of the pipeline is active: waiting as a standby"
+        );
+        *waited = true;
+    }
     board.set_role(Role::Standby, active);
     board.set_state(PipelineState::Standby);
 }

@@ -99,14 +99,7 @@ pub async fn acquire(
         // server notices it is gone: not another instance to wait for as a standby.
         let own = active.as_ref().is_some_and(|a| a.instance == instance);
         if !own {
-            if !waited {
-                tracing::info!(
-                    active = active.as_ref().map_or("unknown", |a| a.instance.as_str()),
-                    "another instance of the pipeline is active: waiting as a standby"
-                );
-                waited = true;
-            }
-            active::report_standby(board, active);
+            active::report_standby(board, active, &mut waited);
         }
         tokio::select! {
             () = tokio::time::sleep(poll) => {}

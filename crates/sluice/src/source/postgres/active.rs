@@ -63,14 +63,7 @@ pub async fn acquire(
             break;
         }
         let active = holder(&client, &slot).await?;
-        if !waited {
-            tracing::info!(
-                active = active.as_ref().map_or("unknown", |a| a.instance.as_str()),
-                "another instance of the pipeline is active: waiting as a standby"
-            );
-            waited = true;
-        }
-        active::report_standby(board, active);
+        active::report_standby(board, active, &mut waited);
         tokio::select! {
             () = tokio::time::sleep(poll) => {}
             () = shutdown.cancelled() => return Ok(None),
