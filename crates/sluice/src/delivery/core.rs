@@ -738,13 +738,13 @@ fn encode_batch<C, E: Encode<C>>(batch: Vec<Admitted<C>>, encoder: &E) -> Vec<En
                         bytes: 0,
                     })
                     .collect();
-                out.push(Encoded::Failed(DeliveryEvent::EncodeFailed {
+                out.push(Encoded::Failed(Box::new(DeliveryEvent::EncodeFailed {
                     reason: failed.reason,
                     topic: failed.topic,
                     position: failed.position,
                     description: failed.description,
                     deliveries,
-                }));
+                })));
                 continue;
             }
         };

@@ -205,7 +205,7 @@ pub(super) async fn publish<K: RecordSink>(
                     let (record, delivery) = match item {
                         Encoded::Record(record, delivery) => (record, delivery),
                         Encoded::Failed(event) => {
-                            let _ = events.send(event);
+                            let _ = events.send(*event);
                             abort(&sink).await;
                             return;
                         }

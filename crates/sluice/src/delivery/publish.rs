@@ -164,9 +164,15 @@ pub async fn send<K: RecordSink + ?Sized>(
 pub(super) enum Encoded {
     /// A record with its bookkeeping.
     Record(OutRecord, Box<Delivery>),
-    /// The change could not be encoded: what the loop needs to apply its policy.
-    Failed(DeliveryEvent),
+    /// The change could not be encoded: what the loop needs to apply its policy. Boxed: rare,
+    /// and unboxed it made every `Encoded` larger than 128 bytes, so each move of a record
+    /// through the batch was a `memmove` call (3 % of the MySQL backlog's samples;
+    /// bench/PROFILE.md, "MySQL backlog: the profile after…").
+    Failed(Box<DeliveryEvent>),
 }
+
+// The hot value stays small enough to be moved with a few register moves.
+const _: () = assert!(std::mem::size_of::<Encoded>() <= 128);
 
 /// A batch being encoded on the blocking pool.
 pub(super) type EncodedBatch = JoinHandle<Vec<Encoded>>;
@@ -187,7 +193,7 @@ pub(super) async fn publish<K: RecordSink>(
             let (record, delivery) = match item {
                 Encoded::Record(record, delivery) => (record, delivery),
                 Encoded::Failed(event) => {
-                    let _ = events.send(event);
+                    let _ = events.send(*event);
                     continue;
                 }
             };
