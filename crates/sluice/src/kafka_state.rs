@@ -84,7 +84,7 @@ impl KafkaStateStore {
             producer
                 .init_transactions(TIMEOUT)
                 .map_err(|e| transaction_error("cannot start the state store's producer", e))?;
-            let documents = read_all(&brokers, &client, &topic_owned, &prefix)?;
+            let documents = read_all(&reader(&brokers, &client)?, &topic_owned, &prefix)?;
             Ok(Self {
                 topic: topic_owned,
                 producer: Some(producer),
@@ -112,10 +112,11 @@ impl KafkaStateStore {
         let topic_owned = topic.to_owned();
         let prefix = format!("{pipeline}.");
         tokio::task::spawn_blocking(move || {
-            if !topic_exists(&brokers, &client, &topic_owned)? {
+            let reader = reader(&brokers, &client)?;
+            if !topic_exists(&reader, &topic_owned)? {
                 return Ok(None);
             }
-            let documents = read_all(&brokers, &client, &topic_owned, &prefix)?;
+            let documents = read_all(&reader, &topic_owned, &prefix)?;
             Ok(Some(Self {
                 topic: topic_owned,
                 producer: None,
@@ -210,13 +211,16 @@ fn transaction_error(what: &str, error: KafkaError) -> PipelineError {
     }
 }
 
-/// Whether `topic` exists.
-fn topic_exists(
+/// The consumer that reads the state topic (committed documents only).
+fn reader(
     brokers: &str,
     client: &std::collections::BTreeMap<String, String>,
-    topic: &str,
-) -> Result<bool, PipelineError> {
-    let consumer: BaseConsumer = crate::kafka::client_config(brokers, client)
+) -> Result<BaseConsumer, PipelineError> {
+    crate::kafka::client_config(brokers, client)
+        .set("group.id", "sluice-state-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
         .create()
         .map_err(|e| {
             PipelineError::fatal_with(
@@ -224,7 +228,11 @@ fn topic_exists(
                 "check the properties in [kafka.client]",
                 e,
             )
-        })?;
+        })
+}
+
+/// Whether `topic` exists.
+fn topic_exists(consumer: &BaseConsumer, topic: &str) -> Result<bool, PipelineError> {
     let metadata = consumer
         .fetch_metadata(Some(topic), TIMEOUT)
         .map_err(|e| PipelineError::retryable(format!("cannot read the state topic {topic}"), e))?;
@@ -237,24 +245,10 @@ fn topic_exists(
 /// Every committed document of the topic whose key starts with `prefix` (the newest per key;
 /// tombstones remove).
 fn read_all(
-    brokers: &str,
-    client: &std::collections::BTreeMap<String, String>,
+    consumer: &BaseConsumer,
     topic: &str,
     prefix: &str,
 ) -> Result<HashMap<String, Vec<u8>>, PipelineError> {
-    let consumer: BaseConsumer = crate::kafka::client_config(brokers, client)
-        .set("group.id", "sluice-state-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create()
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                "cannot create the state store's reader",
-                "check the properties in [kafka.client]",
-                e,
-            )
-        })?;
     let unreachable =
         |e: KafkaError| PipelineError::retryable(format!("cannot read the state topic {topic}"), e);
     let (_, high) = consumer
