@@ -34,7 +34,7 @@ fn main() -> ExitCode {
 ///
 /// With THP, the allocator's partly used 2 MiB regions stay resident as whole huge pages:
 /// measured on the backlog cases (3 rounds, default vs `MIMALLOC_ALLOW_THP=0`; bench/PROFILE.md
-/// "Allocator sweep"), peak RSS fell 131 -> 88 MiB (PostgreSQL), 124 -> 78 (MariaDB) and
+/// "The allocator decision"), peak RSS fell 131 -> 88 MiB (PostgreSQL), 124 -> 78 (MariaDB) and
 /// 132 -> 76 (MySQL) at the same or lower CPU per row. The `prctl` also covers kernels whose THP
 /// mode is `always` (mimalloc's `no_thp` build option only stops its own `madvise`), and it is
 /// made before any thread starts, so every allocation after it is covered.
