@@ -23,7 +23,7 @@ use crate::runtime::metrics::PipelineMetrics;
 use crate::runtime::status::StatusBoard;
 
 /// Changes per encoding batch.
-const ENCODE_BATCH: usize = 512;
+pub(super) const ENCODE_BATCH: usize = 512;
 /// Encoding batches between the loop and the publisher.
 const ENCODE_QUEUE: usize = 16;
 /// How long a graceful shutdown waits for in-flight records.
@@ -284,6 +284,11 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
 
     /// Whether the source may read more: nothing waits for the budget and the tracker is
     /// below its limit (so a full budget stops reads and the backpressure reaches the server).
+    /// Admitted changes not yet sent to be encoded.
+    pub fn undispatched(&self) -> usize {
+        self.batch.len()
+    }
+
     pub fn can_read(&self) -> bool {
         self.intake.steps.is_empty() && self.tracker.pending() < self.max_pending
     }

@@ -52,6 +52,14 @@ use crate::runtime::status::StatusBoard;
 /// Messages read per wake-up before the loop looks at acks and timers again.
 const READ_BURST: usize = 2048;
 
+/// How long changes admitted in the middle of a source transaction may wait for the rest of it
+/// before they are sent to be encoded anyway. Servers send a transaction's changes in one burst
+/// at its commit, but a client that keeps up reads them a few at a time; dispatching after each
+/// read made a batch (an encoding task, a publisher wake-up, a produce call) of a few changes,
+/// which cost the live stream far more CPU per row than a backlog (bench/PROFILE.md,
+/// "Live: batches of a transaction").
+const DISPATCH_LINGER: Duration = Duration::from_millis(2);
+
 /// A source position: ordered, and shown to operators as text.
 pub trait Position: Copy + Ord + Default + std::fmt::Display + Send + Sync + 'static {
     /// The position as the watermark gauge shows it.
@@ -124,6 +132,13 @@ pub trait Source {
     /// The loop does not read for now (back-pressured).
     fn not_reading(&mut self) {}
 
+    /// Whether the last message read left a transaction open whose remaining changes are on
+    /// their way: the loop then lets the changes admitted so far wait for them (up to
+    /// [`DISPATCH_LINGER`], or until a batch is full) instead of dispatching them at once.
+    fn mid_transaction(&self) -> bool {
+        false
+    }
+
     /// Periodic work before each checkpoint; `Ok(true)` asks the server for a reply.
     fn before_checkpoint(
         &mut self,
@@ -174,6 +189,10 @@ pub async fn run<S: Source, K: RecordSink>(
     let mut status_tick = tokio::time::interval(cx.status_interval);
     status_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut events = Vec::with_capacity(4096);
+    // Armed while changes admitted mid-transaction wait to be dispatched.
+    let linger = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(linger);
+    let mut lingering = false;
     loop {
         let waiting_size = core.waiting_size();
         let can_read = core.can_read();
@@ -183,6 +202,7 @@ pub async fn run<S: Source, K: RecordSink>(
         tokio::select! {
             biased;
             () = cx.shutdown.cancelled() => {
+                core.dispatch(|| source.encoder()).await?;
                 core.drain(deliveries).await;
                 confirm(source, core, false).await?;
                 tracing::info!(watermark = %core.watermark(), "stopped");
@@ -211,6 +231,10 @@ pub async fn run<S: Source, K: RecordSink>(
                 core.process_steps()?;
                 core.dispatch(|| source.encoder()).await?;
             }
+            () = &mut linger, if lingering => {
+                lingering = false;
+                core.dispatch(|| source.encoder()).await?;
+            }
             message = source.read(), if can_read => {
                 take(source, core, message).await?;
                 for _ in 0..READ_BURST {
@@ -220,7 +244,15 @@ pub async fn run<S: Source, K: RecordSink>(
                     let Some(message) = source.read().now_or_never() else { break };
                     take(source, core, message).await?;
                 }
-                core.dispatch(|| source.encoder()).await?;
+                if source.mid_transaction() && core.undispatched() < core::ENCODE_BATCH {
+                    if !lingering && core.undispatched() > 0 {
+                        lingering = true;
+                        linger.as_mut().reset(tokio::time::Instant::now() + DISPATCH_LINGER);
+                    }
+                } else {
+                    lingering = false;
+                    core.dispatch(|| source.encoder()).await?;
+                }
             }
         }
     }

@@ -573,12 +573,22 @@ async fn a_change_larger_than_the_budget_waits_for_an_empty_pipeline_then_passes
 enum Read {
     Change(TestChange),
     Checkpoint(u64),
+    /// A transaction starts: the source is mid-transaction until `Commit`.
+    Begin,
+    Commit,
+    /// Nothing arrives for this long (the next read waits).
+    Gap(Duration),
 }
 
 /// A second source on the same boundary: reads a script, confirms into a list.
 struct ScriptedSource {
     script: VecDeque<Read>,
     confirmed: Arc<Mutex<Vec<Lsn>>>,
+    /// The end of the gap being waited out (kept when a read is dropped).
+    gap_until: Option<tokio::time::Instant>,
+    in_transaction: bool,
+    /// Encoders made: one per dispatched batch.
+    batches: Arc<AtomicUsize>,
 }
 
 impl Source for ScriptedSource {
@@ -588,12 +598,27 @@ impl Source for ScriptedSource {
     type Encoder = TestEncoder;
 
     fn read(&mut self) -> impl Future<Output = Read> {
-        // Takes a message only when returning it, so a dropped read loses nothing; at the
-        // script's end it never returns (a quiet server).
-        std::future::poll_fn(|_| match self.script.pop_front() {
-            Some(read) => Poll::Ready(read),
-            None => Poll::Pending,
-        })
+        // Takes a message only when returning it, so a dropped read loses nothing (a gap's end
+        // is kept); at the script's end it never returns (a quiet server).
+        async move {
+            if let Some(Read::Gap(gap)) = self.script.front() {
+                self.gap_until = Some(tokio::time::Instant::now() + *gap);
+                self.script.pop_front();
+            }
+            if let Some(until) = self.gap_until {
+                tokio::time::sleep_until(until).await;
+                self.gap_until = None;
+            }
+            std::future::poll_fn(|_| match self.script.pop_front() {
+                Some(read) => Poll::Ready(read),
+                None => Poll::Pending,
+            })
+            .await
+        }
+    }
+
+    fn mid_transaction(&self) -> bool {
+        self.in_transaction
     }
 
     async fn on_message(
@@ -607,6 +632,9 @@ impl Source for ScriptedSource {
                 intake.admit(change, 100, records);
             }
             Read::Checkpoint(at) => intake.checkpoint(Lsn(at)),
+            Read::Begin => self.in_transaction = true,
+            Read::Commit => self.in_transaction = false,
+            Read::Gap(_) => unreachable!("gaps are waited out by read"),
         }
         Ok(false)
     }
@@ -632,6 +660,7 @@ impl Source for ScriptedSource {
     }
 
     fn encoder(&mut self) -> TestEncoder {
+        self.batches.fetch_add(1, Ordering::Relaxed);
         encoder()
     }
 }
@@ -642,6 +671,7 @@ struct Running {
     acks: mpsc::UnboundedSender<DeliveryEvent>,
     shutdown: CancellationToken,
     confirmed: Arc<Mutex<Vec<Lsn>>>,
+    batches: Arc<AtomicUsize>,
     task: tokio::task::JoinHandle<Result<(), PipelineError>>,
 }
 
@@ -654,9 +684,13 @@ fn run_script(script: Vec<Read>) -> Running {
     } = harness(&DeliveryConfig::default());
     core.drain_deadline = Duration::from_millis(300);
     let confirmed = Arc::new(Mutex::new(Vec::new()));
+    let batches = Arc::new(AtomicUsize::new(0));
     let mut source = ScriptedSource {
         script: script.into(),
         confirmed: Arc::clone(&confirmed),
+        gap_until: None,
+        in_transaction: false,
+        batches: Arc::clone(&batches),
     };
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
@@ -681,6 +715,7 @@ fn run_script(script: Vec<Read>) -> Running {
         acks: events_tx,
         shutdown,
         confirmed,
+        batches,
         task,
     }
 }
@@ -700,6 +735,7 @@ async fn the_loop_confirms_the_watermark_at_each_tick_never_waiting_for_in_fligh
         shutdown,
         confirmed,
         task,
+        ..
     } = run_script(script(&[(1, 10), (2, 20), (3, 30)]));
     let mut sent = producer.take(3).await;
     let (_, third) = sent.pop().unwrap();
@@ -728,6 +764,7 @@ async fn shutdown_drains_in_flight_records_then_confirms() {
         shutdown,
         confirmed,
         task,
+        ..
     } = run_script(script(&[(1, 10), (2, 20)]));
     let mut sent = producer.take(2).await;
     let (_, second) = sent.pop().unwrap();
@@ -742,4 +779,63 @@ async fn shutdown_drains_in_flight_records_then_confirms() {
         Some(&Lsn(20)),
         "the last confirmation covers what the drain received"
     );
+}
+
+/// A transaction's changes read a few at a time (as a client that keeps up reads a server's
+/// commit burst) are encoded as one batch at the commit, not one batch per read.
+#[tokio::test(start_paused = true)]
+async fn a_transaction_read_a_few_changes_at_a_time_is_dispatched_as_one_batch() {
+    // Tokio's timers tick in milliseconds: one gap of 1 ms fits in the linger.
+    assert!(DISPATCH_LINGER >= Duration::from_millis(2));
+    let Running {
+        producer,
+        shutdown,
+        batches,
+        task,
+        ..
+    } = run_script(vec![
+        Read::Begin,
+        Read::Change(change(1, 10)),
+        Read::Change(change(2, 20)),
+        Read::Gap(Duration::from_millis(1)),
+        Read::Change(change(3, 30)),
+        Read::Change(change(4, 40)),
+        Read::Commit,
+        Read::Checkpoint(40),
+    ]);
+    let sent = producer.take(4).await;
+    let keys: Vec<_> = sent
+        .iter()
+        .map(|(record, _)| record.key.clone().unwrap())
+        .collect();
+    assert_eq!(keys, [b"1", b"2", b"3", b"4"].map(|k| k.to_vec()));
+    assert_eq!(batches.load(Ordering::Relaxed), 1, "one encoding batch");
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// Changes of a transaction whose rest does not arrive wait at most `DISPATCH_LINGER`.
+#[tokio::test(start_paused = true)]
+async fn changes_mid_transaction_wait_for_the_rest_at_most_the_linger() {
+    let started = tokio::time::Instant::now();
+    let Running {
+        producer,
+        shutdown,
+        task,
+        ..
+    } = run_script(vec![
+        Read::Begin,
+        Read::Change(change(1, 10)),
+        Read::Change(change(2, 20)),
+        Read::Gap(Duration::from_secs(5)),
+        Read::Commit,
+    ]);
+    producer.take(2).await;
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(1),
+        "dispatched after {waited:?}, not before the rest of the transaction"
+    );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
 }

@@ -892,6 +892,11 @@ impl Source for MysqlSource {
         self.last_event = Instant::now();
     }
 
+    fn mid_transaction(&self) -> bool {
+        // From its GTID event (or BEGIN without GTIDs) to its XID or COMMIT.
+        self.tx.gtid.is_some() || self.tx.thread.is_some()
+    }
+
     async fn before_checkpoint(
         &mut self,
         intake: &mut Intake<MysqlChange, BinlogSeq>,

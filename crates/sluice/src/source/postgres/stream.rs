@@ -723,6 +723,10 @@ impl Source for PgSource<'_> {
         self.silence.not_reading(Instant::now());
     }
 
+    fn mid_transaction(&self) -> bool {
+        self.tx.is_some()
+    }
+
     async fn before_checkpoint(
         &mut self,
         intake: &mut Intake<Item, Lsn>,
