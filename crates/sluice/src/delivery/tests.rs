@@ -597,24 +597,22 @@ impl Source for ScriptedSource {
     type Message = Read;
     type Encoder = TestEncoder;
 
-    fn read(&mut self) -> impl Future<Output = Read> {
-        // Takes a message only when returning it, so a dropped read loses nothing (a gap's end
-        // is kept); at the script's end it never returns (a quiet server).
-        async move {
-            if let Some(Read::Gap(gap)) = self.script.front() {
-                self.gap_until = Some(tokio::time::Instant::now() + *gap);
-                self.script.pop_front();
-            }
-            if let Some(until) = self.gap_until {
-                tokio::time::sleep_until(until).await;
-                self.gap_until = None;
-            }
-            std::future::poll_fn(|_| match self.script.pop_front() {
-                Some(read) => Poll::Ready(read),
-                None => Poll::Pending,
-            })
-            .await
+    /// Takes a message only when returning it, so a dropped read loses nothing (a gap's end is
+    /// kept); at the script's end it never returns (a quiet server).
+    async fn read(&mut self) -> Read {
+        if let Some(Read::Gap(gap)) = self.script.front() {
+            self.gap_until = Some(tokio::time::Instant::now() + *gap);
+            self.script.pop_front();
         }
+        if let Some(until) = self.gap_until {
+            tokio::time::sleep_until(until).await;
+            self.gap_until = None;
+        }
+        std::future::poll_fn(|_| match self.script.pop_front() {
+            Some(read) => Poll::Ready(read),
+            None => Poll::Pending,
+        })
+        .await
     }
 
     fn mid_transaction(&self) -> bool {
