@@ -14,6 +14,38 @@ use crate::support::{
     Sluice, broker_shared, free_port, read_topic, state_documents, test_dir, unique, wait_until,
 };
 
+/// What each test here starts from: the broker and the server shared with other tests, a
+/// database of its own with table `t (id INT PRIMARY KEY, v VARCHAR(20))`, a topic prefix of its
+/// own and a root connection.
+struct Setup {
+    _broker: tokio::sync::RwLockReadGuard<'static, ()>,
+    _server: tokio::sync::RwLockReadGuard<'static, ()>,
+    database: String,
+    prefix: String,
+    root: mysql_async::Conn,
+}
+
+impl Setup {
+    async fn new(server: Server, database: &str, prefix: &str) -> Self {
+        let _broker = broker_shared().await;
+        let _server = server.shared().await;
+        let database = unique(database);
+        let root = database_with_table(
+            server,
+            &database,
+            "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+        )
+        .await;
+        Self {
+            _broker,
+            _server,
+            database,
+            prefix: unique(prefix),
+            root,
+        }
+    }
+}
+
 /// Instances `a` and `b` of one pipeline (one file, one `server_id`, as on two hosts) with
 /// `state_store = "kafka"` and `ha` (lines of `[ha]`); each has a `state_dir` of its own, so
 /// what it resumes from can only come from the state topic. Returns the two files, their
@@ -90,16 +122,13 @@ async fn a_standby_takes_over_from_a_killed_active_instance(server: Server) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
-    let _broker = broker_shared().await;
-    let _server = server.shared().await;
-    let database = unique("my_ha");
-    let prefix = unique("mha");
-    let mut root = database_with_table(
-        server,
-        &database,
-        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
-    )
-    .await;
+    let Setup {
+        _broker,
+        _server,
+        database,
+        prefix,
+        mut root,
+    } = Setup::new(server, "my_ha", "mha").await;
     let state_topic = format!("{database}.state");
     let (files, dirs, ports) = instance_pair(server, &database, &prefix, &state_topic, "");
     let mut a = Sluice::start(&dirs[0], &files[0], ports[0]);
@@ -291,16 +320,13 @@ async fn insert_ids(root: &mut mysql_async::Conn, database: &str, from: u32, to:
 /// instance's binlog dump ends too. Woken again, the former instance becomes a standby and
 /// produces nothing more; every row is in the topic.
 async fn a_frozen_active_instance_is_replaced_and_its_dump_ended(server: Server) {
-    let _broker = broker_shared().await;
-    let _server = server.shared().await;
-    let database = unique("my_hafz");
-    let prefix = unique("mhf");
-    let mut root = database_with_table(
-        server,
-        &database,
-        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
-    )
-    .await;
+    let Setup {
+        _broker,
+        _server,
+        database,
+        prefix,
+        mut root,
+    } = Setup::new(server, "my_hafz", "mhf").await;
     let state_topic = format!("{database}.state");
     let (files, dirs, ports) = instance_pair(
         server,
@@ -402,16 +428,13 @@ async fn a_frozen_active_instance_is_replaced_and_its_dump_ended(server: Server)
 /// (both end a former dump of the same server id when the replica names no `@slave_uuid`, as
 /// sluice does not), not after `net_write_timeout` (60 s by default).
 async fn a_new_dump_of_the_same_replica_ends_a_frozen_former_one(server: Server) {
-    let _broker = broker_shared().await;
-    let _server = server.shared().await;
-    let database = unique("my_zomb");
-    let prefix = unique("mzb");
-    let mut root = database_with_table(
-        server,
-        &database,
-        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
-    )
-    .await;
+    let Setup {
+        _broker,
+        _server,
+        database,
+        prefix,
+        mut root,
+    } = Setup::new(server, "my_zomb", "mzb").await;
     let ports = [free_port(), free_port()];
     let file = pipeline(server, &database, &database, &prefix, ports[0]);
     let second = file
