@@ -73,6 +73,7 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rustc_hash::FxHashMap;
 use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use tokio_util::sync::CancellationToken;
 
@@ -427,7 +428,7 @@ fn run_once(
             destination,
             failure_settings: failure_settings(config),
             dead_letter,
-            partitions: HashMap::new(),
+            partitions: FxHashMap::default(),
             events_tx,
             events_rx,
             generation: 0,
@@ -789,7 +790,9 @@ struct Intake {
     destination: Destination,
     failure_settings: FailureSettings,
     dead_letter: Option<Arc<DeadLetter>>,
-    partitions: HashMap<(Arc<str>, i32), PartitionState>,
+    /// Looked up for every record consumed: hashed with FxHash (rustc-hash), not the default
+    /// SipHash, which was 4–5 % of the intake thread (bench/PROFILE.md, "Sink on the AMD host").
+    partitions: FxHashMap<(Arc<str>, i32), PartitionState>,
     events_tx: Sender<WorkerEvent>,
     events_rx: Receiver<WorkerEvent>,
     generation: u64,
@@ -1602,7 +1605,7 @@ mod tests {
             failure_settings: failure_settings(&config),
             config: Arc::new(config),
             dead_letter: None,
-            partitions: HashMap::new(),
+            partitions: FxHashMap::default(),
             events_tx,
             events_rx,
             generation: 0,
