@@ -282,13 +282,13 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         self.tracker.watermark().copied().unwrap_or_default()
     }
 
-    /// Whether the source may read more: nothing waits for the budget and the tracker is
-    /// below its limit (so a full budget stops reads and the backpressure reaches the server).
     /// Admitted changes not yet sent to be encoded.
     pub fn undispatched(&self) -> usize {
         self.batch.len()
     }
 
+    /// Whether the source may read more: nothing waits for the budget and the tracker is
+    /// below its limit (so a full budget stops reads and the backpressure reaches the server).
     pub fn can_read(&self) -> bool {
         self.intake.steps.is_empty() && self.tracker.pending() < self.max_pending
     }
