@@ -1,0 +1,265 @@
+//! A partition's own librdkafka queue, read in batches.
+//!
+//! # Invariants
+//!
+//! - **The queue never outlives its consumer.** librdkafka requires every queue reference to
+//!   be destroyed before the consumer is closed and destroyed. [`PartitionBatchQueue`] holds
+//!   an `Arc` of the consumer it was split from and destroys its queue reference in `drop`,
+//!   before that `Arc` is released (fields drop after `Drop::drop` returns).
+//! - **Every message returned is destroyed exactly once, and never read after.** A batch's
+//!   messages are destroyed by a guard when the call returns or the callback panics; the
+//!   callback sees each one only through a [`BatchMessage`] whose lifetime ends with its call.
+//! - **One caller at a time.** librdkafka's batch consume is not safe to call concurrently,
+//!   nor concurrently with seek, pause, resume or a rebalance on the same consumer
+//!   (librdkafka's INTRODUCTION.md, "Note on Batch consume APIs"). `consume_batch` takes
+//!   `&mut self` and the type is neither `Send` nor `Sync` (it holds raw pointers), so one
+//!   thread uses it; that thread must also be the one that pauses, resumes and serves the
+//!   consumer's rebalance callbacks, between batches.
+
+#![allow(unsafe_code)]
+
+use std::any::Any;
+use std::ffi::CString;
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+use std::slice;
+use std::sync::Arc;
+
+use rdkafka::bindings as rdsys;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use rdkafka::types::RDKafkaErrorCode;
+
+/// A partition's librdkafka queue, split from its consumer's queue and read in batches.
+///
+/// What `BaseConsumer::split_partition_queue` does (`rd_kafka_queue_get_partition`, then
+/// `rd_kafka_queue_forward(queue, NULL)`), with [`PartitionBatchQueue::consume_batch`] in
+/// place of one poll per message. Like the binding's partition queue, splitting after an
+/// assignment is the caller's job: an assignment forwards the partition to the consumer
+/// queue again.
+pub struct PartitionBatchQueue {
+    queue: NonNull<rdsys::rd_kafka_queue_t>,
+    /// The messages of the batch being handed out; reused from call to call, empty between
+    /// calls.
+    messages: Vec<*mut rdsys::rd_kafka_message_t>,
+    /// The consumer the queue belongs to, kept alive until the queue is destroyed. Declared
+    /// last: it is released after `Drop::drop` has destroyed the queue.
+    _consumer: Arc<dyn Any + Send + Sync>,
+}
+
+impl PartitionBatchQueue {
+    /// Splits `topic`/`partition`'s queue from `consumer`'s: its records are then read only
+    /// through the returned queue. `None` when librdkafka has no such partition (or the topic
+    /// name holds a NUL byte).
+    pub fn split<C: ConsumerContext + 'static>(
+        consumer: &Arc<BaseConsumer<C>>,
+        topic: &str,
+        partition: i32,
+    ) -> Option<Self> {
+        let topic = CString::new(topic).ok()?;
+        let client = consumer.client().native_ptr();
+        // SAFETY: `client` is the live handle of `consumer` (borrowed for the whole call);
+        // `topic` is a NUL-terminated string that outlives the call and librdkafka does not
+        // keep. The result is a new queue reference we own, or NULL.
+        let queue =
+            unsafe { rdsys::rd_kafka_queue_get_partition(client, topic.as_ptr(), partition) };
+        let queue = NonNull::new(queue)?;
+        // SAFETY: `queue` is a live reference we own; a NULL destination removes the
+        // forwarding to the consumer queue (librdkafka keeps no pointer to our arguments).
+        unsafe { rdsys::rd_kafka_queue_forward(queue.as_ptr(), ptr::null_mut()) };
+        let consumer: Arc<dyn Any + Send + Sync> = Arc::<BaseConsumer<C>>::clone(consumer);
+        Some(Self {
+            queue,
+            messages: Vec::new(),
+            _consumer: consumer,
+        })
+    }
+
+    /// Takes up to `max` messages already in the queue (it does not wait) and hands each to
+    /// `f`, in queue order: `Ok` for a record, `Err` for an error librdkafka reports on the
+    /// partition (the same `KafkaError` the binding's poll returns). Returns how many
+    /// messages there were.
+    ///
+    /// The messages are destroyed when the call returns, so `f` copies what it keeps. If `f`
+    /// panics, the messages of the batch it has not seen yet are lost (destroyed too): they
+    /// were taken from the queue already.
+    ///
+    /// # Errors
+    ///
+    /// The error librdkafka reports when the batch call itself fails (it returns -1).
+    pub fn consume_batch<F>(&mut self, max: usize, mut f: F) -> Result<usize, RDKafkaErrorCode>
+    where
+        F: FnMut(Result<BatchMessage<'_>, KafkaError>),
+    {
+        if max == 0 {
+            return Ok(0);
+        }
+        self.messages.clear();
+        self.messages.reserve(max);
+        // SAFETY: the queue reference is live (owned; its consumer is kept alive by
+        // `_consumer`), and `&mut self` rules out a concurrent batch call on it. The buffer
+        // has room for `max` pointers (capacity ≥ len 0 + max); librdkafka writes at most
+        // `max` of them, from the start, and returns how many (or -1). Timeout 0: it does
+        // not block.
+        let count = unsafe {
+            rdsys::rd_kafka_consume_batch_queue(
+                self.queue.as_ptr(),
+                0,
+                self.messages.as_mut_ptr(),
+                max,
+            )
+        };
+        let Ok(count) = usize::try_from(count) else {
+            // SAFETY: reads librdkafka's thread-local last error; no pointers involved.
+            let code = unsafe { rdsys::rd_kafka_last_error() };
+            return Err(code.into());
+        };
+        assert!(
+            count <= max,
+            "librdkafka returned more messages than asked for"
+        );
+        // SAFETY: librdkafka initialised the first `count` entries (`count` ≤ `max` ≤
+        // capacity); each is a message we now own.
+        unsafe { self.messages.set_len(count) };
+        let batch = Batch {
+            messages: &mut self.messages,
+        };
+        for &message in batch.messages.iter() {
+            // `message` stays valid until `batch` is dropped, after this loop; the
+            // `BatchMessage` handed to `f` cannot outlive the call (its lifetime is chosen
+            // anew for each call of `f`).
+            let Some(message) = NonNull::new(message) else {
+                continue;
+            };
+            let message = BatchMessage {
+                message,
+                _borrow: PhantomData,
+            };
+            f(message.into_result());
+        }
+        Ok(count)
+    }
+}
+
+impl Drop for PartitionBatchQueue {
+    fn drop(&mut self) {
+        // SAFETY: our own queue reference, destroyed once, here; the consumer is still alive
+        // (`_consumer` is released after this function), and no message of this queue is
+        // outstanding (each `consume_batch` destroys its batch before it returns).
+        unsafe { rdsys::rd_kafka_queue_destroy(self.queue.as_ptr()) };
+    }
+}
+
+/// The messages of one batch call; destroys them when dropped (also while unwinding from a
+/// panic in the callback).
+struct Batch<'a> {
+    messages: &'a mut Vec<*mut rdsys::rd_kafka_message_t>,
+}
+
+impl Drop for Batch<'_> {
+    fn drop(&mut self) {
+        for message in self.messages.drain(..) {
+            if !message.is_null() {
+                // SAFETY: a message librdkafka returned to us from `consume_batch_queue` and
+                // not destroyed yet: `drain` removes it from the buffer, so it is destroyed
+                // exactly once, and no `BatchMessage` borrowing it is alive any more.
+                unsafe { rdsys::rd_kafka_message_destroy(message) };
+            }
+        }
+    }
+}
+
+/// A record of a batch, borrowed from librdkafka for one call of the callback.
+pub struct BatchMessage<'a> {
+    message: NonNull<rdsys::rd_kafka_message_t>,
+    _borrow: PhantomData<&'a rdsys::rd_kafka_message_t>,
+}
+
+impl<'a> BatchMessage<'a> {
+    /// The message itself, or the error it carries (`err` is not 0).
+    fn into_result(self) -> Result<Self, KafkaError> {
+        // SAFETY: the message is live for 'a (see `consume_batch`); only the field's address
+        // is taken.
+        let err = unsafe { &raw const (*self.message.as_ptr()).err };
+        // SAFETY: `err` points to the field, a C enum (an `int`). Read as a plain `i32`, not
+        // as the binding's Rust enum: a broker error code newer than the binding would not be
+        // one of that enum's values.
+        let code = unsafe { err.cast::<i32>().read() };
+        if code == 0 {
+            return Ok(self);
+        }
+        let code = rdsys::rd_kafka_resp_err_t::try_from(code);
+        Err(match code {
+            Ok(rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR__PARTITION_EOF) => {
+                KafkaError::PartitionEOF(self.partition())
+            }
+            Ok(code) => KafkaError::MessageConsumption(code.into()),
+            Err(_) => KafkaError::MessageConsumption(RDKafkaErrorCode::Unknown),
+        })
+    }
+
+    /// The record's offset.
+    pub fn offset(&self) -> i64 {
+        // SAFETY: the message is live and unchanged for 'a (see `consume_batch`). Fields are
+        // read through the raw pointer, never through a reference to the whole struct, whose
+        // `err` field is not read as the binding's enum (see `into_result`).
+        unsafe { (*self.message.as_ptr()).offset }
+    }
+
+    /// The record's partition.
+    pub fn partition(&self) -> i32 {
+        // SAFETY: as in `offset`.
+        unsafe { (*self.message.as_ptr()).partition }
+    }
+
+    /// The record's key; `None` when it has none.
+    pub fn key(&self) -> Option<&'a [u8]> {
+        let message = self.message.as_ptr();
+        // SAFETY: as in `offset`.
+        let data = unsafe { (*message).key };
+        // SAFETY: as in `offset`.
+        let len = unsafe { (*message).key_len };
+        // SAFETY: the message's own key, which lives as long as the message.
+        unsafe { bytes(data, len) }
+    }
+
+    /// The record's value; `None` when it has none (a tombstone).
+    pub fn payload(&self) -> Option<&'a [u8]> {
+        let message = self.message.as_ptr();
+        // SAFETY: as in `offset`.
+        let data = unsafe { (*message).payload };
+        // SAFETY: as in `offset`.
+        let len = unsafe { (*message).len };
+        // SAFETY: the message's own payload, which lives as long as the message.
+        unsafe { bytes(data, len) }
+    }
+
+    /// The record's timestamp in Unix milliseconds (create time or log-append time); `None`
+    /// when it has none.
+    pub fn timestamp_millis(&self) -> Option<i64> {
+        let mut kind = rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE;
+        // SAFETY: the message is live for 'a; `kind` is a valid place librdkafka writes one
+        // of the three timestamp types to.
+        let timestamp =
+            unsafe { rdsys::rd_kafka_message_timestamp(self.message.as_ptr(), &mut kind) };
+        match kind {
+            _ if timestamp == -1 => None,
+            rdsys::rd_kafka_timestamp_type_t::RD_KAFKA_TIMESTAMP_NOT_AVAILABLE => None,
+            _ => Some(timestamp),
+        }
+    }
+}
+
+/// A message's key or value: `None` for a NULL pointer.
+///
+/// # Safety
+///
+/// `data` is NULL or points to `len` initialised bytes that stay valid and unchanged for 'a.
+unsafe fn bytes<'a>(data: *mut std::ffi::c_void, len: usize) -> Option<&'a [u8]> {
+    if data.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's promise; bytes need no alignment, and librdkafka's buffers are far
+    // smaller than `isize::MAX`.
+    Some(unsafe { slice::from_raw_parts(data.cast::<u8>(), len) })
+}

@@ -1,0 +1,212 @@
+//! Batch consume against librdkafka's mock cluster (no broker needed). `scripts/test` also
+//! runs these under AddressSanitizer, which catches a message destroyed twice or read after
+//! it was destroyed.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+use crate::PartitionBatchQueue;
+
+const TOPIC: &str = "batch";
+
+/// A record as the test produces and expects it back.
+#[derive(Debug, PartialEq, Eq)]
+struct Record {
+    offset: i64,
+    key: Option<Vec<u8>>,
+    payload: Option<Vec<u8>>,
+}
+
+/// Keys and values with and without bytes: no key, no value (a tombstone), empty ones.
+fn records(count: i64) -> Vec<Record> {
+    (0..count)
+        .map(|offset| Record {
+            offset,
+            key: match offset % 3 {
+                0 => None,
+                1 => Some(Vec::new()),
+                _ => Some(format!("key-{offset}").into_bytes()),
+            },
+            payload: match offset % 4 {
+                0 => None,
+                1 => Some(Vec::new()),
+                _ => Some(format!("value-{offset}-{}", "x".repeat(offset as usize)).into_bytes()),
+            },
+        })
+        .collect()
+}
+
+fn produce(cluster: &MockCluster<'_, impl rdkafka::producer::ProducerContext>, records: &[Record]) {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .expect("producer");
+    for record in records {
+        let mut message = BaseRecord::<[u8], [u8]>::to(TOPIC).partition(0);
+        if let Some(key) = &record.key {
+            message = message.key(key);
+        }
+        if let Some(payload) = &record.payload {
+            message = message.payload(payload);
+        }
+        producer.send(message).map_err(|(e, _)| e).expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+}
+
+fn consumer(
+    cluster: &MockCluster<'_, impl rdkafka::producer::ProducerContext>,
+    start: Offset,
+    reset: &str,
+) -> Arc<BaseConsumer> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("group.id", "batch-test")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .set("auto.offset.reset", reset)
+        .create()
+        .expect("consumer");
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(TOPIC, 0, start)
+        .expect("assignment");
+    consumer.assign(&assignment).expect("assign");
+    Arc::new(consumer)
+}
+
+fn cluster() -> MockCluster<'static, rdkafka::producer::DefaultProducerContext> {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic(TOPIC, 1, 1).expect("topic");
+    cluster
+}
+
+/// Takes one batch, copying what it returns.
+fn take(queue: &mut PartitionBatchQueue, max: usize, into: &mut Vec<Record>) -> usize {
+    let count = queue
+        .consume_batch(max, |message| {
+            let message = message.expect("a record, not an error");
+            assert_eq!(message.partition(), 0);
+            assert!(message.timestamp_millis().is_some_and(|t| t > 0));
+            into.push(Record {
+                offset: message.offset(),
+                key: message.key().map(<[u8]>::to_vec),
+                payload: message.payload().map(<[u8]>::to_vec),
+            });
+        })
+        .expect("batch call");
+    assert!(count <= max);
+    count
+}
+
+#[test]
+fn batches_return_every_record_in_order() {
+    let cluster = cluster();
+    let expected = records(40);
+    produce(&cluster, &expected);
+    let consumer = consumer(&cluster, Offset::Beginning, "earliest");
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+    assert!(PartitionBatchQueue::split(&consumer, "no\0such", 0).is_none());
+    // The queue keeps its consumer alive: the test's own reference can go first.
+    drop(consumer);
+
+    let mut got = Vec::new();
+    // Batch sizes in turn, the last larger than what is left.
+    let sizes = [1, 3, 7, 2, 100];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut turn = 0;
+    while got.len() < expected.len() {
+        assert!(Instant::now() < deadline, "only {} records came", got.len());
+        if take(&mut queue, sizes[turn % sizes.len()], &mut got) == 0 {
+            sleep(Duration::from_millis(10));
+        } else {
+            turn += 1;
+        }
+    }
+    assert_eq!(got, expected);
+    // Nothing more: an empty batch, and a batch of none.
+    assert_eq!(take(&mut queue, 64, &mut got), 0);
+    assert_eq!(queue.consume_batch(0, |_| panic!("no message")), Ok(0));
+    drop(queue);
+}
+
+#[test]
+fn a_panicking_callback_loses_only_its_batch() {
+    let cluster = cluster();
+    let expected = records(30);
+    produce(&cluster, &expected);
+    let consumer = consumer(&cluster, Offset::Beginning, "earliest");
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+
+    // The callback fails at offset 2, in the middle of a batch of up to 10.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let mut panicked = false;
+    while !panicked {
+        assert!(Instant::now() < deadline, "no records came");
+        sleep(Duration::from_millis(10));
+        panicked = catch_unwind(AssertUnwindSafe(|| {
+            queue.consume_batch(10, |message| {
+                let offset = message.expect("a record").offset();
+                seen.push(offset);
+                assert_ne!(offset, 2, "the callback fails");
+            })
+        }))
+        .is_err();
+    }
+    assert_eq!(seen, vec![0, 1, 2]);
+
+    // The rest of that batch is gone (destroyed with it); the next batch goes on after it.
+    let mut got = Vec::new();
+    while got.last().is_none_or(|last: &Record| last.offset < 29) {
+        assert!(Instant::now() < deadline, "only {} records came", got.len());
+        if take(&mut queue, 20, &mut got) == 0 {
+            sleep(Duration::from_millis(10));
+        }
+    }
+    let resumed = got[0].offset as usize;
+    assert!((3..=10).contains(&resumed), "went on at {resumed}");
+    assert_eq!(got, expected[resumed..]);
+    drop(queue);
+    drop(consumer);
+}
+
+#[test]
+fn partition_errors_come_as_errors() {
+    let cluster = cluster();
+    produce(&cluster, &records(5));
+    // An offset past the end with no automatic reset: librdkafka reports the partition's
+    // error on its queue.
+    let consumer = consumer(&cluster, Offset::Offset(1000), "error");
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut errors = Vec::new();
+    while errors.is_empty() {
+        assert!(Instant::now() < deadline, "no error came");
+        sleep(Duration::from_millis(10));
+        queue
+            .consume_batch(8, |message| match message {
+                Ok(message) => panic!("a record at offset {}", message.offset()),
+                Err(error) => errors.push(error),
+            })
+            .expect("batch call");
+    }
+    assert!(
+        matches!(
+            errors[0],
+            KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)
+        ),
+        "{errors:?}"
+    );
+    drop(queue);
+    drop(consumer);
+}
