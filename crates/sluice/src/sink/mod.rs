@@ -14,7 +14,8 @@
 //!   and registers it in the partition's [`AckTracker`]. Workers (one thread per partition and
 //!   sub-partition) parse and write.
 //! - **Bounded queues.** Each partition has an [`InFlightBudget`] in bytes and records between
-//!   the consumer and its workers, and its own librdkafka queue ([`PartitionQueues`]). When
+//!   the consumer and its workers, and its own librdkafka queue ([`PartitionQueues`], read
+//!   a batch at a time through `sluice-kafka-ffi`, the workspace's only unsafe code). When
 //!   the budget is full that queue is not polled until the workers catch up, and librdkafka
 //!   stops fetching the partition once its local queue is full (a partition whose records
 //!   come through the main queue, before its queue is split, is paused instead).
@@ -66,7 +67,6 @@ use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::base_consumer::PartitionQueue;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, RebalanceProtocol};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
@@ -75,6 +75,7 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
+use sluice_kafka_ffi::PartitionBatchQueue;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::PipelineError;
@@ -573,11 +574,13 @@ type PartitionKey = (Arc<str>, i32);
 /// Records on their way to one worker, with their budget share.
 type WorkerBatch = (Vec<(RecordData, Seq)>, InFlightPermit);
 
-/// Records a partition queue may hand over per loop iteration, so that events, worker
-/// reports and the other partitions are served in between.
+/// Records a partition queue may hand over per loop iteration (in one batch call), so that
+/// events, worker reports and the other partitions are served in between.
 const QUEUE_BATCH: usize = 2048;
 
-/// The assigned partitions' own librdkafka queues (`rd_kafka_queue_get_partition`).
+/// The assigned partitions' own librdkafka queues (`rd_kafka_queue_get_partition`), read in
+/// batches ([`PartitionBatchQueue`]: `rd_kafka_consume_batch_queue`, which the binding lacks;
+/// one poll per record cost the intake thread about three clock reads per record).
 ///
 /// Backpressure without pausing: a partition whose queue budget is full is simply not polled.
 /// librdkafka then stops fetching it once its local queue holds `queued.min.messages` records
@@ -591,7 +594,7 @@ struct PartitionQueues {
     assignments: u64,
     /// The number of assigned partitions then.
     partitions: usize,
-    queues: Vec<(PartitionKey, PartitionQueue<SinkContext>)>,
+    queues: Vec<(PartitionKey, PartitionBatchQueue)>,
 }
 
 impl PartitionQueues {
@@ -612,7 +615,7 @@ impl PartitionQueues {
         self.queues.clear();
         for (key, state) in &mut intake.partitions {
             state.split = false;
-            if let Some(queue) = consumer.split_partition_queue(&key.0, key.1) {
+            if let Some(queue) = PartitionBatchQueue::split(consumer, &key.0, key.1) {
                 self.queues.push((key.clone(), queue));
                 state.split = true;
                 if state.paused && !intake.admin_paused {
@@ -630,27 +633,15 @@ impl PartitionQueues {
 
     /// Moves records from the partition queues whose budget has room to the intake; returns
     /// how many.
-    fn drain(&self, consumer: &BaseConsumer<SinkContext>) -> usize {
+    fn drain(&mut self, consumer: &BaseConsumer<SinkContext>) -> usize {
         let mut moved = 0;
-        for (key, queue) in &self.queues {
+        for (key, queue) in &mut self.queues {
             let mut intake = lock(consumer.context());
             if !intake.has_room(key) {
                 continue;
             }
             // Up to a batch beyond the budget may wait in the intake, in offset order.
-            for _ in 0..QUEUE_BATCH {
-                match queue.poll(Duration::ZERO) {
-                    Some(Ok(message)) => {
-                        intake.on_message(consumer, &message, false);
-                        moved += 1;
-                    }
-                    Some(Err(error)) => {
-                        tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)");
-                        break;
-                    }
-                    None => break,
-                }
-            }
+            moved += intake.take_batch(key, queue);
             intake.admit_partition(consumer, key);
         }
         moved
@@ -973,18 +964,15 @@ impl Intake {
         let Some(state) = self.partitions.get_mut(&key) else {
             return;
         };
-        let offset = message.offset();
-        if state.next_offset.is_some_and(|next| offset < next) {
-            return;
-        }
-        state.next_offset = Some(offset + 1);
-        self.consumed.increment(1);
-        state.waiting.push_back(RecordData::new(
-            offset,
+        if !state.take(
+            message.offset(),
             message.key(),
             message.payload(),
             message.timestamp().to_millis(),
-        ));
+        ) {
+            return;
+        }
+        self.consumed.increment(1);
         if !admit_now {
             return;
         }
@@ -994,6 +982,38 @@ impl Intake {
             return;
         }
         self.note_full(consumer, &key);
+    }
+
+    /// Takes up to [`QUEUE_BATCH`] records from the partition's own queue, as
+    /// [`Intake::on_message`] without admitting them, with one partition lookup for the batch;
+    /// returns how many records came. An error librdkafka reports on the partition is logged
+    /// (the records of the batch around it are taken all the same: they have left the queue).
+    fn take_batch(&mut self, key: &PartitionKey, queue: &mut PartitionBatchQueue) -> usize {
+        let Some(state) = self.partitions.get_mut(key) else {
+            return 0;
+        };
+        let mut records = 0;
+        let mut taken = 0;
+        let polled = queue.consume_batch(QUEUE_BATCH, |message| match message {
+            Ok(message) => {
+                debug_assert_eq!(message.partition(), key.1);
+                records += 1;
+                taken += u64::from(state.take(
+                    message.offset(),
+                    message.key(),
+                    message.payload(),
+                    message.timestamp_millis(),
+                ));
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)")
+            }
+        });
+        if let Err(error) = polled {
+            tracing::warn!(error = %error, "consumer error (librdkafka retries by itself)");
+        }
+        self.consumed.increment(taken);
+        records
     }
 
     /// After an admission: marks (and counts) a partition whose budget is full, and pauses it
@@ -1442,6 +1462,26 @@ impl Intake {
             }
         }
         self.partitions.clear();
+    }
+}
+
+impl PartitionState {
+    /// Queues a consumed record for admission, unless it is a redelivery of an offset already
+    /// taken (older than the next one expected); returns whether it was taken.
+    fn take(
+        &mut self,
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+    ) -> bool {
+        if self.next_offset.is_some_and(|next| offset < next) {
+            return false;
+        }
+        self.next_offset = Some(offset + 1);
+        self.waiting
+            .push_back(RecordData::new(offset, key, value, timestamp_ms));
+        true
     }
 }
 
