@@ -60,6 +60,8 @@ pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
 pub const DEFAULT_UPLOAD_PART_BYTES: usize = 16 * 1024 * 1024;
 /// Default rows per Parquet row group.
 pub const DEFAULT_PARQUET_ROW_GROUP_RECORDS: usize = 65_536;
+/// Default encoded bytes per Parquet row group.
+pub const DEFAULT_PARQUET_ROW_GROUP_BYTES: usize = 16 * 1024 * 1024;
 
 /// A whole Kafka → files pipeline file.
 #[derive(Debug, Clone, Deserialize)]
@@ -278,6 +280,11 @@ pub struct FilesSinkConfig {
     /// Rows per Parquet row group.
     #[serde(default = "default_parquet_row_group_records")]
     pub parquet_row_group_records: usize,
+    /// Encoded bytes per Parquet row group (whichever of the two limits comes first closes
+    /// it): a row group's pages stay in memory until it is written, so this bounds each open
+    /// Parquet file's memory whatever the records' size.
+    #[serde(default = "default_parquet_row_group_bytes")]
+    pub parquet_row_group_bytes: usize,
 }
 
 /// `[sink.files.s3]`. Unset keys come from the environment as the AWS tools read it
@@ -429,6 +436,9 @@ const fn default_upload_part_bytes() -> usize {
 const fn default_parquet_row_group_records() -> usize {
     DEFAULT_PARQUET_ROW_GROUP_RECORDS
 }
+const fn default_parquet_row_group_bytes() -> usize {
+    DEFAULT_PARQUET_ROW_GROUP_BYTES
+}
 const fn default_retry_max_attempts() -> u32 {
     DEFAULT_RETRY_MAX_ATTEMPTS
 }
@@ -523,6 +533,15 @@ fn validate_files(files: &FilesSinkConfig, issue: &mut impl FnMut(&str, String))
         issue(
             "sink.files.parquet_row_group_records",
             "0: expected at least 1".into(),
+        );
+    }
+    if files.parquet_row_group_bytes < 1024 {
+        issue(
+            "sink.files.parquet_row_group_bytes",
+            format!(
+                "{} is too small: expected at least 1024 (bytes)",
+                files.parquet_row_group_bytes
+            ),
         );
     }
 }
@@ -911,6 +930,14 @@ mod tests {
         let text = MINIMAL.replace("${FORMAT:-jsonl}", "parquet");
         let config = SinkPipelineConfig::from_toml(&text, "t.toml", &env).unwrap();
         assert_eq!(config.compression(), FileCompression::Snappy);
+        let files = config.files().unwrap();
+        assert_eq!(
+            files.parquet_row_group_bytes,
+            DEFAULT_PARQUET_ROW_GROUP_BYTES
+        );
+        let issues = issues(&format!("{text}\nparquet_row_group_bytes = 100\n"));
+        assert_eq!(issues[0].key, "sink.files.parquet_row_group_bytes");
+        assert!(issues[0].problem.contains("at least 1024"), "{issues:?}");
     }
 
     #[test]

@@ -826,6 +826,8 @@ pub struct FileSettings {
     pub metadata: bool,
     /// Parquet: rows per row group.
     pub parquet_row_group_records: usize,
+    /// Parquet: encoded bytes per row group.
+    pub parquet_row_group_bytes: usize,
 }
 
 impl FileSettings {
@@ -913,6 +915,7 @@ impl OpenFile {
                     &first.row,
                     compression,
                     settings.parquet_row_group_records,
+                    settings.parquet_row_group_bytes,
                 )
                 .map_err(parquet_io)?,
             )),
@@ -1379,6 +1382,7 @@ mod tests {
             compression: FileCompression::None,
             metadata: true,
             parquet_row_group_records: 100,
+            parquet_row_group_bytes: 1 << 20,
         }
     }
 

@@ -198,6 +198,7 @@ fn worker_settings(
             compression: config.compression(),
             metadata: files.metadata,
             parquet_row_group_records: files.parquet_row_group_records,
+            parquet_row_group_bytes: files.parquet_row_group_bytes,
         },
         template,
         roll_records: files.roll_records,

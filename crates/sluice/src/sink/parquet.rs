@@ -14,9 +14,11 @@
 //!   value when it is not a JSON object. Nothing is dropped.
 //!
 //! Rows are buffered in Arrow builders and handed to the Parquet writer every
-//! [`ENCODE_BATCH_ROWS`] rows; it encodes and compresses them into the row group it is
-//! building and writes one every `parquet_row_group_records` rows. Memory per open file is
-//! bounded by a batch of raw rows plus one row group's encoded pages.
+//! [`ENCODE_BATCH_ROWS`] rows or [`ENCODE_BATCH_BYTES`] of raw values; it encodes and
+//! compresses them into the row group it is building and writes one every
+//! `parquet_row_group_records` rows or `parquet_row_group_bytes` encoded bytes. Memory per open
+//! file is bounded by a batch of raw rows plus one row group's encoded pages, whatever the
+//! records' size.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -36,6 +38,9 @@ use parquet::arrow::ArrowWriter;
 /// the files sink's peak RSS ~40 MiB above its JSON Lines figure (bench/PROFILE.md, "Sink
 /// memory"); the encoded pages of a row group are a fraction of the raw rows.
 pub const ENCODE_BATCH_ROWS: usize = 8192;
+/// Raw bytes buffered in the Arrow builders before they go to the Parquet writer, whichever of
+/// this and [`ENCODE_BATCH_ROWS`] comes first: 8,192 rows of 4 KB values would hold 32 MiB.
+pub const ENCODE_BATCH_BYTES: usize = 4 << 20;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use serde_json::value::RawValue;
@@ -238,6 +243,7 @@ impl ParquetFile {
         first: &ParquetRow<'_>,
         compression: FileCompression,
         row_group_records: usize,
+        row_group_bytes: usize,
     ) -> Result<Self, parquet::errors::ParquetError> {
         let mut fields = vec![
             Field::new("_topic", DataType::Utf8, false),
@@ -267,6 +273,7 @@ impl ParquetFile {
         let props = WriterProperties::builder()
             .set_compression(compression)
             .set_max_row_group_row_count(Some(row_group_records))
+            .set_max_row_group_bytes(Some(row_group_bytes.max(1)))
             .build();
         let writer = ArrowWriter::try_new(
             BufWriter::with_capacity(1 << 20, file),
@@ -342,7 +349,9 @@ impl ParquetFile {
         }
         self.buffered_rows += 1;
         self.buffered_bytes += row.value.len() + row.key.map_or(0, <[u8]>::len) + 32;
-        if self.buffered_rows >= ENCODE_BATCH_ROWS.min(self.row_group_records) {
+        if self.buffered_rows >= ENCODE_BATCH_ROWS.min(self.row_group_records)
+            || self.buffered_bytes >= ENCODE_BATCH_BYTES
+        {
             self.write_batch()?;
         }
         Ok(())
@@ -397,20 +406,33 @@ mod tests {
     use arrow_array::types::Int64Type;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    #[test]
-    fn row_groups_keep_their_size_while_rows_are_encoded_in_batches() {
-        let dir = std::env::temp_dir().join(format!("sluice-pq-groups-{}", std::process::id()));
+    /// Writes `total` rows of ~`text` bytes each; returns the row groups' (rows, uncompressed
+    /// bytes), the offsets read back and the most rows held as builders at once.
+    fn write_rows(
+        name: &str,
+        total: i64,
+        text: usize,
+        row_group_records: usize,
+        row_group_bytes: usize,
+    ) -> (Vec<(i64, i64)>, Vec<i64>, usize) {
+        let dir = std::env::temp_dir().join(format!("sluice-pq-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.parquet");
-        // Row groups of 20,000 rows fed in batches of ENCODE_BATCH_ROWS: 20,000, 20,000, 5,000.
-        let total = 45_000;
         let mut file = None;
         let mut peak_in_progress = 0;
         for offset in 0..total {
-            let value = format!(
-                r#"{{"id":{offset},"text":"row {offset} {}"}}"#,
-                "x".repeat(64)
-            );
+            // Pseudo-random letters (a 64-bit LCG seeded by the offset) so that neither the
+            // dictionary nor the compression folds the rows together.
+            let mut state = (offset as u64).wrapping_mul(6_364_136_223_846_793_005) | 1;
+            let text: String = (0..text)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6_364_136_223_846_793_005)
+                        .wrapping_add(1_442_695_040_888_963_407);
+                    char::from(b'a' + ((state >> 33) % 26) as u8)
+                })
+                .collect();
+            let value = format!(r#"{{"id":{offset},"text":"row {offset} {text}"}}"#);
             let fields = parse_object(&value).ok();
             let row = ParquetRow {
                 topic: "t",
@@ -426,28 +448,23 @@ mod tests {
                     File::create(&path).unwrap(),
                     &row,
                     FileCompression::Snappy,
-                    20_000,
+                    row_group_records,
+                    row_group_bytes,
                 )
                 .unwrap()
             });
             writer.append(&row).unwrap();
             peak_in_progress = peak_in_progress.max(writer.buffered_rows);
         }
-        assert_eq!(
-            peak_in_progress,
-            ENCODE_BATCH_ROWS - 1,
-            "rows held as builders"
-        );
         file.unwrap().finish().unwrap().sync_all().unwrap();
         let builder = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap()).unwrap();
-        let groups: Vec<i64> = builder
+        let groups = builder
             .metadata()
             .row_groups()
             .iter()
-            .map(|g| g.num_rows())
+            .map(|g| (g.num_rows(), g.total_byte_size()))
             .collect();
-        assert_eq!(groups, [20_000, 20_000, 5_000]);
-        let offsets: Vec<i64> = builder
+        let offsets = builder
             .build()
             .unwrap()
             .flat_map(|b| {
@@ -458,8 +475,46 @@ mod tests {
                     .to_vec()
             })
             .collect();
-        assert_eq!(offsets, (0..total).collect::<Vec<_>>());
         std::fs::remove_dir_all(&dir).unwrap();
+        (groups, offsets, peak_in_progress)
+    }
+
+    #[test]
+    fn row_groups_keep_their_size_while_rows_are_encoded_in_batches() {
+        // Row groups of 20,000 rows fed in batches of ENCODE_BATCH_ROWS: 20,000, 20,000, 5,000.
+        let total = 45_000;
+        let (groups, offsets, peak_in_progress) = write_rows("rows", total, 64, 20_000, usize::MAX);
+        assert_eq!(
+            peak_in_progress,
+            ENCODE_BATCH_ROWS - 1,
+            "rows held as builders"
+        );
+        let rows: Vec<i64> = groups.iter().map(|g| g.0).collect();
+        assert_eq!(rows, [20_000, 20_000, 5_000]);
+        assert_eq!(offsets, (0..total).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn large_rows_close_a_row_group_at_its_byte_limit() {
+        // 20,000 rows of ~1 KB of random letters (~20 MB) against a 65,536-row limit and a
+        // 1 MiB byte limit (encoded bytes, what the writer holds until the group is written):
+        // a group closes at the first encode batch (ENCODE_BATCH_BYTES of raw rows, ~4,000
+        // rows here) that takes it past the limit, so no open file holds a 20 MB row group.
+        let total = 20_000;
+        let limit = 1 << 20;
+        let (groups, offsets, peak_in_progress) = write_rows("bytes", total, 1000, 65_536, limit);
+        assert!(
+            peak_in_progress < ENCODE_BATCH_ROWS / 2,
+            "rows held as builders: {peak_in_progress}"
+        );
+        assert!(groups.len() >= 5, "row groups: {groups:?}");
+        for (rows, bytes) in &groups {
+            assert!(
+                *bytes <= (ENCODE_BATCH_BYTES + limit) as i64,
+                "a row group of {rows} rows holds {bytes} bytes: {groups:?}"
+            );
+        }
+        assert_eq!(offsets, (0..total).collect::<Vec<_>>());
     }
 
     #[test]
@@ -485,8 +540,14 @@ mod tests {
                 fields: fields.as_deref(),
             };
             let writer = file.get_or_insert_with(|| {
-                ParquetFile::create(File::create(&path).unwrap(), &row, FileCompression::Zstd, 2)
-                    .unwrap()
+                ParquetFile::create(
+                    File::create(&path).unwrap(),
+                    &row,
+                    FileCompression::Zstd,
+                    2,
+                    usize::MAX,
+                )
+                .unwrap()
             });
             writer.append(&row).unwrap();
         }

@@ -736,6 +736,7 @@ mod tests {
                 compression: FileCompression::None,
                 metadata: true,
                 parquet_row_group_records: 100,
+                parquet_row_group_bytes: 1 << 20,
             },
             template: PathTemplate::parse("{topic}/d={created:%Y-%m-%d}").unwrap(),
             roll_records: 1_000,
