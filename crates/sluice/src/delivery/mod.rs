@@ -60,6 +60,18 @@ const READ_BURST: usize = 2048;
 /// "Live: batches of a transaction").
 const DISPATCH_LINGER: Duration = Duration::from_millis(2);
 
+/// In the middle of a long transaction (at least [`PACE_AFTER`] changes held), a read burst
+/// that found fewer than [`PACE_FEW`] messages means the client is outrunning the server: the
+/// next read waits this long so the socket gathers a bigger burst, instead of a wake-up, a
+/// system call and a context switch every few rows (bench/PROFILE.md, "Live: wake-ups").
+/// Only ever mid-transaction, so a commit waits at most this long, and short transactions
+/// never do.
+const READ_PACE: Duration = Duration::from_millis(1);
+/// Changes of the open transaction held undispatched before reads are paced.
+const PACE_AFTER: usize = 64;
+/// A read burst shorter than this, mid-transaction, paces the next read.
+const PACE_FEW: usize = 16;
+
 /// A source position: ordered, and shown to operators as text.
 pub trait Position: Copy + Ord + Default + std::fmt::Display + Send + Sync + 'static {
     /// The position as the watermark gauge shows it.
@@ -193,6 +205,10 @@ pub async fn run<S: Source, K: RecordSink>(
     let linger = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(linger);
     let mut lingering = false;
+    // Armed while the next read waits for the socket to gather a burst (READ_PACE).
+    let pace = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(pace);
+    let mut pacing = false;
     loop {
         let waiting_size = core.waiting_size();
         let can_read = core.can_read();
@@ -235,14 +251,26 @@ pub async fn run<S: Source, K: RecordSink>(
                 lingering = false;
                 core.dispatch(|| source.encoder()).await?;
             }
-            message = source.read(), if can_read => {
+            () = &mut pace, if pacing => {
+                pacing = false;
+            }
+            message = source.read(), if can_read && !pacing => {
                 take(source, core, message).await?;
+                let mut burst = 1;
                 for _ in 0..READ_BURST {
                     if !core.can_read() {
                         break;
                     }
                     let Some(message) = source.read().now_or_never() else { break };
                     take(source, core, message).await?;
+                    burst += 1;
+                }
+                if burst < PACE_FEW
+                    && source.mid_transaction()
+                    && core.undispatched() >= PACE_AFTER
+                {
+                    pacing = true;
+                    pace.as_mut().reset(tokio::time::Instant::now() + READ_PACE);
                 }
                 if source.mid_transaction() && core.undispatched() < core::ENCODE_BATCH {
                     if !lingering && core.undispatched() > 0 {

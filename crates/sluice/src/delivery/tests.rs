@@ -578,6 +578,9 @@ enum Read {
     Commit,
     /// Nothing arrives for this long (the next read waits).
     Gap(Duration),
+    /// The next message is not there when a read burst asks for it, but arrives at once: the
+    /// read after the burst finds it (a server whose messages trickle in).
+    Later,
 }
 
 /// A second source on the same boundary: reads a script, confirms into a list.
@@ -589,6 +592,10 @@ struct ScriptedSource {
     in_transaction: bool,
     /// Encoders made: one per dispatched batch.
     batches: Arc<AtomicUsize>,
+    /// A `Later` was found (and yielded on) by a read that was then dropped.
+    later_seen: bool,
+    /// When each change was taken: (key, time).
+    taken: Arc<Mutex<Vec<(u32, tokio::time::Instant)>>>,
 }
 
 impl Source for ScriptedSource {
@@ -608,6 +615,14 @@ impl Source for ScriptedSource {
             tokio::time::sleep_until(until).await;
             self.gap_until = None;
         }
+        if let Some(Read::Later) = self.script.front() {
+            if !self.later_seen {
+                self.later_seen = true;
+                tokio::task::yield_now().await;
+            }
+            self.later_seen = false;
+            self.script.pop_front();
+        }
         std::future::poll_fn(|_| match self.script.pop_front() {
             Some(read) => Poll::Ready(read),
             None => Poll::Pending,
@@ -626,13 +641,17 @@ impl Source for ScriptedSource {
     ) -> Result<bool, PipelineError> {
         match message {
             Read::Change(change) => {
+                self.taken
+                    .lock()
+                    .unwrap()
+                    .push((change.key, tokio::time::Instant::now()));
                 let records = change.records;
                 intake.admit(change, 100, records);
             }
             Read::Checkpoint(at) => intake.checkpoint(Lsn(at)),
             Read::Begin => self.in_transaction = true,
             Read::Commit => self.in_transaction = false,
-            Read::Gap(_) => unreachable!("gaps are waited out by read"),
+            Read::Gap(_) | Read::Later => unreachable!("gaps are waited out by read"),
         }
         Ok(false)
     }
@@ -670,6 +689,7 @@ struct Running {
     shutdown: CancellationToken,
     confirmed: Arc<Mutex<Vec<Lsn>>>,
     batches: Arc<AtomicUsize>,
+    taken: Arc<Mutex<Vec<(u32, tokio::time::Instant)>>>,
     task: tokio::task::JoinHandle<Result<(), PipelineError>>,
 }
 
@@ -683,12 +703,15 @@ fn run_script(script: Vec<Read>) -> Running {
     core.drain_deadline = Duration::from_millis(300);
     let confirmed = Arc::new(Mutex::new(Vec::new()));
     let batches = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::new(Mutex::new(Vec::new()));
     let mut source = ScriptedSource {
         script: script.into(),
         confirmed: Arc::clone(&confirmed),
         gap_until: None,
         in_transaction: false,
         batches: Arc::clone(&batches),
+        later_seen: false,
+        taken: Arc::clone(&taken),
     };
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
@@ -714,6 +737,7 @@ fn run_script(script: Vec<Read>) -> Running {
         shutdown,
         confirmed,
         batches,
+        taken,
         task,
     }
 }
@@ -834,6 +858,74 @@ async fn changes_mid_transaction_wait_for_the_rest_at_most_the_linger() {
         waited < Duration::from_secs(1),
         "dispatched after {waited:?}, not before the rest of the transaction"
     );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// When each of `keys` was taken, relative to the first change taken.
+fn taken_after_start(
+    taken: &Mutex<Vec<(u32, tokio::time::Instant)>>,
+    keys: &[u32],
+) -> Vec<Duration> {
+    let taken = taken.lock().unwrap();
+    let start = taken[0].1;
+    keys.iter()
+        .map(|key| {
+            let (_, at) = taken.iter().find(|(k, _)| k == key).unwrap();
+            *at - start
+        })
+        .collect()
+}
+
+/// A transaction of `held` changes in one burst, then two changes that trickle in.
+fn trickling_transaction(held: u32) -> Vec<Read> {
+    let mut script = vec![Read::Begin];
+    script.extend((1..=held).map(|key| Read::Change(change(key, u64::from(key)))));
+    script.extend([
+        Read::Later,
+        Read::Change(change(1001, 1001)),
+        Read::Later,
+        Read::Change(change(1002, 1002)),
+        Read::Commit,
+        Read::Checkpoint(1002),
+    ]);
+    script
+}
+
+/// Deep in a long transaction, a read that finds only a few messages makes the next one wait
+/// `READ_PACE`, so the socket gathers a burst instead of waking the loop every few rows.
+#[tokio::test(start_paused = true)]
+async fn a_short_read_deep_in_a_long_transaction_paces_the_next() {
+    let held = u32::try_from(PACE_AFTER).unwrap() + 6;
+    let Running {
+        producer,
+        shutdown,
+        taken,
+        task,
+        ..
+    } = run_script(trickling_transaction(held));
+    producer.take(held as usize + 2).await;
+    let after = taken_after_start(&taken, &[1001, 1002]);
+    // 1001 follows the long burst at once; the read after it (one message) paced the next.
+    assert_eq!(after[0], Duration::ZERO, "{after:?}");
+    assert!(after[1] >= READ_PACE, "{after:?}");
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// Short transactions are never paced: their commit is not held back.
+#[tokio::test(start_paused = true)]
+async fn a_short_transaction_is_never_paced() {
+    let Running {
+        producer,
+        shutdown,
+        taken,
+        task,
+        ..
+    } = run_script(trickling_transaction(3));
+    producer.take(5).await;
+    let after = taken_after_start(&taken, &[1001, 1002]);
+    assert_eq!(after, [Duration::ZERO, Duration::ZERO]);
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
