@@ -7,14 +7,20 @@
 //! [`PartitionBatchQueue`] takes up to a batch of a partition's records in one
 //! `rd_kafka_consume_batch_queue` call instead.
 //!
+//! The binding's `send` also looks the topic up by name per record (a `CString` and a lookup under the
+//! client's lock inside `rd_kafka_producev`); [`TopicProducer`] holds a topic handle and
+//! produces through it with `rd_kafka_produce`, for `sluice perf produce`.
+//!
 //! This crate is the workspace's only unsafe code: unsafe code is denied here except in the
-//! `queue` module, and each unsafe block there carries a `SAFETY:` argument. Its test runs
-//! under AddressSanitizer in `scripts/test`.
+//! `queue` and `topic` modules, and each unsafe block there carries a `SAFETY:` argument. Its
+//! tests run under AddressSanitizer in `scripts/test`.
 
 #![deny(unsafe_code)]
 
 mod queue;
 #[cfg(test)]
 mod tests;
+mod topic;
 
 pub use queue::{BatchMessage, PartitionBatchQueue};
+pub use topic::TopicProducer;

@@ -1,6 +1,6 @@
-//! Batch consume against librdkafka's mock cluster (no broker needed). `scripts/test` also
-//! runs these under AddressSanitizer, which catches a message destroyed twice or read after
-//! it was destroyed.
+//! Batch consume, and producing through a topic handle, against librdkafka's mock cluster (no
+//! broker needed). `scripts/test` also runs these under AddressSanitizer, which catches a
+//! message destroyed twice or read after it was destroyed, and an opaque freed twice or never.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -209,4 +209,135 @@ fn partition_errors_come_as_errors() {
     );
     drop(queue);
     drop(consumer);
+}
+
+/// Delivery reports as the producer's context gets them: the opaque (a `Box`, so that
+/// AddressSanitizer sees one freed twice or never) with the partition and offset, or the
+/// error.
+#[derive(Default)]
+struct Reports(std::sync::Mutex<Vec<Report>>);
+
+/// A delivery report: the opaque's number, and the partition and offset or the error.
+type Report = (u64, Result<(i32, i64), KafkaError>);
+
+impl rdkafka::ClientContext for Reports {}
+
+impl rdkafka::producer::ProducerContext for Reports {
+    type DeliveryOpaque = Box<u64>;
+
+    fn delivery(&self, result: &rdkafka::producer::DeliveryResult<'_>, opaque: Box<u64>) {
+        use rdkafka::Message;
+        let result = match result {
+            Ok(message) => Ok((message.partition(), message.offset())),
+            Err((error, _)) => Err(error.clone()),
+        };
+        self.0.lock().expect("reports").push((*opaque, result));
+    }
+}
+
+fn reporting_producer(
+    cluster: &MockCluster<'_, impl rdkafka::producer::ProducerContext>,
+    extra: &[(&str, &str)],
+) -> BaseProducer<Reports> {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", cluster.bootstrap_servers());
+    for (key, value) in extra {
+        config.set(*key, *value);
+    }
+    config
+        .create_with_context(Reports::default())
+        .expect("producer")
+}
+
+#[test]
+fn a_topic_handle_produces_with_and_without_keys() {
+    let cluster = cluster();
+    let expected = records(60);
+    let producer = reporting_producer(&cluster, &[]);
+    let topic = crate::TopicProducer::new(&producer, TOPIC).expect("topic handle");
+    assert!(crate::TopicProducer::new(&producer, "no\0such").is_err());
+    for record in &expected {
+        // Half to the partition named, half to where the partitioner puts it (the only one).
+        let partition = (record.offset % 2 == 0).then_some(0);
+        let opaque = Box::new(1000 + record.offset as u64);
+        topic
+            .send(
+                partition,
+                record.key.as_deref(),
+                record.payload.as_deref(),
+                opaque,
+            )
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    drop(topic);
+
+    let mut reports = std::mem::take(&mut *producer.context().0.lock().expect("reports"));
+    reports.sort_by_key(|(opaque, _)| *opaque);
+    let want: Vec<_> = expected
+        .iter()
+        .map(|r| (1000 + r.offset as u64, Ok::<_, KafkaError>((0, r.offset))))
+        .collect();
+    assert_eq!(reports, want);
+    drop(producer);
+
+    let consumer = consumer(&cluster, Offset::Beginning, "earliest");
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < expected.len() {
+        assert!(Instant::now() < deadline, "only {} records came", got.len());
+        if take(&mut queue, 100, &mut got) == 0 {
+            sleep(Duration::from_millis(10));
+        }
+    }
+    assert_eq!(got, expected);
+}
+
+#[test]
+fn a_full_queue_hands_the_opaque_back() {
+    let cluster = cluster();
+    // Five records at most in the queue, and none sent until the flush.
+    let producer = reporting_producer(
+        &cluster,
+        &[
+            ("queue.buffering.max.messages", "5"),
+            ("linger.ms", "60000"),
+        ],
+    );
+    let topic = crate::TopicProducer::new(&producer, TOPIC).expect("topic handle");
+    for n in 0..5 {
+        topic
+            .send(None, None, Some(b"v"), Box::new(n))
+            .map_err(|(e, _)| e)
+            .expect("send");
+    }
+    let (error, opaque) = topic
+        .send(Some(0), Some(b"k"), Some(b"v"), Box::new(77))
+        .expect_err("the queue is full");
+    assert!(
+        matches!(
+            error,
+            KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull)
+        ),
+        "{error:?}"
+    );
+    assert_eq!(*opaque, 77);
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let mut opaques: Vec<u64> = producer
+        .context()
+        .0
+        .lock()
+        .expect("reports")
+        .iter()
+        .map(|(opaque, result)| {
+            assert!(result.is_ok(), "{result:?}");
+            *opaque
+        })
+        .collect();
+    opaques.sort_unstable();
+    assert_eq!(opaques, vec![0, 1, 2, 3, 4]);
+    drop(topic);
+    drop(producer);
 }

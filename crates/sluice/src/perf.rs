@@ -24,9 +24,10 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use serde::Serialize;
+use sluice_kafka_ffi::TopicProducer;
 
 /// `sluice perf …`.
 #[derive(Debug, Subcommand)]
@@ -355,6 +356,9 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         .create_with_context(context)
         .context("cannot create the producer (check the -X properties)")?;
     let context = Arc::clone(producer.context());
+    // One topic handle for the run: the binding's `send` looks the topic up by name per record.
+    let topic = TopicProducer::new(&producer, &args.topic)
+        .with_context(|| format!("cannot open topic {:?} for producing", args.topic))?;
 
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);
     let payload: Vec<u8> = (0..max_size.max(1) * 2)
@@ -430,16 +434,13 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         } else {
             &payload[offset..offset + size]
         };
-        let mut record =
-            BaseRecord::with_opaque_to(&args.topic, elapsed.as_micros() as usize).payload(value);
-        if let Some(key) = key {
-            record = record.key(key.as_bytes());
-        }
+        let key = key.map(str::as_bytes);
+        let mut opaque = elapsed.as_micros() as usize;
         loop {
-            match producer.send(record) {
+            match topic.send(None, key, Some(value), opaque) {
                 Ok(()) => break,
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
+                    opaque = back;
                     std::thread::sleep(Duration::from_micros(200));
                 }
                 Err((error, _)) => bail!("produce failed: {error}"),
@@ -456,6 +457,7 @@ fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             last_report = Instant::now();
         }
     }
+    drop(topic);
     producer
         .flush(Duration::from_secs(120))
         .context("records still undelivered after 120 s")?;
