@@ -218,10 +218,22 @@ impl PathTemplate {
     /// the failure policy.
     pub fn render(&self, input: &RenderInput<'_>) -> Result<String, String> {
         let mut out = String::new();
+        self.render_into(input, &mut out)?;
+        Ok(out)
+    }
+
+    /// [`PathTemplate::render`] into `out` (cleared first), so that a writer reuses one
+    /// buffer for every record.
+    ///
+    /// # Errors
+    ///
+    /// As [`PathTemplate::render`].
+    pub fn render_into(&self, input: &RenderInput<'_>, out: &mut String) -> Result<(), String> {
+        out.clear();
         for part in &self.parts {
             match part {
                 Part::Literal(text) => out.push_str(text),
-                Part::Topic => push_segment(&mut out, input.topic),
+                Part::Topic => push_segment(out, input.topic),
                 Part::Partition => {
                     let _ = write!(out, "{}", input.partition);
                 }
@@ -230,27 +242,26 @@ impl PathTemplate {
                         .timestamp_ms
                         .and_then(DateTime::<Utc>::from_timestamp_millis)
                         .ok_or("the record has no timestamp")?;
-                    format.write(&mut out, time);
+                    format.write(out, time);
                 }
                 Part::Field { path, format } => {
                     let raw = lookup(input.fields, path)?;
                     let context = |e: String| format!("field {} {e}", path.join("."));
                     match format {
-                        None => push_segment(&mut out, &scalar_text(raw).map_err(context)?),
+                        None => push_segment(out, &scalar_text(raw).map_err(context)?),
                         Some(format) => {
                             let time = parse_time(raw).map_err(context)?;
-                            format.write(&mut out, time);
+                            format.write(out, time);
                         }
                     }
                 }
             }
         }
-        let trimmed = out.trim_matches('/');
-        Ok(if trimmed.len() == out.len() {
-            out
-        } else {
-            trimmed.to_owned()
-        })
+        let end = out.trim_end_matches('/').len();
+        out.truncate(end);
+        let start = out.len() - out.trim_start_matches('/').len();
+        out.drain(..start);
+        Ok(())
     }
 }
 

@@ -519,6 +519,8 @@ pub struct FilesWriter {
     root: Arc<OutputRoot>,
     settings: Arc<WorkerSettings>,
     epoch: Epoch,
+    /// The directory of the record being written (one buffer for every record).
+    dir: String,
 }
 
 impl FilesWriter {
@@ -539,6 +541,7 @@ impl FilesWriter {
             root,
             settings,
             epoch,
+            dir: String::new(),
         }
     }
 
@@ -576,15 +579,17 @@ impl FilesWriter {
             serde_json::from_str::<&RawValue>(text).map_err(invalid)?;
             None
         };
-        let dir = self
-            .settings
+        self.settings
             .template
-            .render(&RenderInput {
-                topic: &self.id.topic,
-                partition: self.id.partition,
-                timestamp_ms: data.timestamp_ms,
-                fields: fields.as_deref().unwrap_or_default(),
-            })
+            .render_into(
+                &RenderInput {
+                    topic: &self.id.topic,
+                    partition: self.id.partition,
+                    timestamp_ms: data.timestamp_ms,
+                    fields: fields.as_deref().unwrap_or_default(),
+                },
+                &mut self.dir,
+            )
             .map_err(WriteError::Record)?;
         let record = OutputRecord {
             row: ParquetRow {
@@ -598,7 +603,7 @@ impl FilesWriter {
             },
             topic_json: &self.topic_json,
         };
-        self.epoch.write(dir, &record, &self.settings.files)?;
+        self.epoch.write(&self.dir, &record, &self.settings.files)?;
         Ok(())
     }
 }
