@@ -1210,8 +1210,8 @@ impl Intake {
         let now = self.clock.elapsed().as_millis() as u64;
         let mut stuck = None;
         let mut timed_out = None;
-        for ((topic, partition), state) in &self.partitions {
-            for (sub, worker) in state.workers.iter().enumerate() {
+        for ((topic, partition), state) in &mut self.partitions {
+            for (sub, worker) in state.workers.iter_mut().enumerate() {
                 if worker.thread.as_ref().is_some_and(|t| t.is_finished()) {
                     // Workers end on Finish/Abort or after reporting a failure; anything else
                     // is a panic, and its records would never be acknowledged.
@@ -1219,16 +1219,22 @@ impl Intake {
                         "the worker of {topic}/{partition} sub-partition {sub} ended unexpectedly"
                     ));
                 }
+                // A record is timed from the first check that saw the worker on it (so up
+                // to one check interval late); a commit from when the worker started it.
+                let offset = worker.busy_offset.load(Ordering::Relaxed);
+                if offset >= 0 {
+                    if worker.seen.0 != offset {
+                        worker.seen = (offset, now);
+                    } else if now.saturating_sub(worker.seen.1) > timeout {
+                        timed_out.get_or_insert((Arc::clone(topic), *partition, sub, offset));
+                    }
+                    continue;
+                }
                 let since = worker.busy_since_ms.load(Ordering::Relaxed);
                 if since > 0 && now.saturating_sub(since) > timeout {
-                    let offset = worker.busy_offset.load(Ordering::Relaxed);
-                    if offset >= 0 {
-                        timed_out.get_or_insert((Arc::clone(topic), *partition, sub, offset));
-                    } else {
-                        stuck = Some(format!(
-                            "the worker of {topic}/{partition} sub-partition {sub} has been busy on a file commit for more than delivery.processing_timeout_ms = {timeout}"
-                        ));
-                    }
+                    stuck = Some(format!(
+                        "the worker of {topic}/{partition} sub-partition {sub} has been busy on a file commit for more than delivery.processing_timeout_ms = {timeout}"
+                    ));
                 }
             }
         }
@@ -1671,6 +1677,7 @@ mod tests {
                 tx,
                 busy_since_ms: Arc::new(AtomicU64::new(0)),
                 busy_offset: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
+                seen: (-1, 0),
                 abandoned: Arc::new(AtomicBool::new(false)),
                 thread: None,
             }],
@@ -1792,14 +1799,17 @@ mod tests {
         let stuck_on = |intake: &mut Intake, offset: i64| {
             let (state, _rx) = partition(-1, 10);
             let worker = &state.workers[0];
-            let (busy, at, abandoned) = (
-                Arc::clone(&worker.busy_since_ms),
+            let (at, abandoned) = (
                 Arc::clone(&worker.busy_offset),
                 Arc::clone(&worker.abandoned),
             );
             intake.partitions.insert((Arc::from("t"), 0), state);
             at.store(offset, Ordering::Relaxed);
-            busy.store(1, Ordering::Relaxed);
+            intake.check_workers();
+            assert!(
+                !abandoned.load(Ordering::Acquire) && intake.failure.is_none(),
+                "a record is not late when first seen"
+            );
             std::thread::sleep(Duration::from_millis(150));
             intake.check_workers();
             assert!(

@@ -65,25 +65,44 @@ impl TimeFormat {
     /// the last rendering per format and second (formatting is a large part of a record's
     /// cost otherwise).
     fn write(&self, out: &mut String, time: DateTime<Utc>) {
+        self.write_at(out, time.timestamp(), || Some(time));
+    }
+
+    /// [`TimeFormat::write`] of a Unix time in milliseconds; `false` when it is out of range.
+    /// The date is computed only when the second is not the last one rendered.
+    fn write_millis(&self, out: &mut String, ms: i64) -> bool {
+        self.write_at(out, ms.div_euclid(1000), || {
+            DateTime::<Utc>::from_timestamp_millis(ms)
+        })
+    }
+
+    fn write_at(
+        &self,
+        out: &mut String,
+        second: i64,
+        time: impl FnOnce() -> Option<DateTime<Utc>>,
+    ) -> bool {
         thread_local! {
             /// (format, second, rendering).
             static LAST: std::cell::RefCell<(String, i64, String)> =
                 const { std::cell::RefCell::new((String::new(), i64::MIN, String::new())) };
         }
         if !self.per_second {
+            let Some(time) = time() else { return false };
             let _ = write!(out, "{}", time.format_with_items(self.items.iter()));
-            return;
+            return true;
         }
-        let second = time.timestamp();
         LAST.with_borrow_mut(|(format, last_second, text)| {
             if *last_second != second || *format != self.text {
+                let Some(time) = time() else { return false };
                 text.clear();
                 let _ = write!(text, "{}", time.format_with_items(self.items.iter()));
                 format.clone_from(&self.text);
                 *last_second = second;
             }
             out.push_str(text);
-        });
+            true
+        })
     }
 }
 
@@ -238,11 +257,12 @@ impl PathTemplate {
                     let _ = write!(out, "{}", input.partition);
                 }
                 Part::Timestamp(format) => {
-                    let time = input
+                    let written = input
                         .timestamp_ms
-                        .and_then(DateTime::<Utc>::from_timestamp_millis)
-                        .ok_or("the record has no timestamp")?;
-                    format.write(out, time);
+                        .is_some_and(|ms| format.write_millis(out, ms));
+                    if !written {
+                        return Err("the record has no timestamp".into());
+                    }
                 }
                 Part::Field { path, format } => {
                     let raw = lookup(input.fields, path)?;
@@ -402,6 +422,14 @@ fn push_segment(out: &mut String, value: &str) {
         out.push('_');
         return;
     }
+    // The common case (a topic name, a plain field) in one copy, not char by char.
+    if value
+        .bytes()
+        .all(|b| b.is_ascii() && !b.is_ascii_control() && b != b'/' && b != b'\\')
+    {
+        out.push_str(value);
+        return;
+    }
     out.extend(value.chars().map(|c| {
         if c == '/' || c == '\\' || c.is_control() {
             '_'
@@ -516,6 +544,29 @@ mod tests {
                 .contains("null")
         );
         assert!(render("{x}", r#"{"x":".."}"#, None).unwrap() == "_");
+    }
+
+    #[test]
+    fn substituted_values_are_one_safe_segment() {
+        let value = r#"{"a":"x/y","b":"x\\y","c":"tab\there","d":"del\u007f","e":"c1\u0085","f":"näive-ok"}"#;
+        for (field, expected) in [
+            ("a", "x_y"),
+            ("b", "x_y"),
+            ("c", "tab_here"),
+            ("d", "del_"),
+            ("e", "c1_"),
+            ("f", "näive-ok"),
+        ] {
+            assert_eq!(
+                render(&format!("{{{field}}}"), value, None).unwrap(),
+                expected
+            );
+        }
+        // Before 1970 the second is the floor, as the date's.
+        assert_eq!(
+            render("{timestamp:%Y-%m-%d %H:%M:%S}", "{}", Some(-1)).unwrap(),
+            "1969-12-31 23:59:59"
+        );
     }
 
     #[test]

@@ -277,10 +277,14 @@ impl DeadLetter {
 pub struct WorkerHandle {
     /// Sends records and commands.
     pub tx: Sender<WorkerMsg>,
-    /// Milliseconds since `clock` at which the current record or commit started; 0 when idle.
+    /// Milliseconds since `clock` at which the current commit started; 0 otherwise.
     pub busy_since_ms: Arc<AtomicU64>,
     /// The offset of the record being processed; -1 during a commit or when idle.
     pub busy_offset: Arc<AtomicI64>,
+    /// The intake's own note of `busy_offset`: the offset, and when (ms since its clock) it
+    /// first saw the worker on it. The intake times records itself, so that the worker
+    /// reads no clock per record (a clock read per record was 4 % of the files sink's CPU).
+    pub seen: (i64, u64),
     /// Set when the intake gives up on the worker: it must not commit any more.
     pub abandoned: Arc<AtomicBool>,
     /// The thread.
@@ -344,6 +348,7 @@ pub fn spawn(
         tx,
         busy_since_ms,
         busy_offset,
+        seen: (-1, 0),
         abandoned,
         thread: Some(thread),
     })
@@ -375,8 +380,8 @@ impl Worker {
             match rx.recv_timeout(wait) {
                 Ok(WorkerMsg::Records(batch, permit)) => {
                     for (data, seq) in batch {
+                        // The intake times a record from when it first sees its offset here.
                         self.busy_offset.store(data.offset, Ordering::Relaxed);
-                        self.set_busy(true);
                         self.handle(&data)?;
                         self.busy_offset.store(-1, Ordering::Relaxed);
                         if self.abandoned.load(Ordering::Acquire) {
@@ -386,14 +391,17 @@ impl Worker {
                         }
                         self.seqs.push(seq);
                         if self.writer.is_full() {
+                            self.set_busy(true);
                             self.commit()?;
+                            self.set_busy(false);
                         }
                     }
                     drop(permit);
                     if self.writer.due_after_batch() {
+                        self.set_busy(true);
                         self.commit()?;
+                        self.set_busy(false);
                     }
-                    self.set_busy(false);
                 }
                 Ok(WorkerMsg::Flush) => {
                     self.set_busy(true);
