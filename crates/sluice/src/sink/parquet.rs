@@ -21,7 +21,6 @@
 //! records' size.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 use std::sync::Arc;
@@ -43,6 +42,8 @@ pub const ENCODE_BATCH_ROWS: usize = 8192;
 pub const ENCODE_BATCH_BYTES: usize = 4 << 20;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+use rustc_hash::FxHashMap;
 use serde_json::value::RawValue;
 
 use crate::sink::config::FileCompression;
@@ -215,7 +216,7 @@ pub struct ParquetFile {
     timestamp: Int64Builder,
     key: BinaryBuilder,
     columns: Vec<Column>,
-    index: HashMap<String, usize>,
+    index: FxHashMap<String, usize>,
     extra: StringBuilder,
     filled: Vec<bool>,
     buffered_rows: usize,
@@ -253,7 +254,7 @@ impl ParquetFile {
             Field::new("_key", DataType::Binary, true),
         ];
         let mut columns = Vec::new();
-        let mut index = HashMap::new();
+        let mut index = FxHashMap::default();
         for (name, raw) in first.fields.unwrap_or_default() {
             if RESERVED.contains(&name.as_ref()) || index.contains_key(name.as_ref()) {
                 continue;
@@ -272,6 +273,9 @@ impl ParquetFile {
         };
         let props = WriterProperties::builder()
             .set_compression(compression)
+            // Offsets never repeat within a file: a dictionary of them only costs a hash
+            // lookup per row, and the plain encoding is readable everywhere.
+            .set_column_dictionary_enabled(ColumnPath::from("_offset"), false)
             .set_max_row_group_row_count(Some(row_group_records))
             .set_max_row_group_bytes(Some(row_group_bytes.max(1)))
             .build();
