@@ -411,14 +411,15 @@ mod tests {
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
     /// Writes `total` rows of ~`text` bytes each; returns the row groups' (rows, uncompressed
-    /// bytes), the offsets read back and the most rows held as builders at once.
+    /// bytes), the offsets read back, the most rows held as builders at once and whether the
+    /// first group's `_topic` and `_offset` chunks have a dictionary.
     fn write_rows(
         name: &str,
         total: i64,
         text: usize,
         row_group_records: usize,
         row_group_bytes: usize,
-    ) -> (Vec<(i64, i64)>, Vec<i64>, usize) {
+    ) -> (Vec<(i64, i64)>, Vec<i64>, usize, (bool, bool)) {
         let dir = std::env::temp_dir().join(format!("sluice-pq-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.parquet");
@@ -468,6 +469,11 @@ mod tests {
             .iter()
             .map(|g| (g.num_rows(), g.total_byte_size()))
             .collect();
+        let first = builder.metadata().row_group(0);
+        let dictionaries = (
+            first.column(0).dictionary_page_offset().is_some(),
+            first.column(2).dictionary_page_offset().is_some(),
+        );
         let offsets = builder
             .build()
             .unwrap()
@@ -480,14 +486,20 @@ mod tests {
             })
             .collect();
         std::fs::remove_dir_all(&dir).unwrap();
-        (groups, offsets, peak_in_progress)
+        (groups, offsets, peak_in_progress, dictionaries)
     }
 
     #[test]
     fn row_groups_keep_their_size_while_rows_are_encoded_in_batches() {
         // Row groups of 20,000 rows fed in batches of ENCODE_BATCH_ROWS: 20,000, 20,000, 5,000.
         let total = 45_000;
-        let (groups, offsets, peak_in_progress) = write_rows("rows", total, 64, 20_000, usize::MAX);
+        let (groups, offsets, peak_in_progress, dictionaries) =
+            write_rows("rows", total, 64, 20_000, usize::MAX);
+        assert_eq!(
+            dictionaries,
+            (true, false),
+            "a dictionary for _topic, none for _offset (it never repeats)"
+        );
         assert_eq!(
             peak_in_progress,
             ENCODE_BATCH_ROWS - 1,
@@ -506,7 +518,8 @@ mod tests {
         // rows here) that takes it past the limit, so no open file holds a 20 MB row group.
         let total = 20_000;
         let limit = 1 << 20;
-        let (groups, offsets, peak_in_progress) = write_rows("bytes", total, 1000, 65_536, limit);
+        let (groups, offsets, peak_in_progress, _) =
+            write_rows("bytes", total, 1000, 65_536, limit);
         assert!(
             peak_in_progress < ENCODE_BATCH_ROWS / 2,
             "rows held as builders: {peak_in_progress}"
