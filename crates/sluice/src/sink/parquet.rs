@@ -410,16 +410,26 @@ mod tests {
     use arrow_array::types::Int64Type;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    /// Writes `total` rows of ~`text` bytes each; returns the row groups' (rows, uncompressed
-    /// bytes), the offsets read back, the most rows held as builders at once and whether the
-    /// first group's `_topic` and `_offset` chunks have a dictionary.
+    /// What [`write_rows`] wrote.
+    struct Written {
+        /// The row groups' (rows, uncompressed bytes).
+        groups: Vec<(i64, i64)>,
+        /// The offsets read back.
+        offsets: Vec<i64>,
+        /// The most rows held as builders at once.
+        peak_in_progress: usize,
+        /// Whether the first group's `_topic` and `_offset` chunks have a dictionary.
+        dictionaries: (bool, bool),
+    }
+
+    /// Writes `total` rows of ~`text` bytes each.
     fn write_rows(
         name: &str,
         total: i64,
         text: usize,
         row_group_records: usize,
         row_group_bytes: usize,
-    ) -> (Vec<(i64, i64)>, Vec<i64>, usize, (bool, bool)) {
+    ) -> Written {
         let dir = std::env::temp_dir().join(format!("sluice-pq-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.parquet");
@@ -486,15 +496,24 @@ mod tests {
             })
             .collect();
         std::fs::remove_dir_all(&dir).unwrap();
-        (groups, offsets, peak_in_progress, dictionaries)
+        Written {
+            groups,
+            offsets,
+            peak_in_progress,
+            dictionaries,
+        }
     }
 
     #[test]
     fn row_groups_keep_their_size_while_rows_are_encoded_in_batches() {
         // Row groups of 20,000 rows fed in batches of ENCODE_BATCH_ROWS: 20,000, 20,000, 5,000.
         let total = 45_000;
-        let (groups, offsets, peak_in_progress, dictionaries) =
-            write_rows("rows", total, 64, 20_000, usize::MAX);
+        let Written {
+            groups,
+            offsets,
+            peak_in_progress,
+            dictionaries,
+        } = write_rows("rows", total, 64, 20_000, usize::MAX);
         assert_eq!(
             dictionaries,
             (true, false),
@@ -518,8 +537,12 @@ mod tests {
         // rows here) that takes it past the limit, so no open file holds a 20 MB row group.
         let total = 20_000;
         let limit = 1 << 20;
-        let (groups, offsets, peak_in_progress, _) =
-            write_rows("bytes", total, 1000, 65_536, limit);
+        let Written {
+            groups,
+            offsets,
+            peak_in_progress,
+            ..
+        } = write_rows("bytes", total, 1000, 65_536, limit);
         assert!(
             peak_in_progress < ENCODE_BATCH_ROWS / 2,
             "rows held as builders: {peak_in_progress}"
