@@ -5,7 +5,7 @@
 //! variable `FAILPOINTS` set in the `fail` crate's syntax, e.g.
 //! `FAILPOINTS="snapshot::chunks_recorded=6*off->return"`: the first six passes do nothing,
 //! the seventh aborts the process (as a crash would: no destructor, no flush). Without the
-//! feature, [`crash_point!`] expands to nothing and the `fail` crate is not even linked, so
+//! feature, `crash_point!` expands to nothing and the `fail` crate is not even linked, so
 //! release builds carry no crash points and read no such variable.
 //!
 //! The points:

@@ -680,7 +680,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         board.update(|s| s.watermark_lsn = watermark);
     }
 
-    /// Graceful stop: drops what was not admitted, and waits (at most [`DRAIN_DEADLINE`]) for
+    /// Graceful stop: drops what was not admitted, and waits (at most `DRAIN_DEADLINE`) for
     /// the delivery reports of what was. The caller confirms the resulting watermark.
     pub async fn drain(&mut self, deliveries: &mut mpsc::UnboundedReceiver<DeliveryEvent>) {
         tracing::info!(

@@ -3,7 +3,7 @@
 //!
 //! The producer is transactional, its `transactional.id` derived from the pipeline's name
 //! ([`transactional_id`]), so a restarted instance fences the previous one and aborts the
-//! transaction it left open ([`init_transactions`]). The publisher ([`publish`]) opens a
+//! transaction it left open ([`init_transactions`]). The publisher (`publish`) opens a
 //! transaction before the first record it hands over, and commits it on a time and byte budget
 //! (`delivery.transaction_interval_ms`, `delivery.transaction_max_bytes`), never inside a
 //! change (only between encoding batches, which hold whole changes) nor inside a group of

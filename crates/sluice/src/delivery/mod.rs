@@ -146,7 +146,7 @@ pub trait Source {
 
     /// Whether the last message read left a transaction open whose remaining changes are on
     /// their way: the loop then lets the changes admitted so far wait for them (up to
-    /// [`DISPATCH_LINGER`], or until a batch is full) instead of dispatching them at once.
+    /// `DISPATCH_LINGER`, or until a batch is full) instead of dispatching them at once.
     fn mid_transaction(&self) -> bool {
         false
     }

@@ -6,7 +6,7 @@
 //! The checks read catalogs and settings only; they never change anything. Every finding
 //! code is listed with its check and fix in `docs/doctor.md`.
 //!
-//! - [`mysql`]: the MySQL/MariaDB source's server, retention and saved position.
+//! - `mysql`: the MySQL/MariaDB source's server, retention and saved position.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -46,7 +46,8 @@ pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// queues, are the limit; 64 MiB / 200,000 records date from when a full partition was
 /// paused, which librdkafka resumed up to ~1 s late).
 pub const QUEUE_SHARE_OF_MEMORY_LIMIT: u64 = 32;
-/// Default per-partition queue limit in records (see [`DEFAULT_MAX_QUEUED_BYTES_PER_PARTITION`]).
+/// Default per-partition queue limit in records (the byte limit is derived from
+/// `delivery.memory_limit`, see [`QUEUE_SHARE_OF_MEMORY_LIMIT`]).
 pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
 /// Default time a worker may spend on one record or one file commit.
 pub const DEFAULT_PROCESSING_TIMEOUT_MS: u64 = 60_000;

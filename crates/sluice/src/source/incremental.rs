@@ -301,7 +301,7 @@ pub type ChunkRead<'a, R> = Pin<Box<dyn Future<Output = Result<R, ChunkError>> +
 
 /// The chunk reads of one run: at most one open chunk, read by a task on a side connection
 /// (`C`, kept between chunks, dropped after connection trouble) into `R`, and when the next
-/// chunk may start (a failed read waits [`RETRY_AFTER`], a dropped chunk [`REREAD_AFTER`]).
+/// chunk may start (a failed read waits `RETRY_AFTER`, a dropped chunk `REREAD_AFTER`).
 pub struct ChunkReader<C, W, R> {
     open: Option<OpenChunk<W, R>>,
     connection: Arc<tokio::sync::Mutex<Option<C>>>,
@@ -407,7 +407,7 @@ where
 
     /// A failed read of `table`: a table that cannot be read is abandoned (dropped from
     /// `state`'s queue when it is the one running: returns `true`, the state is to be
-    /// recorded); connection trouble waits [`RETRY_AFTER`].
+    /// recorded); connection trouble waits `RETRY_AFTER`.
     pub fn on_error<K>(
         &mut self,
         state: &mut IncrementalState<K>,
@@ -435,7 +435,7 @@ where
 
     /// Closes the open chunk at its closing watermark: the chunk and what its read returned.
     /// A read not done within `deadline` is given up (`late` is logged) and the chunk read
-    /// again after [`REREAD_AFTER`]: `None`.
+    /// again after `REREAD_AFTER`: `None`.
     pub async fn close(
         &mut self,
         deadline: Duration,
@@ -456,7 +456,7 @@ where
         Some((open.chunk, result))
     }
 
-    /// A closed chunk was dropped (stale): the next is read after [`REREAD_AFTER`].
+    /// A closed chunk was dropped (stale): the next is read after `REREAD_AFTER`.
     pub fn read_again(&mut self) {
         self.retry_at = Some(Instant::now() + REREAD_AFTER);
     }

@@ -61,7 +61,7 @@ pub async fn binary_logs(
         .collect())
 }
 
-/// Reads the server's binlogs every [`INTERVAL`] and publishes the lag until `stop`.
+/// Reads the server's binlogs every `INTERVAL` and publishes the lag until `stop`.
 pub async fn monitor(
     source: MysqlSourceConfig,
     confirmed: SharedConfirmed,

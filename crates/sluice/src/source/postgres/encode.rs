@@ -156,7 +156,7 @@ pub struct ColumnInfo {
     /// Type modifier (`atttypmod`).
     pub type_modifier: i32,
     /// The type its values are mapped as: `type_oid` unless the catalog resolved it (a
-    /// domain's base type, [`value::ENUM_ARRAY_OID`] for an enum's array).
+    /// domain's base type, `value::ENUM_ARRAY_OID` for an enum's array).
     pub value_type: u32,
     /// The type modifier its values are mapped with (a domain's when the column has none).
     pub value_modifier: i32,

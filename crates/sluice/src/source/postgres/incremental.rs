@@ -41,7 +41,7 @@
 //! progress that follows them (see [`super::exactly_once`]), so no chunk is published twice.
 //! Watermarks from an earlier run carry another token and are ignored.
 //!
-//! A request with `tombstones` is a **republication** (see [`Republication`]): after the last
+//! A request with `tombstones` is a **republication** (see `Republication`): after the last
 //! chunk, the keys still live in the table's topic but gone from the table get tombstones.
 
 use std::collections::{HashSet, VecDeque};

@@ -33,7 +33,7 @@
 //!
 //! # Parallel encoding
 //!
-//! Decoded changes are encoded into Debezium JSON ([`PgEncoder`]) in batches on the blocking
+//! Decoded changes are encoded into Debezium JSON (`PgEncoder`) in batches on the blocking
 //! pool by the delivery core, so encoding uses every core, and published in commit order.
 
 use std::collections::{HashMap, HashSet};
