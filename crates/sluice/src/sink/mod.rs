@@ -101,8 +101,11 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     ("fetch.max.bytes", "52428800"),
     // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
     // and backs a partition off after a pause discards its in-flight fetch: both left the
-    // consumer idle for most of each second whenever the workers briefly fell behind.
-    ("fetch.queue.backoff.ms", "10"),
+    // consumer idle for most of each second whenever the workers briefly fell behind. At 10 ms
+    // the prefetch queue (a few MiB, a few ms of records) still ran dry during each back-off:
+    // 1 ms gave 1.15x the JSON Lines rate at 1 and 2 sub-partitions (bench/PROFILE.md, "Sink:
+    // why JSON Lines does not rise with sub-partitions").
+    ("fetch.queue.backoff.ms", "1"),
     ("fetch.error.backoff.ms", "50"),
 ];
 
