@@ -103,8 +103,8 @@ pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
     // and backs a partition off after a pause discards its in-flight fetch: both left the
     // consumer idle for most of each second whenever the workers briefly fell behind. At 10 ms
     // the prefetch queue (a few MiB, a few ms of records) still ran dry during each back-off:
-    // 1 ms gave 1.15x the JSON Lines rate at 1 and 2 sub-partitions (bench/PROFILE.md, "Sink:
-    // why JSON Lines does not rise with sub-partitions").
+    // 1 ms gave 1.23x the JSON Lines rate at 1 sub-partition and 1.18x at 2 (bench/RESULTS.md,
+    // "Files sink: librdkafka's fetch back-off at 1 ms").
     ("fetch.queue.backoff.ms", "1"),
     ("fetch.error.backoff.ms", "50"),
 ];

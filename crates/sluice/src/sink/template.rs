@@ -229,25 +229,13 @@ impl PathTemplate {
     }
 
     /// Renders the directory for one record (relative, `/`-separated, no leading or trailing
-    /// `/`).
+    /// `/`) into `out`, which is cleared first: a writer reuses one buffer for every record.
     ///
     /// # Errors
     ///
     /// Why the record has no directory (a missing or unparsable field); the record follows
     /// the failure policy.
-    pub fn render(&self, input: &RenderInput<'_>) -> Result<String, String> {
-        let mut out = String::new();
-        self.render_into(input, &mut out)?;
-        Ok(out)
-    }
-
-    /// [`PathTemplate::render`] into `out` (cleared first), so that a writer reuses one
-    /// buffer for every record.
-    ///
-    /// # Errors
-    ///
-    /// As [`PathTemplate::render`].
-    pub fn render_into(&self, input: &RenderInput<'_>, out: &mut String) -> Result<(), String> {
+    pub fn render(&self, input: &RenderInput<'_>, out: &mut String) -> Result<(), String> {
         out.clear();
         for part in &self.parts {
             match part {
@@ -449,13 +437,18 @@ mod tests {
         let second = PathTemplate::parse("{timestamp:%H:%M:%S}").unwrap();
         let millis = PathTemplate::parse("{timestamp:%S%.3f}").unwrap();
         let render = |t: &PathTemplate, ms: i64| {
-            t.render(&RenderInput {
-                topic: "t",
-                partition: 0,
-                timestamp_ms: Some(ms),
-                fields: &[],
-            })
-            .unwrap()
+            let mut out = String::new();
+            t.render(
+                &RenderInput {
+                    topic: "t",
+                    partition: 0,
+                    timestamp_ms: Some(ms),
+                    fields: &[],
+                },
+                &mut out,
+            )
+            .unwrap();
+            out
         };
         let ms = 1_795_000_000_123;
         assert_eq!(render(&day, ms), "2026-11-18");
@@ -470,12 +463,18 @@ mod tests {
     fn render(template: &str, value: &str, timestamp_ms: Option<i64>) -> Result<String, String> {
         let template = PathTemplate::parse(template).unwrap();
         let fields = parse_object(value).unwrap();
-        template.render(&RenderInput {
-            topic: "orders",
-            partition: 3,
-            timestamp_ms,
-            fields: &fields,
-        })
+        // A used buffer, as a writer's: rendering clears it.
+        let mut out = String::from("stale/");
+        template.render(
+            &RenderInput {
+                topic: "orders",
+                partition: 3,
+                timestamp_ms,
+                fields: &fields,
+            },
+            &mut out,
+        )?;
+        Ok(out)
     }
 
     #[test]

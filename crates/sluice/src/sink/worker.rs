@@ -589,7 +589,7 @@ impl FilesWriter {
         };
         self.settings
             .template
-            .render_into(
+            .render(
                 &RenderInput {
                     topic: &self.id.topic,
                     partition: self.id.partition,
