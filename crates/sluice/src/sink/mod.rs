@@ -1628,12 +1628,37 @@ mod tests {
     use std::num::NonZeroU32;
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
-    fn intake(name: &str) -> Intake {
+    /// A test's intake with its output directory, which is removed when the test ends.
+    struct Scratch {
+        intake: Intake,
+        dir: std::path::PathBuf,
+    }
+
+    impl std::ops::Deref for Scratch {
+        type Target = Intake;
+        fn deref(&self) -> &Intake {
+            &self.intake
+        }
+    }
+
+    impl std::ops::DerefMut for Scratch {
+        fn deref_mut(&mut self) -> &mut Intake {
+            &mut self.intake
+        }
+    }
+
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn intake(name: &str) -> Scratch {
         intake_with(name, "")
     }
 
     /// An intake whose `[delivery]` section also has `delivery` (TOML lines).
-    fn intake_with(name: &str, delivery: &str) -> Intake {
+    fn intake_with(name: &str, delivery: &str) -> Scratch {
         let dir = std::env::temp_dir().join(format!("sluice-intake-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let text = format!(
@@ -1644,7 +1669,7 @@ mod tests {
         );
         let config = SinkPipelineConfig::from_toml(&text, "test.toml", &|_| None).unwrap();
         let (events_tx, events_rx) = std::sync::mpsc::channel();
-        Intake {
+        let intake = Intake {
             admin_paused: false,
             timeouts: TimeoutAttempts::default(),
             assignments: 0,
@@ -1663,7 +1688,8 @@ mod tests {
             clock: Instant::now(),
             topics: vec![Arc::from("t")],
             consumed: ::metrics::Counter::noop(),
-        }
+        };
+        Scratch { intake, dir }
     }
 
     /// A partition with one sub-partition whose worker is the returned channel.
