@@ -50,14 +50,17 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
                     board.take_snapshot_signals(true);
                     let pipeline = CdcPipeline::new(Arc::clone(&config), Arc::clone(&board));
-                    runtime()?.block_on(serve_and_supervise(
-                        &config.admin,
-                        &config.restart,
-                        board,
-                        Some(Arc::clone(&config)),
-                        prometheus,
-                        pipeline,
-                    ))?;
+                    on_a_worker(async move {
+                        serve_and_supervise(
+                            &config.admin,
+                            &config.restart,
+                            board,
+                            Some(Arc::clone(&config)),
+                            prometheus,
+                            pipeline,
+                        )
+                        .await
+                    })?;
                 }
                 PipelineFile::Mysql(config) => {
                     let prometheus = install_recorder(&config.name)?;
@@ -67,28 +70,34 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         board.take_snapshot_signals(false);
                     }
                     let pipeline = MysqlPipeline::new(Arc::clone(&config), Arc::clone(&board));
-                    runtime()?.block_on(serve_and_supervise(
-                        &config.admin,
-                        &config.restart,
-                        board,
-                        None,
-                        prometheus,
-                        pipeline,
-                    ))?;
+                    on_a_worker(async move {
+                        serve_and_supervise(
+                            &config.admin,
+                            &config.restart,
+                            board,
+                            None,
+                            prometheus,
+                            pipeline,
+                        )
+                        .await
+                    })?;
                 }
                 PipelineFile::Files(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
                     let pipeline = SinkPipeline::new(Arc::clone(&config), Arc::clone(&board));
-                    runtime()?.block_on(serve_and_supervise(
-                        &config.admin,
-                        &config.restart,
-                        board,
-                        None,
-                        prometheus,
-                        pipeline,
-                    ))?;
+                    on_a_worker(async move {
+                        serve_and_supervise(
+                            &config.admin,
+                            &config.restart,
+                            board,
+                            None,
+                            prometheus,
+                            pipeline,
+                        )
+                        .await
+                    })?;
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -183,6 +192,22 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::compaction::run(command)?;
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Runs a pipeline to its end on one of the runtime's worker threads rather than on the main
+/// thread: a task on a worker is woken by the I/O driver directly, where the main thread blocked
+/// in `block_on` is woken by a worker (a second context switch per wake-up; bench/PROFILE.md,
+/// "Backlog: wake-ups").
+fn on_a_worker(
+    pipeline: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+) -> anyhow::Result<()> {
+    let runtime = runtime()?;
+    let task = runtime.spawn(pipeline);
+    match runtime.block_on(task) {
+        Ok(result) => result,
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(error) => Err(anyhow::Error::new(error).context("the pipeline's task was cancelled")),
     }
 }
 
