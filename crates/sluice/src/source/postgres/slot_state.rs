@@ -242,11 +242,8 @@ impl SlotStateFile {
     /// # Errors
     ///
     /// The I/O error; the record in memory is then unchanged.
-    pub fn save(&mut self, mut record: SlotRecord) -> std::io::Result<()> {
-        record.updated_unix_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let document = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+    pub fn save(&mut self, record: SlotRecord) -> std::io::Result<()> {
+        let (record, document) = stamped(record)?;
         self.store.store(&self.key, &document)?;
         self.record = Some(record);
         Ok(())
@@ -311,24 +308,71 @@ impl SlotStateFile {
         confirmed: Lsn,
         incremental: Option<super::incremental::IncrementalState>,
     ) -> std::io::Result<bool> {
-        match &self.record {
-            Some(record)
-                if confirmed > record.confirmed_lsn
-                    || incremental
-                        .as_ref()
-                        .is_some_and(|i| record.incremental.as_ref() != Some(i)) =>
-            {
-                let mut next = record.clone();
-                next.confirmed_lsn = next.confirmed_lsn.max(confirmed);
-                if let Some(incremental) = incremental {
-                    next.incremental = Some(incremental);
-                }
-                self.save(next)?;
-                Ok(true)
-            }
-            _ => Ok(false),
+        match self.advanced(confirmed, incremental) {
+            Some(next) => self.save(next).map(|()| true),
+            None => Ok(false),
         }
     }
+
+    /// [`SlotStateFile::advance_with`] with the store's write on the blocking pool, for the
+    /// stream loop's checkpoints: the loop's task stays on its runtime worker while the write
+    /// (a file and its `fsync`, or a remote store) runs. `block_in_place` there would hand the
+    /// worker's core to another thread at every checkpoint, which cost CPU and memory
+    /// (bench/PROFILE.md, "Backlog: the walsender preempted…").
+    ///
+    /// # Errors
+    ///
+    /// The I/O error; the record in memory is then unchanged.
+    pub async fn advance_async(
+        &mut self,
+        confirmed: Lsn,
+        incremental: Option<super::incremental::IncrementalState>,
+    ) -> std::io::Result<bool> {
+        let Some(next) = self.advanced(confirmed, incremental) else {
+            return Ok(false);
+        };
+        let (store, key) = (Arc::clone(&self.store), self.key.clone());
+        let record = tokio::task::spawn_blocking(move || {
+            let (record, document) = stamped(next)?;
+            store.store(&key, &document).map(|()| record)
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        self.record = Some(record);
+        Ok(true)
+    }
+
+    /// The record after confirming `confirmed` (and `incremental`), if it differs from the
+    /// saved one.
+    fn advanced(
+        &self,
+        confirmed: Lsn,
+        incremental: Option<super::incremental::IncrementalState>,
+    ) -> Option<SlotRecord> {
+        let record = self.record.as_ref()?;
+        let changes = confirmed > record.confirmed_lsn
+            || incremental
+                .as_ref()
+                .is_some_and(|i| record.incremental.as_ref() != Some(i));
+        if !changes {
+            return None;
+        }
+        let mut next = record.clone();
+        next.confirmed_lsn = next.confirmed_lsn.max(confirmed);
+        if let Some(incremental) = incremental {
+            next.incremental = Some(incremental);
+        }
+        Some(next)
+    }
+}
+
+/// `record` stamped with the time of the write, and the document that stores it.
+fn stamped(mut record: SlotRecord) -> std::io::Result<(SlotRecord, Vec<u8>)> {
+    record.updated_unix_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let document = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+    Ok((record, document))
 }
 
 #[cfg(test)]
@@ -428,6 +472,25 @@ mod tests {
         let reopened = SlotStateFile::open_in(store, "p").expect("reopen");
         assert_eq!(reopened.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
         assert_eq!(reopened.location(), "memory:p.slot");
+    }
+
+    #[tokio::test]
+    async fn the_loops_checkpoint_write_keeps_the_same_guarantees() {
+        let store = Arc::new(crate::runtime::state::MemoryStateStore::default());
+        let mut state = SlotStateFile::open_in(store.clone(), "p").expect("open");
+        state.save(record(500)).expect("save");
+        assert!(!state.advance_async(Lsn(400), None).await.expect("advance"));
+        store.fail_writes(true);
+        assert!(
+            state.advance_async(Lsn(600), None).await.is_err(),
+            "the write fails"
+        );
+        assert_eq!(state.record().map(|r| r.confirmed_lsn), Some(Lsn(500)));
+        store.fail_writes(false);
+        assert!(state.advance_async(Lsn(600), None).await.expect("advance"));
+        assert_eq!(state.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
+        let reopened = SlotStateFile::open_in(store, "p").expect("reopen");
+        assert_eq!(reopened.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
     }
 
     #[test]

@@ -748,7 +748,7 @@ impl Source for PgSource<'_> {
     async fn confirm(&mut self, watermark: Lsn, reply: bool) -> Result<(), PipelineError> {
         let state = &mut self.slot_state;
         let incremental = self.incremental.confirmed(watermark);
-        tokio::task::block_in_place(|| state.advance_with(watermark, incremental)).map_err(|e| {
+        state.advance_async(watermark, incremental).await.map_err(|e| {
             PipelineError::fatal_with(
                 format!(
                     "cannot write the state file {}",
