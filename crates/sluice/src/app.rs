@@ -50,17 +50,14 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
                     board.take_snapshot_signals(true);
                     let pipeline = CdcPipeline::new(Arc::clone(&config), Arc::clone(&board));
-                    on_a_worker(async move {
-                        serve_and_supervise(
-                            &config.admin,
-                            &config.restart,
-                            board,
-                            Some(Arc::clone(&config)),
-                            prometheus,
-                            pipeline,
-                        )
-                        .await
-                    })?;
+                    run_supervised(
+                        &config.admin,
+                        &config.restart,
+                        board,
+                        Some(Arc::clone(&config)),
+                        prometheus,
+                        pipeline,
+                    )?;
                 }
                 PipelineFile::Mysql(config) => {
                     let prometheus = install_recorder(&config.name)?;
@@ -70,34 +67,28 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         board.take_snapshot_signals(false);
                     }
                     let pipeline = MysqlPipeline::new(Arc::clone(&config), Arc::clone(&board));
-                    on_a_worker(async move {
-                        serve_and_supervise(
-                            &config.admin,
-                            &config.restart,
-                            board,
-                            None,
-                            prometheus,
-                            pipeline,
-                        )
-                        .await
-                    })?;
+                    run_supervised(
+                        &config.admin,
+                        &config.restart,
+                        board,
+                        None,
+                        prometheus,
+                        pipeline,
+                    )?;
                 }
                 PipelineFile::Files(config) => {
                     let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
                     let board = StatusBoard::new(&config.name, config.restart.policy.name());
                     let pipeline = SinkPipeline::new(Arc::clone(&config), Arc::clone(&board));
-                    on_a_worker(async move {
-                        serve_and_supervise(
-                            &config.admin,
-                            &config.restart,
-                            board,
-                            None,
-                            prometheus,
-                            pipeline,
-                        )
-                        .await
-                    })?;
+                    run_supervised(
+                        &config.admin,
+                        &config.restart,
+                        board,
+                        None,
+                        prometheus,
+                        pipeline,
+                    )?;
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -195,15 +186,23 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Runs a pipeline to its end on one of the runtime's worker threads rather than on the main
+/// [`serve_and_supervise`] on one of the runtime's worker threads rather than on the main
 /// thread: a task on a worker is woken by the I/O driver directly, where the main thread blocked
-/// in `block_on` is woken by a worker (a second context switch per wake-up; bench/PROFILE.md,
-/// "Backlog: wake-ups").
-fn on_a_worker(
-    pipeline: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+/// in `block_on` is woken by a worker (a second context switch per wake-up, which preempted the
+/// walsender; bench/PROFILE.md, "Backlog: the walsender preempted, and the loop's wake-ups").
+fn run_supervised<P: Supervised + Send + 'static>(
+    admin: &AdminConfig,
+    restart: &RestartConfig,
+    board: Arc<StatusBoard>,
+    doctor: Option<Arc<PgPipelineConfig>>,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+    pipeline: P,
 ) -> anyhow::Result<()> {
+    let (admin, restart) = (admin.clone(), restart.clone());
     let runtime = runtime()?;
-    let task = runtime.spawn(pipeline);
+    let task = runtime.spawn(async move {
+        serve_and_supervise(&admin, &restart, board, doctor, prometheus, pipeline).await
+    });
     match runtime.block_on(task) {
         Ok(result) => result,
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
