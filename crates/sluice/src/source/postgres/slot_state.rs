@@ -288,42 +288,20 @@ impl SlotStateFile {
     }
 
     /// Records `confirmed` as the newest position about to be confirmed, when it is newer than
-    /// the file's. Returns whether the file was written.
+    /// the file's, and the incremental snapshots' state as of `confirmed` when given (then the
+    /// file is written even when `confirmed` is not newer). Returns whether the file was
+    /// written.
+    ///
+    /// The store's write (a file and its `fsync`, or a remote store) runs on the blocking pool,
+    /// so the stream loop's task stays on its runtime worker: `block_in_place` there would hand
+    /// the worker's core to another thread at every checkpoint (bench/PROFILE.md, "Backlog: the
+    /// walsender preempted…").
     ///
     /// # Errors
     ///
-    /// The I/O error; the caller must not confirm `confirmed` then.
-    pub fn advance(&mut self, confirmed: Lsn) -> std::io::Result<bool> {
-        self.advance_with(confirmed, None)
-    }
-
-    /// [`advance`](Self::advance), also recording the incremental snapshots' state as of
-    /// `confirmed` when given (then the file is written even when `confirmed` is not newer).
-    ///
-    /// # Errors
-    ///
-    /// The I/O error; the caller must not confirm `confirmed` then.
-    pub fn advance_with(
-        &mut self,
-        confirmed: Lsn,
-        incremental: Option<super::incremental::IncrementalState>,
-    ) -> std::io::Result<bool> {
-        match self.advanced(confirmed, incremental) {
-            Some(next) => self.save(next).map(|()| true),
-            None => Ok(false),
-        }
-    }
-
-    /// [`SlotStateFile::advance_with`] with the store's write on the blocking pool, for the
-    /// stream loop's checkpoints: the loop's task stays on its runtime worker while the write
-    /// (a file and its `fsync`, or a remote store) runs. `block_in_place` there would hand the
-    /// worker's core to another thread at every checkpoint, which cost CPU and memory
-    /// (bench/PROFILE.md, "Backlog: the walsender preempted…").
-    ///
-    /// # Errors
-    ///
-    /// The I/O error; the record in memory is then unchanged.
-    pub async fn advance_async(
+    /// The I/O error; the record in memory is then unchanged, and the caller must not confirm
+    /// `confirmed`.
+    pub async fn advance(
         &mut self,
         confirmed: Lsn,
         incremental: Option<super::incremental::IncrementalState>,
@@ -455,52 +433,37 @@ mod tests {
         assert_eq!(verify(None, "1", None), None);
     }
 
-    #[test]
-    fn a_failed_write_changes_nothing_and_the_state_survives_reopening() {
+    #[tokio::test]
+    async fn a_failed_write_changes_nothing_and_the_state_survives_reopening() {
         let store = Arc::new(crate::runtime::state::MemoryStateStore::default());
         let mut state = SlotStateFile::open_in(store.clone(), "p").expect("open");
         state.save(record(500)).expect("save");
         store.fail_writes(true);
-        assert!(state.advance(Lsn(600)).is_err(), "the write fails");
+        assert!(
+            state.advance(Lsn(600), None).await.is_err(),
+            "the write fails"
+        );
         assert_eq!(
             state.record().map(|r| r.confirmed_lsn),
             Some(Lsn(500)),
             "a position that could not be recorded is not taken as recorded"
         );
         store.fail_writes(false);
-        assert!(state.advance(Lsn(600)).expect("advance"));
+        assert!(state.advance(Lsn(600), None).await.expect("advance"));
+        assert_eq!(state.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
         let reopened = SlotStateFile::open_in(store, "p").expect("reopen");
         assert_eq!(reopened.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
         assert_eq!(reopened.location(), "memory:p.slot");
     }
 
     #[tokio::test]
-    async fn the_loops_checkpoint_write_keeps_the_same_guarantees() {
-        let store = Arc::new(crate::runtime::state::MemoryStateStore::default());
-        let mut state = SlotStateFile::open_in(store.clone(), "p").expect("open");
-        state.save(record(500)).expect("save");
-        assert!(!state.advance_async(Lsn(400), None).await.expect("advance"));
-        store.fail_writes(true);
-        assert!(
-            state.advance_async(Lsn(600), None).await.is_err(),
-            "the write fails"
-        );
-        assert_eq!(state.record().map(|r| r.confirmed_lsn), Some(Lsn(500)));
-        store.fail_writes(false);
-        assert!(state.advance_async(Lsn(600), None).await.expect("advance"));
-        assert_eq!(state.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
-        let reopened = SlotStateFile::open_in(store, "p").expect("reopen");
-        assert_eq!(reopened.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
-    }
-
-    #[test]
-    fn the_file_round_trips_and_only_moves_forward() {
+    async fn the_file_round_trips_and_only_moves_forward() {
         let dir = std::env::temp_dir().join(format!("sluice-slot-state-{}", std::process::id()));
         let mut file = SlotStateFile::open(&dir, "p").expect("open");
         assert!(file.record().is_none());
         file.save(record(500)).expect("save");
-        assert!(!file.advance(Lsn(400)).expect("advance"));
-        assert!(file.advance(Lsn(600)).expect("advance"));
+        assert!(!file.advance(Lsn(400), None).await.expect("advance"));
+        assert!(file.advance(Lsn(600), None).await.expect("advance"));
         let reread = SlotStateFile::open(&dir, "p").expect("reopen");
         assert_eq!(reread.record().map(|r| r.confirmed_lsn), Some(Lsn(600)));
         std::fs::remove_dir_all(&dir).expect("cleanup");

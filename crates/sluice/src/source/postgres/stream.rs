@@ -748,7 +748,7 @@ impl Source for PgSource<'_> {
     async fn confirm(&mut self, watermark: Lsn, reply: bool) -> Result<(), PipelineError> {
         let state = &mut self.slot_state;
         let incremental = self.incremental.confirmed(watermark);
-        state.advance_async(watermark, incremental).await.map_err(|e| {
+        state.advance(watermark, incremental).await.map_err(|e| {
             PipelineError::fatal_with(
                 format!(
                     "cannot write the state file {}",
