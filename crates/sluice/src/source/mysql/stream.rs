@@ -637,30 +637,63 @@ fn save_state(
     snapshot: Option<&SnapshotPlan>,
     incremental: Option<&MysqlIncrementalState>,
 ) -> Result<(), PipelineError> {
-    let document = serde_json::to_vec(&SavedState {
+    let document = state_document(flavor, position, snapshot, incremental);
+    tokio::task::block_in_place(|| store.store(key, &document))
+        .map_err(|e| state_write_error(store, key, e))
+}
+
+/// [`save_state`] for the stream loop's checkpoints: the write (an `fsync`, or a remote store
+/// under HA) runs on the blocking pool, and the loop's task stays on its worker while it
+/// waits, instead of handing the worker's core to another thread at every checkpoint.
+async fn save_checkpoint(
+    store: &Arc<dyn StateStore>,
+    key: &str,
+    flavor: Flavor,
+    position: &BinlogPosition,
+    incremental: Option<&MysqlIncrementalState>,
+) -> Result<(), PipelineError> {
+    let document = state_document(flavor, position, None, incremental);
+    let (writer, owned_key) = (Arc::clone(store), key.to_owned());
+    tokio::task::spawn_blocking(move || writer.store(&owned_key, &document))
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|written| written)
+        .map_err(|e| state_write_error(store.as_ref(), key, e))
+}
+
+/// The state file's content.
+fn state_document(
+    flavor: Flavor,
+    position: &BinlogPosition,
+    snapshot: Option<&SnapshotPlan>,
+    incremental: Option<&MysqlIncrementalState>,
+) -> Vec<u8> {
+    serde_json::to_vec(&SavedState {
         flavor,
         position: position.clone(),
         snapshot: snapshot.cloned(),
         incremental: incremental.cloned(),
     })
-    .unwrap_or_default();
-    tokio::task::block_in_place(|| store.store(key, &document)).map_err(|e| {
-        if is_fenced(&e) {
-            // Another instance took over: this one stops its run and asks for the role again.
-            return PipelineError::retryable(
-                format!(
-                    "cannot write the state {}: another instance of the pipeline is active",
-                    store.location(key)
-                ),
-                e,
-            );
-        }
-        PipelineError::fatal_with(
-            format!("cannot write the state file {}", store.location(key)),
-            "make state_dir writable (and give it space); nothing past the last saved position was confirmed",
+    .unwrap_or_default()
+}
+
+/// What a failed state write means for the pipeline.
+fn state_write_error(store: &dyn StateStore, key: &str, e: std::io::Error) -> PipelineError {
+    if is_fenced(&e) {
+        // Another instance took over: this one stops its run and asks for the role again.
+        return PipelineError::retryable(
+            format!(
+                "cannot write the state {}: another instance of the pipeline is active",
+                store.location(key)
+            ),
             e,
-        )
-    })
+        );
+    }
+    PipelineError::fatal_with(
+        format!("cannot write the state file {}", store.location(key)),
+        "make state_dir writable (and give it space); nothing past the last saved position was confirmed",
+        e,
+    )
 }
 
 /// Where a record came from, from its headers: `binlog.000003:1234`.
@@ -949,14 +982,14 @@ impl Source for MysqlSource {
                 self.saved_incremental = incremental;
             }
             let position = moved.as_ref().map_or(&self.saved, |(position, _)| position);
-            save_state(
-                self.store.as_ref(),
+            save_checkpoint(
+                &self.store,
                 &self.key,
                 self.flavor,
                 position,
-                None,
                 self.saved_incremental.as_ref(),
-            )?;
+            )
+            .await?;
             if chunk_saved {
                 crate::crash_point!("mysql_incremental::progress_saved");
             }
