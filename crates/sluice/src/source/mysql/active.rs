@@ -9,9 +9,9 @@
 //!   the active instance keeps it busy with a one-second `DO SLEEP(1), '<label>'` after
 //!   another, so only a silent instance is ever idle that long).
 //! - **Who is active, as the standbys see it**: the keep-alive statement carries the instance
-//!   and its start ([`session_label`]); a standby reads it from
-//!   `information_schema.PROCESSLIST` for the lock holder's connection (`IS_USED_LOCK`). The
-//!   sessions of one user see each other without the `PROCESS` privilege.
+//!   and its start ([`session_label`]); a standby reads it from `SHOW FULL PROCESSLIST` for
+//!   the lock holder's connection (`IS_USED_LOCK`). The sessions of one user see each other
+//!   without the `PROCESS` privilege.
 //! - **Who may stream**: a binlog reader has no slot; the former active instance's dump thread
 //!   ends with its process, and after `net_write_timeout` (set to the failover timeout with
 //!   `state_store = "kafka"`) when it fell silent; MariaDB also ends an older dump of the same
@@ -137,20 +137,35 @@ async fn keep_alive(mut conn: Conn, label: String, lost: CancellationToken) {
 
 /// The instance whose session holds `lock`, from its keep-alive statement (`None`: nobody
 /// holds it any more; `unknown` between two statements or for a holder that is not sluice).
+///
+/// Two statements, not `information_schema.PROCESSLIST` joined to `IS_USED_LOCK(?)` in one
+/// prepared statement: MariaDB 10.11.19 crashed once under the test suite while executing that
+/// join (SIGSEGV in `ha_maria::drop_table`, freeing the join's temporary table at the end of
+/// `Prepared_statement::execute`). `SHOW FULL PROCESSLIST` sends its rows without a temporary
+/// table, and standbys run this every `standby_poll_ms` against the user's production server.
 async fn holder(conn: &mut Conn, lock: &str) -> Result<Option<ActiveInstance>, PipelineError> {
-    let row: Option<(Option<u64>, Option<String>)> = conn
-        .exec_first(
-            "SELECT l.id, p.INFO FROM (SELECT IS_USED_LOCK(?) AS id) l \
-             LEFT JOIN information_schema.PROCESSLIST p ON p.ID = l.id",
-            (lock,),
-        )
+    let id: Option<u64> = conn
+        .exec_first("SELECT IS_USED_LOCK(?)", (lock,))
         .await
         .map_err(server::sql_error(
             "cannot read who holds the pipeline's active role",
-        ))?;
-    let Some((Some(_), info)) = row else {
+        ))?
+        .flatten();
+    let Some(id) = id else {
         return Ok(None);
     };
+    let sessions: Vec<mysql_async::Row> =
+        conn.query("SHOW FULL PROCESSLIST")
+            .await
+            .map_err(server::sql_error(
+                "cannot read who holds the pipeline's active role",
+            ))?;
+    // The holder's session may have ended between the two statements: then no label.
+    let info: Option<String> = sessions
+        .iter()
+        .find(|session| session.get::<u64, _>("Id") == Some(id))
+        .and_then(|session| session.get::<Option<String>, _>("Info"))
+        .flatten();
     let label = info.as_deref().and_then(|statement| {
         let start = statement.find('\'')?;
         let end = statement.rfind('\'')?;
