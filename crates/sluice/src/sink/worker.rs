@@ -154,9 +154,13 @@ pub trait SubPartitionWriter: Send {
     /// Whether the open epoch must commit now (its size limits).
     fn is_full(&self) -> bool;
     /// Whether the open epoch must commit once the records at hand are written, though more
-    /// keep coming (`false`: only when idle for [`SubPartitionWriter::max_age`]).
+    /// keep coming: when it is [`SubPartitionWriter::max_age`] old. (The worker's idle wait
+    /// commits it at that age too, but under a backlog its queue is never empty: without this
+    /// an epoch would grow to its size limits, and its partition's unacknowledged records —
+    /// the tracker's entries, the worker's seqs — with it.)
     fn due_after_batch(&self) -> bool {
-        false
+        self.opened_at()
+            .is_some_and(|opened| opened.elapsed() >= self.max_age())
     }
     /// The age at which an open epoch commits.
     fn max_age(&self) -> Duration;
@@ -743,6 +747,10 @@ mod tests {
     use std::num::NonZeroU32;
 
     fn settings() -> Arc<WorkerSettings> {
+        settings_with(Duration::from_secs(60))
+    }
+
+    fn settings_with(roll_interval: Duration) -> Arc<WorkerSettings> {
         Arc::new(WorkerSettings {
             files: FileSettings {
                 format: FileFormat::Jsonl,
@@ -754,7 +762,7 @@ mod tests {
             template: PathTemplate::parse("{topic}/d={created:%Y-%m-%d}").unwrap(),
             roll_records: 1_000,
             roll_bytes: 1 << 30,
-            roll_interval: Duration::from_secs(60),
+            roll_interval,
             skip_tombstones: true,
         })
     }
@@ -910,6 +918,35 @@ mod tests {
             }
         }
         out
+    }
+
+    #[test]
+    fn an_epoch_is_due_at_roll_interval_though_records_keep_coming() {
+        let dir = std::env::temp_dir().join(format!("sluice-worker-due-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
+        let id = SubPartitionId {
+            topic: "t".into(),
+            partition: 0,
+            sub: 0,
+        };
+        let record = RecordData::new(0, Some(b"k"), Some(br#"{"created":"2026-11-23"}"#), None);
+        for (interval, due) in [(Duration::ZERO, true), (Duration::from_secs(3600), false)] {
+            let (_, ownership) = root.recover(&id).unwrap();
+            let mut writer = FilesWriter::new(
+                id.clone(),
+                0,
+                Vec::new(),
+                ownership,
+                Arc::clone(&root),
+                settings_with(interval),
+            );
+            assert!(!writer.due_after_batch(), "no epoch open yet");
+            writer.write(&record).unwrap();
+            assert_eq!(writer.due_after_batch(), due, "roll_interval {interval:?}");
+            writer.forget();
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

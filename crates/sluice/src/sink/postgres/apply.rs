@@ -988,11 +988,6 @@ impl SubPartitionWriter for PgWriter {
         self.records >= self.target.settings.batch_records
     }
 
-    fn due_after_batch(&self) -> bool {
-        self.opened_at
-            .is_some_and(|opened| opened.elapsed() >= self.max_age())
-    }
-
     fn max_age(&self) -> Duration {
         Duration::from_millis(self.target.settings.batch_interval_ms)
     }
