@@ -45,49 +45,42 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run { pipeline } => {
             match PipelineFile::load(&pipeline)? {
                 PipelineFile::Postgres(config) => {
-                    let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
-                    let board = StatusBoard::new(&config.name, config.restart.policy.name());
-                    board.take_snapshot_signals(true);
-                    let pipeline = CdcPipeline::new(Arc::clone(&config), Arc::clone(&board));
+                    let doctor = Some(Arc::clone(&config));
                     run_supervised(
+                        &config.name,
                         &config.admin,
                         &config.restart,
-                        board,
-                        Some(Arc::clone(&config)),
-                        prometheus,
-                        pipeline,
+                        doctor,
+                        |board| {
+                            board.take_snapshot_signals(true);
+                            CdcPipeline::new(Arc::clone(&config), board)
+                        },
                     )?;
                 }
                 PipelineFile::Mysql(config) => {
-                    let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
-                    let board = StatusBoard::new(&config.name, config.restart.policy.name());
-                    if config.source.signal_table.is_some() {
-                        board.take_snapshot_signals(false);
-                    }
-                    let pipeline = MysqlPipeline::new(Arc::clone(&config), Arc::clone(&board));
                     run_supervised(
+                        &config.name,
                         &config.admin,
                         &config.restart,
-                        board,
                         None,
-                        prometheus,
-                        pipeline,
+                        |board| {
+                            if config.source.signal_table.is_some() {
+                                board.take_snapshot_signals(false);
+                            }
+                            MysqlPipeline::new(Arc::clone(&config), board)
+                        },
                     )?;
                 }
                 PipelineFile::Files(config) => {
-                    let prometheus = install_recorder(&config.name)?;
                     let config = Arc::new(*config);
-                    let board = StatusBoard::new(&config.name, config.restart.policy.name());
-                    let pipeline = SinkPipeline::new(Arc::clone(&config), Arc::clone(&board));
                     run_supervised(
+                        &config.name,
                         &config.admin,
                         &config.restart,
-                        board,
                         None,
-                        prometheus,
-                        pipeline,
+                        |board| SinkPipeline::new(Arc::clone(&config), board),
                     )?;
                 }
             }
@@ -186,18 +179,21 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// [`serve_and_supervise`] on one of the runtime's worker threads rather than on the main
-/// thread: a task on a worker is woken by the I/O driver directly, where the main thread blocked
+/// Installs the metrics recorder, makes the pipeline's status board, builds the pipeline over
+/// it (`pipeline`) and runs [`serve_and_supervise`] on one of the runtime's worker threads
+/// rather than on the main thread: a task on a worker is woken by the I/O driver directly, where the main thread blocked
 /// in `block_on` is woken by a worker (a second context switch per wake-up, which preempted the
 /// walsender; bench/PROFILE.md, "Backlog: the walsender preempted, and the loop's wake-ups").
 fn run_supervised<P: Supervised + Send + 'static>(
+    name: &str,
     admin: &AdminConfig,
     restart: &RestartConfig,
-    board: Arc<StatusBoard>,
     doctor: Option<Arc<PgPipelineConfig>>,
-    prometheus: metrics_exporter_prometheus::PrometheusHandle,
-    pipeline: P,
+    pipeline: impl FnOnce(Arc<StatusBoard>) -> P,
 ) -> anyhow::Result<()> {
+    let prometheus = install_recorder(name)?;
+    let board = StatusBoard::new(name, restart.policy.name());
+    let pipeline = pipeline(Arc::clone(&board));
     let (admin, restart) = (admin.clone(), restart.clone());
     let runtime = runtime()?;
     let task = runtime.spawn(async move {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// A store of named documents.
 pub trait StateStore: fmt::Debug + Send + Sync {
@@ -41,6 +41,26 @@ pub trait StateStore: fmt::Debug + Send + Sync {
 
     /// Where `key` is kept, for messages to operators (a path, a URL).
     fn location(&self, key: &str) -> String;
+}
+
+/// [`StateStore::store`] from async code: the write (a file and its `fsync`, or a remote
+/// store) runs on the blocking pool, and the caller's task stays on its runtime worker while it
+/// waits. (`block_in_place` would hand the worker's core to another thread at every write: in a
+/// stream loop's checkpoint that cost the PostgreSQL backlog rate; bench/PROFILE.md, "Backlog:
+/// the walsender preempted…".)
+///
+/// # Errors
+///
+/// The store's error, or the blocking task's failure as an `io::Error`.
+pub async fn store_off_loop(
+    store: &Arc<dyn StateStore>,
+    key: &str,
+    document: Vec<u8>,
+) -> std::io::Result<()> {
+    let (store, key) = (Arc::clone(store), key.to_owned());
+    tokio::task::spawn_blocking(move || store.store(&key, &document))
+        .await
+        .map_err(std::io::Error::other)?
 }
 
 /// The error inside a [`StateStore`] write's `io::Error` when another instance of the

@@ -50,7 +50,7 @@ use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
 use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
-use crate::runtime::state::{DirectoryStateStore, StateStore, is_fenced};
+use crate::runtime::state::{DirectoryStateStore, StateStore, is_fenced, store_off_loop};
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
 
@@ -642,9 +642,8 @@ fn save_state(
         .map_err(|e| state_write_error(store, key, e))
 }
 
-/// [`save_state`] for the stream loop's checkpoints: the write (an `fsync`, or a remote store
-/// under HA) runs on the blocking pool, and the loop's task stays on its worker while it
-/// waits, instead of handing the worker's core to another thread at every checkpoint.
+/// [`save_state`] for the stream loop's checkpoints, the write off the loop's worker
+/// ([`store_off_loop`]).
 async fn save_checkpoint(
     store: &Arc<dyn StateStore>,
     key: &str,
@@ -653,11 +652,8 @@ async fn save_checkpoint(
     incremental: Option<&MysqlIncrementalState>,
 ) -> Result<(), PipelineError> {
     let document = state_document(flavor, position, None, incremental);
-    let (writer, owned_key) = (Arc::clone(store), key.to_owned());
-    tokio::task::spawn_blocking(move || writer.store(&owned_key, &document))
+    store_off_loop(store, key, document)
         .await
-        .map_err(std::io::Error::other)
-        .and_then(|written| written)
         .map_err(|e| state_write_error(store.as_ref(), key, e))
 }
 

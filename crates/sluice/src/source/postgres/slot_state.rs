@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use sluice_engine::Lsn;
 
 use crate::error::PipelineError;
-use crate::runtime::state::{DirectoryStateStore, StateStore};
+use crate::runtime::state::{DirectoryStateStore, StateStore, store_off_loop};
 
 /// What the file remembers.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -292,10 +292,7 @@ impl SlotStateFile {
     /// file is written even when `confirmed` is not newer). Returns whether the file was
     /// written.
     ///
-    /// The store's write (a file and its `fsync`, or a remote store) runs on the blocking pool,
-    /// so the stream loop's task stays on its runtime worker: `block_in_place` there would hand
-    /// the worker's core to another thread at every checkpoint (bench/PROFILE.md, "Backlog: the
-    /// walsender preempted…").
+    /// The write runs off the stream loop's runtime worker ([`store_off_loop`]).
     ///
     /// # Errors
     ///
@@ -309,13 +306,8 @@ impl SlotStateFile {
         let Some(next) = self.advanced(confirmed, incremental) else {
             return Ok(false);
         };
-        let (store, key) = (Arc::clone(&self.store), self.key.clone());
-        let record = tokio::task::spawn_blocking(move || {
-            let (record, document) = stamped(next)?;
-            store.store(&key, &document).map(|()| record)
-        })
-        .await
-        .map_err(std::io::Error::other)??;
+        let (record, document) = stamped(next)?;
+        store_off_loop(&self.store, &self.key, document).await?;
         self.record = Some(record);
         Ok(true)
     }
