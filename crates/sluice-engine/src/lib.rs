@@ -20,4 +20,4 @@ pub mod watermark;
 
 pub use budget::{InFlightBudget, InFlightPermit};
 pub use position::Lsn;
-pub use watermark::{AckTracker, Seq, WatermarkError};
+pub use watermark::{AckTracker, Seq, SeqList, SeqListIter, WatermarkError};

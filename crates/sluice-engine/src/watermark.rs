@@ -11,8 +11,10 @@
 //! The **watermark** is the newest such checkpoint. It only moves forward and it never waits:
 //! reading it is O(1), and acknowledging is amortized O(1), so a checkpoint writes the
 //! watermark it has instead of waiting for in-flight records (the failure mode of Kafka
-//! Connect's offset flush). Memory is one small entry per unreleased record, which the
-//! in-flight budget bounds.
+//! Connect's offset flush). Memory is one flag byte and one `Option<C>` per unreleased record
+//! (9 bytes for a Kafka partition's `NonZeroI64` next offset, where a combined entry was 24):
+//! a files sink under a backlog holds up to `roll_records` of them per partition until the
+//! epoch's files commit.
 
 use std::collections::VecDeque;
 
@@ -20,6 +22,122 @@ use std::collections::VecDeque;
 /// [`AckTracker::ack`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Seq(pub u64);
+
+/// Sequence numbers, kept as LEB128 deltas from the one before: about one byte each when they
+/// are close together, instead of eight. A sink worker lists the sequences of its open epoch
+/// in one of these until the epoch commits; under a backlog that is up to `roll_records` (a
+/// million) per sub-partition, and its records are a partition's records spread over the
+/// sub-partitions, so consecutive ones differ by about the sub-partition count.
+///
+/// Any order is kept (a delta wraps around), but an increasing one is what stays small. The
+/// varint coding is written here rather than taken from a crate: it is a dozen lines, and the
+/// crates that do it (`leb128`, `integer-encoding`) work on readers and writers or slices, not
+/// on a growing list with its own iterator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeqList {
+    bytes: Vec<u8>,
+    last: u64,
+    len: usize,
+}
+
+impl SeqList {
+    /// An empty list.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends `seq`.
+    pub fn push(&mut self, seq: Seq) {
+        let mut delta = seq.0.wrapping_sub(self.last);
+        self.last = seq.0;
+        self.len += 1;
+        loop {
+            let byte = (delta & 0x7f) as u8;
+            delta >>= 7;
+            if delta == 0 {
+                self.bytes.push(byte);
+                return;
+            }
+            self.bytes.push(byte | 0x80);
+        }
+    }
+
+    /// How many sequences it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes it takes (without the list's own fields).
+    pub fn encoded_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Removes every sequence.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.last = 0;
+        self.len = 0;
+    }
+
+    /// The sequences in the order they were pushed.
+    pub fn iter(&self) -> SeqListIter<'_> {
+        SeqListIter {
+            bytes: &self.bytes,
+            last: 0,
+        }
+    }
+}
+
+impl FromIterator<Seq> for SeqList {
+    fn from_iter<I: IntoIterator<Item = Seq>>(iter: I) -> Self {
+        let mut list = Self::new();
+        for seq in iter {
+            list.push(seq);
+        }
+        list
+    }
+}
+
+impl<'a> IntoIterator for &'a SeqList {
+    type Item = Seq;
+    type IntoIter = SeqListIter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+/// The iterator of [`SeqList::iter`].
+#[derive(Debug, Clone)]
+pub struct SeqListIter<'a> {
+    bytes: &'a [u8],
+    last: u64,
+}
+
+impl Iterator for SeqListIter<'_> {
+    type Item = Seq;
+
+    fn next(&mut self) -> Option<Seq> {
+        let mut delta = 0u64;
+        let mut shift = 0;
+        loop {
+            let (&byte, rest) = self.bytes.split_first()?;
+            self.bytes = rest;
+            delta |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                break;
+            }
+            shift += 7;
+        }
+        self.last = self.last.wrapping_add(delta);
+        Some(Seq(self.last))
+    }
+}
 
 /// A misuse of the tracker; each one is a bug in the caller, reported instead of corrupting the
 /// watermark.
@@ -36,18 +154,16 @@ pub enum WatermarkError {
     CheckpointRegressed,
 }
 
-#[derive(Debug)]
-struct Entry<C> {
-    acked: bool,
-    checkpoint: Option<C>,
-}
-
 /// Tracks acknowledgements and computes the watermark; see the [module docs](self).
 #[derive(Debug)]
 pub struct AckTracker<C> {
-    /// The sequence number of `entries[0]`.
+    /// The sequence number of `acked[0]` and `checkpoints[0]`.
     base: u64,
-    entries: VecDeque<Entry<C>>,
+    /// Per unreleased entry: acknowledged yet? Kept apart from the checkpoints, so that an entry
+    /// costs no padding: `(bool, Option<NonZeroI64>)` would take 16 bytes, these two 9.
+    acked: VecDeque<bool>,
+    /// Per unreleased entry, the same length as `acked`.
+    checkpoints: VecDeque<Option<C>>,
     /// The newest checkpoint pushed, to refuse regressions.
     last_pushed: Option<C>,
     watermark: Option<C>,
@@ -59,7 +175,8 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
     pub fn new(initial: Option<C>) -> Self {
         Self {
             base: 0,
-            entries: VecDeque::new(),
+            acked: VecDeque::new(),
+            checkpoints: VecDeque::new(),
             last_pushed: initial.clone(),
             watermark: initial,
         }
@@ -100,14 +217,14 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
             return Err(WatermarkError::AlreadyAcked(seq));
         }
         let index = usize::try_from(seq - self.base).map_err(|_| WatermarkError::Unknown(seq))?;
-        let entry = self
-            .entries
+        let acked = self
+            .acked
             .get_mut(index)
             .ok_or(WatermarkError::Unknown(seq))?;
-        if entry.acked {
+        if *acked {
             return Err(WatermarkError::AlreadyAcked(seq));
         }
-        entry.acked = true;
+        *acked = true;
         Ok(index == 0 && self.release_prefix())
     }
 
@@ -118,12 +235,12 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
 
     /// How many pushed entries are not yet released (unacknowledged, or behind one that is).
     pub fn pending(&self) -> usize {
-        self.entries.len()
+        self.acked.len()
     }
 
     /// The sequence number the next push will get.
     pub fn next_seq(&self) -> Seq {
-        Seq(self.base + self.entries.len() as u64)
+        Seq(self.base + self.acked.len() as u64)
     }
 
     fn push_entry(&mut self, acked: bool, checkpoint: Option<C>) -> Result<Seq, WatermarkError> {
@@ -134,19 +251,21 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
             self.last_pushed = Some(new.clone());
         }
         let seq = self.next_seq();
-        self.entries.push_back(Entry { acked, checkpoint });
+        self.acked.push_back(acked);
+        self.checkpoints.push_back(checkpoint);
         Ok(seq)
     }
 
     /// Pops the acknowledged prefix; returns `true` if the watermark moved.
     fn release_prefix(&mut self) -> bool {
         let mut moved = false;
-        while self.entries.front().is_some_and(|entry| entry.acked) {
-            let Some(entry) = self.entries.pop_front() else {
+        while self.acked.front().is_some_and(|acked| *acked) {
+            self.acked.pop_front();
+            let Some(checkpoint) = self.checkpoints.pop_front() else {
                 break;
             };
             self.base += 1;
-            if let Some(checkpoint) = entry.checkpoint {
+            if let Some(checkpoint) = checkpoint {
                 self.watermark = Some(checkpoint);
                 moved = true;
             }
@@ -206,7 +325,32 @@ mod tests {
         ]
     }
 
+    #[test]
+    fn a_seq_list_of_close_sequences_takes_about_a_byte_each() {
+        // A partition's records spread over two sub-partitions: one worker's sequences.
+        let seqs: Vec<Seq> = (1_000_000..1_200_000).step_by(2).map(Seq).collect();
+        let list: SeqList = seqs.iter().copied().collect();
+        assert_eq!(list.len(), seqs.len());
+        assert_eq!(list.iter().collect::<Vec<_>>(), seqs);
+        // The first delta takes 3 bytes, every later one (2) takes 1.
+        assert_eq!(list.encoded_len(), seqs.len() + 2);
+        let mut list = list;
+        list.clear();
+        assert!(list.is_empty());
+        list.push(Seq(7));
+        assert_eq!(list.iter().collect::<Vec<_>>(), [Seq(7)]);
+    }
+
     proptest! {
+        /// A list gives back what was pushed, in order, whatever the order.
+        #[test]
+        fn a_seq_list_gives_back_what_was_pushed(seqs in proptest::collection::vec(any::<u64>(), 0..200)) {
+            let list: SeqList = seqs.iter().copied().map(Seq).collect();
+            prop_assert_eq!(list.len(), seqs.len());
+            let back: Vec<u64> = list.iter().map(|seq| seq.0).collect();
+            prop_assert_eq!(back, seqs);
+        }
+
         /// The tracker agrees with a direct model: the watermark is the checkpoint of the
         /// newest entry whose whole prefix is acknowledged.
         #[test]

@@ -62,6 +62,7 @@ pub mod template;
 pub mod worker;
 
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroI64;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -750,7 +751,9 @@ impl ConsumerContext for SinkContext {
 /// The intake's view of one assigned partition.
 struct PartitionState {
     generation: u64,
-    tracker: AckTracker<i64>,
+    /// Checkpoints are the next offset to read (`offset + 1`, never 0): as a `NonZeroI64` an
+    /// entry takes 9 bytes, and a files epoch under a backlog holds up to `roll_records` of them.
+    tracker: AckTracker<NonZeroI64>,
     budget: InFlightBudget,
     workers: Vec<WorkerHandle>,
     /// Per sub-partition: records up to this offset are already in committed files.
@@ -912,7 +915,7 @@ impl Intake {
         }
         let min_skip = skip.iter().copied().min().unwrap_or(-1);
         let (start, initial) = if min_skip >= 0 {
-            (Offset::Offset(min_skip + 1), Some(min_skip + 1))
+            (Offset::Offset(min_skip + 1), NonZeroI64::new(min_skip + 1))
         } else if any_state || group_committed.is_some() {
             // Some sub-partition has committed nothing: read the partition from its start.
             (Offset::Beginning, None)
@@ -944,8 +947,8 @@ impl Intake {
                 paused: false,
                 split: false,
                 full: false,
-                next_offset: initial,
-                committed: initial,
+                next_offset: initial.map(NonZeroI64::get),
+                committed: initial.map(NonZeroI64::get),
                 stopped: 0,
             },
         );
@@ -1178,7 +1181,7 @@ impl Intake {
                 if state.generation != generation {
                     return;
                 }
-                for seq in seqs {
+                for seq in &seqs {
                     if let Err(error) = state.tracker.ack(seq) {
                         self.failure.get_or_insert(PipelineError::fatal_with(
                             "acknowledgement bookkeeping failed",
@@ -1351,7 +1354,7 @@ impl Intake {
             if only.is_some_and(|only| !only.iter().any(|(t, p)| t == topic && p == partition)) {
                 continue;
             }
-            let Some(watermark) = state.tracker.watermark().copied() else {
+            let Some(watermark) = state.tracker.watermark().map(|next| next.get()) else {
                 continue;
             };
             if state.committed.is_some_and(|c| c >= watermark) {
@@ -1519,7 +1522,8 @@ fn admit_into(
 ) -> Result<(), PipelineError> {
     while let Some(front) = state.waiting.front() {
         let sub = worker::sub_partition(front.key(), front.offset, subs) as usize;
-        let checkpoint = Some(front.offset + 1);
+        // A Kafka offset is never negative, so its successor is never 0.
+        let checkpoint = NonZeroI64::new(front.offset + 1);
         if front.offset <= state.skip[sub] || state.dead_lettered[sub].contains(&front.offset) {
             // Already in a committed file of this sub-partition, or dead-lettered.
             let seq = state.tracker.push(checkpoint).map_err(bookkeeping)?;
@@ -1733,7 +1737,7 @@ mod tests {
         state.waiting.extend((3..=10).map(record));
         admit(&mut state, 1).unwrap();
         // 3..=5 are already in files: acknowledged at once; 6 and 7 fill the budget.
-        assert_eq!(state.tracker.watermark(), Some(&6));
+        assert_eq!(state.tracker.watermark().map(|w| w.get()), Some(6));
         let admitted: Vec<WorkerMsg> = rx.try_iter().collect();
         assert_eq!(
             admitted.len(),
@@ -1786,7 +1790,7 @@ mod tests {
             topic: Arc::from("t"),
             partition: 0,
             generation,
-            seqs,
+            seqs: seqs.into_iter().collect(),
         };
         // A stale generation is ignored; a later record alone does not move the watermark.
         intake.apply(committed(vec![seqs[0]], 7));
@@ -1795,7 +1799,7 @@ mod tests {
             intake.partitions[&(Arc::from("t"), 0)]
                 .tracker
                 .watermark()
-                .copied()
+                .map(|w| w.get())
         };
         assert_eq!(watermark(&intake), None);
         intake.apply(committed(vec![seqs[0], seqs[1]], 1));

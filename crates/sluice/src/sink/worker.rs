@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::value::RawValue;
-use sluice_engine::{InFlightPermit, Seq};
+use sluice_engine::{InFlightPermit, Seq, SeqList};
 
 use crate::dead_letter;
 use crate::error::PipelineError;
@@ -111,7 +111,7 @@ pub enum WorkerEvent {
         /// The partition assignment's generation.
         generation: u64,
         /// The records' tracker sequences.
-        seqs: Vec<Seq>,
+        seqs: SeqList,
     },
     /// The worker failed; the run ends with this error.
     Failed(PipelineError),
@@ -304,7 +304,8 @@ pub struct Worker {
     events: Sender<WorkerEvent>,
     dead_letter: Option<Arc<DeadLetter>>,
     writer: Box<dyn SubPartitionWriter>,
-    seqs: Vec<Seq>,
+    /// The open epoch's tracker sequences (about a byte each: see [`SeqList`]).
+    seqs: SeqList,
     busy_since_ms: Arc<AtomicU64>,
     busy_offset: Arc<AtomicI64>,
     abandoned: Arc<AtomicBool>,
@@ -338,7 +339,7 @@ pub fn spawn(
         events,
         dead_letter,
         writer,
-        seqs: Vec::new(),
+        seqs: SeqList::new(),
         busy_since_ms: Arc::clone(&busy_since_ms),
         busy_offset: Arc::clone(&busy_offset),
         abandoned: Arc::clone(&abandoned),
