@@ -259,6 +259,7 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
     /// Pops the acknowledged prefix; returns `true` if the watermark moved.
     fn release_prefix(&mut self) -> bool {
         let mut moved = false;
+        let base = self.base;
         while self.acked.front().is_some_and(|acked| *acked) {
             self.acked.pop_front();
             let Some(checkpoint) = self.checkpoints.pop_front() else {
@@ -270,9 +271,31 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
                 moved = true;
             }
         }
+        if self.base != base {
+            self.shrink_if_sparse();
+        }
         moved
     }
+
+    /// Gives most of the deques' memory back once they are less than a quarter full. A files
+    /// epoch under a backlog grows them to `roll_records` entries (9 MiB at a million); without
+    /// this every partition would keep that capacity after its epochs commit, and a process
+    /// with many partitions assigned would hold it for each. Shrinking to twice the length
+    /// keeps the copies amortized O(1) per entry.
+    fn shrink_if_sparse(&mut self) {
+        let capacity = self.checkpoints.capacity();
+        let len = self.checkpoints.len();
+        if capacity > KEPT_CAPACITY && len < capacity / 4 {
+            let target = (len * 2).max(KEPT_CAPACITY);
+            self.acked.shrink_to(target);
+            self.checkpoints.shrink_to(target);
+        }
+    }
 }
+
+/// The entries a tracker keeps room for however few it holds: below this, giving memory back
+/// is not worth a reallocation.
+const KEPT_CAPACITY: usize = 4096;
 
 #[cfg(test)]
 mod tests {
@@ -293,6 +316,31 @@ mod tests {
         assert!(tracker.ack(a).unwrap());
         assert_eq!(tracker.watermark(), Some(&30));
         assert_eq!(tracker.pending(), 0);
+    }
+
+    #[test]
+    fn a_drained_tracker_gives_its_memory_back() {
+        let mut tracker = AckTracker::new(None);
+        // An epoch of 100,000 records, then the first records of the next one.
+        let epoch: Vec<Seq> = (1..=100_000u64)
+            .map(|offset| tracker.push(Some(offset)).unwrap())
+            .collect();
+        let next = tracker.push(Some(100_001)).unwrap();
+        assert!(tracker.checkpoints.capacity() > 100_000);
+        for seq in epoch {
+            tracker.ack(seq).unwrap();
+        }
+        assert_eq!(tracker.watermark(), Some(&100_000));
+        assert_eq!(tracker.pending(), 1);
+        assert!(
+            tracker.checkpoints.capacity() <= 2 * KEPT_CAPACITY
+                && tracker.acked.capacity() <= 2 * KEPT_CAPACITY,
+            "capacity {} / {} after the epoch was released",
+            tracker.checkpoints.capacity(),
+            tracker.acked.capacity()
+        );
+        tracker.ack(next).unwrap();
+        assert_eq!(tracker.watermark(), Some(&100_001));
     }
 
     #[test]
