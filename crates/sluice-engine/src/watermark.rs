@@ -293,9 +293,11 @@ impl<C: Clone + PartialOrd> AckTracker<C> {
     }
 }
 
-/// The entries a tracker keeps room for however few it holds: below this, giving memory back
-/// is not worth a reallocation.
-const KEPT_CAPACITY: usize = 4096;
+/// The entries a tracker keeps room for however few it holds (~1.1 MiB): below this, giving
+/// memory back is not worth a reallocation. It is above the CDC pipeline's default in-flight
+/// budget (100,000 records), whose tracker therefore never shrinks and grows again at every
+/// swing of its in-flight count; a files epoch of up to `roll_records` is what it is for.
+const KEPT_CAPACITY: usize = 1 << 17;
 
 #[cfg(test)]
 mod tests {
@@ -321,16 +323,16 @@ mod tests {
     #[test]
     fn a_drained_tracker_gives_its_memory_back() {
         let mut tracker = AckTracker::new(None);
-        // An epoch of 100,000 records, then the first records of the next one.
-        let epoch: Vec<Seq> = (1..=100_000u64)
+        // An epoch of a million records, then the first record of the next one.
+        let epoch: Vec<Seq> = (1..=1_000_000u64)
             .map(|offset| tracker.push(Some(offset)).unwrap())
             .collect();
-        let next = tracker.push(Some(100_001)).unwrap();
-        assert!(tracker.checkpoints.capacity() > 100_000);
+        let next = tracker.push(Some(1_000_001)).unwrap();
+        assert!(tracker.checkpoints.capacity() > 1_000_000);
         for seq in epoch {
             tracker.ack(seq).unwrap();
         }
-        assert_eq!(tracker.watermark(), Some(&100_000));
+        assert_eq!(tracker.watermark(), Some(&1_000_000));
         assert_eq!(tracker.pending(), 1);
         assert!(
             tracker.checkpoints.capacity() <= 2 * KEPT_CAPACITY
@@ -340,7 +342,7 @@ mod tests {
             tracker.acked.capacity()
         );
         tracker.ack(next).unwrap();
-        assert_eq!(tracker.watermark(), Some(&100_001));
+        assert_eq!(tracker.watermark(), Some(&1_000_001));
     }
 
     #[test]
