@@ -11,9 +11,10 @@
 //! client's lock inside `rd_kafka_producev`); [`TopicProducer`] holds a topic handle and
 //! produces through it with `rd_kafka_produce`, for `sluice perf produce`.
 //!
-//! This crate is the workspace's only unsafe code: unsafe code is denied here except in the
-//! `queue` and `topic` modules, and each unsafe block there carries a `SAFETY:` argument. Its
-//! tests run under AddressSanitizer in `scripts/test`.
+//! This crate and `sluice-alloc` (mimalloc's purge delay) hold the workspace's only unsafe
+//! code. Here unsafe code is denied except in the `queue` and `topic` modules, and each unsafe
+//! block there carries a `SAFETY:` argument. Its tests run under AddressSanitizer in
+//! `scripts/test`.
 
 #![deny(unsafe_code)]
 

@@ -13,6 +13,7 @@ use crate::cli::{Cli, Command, LogFormat};
 use crate::config::{AdminConfig, RestartConfig};
 use crate::error::PipelineError;
 use crate::pipeline_file::PipelineFile;
+use crate::runtime::allocator::set_purge_delay;
 use crate::runtime::metrics::install_recorder;
 use crate::runtime::status::StatusBoard;
 use crate::runtime::supervisor::{Supervised, stop_on_signal, supervise};
@@ -75,6 +76,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
                 PipelineFile::Files(config) => {
                     let config = Arc::new(*config);
+                    // Before the runtime's threads start (see `runtime::allocator`).
+                    if let Some(delay) = config.allocator_purge_delay_ms() {
+                        let now = set_purge_delay(delay);
+                        tracing::debug!("allocator purge delay: {now}");
+                    }
                     run_supervised(
                         &config.name,
                         &config.admin,

@@ -46,6 +46,20 @@ pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// queues, are the limit; 64 MiB / 200,000 records date from when a full partition was
 /// paused, which librdkafka resumed up to ~1 s late).
 pub const QUEUE_SHARE_OF_MEMORY_LIMIT: u64 = 32;
+/// mimalloc's purge delay for a JSON Lines files sink, in milliseconds (Parquet and PostgreSQL
+/// sinks keep mimalloc's default, 1,000 ms); applied at start-up by `runtime::allocator`,
+/// unless `MIMALLOC_PURGE_DELAY` is set.
+///
+/// Chosen by measurement (bench/PROFILE.md, "Sink memory: the allocator's purge delay"; 4
+/// alternations of `bench/run --cases sink,sink-pg`, 2,000,000 records on 1 partition): every
+/// sink frees its batches' buffers in large blocks that mimalloc keeps committed for the
+/// delay. At 100 ms JSON Lines peaked at 78 / 83 / 89 MiB (1 / 2 / 4 sub-partitions) against
+/// 96 / 99 / 131, at the same rate within the noise. Parquet (108 / 135 / 162 MiB against
+/// 127 / 169 / 225) and the PostgreSQL sink (93 / 110 / 137 against 118 / 140 / 181) paid for
+/// it with 10–30 % more CPU per record and 12–16 % less rate (PostgreSQL at 2 and 4
+/// sub-partitions), so they keep the default; `MIMALLOC_PURGE_DELAY=100` makes that trade
+/// for them.
+pub const ALLOCATOR_PURGE_DELAY_MS: i64 = 100;
 /// Default per-partition queue limit in records (the byte limit is derived from
 /// `delivery.memory_limit`, see [`QUEUE_SHARE_OF_MEMORY_LIMIT`]).
 pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
@@ -754,6 +768,16 @@ impl SinkPipelineConfig {
         }
     }
 
+    /// The allocator purge delay this sink runs with, in milliseconds: `None` keeps
+    /// mimalloc's default (Parquet and PostgreSQL, which pay for faster purging in CPU); see
+    /// [`ALLOCATOR_PURGE_DELAY_MS`].
+    pub fn allocator_purge_delay_ms(&self) -> Option<i64> {
+        match self.files().map(|files| files.format) {
+            Some(FileFormat::Jsonl) => Some(ALLOCATOR_PURGE_DELAY_MS),
+            Some(FileFormat::Parquet) | None => None,
+        }
+    }
+
     /// Sub-partitions per Kafka partition.
     pub fn sub_partitions(&self) -> u32 {
         match &self.sink {
@@ -979,6 +1003,30 @@ mod tests {
                 .any(|i| i.key == "source.kafka.properties.\"enable.auto.commit\""),
             "{issues:?}"
         );
+    }
+
+    #[test]
+    fn the_allocator_purge_delay_follows_the_sink() {
+        let load = |text: &str| SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
+        let jsonl = load(MINIMAL);
+        assert_eq!(
+            jsonl.allocator_purge_delay_ms(),
+            Some(ALLOCATOR_PURGE_DELAY_MS)
+        );
+        let parquet = load(&MINIMAL.replace("${FORMAT:-jsonl}", "parquet"));
+        assert_eq!(parquet.allocator_purge_delay_ms(), None);
+        let postgres = load(
+            r#"
+            name = "to_pg"
+            [source.kafka]
+            brokers = "127.0.0.1:9092"
+            topics = ["orders"]
+            [sink.postgres]
+            url = "postgres://u@localhost/db"
+            table = "orders"
+        "#,
+        );
+        assert_eq!(postgres.allocator_purge_delay_ms(), None);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //!   sub-partition) parse and write.
 //! - **Bounded queues.** Each partition has an [`InFlightBudget`] in bytes and records between
 //!   the consumer and its workers, and its own librdkafka queue (`PartitionQueues`, read
-//!   a batch at a time through `sluice-kafka-ffi`, the workspace's only unsafe code). When
+//!   a batch at a time through `sluice-kafka-ffi`, which holds the unsafe calls). When
 //!   the budget is full that queue is not polled until the workers catch up, and librdkafka
 //!   stops fetching the partition once its local queue is full (a partition whose records
 //!   come through the main queue, before its queue is split, is paused instead).
