@@ -46,9 +46,10 @@ pub fn purge_delay_ms() -> i64 {
 /// The forced collection is what makes the setting take: without it the process behaved as
 /// with the default delay (the files sink's JSON Lines bench case peaked at 97–100 MiB as at
 /// the default, against 77–85 MiB with `MIMALLOC_PURGE_DELAY=100` from the start; with it, 77
-/// and 80 MiB). mimalloc gives each arena a purge deadline when memory is first freed into it
-/// (`now + delay`) and keeps the process-wide one while purges remain; the collection purges
-/// what is pending under the old deadlines.
+/// and 80 MiB). Why is not established: mimalloc gives each arena a purge deadline when
+/// memory is first freed into it (`now + delay`) and keeps the process-wide one while purges
+/// remain, so deadlines set under the old delay may persist; the collection purges what is
+/// pending.
 ///
 /// Call it at start-up, before the threads that allocate most start: mimalloc reads the
 /// option as a plain word, without synchronisation, as it does with its own updates.
