@@ -2,10 +2,11 @@
 //!
 //! The `mimalloc` crate exposes no options, and its sys crate declares `mi_option_get` and
 //! `mi_option_set` as raw `extern` functions without a name for the purge delay. sluice sets
-//! the delay per pipeline kind at start-up (the files sink holds freed memory that a CDC
-//! pipeline reuses at once; bench/PROFILE.md "The files sink's purge delay"), which
-//! `MIMALLOC_PURGE_DELAY` in the environment cannot do: mimalloc reads it once for the
-//! whole process, and a pipeline file's kind is known only after it is parsed.
+//! the delay per pipeline kind at start-up (a JSON Lines files sink returns its freed batch
+//! buffers sooner; a CDC pipeline, which reuses freed memory at once, loses rate with a short
+//! delay; bench/PROFILE.md "Sink memory: the allocator's purge delay"), which
+//! `MIMALLOC_PURGE_DELAY` in the environment cannot do: mimalloc reads it once for the whole
+//! process, and a pipeline file's kind is known only after it is parsed.
 //!
 //! # Invariants
 //!
@@ -23,8 +24,9 @@
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
 /// mimalloc's purge delay in milliseconds: how long freed memory stays committed before it is
-/// returned to the OS (`-1`: never; mimalloc v3's default is 1,000, arenas wait 10 times as
-/// long), as set by [`set_purge_delay_ms`] or `MIMALLOC_PURGE_DELAY`.
+/// returned to the OS (`-1`: never; mimalloc v3's default is 1,000; arenas wait this times
+/// `arena_purge_mult`, 1 by default), as set by [`set_purge_delay_ms`] or
+/// `MIMALLOC_PURGE_DELAY`.
 #[allow(unsafe_code)]
 pub fn purge_delay_ms() -> i64 {
     // SAFETY: `mi_option_get` takes an option index and returns an integer; it checks the
