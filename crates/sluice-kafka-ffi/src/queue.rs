@@ -9,6 +9,11 @@
 //! - **Every message returned is destroyed exactly once, and never read after.** A batch's
 //!   messages are destroyed by a guard when the call returns or the callback panics; the
 //!   callback sees each one only through a [`BatchMessage`] whose lifetime ends with its call.
+//! - **A wake-up target outlives its registration.** The thread [`PartitionBatchQueue::wake_on_records`]
+//!   registers is boxed and owned by the queue; librdkafka calls the callback with the queue's
+//!   lock held, and disabling the callback takes that lock, so once the callback is disabled
+//!   (before a new target replaces the box, and in `drop` before the queue reference goes) no
+//!   call is running or can start, and the box may be freed.
 //! - **One caller at a time.** librdkafka's batch consume is not safe to call concurrently,
 //!   nor concurrently with seek, pause, resume or a rebalance on the same consumer
 //!   (librdkafka's INTRODUCTION.md, "Note on Batch consume APIs"). `consume_batch` takes
@@ -24,6 +29,7 @@ use std::marker::PhantomData;
 use std::ptr::{self, NonNull};
 use std::slice;
 use std::sync::Arc;
+use std::thread::Thread;
 
 use rdkafka::bindings as rdsys;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -42,6 +48,9 @@ pub struct PartitionBatchQueue {
     /// The messages of the batch being handed out; reused from call to call, empty between
     /// calls.
     messages: Vec<*mut rdsys::rd_kafka_message_t>,
+    /// The thread woken when records reach the empty queue, if any; librdkafka holds a pointer
+    /// to it while the callback is enabled (see the module's invariants).
+    wake: Option<Box<Thread>>,
     /// The consumer the queue belongs to, kept alive until the queue is destroyed. Declared
     /// last: it is released after `Drop::drop` has destroyed the queue.
     _consumer: Arc<dyn Any + Send + Sync>,
@@ -71,8 +80,47 @@ impl PartitionBatchQueue {
         Some(Self {
             queue,
             messages: Vec::new(),
+            wake: None,
             _consumer: consumer,
         })
+    }
+
+    /// Unparks `thread` ([`Thread::unpark`]) whenever records (or an error) reach the queue
+    /// while it is empty, so that a reader parked between batches wakes as soon as there is
+    /// something to take, instead of sleeping out its timeout. Replaces an earlier target.
+    ///
+    /// librdkafka calls it from its broker thread on every empty → non-empty transition of
+    /// the queue (`rd_kafka_queue_cb_event_enable`); a queue that still holds records after a
+    /// batch call does not call it again until it has been emptied.
+    pub fn wake_on_records(&mut self, thread: Thread) {
+        self.disable_wake();
+        let thread = Box::new(thread);
+        let target: *const Thread = &raw const *thread;
+        // SAFETY: the queue reference is live. `target` points into a box the queue owns from
+        // here on and frees only after `disable_wake` has returned (see the module's
+        // invariants); `unpark_thread` reads it as a `&Thread` and nothing else.
+        unsafe {
+            rdsys::rd_kafka_queue_cb_event_enable(
+                self.queue.as_ptr(),
+                Some(unpark_thread),
+                target.cast_mut().cast(),
+            );
+        }
+        self.wake = Some(thread);
+    }
+
+    /// Stops the wake-up callback; afterwards librdkafka holds no pointer to the target.
+    fn disable_wake(&mut self) {
+        if self.wake.is_none() {
+            return;
+        }
+        // SAFETY: the queue reference is live; a NULL callback frees librdkafka's record of
+        // the callback under the queue's lock, which every call of the callback holds, so
+        // when this returns no call is running and none will start.
+        unsafe {
+            rdsys::rd_kafka_queue_cb_event_enable(self.queue.as_ptr(), None, ptr::null_mut())
+        };
+        self.wake = None;
     }
 
     /// Takes up to `max` messages already in the queue (it does not wait) and hands each to
@@ -141,8 +189,23 @@ impl PartitionBatchQueue {
     }
 }
 
+/// The queue's wake-up callback: unparks the thread `target` points to.
+///
+/// # Safety
+///
+/// `target` is the pointer [`PartitionBatchQueue::wake_on_records`] registered, to a `Thread`
+/// that stays alive until the callback is disabled.
+unsafe extern "C" fn unpark_thread(_client: *mut rdsys::rd_kafka_t, target: *mut std::ffi::c_void) {
+    // SAFETY: the caller's promise: a live `Thread`, only read. `unpark` does not panic (no
+    // unwinding into librdkafka's C frames) and does not call librdkafka (whose queue lock is
+    // held here).
+    let thread = unsafe { &*target.cast_const().cast::<Thread>() };
+    thread.unpark();
+}
+
 impl Drop for PartitionBatchQueue {
     fn drop(&mut self) {
+        self.disable_wake();
         // SAFETY: our own queue reference, destroyed once, here; the consumer is still alive
         // (`_consumer` is released after this function), and no message of this queue is
         // outstanding (each `consume_batch` destroys its batch before it returns).

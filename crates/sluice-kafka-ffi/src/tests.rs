@@ -46,8 +46,12 @@ fn records(count: i64) -> Vec<Record> {
 }
 
 fn produce(cluster: &MockCluster<'_, impl rdkafka::producer::ProducerContext>, records: &[Record]) {
+    produce_to(&cluster.bootstrap_servers(), records);
+}
+
+fn produce_to(bootstrap_servers: &str, records: &[Record]) {
     let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .set("bootstrap.servers", bootstrap_servers)
         .create()
         .expect("producer");
     for record in records {
@@ -339,4 +343,59 @@ fn a_full_queue_hands_the_opaque_back() {
     assert_eq!(opaques, vec![0, 1, 2, 3, 4]);
     drop(topic);
     drop(producer);
+}
+
+#[test]
+fn records_reaching_an_empty_queue_wake_the_reader() {
+    let cluster = cluster();
+    let consumer = consumer(&cluster, Offset::Beginning, "earliest");
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+    // A first target, replaced: its box is freed while the second one is registered.
+    let other = std::thread::spawn(|| {});
+    queue.wake_on_records(other.thread().clone());
+    other.join().expect("thread");
+    queue.wake_on_records(std::thread::current());
+    // No wake-up token left over from anything before.
+    std::thread::park_timeout(Duration::ZERO);
+
+    let expected = records(5);
+    let bootstrap_servers = cluster.bootstrap_servers();
+    let started = Instant::now();
+    std::thread::scope(|scope| {
+        scope.spawn(|| produce_to(&bootstrap_servers, &expected));
+        let mut got = Vec::new();
+        while got.len() < expected.len() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "only {} records came",
+                got.len()
+            );
+            if take(&mut queue, 100, &mut got) == 0 {
+                // Only the queue's callback ends this wait early.
+                std::thread::park_timeout(Duration::from_secs(20));
+            }
+        }
+        assert_eq!(got, expected);
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the reader slept out its wait: {:?}",
+        started.elapsed()
+    );
+
+    // Dropped, the queue's callback is gone with its target: records that reach the partition
+    // afterwards call nothing (AddressSanitizer would see a freed target read).
+    drop(queue);
+    let more = records(10);
+    produce(&cluster, &more[5..]);
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 5 {
+        assert!(Instant::now() < deadline, "only {} records came", got.len());
+        if take(&mut queue, 100, &mut got) == 0 {
+            sleep(Duration::from_millis(10));
+        }
+    }
+    assert_eq!(got, more[5..]);
 }

@@ -64,7 +64,7 @@ pub mod worker;
 use std::collections::{HashMap, VecDeque};
 use std::num::NonZeroI64;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -90,8 +90,8 @@ use crate::sink::object::ObjectTarget;
 use crate::sink::postgres::apply::PgTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{
-    DeadLetter, FailureSettings, FilesWriter, RecordData, SubPartitionWriter, WorkerEvent,
-    WorkerHandle, WorkerMsg, WorkerSettings,
+    DeadLetter, FailureSettings, FilesWriter, IntakeLink, RecordData, SubPartitionWriter,
+    WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
 };
 
 /// Consumer settings sluice sets unless the pipeline file overrides them.
@@ -435,7 +435,7 @@ fn run_once(
             failure_settings: failure_settings(config),
             dead_letter,
             partitions: FxHashMap::default(),
-            events_tx,
+            link: IntakeLink::new(events_tx, std::thread::current()),
             events_rx,
             generation: 0,
             failure: None,
@@ -484,20 +484,14 @@ fn run_once(
     let mut last_commit = Instant::now();
     let mut last_check = Instant::now();
     let mut queues = PartitionQueues::default();
-    let mut moved = 0;
     let result = loop {
         if shutdown.is_cancelled() {
             break Ok(RunEnd::Stopped);
         }
         // Records come from the partition queues; the main queue brings rebalance events,
-        // errors and the few records fetched before a partition's queue was split. Wait on it
-        // only when the partition queues had nothing.
-        let wait = if moved > 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_millis(5)
-        };
-        let message = consumer.poll(wait);
+        // errors and the few records fetched before a partition's queue was split.
+        let message = consumer.poll(Duration::ZERO);
+        let from_main_queue = message.is_some();
         let mut intake = lock(consumer.context());
         if control.has_changed().unwrap_or(false) {
             let now = *control.borrow_and_update();
@@ -518,7 +512,7 @@ fn run_once(
         if let Err(error) = intake.admit_waiting() {
             intake.fail(error);
         }
-        moved = 0;
+        let mut moved = 0;
         if queues.follow(&consumer, &mut intake) {
             // Records fetched before a partition's queue was split are in the main queue, and
             // all of them are older than any in the partition queue: take them first.
@@ -551,6 +545,16 @@ fn run_once(
         if let Some(failure) = intake.failure.take() {
             break Err(failure);
         }
+        drop(intake);
+        if !from_main_queue && moved == 0 {
+            // Nothing came and nothing could be moved: park until records reach an empty
+            // partition queue (librdkafka's callback, `PartitionBatchQueue::wake_on_records`)
+            // or a worker frees budget or reports (`IntakeLink`), at most `IDLE_WAIT` (the main
+            // queue's events and the periodic checks wait that long). Waiting on the main
+            // queue instead slept through both: the workers ran dry while the intake slept
+            // (bench/PROFILE.md, "Sink: why JSON Lines does not rise with sub-partitions").
+            std::thread::park_timeout(IDLE_WAIT);
+        }
     };
     // The partition queues hold the consumer: they go first.
     drop(queues);
@@ -578,6 +582,9 @@ type PartitionKey = (Arc<str>, i32);
 
 /// Records on their way to one worker, with their budget share.
 type WorkerBatch = (Vec<(RecordData, Seq)>, InFlightPermit);
+
+/// The longest the intake parks when it has nothing to move.
+const IDLE_WAIT: Duration = Duration::from_millis(5);
 
 /// Records a partition queue may hand over per loop iteration (in one batch call), so that
 /// events, worker reports and the other partitions are served in between.
@@ -620,7 +627,8 @@ impl PartitionQueues {
         self.queues.clear();
         for (key, state) in &mut intake.partitions {
             state.split = false;
-            if let Some(queue) = PartitionBatchQueue::split(consumer, &key.0, key.1) {
+            if let Some(mut queue) = PartitionBatchQueue::split(consumer, &key.0, key.1) {
+                queue.wake_on_records(intake.link.thread().clone());
                 self.queues.push((key.clone(), queue));
                 state.split = true;
                 if state.paused && !intake.admin_paused {
@@ -791,7 +799,9 @@ struct Intake {
     /// Looked up for every record consumed: hashed with FxHash (rustc-hash), not the default
     /// SipHash, which was 4–5 % of the intake thread (bench/PROFILE.md, "Sink on the AMD host").
     partitions: FxHashMap<(Arc<str>, i32), PartitionState>,
-    events_tx: Sender<WorkerEvent>,
+    /// The workers' way back to this thread (the intake's: the pipeline's intake is created
+    /// on the thread that runs its loop).
+    link: IntakeLink,
     events_rx: Receiver<WorkerEvent>,
     generation: u64,
     failure: Option<PipelineError>,
@@ -906,7 +916,7 @@ impl Intake {
                     generation,
                     writer,
                     self.failure_settings,
-                    self.events_tx.clone(),
+                    self.link.clone(),
                     self.dead_letter.clone(),
                     self.clock,
                 )
@@ -1685,7 +1695,7 @@ mod tests {
             config: Arc::new(config),
             dead_letter: None,
             partitions: FxHashMap::default(),
-            events_tx,
+            link: IntakeLink::new(events_tx, std::thread::current()),
             events_rx,
             generation: 0,
             failure: None,

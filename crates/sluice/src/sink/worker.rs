@@ -12,7 +12,8 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SendError, Sender};
+use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
@@ -301,7 +302,7 @@ pub struct Worker {
     topic: Arc<str>,
     generation: u64,
     failure: FailureSettings,
-    events: Sender<WorkerEvent>,
+    intake: IntakeLink,
     dead_letter: Option<Arc<DeadLetter>>,
     writer: Box<dyn SubPartitionWriter>,
     /// The open epoch's tracker sequences (about a byte each: see [`SeqList`]).
@@ -310,6 +311,39 @@ pub struct Worker {
     busy_offset: Arc<AtomicI64>,
     abandoned: Arc<AtomicBool>,
     clock: Instant,
+}
+
+/// A worker's way back to the intake thread: its reports, and a wake-up. The intake parks
+/// when it has nothing to move (no records in its partition queues, or no room in their
+/// budgets), so a worker that gives budget back or reports wakes it.
+#[derive(Clone)]
+pub struct IntakeLink {
+    events: Sender<WorkerEvent>,
+    thread: Thread,
+}
+
+impl IntakeLink {
+    /// Reports go to `events`; `thread` is the intake thread, unparked after each.
+    pub fn new(events: Sender<WorkerEvent>, thread: Thread) -> Self {
+        Self { events, thread }
+    }
+
+    /// The intake thread.
+    pub fn thread(&self) -> &Thread {
+        &self.thread
+    }
+
+    /// Sends a report and wakes the intake.
+    fn send(&self, event: WorkerEvent) -> Result<(), SendError<WorkerEvent>> {
+        let sent = self.events.send(event);
+        self.wake();
+        sent
+    }
+
+    /// Wakes the intake (an atomic swap unless it is parked).
+    fn wake(&self) {
+        self.thread.unpark();
+    }
 }
 
 /// Starts a worker thread.
@@ -323,7 +357,7 @@ pub fn spawn(
     generation: u64,
     writer: Box<dyn SubPartitionWriter>,
     failure: FailureSettings,
-    events: Sender<WorkerEvent>,
+    intake: IntakeLink,
     dead_letter: Option<Arc<DeadLetter>>,
     clock: Instant,
 ) -> std::io::Result<WorkerHandle> {
@@ -336,7 +370,7 @@ pub fn spawn(
         id,
         generation,
         failure,
-        events,
+        intake,
         dead_letter,
         writer,
         seqs: SeqList::new(),
@@ -367,9 +401,9 @@ impl Worker {
             } else {
                 self.writer.discard();
             }
-            let _ = self.events.send(WorkerEvent::Failed(error));
+            let _ = self.intake.send(WorkerEvent::Failed(error));
         }
-        let _ = self.events.send(WorkerEvent::Stopped {
+        let _ = self.intake.send(WorkerEvent::Stopped {
             topic: Arc::clone(&self.topic),
             partition: self.id.partition,
             generation: self.generation,
@@ -401,7 +435,9 @@ impl Worker {
                             self.set_busy(false);
                         }
                     }
+                    // The intake may be parked on a full budget: this batch's share is free.
                     drop(permit);
+                    self.intake.wake();
                     if self.writer.due_after_batch() {
                         self.set_busy(true);
                         self.commit()?;
@@ -460,7 +496,7 @@ impl Worker {
         }
         self.writer.commit()?;
         if !self.seqs.is_empty() {
-            let _ = self.events.send(WorkerEvent::Committed {
+            let _ = self.intake.send(WorkerEvent::Committed {
                 topic: Arc::clone(&self.topic),
                 partition: self.id.partition,
                 generation: self.generation,
@@ -799,7 +835,7 @@ mod tests {
             1,
             Box::new(writer),
             failure(policy),
-            events_tx,
+            IntakeLink::new(events_tx, std::thread::current()),
             None,
             Instant::now(),
         )
@@ -832,6 +868,78 @@ mod tests {
         // Every record's budget share was given back.
         assert_eq!(budget.in_flight_records(), 0);
         (events, dir)
+    }
+
+    #[test]
+    fn a_written_batch_wakes_the_parked_intake() {
+        let dir = std::env::temp_dir().join(format!("sluice-worker-wake-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
+        let (events_tx, _events_rx) = std::sync::mpsc::channel();
+        let id = SubPartitionId {
+            topic: "t".into(),
+            partition: 0,
+            sub: 0,
+        };
+        let (_, ownership) = root.recover(&id).unwrap();
+        // An epoch that does not commit during the test: no report wakes the intake.
+        let mut settings = Arc::try_unwrap(settings_with(Duration::from_secs(3600))).unwrap();
+        settings.roll_records = u64::MAX;
+        let settings = Arc::new(settings);
+        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), ownership, root, settings);
+        let mut worker = spawn(
+            id,
+            1,
+            Box::new(writer),
+            failure(FailurePolicy::Stop),
+            IntakeLink::new(events_tx, std::thread::current()),
+            None,
+            Instant::now(),
+        )
+        .unwrap();
+        // A batch large enough that the intake parks before the worker is through it.
+        const RECORDS: u32 = 20_000;
+        let budget = InFlightBudget::new(
+            NonZeroU32::new(1 << 30).unwrap(),
+            NonZeroU32::new(RECORDS).unwrap(),
+        );
+        let mut tracker = sluice_engine::AckTracker::new(None);
+        let mut batch = Vec::new();
+        let mut held: Option<InFlightPermit> = None;
+        for offset in 0..i64::from(RECORDS) {
+            let seq = tracker.push(Some(offset + 1)).unwrap();
+            let value = format!(r#"{{"created":"2026-11-23","v":{offset}}}"#);
+            let data = RecordData::new(offset, Some(b"k"), Some(value.as_bytes()), Some(0));
+            let permit = budget.try_acquire(data.size()).unwrap();
+            match &mut held {
+                Some(held) => held.merge(permit),
+                None => held = Some(permit),
+            }
+            batch.push((data, seq));
+        }
+        // No wake-up token left over from anything before.
+        std::thread::park_timeout(Duration::ZERO);
+        let started = Instant::now();
+        worker
+            .tx
+            .send(WorkerMsg::Records(batch, held.unwrap()))
+            .unwrap();
+        while budget.in_flight_records() > 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the batch was not written"
+            );
+            // Only the worker's wake-up ends this wait early.
+            std::thread::park_timeout(Duration::from_secs(20));
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the intake slept out its wait: {:?}",
+            started.elapsed()
+        );
+        worker.tx.send(WorkerMsg::Finish).unwrap();
+        worker.thread.take().unwrap().join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
