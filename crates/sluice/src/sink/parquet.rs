@@ -13,6 +13,12 @@
 //!   schema has no column for or whose value does not fit the column's type, or the whole
 //!   value when it is not a JSON object. Nothing is dropped.
 //!
+//! Each column is dictionary-encoded (Parquet's default) unless at least half of its values in
+//! the file's first batch are distinct (and for `_offset`, which never repeats): such a
+//! dictionary holds about every value again and costs a hash lookup per value, ~20 % of a
+//! Parquet worker's time (bench/PROFILE.md, "Parquet: a dictionary only where values repeat").
+//! The writer is created when that first batch is ready.
+//!
 //! Rows are buffered in Arrow builders and handed to the Parquet writer every
 //! [`ENCODE_BATCH_ROWS`] rows or [`ENCODE_BATCH_BYTES`] of raw values; it encodes and
 //! compresses them into the row group it is building and writes one every
@@ -28,7 +34,9 @@ use std::sync::Arc;
 use arrow_array::builder::{
     BinaryBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
 };
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int32Type, Int64Type};
+use arrow_array::{Array, ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 
@@ -40,10 +48,13 @@ pub const ENCODE_BATCH_ROWS: usize = 8192;
 /// Raw bytes buffered in the Arrow builders before they go to the Parquet writer, whichever of
 /// this and [`ENCODE_BATCH_ROWS`] comes first: 8,192 rows of 4 KB values would hold 32 MiB.
 pub const ENCODE_BATCH_BYTES: usize = 4 << 20;
+/// The fewest values of a column in a file's first batch from which their distinct share
+/// decides its dictionary; a smaller sample keeps the default (a dictionary).
+const DICTIONARY_SAMPLE_MIN: usize = 64;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::value::RawValue;
 
 use crate::sink::config::FileCompression;
@@ -208,7 +219,12 @@ pub struct ParquetRow<'a> {
 
 /// An open Parquet file; see the [module docs](self).
 pub struct ParquetFile {
-    writer: ArrowWriter<BufWriter<File>>,
+    /// Created with the first batch, whose values choose the columns' dictionaries.
+    writer: Option<ArrowWriter<BufWriter<File>>>,
+    /// The file until the writer takes it.
+    file: Option<File>,
+    compression: Compression,
+    row_group_bytes: usize,
     schema: SchemaRef,
     topic: StringBuilder,
     partition: Int32Builder,
@@ -275,23 +291,12 @@ impl ParquetFile {
             FileCompression::Snappy => Compression::SNAPPY,
             FileCompression::None | FileCompression::Gzip => Compression::UNCOMPRESSED,
         };
-        let props = WriterProperties::builder()
-            .set_compression(compression)
-            // Offsets never repeat within a file: a dictionary of them only costs a hash
-            // lookup per row, and the plain encoding is readable everywhere.
-            .set_column_dictionary_enabled(ColumnPath::from("_offset"), false)
-            .set_max_row_group_row_count(Some(row_group_records))
-            .set_max_row_group_bytes(Some(row_group_bytes.max(1)))
-            .build();
-        let writer = ArrowWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
-            Arc::clone(&schema),
-            Some(props),
-        )?;
         let filled = vec![false; columns.len()];
-        let encoded_bytes = writer.bytes_written() + writer.in_progress_size();
         Ok(Self {
-            writer,
+            writer: None,
+            file: Some(file),
+            compression,
+            row_group_bytes,
             schema,
             topic: StringBuilder::new(),
             partition: Int32Builder::new(),
@@ -304,7 +309,7 @@ impl ParquetFile {
             filled,
             buffered_rows: 0,
             buffered_bytes: 0,
-            encoded_bytes,
+            encoded_bytes: 0,
             row_group_records,
         })
     }
@@ -386,13 +391,46 @@ impl ParquetFile {
         arrays.extend(self.columns.iter_mut().map(Column::finish));
         arrays.push(Arc::new(self.extra.finish()));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
+        if self.writer.is_none() {
+            self.writer = Some(self.open_writer(&batch)?);
+        }
+        let Some(writer) = &mut self.writer else {
+            unreachable!("the writer was just created");
+        };
         // The writer closes a row group by itself when it reaches
         // `set_max_row_group_row_count` rows.
-        self.writer.write(&batch)?;
-        self.encoded_bytes = self.writer.bytes_written() + self.writer.in_progress_size();
+        writer.write(&batch)?;
+        self.encoded_bytes = writer.bytes_written() + writer.in_progress_size();
         self.buffered_rows = 0;
         self.buffered_bytes = 0;
         Ok(())
+    }
+
+    /// The writer, its columns' dictionaries chosen from `first`, the file's first batch.
+    fn open_writer(
+        &mut self,
+        first: &RecordBatch,
+    ) -> Result<ArrowWriter<BufWriter<File>>, parquet::errors::ParquetError> {
+        let file = self.file.take().ok_or_else(|| {
+            parquet::errors::ParquetError::General("the Parquet writer was already created".into())
+        })?;
+        let mut props = WriterProperties::builder()
+            .set_compression(self.compression)
+            // Offsets never repeat within a file, however few rows it has.
+            .set_column_dictionary_enabled(ColumnPath::from("_offset"), false)
+            .set_max_row_group_row_count(Some(self.row_group_records))
+            .set_max_row_group_bytes(Some(self.row_group_bytes.max(1)));
+        for (field, values) in self.schema.fields().iter().zip(first.columns()) {
+            if mostly_distinct(values.as_ref()) {
+                props = props
+                    .set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false);
+            }
+        }
+        ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, file),
+            Arc::clone(&self.schema),
+            Some(props.build()),
+        )
     }
 
     /// Writes what is buffered and the footer; returns the file to be synced.
@@ -402,11 +440,52 @@ impl ParquetFile {
     /// When writing fails.
     pub fn finish(mut self) -> Result<File, parquet::errors::ParquetError> {
         self.write_batch()?;
-        let buffered = self.writer.into_inner()?;
+        let writer = match self.writer.take() {
+            Some(writer) => writer,
+            // No row at all: a file with the schema and no row group.
+            None => {
+                let empty = RecordBatch::new_empty(Arc::clone(&self.schema));
+                self.open_writer(&empty)?
+            }
+        };
+        let buffered = writer.into_inner()?;
         buffered
             .into_inner()
             .map_err(|e| parquet::errors::ParquetError::External(Box::new(e.into_error())))
     }
+}
+
+/// Whether at least half of an array's values (of at least [`DICTIONARY_SAMPLE_MIN`]) are
+/// distinct: a dictionary of them would be about as large as the values, and cost a hash
+/// lookup per value to build. Stops counting once past half.
+fn mostly_distinct(values: &dyn Array) -> bool {
+    let present = values.len() - values.null_count();
+    if present < DICTIONARY_SAMPLE_MIN {
+        return false;
+    }
+    let limit = present / 2;
+    match values.data_type() {
+        DataType::Int64 => over(values.as_primitive::<Int64Type>().iter().flatten(), limit),
+        DataType::Int32 => over(values.as_primitive::<Int32Type>().iter().flatten(), limit),
+        DataType::Float64 => over(
+            values
+                .as_primitive::<Float64Type>()
+                .iter()
+                .flatten()
+                .map(f64::to_bits),
+            limit,
+        ),
+        DataType::Utf8 => over(values.as_string::<i32>().iter().flatten(), limit),
+        DataType::Binary => over(values.as_binary::<i32>().iter().flatten(), limit),
+        // Booleans have no dictionary in Parquet.
+        _ => false,
+    }
+}
+
+/// Whether `values` hold more than `limit` distinct ones.
+fn over<T: std::hash::Hash + Eq>(mut values: impl Iterator<Item = T>, limit: usize) -> bool {
+    let mut seen = FxHashSet::default();
+    values.any(|value| seen.insert(value) && seen.len() > limit)
 }
 
 #[cfg(test)]
@@ -425,8 +504,8 @@ mod tests {
         offsets: Vec<i64>,
         /// The most rows held as builders at once.
         peak_in_progress: usize,
-        /// Whether the first group's `_topic` and `_offset` chunks have a dictionary.
-        dictionaries: (bool, bool),
+        /// The columns whose chunk in the first group has a dictionary.
+        dictionaries: Vec<String>,
         /// `size()` after the last row, and the finished file's length.
         last_size: u64,
         file_len: u64,
@@ -458,7 +537,9 @@ mod tests {
                     char::from(b'a' + ((state >> 33) % 26) as u8)
                 })
                 .collect();
-            let value = format!(r#"{{"id":{offset},"text":"row {offset} {text}"}}"#);
+            let kind = offset % 3;
+            let value =
+                format!(r#"{{"id":{offset},"text":"row {offset} {text}","kind":"k{kind}"}}"#);
             let fields = parse_object(&value).ok();
             let row = ParquetRow {
                 topic: "t",
@@ -493,10 +574,12 @@ mod tests {
             .map(|g| (g.num_rows(), g.total_byte_size()))
             .collect();
         let first = builder.metadata().row_group(0);
-        let dictionaries = (
-            first.column(0).dictionary_page_offset().is_some(),
-            first.column(2).dictionary_page_offset().is_some(),
-        );
+        let dictionaries = first
+            .columns()
+            .iter()
+            .filter(|chunk| chunk.dictionary_page_offset().is_some())
+            .map(|chunk| chunk.column_path().string())
+            .collect();
         let offsets = builder
             .build()
             .unwrap()
@@ -530,10 +613,12 @@ mod tests {
             dictionaries,
             ..
         } = write_rows("rows", total, 64, 20_000, usize::MAX);
+        // The columns whose values repeat have a dictionary (so do those of nulls only, as
+        // by default); `_offset`, `id` and `text`, every value distinct, have none.
         assert_eq!(
             dictionaries,
-            (true, false),
-            "a dictionary for _topic, none for _offset (it never repeats)"
+            ["_topic", "_partition", "_timestamp_ms", "_key", "kind", "_extra"],
+            "the columns with a dictionary"
         );
         assert_eq!(
             peak_in_progress,
