@@ -18,12 +18,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde_json::value::RawValue;
 use sluice_engine::{InFlightPermit, Seq, SeqList};
 
 use crate::dead_letter;
 use crate::error::PipelineError;
-use crate::sink::config::FailurePolicy;
+use crate::sink::config::{FailurePolicy, FileFormat};
 use crate::sink::files::{
     CommitError, Epoch, FileSettings, OutputRecord, OutputRoot, Ownership, SubPartitionId,
     WriteError,
@@ -570,6 +569,9 @@ pub struct FilesWriter {
     epoch: Epoch,
     /// The directory of the record being written (one buffer for every record).
     dir: String,
+    /// Whether a value's top-level fields are split out: for Parquet's columns or a path
+    /// template that names a field. Otherwise a value is only checked to be JSON.
+    split_fields: bool,
 }
 
 impl FilesWriter {
@@ -584,6 +586,8 @@ impl FilesWriter {
         settings: Arc<WorkerSettings>,
     ) -> Self {
         let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped, ownership);
+        let split_fields =
+            settings.files.format == FileFormat::Parquet || settings.template.uses_fields();
         Self {
             topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
             id,
@@ -591,6 +595,7 @@ impl FilesWriter {
             settings,
             epoch,
             dir: String::new(),
+            split_fields,
         }
     }
 
@@ -618,15 +623,20 @@ impl FilesWriter {
                 "null value (tombstone) and sink.files.skip_tombstones = false".into(),
             ));
         };
-        let text = std::str::from_utf8(value)
+        // simdutf8: vectorised; std's check was ~2.5 % of a worker's time.
+        let text = simdutf8::basic::from_utf8(value)
             .map_err(|_| WriteError::Record("value is not UTF-8, so not JSON".into()))?;
         let invalid =
             |e: serde_json::Error| WriteError::Record(format!("value is not valid JSON: {e}"));
-        let fields = if text.trim_start().starts_with('{') {
+        let object = text.trim_start().starts_with('{');
+        let fields = if object && self.split_fields {
             Some(parse_object(text).map_err(invalid)?)
         } else {
-            serde_json::from_str::<&RawValue>(text).map_err(invalid)?;
-            None
+            // Checked without keeping anything: no list of fields to build.
+            serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(invalid)?;
+            // A JSON Lines line splices an object's fields after the metadata: `Some` (here
+            // empty: the fields were not split out) marks the value as an object.
+            object.then(Vec::new)
         };
         self.settings
             .template
@@ -779,7 +789,7 @@ pub fn sub_partition(key: Option<&[u8]>, offset: i64, sub_partitions: u32) -> u3
 mod tests {
     use super::*;
 
-    use crate::sink::config::{FileCompression, FileFormat};
+    use crate::sink::config::FileCompression;
     use sluice_engine::InFlightBudget;
     use std::num::NonZeroU32;
 
@@ -819,6 +829,15 @@ mod tests {
         policy: FailurePolicy,
         values: &[Option<&str>],
     ) -> (Vec<WorkerEvent>, std::path::PathBuf) {
+        run_worker_with(name, policy, values, settings())
+    }
+
+    fn run_worker_with(
+        name: &str,
+        policy: FailurePolicy,
+        values: &[Option<&str>],
+        settings: Arc<WorkerSettings>,
+    ) -> (Vec<WorkerEvent>, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("sluice-worker-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
@@ -829,7 +848,7 @@ mod tests {
             sub: 0,
         };
         let (_, ownership) = root.recover(&id).unwrap();
-        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), ownership, root, settings());
+        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), ownership, root, settings);
         let mut worker = spawn(
             id,
             1,
@@ -868,6 +887,34 @@ mod tests {
         // Every record's budget share was given back.
         assert_eq!(budget.in_flight_records(), 0);
         (events, dir)
+    }
+
+    #[test]
+    fn values_that_are_not_json_fail_when_no_field_is_split_out() {
+        // A template without fields: JSON Lines only checks that a value is JSON.
+        let mut settings = Arc::try_unwrap(settings()).unwrap();
+        settings.template = PathTemplate::parse("{topic}").unwrap();
+        let settings = Arc::new(settings);
+        for bad in ["{oops", "[1,", "12 13"] {
+            let (events, dir) = run_worker_with(
+                "not-json",
+                FailurePolicy::Stop,
+                &[Some(r#"{"a":1}"#), Some(bad)],
+                Arc::clone(&settings),
+            );
+            let failure = events
+                .iter()
+                .find_map(|e| match e {
+                    WorkerEvent::Failed(error) => Some(error.chain()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("{bad:?} was written: {events:?}"));
+            assert!(
+                failure.contains("offset 1") && failure.contains("not valid JSON"),
+                "{failure}"
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     #[test]
