@@ -5,7 +5,10 @@
 //! and once more in the binding. The files sink's intake thread takes every record of a
 //! partition this way, and it is the sink's limit (bench/PROFILE.md, "Sink on the AMD host").
 //! [`PartitionBatchQueue`] takes up to a batch of a partition's records in one
-//! `rd_kafka_consume_batch_queue` call instead.
+//! `rd_kafka_consume_batch_queue` call instead, and
+//! [`PartitionBatchQueue::wake_on_records`] has librdkafka unpark the reading thread when
+//! records reach the empty queue (`rd_kafka_queue_cb_event_enable`), so that it can park
+//! between batches instead of sleeping on another queue.
 //!
 //! The binding's `send` also looks the topic up by name per record (a `CString` and a lookup under the
 //! client's lock inside `rd_kafka_producev`); [`TopicProducer`] holds a topic handle and
