@@ -746,18 +746,20 @@ mod tests {
             .flat_map(|b| b.column(2).as_primitive::<Int64Type>().values().to_vec())
             .collect();
         assert_eq!(offsets, [0, 1, 2]);
-        let extra: Vec<Option<String>> = batches
-            .iter()
-            .flat_map(|b| {
-                b.column(10)
-                    .as_string::<i32>()
-                    .iter()
-                    .map(|v| v.map(str::to_owned))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+        let strings = |column: usize| -> Vec<Option<String>> {
+            batches
+                .iter()
+                .flat_map(|b| {
+                    b.column(column)
+                        .as_string::<i32>()
+                        .iter()
+                        .map(|v| v.map(str::to_owned))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
         assert_eq!(
-            extra,
+            strings(10),
             [
                 None,
                 Some(r#"{"n":"two","new":3}"#.to_owned()),
@@ -765,18 +767,8 @@ mod tests {
             ]
         );
         // Strings come unescaped, with and without escapes in the JSON.
-        let ids: Vec<Option<String>> = batches
-            .iter()
-            .flat_map(|b| {
-                b.column(5)
-                    .as_string::<i32>()
-                    .iter()
-                    .map(|v| v.map(str::to_owned))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
         assert_eq!(
-            ids,
+            strings(5),
             [Some("a".to_owned()), Some("b \"q\" é".to_owned()), None]
         );
         let after = batches[0].column(9).as_string::<i32>().value(0).to_owned();

@@ -832,12 +832,13 @@ mod tests {
         run_worker_with(name, policy, values, settings())
     }
 
-    fn run_worker_with(
+    /// A files worker of sub-partition t/0/0 writing under a fresh directory, the calling
+    /// thread as its intake; returns it, its events and the directory.
+    fn start_worker(
         name: &str,
         policy: FailurePolicy,
-        values: &[Option<&str>],
         settings: Arc<WorkerSettings>,
-    ) -> (Vec<WorkerEvent>, std::path::PathBuf) {
+    ) -> (WorkerHandle, Receiver<WorkerEvent>, std::path::PathBuf) {
         let dir = std::env::temp_dir().join(format!("sluice-worker-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
@@ -849,7 +850,7 @@ mod tests {
         };
         let (_, ownership) = root.recover(&id).unwrap();
         let writer = FilesWriter::new(id.clone(), 0, Vec::new(), ownership, root, settings);
-        let mut worker = spawn(
+        let worker = spawn(
             id,
             1,
             Box::new(writer),
@@ -859,6 +860,16 @@ mod tests {
             Instant::now(),
         )
         .unwrap();
+        (worker, events_rx, dir)
+    }
+
+    fn run_worker_with(
+        name: &str,
+        policy: FailurePolicy,
+        values: &[Option<&str>],
+        settings: Arc<WorkerSettings>,
+    ) -> (Vec<WorkerEvent>, std::path::PathBuf) {
+        let (mut worker, events_rx, dir) = start_worker(name, policy, settings);
         let budget = InFlightBudget::new(
             NonZeroU32::new(1 << 20).unwrap(),
             NonZeroU32::new(100).unwrap(),
@@ -919,31 +930,11 @@ mod tests {
 
     #[test]
     fn a_written_batch_wakes_the_parked_intake() {
-        let dir = std::env::temp_dir().join(format!("sluice-worker-wake-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let root = Arc::new(OutputRoot::open(&dir, 1).unwrap());
-        let (events_tx, _events_rx) = std::sync::mpsc::channel();
-        let id = SubPartitionId {
-            topic: "t".into(),
-            partition: 0,
-            sub: 0,
-        };
-        let (_, ownership) = root.recover(&id).unwrap();
         // An epoch that does not commit during the test: no report wakes the intake.
         let mut settings = Arc::try_unwrap(settings_with(Duration::from_secs(3600))).unwrap();
         settings.roll_records = u64::MAX;
-        let settings = Arc::new(settings);
-        let writer = FilesWriter::new(id.clone(), 0, Vec::new(), ownership, root, settings);
-        let mut worker = spawn(
-            id,
-            1,
-            Box::new(writer),
-            failure(FailurePolicy::Stop),
-            IntakeLink::new(events_tx, std::thread::current()),
-            None,
-            Instant::now(),
-        )
-        .unwrap();
+        let (mut worker, _events_rx, dir) =
+            start_worker("wake", FailurePolicy::Stop, Arc::new(settings));
         // A batch large enough that the intake parks before the worker is through it.
         const RECORDS: u32 = 20_000;
         let budget = InFlightBudget::new(
