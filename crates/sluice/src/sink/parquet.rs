@@ -52,7 +52,7 @@ pub const ENCODE_BATCH_BYTES: usize = 4 << 20;
 /// decides its dictionary; a smaller sample keeps the default (a dictionary).
 const DICTIONARY_SAMPLE_MIN: usize = 64;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{WriterProperties, WriterPropertiesBuilder};
 use parquet::schema::types::ColumnPath;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::value::RawValue;
@@ -223,14 +223,49 @@ pub struct ParquetRow<'a> {
     pub fields: Option<&'a [(Cow<'a, str>, &'a RawValue)]>,
 }
 
+/// A file and the properties of its writer until its first batch is ready.
+struct PendingWriter {
+    file: File,
+    props: WriterPropertiesBuilder,
+}
+
+/// The pending writer, taken to be opened (once).
+fn take_pending(
+    pending: &mut Option<PendingWriter>,
+) -> Result<PendingWriter, parquet::errors::ParquetError> {
+    pending.take().ok_or_else(|| {
+        parquet::errors::ParquetError::General("the Parquet writer was already created".into())
+    })
+}
+
+impl PendingWriter {
+    /// The writer, its columns' dictionaries chosen from `first`, the file's first batch.
+    fn open(
+        self,
+        schema: &SchemaRef,
+        first: &RecordBatch,
+    ) -> Result<ArrowWriter<BufWriter<File>>, parquet::errors::ParquetError> {
+        let mut props = self.props;
+        for (field, values) in schema.fields().iter().zip(first.columns()) {
+            if mostly_distinct(values.as_ref()) {
+                props = props
+                    .set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false);
+            }
+        }
+        ArrowWriter::try_new(
+            BufWriter::with_capacity(1 << 20, self.file),
+            Arc::clone(schema),
+            Some(props.build()),
+        )
+    }
+}
+
 /// An open Parquet file; see the [module docs](self).
 pub struct ParquetFile {
-    /// Created with the first batch, whose values choose the columns' dictionaries.
+    /// Created from `pending` with the first batch, whose values choose the columns'
+    /// dictionaries.
     writer: Option<ArrowWriter<BufWriter<File>>>,
-    /// The file until the writer takes it.
-    file: Option<File>,
-    compression: Compression,
-    row_group_bytes: usize,
+    pending: Option<PendingWriter>,
     schema: SchemaRef,
     topic: StringBuilder,
     partition: Int32Builder,
@@ -297,12 +332,16 @@ impl ParquetFile {
             FileCompression::Snappy => Compression::SNAPPY,
             FileCompression::None | FileCompression::Gzip => Compression::UNCOMPRESSED,
         };
+        let props = WriterProperties::builder()
+            .set_compression(compression)
+            // Offsets never repeat within a file, however few rows it has.
+            .set_column_dictionary_enabled(ColumnPath::from("_offset"), false)
+            .set_max_row_group_row_count(Some(row_group_records))
+            .set_max_row_group_bytes(Some(row_group_bytes.max(1)));
         let filled = vec![false; columns.len()];
         Ok(Self {
             writer: None,
-            file: Some(file),
-            compression,
-            row_group_bytes,
+            pending: Some(PendingWriter { file, props }),
             schema,
             topic: StringBuilder::new(),
             partition: Int32Builder::new(),
@@ -397,11 +436,12 @@ impl ParquetFile {
         arrays.extend(self.columns.iter_mut().map(Column::finish));
         arrays.push(Arc::new(self.extra.finish()));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
-        if self.writer.is_none() {
-            self.writer = Some(self.open_writer(&batch)?);
-        }
-        let Some(writer) = &mut self.writer else {
-            unreachable!("the writer was just created");
+        let writer = match &mut self.writer {
+            Some(writer) => writer,
+            None => {
+                let opened = take_pending(&mut self.pending)?.open(&self.schema, &batch)?;
+                self.writer.insert(opened)
+            }
         };
         // The writer closes a row group by itself when it reaches
         // `set_max_row_group_row_count` rows.
@@ -410,33 +450,6 @@ impl ParquetFile {
         self.buffered_rows = 0;
         self.buffered_bytes = 0;
         Ok(())
-    }
-
-    /// The writer, its columns' dictionaries chosen from `first`, the file's first batch.
-    fn open_writer(
-        &mut self,
-        first: &RecordBatch,
-    ) -> Result<ArrowWriter<BufWriter<File>>, parquet::errors::ParquetError> {
-        let file = self.file.take().ok_or_else(|| {
-            parquet::errors::ParquetError::General("the Parquet writer was already created".into())
-        })?;
-        let mut props = WriterProperties::builder()
-            .set_compression(self.compression)
-            // Offsets never repeat within a file, however few rows it has.
-            .set_column_dictionary_enabled(ColumnPath::from("_offset"), false)
-            .set_max_row_group_row_count(Some(self.row_group_records))
-            .set_max_row_group_bytes(Some(self.row_group_bytes.max(1)));
-        for (field, values) in self.schema.fields().iter().zip(first.columns()) {
-            if mostly_distinct(values.as_ref()) {
-                props = props
-                    .set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false);
-            }
-        }
-        ArrowWriter::try_new(
-            BufWriter::with_capacity(1 << 20, file),
-            Arc::clone(&self.schema),
-            Some(props.build()),
-        )
     }
 
     /// Writes what is buffered and the footer; returns the file to be synced.
@@ -451,7 +464,7 @@ impl ParquetFile {
             // No row at all: a file with the schema and no row group.
             None => {
                 let empty = RecordBatch::new_empty(Arc::clone(&self.schema));
-                self.open_writer(&empty)?
+                take_pending(&mut self.pending)?.open(&self.schema, &empty)?
             }
         };
         let buffered = writer.into_inner()?;
