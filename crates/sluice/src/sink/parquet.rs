@@ -31,12 +31,17 @@ use std::fs::File;
 use std::io::BufWriter;
 use std::sync::Arc;
 
+use std::marker::PhantomData;
+
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, StringBuilder,
+    BooleanBuilder, Float64Builder, Int32Builder, Int64Builder, NullBufferBuilder,
 };
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float64Type, Int32Type, Int64Type};
-use arrow_array::{Array, ArrayRef, RecordBatch};
+use arrow_array::types::{
+    ByteArrayType, Float64Type, GenericBinaryType, GenericStringType, Int32Type, Int64Type,
+};
+use arrow_array::{Array, ArrayRef, GenericByteArray, RecordBatch};
+use arrow_buffer::{Buffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 
@@ -79,7 +84,7 @@ enum Kind {
 }
 
 enum Builder {
-    Str(StringBuilder),
+    Str(ReusedBytes<Utf8>),
     Int(Int64Builder),
     Float(Float64Builder),
     Bool(BooleanBuilder),
@@ -93,7 +98,7 @@ struct Column {
 impl Column {
     fn new(kind: Kind) -> Self {
         let builder = match kind {
-            Kind::Str | Kind::Json => Builder::Str(StringBuilder::new()),
+            Kind::Str | Kind::Json => Builder::Str(ReusedBytes::new()),
             Kind::Int => Builder::Int(Int64Builder::new()),
             Kind::Float => Builder::Float(Float64Builder::new()),
             Kind::Bool => Builder::Bool(BooleanBuilder::new()),
@@ -119,7 +124,7 @@ impl Column {
         }
         match (&mut self.builder, self.kind) {
             (Builder::Str(builder), Kind::Json) => {
-                builder.append_value(text);
+                builder.append_value(text.as_bytes());
                 true
             }
             (Builder::Str(builder), _) => {
@@ -129,12 +134,12 @@ impl Column {
                 // `raw` is valid JSON already: a string without a backslash is its text
                 // between the quotes, with no second scan (memchr is vectorised).
                 if memchr::memchr(b'\\', text.as_bytes()).is_none() {
-                    builder.append_value(&text[1..text.len() - 1]);
+                    builder.append_value(&text.as_bytes()[1..text.len() - 1]);
                     return true;
                 }
                 match serde_json::from_str::<Cow<'_, str>>(text) {
                     Ok(value) => {
-                        builder.append_value(value);
+                        builder.append_value(value.as_bytes());
                         true
                     }
                     Err(_) => false,
@@ -183,13 +188,124 @@ impl Column {
         }
     }
 
-    fn finish(&mut self) -> ArrayRef {
-        match &mut self.builder {
-            Builder::Str(builder) => Arc::new(builder.finish()),
+    fn finish(&mut self) -> Result<ArrayRef, parquet::errors::ParquetError> {
+        Ok(match &mut self.builder {
+            Builder::Str(builder) => Arc::new(builder.finish()?),
             Builder::Int(builder) => Arc::new(builder.finish()),
             Builder::Float(builder) => Arc::new(builder.finish()),
             Builder::Bool(builder) => Arc::new(builder.finish()),
+        })
+    }
+
+    /// Takes back the buffers of `array`, this column's array of the batch just written.
+    fn recycle(&mut self, array: ArrayRef) -> bool {
+        match &mut self.builder {
+            Builder::Str(builder) => builder.recycle(array),
+            Builder::Int(_) | Builder::Float(_) | Builder::Bool(_) => false,
         }
+    }
+}
+
+type Utf8 = GenericStringType<i32>;
+type Binary = GenericBinaryType<i32>;
+
+/// A string or binary column's buffers, kept from batch to batch.
+///
+/// arrow's builders hand their buffers to each array they finish and start the next batch
+/// from empty, doubling as they grow: that regrowth was the largest part of a Parquet
+/// worker's allocations (per 2M bench records, 1.4 GB of mimalloc's 4 MiB pages and 0.9 GB of
+/// blocks over 512 KiB), and mimalloc keeps what each worker frees committed for its purge
+/// delay (bench/PROFILE.md, "Parquet memory: the workers' allocations"). Here the buffers go
+/// into the batch's array and come back, emptied, once the Parquet writer has encoded it
+/// ([`Self::recycle`]); arrow's builders cannot be refilled from a buffer without `unsafe`.
+struct ReusedBytes<T: ByteArrayType<Offset = i32>> {
+    /// Starts with 0; one end offset per row.
+    offsets: Vec<i32>,
+    values: Vec<u8>,
+    nulls: NullBufferBuilder,
+    /// A value ended past `i32::MAX` bytes (never from Kafka: a batch is written at
+    /// [`ENCODE_BATCH_BYTES`]); [`Self::finish`] reports it instead of writing wrong offsets.
+    overflowed: bool,
+    kind: PhantomData<T>,
+}
+
+impl<T: ByteArrayType<Offset = i32>> ReusedBytes<T> {
+    fn new() -> Self {
+        Self {
+            offsets: vec![0],
+            values: Vec::new(),
+            nulls: NullBufferBuilder::new(0),
+            overflowed: false,
+            kind: PhantomData,
+        }
+    }
+
+    fn push_offset(&mut self) {
+        match i32::try_from(self.values.len()) {
+            Ok(end) => self.offsets.push(end),
+            Err(_) => {
+                self.overflowed = true;
+                self.offsets.push(i32::MAX);
+            }
+        }
+    }
+
+    fn append_value(&mut self, value: &[u8]) {
+        self.values.extend_from_slice(value);
+        self.push_offset();
+        self.nulls.append_non_null();
+    }
+
+    fn append_null(&mut self) {
+        self.push_offset();
+        self.nulls.append_null();
+    }
+
+    /// The array of the rows appended since the last batch (checked: UTF-8 for strings).
+    fn finish(&mut self) -> Result<GenericByteArray<T>, parquet::errors::ParquetError> {
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
+        let values = std::mem::take(&mut self.values);
+        let nulls = self.nulls.finish();
+        if std::mem::take(&mut self.overflowed) {
+            return Err(parquet::errors::ParquetError::General(format!(
+                "a {} column's values in one batch exceed {} bytes",
+                T::PREFIX,
+                i32::MAX
+            )));
+        }
+        let array = GenericByteArray::try_new(
+            OffsetBuffer::new(ScalarBuffer::from(offsets)),
+            Buffer::from_vec(values),
+            nulls,
+        )?;
+        Ok(array)
+    }
+
+    /// Takes back the buffers [`Self::finish`] gave `array`, emptied; `false` (and nothing
+    /// kept) when `array` is not of this type or its buffers are still shared.
+    fn recycle(&mut self, array: ArrayRef) -> bool {
+        let Some(owned) = array
+            .as_any()
+            .downcast_ref::<GenericByteArray<T>>()
+            .cloned()
+        else {
+            return false;
+        };
+        // The clone shares the buffers; dropping the batch's reference leaves it the only one.
+        drop(array);
+        let (offsets, values, _) = owned.into_parts();
+        let (Ok(mut offsets), Ok(mut values)) = (
+            offsets.into_inner().into_inner().into_vec::<i32>(),
+            values.into_vec::<u8>(),
+        ) else {
+            return false;
+        };
+        offsets.clear();
+        offsets.push(0);
+        values.clear();
+        self.offsets = offsets;
+        self.values = values;
+        true
     }
 }
 
@@ -267,14 +383,14 @@ pub struct ParquetFile {
     writer: Option<ArrowWriter<BufWriter<File>>>,
     pending: Option<PendingWriter>,
     schema: SchemaRef,
-    topic: StringBuilder,
+    topic: ReusedBytes<Utf8>,
     partition: Int32Builder,
     offset: Int64Builder,
     timestamp: Int64Builder,
-    key: BinaryBuilder,
+    key: ReusedBytes<Binary>,
     columns: Vec<Column>,
     index: FxHashMap<String, usize>,
-    extra: StringBuilder,
+    extra: ReusedBytes<Utf8>,
     filled: Vec<bool>,
     buffered_rows: usize,
     buffered_bytes: usize,
@@ -283,6 +399,8 @@ pub struct ParquetFile {
     /// every column's encoder (3–4 % of a worker's time when it was done per record).
     encoded_bytes: usize,
     row_group_records: usize,
+    /// String and binary columns whose buffers came back after their batch was written.
+    buffers_reused: u64,
 }
 
 impl std::fmt::Debug for ParquetFile {
@@ -290,6 +408,7 @@ impl std::fmt::Debug for ParquetFile {
         f.debug_struct("ParquetFile")
             .field("columns", &self.schema.fields().len())
             .field("buffered_rows", &self.buffered_rows)
+            .field("buffers_reused", &self.buffers_reused)
             .finish_non_exhaustive()
     }
 }
@@ -343,19 +462,20 @@ impl ParquetFile {
             writer: None,
             pending: Some(PendingWriter { file, props }),
             schema,
-            topic: StringBuilder::new(),
+            topic: ReusedBytes::new(),
             partition: Int32Builder::new(),
             offset: Int64Builder::new(),
             timestamp: Int64Builder::new(),
-            key: BinaryBuilder::new(),
+            key: ReusedBytes::new(),
             columns,
             index,
-            extra: StringBuilder::new(),
+            extra: ReusedBytes::new(),
             filled,
             buffered_rows: 0,
             buffered_bytes: 0,
             encoded_bytes: 0,
             row_group_records,
+            buffers_reused: 0,
         })
     }
 
@@ -365,11 +485,14 @@ impl ParquetFile {
     ///
     /// When the row group cannot be written.
     pub fn append(&mut self, row: &ParquetRow<'_>) -> Result<(), parquet::errors::ParquetError> {
-        self.topic.append_value(row.topic);
+        self.topic.append_value(row.topic.as_bytes());
         self.partition.append_value(row.partition);
         self.offset.append_value(row.offset);
         self.timestamp.append_option(row.timestamp_ms);
-        self.key.append_option(row.key);
+        match row.key {
+            Some(key) => self.key.append_value(key),
+            None => self.key.append_null(),
+        }
         self.filled.iter_mut().for_each(|f| *f = false);
         let mut extra = String::new();
         match row.fields {
@@ -405,7 +528,7 @@ impl ParquetFile {
         if extra.is_empty() {
             self.extra.append_null();
         } else {
-            self.extra.append_value(&extra);
+            self.extra.append_value(extra.as_bytes());
         }
         self.buffered_rows += 1;
         self.buffered_bytes += row.value.len() + row.key.map_or(0, <[u8]>::len) + 32;
@@ -427,14 +550,16 @@ impl ParquetFile {
             return Ok(());
         }
         let mut arrays: Vec<ArrayRef> = vec![
-            Arc::new(self.topic.finish()),
+            Arc::new(self.topic.finish()?),
             Arc::new(self.partition.finish()),
             Arc::new(self.offset.finish()),
             Arc::new(self.timestamp.finish()),
-            Arc::new(self.key.finish()),
+            Arc::new(self.key.finish()?),
         ];
-        arrays.extend(self.columns.iter_mut().map(Column::finish));
-        arrays.push(Arc::new(self.extra.finish()));
+        for column in &mut self.columns {
+            arrays.push(column.finish()?);
+        }
+        arrays.push(Arc::new(self.extra.finish()?));
         let batch = RecordBatch::try_new(Arc::clone(&self.schema), arrays)?;
         let writer = match &mut self.writer {
             Some(writer) => writer,
@@ -449,7 +574,33 @@ impl ParquetFile {
         self.encoded_bytes = writer.bytes_written() + writer.in_progress_size();
         self.buffered_rows = 0;
         self.buffered_bytes = 0;
+        self.recycle(batch);
         Ok(())
+    }
+
+    /// Takes the string and binary buffers of `batch`, just written, back into the builders.
+    fn recycle(&mut self, batch: RecordBatch) {
+        let (_, arrays, _) = batch.into_parts();
+        let mut arrays = arrays.into_iter();
+        let mut reused = 0;
+        let mut next = || arrays.next();
+        if let Some(topic) = next() {
+            reused += u64::from(self.topic.recycle(topic));
+        }
+        // `_partition`, `_offset`, `_timestamp_ms`: fixed-width, 64 KiB a batch at most.
+        let _ = (next(), next(), next());
+        if let Some(key) = next() {
+            reused += u64::from(self.key.recycle(key));
+        }
+        for column in &mut self.columns {
+            if let Some(array) = next() {
+                reused += u64::from(column.recycle(array));
+            }
+        }
+        if let Some(extra) = next() {
+            reused += u64::from(self.extra.recycle(extra));
+        }
+        self.buffers_reused += reused;
     }
 
     /// Writes what is buffered and the footer; returns the file to be synced.
@@ -528,6 +679,11 @@ mod tests {
         /// `size()` after the last row, and the finished file's length.
         last_size: u64,
         file_len: u64,
+        /// String and binary columns whose buffers came back for the next batch, before the
+        /// file was finished.
+        buffers_reused: u64,
+        /// Rows read back whose `text` and `kind` are the ones written for their offset.
+        rows_intact: usize,
     }
 
     /// Writes `total` rows of ~`text` bytes each.
@@ -544,6 +700,7 @@ mod tests {
         let mut file = None;
         let mut peak_in_progress = 0;
         let mut last_size = 0;
+        let mut buffers_reused = 0;
         for offset in 0..total {
             // Pseudo-random letters (a 64-bit LCG seeded by the offset) so that neither the
             // dictionary nor the compression folds the rows together.
@@ -582,6 +739,7 @@ mod tests {
             writer.append(&row).unwrap();
             peak_in_progress = peak_in_progress.max(writer.buffered_rows);
             last_size = writer.size();
+            buffers_reused = writer.buffers_reused;
         }
         file.unwrap().finish().unwrap().sync_all().unwrap();
         let file_len = std::fs::metadata(&path).unwrap().len();
@@ -599,17 +757,28 @@ mod tests {
             .filter(|chunk| chunk.dictionary_page_offset().is_some())
             .map(|chunk| chunk.column_path().string())
             .collect();
-        let offsets = builder
-            .build()
-            .unwrap()
-            .flat_map(|b| {
-                b.unwrap()
-                    .column(2)
-                    .as_primitive::<Int64Type>()
-                    .values()
-                    .to_vec()
-            })
-            .collect();
+        let mut offsets = Vec::new();
+        let mut rows_intact = 0;
+        for batch in builder.build().unwrap() {
+            let batch = batch.unwrap();
+            let column = |name| batch.column_by_name(name).unwrap().as_string::<i32>();
+            let (text, kind) = (column("text"), column("kind"));
+            for (row, &offset) in batch
+                .column(2)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .enumerate()
+            {
+                offsets.push(offset);
+                let expected_kind = format!("k{}", offset % 3);
+                if text.value(row).starts_with(&format!("row {offset} "))
+                    && kind.value(row) == expected_kind
+                {
+                    rows_intact += 1;
+                }
+            }
+        }
         std::fs::remove_dir_all(&dir).unwrap();
         Written {
             groups,
@@ -618,6 +787,8 @@ mod tests {
             dictionaries,
             last_size,
             file_len,
+            buffers_reused,
+            rows_intact,
         }
     }
 
@@ -630,8 +801,17 @@ mod tests {
             offsets,
             peak_in_progress,
             dictionaries,
+            buffers_reused,
+            rows_intact,
             ..
         } = write_rows("rows", total, 64, 20_000, usize::MAX);
+        // Every batch's string and binary buffers (`_topic`, `_key`, `text`, `kind`,
+        // `_extra`) come back for the next: 5 full batches before the file is finished.
+        assert_eq!(
+            buffers_reused,
+            5 * 5,
+            "buffers taken back after their batch"
+        );
         // The columns whose values repeat have a dictionary (so do those of nulls only, as
         // by default); `_offset`, `id` and `text`, every value distinct, have none.
         assert_eq!(
@@ -654,6 +834,7 @@ mod tests {
         let rows: Vec<i64> = groups.iter().map(|g| g.0).collect();
         assert_eq!(rows, [20_000, 20_000, 5_000]);
         assert_eq!(offsets, (0..total).collect::<Vec<_>>());
+        assert_eq!(rows_intact, total as usize, "rows read back as written");
     }
 
     #[test]
