@@ -2,7 +2,7 @@
 //!
 //! The `mimalloc` crate exposes no options, and its sys crate declares `mi_option_get` and
 //! `mi_option_set` as raw `extern` functions without a name for the purge delay. sluice sets
-//! the delay per pipeline kind at start-up (a JSON Lines files sink returns its freed batch
+//! the delay per pipeline kind at start-up (a files sink returns its freed batch
 //! buffers sooner; a CDC pipeline, which reuses freed memory at once, loses rate with a short
 //! delay; bench/PROFILE.md "Sink memory: the allocator's purge delay"), which
 //! `MIMALLOC_PURGE_DELAY` in the environment cannot do: mimalloc reads it once for the whole

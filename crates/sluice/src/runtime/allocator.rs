@@ -2,7 +2,7 @@
 //!
 //! sluice's allocator is mimalloc for the whole process (src/main.rs). mimalloc keeps freed
 //! memory committed for its purge delay (1,000 ms in v3) before returning it to the OS. A
-//! pipeline whose configuration asks for another delay (the JSON Lines files sink:
+//! pipeline whose configuration asks for another delay (a files sink, JSON Lines or Parquet:
 //! `sink::config::ALLOCATOR_PURGE_DELAY_MS`) gets it here, at start-up.
 //!
 //! `MIMALLOC_PURGE_DELAY` in the environment always wins: mimalloc reads it at start-up, and

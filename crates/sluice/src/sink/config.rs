@@ -46,19 +46,21 @@ pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// queues, are the limit; 64 MiB / 200,000 records date from when a full partition was
 /// paused, which librdkafka resumed up to ~1 s late).
 pub const QUEUE_SHARE_OF_MEMORY_LIMIT: u64 = 32;
-/// mimalloc's purge delay for a JSON Lines files sink, in milliseconds (Parquet and PostgreSQL
-/// sinks keep mimalloc's default, 1,000 ms); applied at start-up by `runtime::allocator`,
-/// unless `MIMALLOC_PURGE_DELAY` is set.
+/// mimalloc's purge delay for a files sink (JSON Lines or Parquet), in milliseconds (the
+/// PostgreSQL sink keeps mimalloc's default, 1,000 ms); applied at start-up by
+/// `runtime::allocator`, unless `MIMALLOC_PURGE_DELAY` is set.
 ///
-/// Chosen by measurement (bench/PROFILE.md, "Sink memory: the allocator's purge delay"; 4
-/// alternations of `bench/run --cases sink,sink-pg`, 2,000,000 records on 1 partition): every
-/// sink frees its batches' buffers in large blocks that mimalloc keeps committed for the
-/// delay. At 100 ms JSON Lines peaked at 78 / 83 / 89 MiB (1 / 2 / 4 sub-partitions) against
-/// 96 / 99 / 131, at the same rate within the noise. Parquet (108 / 135 / 162 MiB against
-/// 127 / 169 / 225) and the PostgreSQL sink (93 / 110 / 137 against 118 / 140 / 181) paid for
-/// it with 10–30 % more CPU per record and 12–16 % less rate (PostgreSQL at 2 and 4
-/// sub-partitions), so they keep the default; `MIMALLOC_PURGE_DELAY=100` makes that trade
-/// for them.
+/// Chosen by measurement (bench/PROFILE.md, "Sink memory: the allocator's purge delay" and
+/// "Parquet memory: the workers' allocations"; `bench/run --cases sink,sink-pg`, 2,000,000
+/// records on 1 partition, alternated rounds): every sink frees its batches' buffers in large
+/// blocks that mimalloc keeps committed for the delay. At 100 ms JSON Lines peaked at 78 / 83
+/// / 89 MiB (1 / 2 / 4 sub-partitions) against 96 / 99 / 131, at the same rate within the
+/// noise. Parquet, once its string buffers were reused from batch to batch, peaked at 100 /
+/// 144 MiB (1 / 4 sub-partitions) against 127 / 195, for 1 % / 7 % less rate and ~8 % more
+/// CPU per record (4 rounds; before the reuse it cost 12–16 % of the rate, so Parquet kept
+/// the default until 2026-11-28). The PostgreSQL sink (93 / 110 / 137 against 118 / 140 /
+/// 181) paid 10–30 % more CPU per record and 12–16 % less rate at 2 and 4 sub-partitions,
+/// so it keeps the default; `MIMALLOC_PURGE_DELAY=100` makes that trade for it.
 pub const ALLOCATOR_PURGE_DELAY_MS: i64 = 100;
 /// Default per-partition queue limit in records (the byte limit is derived from
 /// `delivery.memory_limit`, see [`QUEUE_SHARE_OF_MEMORY_LIMIT`]).
@@ -769,13 +771,10 @@ impl SinkPipelineConfig {
     }
 
     /// The allocator purge delay this sink runs with, in milliseconds: `None` keeps
-    /// mimalloc's default (Parquet and PostgreSQL, which pay for faster purging in CPU); see
+    /// mimalloc's default (the PostgreSQL sink, which pays for faster purging in CPU); see
     /// [`ALLOCATOR_PURGE_DELAY_MS`].
     pub fn allocator_purge_delay_ms(&self) -> Option<i64> {
-        match self.files().map(|files| files.format) {
-            Some(FileFormat::Jsonl) => Some(ALLOCATOR_PURGE_DELAY_MS),
-            Some(FileFormat::Parquet) | None => None,
-        }
+        self.files().map(|_| ALLOCATOR_PURGE_DELAY_MS)
     }
 
     /// Sub-partitions per Kafka partition.
@@ -1014,7 +1013,10 @@ mod tests {
             Some(ALLOCATOR_PURGE_DELAY_MS)
         );
         let parquet = load(&MINIMAL.replace("${FORMAT:-jsonl}", "parquet"));
-        assert_eq!(parquet.allocator_purge_delay_ms(), None);
+        assert_eq!(
+            parquet.allocator_purge_delay_ms(),
+            Some(ALLOCATOR_PURGE_DELAY_MS)
+        );
         let postgres = load(
             r#"
             name = "to_pg"
