@@ -713,6 +713,13 @@ impl Worker {
             );
             (row, marker)
         };
+        let fetch_sql = format!("FETCH FORWARD {} FROM {cursor}", self.fetch);
+        let fetch = || async {
+            client.simple_query(&fetch_sql).await.map_err(|e| {
+                classify_pg(format!("cannot read {} for the snapshot", chunk.table), e)
+            })
+        };
+        let mut messages = fetch().await?;
         loop {
             if self.shutdown.is_cancelled() {
                 return Err(PipelineError::retryable(
@@ -720,12 +727,6 @@ impl Worker {
                     std::io::Error::other("shutdown"),
                 ));
             }
-            let messages = client
-                .simple_query(&format!("FETCH FORWARD {} FROM {cursor}", self.fetch))
-                .await
-                .map_err(|e| {
-                    classify_pg(format!("cannot read {} for the snapshot", chunk.table), e)
-                })?;
             let rows: Vec<TupleData> = messages
                 .iter()
                 .filter_map(|m| match m {
@@ -748,7 +749,13 @@ impl Worker {
                     read += 1;
                 }
             }
-            records += self.publish(chunk_id, &relation, batch, records).await?;
+            // The next rows are read while these are encoded and produced: one after the other,
+            // the worker's connection idled through every encode and the encoder through every
+            // fetch.
+            let (published, next) =
+                tokio::join!(self.publish(chunk_id, &relation, batch, records), fetch());
+            records += published?;
+            messages = next?;
         }
         client
             .batch_execute(&format!("CLOSE {cursor}"))
