@@ -11,6 +11,8 @@
 //! The points:
 //! - `snapshot::chunks_recorded` (crash): after finished snapshot chunks were recorded in the
 //!   state file (once per batch of chunks that finished together).
+//! - `snapshot::slot_created` (crash): a new slot was created with its exported snapshot, the
+//!   state file not yet updated with it.
 //! - `encode::change` (the `fail` crate's actions, e.g. `panic(msg)`): before a row change is
 //!   encoded.
 //! - `stream::refresh_tables` (delay): an async wait of `return(MS)` milliseconds before the

@@ -209,8 +209,14 @@ async fn exactly_once_streaming_survives_crashes_without_duplicates() {
     drop_slot_and_publication(&client, &name).await;
 }
 
-/// The initial snapshot (4 workers, 2,000-row chunks) crashed at both crash points and then
-/// SIGKILLed five times at random moments: each row exactly once for a read_committed consumer.
+/// The initial snapshot (4 workers, chunks of a 25th of the table) of a table written the whole
+/// time (inserts, updates and deletes in small transactions), crashed once in the first run of
+/// the snapshot and once in the resumed one (whose rows are read under a newer snapshot), then
+/// at both exactly-once crash points, SIGKILLed at random moments and twice more while
+/// streaming. A read_committed consumer sees every change once: per key the versions are
+/// contiguous and never repeated (a row changed after the consistent point comes from the
+/// stream alone, not also as `op: "r"`), `r` only first, `d` only last, and the newest event
+/// per key equals the table.
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
     let _broker = broker_shared().await;
@@ -218,7 +224,20 @@ async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
     let rows = env_or("SLUICE_IT_EOS_SNAPSHOT_ROWS", 50_000);
     let mut rng = rng("exactly_once_snapshot");
     let client = pg().await;
-    create_table_of(&client, &name, rows).await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id bigint PRIMARY KEY, v int NOT NULL DEFAULT 0, payload text);
+             INSERT INTO {name}.t SELECT g, 0, md5(g::text) || repeat('p', 168) FROM generate_series(1, {rows}) g;"
+        ))
+        .await
+        .unwrap();
+    let stop_writing = tokio_util::sync::CancellationToken::new();
+    let writer = tokio::spawn(write_while_snapshotting(
+        name.clone(),
+        rows,
+        rng.random(),
+        stop_writing.clone(),
+    ));
     let port = free_port();
     let dir = test_dir(&name);
     let chunk_rows = (rows / 25).max(1000);
@@ -226,31 +245,56 @@ async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
         "[source.postgres]\n",
         &format!("[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = {chunk_rows}\n"),
     );
+    let crash = "failpoint snapshot::chunks_recorded: aborting";
+    // In the first run of the snapshot (under the slot's exported snapshot), after its third
+    // batch of finished chunks.
     let mut sluice = Sluice::start_with_env(
         &dir,
         &toml,
         port,
         vec![(
             "FAILPOINTS".to_owned(),
-            "exactly_once::before_commit=2*off->return".to_owned(),
+            "snapshot::chunks_recorded=2*off->return".to_owned(),
         )],
     );
-    tokio::task::block_in_place(|| {
+    let aborted = |sluice: &mut Sluice| {
         wait_until(
-            "sluice to abort at exactly_once::before_commit (build with --features sluice/failpoints)",
+            "sluice to abort at snapshot::chunks_recorded (build with --features sluice/failpoints)",
             Duration::from_secs(120),
             || sluice.exited().is_some(),
         );
-        assert!(
-            sluice
-                .log_text()
-                .contains("failpoint exactly_once::before_commit")
-        );
+    };
+    tokio::task::block_in_place(|| aborted(&mut sluice));
+    let first_run = sluice.log_text();
+    assert!(
+        first_run.contains(crash),
+        "not aborted in the snapshot:\n{first_run}"
+    );
+    assert!(
+        first_run.contains("exported=true"),
+        "the first run did not read under the exported snapshot:\n{first_run}"
+    );
+    // In the resumed snapshot, after its second batch of finished chunks.
+    sluice.env = vec![(
+        "FAILPOINTS".to_owned(),
+        "snapshot::chunks_recorded=1*off->return".to_owned(),
+    )];
+    sluice.restart();
+    tokio::task::block_in_place(|| aborted(&mut sluice));
+    let second_run = sluice.log_text()[first_run.len()..].to_owned();
+    assert!(
+        second_run.contains("resuming under a new snapshot") && second_run.contains(crash),
+        "the second run did not abort in a resumed snapshot:\n{second_run}"
+    );
+    sluice.kill();
+    sluice.env.clear();
+    sluice.restart();
+    tokio::task::block_in_place(|| {
+        crash_at(&mut sluice, "exactly_once::before_commit", 2);
         crash_at(&mut sluice, "exactly_once::after_commit", 2);
     });
-    let mut kills = 0;
     let mut during_snapshot = 0;
-    while kills < 5 {
+    for _ in 0..3 {
         let pause = rng.random_range(500..2500);
         tokio::time::sleep(Duration::from_millis(pause)).await;
         if sluice
@@ -260,23 +304,222 @@ async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
             during_snapshot += 1;
         }
         sluice.kill();
-        kills += 1;
         tokio::time::sleep(Duration::from_millis(100)).await;
         sluice.restart();
     }
     tokio::task::block_in_place(|| sluice.wait_streaming(Duration::from_secs(600)));
-    println!(
-        "exactly_once_snapshot: {kills} SIGKILLs, {during_snapshot} of them while snapshotting"
+    // Twice more while streaming, the table still written.
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..1500))).await;
+        sluice.kill();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        sluice.restart();
+    }
+    assert!(
+        !writer.is_finished(),
+        "the writer stopped before the last kill"
     );
+    stop_writing.cancel();
+    let changes = writer.await.unwrap();
+    println!(
+        "exactly_once_snapshot: 2 aborts in the snapshot (one resumed), 4 at crash points, 5 SIGKILLs ({during_snapshot} while snapshotting), {changes} changes written meanwhile"
+    );
+    let table: HashMap<i64, i64> = client
+        .query(&format!("SELECT id, v FROM {name}.t"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get::<_, i64>(0), i64::from(r.get::<_, i32>(1))))
+        .collect();
     let topic = format!("{name}.{name}.t");
-    let per_id = tokio::task::spawn_blocking(move || {
-        read_committed_ids(&topic, rows as usize, Duration::from_secs(300))
+    let events = tokio::task::spawn_blocking({
+        let table = table.clone();
+        move || read_committed_changes(&topic, &table, Duration::from_secs(300))
     })
     .await
     .unwrap();
-    assert_exactly_once("exactly_once_snapshot", &per_id, rows, &sluice);
+    assert_every_change_once("exactly_once_snapshot", &events, &table, &sluice);
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
+}
+
+/// One change event of a key, as a read_committed consumer saw it: `op` and the row's version
+/// after it (`None` for a delete).
+type Change = (char, Option<i64>);
+
+/// Writes `{schema}.t` until `stop`: transactions of 20 inserts (new ids after `rows`), 10
+/// updates (`v = v + 1`) and 2 deletes of random live rows, one every ~40 ms. Returns the
+/// changes written.
+async fn write_while_snapshotting(
+    schema: String,
+    rows: i64,
+    seed: u64,
+    stop: tokio_util::sync::CancellationToken,
+) -> u64 {
+    let client = pg().await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut live: Vec<i64> = (1..=rows).collect();
+    let mut next = rows + 1;
+    let mut changes = 0;
+    while !stop.is_cancelled() {
+        let mut sql = format!(
+            "BEGIN; INSERT INTO {schema}.t SELECT g, 0, md5(g::text) FROM generate_series({next}, {}) g;",
+            next + 19
+        );
+        live.extend(next..next + 20);
+        next += 20;
+        for _ in 0..10 {
+            let id = live[rng.random_range(0..live.len())];
+            sql.push_str(&format!("UPDATE {schema}.t SET v = v + 1 WHERE id = {id};"));
+        }
+        for _ in 0..2 {
+            let id = live.swap_remove(rng.random_range(0..live.len()));
+            sql.push_str(&format!("DELETE FROM {schema}.t WHERE id = {id};"));
+        }
+        sql.push_str("COMMIT;");
+        client.batch_execute(&sql).await.unwrap();
+        changes += 32;
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+    changes
+}
+
+/// Reads `topic` as a read_committed consumer until the newest event of every key equals
+/// `table` (a delete for a key not in it) and nothing more arrives; returns the changes per key
+/// in order (tombstones left out).
+fn read_committed_changes(
+    topic: &str,
+    table: &HashMap<i64, i64>,
+    timeout: Duration,
+) -> HashMap<i64, Vec<Change>> {
+    let mut newest: HashMap<i64, Change> = HashMap::new();
+    let mut counted = 0;
+    let change = |value: &serde_json::Value| -> Change {
+        let op = value["op"]
+            .as_str()
+            .and_then(|o| o.chars().next())
+            .unwrap_or('?');
+        (op, value["after"]["v"].as_i64())
+    };
+    let records = read_topic_with(
+        topic,
+        timeout,
+        &[("isolation.level", "read_committed")],
+        |records| {
+            for record in &records[counted..] {
+                let (Some(key), Some(value)) = (&record.key, &record.value) else {
+                    continue;
+                };
+                newest.insert(key["id"].as_i64().unwrap(), change(value));
+            }
+            counted = records.len();
+            table.iter().all(|(id, v)| {
+                newest
+                    .get(id)
+                    .is_some_and(|c| c.0 != 'd' && c.1 == Some(*v))
+            }) && newest
+                .iter()
+                .all(|(id, c)| table.contains_key(id) || c.0 == 'd')
+        },
+    );
+    let mut per_key: HashMap<i64, Vec<Change>> = HashMap::new();
+    for record in &records {
+        let (Some(key), Some(value)) = (&record.key, &record.value) else {
+            continue;
+        };
+        per_key
+            .entry(key["id"].as_i64().unwrap())
+            .or_default()
+            .push(change(value));
+    }
+    per_key
+}
+
+/// Asserts that every key's changes are each seen once, in order, ending at the table's row.
+fn assert_every_change_once(
+    what: &str,
+    events: &HashMap<i64, Vec<Change>>,
+    table: &HashMap<i64, i64>,
+    sluice: &Sluice,
+) {
+    let mut duplicates = Vec::new();
+    let mut disorder = Vec::new();
+    let mut wrong_newest = Vec::new();
+    for (id, changes) in events {
+        for window in changes.windows(2) {
+            let ((op, version), (next_op, next_version)) = (window[0], window[1]);
+            match (version, next_version) {
+                // The same version twice: one change delivered twice (`r` then `c`/`u`).
+                (Some(a), Some(b)) if b == a => duplicates.push((*id, changes.clone())),
+                (Some(a), Some(b)) if b != a + 1 => disorder.push((*id, changes.clone())),
+                _ => {}
+            }
+            if next_op == 'r' || next_op == 'c' || op == 'd' {
+                disorder.push((*id, changes.clone()));
+            }
+        }
+        let newest = changes.last().copied();
+        let expected = table.get(id);
+        let right = match (newest, expected) {
+            (Some((op, version)), Some(v)) => op != 'd' && version == Some(*v),
+            (Some((op, _)), None) => op == 'd',
+            (None, _) => false,
+        };
+        if !right {
+            wrong_newest.push((*id, changes.clone(), expected.copied()));
+        }
+    }
+    let missing: Vec<&i64> = table
+        .keys()
+        .filter(|id| !events.contains_key(id))
+        .take(10)
+        .collect();
+    let changes: usize = events.values().map(Vec::len).sum();
+    println!(
+        "{what}: {} keys, {changes} changes, {} keys with a change twice, {} out of order, {} missing, {} not equal to the table (read_committed)",
+        events.len(),
+        duplicates.len(),
+        disorder.len(),
+        table.keys().filter(|id| !events.contains_key(id)).count(),
+        wrong_newest.len()
+    );
+    let tail = || -> String {
+        sluice
+            .log_text()
+            .lines()
+            .filter(|l| {
+                l.contains("WARN")
+                    || l.contains("ERROR")
+                    || l.contains("failpoint")
+                    || l.contains("snapshot")
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        missing.is_empty(),
+        "{what}: keys in the table never seen, e.g. {missing:?}\nlog:\n{}",
+        tail()
+    );
+    assert!(
+        duplicates.is_empty(),
+        "{what}: {} keys with a change seen twice by a read_committed consumer, e.g. {:?}\nlog:\n{}",
+        duplicates.len(),
+        &duplicates[..duplicates.len().min(5)],
+        tail()
+    );
+    assert!(
+        disorder.is_empty(),
+        "{what}: {} keys with changes out of order or missing in between, e.g. {:?}",
+        disorder.len(),
+        &disorder[..disorder.len().min(5)]
+    );
+    assert!(
+        wrong_newest.is_empty(),
+        "{what}: {} keys whose newest event is not the table's row, e.g. (id, changes, table's v) {:?}",
+        wrong_newest.len(),
+        &wrong_newest[..wrong_newest.len().min(5)]
+    );
 }
 
 /// An incremental snapshot (2,000-row chunks, transactions of at most 64 kB, so a chunk would

@@ -290,6 +290,62 @@ async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
     drop_slot_and_publication(&client, &name).await;
 }
 
+/// A crash right after the slot was created with its exported snapshot, before the state file
+/// recorded it: the next start must not adopt the slot as someone else's (no snapshot, every
+/// existing row missing) but snapshot under a new snapshot: every row is read once.
+#[tokio::test(flavor = "multi_thread")]
+async fn crash_between_slot_creation_and_its_record_still_snapshots() {
+    let _broker = broker_shared().await;
+    let name = unique("snapslot");
+    let client = pg().await;
+    let rows = 2_000;
+    create_tables(&client, &name, rows).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start_with_env(
+        &dir,
+        &pipeline_toml(&name, &name, &name, port, ""),
+        port,
+        vec![(
+            "FAILPOINTS".to_owned(),
+            "snapshot::slot_created=return".to_owned(),
+        )],
+    );
+    wait_until(
+        "sluice to abort at snapshot::slot_created (build with --features sluice/failpoints)",
+        Duration::from_secs(120),
+        || sluice.exited().is_some(),
+    );
+    assert!(
+        sluice
+            .log_text()
+            .contains("failpoint snapshot::slot_created"),
+        "{}",
+        sluice.log_text()
+    );
+    let slots: i64 = client
+        .query_one(
+            "SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&format!("sluice_{name}")],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(slots, 1, "the crash left the new slot behind");
+    sluice.kill();
+    sluice.env.clear();
+    sluice.restart();
+    sluice.wait_streaming(Duration::from_secs(120));
+    let reads = assert_equal_to_tables(&client, &name).await;
+    assert_eq!(
+        reads as i64,
+        3 * rows,
+        "every row read once by the snapshot"
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
 /// `snapshot = "never"`: rows that existed before the slot are not read; new changes stream.
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_never_streams_only_new_changes() {

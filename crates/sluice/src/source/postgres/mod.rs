@@ -11,6 +11,7 @@
 //! - [`encode`]: row changes to Debezium envelopes.
 //! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
+//! - [`resumed`]: a resumed snapshot leaves the rows changed since its start to the stream.
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
@@ -24,6 +25,7 @@ pub mod incremental;
 pub mod pgoutput;
 pub mod publication;
 pub mod replication;
+pub mod resumed;
 pub mod schema;
 pub mod setup;
 mod silence;

@@ -59,6 +59,29 @@ pub struct SlotRecord {
     /// Incremental snapshots: queued tables, the current one's progress, known tables.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub incremental: Option<super::incremental::IncrementalState>,
+    /// Written just before sluice creates the slot: a slot found with this record is the one a
+    /// run created and crashed before recording (its snapshot never ran), not one to adopt.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub creating: bool,
+}
+
+impl SlotRecord {
+    /// The record written just before sluice creates `slot` on the server `system_identifier`
+    /// (see [`SlotRecord::creating`]).
+    pub fn creating(system_identifier: &str, slot: &str) -> Self {
+        Self {
+            system_identifier: system_identifier.to_owned(),
+            slot: slot.to_owned(),
+            first_lsn: Lsn::ZERO,
+            created_by_sluice: true,
+            confirmed_lsn: Lsn::ZERO,
+            updated_unix_ms: 0,
+            snapshot_pending: true,
+            snapshot_plan: None,
+            incremental: None,
+            creating: true,
+        }
+    }
 }
 
 /// LSNs in the file in PostgreSQL's `X/X` form, as operators read them.
@@ -146,7 +169,8 @@ pub fn verify(
     if slot.is_some_and(|s| s.wal_status == "lost") {
         return Some(SlotLoss::Invalidated);
     }
-    let record = record?;
+    // A slot created by a run that crashed before recording it is no loss.
+    let record = record.filter(|r| !r.creating)?;
     if record.system_identifier != system_identifier {
         return Some(SlotLoss::OtherServer {
             recorded: record.system_identifier.clone(),
@@ -360,6 +384,7 @@ mod tests {
             snapshot_pending: false,
             snapshot_plan: None,
             incremental: None,
+            creating: false,
         }
     }
 
@@ -382,6 +407,21 @@ mod tests {
             verify(Some(&r), &r.system_identifier, Some(&slot(400, "extended"))),
             None
         );
+    }
+
+    #[test]
+    fn a_slot_created_by_a_run_that_crashed_before_recording_it_is_no_loss() {
+        let r = SlotRecord::creating("7300000000000000001", "sluice_p");
+        assert_eq!(
+            verify(Some(&r), &r.system_identifier, Some(&slot(501, "reserved"))),
+            None
+        );
+        assert_eq!(verify(Some(&r), &r.system_identifier, None), None);
+        // Kept in the document only while it is true.
+        let document = serde_json::to_string(&record(500)).unwrap();
+        assert!(!document.contains("creating"), "{document}");
+        let back: SlotRecord = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert!(back.creating && back.snapshot_pending);
     }
 
     #[test]

@@ -15,13 +15,16 @@
 //! precedes every later change, and no change is lost.
 //!
 //! After a crash the plan (the chunks and which are finished) is read back from the state
-//! file and only the unfinished chunks are read, under a fresh snapshot: the slot has not moved
-//! past the consistent point (nothing is confirmed during a snapshot), so the stream that
-//! follows replays every change since, and the newest event per key is the row's current state.
-//! (A row updated since then may have moved to another page; its newest version then comes
-//! from the stream, not the snapshot.) A table rewritten since the plan was made (`VACUUM
-//! FULL`, `CLUSTER`, `TRUNCATE`: a new file) has moved all its rows, so all its page chunks are
-//! read again.
+//! file and only the unfinished chunks are read, under a fresh snapshot (one, exported from the
+//! first worker to the others): the slot has not moved past the consistent point (nothing is
+//! confirmed during a snapshot), so the stream that follows replays every change since. The
+//! rows those changes touched are read from the slot first and left out of the resumed chunks
+//! ([`super::resumed`]): each is delivered by the stream alone, every other row once as
+//! `op: "r"`, so an exactly-once consumer sees every change once across restarts of the
+//! snapshot. (A row updated since then may have moved to another page; its newest version then
+//! comes from the stream, not the snapshot.) A table rewritten since the plan was made
+//! (`VACUUM FULL`, `CLUSTER`, `TRUNCATE`: a new file) has moved all its rows, so all its page
+//! chunks are read again.
 //!
 //! The row filter of a table (`source.postgres.row_filters`) is applied to its chunks as the
 //! publication applies it to the stream, and excluded columns are not read (except key
@@ -88,10 +91,18 @@ pub async fn run(
 ) -> Result<u64, PipelineError> {
     let workers = ctx.config.source.snapshot_workers.max(1) as usize;
     // Every worker imports the snapshot before any reads (and before the replication connection
-    // runs another command).
+    // runs another command). Resumed (no exported snapshot): the first worker's fresh snapshot,
+    // exported to the others, and the WAL position after it (see `super::resumed`).
     let mut connections = Vec::with_capacity(workers);
-    for _ in 0..workers {
-        let catalog = snapshot_connection(ctx.config, exported).await?;
+    let first = snapshot_connection(ctx.config, exported).await?;
+    let resumed_at = match exported {
+        Some(_) => None,
+        None => Some(pin_and_export(&first).await?),
+    };
+    connections.push(first);
+    let shared = exported.or(resumed_at.as_ref().map(|(name, _)| name.as_str()));
+    for _ in 1..workers {
+        let catalog = snapshot_connection(ctx.config, shared).await?;
         connections.push(catalog);
     }
     if exported.is_none() && recheck_page_chunks(&connections[0], plan).await? {
@@ -119,8 +130,45 @@ pub async fn run(
         "snapshot: starting"
     );
     let ends = Arc::new(ends_of_snapshot(&connections[0], plan, ctx.config).await?);
-    let queue = Arc::new(std::sync::Mutex::new(todo));
     let relations = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
+    // Resumed: the rows changed since the consistent point are the stream's to deliver.
+    let changed = match &resumed_at {
+        Some((_, position)) if !todo.is_empty() => {
+            let mut identities = HashMap::new();
+            for &chunk in &todo {
+                let table = &plan.chunks[chunk].table;
+                if identities.contains_key(table) {
+                    continue;
+                }
+                let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
+                let relation = Arc::new(
+                    relation_info(
+                        &connections[0],
+                        ctx.identity,
+                        &ctx.config.source,
+                        &ctx.config.kafka.events,
+                        schema,
+                        name,
+                    )
+                    .await?,
+                );
+                identities.insert(table.clone(), super::resumed::Identity::of(&relation));
+                relations.lock().await.insert(table.clone(), relation);
+            }
+            tracing::info!(
+                consistent_point = %ctx.consistent_point,
+                resumed_at = %position,
+                "snapshot: resuming under a new snapshot; reading the changes since the consistent point from the slot"
+            );
+            super::resumed::ChangedRows::read(ctx.config, *position, identities)
+                .await?
+                .0
+        }
+        _ => super::resumed::ChangedRows::none(),
+    };
+    let changed = Arc::new(changed);
+    let left_out = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let queue = Arc::new(std::sync::Mutex::new(todo));
     let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
     let index = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let plan_arc = Arc::new(plan.chunks.clone());
@@ -153,6 +201,8 @@ pub async fn run(
             ends: Arc::clone(&ends),
             events: ctx.config.kafka.events.clone(),
             gate: gate.clone(),
+            changed: Arc::clone(&changed),
+            left_out: Arc::clone(&left_out),
         };
         handles.spawn(worker.run());
     }
@@ -172,7 +222,7 @@ pub async fn run(
         }
         record(plan)
     };
-    match (ctx.exactly_once, gate) {
+    let result = match (ctx.exactly_once, gate) {
         (Some(transactions), Some(gate)) => {
             crate::source::chunked::drive_transactional(
                 progress,
@@ -192,7 +242,35 @@ pub async fn run(
             .await
         }
         _ => crate::source::chunked::drive(progress, handles, sent_rx, finished).await,
+    };
+    let left_out = left_out.load(std::sync::atomic::Ordering::Relaxed);
+    if left_out > 0 {
+        tracing::info!(
+            rows = left_out,
+            "snapshot: rows changed since the consistent point left to the stream"
+        );
     }
+    result
+}
+
+/// Pins a fresh snapshot on `catalog` (in its repeatable-read transaction), exports it for the
+/// other workers and returns its name and the WAL position after it (see [`super::resumed`]).
+async fn pin_and_export(catalog: &PgCatalog) -> Result<(String, Lsn), PipelineError> {
+    let client = catalog.client();
+    let name: String = client
+        .query_one("SELECT pg_export_snapshot()", &[])
+        .await
+        .map_err(|e| classify_pg("cannot export the resumed snapshot", e))?
+        .get(0);
+    let position: String = client
+        .query_one(super::resumed::POSITION_SQL, &[])
+        .await
+        .map_err(|e| classify_pg("cannot read the server's WAL position", e))?
+        .get(0);
+    let position = position.parse().map_err(|e| {
+        PipelineError::retryable("the server returned an unreadable WAL position", e)
+    })?;
+    Ok((name, position))
 }
 
 /// The chunks of a snapshot, persisted in the state file so a restart reads only the
@@ -579,6 +657,10 @@ struct Worker {
     ends: Arc<(Option<usize>, Option<usize>)>,
     /// Exactly once: held shared while a chunk is read (see [`run`]).
     gate: Option<Arc<tokio::sync::RwLock<()>>>,
+    /// A resumed snapshot: rows the stream delivers (see [`super::resumed`]).
+    changed: Arc<super::resumed::ChangedRows>,
+    /// Rows left out for that reason.
+    left_out: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Worker {
@@ -727,14 +809,22 @@ impl Worker {
                     std::io::Error::other("shutdown"),
                 ));
             }
-            let rows: Vec<TupleData> = messages
+            let mut rows: Vec<TupleData> = messages
                 .iter()
                 .filter_map(|m| match m {
                     SimpleQueryMessage::Row(row) => Some(text_row(row)),
                     _ => None,
                 })
                 .collect();
-            if rows.is_empty() {
+            let fetched = rows.len();
+            if !self.changed.is_empty() {
+                rows.retain(|row| !self.changed.leaves_out(&chunk.table, &relation, row));
+                self.left_out.fetch_add(
+                    (fetched - rows.len()) as u64,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            }
+            if fetched == 0 {
                 if let Some(row) = held.take() {
                     let batch = vec![marked(row, read, true)];
                     records += self.publish(chunk_id, &relation, batch, records).await?;

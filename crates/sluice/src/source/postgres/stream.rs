@@ -261,10 +261,23 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     // exactly at the slot's consistent point, to read the tables under.
     let mut exported: Option<(String, Lsn)> = None;
     if mode != SnapshotMode::Never
-        && slot_state.record().is_none()
+        && slot_state.record().is_none_or(|r| r.creating)
         && catalog.slot(&slot_name).await?.is_none()
     {
+        // Recorded first: a crash between the slot's creation and its record must not leave a
+        // slot the next run adopts as someone else's (and so never snapshots).
+        tokio::task::block_in_place(|| {
+            slot_state.save(SlotRecord::creating(&system.systemid, &slot_name))
+        })
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                format!("cannot write the state file {}", slot_state.location()),
+                "make state_dir writable",
+                e,
+            )
+        })?;
         exported = Some(create_slot_exporting_snapshot(&mut connection, &slot_name, config).await?);
+        crate::crash_point!("snapshot::slot_created");
     }
     let slot = secure_slot(
         &catalog,
@@ -1754,6 +1767,8 @@ async fn secure_slot(
             }
         }
     }
+    // A slot a crashed run created before recording it: its snapshot never finished.
+    let crashed_creating = state.record().is_some_and(|r| r.creating);
     let (slot, created) = catalog.ensure_slot(slot_name).await?;
     if slot.wal_status == "lost" {
         return Err(PipelineError::fatal(
@@ -1761,8 +1776,13 @@ async fn secure_slot(
             "drop it (SELECT pg_drop_replication_slot(...)) and start again; the changes it no longer holds must be re-snapshotted",
         ));
     }
-    if state.record().is_none() || loss.is_some() {
-        if !created {
+    if state.record().is_none() || crashed_creating || loss.is_some() {
+        if crashed_creating && !created {
+            tracing::warn!(
+                slot = slot_name,
+                "the slot was created by a run that stopped before recording it: snapshotting under a new snapshot"
+            );
+        } else if !created {
             tracing::info!(
                 slot = slot_name,
                 confirmed_flush = %slot.confirmed_flush,
@@ -1775,14 +1795,16 @@ async fn secure_slot(
                 system_identifier: system_identifier.to_owned(),
                 slot: slot_name.to_owned(),
                 first_lsn: slot.confirmed_flush,
-                created_by_sluice: created || exported,
+                created_by_sluice: created || exported || crashed_creating,
                 confirmed_lsn: slot.confirmed_flush,
                 updated_unix_ms: 0,
                 snapshot_pending: exported
+                    || crashed_creating
                     || (loss.is_some()
                         && config.source.snapshot == super::config::SnapshotMode::WhenNeeded),
                 snapshot_plan: None,
                 incremental: None,
+                creating: false,
             })
             .map_err(|e| {
                 PipelineError::fatal_with(
