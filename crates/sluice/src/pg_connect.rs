@@ -1127,7 +1127,14 @@ pub async fn connect_sql(
 pub async fn connect_sql_url(
     url: &str,
 ) -> Result<(Client, tokio::task::JoinHandle<()>), ConnectError> {
-    let config = PgConnectConfig::parse(url).map_err(ConnectError::Config)?;
+    let mut config = PgConnectConfig::parse(url).map_err(ConnectError::Config)?;
+    // Bounded unless the URL says otherwise (`doctor`, `slots`, `check` and the admin
+    // server's `/doctor` wait on it).
+    if config.pg.get_connect_timeout().is_none() {
+        config
+            .pg
+            .connect_timeout(std::time::Duration::from_secs(10));
+    }
     connect_sql(&config).await
 }
 

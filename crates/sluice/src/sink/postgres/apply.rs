@@ -38,6 +38,14 @@ use crate::sink::worker::{
     DeadLetter, FailureSettings, RecordData, SubPartitionWriter, WriteFailure,
 };
 
+/// How long a connection attempt to the target may take (unless the URL sets
+/// `connect_timeout`).
+const TARGET_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `statement_timeout` of the target sessions (unless the URL's `options` set one): a batch
+/// that waits longer fails and is retried.
+const TARGET_STATEMENT_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// The target database, shared by a run's writers.
 pub struct PgTarget {
     connect: PgConnectConfig,
@@ -59,12 +67,34 @@ impl PgTarget {
         settings: &PostgresSinkConfig,
         runtime: tokio::runtime::Handle,
     ) -> Result<Self, PipelineError> {
-        let connect = PgConnectConfig::parse(&settings.url).map_err(|e| {
+        let mut connect = PgConnectConfig::parse(&settings.url).map_err(|e| {
             PipelineError::fatal(
                 e.0.replace("source.postgres.url", "sink.postgres.url"),
                 "fix sink.postgres.url",
             )
         })?;
+        // Every wait on the target is bounded: the connection attempt, a peer that vanished
+        // (TCP keepalives), and each statement (a batch stuck behind someone's lock fails and
+        // is retried instead of holding its worker for good). The URL's own settings win.
+        if connect.pg.get_connect_timeout().is_none() {
+            connect.pg.connect_timeout(TARGET_CONNECT_TIMEOUT);
+        }
+        connect
+            .pg
+            .keepalives(true)
+            .keepalives_idle(Duration::from_secs(30))
+            .keepalives_interval(Duration::from_secs(10))
+            .keepalives_retries(3);
+        let options = connect.pg.get_options().unwrap_or_default().to_owned();
+        if !options.contains("statement_timeout") {
+            connect.pg.options(
+                format!(
+                    "-c statement_timeout={} {options}",
+                    TARGET_STATEMENT_TIMEOUT.as_millis()
+                )
+                .trim_end(),
+            );
+        }
         Ok(Self {
             connect,
             settings: settings.clone(),

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts};
+use mysql_async::{BinlogStream, BinlogStreamRequest, Conn, Opts, OptsBuilder};
 use serde::{Deserialize, Serialize};
 
 use super::config::{MysqlSourceConfig, redact_url};
@@ -22,11 +23,19 @@ pub enum Flavor {
     Mariadb,
 }
 
-/// Opens a SQL connection to the source.
+/// How long a connection attempt (TCP, TLS and the handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// TCP keepalive on every connection: a server that vanished (a failover, a cut network) is
+/// noticed by the kernel within about a minute instead of the system default of ~2 hours.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// Opens a SQL connection to the source, within [`CONNECT_TIMEOUT`] and with TCP keepalives.
 ///
 /// # Errors
 ///
-/// Retryable when the server cannot be reached; fatal for an invalid URL.
+/// Retryable when the server cannot be reached (or does not answer in time); fatal for an
+/// invalid URL.
 pub async fn connect(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> {
     let opts = Opts::from_url(&source.url).map_err(|e| {
         PipelineError::fatal_with(
@@ -35,9 +44,35 @@ pub async fn connect(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> 
             e,
         )
     })?;
-    Conn::new(opts).await.map_err(|e| {
-        PipelineError::retryable(format!("cannot connect to {}", redact_url(&source.url)), e)
-    })
+    let opts = OptsBuilder::from_opts(opts).tcp_keepalive(Some(TCP_KEEPALIVE));
+    let what = || format!("cannot connect to {}", redact_url(&source.url));
+    match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
+        Ok(connected) => connected.map_err(|e| PipelineError::retryable(what(), e)),
+        Err(elapsed) => Err(PipelineError::retryable(
+            format!("{}: no answer within {CONNECT_TIMEOUT:?}", what()),
+            elapsed,
+        )),
+    }
+}
+
+/// Runs `query` within `deadline`: a server that stops answering mid-query fails it (retryable)
+/// instead of holding the caller — the delivery loop's checkpoints and silence check — forever.
+///
+/// # Errors
+///
+/// The query's own error, or a retryable one naming `what` when the deadline passes.
+pub async fn bounded<T>(
+    what: &str,
+    deadline: Duration,
+    query: impl std::future::Future<Output = Result<T, PipelineError>>,
+) -> Result<T, PipelineError> {
+    match tokio::time::timeout(deadline, query).await {
+        Ok(result) => result,
+        Err(elapsed) => Err(PipelineError::retryable(
+            format!("{what}: no answer from the server within {deadline:?}"),
+            elapsed,
+        )),
+    }
 }
 
 /// A query's error as a retryable pipeline error.

@@ -66,6 +66,10 @@ const ER_MASTER_FATAL_ERROR_READING_BINLOG: u16 = 1236;
 /// The longest a topic creation may hold the loop.
 const TOPIC_DEADLINE: Duration = Duration::from_secs(20);
 
+/// How long reading a changed table's definition after a DDL statement may take (it runs
+/// inside the delivery loop).
+const DDL_LOOKUP_DEADLINE: Duration = Duration::from_secs(30);
+
 /// A committed transaction's place in the run (1, 2, …), the delivery core's position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct BinlogSeq(pub u64);
@@ -1397,7 +1401,14 @@ impl MysqlSource {
                     .meta
                     .insert(server::connect(&self.config.source).await?),
             };
-            match ddl::streamed(conn, self.flavor, &self.config.source, sql, default_db).await {
+            // Inside the delivery loop: bounded, so a hung server cannot stop checkpoints.
+            let looked_up = server::bounded(
+                "reading a changed table's definition",
+                DDL_LOOKUP_DEADLINE,
+                ddl::streamed(conn, self.flavor, &self.config.source, sql, default_db),
+            )
+            .await;
+            match looked_up {
                 Ok(Some(change)) => break change,
                 Ok(None) => return Ok(()),
                 Err(error) => {

@@ -47,6 +47,9 @@ use crate::error::{PipelineError, classify_pg};
 /// writer flushes asynchronous commits within `wal_writer_delay`, 200 ms by default).
 const FLUSH_WAIT: Duration = Duration::from_secs(60);
 
+/// How long to wait for the WAL writer before a synchronous commit flushes the WAL.
+const NUDGE_AFTER: Duration = Duration::from_secs(1);
+
 /// The WAL position after a fresh snapshot: every transaction the snapshot sees has committed
 /// before it. On a primary the insert position (a commit record is inserted before the
 /// transaction becomes visible, also with `synchronous_commit = off`); on a standby what it
@@ -385,9 +388,15 @@ impl RowHasher {
     }
 }
 
-/// Waits until the server flushed its WAL up to `upto` (a peek reads flushed WAL only).
+/// Waits until the server flushed its WAL up to `upto` (a peek reads flushed WAL only). The WAL
+/// writer flushes asynchronous commits soon, but records after the last commit (a standby
+/// snapshot record of an idle server, say) may wait for the next commit: when the WAL is not
+/// flushed after [`NUDGE_AFTER`], a transactional heartbeat message (ignored by the stream)
+/// commits synchronously, which flushes everything before it.
 async fn wait_for_flush(client: &tokio_postgres::Client, upto: Lsn) -> Result<(), PipelineError> {
-    let deadline = Instant::now() + FLUSH_WAIT;
+    let started = Instant::now();
+    let deadline = started + FLUSH_WAIT;
+    let mut nudged = false;
     loop {
         let flushed: String = client
             .query_one(
@@ -403,6 +412,21 @@ async fn wait_for_flush(client: &tokio_postgres::Client, upto: Lsn) -> Result<()
         })?;
         if flushed >= upto {
             return Ok(());
+        }
+        if !nudged && started.elapsed() >= NUDGE_AFTER {
+            nudged = true;
+            client
+                .batch_execute("SET synchronous_commit = local")
+                .await
+                .map_err(|e| classify_pg("cannot flush the server's WAL", e))?;
+            client
+                .execute(
+                    "SELECT pg_logical_emit_message(true, $1, '') \
+                     WHERE NOT pg_is_in_recovery()",
+                    &[&super::config::HEARTBEAT_MESSAGE_PREFIX],
+                )
+                .await
+                .map_err(|e| classify_pg("cannot flush the server's WAL", e))?;
         }
         if Instant::now() >= deadline {
             return Err(PipelineError::retryable(
