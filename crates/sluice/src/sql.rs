@@ -66,7 +66,9 @@ impl ToSql for TextParam<'_> {
 /// extended-protocol query: NULL stays NULL (`num_nulls` looks at the value, not at a
 /// composite's fields).
 pub fn pg_text_output(quoted: &str) -> String {
-    format!("CASE WHEN pg_catalog.num_nulls({quoted}) = 0 THEN pg_catalog.format('%s', {quoted}) END")
+    format!(
+        "CASE WHEN pg_catalog.num_nulls({quoted}) = 0 THEN pg_catalog.format('%s', {quoted}) END"
+    )
 }
 
 /// What [`check_condition`] is reading outside quotes.
@@ -74,7 +76,10 @@ pub fn pg_text_output(quoted: &str) -> String {
 enum Word {
     None,
     /// An identifier or keyword: its first character and length so far.
-    Ident { first: char, len: usize },
+    Ident {
+        first: char,
+        len: usize,
+    },
     Number,
 }
 
@@ -114,11 +119,18 @@ pub fn check_condition(dialect: SqlDialect, condition: &str) -> Result<(), &'sta
     while let Some(c) = chars.next() {
         let previous = word;
         word = match (previous, c) {
-            (Word::Ident { first, len }, c) if c.is_alphanumeric() || c == '_' || c == '$' || !c.is_ascii() => {
-                Word::Ident { first, len: len + 1 }
+            (Word::Ident { first, len }, c)
+                if c.is_alphanumeric() || c == '_' || c == '$' || !c.is_ascii() =>
+            {
+                Word::Ident {
+                    first,
+                    len: len + 1,
+                }
             }
             (Word::Number, c) if c.is_alphanumeric() || c == '_' || c == '.' => Word::Number,
-            (_, c) if c.is_alphabetic() || c == '_' || !c.is_ascii() => Word::Ident { first: c, len: 1 },
+            (_, c) if c.is_alphabetic() || c == '_' || !c.is_ascii() => {
+                Word::Ident { first: c, len: 1 }
+            }
             (_, c) if c.is_ascii_digit() => Word::Number,
             _ => Word::None,
         };
@@ -129,7 +141,13 @@ pub fn check_condition(dialect: SqlDialect, condition: &str) -> Result<(), &'sta
                 // PostgreSQL: E'…' has backslash escapes; identifiers never do.
                 let escapes = dialect == SqlDialect::Postgres
                     && quote == '\''
-                    && matches!(previous, Word::Ident { first: 'E' | 'e', len: 1 });
+                    && matches!(
+                        previous,
+                        Word::Ident {
+                            first: 'E' | 'e',
+                            len: 1
+                        }
+                    );
                 loop {
                     match chars.next() {
                         Some(q) if q == quote => {
@@ -163,7 +181,9 @@ pub fn check_condition(dialect: SqlDialect, condition: &str) -> Result<(), &'sta
             '#' if dialect == SqlDialect::Mysql => return Err("contains a comment"),
             // Inside an identifier `$` is a letter; anywhere else it starts a dollar quote or
             // a parameter.
-            '$' if dialect == SqlDialect::Postgres && !matches!(word, Word::Ident { len: 2.., .. }) => {
+            '$' if dialect == SqlDialect::Postgres
+                && !matches!(word, Word::Ident { len: 2.., .. }) =>
+            {
                 return Err("contains '$' (a dollar quote or a parameter)");
             }
             _ => {}

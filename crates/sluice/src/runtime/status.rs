@@ -676,7 +676,10 @@ impl StatusBoard {
 
     /// The dialect of the pipeline's snapshot request filters.
     pub fn snapshot_filter_dialect(&self) -> crate::sql::SqlDialect {
-        if self.mysql_filters.load(std::sync::atomic::Ordering::Relaxed) {
+        if self
+            .mysql_filters
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             crate::sql::SqlDialect::Mysql
         } else {
             crate::sql::SqlDialect::Postgres

@@ -243,7 +243,11 @@ impl<K> IncrementalState<K> {
             tracing::debug!(id, "signal seen before; ignored");
             return false;
         }
-        tracing::error!(id, reason, "incremental snapshot request {id:?} refused: {reason}");
+        tracing::error!(
+            id,
+            reason,
+            "incremental snapshot request {id:?} refused: {reason}"
+        );
         self.remember(id);
         self.keep_refused(id, reason);
         true
@@ -699,7 +703,10 @@ mod tests {
         );
         let mut state: IncrementalState = IncrementalState::default();
         assert!(state.refuse("bad", &problem));
-        assert!(!state.refuse("bad", &problem), "a replay is not refused again");
+        assert!(
+            !state.refuse("bad", &problem),
+            "a replay is not refused again"
+        );
         assert!(
             !state.accept(&signal, &|_| true),
             "nor accepted after being refused"

@@ -27,7 +27,13 @@ fn incremental_ids(records: &[Record]) -> Vec<i64> {
 }
 
 /// Inserts an `execute-snapshot` signal row for `table` with `filter`.
-async fn signal(client: &tokio_postgres::Client, schema: &str, table: &str, id: &str, filter: &str) {
+async fn signal(
+    client: &tokio_postgres::Client,
+    schema: &str,
+    table: &str,
+    id: &str,
+    filter: &str,
+) {
     let data = serde_json::json!({
         "data-collections": [table],
         "type": "incremental",

@@ -431,7 +431,11 @@ async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills:
         println!(
             "sink {format}: SIGKILL {kill} in an epoch commit held at its gate ({committed} records committed by that process, {output} of {records} rows out)"
         );
-        sluice.env = if kill < kills { gate(kill + 1) } else { Vec::new() };
+        sluice.env = if kill < kills {
+            gate(kill + 1)
+        } else {
+            Vec::new()
+        };
         sluice.restart();
     }
     let sluice_ref = &sluice;

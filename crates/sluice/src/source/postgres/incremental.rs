@@ -65,8 +65,8 @@ use crate::compaction::scan::HashedSet;
 use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
 use crate::source::incremental::{Chunk, ChunkError, ChunkReader, Progress};
-use crate::sql::{SqlDialect, TextParam, check_condition, pg_text_output};
 pub use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
+use crate::sql::{SqlDialect, TextParam, check_condition, pg_text_output};
 
 /// The prefix of the closing watermarks' logical messages.
 pub const WATERMARK_PREFIX: &str = "sluice.snapshot";
@@ -261,7 +261,12 @@ pub async fn read_chunk(
         });
         let typed: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = params
             .iter()
-            .map(|p| (p as &(dyn tokio_postgres::types::ToSql + Sync), Type::UNKNOWN))
+            .map(|p| {
+                (
+                    p as &(dyn tokio_postgres::types::ToSql + Sync),
+                    Type::UNKNOWN,
+                )
+            })
             .collect();
         let rows: Vec<TupleData> = client
             .query_typed(&sql, &typed)

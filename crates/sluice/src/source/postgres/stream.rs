@@ -1368,11 +1368,13 @@ impl PgSource<'_> {
             quote_ident(table),
             conditions.join(" AND ")
         );
-        let typed: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), tokio_postgres::types::Type)> =
-            params
-                .iter()
-                .map(|p| (p as _, tokio_postgres::types::Type::UNKNOWN))
-                .collect();
+        let typed: Vec<(
+            &(dyn tokio_postgres::types::ToSql + Sync),
+            tokio_postgres::types::Type,
+        )> = params
+            .iter()
+            .map(|p| (p as _, tokio_postgres::types::Type::UNKNOWN))
+            .collect();
         let rows = self
             .catalog
             .client()
