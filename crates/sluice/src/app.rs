@@ -54,7 +54,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         &config.restart,
                         doctor,
                         |board| {
-                            board.take_snapshot_signals(true);
+                            board.take_snapshot_signals(true, crate::sql::SqlDialect::Postgres);
                             CdcPipeline::new(Arc::clone(&config), board)
                         },
                     )?;
@@ -68,7 +68,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         None,
                         |board| {
                             if config.source.signal_table.is_some() {
-                                board.take_snapshot_signals(false);
+                                board.take_snapshot_signals(false, crate::sql::SqlDialect::Mysql);
                             }
                             MysqlPipeline::new(Arc::clone(&config), board)
                         },

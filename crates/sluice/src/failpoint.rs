@@ -8,6 +8,11 @@
 //! feature, `crash_point!` expands to nothing and the `fail` crate is not even linked, so
 //! release builds carry no crash points and read no such variable.
 //!
+//! Two older hooks read environment variables, also only with the feature:
+//! `SLUICE_TEST_HANG_ON_VALUE` ([`crate::sink::worker`]) and `SLUICE_TEST_ABORT_AFTER_UPLOAD`
+//! ([`crate::sink::files`]). `scripts/check-test-hooks` checks a binary built without the
+//! feature for every `SLUICE_TEST_` string and every point's name.
+//!
 //! The points:
 //! - `snapshot::chunks_recorded` (crash): after finished snapshot chunks were recorded in the
 //!   state file (once per batch of chunks that finished together).

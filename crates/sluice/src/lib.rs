@@ -39,3 +39,4 @@ pub mod pipeline_file;
 pub mod runtime;
 pub mod sink;
 pub mod source;
+pub mod sql;

@@ -156,6 +156,9 @@ const TLS_KEYS: [&str; 6] = [
     "passfile",
 ];
 
+/// Backend options every connection starts with (after the URL's own `options`, so they win).
+pub const PINNED_OPTIONS: &str = "-c standard_conforming_strings=on";
+
 fn env_var(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
@@ -243,6 +246,16 @@ impl PgConnectConfig {
                 pg.password(password);
             }
         }
+        // Every connection, SQL or replication, reads a backslash in a literal as itself, whatever
+        // the server's, database's or role's setting: the few literals sluice writes (fixed
+        // text, the replication grammar's options) mean what they say.
+        let options = match pg.get_options() {
+            Some(options) if !options.trim().is_empty() => {
+                format!("{options} {PINNED_OPTIONS}")
+            }
+            _ => PINNED_OPTIONS.to_owned(),
+        };
+        pg.options(&options);
         let unix_only =
             !pg.get_hosts().is_empty() && pg.get_hosts().iter().all(|h| matches!(h, Host::Unix(_)));
         // libpq never uses TLS over a unix socket; tokio-postgres is told what to do on the wire.
@@ -1269,6 +1282,25 @@ mod tests {
         assert_eq!(c.tls.verify(), Verify::Nothing);
         assert_eq!(c.pg.get_ssl_mode(), PgSslMode::Prefer);
         assert!(c.has_remote_host());
+    }
+
+    #[test]
+    fn every_connection_pins_standard_conforming_strings() {
+        let c = parse("postgres://u@db/app", &[]).unwrap();
+        assert_eq!(
+            c.pg.get_options(),
+            Some("-c standard_conforming_strings=on")
+        );
+        // After the URL's own options, so that the pinned value wins.
+        let c = parse(
+            "postgres://u@db/app?options=-c%20standard_conforming_strings%3Doff",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            c.pg.get_options(),
+            Some("-c standard_conforming_strings=off -c standard_conforming_strings=on")
+        );
     }
 
     #[test]

@@ -341,6 +341,17 @@ async fn snapshot_signal(
                 .into(),
         );
     }
+    if let Some(filter) = &body.filter
+        && let Err(problem) =
+            crate::sql::check_condition(state.board.snapshot_filter_dialect(), filter)
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "filter {problem}: a filter is one SQL condition on the tables' rows (no ';', no comments, no dollar quotes, quotes and parentheses balanced), e.g. {{\"filter\": \"region = 'eu'\"}}"
+            ),
+        );
+    }
     let id = body.id.unwrap_or_else(|| format!("api-{}", unix_ms()));
     let signal = if stop {
         Signal::Stop {

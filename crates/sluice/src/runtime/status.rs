@@ -43,6 +43,16 @@ pub enum Signal {
     },
 }
 
+/// An operator's snapshot request that was refused (a filter that is not one condition, a
+/// signal row that is not the expected JSON, …): shown in the status, kept in the state file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct RefusedRequest {
+    /// The request's id.
+    pub id: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
 /// The pipeline's lifecycle state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -279,6 +289,8 @@ pub struct PipelineStatus {
     pub snapshot: Option<SnapshotStatus>,
     /// The running incremental snapshot, if any.
     pub incremental_snapshot: Option<IncrementalStatus>,
+    /// The newest refused snapshot requests, oldest first.
+    pub refused_snapshot_requests: Vec<RefusedRequest>,
     /// Whether librdkafka reports every broker down.
     pub kafka_brokers_down: bool,
     /// Row changes in flight.
@@ -339,6 +351,8 @@ pub struct StatusBoard {
     takes_snapshots: std::sync::atomic::AtomicBool,
     /// Whether its snapshots can republish with tombstones (PostgreSQL).
     takes_republication: std::sync::atomic::AtomicBool,
+    /// Whether its snapshot request filters are MySQL conditions (else PostgreSQL ones).
+    mysql_filters: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for StatusBoard {
@@ -372,6 +386,7 @@ impl StatusBoard {
                 binlog: None,
                 snapshot: None,
                 incremental_snapshot: None,
+                refused_snapshot_requests: Vec::new(),
                 kafka_brokers_down: false,
                 inflight_records: 0,
                 inflight_bytes: 0,
@@ -395,6 +410,7 @@ impl StatusBoard {
             signals_recorded: tokio::sync::watch::Sender::new(0),
             takes_snapshots: std::sync::atomic::AtomicBool::new(false),
             takes_republication: std::sync::atomic::AtomicBool::new(false),
+            mysql_filters: std::sync::atomic::AtomicBool::new(false),
         });
         board.publish_state_gauges(PipelineState::Starting);
         board
@@ -645,12 +661,29 @@ impl StatusBoard {
     }
 
     /// Marks the pipeline as one that takes snapshot signals (a PostgreSQL source; a MySQL
-    /// source with a signal table), and with `republication` requests with tombstones too.
-    pub fn take_snapshot_signals(&self, republication: bool) {
+    /// source with a signal table), and with `republication` requests with tombstones too;
+    /// their filters are conditions of `filters`.
+    pub fn take_snapshot_signals(&self, republication: bool, filters: crate::sql::SqlDialect) {
         self.takes_snapshots
             .store(true, std::sync::atomic::Ordering::Relaxed);
         self.takes_republication
             .store(republication, std::sync::atomic::Ordering::Relaxed);
+        self.mysql_filters.store(
+            filters == crate::sql::SqlDialect::Mysql,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The dialect of the pipeline's snapshot request filters.
+    pub fn snapshot_filter_dialect(&self) -> crate::sql::SqlDialect {
+        if self
+            .mysql_filters
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            crate::sql::SqlDialect::Mysql
+        } else {
+            crate::sql::SqlDialect::Postgres
+        }
     }
 
     /// Whether the pipeline's snapshots can republish with tombstones.

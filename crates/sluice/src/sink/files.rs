@@ -102,7 +102,8 @@
 //! (and, after a crash there, until the sub-partition is assigned again) some of its objects
 //! are not listed yet.
 //!
-//! Test hook: with `SLUICE_TEST_ABORT_AFTER_UPLOAD=N` in its environment the process aborts
+//! Test hook (compiled in only with the `failpoints` feature, like [`crate::failpoint`]'s
+//! points): with `SLUICE_TEST_ABORT_AFTER_UPLOAD=N` in its environment the process aborts
 //! in its `N`th epoch commit to an object store, after the uploads and before the state PUT
 //! (the integration tests use it to crash inside that window on purpose).
 
@@ -767,7 +768,8 @@ fn no_e_tag(objects: &ObjectTarget) -> io::Error {
 }
 
 /// The test hook of the [module docs](self): aborts the process in the `N`th object store
-/// commit when `SLUICE_TEST_ABORT_AFTER_UPLOAD=N`.
+/// commit when `SLUICE_TEST_ABORT_AFTER_UPLOAD=N` (only with the `failpoints` feature).
+#[cfg(feature = "failpoints")]
 fn abort_after_upload_hook() {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -1283,6 +1285,7 @@ impl Epoch {
         for (staged, _) in &state.renames {
             objects.upload(&self.staging.join(staged), &self.id.staging_key(staged))?;
         }
+        #[cfg(feature = "failpoints")]
         abort_after_upload_hook();
         let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
         let expected = self

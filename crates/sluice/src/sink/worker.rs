@@ -507,6 +507,7 @@ impl Worker {
 
     /// Writes one record, applying the failure policy.
     fn handle(&mut self, data: &RecordData) -> Result<(), PipelineError> {
+        #[cfg(feature = "failpoints")]
         hang_hook(data);
         let mut attempt = 1;
         loop {
@@ -746,9 +747,11 @@ impl SubPartitionWriter for FilesWriter {
     }
 }
 
-/// Test hook: with `SLUICE_TEST_HANG_ON_VALUE=TEXT` in the environment, a worker given a
-/// record whose value contains `TEXT` hangs on it for an hour (the integration tests use it
-/// to exercise `delivery.processing_timeout_ms`).
+/// Test hook, compiled in only with the `failpoints` feature (see [`crate::failpoint`]): with
+/// `SLUICE_TEST_HANG_ON_VALUE=TEXT` in the environment, a worker given a record whose value
+/// contains `TEXT` hangs on it for an hour (the integration tests use it to exercise
+/// `delivery.processing_timeout_ms`).
+#[cfg(feature = "failpoints")]
 fn hang_hook(data: &RecordData) {
     use std::sync::OnceLock;
     static NEEDLE: OnceLock<Option<Vec<u8>>> = OnceLock::new();

@@ -21,11 +21,15 @@ use tokio::task::JoinHandle;
 use crate::config::parse_table_name;
 use crate::error::PipelineError;
 use crate::runtime::status::IncrementalStatus;
-pub use crate::runtime::status::Signal;
+pub use crate::runtime::status::{RefusedRequest, Signal};
+use crate::sql::{SqlDialect, check_condition};
 
 /// How many accepted request ids are remembered (a signal replayed after a restart is
 /// recognised and not run twice).
 const REMEMBERED_IDS: usize = 64;
+
+/// How many refused requests are kept (in the state file and the status).
+const REMEMBERED_REFUSALS: usize = 16;
 
 /// How long a chunk that failed for connection trouble waits before it is read again.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
@@ -42,6 +46,9 @@ pub struct IncrementalState<K = Vec<String>> {
     /// The newest accepted request ids.
     #[serde(default)]
     pub accepted: VecDeque<String>,
+    /// The newest refused requests, oldest first.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub refused: VecDeque<RefusedRequest>,
     /// The captured tables the pipeline knows (for `snapshot_new_tables`); `None` until the
     /// first run records them.
     #[serde(default)]
@@ -174,6 +181,28 @@ impl Signal {
         }))
     }
 
+    /// Checks the request's filters as conditions of `dialect` (see
+    /// [`check_condition`]): a filter that could be more than one condition is refused.
+    ///
+    /// # Errors
+    ///
+    /// Which table's filter is wrong and why.
+    pub fn check_filters(&self, dialect: SqlDialect) -> Result<(), String> {
+        let Self::Snapshot { tables, .. } = self else {
+            return Ok(());
+        };
+        for (table, filter) in tables {
+            if let Some(filter) = filter {
+                check_condition(dialect, filter).map_err(|problem| {
+                    format!(
+                        "the filter for {table} {problem}: a filter is one SQL condition on the table's rows (no ';', no comments, no dollar quotes, quotes and parentheses balanced)"
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The request's id.
     pub fn id(&self) -> &str {
         match self {
@@ -207,6 +236,47 @@ impl<K> IncrementalState<K> {
         })
     }
 
+    /// Refuses the request `id` for `reason` (logged, and kept with the newest refused ones);
+    /// returns whether the state changed (a request seen before is not refused again).
+    pub fn refuse(&mut self, id: &str, reason: &str) -> bool {
+        if self.accepted.iter().any(|seen| seen == id) {
+            tracing::debug!(id, "signal seen before; ignored");
+            return false;
+        }
+        tracing::error!(
+            id,
+            reason,
+            "incremental snapshot request {id:?} refused: {reason}"
+        );
+        self.remember(id);
+        self.keep_refused(id, reason);
+        true
+    }
+
+    /// Keeps `id` with the newest refused requests.
+    fn keep_refused(&mut self, id: &str, reason: &str) {
+        self.refused.push_back(RefusedRequest {
+            id: id.to_owned(),
+            reason: reason.to_owned(),
+        });
+        while self.refused.len() > REMEMBERED_REFUSALS {
+            self.refused.pop_front();
+        }
+    }
+
+    /// Remembers `id` as taken (a replay is ignored).
+    fn remember(&mut self, id: &str) {
+        self.accepted.push_back(id.to_owned());
+        while self.accepted.len() > REMEMBERED_IDS {
+            self.accepted.pop_front();
+        }
+    }
+
+    /// The refused requests, for the status.
+    pub fn refused(&self) -> Vec<RefusedRequest> {
+        self.refused.iter().cloned().collect()
+    }
+
     /// Applies a signal; returns whether the state changed. Tables that are not `captured`
     /// are refused with a warning.
     pub fn accept(&mut self, signal: &Signal, captured: &dyn Fn(&str) -> bool) -> bool {
@@ -214,10 +284,7 @@ impl<K> IncrementalState<K> {
             tracing::debug!(id = signal.id(), "signal seen before; ignored");
             return false;
         }
-        self.accepted.push_back(signal.id().to_owned());
-        while self.accepted.len() > REMEMBERED_IDS {
-            self.accepted.pop_front();
-        }
+        self.remember(signal.id());
         match signal {
             Signal::Snapshot {
                 id,
@@ -421,7 +488,9 @@ where
                     "incremental snapshot of {table} abandoned: {problem}"
                 );
                 if state.queue.front().is_some_and(|t| t.table == table) {
-                    state.queue.pop_front();
+                    if let Some(abandoned) = state.queue.pop_front() {
+                        state.keep_refused(&abandoned.request, &format!("{table}: {problem}"));
+                    }
                     return true;
                 }
             }
@@ -605,6 +674,62 @@ mod tests {
             error.contains("tombstones with additional-conditions"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_request_whose_filter_is_not_one_condition_is_refused_once() {
+        let signal = Signal::parse(
+            "bad",
+            "execute-snapshot",
+            r#"{"data-collections": ["public.a", "public.b"],
+                "additional-conditions": [{"data-collection": "public.b", "filter": "true; DELETE FROM x"}]}"#,
+        )
+        .unwrap()
+        .unwrap();
+        let problem = signal.check_filters(SqlDialect::Postgres).unwrap_err();
+        assert!(
+            problem.starts_with("the filter for public.b contains ';'"),
+            "{problem}"
+        );
+        let mysql = Signal::Snapshot {
+            id: "m".into(),
+            tables: vec![("db.t".into(), Some("id > 1 # x".into()))],
+            tombstones: false,
+        };
+        assert!(mysql.check_filters(SqlDialect::Mysql).is_err());
+        assert!(
+            mysql.check_filters(SqlDialect::Postgres).is_ok(),
+            "# is an operator in PostgreSQL"
+        );
+        let mut state: IncrementalState = IncrementalState::default();
+        assert!(state.refuse("bad", &problem));
+        assert!(
+            !state.refuse("bad", &problem),
+            "a replay is not refused again"
+        );
+        assert!(
+            !state.accept(&signal, &|_| true),
+            "nor accepted after being refused"
+        );
+        assert!(state.queue.is_empty());
+        assert_eq!(
+            state.refused(),
+            [RefusedRequest {
+                id: "bad".into(),
+                reason: problem.clone()
+            }]
+        );
+        // The state file keeps them, bounded.
+        for n in 0..40 {
+            state.refuse(&format!("r{n}"), "x");
+        }
+        assert_eq!(state.refused.len(), REMEMBERED_REFUSALS);
+        let json = serde_json::to_string(&state).unwrap();
+        let back: IncrementalState = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, state);
+        // A state file of an older version has none.
+        let old: IncrementalState = serde_json::from_str(r#"{"queue": []}"#).unwrap();
+        assert!(old.refused.is_empty());
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod exactly_once;
 mod faults;
 mod filters;
 mod ha;
+mod hostile_filters;
 mod incremental;
 mod mysql;
 mod mysql_ha;

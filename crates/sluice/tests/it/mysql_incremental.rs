@@ -401,6 +401,18 @@ async fn api_snapshot_with_a_filter(server: Server) {
     .unwrap();
     assert_eq!(status, 400, "{body}");
     assert!(body.contains("PostgreSQL sources only"), "{body}");
+    // A filter that could be more than one condition (in MySQL's grammar) is refused.
+    for (filter, why) in [
+        ("id > 0; DO SLEEP(5)", "contains ';'"),
+        ("id > 0 # x", "contains a comment"),
+        ("id > 0 /*! OR 1=1 */", "contains a comment"),
+        ("'a\\' = 'b'' OR 1=1 -- '", "backslash"),
+    ] {
+        let body = serde_json::json!({"tables": [format!("{name}.t")], "filter": filter});
+        let (status, body) = http_json(sluice.admin, "POST", &path, &body.to_string()).unwrap();
+        assert_eq!(status, 400, "{filter}: {body}");
+        assert!(body.contains(why), "{filter}: {body}");
+    }
     let started = Instant::now();
     let (status, body) = http_json(
         sluice.admin,

@@ -587,7 +587,12 @@ async fn status_page_charts_a_running_pipeline_in_a_browser() {
             .unwrap_or(0);
         assert!(points > 0, "chart {chart} drew no samples: {tag}");
     }
-    assert!(html.contains("streaming"), "the state is shown");
+    // The state's badge as the page's script renders it from the status (the page's static
+    // CSS names `.state.streaming` too, so the word alone proves nothing).
+    assert!(
+        html.contains("<span class=\"state streaming\">streaming</span>"),
+        "the streaming state is rendered:\n{html}"
+    );
     // The doctor's findings: the shared server leaves max_slot_wal_keep_size unset.
     assert!(
         html.contains("data-code=\"pg.max_slot_wal_keep_size\""),

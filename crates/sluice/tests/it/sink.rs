@@ -377,24 +377,65 @@ async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills:
     let root = dir.join("out");
     let port = free_port();
     let started = Instant::now();
-    let mut sluice = Sluice::start(
+    // Each run but the last holds one of its epoch commits (a random one of its first four
+    // with records: the gate comes after `commit` returns for an empty epoch) at the gate
+    // `sink::files::commit` on a file that never appears, and is killed there: mid-commit,
+    // its files finished and nothing of the commit written.
+    let gate = |kill: u32| -> Vec<(String, String)> {
+        let skip = rand::rng().random_range(0..4);
+        let path = dir.join(format!("gate-{kill}-never-created"));
+        vec![(
+            "FAILPOINTS".to_owned(),
+            format!(
+                "sink::files::commit={skip}*off->1*return({})->off",
+                path.display()
+            ),
+        )]
+    };
+    let mut sluice = Sluice::start_with_env(
         &dir,
         &sink_toml(&name, &topic, &root, port, format, subs, ""),
         port,
+        gate(1),
     );
     for kill in 1..=kills {
-        // Kill while it works: a moment after it has its partitions.
+        // The log is appended to across restarts: this run's hold is the kill-th.
+        let held = |sluice: &Sluice| {
+            sluice
+                .log_text()
+                .matches("failpoint: waiting for the gate file")
+                .count()
+        };
         let deadline = Instant::now() + Duration::from_secs(120);
-        while assigned(&sluice) < 1.0 && Instant::now() < deadline {
+        while held(&sluice) < kill as usize && Instant::now() < deadline {
+            assert!(
+                sluice.exited().is_none(),
+                "sink {format}: the process exited before kill {kill}:\n{}",
+                sluice.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let pause = rand::rng().random_range(100..2500);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        assert_eq!(
+            held(&sluice),
+            kill as usize,
+            "sink {format}: kill {kill} would not land mid-commit (no commit held at the gate):\n{}",
+            sluice.log_text()
+        );
         let committed = committed_records(&sluice);
+        let output = read_output(&root).len();
+        assert!(
+            output < records as usize,
+            "sink {format}: kill {kill} came after all the work was done ({output} rows out)"
+        );
         sluice.kill();
         println!(
-            "sink {format}: SIGKILL {kill} after {pause} ms of work ({committed} records committed by that process)"
+            "sink {format}: SIGKILL {kill} in an epoch commit held at its gate ({committed} records committed by that process, {output} of {records} rows out)"
         );
+        sluice.env = if kill < kills {
+            gate(kill + 1)
+        } else {
+            Vec::new()
+        };
         sluice.restart();
     }
     let sluice_ref = &sluice;

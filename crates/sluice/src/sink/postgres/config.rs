@@ -129,10 +129,7 @@ impl std::fmt::Display for TableName {
     }
 }
 
-/// An identifier quoted for SQL.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+pub use crate::sql::quote_ident;
 
 /// Parses `schema.table` or `table`.
 fn parse_table(text: &str) -> Result<TableName, String> {

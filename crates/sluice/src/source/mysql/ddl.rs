@@ -427,7 +427,10 @@ pub async fn read_table(
             },
         )
         .map(|mut column: Column| {
-            let check = format!("json_valid(`{}`)", column.name.replace('`', "``"));
+            let check = format!(
+                "json_valid({})",
+                crate::sql::quote_mysql_ident(&column.name)
+            );
             if column.data_type.eq_ignore_ascii_case("longtext") && json_checks.contains(&check) {
                 column.data_type = "json".to_owned();
                 column.column_type = "json".to_owned();
@@ -785,7 +788,7 @@ pub async fn snapshot(
             changes: Vec::new(),
         });
     }
-    let quote = |name: &str| format!("`{}`", name.replace('`', "``"));
+    let quote = crate::sql::quote_mysql_ident;
     for t in tables {
         out.push(SchemaChange {
             database: t.database.clone(),

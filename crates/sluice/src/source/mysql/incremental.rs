@@ -73,8 +73,9 @@ use crate::error::PipelineError;
 use crate::runtime::metrics::TableMetrics;
 use crate::runtime::status::IncrementalStatus;
 use crate::source::incremental::{
-    ChunkError, ChunkReader, IncrementalState, Progress, Signal, TableSnapshot,
+    ChunkError, ChunkReader, IncrementalState, Progress, RefusedRequest, Signal, TableSnapshot,
 };
+use crate::sql::{SqlDialect, check_condition};
 
 /// The MySQL source's incremental snapshot state: keys are column values.
 pub type MysqlIncrementalState = IncrementalState<Vec<KeyValue>>;
@@ -291,6 +292,12 @@ async fn read_chunk(
         conditions.push(compare(&key, after, ">", ">", &mut values));
     }
     if let Some(filter) = &snapshot.filter {
+        // Checked when the request came; again here for requests queued by an older version.
+        check_condition(SqlDialect::Mysql, filter).map_err(|problem| {
+            ChunkError::Table(format!(
+                "the request's filter {problem}: a filter is one SQL condition"
+            ))
+        })?;
         conditions.push(format!("({filter})"));
     }
     let order: Vec<String> = key.iter().map(|c| quote(c)).collect();
@@ -306,15 +313,28 @@ async fn read_chunk(
         order.join(", "),
     );
     write_watermark(conn, &signal_table, token, WINDOW_OPEN, name).await?;
-    let mut result = conn
-        .exec_iter(sql, params(values))
-        .await
-        .map_err(|e| classify("cannot read an incremental snapshot chunk", name, e))?;
-    let columns = result.columns_ref().to_vec();
-    let rows: Vec<Row> = result
-        .collect()
-        .await
-        .map_err(|e| classify("cannot read an incremental snapshot chunk", name, e))?;
+    // One prepared statement (the server parses it as one: a filter cannot end it and run
+    // another) in a read-only transaction (nothing in it can write); its read view is taken by
+    // the read, after the opening watermark committed.
+    let read = async {
+        conn.query_drop("START TRANSACTION READ ONLY").await?;
+        let mut result = conn.exec_iter(sql, params(values)).await?;
+        let columns = result.columns_ref().to_vec();
+        let rows: Vec<Row> = result.collect().await?;
+        conn.query_drop("COMMIT").await?;
+        Ok::<_, mysql_async::Error>((columns, rows))
+    };
+    let (columns, rows) = match read.await {
+        Ok(read) => read,
+        Err(error) => {
+            let _ = conn.query_drop("ROLLBACK").await;
+            return Err(classify(
+                "cannot read an incremental snapshot chunk",
+                name,
+                error,
+            ));
+        }
+    };
     // The names as the server keeps them (the request's may differ in case), as the stream's
     // TABLE_MAP events carry them: the topic is the stream's.
     let (database, table) = columns
@@ -426,21 +446,25 @@ impl IncrementalRun {
         self.progress.confirmed_request()
     }
 
+    /// The newest refused requests, for the status.
+    pub fn refused(&self) -> Vec<RefusedRequest> {
+        self.state.refused()
+    }
+
     /// Applies an operator's signal seen at `at` (the transaction of the signal row, or the
     /// newest checkpoint for an API request, then `request` is its sequence number on the
     /// status board; 0 for a signal row).
     pub fn accept(&mut self, signal: &Signal, at: BinlogSeq, request: u64) {
-        if let Signal::Snapshot {
-            id,
-            tombstones: true,
-            ..
-        } = signal
-        {
-            tracing::error!(
-                id,
-                "incremental snapshot request {id} refused: republication (tombstones) is not supported for MySQL/MariaDB sources; request it without tombstones"
-            );
-            if request != 0 {
+        let refused = match signal {
+            Signal::Snapshot {
+                tombstones: true, ..
+            } => Some(
+                "republication (tombstones) is not supported for MySQL/MariaDB sources; request it without tombstones".to_owned(),
+            ),
+            _ => signal.check_filters(SqlDialect::Mysql).err(),
+        };
+        if let Some(reason) = refused {
+            if self.state.refuse(signal.id(), &reason) || request != 0 {
                 self.record(at, request);
             }
             return;
@@ -479,7 +503,11 @@ impl IncrementalRun {
                 match Signal::parse(id, kind, data) {
                     Ok(Some(signal)) => self.accept(&signal, at, 0),
                     Ok(None) => tracing::debug!(id, kind, "signal ignored (not a snapshot signal)"),
-                    Err(problem) => tracing::warn!(id, kind, "signal {id:?} ignored: {problem}"),
+                    Err(problem) => {
+                        if self.state.refuse(id, &format!("signal row: {problem}")) {
+                            self.record(at, 0);
+                        }
+                    }
                 }
                 SignalRow::Taken
             }

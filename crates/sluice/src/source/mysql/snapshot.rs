@@ -76,10 +76,7 @@ impl CapturedTable {
     }
 }
 
-/// An identifier in backquotes.
-pub(super) fn quote(name: &str) -> String {
-    format!("`{}`", name.replace('`', "``"))
-}
+pub(super) use crate::sql::quote_mysql_ident as quote;
 
 /// The base tables `source` captures, in database and table order.
 ///

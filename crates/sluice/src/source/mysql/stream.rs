@@ -1019,8 +1019,11 @@ impl Source for MysqlSource {
     ) -> Result<(), PipelineError> {
         if let Some(run) = &mut self.incremental {
             run.poll(intake.last_checkpoint()).await;
-            let status = run.status();
-            self.board.update(|s| s.incremental_snapshot = status);
+            let (status, refused) = (run.status(), run.refused());
+            self.board.update(|s| {
+                s.incremental_snapshot = status;
+                s.refused_snapshot_requests = refused;
+            });
         }
         Ok(())
     }

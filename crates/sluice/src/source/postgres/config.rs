@@ -612,46 +612,9 @@ const fn default_lock_timeout_ms() -> u64 {
 }
 
 /// Checks that a row filter is one SQL expression that cannot end the `WHERE (…)` it is put
-/// in: not empty, parentheses balanced outside quotes, no `;` and no comments.
+/// in (see [`crate::sql::check_condition`]).
 fn check_row_filter(filter: &str) -> Result<(), &'static str> {
-    if filter.trim().is_empty() {
-        return Err("is empty");
-    }
-    let mut depth = 0usize;
-    let mut chars = filter.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\'' | '"' => {
-                // A quoted literal or identifier; a doubled quote is an escaped one.
-                loop {
-                    match chars.next() {
-                        Some(q) if q == c => {
-                            if chars.peek() == Some(&c) {
-                                chars.next();
-                            } else {
-                                break;
-                            }
-                        }
-                        Some(_) => {}
-                        None => return Err("has an unterminated quote"),
-                    }
-                }
-            }
-            '(' => depth += 1,
-            ')' => {
-                depth = depth.checked_sub(1).ok_or("has a ')' without its '('")?;
-            }
-            ';' => return Err("contains ';'"),
-            '-' if chars.peek() == Some(&'-') => return Err("contains a comment"),
-            '/' if chars.peek() == Some(&'*') => return Err("contains a comment"),
-            _ => {}
-        }
-    }
-    if depth == 0 {
-        Ok(())
-    } else {
-        Err("has a '(' without its ')'")
-    }
+    crate::sql::check_condition(crate::sql::SqlDialect::Postgres, filter)
 }
 
 fn is_slot_name(name: &str) -> bool {

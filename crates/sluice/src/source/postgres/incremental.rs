@@ -8,7 +8,10 @@
 //!    change to the table (insert, update — old and new key —, delete; a truncate marks every
 //!    key);
 //! 2. the side connection reads the chunk (`WHERE key > last key [AND filter] ORDER BY key
-//!    LIMIT n`, one statement, so one snapshot taken after the window opened), keeps the rows,
+//!    LIMIT n`, one statement, so one snapshot taken after the window opened; an
+//!    extended-protocol statement, the last key's values bound as parameters, in a read-only
+//!    transaction: a request's filter — checked as one condition when it came — can neither
+//!    end the statement nor write), keeps the rows,
 //!    then writes the **closing watermark** into the WAL: a non-transactional logical message
 //!    (`pg_logical_emit_message(false, 'sluice.snapshot', token)`);
 //! 3. when the stream reaches the watermark, the chunk's rows whose keys were not noted are
@@ -51,6 +54,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sluice_engine::Lsn;
 use tokio_postgres::SimpleQueryMessage;
+use tokio_postgres::types::Type;
 
 use super::config::{PgPipelineConfig, PostgresSourceConfig};
 use super::encode::{ChangeKind, RelationInfo, SourceIdentity, write_key};
@@ -62,6 +66,7 @@ use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
 use crate::source::incremental::{Chunk, ChunkError, ChunkReader, Progress};
 pub use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
+use crate::sql::{SqlDialect, TextParam, check_condition, pg_text_output};
 
 /// The prefix of the closing watermarks' logical messages.
 pub const WATERMARK_PREFIX: &str = "sluice.snapshot";
@@ -197,25 +202,38 @@ pub async fn read_chunk(
     let key_list: Vec<String> = key_names.iter().map(|k| quote_ident(k)).collect();
     let key_list = key_list.join(", ");
     let mut conditions = Vec::new();
+    // The last key's values are parameters in text form, cast to the key columns' types.
+    let mut params: Vec<TextParam<'_>> = Vec::new();
     if let Some(after) = &snapshot.after {
-        let literals: Vec<String> = after
+        let placeholders: Vec<String> = after
             .iter()
             .zip(&types)
-            .map(|(value, sql_type)| format!("'{}'::{sql_type}", value.replace('\'', "''")))
+            .map(|(value, sql_type)| {
+                params.push(TextParam(value));
+                format!("${}::{sql_type}", params.len())
+            })
             .collect();
-        conditions.push(format!("({key_list}) > ({})", literals.join(", ")));
+        conditions.push(format!("({key_list}) > ({})", placeholders.join(", ")));
     }
-    // The pipeline's row filter (as the publication applies it), then the request's.
+    // The pipeline's row filter (as the publication applies it), then the request's: each
+    // one condition (checked when the pipeline file was read and when the request came; again
+    // here for requests queued by an older version).
     if let Some(filter) = rules.row_filter(&snapshot.table) {
         conditions.push(format!("({filter})"));
     }
     if let Some(filter) = &snapshot.filter {
+        check_condition(SqlDialect::Postgres, filter).map_err(|problem| {
+            ChunkError::Table(format!(
+                "the request's filter {problem}: a filter is one SQL condition"
+            ))
+        })?;
         conditions.push(format!("({filter})"));
     }
+    // Every column as its type's output function writes it (as the stream's values).
     let columns: Vec<String> = relation
         .columns
         .iter()
-        .map(|c| quote_ident(&c.name))
+        .map(|c| pg_text_output(&quote_ident(&c.name)))
         .collect();
     let sql = format!(
         "SELECT {} FROM {}.{}{} ORDER BY {key_list} LIMIT {limit}",
@@ -228,16 +246,45 @@ pub async fn read_chunk(
             format!(" WHERE {}", conditions.join(" AND "))
         },
     );
-    // One round trip: the snapshot the chunk is read under, then the chunk, in one
-    // repeatable-read transaction (so both statements share the snapshot).
-    let messages = client
-        .simple_query(&format!(
-            "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
-             SELECT txid_current_snapshot()::text; {sql}; COMMIT"
-        ))
-        .await;
-    let messages = match messages {
-        Ok(messages) => messages,
+    // A repeatable-read, read-only transaction: its snapshot, then the chunk read under it as
+    // ONE extended-protocol statement (the server parses it as one statement: a filter cannot
+    // end it and run another; and nothing in it can write).
+    let read = async {
+        let messages = client
+            .simple_query(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; SELECT txid_current_snapshot()::text",
+            )
+            .await?;
+        let xid_snapshot = messages.iter().find_map(|m| match m {
+            SimpleQueryMessage::Row(row) => row.get(0).and_then(XidSnapshot::parse),
+            _ => None,
+        });
+        let typed: Vec<(&(dyn tokio_postgres::types::ToSql + Sync), Type)> = params
+            .iter()
+            .map(|p| {
+                (
+                    p as &(dyn tokio_postgres::types::ToSql + Sync),
+                    Type::UNKNOWN,
+                )
+            })
+            .collect();
+        let rows: Vec<TupleData> = client
+            .query_typed(&sql, &typed)
+            .await?
+            .iter()
+            .map(|row| {
+                TupleData(
+                    (0..row.len())
+                        .map(|i| super::snapshot::text_datum(row.get::<_, Option<&str>>(i)))
+                        .collect(),
+                )
+            })
+            .collect();
+        client.batch_execute("COMMIT").await?;
+        Ok::<_, tokio_postgres::Error>((xid_snapshot, rows))
+    };
+    let (xid_snapshot, rows) = match read.await {
+        Ok(read) => read,
         Err(e) => {
             // The transaction is aborted: end it, so the connection can be used again.
             let _ = client.batch_execute("ROLLBACK").await;
@@ -261,22 +308,6 @@ pub async fn read_chunk(
             });
         }
     };
-    // Statements complete in order: BEGIN, the snapshot, the chunk, COMMIT.
-    let mut statement = 0;
-    let mut xid_snapshot = None;
-    let mut rows: Vec<TupleData> = Vec::new();
-    for message in &messages {
-        match message {
-            SimpleQueryMessage::CommandComplete(_) => statement += 1,
-            SimpleQueryMessage::Row(row) if statement == 1 => {
-                xid_snapshot = row.get(0).and_then(XidSnapshot::parse);
-            }
-            SimpleQueryMessage::Row(row) if statement == 2 => {
-                rows.push(super::snapshot::text_row(row));
-            }
-            _ => {}
-        }
-    }
     let xid_snapshot = xid_snapshot.ok_or_else(|| {
         ChunkError::Retry(PipelineError::retryable(
             "cannot read an incremental snapshot chunk",
@@ -639,6 +670,12 @@ impl IncrementalRun {
     /// checkpoint for an API request, then `request` is its sequence number on the status
     /// board; 0 for a signal row).
     pub fn accept(&mut self, signal: &Signal, at: Lsn, request: u64) {
+        if let Err(problem) = signal.check_filters(SqlDialect::Postgres) {
+            if self.state.refuse(signal.id(), &problem) || request != 0 {
+                self.record_request(at, request);
+            }
+            return;
+        }
         let captured = &self.captured;
         let changed = self.state.accept(signal, &|t| captured.contains(t));
         if changed
@@ -671,13 +708,18 @@ impl IncrementalRun {
         match Signal::parse(&id, &kind, &data) {
             Ok(Some(signal)) => self.accept(&signal, at, 0),
             Ok(None) => tracing::debug!(id, kind, "signal ignored (not a snapshot signal)"),
-            Err(problem) => tracing::warn!(
-                id,
-                kind,
-                "signal {id:?} in {} ignored: {problem}",
-                relation.name
-            ),
+            Err(problem) => {
+                let reason = format!("signal row in {}: {problem}", relation.name);
+                if self.state.refuse(&id, &reason) {
+                    self.record(at);
+                }
+            }
         }
+    }
+
+    /// The newest refused requests, for the status.
+    pub fn refused(&self) -> Vec<crate::source::incremental::RefusedRequest> {
+        self.state.refused()
     }
 
     /// A table seen in the stream: when it is not captured yet (created in or moved into a

@@ -1100,16 +1100,9 @@ fn start_replication_command(slot: &str, start: Lsn, options: &[(&str, &str)]) -
     command
 }
 
-/// Quotes `name` as an identifier of the replication command grammar.
-fn quote_identifier(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// Quotes `value` as a string literal of the replication command grammar (which has no
-/// backslash escapes).
-fn quote_literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
+// The replication command grammar quotes as SQL does (its string literals have no backslash
+// escapes).
+use crate::sql::{quote_ident as quote_identifier, quote_pg_literal as quote_literal};
 
 /// Decodes the payload of a CopyData frame from the server.
 fn parse_copy_data(mut body: Bytes) -> Result<ReplicationMessage, ReplicationError> {

@@ -478,10 +478,7 @@ impl Drop for PgCatalog {
     }
 }
 
-/// Quotes an SQL identifier.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
+pub use crate::sql::quote_ident;
 
 /// `host:port` of a connection config, for messages (never the password).
 pub use crate::pg_connect::describe_host;

@@ -808,10 +808,11 @@ impl Source for PgSource<'_> {
         )
         .await?;
         self.incremental.poll(last_checkpoint).await;
-        let incremental = self.incremental.status();
-        self.ctx
-            .board
-            .update(|s| s.incremental_snapshot = incremental);
+        let (incremental, refused) = (self.incremental.status(), self.incremental.refused());
+        self.ctx.board.update(|s| {
+            s.incremental_snapshot = incremental;
+            s.refused_snapshot_requests = refused;
+        });
         let (logged_at, logged_received) = self.progress_log;
         if logged_at.elapsed() >= Duration::from_secs(10) && self.received != logged_received {
             self.progress_log = (Instant::now(), self.received);
@@ -1352,21 +1353,26 @@ impl PgSource<'_> {
         let Some((schema, table)) = crate::config::parse_table_name(&relation.name) else {
             return Ok(());
         };
+        // The key's values are parameters in text form (their type inferred from the column).
         let mut conditions = Vec::with_capacity(relation.key_columns.len());
+        let mut params = Vec::with_capacity(relation.key_columns.len());
         for &index in &relation.key_columns {
             let column = quote_ident(&relation.columns[index].name);
             match new.0.get(index) {
-                Some(Datum::Text(value)) => conditions.push(format!(
-                    "{column} = '{}'",
-                    String::from_utf8_lossy(value).replace('\'', "''")
-                )),
+                Some(Datum::Text(value)) => {
+                    let Ok(value) = std::str::from_utf8(value) else {
+                        return Ok(());
+                    };
+                    params.push(crate::sql::TextParam(value));
+                    conditions.push(format!("{column} = ${}", params.len()));
+                }
                 Some(Datum::Null) => conditions.push(format!("{column} IS NULL")),
                 _ => return Ok(()),
             }
         }
         let columns: Vec<String> = missing
             .iter()
-            .map(|&i| quote_ident(&relation.columns[i].name))
+            .map(|&i| crate::sql::pg_text_output(&quote_ident(&relation.columns[i].name)))
             .collect();
         let sql = format!(
             "SELECT {} FROM {}.{} WHERE {}",
@@ -1375,20 +1381,24 @@ impl PgSource<'_> {
             quote_ident(table),
             conditions.join(" AND ")
         );
-        let messages = self
+        let typed: Vec<(
+            &(dyn tokio_postgres::types::ToSql + Sync),
+            tokio_postgres::types::Type,
+        )> = params
+            .iter()
+            .map(|p| (p as _, tokio_postgres::types::Type::UNKNOWN))
+            .collect();
+        let rows = self
             .catalog
             .client()
-            .simple_query(&sql)
+            .query_typed(&sql, &typed)
             .await
             .map_err(|e| crate::error::classify_pg("cannot re-read unchanged TOASTed values", e))?;
-        let Some(row) = messages.iter().find_map(|m| match m {
-            tokio_postgres::SimpleQueryMessage::Row(row) => Some(row),
-            _ => None,
-        }) else {
+        let Some(row) = rows.first() else {
             return Ok(());
         };
         for (n, &index) in missing.iter().enumerate() {
-            new.0[index] = snapshot::text_datum(row.get(n));
+            new.0[index] = snapshot::text_datum(row.get::<_, Option<&str>>(n));
         }
         Ok(())
     }
