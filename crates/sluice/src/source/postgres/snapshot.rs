@@ -729,21 +729,25 @@ impl Worker {
             .collect();
         let (schema, table) =
             crate::config::parse_table_name(&chunk.table).unwrap_or(("", &chunk.table));
-        let literal = |v: &str, t: &str| format!("'{}'::{t}", v.replace('\'', "''"));
+        // The chunk's bounds (key values read from the table) are bound parameters, converted
+        // by the key type's input function.
         let mut conditions = Vec::new();
+        let mut bounds: Vec<crate::sql::TextParam<'_>> = Vec::new();
         if let Some((column, sql_type)) = &chunk.key {
             if let Some(lower) = &chunk.lower {
+                bounds.push(crate::sql::TextParam(lower));
                 conditions.push(format!(
-                    "{} > {}",
+                    "{} > ${}::{sql_type}",
                     quote_ident(column),
-                    literal(lower, sql_type)
+                    bounds.len()
                 ));
             }
             if let Some(upper) = &chunk.upper {
+                bounds.push(crate::sql::TextParam(upper));
                 conditions.push(format!(
-                    "{} <= {}",
+                    "{} <= ${}::{sql_type}",
                     quote_ident(column),
-                    literal(upper, sql_type)
+                    bounds.len()
                 ));
             }
         }
@@ -754,22 +758,29 @@ impl Worker {
             conditions.push(format!("({filter})"));
         }
         let cursor = format!("sluice_chunk_{chunk_id}");
+        let params: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> = bounds
+            .iter()
+            .map(|b| b as &(dyn tokio_postgres::types::ToSql + Sync))
+            .collect();
         client
-            .batch_execute(&format!(
-                "DECLARE {cursor} NO SCROLL CURSOR FOR SELECT {} FROM {}.{}{}",
-                if columns.is_empty() {
-                    "NULL".to_owned()
-                } else {
-                    columns.join(", ")
-                },
-                quote_ident(schema),
-                quote_ident(table),
-                if conditions.is_empty() {
-                    String::new()
-                } else {
-                    format!(" WHERE {}", conditions.join(" AND "))
-                }
-            ))
+            .execute(
+                &format!(
+                    "DECLARE {cursor} NO SCROLL CURSOR FOR SELECT {} FROM {}.{}{}",
+                    if columns.is_empty() {
+                        "NULL".to_owned()
+                    } else {
+                        columns.join(", ")
+                    },
+                    quote_ident(schema),
+                    quote_ident(table),
+                    if conditions.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" WHERE {}", conditions.join(" AND "))
+                    }
+                ),
+                &params,
+            )
             .await
             .map_err(|e| classify_pg(format!("cannot read {} for the snapshot", chunk.table), e))?;
         let rows_metric = metrics::counter!(m::SNAPSHOT_ROWS, "table" => chunk.table.clone());
