@@ -65,6 +65,11 @@ pub struct PostgresSinkConfig {
     /// `delivery.on_failure`.
     #[serde(default)]
     pub truncate: bool,
+    /// The value that stands for an unchanged TOASTed column the source did not send, as the
+    /// source's `unavailable.value.placeholder` (Debezium's name; `hex:` and hex digits for
+    /// raw bytes): a column holding it in any of its forms is not written.
+    #[serde(default = "default_unavailable_value_placeholder")]
+    pub unavailable_value_placeholder: String,
 }
 
 impl std::fmt::Debug for PostgresSinkConfig {
@@ -81,6 +86,10 @@ impl std::fmt::Debug for PostgresSinkConfig {
             .field("auto_create", &self.auto_create)
             .field("auto_evolve", &self.auto_evolve)
             .field("truncate", &self.truncate)
+            .field(
+                "unavailable_value_placeholder",
+                &self.unavailable_value_placeholder,
+            )
             .finish()
     }
 }
@@ -96,6 +105,9 @@ const fn default_batch_records() -> u64 {
 }
 const fn default_batch_interval_ms() -> u64 {
     DEFAULT_BATCH_INTERVAL_MS
+}
+fn default_unavailable_value_placeholder() -> String {
+    super::convert::DEFAULT_UNAVAILABLE_VALUE_PLACEHOLDER.to_owned()
 }
 fn default_progress_schema() -> String {
     "public".to_owned()
@@ -307,6 +319,7 @@ mod tests {
             auto_create: false,
             auto_evolve: false,
             truncate: false,
+            unavailable_value_placeholder: default_unavailable_value_placeholder(),
         }
     }
 
