@@ -304,34 +304,62 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
 
     let dead_letter_topic = format!("{name}_dlq");
     create_topic(&dead_letter_topic, 1).await;
-    let port = free_port();
-    let toml = sink_toml(
-        &name,
-        &[format!("/{name}\\\\..*/")],
-        &url,
-        port,
-        "",
-    )
-    // `auto_evolve`: `evolve.c`, dropped in the source, is in events of the target's table.
-    .replace(
-        "sub_partitions = 4",
-        "sub_partitions = 1\ntruncate = true\nauto_evolve = true",
-    )
-    .replace(
-        "[admin]",
-        &format!(
-            "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\n\n[admin]"
+    // One sink per set of Debezium options the events without schemas were written with.
+    let pipelines: [(&str, &[&str]); 4] = [
+        (
+            "",
+            &["defaults", "schemas-enable", "truncate", "transaction-metadata"],
         ),
-    );
-    let sink = Sluice::start(&test_dir(&name), &toml, port);
+        ("decimal_handling_mode = \"string\"", &["decimal-string"]),
+        ("time_precision_mode = \"connect\"", &["time-connect"]),
+        ("binary_handling_mode = \"hex\"", &["binary-hex"]),
+    ];
+    let mut sinks = Vec::new();
+    for (i, (options, combinations)) in pipelines.iter().enumerate() {
+        let schemas: Vec<String> = combinations.iter().map(|c| schema_of(c)).collect();
+        let port = free_port();
+        let pipeline = format!("{name}_p{i}");
+        let toml = sink_toml(
+            &pipeline,
+            &[format!("/{name}\\\\.({})\\\\..*/", schemas.join("|"))],
+            &url,
+            port,
+            "",
+        )
+        // `auto_evolve`: `evolve.c`, dropped in the source, is in events of the target's
+        // table.
+        .replace(
+            "sub_partitions = 4",
+            &format!("sub_partitions = 1\ntruncate = true\nauto_evolve = true\n{options}"),
+        )
+        .replace(
+            "[admin]",
+            &format!(
+                "[delivery]\non_failure = \"dead_letter\"\ndead_letter_topic = \"{dead_letter_topic}\"\n\n[admin]"
+            ),
+        );
+        let sink = Sluice::start(&test_dir(&pipeline), &toml, port);
+        if i == 0 {
+            // The first creates the progress table; the others find it.
+            wait_zero(
+                "the progress table",
+                &client,
+                "SELECT (to_regclass('public.sluice_sink_progress') IS NULL)::int::bigint",
+                Duration::from_secs(60),
+                &sink,
+            )
+            .await;
+        }
+        sinks.push(sink);
+    }
     wait_zero(
         "every record applied (or dead-lettered)",
         &client,
         &format!(
-            "SELECT {total} - coalesce(sum(next_offset), 0)::bigint FROM sluice_sink_progress WHERE pipeline = '{name}'"
+            "SELECT {total} - coalesce(sum(next_offset), 0)::bigint FROM sluice_sink_progress WHERE pipeline LIKE '{name}_p%'"
         ),
         Duration::from_secs(120),
-        &sink,
+        &sinks[0],
     )
     .await;
     let applied_in = started.elapsed();
@@ -410,7 +438,7 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
         "differences without a reason:\n{}\nknown differences that no longer occur: {gone:#?}\ndead-lettered: {dead:#?}",
         show.join("\n")
     );
-    drop(sink);
+    drop(sinks);
     drop(client);
     drop_database(&name).await;
 }

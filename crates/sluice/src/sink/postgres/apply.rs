@@ -32,7 +32,7 @@ use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
 use crate::sink::postgres::config::{PostgresSinkConfig, TableName, quote_ident};
 use crate::sink::postgres::convert::{
-    self, ColumnConversion, Placeholders, PreparedRow, TargetColumn,
+    self, ColumnConversion, EventEncoding, Placeholders, PreparedRow, TargetColumn,
 };
 use crate::sink::postgres::ddl;
 use crate::sink::postgres::decode::{self, Change, ConnectSchema, SchemaCache};
@@ -288,8 +288,9 @@ impl TableShape {
         self.columns.iter().any(|c| c.name == name)
     }
 
-    /// The conversions of a change event's row with `schema`.
-    fn plan(&mut self, schema: Option<&Arc<ConnectSchema>>) -> Plan {
+    /// The conversions of a change event's row with `schema` (without: by the columns' types
+    /// and `encoding`).
+    fn plan(&mut self, schema: Option<&Arc<ConnectSchema>>, encoding: &EventEncoding) -> Plan {
         let same = |known: &Option<Arc<ConnectSchema>>| match (known, schema) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (None, None) => true,
@@ -303,10 +304,15 @@ impl TableShape {
             .iter()
             .filter_map(|column| {
                 let conversion = match schema {
+                    // A bit string's schema (`Bits`, or a boolean for `bit(1)`) lacks the
+                    // column's length, a box's says only `Geometry`: the column's type decides.
+                    Some(_) if matches!(column.type_name.as_str(), "bit" | "varbit" | "box" | "hstore") => {
+                        ColumnConversion::from_column(column, encoding)
+                    }
                     Some(schema) => schema
                         .field(&column.name)
                         .and_then(ColumnConversion::from_schema),
-                    None => ColumnConversion::from_column(column),
+                    None => ColumnConversion::from_column(column, encoding),
                 };
                 conversion.map(|c| (column.name.clone(), c))
             })
@@ -401,14 +407,19 @@ impl PgWriter {
             .target
             .runtime
             .block_on(client.query(
+                // A domain's column is read as its base type's (`price AS numeric(8,2)`).
                 "SELECT a.attname::text, t.typname::text,
-                        CASE WHEN a.atttypmod < 0 THEN NULL
-                             WHEN t.typname IN ('numeric', '_numeric') THEN (a.atttypmod - 4) & 65535
+                        CASE WHEN m.typmod < 0 THEN NULL
+                             WHEN t.typname IN ('numeric', '_numeric') THEN (m.typmod - 4) & 65535
+                             WHEN t.typname IN ('bit', '_bit') THEN m.typmod
                              WHEN t.typname IN ('timestamp', 'timestamptz', 'time', 'timetz',
                                                 '_timestamp', '_timestamptz', '_time', '_timetz')
-                                  THEN a.atttypmod
+                                  THEN m.typmod
                         END
-                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                 FROM pg_attribute a
+                 JOIN pg_type d ON d.oid = a.atttypid
+                 JOIN pg_type t ON t.oid = CASE WHEN d.typtype = 'd' THEN d.typbasetype ELSE d.oid END
+                 CROSS JOIN LATERAL (SELECT CASE WHEN d.typtype = 'd' THEN d.typtypmod ELSE a.atttypmod END AS typmod) m
                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
                    AND a.attgenerated = ''
                  ORDER BY a.attnum",
@@ -608,6 +619,7 @@ impl PgWriter {
         let mut rows = Vec::with_capacity(self.batch.len());
         let mut refused = Vec::new();
         let placeholders = &self.target.placeholders;
+        let encoding = self.target.settings.event_encoding();
         for (index, staged) in self.batch.iter().enumerate() {
             let Change::Upsert {
                 row,
@@ -628,7 +640,10 @@ impl PgWriter {
                 // A plain JSON row: applied as it is.
                 (Plan::from(Vec::new()), None)
             } else {
-                (shape.plan(schema.as_ref()), event.then_some(placeholders))
+                (
+                    shape.plan(schema.as_ref(), &encoding),
+                    event.then_some(placeholders),
+                )
             };
             match convert::prepare_row(row, &plan, placeholders, unavailable) {
                 Ok(prepared) => rows.push(Some(prepared)),

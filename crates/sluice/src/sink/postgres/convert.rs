@@ -15,6 +15,20 @@ use serde_json::{Map, Value};
 
 use super::decode::ConnectSchema;
 use crate::event::temporal::civil_from_days;
+use crate::event::{BinaryHandlingMode, DecimalHandlingMode, TemporalUnit, TimePrecisionMode};
+
+/// The Debezium options the events without schemas were written with (Debezium's names:
+/// `decimal.handling.mode`, `time.precision.mode`, `binary.handling.mode`): they decide how a
+/// target column's values are read. Events with schemas say it themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventEncoding {
+    /// `decimal.handling.mode`.
+    pub decimal: DecimalHandlingMode,
+    /// `time.precision.mode`.
+    pub time: TimePrecisionMode,
+    /// `binary.handling.mode`.
+    pub binary: BinaryHandlingMode,
+}
 
 /// The resolution of a temporal number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +68,29 @@ pub enum Conversion {
     /// `{"scale": s, "value": base64}` (`io.debezium.data.VariableScaleDecimal`) → a decimal
     /// text.
     VariableDecimal,
-    /// Base64 → `\x` and hex (`bytea`'s input).
-    Bytes,
+    /// Base64 (or the `binary.handling.mode`'s encoding) → `\x` and hex (`bytea`'s input).
+    Bytes(BinaryHandlingMode),
     /// A JSON document as a string (`io.debezium.data.Json`) → the document.
     Json,
     /// Microseconds (`io.debezium.time.MicroDuration`) → an interval.
     MicroDuration,
     /// `{"x", "y", "wkb", "srid"}` (`io.debezium.data.geometry.Point`) → `(x,y)`.
     Point,
+    /// `io.debezium.data.Bits` (the bit string's value as little-endian bytes, in base64) or a
+    /// boolean (`bit(1)`) → the bit string, left-padded to the column's length when known.
+    Bits {
+        /// `bit(n)`'s `n` (`None`: `varbit` or unknown).
+        length: Option<u32>,
+    },
+    /// `{"wkb", "srid"}` (`io.debezium.data.geometry.Geometry`) of a `box`: the polygon's
+    /// bounding box → `(x2,y2),(x1,y1)`.
+    Box,
+    /// An `hstore` as a JSON object, or its text (`hstore.handling.mode = json`) → `hstore`'s
+    /// input (`"k"=>"v", "n"=>NULL`).
+    Hstore,
+    /// A decimal's text (`decimal.handling.mode = string`): Debezium's `POSITIVE_INFINITY`,
+    /// `NEGATIVE_INFINITY` and `NAN` → PostgreSQL's `Infinity`, `-Infinity`, `NaN`.
+    DecimalText,
     /// ISO 8601 with an offset (`io.debezium.time.ZonedTimestamp`): years before 1 (`-4712-…`,
     /// ISO's 4713 BC) and after 9999 (`+294276-…`) → PostgreSQL's `… BC` and unsigned forms;
     /// others (and `infinity`, `-infinity`) as they are.
@@ -115,7 +144,7 @@ pub fn from_schema(schema: &ConnectSchema) -> Option<Conversion> {
         Some("io.debezium.time.MicroDuration") => Conversion::MicroDuration,
         Some("io.debezium.data.geometry.Point") => Conversion::Point,
         Some("io.debezium.time.ZonedTimestamp") => Conversion::ZonedTimestamp,
-        None if schema.kind == "bytes" => Conversion::Bytes,
+        None if schema.kind == "bytes" => Conversion::Bytes(BinaryHandlingMode::Bytes),
         _ => return None,
     };
     Some(conversion)
@@ -133,31 +162,39 @@ pub struct TargetColumn {
     pub modifier: Option<i32>,
 }
 
-/// The conversion a column needs when the events carry no schemas: from its type, assuming
-/// Debezium's default options.
-pub fn from_column(column: &TargetColumn) -> Option<Conversion> {
-    // `time.precision.mode = adaptive`: precision 0-3 as milliseconds, else microseconds.
-    let unit = match column.modifier {
-        Some(0..=3) => Unit::Millis,
-        _ => Unit::Micros,
+/// The conversion a column needs when the events carry no schemas: from its type and the
+/// options the events were written with.
+pub fn from_column(column: &TargetColumn, encoding: &EventEncoding) -> Option<Conversion> {
+    let precision = column.modifier.and_then(|m| u32::try_from(m).ok());
+    let unit = |unit| match unit {
+        TemporalUnit::Millis => Unit::Millis,
+        TemporalUnit::Micros => Unit::Micros,
     };
+    let precise = encoding.decimal == DecimalHandlingMode::Precise;
     let conversion = match column.type_name.as_str() {
         "date" => Conversion::Date,
-        "timestamp" => Conversion::Timestamp(unit),
-        "time" => Conversion::Time(unit),
-        "numeric" => match column.modifier {
+        "timestamp" => Conversion::Timestamp(unit(encoding.time.timestamp_unit(precision))),
+        "time" => Conversion::Time(unit(encoding.time.time_unit(precision))),
+        "numeric" if precise => match column.modifier {
             Some(scale) => Conversion::Decimal {
                 scale: u32::try_from(scale).unwrap_or(0),
             },
             None => Conversion::VariableDecimal,
         },
         // `money.fraction.digits` defaults to 2.
-        "money" => Conversion::Decimal { scale: 2 },
-        "bytea" => Conversion::Bytes,
+        "money" if precise => Conversion::Decimal { scale: 2 },
+        "numeric" if encoding.decimal == DecimalHandlingMode::String => Conversion::DecimalText,
+        "bytea" => Conversion::Bytes(encoding.binary),
         "json" | "jsonb" => Conversion::Json,
         "interval" => Conversion::MicroDuration,
         "point" => Conversion::Point,
         "timestamptz" => Conversion::ZonedTimestamp,
+        "bit" => Conversion::Bits {
+            length: precision,
+        },
+        "varbit" => Conversion::Bits { length: None },
+        "box" => Conversion::Box,
+        "hstore" => Conversion::Hstore,
         _ => return None,
     };
     Some(conversion)
@@ -205,6 +242,11 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
             push_time(ticks, unit, &mut out);
             out
         }
+        (Conversion::Decimal { .. } | Conversion::DecimalText, Value::String(text))
+            if decimal_special(text).is_some() =>
+        {
+            decimal_special(text).unwrap_or_default().to_owned()
+        }
         (Conversion::Decimal { scale }, Value::String(text)) => {
             if is_decimal_text(text) {
                 return Ok(None);
@@ -222,8 +264,21 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
                 .ok_or("a variable-scale decimal without a value")?;
             decimal_text(&base64(value)?, u32::try_from(scale).map_err(|_| "scale")?)
         }
-        (Conversion::Bytes, Value::String(text)) => {
-            let bytes = base64(text)?;
+        (Conversion::Bytes(mode), Value::String(text)) => {
+            let bytes = match mode {
+                BinaryHandlingMode::Bytes | BinaryHandlingMode::Base64 => base64(text)?,
+                BinaryHandlingMode::Base64UrlSafe => {
+                    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+                    GeneralPurpose::new(
+                        &base64::alphabet::URL_SAFE,
+                        GeneralPurposeConfig::new()
+                            .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+                    )
+                    .decode(text)
+                    .map_err(|e| format!("not URL-safe base64: {e}"))?
+                }
+                BinaryHandlingMode::Hex => hex_bytes(text).ok_or("not hex")?,
+            };
             let mut out = String::with_capacity(2 + bytes.len() * 2);
             out.push_str("\\x");
             for byte in bytes {
@@ -237,6 +292,36 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
         }
         (Conversion::MicroDuration, Value::Number(n)) => {
             format!("{n} microseconds")
+        }
+        (Conversion::Bits { length }, Value::Bool(bit)) => {
+            let bit = if *bit { "1" } else { "0" };
+            let width = length.unwrap_or(1) as usize;
+            format!("{bit:0>width$}")
+        }
+        (Conversion::Bits { length }, Value::String(text)) => {
+            let bytes = base64(text)?;
+            let mut bits: String = bytes.iter().rev().map(|b| format!("{b:08b}")).collect();
+            let significant = bits.find('1').unwrap_or(bits.len());
+            bits.drain(..significant);
+            match length {
+                Some(width) => format!("{bits:0>width$}", width = width as usize),
+                None => bits,
+            }
+        }
+        (Conversion::Hstore, Value::String(text)) if text.starts_with('{') => {
+            let map: Map<String, Value> =
+                serde_json::from_str(text).map_err(|e| format!("not an hstore's JSON: {e}"))?;
+            hstore_text(&map)
+        }
+        (Conversion::Hstore, Value::Object(map)) => hstore_text(map),
+        (Conversion::Box, Value::Object(object)) => {
+            let wkb = object
+                .get("wkb")
+                .and_then(Value::as_str)
+                .ok_or("a geometry without wkb")?;
+            let (x1, y1, x2, y2) =
+                wkb_bounds(&base64(wkb)?).ok_or("a wkb that is not a polygon")?;
+            format!("({x2},{y2}),({x1},{y1})")
         }
         (Conversion::ZonedTimestamp, Value::String(text)) => match zoned_timestamp(text) {
             Some(text) => text,
@@ -284,19 +369,19 @@ impl ColumnConversion {
 
     /// The conversion of a target column without schemas (an array's by its element type,
     /// `_date` → `date`).
-    pub fn from_column(column: &TargetColumn) -> Option<Self> {
+    pub fn from_column(column: &TargetColumn, encoding: &EventEncoding) -> Option<Self> {
         if let Some(element) = column.type_name.strip_prefix('_') {
             let element = TargetColumn {
                 name: String::new(),
                 type_name: element.to_owned(),
                 modifier: column.modifier,
             };
-            return from_column(&element).map(|conversion| Self {
+            return from_column(&element, encoding).map(|conversion| Self {
                 conversion,
                 elements: true,
             });
         }
-        from_column(column).map(|conversion| Self {
+        from_column(column, encoding).map(|conversion| Self {
             conversion,
             elements: false,
         })
@@ -547,6 +632,71 @@ pub fn merge_rows(earlier: &PreparedRow, later: &PreparedRow) -> Result<Prepared
     })
 }
 
+/// `hstore`'s input of a map of strings (or nulls).
+fn hstore_text(map: &Map<String, Value>) -> String {
+    let quote = |text: &str| format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""));
+    let pairs: Vec<String> = map
+        .iter()
+        .map(|(key, value)| match value {
+            Value::Null => format!("{}=>NULL", quote(key)),
+            Value::String(text) => format!("{}=>{}", quote(key), quote(text)),
+            other => format!("{}=>{}", quote(key), quote(&other.to_string())),
+        })
+        .collect();
+    pairs.join(", ")
+}
+
+/// The bounding box `(min x, min y, max x, max y)` of a WKB polygon's rings.
+fn wkb_bounds(wkb: &[u8]) -> Option<(f64, f64, f64, f64)> {
+    let little = *wkb.first()? == 1;
+    let u32_at = |at: usize| -> Option<u32> {
+        let bytes: [u8; 4] = wkb.get(at..at + 4)?.try_into().ok()?;
+        Some(if little {
+            u32::from_le_bytes(bytes)
+        } else {
+            u32::from_be_bytes(bytes)
+        })
+    };
+    let f64_at = |at: usize| -> Option<f64> {
+        let bytes: [u8; 8] = wkb.get(at..at + 8)?.try_into().ok()?;
+        Some(if little {
+            f64::from_le_bytes(bytes)
+        } else {
+            f64::from_be_bytes(bytes)
+        })
+    };
+    if u32_at(1)? != 3 {
+        return None;
+    }
+    let mut at = 9;
+    let mut bounds = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
+    for _ in 0..u32_at(5)? {
+        let points = u32_at(at)?;
+        at += 4;
+        for _ in 0..points {
+            let (x, y) = (f64_at(at)?, f64_at(at + 8)?);
+            at += 16;
+            bounds = (
+                bounds.0.min(x),
+                bounds.1.min(y),
+                bounds.2.max(x),
+                bounds.3.max(y),
+            );
+        }
+    }
+    (bounds.0 <= bounds.2).then_some(bounds)
+}
+
+/// PostgreSQL's text of Debezium's special decimals (`decimal.handling.mode = string`).
+fn decimal_special(text: &str) -> Option<&'static str> {
+    match text {
+        "POSITIVE_INFINITY" | "Infinity" => Some("Infinity"),
+        "NEGATIVE_INFINITY" | "-Infinity" => Some("-Infinity"),
+        "NAN" | "NaN" => Some("NaN"),
+        _ => None,
+    }
+}
+
 /// `text` (ISO 8601, `[+-]YYYYYY-MM-DDTHH:MM:SS…`) in PostgreSQL's form when its year has a
 /// sign (ISO's year 0 is 1 BC, -1 is 2 BC); `None` for the others, which PostgreSQL reads.
 fn zoned_timestamp(text: &str) -> Option<String> {
@@ -758,7 +908,7 @@ mod tests {
             json!("12345.6")
         );
         assert_eq!(
-            converted(Conversion::Bytes, json!("AQL/")),
+            converted(Conversion::Bytes(BinaryHandlingMode::Bytes), json!("AQL/")),
             json!("\\x0102ff")
         );
         assert_eq!(
@@ -781,7 +931,7 @@ mod tests {
             converted(Conversion::Date, json!("2025-11-25")),
             json!("2025-11-25")
         );
-        assert!(convert(Conversion::Bytes, &json!("%%%")).is_err());
+        assert!(convert(Conversion::Bytes(BinaryHandlingMode::Bytes), &json!("%%%")).is_err());
     }
 
     #[test]
@@ -801,33 +951,74 @@ mod tests {
             modifier,
         };
         assert_eq!(
-            from_column(&column("timestamp", Some(3))),
+            from_column(&column("timestamp", Some(3)), &EventEncoding::default()),
             Some(Conversion::Timestamp(Unit::Millis))
         );
         assert_eq!(
-            from_column(&column("timestamp", None)),
+            from_column(&column("timestamp", None), &EventEncoding::default()),
             Some(Conversion::Timestamp(Unit::Micros))
         );
         assert_eq!(
-            from_column(&column("numeric", Some(2))),
+            from_column(&column("numeric", Some(2)), &EventEncoding::default()),
             Some(Conversion::Decimal { scale: 2 })
         );
         assert_eq!(
-            from_column(&column("numeric", None)),
+            from_column(&column("numeric", None), &EventEncoding::default()),
             Some(Conversion::VariableDecimal)
         );
         assert_eq!(
-            from_column(&column("timestamptz", None)),
+            from_column(&column("timestamptz", None), &EventEncoding::default()),
             Some(Conversion::ZonedTimestamp)
         );
         assert_eq!(
-            ColumnConversion::from_column(&column("_numeric", Some(2))),
+            ColumnConversion::from_column(&column("_numeric", Some(2)), &EventEncoding::default()),
             Some(ColumnConversion {
                 conversion: Conversion::Decimal { scale: 2 },
                 elements: true
             })
         );
-        assert_eq!(from_column(&column("text", None)), None);
+        assert_eq!(from_column(&column("text", None), &EventEncoding::default()), None);
+        // Other options: `connect` is milliseconds whatever the precision; `hex` bytes;
+        // `string` decimals as they are.
+        let other = EventEncoding {
+            decimal: DecimalHandlingMode::String,
+            time: TimePrecisionMode::Connect,
+            binary: BinaryHandlingMode::Hex,
+        };
+        assert_eq!(
+            from_column(&column("timestamp", None), &other),
+            Some(Conversion::Timestamp(Unit::Millis))
+        );
+        assert_eq!(
+            from_column(&column("numeric", Some(2)), &other),
+            Some(Conversion::DecimalText)
+        );
+        let hex = from_column(&column("bytea", None), &other).unwrap();
+        assert_eq!(converted(hex, json!("0a0bff")), json!("\\x0a0bff"));
+        assert_eq!(
+            converted(Conversion::DecimalText, json!("POSITIVE_INFINITY")),
+            json!("Infinity")
+        );
+        assert_eq!(converted(Conversion::DecimalText, json!("NAN")), json!("NaN"));
+        // Bits: B'101' is 5, B'1100' 12, B'000' no bytes; bit(1) a boolean.
+        let bits = |length| Conversion::Bits { length };
+        assert_eq!(converted(bits(Some(3)), json!("BQ==")), json!("101"));
+        assert_eq!(converted(bits(None), json!("DA==")), json!("1100"));
+        assert_eq!(converted(bits(Some(3)), json!("")), json!("000"));
+        assert_eq!(converted(bits(Some(10)), json!("AwI=")), json!("1000000011"));
+        assert_eq!(converted(bits(Some(1)), json!(true)), json!("1"));
+        assert_eq!(
+            converted(Conversion::Hstore, json!(r#"{"a":"1","b":null,"q\"":"\\"}"#)),
+            json!(r#""a"=>"1", "b"=>NULL, "q\""=>"\\""#)
+        );
+        // A box as Debezium's geometry: ((0,0),(1,1)) from the golden capture.
+        let wkb = "AQMAAAABAAAABQAAAAAAAAAAAPA/AAAAAAAA8D8AAAAAAADwPwAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA8D8AAAAAAADwPwAAAAAAAPA/";
+        assert_eq!(
+            converted(Conversion::Box, json!({"wkb": wkb, "srid": null})),
+            json!("(1,1),(0,0)")
+        );
+        let url = Conversion::Bytes(BinaryHandlingMode::Base64UrlSafe);
+        assert_eq!(converted(url, json!("_-8")), json!("\\xffef"));
     }
 
     #[test]
@@ -838,7 +1029,7 @@ mod tests {
         };
         let plan = vec![
             ("d".to_owned(), plain(Conversion::Date)),
-            ("b".to_owned(), plain(Conversion::Bytes)),
+            ("b".to_owned(), plain(Conversion::Bytes(BinaryHandlingMode::Bytes))),
             (
                 "ds".to_owned(),
                 ColumnConversion {
