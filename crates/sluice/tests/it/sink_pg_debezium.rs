@@ -51,9 +51,83 @@ const BEFORE_DELETE: (&str, [&str; 2]) = (
     ["toast_default", "toast_full"],
 );
 
-/// The differences that remain, each with its reason: `(combinations, table, key, column,
-/// reason)`; `*` in combinations: all of them. A key of `*`: every row of the table.
-const KNOWN: &[(&str, &str, &str, &str, &str)] = &[];
+/// The combinations with `decimal.handling.mode = precise` (Debezium's default).
+const PRECISE: &str = "defaults,schemas-enable,time-connect,binary-hex,truncate,transaction-metadata";
+/// The combinations with `skipped.operations = t` (Debezium's default).
+const SKIP_TRUNCATE: &str =
+    "defaults,decimal-string,schemas-enable,time-connect,binary-hex,transaction-metadata";
+/// The combinations whose `timestamp` is microseconds (all but `time-connect`).
+const MICROS: &str =
+    "defaults,decimal-string,schemas-enable,binary-hex,truncate,transaction-metadata";
+
+const NOT_EMITTED: &str = "Debezium leaves interval[], money[], name[] and xml[] columns out of its \
+    events (types it does not map, a warning in Connect's log): absent, so the target's default";
+const COMPOSITE: &str =
+    "Debezium leaves composite types out of its events (`pair`): absent, so the target's default";
+const MULTI_DIMENSIONAL: &str =
+    "Debezium writes a multi-dimensional array as a list of nulls ([null,null])";
+const LOWER_BOUND: &str = "Debezium's arrays carry no lower bound: [0:1]={7,8} arrives as [7,8]";
+const JSON_TEXT: &str = "json (not jsonb): the sink applies rows through jsonb_populate_recordset, \
+    so the document is the same but its text is normalised (spacing, number form), and a json \
+    'null' document becomes SQL NULL";
+const ENUM_ARRAY: &str = "Debezium writes an enum array holding a NULL element as null";
+const NUMERIC_SPECIAL: &str = "decimal.handling.mode = precise: Debezium writes NaN and ±Infinity \
+    numerics (and a numeric[] holding NaN) as null";
+const NUMERIC_SCALE: &str = "VariableScaleDecimal: Debezium drops the trailing zeros of an \
+    unconstrained numeric (123.4500 arrives with scale 2, 0.000 with scale 0): the same number";
+const TIMETZ: &str =
+    "Debezium writes timetz in UTC (ZonedTime …Z): the same instant, the zone offset lost";
+const INTERVAL: &str = "interval.handling.mode = numeric: microseconds, months as 30 days and \
+    years as 365.25 (the month/day/time split lost; 178000000 years overflows a long)";
+const NAME: &str = "Debezium writes the `name` column of streamed rows as null";
+const XML_DECLARATION: &str = "Debezium writes xml without its declaration (<?xml …?>)";
+const SNAPSHOT_BC: &str = "Debezium's snapshot (JDBC's java.sql.Date) loses the era of BC dates \
+    (0001-01-01 BC arrives as -719162 days, 0001-01-01); the streamed copies are right";
+const TIMESTAMP_OVERFLOW: &str = "Debezium overflows 294276-12-31 23:59:59.999999 in microseconds \
+    (-9223372036853775810): PostgreSQL refuses it (timestamp out of range), the record is \
+    dead-lettered";
+const CONNECT_MILLIS: &str =
+    "time.precision.mode = connect: Debezium writes time and timestamp in milliseconds";
+const TRUNCATE_SKIPPED: &str =
+    "skipped.operations = t (Debezium's default): no event says that TRUNCATE removed the rows";
+
+/// The differences that remain, each with its reason: `(combinations, table, keys, column,
+/// reason)`; combinations and keys are comma-separated, `*` for all.
+const KNOWN: &[(&str, &str, &str, &str, &str)] = &[
+    ("*", "arrays", "1,101,3,103", "a_interval", NOT_EMITTED),
+    ("*", "arrays", "1,101,3,103", "a_money", NOT_EMITTED),
+    ("*", "arrays", "1,101,3,103", "a_name", NOT_EMITTED),
+    ("*", "arrays", "1,101,3,103", "a_xml", NOT_EMITTED),
+    ("*", "others", "1,101,3,103", "c_pair", COMPOSITE),
+    ("*", "arrays", "1,101", "a_int4_2d", MULTI_DIMENSIONAL),
+    ("*", "arrays", "1,101", "a_int4_lb", LOWER_BOUND),
+    ("*", "arrays", "1,101", "a_json", JSON_TEXT),
+    ("*", "scalars", "4,104,5,105", "c_json", JSON_TEXT),
+    ("*", "arrays", "1,101", "a_mood", ENUM_ARRAY),
+    ("*", "arrays", "1,101", "a_numeric", NUMERIC_SPECIAL),
+    (PRECISE, "scalars", "5,105", "c_numeric", NUMERIC_SPECIAL),
+    (PRECISE, "scalars", "5,105", "c_numeric_10_4", NUMERIC_SPECIAL),
+    (PRECISE, "specials", "1,101", "c_numeric", NUMERIC_SPECIAL),
+    ("time-connect", "specials", "2,102", "c_numeric", NUMERIC_SPECIAL),
+    (PRECISE, "scalars", "1,101", "c_numeric", NUMERIC_SCALE),
+    (PRECISE, "specials", "3,103", "c_numeric", NUMERIC_SCALE),
+    ("*", "arrays", "1,101", "a_timetz", TIMETZ),
+    ("*", "scalars", "1,101,3,103,5,105", "c_timetz", TIMETZ),
+    ("*", "scalars", "1,101,3,103,4,104", "c_interval", INTERVAL),
+    ("*", "specials", "1,101,3,103", "c_interval", INTERVAL),
+    ("time-connect", "specials", "2,102", "c_interval", INTERVAL),
+    ("*", "scalars", "101,103,104,105", "c_name", NAME),
+    ("*", "scalars", "5,105", "c_xml", XML_DECLARATION),
+    ("*", "scalars", "3", "c_date", SNAPSHOT_BC),
+    ("*", "specials", "3", "c_date", SNAPSHOT_BC),
+    (MICROS, "specials", "2,102", "<row>", TIMESTAMP_OVERFLOW),
+    ("time-connect", "arrays", "1,101", "a_timestamp", CONNECT_MILLIS),
+    ("time-connect", "scalars", "1,101,4,104", "c_time", CONNECT_MILLIS),
+    ("time-connect", "scalars", "1,101", "c_time6", CONNECT_MILLIS),
+    ("time-connect", "scalars", "1,101,4,104", "c_timestamp", CONNECT_MILLIS),
+    ("time-connect", "specials", "2,102,4,104", "c_timestamp", CONNECT_MILLIS),
+    (SKIP_TRUNCATE, "trunc", "1,2", "<row>", TRUNCATE_SKIPPED),
+];
 
 /// One line of a golden file: the key and value as the JsonConverter wrote them.
 #[derive(Deserialize)]
@@ -214,7 +288,7 @@ fn names(known: &(&str, &str, &str, &str, &str), difference: &Difference) -> boo
             .split(',')
             .any(|c| c == difference.combination))
         && table == difference.table
-        && (key == "*" || key == difference.key)
+        && (key == "*" || key.split(',').any(|k| k == difference.key))
         && column == difference.column
 }
 
