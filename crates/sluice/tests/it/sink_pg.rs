@@ -34,7 +34,13 @@ pub(crate) async fn drop_database(name: &str) {
         .unwrap();
 }
 
-pub(crate) fn sink_toml(name: &str, topics: &[String], url: &str, port: u16, extra: &str) -> String {
+pub(crate) fn sink_toml(
+    name: &str,
+    topics: &[String],
+    url: &str,
+    port: u16,
+    extra: &str,
+) -> String {
     let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
     format!(
         r#"
@@ -68,7 +74,13 @@ max_backoff_ms = 2000
 }
 
 /// Waits until `query` (a count) returns 0 on `client`.
-pub(crate) async fn wait_zero(what: &str, client: &Client, query: &str, timeout: Duration, sink: &Sluice) {
+pub(crate) async fn wait_zero(
+    what: &str,
+    client: &Client,
+    query: &str,
+    timeout: Duration,
+    sink: &Sluice,
+) {
     let deadline = Instant::now() + timeout;
     let mut last = -1;
     while Instant::now() < deadline {

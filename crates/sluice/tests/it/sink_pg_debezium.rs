@@ -46,13 +46,12 @@ const KEYLESS: [&str; 2] = ["keyless", "keyless_nothing"];
 /// Tables whose rows the capture's SQL deletes after updating them: each is compared a second
 /// time, as `<table>_mid`, with the source before the first of these statements (from the
 /// records before the deletes), so that what the updates left is seen.
-const BEFORE_DELETE: (&str, [&str; 2]) = (
-    "DELETE FROM toast_default",
-    ["toast_default", "toast_full"],
-);
+const BEFORE_DELETE: (&str, [&str; 2]) =
+    ("DELETE FROM toast_default", ["toast_default", "toast_full"]);
 
 /// The combinations with `decimal.handling.mode = precise` (Debezium's default).
-const PRECISE: &str = "defaults,schemas-enable,time-connect,binary-hex,truncate,transaction-metadata";
+const PRECISE: &str =
+    "defaults,schemas-enable,time-connect,binary-hex,truncate,transaction-metadata";
 /// The combinations with `skipped.operations = t` (Debezium's default).
 const SKIP_TRUNCATE: &str =
     "defaults,decimal-string,schemas-enable,time-connect,binary-hex,transaction-metadata";
@@ -106,9 +105,21 @@ const KNOWN: &[(&str, &str, &str, &str, &str)] = &[
     ("*", "arrays", "1,101", "a_mood", ENUM_ARRAY),
     ("*", "arrays", "1,101", "a_numeric", NUMERIC_SPECIAL),
     (PRECISE, "scalars", "5,105", "c_numeric", NUMERIC_SPECIAL),
-    (PRECISE, "scalars", "5,105", "c_numeric_10_4", NUMERIC_SPECIAL),
+    (
+        PRECISE,
+        "scalars",
+        "5,105",
+        "c_numeric_10_4",
+        NUMERIC_SPECIAL,
+    ),
     (PRECISE, "specials", "1,101", "c_numeric", NUMERIC_SPECIAL),
-    ("time-connect", "specials", "2,102", "c_numeric", NUMERIC_SPECIAL),
+    (
+        "time-connect",
+        "specials",
+        "2,102",
+        "c_numeric",
+        NUMERIC_SPECIAL,
+    ),
     (PRECISE, "scalars", "1,101", "c_numeric", NUMERIC_SCALE),
     (PRECISE, "specials", "3,103", "c_numeric", NUMERIC_SCALE),
     ("*", "arrays", "1,101", "a_timetz", TIMETZ),
@@ -121,11 +132,41 @@ const KNOWN: &[(&str, &str, &str, &str, &str)] = &[
     ("*", "scalars", "3", "c_date", SNAPSHOT_BC),
     ("*", "specials", "3", "c_date", SNAPSHOT_BC),
     (MICROS, "specials", "2,102", "<row>", TIMESTAMP_OVERFLOW),
-    ("time-connect", "arrays", "1,101", "a_timestamp", CONNECT_MILLIS),
-    ("time-connect", "scalars", "1,101,4,104", "c_time", CONNECT_MILLIS),
-    ("time-connect", "scalars", "1,101", "c_time6", CONNECT_MILLIS),
-    ("time-connect", "scalars", "1,101,4,104", "c_timestamp", CONNECT_MILLIS),
-    ("time-connect", "specials", "2,102,4,104", "c_timestamp", CONNECT_MILLIS),
+    (
+        "time-connect",
+        "arrays",
+        "1,101",
+        "a_timestamp",
+        CONNECT_MILLIS,
+    ),
+    (
+        "time-connect",
+        "scalars",
+        "1,101,4,104",
+        "c_time",
+        CONNECT_MILLIS,
+    ),
+    (
+        "time-connect",
+        "scalars",
+        "1,101",
+        "c_time6",
+        CONNECT_MILLIS,
+    ),
+    (
+        "time-connect",
+        "scalars",
+        "1,101,4,104",
+        "c_timestamp",
+        CONNECT_MILLIS,
+    ),
+    (
+        "time-connect",
+        "specials",
+        "2,102,4,104",
+        "c_timestamp",
+        CONNECT_MILLIS,
+    ),
     (SKIP_TRUNCATE, "trunc", "1,2", "<row>", TRUNCATE_SKIPPED),
 ];
 
@@ -144,7 +185,9 @@ fn root() -> PathBuf {
 
 /// The golden files of a combination: (table, lines).
 fn golden_files(combination: &str) -> Vec<(String, String)> {
-    let dir = root().join("crates/sluice/tests/debezium").join(combination);
+    let dir = root()
+        .join("crates/sluice/tests/debezium")
+        .join(combination);
     let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|entry| {
@@ -283,10 +326,7 @@ async fn compare_table(
 /// Whether `known` names `difference`.
 fn names(known: &(&str, &str, &str, &str, &str), difference: &Difference) -> bool {
     let (combinations, table, key, column, _) = *known;
-    (combinations == "*"
-        || combinations
-            .split(',')
-            .any(|c| c == difference.combination))
+    (combinations == "*" || combinations.split(',').any(|c| c == difference.combination))
         && table == difference.table
         && (key == "*" || key.split(',').any(|k| k == difference.key))
         && column == difference.column
@@ -382,7 +422,12 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
     let pipelines: [(&str, &[&str]); 4] = [
         (
             "",
-            &["defaults", "schemas-enable", "truncate", "transaction-metadata"],
+            &[
+                "defaults",
+                "schemas-enable",
+                "truncate",
+                "transaction-metadata",
+            ],
         ),
         ("decimal_handling_mode = \"string\"", &["decimal-string"]),
         ("time_precision_mode = \"connect\"", &["time-connect"]),
@@ -447,9 +492,15 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
                 .map(|r| {
                     format!(
                         "{} {}: {}",
-                        r.headers.get("sluice.dlq.topic").cloned().unwrap_or_default(),
+                        r.headers
+                            .get("sluice.dlq.topic")
+                            .cloned()
+                            .unwrap_or_default(),
                         r.key.map(|k| k.to_string()).unwrap_or_default(),
-                        r.headers.get("sluice.dlq.reason").cloned().unwrap_or_default()
+                        r.headers
+                            .get("sluice.dlq.reason")
+                            .cloned()
+                            .unwrap_or_default()
                     )
                 })
                 .collect()

@@ -14,12 +14,16 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use tokio_postgres::Client;
 
 use crate::sink::create_topic;
 use crate::sink_pg::{drop_database, sink_toml, target_database, wait_zero};
-use crate::support::{Sluice, broker_shared, free_port, pg, pipeline_toml, stack, test_dir, unique};
+use crate::support::{
+    Sluice, broker_shared, free_port, pg, pipeline_toml, stack, test_dir, unique,
+};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -65,11 +69,32 @@ async fn unchanged_toast_values_survive_cdc_into_another_database() {
     let (target_url, target) = target_database(&name).await;
     target.batch_execute(&ddl).await.unwrap();
     let topic = format!("{name}.{schema}.items");
-    create_topic(&topic, 2).await;
+    // Records up to 8 MiB: an insert of a 1 MB value is more than Kafka's default 1 MB.
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(&topic, 2, TopicReplication::Fixed(1))
+                .set("max.message.bytes", "8388608")],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap()
+    {
+        result.unwrap();
+    }
     let cdc_port = free_port();
     let cdc = Sluice::start(
         &test_dir(&format!("{name}_cdc")),
-        &pipeline_toml(&name, &schema, &name, cdc_port, ""),
+        &pipeline_toml(
+            &name,
+            &schema,
+            &name,
+            cdc_port,
+            "\n[kafka.producer]\n\"message.max.bytes\" = \"8388608\"\n",
+        ),
         cdc_port,
     );
     cdc.wait_streaming(Duration::from_secs(60));

@@ -306,7 +306,12 @@ impl TableShape {
                 let conversion = match schema {
                     // A bit string's schema (`Bits`, or a boolean for `bit(1)`) lacks the
                     // column's length, a box's says only `Geometry`: the column's type decides.
-                    Some(_) if matches!(column.type_name.as_str(), "bit" | "varbit" | "box" | "hstore") => {
+                    Some(_)
+                        if matches!(
+                            column.type_name.as_str(),
+                            "bit" | "varbit" | "box" | "hstore"
+                        ) =>
+                    {
                         ColumnConversion::from_column(column, encoding)
                     }
                     Some(schema) => schema

@@ -189,9 +189,7 @@ pub fn from_column(column: &TargetColumn, encoding: &EventEncoding) -> Option<Co
         "interval" => Conversion::MicroDuration,
         "point" => Conversion::Point,
         "timestamptz" => Conversion::ZonedTimestamp,
-        "bit" => Conversion::Bits {
-            length: precision,
-        },
+        "bit" => Conversion::Bits { length: precision },
         "varbit" => Conversion::Bits { length: None },
         "box" => Conversion::Box,
         "hstore" => Conversion::Hstore,
@@ -477,7 +475,9 @@ impl Placeholders {
 
     /// Whether the row's JSON text may hold a placeholder (a quick test before parsing it).
     pub fn may_hold(&self, row: &str) -> bool {
-        self.strings.iter().any(|(_, json)| row.contains(json.as_str()))
+        self.strings
+            .iter()
+            .any(|(_, json)| row.contains(json.as_str()))
             || (!self.numbers_text.is_empty() && row.contains(&self.numbers_text))
     }
 
@@ -488,7 +488,9 @@ impl Placeholders {
             Value::Array(items) if items.len() == 1 && items[0].is_string() => {
                 self.holds(&items[0])
             }
-            Value::Array(items) if !self.numbers.is_empty() && items.len() == self.numbers.len() => {
+            Value::Array(items)
+                if !self.numbers.is_empty() && items.len() == self.numbers.len() =>
+            {
                 items
                     .iter()
                     .zip(&self.numbers)
@@ -620,8 +622,7 @@ pub fn merge_rows(earlier: &PreparedRow, later: &PreparedRow) -> Result<Prepared
     }
     let mut object: Map<String, Value> =
         serde_json::from_str(&earlier.json).map_err(|e| e.to_string())?;
-    let newer: Map<String, Value> =
-        serde_json::from_str(&later.json).map_err(|e| e.to_string())?;
+    let newer: Map<String, Value> = serde_json::from_str(&later.json).map_err(|e| e.to_string())?;
     object.extend(newer);
     let columns: Vec<String> = object.keys().cloned().collect();
     let unavailable = unavailable(&columns);
@@ -977,7 +978,10 @@ mod tests {
                 elements: true
             })
         );
-        assert_eq!(from_column(&column("text", None), &EventEncoding::default()), None);
+        assert_eq!(
+            from_column(&column("text", None), &EventEncoding::default()),
+            None
+        );
         // Other options: `connect` is milliseconds whatever the precision; `hex` bytes;
         // `string` decimals as they are.
         let other = EventEncoding {
@@ -999,16 +1003,25 @@ mod tests {
             converted(Conversion::DecimalText, json!("POSITIVE_INFINITY")),
             json!("Infinity")
         );
-        assert_eq!(converted(Conversion::DecimalText, json!("NAN")), json!("NaN"));
+        assert_eq!(
+            converted(Conversion::DecimalText, json!("NAN")),
+            json!("NaN")
+        );
         // Bits: B'101' is 5, B'1100' 12, B'000' no bytes; bit(1) a boolean.
         let bits = |length| Conversion::Bits { length };
         assert_eq!(converted(bits(Some(3)), json!("BQ==")), json!("101"));
         assert_eq!(converted(bits(None), json!("DA==")), json!("1100"));
         assert_eq!(converted(bits(Some(3)), json!("")), json!("000"));
-        assert_eq!(converted(bits(Some(10)), json!("AwI=")), json!("1000000011"));
+        assert_eq!(
+            converted(bits(Some(10)), json!("AwI=")),
+            json!("1000000011")
+        );
         assert_eq!(converted(bits(Some(1)), json!(true)), json!("1"));
         assert_eq!(
-            converted(Conversion::Hstore, json!(r#"{"a":"1","b":null,"q\"":"\\"}"#)),
+            converted(
+                Conversion::Hstore,
+                json!(r#"{"a":"1","b":null,"q\"":"\\"}"#)
+            ),
             json!(r#""a"=>"1", "b"=>NULL, "q\""=>"\\""#)
         );
         // A box as Debezium's geometry: ((0,0),(1,1)) from the golden capture.
@@ -1029,7 +1042,10 @@ mod tests {
         };
         let plan = vec![
             ("d".to_owned(), plain(Conversion::Date)),
-            ("b".to_owned(), plain(Conversion::Bytes(BinaryHandlingMode::Bytes))),
+            (
+                "b".to_owned(),
+                plain(Conversion::Bytes(BinaryHandlingMode::Bytes)),
+            ),
             (
                 "ds".to_owned(),
                 ColumnConversion {
@@ -1090,8 +1106,14 @@ mod tests {
             );
         }
         for (text, expected) in [
-            ("-4712-01-01T00:00:00.000000Z", "4713-01-01 00:00:00.000000Z BC"),
-            ("+294276-12-31T23:59:59.999999Z", "294276-12-31 23:59:59.999999Z"),
+            (
+                "-4712-01-01T00:00:00.000000Z",
+                "4713-01-01 00:00:00.000000Z BC",
+            ),
+            (
+                "+294276-12-31T23:59:59.999999Z",
+                "294276-12-31 23:59:59.999999Z",
+            ),
             ("0000-03-01T00:00:00Z", "0001-03-01 00:00:00Z BC"),
             ("2020-04-01T11:51:02Z", "2020-04-01T11:51:02Z"),
             ("infinity", "infinity"),
@@ -1137,7 +1159,12 @@ mod tests {
         }
         // A plain row is never checked; a configured placeholder, `hex:` included.
         let row = r#"{"id":1,"big":"__debezium_unavailable_value"}"#;
-        assert!(prepare_row(row, &[], None, &[]).unwrap().unavailable.is_empty());
+        assert!(
+            prepare_row(row, &[], None, &[])
+                .unwrap()
+                .unavailable
+                .is_empty()
+        );
         let gone = Placeholders::new("hex:676f6e65");
         assert!(gone.holds(&json!("gone")) && gone.holds(&json!("Z29uZQ==")));
         assert!(!gone.holds(&json!("__debezium_unavailable_value")));
