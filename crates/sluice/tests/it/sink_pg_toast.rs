@@ -266,9 +266,9 @@ async fn placeholders_and_absent_columns_as_a_user_sees_them() {
     };
     let ph = "__debezium_unavailable_value";
     let forms = [
-        format!(r#""raw":"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==""#),
-        format!(r#""raw":"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ""#),
-        format!(r#""raw":"5f5f646562657a69756d5f756e617661696c61626c655f76616c7565""#),
+        r#""raw":"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==""#.to_string(),
+        r#""raw":"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ""#.to_string(),
+        r#""raw":"5f5f646562657a69756d5f756e617661696c61626c655f76616c7565""#.to_string(),
         format!(r#""raw":"{ph}""#),
     ];
     let nums: Vec<String> = ph.bytes().map(|b| b.to_string()).collect();
