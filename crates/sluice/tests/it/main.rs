@@ -26,6 +26,8 @@ mod secrets;
 mod silence;
 mod sink;
 mod sink_pg;
+mod sink_pg_debezium;
+mod sink_pg_toast;
 mod sink_s3;
 mod snapshot;
 mod stack;

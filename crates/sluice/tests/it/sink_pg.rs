@@ -14,7 +14,7 @@ use crate::support::{
 };
 
 /// A new database on the stack's server; returns its URL and a connection.
-async fn target_database(name: &str) -> (String, Client) {
+pub(crate) async fn target_database(name: &str) -> (String, Client) {
     pg().await
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
@@ -27,14 +27,20 @@ async fn target_database(name: &str) -> (String, Client) {
 }
 
 /// Drops a database [`target_database`] made (after its test passed).
-async fn drop_database(name: &str) {
+pub(crate) async fn drop_database(name: &str) {
     pg().await
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await
         .unwrap();
 }
 
-fn sink_toml(name: &str, topics: &[String], url: &str, port: u16, extra: &str) -> String {
+pub(crate) fn sink_toml(
+    name: &str,
+    topics: &[String],
+    url: &str,
+    port: u16,
+    extra: &str,
+) -> String {
     let topics: Vec<String> = topics.iter().map(|t| format!("\"{t}\"")).collect();
     format!(
         r#"
@@ -68,7 +74,13 @@ max_backoff_ms = 2000
 }
 
 /// Waits until `query` (a count) returns 0 on `client`.
-async fn wait_zero(what: &str, client: &Client, query: &str, timeout: Duration, sink: &Sluice) {
+pub(crate) async fn wait_zero(
+    what: &str,
+    client: &Client,
+    query: &str,
+    timeout: Duration,
+    sink: &Sluice,
+) {
     let deadline = Instant::now() + timeout;
     let mut last = -1;
     while Instant::now() < deadline {

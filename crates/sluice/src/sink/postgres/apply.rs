@@ -31,7 +31,9 @@ use crate::sink::config::SinkPipelineConfig;
 use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
 use crate::sink::postgres::config::{PostgresSinkConfig, TableName, quote_ident};
-use crate::sink::postgres::convert::{self, Conversion, TargetColumn};
+use crate::sink::postgres::convert::{
+    self, ColumnConversion, EventEncoding, Placeholders, PreparedRow, TargetColumn,
+};
 use crate::sink::postgres::ddl;
 use crate::sink::postgres::decode::{self, Change, ConnectSchema, SchemaCache};
 use crate::sink::worker::{
@@ -54,6 +56,8 @@ pub struct PgTarget {
     runtime: tokio::runtime::Handle,
     /// The connection recoveries use (on the intake thread).
     recovery: Mutex<Option<Client>>,
+    /// The forms of the unavailable-value placeholder.
+    placeholders: Placeholders,
 }
 
 impl PgTarget {
@@ -101,6 +105,7 @@ impl PgTarget {
             pipeline: config.name.clone(),
             runtime,
             recovery: Mutex::new(None),
+            placeholders: Placeholders::new(&settings.unavailable_value_placeholder),
         })
     }
 
@@ -306,15 +311,16 @@ struct TableShape {
 }
 
 /// The conversions of a row's columns.
-type Plan = Arc<[(String, Conversion)]>;
+type Plan = Arc<[(String, ColumnConversion)]>;
 
 impl TableShape {
     fn has_column(&self, name: &str) -> bool {
         self.columns.iter().any(|c| c.name == name)
     }
 
-    /// The conversions of a change event's row with `schema`.
-    fn plan(&mut self, schema: Option<&Arc<ConnectSchema>>) -> Plan {
+    /// The conversions of a change event's row with `schema` (without: by the columns' types
+    /// and `encoding`).
+    fn plan(&mut self, schema: Option<&Arc<ConnectSchema>>, encoding: &EventEncoding) -> Plan {
         let same = |known: &Option<Arc<ConnectSchema>>| match (known, schema) {
             (Some(a), Some(b)) => Arc::ptr_eq(a, b),
             (None, None) => true,
@@ -328,8 +334,20 @@ impl TableShape {
             .iter()
             .filter_map(|column| {
                 let conversion = match schema {
-                    Some(schema) => schema.field(&column.name).and_then(convert::from_schema),
-                    None => convert::from_column(column),
+                    // A bit string's schema (`Bits`, or a boolean for `bit(1)`) lacks the
+                    // column's length, a box's says only `Geometry`: the column's type decides.
+                    Some(_)
+                        if matches!(
+                            column.type_name.as_str(),
+                            "bit" | "varbit" | "box" | "hstore"
+                        ) =>
+                    {
+                        ColumnConversion::from_column(column, encoding)
+                    }
+                    Some(schema) => schema
+                        .field(&column.name)
+                        .and_then(ColumnConversion::from_schema),
+                    None => ColumnConversion::from_column(column, encoding),
                 };
                 conversion.map(|c| (column.name.clone(), c))
             })
@@ -343,8 +361,35 @@ impl TableShape {
     }
 }
 
-/// One statement of a batch's transaction and its JSON parameter (`None`: none).
-type Statement = (String, Option<String>);
+/// One statement of a batch's transaction.
+struct Statement {
+    sql: String,
+    /// Its JSON parameter (`None`: none).
+    json: Option<String>,
+    /// The rows it must change (`None`: any number): an update of rows that must be in the
+    /// table already.
+    expect: Option<u64>,
+}
+
+impl Statement {
+    fn new(sql: String, json: Option<String>) -> Self {
+        Self {
+            sql,
+            json,
+            expect: None,
+        }
+    }
+}
+
+/// The outcome of a batch's transaction.
+enum Transacted {
+    /// Committed.
+    Committed,
+    /// The progress was not where this writer left it: nothing applied.
+    Fenced,
+    /// An update of unavailable columns found fewer rows than it updates: rolled back.
+    MissingRows,
+}
 
 /// The PostgreSQL writer of one sub-partition.
 pub struct PgWriter {
@@ -397,12 +442,19 @@ impl PgWriter {
             .target
             .runtime
             .block_on(client.query(
+                // A domain's column is read as its base type's (`price AS numeric(8,2)`).
                 "SELECT a.attname::text, t.typname::text,
-                        CASE WHEN a.atttypmod < 0 THEN NULL
-                             WHEN t.typname = 'numeric' THEN (a.atttypmod - 4) & 65535
-                             WHEN t.typname IN ('timestamp', 'timestamptz', 'time', 'timetz') THEN a.atttypmod
+                        CASE WHEN m.typmod < 0 THEN NULL
+                             WHEN t.typname IN ('numeric', '_numeric') THEN (m.typmod - 4) & 65535
+                             WHEN t.typname IN ('bit', '_bit') THEN m.typmod
+                             WHEN t.typname IN ('timestamp', 'timestamptz', 'time', 'timetz',
+                                                '_timestamp', '_timestamptz', '_time', '_timetz')
+                                  THEN m.typmod
                         END
-                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                 FROM pg_attribute a
+                 JOIN pg_type d ON d.oid = a.atttypid
+                 JOIN pg_type t ON t.oid = CASE WHEN d.typtype = 'd' THEN d.typbasetype ELSE d.oid END
+                 CROSS JOIN LATERAL (SELECT CASE WHEN d.typtype = 'd' THEN d.typtypmod ELSE a.atttypmod END AS typmod) m
                  WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 AND NOT a.attisdropped
                    AND a.attgenerated = ''
                  ORDER BY a.attnum",
@@ -596,13 +648,20 @@ impl PgWriter {
     }
 
     /// The rows of the staged upserts in PostgreSQL's input form (Debezium's encodings
-    /// converted); `Err`: the changes whose values cannot be converted, with why.
-    fn prepare_rows(&mut self) -> (Vec<Option<String>>, Vec<(usize, String)>) {
+    /// converted, unavailable values left out); `Err`: the changes whose values cannot be
+    /// converted, with why.
+    fn prepare_rows(&mut self) -> (Vec<Option<PreparedRow>>, Vec<(usize, String)>) {
         let mut rows = Vec::with_capacity(self.batch.len());
         let mut refused = Vec::new();
+        let placeholders = &self.target.placeholders;
+        let encoding = self.target.settings.event_encoding();
         for (index, staged) in self.batch.iter().enumerate() {
             let Change::Upsert {
-                row, event, schema, ..
+                row,
+                event,
+                schema,
+                unavailable,
+                ..
             } = &staged.change
             else {
                 rows.push(None);
@@ -612,12 +671,17 @@ impl PgWriter {
                 rows.push(None);
                 continue;
             };
-            if !*event && schema.is_none() {
-                rows.push(Some(row.clone()));
-                continue;
-            }
-            match convert::convert_row(row, &shape.plan(schema.as_ref())) {
-                Ok(converted) => rows.push(Some(converted)),
+            let (plan, placeholders) = if !*event && schema.is_none() {
+                // A plain JSON row: applied as it is.
+                (Plan::from(Vec::new()), None)
+            } else {
+                (
+                    shape.plan(schema.as_ref(), &encoding),
+                    event.then_some(placeholders),
+                )
+            };
+            match convert::prepare_row(row, &plan, placeholders, unavailable) {
+                Ok(prepared) => rows.push(Some(prepared)),
                 Err(reason) => {
                     refused.push((index, format!("a value cannot be converted: {reason}")));
                     rows.push(None);
@@ -627,13 +691,17 @@ impl PgWriter {
         (rows, refused)
     }
 
-    /// The statements that apply the changes of `indices` (in offset order), collapsed per
-    /// key to the last change between truncates, with their rows from `rows`; and the rows
-    /// upserted and deleted.
+    /// The statements that apply the changes of `indices` (in offset order) between
+    /// truncates, and the rows upserted and deleted. Per key: a delete, then the upserts after
+    /// it merged into one row (a later value wins; a column a later change does not carry
+    /// keeps the earlier change's value). Rows are grouped by the columns they carry: an
+    /// `INSERT` names only those (the others take their defaults) and its `ON CONFLICT DO
+    /// UPDATE` sets only those (the others keep their values); a row with unavailable columns
+    /// (unchanged TOASTed values) is an `UPDATE` of those it carries, which must find the row.
     fn statements(
         &self,
         indices: &[usize],
-        rows: &[Option<String>],
+        rows: &[Option<PreparedRow>],
     ) -> Result<(Vec<Statement>, u64, u64), PipelineError> {
         let table = self.table()?.quoted();
         let Some(shape) = &self.shape else {
@@ -644,50 +712,67 @@ impl PgWriter {
         let mut statements = Vec::new();
         let (mut upserted_total, mut deleted_total) = (0, 0);
         for segment in indices.split(|i| matches!(self.batch[*i].change, Change::Truncate)) {
-            // The last change of each key in this segment.
-            let mut last: HashMap<&[u8], usize> = HashMap::with_capacity(segment.len());
-            for &index in segment {
-                last.insert(self.batch[index].change.key(), index);
-            }
-            let mut upserts = String::from("[");
-            let mut deletes = String::from("[");
-            let mut upserted = 0u64;
-            let mut deleted = 0u64;
-            let mut seen: HashSet<String> = HashSet::new();
+            // Per key: whether it is deleted first, and its row afterwards (`None`: deleted).
+            let mut net: HashMap<&[u8], (bool, Option<std::borrow::Cow<'_, PreparedRow>>)> =
+                HashMap::with_capacity(segment.len());
+            // Keys in the order of their first change.
+            let mut order: Vec<&[u8]> = Vec::with_capacity(segment.len());
             for &index in segment {
                 let change = &self.batch[index].change;
-                if last.get(change.key()) != Some(&index) {
-                    continue;
-                }
+                let key = change.key();
+                let entry = net.entry(key).or_insert_with(|| {
+                    order.push(key);
+                    (false, None)
+                });
                 match change {
+                    Change::Delete { .. } => *entry = (true, None),
                     Change::Upsert { .. } => {
-                        let Some(row) = rows[index].as_deref() else {
+                        let Some(row) = rows[index].as_ref() else {
                             continue;
                         };
-                        if upserted > 0 {
-                            upserts.push(',');
-                        }
-                        upserts.push_str(row);
-                        upserted += 1;
-                        let fields: HashMap<std::borrow::Cow<'_, str>, serde::de::IgnoredAny> =
-                            serde_json::from_str(row).unwrap_or_default();
-                        for name in fields.into_keys() {
-                            if !seen.contains(name.as_ref()) {
-                                seen.insert(name.into_owned());
-                            }
-                        }
-                    }
-                    Change::Delete { key } => {
-                        if deleted > 0 {
-                            deletes.push(',');
-                        }
-                        deletes.push_str(&String::from_utf8_lossy(key));
-                        deleted += 1;
+                        entry.1 = Some(match entry.1.take() {
+                            Some(earlier) => std::borrow::Cow::Owned(
+                                convert::merge_rows(&earlier, row).map_err(|e| {
+                                    PipelineError::fatal(
+                                        format!("cannot merge two changes of a key: {e}"),
+                                        "report this: prepared rows are JSON objects",
+                                    )
+                                })?,
+                            ),
+                            None => std::borrow::Cow::Borrowed(row),
+                        });
                     }
                     Change::Truncate => {}
                 }
             }
-            upserts.push(']');
+            let mut deletes = String::from("[");
+            let mut deleted = 0u64;
+            // (columns, whether the row must exist) → (JSON array, rows).
+            let mut groups: std::collections::BTreeMap<(&[String], bool), (String, u64)> =
+                std::collections::BTreeMap::new();
+            let mut seen: HashSet<&str> = HashSet::new();
+            for key in &order {
+                let (delete_first, row) = &net[key];
+                if *delete_first {
+                    if deleted > 0 {
+                        deletes.push(',');
+                    }
+                    deletes.push_str(&String::from_utf8_lossy(key));
+                    deleted += 1;
+                }
+                let Some(row) = row else {
+                    continue;
+                };
+                let group = groups
+                    .entry((&row.columns, !row.unavailable.is_empty()))
+                    .or_insert_with(|| (String::from("["), 0));
+                if group.1 > 0 {
+                    group.0.push(',');
+                }
+                group.0.push_str(&row.json);
+                group.1 += 1;
+                seen.extend(row.columns.iter().map(String::as_str));
+            }
             deletes.push(']');
             if let Some(unknown) = seen.iter().find(|c| !shape.has_column(c)) {
                 return Err(PipelineError::fatal(
@@ -700,7 +785,7 @@ impl PgWriter {
             }
             if deleted > 0 {
                 let matches: Vec<String> = keys.iter().map(|k| format!("t.{k} = k.{k}")).collect();
-                statements.push((
+                statements.push(Statement::new(
                     format!(
                         "DELETE FROM {table} AS t USING jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS k WHERE {}",
                         matches.join(" AND ")
@@ -708,49 +793,73 @@ impl PgWriter {
                     Some(deletes),
                 ));
             }
-            if upserted > 0 {
+            let mut upserted = 0u64;
+            for ((columns, must_exist), (mut json, count)) in groups {
+                json.push(']');
+                upserted += count;
+                // In table order.
                 let columns: Vec<String> = shape
                     .columns
                     .iter()
-                    .filter(|c| seen.contains(&c.name))
+                    .filter(|c| columns.contains(&c.name))
                     .map(|c| quote_ident(&c.name))
                     .collect();
-                let updates: Vec<String> = columns
-                    .iter()
-                    .filter(|c| !keys.contains(c))
-                    .map(|c| format!("{c} = EXCLUDED.{c}"))
-                    .collect();
-                let action = if updates.is_empty() {
+                let values: Vec<&String> = columns.iter().filter(|c| !keys.contains(c)).collect();
+                if must_exist {
+                    let mut sets: Vec<String> =
+                        values.iter().map(|c| format!("{c} = r.{c}")).collect();
+                    if sets.is_empty() {
+                        sets = keys.iter().map(|k| format!("{k} = r.{k}")).collect();
+                    }
+                    let matches: Vec<String> =
+                        keys.iter().map(|k| format!("t.{k} = r.{k}")).collect();
+                    statements.push(Statement {
+                        sql: format!(
+                            "UPDATE {table} AS t SET {} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) AS r WHERE {}",
+                            sets.join(", "),
+                            matches.join(" AND ")
+                        ),
+                        json: Some(json),
+                        expect: Some(count),
+                    });
+                    continue;
+                }
+                let action = if values.is_empty() {
                     "NOTHING".to_owned()
                 } else {
+                    let updates: Vec<String> = values
+                        .iter()
+                        .map(|c| format!("{c} = EXCLUDED.{c}"))
+                        .collect();
                     format!("UPDATE SET {}", updates.join(", "))
                 };
                 let list = columns.join(", ");
-                statements.push((
+                statements.push(Statement::new(
                     format!(
                         "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
                         keys.join(", ")
                     ),
-                    Some(upserts),
+                    Some(json),
                 ));
             }
             upserted_total += upserted;
             deleted_total += deleted;
-            statements.push((format!("TRUNCATE {table}"), None));
+            statements.push(Statement::new(format!("TRUNCATE {table}"), None));
         }
         // The segments end with a truncate each, but for the last.
         statements.pop();
         Ok((statements, upserted_total, deleted_total))
     }
 
-    /// Runs `statements` and moves the progress to `next` in one transaction; `false`: the
-    /// progress was not where this writer left it (nothing applied).
+    /// Runs `statements` and moves the progress to `next` in one transaction; rolled back
+    /// when the progress was not where this writer left it or an update of unavailable columns
+    /// did not find all its rows.
     fn transact(
         &self,
         client: &mut Client,
         statements: &[Statement],
         next: i64,
-    ) -> Result<bool, tokio_postgres::Error> {
+    ) -> Result<Transacted, tokio_postgres::Error> {
         let progress_sql = format!(
             "UPDATE {} SET next_offset = $1, updated_at = now() WHERE pipeline = $2 AND topic = $3
              AND kafka_partition = $4 AND sub_partition = $5 AND next_offset = $6",
@@ -760,11 +869,15 @@ impl PgWriter {
         let sub = id.sub as i32;
         self.target.runtime.block_on(async {
             let transaction = client.transaction().await?;
-            for (sql, json) in statements {
-                match json {
-                    Some(json) => transaction.execute(sql.as_str(), &[json]).await?,
-                    None => transaction.execute(sql.as_str(), &[]).await?,
+            for statement in statements {
+                let changed = match &statement.json {
+                    Some(json) => transaction.execute(statement.sql.as_str(), &[json]).await?,
+                    None => transaction.execute(statement.sql.as_str(), &[]).await?,
                 };
+                if statement.expect.is_some_and(|expect| changed < expect) {
+                    transaction.rollback().await?;
+                    return Ok(Transacted::MissingRows);
+                }
             }
             let moved = transaction
                 .execute(
@@ -781,20 +894,22 @@ impl PgWriter {
                 .await?;
             if moved != 1 {
                 transaction.rollback().await?;
-                return Ok(false);
+                return Ok(Transacted::Fenced);
             }
             transaction.commit().await?;
-            Ok(true)
+            Ok(Transacted::Committed)
         })
     }
 
     /// The staged changes PostgreSQL refuses, found by applying them one at a time in a
-    /// transaction that is rolled back: (index in the batch, PostgreSQL's reason).
+    /// transaction that is rolled back: (index in the batch, PostgreSQL's reason). An update
+    /// of unavailable columns (unchanged TOASTed values) whose row is not in the table is
+    /// refused too: inserting it would write the row without those values.
     fn find_refused(
         &self,
         client: &mut Client,
         rejected: &HashSet<usize>,
-        rows: &[Option<String>],
+        rows: &[Option<PreparedRow>],
     ) -> Result<Vec<(usize, String)>, PipelineError> {
         let runtime = &self.target.runtime;
         let failed = |e| {
@@ -810,12 +925,29 @@ impl PgWriter {
             runtime
                 .block_on(transaction.batch_execute("SAVEPOINT sluice_one"))
                 .map_err(failed)?;
-            for (sql, json) in self.statements(&[index], rows)?.0 {
-                let executed = match &json {
-                    Some(json) => runtime.block_on(transaction.execute(sql.as_str(), &[json])),
-                    None => runtime.block_on(transaction.execute(sql.as_str(), &[])),
+            for statement in self.statements(&[index], rows)?.0 {
+                let sql = statement.sql.as_str();
+                let executed = match &statement.json {
+                    Some(json) => runtime.block_on(transaction.execute(sql, &[json])),
+                    None => runtime.block_on(transaction.execute(sql, &[])),
                 };
                 match executed {
+                    Ok(changed) if statement.expect.is_some_and(|expect| changed < expect) => {
+                        let unavailable = rows[index]
+                            .as_ref()
+                            .map(|r| r.unavailable.join(", "))
+                            .unwrap_or_default();
+                        refused.push((
+                            index,
+                            format!(
+                                "an update without the values of column(s) {unavailable} (unchanged TOASTed values the source did not send: the unavailable-value placeholder or unavailable_columns) for a row that is not in the target table: inserting it would write the row without them"
+                            ),
+                        ));
+                        runtime
+                            .block_on(transaction.batch_execute("ROLLBACK TO SAVEPOINT sluice_one"))
+                            .map_err(failed)?;
+                        break;
+                    }
                     Ok(_) => {}
                     Err(error) if is_record_error(&error) => {
                         refused.push((index, describe_db_error(&error)));
@@ -920,18 +1052,31 @@ impl PgWriter {
                 .filter(|index| !rejected.contains(index))
                 .collect();
             let (statements, upserted, deleted) = self.statements(&indices, &rows)?;
-            match self.transact(&mut client, &statements, next) {
-                Ok(true) => break Attempt::Committed { upserted, deleted },
-                Ok(false) => break Attempt::Fenced,
+            let refused = match self.transact(&mut client, &statements, next) {
+                Ok(Transacted::Committed) => break Attempt::Committed { upserted, deleted },
+                Ok(Transacted::Fenced) => break Attempt::Fenced,
+                Ok(Transacted::MissingRows) => {
+                    let refused = self.find_refused(&mut client, &rejected, &rows)?;
+                    if refused.is_empty() {
+                        return Err(PipelineError::Retryable {
+                            what: format!(
+                                "an update of {table} found fewer rows than it updates, but no record alone misses its row; retrying"
+                            ),
+                            source: None,
+                        });
+                    }
+                    refused
+                }
                 Err(error) if is_record_error(&error) => {
                     let refused = self.find_refused(&mut client, &rejected, &rows)?;
                     if refused.is_empty() {
                         return Err(batch_error(error));
                     }
-                    self.refuse(&refused, &mut rejected, &mut attempt)?;
+                    refused
                 }
                 Err(error) => return Err(batch_error(error)),
-            }
+            };
+            self.refuse(&refused, &mut rejected, &mut attempt)?;
         };
         let (upserted, deleted) = match outcome {
             Attempt::Committed { upserted, deleted } => (upserted, deleted),

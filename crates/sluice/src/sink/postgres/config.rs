@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use crate::config::ConfigIssue;
+use crate::event::{BinaryHandlingMode, DecimalHandlingMode, TimePrecisionMode};
 use crate::pg_connect::PgConnectConfig;
 use crate::sink::config::KafkaSourceConfig;
 
@@ -65,6 +66,23 @@ pub struct PostgresSinkConfig {
     /// `delivery.on_failure`.
     #[serde(default)]
     pub truncate: bool,
+    /// The value that stands for an unchanged TOASTed column the source did not send, as the
+    /// source's `unavailable.value.placeholder` (Debezium's name; `hex:` and hex digits for
+    /// raw bytes): a column holding it in any of its forms is not written.
+    #[serde(default = "default_unavailable_value_placeholder")]
+    pub unavailable_value_placeholder: String,
+    /// Debezium's `decimal.handling.mode` of the events without schemas (`precise`, `string`,
+    /// `double`).
+    #[serde(default)]
+    pub decimal_handling_mode: DecimalHandlingMode,
+    /// Debezium's `time.precision.mode` of the events without schemas (`adaptive`,
+    /// `adaptive_time_microseconds`, `connect`).
+    #[serde(default)]
+    pub time_precision_mode: TimePrecisionMode,
+    /// Debezium's `binary.handling.mode` of the events without schemas (`bytes`, `base64`,
+    /// `base64-url-safe`, `hex`).
+    #[serde(default)]
+    pub binary_handling_mode: BinaryHandlingMode,
 }
 
 impl std::fmt::Debug for PostgresSinkConfig {
@@ -81,6 +99,13 @@ impl std::fmt::Debug for PostgresSinkConfig {
             .field("auto_create", &self.auto_create)
             .field("auto_evolve", &self.auto_evolve)
             .field("truncate", &self.truncate)
+            .field(
+                "unavailable_value_placeholder",
+                &self.unavailable_value_placeholder,
+            )
+            .field("decimal_handling_mode", &self.decimal_handling_mode)
+            .field("time_precision_mode", &self.time_precision_mode)
+            .field("binary_handling_mode", &self.binary_handling_mode)
             .finish()
     }
 }
@@ -96,6 +121,9 @@ const fn default_batch_records() -> u64 {
 }
 const fn default_batch_interval_ms() -> u64 {
     DEFAULT_BATCH_INTERVAL_MS
+}
+fn default_unavailable_value_placeholder() -> String {
+    super::convert::DEFAULT_UNAVAILABLE_VALUE_PLACEHOLDER.to_owned()
 }
 fn default_progress_schema() -> String {
     "public".to_owned()
@@ -151,6 +179,15 @@ fn parse_table(text: &str) -> Result<TableName, String> {
 }
 
 impl PostgresSinkConfig {
+    /// The Debezium options of the events without schemas.
+    pub fn event_encoding(&self) -> super::convert::EventEncoding {
+        super::convert::EventEncoding {
+            decimal: self.decimal_handling_mode,
+            time: self.time_precision_mode,
+            binary: self.binary_handling_mode,
+        }
+    }
+
     /// The target table of `topic`.
     ///
     /// # Errors
@@ -304,6 +341,10 @@ mod tests {
             auto_create: false,
             auto_evolve: false,
             truncate: false,
+            unavailable_value_placeholder: default_unavailable_value_placeholder(),
+            decimal_handling_mode: DecimalHandlingMode::default(),
+            time_precision_mode: TimePrecisionMode::default(),
+            binary_handling_mode: BinaryHandlingMode::default(),
         }
     }
 

@@ -15,6 +15,20 @@ use serde_json::{Map, Value};
 
 use super::decode::ConnectSchema;
 use crate::event::temporal::civil_from_days;
+use crate::event::{BinaryHandlingMode, DecimalHandlingMode, TemporalUnit, TimePrecisionMode};
+
+/// The Debezium options the events without schemas were written with (Debezium's names:
+/// `decimal.handling.mode`, `time.precision.mode`, `binary.handling.mode`): they decide how a
+/// target column's values are read. Events with schemas say it themselves.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventEncoding {
+    /// `decimal.handling.mode`.
+    pub decimal: DecimalHandlingMode,
+    /// `time.precision.mode`.
+    pub time: TimePrecisionMode,
+    /// `binary.handling.mode`.
+    pub binary: BinaryHandlingMode,
+}
 
 /// The resolution of a temporal number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,14 +68,58 @@ pub enum Conversion {
     /// `{"scale": s, "value": base64}` (`io.debezium.data.VariableScaleDecimal`) → a decimal
     /// text.
     VariableDecimal,
-    /// Base64 → `\x` and hex (`bytea`'s input).
-    Bytes,
+    /// Base64 (or the `binary.handling.mode`'s encoding) → `\x` and hex (`bytea`'s input).
+    Bytes(BinaryHandlingMode),
     /// A JSON document as a string (`io.debezium.data.Json`) → the document.
     Json,
     /// Microseconds (`io.debezium.time.MicroDuration`) → an interval.
     MicroDuration,
     /// `{"x", "y", "wkb", "srid"}` (`io.debezium.data.geometry.Point`) → `(x,y)`.
     Point,
+    /// `io.debezium.data.Bits` (the bit string's value as little-endian bytes, in base64) or a
+    /// boolean (`bit(1)`) → the bit string, left-padded to the column's length when known.
+    Bits {
+        /// `bit(n)`'s `n` (`None`: `varbit` or unknown).
+        length: Option<u32>,
+    },
+    /// `{"wkb", "srid"}` (`io.debezium.data.geometry.Geometry`) of a `box`: the polygon's
+    /// bounding box → `(x2,y2),(x1,y1)`.
+    Box,
+    /// An `hstore` as a JSON object, or its text (`hstore.handling.mode = json`) → `hstore`'s
+    /// input (`"k"=>"v", "n"=>NULL`).
+    Hstore,
+    /// A decimal's text (`decimal.handling.mode = string`): Debezium's `POSITIVE_INFINITY`,
+    /// `NEGATIVE_INFINITY` and `NAN` → PostgreSQL's `Infinity`, `-Infinity`, `NaN`.
+    DecimalText,
+    /// ISO 8601 with an offset (`io.debezium.time.ZonedTimestamp`): years before 1 (`-4712-…`,
+    /// ISO's 4713 BC) and after 9999 (`+294276-…`) → PostgreSQL's `… BC` and unsigned forms;
+    /// others (and `infinity`, `-infinity`) as they are.
+    ZonedTimestamp,
+}
+
+/// Debezium's encodings of `infinity` and `-infinity` dates (days since the epoch): what
+/// PostgreSQL's `date` cannot hold, so never a finite date. Streamed (pgoutput's text,
+/// `DateTimeFormat` → `PostgresValueConverter.POSITIVE_INFINITY_LOCAL_DATE` /
+/// `NEGATIVE_INFINITY_LOCAL_DATE`) and snapshotted (JDBC's `PGStatement.DATE_POSITIVE_INFINITY`
+/// / `DATE_NEGATIVE_INFINITY` milliseconds turned into an `int32` day count), as Debezium
+/// 3.7.0.Final writes them (the golden captures, `tests/debezium/*/…specials.jsonl`).
+const DATE_INFINITY: [(i64, &str); 4] = [
+    (2_146_033_979, "infinity"),
+    (-622_191_234, "infinity"),
+    (-2_147_472_691, "-infinity"),
+    (-625_821_272, "-infinity"),
+];
+
+/// Debezium's encodings of `infinity` and `-infinity` timestamps: `Long.MAX_VALUE` /
+/// `Long.MIN_VALUE` (micro- and nanosecond modes, `POSITIVE_INFINITY_INSTANT`…) and
+/// `PGStatement.DATE_POSITIVE_INFINITY` / `DATE_NEGATIVE_INFINITY` (milliseconds:
+/// `time.precision.mode = connect`, `timestamp(0-3)` in `adaptive`).
+fn timestamp_infinity(ticks: i64, unit: Unit) -> Option<&'static str> {
+    match (ticks, unit) {
+        (i64::MAX, _) | (9_223_372_036_825_200_000, Unit::Millis) => Some("infinity"),
+        (i64::MIN, _) | (-9_223_372_036_832_400_000, Unit::Millis) => Some("-infinity"),
+        _ => None,
+    }
 }
 
 /// The conversion a field needs, from its Connect schema.
@@ -85,7 +143,8 @@ pub fn from_schema(schema: &ConnectSchema) -> Option<Conversion> {
         Some("io.debezium.data.Json") => Conversion::Json,
         Some("io.debezium.time.MicroDuration") => Conversion::MicroDuration,
         Some("io.debezium.data.geometry.Point") => Conversion::Point,
-        None if schema.kind == "bytes" => Conversion::Bytes,
+        Some("io.debezium.time.ZonedTimestamp") => Conversion::ZonedTimestamp,
+        None if schema.kind == "bytes" => Conversion::Bytes(BinaryHandlingMode::Bytes),
         _ => return None,
     };
     Some(conversion)
@@ -103,30 +162,37 @@ pub struct TargetColumn {
     pub modifier: Option<i32>,
 }
 
-/// The conversion a column needs when the events carry no schemas: from its type, assuming
-/// Debezium's default options.
-pub fn from_column(column: &TargetColumn) -> Option<Conversion> {
-    // `time.precision.mode = adaptive`: precision 0-3 as milliseconds, else microseconds.
-    let unit = match column.modifier {
-        Some(0..=3) => Unit::Millis,
-        _ => Unit::Micros,
+/// The conversion a column needs when the events carry no schemas: from its type and the
+/// options the events were written with.
+pub fn from_column(column: &TargetColumn, encoding: &EventEncoding) -> Option<Conversion> {
+    let precision = column.modifier.and_then(|m| u32::try_from(m).ok());
+    let unit = |unit| match unit {
+        TemporalUnit::Millis => Unit::Millis,
+        TemporalUnit::Micros => Unit::Micros,
     };
+    let precise = encoding.decimal == DecimalHandlingMode::Precise;
     let conversion = match column.type_name.as_str() {
         "date" => Conversion::Date,
-        "timestamp" => Conversion::Timestamp(unit),
-        "time" => Conversion::Time(unit),
-        "numeric" => match column.modifier {
+        "timestamp" => Conversion::Timestamp(unit(encoding.time.timestamp_unit(precision))),
+        "time" => Conversion::Time(unit(encoding.time.time_unit(precision))),
+        "numeric" if precise => match column.modifier {
             Some(scale) => Conversion::Decimal {
                 scale: u32::try_from(scale).unwrap_or(0),
             },
             None => Conversion::VariableDecimal,
         },
         // `money.fraction.digits` defaults to 2.
-        "money" => Conversion::Decimal { scale: 2 },
-        "bytea" => Conversion::Bytes,
+        "money" if precise => Conversion::Decimal { scale: 2 },
+        "numeric" if encoding.decimal == DecimalHandlingMode::String => Conversion::DecimalText,
+        "bytea" => Conversion::Bytes(encoding.binary),
         "json" | "jsonb" => Conversion::Json,
         "interval" => Conversion::MicroDuration,
         "point" => Conversion::Point,
+        "timestamptz" => Conversion::ZonedTimestamp,
+        "bit" => Conversion::Bits { length: precision },
+        "varbit" => Conversion::Bits { length: None },
+        "box" => Conversion::Box,
+        "hstore" => Conversion::Hstore,
         _ => return None,
     };
     Some(conversion)
@@ -142,12 +208,19 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
     let text = match (conversion, value) {
         (Conversion::Date, Value::Number(n)) => {
             let days = n.as_i64().ok_or("a date that is not an integer")?;
+            if let Some((_, infinity)) = DATE_INFINITY.iter().find(|(d, _)| *d == days) {
+                return Ok(Some(Value::String((*infinity).to_owned())));
+            }
             let mut out = String::with_capacity(14);
             push_date(days, &mut out);
             out
         }
         (Conversion::Timestamp(unit), Value::Number(n)) => {
-            let ticks = i128::from(n.as_i64().ok_or("a timestamp that is not an integer")?);
+            let ticks = n.as_i64().ok_or("a timestamp that is not an integer")?;
+            if let Some(infinity) = timestamp_infinity(ticks, unit) {
+                return Ok(Some(Value::String(infinity.to_owned())));
+            }
+            let ticks = i128::from(ticks);
             let per_day = 86_400 * unit.per_second();
             let days = i64::try_from(ticks.div_euclid(per_day)).map_err(|_| "out of range")?;
             let mut out = String::with_capacity(32);
@@ -167,6 +240,11 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
             push_time(ticks, unit, &mut out);
             out
         }
+        (Conversion::Decimal { .. } | Conversion::DecimalText, Value::String(text))
+            if decimal_special(text).is_some() =>
+        {
+            decimal_special(text).unwrap_or_default().to_owned()
+        }
         (Conversion::Decimal { scale }, Value::String(text)) => {
             if is_decimal_text(text) {
                 return Ok(None);
@@ -184,8 +262,21 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
                 .ok_or("a variable-scale decimal without a value")?;
             decimal_text(&base64(value)?, u32::try_from(scale).map_err(|_| "scale")?)
         }
-        (Conversion::Bytes, Value::String(text)) => {
-            let bytes = base64(text)?;
+        (Conversion::Bytes(mode), Value::String(text)) => {
+            let bytes = match mode {
+                BinaryHandlingMode::Bytes | BinaryHandlingMode::Base64 => base64(text)?,
+                BinaryHandlingMode::Base64UrlSafe => {
+                    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+                    GeneralPurpose::new(
+                        &base64::alphabet::URL_SAFE,
+                        GeneralPurposeConfig::new()
+                            .with_decode_padding_mode(DecodePaddingMode::Indifferent),
+                    )
+                    .decode(text)
+                    .map_err(|e| format!("not URL-safe base64: {e}"))?
+                }
+                BinaryHandlingMode::Hex => hex_bytes(text).ok_or("not hex")?,
+            };
             let mut out = String::with_capacity(2 + bytes.len() * 2);
             out.push_str("\\x");
             for byte in bytes {
@@ -200,6 +291,40 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
         (Conversion::MicroDuration, Value::Number(n)) => {
             format!("{n} microseconds")
         }
+        (Conversion::Bits { length }, Value::Bool(bit)) => {
+            let bit = if *bit { "1" } else { "0" };
+            let width = length.unwrap_or(1) as usize;
+            format!("{bit:0>width$}")
+        }
+        (Conversion::Bits { length }, Value::String(text)) => {
+            let bytes = base64(text)?;
+            let mut bits: String = bytes.iter().rev().map(|b| format!("{b:08b}")).collect();
+            let significant = bits.find('1').unwrap_or(bits.len());
+            bits.drain(..significant);
+            match length {
+                Some(width) => format!("{bits:0>width$}", width = width as usize),
+                None => bits,
+            }
+        }
+        (Conversion::Hstore, Value::String(text)) if text.starts_with('{') => {
+            let map: Map<String, Value> =
+                serde_json::from_str(text).map_err(|e| format!("not an hstore's JSON: {e}"))?;
+            hstore_text(&map)
+        }
+        (Conversion::Hstore, Value::Object(map)) => hstore_text(map),
+        (Conversion::Box, Value::Object(object)) => {
+            let wkb = object
+                .get("wkb")
+                .and_then(Value::as_str)
+                .ok_or("a geometry without wkb")?;
+            let (x1, y1, x2, y2) =
+                wkb_bounds(&base64(wkb)?).ok_or("a wkb that is not a polygon")?;
+            format!("({x2},{y2}),({x1},{y1})")
+        }
+        (Conversion::ZonedTimestamp, Value::String(text)) => match zoned_timestamp(text) {
+            Some(text) => text,
+            None => return Ok(None),
+        },
         (Conversion::Point, Value::Object(object)) => {
             let coordinate = |name| {
                 object
@@ -214,34 +339,383 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
     Ok(Some(Value::String(text)))
 }
 
-/// Converts the fields of `row` (a JSON object's text) named in `plan`; the row as it is when
-/// nothing needs converting.
+/// A column's conversion: of its value, or of each element of its array (nested arrays
+/// included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColumnConversion {
+    /// The value's (or each element's) conversion.
+    pub conversion: Conversion,
+    /// Whether the column is an array whose elements are converted.
+    pub elements: bool,
+}
+
+impl ColumnConversion {
+    /// The conversion of a field with Connect schema `schema` (an array's by its items).
+    pub fn from_schema(schema: &ConnectSchema) -> Option<Self> {
+        if schema.kind == "array" {
+            let conversion = from_schema(schema.items.as_deref()?)?;
+            return Some(Self {
+                conversion,
+                elements: true,
+            });
+        }
+        from_schema(schema).map(|conversion| Self {
+            conversion,
+            elements: false,
+        })
+    }
+
+    /// The conversion of a target column without schemas (an array's by its element type,
+    /// `_date` → `date`).
+    pub fn from_column(column: &TargetColumn, encoding: &EventEncoding) -> Option<Self> {
+        if let Some(element) = column.type_name.strip_prefix('_') {
+            let element = TargetColumn {
+                name: String::new(),
+                type_name: element.to_owned(),
+                modifier: column.modifier,
+            };
+            return from_column(&element, encoding).map(|conversion| Self {
+                conversion,
+                elements: true,
+            });
+        }
+        from_column(column, encoding).map(|conversion| Self {
+            conversion,
+            elements: false,
+        })
+    }
+
+    /// `value` converted; `Ok(false)`: left as it is.
+    fn apply(self, value: &mut Value) -> Result<bool, String> {
+        if self.elements {
+            let Value::Array(items) = value else {
+                return Ok(false);
+            };
+            let mut changed = false;
+            for item in items {
+                let nested = Self {
+                    conversion: self.conversion,
+                    elements: item.is_array(),
+                };
+                changed |= nested.apply(item)?;
+            }
+            return Ok(changed);
+        }
+        match convert(self.conversion, value)? {
+            Some(converted) => {
+                *value = converted;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+}
+
+/// The forms of Debezium's `unavailable.value.placeholder` (an unchanged TOASTed value the
+/// server did not send), as `UnchangedToastedPlaceholder` writes them for each column type:
+/// the string (text, `json`, `xml`, …, and `bytea` with `binary.handling.mode = hex`); its
+/// bytes as `bytea` in base64 (`bytes`, `base64`), base64-url-safe or hex; a one-element array
+/// of those (text and `bytea` arrays); its bytes as numbers (`int2[]`, `int4[]`, `int8[]`);
+/// a map of the string to itself (`hstore`, as an object or as JSON text).
+#[derive(Debug, Clone)]
+pub struct Placeholders {
+    /// Each string form, and the same as JSON text (escaped, without quotes).
+    strings: Vec<(String, String)>,
+    /// The bytes as numbers (Java's signed bytes).
+    numbers: Vec<i64>,
+    /// The numbers as JSON text (`95,95,100,…`).
+    numbers_text: String,
+    /// The string form.
+    text: String,
+}
+
+impl Placeholders {
+    /// The forms of `placeholder` (Debezium's syntax: `hex:` and hex digits for raw bytes).
+    pub fn new(placeholder: &str) -> Self {
+        use base64::engine::general_purpose::{STANDARD, URL_SAFE, URL_SAFE_NO_PAD};
+        let bytes = placeholder
+            .strip_prefix("hex:")
+            .and_then(hex_bytes)
+            .unwrap_or_else(|| placeholder.as_bytes().to_vec());
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let mut forms = vec![
+            text.clone(),
+            STANDARD.encode(&bytes),
+            URL_SAFE.encode(&bytes),
+            URL_SAFE_NO_PAD.encode(&bytes),
+            hex.to_uppercase(),
+            hex,
+        ];
+        // The hstore map as JSON text (`hstore.handling.mode = json`).
+        forms.push(serde_json::json!({ text.clone(): text.clone() }).to_string());
+        forms.dedup();
+        let strings = forms
+            .into_iter()
+            .filter(|f| !f.is_empty())
+            .map(|f| {
+                let json = serde_json::to_string(&f).unwrap_or_default();
+                let json = json[1..json.len().saturating_sub(1).max(1)].to_owned();
+                (f, json)
+            })
+            .collect();
+        let numbers: Vec<i64> = bytes.iter().map(|b| i64::from(*b as i8)).collect();
+        let numbers_text = numbers
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        Self {
+            strings,
+            numbers,
+            numbers_text,
+            text,
+        }
+    }
+
+    /// Whether the row's JSON text may hold a placeholder (a quick test before parsing it).
+    pub fn may_hold(&self, row: &str) -> bool {
+        self.strings
+            .iter()
+            .any(|(_, json)| row.contains(json.as_str()))
+            || (!self.numbers_text.is_empty() && row.contains(&self.numbers_text))
+    }
+
+    /// Whether `value` is a form of the placeholder.
+    pub fn holds(&self, value: &Value) -> bool {
+        match value {
+            Value::String(text) => self.strings.iter().any(|(form, _)| form == text),
+            Value::Array(items) if items.len() == 1 && items[0].is_string() => {
+                self.holds(&items[0])
+            }
+            Value::Array(items)
+                if !self.numbers.is_empty() && items.len() == self.numbers.len() =>
+            {
+                items
+                    .iter()
+                    .zip(&self.numbers)
+                    .all(|(item, n)| item.as_i64() == Some(*n))
+            }
+            Value::Object(map) if map.len() == 1 => {
+                map.get(&self.text).and_then(Value::as_str) == Some(self.text.as_str())
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Default for Placeholders {
+    fn default() -> Self {
+        Self::new(DEFAULT_UNAVAILABLE_VALUE_PLACEHOLDER)
+    }
+}
+
+/// Debezium's default `unavailable.value.placeholder`.
+pub const DEFAULT_UNAVAILABLE_VALUE_PLACEHOLDER: &str = "__debezium_unavailable_value";
+
+fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// A row ready to apply: its JSON object in PostgreSQL's input forms, without the columns
+/// whose values are unavailable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedRow {
+    /// The JSON object's text.
+    pub json: String,
+    /// Its fields (the columns it sets), sorted.
+    pub columns: Vec<String>,
+    /// The columns the change did not carry a value for (unchanged TOASTed values: a
+    /// placeholder, or listed in sluice's `unavailable_columns`), sorted.
+    pub unavailable: Vec<String>,
+}
+
+/// Converts the fields of `row` (a JSON object's text) named in `plan` and leaves out the
+/// fields holding a placeholder (`placeholders`; `None`: a plain row, never checked) or named
+/// in `listed` (sluice's `unavailable_columns`).
 ///
 /// # Errors
 ///
 /// A field whose value is not a valid encoding, named.
-pub fn convert_row(row: &str, plan: &[(String, Conversion)]) -> Result<String, String> {
-    if plan.is_empty() {
-        return Ok(row.to_owned());
+pub fn prepare_row(
+    row: &str,
+    plan: &[(String, ColumnConversion)],
+    placeholders: Option<&Placeholders>,
+    listed: &[String],
+) -> Result<PreparedRow, String> {
+    let check = placeholders.filter(|p| p.may_hold(row));
+    if plan.is_empty() && check.is_none() && listed.is_empty() {
+        // Nothing to change: only the field names are read.
+        let fields: std::collections::BTreeMap<String, serde::de::IgnoredAny> =
+            serde_json::from_str(row).map_err(|e| format!("the row is not a JSON object: {e}"))?;
+        return Ok(PreparedRow {
+            json: row.to_owned(),
+            columns: fields.into_keys().collect(),
+            unavailable: Vec::new(),
+        });
     }
     let mut object: Map<String, Value> =
         serde_json::from_str(row).map_err(|e| format!("the row is not a JSON object: {e}"))?;
-    let mut changed = false;
+    let mut unavailable: Vec<String> = listed.to_vec();
+    if let Some(placeholders) = check {
+        for (name, value) in &object {
+            if placeholders.holds(value) && !unavailable.contains(name) {
+                unavailable.push(name.clone());
+            }
+        }
+    }
+    for name in &unavailable {
+        object.remove(name);
+    }
     for (column, conversion) in plan {
         let Some(value) = object.get_mut(column) else {
             continue;
         };
-        if let Some(converted) = convert(*conversion, value)
-            .map_err(|e| format!("column {column:?}: {e} ({conversion:?}): {value}"))?
-        {
-            *value = converted;
-            changed = true;
+        conversion.apply(value).map_err(|e| {
+            format!(
+                "column {column:?}: {e} ({:?}): {value}",
+                conversion.conversion
+            )
+        })?;
+    }
+    unavailable.sort();
+    let columns: Vec<String> = object.keys().cloned().collect();
+    let json = serde_json::to_string(&object).map_err(|e| e.to_string())?;
+    Ok(PreparedRow {
+        json,
+        columns,
+        unavailable,
+    })
+}
+
+/// `later` over `earlier` (two upserts of one key in a batch, in this order): the later
+/// values win; the columns the later one does not carry keep the earlier one's values.
+///
+/// # Errors
+///
+/// A row that is not a JSON object (never: both were prepared).
+pub fn merge_rows(earlier: &PreparedRow, later: &PreparedRow) -> Result<PreparedRow, String> {
+    let unavailable = |columns: &[String]| {
+        let mut unavailable: Vec<String> = earlier
+            .unavailable
+            .iter()
+            .chain(&later.unavailable)
+            .filter(|c| !columns.contains(c))
+            .cloned()
+            .collect();
+        unavailable.sort();
+        unavailable.dedup();
+        unavailable
+    };
+    if earlier.columns.iter().all(|c| later.columns.contains(c)) {
+        return Ok(PreparedRow {
+            json: later.json.clone(),
+            columns: later.columns.clone(),
+            unavailable: unavailable(&later.columns),
+        });
+    }
+    let mut object: Map<String, Value> =
+        serde_json::from_str(&earlier.json).map_err(|e| e.to_string())?;
+    let newer: Map<String, Value> = serde_json::from_str(&later.json).map_err(|e| e.to_string())?;
+    object.extend(newer);
+    let columns: Vec<String> = object.keys().cloned().collect();
+    let unavailable = unavailable(&columns);
+    Ok(PreparedRow {
+        json: serde_json::to_string(&object).map_err(|e| e.to_string())?,
+        columns,
+        unavailable,
+    })
+}
+
+/// `hstore`'s input of a map of strings (or nulls).
+fn hstore_text(map: &Map<String, Value>) -> String {
+    let quote = |text: &str| format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""));
+    let pairs: Vec<String> = map
+        .iter()
+        .map(|(key, value)| match value {
+            Value::Null => format!("{}=>NULL", quote(key)),
+            Value::String(text) => format!("{}=>{}", quote(key), quote(text)),
+            other => format!("{}=>{}", quote(key), quote(&other.to_string())),
+        })
+        .collect();
+    pairs.join(", ")
+}
+
+/// The bounding box `(min x, min y, max x, max y)` of a WKB polygon's rings.
+fn wkb_bounds(wkb: &[u8]) -> Option<(f64, f64, f64, f64)> {
+    let little = *wkb.first()? == 1;
+    let u32_at = |at: usize| -> Option<u32> {
+        let bytes: [u8; 4] = wkb.get(at..at + 4)?.try_into().ok()?;
+        Some(if little {
+            u32::from_le_bytes(bytes)
+        } else {
+            u32::from_be_bytes(bytes)
+        })
+    };
+    let f64_at = |at: usize| -> Option<f64> {
+        let bytes: [u8; 8] = wkb.get(at..at + 8)?.try_into().ok()?;
+        Some(if little {
+            f64::from_le_bytes(bytes)
+        } else {
+            f64::from_be_bytes(bytes)
+        })
+    };
+    if u32_at(1)? != 3 {
+        return None;
+    }
+    let mut at = 9;
+    let mut bounds = (f64::MAX, f64::MAX, f64::MIN, f64::MIN);
+    for _ in 0..u32_at(5)? {
+        let points = u32_at(at)?;
+        at += 4;
+        for _ in 0..points {
+            let (x, y) = (f64_at(at)?, f64_at(at + 8)?);
+            at += 16;
+            bounds = (
+                bounds.0.min(x),
+                bounds.1.min(y),
+                bounds.2.max(x),
+                bounds.3.max(y),
+            );
         }
     }
-    if !changed {
-        return Ok(row.to_owned());
+    (bounds.0 <= bounds.2).then_some(bounds)
+}
+
+/// PostgreSQL's text of Debezium's special decimals (`decimal.handling.mode = string`).
+fn decimal_special(text: &str) -> Option<&'static str> {
+    match text {
+        "POSITIVE_INFINITY" | "Infinity" => Some("Infinity"),
+        "NEGATIVE_INFINITY" | "-Infinity" => Some("-Infinity"),
+        "NAN" | "NaN" => Some("NaN"),
+        _ => None,
     }
-    serde_json::to_string(&object).map_err(|e| e.to_string())
+}
+
+/// `text` (ISO 8601, `[+-]YYYYYY-MM-DDTHH:MM:SS…`) in PostgreSQL's form when its year has a
+/// sign (ISO's year 0 is 1 BC, -1 is 2 BC); `None` for the others, which PostgreSQL reads.
+fn zoned_timestamp(text: &str) -> Option<String> {
+    let (negative, rest) = match text.as_bytes().first()? {
+        b'-' if text != "-infinity" => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        b'0'..=b'9' if text.starts_with("0000-") => (false, text),
+        _ => return None,
+    };
+    let (year, rest) = rest.split_once('-')?;
+    let year: i64 = year.parse().ok()?;
+    let year = if negative { -year } else { year };
+    let rest = rest.replacen('T', " ", 1);
+    Some(if year <= 0 {
+        format!("{:04}-{rest} BC", 1 - year)
+    } else {
+        format!("{year:04}-{rest}")
+    })
 }
 
 fn base64(text: &str) -> Result<Vec<u8>, String> {
@@ -435,7 +909,7 @@ mod tests {
             json!("12345.6")
         );
         assert_eq!(
-            converted(Conversion::Bytes, json!("AQL/")),
+            converted(Conversion::Bytes(BinaryHandlingMode::Bytes), json!("AQL/")),
             json!("\\x0102ff")
         );
         assert_eq!(
@@ -458,7 +932,7 @@ mod tests {
             converted(Conversion::Date, json!("2025-11-25")),
             json!("2025-11-25")
         );
-        assert!(convert(Conversion::Bytes, &json!("%%%")).is_err());
+        assert!(convert(Conversion::Bytes(BinaryHandlingMode::Bytes), &json!("%%%")).is_err());
     }
 
     #[test]
@@ -478,36 +952,244 @@ mod tests {
             modifier,
         };
         assert_eq!(
-            from_column(&column("timestamp", Some(3))),
+            from_column(&column("timestamp", Some(3)), &EventEncoding::default()),
             Some(Conversion::Timestamp(Unit::Millis))
         );
         assert_eq!(
-            from_column(&column("timestamp", None)),
+            from_column(&column("timestamp", None), &EventEncoding::default()),
             Some(Conversion::Timestamp(Unit::Micros))
         );
         assert_eq!(
-            from_column(&column("numeric", Some(2))),
+            from_column(&column("numeric", Some(2)), &EventEncoding::default()),
             Some(Conversion::Decimal { scale: 2 })
         );
         assert_eq!(
-            from_column(&column("numeric", None)),
+            from_column(&column("numeric", None), &EventEncoding::default()),
             Some(Conversion::VariableDecimal)
         );
-        assert_eq!(from_column(&column("timestamptz", None)), None);
-        assert_eq!(from_column(&column("text", None)), None);
+        assert_eq!(
+            from_column(&column("timestamptz", None), &EventEncoding::default()),
+            Some(Conversion::ZonedTimestamp)
+        );
+        assert_eq!(
+            ColumnConversion::from_column(&column("_numeric", Some(2)), &EventEncoding::default()),
+            Some(ColumnConversion {
+                conversion: Conversion::Decimal { scale: 2 },
+                elements: true
+            })
+        );
+        assert_eq!(
+            from_column(&column("text", None), &EventEncoding::default()),
+            None
+        );
+        // Other options: `connect` is milliseconds whatever the precision; `hex` bytes;
+        // `string` decimals as they are.
+        let other = EventEncoding {
+            decimal: DecimalHandlingMode::String,
+            time: TimePrecisionMode::Connect,
+            binary: BinaryHandlingMode::Hex,
+        };
+        assert_eq!(
+            from_column(&column("timestamp", None), &other),
+            Some(Conversion::Timestamp(Unit::Millis))
+        );
+        assert_eq!(
+            from_column(&column("numeric", Some(2)), &other),
+            Some(Conversion::DecimalText)
+        );
+        let hex = from_column(&column("bytea", None), &other).unwrap();
+        assert_eq!(converted(hex, json!("0a0bff")), json!("\\x0a0bff"));
+        assert_eq!(
+            converted(Conversion::DecimalText, json!("POSITIVE_INFINITY")),
+            json!("Infinity")
+        );
+        assert_eq!(
+            converted(Conversion::DecimalText, json!("NAN")),
+            json!("NaN")
+        );
+        // Bits: B'101' is 5, B'1100' 12, B'000' no bytes; bit(1) a boolean.
+        let bits = |length| Conversion::Bits { length };
+        assert_eq!(converted(bits(Some(3)), json!("BQ==")), json!("101"));
+        assert_eq!(converted(bits(None), json!("DA==")), json!("1100"));
+        assert_eq!(converted(bits(Some(3)), json!("")), json!("000"));
+        assert_eq!(
+            converted(bits(Some(10)), json!("AwI=")),
+            json!("1000000011")
+        );
+        assert_eq!(converted(bits(Some(1)), json!(true)), json!("1"));
+        assert_eq!(
+            converted(
+                Conversion::Hstore,
+                json!(r#"{"a":"1","b":null,"q\"":"\\"}"#)
+            ),
+            json!(r#""a"=>"1", "b"=>NULL, "q\""=>"\\""#)
+        );
+        // A box as Debezium's geometry: ((0,0),(1,1)) from the golden capture.
+        let wkb = "AQMAAAABAAAABQAAAAAAAAAAAPA/AAAAAAAA8D8AAAAAAADwPwAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA8D8AAAAAAADwPwAAAAAAAPA/";
+        assert_eq!(
+            converted(Conversion::Box, json!({"wkb": wkb, "srid": null})),
+            json!("(1,1),(0,0)")
+        );
+        let url = Conversion::Bytes(BinaryHandlingMode::Base64UrlSafe);
+        assert_eq!(converted(url, json!("_-8")), json!("\\xffef"));
     }
 
     #[test]
     fn rows_are_converted_by_their_plan() {
+        let plain = |conversion| ColumnConversion {
+            conversion,
+            elements: false,
+        };
         let plan = vec![
-            ("d".to_owned(), Conversion::Date),
-            ("b".to_owned(), Conversion::Bytes),
+            ("d".to_owned(), plain(Conversion::Date)),
+            (
+                "b".to_owned(),
+                plain(Conversion::Bytes(BinaryHandlingMode::Bytes)),
+            ),
+            (
+                "ds".to_owned(),
+                ColumnConversion {
+                    conversion: Conversion::Date,
+                    elements: true,
+                },
+            ),
         ];
-        let row = convert_row(r#"{"id":1,"d":1,"b":null}"#, &plan).unwrap();
-        let row: Value = serde_json::from_str(&row).unwrap();
-        assert_eq!(row, json!({"id": 1, "d": "1970-01-02", "b": null}));
-        assert_eq!(convert_row(r#"{"id":1}"#, &[]).unwrap(), r#"{"id":1}"#);
-        let error = convert_row(r#"{"b":"%"}"#, &plan).unwrap_err();
+        let row = prepare_row(
+            r#"{"id":1,"d":1,"b":null,"ds":[[0,null],[2146033979,1]]}"#,
+            &plan,
+            None,
+            &[],
+        )
+        .unwrap();
+        let json: Value = serde_json::from_str(&row.json).unwrap();
+        assert_eq!(
+            json,
+            json!({"id": 1, "d": "1970-01-02", "b": null,
+                   "ds": [["1970-01-01", null], ["infinity", "1970-01-02"]]})
+        );
+        assert_eq!(row.columns, ["b", "d", "ds", "id"]);
+        assert!(row.unavailable.is_empty());
+        let same = prepare_row(r#"{"id":1}"#, &[], None, &[]).unwrap();
+        assert_eq!(same.json, r#"{"id":1}"#);
+        let error = prepare_row(r#"{"b":"%"}"#, &plan, None, &[]).unwrap_err();
         assert!(error.contains("column \"b\""), "{error}");
+    }
+
+    #[test]
+    fn infinities_and_years_outside_1_to_9999_are_postgres_input() {
+        for (days, expected) in [
+            (2_146_033_979, "infinity"),
+            (-622_191_234, "infinity"),
+            (-2_147_472_691, "-infinity"),
+            (-625_821_272, "-infinity"),
+            (2_145_042_905, "5874897-12-31"),
+            (-2_440_550, "4713-01-01 BC"),
+        ] {
+            assert_eq!(converted(Conversion::Date, json!(days)), json!(expected));
+        }
+        for (unit, ticks, expected) in [
+            (Unit::Micros, i64::MAX, "infinity"),
+            (Unit::Micros, i64::MIN, "-infinity"),
+            (Unit::Millis, 9_223_372_036_825_200_000, "infinity"),
+            (Unit::Millis, -9_223_372_036_832_400_000, "-infinity"),
+            (Unit::Nanos, i64::MAX, "infinity"),
+            (
+                Unit::Micros,
+                -210_863_520_000_000_000,
+                "4713-01-01 00:00:00 BC",
+            ),
+        ] {
+            assert_eq!(
+                converted(Conversion::Timestamp(unit), json!(ticks)),
+                json!(expected),
+                "{unit:?} {ticks}"
+            );
+        }
+        for (text, expected) in [
+            (
+                "-4712-01-01T00:00:00.000000Z",
+                "4713-01-01 00:00:00.000000Z BC",
+            ),
+            (
+                "+294276-12-31T23:59:59.999999Z",
+                "294276-12-31 23:59:59.999999Z",
+            ),
+            ("0000-03-01T00:00:00Z", "0001-03-01 00:00:00Z BC"),
+            ("2020-04-01T11:51:02Z", "2020-04-01T11:51:02Z"),
+            ("infinity", "infinity"),
+            ("-infinity", "-infinity"),
+        ] {
+            assert_eq!(
+                converted(Conversion::ZonedTimestamp, json!(text)),
+                json!(expected)
+            );
+        }
+    }
+
+    #[test]
+    fn placeholders_are_found_in_every_form_and_left_out() {
+        let p = Placeholders::default();
+        let forms = [
+            json!("__debezium_unavailable_value"),
+            json!("X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
+            json!("X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ"),
+            json!("5f5f646562657a69756d5f756e617661696c61626c655f76616c7565"),
+            json!(["__debezium_unavailable_value"]),
+            json!(["X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="]),
+            json!({"__debezium_unavailable_value": "__debezium_unavailable_value"}),
+            json!("{\"__debezium_unavailable_value\":\"__debezium_unavailable_value\"}"),
+            serde_json::to_value(b"__debezium_unavailable_value".to_vec()).unwrap(),
+        ];
+        for form in &forms {
+            assert!(p.holds(form), "{form}");
+            let row = json!({"id": 1, "big": form, "small": "s"}).to_string();
+            assert!(p.may_hold(&row), "{row}");
+            let prepared = prepare_row(&row, &[], Some(&p), &[]).unwrap();
+            assert_eq!(prepared.json, r#"{"id":1,"small":"s"}"#, "{form}");
+            assert_eq!(prepared.unavailable, ["big"]);
+            assert_eq!(prepared.columns, ["id", "small"]);
+        }
+        for other in [
+            json!("__debezium_unavailable_valu"),
+            json!(["__debezium_unavailable_value", "x"]),
+            json!(null),
+            json!(95),
+        ] {
+            assert!(!p.holds(&other), "{other}");
+        }
+        // A plain row is never checked; a configured placeholder, `hex:` included.
+        let row = r#"{"id":1,"big":"__debezium_unavailable_value"}"#;
+        assert!(
+            prepare_row(row, &[], None, &[])
+                .unwrap()
+                .unavailable
+                .is_empty()
+        );
+        let gone = Placeholders::new("hex:676f6e65");
+        assert!(gone.holds(&json!("gone")) && gone.holds(&json!("Z29uZQ==")));
+        assert!(!gone.holds(&json!("__debezium_unavailable_value")));
+        // sluice's `unavailable_columns`.
+        let listed = prepare_row(r#"{"id":1}"#, &[], Some(&p), &["bio".to_owned()]).unwrap();
+        assert_eq!(listed.unavailable, ["bio"]);
+    }
+
+    #[test]
+    fn later_changes_of_a_key_merge_over_earlier_ones() {
+        let p = Placeholders::default();
+        let prepare = |row: &str| prepare_row(row, &[], Some(&p), &[]).unwrap();
+        let full = prepare(r#"{"id":1,"small":"a","big":"B1"}"#);
+        let toast = prepare(r#"{"id":1,"small":"b","big":"__debezium_unavailable_value"}"#);
+        // A placeholder over a full value keeps the full value.
+        let merged = merge_rows(&full, &toast).unwrap();
+        assert_eq!(merged.json, r#"{"big":"B1","id":1,"small":"b"}"#);
+        assert!(merged.unavailable.is_empty());
+        // A later full value wins.
+        let later = prepare(r#"{"id":1,"small":"c","big":"B2"}"#);
+        let merged = merge_rows(&merged, &later).unwrap();
+        assert_eq!(merged.json, later.json);
+        // Two placeholders: still unavailable.
+        let merged = merge_rows(&toast, &toast).unwrap();
+        assert_eq!(merged.unavailable, ["big"]);
+        assert_eq!(merged.columns, ["id", "small"]);
     }
 }

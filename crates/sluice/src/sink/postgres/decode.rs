@@ -77,6 +77,9 @@ pub enum Change {
         event: bool,
         /// The row's Connect schema (input with schemas).
         schema: Option<Arc<ConnectSchema>>,
+        /// The columns the event lists as unavailable (sluice's `unavailable_columns`:
+        /// unchanged TOASTed values left out of `after`).
+        unavailable: Vec<String>,
     },
     /// Delete the row of `key`.
     Delete {
@@ -104,6 +107,8 @@ struct Envelope<'a> {
     op: Option<&'a str>,
     #[serde(borrow)]
     after: Option<&'a RawValue>,
+    #[serde(default)]
+    unavailable_columns: Option<Vec<String>>,
     // `present`: a JSON null is `Some("null")` here (a tombstone with schemas), not `None`.
     #[serde(borrow, default, deserialize_with = "present")]
     schema: Option<&'a RawValue>,
@@ -228,6 +233,7 @@ pub fn decode(
                     Some(schema) => schemas.row_schema(schema, true)?,
                     None => None,
                 },
+                unavailable: envelope.unavailable_columns.unwrap_or_default(),
             }),
             _ => Err("a create/read/update event without an `after` row".into()),
         },
@@ -243,6 +249,7 @@ pub fn decode(
                 Some(schema) => schemas.row_schema(schema, false)?,
                 None => None,
             },
+            unavailable: Vec::new(),
         }),
     }
 }
@@ -271,7 +278,9 @@ mod tests {
                     row,
                     event,
                     schema,
+                    unavailable,
                 } => {
+                    assert!(unavailable.is_empty());
                     assert_eq!(key, br#"{"id":1}"#);
                     assert_eq!(row, r#"{"id":1,"n":2}"#);
                     assert!(event);
