@@ -381,14 +381,20 @@ pub fn read_topic_with(
     let consumer: BaseConsumer = config.create().expect("consumer");
     let deadline = Instant::now() + timeout;
     let partitions = loop {
-        let metadata = consumer
-            .fetch_metadata(Some(topic), Duration::from_secs(5))
-            .expect("metadata");
-        let count = metadata
-            .topics()
-            .first()
-            .map(|t| t.partitions().len())
-            .unwrap_or(0);
+        // A busy broker may not answer within the call's timeout: asked again until the
+        // deadline.
+        let count = match consumer.fetch_metadata(Some(topic), Duration::from_secs(5)) {
+            Ok(metadata) => metadata
+                .topics()
+                .first()
+                .map(|t| t.partitions().len())
+                .unwrap_or(0),
+            Err(error) if Instant::now() < deadline => {
+                eprintln!("read_topic: metadata of {topic}: {error}; asking again");
+                0
+            }
+            Err(error) => panic!("metadata of {topic}: {error}"),
+        };
         if count > 0 {
             break count;
         }
