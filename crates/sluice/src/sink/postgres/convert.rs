@@ -142,6 +142,11 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
     let text = match (conversion, value) {
         (Conversion::Date, Value::Number(n)) => {
             let days = n.as_i64().ok_or("a date that is not an integer")?;
+            // PostgreSQL's dates are 32-bit day numbers; far beyond, the calendar arithmetic
+            // would overflow.
+            if i32::try_from(days).is_err() {
+                return Err("a date out of PostgreSQL's range".into());
+            }
             let mut out = String::with_capacity(14);
             push_date(days, &mut out);
             out
@@ -171,7 +176,7 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
             if is_decimal_text(text) {
                 return Ok(None);
             }
-            decimal_text(&base64(text)?, scale)
+            decimal_text(&base64(text)?, checked_scale(u64::from(scale))?)
         }
         (Conversion::VariableDecimal, Value::Object(object)) => {
             let scale = object
@@ -182,7 +187,7 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
                 .get("value")
                 .and_then(Value::as_str)
                 .ok_or("a variable-scale decimal without a value")?;
-            decimal_text(&base64(value)?, u32::try_from(scale).map_err(|_| "scale")?)
+            decimal_text(&base64(value)?, checked_scale(scale)?)
         }
         (Conversion::Bytes, Value::String(text)) => {
             let bytes = base64(text)?;
@@ -242,6 +247,18 @@ pub fn convert_row(row: &str, plan: &[(String, Conversion)]) -> Result<String, S
         return Ok(row.to_owned());
     }
     serde_json::to_string(&object).map_err(|e| e.to_string())
+}
+
+/// The largest scale PostgreSQL's `numeric` has (its display scale is 14 bits).
+const MAX_SCALE: u64 = 16_383;
+
+/// A decimal's scale, which comes from the record: the number of digits written after the
+/// point, so one beyond [`MAX_SCALE`] is refused rather than allocated.
+fn checked_scale(scale: u64) -> Result<u32, String> {
+    u32::try_from(scale)
+        .ok()
+        .filter(|s| u64::from(*s) <= MAX_SCALE)
+        .ok_or_else(|| format!("a decimal scale of {scale}: PostgreSQL's largest is {MAX_SCALE}"))
 }
 
 fn base64(text: &str) -> Result<Vec<u8>, String> {
