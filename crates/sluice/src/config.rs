@@ -1290,6 +1290,18 @@ pub(crate) fn parse_interpolated(
 /// Parses TOML text; a syntax error names the place, never the text there (it may be a
 /// password).
 pub(crate) fn parse_toml(text: &str, origin: &str) -> Result<toml::Value, ConfigError> {
+    // The TOML parser recurses once per level of arrays and inline tables, without a limit:
+    // 100,000 levels overflow the stack (a crash, not an error).
+    if let Some(at) = too_deep(text) {
+        let before = &text[..at];
+        let line = before.matches('\n').count() + 1;
+        let column = before.len() - before.rfind('\n').map_or(0, |at| at + 1) + 1;
+        return Err(ConfigError::Syntax {
+            path: origin.to_owned(),
+            location: format!("line {line}, column {column}"),
+            message: format!("arrays and inline tables nested more than {MAX_TOML_NESTING} deep"),
+        });
+    }
     toml::from_str(text).map_err(|error| {
         let location = match error.span() {
             Some(span) => {
@@ -1306,6 +1318,59 @@ pub(crate) fn parse_toml(text: &str, origin: &str) -> Result<toml::Value, Config
             message: error.message().trim_end().to_owned(),
         }
     })
+}
+
+/// The deepest nesting of arrays and inline tables a pipeline file may have (a real file nests
+/// a few levels; the parser's own limit, about 80, reports an error but does not stop it from
+/// recursing on).
+const MAX_TOML_NESTING: usize = 64;
+
+/// The byte offset of the first `[` or `{` nested deeper than [`MAX_TOML_NESTING`], outside
+/// strings and comments; `None` when there is none. A lexical scan, so malformed text is left
+/// to the parser to report.
+fn too_deep(text: &str) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        match byte {
+            b'#' => {
+                i += memchr::memchr(b'\n', &bytes[i..]).unwrap_or(bytes.len() - i);
+                continue;
+            }
+            b'"' | b'\'' => {
+                let triple = bytes[i..].starts_with(&[byte; 3]);
+                i += if triple { 3 } else { 1 };
+                while let Some(&c) = bytes.get(i) {
+                    if byte == b'"' && c == b'\\' {
+                        i += 2;
+                        continue;
+                    }
+                    if triple {
+                        if bytes[i..].starts_with(&[byte; 3]) {
+                            i += 3;
+                            break;
+                        }
+                    } else if c == byte || c == b'\n' {
+                        i += 1;
+                        break;
+                    }
+                    i += 1;
+                }
+                continue;
+            }
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_TOML_NESTING {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    None
 }
 
 /// Deserializes strictly; an error names the key's path, and the kind of value found rather

@@ -31,6 +31,8 @@ pub mod doctor;
 pub mod error;
 pub mod event;
 pub mod failpoint;
+#[cfg(test)]
+mod hostile;
 pub mod kafka;
 pub mod kafka_state;
 pub mod perf;

@@ -22,6 +22,11 @@
 //! [`StatusBoard`] and the Prometheus recorder's handle.
 
 mod page;
+mod server;
+
+pub use server::Limits;
+#[cfg(test)]
+pub(crate) use server::limited;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -300,8 +305,13 @@ async fn snapshot_signal(
             tombstones: false,
         },
         Err(rejection) => {
+            // A body over the server's cap (src/admin/server.rs) keeps its 413.
+            let code = match rejection.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::BAD_REQUEST,
+            };
             return error(
-                StatusCode::BAD_REQUEST,
+                code,
                 format!(
                     "{}: expected {{\"tables\": [\"schema.table\"], \"filter\": \"optional SQL condition\", \"tombstones\": false}}",
                     rejection.body_text()
@@ -436,77 +446,8 @@ pub fn tls_config(cert: &str, key: &str) -> anyhow::Result<Arc<rustls::ServerCon
     Ok(Arc::new(config))
 }
 
-/// Connections whose TLS handshake succeeded, for axum. Handshakes run in their own tasks (a
-/// slow or plain-HTTP client holds up no one) and fail after 10 s.
-struct TlsListener {
-    incoming: tokio::sync::mpsc::Receiver<(
-        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-        SocketAddr,
-    )>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    fn new(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>) -> Self {
-        let local = listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-        let (tx, incoming) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    accepted = listener.accept() => accepted,
-                    () = tx.closed() => return,
-                };
-                let (tcp, peer) = match accepted {
-                    Ok(accepted) => accepted,
-                    Err(error) => {
-                        // Out of file descriptors and the like: try again shortly.
-                        tracing::debug!(error = %error, "admin server: accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
-                    {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(error)) => {
-                            tracing::debug!(%peer, error = %error, "admin server: TLS handshake failed");
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "admin server: TLS handshake timed out");
-                        }
-                    }
-                });
-            }
-        });
-        Self { incoming, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(connection) => connection,
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
-/// Serves the admin routes on `listen` until `shutdown`, over HTTPS when `tls` is given; also
+/// Serves the admin routes on `listen` until `shutdown`, over HTTPS when `tls` is given, within
+/// [`Limits::DEFAULT`] (connection cap, head read timeout, body cap: see [`Limits`]); also
 /// samples the pipeline once a second for the charts and drains histogram samples so they
 /// never pile up between scrapes.
 ///
@@ -546,21 +487,11 @@ pub async fn serve(
         }
     });
     let app = router(prometheus, board, token, config);
-    Ok(tokio::spawn(async move {
-        let result = match tls {
-            Some(tls) => {
-                axum::serve(TlsListener::new(listener, tls), app)
-                    .with_graceful_shutdown(shutdown.cancelled_owned())
-                    .await
-            }
-            None => {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(shutdown.cancelled_owned())
-                    .await
-            }
-        };
-        if let Err(error) = result {
-            tracing::error!(error = %error, "admin server failed");
-        }
-    }))
+    Ok(tokio::spawn(server::run(
+        listener,
+        app,
+        tls,
+        server::Limits::DEFAULT,
+        shutdown,
+    )))
 }

@@ -269,6 +269,15 @@ impl PathTemplate {
         out.truncate(end);
         let start = out.len() - out.trim_start_matches('/').len();
         out.drain(..start);
+        // Literal text next to a time format's own text can make a `..` segment (`.` then
+        // `{timestamp:.}`): the check of the template's literals alone cannot see it.
+        if memchr::memmem::find(out.as_bytes(), b"..").is_some()
+            && out.split('/').any(|segment| segment == "..")
+        {
+            return Err(format!(
+                "the directory {out:?} has a '..' segment: the path template's literal text and time formats must not make one"
+            ));
+        }
         Ok(())
     }
 }

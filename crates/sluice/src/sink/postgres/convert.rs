@@ -211,6 +211,11 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
             if let Some((_, infinity)) = DATE_INFINITY.iter().find(|(d, _)| *d == days) {
                 return Ok(Some(Value::String((*infinity).to_owned())));
             }
+            // PostgreSQL's dates are 32-bit day numbers; far beyond, the calendar arithmetic
+            // would overflow.
+            if i32::try_from(days).is_err() {
+                return Err("a date out of PostgreSQL's range".into());
+            }
             let mut out = String::with_capacity(14);
             push_date(days, &mut out);
             out
@@ -249,7 +254,7 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
             if is_decimal_text(text) {
                 return Ok(None);
             }
-            decimal_text(&base64(text)?, scale)
+            decimal_text(&base64(text)?, checked_scale(u64::from(scale))?)
         }
         (Conversion::VariableDecimal, Value::Object(object)) => {
             let scale = object
@@ -260,7 +265,7 @@ pub fn convert(conversion: Conversion, value: &Value) -> Result<Option<Value>, S
                 .get("value")
                 .and_then(Value::as_str)
                 .ok_or("a variable-scale decimal without a value")?;
-            decimal_text(&base64(value)?, u32::try_from(scale).map_err(|_| "scale")?)
+            decimal_text(&base64(value)?, checked_scale(scale)?)
         }
         (Conversion::Bytes(mode), Value::String(text)) => {
             let bytes = match mode {
@@ -716,6 +721,18 @@ fn zoned_timestamp(text: &str) -> Option<String> {
     } else {
         format!("{year:04}-{rest}")
     })
+}
+
+/// The largest scale PostgreSQL's `numeric` has (its display scale is 14 bits).
+const MAX_SCALE: u64 = 16_383;
+
+/// A decimal's scale, which comes from the record: the number of digits written after the
+/// point, so one beyond [`MAX_SCALE`] is refused rather than allocated.
+fn checked_scale(scale: u64) -> Result<u32, String> {
+    u32::try_from(scale)
+        .ok()
+        .filter(|s| u64::from(*s) <= MAX_SCALE)
+        .ok_or_else(|| format!("a decimal scale of {scale}: PostgreSQL's largest is {MAX_SCALE}"))
 }
 
 fn base64(text: &str) -> Result<Vec<u8>, String> {

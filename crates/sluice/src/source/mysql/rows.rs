@@ -80,17 +80,87 @@ impl RowPlan {
     }
 }
 
+/// Whether `mysql_common`'s value reader can read a column of `column_type` with `meta` (its
+/// TABLE_MAP metadata) without panicking: it indexes the metadata and sizes decimals by it
+/// unchecked, and a hostile or broken server can send any. Every MySQL and MariaDB server
+/// writes metadata that passes.
+pub fn readable(column_type: ColumnType, meta: &[u8]) -> bool {
+    use ColumnType::*;
+    match column_type {
+        // The reader takes two metadata bytes for these (VAR_STRING has none in a TABLE_MAP).
+        MYSQL_TYPE_VARCHAR
+        | MYSQL_TYPE_VAR_STRING
+        | MYSQL_TYPE_STRING
+        | MYSQL_TYPE_ENUM
+        | MYSQL_TYPE_SET
+        | MYSQL_TYPE_BIT => meta.len() >= 2,
+        // Precision 1-65 digits, scale 0-30 and at most the precision (DECIMAL(M,D)).
+        MYSQL_TYPE_NEWDECIMAL => match meta {
+            [precision, scale, ..] => {
+                (1..=65).contains(precision) && *scale <= 30 && scale <= precision
+            }
+            _ => false,
+        },
+        // Fractional seconds: 0-6 digits.
+        MYSQL_TYPE_TIME2 | MYSQL_TYPE_DATETIME2 | MYSQL_TYPE_TIMESTAMP2 => {
+            meta.first().is_some_and(|fsp| *fsp <= 6)
+        }
+        MYSQL_TYPE_TINY_BLOB
+        | MYSQL_TYPE_BLOB
+        | MYSQL_TYPE_MEDIUM_BLOB
+        | MYSQL_TYPE_LONG_BLOB
+        | MYSQL_TYPE_GEOMETRY
+        | MYSQL_TYPE_JSON
+        | MYSQL_TYPE_FLOAT
+        | MYSQL_TYPE_DOUBLE
+        | MYSQL_TYPE_VECTOR => !meta.is_empty(),
+        // The element type's metadata: never in a row image sluice reads.
+        MYSQL_TYPE_TYPED_ARRAY => false,
+        _ => true,
+    }
+}
+
+/// The first column of `tme` whose type and metadata [`readable`] refuses (its index), or
+/// whose type the map does not say.
+pub fn unreadable_column(tme: &TableMapEvent<'_>) -> Option<usize> {
+    let count = usize::try_from(tme.columns_count()).ok()?;
+    (0..count).find(|&i| {
+        match (
+            tme.get_column_type(i).ok().flatten(),
+            tme.get_column_metadata(i),
+        ) {
+            (Some(column_type), Some(meta)) => !readable(column_type, meta),
+            _ => true,
+        }
+    })
+}
+
 /// The images of every row in `rows`, read with `plan` (which must [`RowPlan::fits`] them).
 ///
 /// # Errors
 ///
 /// A row that ends early or holds a value its column's type cannot have.
 pub fn decode<'a>(plan: &'a RowPlan, rows: &'a RowsEventData<'a>) -> io::Result<Vec<Images>> {
-    let before = rows.columns_before_image().is_some();
-    let after = rows.columns_after_image().is_some();
-    let mut buf = ParseBuf(rows.rows_data());
+    decode_images(
+        plan,
+        rows.columns_before_image().is_some(),
+        rows.columns_after_image().is_some(),
+        rows.rows_data(),
+    )
+}
+
+/// The images in a rows event's row data: each row a before image (`before`), then an after
+/// image (`after`).
+fn decode_images(
+    plan: &RowPlan,
+    before: bool,
+    after: bool,
+    data: &[u8],
+) -> io::Result<Vec<Images>> {
+    let mut buf = ParseBuf(data);
     let mut out = Vec::new();
     while !buf.is_empty() {
+        let left = buf.len();
         let old = if before {
             Some(image(plan, &mut buf)?)
         } else {
@@ -101,6 +171,14 @@ pub fn decode<'a>(plan: &'a RowPlan, rows: &'a RowsEventData<'a>) -> io::Result<
         } else {
             None
         };
+        // A row reads at least its null bitmap, unless the table map has no columns (a
+        // hostile or broken server): then it would never end.
+        if buf.len() == left {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "a row image of no bytes (the table map has no columns)",
+            ));
+        }
         out.push((old, new));
     }
     Ok(out)
@@ -123,8 +201,26 @@ fn image<'a>(plan: &'a RowPlan, buf: &mut ParseBuf<'a>) -> io::Result<Vec<Binlog
                 column.unsigned,
                 false,
             );
-            values.push(buf.parse::<BinlogValue<'_>>(ctx)?.into_owned());
+            // The crate's reader does unchecked arithmetic on some malformed values (a
+            // DECIMAL's last digits, a TIME2's fraction): an overflow panic where overflow
+            // checks are on (debug and test builds), a wrong value where not. A panic there is
+            // this value's error, not the process's end.
+            let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                buf.parse::<BinlogValue<'_>>(ctx)
+            }))
+            .map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("a malformed {:?} value", column.column_type),
+                )
+            })??;
+            values.push(value.into_owned());
         }
     }
     Ok(values)
 }
+
+/// Hostile row images, tried systematically (see [`crate::hostile`]).
+#[cfg(test)]
+#[path = "rows_hostile.rs"]
+mod hostile;

@@ -1132,6 +1132,17 @@ impl MysqlSource {
                     let (database, table) = (tme.database_name(), tme.table_name());
                     let captured = self.config.source.captures(&database, &table);
                     let signal = self.config.source.is_signal_table(&database, &table);
+                    // Metadata the row reader would panic on (a hostile or broken server).
+                    if (captured || signal)
+                        && let Some(column) = super::rows::unreadable_column(&tme)
+                    {
+                        return Err(PipelineError::fatal(
+                            format!(
+                                "the TABLE_MAP of {database}.{table} describes column {column} with a type or type metadata no MySQL or MariaDB server writes"
+                            ),
+                            "check that source.mysql.url points at a MySQL or MariaDB server; the binlog cannot be read past this event",
+                        ));
+                    }
                     self.tables.insert(
                         table_id,
                         TableSlot {

@@ -1300,6 +1300,11 @@ fn message_name(message: &Backend) -> &'static str {
     }
 }
 
+/// Hostile server bytes, tried systematically (see [`crate::hostile`]).
+#[cfg(test)]
+#[path = "replication_hostile.rs"]
+mod hostile;
+
 #[cfg(test)]
 mod tests {
 
