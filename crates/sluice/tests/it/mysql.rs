@@ -626,7 +626,9 @@ async fn nothing_lost_after_sigkill(server: Server) {
     )
     .await;
 
-    let (writer, written) = spawn_inserts(server, &database, rows, PER_TX);
+    let kills_done = tokio_util::sync::CancellationToken::new();
+    let (writer, written) =
+        spawn_inserts(server, &database, rows, PER_TX, Some(kills_done.clone()));
     let topic = format!("{prefix}.{database}.t");
     let mut kills = Vec::new();
     for _ in 0..5 {
@@ -639,6 +641,7 @@ async fn nothing_lost_after_sigkill(server: Server) {
         sluice.restart();
         tokio::task::block_in_place(|| sluice.wait_streaming(Duration::from_secs(60)));
     }
+    kills_done.cancel();
     writer.await.unwrap();
     println!("{server:?} SIGKILLs: killed after rows {kills:?} of {rows}");
     assert!(
@@ -688,12 +691,15 @@ async fn nothing_lost_after_sigkill(server: Server) {
 }
 
 /// Inserts rows `1..=rows` (`(id, 'v<id>')`) into `<database>.t` in `per_tx`-row
-/// transactions, paced to take about 20 s; the count written so far is shared.
+/// transactions, paced to take about 20 s; the count written so far is shared. With `hold`,
+/// the last transaction waits until it is cancelled: whatever happens before that falls into
+/// the load, however slow the machine.
 pub(crate) fn spawn_inserts(
     server: Server,
     database: &str,
     rows: u32,
     per_tx: u32,
+    hold: Option<tokio_util::sync::CancellationToken>,
 ) -> (
     tokio::task::JoinHandle<()>,
     std::sync::Arc<std::sync::atomic::AtomicU32>,
@@ -708,6 +714,11 @@ pub(crate) fn spawn_inserts(
         let mut next = 1;
         while next <= rows {
             let last = (next + per_tx - 1).min(rows);
+            if last == rows
+                && let Some(hold) = &hold
+            {
+                hold.cancelled().await;
+            }
             let values: Vec<String> = (next..=last).map(|id| format!("({id}, 'v{id}')")).collect();
             conn.query_drop(format!(
                 "INSERT INTO {writer_db}.t VALUES {}",

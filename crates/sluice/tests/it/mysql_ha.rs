@@ -141,7 +141,7 @@ async fn a_standby_takes_over_from_a_killed_active_instance(server: Server) {
     });
     assert_eq!(health(&b)["active"]["instance"], "a", "{}", b.log_text());
 
-    let (writer, written) = spawn_inserts(server, &database, rows, 10);
+    let (writer, written) = spawn_inserts(server, &database, rows, 10, None);
     // Mid-load, once `a` has saved a position of its own in the state topic.
     let before_kill = tokio::task::block_in_place(|| {
         wait_until(
