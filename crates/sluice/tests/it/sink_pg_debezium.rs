@@ -199,7 +199,7 @@ fn golden_files(combination: &str) -> Vec<(String, String)> {
 
 /// The golden files `<prefix><table>.jsonl` of `dir`: (table, lines).
 fn golden_files_in(dir: &std::path::Path, prefix: &str) -> Vec<(String, String)> {
-    let mut files: Vec<(String, String)> = std::fs::read_dir(&dir)
+    let mut files: Vec<(String, String)> = std::fs::read_dir(dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .filter_map(|entry| {
             let path = entry.ok()?.path();
