@@ -335,6 +335,67 @@ async fn compare_table(
 }
 
 /// Whether `known` names `difference`.
+/// The dead-letter topic's records as `origin topic key: reason`, read for `wait`.
+async fn dead_lettered(topic: &str, wait: Duration) -> Vec<String> {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        crate::support::read_topic(&topic, wait, |_| false)
+            .into_iter()
+            .map(|r| {
+                let header = |name: &str| r.headers.get(name).cloned().unwrap_or_default();
+                format!(
+                    "{} {}: {}",
+                    header("sluice.dlq.topic"),
+                    r.key.as_ref().map(|k| k.to_string()).unwrap_or_default(),
+                    header("sluice.dlq.reason")
+                )
+            })
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// The differences per reason of `known` (`?`: none).
+fn by_reason<'a>(
+    differences: &[Difference],
+    known: &[(&str, &str, &str, &str, &'a str)],
+) -> BTreeMap<&'a str, usize> {
+    differences.iter().fold(BTreeMap::new(), |mut acc, d| {
+        let reason = known.iter().find(|k| names(k, d)).map_or("?", |k| k.4);
+        *acc.entry(reason).or_default() += 1;
+        acc
+    })
+}
+
+/// Every difference is named in `known`, and every entry of `known` still occurs (the list
+/// only shrinks); the failure lists the unnamed ones as entries to add.
+fn assert_every_difference_known(
+    differences: &[Difference],
+    known: &[(&str, &str, &str, &str, &str)],
+    dead: &[String],
+) {
+    let unexplained: Vec<String> = differences
+        .iter()
+        .filter(|d| !known.iter().any(|k| names(k, d)))
+        .map(|d| {
+            format!(
+                "(\"{}\", \"{}\", \"{}\", \"{}\", \"?\"), // {} -> {}",
+                d.combination, d.table, d.key, d.column, d.source, d.target
+            )
+        })
+        .collect();
+    let gone: Vec<_> = known
+        .iter()
+        .filter(|k| !differences.iter().any(|d| names(k, d)))
+        .collect();
+    assert!(
+        unexplained.is_empty() && gone.is_empty(),
+        "differences without a reason:\n{}\nknown differences that no longer occur: {gone:#?}\ndead-lettered: {dead:#?}",
+        unexplained.join("\n")
+    );
+}
+
 fn names(known: &(&str, &str, &str, &str, &str), difference: &Difference) -> bool {
     let (combinations, table, key, column, _) = *known;
     (combinations == "*" || combinations.split(',').any(|c| c == difference.combination))
@@ -495,30 +556,7 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
     let applied_in = started.elapsed();
 
     // What was refused, and why.
-    let dead: Vec<String> = {
-        let topic = dead_letter_topic.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::support::read_topic(&topic, Duration::from_secs(3), |_| false)
-                .into_iter()
-                .map(|r| {
-                    format!(
-                        "{} {}: {}",
-                        r.headers
-                            .get("sluice.dlq.topic")
-                            .cloned()
-                            .unwrap_or_default(),
-                        r.key.map(|k| k.to_string()).unwrap_or_default(),
-                        r.headers
-                            .get("sluice.dlq.reason")
-                            .cloned()
-                            .unwrap_or_default()
-                    )
-                })
-                .collect()
-        })
-        .await
-        .unwrap()
-    };
+    let dead = dead_lettered(&dead_letter_topic, Duration::from_secs(3)).await;
 
     let mut differences = Vec::new();
     let mut report = String::new();
@@ -536,20 +574,7 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
         ));
         differences.extend(found);
     }
-    let unexplained: Vec<&Difference> = differences
-        .iter()
-        .filter(|d| !KNOWN.iter().any(|k| names(k, d)))
-        .collect();
-    let gone: Vec<_> = KNOWN
-        .iter()
-        .filter(|k| !differences.iter().any(|d| names(k, d)))
-        .collect();
-    let by_reason: BTreeMap<&str, usize> =
-        differences.iter().fold(BTreeMap::new(), |mut acc, d| {
-            let reason = KNOWN.iter().find(|k| names(k, d)).map_or("?", |k| k.4);
-            *acc.entry(reason).or_default() += 1;
-            acc
-        });
+    let by_reason = by_reason(&differences, KNOWN);
     let tables_with_differences: BTreeSet<(&str, &str)> = differences
         .iter()
         .map(|d| (d.combination.as_str(), d.table.as_str()))
@@ -560,20 +585,7 @@ async fn debeziums_golden_events_rebuild_the_source_tables() {
         differences.len(),
         tables_with_differences.len(),
     );
-    let show: Vec<String> = unexplained
-        .iter()
-        .map(|d| {
-            format!(
-                "(\"{}\", \"{}\", \"{}\", \"{}\", \"?\"), // {} -> {}",
-                d.combination, d.table, d.key, d.column, d.source, d.target
-            )
-        })
-        .collect();
-    assert!(
-        unexplained.is_empty() && gone.is_empty(),
-        "differences without a reason:\n{}\nknown differences that no longer occur: {gone:#?}\ndead-lettered: {dead:#?}",
-        show.join("\n")
-    );
+    assert_every_difference_known(&differences, KNOWN, &dead);
     drop(sinks);
     drop(client);
     drop_database(&name).await;
@@ -917,53 +929,14 @@ async fn debeziums_golden_mysql_events_rebuild_the_source_tables() {
     )
     .await;
     let applied_in = started.elapsed();
-    let dead: Vec<String> = {
-        let topic = dead_letter_topic.clone();
-        tokio::task::spawn_blocking(move || {
-            crate::support::read_topic(&topic, Duration::from_secs(2), |_| false)
-                .into_iter()
-                .map(|r| {
-                    format!(
-                        "{} {}: {}",
-                        r.headers
-                            .get("sluice.dlq.topic")
-                            .cloned()
-                            .unwrap_or_default(),
-                        r.key.map(|k| k.to_string()).unwrap_or_default(),
-                        r.headers
-                            .get("sluice.dlq.reason")
-                            .cloned()
-                            .unwrap_or_default()
-                    )
-                })
-                .collect()
-        })
-        .await
-        .unwrap()
-    };
+    let dead = dead_lettered(&dead_letter_topic, Duration::from_secs(2)).await;
 
     let mut compared = 0;
     let mut differences = Vec::new();
     for table in &tables {
         differences.extend(compare_table(&client, "mysql", table, &mut compared).await);
     }
-    let unexplained: Vec<&Difference> = differences
-        .iter()
-        .filter(|d| !MYSQL_KNOWN.iter().any(|k| names(k, d)))
-        .collect();
-    let gone: Vec<_> = MYSQL_KNOWN
-        .iter()
-        .filter(|k| !differences.iter().any(|d| names(k, d)))
-        .collect();
-    let by_reason: BTreeMap<&str, usize> =
-        differences.iter().fold(BTreeMap::new(), |mut acc, d| {
-            let reason = MYSQL_KNOWN
-                .iter()
-                .find(|k| names(k, d))
-                .map_or("?", |k| k.4);
-            *acc.entry(reason).or_default() += 1;
-            acc
-        });
+    let by_reason = by_reason(&differences, MYSQL_KNOWN);
     println!(
         "mysql: {total} records, {} tables, {compared} values compared, {} differences \
          ({} columns left out: {MYSQL_LEFT_OUT:?}); applied in {applied_in:?}, compared in {:?}; \
@@ -973,20 +946,7 @@ async fn debeziums_golden_mysql_events_rebuild_the_source_tables() {
         MYSQL_LEFT_OUT.len(),
         started.elapsed() - applied_in,
     );
-    let show: Vec<String> = unexplained
-        .iter()
-        .map(|d| {
-            format!(
-                "(\"mysql\", \"{}\", \"{}\", \"{}\", \"?\"), // {} -> {}",
-                d.table, d.key, d.column, d.source, d.target
-            )
-        })
-        .collect();
-    assert!(
-        unexplained.is_empty() && gone.is_empty(),
-        "differences without a reason:\n{}\nknown differences that no longer occur: {gone:#?}\ndead-lettered: {dead:#?}",
-        show.join("\n")
-    );
+    assert_every_difference_known(&differences, MYSQL_KNOWN, &dead);
     drop(sink);
     drop(client);
     drop_database(&name).await;

@@ -109,11 +109,11 @@ struct TableChanges {
 
 /// Counts of what a peek found, for the log.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct PeekSummary {
+struct PeekSummary {
     /// Changes to captured tables read.
-    pub changes: u64,
+    changes: u64,
     /// Changes whose row could not be recognised (may arrive twice).
-    pub unknown: u64,
+    unknown: u64,
 }
 
 impl ChangedRows {
@@ -133,7 +133,7 @@ impl ChangedRows {
         config: &PgPipelineConfig,
         upto: Lsn,
         tables: HashMap<String, Identity>,
-    ) -> Result<(Self, PeekSummary), PipelineError> {
+    ) -> Result<Self, PipelineError> {
         let catalog = PgCatalog::connect(config).await?;
         let client = catalog.client();
         wait_for_flush(client, upto).await?;
@@ -204,7 +204,7 @@ impl ChangedRows {
                 "snapshot: some changed rows of tables without a primary key could not be recognised (an unchanged TOASTed value without REPLICA IDENTITY FULL): they may arrive twice, as op \"r\" and as the change"
             );
         }
-        Ok((changed, summary))
+        Ok(changed)
     }
 
     /// Notes one decoded message of the window.

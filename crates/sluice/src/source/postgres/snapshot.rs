@@ -160,9 +160,7 @@ pub async fn run(
                 resumed_at = %position,
                 "snapshot: resuming under a new snapshot; reading the changes since the consistent point from the slot"
             );
-            super::resumed::ChangedRows::read(ctx.config, *position, identities)
-                .await?
-                .0
+            super::resumed::ChangedRows::read(ctx.config, *position, identities).await?
         }
         _ => super::resumed::ChangedRows::none(),
     };
