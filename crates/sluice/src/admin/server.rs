@@ -9,10 +9,17 @@
 //! - **Head read timeout** ([`Limits::header_read_timeout`]): hyper's own, from the connection's
 //!   first poll: a client that has not sent a whole request head by then is cut off (a
 //!   slowloris sending a header byte a second); the TLS handshake has the same deadline.
-//! - **Body cap** ([`Limits::max_body_bytes`]): tower-http's `RequestBodyLimit`: 413 for a
-//!   larger `Content-Length` at once, or once a streamed body passes the cap.
+//! - **Body read timeout** ([`Limits::body_read_timeout`]): a request's whole body is read
+//!   before the request reaches its handler, and must arrive within this time of its head;
+//!   otherwise 408 and the connection is closed (a client sending its body a byte a second).
+//!   While its body is being read a connection counts as *idle* for the connection cap, so
+//!   connections held open mid-body are evicted like slow heads: only a request whose body is
+//!   all there, in its handler, keeps its connection from being evicted.
+//! - **Body cap** ([`Limits::max_body_bytes`]): 413 for a larger `Content-Length` at once, or
+//!   once a streamed body passes the cap (checked while the body is read, and again by
+//!   tower-http's `RequestBodyLimit` around the routes).
 //! - **Request timeout** ([`Limits::request_timeout`]): tower-http's `Timeout`: 408 when a
-//!   request (reading its body included) takes longer.
+//!   request's handler takes longer.
 //!
 //! Each connection is its own task, so a slow one holds up no other; the pipelines run on
 //! their own tasks and never wait on the admin server.
@@ -23,8 +30,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::pin::Pin;
+
 use axum::Router;
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes, HttpBody as _};
+use axum::http::{HeaderValue, Request, StatusCode, header};
+use axum::response::{IntoResponse as _, Response};
+use bytes::BytesMut;
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -40,7 +53,9 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Largest request body accepted; larger ones get 413.
     pub max_body_bytes: usize,
-    /// Time a request has, reading its body included; then 408.
+    /// Time a request's whole body has to arrive after its head; then 408.
+    pub body_read_timeout: Duration,
+    /// Time a request's handler has; then 408.
     pub request_timeout: Duration,
 }
 
@@ -50,6 +65,7 @@ impl Limits {
         max_connections: 128,
         header_read_timeout: Duration::from_secs(10),
         max_body_bytes: 64 * 1024,
+        body_read_timeout: Duration::from_secs(10),
         request_timeout: Duration::from_secs(60),
     };
 }
@@ -137,6 +153,71 @@ impl Drop for BusyGuard {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+/// A refused request's response; the connection closes after it (the rest of the body is
+/// never read).
+fn refusal((status, text): (StatusCode, String)) -> Response {
+    let mut response = (status, text).into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Reads a request's whole body within [`Limits::body_read_timeout`] and
+/// [`Limits::max_body_bytes`]; otherwise the status (408, 413 or 400) and text to answer with.
+async fn read_body(mut body: Incoming, limits: Limits) -> Result<Bytes, (StatusCode, String)> {
+    let refuse = |status: StatusCode, text: String| (status, text);
+    let too_large = || {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the request body is larger than {} bytes",
+                limits.max_body_bytes
+            ),
+        )
+    };
+    if body.is_end_stream() {
+        return Ok(Bytes::new());
+    }
+    if body
+        .size_hint()
+        .exact()
+        .is_some_and(|length| length > limits.max_body_bytes as u64)
+    {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut buffer = BytesMut::new();
+        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
+        {
+            let frame = frame.map_err(|error| {
+                refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the request body: {error}"),
+                )
+            })?;
+            if let Ok(data) = frame.into_data() {
+                if buffer.len() + data.len() > limits.max_body_bytes {
+                    return Err(too_large());
+                }
+                buffer.extend_from_slice(&data);
+            }
+        }
+        Ok(buffer.freeze())
+    };
+    tokio::time::timeout(limits.body_read_timeout, read)
+        .await
+        .unwrap_or_else(|_| {
+            Err(refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} ms",
+                    limits.body_read_timeout.as_millis()
+                ),
+            ))
+        })
 }
 
 /// Serves `app` on `listener` until `shutdown`, over TLS when `tls` is given, within `limits`;
@@ -246,11 +327,20 @@ impl Connection {
     {
         let busy = Arc::clone(&self.busy);
         let app = self.app.clone();
-        let service = hyper::service::service_fn(move |request| {
-            let guard = BusyGuard::enter(&busy);
+        let limits = self.limits;
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let busy = Arc::clone(&busy);
             let mut app = app.clone();
             async move {
-                let response = app.call(request).await;
+                // The body first, under its deadline and cap: until it is all there the
+                // connection is idle for the connection cap (evictable).
+                let (parts, body) = request.into_parts();
+                let body = match read_body(body, limits).await {
+                    Ok(body) => body,
+                    Err(refused) => return Ok(refusal(refused)),
+                };
+                let guard = BusyGuard::enter(&busy);
+                let response = app.call(Request::from_parts(parts, Body::from(body))).await;
                 drop(guard);
                 response
             }
@@ -294,6 +384,7 @@ mod tests {
             max_connections: 8,
             header_read_timeout: Duration::from_millis(500),
             max_body_bytes: 1024,
+            body_read_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_secs(2),
         }
     }
@@ -505,6 +596,78 @@ mod tests {
         server.await.expect("server");
     }
 
+    /// Clients holding more connections than the cap open mid-body, each sending its body a
+    /// byte every 100 ms (forever, as far as they are concerned), neither keep `/health` out
+    /// nor hold a connection longer than the body read timeout.
+    #[tokio::test]
+    async fn slow_bodies_neither_stall_health_nor_hold_the_cap() {
+        let limits = Limits {
+            // The handler's own timeout is far away: only the body's deadline cuts them off.
+            request_timeout: Duration::from_secs(60),
+            header_read_timeout: Duration::from_secs(30),
+            ..test_limits()
+        };
+        let (address, shutdown, server) = start(limits).await;
+        let mut slow = JoinSet::new();
+        for _ in 0..limits.max_connections * 2 {
+            let mut stream = TcpStream::connect(address).await.expect("connect");
+            slow.spawn(async move {
+                let started = tokio::time::Instant::now();
+                stream
+                    .write_all(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+                    .await
+                    .expect("head");
+                // One body byte every 100 ms until the server closes the connection (or for
+                // 10 s: then the test fails below).
+                let mut buf = [0u8; 512];
+                let mut answer = Vec::new();
+                while started.elapsed() < Duration::from_secs(10) {
+                    if stream.write_all(b"x").await.is_err() {
+                        break;
+                    }
+                    match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buf))
+                        .await
+                    {
+                        Ok(Ok(0) | Err(_)) => break,
+                        Ok(Ok(n)) => answer.extend_from_slice(&buf[..n]),
+                        Err(_) => {}
+                    }
+                }
+                (
+                    started.elapsed(),
+                    String::from_utf8_lossy(&answer).into_owned(),
+                )
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Every slot is held by a connection mid-body: /health is still answered, and soon.
+        for _ in 0..5 {
+            let asked = tokio::time::Instant::now();
+            assert_eq!(health(address).await, 200);
+            assert!(
+                asked.elapsed() < Duration::from_millis(500),
+                "/health took {:?}",
+                asked.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let mut timed_out = 0;
+        while let Some(held) = slow.join_next().await {
+            let (held, answer) = held.expect("slow client");
+            assert!(
+                held < limits.body_read_timeout * 2,
+                "a connection mid-body was held for {held:?}: {answer}"
+            );
+            if answer.starts_with("HTTP/1.1 408") {
+                timed_out += 1;
+            }
+        }
+        // The ones not evicted to make room were answered 408 at the deadline.
+        assert!(timed_out > 0, "no slow body got 408");
+        shutdown.cancel();
+        server.await.expect("server");
+    }
+
     #[tokio::test]
     async fn a_request_that_runs_too_long_gets_408() {
         let limits = Limits {
@@ -512,7 +675,19 @@ mod tests {
             ..test_limits()
         };
         let (address, shutdown, server) = start(limits).await;
-        // A body that never comes: the declared 100 bytes, 3 sent.
+        // A handler slower than the request timeout.
+        let (code, _) = tokio::time::timeout(
+            Duration::from_secs(3),
+            exchange(
+                address,
+                b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            ),
+        )
+        .await
+        .expect("answered");
+        assert_eq!(code, 408);
+        // A body that never comes: the declared 100 bytes, 3 sent; cut at the body read
+        // timeout.
         let (code, _) = tokio::time::timeout(
             Duration::from_secs(3),
             exchange(
