@@ -1132,6 +1132,30 @@ pub async fn connect_sql(
     Ok((client, task))
 }
 
+/// Asks the server to cancel what the session of `token` is running: PostgreSQL's cancel
+/// request, on a new connection (with `config`'s TLS settings) carrying the session's secret
+/// key, so it needs no privilege and cannot hit another session.
+///
+/// # Errors
+///
+/// The cancel request could not be sent.
+pub async fn cancel(
+    config: &PgConnectConfig,
+    token: &tokio_postgres::CancelToken,
+) -> Result<(), ConnectError> {
+    let tls = MakeRustls::new(rustls_config(&config.tls).map_err(ConnectError::Config)?);
+    token
+        .cancel_query(tls)
+        .await
+        .map_err(|source| ConnectError::Connect {
+            message: format!(
+                "cannot send a cancel request to PostgreSQL at {}: {source}",
+                host_name(config)
+            ),
+            source,
+        })
+}
+
 /// [`connect_sql`] from a URL.
 ///
 /// # Errors

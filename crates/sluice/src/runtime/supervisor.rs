@@ -42,6 +42,12 @@ pub trait Supervised {
     /// Where the next run resumes, for the log (e.g. "the last confirmed position").
     fn resumes_from(&self) -> &'static str;
 
+    /// Why the pipeline must not run again, whatever the restart policy says (`None`: it may).
+    /// Asked before every restart, after a failure or an operator's request.
+    fn restart_refused(&self) -> Option<PipelineError> {
+        None
+    }
+
     /// One run, until an error, `stop` or an operator's request.
     fn run_once(
         &mut self,
@@ -111,6 +117,9 @@ pub async fn supervise<P: Supervised>(
                 return Ok(());
             }
             Ok(_) => {
+                if let Some(refusal) = pipeline.restart_refused() {
+                    return Err(refuse_restart(board, refusal, None));
+                }
                 // Stopped on an operator's request: pause (handled at the top) or restart.
                 if !control.borrow().paused || P::PAUSES_IN_RUN {
                     board.record_restart("requested", None, 0, consecutive_failures);
@@ -120,6 +129,9 @@ pub async fn supervise<P: Supervised>(
             Err(error) => error,
         };
         consecutive_failures += 1;
+        if let Some(refusal) = pipeline.restart_refused() {
+            return Err(refuse_restart(board, refusal, Some(&error)));
+        }
         let Some(delay) = after_failure(
             board,
             restart,
@@ -178,6 +190,27 @@ pub fn backoff_delay(restart: &RestartConfig, consecutive_failures: u32, jitter:
         .saturating_mul(1 << doublings)
         .min(max)
         .mul_f64(jitter.clamp(0.5, 1.0))
+}
+
+/// The pipeline may not run again (see [`Supervised::restart_refused`]): it stops as failed,
+/// with `refusal` as its error and hint; `last` is the failure of the run that just ended.
+fn refuse_restart(
+    board: &StatusBoard,
+    refusal: PipelineError,
+    last: Option<&PipelineError>,
+) -> PipelineError {
+    board.update(|s| {
+        s.last_error = Some(refusal.chain());
+        s.hint = refusal.hint().map(str::to_owned);
+    });
+    board.set_state(PipelineState::Failed);
+    tracing::error!(
+        error = %refusal.chain(),
+        hint = refusal.hint().unwrap_or(""),
+        last_failure = %last.map(PipelineError::chain).unwrap_or_default(),
+        "pipeline stopped: it is not restarted"
+    );
+    refusal
 }
 
 /// After a failed run: show the error, apply the restart policy and either stop (`None`,
@@ -377,6 +410,44 @@ mod tests {
         assert_eq!(status.state, PipelineState::Failed);
         assert_eq!(status.hint.as_deref(), Some("fix it"));
         assert_eq!(pipeline.runs, 1);
+    }
+
+    /// A pipeline that refuses to run again after its second run.
+    struct Refusing {
+        runs: u32,
+    }
+
+    impl Supervised for Refusing {
+        const PAUSES_IN_RUN: bool = true;
+
+        fn resumes_from(&self) -> &'static str {
+            "nowhere"
+        }
+
+        fn restart_refused(&self) -> Option<PipelineError> {
+            (self.runs >= 2).then(|| PipelineError::fatal("too many left behind", "look there"))
+        }
+
+        async fn run_once(&mut self, _stop: CancellationToken) -> Result<RunEnd, PipelineError> {
+            self.runs += 1;
+            Err(PipelineError::retryable("lost", std::io::Error::other("x")))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_restart_stops_the_pipeline_whatever_the_policy() {
+        let board = StatusBoard::new("p", "always");
+        let mut pipeline = Refusing { runs: 0 };
+        let restart = fast_restarts(RestartPolicy::Always, 0);
+        let error = supervise(&mut pipeline, &board, &restart, &CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(pipeline.runs, 2);
+        assert!(error.chain().contains("too many left behind"));
+        let status = board.snapshot();
+        assert_eq!(status.state, PipelineState::Failed);
+        assert_eq!(status.hint.as_deref(), Some("look there"));
+        assert_eq!(status.last_error.as_deref(), Some("too many left behind"));
     }
 
     #[tokio::test]

@@ -69,6 +69,8 @@ pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
 pub const DEFAULT_PROCESSING_TIMEOUT_MS: u64 = 60_000;
 /// Default time to finish in-flight work when partitions are revoked or on shutdown.
 pub const DEFAULT_REVOKE_TIMEOUT_MS: u64 = 30_000;
+/// Default count of worker threads given up on that may still run when the pipeline restarts.
+pub const DEFAULT_MAX_ABANDONED_WORKERS: u32 = 16;
 /// Default attempts of a failing record with `on_failure = "retry"`.
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 5;
 /// Default first retry delay; doubles per attempt.
@@ -408,6 +410,10 @@ pub struct SinkDeliveryConfig {
     /// not committed by then is abandoned and read again by the next owner.
     #[serde(default = "default_revoke_timeout_ms")]
     pub revoke_timeout_ms: u64,
+    /// Worker threads given up on (past `processing_timeout_ms` or `revoke_timeout_ms`) that
+    /// may still be running when the pipeline would restart; beyond it the pipeline stops.
+    #[serde(default = "default_max_abandoned_workers")]
+    pub max_abandoned_workers: u32,
 }
 
 impl Default for SinkDeliveryConfig {
@@ -422,6 +428,7 @@ impl Default for SinkDeliveryConfig {
             max_queued_records_per_partition: DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION,
             processing_timeout_ms: DEFAULT_PROCESSING_TIMEOUT_MS,
             revoke_timeout_ms: DEFAULT_REVOKE_TIMEOUT_MS,
+            max_abandoned_workers: DEFAULT_MAX_ABANDONED_WORKERS,
         }
     }
 }
@@ -473,6 +480,9 @@ const fn default_processing_timeout_ms() -> u64 {
 }
 const fn default_revoke_timeout_ms() -> u64 {
     DEFAULT_REVOKE_TIMEOUT_MS
+}
+const fn default_max_abandoned_workers() -> u32 {
+    DEFAULT_MAX_ABANDONED_WORKERS
 }
 
 /// The rules of `[sink.files]`.

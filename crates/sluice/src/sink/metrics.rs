@@ -20,6 +20,9 @@ pub const PARTITION_PAUSES: &str = "sluice_sink_partition_pauses_total";
 pub const OFFSET_COMMITS: &str = "sluice_sink_offset_commits_total";
 /// Partitions assigned to this process.
 pub const ASSIGNED_PARTITIONS: &str = "sluice_sink_assigned_partitions";
+/// Worker threads the runtime gave up on (stuck past `processing_timeout_ms` or
+/// `revoke_timeout_ms`, their destination connection closed) that have not ended yet.
+pub const ABANDONED_WORKERS: &str = "sluice_sink_abandoned_workers";
 
 /// PostgreSQL sink: rows applied, by `table` and `op` (`upsert`, `delete`).
 pub const PG_ROWS_APPLIED: &str = "sluice_sink_postgres_rows_applied_total";
@@ -47,6 +50,10 @@ pub fn describe() {
         );
         describe_counter!(OFFSET_COMMITS, "watermark offset commits sent to Kafka");
         describe_gauge!(ASSIGNED_PARTITIONS, "partitions assigned to this process");
+        describe_gauge!(
+            ABANDONED_WORKERS,
+            "sink worker threads given up on (stuck past processing_timeout_ms or revoke_timeout_ms) that are still running"
+        );
         describe_counter!(
             PG_ROWS_APPLIED,
             "rows applied to PostgreSQL tables, by table and op (upsert, delete)"
@@ -66,6 +73,11 @@ pub fn describe() {
             "now minus the Kafka timestamp of the newest record applied to the table"
         );
     });
+}
+
+/// [`ABANDONED_WORKERS`].
+pub fn abandoned_workers() -> Gauge {
+    gauge!(ABANDONED_WORKERS)
 }
 
 /// [`RECORDS_COMMITTED`].

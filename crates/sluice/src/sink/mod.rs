@@ -90,8 +90,8 @@ use crate::sink::object::ObjectTarget;
 use crate::sink::postgres::apply::PgTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{
-    DeadLetter, FailureSettings, FilesWriter, IntakeLink, RecordData, SubPartitionWriter,
-    WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
+    AbandonedWorkers, DeadLetter, FailureSettings, FilesWriter, IntakeLink, RecordData,
+    SubPartitionWriter, WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
 };
 
 /// Consumer settings sluice sets unless the pipeline file overrides them.
@@ -118,17 +118,26 @@ pub struct SinkPipeline {
     board: Arc<StatusBoard>,
     /// Records that timed out, kept across runs (`delivery.retry_max_attempts`).
     timeouts: TimeoutAttempts,
+    /// Worker threads given up on that still run, over every run.
+    abandoned: Arc<AbandonedWorkers>,
 }
 
 impl SinkPipeline {
     /// The pipeline of `config`, reporting to `board`.
     pub fn new(config: Arc<SinkPipelineConfig>, board: Arc<StatusBoard>) -> Self {
         metrics::describe();
+        metrics::abandoned_workers().increment(0.0);
         Self {
             config,
             board,
             timeouts: TimeoutAttempts::default(),
+            abandoned: Arc::default(),
         }
+    }
+
+    /// Worker threads given up on that still run (see [`AbandonedWorkers`]).
+    pub fn abandoned_workers(&self) -> usize {
+        self.abandoned.alive()
     }
 }
 
@@ -143,14 +152,44 @@ impl Supervised for SinkPipeline {
         }
     }
 
+    /// More worker threads given up on still run than `delivery.max_abandoned_workers`: each
+    /// new run could leave another behind, so the pipeline stops instead.
+    fn restart_refused(&self) -> Option<PipelineError> {
+        let alive = self.abandoned.alive();
+        let max = self.config.delivery.max_abandoned_workers;
+        if alive <= max as usize {
+            return None;
+        }
+        let (what, look_at) = if self.config.postgres().is_some() {
+            (
+                "blocked on the target database although their sessions were cancelled and closed",
+                "look on the target database for what blocks them: sessions holding locks on the target tables (pg_locks, and pg_stat_activity where wait_event_type = 'Lock'), a server that does not answer",
+            )
+        } else {
+            (
+                "blocked on the output (a record or a file commit that does not return)",
+                "look at what blocks the output: a hung file system or object store, a record that hangs the path template",
+            )
+        };
+        Some(PipelineError::fatal(
+            format!(
+                "{alive} sink worker thread(s) given up on are still running ({what}), more than delivery.max_abandoned_workers = {max}: not restarting, so that no more are left behind"
+            ),
+            format!(
+                "{look_at}; then start the pipeline again. sluice_sink_abandoned_workers counts them; raise delivery.max_abandoned_workers to tolerate more"
+            ),
+        ))
+    }
+
     async fn run_once(&mut self, stop: CancellationToken) -> Result<SupervisedEnd, PipelineError> {
         let run = {
             let config = Arc::clone(&self.config);
             let board = Arc::clone(&self.board);
             let runtime = tokio::runtime::Handle::current();
             let timeouts = Arc::clone(&self.timeouts);
+            let abandoned = Arc::clone(&self.abandoned);
             tokio::task::spawn_blocking(move || {
-                run_once(&config, &board, &stop, runtime, &timeouts)
+                run_once(&config, &board, &stop, runtime, &timeouts, &abandoned)
             })
         };
         let end = run.await.unwrap_or_else(|e| {
@@ -296,6 +335,14 @@ impl Destination {
         })
     }
 
+    /// Closes what the run holds open on the destination itself (the workers' sessions are
+    /// theirs).
+    fn close(&self) {
+        if let Self::Postgres(target) = self {
+            target.close();
+        }
+    }
+
     /// Records that `offset` of `id` went to the dead-letter topic (after a timeout), so that
     /// the next run skips it.
     fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> Result<(), PipelineError> {
@@ -378,6 +425,7 @@ fn run_once(
     shutdown: &CancellationToken,
     runtime: tokio::runtime::Handle,
     timeouts: &TimeoutAttempts,
+    abandoned: &Arc<AbandonedWorkers>,
 ) -> Result<RunEnd, PipelineError> {
     // A wrong [source.kafka.client] setting (password, mechanism, TLS) stops the pipeline
     // with the key to change, instead of a consumer retrying forever.
@@ -429,6 +477,7 @@ fn run_once(
         intake: Mutex::new(Intake {
             admin_paused: requested.paused,
             timeouts: Arc::clone(timeouts),
+            abandoned: Arc::clone(abandoned),
             assignments: 0,
             config: Arc::clone(config),
             destination,
@@ -567,6 +616,7 @@ fn run_once(
         }
         Err(_) => intake.abort_all(),
     }
+    intake.destination.close();
     let failure = intake.failure.take();
     drop(intake);
     // Leaving the group runs the revoke callback, which finds nothing left to finish.
@@ -579,6 +629,27 @@ fn run_once(
 
 /// A partition: its topic's shared name and its number.
 type PartitionKey = (Arc<str>, i32);
+
+/// How long a failed run waits for its workers to end by themselves before it closes their
+/// sessions on the destination.
+const ABORT_GRACE: Duration = Duration::from_secs(1);
+
+/// How long released workers that were not given up on have to end their threads.
+const END_WAIT: Duration = Duration::from_millis(200);
+
+/// How long the runtime waits for workers whose sessions it closed to end before it detaches
+/// them (a worker blocked on a statement returns as soon as its connection is closed).
+const RECLAIM_WAIT: Duration = Duration::from_secs(4);
+
+/// Waits until none of `workers` is running, or `deadline`.
+fn wait_for_threads<'a>(
+    workers: impl IntoIterator<Item = &'a WorkerHandle> + Clone,
+    deadline: Instant,
+) {
+    while workers.clone().into_iter().any(WorkerHandle::running) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
 
 /// Records on their way to one worker, with their budget share.
 type WorkerBatch = (Vec<(RecordData, Seq)>, InFlightPermit);
@@ -790,6 +861,8 @@ struct Intake {
     admin_paused: bool,
     /// Processing-timeout attempts per record (`on_failure = "retry"`).
     timeouts: TimeoutAttempts,
+    /// Worker threads given up on that still run (the pipeline's, over its runs).
+    abandoned: Arc<AbandonedWorkers>,
     /// Assignments so far (each deactivates the partition queues).
     assignments: u64,
     config: Arc<SinkPipelineConfig>,
@@ -919,6 +992,7 @@ impl Intake {
                     self.link.clone(),
                     self.dead_letter.clone(),
                     self.clock,
+                    Arc::clone(&self.abandoned),
                 )
                 .map_err(|e| PipelineError::retryable("cannot start a sink worker", e))?,
             );
@@ -1225,6 +1299,7 @@ impl Intake {
         let timeout = self.config.delivery.processing_timeout_ms;
         let now = self.clock.elapsed().as_millis() as u64;
         let mut stuck = None;
+        let mut stuck_on_commit = Vec::new();
         let mut timed_out = None;
         for ((topic, partition), state) in &mut self.partitions {
             for (sub, worker) in state.workers.iter_mut().enumerate() {
@@ -1248,10 +1323,28 @@ impl Intake {
                 }
                 let since = worker.busy_since_ms.load(Ordering::Relaxed);
                 if since > 0 && now.saturating_sub(since) > timeout {
+                    let commit = match self.destination {
+                        Destination::Files { .. } => "a file commit",
+                        Destination::Postgres(_) => "a batch's transaction",
+                    };
                     stuck = Some(format!(
-                        "the worker of {topic}/{partition} sub-partition {sub} has been busy on a file commit for more than delivery.processing_timeout_ms = {timeout}"
+                        "the worker of {topic}/{partition} sub-partition {sub} has been busy on {commit} for more than delivery.processing_timeout_ms = {timeout}"
                     ));
+                    if !worker.abandoned.load(Ordering::Acquire) {
+                        stuck_on_commit.push((Arc::clone(topic), *partition, sub));
+                    }
                 }
+            }
+        }
+        for (topic, partition, sub) in stuck_on_commit {
+            // The watchdog gives up on it: its epoch never commits, and its session on the
+            // destination is closed now, so that the server side (a backend waiting on a
+            // lock) goes away and the thread ends (see `Intake::abort_all`).
+            if let Some(state) = self.partitions.get(&(Arc::clone(&topic), partition))
+                && let Some(worker) = state.workers.get(sub)
+            {
+                tracing::warn!(topic = %topic, partition, sub, timeout_ms = timeout, "a worker is stuck on a commit: giving up on it");
+                worker.give_up();
             }
         }
         if self.failure.is_some() {
@@ -1277,7 +1370,7 @@ impl Intake {
         if let Some(state) = self.partitions.get(&(Arc::clone(topic), partition))
             && let Some(worker) = state.workers.get(sub as usize)
         {
-            worker.abandoned.store(true, Ordering::Release);
+            worker.give_up();
         }
         let reason =
             format!("processing took longer than delivery.processing_timeout_ms = {timeout}");
@@ -1398,6 +1491,7 @@ impl Intake {
     /// watermark and forgets them.
     fn release(&mut self, consumer: &BaseConsumer<SinkContext>, partitions: &[(Arc<str>, i32)]) {
         let mut expected = 0;
+        let mut late = false;
         for key in partitions {
             if let Some(state) = self.partitions.get_mut(key) {
                 for worker in &state.workers {
@@ -1426,6 +1520,7 @@ impl Intake {
                         workers = expected,
                         "revoke_timeout_ms passed: abandoning the unfinished workers' open files (the next owner reads those records again)"
                     );
+                    late = true;
                     break;
                 }
                 match self.events_rx.recv_timeout(left) {
@@ -1450,20 +1545,32 @@ impl Intake {
                     lost = consumer.assignment_lost(),
                     "partition released"
                 );
+                // Past the deadline: the unfinished ones are given up on (their sessions
+                // closed), then joined or, when they still do not end, detached and counted.
+                let mut reclaimed = false;
                 for worker in &mut state.workers {
+                    let running = worker.running();
                     worker.abandoned.store(true, Ordering::Release);
                     let _ = worker.tx.send(WorkerMsg::Abort);
-                    if let Some(thread) = worker.thread.take()
-                        && thread.is_finished()
-                    {
-                        let _ = thread.join();
+                    if late && running && worker.reclaim.is_some() {
+                        worker.give_up();
+                        reclaimed = true;
                     }
+                }
+                // Workers that reported their end are gone within moments.
+                let wait = if reclaimed { RECLAIM_WAIT } else { END_WAIT };
+                wait_for_threads(&state.workers, Instant::now() + wait);
+                for worker in &mut state.workers {
+                    worker.join_or_detach();
                 }
             }
         }
     }
 
-    /// Stops every worker without committing (the run failed).
+    /// Stops every worker without committing (the run failed). A worker that does not end
+    /// within [`ABORT_GRACE`] is given up on: its session on the destination is closed (a
+    /// statement blocked on a lock returns at once), and one that still does not end within
+    /// [`RECLAIM_WAIT`] is detached and counted in [`AbandonedWorkers`].
     fn abort_all(&mut self) {
         for state in self.partitions.values_mut() {
             for worker in &mut state.workers {
@@ -1471,17 +1578,21 @@ impl Intake {
                 let _ = worker.tx.send(WorkerMsg::Abort);
             }
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
+        let workers = || self.partitions.values().flat_map(|s| s.workers.iter());
+        wait_for_threads(workers(), Instant::now() + ABORT_GRACE);
+        let mut reclaimed = false;
+        for worker in workers() {
+            if worker.running() && worker.reclaim.is_some() {
+                worker.give_up();
+                reclaimed = true;
+            }
+        }
+        if reclaimed {
+            wait_for_threads(workers(), Instant::now() + RECLAIM_WAIT);
+        }
         for state in self.partitions.values_mut() {
             for worker in &mut state.workers {
-                if let Some(thread) = worker.thread.take() {
-                    while !thread.is_finished() && Instant::now() < deadline {
-                        std::thread::sleep(Duration::from_millis(10));
-                    }
-                    if thread.is_finished() {
-                        let _ = thread.join();
-                    }
-                }
+                worker.join_or_detach();
             }
         }
         self.partitions.clear();
@@ -1686,6 +1797,7 @@ mod tests {
         let intake = Intake {
             admin_paused: false,
             timeouts: TimeoutAttempts::default(),
+            abandoned: Arc::default(),
             assignments: 0,
             destination: Destination::Files {
                 settings: Arc::new(worker_settings(&config, config.files().unwrap()).unwrap()),
@@ -1722,7 +1834,10 @@ mod tests {
                 busy_offset: Arc::new(std::sync::atomic::AtomicI64::new(-1)),
                 seen: (-1, 0),
                 abandoned: Arc::new(AtomicBool::new(false)),
+                reclaim: None,
                 thread: None,
+                life: Arc::default(),
+                tally: Arc::default(),
             }],
             skip: vec![skip],
             dead_lettered: vec![Vec::new()],

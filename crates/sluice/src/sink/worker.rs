@@ -11,7 +11,7 @@
 //! failure of the destination ends the run (the supervisor restarts it from what committed).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SendError, Sender};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
@@ -174,6 +174,64 @@ pub trait SubPartitionWriter: Send {
     fn forget(&mut self);
     /// Drops the open epoch and what it staged.
     fn discard(&mut self);
+    /// What closes this writer's hold on its destination (a PostgreSQL session) when the
+    /// intake gives up on its worker; `None`: nothing to close.
+    fn reclaimer(&self) -> Option<Arc<dyn Reclaim>> {
+        None
+    }
+}
+
+/// Closes what a writer holds at its destination, so that a worker blocked on it (a statement
+/// waiting on someone's lock) returns, and the destination frees its side (the server's
+/// backend). Called on the intake thread while the worker may be blocked; never blocks long.
+pub trait Reclaim: Send + Sync + std::fmt::Debug {
+    /// Closes it; the worker's next use of it fails.
+    fn reclaim(&self);
+}
+
+/// Worker threads the intake gave up on that still run (detached: nothing joins them), over
+/// every run of a pipeline; `sluice_sink_abandoned_workers` sums them over the process.
+#[derive(Debug, Default)]
+pub struct AbandonedWorkers {
+    alive: AtomicUsize,
+}
+
+impl AbandonedWorkers {
+    /// Detached worker threads still running.
+    pub fn alive(&self) -> usize {
+        self.alive.load(Ordering::Acquire)
+    }
+
+    fn detached(&self) {
+        self.alive.fetch_add(1, Ordering::AcqRel);
+        m::abandoned_workers().increment(1.0);
+    }
+
+    fn ended(&self) {
+        self.alive.fetch_sub(1, Ordering::AcqRel);
+        m::abandoned_workers().decrement(1.0);
+    }
+}
+
+/// A worker thread's life, as the intake and the thread itself see it.
+const RUNNING: u8 = 0;
+/// The intake stopped waiting for it (counted in [`AbandonedWorkers`]).
+const DETACHED: u8 = 1;
+/// The thread is done.
+const ENDED: u8 = 2;
+
+/// Held by a worker thread: when it ends, a detached thread leaves the abandoned count.
+struct ThreadEnd {
+    life: Arc<AtomicU8>,
+    tally: Arc<AbandonedWorkers>,
+}
+
+impl Drop for ThreadEnd {
+    fn drop(&mut self) {
+        if self.life.swap(ENDED, Ordering::AcqRel) == DETACHED {
+            self.tally.ended();
+        }
+    }
 }
 
 /// What every worker does with a failing record.
@@ -291,8 +349,54 @@ pub struct WorkerHandle {
     pub seen: (i64, u64),
     /// Set when the intake gives up on the worker: it must not commit any more.
     pub abandoned: Arc<AtomicBool>,
+    /// Closes the writer's hold on its destination (see [`Reclaim`]).
+    pub reclaim: Option<Arc<dyn Reclaim>>,
     /// The thread.
     pub thread: Option<std::thread::JoinHandle<()>>,
+    /// [`RUNNING`], [`DETACHED`] or [`ENDED`].
+    pub life: Arc<AtomicU8>,
+    /// Where a detached thread is counted.
+    pub tally: Arc<AbandonedWorkers>,
+}
+
+impl WorkerHandle {
+    /// Gives up on the worker: it must not commit any more, is asked to stop, and its hold on
+    /// the destination is closed (a worker blocked on it returns with an error and ends).
+    pub fn give_up(&self) {
+        self.abandoned.store(true, Ordering::Release);
+        let _ = self.tx.send(WorkerMsg::Abort);
+        if let Some(reclaim) = &self.reclaim {
+            reclaim.reclaim();
+        }
+    }
+
+    /// Whether the thread is still running (not yet joined or detached, and not ended).
+    pub fn running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+
+    /// Joins the thread if it has ended; otherwise detaches it, counted in the pipeline's
+    /// [`AbandonedWorkers`] until it ends. Returns whether it was detached.
+    pub fn join_or_detach(&mut self) -> bool {
+        let Some(thread) = self.thread.take() else {
+            return false;
+        };
+        if self
+            .life
+            .compare_exchange(RUNNING, DETACHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            self.tally.detached();
+            tracing::warn!(
+                thread = thread.thread().name().unwrap_or("?"),
+                alive = self.tally.alive(),
+                "a sink worker does not end: its thread is left running, counted in sluice_sink_abandoned_workers"
+            );
+            return true;
+        }
+        let _ = thread.join();
+        false
+    }
 }
 
 /// Everything a worker needs.
@@ -359,8 +463,15 @@ pub fn spawn(
     intake: IntakeLink,
     dead_letter: Option<Arc<DeadLetter>>,
     clock: Instant,
+    tally: Arc<AbandonedWorkers>,
 ) -> std::io::Result<WorkerHandle> {
     let (tx, rx) = std::sync::mpsc::channel();
+    let reclaim = writer.reclaimer();
+    let life = Arc::new(AtomicU8::new(RUNNING));
+    let end = ThreadEnd {
+        life: Arc::clone(&life),
+        tally: Arc::clone(&tally),
+    };
     let busy_since_ms = Arc::new(AtomicU64::new(0));
     let busy_offset = Arc::new(AtomicI64::new(-1));
     let abandoned = Arc::new(AtomicBool::new(false));
@@ -379,16 +490,22 @@ pub fn spawn(
         clock,
     };
     let name = format!("sink-{}-{}", worker.id.partition, worker.id.sub);
-    let thread = std::thread::Builder::new()
-        .name(name)
-        .spawn(move || worker.run(&rx))?;
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
+        // Dropped after the worker (and its writer's connection): then the thread counts
+        // as ended.
+        let _end = end;
+        worker.run(&rx);
+    })?;
     Ok(WorkerHandle {
         tx,
         busy_since_ms,
         busy_offset,
         seen: (-1, 0),
         abandoned,
+        reclaim,
         thread: Some(thread),
+        life,
+        tally,
     })
 }
 
@@ -861,6 +978,7 @@ mod tests {
             IntakeLink::new(events_tx, std::thread::current()),
             None,
             Instant::now(),
+            Arc::default(),
         )
         .unwrap();
         (worker, events_rx, dir)

@@ -27,6 +27,7 @@ mod silence;
 mod sink;
 mod sink_pg;
 mod sink_pg_debezium;
+mod sink_pg_reclaim;
 mod sink_pg_toast;
 mod sink_s3;
 mod snapshot;

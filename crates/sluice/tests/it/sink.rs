@@ -922,6 +922,14 @@ async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
         health(&sluice)["restarts"].as_u64().unwrap_or(0) >= 1,
         "the run was restarted without the stuck worker"
     );
+    // The hung worker cannot be reclaimed (a files worker holds no connection; this one sleeps
+    // an hour): its thread is left running, and counted.
+    assert_eq!(
+        sluice.metric("sluice_sink_abandoned_workers"),
+        Some(1.0),
+        "{}",
+        sluice.log_text()
+    );
     assert!(
         sluice.stop(),
         "graceful stop failed:\n{}",
@@ -930,6 +938,57 @@ async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
     let rows = read_output(&root);
     assert!(rows.iter().all(|r| r.id != "hung"));
     verify(&rows, &ends, &HashSet::from([(partition, offset)]));
+}
+
+/// Worker threads that cannot be reclaimed (hung on a record: the test hook sleeps an hour)
+/// are counted, and once more of them still run than `delivery.max_abandoned_workers`, the
+/// pipeline stops restarting, saying why and what to look at.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pipeline_stops_restarting_past_max_abandoned_workers() {
+    let _broker = broker_shared().await;
+    let name = unique("sink_abandon_cap");
+    let topic = name.clone();
+    create_topic(&topic, 1).await;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let hung = r#"{"id":"hung","seq":0,"created_at":"2026-11-20T10:00:00Z","pad":"HANG-ON-ME"}"#;
+    producer
+        .send(BaseRecord::to(&topic).key("hung").payload(hung))
+        .unwrap();
+    producer.flush(Duration::from_secs(60)).unwrap();
+    let dir = test_dir(&name);
+    let root = dir.join("out");
+    let port = free_port();
+    // Every run hangs on the record, is given up on after 300 ms and restarts (retry, many
+    // attempts): the second hung thread is one more than the cap.
+    let extra = "[delivery]\non_failure = \"retry\"\nretry_max_attempts = 100\nprocessing_timeout_ms = 300\nmax_abandoned_workers = 1\n";
+    let mut sluice = Sluice::start_with_env(
+        &dir,
+        &sink_toml(&name, &topic, &root, port, "jsonl", 1, extra)
+            .replace("initial_backoff_ms = 200", "initial_backoff_ms = 20"),
+        port,
+        vec![("SLUICE_TEST_HANG_ON_VALUE".into(), "HANG-ON-ME".into())],
+    );
+    wait_until(
+        "the pipeline to stop restarting",
+        Duration::from_secs(60),
+        || sluice.exited().is_some(),
+    );
+    let log = sluice.log_text();
+    assert!(
+        log.contains("2 sink worker thread(s) given up on are still running")
+            && log.contains("more than delivery.max_abandoned_workers = 1: not restarting")
+            && log.contains("a hung file system or object store"),
+        "{log}"
+    );
+    assert_eq!(
+        log.matches("pipeline failed; restarting").count(),
+        1,
+        "one restart, then no more: {log}"
+    );
+    assert!(!sluice.exited().unwrap().success());
 }
 
 /// Sends `signal` (`STOP`, `CONT`, …) to a running sluice.

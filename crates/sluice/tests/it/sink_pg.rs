@@ -266,7 +266,7 @@ fn event(id: u64, counter: u64, delete: bool) -> (String, String) {
 
 /// Produces `updates` changes per key over `keys` keys, interleaved; every tenth key is then
 /// deleted (a delete event and a tombstone). Returns the expected rows: id → counter.
-fn produce_changes(topic: &str, keys: u64, updates: u64) -> BTreeMap<u64, u64> {
+pub(crate) fn produce_changes(topic: &str, keys: u64, updates: u64) -> BTreeMap<u64, u64> {
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .set("enable.idempotence", "true")
@@ -309,7 +309,7 @@ fn produce_changes(topic: &str, keys: u64, updates: u64) -> BTreeMap<u64, u64> {
 
 /// `app.counters` in `target`, with a trigger that records in `app.replayed` every update
 /// that does not move a row's counter forward: a change applied a second time.
-async fn counters_table(target: &Client) {
+pub(crate) async fn counters_table(target: &Client) {
     target
         .batch_execute(
             "CREATE SCHEMA app;
@@ -331,7 +331,7 @@ async fn counters_table(target: &Client) {
 
 /// Waits until `app.counters` equals `expected` (id → counter; labels as [`event`] writes
 /// them), then asserts that no change was applied twice.
-async fn assert_applied_once(
+pub(crate) async fn assert_applied_once(
     target: &Client,
     expected: &BTreeMap<u64, u64>,
     timeout: Duration,

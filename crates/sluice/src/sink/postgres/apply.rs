@@ -37,7 +37,7 @@ use crate::sink::postgres::convert::{
 use crate::sink::postgres::ddl;
 use crate::sink::postgres::decode::{self, Change, ConnectSchema, SchemaCache};
 use crate::sink::worker::{
-    DeadLetter, FailureSettings, RecordData, SubPartitionWriter, WriteFailure,
+    DeadLetter, FailureSettings, Reclaim, RecordData, SubPartitionWriter, WriteFailure,
 };
 
 /// How long a connection attempt to the target may take (unless the URL sets
@@ -47,6 +47,9 @@ const TARGET_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// `statement_timeout` of the target sessions (unless the URL's `options` set one): a batch
 /// that waits longer fails and is retried.
 const TARGET_STATEMENT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// How long a cancel request for a given-up worker's statement may take.
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The target database, shared by a run's writers.
 pub struct PgTarget {
@@ -89,6 +92,12 @@ impl PgTarget {
             .keepalives_idle(Duration::from_secs(30))
             .keepalives_interval(Duration::from_secs(10))
             .keepalives_retries(3);
+        // The sessions are the pipeline's in pg_stat_activity (unless the URL names them).
+        if connect.pg.get_application_name().is_none() {
+            connect
+                .pg
+                .application_name(format!("sluice-{}", config.name));
+        }
         let options = connect.pg.get_options().unwrap_or_default().to_owned();
         if !options.contains("statement_timeout") {
             connect.pg.options(
@@ -114,12 +123,26 @@ impl PgTarget {
         crate::pg_connect::redact_url(&self.settings.url)
     }
 
+    /// Closes the recoveries' connection (at the end of a run).
+    pub fn close(&self) {
+        self.recovery
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+    }
+
     fn connect(&self) -> Result<Client, PipelineError> {
+        self.connect_with_task().map(|(client, _task)| client)
+    }
+
+    /// A new session, and the task that drives its connection (aborting it closes the
+    /// connection).
+    fn connect_with_task(&self) -> Result<(Client, tokio::task::JoinHandle<()>), PipelineError> {
         let connected = self
             .runtime
             .block_on(crate::pg_connect::connect_sql(&self.connect));
         match connected {
-            Ok((client, _task)) => Ok(client),
+            Ok(connected) => Ok(connected),
             Err(error @ ConnectError::Config(_)) => Err(PipelineError::fatal_with(
                 "cannot connect to the target database",
                 "fix sink.postgres.url (and its TLS files)",
@@ -231,6 +254,10 @@ impl PgTarget {
             table,
             id,
             client: None,
+            session: Arc::new(PgSession {
+                target: Arc::clone(self),
+                slot: Mutex::default(),
+            }),
             shape: None,
             progress: (last_offset + 1).max(0),
             batch: Vec::new(),
@@ -288,6 +315,124 @@ fn describe_db_error(error: &tokio_postgres::Error) -> String {
             text
         }
         None => error.to_string(),
+    }
+}
+
+/// A writer's session on the target as the intake sees it, so that it can close it when the
+/// watchdog gives up on the writer's worker ([`Reclaim`]).
+///
+/// Closing takes two steps, neither of which needs the blocked worker: the task driving the
+/// connection is aborted, which closes the socket (the worker's statement returns at once with
+/// an error, and nothing more can be sent on the session); then a cancel request stops what the
+/// backend is running (a wait on someone's lock): the backend then reads the closed socket and
+/// exits. A closed socket alone is not enough: a backend waiting on a lock does not look at its
+/// socket until the wait ends. `pg_terminate_backend` from another session would need the same
+/// role or `pg_signal_backend` and a pid that may meanwhile belong to another session; the
+/// cancel request carries the session's secret key, so it needs no privilege and reaches no
+/// other session. If the cancel request cannot be sent (the server does not answer) the backend
+/// goes when its statement ends (`statement_timeout`).
+pub struct PgSession {
+    target: Arc<PgTarget>,
+    slot: Mutex<SessionSlot>,
+}
+
+/// The current connection of a [`PgSession`].
+#[derive(Default)]
+struct SessionSlot {
+    /// The task that drives the connection: aborting it closes the socket.
+    connection: Option<tokio::task::AbortHandle>,
+    /// Cancels the session's running statement.
+    cancel: Option<tokio_postgres::CancelToken>,
+    /// The backend's process id, for logs.
+    pid: Option<i32>,
+    /// Closed for good: no new connection may be made.
+    reclaimed: bool,
+}
+
+impl std::fmt::Debug for PgSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slot = self.lock();
+        f.debug_struct("PgSession")
+            .field("pid", &slot.pid)
+            .field("reclaimed", &slot.reclaimed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgSession {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SessionSlot> {
+        self.slot
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn given_up() -> PipelineError {
+        PipelineError::Retryable {
+            what: "the worker was given up on: its session on the target is closed".into(),
+            source: None,
+        }
+    }
+
+    /// A new connection, registered so that [`Reclaim::reclaim`] can close it.
+    fn connect(&self) -> Result<Client, PipelineError> {
+        if self.lock().reclaimed {
+            return Err(Self::given_up());
+        }
+        let (client, task) = self.target.connect_with_task()?;
+        let pid = self
+            .target
+            .runtime
+            .block_on(client.query_one("SELECT pg_backend_pid()", &[]))
+            .ok()
+            .map(|row| row.get::<_, i32>(0));
+        let mut slot = self.lock();
+        if slot.reclaimed {
+            task.abort();
+            return Err(Self::given_up());
+        }
+        slot.connection = Some(task.abort_handle());
+        slot.cancel = Some(client.cancel_token());
+        slot.pid = pid;
+        Ok(client)
+    }
+}
+
+impl Reclaim for PgSession {
+    fn reclaim(&self) {
+        let (connection, cancel, pid) = {
+            let mut slot = self.lock();
+            slot.reclaimed = true;
+            (slot.connection.take(), slot.cancel.take(), slot.pid.take())
+        };
+        if let Some(connection) = connection {
+            connection.abort();
+        }
+        let Some(token) = cancel else {
+            return;
+        };
+        let target = Arc::clone(&self.target);
+        self.target.runtime.spawn(async move {
+            let cancelled = tokio::time::timeout(
+                CANCEL_TIMEOUT,
+                crate::pg_connect::cancel(&target.connect, &token),
+            )
+            .await;
+            match cancelled {
+                Ok(Ok(())) => tracing::info!(
+                    pid,
+                    "closed a given-up sink worker's session on the target and cancelled its statement"
+                ),
+                Ok(Err(error)) => tracing::warn!(
+                    pid,
+                    error = %error,
+                    "cannot cancel a given-up sink worker's statement: its backend ends when the statement does (statement_timeout); SELECT pg_terminate_backend(pid) ends it now"
+                ),
+                Err(_) => tracing::warn!(
+                    pid,
+                    "the cancel request for a given-up sink worker's statement timed out: its backend ends when the statement does (statement_timeout); SELECT pg_terminate_backend(pid) ends it now"
+                ),
+            }
+        });
     }
 }
 
@@ -397,6 +542,8 @@ pub struct PgWriter {
     table: Result<TableName, String>,
     id: SubPartitionId,
     client: Option<Client>,
+    /// What the intake closes when it gives up on this writer's worker.
+    session: Arc<PgSession>,
     shape: Option<TableShape>,
     /// The progress table's `next_offset` for this sub-partition (what the next transaction
     /// expects to find).
@@ -1023,7 +1170,7 @@ impl PgWriter {
         let next = last_offset + 1;
         let mut client = match self.client.take() {
             Some(client) if !client.is_closed() => client,
-            _ => self.target.connect()?,
+            _ => self.session.connect()?,
         };
         self.load_shape(&mut client)?;
         self.ensure_columns(&mut client)?;
@@ -1179,5 +1326,9 @@ impl SubPartitionWriter for PgWriter {
 
     fn discard(&mut self) {
         self.clear();
+    }
+
+    fn reclaimer(&self) -> Option<Arc<dyn Reclaim>> {
+        Some(Arc::clone(&self.session) as Arc<dyn Reclaim>)
     }
 }
