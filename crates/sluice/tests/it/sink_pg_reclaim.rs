@@ -74,10 +74,12 @@ async fn restarts_against_a_locked_table_leave_no_thread_or_backend_behind() {
     };
 
     // Sampled as each restart is recorded (the failed run has ended), and every 20 ms in
-    // between for the largest count of backends.
+    // between (runs included) for the largest counts.
     let started = Instant::now();
     let mut samples: Vec<(u64, usize, i64)> = Vec::new();
-    let mut most_backends = 0;
+    let (mut most_backends, mut most_threads) = (0, 0);
+    // The most threads seen until the first restart: one run's worth.
+    let mut first_run_threads = 0;
     let mut last = 0;
     while last < RESTARTS {
         assert!(
@@ -87,7 +89,12 @@ async fn restarts_against_a_locked_table_leave_no_thread_or_backend_behind() {
         );
         let now = restarts(&sink);
         let backends_now = backends().await;
+        let threads_now = threads(pid);
         most_backends = most_backends.max(backends_now);
+        most_threads = most_threads.max(threads_now);
+        if now == 0 {
+            first_run_threads = most_threads;
+        }
         if now > last {
             last = now;
             if [1, 5, 10, RESTARTS].contains(&now) {
@@ -112,6 +119,10 @@ async fn restarts_against_a_locked_table_leave_no_thread_or_backend_behind() {
                     most_backends <= SUB_PARTITIONS + 2,
                     "{most_backends} backends of {application_name}: they grow with restarts {samples:?}"
                 );
+                assert!(
+                    most_threads <= first_run_threads + 8,
+                    "{most_threads} threads at most, {first_run_threads} in the first run: they grow with restarts {samples:?}"
+                );
             }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -127,7 +138,7 @@ async fn restarts_against_a_locked_table_leave_no_thread_or_backend_behind() {
         "every given-up worker ended (none left running)"
     );
     println!(
-        "{RESTARTS} restarts in {:.1} s; at most {most_backends} backends at any sample",
+        "{RESTARTS} restarts in {:.1} s; at any poll (runs included) at most {most_threads} threads ({first_run_threads} in the first run) and {most_backends} backends",
         started.elapsed().as_secs_f64()
     );
 
