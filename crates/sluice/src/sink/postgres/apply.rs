@@ -1136,7 +1136,7 @@ impl SubPartitionWriter for PgWriter {
         }
         self.batch.push(Staged {
             change,
-            data: RecordData::new(data.offset, data.key(), data.value(), data.timestamp_ms),
+            data: data.clone(),
         });
         if data.timestamp_ms.is_some() {
             self.last_timestamp_ms = data.timestamp_ms;
