@@ -441,7 +441,8 @@ fn headers_come_back_in_order_with_null_values() {
     producer.flush(Duration::from_secs(30)).expect("flush");
     let consumer = consumer(&cluster, Offset::Beginning, "earliest");
     let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
-    let mut got: Vec<Vec<(Vec<u8>, Option<Vec<u8>>)>> = Vec::new();
+    type Headers = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+    let mut got: Vec<Headers> = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(30);
     while got.len() < 2 {
         assert!(Instant::now() < deadline, "only {} records came", got.len());

@@ -706,7 +706,11 @@ async fn an_oversized_snapshot_row_stops_or_is_dead_lettered() {
             .unwrap()
     };
     assert!(!per_id.contains_key(&10), "{per_id:?}");
-    assert_eq!(per_id.len(), 19, "the rest of the snapshot arrived: {per_id:?}");
+    assert_eq!(
+        per_id.len(),
+        19,
+        "the rest of the snapshot arrived: {per_id:?}"
+    );
     let dead = tokio::task::spawn_blocking(move || {
         read_topic(&dead_letters, Duration::from_secs(60), |r| !r.is_empty())
     })
@@ -714,7 +718,11 @@ async fn an_oversized_snapshot_row_stops_or_is_dead_lettered() {
     .unwrap();
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].key.as_ref().unwrap()["id"], 10);
-    assert_eq!(dead[0].value.as_ref().unwrap()["op"], "r", "a snapshot read");
+    assert_eq!(
+        dead[0].value.as_ref().unwrap()["op"],
+        "r",
+        "a snapshot read"
+    );
     assert_eq!(dead[0].headers["sluice.dlq.topic"], topic);
     assert!(
         dead[0].headers["sluice.dlq.reason"]
