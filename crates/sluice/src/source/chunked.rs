@@ -495,7 +495,7 @@ fn delivered(
 ///
 /// # Errors
 ///
-/// None today (the signature leaves room for a producer that cannot report).
+/// None: refusals are reported, not returned (the `Result` is kept for the callers' `?`).
 pub async fn publish(
     producer: &PipelineProducer,
     budget: &InFlightBudget,
