@@ -26,5 +26,5 @@ mod queue;
 mod tests;
 mod topic;
 
-pub use queue::{BatchMessage, PartitionBatchQueue};
+pub use queue::{BatchMessage, PartitionBatchQueue, borrowed_message_headers};
 pub use topic::TopicProducer;

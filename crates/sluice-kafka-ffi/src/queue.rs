@@ -313,6 +313,68 @@ impl<'a> BatchMessage<'a> {
     }
 }
 
+impl BatchMessage<'_> {
+    /// Calls `f` with each of the record's headers, in order: its name's bytes (any bytes:
+    /// a producer need not write UTF-8) and its value (`None`: a null value).
+    pub fn for_each_header(&self, f: impl FnMut(&[u8], Option<&[u8]>)) {
+        // SAFETY: the message is live and only this thread reads it for 'a (see
+        // `consume_batch`).
+        unsafe { message_headers(self.message.as_ptr(), f) }
+    }
+}
+
+/// Calls `f` with each header of a message the binding consumed, in order: its name's bytes
+/// and its value (`None`: null). The binding's own header reader panics on a name that is not
+/// UTF-8 (a producer may write any bytes); this one does not look at them.
+pub fn borrowed_message_headers(
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    f: impl FnMut(&[u8], Option<&[u8]>),
+) {
+    // SAFETY: the binding keeps the message alive while it is borrowed; the binding's own
+    // `Message::headers` makes the same lazy-parsing call through `&self`.
+    unsafe { message_headers(message.ptr(), f) }
+}
+
+/// Calls `f` with each header of `message`, in order: its name's bytes and its value (`None`:
+/// null).
+///
+/// # Safety
+///
+/// `message` points to a live consumed message that no other thread uses during the call (its
+/// headers are parsed lazily into the message on the first call).
+unsafe fn message_headers(
+    message: *mut rdsys::rd_kafka_message_t,
+    mut f: impl FnMut(&[u8], Option<&[u8]>),
+) {
+    let mut headers: *mut rdsys::rd_kafka_headers_t = ptr::null_mut();
+    // SAFETY: the caller's promise; `headers` is a valid place for the pointer librdkafka
+    // writes (owned by the message: not freed here).
+    let err = unsafe { rdsys::rd_kafka_message_headers(message, &mut headers) };
+    if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || headers.is_null() {
+        return;
+    }
+    let mut index = 0;
+    loop {
+        let mut name: *const std::ffi::c_char = ptr::null();
+        let mut value: *const std::ffi::c_void = ptr::null();
+        let mut size: usize = 0;
+        // SAFETY: `headers` is the message's live header list; the three out-pointers are
+        // valid places; an index past the end returns an error and writes nothing we read.
+        let err = unsafe {
+            rdsys::rd_kafka_header_get_all(headers, index, &mut name, &mut value, &mut size)
+        };
+        if err != rdsys::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+            return;
+        }
+        // SAFETY: librdkafka's header names are NUL-terminated and live as long as the list.
+        let name = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+        // SAFETY: a non-NULL value points to `size` bytes of the header list.
+        let value = unsafe { bytes(value.cast_mut(), size) };
+        f(name, value);
+        index += 1;
+    }
+}
+
 /// A message's key or value: `None` for a NULL pointer.
 ///
 /// # Safety

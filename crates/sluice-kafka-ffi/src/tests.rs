@@ -399,3 +399,72 @@ fn records_reaching_an_empty_queue_wake_the_reader() {
     }
     assert_eq!(got, more[5..]);
 }
+
+#[test]
+fn headers_come_back_in_order_with_null_values() {
+    use rdkafka::message::{Header, OwnedHeaders};
+    let cluster = cluster();
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", cluster.bootstrap_servers())
+        .create()
+        .expect("producer");
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "a",
+            value: Some(&b"1"[..]),
+        })
+        .insert(Header::<&[u8]> {
+            key: "null",
+            value: None,
+        })
+        .insert(Header {
+            key: "a",
+            value: Some(&b"\xff\x00"[..]),
+        });
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(TOPIC)
+                .partition(0)
+                .payload(&b"with"[..])
+                .headers(headers),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer
+        .send(
+            BaseRecord::<[u8], [u8]>::to(TOPIC)
+                .partition(0)
+                .payload(&b"without"[..]),
+        )
+        .map_err(|(e, _)| e)
+        .expect("send");
+    producer.flush(Duration::from_secs(30)).expect("flush");
+    let consumer = consumer(&cluster, Offset::Beginning, "earliest");
+    let mut queue = PartitionBatchQueue::split(&consumer, TOPIC, 0).expect("partition queue");
+    type Headers = Vec<(Vec<u8>, Option<Vec<u8>>)>;
+    let mut got: Vec<Headers> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < 2 {
+        assert!(Instant::now() < deadline, "only {} records came", got.len());
+        queue
+            .consume_batch(10, |message| {
+                let message = message.expect("a record");
+                let mut headers = Vec::new();
+                message.for_each_header(|name, value| {
+                    headers.push((name.to_vec(), value.map(<[u8]>::to_vec)));
+                });
+                got.push(headers);
+            })
+            .expect("batch call");
+        sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        got[0],
+        [
+            (b"a".to_vec(), Some(b"1".to_vec())),
+            (b"null".to_vec(), None),
+            (b"a".to_vec(), Some(b"\xff\x00".to_vec())),
+        ]
+    );
+    assert!(got[1].is_empty());
+}

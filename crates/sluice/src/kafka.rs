@@ -872,6 +872,12 @@ impl PipelineProducerContext {
             last_totals: Mutex::new((0, 0)),
         }
     }
+
+    /// Where the delivery reports go (a record refused before it reached librdkafka's queue
+    /// is reported there too, so one place applies the policy).
+    pub fn deliveries(&self) -> &UnboundedSender<DeliveryEvent> {
+        &self.deliveries
+    }
 }
 
 impl ClientContext for PipelineProducerContext {
@@ -962,7 +968,9 @@ pub const HEADER_NAMES: &[&str] = &[
     crate::event::HEADER_TX_INDEX,
     crate::dead_letter::HEADER_REASON,
     crate::dead_letter::HEADER_TOPIC,
-    crate::dead_letter::HEADER_VALUE_OMITTED,
+    crate::dead_letter::HEADER_POSITION,
+    crate::dead_letter::HEADER_VALUE_TRUNCATED,
+    crate::dead_letter::HEADER_KEY_TRUNCATED,
 ];
 
 fn static_header_name(name: &str) -> Option<&'static str> {

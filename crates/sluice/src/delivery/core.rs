@@ -529,19 +529,20 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                 .ack(delivery.seq)
                 .map_err(|e| internal("acknowledgement", e))?;
         }
-        let headers = vec![
-            (
-                dead_letter::HEADER_REASON.into(),
-                format!("cannot encode the change: {reason}"),
+        let record = dead_letter_record(
+            &dead_letter,
+            dead_letter::build(
+                None,
+                Some(&description),
+                [],
+                dead_letter::Origin::Produced {
+                    topic: &topic,
+                    position: &position,
+                },
+                &format!("cannot encode the change: {reason}"),
+                self.delivery.dead_letter_max_value_bytes,
             ),
-            (dead_letter::HEADER_TOPIC.into(), topic.to_string()),
-        ];
-        let record = OutRecord {
-            topic: Arc::from(dead_letter.as_str()),
-            key: None,
-            value: Some(description),
-            headers,
-        };
+        );
         self.send_dead_letter(record, Box::new(first)).await
     }
 
@@ -563,44 +564,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             ));
         }
         self.check_batch_refusal(&error, &record).await?;
-        let dead_letter = self.delivery.dead_letter_topic.as_deref();
-        let already_dead_letter = dead_letter == Some(&*record.topic);
-        if self.delivery.on_permanent_error == PermanentErrorPolicy::Stop || already_dead_letter {
-            let size = record.len();
-            return Err(PipelineError::fatal_with(
-                format!(
-                    "Kafka rejected a {size}-byte record for topic {} (change at {position}); nothing after it is confirmed to the source, so no data is lost",
-                    record.topic
-                ),
-                publish::rejection_hint(&error),
-                error,
-            ));
-        }
-        let Some(dead_letter) = dead_letter else {
-            return Ok(());
-        };
-        tracing::warn!(topic = %record.topic, position, error = %error, "dead-lettering a record");
-        self.metrics.dead_lettered.increment(1);
-        let mut headers = record.headers.clone();
-        headers.push((dead_letter::HEADER_REASON.into(), error.to_string()));
-        headers.push((dead_letter::HEADER_TOPIC.into(), record.topic.to_string()));
-        let mut value = record.value;
-        if value
-            .as_ref()
-            .is_some_and(|v| v.len() > self.delivery.dead_letter_max_value_bytes as usize)
-        {
-            headers.push((
-                dead_letter::HEADER_VALUE_OMITTED.into(),
-                value.as_ref().map_or(0, Vec::len).to_string(),
-            ));
-            value = None;
-        }
-        let dlq = OutRecord {
-            topic: Arc::from(dead_letter),
-            key: record.key,
-            value,
-            headers,
-        };
+        let dlq = refused_record(&self.delivery, &error, &record, &position)?;
         self.send_dead_letter(dlq, delivery).await
     }
 
@@ -716,6 +680,87 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                 }
             }
         }
+    }
+}
+
+/// What the delivery policy makes of a record Kafka refused for `error`, streamed or read by
+/// a snapshot (`position`: where its change is in the source): the run is retried (a transient
+/// refusal: nothing after the record was confirmed), stopped (`on_permanent_error = "stop"`,
+/// or the record was a dead letter itself), or the record's dead letter comes back, to be sent
+/// in its place (its delivery report then acknowledges the record's place).
+///
+/// # Errors
+///
+/// Retryable for a transient refusal; fatal when the policy is to stop, naming the topic, the
+/// position and Kafka's reason.
+pub fn refused_record(
+    delivery: &DeliveryConfig,
+    error: &KafkaError,
+    record: &OutRecord,
+    position: &str,
+) -> Result<OutRecord, PipelineError> {
+    if !crate::kafka::is_permanent(error) {
+        return Err(PipelineError::retryable(
+            format!(
+                "Kafka did not accept a record for {} ({position})",
+                record.topic
+            ),
+            error.clone(),
+        ));
+    }
+    let dead_letter = match (
+        delivery.on_permanent_error,
+        delivery.dead_letter_topic.as_deref(),
+    ) {
+        (PermanentErrorPolicy::DeadLetter, Some(topic)) if topic != &*record.topic => topic,
+        _ => {
+            let size = record.len();
+            return Err(PipelineError::fatal_with(
+                format!(
+                    "Kafka rejected a {size}-byte record for topic {} (change at {position}): {error}; nothing after it is confirmed to the source, so no data is lost",
+                    record.topic
+                ),
+                publish::rejection_hint(error),
+                error.clone(),
+            ));
+        }
+    };
+    tracing::warn!(topic = %record.topic, position, error = %error, dead_letter, "dead-lettering a record");
+    metrics::counter!(crate::runtime::metrics::DEAD_LETTERED).increment(1);
+    let built = dead_letter::build(
+        record.key.as_deref(),
+        record.value.as_deref(),
+        record
+            .headers
+            .iter()
+            .map(|(name, value)| (&**name, Some(value.as_bytes()))),
+        dead_letter::Origin::Produced {
+            topic: &record.topic,
+            position,
+        },
+        &error.to_string(),
+        delivery.dead_letter_max_value_bytes,
+    );
+    Ok(dead_letter_record(dead_letter, built))
+}
+
+/// A source's dead letter as a record for `topic` (a source's headers are text).
+fn dead_letter_record(topic: &str, built: dead_letter::DeadLetterRecord) -> OutRecord {
+    OutRecord {
+        topic: Arc::from(topic),
+        key: built.key,
+        value: built.value,
+        headers: built
+            .headers
+            .into_iter()
+            .map(|(name, value)| {
+                let value = value.map_or_else(String::new, |v| {
+                    String::from_utf8(v)
+                        .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+                });
+                (std::borrow::Cow::Owned(name), value)
+            })
+            .collect(),
     }
 }
 

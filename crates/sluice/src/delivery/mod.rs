@@ -42,7 +42,7 @@ use sluice_engine::Lsn;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use self::core::{BatchLimit, DeliveryCore, Intake, TopicLimit};
+pub use self::core::{BatchLimit, DeliveryCore, Intake, TopicLimit, refused_record};
 pub use self::publish::{RecordSink, SendError, rejection_hint, send};
 use crate::error::PipelineError;
 use crate::kafka::{DeliveryEvent, KafkaHealth, OutRecord};

@@ -380,6 +380,10 @@ pub struct SinkDeliveryConfig {
     pub on_failure: FailurePolicy,
     /// The dead-letter topic (required with `on_failure = "dead_letter"`).
     pub dead_letter_topic: Option<String>,
+    /// A dead-lettered record's key and value are cut to this many bytes (a header gives the
+    /// original size), so that it fits the dead-letter topic.
+    #[serde(default = "default_dead_letter_max_value_bytes")]
+    pub dead_letter_max_value_bytes: u32,
     /// Attempts per record with `on_failure = "retry"`.
     #[serde(default = "default_retry_max_attempts")]
     pub retry_max_attempts: u32,
@@ -421,6 +425,7 @@ impl Default for SinkDeliveryConfig {
         Self {
             on_failure: FailurePolicy::default(),
             dead_letter_topic: None,
+            dead_letter_max_value_bytes: crate::config::DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES,
             retry_max_attempts: DEFAULT_RETRY_MAX_ATTEMPTS,
             retry_backoff_ms: DEFAULT_RETRY_BACKOFF_MS,
             memory_limit: DEFAULT_MEMORY_LIMIT,
@@ -431,6 +436,10 @@ impl Default for SinkDeliveryConfig {
             max_abandoned_workers: DEFAULT_MAX_ABANDONED_WORKERS,
         }
     }
+}
+
+const fn default_dead_letter_max_value_bytes() -> u32 {
+    crate::config::DEFAULT_DEAD_LETTER_MAX_VALUE_BYTES
 }
 
 const fn default_true() -> bool {

@@ -465,6 +465,7 @@ fn run_once(
                 producer,
                 topic: topic.clone(),
                 runtime,
+                max_value_bytes: config.delivery.dead_letter_max_value_bytes,
             }))
         }
         _ => None,
@@ -1060,6 +1061,7 @@ impl Intake {
             message.key(),
             message.payload(),
             message.timestamp().to_millis(),
+            |f| sluice_kafka_ffi::borrowed_message_headers(message, f),
         ) {
             return;
         }
@@ -1094,6 +1096,7 @@ impl Intake {
                     message.key(),
                     message.payload(),
                     message.timestamp_millis(),
+                    |f| message.for_each_header(f),
                 ));
             }
             Err(error) => {
@@ -1608,13 +1611,19 @@ impl PartitionState {
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         timestamp_ms: Option<i64>,
+        headers: impl FnOnce(&mut dyn FnMut(&[u8], Option<&[u8]>)),
     ) -> bool {
         if self.next_offset.is_some_and(|next| offset < next) {
             return false;
         }
         self.next_offset = Some(offset + 1);
-        self.waiting
-            .push_back(RecordData::new(offset, key, value, timestamp_ms));
+        self.waiting.push_back(RecordData::with_headers(
+            offset,
+            key,
+            value,
+            timestamp_ms,
+            headers,
+        ));
         true
     }
 }
@@ -1720,11 +1729,12 @@ fn fetch_record(
                 if message.offset() > offset {
                     break;
                 }
-                return Ok(RecordData::new(
+                return Ok(RecordData::with_headers(
                     offset,
                     message.key(),
                     message.payload(),
                     message.timestamp().to_millis(),
+                    |f| sluice_kafka_ffi::borrowed_message_headers(&message, f),
                 ));
             }
             Some(Err(error)) => return Err(failed("fetch", error)),

@@ -31,40 +31,78 @@ use crate::sink::metrics as m;
 use crate::sink::parquet::ParquetRow;
 use crate::sink::template::{PathTemplate, RenderInput, parse_object};
 
-/// A record as consumed: offsets and bytes, nothing decoded. Key and value share one
-/// allocation.
-#[derive(Debug)]
+/// A record as consumed: offsets and bytes, nothing decoded. Key, value and headers share one
+/// allocation (the headers kept as their bytes, read only when the record is dead-lettered).
+#[derive(Debug, Clone)]
 pub struct RecordData {
     /// Offset.
     pub offset: i64,
     /// Kafka timestamp, Unix milliseconds.
     pub timestamp_ms: Option<i64>,
-    /// The key's bytes, then the value's.
+    /// The key's bytes, then the value's, then the headers' (see [`RecordData::headers`]).
     bytes: Vec<u8>,
     /// The key's length; `None`: no key.
     key_len: Option<usize>,
     /// Whether there is a value (`false`: a tombstone).
     has_value: bool,
+    /// Where the headers start in `bytes`.
+    headers_at: usize,
+}
+
+/// A header value's length that stands for a null value.
+const NULL_HEADER: u32 = u32::MAX;
+
+/// The first `len` bytes of `rest`, which moves past them.
+fn take<'a>(rest: &mut &'a [u8], len: usize) -> Option<&'a [u8]> {
+    let (head, tail) = rest.split_at_checked(len)?;
+    *rest = tail;
+    Some(head)
 }
 
 impl RecordData {
-    /// A record of `key` and `value` (`None` is a tombstone).
+    /// A record of `key` and `value` (`None` is a tombstone), without headers.
     pub fn new(
         offset: i64,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         timestamp_ms: Option<i64>,
     ) -> Self {
+        Self::with_headers(offset, key, value, timestamp_ms, |_| {})
+    }
+
+    /// A record of `key`, `value` and the headers `headers` hands to its callback (name bytes,
+    /// value; as [`sluice_kafka_ffi::BatchMessage::for_each_header`] does).
+    pub fn with_headers(
+        offset: i64,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        timestamp_ms: Option<i64>,
+        headers: impl FnOnce(&mut dyn FnMut(&[u8], Option<&[u8]>)),
+    ) -> Self {
         let mut bytes =
             Vec::with_capacity(key.map_or(0, <[u8]>::len) + value.map_or(0, <[u8]>::len));
         bytes.extend_from_slice(key.unwrap_or_default());
         bytes.extend_from_slice(value.unwrap_or_default());
+        let headers_at = bytes.len();
+        headers(&mut |name: &[u8], value: Option<&[u8]>| {
+            // Names and values are far below 4 GiB (Kafka's records are).
+            bytes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(name);
+            match value {
+                Some(value) => {
+                    bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
+                    bytes.extend_from_slice(value);
+                }
+                None => bytes.extend_from_slice(&NULL_HEADER.to_le_bytes()),
+            }
+        });
         Self {
             offset,
             timestamp_ms,
             bytes,
             key_len: key.map(<[u8]>::len),
             has_value: value.is_some(),
+            headers_at,
         }
     }
 
@@ -76,10 +114,35 @@ impl RecordData {
     /// The value's bytes; `None` is a tombstone.
     pub fn value(&self) -> Option<&[u8]> {
         self.has_value
-            .then(|| &self.bytes[self.key_len.unwrap_or(0)..])
+            .then(|| &self.bytes[self.key_len.unwrap_or(0)..self.headers_at])
     }
 
-    /// Key and value bytes, as the queue budget counts them.
+    /// The headers, in order: name bytes and value (`None`: a null value).
+    pub fn headers(&self) -> Vec<(&[u8], Option<&[u8]>)> {
+        let mut out = Vec::new();
+        let mut rest = &self.bytes[self.headers_at..];
+        while !rest.is_empty() {
+            let Some(len) = take(&mut rest, 4) else { break };
+            let name_len = u32::from_le_bytes(len.try_into().unwrap_or_default()) as usize;
+            let Some(name) = take(&mut rest, name_len) else {
+                break;
+            };
+            let Some(len) = take(&mut rest, 4) else { break };
+            let value_len = u32::from_le_bytes(len.try_into().unwrap_or_default());
+            let value = if value_len == NULL_HEADER {
+                None
+            } else {
+                let Some(value) = take(&mut rest, value_len as usize) else {
+                    break;
+                };
+                Some(value)
+            };
+            out.push((name, value));
+        }
+        out
+    }
+
+    /// Key, value and header bytes, as the queue budget counts them.
     pub fn size(&self) -> usize {
         self.bytes.len()
     }
@@ -270,6 +333,8 @@ pub struct DeadLetter {
     pub topic: String,
     /// The runtime the delivery futures run on.
     pub runtime: tokio::runtime::Handle,
+    /// `delivery.dead_letter_max_value_bytes`: keys and values are cut to it.
+    pub max_value_bytes: u32,
 }
 
 impl std::fmt::Debug for DeadLetter {
@@ -281,8 +346,8 @@ impl std::fmt::Debug for DeadLetter {
 }
 
 impl DeadLetter {
-    /// Sends the original key and value with the reason in headers; returns once Kafka has
-    /// acknowledged it.
+    /// Sends the record's dead letter ([`dead_letter::build`]: original key, value and
+    /// headers, the reason and where it was read); returns once Kafka has acknowledged it.
     ///
     /// # Errors
     ///
@@ -294,30 +359,38 @@ impl DeadLetter {
         data: &RecordData,
         reason: &str,
     ) -> Result<(), PipelineError> {
-        let partition_text = partition.to_string();
-        let offset_text = data.offset.to_string();
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: dead_letter::HEADER_REASON,
-                value: Some(reason),
-            })
-            .insert(Header {
-                key: dead_letter::HEADER_TOPIC,
-                value: Some(topic),
-            })
-            .insert(Header {
-                key: dead_letter::HEADER_PARTITION,
-                value: Some(&partition_text),
-            })
-            .insert(Header {
-                key: dead_letter::HEADER_OFFSET,
-                value: Some(&offset_text),
+        let original = data.headers();
+        let names: Vec<std::borrow::Cow<'_, str>> = original
+            .iter()
+            .map(|(name, _)| String::from_utf8_lossy(name))
+            .collect();
+        let built = dead_letter::build(
+            data.key(),
+            data.value(),
+            names
+                .iter()
+                .zip(&original)
+                .map(|(name, (_, value))| (&**name, *value)),
+            dead_letter::Origin::Consumed {
+                topic,
+                partition,
+                offset: data.offset,
+            },
+            reason,
+            self.max_value_bytes,
+        );
+        let mut headers = OwnedHeaders::new_with_capacity(built.headers.len());
+        for (name, value) in &built.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: value.as_deref(),
             });
+        }
         let mut record = FutureRecord::<[u8], [u8]>::to(&self.topic).headers(headers);
-        if let Some(key) = data.key() {
+        if let Some(key) = &built.key {
             record = record.key(key);
         }
-        if let Some(value) = data.value() {
+        if let Some(value) = &built.value {
             record = record.payload(value);
         }
         self.runtime
@@ -1231,6 +1304,35 @@ mod tests {
         );
         let unkeyed = RecordData::new(3, None, Some(b""), None);
         assert_eq!((unkeyed.key(), unkeyed.value()), (None, Some(&b""[..])));
+    }
+
+    #[test]
+    fn record_data_keeps_headers_after_the_value_with_null_values_and_any_name_bytes() {
+        let record = RecordData::with_headers(4, Some(b"k"), Some(b"v"), None, |f| {
+            f(b"trace", Some(b"abc"));
+            f(b"\xff name", None);
+            f(b"", Some(b""));
+        });
+        assert_eq!(
+            (record.key(), record.value()),
+            (Some(&b"k"[..]), Some(&b"v"[..]))
+        );
+        assert_eq!(
+            record.headers(),
+            [
+                (&b"trace"[..], Some(&b"abc"[..])),
+                (&b"\xff name"[..], None),
+                (&b""[..], Some(&b""[..])),
+            ]
+        );
+        let headers_only = RecordData::with_headers(5, None, None, None, |f| f(b"h", Some(b"1")));
+        assert_eq!((headers_only.key(), headers_only.value()), (None, None));
+        assert_eq!(headers_only.headers(), [(&b"h"[..], Some(&b"1"[..]))]);
+        assert!(
+            RecordData::new(6, None, Some(b"x"), None)
+                .headers()
+                .is_empty()
+        );
     }
 
     #[test]

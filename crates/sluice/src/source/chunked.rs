@@ -6,6 +6,10 @@
 //! number `c << 32 | n`, and reports the chunk's record count on the `sent` channel when the
 //! chunk is read; [`drive`] counts the acknowledgements per chunk and calls `finished` with the
 //! chunks whose records are all acknowledged.
+//!
+//! A record Kafka refuses follows the pipeline's delivery policy as a streamed one does
+//! ([`crate::delivery::refused_record`]): the run is retried, stopped, or the record is
+//! dead-lettered, its dead letter's acknowledgement then counting for its chunk.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -59,6 +63,41 @@ pub struct Progress<'a> {
     pub chunks_total: usize,
     /// Chunks already finished (by an earlier run).
     pub chunks_done: usize,
+    /// What a refused record becomes, and where its dead letter goes.
+    pub policy: RefusalPolicy<'a>,
+}
+
+/// What [`drive`] does with a record Kafka refuses: the pipeline's delivery policy.
+pub struct RefusalPolicy<'a> {
+    /// The pipeline's `[delivery]`.
+    pub delivery: &'a crate::config::DeliveryConfig,
+    /// The producer dead letters are sent with (the snapshot's).
+    pub producer: &'a PipelineProducer,
+    /// Where a record came from in the source, as operators read it (from its headers).
+    pub position_of: fn(&OutRecord) -> String,
+}
+
+impl RefusalPolicy<'_> {
+    /// Applies the policy to a refused record: its dead letter is sent with its bookkeeping
+    /// (so its acknowledgement counts for its chunk), or the run ends.
+    async fn refused(
+        &self,
+        error: &KafkaError,
+        record: &OutRecord,
+        delivery: Box<Delivery>,
+    ) -> Result<(), PipelineError> {
+        let position = (self.position_of)(record);
+        let dead_letter = crate::delivery::refused_record(self.delivery, error, record, &position)?;
+        crate::delivery::send(self.producer, dead_letter, delivery)
+            .await
+            .map_err(|(error, record, _)| {
+                PipelineError::fatal_with(
+                    format!("cannot write to the dead-letter topic {}", record.topic),
+                    "check that the dead-letter topic exists and the producer may write to it",
+                    error,
+                )
+            })
+    }
 }
 
 /// Runs until every chunk is finished: collects the workers' `(chunk, records)` reports from
@@ -81,6 +120,7 @@ pub async fn drive(
         board,
         chunks_total,
         mut chunks_done,
+        policy,
     } = progress;
     let started = Instant::now();
     let mut acked: HashMap<usize, u64> = HashMap::new();
@@ -108,8 +148,8 @@ pub async fn drive(
                                 done.push(chunk);
                             }
                         }
-                        DeliveryEvent::Failed { error, record, .. } => {
-                            return Err(refused(&error, &record.topic));
+                        DeliveryEvent::Failed { error, record, delivery } => {
+                            policy.refused(&error, &record, delivery).await?;
                         }
                         DeliveryEvent::EncodeFailed { reason, position, .. } => {
                             return Err(PipelineError::fatal_with(
@@ -251,6 +291,7 @@ pub async fn drive_transactional(
         board,
         chunks_total,
         mut chunks_done,
+        policy,
     } = progress;
     let ChunkTransactions {
         producer,
@@ -276,7 +317,7 @@ pub async fn drive_transactional(
                     if count == 0 {
                         return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
                     }
-                    delivered(&mut events)?;
+                    delivered(&mut events, &policy)?;
                     continue;
                 }
                 message = sent.recv(), if workers_running => {
@@ -317,7 +358,7 @@ pub async fn drive_transactional(
                     if count == 0 {
                         return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
                     }
-                    delivered(&mut events)?;
+                    delivered(&mut events, &policy)?;
                 }
             }
         };
@@ -404,8 +445,11 @@ pub async fn drive_transactional(
 }
 
 /// Exactly once: applies the snapshot's delivery reports (counters; a refused record ends the
-/// run, and its transaction can never commit).
-fn delivered(events: &mut Vec<DeliveryEvent>) -> Result<(), PipelineError> {
+/// run, and its transaction can never commit: exactly once takes no dead-letter policy).
+fn delivered(
+    events: &mut Vec<DeliveryEvent>,
+    policy: &RefusalPolicy<'_>,
+) -> Result<(), PipelineError> {
     for event in events.drain(..) {
         match event {
             DeliveryEvent::Acked(delivery) => {
@@ -413,7 +457,15 @@ fn delivered(events: &mut Vec<DeliveryEvent>) -> Result<(), PipelineError> {
                 delivery.table.bytes.increment(u64::from(delivery.bytes));
             }
             DeliveryEvent::Failed { error, record, .. } => {
-                return Err(refused(&error, &record.topic));
+                let position = (policy.position_of)(&record);
+                crate::delivery::refused_record(policy.delivery, &error, &record, &position)?;
+                return Err(PipelineError::fatal(
+                    format!(
+                        "Kafka refused a snapshot record for topic {} ({position}): {error}",
+                        record.topic
+                    ),
+                    "exactly once takes no dead-letter topic: a refused record aborts its transaction",
+                ));
             }
             DeliveryEvent::EncodeFailed {
                 reason, position, ..
@@ -437,11 +489,13 @@ fn delivered(events: &mut Vec<DeliveryEvent>) -> Result<(), PipelineError> {
 
 /// Produces `records` of chunk `chunk` within the budget, the first as the chunk's record
 /// number `first` (sequence `chunk << 32 | n`, so acknowledgements count per chunk); returns
-/// how many were produced.
+/// how many were produced. A record the producer refuses at once (larger than its
+/// `message.max.bytes`) is reported on the delivery channel like one the broker refuses, so
+/// [`drive`] applies the policy to both.
 ///
 /// # Errors
 ///
-/// Fatal when Kafka refuses a record for good.
+/// None: refusals are reported, not returned (the `Result` is kept for the callers' `?`).
 pub async fn publish(
     producer: &PipelineProducer,
     budget: &InFlightBudget,
@@ -451,6 +505,7 @@ pub async fn publish(
     table: &Arc<TableMetrics>,
     commit_unix_micros: i64,
 ) -> Result<u64, PipelineError> {
+    use rdkafka::producer::Producer as _;
     let count = records.len() as u64;
     for (n, record) in records.into_iter().enumerate() {
         let permit = budget.acquire(record.len().max(1)).await;
@@ -461,16 +516,16 @@ pub async fn publish(
             table: Arc::clone(table),
             bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
         });
-        crate::delivery::send(producer, record, delivery)
-            .await
-            .map_err(|(error, record, _)| refused(&error, &record.topic))?;
+        if let Err((error, record, delivery)) =
+            crate::delivery::send(producer, record, delivery).await
+        {
+            // The receiver is gone only when the run ended.
+            let _ = producer.context().deliveries().send(DeliveryEvent::Failed {
+                error,
+                record,
+                delivery,
+            });
+        }
     }
     Ok(count)
-}
-
-fn refused(error: &KafkaError, topic: &str) -> PipelineError {
-    PipelineError::fatal(
-        format!("Kafka refused a snapshot record for topic {topic}: {error}"),
-        crate::delivery::rejection_hint(error),
-    )
 }

@@ -632,6 +632,201 @@ async fn oversized_row_stops_or_is_dead_lettered() {
         dead[0].headers
     );
     assert!(dead[0].headers.contains_key("sluice.commit_lsn"));
+    assert!(
+        dead[0].headers["sluice.dlq.position"].starts_with("LSN "),
+        "{:?}",
+        dead[0].headers
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// Initial-snapshot records follow `delivery.on_permanent_error` as streamed ones do: a row
+/// above its topic's `max.message.bytes` (set on that topic only) stops the pipeline naming the
+/// topic and Kafka's reason under `stop`; under `dead_letter` it lands in the dead-letter topic
+/// with its reason, topic and position, and the rest of the snapshot arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_snapshot_row_stops_or_is_dead_lettered() {
+    let _broker = broker_shared().await;
+    let name = unique("bigsnap");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    insert_range(&client, &name, 0, 10, 10).await;
+    // ~320 kB of incompressible text in one row.
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.t SELECT 10, string_agg(md5(random()::text), '') FROM generate_series(1, 10000)"
+        ))
+        .await
+        .unwrap();
+    insert_range(&client, &name, 11, 20, 10).await;
+    let topic = format!("{name}.{name}.t");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+                .set("max.message.bytes", "100000")],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let port = free_port();
+    let dir = test_dir(&name);
+    let stop = pipeline_toml(&name, &name, &name, port, "[kafka.producer]\n");
+    let mut sluice = Sluice::start(&dir, &stop, port);
+    wait_until(
+        "sluice to stop on the oversized snapshot record",
+        Duration::from_secs(60),
+        || sluice.exited().is_some(),
+    );
+    let log = sluice.log_text();
+    assert!(
+        log.contains(&format!("record for topic {topic}")) && log.contains("too large"),
+        "{log}"
+    );
+    assert!(!log.contains("snapshot: done"), "{log}");
+
+    let dead_letters = format!("{name}.dlq");
+    let dlq = stop.replace(
+        "[kafka.producer]",
+        &format!(
+            "[delivery]\non_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dead_letters}\"\n\n[kafka.producer]"
+        ),
+    );
+    let sluice = Sluice::start(&dir, &dlq, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let (per_id, _) = {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 19, Duration::from_secs(60)))
+            .await
+            .unwrap()
+    };
+    assert!(!per_id.contains_key(&10), "{per_id:?}");
+    assert_eq!(
+        per_id.len(),
+        19,
+        "the rest of the snapshot arrived: {per_id:?}"
+    );
+    let dead = tokio::task::spawn_blocking(move || {
+        read_topic(&dead_letters, Duration::from_secs(60), |r| !r.is_empty())
+    })
+    .await
+    .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].key.as_ref().unwrap()["id"], 10);
+    assert_eq!(
+        dead[0].value.as_ref().unwrap()["op"],
+        "r",
+        "a snapshot read"
+    );
+    assert_eq!(dead[0].headers["sluice.dlq.topic"], topic);
+    assert!(
+        dead[0].headers["sluice.dlq.reason"]
+            .to_lowercase()
+            .contains("too large"),
+        "{:?}",
+        dead[0].headers
+    );
+    assert!(
+        dead[0].headers["sluice.dlq.position"].starts_with("LSN "),
+        "{:?}",
+        dead[0].headers
+    );
+    assert!(dead[0].headers.contains_key("sluice.commit_lsn"));
+    assert!(sluice.log_text().contains("snapshot: done"));
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// Incremental-snapshot records go through the delivery core like streamed ones: under
+/// `dead_letter`, a chunk's row above its topic's `max.message.bytes` lands in the dead-letter
+/// topic (an incremental read, with its reason and position) and the chunk's other rows arrive.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oversized_incremental_snapshot_row_is_dead_lettered() {
+    let _broker = broker_shared().await;
+    let name = unique("bigincr");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    insert_range(&client, &name, 0, 10, 10).await;
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.t SELECT 10, string_agg(md5(random()::text), '') FROM generate_series(1, 10000)"
+        ))
+        .await
+        .unwrap();
+    insert_range(&client, &name, 11, 20, 10).await;
+    let topic = format!("{name}.{name}.t");
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))
+                .set("max.message.bytes", "100000")],
+            &AdminOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let port = free_port();
+    let dir = test_dir(&name);
+    let dead_letters = format!("{name}.dlq");
+    let toml = pipeline_toml(
+        &name,
+        &name,
+        &name,
+        port,
+        &format!(
+            "[delivery]\non_permanent_error = \"dead_letter\"\ndead_letter_topic = \"{dead_letters}\"\n\n[kafka.producer]\n"
+        ),
+    )
+    .replace("[source.postgres]\n", "[source.postgres]\nsnapshot = \"never\"\n");
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let (status, body) = crate::support::http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/snapshots"),
+        &format!(r#"{{"tables": ["{name}.t"]}}"#),
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    let (per_id, _) = {
+        let topic = topic.clone();
+        tokio::task::spawn_blocking(move || read_all_ids(&topic, 19, Duration::from_secs(60)))
+            .await
+            .unwrap()
+    };
+    assert!(!per_id.contains_key(&10), "{per_id:?}");
+    assert_eq!(
+        per_id.len(),
+        19,
+        "the chunk's other rows arrived: {per_id:?}"
+    );
+    let dead = tokio::task::spawn_blocking(move || {
+        read_topic(&dead_letters, Duration::from_secs(60), |r| !r.is_empty())
+    })
+    .await
+    .unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].key.as_ref().unwrap()["id"], 10);
+    let value = dead[0].value.as_ref().unwrap();
+    assert_eq!(value["op"], "r");
+    assert_eq!(value["source"]["snapshot"], "incremental");
+    assert_eq!(dead[0].headers["sluice.dlq.topic"], topic);
+    assert!(
+        dead[0].headers["sluice.dlq.reason"]
+            .to_lowercase()
+            .contains("too large"),
+        "{:?}",
+        dead[0].headers
+    );
+    assert!(dead[0].headers["sluice.dlq.position"].starts_with("LSN "));
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }

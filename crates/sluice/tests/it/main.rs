@@ -15,6 +15,7 @@ mod faults;
 mod filters;
 mod ha;
 mod hostile_filters;
+mod hostile_topics;
 mod incremental;
 mod mysql;
 mod mysql_ha;

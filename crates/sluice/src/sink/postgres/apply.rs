@@ -297,11 +297,15 @@ impl PgTarget {
 }
 
 /// Whether PostgreSQL refused a row rather than the statement: a data exception (a value
-/// that does not fit its column) or an integrity constraint violation.
+/// that does not fit its column), an integrity constraint violation, or a program limit a
+/// value reached (class 54: a JSON value nested 100,000 levels deep exceeds the stack depth
+/// limit while it is parsed). A batch refused so is applied a record at a time, and a record
+/// refused alone follows `delivery.on_failure`; before, a limit error restarted the run on
+/// the same record forever.
 fn is_record_error(error: &tokio_postgres::Error) -> bool {
     error
         .code()
-        .is_some_and(|code| matches!(&code.code()[..2], "22" | "23"))
+        .is_some_and(|code| matches!(&code.code()[..2], "22" | "23" | "54"))
 }
 
 fn describe_db_error(error: &tokio_postgres::Error) -> String {
@@ -1283,7 +1287,7 @@ impl SubPartitionWriter for PgWriter {
         }
         self.batch.push(Staged {
             change,
-            data: RecordData::new(data.offset, data.key(), data.value(), data.timestamp_ms),
+            data: data.clone(),
         });
         if data.timestamp_ms.is_some() {
             self.last_timestamp_ms = data.timestamp_ms;

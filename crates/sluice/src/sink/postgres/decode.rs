@@ -178,6 +178,10 @@ fn key_object(key: &[u8]) -> Result<Vec<u8>, String> {
         }
         return Ok(payload.as_bytes().to_vec());
     }
+    // A key that only starts like an object (`{"id":`) is no key: without this check an
+    // upsert went ahead on its value's row alone.
+    serde_json::from_slice::<serde::de::IgnoredAny>(trimmed)
+        .map_err(|e| format!("the record key is not a JSON object of the key columns: {e}"))?;
     Ok(key.to_vec())
 }
 
@@ -307,6 +311,22 @@ mod tests {
                 assert!(!event);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// Regression (hostile topics): a key that only starts like an object was taken, and its
+    /// record's row upserted from the value alone.
+    #[test]
+    fn a_key_that_is_not_a_json_object_is_refused_naming_the_key() {
+        let value = r#"{"before":null,"after":{"id":1},"source":{},"op":"c"}"#;
+        for key in [r#"{"id":"#, "[1]", "42", r#""1""#, "{not json}"] {
+            let error = change(Some(key), Some(value)).unwrap_err();
+            assert!(
+                error.contains("the record key is not a JSON object of the key columns"),
+                "{key}: {error}"
+            );
+            let error = change(Some(key), None).unwrap_err();
+            assert!(error.contains("record key"), "tombstone {key}: {error}");
         }
     }
 

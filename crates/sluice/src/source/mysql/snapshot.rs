@@ -523,6 +523,10 @@ pub struct SnapshotContext<'a> {
     pub shutdown: &'a tokio_util::sync::CancellationToken,
     /// The status board (progress).
     pub board: &'a StatusBoard,
+    /// The pipeline's `[delivery]` (what a refused record becomes).
+    pub delivery: &'a crate::config::DeliveryConfig,
+    /// Where a record came from in the binlog, as operators read it.
+    pub position_of: fn(&crate::kafka::OutRecord) -> String,
 }
 
 /// Reads the plan's unfinished chunks on `snapshot`'s connections and publishes every row;
@@ -596,6 +600,11 @@ pub async fn run(
             board: ctx.board,
             chunks_total: plan.chunks.len(),
             chunks_done,
+            policy: chunked::RefusalPolicy {
+                delivery: ctx.delivery,
+                producer: ctx.producer,
+                position_of: ctx.position_of,
+            },
         },
         workers,
         sent_rx,

@@ -333,6 +333,8 @@ pub async fn run_once(
                 position: &start,
                 shutdown,
                 board,
+                delivery: &config.delivery,
+                position_of: record_position,
             },
             consistent,
             plan,

@@ -212,6 +212,11 @@ pub async fn run(
         board: ctx.board,
         chunks_total: total_chunks,
         chunks_done: done,
+        policy: crate::source::chunked::RefusalPolicy {
+            delivery: &ctx.config.delivery,
+            producer: ctx.producer,
+            position_of: super::stream::record_position,
+        },
     };
     let committed_done: Vec<usize> = (0..total_chunks).filter(|i| plan.chunks[*i].done).collect();
     let finished = |finished: &[usize]| {

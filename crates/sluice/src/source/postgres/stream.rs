@@ -541,7 +541,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
 }
 
 /// Where a record came from, from its headers: `LSN 0/1A2B`.
-fn record_position(record: &OutRecord) -> String {
+pub(super) fn record_position(record: &OutRecord) -> String {
     let lsn = record
         .headers
         .iter()
