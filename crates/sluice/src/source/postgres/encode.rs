@@ -15,7 +15,7 @@ use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
 use crate::event::schema::RenderedSchemas;
 use crate::event::{
-    EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
+    EventFormat, EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
     SnapshotMarker, TransactionOrder, write_int, write_json_str,
 };
 use crate::kafka::OutRecord;
@@ -214,6 +214,8 @@ pub struct SourceIdentity {
     pub server_name: String,
     /// The database name.
     pub database: String,
+    /// The schema registry, when keys or values are Avro (`[schema_registry]`).
+    pub registry: Option<Arc<crate::registry::Registry>>,
 }
 
 impl RelationInfo {
@@ -300,6 +302,35 @@ impl RelationInfo {
         self.envelope_overhead +=
             schemas.value_head.len() + schemas.key_head.as_ref().map_or(0, |k| k.len());
         self.schemas = Some(schemas);
+    }
+
+    /// Renders the relation's schemas when its events need them (JSON with schemas, Avro) and,
+    /// for Avro, registers them (one registration per schema and process: the registry
+    /// client caches ids). `catalog` is [`super::schema::column_catalog`]'s answer.
+    ///
+    /// # Errors
+    ///
+    /// What the schema registry refused (e.g. a change its compatibility rule forbids), or a
+    /// name Avro does not allow: the pipeline stops with the fix.
+    pub async fn prepare_schemas(
+        &mut self,
+        catalog: &[super::schema::ColumnCatalog],
+        events: &EventOptions,
+        registry: Option<&crate::registry::Registry>,
+    ) -> Result<(), crate::error::PipelineError> {
+        let mut schemas = super::schema::render(self, catalog, events);
+        if events.uses_avro() {
+            let registry = registry.ok_or_else(|| {
+                crate::error::PipelineError::fatal(
+                    "kafka.events asks for Avro and no [schema_registry] is configured",
+                    "add [schema_registry] url = \"http://registry:8081\"",
+                )
+            })?;
+            schemas.registered =
+                Some(register(registry, &self.topic, &schemas, events, &self.name).await?);
+        }
+        self.set_schemas(schemas);
+        Ok(())
     }
 
     /// Marks the columns whose type is `hstore` (`is_hstore` answers for a type OID).
@@ -702,6 +733,47 @@ pub fn position_headers(
     ]
 }
 
+/// Registers a table's Avro key and envelope schemas (those `events` writes as Avro).
+async fn register(
+    registry: &crate::registry::Registry,
+    topic: &str,
+    schemas: &RenderedSchemas,
+    events: &EventOptions,
+    table: &str,
+) -> Result<crate::event::schema::RegisteredIds, crate::error::PipelineError> {
+    use crate::event::avro;
+    let one = |schema: &crate::event::schema::Schema, is_key: bool| {
+        let text = avro::schema_text(schema);
+        let subject = registry.subject(topic, is_key, &avro::record_name(schema));
+        async move {
+            let text = text.map_err(|e| {
+                crate::error::PipelineError::fatal(
+                    format!("table {table}: {e}"),
+                    "rename the column, or leave it out of the pipeline (column rules); Avro \
+                     names are letters, digits and _",
+                )
+            })?;
+            registry.id(&subject, &text).await.map_err(|e| {
+                crate::error::PipelineError::fatal(
+                    format!("table {table}: {e}"),
+                    "see the message: the pipeline stopped before writing any record that needs \
+                     this schema, nothing is lost; it resumes from there once fixed",
+                )
+            })
+        }
+    };
+    let key = match (&schemas.key, events.key_format() == EventFormat::Avro) {
+        (Some(schema), true) => Some(one(schema, true).await?),
+        _ => None,
+    };
+    let value = if events.value_format() == EventFormat::Avro {
+        one(&schemas.envelope, false).await?
+    } else {
+        0
+    };
+    Ok(crate::event::schema::RegisteredIds { key, value })
+}
+
 /// The key object, or `None` when the table has no key.
 pub fn write_key(
     rel: &RelationInfo,
@@ -715,7 +787,7 @@ pub fn write_key(
     let schema = rel
         .schemas
         .as_ref()
-        .filter(|_| events.schemas_enable)
+        .filter(|_| events.key_format() == EventFormat::JsonWithSchemas)
         .and_then(|s| s.key_head.as_deref());
     let mut key = Vec::with_capacity(32 + schema.map_or(0, <[u8]>::len));
     if let Some(head) = schema {
@@ -741,7 +813,26 @@ pub fn write_key(
     if schema.is_some() {
         key.push(b'}');
     }
+    if events.key_format() == EventFormat::Avro {
+        let schemas = rel.schemas.as_ref();
+        let (schema, id) = schemas
+            .and_then(|s| Some((s.key.as_ref()?, s.registered?.key?)))
+            .unwrap_or_else(|| panic!("{}: no registered Avro key schema (a bug)", rel.name));
+        return Some(to_avro(&rel.name, schema, id, &key));
+    }
     Some(key)
+}
+
+/// A JSON payload as Avro in the Confluent wire format (`id`: the schema's registry id). A
+/// payload its schema cannot hold is a bug: the panic makes the delivery core apply
+/// `delivery.on_permanent_error` to the change.
+fn to_avro(table: &str, schema: &crate::event::schema::Schema, id: u32, json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len() / 2 + 16);
+    crate::event::avro::write_header(id, &mut out);
+    if let Err(error) = crate::event::avro::write_value(schema, json, &mut out) {
+        panic!("{table}: {error}");
+    }
+    out
 }
 
 /// The value envelope. `before` is the old row (or key); `after` is `(row, old full row)` so
@@ -758,7 +849,7 @@ fn envelope(
     let schema = rel
         .schemas
         .as_ref()
-        .filter(|_| options.events.schemas_enable)
+        .filter(|_| options.events.value_format() == EventFormat::JsonWithSchemas)
         .map(|s| &*s.value_head);
     let streamed = !matches!(change.kind, ChangeKind::Read { .. });
     let events = &options.events;
@@ -826,6 +917,13 @@ fn envelope(
     out.push(b'}');
     if schema.is_some() {
         out.push(b'}');
+    }
+    if options.events.value_format() == EventFormat::Avro {
+        let schemas = rel.schemas.as_ref();
+        let (schema, id) = schemas
+            .and_then(|s| Some((&s.envelope, s.registered?.value)))
+            .unwrap_or_else(|| panic!("{}: no registered Avro value schema (a bug)", rel.name));
+        return to_avro(&rel.name, schema, id, &out);
     }
     out
 }
@@ -1001,6 +1099,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "app".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "users",
@@ -1142,6 +1241,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "bench".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "t",
@@ -1250,6 +1350,7 @@ mod tests {
         let identity = SourceIdentity {
             server_name: "app".into(),
             database: "db".into(),
+            registry: None,
         };
         let record = encode_message(&message, &identity, 5_000_000);
         let value: Value = serde_json::from_slice(record.value.as_ref().unwrap()).unwrap();
@@ -1366,6 +1467,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "app".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "log",

@@ -447,6 +447,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "app".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "prices",

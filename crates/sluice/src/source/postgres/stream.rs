@@ -289,9 +289,18 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     )
     .await?;
     let database = catalog.database().await?;
+    let registry = match &config.schema_registry {
+        Some(registry) if config.kafka.events.uses_avro() => Some(Arc::new(
+            crate::registry::Registry::new(registry.clone()).map_err(|e| {
+                PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
+            })?,
+        )),
+        _ => None,
+    };
     let identity = SourceIdentity {
         server_name: config.kafka.topic_prefix.clone(),
         database,
+        registry,
     };
     let mut known_topics: HashSet<String> = HashSet::new();
     let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
@@ -1149,13 +1158,14 @@ impl PgSource<'_> {
         info.apply_rules(&self.ctx.config.source);
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
-        if events.schemas_enable && !info.excluded {
+        if events.needs_schemas() && !info.excluded {
             let columns = bounded(
                 "reading the table's column types",
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
-            info.set_schemas(super::schema::render(&info, &columns, events));
+            info.prepare_schemas(&columns, events, self.identity.registry.as_deref())
+                .await?;
         }
         let is_outbox = self
             .ctx
