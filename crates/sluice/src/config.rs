@@ -912,7 +912,11 @@ impl<S: SourceSection> PipelineConfig<S> {
                     .into(),
             );
         }
-        if events.schemas_enable && (events.format.is_some() || events.key_format.is_some() || events.value_format.is_some()) {
+        if events.schemas_enable
+            && (events.format.is_some()
+                || events.key_format.is_some()
+                || events.value_format.is_some())
+        {
             issue(
                 "kafka.events.schemas_enable",
                 "cannot be combined with kafka.events.format / key_format / value_format: \

@@ -161,23 +161,20 @@ impl RegistryConfig {
     pub fn issues(&self) -> Vec<(&'static str, String)> {
         let mut issues = Vec::new();
         if self.url.0.is_empty() {
-            issues.push(("url", "is empty: expected http(s)://host:port[/path]".into()));
+            issues.push((
+                "url",
+                "is empty: expected http(s)://host:port[/path]".into(),
+            ));
         }
         for url in &self.url.0 {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                issues.push((
-                    "url",
-                    format!("{url:?} is not an http:// or https:// URL"),
-                ));
+                issues.push(("url", format!("{url:?} is not an http:// or https:// URL")));
             }
         }
         if let Some(info) = &self.basic_auth_user_info
             && !info.contains(':')
         {
-            issues.push((
-                "basic.auth.user.info",
-                "expected \"user:password\"".into(),
-            ));
+            issues.push(("basic.auth.user.info", "expected \"user:password\"".into()));
         }
         if self.basic_auth_user_info.is_some() && self.bearer_auth_token.is_some() {
             issues.push((
@@ -242,7 +239,9 @@ pub struct Registry {
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry").field("config", &self.config).finish()
+        f.debug_struct("Registry")
+            .field("config", &self.config)
+            .finish()
     }
 }
 
@@ -341,10 +340,7 @@ impl Registry {
         } else {
             self.register(subject, schema).await?
         };
-        self.ids
-            .lock()
-            .expect("not poisoned")
-            .insert(cache_key, id);
+        self.ids.lock().expect("not poisoned").insert(cache_key, id);
         Ok(id)
     }
 
@@ -570,7 +566,10 @@ mod tests {
     #[test]
     fn subjects_follow_the_strategies() {
         let t = SubjectNameStrategy::TopicName;
-        assert_eq!(t.subject("p.public.t", true, "p.public.t.Key"), "p.public.t-key");
+        assert_eq!(
+            t.subject("p.public.t", true, "p.public.t.Key"),
+            "p.public.t-key"
+        );
         assert_eq!(t.subject("p.public.t", false, "x"), "p.public.t-value");
         assert_eq!(
             SubjectNameStrategy::RecordName.subject("p.public.t", false, "p.public.t.Envelope"),
@@ -580,10 +579,9 @@ mod tests {
             SubjectNameStrategy::TopicRecordName.subject("top", false, "a.B"),
             "top-a.B"
         );
-        let long: SubjectNameStrategy = serde_json::from_str(
-            "\"io.confluent.kafka.serializers.subject.RecordNameStrategy\"",
-        )
-        .unwrap();
+        let long: SubjectNameStrategy =
+            serde_json::from_str("\"io.confluent.kafka.serializers.subject.RecordNameStrategy\"")
+                .unwrap();
         assert_eq!(long, SubjectNameStrategy::RecordName);
         let error = serde_json::from_str::<SubjectNameStrategy>("\"Nope\"").unwrap_err();
         assert!(error.to_string().contains("TopicNameStrategy"), "{error}");

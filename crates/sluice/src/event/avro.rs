@@ -113,13 +113,22 @@ fn json_str(out: &mut String, text: &str) {
 impl SchemaWriter {
     fn error(path: &str, problem: String) -> AvroError {
         AvroError {
-            path: if path.is_empty() { "(top)".into() } else { path.into() },
+            path: if path.is_empty() {
+                "(top)".into()
+            } else {
+                path.into()
+            },
             problem,
         }
     }
 
     /// Writes `schema`; `ignore_optional` writes the base type of an optional schema.
-    fn write(&mut self, schema: &Schema, ignore_optional: bool, path: &str) -> Result<(), AvroError> {
+    fn write(
+        &mut self,
+        schema: &Schema,
+        ignore_optional: bool,
+        path: &str,
+    ) -> Result<(), AvroError> {
         if schema.optional && !ignore_optional {
             if schema.default.is_some() {
                 self.out.push('[');
@@ -143,7 +152,9 @@ impl SchemaWriter {
             SchemaType::String => (None, "string"),
             SchemaType::Bytes => (None, "bytes"),
             SchemaType::Array(_) => (None, "array"),
-            SchemaType::Map(keys, _) if keys.schema_type == SchemaType::String && !keys.optional => {
+            SchemaType::Map(keys, _)
+                if keys.schema_type == SchemaType::String && !keys.optional =>
+            {
                 (None, "map")
             }
             SchemaType::Map(..) => (None, "map_entries"),
@@ -218,9 +229,11 @@ impl SchemaWriter {
                     self.name_ref(&full);
                 } else {
                     self.defined.insert(full);
-                    self.out.push_str("{\"type\":\"record\",\"name\":\"MapEntry\"");
+                    self.out
+                        .push_str("{\"type\":\"record\",\"name\":\"MapEntry\"");
                     if self.space.as_deref() != Some(NAMESPACE) {
-                        self.out.push_str(",\"namespace\":\"io.confluent.connect.avro\"");
+                        self.out
+                            .push_str(",\"namespace\":\"io.confluent.connect.avro\"");
                     }
                     self.out.push_str(",\"fields\":[");
                     let outer = self.space.replace(NAMESPACE.to_owned());
@@ -261,7 +274,9 @@ impl SchemaWriter {
         if !valid_name(name) {
             return Err(Self::error(
                 path,
-                format!("{name:?} is not a valid Avro field name (letters, digits and _, not starting with a digit)"),
+                format!(
+                    "{name:?} is not a valid Avro field name (letters, digits and _, not starting with a digit)"
+                ),
             ));
         }
         self.out.push_str("{\"name\":");
@@ -355,7 +370,10 @@ fn connect_default_to_avro(schema: &Schema, value: Value) -> Result<Value, Strin
             let mut out = serde_json::Map::new();
             for field in fields {
                 let member = members.remove(&field.name).unwrap_or(Value::Null);
-                out.insert(field.name.clone(), connect_default_to_avro(&field.schema, member)?);
+                out.insert(
+                    field.name.clone(),
+                    connect_default_to_avro(&field.schema, member)?,
+                );
             }
             Value::Object(out)
         }
@@ -417,7 +435,11 @@ fn mismatch(path: &str, expected: &str, value: &Value) -> AvroError {
         Value::Object(_) => "an object",
     };
     AvroError {
-        path: if path.is_empty() { "(top)".into() } else { path.to_owned() },
+        path: if path.is_empty() {
+            "(top)".into()
+        } else {
+            path.to_owned()
+        },
         problem: format!("expected {expected}, found {found}"),
     }
 }
@@ -458,7 +480,9 @@ fn write_datum(
             SchemaType::Int8 | SchemaType::Int16 | SchemaType::Int32 | SchemaType::Int64,
             Value::Number(n),
         ) => {
-            let v = n.as_i64().ok_or_else(|| mismatch(path, "an integer", value))?;
+            let v = n
+                .as_i64()
+                .ok_or_else(|| mismatch(path, "an integer", value))?;
             let fits = match schema.schema_type {
                 SchemaType::Int8 => i8::try_from(v).is_ok(),
                 SchemaType::Int16 => i16::try_from(v).is_ok(),
@@ -473,9 +497,10 @@ fn write_datum(
             }
             write_long(v, out);
         }
-        (SchemaType::Int8 | SchemaType::Int16 | SchemaType::Int32 | SchemaType::Int64, Value::Null) => {
-            out.push(0)
-        }
+        (
+            SchemaType::Int8 | SchemaType::Int16 | SchemaType::Int32 | SchemaType::Int64,
+            Value::Null,
+        ) => out.push(0),
         (SchemaType::Float32, Value::Null) => out.extend_from_slice(&0f32.to_le_bytes()),
         (SchemaType::Float64, Value::Null) => out.extend_from_slice(&0f64.to_le_bytes()),
         (SchemaType::Float32, _) => {
@@ -610,7 +635,10 @@ mod tests {
         assert_eq!(price["type"][1]["precision"], 8);
         assert_eq!(price["type"][1]["scale"], 2);
         // The second use of the row record names it.
-        assert_eq!(schema["fields"][1]["type"], serde_json::json!(["null", "Value"]));
+        assert_eq!(
+            schema["fields"][1]["type"],
+            serde_json::json!(["null", "Value"])
+        );
         let source = &schema["fields"][2]["type"];
         assert_eq!(source["namespace"], "io.debezium.connector.postgresql");
         // An optional field with a default: `[T, "null"]`, the default and connect.default.
@@ -635,14 +663,23 @@ mod tests {
             false,
         );
         let mut out = Vec::new();
-        write_value(&schema, br#"{"a":-3,"b":"hi","c":"AQI=","d":true,"e":"NaN"}"#, &mut out)
-            .unwrap();
+        write_value(
+            &schema,
+            br#"{"a":-3,"b":"hi","c":"AQI=","d":true,"e":"NaN"}"#,
+            &mut out,
+        )
+        .unwrap();
         let mut expected = vec![5, 2, 4, b'h', b'i', 4, 1, 2, 1];
         expected.extend_from_slice(&f64::NAN.to_le_bytes());
         assert_eq!(out, expected);
         // A required field's null is its type's zero (Debezium's delete with only the key).
         out.clear();
-        write_value(&schema, br#"{"a":1,"b":null,"c":null,"d":null,"e":null}"#, &mut out).unwrap();
+        write_value(
+            &schema,
+            br#"{"a":1,"b":null,"c":null,"d":null,"e":null}"#,
+            &mut out,
+        )
+        .unwrap();
         let mut expected = vec![2, 0, 0, 0];
         expected.extend_from_slice(&0f64.to_le_bytes());
         assert_eq!(out, expected);
@@ -658,7 +695,10 @@ mod tests {
             (1, vec![2]),
             (-64, vec![0x7f]),
             (64, vec![0x80, 1]),
-            (i64::MIN, vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1]),
+            (
+                i64::MIN,
+                vec![0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 1],
+            ),
         ] {
             let mut out = Vec::new();
             write_long(value, &mut out);
@@ -669,12 +709,18 @@ mod tests {
     #[test]
     fn invalid_names_are_named() {
         let schema = Schema::of(
-            SchemaType::Struct(vec![Field::new("a-b", Schema::of(SchemaType::Int64, false))]),
+            SchemaType::Struct(vec![Field::new(
+                "a-b",
+                Schema::of(SchemaType::Int64, false),
+            )]),
             false,
         )
         .named("x.y.Value", None);
         let error = schema_text(&schema).unwrap_err();
         assert_eq!(error.path, "a-b");
-        assert!(error.problem.contains("not a valid Avro field name"), "{error}");
+        assert!(
+            error.problem.contains("not a valid Avro field name"),
+            "{error}"
+        );
     }
 }

@@ -15,8 +15,8 @@ use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
 use crate::event::schema::RenderedSchemas;
 use crate::event::{
-    EventFormat, EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
-    SnapshotMarker, TransactionOrder, write_int, write_json_str,
+    EventFormat, EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op,
+    SOURCE_END_TRANSACTION, SnapshotMarker, TransactionOrder, write_int, write_json_str,
 };
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
