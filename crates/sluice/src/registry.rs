@@ -229,12 +229,17 @@ pub enum RegistryError {
     Config(String),
 }
 
+/// Told when the registry stops answering (`Some(error)`) and answers again (`None`).
+pub type HealthObserver = Box<dyn Fn(Option<String>) + Send + Sync>;
+
 /// A client of the registry, with its id cache.
 pub struct Registry {
     config: RegistryConfig,
     http: reqwest::Client,
     /// (subject, schema text) → id.
     ids: Mutex<HashMap<(String, String), u32>>,
+    observer: Option<HealthObserver>,
+    failing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Registry {
@@ -306,7 +311,28 @@ impl Registry {
             config,
             http,
             ids: Mutex::new(HashMap::new()),
+            observer: None,
+            failing: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Tells `observer` when the registry stops answering and when it answers again (the
+    /// pipeline's status shows it).
+    #[must_use]
+    pub fn with_observer(mut self, observer: HealthObserver) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    fn report(&self, error: Option<String>) {
+        use std::sync::atomic::Ordering;
+        let failing = error.is_some();
+        if (failing || self.failing.load(Ordering::Relaxed))
+            && let Some(observer) = &self.observer
+        {
+            observer(error);
+        }
+        self.failing.store(failing, Ordering::Relaxed);
     }
 
     /// The settings.
@@ -444,11 +470,20 @@ impl Registry {
         let mut backoff = Duration::from_secs(1);
         loop {
             match self.request_once(method.clone(), path, body.clone()).await {
-                Answer::Status(status, _) if status == 0 || status >= 500 => {
+                Answer::Status(status, message) if status == 0 || status >= 500 => {
+                    self.report(Some(format!(
+                        "{} does not answer ({}); retrying in {} s",
+                        self.config.url.0.join(", "),
+                        if status == 0 { message } else { format!("{status}: {message}") },
+                        backoff.as_secs()
+                    )));
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(30));
                 }
-                answer => return answer,
+                answer => {
+                    self.report(None);
+                    return answer;
+                }
             }
         }
     }

@@ -302,3 +302,62 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
     sluice.stop();
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// A registry that does not answer: the pipeline writes nothing, retries with backoff and says
+/// so in `/health`; with a second URL that answers (tried in turn), it resumes and every change
+/// arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_registry_is_retried_shown_in_health_and_loses_nothing() {
+    let _broker = broker_shared().await;
+    let name = unique("avro_down");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name};
+             CREATE TABLE {name}.t (id int PRIMARY KEY, v text);
+             INSERT INTO {name}.t VALUES (1, 'one');"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let toml = avro_toml(&name, port);
+    let down = toml.replace(&registry_url(), &dead);
+    assert_ne!(down, toml);
+    let mut sluice = Sluice::start(&dir, &down, port);
+    let mut health = Value::Null;
+    wait_until("/health shows the registry down", Duration::from_secs(60), || {
+        health = sluice
+            .get("/health")
+            .and_then(|h| serde_json::from_str(&h).ok())
+            .unwrap_or(Value::Null);
+        health["schema_registry_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not answer") && e.contains(&dead))
+    });
+    client
+        .batch_execute(&format!("INSERT INTO {name}.t VALUES (2, 'two');"))
+        .await
+        .unwrap();
+    sluice.stop();
+    // Both URLs, the dead one first: the second answers.
+    let both = toml.replace(
+        &format!("url = \"{}\"", registry_url()),
+        &format!("url = [\"{dead}\", \"{}\"]", registry_url()),
+    );
+    assert_ne!(both, toml);
+    let mut sluice = Sluice::start(&dir, &both, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{name}.t");
+    let records = decode(&topic, 2);
+    let ids: Vec<i64> = records
+        .iter()
+        .map(|r| r["value"]["after"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2]);
+    let health: Value = serde_json::from_str(&sluice.get("/health").unwrap()).unwrap();
+    assert_eq!(health["schema_registry_error"], Value::Null);
+    sluice.stop();
+    drop_slot_and_publication(&client, &name).await;
+}

@@ -290,11 +290,18 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     .await?;
     let database = catalog.database().await?;
     let registry = match &config.schema_registry {
-        Some(registry) if config.kafka.events.uses_avro() => Some(Arc::new(
-            crate::registry::Registry::new(registry.clone()).map_err(|e| {
-                PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
-            })?,
-        )),
+        Some(registry) if config.kafka.events.uses_avro() => {
+            let board = Arc::clone(&ctx.board);
+            Some(Arc::new(
+                crate::registry::Registry::new(registry.clone())
+                    .map_err(|e| {
+                        PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
+                    })?
+                    .with_observer(Box::new(move |error| {
+                        board.update(|s| s.schema_registry_error = error);
+                    })),
+            ))
+        }
         _ => None,
     };
     let identity = SourceIdentity {
@@ -1787,8 +1794,9 @@ async fn secure_slot(
             }
         }
     }
-    // A slot a crashed run created before recording it: its snapshot never finished.
-    let crashed_creating = state.record().is_some_and(|r| r.creating);
+    // A slot a crashed run created before recording it: its snapshot never finished. (Not the
+    // slot this run just created: its record says "creating" too, until below.)
+    let crashed_creating = !exported && state.record().is_some_and(|r| r.creating);
     let (slot, created) = catalog.ensure_slot(slot_name).await?;
     if slot.wal_status == "lost" {
         return Err(PipelineError::fatal(
