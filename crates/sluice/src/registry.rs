@@ -444,6 +444,42 @@ impl Registry {
         }
     }
 
+    /// Reaches the registry (every URL in turn, once): its global compatibility level, or why
+    /// it cannot be reached (`sluice check`).
+    ///
+    /// # Errors
+    ///
+    /// No URL answered, or the registry refused the credentials.
+    pub async fn probe(&self) -> Result<String, String> {
+        #[derive(Deserialize)]
+        struct Level {
+            #[serde(alias = "compatibility", alias = "compatibilityLevel")]
+            level: String,
+        }
+        match self.request_once(reqwest::Method::GET, "/config", None).await {
+            Answer::Ok(bytes) => serde_json::from_slice::<Level>(&bytes)
+                .map(|l| l.level)
+                .map_err(|e| format!("GET /config answered without a compatibility level ({e}): is this the Confluent API (Apicurio: .../apis/ccompat/v7)?")),
+            Answer::Status(0, message) => Err(format!("no answer: {message}")),
+            Answer::Status(status @ (401 | 403), message) => Err(format!(
+                "{status} {message}: check basic.auth.user.info or bearer.auth.token"
+            )),
+            Answer::Status(status, message) => Err(format!("{status}: {message}")),
+        }
+    }
+
+    /// How many versions `subject` has (0: none yet), or why that is unknown.
+    pub async fn versions(&self, subject: &str) -> Result<usize, String> {
+        let path = format!("/subjects/{}/versions", encode_subject(subject));
+        match self.request_once(reqwest::Method::GET, &path, None).await {
+            Answer::Ok(bytes) => serde_json::from_slice::<Vec<serde_json::Value>>(&bytes)
+                .map(|v| v.len())
+                .map_err(|e| format!("an answer that is not a list of versions: {e}")),
+            Answer::Status(404, _) => Ok(0),
+            Answer::Status(status, message) => Err(format!("{status}: {message}")),
+        }
+    }
+
     /// The subject's compatibility level (its own, else the registry's), or why it is unknown.
     pub async fn compatibility(&self, subject: &str) -> String {
         #[derive(Deserialize)]
@@ -474,7 +510,11 @@ impl Registry {
                     self.report(Some(format!(
                         "{} does not answer ({}); retrying in {} s",
                         self.config.url.0.join(", "),
-                        if status == 0 { message } else { format!("{status}: {message}") },
+                        if status == 0 {
+                            message
+                        } else {
+                            format!("{status}: {message}")
+                        },
                         backoff.as_secs()
                     )));
                     tokio::time::sleep(backoff).await;

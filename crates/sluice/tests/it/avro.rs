@@ -273,6 +273,23 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
         &format!("/config/{subject}"),
         "{\"compatibility\":\"BACKWARD\"}",
     );
+    // `sluice check` reaches the registry and names the subjects with their levels.
+    let file = dir.join("pipeline.toml");
+    let (_, check) =
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(30));
+    assert!(check.contains("schema registry http://"), "{check}");
+    assert!(
+        check.contains(&format!(
+            "subject \"{subject}\": 1 version(s), compatibility BACKWARD"
+        )),
+        "{check}"
+    );
+    assert!(
+        check.contains(&format!(
+            "subject \"{topic}-key\": 1 version(s), compatibility NONE  WARNING"
+        )),
+        "{check}"
+    );
     client
         .batch_execute(&format!(
             "ALTER TABLE {name}.t ALTER COLUMN v TYPE text;
@@ -327,15 +344,19 @@ async fn an_unreachable_registry_is_retried_shown_in_health_and_loses_nothing() 
     assert_ne!(down, toml);
     let mut sluice = Sluice::start(&dir, &down, port);
     let mut health = Value::Null;
-    wait_until("/health shows the registry down", Duration::from_secs(60), || {
-        health = sluice
-            .get("/health")
-            .and_then(|h| serde_json::from_str(&h).ok())
-            .unwrap_or(Value::Null);
-        health["schema_registry_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("does not answer") && e.contains(&dead))
-    });
+    wait_until(
+        "/health shows the registry down",
+        Duration::from_secs(60),
+        || {
+            health = sluice
+                .get("/health")
+                .and_then(|h| serde_json::from_str(&h).ok())
+                .unwrap_or(Value::Null);
+            health["schema_registry_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("does not answer") && e.contains(&dead))
+        },
+    );
     client
         .batch_execute(&format!("INSERT INTO {name}.t VALUES (2, 'two');"))
         .await

@@ -1794,9 +1794,10 @@ async fn secure_slot(
             }
         }
     }
-    // A slot a crashed run created before recording it: its snapshot never finished. (Not the
-    // slot this run just created: its record says "creating" too, until below.)
-    let crashed_creating = !exported && state.record().is_some_and(|r| r.creating);
+    // The record of a slot being created: this run's (it just created the slot), or a crashed
+    // run's (which created the slot before recording it: its snapshot never finished).
+    let recorded_creating = state.record().is_some_and(|r| r.creating);
+    let crashed_creating = recorded_creating && !exported;
     let (slot, created) = catalog.ensure_slot(slot_name).await?;
     if slot.wal_status == "lost" {
         return Err(PipelineError::fatal(
@@ -1804,7 +1805,7 @@ async fn secure_slot(
             "drop it (SELECT pg_drop_replication_slot(...)) and start again; the changes it no longer holds must be re-snapshotted",
         ));
     }
-    if state.record().is_none() || crashed_creating || loss.is_some() {
+    if state.record().is_none() || recorded_creating || loss.is_some() {
         if crashed_creating && !created {
             tracing::warn!(
                 slot = slot_name,
