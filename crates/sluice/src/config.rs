@@ -932,7 +932,9 @@ impl<S: SourceSection> PipelineConfig<S> {
                     .into(),
             );
         }
-        if let Some(registry) = &self.schema_registry {
+        if let Some(registry) = &self.schema_registry
+            && events.uses_avro()
+        {
             for (key, problem) in registry.issues() {
                 issue(&format!("schema_registry.{key}"), problem);
             }
