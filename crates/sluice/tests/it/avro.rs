@@ -290,6 +290,24 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
         )),
         "{check}"
     );
+    // `sluice doctor` names the subject still under NONE (the key's), not the value's.
+    let (_, doctor) = crate::faults::run_sluice(
+        &["doctor", "--json", "--pipeline", file.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    let findings: Value = serde_json::from_str(&doctor).unwrap_or_else(|e| panic!("{e}: {doctor}"));
+    let none = findings
+        .as_array()
+        .and_then(|f| {
+            f.iter()
+                .find(|f| f["code"] == "registry.compatibility_none")
+        })
+        .unwrap_or_else(|| panic!("no registry.compatibility_none finding: {doctor}"));
+    assert_eq!(
+        none["evidence"]["subjects"],
+        json!([format!("{topic}-key")]),
+        "{none}"
+    );
     client
         .batch_execute(&format!(
             "ALTER TABLE {name}.t ALTER COLUMN v TYPE text;
