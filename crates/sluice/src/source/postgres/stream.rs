@@ -1149,13 +1149,16 @@ impl PgSource<'_> {
         info.apply_rules(&self.ctx.config.source);
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
-        if events.schemas_enable && !info.excluded {
+        if !info.excluded {
             let columns = bounded(
                 "reading the table's column types",
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
-            info.set_schemas(super::schema::render(&info, &columns, events));
+            info.mark_not_null(&columns);
+            if events.schemas_enable {
+                info.set_schemas(super::schema::render(&info, &columns, events));
+            }
         }
         let is_outbox = self
             .ctx
