@@ -168,6 +168,11 @@ pub struct ColumnInfo {
     /// Whether the type is the `hstore` extension's (its OID differs per database), written as
     /// `hstore_handling_mode` says.
     pub is_hstore: bool,
+    /// `NOT NULL` (from the catalog, [`RelationInfo::mark_not_null`]): where sluice has no
+    /// value for it (a delete's old key under REPLICA IDENTITY DEFAULT or USING INDEX, a value
+    /// Debezium does not map), Debezium writes its type's zero, not null (Connect's required
+    /// fields cannot hold null), and so does sluice.
+    pub not_null: bool,
 }
 
 /// A user-defined type as the catalog describes it, for [`RelationInfo::resolve_types`].
@@ -248,6 +253,7 @@ impl RelationInfo {
                     left_out: value::is_left_out(type_oid),
                     treatment: ColumnTreatment::Keep,
                     is_hstore: false,
+                    not_null: false,
                 }
             })
             .collect();
@@ -331,6 +337,14 @@ impl RelationInfo {
         }
         self.set_schemas(schemas);
         Ok(())
+    }
+
+    /// Marks the columns the catalog says are `NOT NULL` (`catalog`: the relation's columns,
+    /// by name).
+    pub fn mark_not_null(&mut self, catalog: &[super::schema::ColumnCatalog]) {
+        for column in &mut self.columns {
+            column.not_null = catalog.iter().any(|c| c.name == column.name && c.not_null);
+        }
     }
 
     /// Marks the columns whose type is `hstore` (`is_hstore` answers for a type OID).
@@ -1018,6 +1032,32 @@ fn value_kept_as_text(table: &str, column: &ColumnInfo, error: &value::ValueErro
 /// Appends one value; `streamed` says it comes from pgoutput (a change) rather than a
 /// snapshot's query, which Debezium maps differently for a few types.
 fn write_datum(
+    table: &str,
+    column: &ColumnInfo,
+    datum: Option<&Datum>,
+    out: &mut Vec<u8>,
+    events: &EventOptions,
+    streamed: bool,
+) {
+    let start = out.len();
+    write_nullable_datum(table, column, datum, out, events, streamed);
+    if column.not_null && out[start..] == *b"null" {
+        // Debezium's value for a NOT NULL column it has none for: its type's zero (issue 41).
+        out.truncate(start);
+        let written = if column.is_hstore {
+            value::write_hstore(b"", out, events.hstore_handling_mode)
+        } else {
+            value::write_required_default(column.value_type, column.value_modifier, out, events)
+        };
+        if written.is_err() {
+            out.truncate(start);
+            out.extend_from_slice(b"null");
+        }
+    }
+}
+
+/// [`write_datum`] before a NOT NULL column's null is replaced.
+fn write_nullable_datum(
     table: &str,
     column: &ColumnInfo,
     datum: Option<&Datum>,

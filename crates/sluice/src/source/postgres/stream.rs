@@ -1165,14 +1165,17 @@ impl PgSource<'_> {
         info.apply_rules(&self.ctx.config.source);
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
-        if events.needs_schemas() && !info.excluded {
+        if !info.excluded {
             let columns = bounded(
                 "reading the table's column types",
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
-            info.prepare_schemas(&columns, events, self.identity.registry.as_deref())
-                .await?;
+            info.mark_not_null(&columns);
+            if events.needs_schemas() {
+                info.prepare_schemas(&columns, events, self.identity.registry.as_deref())
+                    .await?;
+            }
         }
         let is_outbox = self
             .ctx
