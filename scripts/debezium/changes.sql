@@ -68,3 +68,14 @@ INSERT INTO bulk SELECT i, 'row ' || i, i::bigint * 1000000007 FROM generate_ser
 UPDATE bulk SET v = 'changed in the same transaction' WHERE id = 150;
 DELETE FROM bulk WHERE id = 300;
 COMMIT;
+
+-- NOT NULL columns of every type: an update, then deletes, under each replica identity.
+UPDATE nn_default SET c_text = 'nn updated' WHERE id = 1;
+UPDATE nn_full SET c_text = 'nn updated' WHERE id = 1;
+UPDATE nn_index SET c_text = 'nn updated' WHERE id = 1;
+DELETE FROM nn_default WHERE id = 1;
+DELETE FROM nn_default WHERE id = 3;
+DELETE FROM nn_full WHERE id = 1;
+DELETE FROM nn_full WHERE id = 3;
+DELETE FROM nn_index WHERE id = 1;
+DELETE FROM nn_index WHERE id = 3;

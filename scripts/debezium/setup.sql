@@ -232,5 +232,53 @@ INSERT INTO evolve VALUES (1, 'before');
 -- A transaction with many rows.
 CREATE TABLE bulk (id integer PRIMARY KEY, v text, n bigint);
 
+-- Every type as a NOT NULL non-key column, in tables whose rows are deleted (changes.sql) under
+-- each replica identity: DEFAULT (the old tuple holds the key only: Debezium fills the before
+-- image's other NOT NULL columns with their type's default, Connect's required fields being
+-- unable to hold null), FULL (the whole old row) and USING INDEX (the old tuple holds the
+-- unique index's column only, c_uuid; the key column is not in it). Rows 1 and 3: scalars' and
+-- others' rows 1 and 3 (typical values, minimums) and a few arrays.
+CREATE TABLE nn_default (
+  id integer PRIMARY KEY,
+  c_bool boolean NOT NULL, c_int2 smallint NOT NULL, c_int4 integer NOT NULL,
+  c_int8 bigint NOT NULL, c_oid oid NOT NULL, c_float4 real NOT NULL,
+  c_float8 double precision NOT NULL, c_numeric numeric NOT NULL,
+  c_numeric_10_4 numeric(10,4) NOT NULL, c_numeric_38_0 numeric(38,0) NOT NULL,
+  c_text text NOT NULL, c_varchar varchar(20) NOT NULL, c_bpchar char(5) NOT NULL,
+  c_char "char" NOT NULL, c_name name NOT NULL, c_xml xml NOT NULL, c_money money NOT NULL,
+  c_inet inet NOT NULL, c_cidr cidr NOT NULL, c_macaddr macaddr NOT NULL,
+  c_macaddr8 macaddr8 NOT NULL, c_uuid uuid NOT NULL, c_bytea bytea NOT NULL, c_json json NOT NULL,
+  c_jsonb jsonb NOT NULL, c_date date NOT NULL, c_time time NOT NULL, c_time0 time(0) NOT NULL,
+  c_time3 time(3) NOT NULL, c_time6 time(6) NOT NULL, c_timetz timetz NOT NULL,
+  c_timestamp timestamp NOT NULL, c_timestamp0 timestamp(0) NOT NULL,
+  c_timestamp3 timestamp(3) NOT NULL, c_timestamptz timestamptz NOT NULL,
+  c_timestamptz0 timestamptz(0) NOT NULL, c_timestamptz3 timestamptz(3) NOT NULL,
+  c_interval interval NOT NULL, c_mood mood NOT NULL, c_posint posint NOT NULL,
+  c_money_text money_text NOT NULL, c_price price NOT NULL, c_pair pair NOT NULL,
+  c_bit bit(3) NOT NULL, c_bit1 bit(1) NOT NULL, c_varbit varbit(10) NOT NULL,
+  c_int4range int4range NOT NULL, c_tstzrange tstzrange NOT NULL, c_numrange numrange NOT NULL,
+  c_point point NOT NULL, c_box box NOT NULL, c_tsvector tsvector NOT NULL,
+  c_hstore hstore NOT NULL, c_citext citext NOT NULL, c_ltree ltree NOT NULL,
+  a_int4 integer[] NOT NULL, a_text text[] NOT NULL, a_numeric numeric[] NOT NULL,
+  a_mood mood[] NOT NULL
+);
+INSERT INTO nn_default SELECT s.id, s.c_bool, s.c_int2, s.c_int4, s.c_int8, s.c_oid, s.c_float4,
+  s.c_float8, s.c_numeric, s.c_numeric_10_4, s.c_numeric_38_0, s.c_text, s.c_varchar, s.c_bpchar,
+  s.c_char, s.c_name, s.c_xml, s.c_money, s.c_inet, s.c_cidr, s.c_macaddr, s.c_macaddr8, s.c_uuid,
+  s.c_bytea, s.c_json, s.c_jsonb, s.c_date, s.c_time, s.c_time0, s.c_time3, s.c_time6, s.c_timetz,
+  s.c_timestamp, s.c_timestamp0, s.c_timestamp3, s.c_timestamptz, s.c_timestamptz0, s.c_timestamptz3,
+  s.c_interval, o.c_mood, o.c_posint, o.c_money_text, o.c_price, o.c_pair, o.c_bit, o.c_bit1,
+  o.c_varbit, o.c_int4range, o.c_tstzrange, o.c_numrange, o.c_point, o.c_box, o.c_tsvector,
+  o.c_hstore, o.c_citext, o.c_ltree,
+  '{1,2}', '{"a b",""}', '{1.50,0}', '{happy,sad}'
+  FROM scalars s JOIN others o ON o.id = s.id WHERE s.id IN (1, 3) ORDER BY s.id;
+CREATE TABLE nn_full (LIKE nn_default INCLUDING ALL);
+ALTER TABLE nn_full REPLICA IDENTITY FULL;
+INSERT INTO nn_full SELECT * FROM nn_default;
+CREATE TABLE nn_index (LIKE nn_default INCLUDING ALL);
+CREATE UNIQUE INDEX nn_index_uuid ON nn_index (c_uuid);
+ALTER TABLE nn_index REPLICA IDENTITY USING INDEX nn_index_uuid;
+INSERT INTO nn_index SELECT * FROM nn_default;
+
 -- scripts/debezium-capture waits for this table's row to know every change before it is out.
 CREATE TABLE zz_marker (id integer PRIMARY KEY, phase text);

@@ -22,12 +22,21 @@ const CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn check(config: &PgPipelineConfig) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     println!("pipeline {:?}: configuration is valid", config.name);
+    let mut topics = Vec::new();
     match check_postgres(config).await {
-        Ok(lines) => lines.iter().for_each(|line| println!("{line}")),
+        Ok((lines, captured)) => {
+            lines.iter().for_each(|line| println!("{line}"));
+            topics = captured;
+        }
         Err(error) => {
             ok = false;
             report_failure("postgresql", &error);
         }
+    }
+    if let Some(registry) = &config.schema_registry
+        && config.kafka.events.uses_avro()
+    {
+        ok &= check_registry(registry, &config.kafka.events, &topics).await;
     }
     match check_kafka(config).await {
         Ok(line) => println!("{line}"),
@@ -56,7 +65,66 @@ fn report_failure(what: &str, error: &PipelineError) {
     }
 }
 
-async fn check_postgres(config: &PgPipelineConfig) -> Result<Vec<String>, PipelineError> {
+/// Reaches the schema registry with the pipeline's settings and names the subjects the
+/// pipeline writes, their versions and compatibility levels; a level of `NONE` is flagged (it
+/// lets a breaking change through to every consumer). Prints its lines; `false` when the
+/// registry cannot be reached.
+async fn check_registry(
+    config: &crate::registry::RegistryConfig,
+    events: &crate::event::EventOptions,
+    topics: &[String],
+) -> bool {
+    use crate::event::EventFormat;
+    let registry = match crate::registry::Registry::new(config.clone()) {
+        Ok(registry) => registry,
+        Err(error) => {
+            println!("schema registry: FAILED: {error}");
+            return false;
+        }
+    };
+    let urls = config.url.0.join(", ");
+    let global = match registry.probe().await {
+        Ok(level) => level,
+        Err(error) => {
+            println!("schema registry {urls}: FAILED: {error}");
+            println!(
+                "  fix: check schema_registry.url and that the registry is up and reachable from here"
+            );
+            return false;
+        }
+    };
+    println!("schema registry {urls}: connected (global compatibility {global})");
+    for topic in topics {
+        let mut parts = Vec::new();
+        if events.key_format() == EventFormat::Avro {
+            parts.push((true, format!("{topic}.Key")));
+        }
+        if events.value_format() == EventFormat::Avro {
+            parts.push((false, format!("{topic}.Envelope")));
+        }
+        for (is_key, record) in parts {
+            let subject = registry.subject(topic, is_key, &record);
+            let versions = match registry.versions(&subject).await {
+                Ok(0) => "will be registered".to_owned(),
+                Ok(n) => format!("{n} version(s)"),
+                Err(error) => format!("versions unknown ({error})"),
+            };
+            let level = registry.compatibility(&subject).await;
+            let warning = if level == "NONE" {
+                "  WARNING: compatibility NONE lets a breaking change (a dropped or retyped \
+                 column) through to every consumer; set BACKWARD (PUT /config/<subject>)"
+            } else {
+                ""
+            };
+            println!("  subject {subject:?}: {versions}, compatibility {level}{warning}");
+        }
+    }
+    true
+}
+
+async fn check_postgres(
+    config: &PgPipelineConfig,
+) -> Result<(Vec<String>, Vec<String>), PipelineError> {
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
     let version = catalog.server_major_version().await?;
@@ -134,7 +202,11 @@ async fn check_postgres(config: &PgPipelineConfig) -> Result<Vec<String>, Pipeli
         ));
         lines.extend(filter_lines(&plan, &published, &table.qualified()));
     }
-    Ok(lines)
+    let topics = tables
+        .iter()
+        .map(|t| format!("{}.{}", config.kafka.topic_prefix, t.qualified()))
+        .collect();
+    Ok((lines, topics))
 }
 
 /// What the filters do to one table: its row filter and its excluded columns, and where each

@@ -91,6 +91,8 @@ pub struct PipelineConfig<S> {
     /// Active/standby: several instances of one pipeline, exactly one streams.
     #[serde(default)]
     pub ha: HaConfig,
+    /// The schema registry Avro keys and values are written through (`kafka.events.format`).
+    pub schema_registry: Option<crate::registry::RegistryConfig>,
 }
 
 /// Where a pipeline's state is kept (`state_store`).
@@ -787,6 +789,9 @@ fn non_default_event_options(events: &crate::event::EventOptions) -> Vec<&'stati
             e.unavailable_columns != d.unavailable_columns,
         ),
         ("schemas_enable", e.schemas_enable != d.schemas_enable),
+        ("format", e.format != d.format),
+        ("key_format", e.key_format != d.key_format),
+        ("value_format", e.value_format != d.value_format),
         (
             "column_propagate_source_type",
             e.column_propagate_source_type != d.column_propagate_source_type,
@@ -897,13 +902,42 @@ impl<S: SourceSection> PipelineConfig<S> {
                 format!("{topic:?} is not a valid topic name"),
             );
         }
-        if self.kafka.events.schemas_enable && self.kafka.events.embed_json {
+        let events = &self.kafka.events;
+        if events.needs_schemas() && events.embed_json {
             issue(
                 "kafka.events.embed_json",
-                "cannot be combined with kafka.events.schemas_enable: an embedded document has no \
-                 Connect schema (Debezium's is a string, io.debezium.data.Json); turn one off"
+                "cannot be combined with kafka.events.schemas_enable or an Avro format: an \
+                 embedded document has no Connect schema (Debezium's is a string, \
+                 io.debezium.data.Json); turn one off"
                     .into(),
             );
+        }
+        if events.schemas_enable
+            && (events.format.is_some()
+                || events.key_format.is_some()
+                || events.value_format.is_some())
+        {
+            issue(
+                "kafka.events.schemas_enable",
+                "cannot be combined with kafka.events.format / key_format / value_format: \
+                 use format = \"json_with_schemas\" instead"
+                    .into(),
+            );
+        }
+        if events.uses_avro() && self.schema_registry.is_none() {
+            issue(
+                "schema_registry",
+                "is missing: kafka.events asks for Avro, which needs a schema registry \
+                 ([schema_registry] url = \"http://host:8081\")"
+                    .into(),
+            );
+        }
+        if let Some(registry) = &self.schema_registry
+            && events.uses_avro()
+        {
+            for (key, problem) in registry.issues() {
+                issue(&format!("schema_registry.{key}"), problem);
+            }
         }
         if let (Some(new), Some(old)) = (
             self.kafka.events.tombstones_on_delete,

@@ -38,6 +38,7 @@ pub mod kafka_state;
 pub mod perf;
 pub mod pg_connect;
 pub mod pipeline_file;
+pub mod registry;
 pub mod runtime;
 pub mod sink;
 pub mod source;

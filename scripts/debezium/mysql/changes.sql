@@ -44,3 +44,8 @@ INSERT INTO evolve VALUES (3, 'after alter', 'given');
 INSERT INTO evolve (id, v) VALUES (4, 'defaulted');
 UPDATE evolve SET v = 'updated' WHERE id = 1;
 DELETE FROM evolve WHERE id = 2;
+
+-- NOT NULL columns of every type: an update, then deletes.
+UPDATE not_null SET c_varchar = 'nn updated' WHERE id = 1;
+DELETE FROM not_null WHERE id = 1;
+DELETE FROM not_null WHERE id = 3;

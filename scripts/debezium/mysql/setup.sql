@@ -101,5 +101,46 @@ INSERT INTO pk_change VALUES (2, 'two');
 CREATE TABLE evolve (id INT NOT NULL PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
 INSERT INTO evolve VALUES (1, 'before');
 
+-- Every type as a NOT NULL non-key column, in a table whose rows are deleted (changes.sql):
+-- Connect's required fields (the Avro schemas' non-optional ones) and the delete's before image.
+-- Rows 1 and 3: the other tables' rows 1 and 3 (typical values, minimums).
+CREATE TABLE not_null (
+  id INT NOT NULL PRIMARY KEY,
+  c_tiny TINYINT NOT NULL, c_tiny_u TINYINT UNSIGNED NOT NULL, c_bool BOOLEAN NOT NULL,
+  c_small SMALLINT NOT NULL, c_small_u SMALLINT UNSIGNED NOT NULL,
+  c_medium MEDIUMINT NOT NULL, c_medium_u MEDIUMINT UNSIGNED NOT NULL,
+  c_int INT NOT NULL, c_int_u INT UNSIGNED NOT NULL,
+  c_big BIGINT NOT NULL, c_big_u BIGINT UNSIGNED NOT NULL,
+  c_dec DECIMAL(10,2) NOT NULL, c_dec0 DECIMAL(20,0) NOT NULL, c_dec_wide DECIMAL(65,30) NOT NULL,
+  c_numeric NUMERIC(5,1) NOT NULL, c_float FLOAT NOT NULL, c_double DOUBLE NOT NULL,
+  c_date DATE NOT NULL,
+  c_datetime DATETIME NOT NULL, c_datetime3 DATETIME(3) NOT NULL, c_datetime6 DATETIME(6) NOT NULL,
+  c_timestamp TIMESTAMP NOT NULL, c_timestamp3 TIMESTAMP(3) NOT NULL,
+  c_timestamp6 TIMESTAMP(6) NOT NULL,
+  c_time TIME NOT NULL, c_time3 TIME(3) NOT NULL, c_time6 TIME(6) NOT NULL, c_year YEAR NOT NULL,
+  c_char CHAR(5) NOT NULL, c_varchar VARCHAR(50) NOT NULL, c_tinytext TINYTEXT NOT NULL,
+  c_text TEXT NOT NULL, c_mediumtext MEDIUMTEXT NOT NULL, c_longtext LONGTEXT NOT NULL,
+  c_latin1 VARCHAR(20) CHARACTER SET latin1 NOT NULL,
+  c_binary BINARY(4) NOT NULL, c_varbinary VARBINARY(10) NOT NULL, c_tinyblob TINYBLOB NOT NULL,
+  c_blob BLOB NOT NULL, c_mediumblob MEDIUMBLOB NOT NULL, c_longblob LONGBLOB NOT NULL,
+  c_bit1 BIT(1) NOT NULL, c_bit10 BIT(10) NOT NULL, c_bit64 BIT(64) NOT NULL,
+  c_enum ENUM('small', 'medium', 'large') NOT NULL, c_set SET('a', 'b', 'c') NOT NULL,
+  c_json JSON NOT NULL,
+  c_geometry GEOMETRY NOT NULL, c_point POINT NOT NULL, c_linestring LINESTRING NOT NULL,
+  c_polygon POLYGON NOT NULL, c_multipoint MULTIPOINT NOT NULL,
+  c_collection GEOMETRYCOLLECTION NOT NULL
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4;
+INSERT INTO not_null SELECT i.id, i.c_tiny, i.c_tiny_u, i.c_bool, i.c_small, i.c_small_u,
+  i.c_medium, i.c_medium_u, i.c_int, i.c_int_u, i.c_big, i.c_big_u,
+  n.c_dec, n.c_dec0, n.c_dec_wide, n.c_numeric, n.c_float, n.c_double,
+  t.c_date, t.c_datetime, t.c_datetime3, t.c_datetime6, t.c_timestamp, t.c_timestamp3,
+  t.c_timestamp6, t.c_time, t.c_time3, t.c_time6, t.c_year,
+  s.c_char, s.c_varchar, s.c_tinytext, s.c_text, s.c_mediumtext, s.c_longtext, s.c_latin1,
+  s.c_binary, s.c_varbinary, s.c_tinyblob, s.c_blob, s.c_mediumblob, s.c_longblob,
+  o.c_bit1, o.c_bit10, o.c_bit64, o.c_enum, o.c_set, o.c_json,
+  o.c_geometry, o.c_point, o.c_linestring, o.c_polygon, o.c_multipoint, o.c_collection
+  FROM ints i JOIN numbers n ON n.id = i.id JOIN temporal t ON t.id = i.id
+  JOIN strings s ON s.id = i.id JOIN others o ON o.id = i.id WHERE i.id IN (1, 3) ORDER BY i.id;
+
 -- The capture's end markers (not written out).
 CREATE TABLE zz_marker (id INT NOT NULL PRIMARY KEY, phase VARCHAR(10)) ENGINE=InnoDB;

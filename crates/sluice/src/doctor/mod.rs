@@ -26,6 +26,7 @@ use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::PgPipelineConfig;
 
 mod mysql;
+mod registry;
 
 pub use mysql::{BinlogPlace, binlog_place, render_binlog_place};
 
@@ -167,6 +168,11 @@ pub async fn diagnose(target: &Target) -> Vec<Finding> {
     }
     if let Some(pipeline) = &target.pipeline {
         pipeline_checks(pipeline, &mut findings);
+        if let Some(registry) = &pipeline.schema_registry
+            && pipeline.kafka.events.uses_avro()
+        {
+            registry::checks(registry, &pipeline.kafka.topic_prefix, &mut findings).await;
+        }
     }
     findings
 }

@@ -17,6 +17,7 @@
 //! With `kafka.events.schemas_enable` (`JsonConverter`'s `schemas.enable=true`), key and value
 //! are `{"schema":…,"payload":…}` with the schemas Debezium's connector declares ([`schema`]).
 
+pub mod avro;
 pub mod decimal;
 pub mod geometry;
 pub mod options;
@@ -275,6 +276,18 @@ pub struct EventOptions {
     /// `schemas.enable=false`).
     #[serde(default)]
     pub schemas_enable: bool,
+    /// The form of keys and values, as Kafka Connect's converters: `"json"` (the bare payload,
+    /// the default), `"json_with_schemas"` (`{"schema":…,"payload":…}`, as `schemas_enable`)
+    /// or `"avro"` (Confluent's wire format through the `[schema_registry]`). `key_format` and
+    /// `value_format` choose each apart (Connect's `key.converter` / `value.converter`).
+    #[serde(default)]
+    pub format: Option<EventFormat>,
+    /// The keys' form (default: `format`).
+    #[serde(default)]
+    pub key_format: Option<EventFormat>,
+    /// The values' form (default: `format`).
+    #[serde(default)]
+    pub value_format: Option<EventFormat>,
     /// Debezium's `column.propagate.source.type`: regular expressions (a comma-separated
     /// string, as Debezium's, or an array) matched against `schema.table.column`; a matching
     /// column's schema gets `__debezium.source.column.type` / `.length` / `.scale` parameters
@@ -300,8 +313,53 @@ impl Default for EventOptions {
             unavailable_columns: false,
             truncate: None,
             schemas_enable: false,
+            format: None,
+            key_format: None,
+            value_format: None,
             column_propagate_source_type: ColumnPatterns::NONE,
         }
+    }
+}
+
+/// The form of a record's key or value (`[kafka.events] format`, `key_format`, `value_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventFormat {
+    /// The payload as JSON (`JsonConverter`, `schemas.enable=false`).
+    Json,
+    /// `{"schema":…,"payload":…}` (`JsonConverter`, `schemas.enable=true`).
+    JsonWithSchemas,
+    /// Avro in Confluent's wire format, schemas in the schema registry (the Avro converters).
+    Avro,
+}
+
+impl EventOptions {
+    fn default_format(&self) -> EventFormat {
+        self.format.unwrap_or(if self.schemas_enable {
+            EventFormat::JsonWithSchemas
+        } else {
+            EventFormat::Json
+        })
+    }
+
+    /// The keys' form.
+    pub fn key_format(&self) -> EventFormat {
+        self.key_format.unwrap_or_else(|| self.default_format())
+    }
+
+    /// The values' form.
+    pub fn value_format(&self) -> EventFormat {
+        self.value_format.unwrap_or_else(|| self.default_format())
+    }
+
+    /// Whether events need their Connect schemas (JSON with schemas, or Avro).
+    pub fn needs_schemas(&self) -> bool {
+        self.key_format() != EventFormat::Json || self.value_format() != EventFormat::Json
+    }
+
+    /// Whether keys or values are Avro (and need the schema registry).
+    pub fn uses_avro(&self) -> bool {
+        self.key_format() == EventFormat::Avro || self.value_format() == EventFormat::Avro
     }
 }
 

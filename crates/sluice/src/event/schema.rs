@@ -319,12 +319,27 @@ pub fn transaction_block() -> Schema {
 
 /// A table's key and envelope schemas, rendered once (per relation) and spliced before every
 /// record's payload.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RenderedSchemas {
     /// `{"schema":<key schema>,"payload":` (`None`: the table has no key, keys are null).
     pub key_head: Option<Box<[u8]>>,
     /// `{"schema":<envelope schema>,"payload":`.
     pub value_head: Box<[u8]>,
+    /// The key schema (`None`: no key).
+    pub key: Option<Schema>,
+    /// The envelope schema.
+    pub envelope: Schema,
+    /// The schema registry's ids of the key and envelope schemas, once registered (Avro).
+    pub registered: Option<RegisteredIds>,
+}
+
+/// A table's schema ids in the schema registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegisteredIds {
+    /// The key schema's id (`None`: no key).
+    pub key: Option<u32>,
+    /// The envelope schema's id.
+    pub value: u32,
 }
 
 impl RenderedSchemas {
@@ -345,11 +360,10 @@ impl RenderedSchemas {
             out.extend_from_slice(b",\"payload\":");
             out.into_boxed_slice()
         };
-        let key_head = key.map(|fields| {
-            head(
-                &Schema::of(SchemaType::Struct(fields), false).named(&format!("{topic}.Key"), None),
-            )
+        let key = key.map(|fields| {
+            Schema::of(SchemaType::Struct(fields), false).named(&format!("{topic}.Key"), None)
         });
+        let key_head = key.as_ref().map(head);
         let row =
             Schema::of(SchemaType::Struct(columns), true).named(&format!("{topic}.Value"), None);
         let int64 = Schema::of(SchemaType::Int64, true);
@@ -369,6 +383,9 @@ impl RenderedSchemas {
         Self {
             key_head,
             value_head: head(&envelope),
+            key,
+            envelope,
+            registered: None,
         }
     }
 }

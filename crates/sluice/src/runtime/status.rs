@@ -293,6 +293,8 @@ pub struct PipelineStatus {
     pub refused_snapshot_requests: Vec<RefusedRequest>,
     /// Whether librdkafka reports every broker down.
     pub kafka_brokers_down: bool,
+    /// While the schema registry does not answer (Avro): why, and when it is tried again.
+    pub schema_registry_error: Option<String>,
     /// Row changes in flight.
     pub inflight_records: u64,
     /// Bytes in flight.
@@ -388,6 +390,7 @@ impl StatusBoard {
                 incremental_snapshot: None,
                 refused_snapshot_requests: Vec::new(),
                 kafka_brokers_down: false,
+                schema_registry_error: None,
                 inflight_records: 0,
                 inflight_bytes: 0,
                 inflight_limit_bytes: 0,

@@ -5,6 +5,7 @@
 //! start it; none is skipped in silence. Every test uses its own schema, slot, publication and
 //! topic prefix, so they run in parallel against one cluster.
 
+mod avro;
 mod cdc;
 mod compaction;
 mod debezium;

@@ -730,6 +730,11 @@ const MYSQL_LEFT_OUT: &[(&str, &str)] = &[
     ("others", "c_collection"),
 ];
 
+/// Golden tables not applied: `not_null` (every type as a NOT NULL column, issue 41) ends empty
+/// in the source (the capture's SQL deletes each of its rows) and its types are the tables'
+/// above, compared there.
+const MYSQL_NOT_APPLIED: [&str; 1] = ["not_null"];
+
 /// The differences that remain, each with its reason, in [`KNOWN`]'s form (combination
 /// `mysql`).
 const MYSQL_KNOWN: &[(&str, &str, &str, &str, &str)] = &[
@@ -870,7 +875,10 @@ async fn debeziums_golden_mysql_events_rebuild_the_source_tables() {
     let dir = root().join("crates/sluice/tests/debezium/mysql/defaults");
     for (table, lines) in golden_files_in(&dir, MYSQL_GOLDEN) {
         if !MYSQL_TABLES.iter().any(|(t, _, _)| *t == table) {
-            assert!(KEYLESS.contains(&table.as_str()), "no target for {table}");
+            assert!(
+                KEYLESS.contains(&table.as_str()) || MYSQL_NOT_APPLIED.contains(&table.as_str()),
+                "no target for {table}"
+            );
             continue;
         }
         let topic = format!("{name}.c_mysql.{table}");

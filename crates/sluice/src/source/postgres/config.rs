@@ -629,6 +629,35 @@ mod tests {
     use super::*;
     use crate::config::{ConfigError, DEFAULT_MAX_IN_FLIGHT_BYTES};
 
+    /// The example reads EVENT_FORMAT (unset: JSON, no registry needed) and
+    /// SCHEMA_REGISTRY_URL; Avro without a registry URL is refused naming the key.
+    #[test]
+    fn the_example_picks_its_event_format_from_the_environment() {
+        use crate::event::EventFormat;
+        let text = include_str!("../../../../../examples/postgres-to-kafka.toml");
+        let load = |format: Option<&'static str>, registry: Option<&'static str>| {
+            PgPipelineConfig::from_toml(text, "example", &move |name: &str| match name {
+                "PG_URL" => Some("postgres://u@127.0.0.1/db".to_owned()),
+                "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+                "EVENT_FORMAT" => format.map(str::to_owned),
+                "SCHEMA_REGISTRY_URL" => registry.map(str::to_owned),
+                _ => None,
+            })
+        };
+        let json = load(None, None).unwrap();
+        assert_eq!(json.kafka.events.value_format(), EventFormat::Json);
+        let avro = load(Some("avro"), Some("http://127.0.0.1:8081")).unwrap();
+        assert_eq!(avro.kafka.events.key_format(), EventFormat::Avro);
+        assert_eq!(
+            avro.schema_registry.unwrap().url.0,
+            ["http://127.0.0.1:8081"]
+        );
+        let ConfigError::Invalid { issues, .. } = load(Some("avro"), None).unwrap_err() else {
+            panic!("not an invalid-config error");
+        };
+        assert_eq!(issues[0].key, "schema_registry.url", "{issues:?}");
+    }
+
     const MINIMAL: &str = r#"
         name = "orders"
         [source.postgres]

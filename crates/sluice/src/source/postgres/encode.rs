@@ -15,8 +15,8 @@ use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::value;
 use crate::event::schema::RenderedSchemas;
 use crate::event::{
-    EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op, SOURCE_END_TRANSACTION,
-    SnapshotMarker, TransactionOrder, write_int, write_json_str,
+    EventFormat, EventOptions, HEADER_COMMIT_LSN, HEADER_LSN, HEADER_TX_INDEX, Op,
+    SOURCE_END_TRANSACTION, SnapshotMarker, TransactionOrder, write_int, write_json_str,
 };
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
@@ -168,6 +168,11 @@ pub struct ColumnInfo {
     /// Whether the type is the `hstore` extension's (its OID differs per database), written as
     /// `hstore_handling_mode` says.
     pub is_hstore: bool,
+    /// `NOT NULL` (from the catalog, [`RelationInfo::mark_not_null`]): where sluice has no
+    /// value for it (a delete's old key under REPLICA IDENTITY DEFAULT or USING INDEX, a value
+    /// Debezium does not map), Debezium writes its type's zero, not null (Connect's required
+    /// fields cannot hold null), and so does sluice.
+    pub not_null: bool,
 }
 
 /// A user-defined type as the catalog describes it, for [`RelationInfo::resolve_types`].
@@ -214,6 +219,8 @@ pub struct SourceIdentity {
     pub server_name: String,
     /// The database name.
     pub database: String,
+    /// The schema registry, when keys or values are Avro (`[schema_registry]`).
+    pub registry: Option<Arc<crate::registry::Registry>>,
 }
 
 impl RelationInfo {
@@ -246,6 +253,7 @@ impl RelationInfo {
                     left_out: value::is_left_out(type_oid),
                     treatment: ColumnTreatment::Keep,
                     is_hstore: false,
+                    not_null: false,
                 }
             })
             .collect();
@@ -300,6 +308,43 @@ impl RelationInfo {
         self.envelope_overhead +=
             schemas.value_head.len() + schemas.key_head.as_ref().map_or(0, |k| k.len());
         self.schemas = Some(schemas);
+    }
+
+    /// Renders the relation's schemas when its events need them (JSON with schemas, Avro) and,
+    /// for Avro, registers them (one registration per schema and process: the registry
+    /// client caches ids). `catalog` is [`super::schema::column_catalog`]'s answer.
+    ///
+    /// # Errors
+    ///
+    /// What the schema registry refused (e.g. a change its compatibility rule forbids), or a
+    /// name Avro does not allow: the pipeline stops with the fix.
+    pub async fn prepare_schemas(
+        &mut self,
+        catalog: &[super::schema::ColumnCatalog],
+        events: &EventOptions,
+        registry: Option<&crate::registry::Registry>,
+    ) -> Result<(), crate::error::PipelineError> {
+        let mut schemas = super::schema::render(self, catalog, events);
+        if events.uses_avro() {
+            let registry = registry.ok_or_else(|| {
+                crate::error::PipelineError::fatal(
+                    "kafka.events asks for Avro and no [schema_registry] is configured",
+                    "add [schema_registry] url = \"http://registry:8081\"",
+                )
+            })?;
+            schemas.registered =
+                Some(register(registry, &self.topic, &schemas, events, &self.name).await?);
+        }
+        self.set_schemas(schemas);
+        Ok(())
+    }
+
+    /// Marks the columns the catalog says are `NOT NULL` (`catalog`: the relation's columns,
+    /// by name).
+    pub fn mark_not_null(&mut self, catalog: &[super::schema::ColumnCatalog]) {
+        for column in &mut self.columns {
+            column.not_null = catalog.iter().any(|c| c.name == column.name && c.not_null);
+        }
     }
 
     /// Marks the columns whose type is `hstore` (`is_hstore` answers for a type OID).
@@ -702,6 +747,47 @@ pub fn position_headers(
     ]
 }
 
+/// Registers a table's Avro key and envelope schemas (those `events` writes as Avro).
+async fn register(
+    registry: &crate::registry::Registry,
+    topic: &str,
+    schemas: &RenderedSchemas,
+    events: &EventOptions,
+    table: &str,
+) -> Result<crate::event::schema::RegisteredIds, crate::error::PipelineError> {
+    use crate::event::avro;
+    let one = |schema: &crate::event::schema::Schema, is_key: bool| {
+        let text = avro::schema_text(schema);
+        let subject = registry.subject(topic, is_key, &avro::record_name(schema));
+        async move {
+            let text = text.map_err(|e| {
+                crate::error::PipelineError::fatal(
+                    format!("table {table}: {e}"),
+                    "rename the column, or leave it out of the pipeline (column rules); Avro \
+                     names are letters, digits and _",
+                )
+            })?;
+            registry.id(&subject, &text).await.map_err(|e| {
+                crate::error::PipelineError::fatal(
+                    format!("table {table}: {e}"),
+                    "see the message: the pipeline stopped before writing any record that needs \
+                     this schema, nothing is lost; it resumes from there once fixed",
+                )
+            })
+        }
+    };
+    let key = match (&schemas.key, events.key_format() == EventFormat::Avro) {
+        (Some(schema), true) => Some(one(schema, true).await?),
+        _ => None,
+    };
+    let value = if events.value_format() == EventFormat::Avro {
+        one(&schemas.envelope, false).await?
+    } else {
+        0
+    };
+    Ok(crate::event::schema::RegisteredIds { key, value })
+}
+
 /// The key object, or `None` when the table has no key.
 pub fn write_key(
     rel: &RelationInfo,
@@ -715,7 +801,7 @@ pub fn write_key(
     let schema = rel
         .schemas
         .as_ref()
-        .filter(|_| events.schemas_enable)
+        .filter(|_| events.key_format() == EventFormat::JsonWithSchemas)
         .and_then(|s| s.key_head.as_deref());
     let mut key = Vec::with_capacity(32 + schema.map_or(0, <[u8]>::len));
     if let Some(head) = schema {
@@ -741,7 +827,26 @@ pub fn write_key(
     if schema.is_some() {
         key.push(b'}');
     }
+    if events.key_format() == EventFormat::Avro {
+        let schemas = rel.schemas.as_ref();
+        let (schema, id) = schemas
+            .and_then(|s| Some((s.key.as_ref()?, s.registered?.key?)))
+            .unwrap_or_else(|| panic!("{}: no registered Avro key schema (a bug)", rel.name));
+        return Some(to_avro(&rel.name, schema, id, &key));
+    }
     Some(key)
+}
+
+/// A JSON payload as Avro in the Confluent wire format (`id`: the schema's registry id). A
+/// payload its schema cannot hold is a bug: the panic makes the delivery core apply
+/// `delivery.on_permanent_error` to the change.
+fn to_avro(table: &str, schema: &crate::event::schema::Schema, id: u32, json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len() / 2 + 16);
+    crate::event::avro::write_header(id, &mut out);
+    if let Err(error) = crate::event::avro::write_value(schema, json, &mut out) {
+        panic!("{table}: {error}");
+    }
+    out
 }
 
 /// The value envelope. `before` is the old row (or key); `after` is `(row, old full row)` so
@@ -758,7 +863,7 @@ fn envelope(
     let schema = rel
         .schemas
         .as_ref()
-        .filter(|_| options.events.schemas_enable)
+        .filter(|_| options.events.value_format() == EventFormat::JsonWithSchemas)
         .map(|s| &*s.value_head);
     let streamed = !matches!(change.kind, ChangeKind::Read { .. });
     let events = &options.events;
@@ -826,6 +931,13 @@ fn envelope(
     out.push(b'}');
     if schema.is_some() {
         out.push(b'}');
+    }
+    if options.events.value_format() == EventFormat::Avro {
+        let schemas = rel.schemas.as_ref();
+        let (schema, id) = schemas
+            .and_then(|s| Some((&s.envelope, s.registered?.value)))
+            .unwrap_or_else(|| panic!("{}: no registered Avro value schema (a bug)", rel.name));
+        return to_avro(&rel.name, schema, id, &out);
     }
     out
 }
@@ -927,6 +1039,32 @@ fn write_datum(
     events: &EventOptions,
     streamed: bool,
 ) {
+    let start = out.len();
+    write_nullable_datum(table, column, datum, out, events, streamed);
+    if column.not_null && out[start..] == *b"null" {
+        // Debezium's value for a NOT NULL column it has none for: its type's zero (issue 41).
+        out.truncate(start);
+        let written = if column.is_hstore {
+            value::write_hstore(b"", out, events.hstore_handling_mode)
+        } else {
+            value::write_required_default(column.value_type, column.value_modifier, out, events)
+        };
+        if written.is_err() {
+            out.truncate(start);
+            out.extend_from_slice(b"null");
+        }
+    }
+}
+
+/// [`write_datum`] before a NOT NULL column's null is replaced.
+fn write_nullable_datum(
+    table: &str,
+    column: &ColumnInfo,
+    datum: Option<&Datum>,
+    out: &mut Vec<u8>,
+    events: &EventOptions,
+    streamed: bool,
+) {
     match datum {
         None | Some(Datum::Null) | Some(Datum::UnchangedToast) => out.extend_from_slice(b"null"),
         Some(Datum::Text(text)) => {
@@ -1001,6 +1139,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "app".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "users",
@@ -1142,6 +1281,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "bench".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "t",
@@ -1250,6 +1390,7 @@ mod tests {
         let identity = SourceIdentity {
             server_name: "app".into(),
             database: "db".into(),
+            registry: None,
         };
         let record = encode_message(&message, &identity, 5_000_000);
         let value: Value = serde_json::from_slice(record.value.as_ref().unwrap()).unwrap();
@@ -1366,6 +1507,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "app".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "log",

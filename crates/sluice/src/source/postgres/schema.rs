@@ -342,7 +342,8 @@ fn scalar_schema(
         ),
         Kind::TimeTz => logical(SchemaType::String, "io.debezium.time.ZonedTime"),
         Kind::Point => Schema::point(optional),
-        Kind::Box => Schema::geometry(optional),
+        // Debezium declares a box optional even when the column is NOT NULL.
+        Kind::Box => Schema::geometry(true),
         // Only an array's elements (enum arrays): the array's schema names the labels.
         Kind::EnumText => plain(SchemaType::String),
         Kind::Timestamp(_) => logical(
@@ -447,6 +448,7 @@ mod tests {
             &SourceIdentity {
                 server_name: "app".into(),
                 database: "db".into(),
+                registry: None,
             },
             "public",
             "prices",

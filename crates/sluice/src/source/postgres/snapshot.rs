@@ -1002,9 +1002,10 @@ pub(super) async fn relation_info(
         .map(|r| r.get::<_, u32>(1))
         .collect();
     info.mark_hstore(|oid| hstore.contains(&oid));
-    if events.schemas_enable {
+    if events.needs_schemas() {
         let columns = super::schema::column_catalog(catalog, oid).await?;
-        info.set_schemas(super::schema::render(&info, &columns, events));
+        info.prepare_schemas(&columns, events, identity.registry.as_deref())
+            .await?;
     }
     Ok(info)
 }

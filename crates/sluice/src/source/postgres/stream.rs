@@ -289,9 +289,25 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     )
     .await?;
     let database = catalog.database().await?;
+    let registry = match &config.schema_registry {
+        Some(registry) if config.kafka.events.uses_avro() => {
+            let board = Arc::clone(&ctx.board);
+            Some(Arc::new(
+                crate::registry::Registry::new(registry.clone())
+                    .map_err(|e| {
+                        PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
+                    })?
+                    .with_observer(Box::new(move |error| {
+                        board.update(|s| s.schema_registry_error = error);
+                    })),
+            ))
+        }
+        _ => None,
+    };
     let identity = SourceIdentity {
         server_name: config.kafka.topic_prefix.clone(),
         database,
+        registry,
     };
     let mut known_topics: HashSet<String> = HashSet::new();
     let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
@@ -1149,13 +1165,17 @@ impl PgSource<'_> {
         info.apply_rules(&self.ctx.config.source);
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
-        if events.schemas_enable && !info.excluded {
+        if !info.excluded {
             let columns = bounded(
                 "reading the table's column types",
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
-            info.set_schemas(super::schema::render(&info, &columns, events));
+            info.mark_not_null(&columns);
+            if events.needs_schemas() {
+                info.prepare_schemas(&columns, events, self.identity.registry.as_deref())
+                    .await?;
+            }
         }
         let is_outbox = self
             .ctx
@@ -1777,8 +1797,10 @@ async fn secure_slot(
             }
         }
     }
-    // A slot a crashed run created before recording it: its snapshot never finished.
-    let crashed_creating = state.record().is_some_and(|r| r.creating);
+    // The record of a slot being created: this run's (it just created the slot), or a crashed
+    // run's (which created the slot before recording it: its snapshot never finished).
+    let recorded_creating = state.record().is_some_and(|r| r.creating);
+    let crashed_creating = recorded_creating && !exported;
     let (slot, created) = catalog.ensure_slot(slot_name).await?;
     if slot.wal_status == "lost" {
         return Err(PipelineError::fatal(
@@ -1786,7 +1808,7 @@ async fn secure_slot(
             "drop it (SELECT pg_drop_replication_slot(...)) and start again; the changes it no longer holds must be re-snapshotted",
         ));
     }
-    if state.record().is_none() || crashed_creating || loss.is_some() {
+    if state.record().is_none() || recorded_creating || loss.is_some() {
         if crashed_creating && !created {
             tracing::warn!(
                 slot = slot_name,

@@ -197,6 +197,70 @@ fn representation(kind: Kind, type_modifier: i32, events: &EventOptions) -> Kind
     }
 }
 
+/// The text of the value Debezium gives a NOT NULL column it has no value for (a delete's old
+/// key under REPLICA IDENTITY DEFAULT or USING INDEX holds only the key or index columns; a
+/// value it does not map, such as a streamed `name`): its type's zero, Connect's required
+/// fields being unable to hold null. Written by the type's writer: `""` for text-like types,
+/// `0`/`false` for numbers, the epoch for dates and timestamps, midnight for times, zero for
+/// decimals at the column's scale, `[]` for arrays, `{}` for `hstore`, the point (0,0), and for
+/// `box` the unit square from (0,0).
+pub(crate) fn required_default_text(type_oid: u32, type_modifier: i32) -> Vec<u8> {
+    if array_element_kind(type_oid).is_some() {
+        return b"{}".to_vec();
+    }
+    let zero: &[u8] = match scalar_kind(type_oid) {
+        Kind::Bool => b"f",
+        Kind::Integer | Kind::Float | Kind::Float4 => b"0",
+        // bit(n) holds n bits (its type modifier is n).
+        Kind::Bit => return vec![b'0'; usize::try_from(type_modifier).unwrap_or(1).max(1)],
+        Kind::Numeric => {
+            // numeric(p, s): the modifier is ((p << 16) | s) + 4.
+            let scale = u32::try_from(type_modifier - 4).map_or(0, |m| m & 0xffff);
+            let mut zero = b"0".to_vec();
+            if scale > 0 {
+                zero.push(b'.');
+                zero.extend(std::iter::repeat_n(b'0', scale as usize));
+            }
+            return zero;
+        }
+        Kind::Money(_) | Kind::MoneyPrecise(_) | Kind::MoneyDouble => b"0.00",
+        Kind::Bytea(_) => b"\\x",
+        Kind::Date => b"1970-01-01",
+        Kind::Time(_) => b"00:00:00",
+        // The session's IntervalStyle is iso_8601.
+        Kind::Interval(_) => b"PT0S",
+        Kind::TimeTz => b"00:00:00+00",
+        Kind::Timestamp(_) => b"1970-01-01 00:00:00",
+        Kind::TimestampTz => b"1970-01-01 00:00:00+00",
+        Kind::Point => b"(0,0)",
+        Kind::Box => b"(0,0),(1,1)",
+        _ => b"",
+    };
+    zero.to_vec()
+}
+
+/// Appends [`required_default_text`]'s value as the column's writer writes it, but for
+/// `timestamptz`, whose zero Debezium writes without a fraction (`1970-01-01T00:00:00Z`) whatever
+/// the column's precision.
+///
+/// # Errors
+///
+/// As [`write_json`] (not expected: the texts are valid values).
+pub(crate) fn write_required_default(
+    type_oid: u32,
+    type_modifier: i32,
+    out: &mut Vec<u8>,
+    events: &EventOptions,
+) -> Result<(), ValueError> {
+    if array_element_kind(type_oid).is_none() && matches!(scalar_kind(type_oid), Kind::TimestampTz)
+    {
+        out.extend_from_slice(b"\"1970-01-01T00:00:00Z\"");
+        return Ok(());
+    }
+    let zero = required_default_text(type_oid, type_modifier);
+    write_json(type_oid, type_modifier, &zero, out, events)
+}
+
 /// The value of an unchanged TOASTed column the server did not send: Debezium's placeholder
 /// (`unavailable_value_placeholder`) in the column's form: for `bytea`, as
 /// `binary_handling_mode` writes it; a one-element array for arrays; the string otherwise.
@@ -1891,6 +1955,50 @@ mod tests {
         write_json(type_oid, type_modifier, text.as_bytes(), &mut out, events)
             .unwrap_or_else(|error| panic!("{text:?} as {type_oid}: {error}"));
         String::from_utf8(out).expect("UTF-8")
+    }
+
+    /// A NOT NULL column's value where there is none: Debezium's zero of the type, under
+    /// Debezium's default options (`tests/debezium/defaults/dbzcap.public.nn_default.jsonl`, the
+    /// delete's `before`) and with `decimal.handling.mode=string`.
+    #[test]
+    fn required_defaults_are_debeziums_zeros() {
+        let zero = |events: &EventOptions, oid: u32, modifier: i32| {
+            let mut out = Vec::new();
+            write_required_default(oid, modifier, &mut out, events).unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let debezium = EventOptions::default();
+        let numeric_10_4 = ((10 << 16) | 4) + 4;
+        for (oid, modifier, expected) in [
+            (16, -1, "false"),
+            (23, -1, "0"),
+            (701, -1, "0"),
+            (25, -1, r#""""#),
+            (2950, -1, r#""""#),
+            (17, -1, r#""""#),
+            (1560, 3, r#""""#),
+            (1560, 1, "false"),
+            (1700, -1, r#"{"scale":0,"value":"AA=="}"#),
+            (1700, numeric_10_4, r#""AA==""#),
+            (1082, -1, "0"),
+            (1083, -1, "0"),
+            (1266, -1, r#""00:00:00Z""#),
+            (1114, -1, "0"),
+            (1184, 6, r#""1970-01-01T00:00:00Z""#),
+            (1186, -1, "0"),
+            (1007, -1, "[]"),
+        ] {
+            assert_eq!(
+                zero(&debezium, oid, modifier),
+                expected,
+                "type {oid}({modifier})"
+            );
+        }
+        let string =
+            events(|e| e.decimal_handling_mode = crate::event::DecimalHandlingMode::String);
+        assert_eq!(zero(&string, 1700, numeric_10_4), r#""0.0000""#);
+        assert_eq!(zero(&string, 1700, -1), r#""0""#);
+        assert_eq!(zero(&string, 790, -1), r#""0.00""#);
     }
 
     /// The JSON for a value, or the error.

@@ -1,0 +1,402 @@
+//! PostgreSQL → Kafka in Avro through a real schema registry (Apicurio Registry, Confluent
+//! API), decoded by a client no one here wrote (Python confluent-kafka's `AvroDeserializer`
+//! with its `SchemaRegistryClient`, `scripts/avro-decode`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{
+    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, test_dir,
+    unique, wait_until,
+};
+
+fn registry_url() -> String {
+    std::env::var("SCHEMA_REGISTRY_URL").unwrap_or_else(|_| {
+        panic!(
+            "SCHEMA_REGISTRY_URL is not set: start the registry and load its settings: \
+             `scripts/dev-stack registry-up && eval \"$(scripts/dev-stack env)\"` (scripts/test \
+             does both)"
+        )
+    })
+}
+
+/// Every record of `topic` as `scripts/avro-decode` decodes it, once `count` are there.
+fn decode(topic: &str, count: usize) -> Vec<Value> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/avro-decode");
+    let mut last = Vec::new();
+    for _ in 0..60 {
+        let output = std::process::Command::new(script)
+            .arg(topic)
+            .arg("--timeout")
+            .arg("30")
+            .output()
+            .expect("scripts/avro-decode runs");
+        assert!(
+            output.status.success(),
+            "avro-decode failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        last = String::from_utf8(output.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect();
+        if last.len() >= count {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("{topic}: {} records, expected {count}", last.len());
+}
+
+fn registry_get(path: &str) -> Value {
+    let url = format!("{}{path}", registry_url());
+    let output = std::process::Command::new("curl")
+        .args(["-sf", &url])
+        .output()
+        .expect("curl");
+    assert!(output.status.success(), "GET {url} failed");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn registry_put(path: &str, body: &str) {
+    let url = format!("{}{path}", registry_url());
+    let status = std::process::Command::new("curl")
+        .args([
+            "-sf",
+            "-o",
+            "/dev/null",
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/vnd.schemaregistry.v1+json",
+            "-d",
+            body,
+            &url,
+        ])
+        .status()
+        .expect("curl");
+    assert!(status.success(), "PUT {url} failed");
+}
+
+fn avro_toml(name: &str, port: u16) -> String {
+    pipeline_toml(name, name, name, port, "")
+        .replace("[admin]", "[kafka.events]\nformat = \"avro\"\n\n[admin]")
+        + &format!("\n[schema_registry]\nurl = \"{}\"\n", registry_url())
+}
+
+/// Snapshot and stream (inserts, updates, deletes under REPLICA IDENTITY DEFAULT, a column
+/// added mid-stream) in Avro: every record decodes with the independent client by its registry
+/// id, the schemas registered under `<topic>-key` / `<topic>-value` are Debezium's names, each
+/// key's events come in the order of its changes, the newest per key equals the table, a
+/// delete's `before` holds the key and the NOT NULL columns' zero (as Debezium's), and the
+/// column added mid-stream registered a second value version, old and new records both
+/// decoding.
+#[tokio::test(flavor = "multi_thread")]
+async fn avro_records_decode_by_registry_id_and_equal_the_table() {
+    let _broker = broker_shared().await;
+    let name = unique("avro");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name};
+             CREATE TABLE {name}.items (id bigint PRIMARY KEY, n int NOT NULL, label text NOT NULL,
+               note text, price numeric(10,2), flag boolean, data bytea, small smallint);
+             INSERT INTO {name}.items
+               SELECT i, i, 'label ' || i, CASE WHEN i % 3 = 0 THEN NULL ELSE 'n' || i END,
+                      i * 1.25, i % 2 = 0, decode(lpad(to_hex(i), 4, '0'), 'hex'), (i % 100)::smallint
+               FROM generate_series(1, 200) i;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start(&dir, &avro_toml(&name, port), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    // Streamed changes: updates of every key, deletes of some, inserts of new keys.
+    for round in 0..3 {
+        client
+            .batch_execute(&format!(
+                "UPDATE {name}.items SET n = n + 1000, price = price + 0.01, note = 'r{round}'
+                   WHERE id % 4 = {round};
+                 DELETE FROM {name}.items WHERE id % 50 = {round} + 7;
+                 INSERT INTO {name}.items VALUES ({id}, -1, 'new', NULL, -0.5, NULL, '\\x00ff', -3);",
+                id = 1000 + round
+            ))
+            .await
+            .unwrap();
+    }
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {name}.items ADD COLUMN extra text;
+             INSERT INTO {name}.items (id, n, label, extra) VALUES (2000, 7, 'after alter', 'x');"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.items");
+    // What each key's events must be: the changes above, replayed.
+    let mut want: BTreeMap<i64, Vec<&str>> = (1..=200).map(|id| (id, vec!["r"])).collect();
+    let mut deleted = Vec::new();
+    for round in 0..3 {
+        for (id, ops) in want.iter_mut() {
+            if id % 4 == round && ops.last() != Some(&"tombstone") && *id < 1000 {
+                ops.push("u");
+            }
+        }
+        for (id, ops) in want.iter_mut() {
+            if id % 50 == round + 7 && *id < 1000 {
+                ops.extend(["d", "tombstone"]);
+                deleted.push(*id);
+            }
+        }
+        want.insert(1000 + round, vec!["c"]);
+    }
+    want.insert(2000, vec!["c"]);
+    let expected: usize = want.values().map(Vec::len).sum();
+    let records = decode(&topic, expected);
+    assert_eq!(records.len(), expected);
+
+    // Per key: its events in the order of its changes, each decoding with a registered id.
+    let mut by_key: BTreeMap<i64, Vec<&Value>> = BTreeMap::new();
+    let mut value_ids = std::collections::BTreeSet::new();
+    for record in &records {
+        let id = record["key"]["id"].as_i64().expect("an Avro key with id");
+        assert!(record["key_schema_id"].as_u64().is_some(), "{record}");
+        if !record["value"].is_null() {
+            value_ids.insert(record["value_schema_id"].as_u64().unwrap());
+        }
+        by_key.entry(id).or_default().push(record);
+    }
+    assert_eq!(
+        value_ids.len(),
+        2,
+        "one value schema before the ALTER, one after"
+    );
+    for (id, events) in &by_key {
+        let ops: Vec<&str> = events
+            .iter()
+            .map(|e| e["value"]["op"].as_str().unwrap_or("tombstone"))
+            .collect();
+        assert_eq!(ops, want[id], "key {id}: {events:#?}");
+    }
+    assert_eq!(by_key.len(), want.len());
+
+    // A delete's before: the key, the NOT NULL columns' zero, the others null.
+    let delete = records
+        .iter()
+        .find(|r| r["value"]["op"] == "d")
+        .expect("a delete");
+    let before = &delete["value"]["before"];
+    assert_eq!(before["n"], 0, "{before}");
+    assert_eq!(before["label"], "", "{before}");
+    assert_eq!(before["note"], Value::Null, "{before}");
+    assert_eq!(delete["value"]["after"], Value::Null);
+
+    // The newest event per key equals the table.
+    let rows = client
+        .query(
+            &format!(
+                "SELECT id, n, label, note, price::text, flag, encode(data, 'base64'), small, extra
+                 FROM {name}.items"
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 200 - deleted.len() + 4);
+    for row in rows {
+        let id: i64 = row.get(0);
+        let last = by_key[&id].last().unwrap();
+        let after = &last["value"]["after"];
+        let want = json!({
+            "id": id,
+            "n": row.get::<_, i32>(1),
+            "label": row.get::<_, String>(2),
+            "note": row.get::<_, Option<String>>(3),
+            "price": row.get::<_, Option<String>>(4),
+            "flag": row.get::<_, Option<bool>>(5),
+            "data": row.get::<_, Option<String>>(6),
+            "small": row.get::<_, Option<i16>>(7),
+        });
+        for (column, value) in want.as_object().unwrap() {
+            assert_eq!(&after[column], value, "key {id} column {column}: {after}");
+        }
+        if id == 2000 {
+            assert_eq!(after["extra"], "x", "{after}");
+        }
+    }
+
+    // The registry holds Debezium's names: <topic>-key / <topic>-value, two value versions.
+    let versions = registry_get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions, json!([1, 2]), "{versions}");
+    let latest = registry_get(&format!("/subjects/{topic}-value/versions/latest"));
+    let schema: Value = serde_json::from_str(latest["schema"].as_str().unwrap()).unwrap();
+    assert_eq!(schema["name"], "Envelope");
+    assert_eq!(schema["namespace"], topic);
+    assert_eq!(schema["connect.name"], format!("{topic}.Envelope"));
+    let key = registry_get(&format!("/subjects/{topic}-key/versions/latest"));
+    let key: Value = serde_json::from_str(key["schema"].as_str().unwrap()).unwrap();
+    assert_eq!(key["name"], "Key");
+    assert_eq!(key["fields"], json!([{"name": "id", "type": "long"}]));
+
+    sluice.stop();
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// A column retyped mid-stream under the subject's BACKWARD compatibility: the registry refuses
+/// the new schema, the pipeline stops naming the subject and the compatibility level, and
+/// nothing is lost: once the subject lets the change through, the run resumes and writes the
+/// change.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
+    let _broker = broker_shared().await;
+    let name = unique("avro_refused");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name};
+             CREATE TABLE {name}.t (id int PRIMARY KEY, v int);
+             INSERT INTO {name}.t VALUES (1, 1);"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start(&dir, &avro_toml(&name, port), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{name}.t");
+    let subject = format!("{topic}-value");
+    assert_eq!(decode(&topic, 1).len(), 1);
+    registry_put(
+        &format!("/config/{subject}"),
+        "{\"compatibility\":\"BACKWARD\"}",
+    );
+    // `sluice check` reaches the registry and names the subjects with their levels.
+    let file = dir.join("pipeline.toml");
+    let (_, check) =
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(30));
+    assert!(check.contains("schema registry http://"), "{check}");
+    assert!(
+        check.contains(&format!(
+            "subject \"{subject}\": 1 version(s), compatibility BACKWARD"
+        )),
+        "{check}"
+    );
+    assert!(
+        check.contains(&format!(
+            "subject \"{topic}-key\": 1 version(s), compatibility NONE  WARNING"
+        )),
+        "{check}"
+    );
+    // `sluice doctor` names the subject still under NONE (the key's), not the value's.
+    let (_, doctor) = crate::faults::run_sluice(
+        &["doctor", "--json", "--pipeline", file.to_str().unwrap()],
+        Duration::from_secs(60),
+    );
+    let findings: Value = serde_json::from_str(&doctor).unwrap_or_else(|e| panic!("{e}: {doctor}"));
+    let none = findings
+        .as_array()
+        .and_then(|f| {
+            f.iter()
+                .find(|f| f["code"] == "registry.compatibility_none")
+        })
+        .unwrap_or_else(|| panic!("no registry.compatibility_none finding: {doctor}"));
+    assert_eq!(
+        none["evidence"]["subjects"],
+        json!([format!("{topic}-key")]),
+        "{none}"
+    );
+    client
+        .batch_execute(&format!(
+            "ALTER TABLE {name}.t ALTER COLUMN v TYPE text;
+             INSERT INTO {name}.t VALUES (2, 'two');"
+        ))
+        .await
+        .unwrap();
+    wait_until("the pipeline stops", Duration::from_secs(60), || {
+        let log = sluice.log_text();
+        log.contains(&subject) && log.contains("BACKWARD")
+    });
+    let log = sluice.log_text();
+    assert!(
+        log.contains("refused the new schema"),
+        "the log names the refusal: {log}"
+    );
+    // Nothing after the refused change was written.
+    assert_eq!(decode(&topic, 1).len(), 1);
+    registry_put(
+        &format!("/config/{subject}"),
+        "{\"compatibility\":\"NONE\"}",
+    );
+    sluice.restart();
+    let records = decode(&topic, 2);
+    assert_eq!(records.len(), 2, "{records:#?}");
+    assert_eq!(records[1]["value"]["after"], json!({"id": 2, "v": "two"}));
+    sluice.stop();
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// A registry that does not answer: the pipeline writes nothing, retries with backoff and says
+/// so in `/health`; with a second URL that answers (tried in turn), it resumes and every change
+/// arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_registry_is_retried_shown_in_health_and_loses_nothing() {
+    let _broker = broker_shared().await;
+    let name = unique("avro_down");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name};
+             CREATE TABLE {name}.t (id int PRIMARY KEY, v text);
+             INSERT INTO {name}.t VALUES (1, 'one');"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let toml = avro_toml(&name, port);
+    let down = toml.replace(&registry_url(), &dead);
+    assert_ne!(down, toml);
+    let mut sluice = Sluice::start(&dir, &down, port);
+    let mut health = Value::Null;
+    wait_until(
+        "/health shows the registry down",
+        Duration::from_secs(60),
+        || {
+            health = sluice
+                .get("/health")
+                .and_then(|h| serde_json::from_str(&h).ok())
+                .unwrap_or(Value::Null);
+            health["schema_registry_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("does not answer") && e.contains(&dead))
+        },
+    );
+    client
+        .batch_execute(&format!("INSERT INTO {name}.t VALUES (2, 'two');"))
+        .await
+        .unwrap();
+    sluice.stop();
+    // Both URLs, the dead one first: the second answers.
+    let both = toml.replace(
+        &format!("url = \"{}\"", registry_url()),
+        &format!("url = [\"{dead}\", \"{}\"]", registry_url()),
+    );
+    assert_ne!(both, toml);
+    let mut sluice = Sluice::start(&dir, &both, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{name}.t");
+    let records = decode(&topic, 2);
+    let ids: Vec<i64> = records
+        .iter()
+        .map(|r| r["value"]["after"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2]);
+    let health: Value = serde_json::from_str(&sluice.get("/health").unwrap()).unwrap();
+    assert_eq!(health["schema_registry_error"], Value::Null);
+    sluice.stop();
+    drop_slot_and_publication(&client, &name).await;
+}
