@@ -51,7 +51,34 @@ const COMBINATIONS: &[(&str, &str)] = &[
 ];
 
 /// The accepted difference groups (`<combination> <table> <path> <kind>`), each with why.
-const KNOWN: &[(&str, &str)] = &[];
+const KNOWN: &[(&str, &str)] = &[
+    (
+        "transaction-metadata transaction <record> not-avro",
+        "sluice writes the transaction topic's BEGIN/END events as JSON whatever the format: \
+         they have no Connect schema yet (Debezium's TransactionMetadataKey/Value, \
+         `event.collection` items), so nothing to register or encode them with",
+    ),
+    (
+        "transaction-metadata transaction schema.key versions-differ",
+        "the same: no `<prefix>.transaction-key` subject registered",
+    ),
+    (
+        "transaction-metadata transaction schema.value versions-differ",
+        "the same: no `<prefix>.transaction-value` subject registered",
+    ),
+    (
+        "decimal-double public.arrays value.after.a_numeric null-vs-array",
+        "Debezium's quirk, not Avro's: with decimal.handling.mode=double it writes a \
+         non-empty numeric[] as null (its array of double schema, the values not converted); \
+         sluice writes the doubles. Not in the JSON golden files (no decimal-double there)",
+    ),
+    (
+        "binary-base64 public.toast_default value.after.big_bytea null-vs-string",
+        "Debezium's quirk, not Avro's: with binary.handling.mode=base64 an unchanged TOASTed \
+         bytea is null, not the unavailable-value placeholder (bytes and hex modes write the \
+         placeholder; sluice does in every mode). Not in the JSON golden files",
+    ),
+];
 
 /// A dump in the golden files' layout: records per table, and per (table, `key`|`value`) the
 /// schema versions, each as (its text parsed, its Parsing Canonical Form).
