@@ -1090,6 +1090,31 @@ mod tests {
     }
 
     #[test]
+    fn connect_time_types_carry_avros_logical_types() {
+        for (schema_type, name, text) in [
+            (
+                SchemaType::Int32,
+                "Date",
+                r#"{"type":"int","connect.version":1,"connect.name":"org.apache.kafka.connect.data.Date","logicalType":"date"}"#,
+            ),
+            (
+                SchemaType::Int32,
+                "Time",
+                r#"{"type":"int","connect.version":1,"connect.name":"org.apache.kafka.connect.data.Time","logicalType":"time-millis"}"#,
+            ),
+            (
+                SchemaType::Int64,
+                "Timestamp",
+                r#"{"type":"long","connect.version":1,"connect.name":"org.apache.kafka.connect.data.Timestamp","logicalType":"timestamp-millis"}"#,
+            ),
+        ] {
+            let name = format!("org.apache.kafka.connect.data.{name}");
+            let schema = Schema::logical(schema_type, &name, false);
+            assert_eq!(schema_text(&schema).unwrap(), text);
+        }
+    }
+
+    #[test]
     fn an_envelope_schema_is_avro_datas() {
         let text = schema_text(&envelope()).unwrap();
         let schema: Value = serde_json::from_str(&text).unwrap();

@@ -47,7 +47,10 @@ const COMBINATIONS: &[(&str, &str)] = &[
     ("binary-hex", "binary_handling_mode = \"hex\""),
     ("binary-base64", "binary_handling_mode = \"base64\""),
     ("truncate", "skipped_operations = \"none\""),
-    ("transaction-metadata", "provide_transaction_metadata = true"),
+    (
+        "transaction-metadata",
+        "provide_transaction_metadata = true",
+    ),
 ];
 
 /// The accepted difference groups (`<combination> <table> <path> <kind>`), each with why.
@@ -231,7 +234,10 @@ fn first_byte(topic: &str) -> Option<u8> {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
         if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-            return message.expect("consume").payload().and_then(|p| p.first().copied());
+            return message
+                .expect("consume")
+                .payload()
+                .and_then(|p| p.first().copied());
         }
     }
     None
@@ -342,7 +348,12 @@ fn compare(combination: &str, ours: &Dump, diff: &mut Diff) -> usize {
     for (table, recs) in &actual {
         if !expected.contains_key(table) {
             let label = format!("{combination} {table}");
-            diff.add(&label, "", "topic-only-in-sluice", format!("{} records", recs.len()));
+            diff.add(
+                &label,
+                "",
+                "topic-only-in-sluice",
+                format!("{} records", recs.len()),
+            );
         }
     }
     let mut compared = 0;
@@ -378,12 +389,8 @@ fn compare(combination: &str, ours: &Dump, diff: &mut Diff) -> usize {
 async fn avro_matches_debezium_golden_files() {
     let _broker = broker_shared().await;
     let started = Instant::now();
-    let runs = futures::future::join_all(
-        COMBINATIONS
-            .iter()
-            .map(|(_, options)| run_avro(options)),
-    )
-    .await;
+    let runs =
+        futures::future::join_all(COMBINATIONS.iter().map(|(_, options)| run_avro(options))).await;
     let mut diff = Diff::new(RUN_DEPENDENT);
     let mut summary = Vec::new();
     for ((combination, _), ours) in COMBINATIONS.iter().zip(&runs) {
@@ -408,5 +415,9 @@ async fn avro_matches_debezium_golden_files() {
         diff.groups.len()
     );
     assert!(report.is_empty(), "{report}");
-    assert!(diff.records >= 3000, "too few records paired: {}", diff.records);
+    assert!(
+        diff.records >= 3000,
+        "too few records paired: {}",
+        diff.records
+    );
 }
