@@ -19,7 +19,8 @@
 //! - Connect's metadata become properties of the base schema in this order: `connect.doc`,
 //!   `connect.version`, `connect.parameters`, `connect.default`, `connect.name`,
 //!   `connect.type`; `org.apache.kafka.connect.data.Decimal` adds `logicalType: decimal` with
-//!   `precision` (`connect.decimal.precision`, else 64) and `scale`;
+//!   `precision` (`connect.decimal.precision`, else 64) and `scale`; Connect's `Date`, `Time`
+//!   and `Timestamp` add `logicalType` `date`, `time-millis`, `timestamp-millis`;
 //! - a named type is defined once; later uses name it (Avro's rule), short when it is in the
 //!   enclosing namespace, as Avro's Java library writes schemas.
 //!
@@ -330,6 +331,16 @@ impl SchemaWriter {
         }
         if let Some(connect_type) = connect_type {
             let _ = write!(props, ",\"connect.type\":\"{connect_type}\"");
+        }
+        // Connect's logical types of time (`time.precision.mode=connect`), as `AvroData` marks them.
+        let time = match schema.name.as_deref() {
+            Some("org.apache.kafka.connect.data.Date") => Some("date"),
+            Some("org.apache.kafka.connect.data.Time") => Some("time-millis"),
+            Some("org.apache.kafka.connect.data.Timestamp") => Some("timestamp-millis"),
+            _ => None,
+        };
+        if let Some(logical) = time {
+            let _ = write!(props, ",\"logicalType\":\"{logical}\"");
         }
         if schema.name.as_deref() == Some(DECIMAL) {
             let parameter = |key: &str| {
@@ -1076,6 +1087,31 @@ mod tests {
         RenderedSchemas::render("p.public.t", columns, Some(key), source, Vec::new())
             .envelope
             .clone()
+    }
+
+    #[test]
+    fn connect_time_types_carry_avros_logical_types() {
+        for (schema_type, name, text) in [
+            (
+                SchemaType::Int32,
+                "Date",
+                r#"{"type":"int","connect.version":1,"connect.name":"org.apache.kafka.connect.data.Date","logicalType":"date"}"#,
+            ),
+            (
+                SchemaType::Int32,
+                "Time",
+                r#"{"type":"int","connect.version":1,"connect.name":"org.apache.kafka.connect.data.Time","logicalType":"time-millis"}"#,
+            ),
+            (
+                SchemaType::Int64,
+                "Timestamp",
+                r#"{"type":"long","connect.version":1,"connect.name":"org.apache.kafka.connect.data.Timestamp","logicalType":"timestamp-millis"}"#,
+            ),
+        ] {
+            let name = format!("org.apache.kafka.connect.data.{name}");
+            let schema = Schema::logical(schema_type, &name, false);
+            assert_eq!(schema_text(&schema).unwrap(), text);
+        }
     }
 
     #[test]

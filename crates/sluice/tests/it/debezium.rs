@@ -25,6 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod avro_parity;
 pub(crate) mod compare;
 mod type_table;
 
@@ -144,6 +145,33 @@ async fn run_sluice_on(
     setup: Vec<String>,
     changes: Vec<String>,
 ) -> BTreeMap<String, Vec<Rec>> {
+    run_sluice_then(extra, setup, changes, |prefix| {
+        let wanted = |topic: &str| {
+            topic.starts_with(&format!("{prefix}.public."))
+                || topic == format!("{prefix}.{TRANSACTION_TABLE}")
+        };
+        read_topics(prefix, &wanted)
+            .into_iter()
+            .map(|(table, recs)| {
+                let recs = recs
+                    .into_iter()
+                    .map(|r| normalise(r, prefix, prefix))
+                    .collect();
+                (table, recs)
+            })
+            .collect()
+    })
+    .await
+}
+
+/// Runs sluice as `run_sluice_on` does and, once it confirmed the changes, `read` with its
+/// topic prefix (also its database's name), before the database is dropped.
+pub(crate) async fn run_sluice_then<T: Send + 'static>(
+    extra: &str,
+    setup: Vec<String>,
+    changes: Vec<String>,
+    read: impl FnOnce(&str) -> T + Send + 'static,
+) -> T {
     let name = unique("dbz");
     let admin = pg().await;
     admin
@@ -190,15 +218,9 @@ async fn run_sluice_on(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let prefix = name.clone();
-    let records = tokio::task::spawn_blocking(move || {
-        let wanted = |topic: &str| {
-            topic.starts_with(&format!("{prefix}.public."))
-                || topic == format!("{prefix}.{TRANSACTION_TABLE}")
-        };
-        read_topics(&prefix, &wanted)
-    })
-    .await
-    .unwrap();
+    let records = tokio::task::spawn_blocking(move || read(&prefix))
+        .await
+        .unwrap();
     drop(sluice);
     drop(client);
     drop_slot_and_publication(&admin, &name).await;
@@ -206,15 +228,6 @@ async fn run_sluice_on(
         .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
         .await;
     records
-        .into_iter()
-        .map(|(table, recs)| {
-            let recs = recs
-                .into_iter()
-                .map(|r| normalise(r, &name, &name))
-                .collect();
-            (table, recs)
-        })
-        .collect()
 }
 
 /// A transaction topic's records with their ids (`<txId>:<lsn>`, run-dependent) masked and

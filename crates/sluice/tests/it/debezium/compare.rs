@@ -716,9 +716,14 @@ pub(crate) fn known_differences(path: &Path) -> BTreeSet<String> {
 /// `label`): difference groups not listed (each with its count and an example), and listed
 /// lines that no longer occur. Empty when the two agree.
 pub(crate) fn ratchet_report(diff: &Diff, file: &Path, label: &str) -> String {
-    let known = known_differences(file);
+    ratchet_report_known(diff, &known_differences(file), label)
+}
+
+/// `ratchet_report` against the accepted groups `known` (normalised as `known_differences`
+/// does: words joined by one space).
+pub(crate) fn ratchet_report_known(diff: &Diff, known: &BTreeSet<String>, label: &str) -> String {
     let found: BTreeSet<String> = diff.groups.keys().cloned().collect();
-    let new: Vec<&String> = found.difference(&known).collect();
+    let new: Vec<&String> = found.difference(known).collect();
     let gone: Vec<&String> = known.difference(&found).collect();
     let mut report = String::new();
     if !new.is_empty() {
