@@ -468,19 +468,6 @@ impl Registry {
         }
     }
 
-    /// Every subject the registry holds, or why they cannot be listed.
-    pub async fn subjects(&self) -> Result<Vec<String>, String> {
-        match self
-            .request_once(reqwest::Method::GET, "/subjects", None)
-            .await
-        {
-            Answer::Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| format!("an answer that is not a list of subjects: {e}")),
-            Answer::Status(0, message) => Err(format!("no answer: {message}")),
-            Answer::Status(status, message) => Err(format!("{status}: {message}")),
-        }
-    }
-
     /// How many versions `subject` has (0: none yet), or why that is unknown.
     pub async fn versions(&self, subject: &str) -> Result<usize, String> {
         let path = format!("/subjects/{}/versions", encode_subject(subject));

@@ -171,7 +171,27 @@ pub async fn diagnose(target: &Target) -> Vec<Finding> {
         if let Some(registry) = &pipeline.schema_registry
             && pipeline.kafka.events.uses_avro()
         {
-            registry::checks(registry, &pipeline.kafka.topic_prefix, &mut findings).await;
+            use crate::event::EventFormat;
+            // The subjects of the captured tables' topics (the registry may hold thousands).
+            let topics = match crate::source::postgres::setup::PgCatalog::connect(pipeline).await {
+                Ok(catalog) => catalog
+                    .captured_tables(pipeline)
+                    .await
+                    .map(|tables| {
+                        tables
+                            .iter()
+                            .map(|t| format!("{}.{}", pipeline.kafka.topic_prefix, t.qualified()))
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            };
+            let events = &pipeline.kafka.events;
+            let avro = (
+                events.key_format() == EventFormat::Avro,
+                events.value_format() == EventFormat::Avro,
+            );
+            registry::checks(registry, &topics, avro, &mut findings).await;
         }
     }
     findings

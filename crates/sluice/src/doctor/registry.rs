@@ -5,9 +5,14 @@
 use super::{Finding, Severity, finding};
 use crate::registry::{Registry, RegistryConfig};
 
-/// Adds the registry's findings for subjects whose name starts with `prefix` (the pipeline's
-/// topic prefix: TopicNameStrategy and the record names both start with it).
-pub(super) async fn checks(config: &RegistryConfig, prefix: &str, findings: &mut Vec<Finding>) {
+/// Adds the registry's findings for the subjects of the pipeline's topics (`topics`: the
+/// captured tables' topics; `key`/`value`: which of them are Avro).
+pub(super) async fn checks(
+    config: &RegistryConfig,
+    topics: &[String],
+    (key, value): (bool, bool),
+    findings: &mut Vec<Finding>,
+) {
     let urls = config.url.0.join(", ");
     let registry = match Registry::new(config.clone()) {
         Ok(registry) => registry,
@@ -35,28 +40,19 @@ pub(super) async fn checks(config: &RegistryConfig, prefix: &str, findings: &mut
             return;
         }
     };
-    let subjects = match registry.subjects().await {
-        Ok(subjects) => subjects,
-        Err(error) => {
-            findings.push(finding(
-                "registry.subjects",
-                Severity::Warning,
-                format!("cannot list the registry's subjects: {error}"),
-                &[("url", urls.into())],
-                "grant the principal read access to the subjects",
-            ));
-            return;
-        }
-    };
     let mut open = Vec::new();
     let mut count = 0;
-    for subject in subjects
-        .iter()
-        .filter(|s| s.starts_with(&format!("{prefix}.")))
-    {
-        count += 1;
-        if registry.compatibility(subject).await == "NONE" {
-            open.push(subject.clone());
+    for topic in topics {
+        let parts = [(true, key, "Key"), (false, value, "Envelope")];
+        for (is_key, _, record) in parts.into_iter().filter(|(_, avro, _)| *avro) {
+            let subject = registry.subject(topic, is_key, &format!("{topic}.{record}"));
+            if !matches!(registry.versions(&subject).await, Ok(n) if n > 0) {
+                continue;
+            }
+            count += 1;
+            if registry.compatibility(&subject).await == "NONE" {
+                open.push(subject);
+            }
         }
     }
     if open.is_empty() {

@@ -293,7 +293,7 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
     // `sluice doctor` names the subject still under NONE (the key's), not the value's.
     let (_, doctor) = crate::faults::run_sluice(
         &["doctor", "--json", "--pipeline", file.to_str().unwrap()],
-        Duration::from_secs(60),
+        Duration::from_secs(180),
     );
     let findings: Value = serde_json::from_str(&doctor).unwrap_or_else(|e| panic!("{e}: {doctor}"));
     let none = findings

@@ -1814,7 +1814,7 @@ async fn secure_slot(
                 slot = slot_name,
                 "the slot was created by a run that stopped before recording it: snapshotting under a new snapshot"
             );
-        } else if !created {
+        } else if !created && !exported {
             tracing::info!(
                 slot = slot_name,
                 confirmed_flush = %slot.confirmed_flush,
