@@ -195,7 +195,10 @@ pub(crate) async fn run_sluice_then<T: Send + 'static>(
     let toml = pipeline_toml(&name, "public", &name, port, extra)
         .replace(&format!("url = \"{base}\""), &format!("url = \"{url}\""));
     let sluice = Sluice::start(&dir, &toml, port);
-    sluice.wait_streaming(Duration::from_secs(60));
+    // Creating the slot waits for every transaction running in the cluster to end: with the
+    // rest of the suite's writers around (and several of these runs at once), that can take
+    // a minute.
+    sluice.wait_streaming(Duration::from_secs(180));
     for statement in changes {
         client
             .batch_execute(&statement)
