@@ -548,6 +548,16 @@ async fn status_page_charts_a_running_pipeline_in_a_browser() {
         insert(&client, &name, batch * 200, (batch + 1) * 200).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The page charts the samples the runtime holds: wait until they hold a latency (on a
+    // loaded machine the acknowledgements of that traffic may land in a later sample).
+    let series = format!("/api/v1/pipelines/{name}/series");
+    crate::support::wait_until("a sample with a latency", Duration::from_secs(60), || {
+        sluice
+            .get(&series)
+            .and_then(|body| serde_json::from_str::<serde_json::Value>(&body).ok())
+            .and_then(|body| body["samples"].as_array().cloned())
+            .is_some_and(|samples| samples.iter().any(|s| !s["latency_ms"].is_null()))
+    });
     let url = format!("http://{}/", sluice.admin);
     let browser = chromium();
     let profile = dir.join("chromium-profile");
