@@ -82,7 +82,7 @@ async fn check_registry(
             return false;
         }
     };
-    let urls = config.url.0.join(", ");
+    let urls = config.url.shown();
     let global = match registry.probe().await {
         Ok(level) => level,
         Err(error) => {

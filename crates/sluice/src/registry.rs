@@ -86,6 +86,38 @@ impl<'de> Deserialize<'de> for Urls {
     }
 }
 
+impl Urls {
+    /// The URLs as they may be shown (logs, status, `check`, `doctor`): a password in one
+    /// (`http://user:password@host`) is replaced by `***`.
+    pub fn shown(&self) -> String {
+        self.0
+            .iter()
+            .map(|u| redact(u))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// The first URL, as it may be shown.
+    pub fn first_shown(&self) -> String {
+        self.0.first().map(|u| redact(u)).unwrap_or_default()
+    }
+}
+
+/// `url` without the password of its user information.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or_default();
+            format!("{scheme}://{user}:***{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
 /// `[schema_registry]`.
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -129,7 +161,7 @@ pub struct RegistryConfig {
 impl std::fmt::Debug for RegistryConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegistryConfig")
-            .field("url", &self.url)
+            .field("url", &self.url.shown())
             .field(
                 "basic.auth.user.info",
                 &self.basic_auth_user_info.as_ref().map(|_| "<redacted>"),
@@ -397,7 +429,7 @@ impl Registry {
                 status: 409,
                 message,
                 level: self.compatibility(subject).await,
-                url: self.config.url.0[0].clone(),
+                url: self.config.url.first_shown(),
             }),
             Answer::Status(404, message) if !self.config.auto_register_schemas => {
                 Err(RegistryError::Refused {
@@ -509,7 +541,7 @@ impl Registry {
                 Answer::Status(status, message) if status == 0 || status >= 500 => {
                     self.report(Some(format!(
                         "{} does not answer ({}); retrying in {} s",
-                        self.config.url.0.join(", "),
+                        self.config.url.shown(),
                         if status == 0 {
                             message
                         } else {
@@ -539,6 +571,7 @@ impl Registry {
         let mut last = Answer::Status(0, "no URL".into());
         for base in &self.config.url.0 {
             let url = format!("{base}{path}");
+            let shown = redact(&url);
             let mut request = self
                 .http
                 .request(method.clone(), &url)
@@ -566,12 +599,14 @@ impl Registry {
                     if status < 500 {
                         return Answer::Status(status, message);
                     }
-                    tracing::warn!(%url, status, %message, "schema registry: a server error; trying again");
+                    tracing::warn!(url = %shown, status, %message, "schema registry: a server error; trying again");
                     last = Answer::Status(status, message);
                 }
                 Err(error) => {
-                    tracing::warn!(%url, error = %error_chain(&error), "schema registry: no answer; trying again");
-                    last = Answer::Status(0, error_chain(&error));
+                    // reqwest's message names the URL, password included: left out.
+                    let error = error_chain(&error.without_url());
+                    tracing::warn!(url = %shown, %error, "schema registry: no answer; trying again");
+                    last = Answer::Status(0, error);
                 }
             }
         }
@@ -678,5 +713,12 @@ mod tests {
         let keys: Vec<_> = bad.issues().into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, ["url", "basic.auth.user.info"]);
         assert_eq!(encode_subject("a b/c"), "a%20b%2Fc");
+        let secret: RegistryConfig =
+            toml::from_str("url = \"https://sluice:s3cret@reg:8081/x, http://b:8081\"\n").unwrap();
+        assert_eq!(
+            secret.url.shown(),
+            "https://sluice:***@reg:8081/x, http://b:8081"
+        );
+        assert!(!format!("{secret:?}").contains("s3cret"));
     }
 }

@@ -13,7 +13,7 @@ pub(super) async fn checks(
     (key, value): (bool, bool),
     findings: &mut Vec<Finding>,
 ) {
-    let urls = config.url.0.join(", ");
+    let urls = config.url.shown();
     let registry = match Registry::new(config.clone()) {
         Ok(registry) => registry,
         Err(error) => {
@@ -77,7 +77,7 @@ pub(super) async fn checks(
             ],
             format!(
                 "set BACKWARD (or FULL) on them: curl -X PUT -H 'Content-Type: application/vnd.schemaregistry.v1+json' -d '{{\"compatibility\":\"BACKWARD\"}}' {}/config/<subject>",
-                config.url.0.first().map_or("", String::as_str)
+                config.url.first_shown()
             ),
         ));
     }

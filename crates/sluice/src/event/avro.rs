@@ -657,14 +657,10 @@ impl<'a> Reader<'a> {
                 let s = self
                     .string()
                     .map_err(|()| self.error(path, "expected base64 bytes"))?;
-                let text = self.string_bytes(&s);
-                let len = out.len();
-                // The decoded length first (Avro's prefix): written once the bytes are known.
-                let mut decoded = Vec::with_capacity(text.len() / 4 * 3 + 3);
-                base64::engine::general_purpose::STANDARD
-                    .decode_vec(text, &mut decoded)
+                // Decoded first: Avro's length prefix comes before the bytes.
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(self.string_bytes(&s))
                     .map_err(|e| self.error(path, &format!("bytes are not base64: {e}")))?;
-                debug_assert_eq!(out.len(), len);
                 write_bytes(&decoded, out);
             }
             SchemaType::Struct(fields) => self.record(fields, out, path)?,
