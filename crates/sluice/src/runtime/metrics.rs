@@ -339,6 +339,40 @@ mod tests {
         }
     }
 
+    /// A metric another page names (in backquotes: `sluice_…` of a metric's subsystem, or
+    /// ending in a metric's unit) is one docs/metrics.md lists: a renamed metric cannot live on
+    /// in a guide.
+    #[test]
+    fn every_page_names_only_documented_metrics() {
+        let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs");
+        let mut pages = 0;
+        for entry in std::fs::read_dir(docs).expect("docs/") {
+            let path = entry.expect("docs/ entry").path();
+            if path.extension().is_none_or(|e| e != "md") {
+                continue;
+            }
+            pages += 1;
+            let text = std::fs::read_to_string(&path).expect("a docs page");
+            for quoted in text.split('`').skip(1).step_by(2) {
+                let name = quoted.split(['{', '[', ' ']).next().unwrap_or_default();
+                let metric = name.starts_with("sluice_")
+                    && name != crate::sink::postgres::config::PROGRESS_TABLE
+                    && (["pipeline", "source", "delivery", "kafka", "sink"]
+                        .iter()
+                        .any(|s| name.starts_with(&format!("sluice_{s}_")))
+                        || ["_total", "_seconds", "_bytes", "_lsn", "_records", "_workers"]
+                            .iter()
+                            .any(|unit| name.ends_with(unit)));
+                assert!(
+                    !metric || DOC.contains(&format!("`{name}`")),
+                    "{} names {name}, which docs/metrics.md does not list",
+                    path.display()
+                );
+            }
+        }
+        assert!(pages >= 10, "read the docs pages");
+    }
+
     #[test]
     fn the_alert_rules_use_only_metrics_that_exist() {
         let mut used = 0;
