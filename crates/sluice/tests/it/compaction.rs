@@ -714,13 +714,13 @@ async fn scan_counts_keys_tombstones_and_null_keys() {
         .await;
 }
 
-/// Rows of the republication test: `SLUICE_IT_REPUBLISH_ROWS` (default 20,000; the issue's
-/// size is 1,000,000).
+/// Rows of the republication test: `SLUICE_IT_REPUBLISH_ROWS` (default 5,000: two chunks of
+/// 4,096; the issue's size is 1,000,000).
 fn republish_rows() -> i64 {
     std::env::var("SLUICE_IT_REPUBLISH_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
+        .unwrap_or(5_000)
 }
 
 /// Republication (issue 19): a compacted CDC topic that missed changes — deletes and updates
