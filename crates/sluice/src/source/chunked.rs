@@ -514,7 +514,8 @@ pub async fn publish(
     use rdkafka::producer::Producer as _;
     let records = match crate::transform::apply_all(transforms, records) {
         Ok(records) => records,
-        Err((error, record)) => {
+        Err(refused) => {
+            let (error, record) = *refused;
             let _ = producer
                 .context()
                 .deliveries()

@@ -130,7 +130,11 @@ pub fn build(
                 "no [transforms] uses it: remove it, or name it in a transform's predicate".into(),
             );
         }
-        return if issues.is_empty() { Ok(None) } else { Err(issues) };
+        return if issues.is_empty() {
+            Ok(None)
+        } else {
+            Err(issues)
+        };
     }
     if events.uses_avro() {
         issue(
@@ -205,7 +209,9 @@ pub fn build(
         let Some(table) = transforms.0.get(name).and_then(toml::Value::as_table) else {
             issue(
                 format!("transforms.{name}"),
-                format!("is missing: transforms.chain names {name:?}; add [transforms.{name}] with its type"),
+                format!(
+                    "is missing: transforms.chain names {name:?}; add [transforms.{name}] with its type"
+                ),
             );
             continue;
         };
@@ -220,7 +226,10 @@ pub fn build(
         let predicate = match values.get("predicate") {
             None => {
                 if values.contains_key("negate") {
-                    issue(key("negate"), "is set without a predicate: set predicate too, or remove negate".into());
+                    issue(
+                        key("negate"),
+                        "is set without a predicate: set predicate too, or remove negate".into(),
+                    );
                 }
                 None
             }
@@ -240,7 +249,9 @@ pub fn build(
                 None => {
                     issue(
                         key("predicate"),
-                        format!("{p:?} is not defined: expected the name of a [predicates.<name>] table"),
+                        format!(
+                            "{p:?} is not defined: expected the name of a [predicates.<name>] table"
+                        ),
                     );
                     None
                 }
@@ -249,11 +260,14 @@ pub fn build(
         let Some(kind) = values.get("type") else {
             issue(
                 key("type"),
-                format!("is missing: expected one of {}", SUPPORTED_TRANSFORMS.join(", ")),
+                format!(
+                    "is missing: expected one of {}",
+                    SUPPORTED_TRANSFORMS.join(", ")
+                ),
             );
             continue;
         };
-        match transform(name, kind, &values, events) {
+        match transform(name, kind, &values) {
             Ok(transform) => steps.push(Step {
                 name: Arc::from(name.as_str()),
                 transform,
@@ -355,7 +369,10 @@ fn predicate(name: &str, value: &toml::Value) -> Result<Predicate, Vec<ConfigIss
     let Some(kind) = values.get("type") else {
         return Err(issue(
             "type",
-            format!("is missing: expected one of {}", SUPPORTED_PREDICATES.join(", ")),
+            format!(
+                "is missing: expected one of {}",
+                SUPPORTED_PREDICATES.join(", ")
+            ),
         ));
     };
     let (predicate, keys): (Predicate, &[&str]) = if names(kind, SUPPORTED_PREDICATES[0]) {
@@ -429,47 +446,58 @@ fn transform(
     name: &str,
     kind: &str,
     values: &BTreeMap<String, String>,
-    events: &EventOptions,
 ) -> Result<Transform, Vec<ConfigIssue>> {
     let key = |k: &str| format!("transforms.{name}.\"{k}\"");
     let mut issues = Vec::new();
     let get = |k: &str| values.get(k).map(String::as_str);
-    let (transform, keys): (Option<Transform>, &[&str]) =
-        if names(kind, SUPPORTED_TRANSFORMS[0]) {
-            for k in UNWRAP_NOT_YET.iter().filter(|k| values.contains_key(**k)) {
-                issues.push(ConfigIssue {
+    let (transform, keys): (Option<Transform>, &[&str]) = if names(kind, SUPPORTED_TRANSFORMS[0]) {
+        for k in UNWRAP_NOT_YET.iter().filter(|k| values.contains_key(**k)) {
+            issues.push(ConfigIssue {
                     key: key(k),
                     problem: "not yet applied by sluice's ExtractNewRecordState: remove it (docs/transforms.md lists what is supported)".into(),
                 });
-            }
-            (unwrap(name, values, &mut issues), UNWRAP_KEYS)
-        } else if names(kind, SUPPORTED_TRANSFORMS[1]) {
-            let (Some(regex), Some(replacement)) = (get("regex"), get("replacement")) else {
-                for k in ["regex", "replacement"].iter().filter(|k| get(k).is_none()) {
-                    issues.push(ConfigIssue {
+        }
+        (unwrap(name, values, &mut issues), UNWRAP_KEYS)
+    } else if names(kind, SUPPORTED_TRANSFORMS[1]) {
+        let (Some(regex), Some(replacement)) = (get("regex"), get("replacement")) else {
+            for k in ["regex", "replacement"].iter().filter(|k| get(k).is_none()) {
+                issues.push(ConfigIssue {
                         key: key(k),
                         problem: "is missing: RegexRouter needs regex (a Java regular expression the whole topic must match) and replacement (the new topic, $1… for the groups)".into(),
                     });
-                }
-                return Err(issues);
-            };
-            match RegexRouter::new(regex, replacement) {
-                Ok(router) => (Some(Transform::RegexRouter(router)), &["regex", "replacement"]),
-                Err(e) => {
-                    issues.push(ConfigIssue { key: key("regex"), problem: e });
-                    (None, &["regex", "replacement"])
-                }
             }
-        } else if names(kind, SUPPORTED_TRANSFORMS[2]) {
-            (Some(Transform::Filter), &[])
-        } else if names(kind, SUPPORTED_TRANSFORMS[3]) || names(kind, SUPPORTED_TRANSFORMS[4]) {
-            let part = if kind.ends_with("$Key") { Part::Key } else { Part::Value };
-            let list = |new: &str, old: &str| -> Vec<String> {
-                get(new).or_else(|| get(old)).map(split_list).unwrap_or_default()
-            };
-            let mut renames = Vec::new();
-            for pair in get("renames").map(split_list).unwrap_or_default() {
-                match pair.split_once(':') {
+            return Err(issues);
+        };
+        match RegexRouter::new(regex, replacement) {
+            Ok(router) => (
+                Some(Transform::RegexRouter(router)),
+                &["regex", "replacement"],
+            ),
+            Err(e) => {
+                issues.push(ConfigIssue {
+                    key: key("regex"),
+                    problem: e,
+                });
+                (None, &["regex", "replacement"])
+            }
+        }
+    } else if names(kind, SUPPORTED_TRANSFORMS[2]) {
+        (Some(Transform::Filter), &[])
+    } else if names(kind, SUPPORTED_TRANSFORMS[3]) || names(kind, SUPPORTED_TRANSFORMS[4]) {
+        let part = if kind.ends_with("$Key") {
+            Part::Key
+        } else {
+            Part::Value
+        };
+        let list = |new: &str, old: &str| -> Vec<String> {
+            get(new)
+                .or_else(|| get(old))
+                .map(split_list)
+                .unwrap_or_default()
+        };
+        let mut renames = Vec::new();
+        for pair in get("renames").map(split_list).unwrap_or_default() {
+            match pair.split_once(':') {
                     Some((old, new)) if !old.is_empty() && !new.is_empty() => {
                         renames.push((old.to_owned(), new.to_owned()));
                     }
@@ -478,52 +506,54 @@ fn transform(
                         problem: format!("{pair:?}: expected old:new pairs separated by commas, e.g. \"v:value,n:count\""),
                     }),
                 }
-            }
-            (
-                Some(Transform::ReplaceField(ReplaceField {
-                    part,
-                    exclude: list("exclude", "blacklist"),
-                    include: list("include", "whitelist"),
-                    renames,
-                })),
-                &["exclude", "include", "renames", "blacklist", "whitelist"],
-            )
-        } else if names(kind, SUPPORTED_TRANSFORMS[5]) {
-            let fields = get("fields").map(split_list).unwrap_or_default();
-            if fields.is_empty() {
-                issues.push(ConfigIssue {
+        }
+        (
+            Some(Transform::ReplaceField(ReplaceField {
+                part,
+                exclude: list("exclude", "blacklist"),
+                include: list("include", "whitelist"),
+                renames,
+            })),
+            &["exclude", "include", "renames", "blacklist", "whitelist"],
+        )
+    } else if names(kind, SUPPORTED_TRANSFORMS[5]) {
+        let fields = get("fields").map(split_list).unwrap_or_default();
+        if fields.is_empty() {
+            issues.push(ConfigIssue {
                     key: key("fields"),
                     problem: "is missing: expected the value's fields the key is made of, separated by commas".into(),
                 });
-            }
-            (Some(Transform::ValueToKey(ValueToKey { fields })), &["fields"])
-        } else if names(kind, "io.debezium.transforms.Filter")
-            || names(kind, "io.debezium.transforms.ContentBasedRouter")
-        {
-            return Err(vec![ConfigIssue {
-                key: key("type"),
-                problem: format!(
-                    "{kind:?} runs Groovy or JavaScript, which sluice does not embed: not yet replaced (docs/transforms.md); for conditions on the topic, headers or tombstones use Kafka's Filter with a predicate"
-                ),
-            }]);
-        } else if NOT_YET.iter().any(|t| short(kind) == *t) {
-            return Err(vec![ConfigIssue {
-                key: key("type"),
-                problem: format!(
-                    "{kind:?} is not yet applied by sluice: expected one of {}",
-                    SUPPORTED_TRANSFORMS.join(", ")
-                ),
-            }]);
-        } else {
-            return Err(vec![ConfigIssue {
-                key: key("type"),
-                problem: format!(
-                    "{kind:?} is not a transform sluice knows: expected one of {}",
-                    SUPPORTED_TRANSFORMS.join(", ")
-                ),
-            }]);
-        };
-    let _ = events;
+        }
+        (
+            Some(Transform::ValueToKey(ValueToKey { fields })),
+            &["fields"],
+        )
+    } else if names(kind, "io.debezium.transforms.Filter")
+        || names(kind, "io.debezium.transforms.ContentBasedRouter")
+    {
+        return Err(vec![ConfigIssue {
+            key: key("type"),
+            problem: format!(
+                "{kind:?} runs Groovy or JavaScript, which sluice does not embed: not yet replaced (docs/transforms.md); for conditions on the topic, headers or tombstones use Kafka's Filter with a predicate"
+            ),
+        }]);
+    } else if NOT_YET.iter().any(|t| short(kind) == *t) {
+        return Err(vec![ConfigIssue {
+            key: key("type"),
+            problem: format!(
+                "{kind:?} is not yet applied by sluice: expected one of {}",
+                SUPPORTED_TRANSFORMS.join(", ")
+            ),
+        }]);
+    } else {
+        return Err(vec![ConfigIssue {
+            key: key("type"),
+            problem: format!(
+                "{kind:?} is not a transform sluice knows: expected one of {}",
+                SUPPORTED_TRANSFORMS.join(", ")
+            ),
+        }]);
+    };
     for k in values.keys() {
         if !COMMON_KEYS.contains(&k.as_str())
             && !keys.contains(&k.as_str())
@@ -534,7 +564,12 @@ fn transform(
                 problem: format!(
                     "unknown key for {}: expected {}",
                     short(kind),
-                    COMMON_KEYS.iter().chain(keys).copied().collect::<Vec<_>>().join(", ")
+                    COMMON_KEYS
+                        .iter()
+                        .chain(keys)
+                        .copied()
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }

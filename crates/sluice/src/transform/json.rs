@@ -233,7 +233,10 @@ mod tests {
         let names: Vec<&str> = members.0.iter().map(|(n, _)| n.as_ref()).collect();
         assert_eq!(names, ["b", "a", "c\""]);
         assert_eq!(members.get("b").unwrap().get(), "1.0E-5");
-        assert_eq!(members.render(), r#"{"b":1.0E-5,"a":{"x":[1, 2]},"c\"":"v"}"#);
+        assert_eq!(
+            members.render(),
+            r#"{"b":1.0E-5,"a":{"x":[1, 2]},"c\"":"v"}"#
+        );
     }
 
     #[test]
@@ -243,7 +246,10 @@ mod tests {
         assert_eq!(plain.write(false).unwrap(), b"{\"a\":1}");
         let tombstone = Data::read(None, false).unwrap();
         assert_eq!(tombstone.write(false), None);
-        assert_eq!(Data::null_with(Schema::Opaque).write(false).unwrap(), b"null");
+        assert_eq!(
+            Data::null_with(Schema::Opaque).write(false).unwrap(),
+            b"null"
+        );
         let with = Data::read(Some(br#"{"schema":{"type":"int32"},"payload":5}"#), true).unwrap();
         assert_eq!(with.schema, Schema::Json(r#"{"type":"int32"}"#.into()));
         assert_eq!(with.value.as_deref(), Some("5"));

@@ -234,7 +234,7 @@ pub fn chain_of<S: crate::config::SourceSection>(
 pub fn apply_all(
     chain: Option<&Chain>,
     records: Vec<OutRecord>,
-) -> Result<Vec<OutRecord>, (TransformError, OutRecord)> {
+) -> Result<Vec<OutRecord>, Box<(TransformError, OutRecord)>> {
     let Some(chain) = chain else {
         return Ok(records);
     };
@@ -243,7 +243,7 @@ pub fn apply_all(
         match chain.apply(&record) {
             Ok(Some(record)) => out.push(record),
             Ok(None) => {}
-            Err(error) => return Err((error, record)),
+            Err(error) => return Err(Box::new((error, record))),
         }
     }
     Ok(out)

@@ -48,5 +48,6 @@ pub fn full_match(regex: &Regex, text: &str) -> bool {
 ///
 /// Not a valid regular expression.
 pub fn whole_match_regex(pattern: &str) -> Result<Regex, String> {
-    Regex::new(&format!("^(?:{pattern})$")).map_err(|e| format!("{pattern:?} is not a valid regular expression: {e}"))
+    Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|e| format!("{pattern:?} is not a valid regular expression: {e}"))
 }

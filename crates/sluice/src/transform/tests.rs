@@ -8,7 +8,8 @@ use crate::event::EventOptions;
 
 const INSERT: &str = r#"{"before":null,"after":{"id":1,"v":"a","n":2},"source":{"version":"3.7.0.Final","connector":"postgresql","name":"p","ts_ms":1,"db":"d","schema":"public","table":"t","txId":7,"lsn":42},"transaction":null,"op":"c","ts_ms":2}"#;
 const DELETE: &str = r#"{"before":{"id":1,"v":"a","n":2},"after":null,"source":{"version":"3.7.0.Final","connector":"postgresql","name":"p","ts_ms":1,"db":"d","schema":"public","table":"t","txId":7,"lsn":43},"transaction":null,"op":"d","ts_ms":2}"#;
-const TRUNCATE: &str = r#"{"before":null,"after":null,"source":{"table":"t"},"transaction":null,"op":"t","ts_ms":2}"#;
+const TRUNCATE: &str =
+    r#"{"before":null,"after":null,"source":{"table":"t"},"transaction":null,"op":"t","ts_ms":2}"#;
 
 fn chain(toml_text: &str) -> Chain {
     chain_with(toml_text, &EventOptions::default())
@@ -79,14 +80,22 @@ fn unwrap_handles_deletes_and_tombstones_per_mode() {
         through(&chain(UNWRAP)),
         [row.clone(), Some(Some("null".into())), None, None]
     );
-    let mode = |m: &str| chain(&format!("{UNWRAP}\"delete.tombstone.handling.mode\" = \"{m}\"\n"));
+    let mode = |m: &str| {
+        chain(&format!(
+            "{UNWRAP}\"delete.tombstone.handling.mode\" = \"{m}\"\n"
+        ))
+    };
     assert_eq!(through(&mode("drop")), [row.clone(), None, None, None]);
     assert_eq!(
         through(&mode("delete-to-tombstone")),
         [row.clone(), Some(None), None, None]
     );
-    let rewritten = Some(Some(r#"{"id":1,"v":"a","n":2,"__deleted":"false"}"#.to_owned()));
-    let deleted = Some(Some(r#"{"id":1,"v":"a","n":2,"__deleted":"true"}"#.to_owned()));
+    let rewritten = Some(Some(
+        r#"{"id":1,"v":"a","n":2,"__deleted":"false"}"#.to_owned(),
+    ));
+    let deleted = Some(Some(
+        r#"{"id":1,"v":"a","n":2,"__deleted":"true"}"#.to_owned(),
+    ));
     assert_eq!(
         through(&mode("rewrite")),
         [rewritten.clone(), deleted.clone(), None, None]
@@ -117,7 +126,10 @@ fn unwrap_adds_fields_and_headers() {
     );
     assert_eq!(
         out.headers,
-        [("h_db".into(), "d".to_owned()), ("h_op".into(), "c".to_owned())]
+        [
+            ("h_db".into(), "d".to_owned()),
+            ("h_op".into(), "c".to_owned())
+        ]
     );
     // A tombstone: dropped, but it would carry only the op header.
     let tombstone = chain.apply(&record("p.public.t", None)).unwrap();
@@ -126,7 +138,8 @@ fn unwrap_adds_fields_and_headers() {
 
 #[test]
 fn non_envelopes_pass_through_unwrap() {
-    let tx = r#"{"status":"BEGIN","id":"1:2","event_count":null,"data_collections":null,"ts_ms":3}"#;
+    let tx =
+        r#"{"status":"BEGIN","id":"1:2","event_count":null,"data_collections":null,"ts_ms":3}"#;
     let out = chain(UNWRAP)
         .apply(&record("p.transaction", Some(tx)))
         .unwrap()
@@ -205,9 +218,9 @@ name = "skip"
 
 #[test]
 fn replace_field_and_value_to_key_rebuild_the_row() {
-    let chain = chain(&format!(
-        "[transforms]\nchain = \"unwrap,replace,key\"\n[transforms.unwrap]\ntype = \"io.debezium.transforms.ExtractNewRecordState\"\n[transforms.replace]\ntype = \"org.apache.kafka.connect.transforms.ReplaceField$Value\"\nexclude = \"n\"\nrenames = \"v:value\"\n[transforms.key]\ntype = \"org.apache.kafka.connect.transforms.ValueToKey\"\nfields = \"value,id\"\n"
-    ));
+    let chain = chain(
+        "[transforms]\nchain = \"unwrap,replace,key\"\n[transforms.unwrap]\ntype = \"io.debezium.transforms.ExtractNewRecordState\"\n[transforms.replace]\ntype = \"org.apache.kafka.connect.transforms.ReplaceField$Value\"\nexclude = \"n\"\nrenames = \"v:value\"\n[transforms.key]\ntype = \"org.apache.kafka.connect.transforms.ValueToKey\"\nfields = \"value,id\"\n",
+    );
     let out = chain
         .apply(&record("p.public.t", Some(INSERT)))
         .unwrap()
@@ -235,7 +248,9 @@ fn replace_field_and_value_to_key_rebuild_the_row() {
 fn schemas_follow_the_transforms() {
     let events: EventOptions = toml::from_str("format = \"json_with_schemas\"").unwrap();
     let chain = chain_with(
-        &format!("{UNWRAP}\"delete.tombstone.handling.mode\" = \"rewrite\"\n\"add.fields\" = \"op\"\n"),
+        &format!(
+            "{UNWRAP}\"delete.tombstone.handling.mode\" = \"rewrite\"\n\"add.fields\" = \"op\"\n"
+        ),
         &events,
     );
     let envelope = r#"{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.public.t.Value","field":"before"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.public.t.Value","field":"after"},{"type":"string","optional":false,"field":"op"}],"optional":false,"name":"p.public.t.Envelope","version":2},"payload":{"before":null,"after":{"id":1},"op":"c"}}"#;
@@ -251,15 +266,20 @@ fn schemas_follow_the_transforms() {
 
 #[test]
 fn invalid_configurations_name_the_key_and_the_expected_form() {
-    let unknown_type = issues("[transforms]\nchain = \"x\"\n[transforms.x]\ntype = \"com.example.Mine\"\n");
+    let unknown_type =
+        issues("[transforms]\nchain = \"x\"\n[transforms.x]\ntype = \"com.example.Mine\"\n");
     assert!(
         unknown_type[0].starts_with("transforms.x.\"type\": \"com.example.Mine\" is not a transform sluice knows: expected one of io.debezium.transforms.ExtractNewRecordState"),
         "{unknown_type:?}"
     );
-    let bad_mode = issues(&format!("{UNWRAP}\"delete.tombstone.handling.mode\" = \"nope\"\n"));
+    let bad_mode = issues(&format!(
+        "{UNWRAP}\"delete.tombstone.handling.mode\" = \"nope\"\n"
+    ));
     assert_eq!(
         bad_mode,
-        ["transforms.unwrap.\"delete.tombstone.handling.mode\": \"nope\": expected one of drop, tombstone, rewrite, rewrite-with-tombstone, delete-to-tombstone"]
+        [
+            "transforms.unwrap.\"delete.tombstone.handling.mode\": \"nope\": expected one of drop, tombstone, rewrite, rewrite-with-tombstone, delete-to-tombstone"
+        ]
     );
     let unknown_key = issues(&format!("{UNWRAP}\"add.feilds\" = \"op\"\n"));
     assert!(
@@ -269,7 +289,10 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
     let not_yet = issues(&format!("{UNWRAP}\"route.by.field\" = \"t\"\n"));
     assert!(not_yet[0].contains("not yet applied"), "{not_yet:?}");
     let missing = issues("[transforms]\nchain = [\"a\"]\n");
-    assert!(missing[0].starts_with("transforms.a: is missing"), "{missing:?}");
+    assert!(
+        missing[0].starts_with("transforms.a: is missing"),
+        "{missing:?}"
+    );
     let undefined = issues(
         "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"Filter\"\npredicate = \"p\"\n",
     );
@@ -277,7 +300,9 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
         undefined[0].starts_with("transforms.f.predicate: \"p\" is not defined"),
         "{undefined:?}"
     );
-    let script = issues("[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"io.debezium.transforms.Filter\"\n");
+    let script = issues(
+        "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"io.debezium.transforms.Filter\"\n",
+    );
     assert!(script[0].contains("Groovy or JavaScript"), "{script:?}");
     let avro: EventOptions = toml::from_str("format = \"avro\"").unwrap();
     let (t, p) = sections(UNWRAP);

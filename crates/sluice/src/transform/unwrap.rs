@@ -166,7 +166,9 @@ impl Unwrap {
                 // A null header value cannot be written through sluice's text headers: left
                 // out (docs/transforms.md).
                 if let Some(text) = header_text(raw) {
-                    record.headers.push((Cow::Owned(field.new_name.clone()), text));
+                    record
+                        .headers
+                        .push((Cow::Owned(field.new_name.clone()), text));
                 }
             }
         }
