@@ -93,6 +93,13 @@ pub struct PipelineConfig<S> {
     pub ha: HaConfig,
     /// The schema registry Avro keys and values are written through (`kafka.events.format`).
     pub schema_registry: Option<crate::registry::RegistryConfig>,
+    /// Kafka Connect's single message transforms, by Connect's names (`[transforms]`, with
+    /// the predicates of `[predicates]`).
+    #[serde(default)]
+    pub transforms: crate::transform::TransformsConfig,
+    /// The predicates `[transforms]` name.
+    #[serde(default)]
+    pub predicates: crate::transform::PredicatesConfig,
 }
 
 /// Where a pipeline's state is kept (`state_store`).
@@ -804,6 +811,25 @@ fn non_default_event_options(events: &crate::event::EventOptions) -> Vec<&'stati
 }
 
 impl<S: SourceSection> PipelineConfig<S> {
+    /// The transform chain of `[transforms]` (`None`: none), for the events this pipeline
+    /// writes. The configuration is validated on loading, so this only fails for one built in
+    /// code (its problems are then in the error).
+    ///
+    /// # Errors
+    ///
+    /// The chain's problems, each naming its key.
+    pub fn transform_chain(
+        &self,
+    ) -> Result<Option<std::sync::Arc<crate::transform::Chain>>, Vec<ConfigIssue>> {
+        crate::transform::config::build(&self.transforms, &self.predicates, &self.kafka.events)
+            .map(|chain| chain.map(std::sync::Arc::new))
+    }
+
+    /// `topics` and the topics `[transforms]`' routers send their records to, each once.
+    pub fn routed_topics(&self, topics: &[String]) -> Vec<String> {
+        self.transforms.topics_for(&self.predicates, topics)
+    }
+
     /// Reads, interpolates, parses and validates a pipeline file.
     ///
     /// # Errors
@@ -839,6 +865,18 @@ impl<S: SourceSection> PipelineConfig<S> {
             });
         }
         issues.extend(self.source.validate());
+        if let Err(problems) =
+            crate::transform::config::build(&self.transforms, &self.predicates, &self.kafka.events)
+        {
+            issues.extend(problems);
+        }
+        if !self.transforms.is_empty() && self.delivery.guarantee == DeliveryGuarantee::ExactlyOnce
+        {
+            issues.push(ConfigIssue {
+                key: "transforms".to_owned(),
+                problem: "not yet applied with delivery.guarantee = \"exactly_once\": remove [transforms] or use at_least_once".into(),
+            });
+        }
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
                 key: key.to_owned(),

@@ -778,6 +778,8 @@ pub enum DeliveryEvent {
         description: Vec<u8>,
         /// The bookkeeping of each record the change was to become.
         deliveries: Vec<Delivery>,
+        /// What the operator can do about it (`None`: it is a bug in sluice).
+        hint: Option<String>,
     },
 }
 

@@ -43,3 +43,4 @@ pub mod runtime;
 pub mod sink;
 pub mod source;
 pub mod sql;
+pub mod transform;

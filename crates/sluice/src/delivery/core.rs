@@ -21,6 +21,7 @@ use crate::error::PipelineError;
 use crate::kafka::{Delivery, DeliveryEvent, OutRecord};
 use crate::runtime::metrics::PipelineMetrics;
 use crate::runtime::status::StatusBoard;
+use crate::transform::{Chain, TransformError};
 
 /// Changes per encoding batch.
 pub(super) const ENCODE_BATCH: usize = 512;
@@ -168,6 +169,8 @@ pub struct DeliveryCore<C, P, K> {
     committed_through: Option<u64>,
     /// The producer's `batch.size`, when sluice chose it.
     batch_limit: Option<BatchLimit>,
+    /// `[transforms]`, applied to each record as it is encoded.
+    transforms: Option<Arc<Chain>>,
 }
 
 impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
@@ -261,6 +264,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             uncommitted: Vec::new(),
             committed_through: None,
             batch_limit: None,
+            transforms: None,
         }
     }
 
@@ -270,6 +274,11 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
     /// a record that was never too large).
     pub fn set_batch_limit(&mut self, limit: BatchLimit) {
         self.batch_limit = Some(limit);
+    }
+
+    /// Applies `transforms` to every record from now on (in the encoding stage).
+    pub fn set_transforms(&mut self, transforms: Option<Arc<Chain>>) {
+        self.transforms = transforms;
     }
 
     /// The in-flight budget.
@@ -369,7 +378,11 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             let take = self.batch.len().min(ENCODE_BATCH);
             let batch: Vec<Admitted<C>> = self.batch.drain(..take).collect();
             let encoder = encoder();
-            let handle = tokio::task::spawn_blocking(move || encode_batch(batch, &encoder));
+            let transforms = self.transforms.clone();
+            let position_of = self.position_of;
+            let handle = tokio::task::spawn_blocking(move || {
+                encode_batch(batch, &encoder, transforms.as_deref(), position_of)
+            });
             self.publish_tx.send(handle).await.map_err(|_| {
                 PipelineError::retryable(
                     "the publisher stopped",
@@ -460,8 +473,9 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                 position,
                 description,
                 deliveries,
+                hint,
             } => {
-                self.on_encode_failed(reason, topic, position, description, deliveries)
+                self.on_encode_failed(reason, topic, position, description, deliveries, hint)
                     .await
             }
         }
@@ -495,6 +509,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         position: String,
         description: Vec<u8>,
         mut deliveries: Vec<Delivery>,
+        hint: Option<String>,
     ) -> Result<(), PipelineError> {
         let dead_letter = match (
             self.delivery.on_permanent_error,
@@ -506,7 +521,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                     format!(
                         "cannot encode the change at {position}: {reason}; nothing after it is confirmed to the source, so no data is lost"
                     ),
-                    "this is a bug in sluice: report it with the table's column types; to go on past such changes, set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic",
+                    hint.unwrap_or_else(|| "this is a bug in sluice: report it with the table's column types; to go on past such changes, set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into()),
                     std::io::Error::other(reason),
                 ));
             }
@@ -767,7 +782,16 @@ fn dead_letter_record(topic: &str, built: dead_letter::DeadLetterRecord) -> OutR
 /// Encodes a batch into records, each with its bookkeeping. A panic while encoding one change
 /// (a bug: a value sluice cannot render) must not kill the publisher or come back at the same
 /// position on every restart: it becomes an `EncodeFailed` event, and the policy decides.
-fn encode_batch<C, E: Encode<C>>(batch: Vec<Admitted<C>>, encoder: &E) -> Vec<Encoded> {
+///
+/// `transforms` apply to each record in turn: a record they drop completes its place at once
+/// (`Encoded::Skipped`), one they refuse follows `delivery.on_permanent_error` with the
+/// untransformed value as the dead letter's.
+fn encode_batch<C, E: Encode<C>>(
+    batch: Vec<Admitted<C>>,
+    encoder: &E,
+    transforms: Option<&Chain>,
+    position_of: fn(&OutRecord) -> String,
+) -> Vec<Encoded> {
     let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
     let mut records = Vec::with_capacity(4);
     for admitted in batch {
@@ -794,22 +818,51 @@ fn encode_batch<C, E: Encode<C>>(batch: Vec<Admitted<C>>, encoder: &E) -> Vec<En
                     position: failed.position,
                     description: failed.description,
                     deliveries,
+                    hint: None,
                 })));
                 continue;
             }
         };
         for (offset, record) in records.drain(..).enumerate() {
-            let delivery = Box::new(Delivery {
+            let mut delivery = Box::new(Delivery {
                 seq: Seq(admitted.first_seq + offset as u64),
                 permit: Arc::clone(&admitted.permit),
                 commit_unix_micros: origin.commit_unix_micros,
                 table: Arc::clone(&origin.table),
-                bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
+                bytes: 0,
             });
+            let record = match transforms.map(|chain| chain.apply(&record)) {
+                None => record,
+                Some(Ok(Some(transformed))) => transformed,
+                Some(Ok(None)) => {
+                    out.push(Encoded::Skipped(delivery));
+                    continue;
+                }
+                Some(Err(error)) => {
+                    out.push(Encoded::Failed(Box::new(DeliveryEvent::EncodeFailed {
+                        reason: error.to_string(),
+                        position: position_of(&record),
+                        topic: record.topic,
+                        description: record.value.unwrap_or_default(),
+                        deliveries: vec![*delivery],
+                        hint: Some(transform_hint(&error)),
+                    })));
+                    continue;
+                }
+            };
+            delivery.bytes = u32::try_from(record.len()).unwrap_or(u32::MAX);
             out.push(Encoded::Record(record, delivery));
         }
     }
     out
+}
+
+/// What to do about a record a transform refused.
+fn transform_hint(error: &TransformError) -> String {
+    format!(
+        "fix [transforms.{}] for such records (e.g. a predicate that leaves them out), or set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic to go on past them",
+        error.name
+    )
 }
 
 /// The text of a panic's payload.

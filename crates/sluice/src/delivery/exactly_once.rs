@@ -209,6 +209,11 @@ pub(super) async fn publish<K: RecordSink>(
                             abort(&sink).await;
                             return;
                         }
+                        // Acknowledged with the transaction that follows it.
+                        Encoded::Skipped(delivery) => {
+                            let _ = events.send(DeliveryEvent::Acked(delivery));
+                            continue;
+                        }
                     };
                     if open.is_none() {
                         if let Err(error) = sink.begin_transaction() {

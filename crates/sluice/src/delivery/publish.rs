@@ -169,6 +169,8 @@ pub(super) enum Encoded {
     /// through the batch was a `memmove` call (3 % of the MySQL backlog's samples;
     /// bench/PROFILE.md, "MySQL backlog: the profile after…").
     Failed(Box<DeliveryEvent>),
+    /// A transform dropped the record: its place is acknowledged at once.
+    Skipped(Box<Delivery>),
 }
 
 // The hot value stays small enough to be moved with a few register moves.
@@ -194,6 +196,10 @@ pub(super) async fn publish<K: RecordSink>(
                 Encoded::Record(record, delivery) => (record, delivery),
                 Encoded::Failed(event) => {
                     let _ = events.send(*event);
+                    continue;
+                }
+                Encoded::Skipped(delivery) => {
+                    let _ = events.send(DeliveryEvent::Acked(delivery));
                     continue;
                 }
             };

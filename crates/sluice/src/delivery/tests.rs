@@ -929,3 +929,68 @@ async fn a_short_transaction_is_never_paced() {
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// A chain of `[transforms]` from its TOML.
+fn transforms(toml_text: &str) -> Arc<crate::transform::Chain> {
+    #[derive(serde::Deserialize)]
+    struct File {
+        transforms: crate::transform::TransformsConfig,
+        #[serde(default)]
+        predicates: crate::transform::PredicatesConfig,
+    }
+    let file: File = toml::from_str(toml_text).unwrap();
+    let chain = crate::transform::config::build(
+        &file.transforms,
+        &file.predicates,
+        &crate::event::EventOptions::default(),
+    )
+    .unwrap()
+    .unwrap();
+    Arc::new(chain)
+}
+
+#[tokio::test]
+async fn records_a_transform_drops_complete_their_places_so_the_watermark_moves_past_them() {
+    let mut h = harness(&DeliveryConfig::default());
+    h.core.set_transforms(Some(transforms(
+        "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"Filter\"\npredicate = \"odd\"\n\
+         [predicates.odd]\ntype = \"HasHeaderKey\"\nname = \"sluice.lsn\"\n",
+    )));
+    // Every record carries the lsn header: all are dropped, none reaches the producer.
+    let mut delete = change(7, 10);
+    delete.records = 2;
+    h.send(&[delete, change(8, 20)]).await;
+    let mut acked = 0;
+    while acked < 3 {
+        let event = tokio::time::timeout(Duration::from_secs(10), h.events.recv())
+            .await
+            .expect("the dropped records' places are completed")
+            .unwrap();
+        assert!(matches!(event, DeliveryEvent::Acked(_)));
+        h.core.on_delivery(event).await.unwrap();
+        acked += 1;
+    }
+    assert_eq!(h.core.watermark(), Lsn(20), "past the dropped records");
+    assert!(h.producer.sent.lock().unwrap().is_empty());
+    assert_eq!(h.core.budget().in_flight_records(), 0);
+}
+
+#[tokio::test]
+async fn a_record_a_transform_refuses_stops_the_pipeline_naming_the_transform() {
+    let mut h = harness(&DeliveryConfig::default());
+    // The test encoder's values are not JSON objects: ValueToKey refuses them.
+    h.core.set_transforms(Some(transforms(
+        "[transforms]\nchain = \"tokey\"\n[transforms.tokey]\ntype = \"ValueToKey\"\nfields = \"id\"\n",
+    )));
+    h.send(&[change(1, 10)]).await;
+    let event = tokio::time::timeout(Duration::from_secs(10), h.events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let error = h.core.on_delivery(event).await.unwrap_err().to_string();
+    assert!(
+        error.contains("transform \"tokey\" failed") && error.contains("position 10"),
+        "{error}"
+    );
+    assert_eq!(h.core.watermark(), Lsn(1));
+}

@@ -151,10 +151,10 @@ pub async fn drive(
                         DeliveryEvent::Failed { error, record, delivery } => {
                             policy.refused(&error, &record, delivery).await?;
                         }
-                        DeliveryEvent::EncodeFailed { reason, position, .. } => {
+                        DeliveryEvent::EncodeFailed { reason, position, hint, .. } => {
                             return Err(PipelineError::fatal_with(
                                 format!("cannot encode the snapshot row at {position}"),
-                                "this is a bug in sluice: report it with the table's column types",
+                                hint.unwrap_or_else(|| "this is a bug in sluice: report it with the table's column types".into()),
                                 std::io::Error::other(reason),
                             ));
                         }
@@ -493,9 +493,14 @@ fn delivered(
 /// `message.max.bytes`) is reported on the delivery channel like one the broker refuses, so
 /// [`drive`] applies the policy to both.
 ///
+/// `transforms` apply to the records first; those they drop are not produced (nor counted).
+/// A record they refuse stops the snapshot (reported as an encoding failure, whatever
+/// `delivery.on_permanent_error` says: docs/transforms.md).
+///
 /// # Errors
 ///
 /// None: refusals are reported, not returned (the `Result` is kept for the callers' `?`).
+#[allow(clippy::too_many_arguments)]
 pub async fn publish(
     producer: &PipelineProducer,
     budget: &InFlightBudget,
@@ -504,8 +509,30 @@ pub async fn publish(
     records: Vec<OutRecord>,
     table: &Arc<TableMetrics>,
     commit_unix_micros: i64,
+    transforms: Option<&crate::transform::Chain>,
 ) -> Result<u64, PipelineError> {
     use rdkafka::producer::Producer as _;
+    let records = match crate::transform::apply_all(transforms, records) {
+        Ok(records) => records,
+        Err(refused) => {
+            let (error, record) = *refused;
+            let _ = producer
+                .context()
+                .deliveries()
+                .send(DeliveryEvent::EncodeFailed {
+                    reason: error.to_string(),
+                    topic: Arc::clone(&record.topic),
+                    position: format!("a snapshot record of topic {}", record.topic),
+                    description: Vec::new(),
+                    deliveries: Vec::new(),
+                    hint: Some(format!(
+                        "fix [transforms.{}] for such records (e.g. a predicate that leaves them out)",
+                        error.name
+                    )),
+                });
+            return Ok(0);
+        }
+    };
     let count = records.len() as u64;
     for (n, record) in records.into_iter().enumerate() {
         let permit = budget.acquire(record.len().max(1)).await;

@@ -105,7 +105,7 @@ fn normalise_schema(schema: &mut J, prefix: &str) {
 
 /// Replaces this run's prefix and database with the capture's in `source.name`/`source.db`
 /// (and the schemas' record names).
-fn normalise(mut rec: Rec, prefix: &str, database: &str) -> Rec {
+pub(crate) fn normalise(mut rec: Rec, prefix: &str, database: &str) -> Rec {
     for schema in [rec.key_schema.as_mut(), rec.value_schema.as_mut()]
         .into_iter()
         .flatten()

@@ -39,3 +39,4 @@ mod tls_admin;
 mod tls_kafka;
 mod tls_pg;
 mod toast;
+mod transforms;

@@ -527,6 +527,8 @@ pub struct SnapshotContext<'a> {
     pub delivery: &'a crate::config::DeliveryConfig,
     /// Where a record came from in the binlog, as operators read it.
     pub position_of: fn(&crate::kafka::OutRecord) -> String,
+    /// `[transforms]`.
+    pub transforms: Option<Arc<crate::transform::Chain>>,
 }
 
 /// Reads the plan's unfinished chunks on `snapshot`'s connections and publishes every row;
@@ -585,6 +587,7 @@ pub async fn run(
             snapshot: SnapshotMarker::True,
         },
         shutdown: ctx.shutdown.clone(),
+        transforms: ctx.transforms.clone(),
     });
     let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
     let mut workers = tokio::task::JoinSet::new();
@@ -672,6 +675,8 @@ struct Shared {
     /// The `source` block of every record (its marker and time set per row).
     source: BinlogSource,
     shutdown: tokio_util::sync::CancellationToken,
+    /// `[transforms]`.
+    transforms: Option<Arc<crate::transform::Chain>>,
 }
 
 impl Shared {
@@ -841,6 +846,7 @@ async fn publish(
         records,
         &table.metrics,
         now_micros,
+        shared.transforms.as_deref(),
     )
     .await
 }

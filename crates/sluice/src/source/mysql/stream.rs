@@ -261,7 +261,8 @@ pub async fn run_once(
     topics.extend(config.delivery.dead_letter_topic.iter().cloned());
     let mut known_topics = HashSet::new();
     if config.kafka.create_topics {
-        kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        let routed = config.routed_topics(&topics);
+        kafka::ensure_topics(&config.kafka, &routed, config.kafka.topic_partitions).await?;
         known_topics.extend(topics.iter().cloned());
     }
     let (batch_size_cap, batch_size) =
@@ -308,6 +309,7 @@ pub async fn run_once(
                 })
                 .collect();
             topics.dedup();
+            let topics = config.routed_topics(&topics);
             kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
         }
         let mut consistent = consistent;
@@ -335,6 +337,7 @@ pub async fn run_once(
                 board,
                 delivery: &config.delivery,
                 position_of: record_position,
+                transforms: crate::transform::chain_of(config)?,
             },
             consistent,
             plan,
@@ -412,6 +415,7 @@ pub async fn run_once(
         delivery_tx.clone(),
         record_position,
     );
+    core.set_transforms(crate::transform::chain_of(config)?);
     if let Some(batch_size) = batch_size {
         core.set_batch_limit(crate::delivery::BatchLimit::from_cluster(
             config.kafka.clone(),
@@ -510,7 +514,7 @@ async fn publish_snapshot_schema(
     if config.kafka.create_topics {
         kafka::ensure_topics(
             &config.kafka,
-            std::slice::from_ref(&topic.to_string()),
+            &config.routed_topics(std::slice::from_ref(&topic.to_string())),
             config.kafka.topic_partitions,
         )
         .await?;
@@ -531,6 +535,7 @@ async fn publish_snapshot_schema(
         .map(|change| change.record(&topic, &config.kafka.topic_prefix, &source, now_micros))
         .collect();
     let metrics = Arc::new(TableMetrics::new(&config.kafka.topic_prefix));
+    let transforms = crate::transform::chain_of(config)?;
     let count = crate::source::chunked::publish(
         producer,
         budget,
@@ -539,6 +544,7 @@ async fn publish_snapshot_schema(
         records,
         &metrics,
         now_micros,
+        transforms.as_deref(),
     )
     .await?;
     let mut acked = 0;
@@ -1528,7 +1534,7 @@ impl MysqlSource {
         if !config.kafka.create_topics || self.known_topics.contains(topic) {
             return Ok(());
         }
-        let topics = [topic.to_owned()];
+        let topics = config.routed_topics(&[topic.to_owned()]);
         let create = async {
             kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
             kafka::check_new_topic_batch_size(

@@ -695,6 +695,36 @@ mod tests {
     }
 
     #[test]
+    fn transforms_load_at_the_top_level_and_their_mistakes_name_the_key() {
+        let chain = "\n[transforms]\nchain = \"unwrap,route\"\n[transforms.unwrap]\n\
+            type = \"io.debezium.transforms.ExtractNewRecordState\"\n[transforms.route]\n\
+            type = \"org.apache.kafka.connect.transforms.RegexRouter\"\n\
+            regex = '([^.]+)\\.([^.]+)\\.([^.]+)'\nreplacement = \"$1.$3\"\n";
+        let config =
+            PgPipelineConfig::from_toml(&format!("{MINIMAL}{chain}"), "test.toml", &env).unwrap();
+        assert!(config.transform_chain().unwrap().is_some());
+        assert_eq!(
+            config.routed_topics(&["sluice.public.orders".to_owned()]),
+            ["sluice.orders"]
+        );
+        let bad = issues(&format!(
+            "{MINIMAL}{chain}\"delete.handling.mode\" = \"nope\"\n"
+        ));
+        assert_eq!(
+            bad[0].key, "transforms.route.\"delete.handling.mode\"",
+            "{bad:?}"
+        );
+        let eos = issues(&format!(
+            "{MINIMAL}{chain}[delivery]\nguarantee = \"exactly_once\"\n"
+        ));
+        assert!(
+            eos.iter()
+                .any(|i| i.key == "transforms" && i.problem.contains("exactly_once")),
+            "{eos:?}"
+        );
+    }
+
+    #[test]
     fn a_value_can_come_from_a_secret_file_and_errors_never_quote_it() {
         let dir = std::env::temp_dir().join(format!("sluice-secret-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -181,6 +181,7 @@ pub async fn run(
     if ctx.exactly_once.is_some() {
         crate::source::chunked::begin(ctx.producer).await?;
     }
+    let transforms = crate::transform::chain_of(ctx.config)?;
     for catalog in connections {
         let worker = Worker {
             catalog,
@@ -198,6 +199,7 @@ pub async fn run(
             source: Arc::clone(&source),
             ends: Arc::clone(&ends),
             events: ctx.config.kafka.events.clone(),
+            transforms: transforms.clone(),
             gate: gate.clone(),
             changed: Arc::clone(&changed),
             left_out: Arc::clone(&left_out),
@@ -656,6 +658,8 @@ struct Worker {
     source: Arc<super::config::PostgresSourceConfig>,
     /// `[kafka.events]`.
     events: crate::event::EventOptions,
+    /// `[transforms]`.
+    transforms: Option<Arc<crate::transform::Chain>>,
     /// The chunks holding the snapshot's first and last rows (see [`ends_of_snapshot`]).
     ends: Arc<(Option<usize>, Option<usize>)>,
     /// Exactly once: held shared while a chunk is read (see [`run`]).
@@ -917,6 +921,7 @@ impl Worker {
             records,
             &relation.metrics,
             commit_unix_micros,
+            self.transforms.as_deref(),
         )
         .await
     }

@@ -318,7 +318,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .collect();
     let dead_letter: Vec<String> = config.delivery.dead_letter_topic.iter().cloned().collect();
     if config.kafka.create_topics {
-        kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        let routed = config.routed_topics(&topics);
+        kafka::ensure_topics(&config.kafka, &routed, config.kafka.topic_partitions).await?;
         kafka::ensure_other_topics(&config.kafka, &dead_letter, config.kafka.topic_partitions)
             .await?;
         known_topics.extend(topics.iter().cloned());
@@ -470,6 +471,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             record_position,
         ),
     };
+    core.set_transforms(crate::transform::chain_of(config)?);
     if let Some(batch_size) = batch_size {
         core.set_batch_limit(delivery::BatchLimit::from_cluster(
             config.kafka.clone(),
@@ -1502,7 +1504,7 @@ impl PgSource<'_> {
         }
         kafka::ensure_topics(
             &config.kafka,
-            &[topic.to_owned()],
+            &config.routed_topics(&[topic.to_owned()]),
             config.kafka.topic_partitions,
         )
         .await?;

@@ -13,6 +13,7 @@ use rdkafka::Message;
 use rdkafka::Offset;
 use rdkafka::TopicPartitionList;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::Headers as _;
 
 use crate::support::{stack, unique};
 
@@ -278,6 +279,17 @@ pub(crate) struct Rec {
     /// The key's and value's `schema` when written as `{"schema":…,"payload":…}`.
     pub(crate) key_schema: Option<J>,
     pub(crate) value_schema: Option<J>,
+    /// The headers transforms added (`add.headers`: names starting with `__`; Debezium's own
+    /// `__debezium.*` headers, which it adds whatever the transforms — `context.*` on every
+    /// record, `oldkey`/`newkey` on a primary-key change's events — left out), as
+    /// `[[name, value], …]`; `None` when none (the capture writes headers only for transform
+    /// chains).
+    pub(crate) headers: Option<J>,
+}
+
+/// Whether a header is one a transform added (see [`Rec::headers`]).
+pub(crate) fn transform_header(name: &str) -> bool {
+    name.starts_with("__") && !name.starts_with("__debezium.")
 }
 
 /// Splits JsonConverter's `{"schema":…,"payload":…}` (schemas enabled) into schema and payload.
@@ -305,7 +317,21 @@ impl Rec {
             None | Some(J::Null) => None,
             Some(v) => Some(v.clone()),
         };
-        Rec::new(take("key"), take("value"))
+        let mut rec = Rec::new(take("key"), take("value"));
+        if let Some(J::Arr(headers)) = record.get("headers") {
+            let kept = headers
+                .iter()
+                .filter(|h| match h {
+                    J::Arr(pair) => matches!(pair.first(), Some(J::Str(n)) if transform_header(n)),
+                    _ => false,
+                })
+                .cloned()
+                .collect::<Vec<_>>();
+            if !kept.is_empty() {
+                rec.headers = Some(J::Arr(kept));
+            }
+        }
+        rec
     }
 
     pub(crate) fn new(key: Option<J>, value: Option<J>) -> Self {
@@ -316,6 +342,7 @@ impl Rec {
             value,
             key_schema,
             value_schema,
+            headers: None,
         }
     }
 
@@ -342,10 +369,14 @@ impl Rec {
     }
 
     pub(crate) fn as_object(&self) -> J {
-        J::Obj(vec![
+        let mut members = vec![
             ("key".into(), self.key.clone().unwrap_or(J::Null)),
             ("value".into(), self.value.clone().unwrap_or(J::Null)),
-        ])
+        ];
+        if let Some(headers) = &self.headers {
+            members.push(("headers".into(), headers.clone()));
+        }
+        J::Obj(members)
     }
 }
 
@@ -667,9 +698,23 @@ pub(crate) fn read_topics(
             .strip_prefix(&format!("{prefix}."))
             .unwrap_or_default()
             .to_owned();
-        out.entry(table)
-            .or_default()
-            .push(Rec::new(parse(message.key()), parse(message.payload())));
+        let mut rec = Rec::new(parse(message.key()), parse(message.payload()));
+        if let Some(headers) = message.headers() {
+            let kept: Vec<J> = headers
+                .iter()
+                .filter(|h| transform_header(h.key))
+                .map(|h| {
+                    let value = h
+                        .value
+                        .map_or(J::Null, |v| J::Str(String::from_utf8_lossy(v).into_owned()));
+                    J::Arr(vec![J::Str(h.key.to_owned()), value])
+                })
+                .collect();
+            if !kept.is_empty() {
+                rec.headers = Some(J::Arr(kept));
+            }
+        }
+        out.entry(table).or_default().push(rec);
         if ends.get(&(topic, message.partition())) == Some(&(message.offset() + 1)) {
             remaining -= 1;
         }

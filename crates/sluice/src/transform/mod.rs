@@ -1,0 +1,253 @@
+//! Kafka Connect's single message transforms, by Connect's and Debezium's names and keys
+//! (`[transforms]` and `[predicates]` in a pipeline file; docs/transforms.md).
+//!
+//! A [`Chain`] applies its transforms in order to each record a source's encoder made, in the
+//! delivery core's parallel encoding stage (and in the snapshot workers), as Connect's worker
+//! applies them between the connector and the converter: each transform sees the record's
+//! topic, key, value (each with its Connect schema when the converter writes schemas) and
+//! headers, and may change them or drop the record. A dropped record still completes its place
+//! in the acknowledgement order, so the source's confirmed position moves past it.
+//!
+//! The transforms work on the JSON the encoders wrote ([`json`]), with or without Connect's
+//! schema envelope; Avro events are refused with `[transforms]` for now.
+
+pub mod config;
+mod field;
+pub mod json;
+mod predicate;
+mod router;
+mod schema;
+mod unwrap;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+pub use self::config::{PredicatesConfig, TransformsConfig};
+use self::json::Data;
+pub use self::predicate::Predicate;
+use crate::kafka::OutRecord;
+
+/// A record as the transforms see it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    /// Its topic.
+    pub topic: Arc<str>,
+    /// Its key.
+    pub key: Data,
+    /// Its value (`Data::value` `None`: a null value; with `Schema::None`: a tombstone).
+    pub value: Data,
+    /// Its headers.
+    pub headers: Vec<(Cow<'static, str>, String)>,
+}
+
+/// Why a transform could not be applied to a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransformError {
+    /// The transform's name in `[transforms]`.
+    pub name: Arc<str>,
+    /// What went wrong.
+    pub reason: String,
+}
+
+impl std::fmt::Display for TransformError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "transform {:?} failed: {}", self.name, self.reason)
+    }
+}
+
+impl std::error::Error for TransformError {}
+
+/// One transform.
+#[derive(Debug)]
+pub enum Transform {
+    /// Debezium's `ExtractNewRecordState`.
+    Unwrap(unwrap::Unwrap),
+    /// Kafka's `RegexRouter`.
+    RegexRouter(router::RegexRouter),
+    /// Kafka's `Filter`: drops the record (when its predicate holds).
+    Filter,
+    /// Kafka's `ReplaceField$Key` / `$Value`.
+    ReplaceField(field::ReplaceField),
+    /// Kafka's `ValueToKey`.
+    ValueToKey(field::ValueToKey),
+}
+
+impl Transform {
+    /// Applies the transform; `Ok(None)` drops the record.
+    fn apply(&self, record: Record) -> Result<Option<Record>, String> {
+        match self {
+            Transform::Unwrap(t) => t.apply(record),
+            Transform::RegexRouter(t) => Ok(Some(t.apply(record))),
+            Transform::Filter => Ok(None),
+            Transform::ReplaceField(t) => t.apply(record).map(Some),
+            Transform::ValueToKey(t) => t.apply(record).map(Some),
+        }
+    }
+}
+
+/// A transform of the chain with its predicate.
+#[derive(Debug)]
+pub struct Step {
+    /// Its name in `[transforms]`.
+    pub name: Arc<str>,
+    /// What it does.
+    pub transform: Transform,
+    /// Applied only to records this holds for (its `negate`d form when `negate`).
+    pub predicate: Option<(Arc<Predicate>, bool)>,
+}
+
+/// The transforms of a pipeline, in order.
+#[derive(Debug)]
+pub struct Chain {
+    steps: Vec<Step>,
+    /// Keys are written with Connect's schema envelope.
+    key_schemas: bool,
+    /// Values are written with Connect's schema envelope.
+    value_schemas: bool,
+}
+
+impl Chain {
+    /// A chain of `steps` for keys and values written with (`*_schemas`) or without Connect's
+    /// schema envelope.
+    pub fn new(steps: Vec<Step>, key_schemas: bool, value_schemas: bool) -> Self {
+        Self {
+            steps,
+            key_schemas,
+            value_schemas,
+        }
+    }
+
+    /// Applies the chain to `out`; `Ok(None)`: a transform dropped it.
+    ///
+    /// # Errors
+    ///
+    /// The record is not of the form the encoders write, or a transform refused it (e.g.
+    /// `ValueToKey` on a value without the field, with schemas).
+    pub fn apply(&self, out: &OutRecord) -> Result<Option<OutRecord>, TransformError> {
+        let failed = |name: &Arc<str>, reason: String| TransformError {
+            name: Arc::clone(name),
+            reason,
+        };
+        let Some(first) = self.steps.first().map(|s| &s.name) else {
+            return Ok(Some(out.clone()));
+        };
+        let mut record = Record {
+            key: Data::read(out.key.as_deref(), self.key_schemas)
+                .map_err(|e| failed(first, format!("the key: {e}")))?,
+            value: Data::read(out.value.as_deref(), self.value_schemas)
+                .map_err(|e| failed(first, format!("the value: {e}")))?,
+            topic: Arc::clone(&out.topic),
+            headers: out.headers.clone(),
+        };
+        for step in &self.steps {
+            if let Some((predicate, negate)) = &step.predicate
+                && predicate.test(&record) == *negate
+            {
+                continue;
+            }
+            match step.transform.apply(record) {
+                Ok(Some(next)) => record = next,
+                Ok(None) => return Ok(None),
+                Err(reason) => return Err(failed(&step.name, reason)),
+            }
+        }
+        Ok(Some(OutRecord {
+            topic: record.topic,
+            key: record.key.write(self.key_schemas),
+            value: record.value.write(self.value_schemas),
+            headers: record.headers,
+        }))
+    }
+
+    /// The topics records of `topic` may end up in (for creating them beforehand): `topic`
+    /// routed by each router whose predicate holds or may hold for its records.
+    pub fn topics_of(&self, topic: &str) -> Vec<String> {
+        let mut topics = vec![topic.to_owned()];
+        for step in &self.steps {
+            let Transform::RegexRouter(router) = &step.transform else {
+                continue;
+            };
+            let mut next = Vec::with_capacity(topics.len());
+            for topic in topics {
+                let applies = match &step.predicate {
+                    None => Some(true),
+                    Some((predicate, negate)) => predicate.test_topic(&topic).map(|t| t != *negate),
+                };
+                match applies {
+                    Some(true) => next.push(router.route(&topic)),
+                    Some(false) => next.push(topic),
+                    None => {
+                        next.push(router.route(&topic));
+                        next.push(topic);
+                    }
+                }
+            }
+            next.dedup();
+            topics = next;
+        }
+        topics
+    }
+
+    /// [`Chain::topics_of`] for every topic of `topics`, each once.
+    pub fn topics_for(&self, topics: &[String]) -> Vec<String> {
+        let mut out: Vec<String> = Vec::with_capacity(topics.len());
+        for topic in topics {
+            for routed in self.topics_of(topic) {
+                if !out.contains(&routed) {
+                    out.push(routed);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The chain of a pipeline's `[transforms]` as the run uses it.
+///
+/// # Errors
+///
+/// Fatal, listing the problems (the file is checked on loading, so only a configuration built
+/// in code gets here).
+pub fn chain_of<S: crate::config::SourceSection>(
+    config: &crate::config::PipelineConfig<S>,
+) -> Result<Option<Arc<Chain>>, crate::error::PipelineError> {
+    config.transform_chain().map_err(|issues| {
+        crate::error::PipelineError::fatal(
+            format!(
+                "invalid [transforms]: {}",
+                issues
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            "fix [transforms] and [predicates] (docs/transforms.md)",
+        )
+    })
+}
+
+/// `records` through `chain` (when there is one): the records it keeps, in order.
+///
+/// # Errors
+///
+/// The first record a transform refused.
+pub fn apply_all(
+    chain: Option<&Chain>,
+    records: Vec<OutRecord>,
+) -> Result<Vec<OutRecord>, Box<(TransformError, OutRecord)>> {
+    let Some(chain) = chain else {
+        return Ok(records);
+    };
+    let mut out = Vec::with_capacity(records.len());
+    for record in records {
+        match chain.apply(&record) {
+            Ok(Some(record)) => out.push(record),
+            Ok(None) => {}
+            Err(error) => return Err(Box::new((error, record))),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

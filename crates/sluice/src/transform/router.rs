@@ -1,0 +1,98 @@
+//! Kafka's `RegexRouter`: a new topic from the old one by a regular expression.
+
+use std::sync::Arc;
+
+use regex_automata::meta::Regex;
+
+use super::Record;
+
+/// `RegexRouter`: a topic matching `regex` as a whole becomes `replacement`, with `$1`… (and
+/// `${name}`) replaced by the groups, as Java's `Matcher.replaceFirst` does.
+#[derive(Debug)]
+pub struct RegexRouter {
+    regex: Regex,
+    /// In regex-automata's interpolation syntax.
+    replacement: String,
+}
+
+impl RegexRouter {
+    /// A router from the configured `regex` and Java `replacement`.
+    ///
+    /// # Errors
+    ///
+    /// `regex` is not a valid regular expression.
+    pub fn new(regex: &str, replacement: &str) -> Result<Self, String> {
+        Ok(Self {
+            regex: super::predicate::whole_match_regex(regex)?,
+            replacement: java_replacement(replacement),
+        })
+    }
+
+    /// The record with its topic routed.
+    pub fn apply(&self, mut record: Record) -> Record {
+        let routed = self.route(&record.topic);
+        if *routed != *record.topic {
+            record.topic = Arc::from(routed);
+        }
+        record
+    }
+
+    /// `topic` routed (unchanged when it does not match).
+    pub fn route(&self, topic: &str) -> String {
+        let mut captures = self.regex.create_captures();
+        self.regex.captures(topic, &mut captures);
+        if !captures.is_match() {
+            return topic.to_owned();
+        }
+        let mut out = String::with_capacity(self.replacement.len() + 16);
+        captures.interpolate_string_into(topic, &self.replacement, &mut out);
+        out
+    }
+}
+
+/// Java's replacement syntax (`$1`, `${name}`, `\$` for a literal `$`) in regex-automata's
+/// (`${1}`, `${name}`, `$$`).
+fn java_replacement(java: &str) -> String {
+    let mut out = String::with_capacity(java.len() + 4);
+    let mut chars = java.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => match chars.next() {
+                Some('$') => out.push_str("$$"),
+                Some(other) => out.push(other),
+                None => {}
+            },
+            '$' if chars.peek().is_some_and(char::is_ascii_digit) => {
+                out.push_str("${");
+                while let Some(d) = chars.peek().copied().filter(char::is_ascii_digit) {
+                    out.push(d);
+                    chars.next();
+                }
+                out.push('}');
+            }
+            '$' if chars.peek() == Some(&'{') => out.push('$'),
+            '$' => out.push_str("$$"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_whole_matches_with_javas_replacement_syntax() {
+        let router = RegexRouter::new(r"([^.]+)\.([^.]+)\.([^.]+)", "$3").unwrap();
+        assert_eq!(router.route("dbserver1.public.orders"), "orders");
+        assert_eq!(router.route("not.routed"), "not.routed");
+        let merged = RegexRouter::new(r"p\.public\.orders_(\d+)", "p.orders\\$all_$1").unwrap();
+        assert_eq!(merged.route("p.public.orders_2024"), "p.orders$all_2024");
+        // Only a whole match routes (Java's Matcher.matches).
+        let partial = RegexRouter::new("orders", "x").unwrap();
+        assert_eq!(partial.route("p.public.orders"), "p.public.orders");
+        let named = RegexRouter::new(r"(?P<t>[a-z]+)\.x", "${t}_y").unwrap();
+        assert_eq!(named.route("abc.x"), "abc_y");
+    }
+}

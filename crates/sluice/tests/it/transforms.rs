@@ -1,0 +1,287 @@
+//! `[transforms]` (Kafka Connect's single message transforms) against real Kafka Connect.
+//!
+//! The parity test runs sluice with a transform chain on `scripts/debezium/setup.sql` and
+//! `changes.sql` (as `debezium::events_match_debezium_golden_files` does) and compares every
+//! record, field by field and with the headers the transforms add, with the golden files
+//! `scripts/debezium-capture` wrote from Debezium + Kafka Connect running the same chain
+//! (`tests/debezium/<combination>/`, the capture's TRANSFORM_COMBINATIONS). In the suite:
+//! `unwrap-rewrite` and `filter-predicate`; `SLUICE_TRANSFORM_PARITY_ALL=1` runs them all.
+//! Differences are ratcheted in `tests/debezium/transforms-known-differences.txt`.
+//!
+//! The other test shows the delivery core's accounting: changes a transform drops still move
+//! the slot's confirmed position.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use crate::debezium::compare::{Diff, J, Rec, golden_dir, ratchet_report, read_topics, statements};
+use crate::debezium::{normalise, run_sluice_then};
+use crate::support::{
+    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, slot_confirmed,
+    test_dir, unique,
+};
+
+/// As `debezium::RUN_DEPENDENT`, and the run-dependent fields `add.fields` adds.
+const RUN_DEPENDENT: &[&str] = &[
+    "value.ts_ms",
+    "value.ts_us",
+    "value.ts_ns",
+    "value.source.version",
+    "value.source.ts_ms",
+    "value.source.ts_us",
+    "value.source.ts_ns",
+    "value.source.txId",
+    "value.source.lsn",
+    "value.source.sequence",
+    "value.source.xmin",
+    "value.__lsn",
+    "value.__src_ts",
+];
+
+const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
+
+/// The capture's combinations as `[transforms]` (scripts/debezium-capture,
+/// TRANSFORM_COMBINATIONS), with the keys Connect's were given, and the `[kafka.events]` the
+/// capture's converter settings match.
+fn combinations() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "unwrap",
+            format!("[transforms]\nchain = \"unwrap\"\n[transforms.unwrap]\ntype = \"{UNWRAP}\"\n"),
+        ),
+        (
+            "unwrap-rewrite",
+            format!(
+                "[transforms]\nchain = [\"unwrap\"]\n[transforms.unwrap]\ntype = \"{UNWRAP}\"\n\
+                 \"delete.tombstone.handling.mode\" = \"rewrite\"\n\
+                 \"add.fields\" = \"op,table,lsn,source.ts_ms:src_ts\"\n\"add.headers\" = \"db,op\"\n"
+            ),
+        ),
+        (
+            "unwrap-schemas",
+            format!(
+                "[kafka.events]\nschemas_enable = true\n[transforms]\nchain = \"unwrap\"\n\
+                 [transforms.unwrap]\ntype = \"{UNWRAP}\"\n\
+                 \"delete.tombstone.handling.mode\" = \"delete-to-tombstone\"\n\"add.fields\" = \"op,table\"\n"
+            ),
+        ),
+        (
+            "route",
+            "[transforms]\nchain = \"route\"\n[transforms.route]\n\
+             type = \"org.apache.kafka.connect.transforms.RegexRouter\"\n\
+             regex = '(.*)\\.public\\.nn_(.*)'\nreplacement = \"$1.nn_all\"\n"
+                .to_owned(),
+        ),
+        (
+            "replace-valuetokey",
+            format!(
+                "[transforms]\nchain = \"unwrap,replace,tokey\"\n[transforms.unwrap]\ntype = \"{UNWRAP}\"\n\
+                 \"delete.tombstone.handling.mode\" = \"rewrite\"\n[transforms.replace]\n\
+                 type = \"org.apache.kafka.connect.transforms.ReplaceField$Value\"\nexclude = \"n\"\n\
+                 renames = \"v:value,c_text:text\"\n[transforms.tokey]\n\
+                 type = \"org.apache.kafka.connect.transforms.ValueToKey\"\nfields = \"id\"\n\
+                 predicate = \"noid\"\nnegate = true\n[predicates.noid]\n\
+                 type = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+                 pattern = '.*\\.public\\.(keyless|keyless_nothing|pk_composite)'\n"
+            ),
+        ),
+        (
+            "filter-predicate",
+            "[transforms]\nchain = \"dropbig,droptombstones\"\n[transforms.dropbig]\n\
+             type = \"org.apache.kafka.connect.transforms.Filter\"\npredicate = \"big\"\n\
+             [transforms.droptombstones]\ntype = \"org.apache.kafka.connect.transforms.Filter\"\n\
+             predicate = \"tombstone\"\n[predicates.big]\n\
+             type = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+             pattern = '.*\\.public\\.(bulk|scalars|arrays|others|specials)'\n[predicates.tombstone]\n\
+             type = \"org.apache.kafka.connect.transforms.predicates.RecordIsTombstone\"\n"
+                .to_owned(),
+        ),
+    ]
+}
+
+/// The combinations the suite runs (the rest with `SLUICE_TRANSFORM_PARITY_ALL=1`).
+const IN_SUITE: &[&str] = &["unwrap-rewrite", "filter-predicate"];
+
+fn golden_root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/debezium")
+}
+
+/// A golden combination's records per topic name without the capture's prefix.
+fn golden(combination: &str) -> BTreeMap<String, Vec<Rec>> {
+    golden_dir(&golden_root().join(combination), &|topic| {
+        topic.split_once('.').unwrap().1.to_owned()
+    })
+}
+
+/// `normalise`, and this run's database in the headers transforms add (`__db`).
+fn normalise_headers(mut rec: Rec, prefix: &str) -> Rec {
+    rec = normalise(rec, prefix, prefix);
+    if let Some(J::Arr(headers)) = rec.headers.as_mut() {
+        for header in headers {
+            if let J::Arr(pair) = header
+                && let Some(J::Str(value)) = pair.get_mut(1)
+                && value == prefix
+            {
+                *value = "dbz_capture".to_owned();
+            }
+        }
+    }
+    rec
+}
+
+/// sluice's records with `[transforms]` = `extra`, per topic name without the run's prefix.
+async fn run(extra: String) -> BTreeMap<String, Vec<Rec>> {
+    let root = golden_root().join("../../../..");
+    run_sluice_then(
+        &extra,
+        statements(&root.join("scripts/debezium/setup.sql")),
+        statements(&root.join("scripts/debezium/changes.sql")),
+        |prefix| {
+            read_topics(prefix, &|_| true)
+                .into_iter()
+                .filter(|(topic, _)| topic != "public.zz_marker")
+                .map(|(topic, recs)| {
+                    let recs = recs
+                        .into_iter()
+                        .map(|r| normalise_headers(r, prefix))
+                        .collect();
+                    (topic, recs)
+                })
+                .collect()
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transforms_match_kafka_connect_golden_files() {
+    let _broker = broker_shared().await;
+    let started = Instant::now();
+    let all = std::env::var_os("SLUICE_TRANSFORM_PARITY_ALL").is_some();
+    let chosen: Vec<(&str, String)> = combinations()
+        .into_iter()
+        .filter(|(name, _)| all || IN_SUITE.contains(name))
+        .collect();
+    let runs = futures::future::join_all(chosen.iter().map(|(_, toml)| run(toml.clone()))).await;
+    let mut diff = Diff::new(RUN_DEPENDENT);
+    for ((combination, _), ours) in chosen.iter().zip(&runs) {
+        let golden = golden(combination);
+        for (topic, expected) in &golden {
+            let actual = ours.get(topic).map(Vec::as_slice).unwrap_or_default();
+            diff.compare_topic(&format!("{combination} {topic}"), expected, actual);
+        }
+        for (topic, actual) in ours {
+            if !golden.contains_key(topic) && !actual.is_empty() {
+                diff.add(
+                    &format!("{combination} {topic}"),
+                    "",
+                    "topic-only-in-sluice",
+                    format!("{} records", actual.len()),
+                );
+            }
+        }
+    }
+    let known = golden_root().join("transforms-known-differences.txt");
+    let report = if all {
+        ratchet_report(
+            &diff,
+            &known,
+            "tests/debezium/transforms-known-differences.txt",
+        )
+    } else {
+        // Only the lines of the combinations that ran.
+        let lines: std::collections::BTreeSet<String> =
+            crate::debezium::compare::known_differences(&known)
+                .into_iter()
+                .filter(|l| IN_SUITE.iter().any(|c| l.starts_with(&format!("{c} "))))
+                .collect();
+        crate::debezium::compare::ratchet_report_known(
+            &diff,
+            &lines,
+            "tests/debezium/transforms-known-differences.txt",
+        )
+    };
+    println!(
+        "compared {} records and {} fields with Kafka Connect's ({}) in {:?}: {} differences in {} groups",
+        diff.records,
+        diff.fields,
+        chosen
+            .iter()
+            .map(|(n, _)| *n)
+            .collect::<Vec<_>>()
+            .join(", "),
+        started.elapsed(),
+        diff.groups.values().map(|g| g.0).sum::<usize>(),
+        diff.groups.len(),
+    );
+    assert!(report.is_empty(), "{report}");
+    assert!(
+        diff.records >= 300,
+        "too few records paired: {}",
+        diff.records
+    );
+}
+
+/// Changes a transform drops (a Filter on the whole table) produce nothing, and the slot's
+/// confirmed position still moves past them: the delivery core completes their places.
+#[tokio::test(flavor = "multi_thread")]
+async fn filtered_changes_still_move_the_confirmed_position() {
+    let _broker = broker_shared().await;
+    let name = unique("smtfilter");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.kept (id int PRIMARY KEY, v text); \
+             CREATE TABLE {name}.dropped (id int PRIMARY KEY, v text);"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let extra = "[transforms]\nchain = [\"drop\", \"unwrap\"]\n[transforms.drop]\ntype = \"Filter\"\n\
+         predicate = \"isDropped\"\n[transforms.unwrap]\ntype = \"ExtractNewRecordState\"\n\
+         [predicates.isDropped]\ntype = \"TopicNameMatches\"\npattern = '.*\\.dropped'\n";
+    let toml = pipeline_toml(&name, &name, &name, port, extra);
+    let sluice = Sluice::start(&test_dir(&name), &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.kept VALUES (1, 'one'); \
+             INSERT INTO {name}.dropped SELECT i, 'x' FROM generate_series(1, 2000) i; \
+             UPDATE {name}.dropped SET v = 'y'; DELETE FROM {name}.dropped;"
+        ))
+        .await
+        .unwrap();
+    let end: i64 = client
+        .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let slot = format!("sluice_{name}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while slot_confirmed(&client, &slot).await.unwrap_or(0) < end as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "the confirmed position did not pass the filtered changes; log:\n{}",
+            sluice.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let prefix = name.clone();
+    let topics = tokio::task::spawn_blocking(move || read_topics(&prefix, &|_| true))
+        .await
+        .unwrap();
+    let kept = &topics[&format!("{name}.kept")];
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        kept[0].value.as_ref().unwrap().show(),
+        r#"{"id":1,"v":"one"}"#
+    );
+    assert!(
+        topics
+            .get(&format!("{name}.dropped"))
+            .is_none_or(Vec::is_empty),
+        "the filtered table's records were written"
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
