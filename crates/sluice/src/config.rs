@@ -176,10 +176,10 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// `state_store = "kafka"` (see docs/high-availability.md).
     const ELECTS_ACTIVE_INSTANCE: bool = false;
 
-    /// Whether the source applies `[kafka.events]`' options; a source that writes only
-    /// Debezium's default form (and `tombstones_on_delete`) refuses the others rather than
-    /// ignore them.
-    const APPLIES_EVENT_OPTIONS: bool = true;
+    /// The `[kafka.events]` options the source applies (`None`: every one); a source that
+    /// applies only some (and `tombstones_on_delete`, which every source does) refuses the
+    /// others rather than ignore them.
+    const APPLIED_EVENT_OPTIONS: Option<&'static [&'static str]> = None;
 
     /// Whether the source writes column changes to `kafka.schema_changes_topic`; a source
     /// with a schema-change topic of its own (MySQL: `<topic_prefix>`, Debezium's) refuses it
@@ -845,14 +845,19 @@ impl<S: SourceSection> PipelineConfig<S> {
                 problem,
             });
         };
-        if !S::APPLIES_EVENT_OPTIONS {
+        if let Some(applied) = S::APPLIED_EVENT_OPTIONS {
             for key in non_default_event_options(&self.kafka.events) {
+                if applied.contains(&key) {
+                    continue;
+                }
                 issue(
                     &format!("kafka.events.{key}"),
                     format!(
-                        "not applied by the {} source, which writes Debezium's default event form \
-                         (only tombstones_on_delete applies): remove it",
-                        S::KEY
+                        "not applied by the {} source, which applies only tombstones_on_delete{}{}: \
+                         remove it",
+                        S::KEY,
+                        if applied.is_empty() { "" } else { ", " },
+                        applied.join(", ")
                     ),
                 );
             }

@@ -190,7 +190,14 @@ impl SourceSection for MysqlSourceConfig {
 
     const KEY: &'static str = "mysql";
     const ELECTS_ACTIVE_INSTANCE: bool = true;
-    const APPLIES_EVENT_OPTIONS: bool = false;
+    const APPLIED_EVENT_OPTIONS: Option<&'static [&'static str]> = Some(&[
+        "schemas_enable",
+        "format",
+        "key_format",
+        "value_format",
+        "decimal_handling_mode",
+        "binary_handling_mode",
+    ]);
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
@@ -385,13 +392,13 @@ mod tests {
     }
 
     /// `[kafka.events]` options the MySQL source does not apply are refused by name, not
-    /// ignored; `tombstones_on_delete` applies.
+    /// ignored; `tombstones_on_delete`, the formats and the decimal and binary modes apply.
     #[test]
     fn event_options_it_does_not_apply_are_refused() {
         let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
                     [kafka]\nbrokers = \"127.0.0.1:9092\"\n[kafka.events]\n\
-                    tombstones_on_delete = false\ndecimal_handling_mode = \"string\"\n\
-                    schemas_enable = true\n";
+                    tombstones_on_delete = false\ntime_precision_mode = \"connect\"\n\
+                    provide_transaction_metadata = true\nschemas_enable = true\n";
         let error = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap_err();
         let crate::config::ConfigError::Invalid { issues, .. } = error else {
             panic!("{error:?}");
@@ -400,8 +407,8 @@ mod tests {
         assert_eq!(
             keys,
             [
-                "kafka.events.decimal_handling_mode",
-                "kafka.events.schemas_enable"
+                "kafka.events.time_precision_mode",
+                "kafka.events.provide_transaction_metadata"
             ]
         );
         assert!(
@@ -409,11 +416,16 @@ mod tests {
                 .problem
                 .contains("not applied by the mysql source")
         );
+        assert!(
+            issues[0].problem.contains("format, key_format"),
+            "{issues:?}"
+        );
         let text = text
-            .replace("decimal_handling_mode = \"string\"\n", "")
-            .replace("schemas_enable = true\n", "");
+            .replace("time_precision_mode = \"connect\"\n", "")
+            .replace("provide_transaction_metadata = true\n", "");
         let config = MysqlPipelineConfig::from_toml(&text, "t.toml", &|_| None).unwrap();
         assert!(!config.kafka.tombstones_on_delete());
+        assert!(config.kafka.events.needs_schemas());
     }
 
     #[test]
