@@ -19,6 +19,8 @@
 //! difference groups still accepted. The test fails on a difference not listed and on a
 //! listed line that no longer occurs: the lists only shrink.
 
+mod avro_parity;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -148,6 +150,57 @@ fn server_name(server: Server) -> &'static str {
 /// Runs sluice on the capture's scripts against `server` (`extra`: lines added to the
 /// pipeline file, e.g. a `[kafka.events]` table) and returns its records per table.
 async fn run_sluice(server: Server, extra: &str) -> BTreeMap<String, Vec<Rec>> {
+    let records = run_sluice_then(server, extra, marker_place_json, |prefix, database| {
+        read_topics(prefix, &|topic: &str| !topic.ends_with(".zz_marker"))
+            .into_iter()
+            .map(|(topic, recs)| {
+                // The schema-change topic (`prefix` itself) under its full name.
+                let topic = if topic.is_empty() {
+                    prefix.to_owned()
+                } else {
+                    format!("{prefix}.{topic}")
+                };
+                let recs = recs
+                    .into_iter()
+                    .map(|r| normalise(r, prefix, database))
+                    .collect();
+                (topic, recs)
+            })
+            .collect::<BTreeMap<_, _>>()
+    })
+    .await;
+    records
+        .into_iter()
+        .map(|(topic, recs)| (table_of(&topic), recs))
+        .collect()
+}
+
+/// The binlog place (`source.file`, `source.pos`) of the end marker's record, read as JSON (with
+/// or without schemas).
+fn marker_place_json(topic: &str) -> (String, u64) {
+    let marker = read_topic(topic, Duration::from_secs(60), |r| !r.is_empty());
+    let value = marker
+        .first()
+        .and_then(|r| r.value.as_ref())
+        .unwrap_or_else(|| panic!("the end marker never arrived"));
+    // With schemas: `{"schema":…,"payload":…}`.
+    let source = &value.get("payload").unwrap_or(value)["source"];
+    (
+        source["file"].as_str().unwrap().to_owned(),
+        source["pos"].as_u64().unwrap(),
+    )
+}
+
+/// Runs sluice on the capture's scripts against `server` (`extra`: lines added to the pipeline
+/// file); once sluice has confirmed past the end marker (whose place `marker_place` reads from
+/// its topic), `read` gets the topic prefix and the database (records normalised by the
+/// caller with [`normalise`]); the topics and the database are dropped afterwards.
+pub(crate) async fn run_sluice_then<T: Send + 'static>(
+    server: Server,
+    extra: &str,
+    marker_place: fn(&str) -> (String, u64),
+    read: impl FnOnce(&str, &str) -> T + Send + 'static,
+) -> T {
     let script = |name: &str| statements(&root().join("scripts/debezium/mysql").join(name));
     let database = unique("dbzmy");
     let prefix = unique("dbzmy");
@@ -185,22 +238,12 @@ async fn run_sluice(server: Server, extra: &str) -> BTreeMap<String, Vec<Rec>> {
         .await
         .unwrap();
     let marker_topic = format!("{prefix}.{database}.zz_marker");
-    let marker = tokio::task::spawn_blocking({
+    let place = tokio::task::spawn_blocking({
         let topic = marker_topic.clone();
-        move || read_topic(&topic, Duration::from_secs(60), |r| !r.is_empty())
+        move || marker_place(&topic)
     })
     .await
-    .unwrap();
-    let value = marker
-        .first()
-        .and_then(|r| r.value.as_ref())
-        .unwrap_or_else(|| panic!("the end marker never arrived; log:\n{}", sluice.log_text()));
-    // With schemas: `{"schema":…,"payload":…}`.
-    let source = &value.get("payload").unwrap_or(value)["source"];
-    let place = (
-        source["file"].as_str().unwrap().to_owned(),
-        source["pos"].as_u64().unwrap(),
-    );
+    .unwrap_or_else(|_| panic!("the end marker never arrived; log:\n{}", sluice.log_text()));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let confirmed = sluice
@@ -227,22 +270,8 @@ async fn run_sluice(server: Server, extra: &str) -> BTreeMap<String, Vec<Rec>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let records = tokio::task::spawn_blocking({
-        let prefix = prefix.clone();
-        let marker_topic = marker_topic.clone();
-        move || {
-            read_topics(&prefix, &|topic: &str| topic != marker_topic)
-                .into_iter()
-                .map(|(topic, recs)| {
-                    // The schema-change topic (`prefix` itself) under its full name.
-                    let topic = if topic.is_empty() {
-                        prefix.clone()
-                    } else {
-                        format!("{prefix}.{topic}")
-                    };
-                    (topic, recs)
-                })
-                .collect::<BTreeMap<_, _>>()
-        }
+        let (prefix, database) = (prefix.clone(), database.clone());
+        move || read(&prefix, &database)
     })
     .await
     .unwrap();
@@ -250,7 +279,7 @@ async fn run_sluice(server: Server, extra: &str) -> BTreeMap<String, Vec<Rec>> {
     conn.query_drop(format!("DROP DATABASE {database}"))
         .await
         .unwrap();
-    let mut topics: Vec<String> = records.keys().cloned().collect();
+    let mut topics: Vec<String> = super::debezium::avro_parity::topics_with_prefix(&prefix);
     topics.push(marker_topic);
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -259,15 +288,6 @@ async fn run_sluice(server: Server, extra: &str) -> BTreeMap<String, Vec<Rec>> {
         .expect("admin client");
     let _ = admin.delete_topics(&topics, &AdminOptions::new()).await;
     records
-        .into_iter()
-        .map(|(topic, recs)| {
-            let recs = recs
-                .into_iter()
-                .map(|r| normalise(r, &prefix, &database))
-                .collect();
-            (table_of(&topic), recs)
-        })
-        .collect()
 }
 
 /// sluice's events on `server` against the golden files of `combination` (`defaults`,
