@@ -454,6 +454,15 @@ mod tests {
         let config = MysqlPipelineConfig::from_toml(text, "example", &env).unwrap();
         assert_eq!(config.source.server_id, 5701);
         assert_eq!(config.kafka.topic_prefix, "sluice");
+        assert!(!config.kafka.events.needs_schemas());
+        let avro = |name: &str| match name {
+            "EVENT_FORMAT" => Some("avro".to_owned()),
+            "SCHEMA_REGISTRY_URL" => Some("http://127.0.0.1:8081".to_owned()),
+            other => env(other),
+        };
+        let config = MysqlPipelineConfig::from_toml(text, "example", &avro).unwrap();
+        assert!(config.kafka.events.uses_avro());
+        assert!(config.schema_registry.is_some());
     }
 
     #[test]

@@ -1344,6 +1344,67 @@ mod tests {
         assert_eq!(dec("128", 0), "\"AIA=\"");
     }
 
+    /// `decimal_handling_mode`, `binary_handling_mode` and the wrapped BIGINT UNSIGNED of the
+    /// schema'd formats.
+    #[test]
+    fn the_modes_change_decimals_binaries_and_unsigned_bigints() {
+        let with = |modes: ValueModes, kind, value| {
+            let mut out = Vec::new();
+            write_value_checked(kind, &[], modes, Some(&BinlogValue::Value(value)), &mut out)
+                .unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let string = ValueModes {
+            decimal: DecimalHandlingMode::String,
+            ..ValueModes::default()
+        };
+        let dec =
+            |modes, s: &str, scale| with(modes, Kind::Decimal { scale }, Value::Bytes(s.into()));
+        assert_eq!(dec(string, "123.45", 2), "\"123.45\"");
+        assert_eq!(dec(string, "-0.5", 2), "\"-0.50\"");
+        assert_eq!(dec(string, "0", 2), "\"0.00\"");
+        assert_eq!(
+            dec(string, "-12345678901234567890", 0),
+            "\"-12345678901234567890\""
+        );
+        let double = ValueModes {
+            decimal: DecimalHandlingMode::Double,
+            ..ValueModes::default()
+        };
+        assert_eq!(dec(double, "12345.67", 2), "12345.67");
+        assert_eq!(
+            dec(double, "-0.000000000000000000000000000001", 30),
+            "-1e-30"
+        );
+        let hex = ValueModes {
+            binary: BinaryHandlingMode::Hex,
+            ..ValueModes::default()
+        };
+        assert_eq!(
+            with(hex, Kind::Bytes, Value::Bytes(vec![0, 255])),
+            "\"00ff\""
+        );
+        assert_eq!(
+            with(hex, Kind::Binary { len: 3 }, Value::Bytes(vec![16])),
+            "\"100000\""
+        );
+        // BIT values stay bytes whatever the binary mode (as Debezium).
+        assert_eq!(
+            with(hex, Kind::Bits { bytes: 1 }, Value::Bytes(vec![3])),
+            "\"Aw==\""
+        );
+        let schemas = ValueModes::of(&EventOptions {
+            format: Some(EventFormat::Avro),
+            ..EventOptions::default()
+        });
+        assert!(schemas.wrap_unsigned);
+        assert_eq!(with(schemas, Kind::Integer, Value::UInt(u64::MAX)), "-1");
+        assert_eq!(
+            with(ValueModes::default(), Kind::Integer, Value::UInt(u64::MAX)),
+            "18446744073709551615"
+        );
+    }
+
     #[test]
     fn times_follow_adaptive_time_microseconds() {
         assert_eq!(
