@@ -669,60 +669,6 @@ fn encode_subject(subject: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn subjects_follow_the_strategies() {
-        let t = SubjectNameStrategy::TopicName;
-        assert_eq!(
-            t.subject("p.public.t", true, "p.public.t.Key"),
-            "p.public.t-key"
-        );
-        assert_eq!(t.subject("p.public.t", false, "x"), "p.public.t-value");
-        assert_eq!(
-            SubjectNameStrategy::RecordName.subject("p.public.t", false, "p.public.t.Envelope"),
-            "p.public.t.Envelope"
-        );
-        assert_eq!(
-            SubjectNameStrategy::TopicRecordName.subject("top", false, "a.B"),
-            "top-a.B"
-        );
-        let long: SubjectNameStrategy =
-            serde_json::from_str("\"io.confluent.kafka.serializers.subject.RecordNameStrategy\"")
-                .unwrap();
-        assert_eq!(long, SubjectNameStrategy::RecordName);
-        let error = serde_json::from_str::<SubjectNameStrategy>("\"Nope\"").unwrap_err();
-        assert!(error.to_string().contains("TopicNameStrategy"), "{error}");
-    }
-
-    #[test]
-    fn the_section_reads_confluents_names_and_names_what_is_wrong() {
-        let config: RegistryConfig = toml::from_str(
-            "url = \"http://a:8081/, http://b:8081\"\n\"basic.auth.user.info\" = \"u:p\"\n\
-             \"auto.register.schemas\" = false\n",
-        )
-        .unwrap();
-        assert_eq!(config.url.0, ["http://a:8081", "http://b:8081"]);
-        assert!(!config.auto_register_schemas);
-        assert!(config.issues().is_empty());
-        assert!(!format!("{config:?}").contains("u:p"));
-        let bad: RegistryConfig =
-            toml::from_str("url = \"a:8081\"\n\"basic.auth.user.info\" = \"nopass\"\n").unwrap();
-        let keys: Vec<_> = bad.issues().into_iter().map(|(k, _)| k).collect();
-        assert_eq!(keys, ["url", "basic.auth.user.info"]);
-        assert_eq!(encode_subject("a b/c"), "a%20b%2Fc");
-        let secret: RegistryConfig =
-            toml::from_str("url = \"https://sluice:s3cret@reg:8081/x, http://b:8081\"\n").unwrap();
-        assert_eq!(
-            secret.url.shown(),
-            "https://sluice:***@reg:8081/x, http://b:8081"
-        );
-        assert!(!format!("{secret:?}").contains("s3cret"));
-    }
-}
-
 /// Registers a table's Avro key and envelope schemas (those `events` writes as Avro) and
 /// returns their ids; `None` when neither keys nor values are Avro. `table` names the table
 /// in errors. Every source calls it before the first record that needs the schemas.
@@ -806,4 +752,58 @@ pub fn for_pipeline(
             board.update(|s| s.schema_registry_error = error);
         }));
     Ok(Some(std::sync::Arc::new(registry)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_follow_the_strategies() {
+        let t = SubjectNameStrategy::TopicName;
+        assert_eq!(
+            t.subject("p.public.t", true, "p.public.t.Key"),
+            "p.public.t-key"
+        );
+        assert_eq!(t.subject("p.public.t", false, "x"), "p.public.t-value");
+        assert_eq!(
+            SubjectNameStrategy::RecordName.subject("p.public.t", false, "p.public.t.Envelope"),
+            "p.public.t.Envelope"
+        );
+        assert_eq!(
+            SubjectNameStrategy::TopicRecordName.subject("top", false, "a.B"),
+            "top-a.B"
+        );
+        let long: SubjectNameStrategy =
+            serde_json::from_str("\"io.confluent.kafka.serializers.subject.RecordNameStrategy\"")
+                .unwrap();
+        assert_eq!(long, SubjectNameStrategy::RecordName);
+        let error = serde_json::from_str::<SubjectNameStrategy>("\"Nope\"").unwrap_err();
+        assert!(error.to_string().contains("TopicNameStrategy"), "{error}");
+    }
+
+    #[test]
+    fn the_section_reads_confluents_names_and_names_what_is_wrong() {
+        let config: RegistryConfig = toml::from_str(
+            "url = \"http://a:8081/, http://b:8081\"\n\"basic.auth.user.info\" = \"u:p\"\n\
+             \"auto.register.schemas\" = false\n",
+        )
+        .unwrap();
+        assert_eq!(config.url.0, ["http://a:8081", "http://b:8081"]);
+        assert!(!config.auto_register_schemas);
+        assert!(config.issues().is_empty());
+        assert!(!format!("{config:?}").contains("u:p"));
+        let bad: RegistryConfig =
+            toml::from_str("url = \"a:8081\"\n\"basic.auth.user.info\" = \"nopass\"\n").unwrap();
+        let keys: Vec<_> = bad.issues().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["url", "basic.auth.user.info"]);
+        assert_eq!(encode_subject("a b/c"), "a%20b%2Fc");
+        let secret: RegistryConfig =
+            toml::from_str("url = \"https://sluice:s3cret@reg:8081/x, http://b:8081\"\n").unwrap();
+        assert_eq!(
+            secret.url.shown(),
+            "https://sluice:***@reg:8081/x, http://b:8081"
+        );
+        assert!(!format!("{secret:?}").contains("s3cret"));
+    }
 }

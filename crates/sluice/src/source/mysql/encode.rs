@@ -447,6 +447,7 @@ impl TableInfo {
     /// # Errors
     ///
     /// A fatal error naming the column whose type is not mapped yet.
+    #[allow(clippy::too_many_arguments)]
     pub fn of_result(
         prefix: &str,
         database: &str,
