@@ -282,7 +282,13 @@ async fn read_chunk(
     // The columns as declared: POINT, and what the schemas need.
     let catalog = super::schema::column_catalog(conn, reader.flavor, database, table)
         .await
-        .map_err(|e| ChunkError::Table(e.chain()))?;
+        .map_err(|e| {
+            if e.is_retryable() {
+                ChunkError::Retry(e)
+            } else {
+                ChunkError::Table(e.chain())
+            }
+        })?;
     let points: Vec<String> = catalog
         .iter()
         .filter(|c| c.data_type == "point")

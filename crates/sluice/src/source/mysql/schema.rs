@@ -346,6 +346,8 @@ fn column_schema(
         Kind::Set => labelled("io.debezium.data.EnumSet"),
         Kind::Text if data_type == "enum" => labelled("io.debezium.data.Enum"),
         Kind::Text if data_type == "set" => labelled("io.debezium.data.EnumSet"),
+        // MariaDB's JSON: LONGTEXT with a `json_valid` check, text in the binlog.
+        Kind::Text if data_type == "json" => logical(SchemaType::String, "io.debezium.data.Json"),
         Kind::Integer | Kind::Int24 => {
             let unsigned = info.is_some_and(ColumnCatalog::unsigned);
             of(match (data_type, unsigned) {
