@@ -373,3 +373,13 @@ async fn mysql_schemas_match_debezium_golden_files() {
     )
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_schemas_match_debezium_golden_files() {
+    events_match_debezium(
+        Server::Mariadb,
+        "schemas-enable",
+        "\n[kafka.events]\nformat = \"json_with_schemas\"\n",
+    )
+    .await;
+}
