@@ -189,6 +189,11 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// Checks every rule that serde's types do not express; each issue's key is the full path
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
+
+    /// The source's own rules on `[kafka.events]` values (beyond which keys it applies).
+    fn validate_events(_events: &crate::event::EventOptions) -> Vec<ConfigIssue> {
+        Vec::new()
+    }
 }
 
 /// Deserializes `[source]`: exactly one table, whose key is `S::KEY` (the messages are serde's
@@ -846,6 +851,9 @@ impl<S: SourceSection> PipelineConfig<S> {
             });
         };
         if let Some(applied) = S::APPLIED_EVENT_OPTIONS {
+            for source_issue in S::validate_events(&self.kafka.events) {
+                issue(&source_issue.key, source_issue.problem);
+            }
             for key in non_default_event_options(&self.kafka.events) {
                 if applied.contains(&key) {
                     continue;

@@ -197,7 +197,23 @@ impl SourceSection for MysqlSourceConfig {
         "value_format",
         "decimal_handling_mode",
         "binary_handling_mode",
+        "time_precision_mode",
     ]);
+
+    /// `time_precision_mode`: only Debezium MySQL's default, `adaptive_time_microseconds` (which
+    /// the source writes when the key is unset too).
+    fn validate_events(events: &crate::event::EventOptions) -> Vec<ConfigIssue> {
+        use crate::event::TimePrecisionMode;
+        match events.time_precision_mode {
+            TimePrecisionMode::Adaptive | TimePrecisionMode::AdaptiveTimeMicroseconds => Vec::new(),
+            TimePrecisionMode::Connect => vec![ConfigIssue {
+                key: "kafka.events.time_precision_mode".to_owned(),
+                problem: "\"connect\" is not applied by the mysql source, which writes Debezium \
+                          MySQL's default, \"adaptive_time_microseconds\": remove it (or set that)"
+                    .to_owned(),
+            }],
+        }
+    }
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
@@ -412,13 +428,26 @@ mod tests {
             ]
         );
         assert!(
-            issues[0]
+            issues[0].problem.contains("adaptive_time_microseconds"),
+            "{issues:?}"
+        );
+        assert!(
+            issues[1]
                 .problem
                 .contains("not applied by the mysql source")
         );
         assert!(
-            issues[0].problem.contains("format, key_format"),
+            issues[1].problem.contains("format, key_format"),
             "{issues:?}"
+        );
+        // Debezium MySQL's default, which the source writes, is accepted by name.
+        let micro = text.replace("\"connect\"", "\"adaptive_time_microseconds\"");
+        let error = MysqlPipelineConfig::from_toml(&micro, "t.toml", &|_| None).unwrap_err();
+        assert!(
+            !error
+                .to_string()
+                .contains("kafka.events.time_precision_mode"),
+            "{error}"
         );
         let text = text
             .replace("time_precision_mode = \"connect\"\n", "")
