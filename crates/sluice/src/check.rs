@@ -273,18 +273,25 @@ async fn check_kafka<S>(
 pub async fn check_mysql(config: &MysqlPipelineConfig) -> anyhow::Result<ExitCode> {
     let mut ok = true;
     println!("pipeline {:?}: configuration is valid", config.name);
+    let mut topics = Vec::new();
     match mysql_report(config).await {
-        Ok((lines, issues)) => {
+        Ok((lines, issues, captured)) => {
             lines.iter().for_each(|line| println!("{line}"));
             for issue in &issues {
                 ok = false;
                 println!("mysql: {}: {}", issue.setting, issue.problem);
             }
+            topics = captured;
         }
         Err(error) => {
             ok = false;
             report_failure("mysql", &error);
         }
+    }
+    if let Some(registry) = &config.schema_registry
+        && config.kafka.events.uses_avro()
+    {
+        ok &= check_registry(registry, &config.kafka.events, &topics).await;
     }
     match check_kafka(config).await {
         Ok(line) => println!("{line}"),
@@ -301,9 +308,10 @@ pub async fn check_mysql(config: &MysqlPipelineConfig) -> anyhow::Result<ExitCod
     })
 }
 
+/// The server's report lines, the settings it lacks, and the topics of the captured tables.
 async fn mysql_report(
     config: &MysqlPipelineConfig,
-) -> Result<(Vec<String>, Vec<SettingIssue>), PipelineError> {
+) -> Result<(Vec<String>, Vec<SettingIssue>, Vec<String>), PipelineError> {
     use crate::source::mysql::server;
     let mut conn = server::connect(&config.source).await?;
     let flavor = server::flavor(&mut conn).await?;
@@ -317,7 +325,13 @@ async fn mysql_report(
     } else {
         format!("mysql: connected to {url} ({flavor:?})")
     };
-    Ok((vec![line], issues))
+    let prefix = &config.kafka.topic_prefix;
+    let topics = crate::source::mysql::snapshot::captured_tables(&mut conn, &config.source)
+        .await?
+        .iter()
+        .map(|t| format!("{prefix}.{}.{}", t.database, t.table))
+        .collect();
+    Ok((vec![line], issues, topics))
 }
 
 /// `sluice check` for a Kafka → files pipeline: the brokers answer, the topics exist, and the

@@ -183,10 +183,10 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// `state_store = "kafka"` (see docs/high-availability.md).
     const ELECTS_ACTIVE_INSTANCE: bool = false;
 
-    /// Whether the source applies `[kafka.events]`' options; a source that writes only
-    /// Debezium's default form (and `tombstones_on_delete`) refuses the others rather than
-    /// ignore them.
-    const APPLIES_EVENT_OPTIONS: bool = true;
+    /// The `[kafka.events]` options the source applies (`None`: every one); a source that
+    /// applies only some (and `tombstones_on_delete`, which every source does) refuses the
+    /// others rather than ignore them.
+    const APPLIED_EVENT_OPTIONS: Option<&'static [&'static str]> = None;
 
     /// Whether the source writes column changes to `kafka.schema_changes_topic`; a source
     /// with a schema-change topic of its own (MySQL: `<topic_prefix>`, Debezium's) refuses it
@@ -196,6 +196,11 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// Checks every rule that serde's types do not express; each issue's key is the full path
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
+
+    /// The source's own rules on `[kafka.events]` values (beyond which keys it applies).
+    fn validate_events(_events: &crate::event::EventOptions) -> Vec<ConfigIssue> {
+        Vec::new()
+    }
 }
 
 /// Deserializes `[source]`: exactly one table, whose key is `S::KEY` (the messages are serde's
@@ -883,14 +888,22 @@ impl<S: SourceSection> PipelineConfig<S> {
                 problem,
             });
         };
-        if !S::APPLIES_EVENT_OPTIONS {
+        if let Some(applied) = S::APPLIED_EVENT_OPTIONS {
+            for source_issue in S::validate_events(&self.kafka.events) {
+                issue(&source_issue.key, source_issue.problem);
+            }
             for key in non_default_event_options(&self.kafka.events) {
+                if applied.contains(&key) {
+                    continue;
+                }
                 issue(
                     &format!("kafka.events.{key}"),
                     format!(
-                        "not applied by the {} source, which writes Debezium's default event form \
-                         (only tombstones_on_delete applies): remove it",
-                        S::KEY
+                        "not applied by the {} source, which applies only tombstones_on_delete{}{}: \
+                         remove it",
+                        S::KEY,
+                        if applied.is_empty() { "" } else { ", " },
+                        applied.join(", ")
                     ),
                 );
             }

@@ -669,6 +669,91 @@ fn encode_subject(subject: &str) -> String {
     out
 }
 
+/// Registers a table's Avro key and envelope schemas (those `events` writes as Avro) and
+/// returns their ids; `None` when neither keys nor values are Avro. `table` names the table
+/// in errors. Every source calls it before the first record that needs the schemas.
+///
+/// # Errors
+///
+/// Avro is asked for without a registry; a name Avro does not allow; what the registry
+/// refused (e.g. a change its compatibility rule forbids): the pipeline stops with the fix,
+/// before any record that needs the schema is written.
+pub async fn register_schemas(
+    registry: Option<&Registry>,
+    topic: &str,
+    schemas: &crate::event::schema::RenderedSchemas,
+    events: &crate::event::EventOptions,
+    table: &str,
+) -> Result<Option<crate::event::schema::RegisteredIds>, crate::error::PipelineError> {
+    use crate::error::PipelineError;
+    use crate::event::{EventFormat, avro};
+    if !events.uses_avro() {
+        return Ok(None);
+    }
+    let registry = registry.ok_or_else(|| {
+        PipelineError::fatal(
+            "kafka.events asks for Avro and no [schema_registry] is configured",
+            "add [schema_registry] url = \"http://registry:8081\"",
+        )
+    })?;
+    let one = |schema: &crate::event::schema::Schema, is_key: bool| {
+        let text = avro::schema_text(schema);
+        let subject = registry.subject(topic, is_key, &avro::record_name(schema));
+        async move {
+            let text = text.map_err(|e| {
+                PipelineError::fatal(
+                    format!("table {table}: {e}"),
+                    "rename the column, or leave it out of the pipeline (column rules); Avro \
+                     names are letters, digits and _",
+                )
+            })?;
+            registry.id(&subject, &text).await.map_err(|e| {
+                PipelineError::fatal(
+                    format!("table {table}: {e}"),
+                    "see the message: the pipeline stopped before writing any record that needs \
+                     this schema, nothing is lost; it resumes from there once fixed",
+                )
+            })
+        }
+    };
+    let key = match (&schemas.key, events.key_format() == EventFormat::Avro) {
+        (Some(schema), true) => Some(one(schema, true).await?),
+        _ => None,
+    };
+    let value = if events.value_format() == EventFormat::Avro {
+        one(&schemas.envelope, false).await?
+    } else {
+        0
+    };
+    Ok(Some(crate::event::schema::RegisteredIds { key, value }))
+}
+
+/// The pipeline's registry client when `events` has Avro keys or values and `[schema_registry]`
+/// is set; its failures and recoveries are shown on `board` (`/health`'s
+/// `schema_registry_error`).
+///
+/// # Errors
+///
+/// The registry's TLS files cannot be read.
+pub fn for_pipeline(
+    config: Option<&RegistryConfig>,
+    events: &crate::event::EventOptions,
+    board: &std::sync::Arc<crate::runtime::status::StatusBoard>,
+) -> Result<Option<std::sync::Arc<Registry>>, crate::error::PipelineError> {
+    let Some(config) = config.filter(|_| events.uses_avro()) else {
+        return Ok(None);
+    };
+    let board = std::sync::Arc::clone(board);
+    let registry = Registry::new(config.clone())
+        .map_err(|e| {
+            crate::error::PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
+        })?
+        .with_observer(Box::new(move |error| {
+            board.update(|s| s.schema_registry_error = error);
+        }));
+    Ok(Some(std::sync::Arc::new(registry)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,6 +42,18 @@ use serde_json::Value;
 
 use super::schema::{Schema, SchemaType};
 
+/// A JSON payload as Avro in the Confluent wire format (`id`: the schema's registry id); `table`
+/// names the table in the panic. A payload its schema cannot hold is a bug: the panic makes the
+/// delivery core apply `delivery.on_permanent_error` to the change.
+pub fn to_wire(table: &str, schema: &Schema, id: u32, json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(json.len() / 2 + 16);
+    write_header(id, &mut out);
+    if let Err(error) = write_value(schema, json, &mut out) {
+        panic!("{table}: {error}");
+    }
+    out
+}
+
 /// The Confluent wire format's first byte.
 pub const MAGIC: u8 = 0;
 

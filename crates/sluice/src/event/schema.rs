@@ -353,17 +353,9 @@ impl RenderedSchemas {
         source: Schema,
         extra: Vec<Field>,
     ) -> Self {
-        let head = |schema: &Schema| {
-            let mut out = Vec::with_capacity(1024);
-            out.extend_from_slice(b"{\"schema\":");
-            schema.write_json(None, &mut out);
-            out.extend_from_slice(b",\"payload\":");
-            out.into_boxed_slice()
-        };
         let key = key.map(|fields| {
             Schema::of(SchemaType::Struct(fields), false).named(&format!("{topic}.Key"), None)
         });
-        let key_head = key.as_ref().map(head);
         let row =
             Schema::of(SchemaType::Struct(columns), true).named(&format!("{topic}.Value"), None);
         let int64 = Schema::of(SchemaType::Int64, true);
@@ -380,12 +372,72 @@ impl RenderedSchemas {
         fields.extend(extra);
         let envelope = Schema::of(SchemaType::Struct(fields), false)
             .named(&format!("{topic}.Envelope"), Some(2));
+        Self::of(key, envelope)
+    }
+
+    /// The schemas of a topic whose records are not change events (a connector's own topics:
+    /// schema changes, transactions), `value` in place of the envelope.
+    pub fn of(key: Option<Schema>, value: Schema) -> Self {
+        let head = |schema: &Schema| {
+            let mut out = Vec::with_capacity(1024);
+            out.extend_from_slice(b"{\"schema\":");
+            schema.write_json(None, &mut out);
+            out.extend_from_slice(b",\"payload\":");
+            out.into_boxed_slice()
+        };
         Self {
-            key_head,
-            value_head: head(&envelope),
+            key_head: key.as_ref().map(head),
+            value_head: head(&value),
             key,
-            envelope,
+            envelope: value,
             registered: None,
+        }
+    }
+
+    /// A key (`is_key`) or value written as a bare JSON payload, in `format`: as it is,
+    /// `{"schema":…,"payload":…}`, or Avro under the registered id (`what` names the topic in
+    /// the panic of a payload its schema cannot hold, a bug).
+    ///
+    /// # Panics
+    ///
+    /// Avro without a registered id for the schema (a bug), or a payload the schema cannot
+    /// hold.
+    pub fn wrap(
+        &self,
+        is_key: bool,
+        format: super::EventFormat,
+        json: Vec<u8>,
+        what: &str,
+    ) -> Vec<u8> {
+        let (head, schema, id) = if is_key {
+            (
+                self.key_head.as_deref(),
+                self.key.as_ref(),
+                self.registered.and_then(|r| r.key),
+            )
+        } else {
+            (
+                Some(&*self.value_head),
+                Some(&self.envelope),
+                self.registered.map(|r| r.value),
+            )
+        };
+        match format {
+            super::EventFormat::Json => json,
+            super::EventFormat::JsonWithSchemas => match head {
+                Some(head) => {
+                    let mut out = Vec::with_capacity(head.len() + json.len() + 1);
+                    out.extend_from_slice(head);
+                    out.extend_from_slice(&json);
+                    out.push(b'}');
+                    out
+                }
+                None => json,
+            },
+            super::EventFormat::Avro => match (schema, id) {
+                (Some(schema), Some(id)) => super::avro::to_wire(what, schema, id, &json),
+                _ => panic!("{what}: no registered Avro schema (a bug)"),
+            },
         }
     }
 }

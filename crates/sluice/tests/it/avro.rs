@@ -1,4 +1,4 @@
-//! PostgreSQL → Kafka in Avro through a real schema registry (Apicurio Registry, Confluent
+//! PostgreSQL and MySQL → Kafka in Avro through a real schema registry (Apicurio Registry, Confluent
 //! API), decoded by a client no one here wrote (Python confluent-kafka's `AvroDeserializer`
 //! with its `SchemaRegistryClient`, `scripts/avro-decode`).
 
@@ -399,4 +399,188 @@ async fn an_unreachable_registry_is_retried_shown_in_health_and_loses_nothing() 
     assert_eq!(health["schema_registry_error"], Value::Null);
     sluice.stop();
     drop_slot_and_publication(&client, &name).await;
+}
+
+/// MySQL → Kafka in Avro: a snapshot, streamed inserts, updates and deletes, then an `ALTER
+/// TABLE … ADD COLUMN … DEFAULT` mid-stream. Every record decodes with the independent client
+/// by its registry id; each key's events come in the order of its changes; the newest event
+/// per key equals the table; the added column registered a second value version (its field
+/// carrying the column's default) before the first record with it, records of both versions
+/// decoding; and the schema-change topic's DDL event decodes too.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_avro_records_decode_and_equal_the_table_across_an_added_column() {
+    use mysql_async::prelude::Queryable;
+
+    use crate::mysql::{Server, pipeline};
+
+    let _broker = broker_shared().await;
+    let server = Server::Mysql;
+    let _server = server.shared().await;
+    let name = unique("my_avro");
+    let mut conn = server.root().await;
+    conn.query_drop(format!(
+        "CREATE DATABASE {name} CHARACTER SET utf8mb4; USE {name};
+         CREATE TABLE items (id BIGINT PRIMARY KEY, n INT NOT NULL, label VARCHAR(40) NOT NULL,
+           note TEXT, price DECIMAL(10,2), flag BIT(1), data VARBINARY(8), small SMALLINT,
+           kind ENUM('a','b'));
+         INSERT INTO items SELECT seq, seq, CONCAT('label ', seq), IF(seq % 3 = 0, NULL,
+           CONCAT('n', seq)), seq * 1.25, seq % 2, UNHEX(LPAD(HEX(seq), 4, '0')), seq % 100,
+           IF(seq % 2 = 0, 'a', 'b')
+           FROM (WITH RECURSIVE s(seq) AS (SELECT 1 UNION ALL SELECT seq + 1 FROM s
+                 WHERE seq < 100) SELECT seq FROM s) rows_;"
+    ))
+    .await
+    .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = format!(
+        "{}\n[kafka.events]\nformat = \"avro\"\n\n[schema_registry]\nurl = \"{}\"\n",
+        pipeline(server, &name, &name, &name, port),
+        registry_url()
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    for round in 0..3 {
+        conn.query_drop(format!(
+            "UPDATE items SET n = n + 1000, price = price + 0.01, note = 'r{round}'
+               WHERE id % 4 = {round};
+             DELETE FROM items WHERE id % 25 = {round} + 7;
+             INSERT INTO items VALUES ({id}, -1, 'new', NULL, -0.5, NULL, X'00FF', -3, 'b');",
+            id = 1000 + round
+        ))
+        .await
+        .unwrap();
+    }
+    conn.query_drop(
+        "ALTER TABLE items ADD COLUMN extra VARCHAR(10) DEFAULT 'dflt';
+         INSERT INTO items (id, n, label, extra) VALUES (2000, 7, 'after alter', 'x');
+         INSERT INTO items (id, n, label) VALUES (2001, 8, 'defaulted');
+         UPDATE items SET n = 5 WHERE id = 1;",
+    )
+    .await
+    .unwrap();
+    let topic = format!("{name}.{name}.items");
+    let mut want: BTreeMap<i64, Vec<&str>> = (1..=100).map(|id| (id, vec!["r"])).collect();
+    let mut deleted = Vec::new();
+    for round in 0..3 {
+        for (id, ops) in want.iter_mut() {
+            if id % 4 == round && ops.last() != Some(&"tombstone") && *id < 1000 {
+                ops.push("u");
+            }
+        }
+        for (id, ops) in want.iter_mut() {
+            if id % 25 == round + 7 && *id < 1000 {
+                ops.extend(["d", "tombstone"]);
+                deleted.push(*id);
+            }
+        }
+        want.insert(1000 + round, vec!["c"]);
+    }
+    want.insert(2000, vec!["c"]);
+    want.insert(2001, vec!["c"]);
+    want.get_mut(&1).unwrap().push("u");
+    let expected: usize = want.values().map(Vec::len).sum();
+    let records = tokio::task::spawn_blocking({
+        let topic = topic.clone();
+        move || decode(&topic, expected)
+    })
+    .await
+    .unwrap();
+    assert_eq!(records.len(), expected);
+
+    let mut by_key: BTreeMap<i64, Vec<&Value>> = BTreeMap::new();
+    let mut value_ids = std::collections::BTreeSet::new();
+    for record in &records {
+        let id = record["key"]["id"].as_i64().expect("an Avro key with id");
+        assert!(record["key_schema_id"].as_u64().is_some(), "{record}");
+        if !record["value"].is_null() {
+            value_ids.insert(record["value_schema_id"].as_u64().unwrap());
+        }
+        by_key.entry(id).or_default().push(record);
+    }
+    assert_eq!(
+        value_ids.len(),
+        2,
+        "one value schema before the ALTER, one after"
+    );
+    for (id, events) in &by_key {
+        let ops: Vec<&str> = events
+            .iter()
+            .map(|e| e["value"]["op"].as_str().unwrap_or("tombstone"))
+            .collect();
+        assert_eq!(ops, want[id], "key {id}: {events:#?}");
+    }
+    assert_eq!(by_key.len(), want.len());
+
+    // The newest event per key equals the table.
+    type Row = (
+        i64,
+        i32,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<bool>,
+        Option<String>,
+        Option<i16>,
+        Option<String>,
+        Option<String>,
+    );
+    let rows: Vec<Row> = conn
+        .query(
+            "SELECT id, n, label, note, CAST(price AS CHAR), flag = 1, TO_BASE64(data), small,
+               kind, extra FROM items",
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 100 - deleted.len() + 5);
+    for (id, n, label, note, price, flag, data, small, kind, extra) in rows {
+        let after = &by_key[&id].last().unwrap()["value"]["after"];
+        let want = json!({
+            "id": id, "n": n, "label": label, "note": note, "price": price, "flag": flag,
+            "data": data, "small": small, "kind": kind,
+        });
+        for (column, value) in want.as_object().unwrap() {
+            assert_eq!(&after[column], value, "key {id} column {column}: {after}");
+        }
+        if id >= 2000 || id == 1 {
+            assert_eq!(after["extra"], json!(extra), "{after}");
+        }
+    }
+    assert_eq!(
+        by_key[&2001].last().unwrap()["value"]["after"]["extra"],
+        "dflt"
+    );
+
+    // Two value versions; the second's new field carries the column's default.
+    let versions = registry_get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions, json!([1, 2]), "{versions}");
+    let latest = registry_get(&format!("/subjects/{topic}-value/versions/latest"));
+    let schema: Value = serde_json::from_str(latest["schema"].as_str().unwrap()).unwrap();
+    assert_eq!(schema["connect.name"], format!("{topic}.Envelope"));
+    let row = &schema["fields"][0]["type"][1]["fields"];
+    let extra = row
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "extra")
+        .expect("the added column's field");
+    assert_eq!(extra["default"], "dflt", "{extra}");
+
+    // The schema-change topic (`<prefix>`) in Avro too: the ALTER decodes.
+    let changes = tokio::task::spawn_blocking({
+        let topic = name.clone();
+        move || decode(&topic, 1)
+    })
+    .await
+    .unwrap();
+    assert!(
+        changes.iter().any(|c| c["value"]["ddl"]
+            .as_str()
+            .is_some_and(|d| d.contains("ADD COLUMN"))),
+        "{changes:#?}"
+    );
+    drop(sluice);
+    conn.query_drop(format!("DROP DATABASE {name}"))
+        .await
+        .unwrap();
 }

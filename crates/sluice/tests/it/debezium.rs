@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-mod avro_parity;
+pub(crate) mod avro_parity;
 pub(crate) mod compare;
 mod type_table;
 

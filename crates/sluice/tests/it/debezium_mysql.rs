@@ -19,6 +19,8 @@
 //! difference groups still accepted. The test fails on a difference not listed and on a
 //! listed line that no longer occurs: the lists only shrink.
 
+mod avro_parity;
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -69,10 +71,38 @@ fn table_of(topic: &str) -> String {
     }
 }
 
+/// Replaces this run's `<prefix>.<database>.` with the capture's in the schemas' record names.
+fn normalise_schema(schema: &mut J, prefix: &str, database: &str) {
+    match schema {
+        J::Obj(members) => {
+            for (name, value) in members {
+                match value {
+                    J::Str(text) if name == "name" => {
+                        if let Some(rest) = text.strip_prefix(&format!("{prefix}.{database}.")) {
+                            *text = format!("{GOLDEN_PREFIX}.{GOLDEN_DATABASE}.{rest}");
+                        }
+                    }
+                    other => normalise_schema(other, prefix, database),
+                }
+            }
+        }
+        J::Arr(items) => items
+            .iter_mut()
+            .for_each(|i| normalise_schema(i, prefix, database)),
+        _ => {}
+    }
+}
+
 /// Replaces this run's prefix and database with the capture's in `source.name`/`source.db`,
-/// and the database's name in a schema change's `databaseName` (key and value), `ddl` and
-/// `tableChanges[].id`.
-fn normalise(mut rec: Rec, prefix: &str, database: &str) -> Rec {
+/// the schemas' record names, and the database's name in a schema change's `databaseName`
+/// (key and value), `ddl` and `tableChanges[].id`.
+pub(crate) fn normalise(mut rec: Rec, prefix: &str, database: &str) -> Rec {
+    for schema in [rec.key_schema.as_mut(), rec.value_schema.as_mut()]
+        .into_iter()
+        .flatten()
+    {
+        normalise_schema(schema, prefix, database);
+    }
     let rename = |value: &mut J| {
         if let J::Str(text) = value {
             *text = text.replace(database, GOLDEN_DATABASE);
@@ -117,8 +147,60 @@ fn server_name(server: Server) -> &'static str {
     }
 }
 
-/// Runs sluice on the capture's scripts against `server` and returns its records per table.
-async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
+/// Runs sluice on the capture's scripts against `server` (`extra`: lines added to the
+/// pipeline file, e.g. a `[kafka.events]` table) and returns its records per table.
+async fn run_sluice(server: Server, extra: &str) -> BTreeMap<String, Vec<Rec>> {
+    let records = run_sluice_then(server, extra, marker_place_json, |prefix, database| {
+        read_topics(prefix, &|topic: &str| !topic.ends_with(".zz_marker"))
+            .into_iter()
+            .map(|(topic, recs)| {
+                // The schema-change topic (`prefix` itself) under its full name.
+                let topic = if topic.is_empty() {
+                    prefix.to_owned()
+                } else {
+                    format!("{prefix}.{topic}")
+                };
+                let recs = recs
+                    .into_iter()
+                    .map(|r| normalise(r, prefix, database))
+                    .collect();
+                (topic, recs)
+            })
+            .collect::<BTreeMap<_, _>>()
+    })
+    .await;
+    records
+        .into_iter()
+        .map(|(topic, recs)| (table_of(&topic), recs))
+        .collect()
+}
+
+/// The binlog place (`source.file`, `source.pos`) of the end marker's record, read as JSON (with
+/// or without schemas).
+fn marker_place_json(topic: &str) -> (String, u64) {
+    let marker = read_topic(topic, Duration::from_secs(60), |r| !r.is_empty());
+    let value = marker
+        .first()
+        .and_then(|r| r.value.as_ref())
+        .unwrap_or_else(|| panic!("the end marker never arrived"));
+    // With schemas: `{"schema":…,"payload":…}`.
+    let source = &value.get("payload").unwrap_or(value)["source"];
+    (
+        source["file"].as_str().unwrap().to_owned(),
+        source["pos"].as_u64().unwrap(),
+    )
+}
+
+/// Runs sluice on the capture's scripts against `server` (`extra`: lines added to the pipeline
+/// file); once sluice has confirmed past the end marker (whose place `marker_place` reads from
+/// its topic), `read` gets the topic prefix and the database (records normalised by the
+/// caller with [`normalise`]); the topics and the database are dropped afterwards.
+pub(crate) async fn run_sluice_then<T: Send + 'static>(
+    server: Server,
+    extra: &str,
+    marker_place: fn(&str) -> (String, u64),
+    read: impl FnOnce(&str, &str) -> T + Send + 'static,
+) -> T {
     let script = |name: &str| statements(&root().join("scripts/debezium/mysql").join(name));
     let database = unique("dbzmy");
     let prefix = unique("dbzmy");
@@ -138,7 +220,10 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
     let admin_port = free_port();
     let sluice = Sluice::start(
         &dir,
-        &pipeline(server, &database, &database, &prefix, admin_port),
+        &format!(
+            "{}{extra}",
+            pipeline(server, &database, &database, &prefix, admin_port)
+        ),
         admin_port,
     );
     sluice.wait_streaming(Duration::from_secs(60));
@@ -153,20 +238,12 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
         .await
         .unwrap();
     let marker_topic = format!("{prefix}.{database}.zz_marker");
-    let marker = tokio::task::spawn_blocking({
+    let place = tokio::task::spawn_blocking({
         let topic = marker_topic.clone();
-        move || read_topic(&topic, Duration::from_secs(60), |r| !r.is_empty())
+        move || marker_place(&topic)
     })
     .await
-    .unwrap();
-    let source = &marker
-        .first()
-        .and_then(|r| r.value.as_ref())
-        .unwrap_or_else(|| panic!("the end marker never arrived; log:\n{}", sluice.log_text()))["source"];
-    let place = (
-        source["file"].as_str().unwrap().to_owned(),
-        source["pos"].as_u64().unwrap(),
-    );
+    .unwrap_or_else(|_| panic!("the end marker never arrived; log:\n{}", sluice.log_text()));
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let confirmed = sluice
@@ -193,22 +270,8 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let records = tokio::task::spawn_blocking({
-        let prefix = prefix.clone();
-        let marker_topic = marker_topic.clone();
-        move || {
-            read_topics(&prefix, &|topic: &str| topic != marker_topic)
-                .into_iter()
-                .map(|(topic, recs)| {
-                    // The schema-change topic (`prefix` itself) under its full name.
-                    let topic = if topic.is_empty() {
-                        prefix.clone()
-                    } else {
-                        format!("{prefix}.{topic}")
-                    };
-                    (topic, recs)
-                })
-                .collect::<BTreeMap<_, _>>()
-        }
+        let (prefix, database) = (prefix.clone(), database.clone());
+        move || read(&prefix, &database)
     })
     .await
     .unwrap();
@@ -216,7 +279,7 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
     conn.query_drop(format!("DROP DATABASE {database}"))
         .await
         .unwrap();
-    let mut topics: Vec<String> = records.keys().cloned().collect();
+    let mut topics: Vec<String> = super::debezium::avro_parity::topics_with_prefix(&prefix);
     topics.push(marker_topic);
     let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
@@ -225,24 +288,17 @@ async fn run_sluice(server: Server) -> BTreeMap<String, Vec<Rec>> {
         .expect("admin client");
     let _ = admin.delete_topics(&topics, &AdminOptions::new()).await;
     records
-        .into_iter()
-        .map(|(topic, recs)| {
-            let recs = recs
-                .into_iter()
-                .map(|r| normalise(r, &prefix, &database))
-                .collect();
-            (table_of(&topic), recs)
-        })
-        .collect()
 }
 
-/// sluice's events on `server` against the golden files, with the server's ratchet.
-async fn events_match_debezium(server: Server) {
+/// sluice's events on `server` against the golden files of `combination` (`defaults`,
+/// `schemas-enable`; `extra`: the pipeline lines that give it), with the ratchet of the server
+/// and combination.
+async fn events_match_debezium(server: Server, combination: &str, extra: &str) {
     let _broker = broker_shared().await;
     let _server = server.shared().await;
     let started = Instant::now();
-    let ours = run_sluice(server).await;
-    let golden = golden_dir(&golden_root().join("defaults"), &table_of);
+    let ours = run_sluice(server, extra).await;
+    let golden = golden_dir(&golden_root().join(combination), &table_of);
     let mut diff = Diff::new(RUN_DEPENDENT).with_member_order();
     let name = server_name(server);
     for (table, expected) in &golden {
@@ -267,7 +323,11 @@ async fn events_match_debezium(server: Server) {
             );
         }
     }
-    let file = format!("known-differences-{name}.txt");
+    let file = if combination == "defaults" {
+        format!("known-differences-{name}.txt")
+    } else {
+        format!("known-differences-{name}-{combination}.txt")
+    };
     let report = ratchet_report(
         &diff,
         &golden_root().join(&file),
@@ -294,10 +354,32 @@ async fn events_match_debezium(server: Server) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_events_match_debezium_golden_files() {
-    events_match_debezium(Server::Mysql).await;
+    events_match_debezium(Server::Mysql, "defaults", "").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_events_match_debezium_golden_files() {
-    events_match_debezium(Server::Mariadb).await;
+    events_match_debezium(Server::Mariadb, "defaults", "").await;
+}
+
+/// JSON with schemas (`JsonConverter`, `schemas.enable=true`): the schemas of every key and
+/// value compared exactly with Debezium's, member order included.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_schemas_match_debezium_golden_files() {
+    events_match_debezium(
+        Server::Mysql,
+        "schemas-enable",
+        "\n[kafka.events]\nformat = \"json_with_schemas\"\n",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_schemas_match_debezium_golden_files() {
+    events_match_debezium(
+        Server::Mariadb,
+        "schemas-enable",
+        "\n[kafka.events]\nformat = \"json_with_schemas\"\n",
+    )
+    .await;
 }

@@ -190,7 +190,30 @@ impl SourceSection for MysqlSourceConfig {
 
     const KEY: &'static str = "mysql";
     const ELECTS_ACTIVE_INSTANCE: bool = true;
-    const APPLIES_EVENT_OPTIONS: bool = false;
+    const APPLIED_EVENT_OPTIONS: Option<&'static [&'static str]> = Some(&[
+        "schemas_enable",
+        "format",
+        "key_format",
+        "value_format",
+        "decimal_handling_mode",
+        "binary_handling_mode",
+        "time_precision_mode",
+    ]);
+
+    /// `time_precision_mode`: only Debezium MySQL's default, `adaptive_time_microseconds` (which
+    /// the source writes when the key is unset too).
+    fn validate_events(events: &crate::event::EventOptions) -> Vec<ConfigIssue> {
+        use crate::event::TimePrecisionMode;
+        match events.time_precision_mode {
+            TimePrecisionMode::Adaptive | TimePrecisionMode::AdaptiveTimeMicroseconds => Vec::new(),
+            TimePrecisionMode::Connect => vec![ConfigIssue {
+                key: "kafka.events.time_precision_mode".to_owned(),
+                problem: "\"connect\" is not applied by the mysql source, which writes Debezium \
+                          MySQL's default, \"adaptive_time_microseconds\": remove it (or set that)"
+                    .to_owned(),
+            }],
+        }
+    }
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
@@ -385,13 +408,13 @@ mod tests {
     }
 
     /// `[kafka.events]` options the MySQL source does not apply are refused by name, not
-    /// ignored; `tombstones_on_delete` applies.
+    /// ignored; `tombstones_on_delete`, the formats and the decimal and binary modes apply.
     #[test]
     fn event_options_it_does_not_apply_are_refused() {
         let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
                     [kafka]\nbrokers = \"127.0.0.1:9092\"\n[kafka.events]\n\
-                    tombstones_on_delete = false\ndecimal_handling_mode = \"string\"\n\
-                    schemas_enable = true\n";
+                    tombstones_on_delete = false\ntime_precision_mode = \"connect\"\n\
+                    provide_transaction_metadata = true\nschemas_enable = true\n";
         let error = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap_err();
         let crate::config::ConfigError::Invalid { issues, .. } = error else {
             panic!("{error:?}");
@@ -400,20 +423,38 @@ mod tests {
         assert_eq!(
             keys,
             [
-                "kafka.events.decimal_handling_mode",
-                "kafka.events.schemas_enable"
+                "kafka.events.time_precision_mode",
+                "kafka.events.provide_transaction_metadata"
             ]
         );
         assert!(
-            issues[0]
+            issues[0].problem.contains("adaptive_time_microseconds"),
+            "{issues:?}"
+        );
+        assert!(
+            issues[1]
                 .problem
                 .contains("not applied by the mysql source")
         );
+        assert!(
+            issues[1].problem.contains("format, key_format"),
+            "{issues:?}"
+        );
+        // Debezium MySQL's default, which the source writes, is accepted by name.
+        let micro = text.replace("\"connect\"", "\"adaptive_time_microseconds\"");
+        let error = MysqlPipelineConfig::from_toml(&micro, "t.toml", &|_| None).unwrap_err();
+        assert!(
+            !error
+                .to_string()
+                .contains("kafka.events.time_precision_mode"),
+            "{error}"
+        );
         let text = text
-            .replace("decimal_handling_mode = \"string\"\n", "")
-            .replace("schemas_enable = true\n", "");
+            .replace("time_precision_mode = \"connect\"\n", "")
+            .replace("provide_transaction_metadata = true\n", "");
         let config = MysqlPipelineConfig::from_toml(&text, "t.toml", &|_| None).unwrap();
         assert!(!config.kafka.tombstones_on_delete());
+        assert!(config.kafka.events.needs_schemas());
     }
 
     #[test]
@@ -442,6 +483,15 @@ mod tests {
         let config = MysqlPipelineConfig::from_toml(text, "example", &env).unwrap();
         assert_eq!(config.source.server_id, 5701);
         assert_eq!(config.kafka.topic_prefix, "sluice");
+        assert!(!config.kafka.events.needs_schemas());
+        let avro = |name: &str| match name {
+            "EVENT_FORMAT" => Some("avro".to_owned()),
+            "SCHEMA_REGISTRY_URL" => Some("http://127.0.0.1:8081".to_owned()),
+            other => env(other),
+        };
+        let config = MysqlPipelineConfig::from_toml(text, "example", &avro).unwrap();
+        assert!(config.kafka.events.uses_avro());
+        assert!(config.schema_registry.is_some());
     }
 
     #[test]

@@ -19,7 +19,12 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::consts::{ColumnFlags, ColumnType, GeometryType};
 
 use crate::error::PipelineError;
-use crate::event::{Op, SnapshotMarker, write_escaped, write_int, write_json_str};
+use crate::event::options::BinaryHandlingMode;
+use crate::event::schema::RenderedSchemas;
+use crate::event::{
+    DecimalHandlingMode, EventFormat, EventOptions, Op, SnapshotMarker, write_escaped, write_int,
+    write_json_str,
+};
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
 
@@ -103,6 +108,42 @@ pub enum Kind {
     Point,
 }
 
+/// The `[kafka.events]` options that decide how a table's values and records are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueModes {
+    /// `decimal_handling_mode`: DECIMAL values.
+    pub decimal: DecimalHandlingMode,
+    /// `binary_handling_mode`: BINARY, VARBINARY and BLOB values.
+    pub binary: BinaryHandlingMode,
+    /// BIGINT UNSIGNED above 2^63-1 written wrapped to a negative number, as Debezium
+    /// (`bigint.unsigned.handling.mode=long`): on when events carry schemas, whose `int64`
+    /// cannot hold the exact value; off, the exact value (sluice's JSON).
+    pub wrap_unsigned: bool,
+    /// The keys' form.
+    pub key_format: EventFormat,
+    /// The values' form.
+    pub value_format: EventFormat,
+}
+
+impl ValueModes {
+    /// The modes `events` asks for.
+    pub fn of(events: &EventOptions) -> Self {
+        Self {
+            decimal: events.decimal_handling_mode,
+            binary: events.binary_handling_mode,
+            wrap_unsigned: events.needs_schemas(),
+            key_format: events.key_format(),
+            value_format: events.value_format(),
+        }
+    }
+}
+
+impl Default for ValueModes {
+    fn default() -> Self {
+        Self::of(&EventOptions::default())
+    }
+}
+
 /// One column of a captured table, as the TABLE_MAP event describes it.
 #[derive(Debug, Clone)]
 pub struct ColumnInfo {
@@ -139,6 +180,10 @@ pub struct TableInfo {
     /// [`VALUE_SIZE_HINT_MAX`]): the next one's buffer is made that large, so a value is
     /// written without growing (and copying) its buffer.
     value_size_hint: AtomicUsize,
+    /// How values and records are written.
+    pub modes: ValueModes,
+    /// The key and envelope schemas (JSON with schemas, Avro), rendered once.
+    pub schemas: Option<RenderedSchemas>,
 }
 
 /// The column types of this step, by their binlog type, metadata and flags; the others are
@@ -284,6 +329,7 @@ impl TableInfo {
         tme: &mysql_async::binlog::events::TableMapEvent<'_>,
         row_columns: &[mysql_async::Column],
         metrics: Arc<TableMetrics>,
+        events: &EventOptions,
     ) -> Result<Self, PipelineError> {
         let database = tme.database_name().into_owned();
         let table = tme.table_name().into_owned();
@@ -303,7 +349,7 @@ impl TableInfo {
             }
             kind
         });
-        let mut info = Self::build(prefix, database, table, row_columns, kinds, metrics)?;
+        let mut info = Self::build(prefix, database, table, row_columns, kinds, metrics, events)?;
         // ENUM and SET labels: the optional metadata lists them per ENUM (per SET) column, in
         // column order; the geometry types per spatial column; the primary key's columns in
         // the key's order (which the decoder's column flags miss when it is not the columns').
@@ -401,6 +447,7 @@ impl TableInfo {
     /// # Errors
     ///
     /// A fatal error naming the column whose type is not mapped yet.
+    #[allow(clippy::too_many_arguments)]
     pub fn of_result(
         prefix: &str,
         database: &str,
@@ -409,6 +456,7 @@ impl TableInfo {
         key: &[String],
         points: &[String],
         metrics: Arc<TableMetrics>,
+        events: &EventOptions,
     ) -> Result<Self, PipelineError> {
         let kinds = columns.iter().map(kind_of_result_column);
         let mut info = Self::build(
@@ -418,6 +466,7 @@ impl TableInfo {
             columns,
             kinds,
             metrics,
+            events,
         )?;
         let position = |name: &String| info.columns.iter().position(|c| &c.name == name);
         if let Some(key) = key.iter().map(position).collect::<Option<Vec<usize>>>() {
@@ -438,6 +487,7 @@ impl TableInfo {
         row_columns: &[mysql_async::Column],
         kinds: impl Iterator<Item = Result<Kind, &'static str>>,
         metrics: Arc<TableMetrics>,
+        events: &EventOptions,
     ) -> Result<Self, PipelineError> {
         let mut columns = Vec::with_capacity(row_columns.len());
         let mut key_columns = Vec::new();
@@ -482,7 +532,35 @@ impl TableInfo {
             source_db,
             source_table,
             value_size_hint: AtomicUsize::new(512),
+            modes: ValueModes::of(events),
+            schemas: None,
         })
+    }
+
+    /// Renders the table's schemas when its events need them (JSON with schemas, Avro) and,
+    /// for Avro, registers them (the registry client caches ids: one registration per schema
+    /// and process). `catalog` is [`super::schema::column_catalog`]'s answer.
+    ///
+    /// # Errors
+    ///
+    /// What the schema registry refused (e.g. a change its compatibility rule forbids), or a
+    /// name Avro does not allow: the pipeline stops with the fix.
+    pub async fn prepare_schemas(
+        &mut self,
+        catalog: &[super::schema::ColumnCatalog],
+        events: &EventOptions,
+        registry: Option<&crate::registry::Registry>,
+    ) -> Result<(), PipelineError> {
+        if !events.needs_schemas() {
+            return Ok(());
+        }
+        let mut schemas = super::schema::render(self, catalog, events);
+        let name = format!("{}.{}", self.database, self.table);
+        schemas.registered =
+            crate::registry::register_schemas(registry, &self.topic, &schemas, events, &name)
+                .await?;
+        self.schemas = Some(schemas);
+        Ok(())
     }
 }
 
@@ -620,7 +698,15 @@ fn encode_one(
     let key_row = change.after.as_ref().or(change.before.as_ref());
     let key = key_row.and_then(|row| write_key(table, row));
     let size_hint = table.value_size_hint.load(Ordering::Relaxed);
-    let mut value = Vec::with_capacity(size_hint);
+    let head = table
+        .schemas
+        .as_ref()
+        .filter(|_| table.modes.value_format == EventFormat::JsonWithSchemas)
+        .map(|s| &*s.value_head);
+    let mut value = Vec::with_capacity(size_hint + head.map_or(0, <[u8]>::len));
+    if let Some(head) = head {
+        value.extend_from_slice(head);
+    }
     value.extend_from_slice(b"{\"before\":");
     write_row(table, change.before.as_ref(), &mut value);
     value.extend_from_slice(b",\"after\":");
@@ -661,8 +747,19 @@ fn encode_one(
     value.extend_from_slice(b",\"ts_ns\":");
     write_int(&mut value, now_micros.saturating_mul(1000));
     value.push(b'}');
+    if head.is_some() {
+        value.push(b'}');
+    }
     if value.len() > size_hint && value.len() <= VALUE_SIZE_HINT_MAX {
         table.value_size_hint.store(value.len(), Ordering::Relaxed);
+    }
+    if table.modes.value_format == EventFormat::Avro {
+        let (schema, id) = table
+            .schemas
+            .as_ref()
+            .and_then(|s| Some((&s.envelope, s.registered?.value)))
+            .unwrap_or_else(|| panic!("{}: no registered Avro value schema (a bug)", table.topic));
+        value = crate::event::avro::to_wire(&table.topic, schema, id, &value);
     }
     let headers = vec![
         (HEADER_BINLOG_FILE.into(), source.file.to_string()),
@@ -721,18 +818,34 @@ pub fn event_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<
         }
         let column = table.columns.get(i)?;
         key.extend_from_slice(&column.json_label);
-        write_value_checked(column.kind, &column.labels, row.get(i), &mut key).ok()?;
+        write_value_checked(
+            column.kind,
+            &column.labels,
+            table.modes,
+            row.get(i),
+            &mut key,
+        )
+        .ok()?;
     }
     key.push(b'}');
     Some(key)
 }
 
-/// The key: the primary-key columns as a JSON object; `None` for a table without one.
+/// The key: the primary-key columns as a JSON object (in the key format); `None` for a table
+/// without one.
 fn write_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<u8>> {
     if table.key_columns.is_empty() {
         return None;
     }
-    let mut key = Vec::with_capacity(64);
+    let head = table
+        .schemas
+        .as_ref()
+        .filter(|_| table.modes.key_format == EventFormat::JsonWithSchemas)
+        .and_then(|s| s.key_head.as_deref());
+    let mut key = Vec::with_capacity(64 + head.map_or(0, <[u8]>::len));
+    if let Some(head) = head {
+        key.extend_from_slice(head);
+    }
     key.push(b'{');
     for (n, &i) in table.key_columns.iter().enumerate() {
         if n > 0 {
@@ -743,6 +856,17 @@ fn write_key(table: &TableInfo, row: &[BinlogValue<'static>]) -> Option<Vec<u8>>
         write_value(table, column, row.get(i), &mut key);
     }
     key.push(b'}');
+    if head.is_some() {
+        key.push(b'}');
+    }
+    if table.modes.key_format == EventFormat::Avro {
+        let (schema, id) = table
+            .schemas
+            .as_ref()
+            .and_then(|s| Some((s.key.as_ref()?, s.registered?.key?)))
+            .unwrap_or_else(|| panic!("{}: no registered Avro key schema (a bug)", table.topic));
+        return Some(crate::event::avro::to_wire(&table.topic, schema, id, &key));
+    }
     Some(key)
 }
 
@@ -768,7 +892,9 @@ fn write_value(
     value: Option<&BinlogValue<'static>>,
     out: &mut Vec<u8>,
 ) {
-    if let Err(ValueError(problem)) = write_value_checked(column.kind, &column.labels, value, out) {
+    if let Err(ValueError(problem)) =
+        write_value_checked(column.kind, &column.labels, table.modes, value, out)
+    {
         // A panic: the core applies delivery.on_permanent_error with this message.
         panic!(
             "column {}.{}.{}: {problem}",
@@ -780,6 +906,7 @@ fn write_value(
 fn write_value_checked(
     kind: Kind,
     labels: &[String],
+    modes: ValueModes,
     value: Option<&BinlogValue<'static>>,
     out: &mut Vec<u8>,
 ) -> Result<(), ValueError> {
@@ -800,6 +927,8 @@ fn write_value_checked(
     let unexpected = || ValueError(format!("unexpected value {value:?} for {kind:?}"));
     match (kind, value) {
         (Kind::Integer, Value::Int(n)) => write_int(out, *n),
+        // BIGINT UNSIGNED past i64: wrapped when the schema says int64 (as Debezium).
+        (Kind::Integer, Value::UInt(n)) if modes.wrap_unsigned => write_int(out, *n as i64),
         (Kind::Integer, Value::UInt(n)) => write_int(out, *n),
         // Sign-extended from the value's low 24 bits.
         (Kind::Int24, Value::Int(n)) => write_int(out, (*n << 40) >> 40),
@@ -822,23 +951,7 @@ fn write_value_checked(
         (Kind::Float, Value::Double(f)) => write_float(*f, None, out),
         (Kind::Decimal { scale }, Value::Bytes(text)) => {
             let text = std::str::from_utf8(text).map_err(|_| unexpected())?;
-            let (negative, text) = match text.strip_prefix('-') {
-                Some(rest) => (true, rest),
-                None => (false, text),
-            };
-            let (int, frac) = text.split_once('.').unwrap_or((text, ""));
-            let mut digits = String::with_capacity(int.len() + usize::from(scale));
-            digits.push_str(int);
-            // Exactly `scale` fractional digits (the decoder may print fewer or more).
-            let scale = usize::from(scale);
-            digits.extend(frac.chars().take(scale));
-            for _ in frac.len()..scale {
-                digits.push('0');
-            }
-            if !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(unexpected());
-            }
-            write_unscaled(negative, &digits, out);
+            write_decimal(text, scale, modes.decimal, out).map_err(|()| unexpected())?;
         }
         (Kind::Text, Value::Bytes(bytes)) => write_utf8_str(out, bytes),
         (Kind::Latin1, Value::Bytes(bytes)) => write_latin1_str(out, bytes),
@@ -847,13 +960,13 @@ fn write_value_checked(
             if padded.len() < usize::from(len) {
                 padded.resize(usize::from(len), 0);
             }
-            write_base64(&padded, out);
+            modes.binary.write(&padded, out);
         }
         (Kind::Json, Value::Bytes(bytes)) => {
             // MariaDB's JSON is LONGTEXT: the document's text as written.
             write_json_str(out, &String::from_utf8_lossy(bytes));
         }
-        (Kind::Bytes, Value::Bytes(bytes)) => write_base64(bytes, out),
+        (Kind::Bytes, Value::Bytes(bytes)) => modes.binary.write(bytes, out),
         (Kind::Date, Value::Date(year, month, day, ..)) => {
             if *month == 0 || *day == 0 {
                 // A zero date ('0000-00-00' or a zero part) has no day: Debezium writes null.
@@ -992,6 +1105,65 @@ fn write_value_checked(
             write_int(out, if *negative { -total } else { total });
         }
         _ => return Err(unexpected()),
+    }
+    Ok(())
+}
+
+/// Appends a DECIMAL's text (`-123.45`, as the server or the decoder prints it) in `mode`:
+/// base64 of the unscaled value at exactly `scale` digits (`precise`), that decimal as a
+/// string (`string`), or a JSON number (`double`).
+///
+/// # Errors
+///
+/// The text is not a decimal.
+pub(super) fn write_decimal(
+    text: &str,
+    scale: u8,
+    mode: DecimalHandlingMode,
+    out: &mut Vec<u8>,
+) -> Result<(), ()> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (int, frac) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    let scale = usize::from(scale);
+    let mut digits = String::with_capacity(int.len() + scale);
+    digits.push_str(int);
+    // Exactly `scale` fractional digits (the decoder may print fewer or more).
+    digits.extend(frac.chars().take(scale));
+    for _ in frac.len()..scale {
+        digits.push('0');
+    }
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(());
+    }
+    match mode {
+        DecimalHandlingMode::Precise => write_unscaled(negative, &digits, out),
+        DecimalHandlingMode::String => {
+            let split = digits.len() - scale;
+            let (whole, fraction) = digits.split_at(split);
+            let whole = whole.trim_start_matches('0');
+            let zero = digits.bytes().all(|b| b == b'0');
+            out.push(b'"');
+            if negative && !zero {
+                out.push(b'-');
+            }
+            out.extend_from_slice(if whole.is_empty() {
+                b"0"
+            } else {
+                whole.as_bytes()
+            });
+            if scale > 0 {
+                out.push(b'.');
+                out.extend_from_slice(fraction.as_bytes());
+            }
+            out.push(b'"');
+        }
+        DecimalHandlingMode::Double => {
+            let value: f64 = text.parse().map_err(|_| ())?;
+            write_float(value, None, out);
+        }
     }
     Ok(())
 }
@@ -1136,7 +1308,14 @@ mod tests {
 
     fn text(kind: Kind, value: Value) -> String {
         let mut out = Vec::new();
-        write_value_checked(kind, &[], Some(&BinlogValue::Value(value)), &mut out).unwrap();
+        write_value_checked(
+            kind,
+            &[],
+            ValueModes::default(),
+            Some(&BinlogValue::Value(value)),
+            &mut out,
+        )
+        .unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -1164,6 +1343,67 @@ mod tests {
         assert_eq!(dec("0.00", 2), "\"AA==\"");
         // 128 needs a sign byte: 0x0080.
         assert_eq!(dec("128", 0), "\"AIA=\"");
+    }
+
+    /// `decimal_handling_mode`, `binary_handling_mode` and the wrapped BIGINT UNSIGNED of the
+    /// schema'd formats.
+    #[test]
+    fn the_modes_change_decimals_binaries_and_unsigned_bigints() {
+        let with = |modes: ValueModes, kind, value| {
+            let mut out = Vec::new();
+            write_value_checked(kind, &[], modes, Some(&BinlogValue::Value(value)), &mut out)
+                .unwrap();
+            String::from_utf8(out).unwrap()
+        };
+        let string = ValueModes {
+            decimal: DecimalHandlingMode::String,
+            ..ValueModes::default()
+        };
+        let dec =
+            |modes, s: &str, scale| with(modes, Kind::Decimal { scale }, Value::Bytes(s.into()));
+        assert_eq!(dec(string, "123.45", 2), "\"123.45\"");
+        assert_eq!(dec(string, "-0.5", 2), "\"-0.50\"");
+        assert_eq!(dec(string, "0", 2), "\"0.00\"");
+        assert_eq!(
+            dec(string, "-12345678901234567890", 0),
+            "\"-12345678901234567890\""
+        );
+        let double = ValueModes {
+            decimal: DecimalHandlingMode::Double,
+            ..ValueModes::default()
+        };
+        assert_eq!(dec(double, "12345.67", 2), "12345.67");
+        assert_eq!(
+            dec(double, "-0.000000000000000000000000000001", 30),
+            "-1e-30"
+        );
+        let hex = ValueModes {
+            binary: BinaryHandlingMode::Hex,
+            ..ValueModes::default()
+        };
+        assert_eq!(
+            with(hex, Kind::Bytes, Value::Bytes(vec![0, 255])),
+            "\"00ff\""
+        );
+        assert_eq!(
+            with(hex, Kind::Binary { len: 3 }, Value::Bytes(vec![16])),
+            "\"100000\""
+        );
+        // BIT values stay bytes whatever the binary mode (as Debezium).
+        assert_eq!(
+            with(hex, Kind::Bits { bytes: 1 }, Value::Bytes(vec![3])),
+            "\"Aw==\""
+        );
+        let schemas = ValueModes::of(&EventOptions {
+            format: Some(EventFormat::Avro),
+            ..EventOptions::default()
+        });
+        assert!(schemas.wrap_unsigned);
+        assert_eq!(with(schemas, Kind::Integer, Value::UInt(u64::MAX)), "-1");
+        assert_eq!(
+            with(ValueModes::default(), Kind::Integer, Value::UInt(u64::MAX)),
+            "18446744073709551615"
+        );
     }
 
     #[test]
@@ -1218,6 +1458,8 @@ mod tests {
             source_db: b",\"db\":\"shop\",\"sequence\":null".to_vec(),
             source_table: b",\"table\":\"orders\"".to_vec(),
             value_size_hint: AtomicUsize::new(512),
+            modes: ValueModes::default(),
+            schemas: None,
         })
     }
 
@@ -1281,7 +1523,14 @@ mod tests {
         let labels: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
         let labelled = |kind, value| {
             let mut out = Vec::new();
-            write_value_checked(kind, &labels, Some(&BinlogValue::Value(value)), &mut out).unwrap();
+            write_value_checked(
+                kind,
+                &labels,
+                ValueModes::default(),
+                Some(&BinlogValue::Value(value)),
+                &mut out,
+            )
+            .unwrap();
             String::from_utf8(out).unwrap()
         };
         assert_eq!(labelled(Kind::Enum, Value::Int(2)), "\"b\"");

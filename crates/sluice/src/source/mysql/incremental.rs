@@ -233,6 +233,7 @@ async fn connect(source: &MysqlSourceConfig, flavor: Flavor) -> Result<Conn, Chu
 async fn read_chunk(
     conn: &mut Conn,
     config: &MysqlPipelineConfig,
+    reader: &ChunkContext,
     snapshot: &TableSnapshot<Vec<KeyValue>>,
     limit: u32,
     token: &str,
@@ -278,14 +279,21 @@ async fn read_chunk(
             )
         }));
     }
-    let points: Vec<String> = conn
-        .exec(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND DATA_TYPE = 'point'",
-            (database, table),
-        )
+    // The columns as declared: POINT, and what the schemas need.
+    let catalog = super::schema::column_catalog(conn, reader.flavor, database, table)
         .await
-        .map_err(|e| classify("cannot read the columns", name, e))?;
+        .map_err(|e| {
+            if e.is_retryable() {
+                ChunkError::Retry(e)
+            } else {
+                ChunkError::Table(e.chain())
+            }
+        })?;
+    let points: Vec<String> = catalog
+        .iter()
+        .filter(|c| c.data_type == "point")
+        .map(|c| c.name.clone())
+        .collect();
     let mut conditions = Vec::new();
     let mut values = Vec::new();
     if let Some(after) = &snapshot.after {
@@ -342,7 +350,7 @@ async fn read_chunk(
         .map(|c| (c.schema_str().into_owned(), c.org_table_str().into_owned()))
         .filter(|(d, t)| !d.is_empty() && !t.is_empty())
         .unwrap_or_else(|| (database.to_owned(), table.to_owned()));
-    let info = TableInfo::of_result(
+    let mut info = TableInfo::of_result(
         &config.kafka.topic_prefix,
         &database,
         &table,
@@ -350,8 +358,12 @@ async fn read_chunk(
         &key,
         &points,
         Arc::new(TableMetrics::new(name)),
+        &config.kafka.events,
     )
     .map_err(|e| ChunkError::Table(e.chain()))?;
+    info.prepare_schemas(&catalog, &config.kafka.events, reader.registry.as_deref())
+        .await
+        .map_err(|e| ChunkError::Table(e.chain()))?;
     let rows: Vec<Vec<Value>> = rows.into_iter().map(Row::unwrap).collect();
     let last_key = rows.last().map(|row| {
         info.key_columns
@@ -406,6 +418,14 @@ pub struct IncrementalRun {
     chunks: ChunkReader<Conn, Window, ChunkRows>,
     config: Arc<MysqlPipelineConfig>,
     flavor: Flavor,
+    /// The schema registry, when keys or values are Avro.
+    registry: Option<Arc<crate::registry::Registry>>,
+}
+
+/// What a chunk's read needs of the run beyond the configuration.
+struct ChunkContext {
+    flavor: Flavor,
+    registry: Option<Arc<crate::registry::Registry>>,
 }
 
 impl IncrementalRun {
@@ -413,6 +433,7 @@ impl IncrementalRun {
     pub fn new(
         config: Arc<MysqlPipelineConfig>,
         flavor: Flavor,
+        registry: Option<Arc<crate::registry::Registry>>,
         state: Option<MysqlIncrementalState>,
     ) -> Self {
         let state = state.unwrap_or_default();
@@ -432,6 +453,7 @@ impl IncrementalRun {
             chunks: ChunkReader::new(format!("sluice-{:x}", crate::delivery::unix_micros_now())),
             config,
             flavor,
+            registry,
         }
     }
 
@@ -562,6 +584,10 @@ impl IncrementalRun {
         };
         let config = Arc::clone(&self.config);
         let flavor = self.flavor;
+        let reader = ChunkContext {
+            flavor,
+            registry: self.registry.clone(),
+        };
         let limit = config.source.incremental_chunk_rows.max(1);
         let (request, table) = (snapshot.request.clone(), snapshot.table.clone());
         let connect = {
@@ -574,7 +600,9 @@ impl IncrementalRun {
             Window::default(),
             connect,
             move |conn: &mut Conn, token: String| {
-                Box::pin(async move { read_chunk(conn, &config, &snapshot, limit, &token).await })
+                Box::pin(async move {
+                    read_chunk(conn, &config, &reader, &snapshot, limit, &token).await
+                })
             },
         );
     }
@@ -675,7 +703,7 @@ mod tests {
                     include_tables = [\"shop.*\"]\nsignal_table = \"shop.sig\"\n\
                     [kafka]\nbrokers = \"127.0.0.1:9092\"\n";
         let config = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap();
-        IncrementalRun::new(Arc::new(config), Flavor::Mariadb, None)
+        IncrementalRun::new(Arc::new(config), Flavor::Mariadb, None, None)
     }
 
     fn snapshot(id: &str, tables: &[&str], tombstones: bool) -> Signal {

@@ -8,6 +8,7 @@
 //! - [`server`]: connections, required settings, GTID sets and positions, the dump request.
 //! - [`encode`]: row changes to Debezium envelopes, values as Debezium maps them.
 //! - [`rows`]: row images decoded with a plan kept per TABLE_MAP.
+//! - [`schema`]: the Connect schemas of a table's events (JSON with schemas, Avro).
 //! - [`ddl`]: schema-change events (the snapshot's definitions, DDL from QUERY events).
 //! - [`snapshot`]: the initial snapshot (consistent, chunked, resumable).
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks in the signal
@@ -21,6 +22,7 @@ pub mod encode;
 pub mod incremental;
 pub mod lag;
 pub mod rows;
+pub mod schema;
 pub mod server;
 pub mod snapshot;
 pub mod stream;

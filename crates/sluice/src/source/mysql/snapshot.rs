@@ -529,6 +529,12 @@ pub struct SnapshotContext<'a> {
     pub position_of: fn(&crate::kafka::OutRecord) -> String,
     /// `[transforms]`.
     pub transforms: Option<Arc<crate::transform::Chain>>,
+    /// The server's flavor (how `information_schema` writes defaults).
+    pub flavor: Flavor,
+    /// `[kafka.events]`.
+    pub events: &'a crate::event::EventOptions,
+    /// The schema registry, when keys or values are Avro.
+    pub registry: Option<Arc<crate::registry::Registry>>,
 }
 
 /// Reads the plan's unfinished chunks on `snapshot`'s connections and publishes every row;
@@ -588,6 +594,9 @@ pub async fn run(
         },
         shutdown: ctx.shutdown.clone(),
         transforms: ctx.transforms.clone(),
+        flavor: ctx.flavor,
+        events: ctx.events.clone(),
+        registry: ctx.registry.clone(),
     });
     let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
     let mut workers = tokio::task::JoinSet::new();
@@ -677,6 +686,9 @@ struct Shared {
     shutdown: tokio_util::sync::CancellationToken,
     /// `[transforms]`.
     transforms: Option<Arc<crate::transform::Chain>>,
+    flavor: Flavor,
+    events: crate::event::EventOptions,
+    registry: Option<Arc<crate::registry::Registry>>,
 }
 
 impl Shared {
@@ -735,20 +747,25 @@ async fn read_chunk(
         chunk.order()
     );
     let read_error = || format!("cannot read {name} for the snapshot");
-    // The columns declared POINT (Debezium's Point struct; a result set says GEOMETRY).
-    let points: Vec<String> = conn
-        .exec(
-            "SELECT COLUMN_NAME FROM information_schema.COLUMNS \
-             WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ? AND DATA_TYPE = 'point'",
-            (chunk.table.database.as_str(), chunk.table.table.as_str()),
-        )
-        .await
-        .map_err(|e| PipelineError::retryable(read_error(), e))?;
+    // The columns as declared: POINT (Debezium's Point struct; a result set says GEOMETRY),
+    // and what the schemas need (widths, NOT NULL, defaults, ENUM labels).
+    let catalog = super::schema::column_catalog(
+        conn,
+        shared.flavor,
+        &chunk.table.database,
+        &chunk.table.table,
+    )
+    .await?;
+    let points: Vec<String> = catalog
+        .iter()
+        .filter(|c| c.data_type == "point")
+        .map(|c| c.name.clone())
+        .collect();
     let mut result = conn
         .exec_iter(sql, params(values))
         .await
         .map_err(|e| PipelineError::retryable(read_error(), e))?;
-    let table = Arc::new(TableInfo::of_result(
+    let mut table = TableInfo::of_result(
         &shared.prefix,
         &chunk.table.database,
         &chunk.table.table,
@@ -756,7 +773,12 @@ async fn read_chunk(
         &chunk.key,
         &points,
         shared.table_metrics(&name),
-    )?);
+        &shared.events,
+    )?;
+    table
+        .prepare_schemas(&catalog, &shared.events, shared.registry.as_deref())
+        .await?;
+    let table = Arc::new(table);
     let rows_metric = metrics::counter!(m::SNAPSHOT_ROWS, "table" => name.clone());
     let mut records = 0u64;
     let mut read = 0u64;

@@ -281,6 +281,23 @@ pub async fn run_once(
         batch_size_cap,
         None,
     )?;
+    let registry = crate::registry::for_pipeline(
+        config.schema_registry.as_ref(),
+        &config.kafka.events,
+        board,
+    )?;
+    // The schema-change topic's schemas (JSON with schemas, Avro: registered before its
+    // first record).
+    let schema_change_schemas = if config.source.include_schema_changes {
+        super::schema::prepare_schema_change_schemas(
+            &config.kafka.topic_prefix,
+            &config.kafka.events,
+            registry.as_deref(),
+        )
+        .await?
+    } else {
+        None
+    };
     let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     board.set_budget(Some(budget.clone()));
     if let Some(plan) = pending.as_mut() {
@@ -320,6 +337,7 @@ pub async fn run_once(
                 &mut consistent.connections[0],
                 plan,
                 &start,
+                schema_change_schemas.as_deref(),
                 &producer,
                 &budget,
                 &mut delivery_rx,
@@ -338,6 +356,9 @@ pub async fn run_once(
                 delivery: &config.delivery,
                 position_of: record_position,
                 transforms: crate::transform::chain_of(config)?,
+                flavor,
+                events: &config.kafka.events,
+                registry: registry.clone(),
             },
             consistent,
             plan,
@@ -435,36 +456,42 @@ pub async fn run_once(
         Arc::clone(board),
         monitor_stop.clone(),
     ));
-    let mut source =
-        MysqlSource {
-            rotate_crc,
-            confirmed,
-            commit_unix_s: 0,
-            config: Arc::clone(config),
-            flavor,
-            stream,
-            store,
-            key,
-            file: Arc::from(start.file.as_str()),
-            gtids,
-            saved: start,
-            seq: 0,
-            unconfirmed: VecDeque::new(),
-            tables: HashMap::new(),
-            table_metrics: HashMap::new(),
-            known_topics,
-            batch_size,
-            learned_cap: Arc::clone(learned_cap),
-            tx: Transaction::default(),
-            meta: None,
-            schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
-            last_event: Instant::now(),
-            incremental: config.source.signal_table.is_some().then(|| {
-                IncrementalRun::new(Arc::clone(config), flavor, incremental_state.clone())
-            }),
-            saved_incremental: incremental_state.take(),
-            board: Arc::clone(board),
-        };
+    let mut source = MysqlSource {
+        rotate_crc,
+        confirmed,
+        commit_unix_s: 0,
+        config: Arc::clone(config),
+        flavor,
+        stream,
+        store,
+        key,
+        file: Arc::from(start.file.as_str()),
+        gtids,
+        saved: start,
+        seq: 0,
+        unconfirmed: VecDeque::new(),
+        tables: HashMap::new(),
+        table_metrics: HashMap::new(),
+        known_topics,
+        batch_size,
+        learned_cap: Arc::clone(learned_cap),
+        tx: Transaction::default(),
+        meta: None,
+        schema_metrics: Arc::new(TableMetrics::new(&config.kafka.topic_prefix)),
+        last_event: Instant::now(),
+        incremental: config.source.signal_table.is_some().then(|| {
+            IncrementalRun::new(
+                Arc::clone(config),
+                flavor,
+                registry.clone(),
+                incremental_state.clone(),
+            )
+        }),
+        saved_incremental: incremental_state.take(),
+        board: Arc::clone(board),
+        registry: registry.clone(),
+        schema_change_schemas,
+    };
     let result = delivery::run(
         &mut source,
         &mut core,
@@ -503,6 +530,7 @@ async fn publish_snapshot_schema(
     conn: &mut mysql_async::Conn,
     plan: &SnapshotPlan,
     position: &BinlogPosition,
+    schemas: Option<&crate::event::schema::RenderedSchemas>,
     producer: &Arc<kafka::PipelineProducer>,
     budget: &InFlightBudget,
     deliveries: &mut tokio::sync::mpsc::UnboundedReceiver<kafka::DeliveryEvent>,
@@ -532,7 +560,13 @@ async fn publish_snapshot_schema(
     };
     let records: Vec<OutRecord> = changes
         .iter()
-        .map(|change| change.record(&topic, &config.kafka.topic_prefix, &source, now_micros))
+        .map(|change| {
+            super::schema::wrap_schema_change(
+                schemas,
+                &config.kafka.events,
+                change.record(&topic, &config.kafka.topic_prefix, &source, now_micros),
+            )
+        })
         .collect();
     let metrics = Arc::new(TableMetrics::new(&config.kafka.topic_prefix));
     let transforms = crate::transform::chain_of(config)?;
@@ -791,6 +825,10 @@ struct MysqlSource {
     saved_incremental: Option<MysqlIncrementalState>,
     /// The pipeline's status board (the admin API's snapshot requests).
     board: Arc<StatusBoard>,
+    /// The schema registry, when keys or values are Avro.
+    registry: Option<Arc<crate::registry::Registry>>,
+    /// The schema-change topic's schemas (JSON with schemas, Avro).
+    schema_change_schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
 }
 
 /// The file name of a ROTATE event. MariaDB sends the dump's first, artificial ROTATE
@@ -811,6 +849,10 @@ pub struct MysqlEncoder {
     prefix: Arc<str>,
     tombstones: bool,
     now_micros: i64,
+    /// The pipeline's configuration (`[kafka.events]`).
+    events: Arc<MysqlPipelineConfig>,
+    /// The schema-change topic's schemas (JSON with schemas, Avro).
+    schema_changes: Option<Arc<crate::event::schema::RenderedSchemas>>,
 }
 
 /// The MySQL source's change in the delivery core: a row change or a schema change.
@@ -839,11 +881,12 @@ impl Encode<MysqlChange> for MysqlEncoder {
             MysqlChange::Row(change) => {
                 encode::encode(change, &self.prefix, self.tombstones, self.now_micros, out);
             }
-            MysqlChange::Schema(schema) => out.push(schema.change.record(
-                &schema.topic,
-                &self.prefix,
-                &schema.source,
-                self.now_micros,
+            MysqlChange::Schema(schema) => out.push(super::schema::wrap_schema_change(
+                self.schema_changes.as_deref(),
+                &self.events.kafka.events,
+                schema
+                    .change
+                    .record(&schema.topic, &self.prefix, &schema.source, self.now_micros),
             )),
         }
         origin(change)
@@ -1041,6 +1084,8 @@ impl Source for MysqlSource {
             prefix: Arc::from(self.config.kafka.topic_prefix.as_str()),
             tombstones: self.config.kafka.tombstones_on_delete(),
             now_micros: delivery::unix_micros_now(),
+            events: Arc::clone(&self.config),
+            schema_changes: self.schema_change_schemas.clone(),
         }
     }
 }
@@ -1232,12 +1277,32 @@ impl MysqlSource {
                                 .entry(name.clone())
                                 .or_insert_with(|| Arc::new(TableMetrics::new(&name))),
                         );
-                        let info = Arc::new(TableInfo::new(
+                        let mut info = TableInfo::new(
                             &self.config.kafka.topic_prefix,
                             tme,
                             &columns,
                             metrics,
-                        )?);
+                            &self.config.kafka.events,
+                        )?;
+                        if self.config.kafka.events.needs_schemas() {
+                            // Before the first record of this definition: its schemas (for
+                            // Avro registered, the next version of the subject after a DDL).
+                            let catalog = column_catalog(
+                                &mut self.meta,
+                                &self.config.source,
+                                self.flavor,
+                                &info.database,
+                                &info.table,
+                            )
+                            .await?;
+                            info.prepare_schemas(
+                                &catalog,
+                                &self.config.kafka.events,
+                                self.registry.as_deref(),
+                            )
+                            .await?;
+                        }
+                        let info = Arc::new(info);
                         let plan = RowPlan::new(tme, &columns);
                         if let Some(slot) = self.tables.get_mut(&table_id) {
                             slot.info = Some(Arc::clone(&info));
@@ -1417,12 +1482,7 @@ impl MysqlSource {
         // (`wait_timeout`): one more try on a new one.
         let mut tries = if self.meta.is_some() { 2 } else { 1 };
         let change = loop {
-            let conn = match &mut self.meta {
-                Some(conn) => conn,
-                None => self
-                    .meta
-                    .insert(server::connect(&self.config.source).await?),
-            };
+            let conn = meta_connection(&mut self.meta, &self.config.source).await?;
             // Inside the delivery loop: bounded, so a hung server cannot stop checkpoints.
             let looked_up = server::bounded(
                 "reading a changed table's definition",
@@ -1552,6 +1612,49 @@ impl MysqlSource {
             })??;
         self.known_topics.insert(topic.to_owned());
         Ok(())
+    }
+}
+
+/// The `information_schema` connection, opened when first needed.
+async fn meta_connection<'a>(
+    meta: &'a mut Option<mysql_async::Conn>,
+    source: &super::config::MysqlSourceConfig,
+) -> Result<&'a mut mysql_async::Conn, PipelineError> {
+    if meta.is_none() {
+        *meta = Some(server::connect(source).await?);
+    }
+    Ok(meta.as_mut().expect("opened above"))
+}
+
+/// `information_schema`'s view of a table's columns (for its schemas), on the `meta`
+/// connection: bounded (inside the delivery loop, a hung server cannot stop checkpoints), one
+/// more try on a new connection when the kept one was closed by the server (`wait_timeout`).
+async fn column_catalog(
+    meta: &mut Option<mysql_async::Conn>,
+    source: &super::config::MysqlSourceConfig,
+    flavor: Flavor,
+    database: &str,
+    table: &str,
+) -> Result<Vec<super::schema::ColumnCatalog>, PipelineError> {
+    let mut tries = if meta.is_some() { 2 } else { 1 };
+    loop {
+        let conn = meta_connection(meta, source).await?;
+        let read = server::bounded(
+            "reading a table's columns",
+            DDL_LOOKUP_DEADLINE,
+            super::schema::column_catalog(conn, flavor, database, table),
+        )
+        .await;
+        match read {
+            Ok(catalog) => return Ok(catalog),
+            Err(error) => {
+                *meta = None;
+                tries -= 1;
+                if tries == 0 {
+                    return Err(error);
+                }
+            }
+        }
     }
 }
 

@@ -325,16 +325,9 @@ impl RelationInfo {
         registry: Option<&crate::registry::Registry>,
     ) -> Result<(), crate::error::PipelineError> {
         let mut schemas = super::schema::render(self, catalog, events);
-        if events.uses_avro() {
-            let registry = registry.ok_or_else(|| {
-                crate::error::PipelineError::fatal(
-                    "kafka.events asks for Avro and no [schema_registry] is configured",
-                    "add [schema_registry] url = \"http://registry:8081\"",
-                )
-            })?;
-            schemas.registered =
-                Some(register(registry, &self.topic, &schemas, events, &self.name).await?);
-        }
+        schemas.registered =
+            crate::registry::register_schemas(registry, &self.topic, &schemas, events, &self.name)
+                .await?;
         self.set_schemas(schemas);
         Ok(())
     }
@@ -747,47 +740,6 @@ pub fn position_headers(
     ]
 }
 
-/// Registers a table's Avro key and envelope schemas (those `events` writes as Avro).
-async fn register(
-    registry: &crate::registry::Registry,
-    topic: &str,
-    schemas: &RenderedSchemas,
-    events: &EventOptions,
-    table: &str,
-) -> Result<crate::event::schema::RegisteredIds, crate::error::PipelineError> {
-    use crate::event::avro;
-    let one = |schema: &crate::event::schema::Schema, is_key: bool| {
-        let text = avro::schema_text(schema);
-        let subject = registry.subject(topic, is_key, &avro::record_name(schema));
-        async move {
-            let text = text.map_err(|e| {
-                crate::error::PipelineError::fatal(
-                    format!("table {table}: {e}"),
-                    "rename the column, or leave it out of the pipeline (column rules); Avro \
-                     names are letters, digits and _",
-                )
-            })?;
-            registry.id(&subject, &text).await.map_err(|e| {
-                crate::error::PipelineError::fatal(
-                    format!("table {table}: {e}"),
-                    "see the message: the pipeline stopped before writing any record that needs \
-                     this schema, nothing is lost; it resumes from there once fixed",
-                )
-            })
-        }
-    };
-    let key = match (&schemas.key, events.key_format() == EventFormat::Avro) {
-        (Some(schema), true) => Some(one(schema, true).await?),
-        _ => None,
-    };
-    let value = if events.value_format() == EventFormat::Avro {
-        one(&schemas.envelope, false).await?
-    } else {
-        0
-    };
-    Ok(crate::event::schema::RegisteredIds { key, value })
-}
-
 /// The key object, or `None` when the table has no key.
 pub fn write_key(
     rel: &RelationInfo,
@@ -832,21 +784,9 @@ pub fn write_key(
         let (schema, id) = schemas
             .and_then(|s| Some((s.key.as_ref()?, s.registered?.key?)))
             .unwrap_or_else(|| panic!("{}: no registered Avro key schema (a bug)", rel.name));
-        return Some(to_avro(&rel.name, schema, id, &key));
+        return Some(crate::event::avro::to_wire(&rel.name, schema, id, &key));
     }
     Some(key)
-}
-
-/// A JSON payload as Avro in the Confluent wire format (`id`: the schema's registry id). A
-/// payload its schema cannot hold is a bug: the panic makes the delivery core apply
-/// `delivery.on_permanent_error` to the change.
-fn to_avro(table: &str, schema: &crate::event::schema::Schema, id: u32, json: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(json.len() / 2 + 16);
-    crate::event::avro::write_header(id, &mut out);
-    if let Err(error) = crate::event::avro::write_value(schema, json, &mut out) {
-        panic!("{table}: {error}");
-    }
-    out
 }
 
 /// The value envelope. `before` is the old row (or key); `after` is `(row, old full row)` so
@@ -937,7 +877,7 @@ fn envelope(
         let (schema, id) = schemas
             .and_then(|s| Some((&s.envelope, s.registered?.value)))
             .unwrap_or_else(|| panic!("{}: no registered Avro value schema (a bug)", rel.name));
-        return to_avro(&rel.name, schema, id, &out);
+        return crate::event::avro::to_wire(&rel.name, schema, id, &out);
     }
     out
 }

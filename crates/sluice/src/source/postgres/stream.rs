@@ -289,21 +289,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     )
     .await?;
     let database = catalog.database().await?;
-    let registry = match &config.schema_registry {
-        Some(registry) if config.kafka.events.uses_avro() => {
-            let board = Arc::clone(&ctx.board);
-            Some(Arc::new(
-                crate::registry::Registry::new(registry.clone())
-                    .map_err(|e| {
-                        PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
-                    })?
-                    .with_observer(Box::new(move |error| {
-                        board.update(|s| s.schema_registry_error = error);
-                    })),
-            ))
-        }
-        _ => None,
-    };
+    let registry = crate::registry::for_pipeline(
+        config.schema_registry.as_ref(),
+        &config.kafka.events,
+        &ctx.board,
+    )?;
     let identity = SourceIdentity {
         server_name: config.kafka.topic_prefix.clone(),
         database,

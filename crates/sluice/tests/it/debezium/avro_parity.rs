@@ -88,14 +88,14 @@ const KNOWN: &[(&str, &str)] = &[
 
 /// A dump in the golden files' layout: records per table, and per (table, `key`|`value`) the
 /// schema versions, each as (its text parsed, its Parsing Canonical Form).
-struct Dump {
+pub(crate) struct Dump {
     records: BTreeMap<String, Vec<Rec>>,
     schemas: BTreeMap<(String, String), Vec<(J, String)>>,
     /// Tables whose topic's records are not in the Confluent wire format.
     not_avro: BTreeSet<String>,
 }
 
-fn registry_url() -> String {
+pub(crate) fn registry_url() -> String {
     std::env::var("SCHEMA_REGISTRY_URL").unwrap_or_else(|_| {
         panic!(
             "SCHEMA_REGISTRY_URL is not set: `scripts/dev-stack registry-up && eval \
@@ -108,11 +108,35 @@ fn registry_url() -> String {
 /// `prefix`; names are mapped to the capture's (`dbzcap`) and `source.name`/`source.db` by
 /// `normalise` when `database` is given (sluice's runs).
 fn load_dump(dir: &Path, prefix: &str, database: Option<&str>) -> Dump {
+    let rename = |text: &str| text.replace(&format!("\"{prefix}."), &format!("\"{GOLDEN_PREFIX}."));
+    let table = |topic: &str| {
+        topic
+            .strip_prefix(&format!("{prefix}."))
+            .map(str::to_owned)
+            .filter(|t| t != "public.zz_marker")
+    };
+    let records = |topic: &str| topic.strip_prefix(&format!("{prefix}.")).map(str::to_owned);
+    let normalise = |rec: Rec| match database {
+        Some(database) => normalise(rec, prefix, database),
+        None => rec,
+    };
+    load_dump_with(dir, &rename, &table, &records, &normalise)
+}
+
+/// [`load_dump`] with the names of a source: `rename` maps a schema's text (and canonical
+/// form) to the capture's names, `subject_table` a subject's topic to its table (`None`: not
+/// compared), `record_table` a topic file's, `normalise` a record.
+pub(crate) fn load_dump_with(
+    dir: &Path,
+    rename: &dyn Fn(&str) -> String,
+    subject_table: &dyn Fn(&str) -> Option<String>,
+    record_table: &dyn Fn(&str) -> Option<String>,
+    normalise: &dyn Fn(Rec) -> Rec,
+) -> Dump {
     let read = |name: &str| {
         let path = dir.join(name);
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
     };
-    let rename = |text: &str| text.replace(&format!("\"{prefix}."), &format!("\"{GOLDEN_PREFIX}."));
     // Subject → [(version, id)], and id → the subject's version for the records.
     let subjects = Parser::parse(&read("subjects.json"));
     let schemas = Parser::parse(&read("schemas.json"));
@@ -138,12 +162,9 @@ fn load_dump(dir: &Path, prefix: &str, database: Option<&str>) -> Dump {
             continue;
         };
         let (topic, side) = topic;
-        let Some(table) = topic.strip_prefix(&format!("{prefix}.")) else {
+        let Some(table) = subject_table(topic) else {
             continue;
         };
-        if table == "public.zz_marker" {
-            continue;
-        }
         let J::Arr(versions) = versions else {
             panic!("subjects.json: {subject}")
         };
@@ -162,7 +183,7 @@ fn load_dump(dir: &Path, prefix: &str, database: Option<&str>) -> Dump {
                 _ => panic!("schemas.json: {id}: canonical"),
             };
             out.schemas
-                .entry((table.to_owned(), side.to_owned()))
+                .entry((table.clone(), side.to_owned()))
                 .or_default()
                 .push((text, canonical));
             version_of.insert((format!("{topic}-{side}"), id), format!("v{version}"));
@@ -174,7 +195,7 @@ fn load_dump(dir: &Path, prefix: &str, database: Option<&str>) -> Dump {
         let Some(topic) = file.strip_suffix(".jsonl") else {
             continue;
         };
-        let Some(table) = topic.strip_prefix(&format!("{prefix}.")) else {
+        let Some(table) = record_table(topic) else {
             continue;
         };
         let mut recs = Vec::new();
@@ -191,14 +212,29 @@ fn load_dump(dir: &Path, prefix: &str, database: Option<&str>) -> Dump {
                     members.push(("@version".into(), J::Str(version)));
                 }
             }
-            if let Some(database) = database {
-                rec = normalise(rec, prefix, database);
-            }
+            rec = normalise(rec);
             recs.push(rec);
         }
-        out.records.insert(table.to_owned(), recs);
+        out.records.insert(table, recs);
     }
     out
+}
+
+/// Every topic named `prefix` or `<prefix>.*`.
+pub(crate) fn topics_with_prefix(prefix: &str) -> Vec<String> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .expect("consumer");
+    let metadata = consumer
+        .fetch_metadata(None, Duration::from_secs(10))
+        .expect("metadata");
+    metadata
+        .topics()
+        .iter()
+        .map(|t| t.name().to_owned())
+        .filter(|t| t == prefix || t.starts_with(&format!("{prefix}.")))
+        .collect()
 }
 
 /// The topics of sluice's run (`<prefix>.public.*`, `<prefix>.transaction`).
@@ -292,7 +328,7 @@ async fn run_avro(options: &str) -> Dump {
 
 /// An Avro schema as data to compare: a record's `fields` become an object of the fields by
 /// name (the order is the canonical form's business).
-fn by_name(schema: &J) -> J {
+pub(crate) fn by_name(schema: &J) -> J {
     match schema {
         J::Obj(members) => J::Obj(
             members
@@ -329,8 +365,20 @@ fn compare(combination: &str, ours: &Dump, diff: &mut Diff) -> usize {
         GOLDEN_PREFIX,
         None,
     );
+    compare_dumps(combination, &golden, ours, "public.zz_marker", diff)
+}
+
+/// Compares sluice's dump with a golden one (`marker`: the end markers' table, left out);
+/// returns the schemas compared.
+pub(crate) fn compare_dumps(
+    combination: &str,
+    golden: &Dump,
+    ours: &Dump,
+    marker: &str,
+    diff: &mut Diff,
+) -> usize {
     let mut expected = golden.records.clone();
-    expected.remove("public.zz_marker");
+    expected.remove(marker);
     for table in &ours.not_avro {
         let count = expected.remove(table).map_or(0, |r| r.len());
         diff.add(
@@ -342,7 +390,7 @@ fn compare(combination: &str, ours: &Dump, diff: &mut Diff) -> usize {
     }
     mask_transactions(&mut expected);
     let mut actual = ours.records.clone();
-    actual.remove("public.zz_marker");
+    actual.remove(marker);
     mask_transactions(&mut actual);
     for (table, recs) in &expected {
         let theirs = actual.get(table).map(Vec::as_slice).unwrap_or_default();
