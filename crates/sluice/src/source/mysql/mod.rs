@@ -24,3 +24,4 @@ pub mod rows;
 pub mod server;
 pub mod snapshot;
 pub mod stream;
+pub mod takeover;
