@@ -232,10 +232,12 @@ impl PgOffset {
         Ok(offset)
     }
 
-    /// What Debezium confirms to the slot when it commits this offset: `lsn_commit`, else
-    /// `lsn_proc` (PostgresStreamingChangeEventSource.commitOffset).
+    /// Where Debezium's committed work ends: what it confirms to the slot when it commits this
+    /// offset, `lsn_commit`, else `lsn_proc` (PostgresStreamingChangeEventSource.commitOffset);
+    /// an offset of the snapshot alone has only `lsn`, the snapshot's position, where a
+    /// restarted Debezium starts streaming.
     pub fn confirmed(&self) -> Option<Lsn> {
-        self.lsn_commit.or(self.lsn_proc)
+        self.lsn_commit.or(self.lsn_proc).or(self.lsn)
     }
 }
 

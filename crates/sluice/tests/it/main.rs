@@ -37,5 +37,6 @@ mod stack;
 mod support;
 mod tls_admin;
 mod tls_kafka;
+mod takeover;
 mod tls_pg;
 mod toast;
