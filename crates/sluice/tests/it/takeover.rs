@@ -1,7 +1,7 @@
 //! `sluice import debezium` against the dev stack: the imported file passes `sluice check`, and
-//! a takeover of a running Debezium PostgreSQL connector (real Kafka Connect, distributed mode,
-//! `scripts/takeover-demo`) continues on its slot and topics with nothing missing, per-key
-//! order kept and no snapshot.
+//! a takeover of a running Debezium PostgreSQL or MySQL connector (real Kafka Connect,
+//! distributed mode, `scripts/takeover-demo`) continues on its slot (binlog position) and
+//! topics with nothing missing, per-key order kept and no snapshot.
 
 use std::process::Command;
 use std::str::FromStr as _;
@@ -75,7 +75,10 @@ async fn the_imported_file_passes_check_against_the_stack() {
     if !password.is_empty() {
         assert!(!text.contains(&password), "no password in the file: {text}");
     }
-    assert!(text.contains(&format!("tables = [\"{schema}.orders\"]")), "{text}");
+    assert!(
+        text.contains(&format!("tables = [\"{schema}.orders\"]")),
+        "{text}"
+    );
     let check = Command::new(sluice_bin())
         .arg("check")
         .arg(&output)
@@ -85,7 +88,9 @@ async fn the_imported_file_passes_check_against_the_stack() {
         .unwrap();
     let said = String::from_utf8_lossy(&check.stdout);
     client
-        .batch_execute(&format!("DROP PUBLICATION {schema}; DROP SCHEMA {schema} CASCADE"))
+        .batch_execute(&format!(
+            "DROP PUBLICATION {schema}; DROP SCHEMA {schema} CASCADE"
+        ))
         .await
         .unwrap();
     assert!(
@@ -113,7 +118,10 @@ fn a_debezium_postgres_connector_is_taken_over_without_a_snapshot() {
         .expect("scripts/takeover-demo runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().last().unwrap_or_else(|| panic!("no result:\n{stderr}"));
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no result:\n{stderr}"));
     let result: serde_json::Value =
         serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}"));
     eprintln!("takeover: {result}");
@@ -122,9 +130,47 @@ fn a_debezium_postgres_connector_is_taken_over_without_a_snapshot() {
     assert_eq!(result["partitions_ok"], true, "{result}");
     assert_eq!(result["snapshot_records_by_sluice"], 0, "{result}");
     assert_eq!(result["slot_moved"], true, "{result}");
-    assert_eq!(result["changes"], 3050, "50 seeded rows and 3,000 operations: {result}");
+    assert_eq!(
+        result["changes"], 3050,
+        "50 seeded rows and 3,000 operations: {result}"
+    );
     assert!(result["debezium_records"].as_u64() > Some(0), "{result}");
     assert!(result["sluice_records"].as_u64() > Some(0), "{result}");
     assert!(result["duplicates"].is_u64(), "{result}");
+    assert!(out.status.success(), "{result}\n{stderr}");
+}
+
+/// Must show 2 (MySQL, suite size): the same with the Debezium MySQL connector against the dev
+/// stack's MySQL 8.0: the import checks the binlog settings and that the offset's file,
+/// position and GTID set are still on the server, and seeds sluice's position with it; sluice
+/// streams from there (no snapshot) and its saved position moves on.
+#[test]
+fn a_debezium_mysql_connector_is_taken_over_without_a_snapshot() {
+    let _ = stack();
+    let out = Command::new(root().join("scripts/takeover-demo"))
+        .args(["mysql", "--rows", "1000"])
+        .env("SLUICE", sluice_bin())
+        .output()
+        .expect("scripts/takeover-demo runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .last()
+        .unwrap_or_else(|| panic!("no result:\n{stderr}"));
+    let result: serde_json::Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}"));
+    eprintln!("takeover: {result}");
+    assert_eq!(result["missing"], 0, "{result}\n{stderr}");
+    assert_eq!(result["order_ok"], true, "{result}");
+    assert_eq!(result["partitions_ok"], true, "{result}");
+    assert_eq!(result["snapshot_records_by_sluice"], 0, "{result}");
+    assert_eq!(result["slot_moved"], true, "{result}");
+    assert_eq!(
+        result["changes"], 1005,
+        "5 seeded rows and 1,000 operations: {result}"
+    );
+    assert!(result["debezium_records"].as_u64() > Some(0), "{result}");
+    assert!(result["sluice_records"].as_u64() > Some(0), "{result}");
     assert!(out.status.success(), "{result}\n{stderr}");
 }
