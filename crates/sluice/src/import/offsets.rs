@@ -191,7 +191,8 @@ pub struct PgOffset {
     pub lsn_proc: Option<Lsn>,
     /// `txId`.
     pub tx_id: Option<i64>,
-    /// The snapshot was still running (`snapshot` set without `last_snapshot_record`).
+    /// The snapshot was still running (`snapshot` set, neither `last_snapshot_record` nor
+    /// `snapshot_completed`).
     pub snapshot_running: bool,
 }
 
@@ -222,7 +223,8 @@ impl PgOffset {
             lsn_proc: lsn("lsn_proc")?,
             tx_id: object.get("txId").and_then(serde_json::Value::as_i64),
             snapshot_running: is_true(object.get("snapshot"))
-                && !is_true(object.get("last_snapshot_record")),
+                && !is_true(object.get("last_snapshot_record"))
+                && !is_true(object.get("snapshot_completed")),
         };
         if offset.lsn.is_none() && offset.lsn_commit.is_none() && offset.lsn_proc.is_none() {
             bail!(
@@ -322,6 +324,46 @@ mod tests {
         assert_eq!(records.len(), 2);
         assert_eq!(newest(&records, Some("inv"), "shop").unwrap().value, None);
         assert!(newest(&records, Some("inv"), "elsewhere").is_none());
+    }
+
+    /// Real offsets topics, dumped from `scripts/takeover-demo` runs with
+    /// `kcat -C -t <offsets topic> -e -f '%k\t%s\n'` (the console consumer's print.key form).
+    #[test]
+    fn real_offsets_topics() {
+        let pg = parse_dump(include_str!("../../tests/debezium/offsets/postgres.tsv")).unwrap();
+        // The first record is mid-snapshot.
+        let first = PgOffset::parse(pg[0].value.as_ref().unwrap()).unwrap();
+        assert!(first.snapshot_running);
+        let found = newest(&pg, Some("tko-4084b2a9"), "tko4084b2a9").unwrap();
+        let offset = PgOffset::parse(found.value.as_ref().unwrap()).unwrap();
+        assert!(!offset.snapshot_running);
+        assert_eq!(offset.lsn_commit, Some("2/678008C8".parse().unwrap()));
+        assert_eq!(offset.lsn, Some("2/678009E0".parse().unwrap()));
+        assert_eq!(offset.tx_id, Some(222_504));
+        assert_eq!(offset.confirmed(), offset.lsn_commit);
+        assert!(newest(&pg, Some("another"), "tko4084b2a9").is_none());
+        // The snapshot's own offset (lsn only) is where streaming starts.
+        let snapshot = PgOffset::parse(pg[1].value.as_ref().unwrap()).unwrap();
+        assert!(!snapshot.snapshot_running);
+        assert_eq!(snapshot.confirmed(), snapshot.lsn);
+
+        let my = parse_dump(include_str!("../../tests/debezium/offsets/mysql.tsv")).unwrap();
+        let found = newest(&my, Some("tko-5c3d592d"), "tko5c3d592d").unwrap();
+        let offset = MysqlOffset::parse(found.value.as_ref().unwrap()).unwrap();
+        assert_eq!(
+            (offset.file.as_str(), offset.pos),
+            ("binlog.000009", 2_380_688)
+        );
+        assert_eq!(
+            offset.gtids.as_deref(),
+            Some("de5a4005-eb44-11f1-987e-02fc00000001:1-117460")
+        );
+        assert!(!offset.snapshot_running);
+        assert!(
+            MysqlOffset::parse(my[0].value.as_ref().unwrap())
+                .unwrap()
+                .snapshot_running
+        );
     }
 
     #[test]
