@@ -182,6 +182,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::compaction::run(command)?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Import(command) => crate::import::run(command),
     }
 }
 

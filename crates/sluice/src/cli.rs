@@ -68,6 +68,9 @@ pub enum Command {
     /// Compacted topics: what they hold and what the log cleaner will do with them.
     #[command(subcommand)]
     Compaction(crate::compaction::CompactionCommand),
+    /// Another tool's configuration as a sluice pipeline file (docs/migrating-from-debezium.md).
+    #[command(subcommand)]
+    Import(crate::import::ImportCommand),
 }
 
 /// Log output formats.

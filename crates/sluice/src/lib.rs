@@ -17,7 +17,8 @@
 //! [`source`] (sources), [`event`] (the change-event format),
 //! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`runtime`] (pipeline status and metrics), [`admin`] (the HTTP
 //! admin server, which serves what the runtime holds),
-//! [`doctor`] (`sluice doctor` and `sluice slots`), [`compaction`] (`sluice compaction scan|plan`).
+//! [`doctor`] (`sluice doctor` and `sluice slots`), [`compaction`] (`sluice compaction scan|plan`),
+//! [`import`] (`sluice import debezium`: a Debezium connector's configuration and offsets).
 
 pub mod admin;
 pub mod app;
@@ -33,6 +34,7 @@ pub mod event;
 pub mod failpoint;
 #[cfg(test)]
 mod hostile;
+pub mod import;
 pub mod kafka;
 pub mod kafka_state;
 pub mod perf;

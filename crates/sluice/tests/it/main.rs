@@ -35,6 +35,7 @@ mod sink_s3;
 mod snapshot;
 mod stack;
 mod support;
+mod takeover;
 mod tls_admin;
 mod tls_kafka;
 mod tls_pg;

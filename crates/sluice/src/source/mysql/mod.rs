@@ -26,3 +26,4 @@ pub mod schema;
 pub mod server;
 pub mod snapshot;
 pub mod stream;
+pub mod takeover;

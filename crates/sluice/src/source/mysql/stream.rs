@@ -641,6 +641,31 @@ pub async fn saved_position(
     Ok((position, store.location(&key)))
 }
 
+/// Saves `position` as the position the pipeline of `config` starts from (its local state
+/// store; a takeover from Debezium, [`super::takeover`]).
+///
+/// # Errors
+///
+/// `state_store = "kafka"` (not seeded here), or the state directory cannot be written.
+pub fn seed_position(
+    config: &MysqlPipelineConfig,
+    flavor: Flavor,
+    position: &BinlogPosition,
+) -> Result<(), PipelineError> {
+    if config.state_store != StateStoreKind::Local {
+        return Err(PipelineError::fatal(
+            "a takeover seeds the local state store only",
+            "import with the default state_store = \"local\", run once, then switch",
+        ));
+    }
+    let key = format!("{}.mysql", config.name);
+    let store = open_directory(config)?;
+    let document = state_document(flavor, position, None, None);
+    store
+        .store(&key, &document)
+        .map_err(|e| state_write_error(store.as_ref(), &key, e))
+}
+
 /// The directory state store of `config` (`state_dir`).
 fn open_directory(config: &MysqlPipelineConfig) -> Result<Arc<dyn StateStore>, PipelineError> {
     let dir = config.state_dir();
