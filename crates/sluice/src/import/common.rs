@@ -20,11 +20,10 @@ const EVENT_OPTIONS: &[(&str, &[&str])] = &[
     ("skipped.operations", &[]),
 ];
 
-/// The event options the MySQL source writes at Debezium's default only, with that default.
+/// The event options the MySQL source writes at Debezium's default only, with that default
+/// (it applies `decimal.handling.mode`, `binary.handling.mode` and the converters' formats).
 const MYSQL_FIXED: &[(&str, &str)] = &[
-    ("decimal.handling.mode", "precise"),
     ("time.precision.mode", "adaptive_time_microseconds"),
-    ("binary.handling.mode", "bytes"),
     ("skipped.operations", "t"),
     ("provide.transaction.metadata", "false"),
     ("column.propagate.source.type", ""),
@@ -546,22 +545,6 @@ pub fn finish(import: &mut Import<'_>) {
     transform_sections(import);
     let key = converter(import, "key");
     let value = converter(import, "value");
-    if import.source == "source.mysql" {
-        // The MySQL source writes JSON without schemas only.
-        for (which, format) in [("key", key), ("value", value)] {
-            if format.is_some_and(|f| f != "json") {
-                import.dropped(
-                    &format!("{which}.converter"),
-                    format!(
-                        "{}: the MySQL source writes JSON without schemas only",
-                        format.unwrap_or_default()
-                    ),
-                    true,
-                );
-            }
-        }
-        return finish_prefix(import);
-    }
     match (key, value) {
         (Some(k), Some(v)) if k == v => import.doc.set("kafka.events", "format", k, None),
         (k, v) => {

@@ -201,8 +201,6 @@ pub struct Imported {
     pub kind: ConnectorKind,
     /// The pipeline file.
     pub text: String,
-    /// The pipeline file without `[transforms]`/`[predicates]` (what this build loads).
-    pub loadable_text: String,
     /// Per setting.
     pub findings: Vec<Finding>,
     /// Environment variables the file refers to.
@@ -283,13 +281,11 @@ pub fn import(connector: &ConnectorConfig) -> anyhow::Result<Imported> {
     }
     common::finish(&mut import);
     let header = header(&import, &name);
-    let text = import.doc.render(&header, &[]);
-    let loadable_text = import.doc.render(&header, &["transforms", "predicates"]);
+    let text = import.doc.render(&header);
     Ok(Imported {
         name,
         kind,
         text,
-        loadable_text,
         findings: import.findings,
         env: import.env,
     })

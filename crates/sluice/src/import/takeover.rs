@@ -96,7 +96,7 @@ pub fn prepare(
         );
         return Ok(false);
     };
-    let config = PipelineFile::from_toml(&imported.loadable_text, "the imported pipeline", &|n| {
+    let config = PipelineFile::from_toml(&imported.text, "the imported pipeline", &|n| {
         std::env::var(n).ok()
     })
     .map_err(|e| anyhow::anyhow!("{e}"))
