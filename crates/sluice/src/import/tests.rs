@@ -44,12 +44,8 @@ fn the_examples_are_what_the_command_makes() {
 #[test]
 fn imported_files_load_with_sluice_s_own_loader() {
     let pg = imported(PG_CONNECTOR);
-    let Ok(PipelineFile::Postgres(config)) = PipelineFile::from_toml(&pg.text, "pg", &env)
-    else {
-        panic!(
-            "{:?}",
-            PipelineFile::from_toml(&pg.text, "pg", &env).err()
-        );
+    let Ok(PipelineFile::Postgres(config)) = PipelineFile::from_toml(&pg.text, "pg", &env) else {
+        panic!("{:?}", PipelineFile::from_toml(&pg.text, "pg", &env).err());
     };
     assert_eq!(config.name, "inventory_connector");
     assert_eq!(config.source.slot.as_deref(), Some("debezium_inventory"));
@@ -66,12 +62,8 @@ fn imported_files_load_with_sluice_s_own_loader() {
     assert!(!pg.text.contains("password\""), "no password in the file");
 
     let my = imported(MY_CONNECTOR);
-    let Ok(PipelineFile::Mysql(config)) = PipelineFile::from_toml(&my.text, "my", &env)
-    else {
-        panic!(
-            "{:?}",
-            PipelineFile::from_toml(&my.text, "my", &env).err()
-        );
+    let Ok(PipelineFile::Mysql(config)) = PipelineFile::from_toml(&my.text, "my", &env) else {
+        panic!("{:?}", PipelineFile::from_toml(&my.text, "my", &env).err());
     };
     assert_eq!(config.source.server_id, 184_054);
     assert!(config.source.captures("shop", "orders"));

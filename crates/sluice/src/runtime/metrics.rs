@@ -360,9 +360,11 @@ mod tests {
                     && (["pipeline", "source", "delivery", "kafka", "sink"]
                         .iter()
                         .any(|s| name.starts_with(&format!("sluice_{s}_")))
-                        || ["_total", "_seconds", "_bytes", "_lsn", "_records", "_workers"]
-                            .iter()
-                            .any(|unit| name.ends_with(unit)));
+                        || [
+                            "_total", "_seconds", "_bytes", "_lsn", "_records", "_workers",
+                        ]
+                        .iter()
+                        .any(|unit| name.ends_with(unit)));
                 assert!(
                     !metric || DOC.contains(&format!("`{name}`")),
                     "{} names {name}, which docs/metrics.md does not list",
