@@ -698,20 +698,7 @@ const fn default_max_backoff_ms() -> u64 {
     DEFAULT_RESTART_MAX_BACKOFF_MS
 }
 
-/// One broken rule of the pipeline file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigIssue {
-    /// The key's path, e.g. `source.postgres.tables[1]`.
-    pub key: String,
-    /// What is wrong and the expected form.
-    pub problem: String,
-}
-
-impl fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.key, self.problem)
-    }
-}
+pub use crate::error::ConfigIssue;
 
 /// The pipeline file could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -124,3 +124,18 @@ pub fn classify_pg(what: impl Into<String>, error: tokio_postgres::Error) -> Pip
         _ => PipelineError::retryable(what, error),
     }
 }
+
+/// One broken rule of the pipeline file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// The key's path, e.g. `source.postgres.tables[1]`.
+    pub key: String,
+    /// What is wrong and the expected form.
+    pub problem: String,
+}
+
+impl std::fmt::Display for ConfigIssue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.key, self.problem)
+    }
+}

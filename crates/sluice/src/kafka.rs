@@ -23,7 +23,7 @@ use rdkafka::ClientContext;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Headers, Message, OwnedHeaders};
+use rdkafka::message::{Headers, Message};
 use rdkafka::producer::{DeliveryResult, ProducerContext, ThreadedProducer};
 use rdkafka::statistics::Statistics;
 use sluice_engine::{InFlightPermit, Seq};
@@ -699,42 +699,7 @@ impl Delivery {
     }
 }
 
-/// A record as the producer sends it (also how a failed record comes back).
-#[derive(Debug, Clone)]
-pub struct OutRecord {
-    /// Destination topic.
-    pub topic: Arc<str>,
-    /// Key bytes (JSON), if any.
-    pub key: Option<Vec<u8>>,
-    /// Value bytes (JSON); `None` is a tombstone.
-    pub value: Option<Vec<u8>>,
-    /// Headers, name and value (names are static but for the outbox's column headers).
-    pub headers: Vec<(std::borrow::Cow<'static, str>, String)>,
-}
-
-impl OutRecord {
-    /// Serialized size as counted in metrics.
-    pub fn len(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len)
-    }
-
-    /// Whether the record carries no key and no value bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The librdkafka headers.
-    pub fn owned_headers(&self) -> OwnedHeaders {
-        self.headers
-            .iter()
-            .fold(OwnedHeaders::new(), |headers, (name, value)| {
-                headers.insert(rdkafka::message::Header {
-                    key: name,
-                    value: Some(value.as_bytes()),
-                })
-            })
-    }
-}
+pub use crate::record::OutRecord;
 
 /// The outcome of one produced record.
 #[derive(Debug)]

@@ -40,6 +40,7 @@ pub mod kafka_state;
 pub mod perf;
 pub mod pg_connect;
 pub mod pipeline_file;
+pub mod record;
 pub mod registry;
 pub mod runtime;
 pub mod sink;

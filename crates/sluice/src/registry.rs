@@ -728,32 +728,6 @@ pub async fn register_schemas(
     Ok(Some(crate::event::schema::RegisteredIds { key, value }))
 }
 
-/// The pipeline's registry client when `events` has Avro keys or values and `[schema_registry]`
-/// is set; its failures and recoveries are shown on `board` (`/health`'s
-/// `schema_registry_error`).
-///
-/// # Errors
-///
-/// The registry's TLS files cannot be read.
-pub fn for_pipeline(
-    config: Option<&RegistryConfig>,
-    events: &crate::event::EventOptions,
-    board: &std::sync::Arc<crate::runtime::status::StatusBoard>,
-) -> Result<Option<std::sync::Arc<Registry>>, crate::error::PipelineError> {
-    let Some(config) = config.filter(|_| events.uses_avro()) else {
-        return Ok(None);
-    };
-    let board = std::sync::Arc::clone(board);
-    let registry = Registry::new(config.clone())
-        .map_err(|e| {
-            crate::error::PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files")
-        })?
-        .with_observer(Box::new(move |error| {
-            board.update(|s| s.schema_registry_error = error);
-        }));
-    Ok(Some(std::sync::Arc::new(registry)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ pub mod common;
 pub mod connector;
 pub mod document;
 pub mod mysql;
+pub mod mysql_takeover;
 pub mod offsets;
 pub mod postgres;
 pub mod regex_glob;

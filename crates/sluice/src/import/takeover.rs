@@ -127,7 +127,7 @@ pub fn prepare(
                 offset.gtids.as_deref().unwrap_or("-"),
                 offset.skip_events
             );
-            runtime.block_on(crate::source::mysql::takeover::prepare(&config, &offset))
+            runtime.block_on(super::mysql_takeover::prepare(&config, &offset))
         }
         _ => bail!("the imported file is not of the connector's kind"),
     }

@@ -356,7 +356,7 @@ mod tests {
             for quoted in text.split('`').skip(1).step_by(2) {
                 let name = quoted.split(['{', '[', ' ']).next().unwrap_or_default();
                 let metric = name.starts_with("sluice_")
-                    && name != crate::sink::postgres::config::PROGRESS_TABLE
+                    && name != "sluice_sink_progress" // the PostgreSQL sink's progress table
                     && (["pipeline", "source", "delivery", "kafka", "sink"]
                         .iter()
                         .any(|s| name.starts_with(&format!("sluice_{s}_")))

@@ -27,7 +27,7 @@ use super::predicate::{Predicate, whole_match_regex};
 use super::router::RegexRouter;
 use super::unwrap::{DEFAULT_PREFIX, DeleteMode, FieldRef, Unwrap};
 use super::{Chain, Step, Transform};
-use crate::config::ConfigIssue;
+use crate::error::ConfigIssue;
 use crate::event::{EventFormat, EventOptions};
 
 /// `[transforms]`: `chain` and a table per transform.

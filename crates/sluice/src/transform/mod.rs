@@ -25,7 +25,7 @@ use std::sync::Arc;
 pub use self::config::{PredicatesConfig, TransformsConfig};
 use self::json::Data;
 pub use self::predicate::Predicate;
-use crate::kafka::OutRecord;
+use crate::record::OutRecord;
 
 /// A record as the transforms see it.
 #[derive(Debug, Clone)]
@@ -200,30 +200,6 @@ impl Chain {
         }
         out
     }
-}
-
-/// The chain of a pipeline's `[transforms]` as the run uses it.
-///
-/// # Errors
-///
-/// Fatal, listing the problems (the file is checked on loading, so only a configuration built
-/// in code gets here).
-pub fn chain_of<S: crate::config::SourceSection>(
-    config: &crate::config::PipelineConfig<S>,
-) -> Result<Option<Arc<Chain>>, crate::error::PipelineError> {
-    config.transform_chain().map_err(|issues| {
-        crate::error::PipelineError::fatal(
-            format!(
-                "invalid [transforms]: {}",
-                issues
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            ),
-            "fix [transforms] and [predicates] (docs/transforms.md)",
-        )
-    })
 }
 
 /// `records` through `chain` (when there is one): the records it keeps, in order.

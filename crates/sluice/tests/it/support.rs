@@ -411,7 +411,16 @@ pub fn read_topic_with(
     let mut records = Vec::new();
     while Instant::now() < deadline {
         if let Some(message) = consumer.poll(Duration::from_millis(200)) {
-            let message = message.expect("consume");
+            let message = match message {
+                Ok(message) => message,
+                // A broker restart by another test (faults::, silence::) reaches this consumer
+                // as an error event; librdkafka reconnects on its own, so it is waited out.
+                Err(rdkafka::error::KafkaError::MessageConsumption(
+                    rdkafka::types::RDKafkaErrorCode::AllBrokersDown
+                    | rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure,
+                )) => continue,
+                Err(error) => panic!("consume: {error}"),
+            };
             // Bytes that are not JSON (load-generator payloads) are kept as a JSON string.
             let parse = |bytes: Option<&[u8]>| {
                 bytes.map(|b| {

@@ -26,4 +26,3 @@ pub mod schema;
 pub mod server;
 pub mod snapshot;
 pub mod stream;
-pub mod takeover;

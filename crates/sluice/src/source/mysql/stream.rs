@@ -281,7 +281,7 @@ pub async fn run_once(
         batch_size_cap,
         None,
     )?;
-    let registry = crate::registry::for_pipeline(
+    let registry = crate::source::registry_for_pipeline(
         config.schema_registry.as_ref(),
         &config.kafka.events,
         board,
@@ -355,7 +355,7 @@ pub async fn run_once(
                 board,
                 delivery: &config.delivery,
                 position_of: record_position,
-                transforms: crate::transform::chain_of(config)?,
+                transforms: crate::source::transform_chain(config)?,
                 flavor,
                 events: &config.kafka.events,
                 registry: registry.clone(),
@@ -436,7 +436,7 @@ pub async fn run_once(
         delivery_tx.clone(),
         record_position,
     );
-    core.set_transforms(crate::transform::chain_of(config)?);
+    core.set_transforms(crate::source::transform_chain(config)?);
     if let Some(batch_size) = batch_size {
         core.set_batch_limit(crate::delivery::BatchLimit::from_cluster(
             config.kafka.clone(),
@@ -569,7 +569,7 @@ async fn publish_snapshot_schema(
         })
         .collect();
     let metrics = Arc::new(TableMetrics::new(&config.kafka.topic_prefix));
-    let transforms = crate::transform::chain_of(config)?;
+    let transforms = crate::source::transform_chain(config)?;
     let count = crate::source::chunked::publish(
         producer,
         budget,

@@ -289,7 +289,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     )
     .await?;
     let database = catalog.database().await?;
-    let registry = crate::registry::for_pipeline(
+    let registry = crate::source::registry_for_pipeline(
         config.schema_registry.as_ref(),
         &config.kafka.events,
         &ctx.board,
@@ -461,7 +461,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             record_position,
         ),
     };
-    core.set_transforms(crate::transform::chain_of(config)?);
+    core.set_transforms(crate::source::transform_chain(config)?);
     if let Some(batch_size) = batch_size {
         core.set_batch_limit(delivery::BatchLimit::from_cluster(
             config.kafka.clone(),

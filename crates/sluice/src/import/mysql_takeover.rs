@@ -7,10 +7,10 @@
 
 use anyhow::Context as _;
 
-use super::config::MysqlPipelineConfig;
-use super::server::{self, BinlogPosition, Flavor};
-use crate::import::offsets::MysqlOffset;
-use crate::import::takeover::{Check, report};
+use super::offsets::MysqlOffset;
+use super::takeover::{Check, report};
+use crate::source::mysql::config::MysqlPipelineConfig;
+use crate::source::mysql::server::{self, BinlogPosition, Flavor};
 
 /// Checks the takeover's preconditions and saves the position; false when a check failed
 /// (nothing saved).
@@ -48,9 +48,11 @@ pub async fn prepare(config: &MysqlPipelineConfig, offset: &MysqlOffset) -> anyh
     } else {
         Check::ok("Debezium's initial snapshot had finished")
     });
-    let logs = super::lag::binary_logs(&mut conn).await.context(
-        "SHOW BINARY LOGS failed (the user needs REPLICATION CLIENT; MariaDB: BINLOG MONITOR)",
-    )?;
+    let logs = crate::source::mysql::lag::binary_logs(&mut conn)
+        .await
+        .context(
+            "SHOW BINARY LOGS failed (the user needs REPLICATION CLIENT; MariaDB: BINLOG MONITOR)",
+        )?;
     checks.push(match logs.iter().find(|(name, _)| *name == offset.file) {
         Some((_, size)) if *size >= offset.pos => {
             Check::ok(format!("the server still has {}:{}", offset.file, offset.pos))
@@ -84,7 +86,7 @@ pub async fn prepare(config: &MysqlPipelineConfig, offset: &MysqlOffset) -> anyh
             )
         });
     }
-    let (saved, location) = super::stream::saved_position(config)
+    let (saved, location) = crate::source::mysql::stream::saved_position(config)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.chain()))?;
     checks.push(match saved {
@@ -102,7 +104,7 @@ pub async fn prepare(config: &MysqlPipelineConfig, offset: &MysqlOffset) -> anyh
         pos: offset.pos,
         gtid_set: offset.gtids.clone(),
     };
-    super::stream::seed_position(config, flavor, &position)
+    crate::source::mysql::stream::seed_position(config, flavor, &position)
         .map_err(|e| anyhow::anyhow!("{}", e.chain()))?;
     eprintln!(
         "takeover: saved {position} as pipeline {:?}'s position ({location}): `sluice run` streams from there without a snapshot; the transaction at the offset is delivered again (at-least-once)",
