@@ -15,7 +15,7 @@
 //! nothing past its committed offset is ever skipped. What Debezium produced after its last
 //! committed offset is delivered again (at-least-once, as a Debezium restart).
 //!
-//! MySQL: see [`mysql`]'s takeover (the position is seeded into sluice's state store).
+//! MySQL: see [`super::mysql_takeover`] (the position is seeded into sluice's state store).
 
 use std::path::Path;
 

@@ -426,7 +426,7 @@ pub struct WorkerHandle {
     pub reclaim: Option<Arc<dyn Reclaim>>,
     /// The thread.
     pub thread: Option<std::thread::JoinHandle<()>>,
-    /// [`RUNNING`], [`DETACHED`] or [`ENDED`].
+    /// Running, detached or ended (this module's `RUNNING`, `DETACHED`, `ENDED`).
     pub life: Arc<AtomicU8>,
     /// Where a detached thread is counted.
     pub tally: Arc<AbandonedWorkers>,

@@ -642,7 +642,7 @@ pub async fn saved_position(
 }
 
 /// Saves `position` as the position the pipeline of `config` starts from (its local state
-/// store; a takeover from Debezium, [`super::takeover`]).
+/// store; a takeover from Debezium, [`crate::import::mysql_takeover`]).
 ///
 /// # Errors
 ///
