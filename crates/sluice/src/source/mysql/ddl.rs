@@ -386,19 +386,10 @@ pub async fn read_table(
         )
         .await
         .map_err(fail())?;
-    // MariaDB's JSON is LONGTEXT with a `json_valid` check (information_schema says
-    // `longtext`); Debezium's parser reads the `JSON` of the definition.
-    let json_checks: Vec<String> = if flavor == Flavor::Mariadb {
-        conn.exec(
-            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
-             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
-            (database, table),
-        )
+    // Debezium's parser reads the `JSON` of MariaDB's definition.
+    let json = JsonChecks::read(conn, flavor, database, table)
         .await
-        .map_err(fail())?
-    } else {
-        Vec::new()
-    };
+        .map_err(fail())?;
     let columns: Vec<Column> = rows
         .into_iter()
         .map(
@@ -427,11 +418,7 @@ pub async fn read_table(
             },
         )
         .map(|mut column: Column| {
-            let check = format!(
-                "json_valid({})",
-                crate::sql::quote_mysql_ident(&column.name)
-            );
-            if column.data_type.eq_ignore_ascii_case("longtext") && json_checks.contains(&check) {
+            if json.is_json(&column.name, &column.data_type) {
                 column.data_type = "json".to_owned();
                 column.column_type = "json".to_owned();
                 column.charset = None;
@@ -852,6 +839,40 @@ pub async fn snapshot(
         }
     }
     Ok(out)
+}
+
+/// MariaDB's JSON columns: its JSON is LONGTEXT with a `json_valid(<column>)` check, and
+/// information_schema says `longtext`. Empty on MySQL, whose JSON is a type of its own.
+pub(super) struct JsonChecks(Vec<String>);
+
+impl JsonChecks {
+    /// The table's check clauses (MariaDB only).
+    pub(super) async fn read(
+        conn: &mut Conn,
+        flavor: Flavor,
+        database: &str,
+        table: &str,
+    ) -> Result<Self, mysql_async::Error> {
+        if flavor != Flavor::Mariadb {
+            return Ok(Self(Vec::new()));
+        }
+        conn.exec(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (database, table),
+        )
+        .await
+        .map(Self)
+    }
+
+    /// Whether the column `name` of information_schema type `data_type` holds JSON.
+    pub(super) fn is_json(&self, name: &str, data_type: &str) -> bool {
+        data_type.eq_ignore_ascii_case("longtext")
+            && self.0.contains(&format!(
+                "json_valid({})",
+                crate::sql::quote_mysql_ident(name)
+            ))
+    }
 }
 
 #[cfg(test)]

@@ -117,25 +117,15 @@ pub async fn column_catalog(
         )
         .await
         .map_err(fail())?;
-    // MariaDB's JSON is LONGTEXT with a `json_valid` check.
-    let json_checks: Vec<String> = if flavor == Flavor::Mariadb {
-        conn.exec(
-            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
-             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
-            (database, table),
-        )
+    let json = super::ddl::JsonChecks::read(conn, flavor, database, table)
         .await
-        .map_err(fail())?
-    } else {
-        Vec::new()
-    };
+        .map_err(fail())?;
     Ok(rows
         .into_iter()
         .map(
             |(name, data_type, column_type, nullable, default, precision)| {
                 let mut data_type = data_type.to_ascii_lowercase();
-                let check = format!("json_valid({})", crate::sql::quote_mysql_ident(&name));
-                if data_type == "longtext" && json_checks.contains(&check) {
+                if json.is_json(&name, &data_type) {
                     data_type = "json".to_owned();
                 }
                 ColumnCatalog {
