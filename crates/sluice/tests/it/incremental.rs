@@ -15,13 +15,13 @@ use crate::support::{
     pipeline_toml, read_topic, test_dir, unique, wait_until,
 };
 
-/// Rows of the big table: `SLUICE_IT_INCREMENTAL_ROWS` (default 100,000, which keeps the suite
-/// within its time budget; the size is 500,000).
+/// Rows of the big table: `SLUICE_IT_INCREMENTAL_ROWS` (default 50,000, which keeps the suite
+/// within its time budget; the size is 500,000). Chunks are a fiftieth of it.
 fn rows() -> i64 {
     std::env::var("SLUICE_IT_INCREMENTAL_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000)
+        .unwrap_or(50_000)
 }
 
 fn snapshot_rows(sluice: &Sluice) -> f64 {
@@ -186,7 +186,8 @@ async fn incremental_snapshot_under_concurrent_writes_never_overwrites_newer_cha
     let toml = pipeline_toml(&name, &name, &name, port, "").replace(
         "[source.postgres]\n",
         &format!(
-            "[source.postgres]\nsnapshot = \"never\"\nsignal_table = \"{name}.sluice_signal\"\nincremental_chunk_rows = 2048\n"
+            "[source.postgres]\nsnapshot = \"never\"\nsignal_table = \"{name}.sluice_signal\"\nincremental_chunk_rows = {}\n",
+            (rows / 50).max(1)
         ),
     );
     let mut sluice = Sluice::start(&dir, &toml, port);

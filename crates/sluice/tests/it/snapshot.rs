@@ -16,12 +16,13 @@ use crate::support::{
 
 const TABLES: [&str; 3] = ["a", "b", "c"];
 
-/// Rows per table: `SLUICE_IT_SNAPSHOT_ROWS` / 3 (default 300,000 in all).
+/// Rows per table: `SLUICE_IT_SNAPSHOT_ROWS` / 3 (default 120,000 in all; the snapshot benchmark
+/// in bench/ measures millions).
 fn rows_per_table() -> i64 {
     std::env::var("SLUICE_IT_SNAPSHOT_ROWS")
         .ok()
         .and_then(|v| v.parse::<i64>().ok())
-        .unwrap_or(300_000)
+        .unwrap_or(120_000)
         / 3
 }
 
@@ -167,7 +168,11 @@ async fn initial_snapshot_is_consistent_with_concurrent_changes() {
     let dir = test_dir(&name);
     let toml = pipeline_toml(&name, &name, &name, port, "").replace(
         "[source.postgres]\n",
-        "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 20000\n",
+        // Five chunks per table, whatever the size.
+        &format!(
+            "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = {}\n",
+            rows / 5
+        ),
     );
     let sluice = Sluice::start(&dir, &toml, port);
     let started = Instant::now();
@@ -246,7 +251,11 @@ async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
     let dir = test_dir(&name);
     let toml = pipeline_toml(&name, &name, &name, port, "").replace(
         "[source.postgres]\n",
-        "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 5000\n",
+        // Twenty chunks per table, whatever the size.
+        &format!(
+            "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = {}\n",
+            rows / 20
+        ),
     );
     // Crash after the 7th batch of finished chunks was recorded (at least 7 of ~60 chunks
     // done, at most 4 per batch: far from all).
@@ -275,14 +284,15 @@ async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
     stop.store(true, Ordering::Relaxed);
     writer.await.unwrap();
     assert_equal_to_tables(&client, &name).await;
-    // Chunks hold ~5,000 rows (concurrent inserts and deletes move that a little).
+    // Chunks hold ~rows/20 rows (concurrent inserts and deletes move that a little).
     let undone = (chunks.len() - done_before) as f64;
+    let chunk_rows = (rows / 20) as f64;
     println!(
         "snapshot killed with {done_before} of {} chunks finished; the second run read {second} rows for {undone} unfinished chunks; Kafka equals the tables",
         chunks.len()
     );
     assert!(
-        second <= undone * 5_000.0 * 1.05 + 500.0,
+        second <= undone * chunk_rows * 1.05 + 500.0,
         "finished chunks were read again: {second} rows for {undone} chunks"
     );
     assert!(second > 0.0);
@@ -497,7 +507,11 @@ async fn tables_without_a_single_column_key_are_split_by_pages() {
     let dir = test_dir(&name);
     let toml = pipeline_toml(&name, &name, &name, port, "").replace(
         "[source.postgres]\n",
-        "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = 20000\n",
+        // Five chunks per table, whatever the size.
+        &format!(
+            "[source.postgres]\nsnapshot_workers = 4\nsnapshot_chunk_rows = {}\n",
+            rows / 5
+        ),
     );
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(300));

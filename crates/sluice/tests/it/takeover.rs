@@ -101,76 +101,52 @@ async fn the_imported_file_passes_check_against_the_stack() {
     assert!(said.contains(&format!("{schema}.orders")), "{said}");
 }
 
-/// Must show 2 (PostgreSQL, suite size): real Debezium (Kafka Connect distributed, pgoutput,
-/// its own slot and publication) streams a mixed workload of 3,000 operations, is stopped
-/// part-way; `sluice import debezium --offsets kafka:<offsets topic>` and `sluice run` go on
-/// on the same slot and topic while the workload continues. Every change arrives (per key the
-/// versions 1, 2, 3, … without a gap, the last one the table's), in order, each key in one
-/// partition, no snapshot record from sluice, and the slot's confirmed position moved. The
-/// 200,000-operation run is `scripts/takeover-demo postgres`.
+/// Must show 2 at suite size, both sources at once on one Kafka Connect worker (distributed
+/// mode): a real Debezium PostgreSQL connector (pgoutput, its own slot and publication) and a
+/// real Debezium MySQL connector (the dev stack's MySQL 8.0), each with unwrap + route, stream
+/// a mixed workload of 2,000 operations and are stopped part-way; `sluice import debezium
+/// --offsets kafka:<offsets topic>` and `sluice run` go on on the same slot (binlog position)
+/// and routed topic while the workload continues. Every change arrives (per key the versions
+/// 1, 2, 3, … without a gap, the last one the table's), in order, each key in one partition, no
+/// snapshot record from sluice, and the slot's confirmed position (sluice's saved binlog
+/// position) moved. MySQL: the import checks the binlog settings and that the offset's file,
+/// position and GTID set are still on the server, and seeds sluice's position with it. The
+/// 200,000-operation runs are `scripts/takeover-demo postgres mysql`.
 #[test]
-fn a_debezium_postgres_connector_is_taken_over_without_a_snapshot() {
+fn debezium_connectors_are_taken_over_without_a_snapshot() {
     let _ = stack();
     let out = Command::new(root().join("scripts/takeover-demo"))
-        .args(["postgres", "--rows", "3000"])
+        .args(["postgres", "mysql", "--rows", "2000"])
         .env("SLUICE", sluice_bin())
         .output()
         .expect("scripts/takeover-demo runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
+    let results: Vec<serde_json::Value> = stdout
         .lines()
-        .last()
-        .unwrap_or_else(|| panic!("no result:\n{stderr}"));
-    let result: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}"));
-    eprintln!("takeover: {result}");
-    assert_eq!(result["missing"], 0, "{result}\n{stderr}");
-    assert_eq!(result["order_ok"], true, "{result}");
-    assert_eq!(result["partitions_ok"], true, "{result}");
-    assert_eq!(result["snapshot_records_by_sluice"], 0, "{result}");
-    assert_eq!(result["slot_moved"], true, "{result}");
-    assert_eq!(
-        result["changes"], 3050,
-        "50 seeded rows and 3,000 operations: {result}"
-    );
-    assert!(result["debezium_records"].as_u64() > Some(0), "{result}");
-    assert!(result["sluice_records"].as_u64() > Some(0), "{result}");
-    assert!(result["duplicates"].is_u64(), "{result}");
-    assert!(out.status.success(), "{result}\n{stderr}");
-}
-
-/// Must show 2 (MySQL, suite size): the same with the Debezium MySQL connector against the dev
-/// stack's MySQL 8.0: the import checks the binlog settings and that the offset's file,
-/// position and GTID set are still on the server, and seeds sluice's position with it; sluice
-/// streams from there (no snapshot) and its saved position moves on.
-#[test]
-fn a_debezium_mysql_connector_is_taken_over_without_a_snapshot() {
-    let _ = stack();
-    let out = Command::new(root().join("scripts/takeover-demo"))
-        .args(["mysql", "--rows", "1000"])
-        .env("SLUICE", sluice_bin())
-        .output()
-        .expect("scripts/takeover-demo runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .last()
-        .unwrap_or_else(|| panic!("no result:\n{stderr}"));
-    let result: serde_json::Value =
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}\n{stderr}"));
-    eprintln!("takeover: {result}");
-    assert_eq!(result["missing"], 0, "{result}\n{stderr}");
-    assert_eq!(result["order_ok"], true, "{result}");
-    assert_eq!(result["partitions_ok"], true, "{result}");
-    assert_eq!(result["snapshot_records_by_sluice"], 0, "{result}");
-    assert_eq!(result["slot_moved"], true, "{result}");
-    assert_eq!(
-        result["changes"], 1005,
-        "5 seeded rows and 1,000 operations: {result}"
-    );
-    assert!(result["debezium_records"].as_u64() > Some(0), "{result}");
-    assert!(result["sluice_records"].as_u64() > Some(0), "{result}");
-    assert!(out.status.success(), "{result}\n{stderr}");
+        .filter(|line| line.starts_with('{'))
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    for (source, seeded) in [("postgres", 50), ("mysql", 5)] {
+        let result = results
+            .iter()
+            .find(|r| r["source"] == source)
+            .unwrap_or_else(|| panic!("no result for {source}:\n{stdout}\n{stderr}"));
+        eprintln!("takeover: {result}");
+        assert_eq!(result["transforms"], "unwrap,route", "{result}");
+        assert_eq!(result["missing"], 0, "{result}\n{stderr}");
+        assert_eq!(result["order_ok"], true, "{result}");
+        assert_eq!(result["partitions_ok"], true, "{result}");
+        assert_eq!(result["snapshot_records_by_sluice"], 0, "{result}");
+        assert_eq!(result["slot_moved"], true, "{result}");
+        assert_eq!(
+            result["changes"],
+            2000 + seeded,
+            "{seeded} seeded rows and 2,000 operations: {result}"
+        );
+        assert!(result["debezium_records"].as_u64() > Some(0), "{result}");
+        assert!(result["sluice_records"].as_u64() > Some(0), "{result}");
+        assert!(result["duplicates"].is_u64(), "{result}");
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
 }
