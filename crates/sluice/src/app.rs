@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
@@ -183,7 +184,51 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Import(command) => crate::import::run(command),
+        Command::Health { admin } => runtime()?.block_on(probe_health(&admin)),
     }
+}
+
+/// `sluice health`: one GET of `/health` with a short deadline. The image's healthcheck runs
+/// it inside the container, where there is no curl. An https:// admin server is asked without
+/// verifying its certificate: the probe sends nothing secret and only reads the status.
+async fn probe_health(admin: &str) -> anyhow::Result<ExitCode> {
+    let base = if admin.starts_with("http://") || admin.starts_with("https://") {
+        admin.trim_end_matches('/').to_owned()
+    } else {
+        format!("http://{}", admin.replacen("0.0.0.0:", "127.0.0.1:", 1))
+    };
+    let url = if base.ends_with("/health") {
+        base
+    } else {
+        format!("{base}/health")
+    };
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .danger_accept_invalid_certs(true)
+        .build()?;
+    let response = match client.get(&url).send().await {
+        Ok(response) => response,
+        Err(e) => {
+            println!("{url}: no answer: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let status = response.status();
+    let body: serde_json::Value = response
+        .bytes()
+        .await
+        .ok()
+        .and_then(|body| serde_json::from_slice(&body).ok())
+        .unwrap_or_default();
+    println!(
+        "{url}: {status}, state {}",
+        body["state"].as_str().unwrap_or("unknown")
+    );
+    Ok(if status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Installs the metrics recorder, makes the pipeline's status board, builds the pipeline over

@@ -71,6 +71,13 @@ pub enum Command {
     /// Another tool's configuration as a sluice pipeline file (docs/migrating-from-debezium.md).
     #[command(subcommand)]
     Import(crate::import::ImportCommand),
+    /// Ask a running sluice's admin server for `/health` (a container's healthcheck): prints its
+    /// state; exit code 0 when it answers 200, 1 otherwise.
+    Health {
+        /// The admin server: host:port (0.0.0.0 is asked on 127.0.0.1) or an http(s):// URL.
+        #[arg(long, env = "SLUICE_ADMIN", default_value = "127.0.0.1:8089")]
+        admin: String,
+    },
 }
 
 /// Log output formats.

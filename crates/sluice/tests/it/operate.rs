@@ -107,6 +107,29 @@ async fn admin_api_pauses_resumes_and_restarts_behind_its_token() {
     assert!(body["error"].as_str().unwrap().contains(&name), "{body}");
     // /health stays open.
     assert!(sluice.get("/health").unwrap().contains("streaming"));
+    // `sluice health`, the container image's healthcheck: 0 and the state from a running
+    // pipeline (0.0.0.0, as the image's SLUICE_ADMIN says, is asked on 127.0.0.1), 1 where
+    // nothing answers.
+    let probe = |admin: String| {
+        std::process::Command::new(crate::support::sluice_bin())
+            .args(["health", "--admin", &admin])
+            .env_remove("SLUICE_ADMIN")
+            .output()
+            .unwrap()
+    };
+    let healthy = probe(format!("0.0.0.0:{port}"));
+    let said = String::from_utf8_lossy(&healthy.stdout);
+    assert!(
+        healthy.status.success() && said.contains("200 OK, state streaming"),
+        "{said}"
+    );
+    let nobody = probe(format!("127.0.0.1:{}", free_port()));
+    assert_eq!(
+        nobody.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&nobody.stdout)
+    );
 
     insert(&client, &name, 0, 100).await;
     let topic2 = topic.clone();
