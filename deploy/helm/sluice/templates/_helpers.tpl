@@ -29,7 +29,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not (trim .Values.pipeline) -}}
 {{- fail "pipeline: give the pipeline file, e.g. --set-file pipeline=examples/postgres-to-kafka.toml" -}}
 {{- end -}}
-{{- if not (contains "SLUICE_ADMIN" .Values.pipeline) -}}
+{{- if not (regexMatch "(?m)^\\s*listen\\s*=\\s*\"\\$\\{SLUICE_ADMIN[:}]" .Values.pipeline) -}}
 {{- fail "pipeline: its [admin] listen must read SLUICE_ADMIN (listen = \"${SLUICE_ADMIN:-127.0.0.1:8089}\", as in the examples): the chart sets it so that probes and Prometheus reach the admin server" -}}
 {{- end -}}
 {{- if and (gt (int .Values.replicas) 1) (eq (include "sluice.kind" .) "source") (not (regexMatch "(?m)^\\s*state_store\\s*=\\s*\"kafka\"" .Values.pipeline)) -}}
