@@ -470,6 +470,9 @@ mod tests {
     use crate::kafka::OutRecord;
     use crate::runtime::metrics::TableMetrics;
 
+    /// A column: name, type OID, type modifier, NOT NULL.
+    type Column = (&'static str, u32, i32, bool);
+
     fn text(s: &str) -> Datum {
         Datum::Text(Bytes::copy_from_slice(s.as_bytes()))
     }
@@ -761,7 +764,7 @@ mod tests {
         } else {
             200_000
         };
-        let cases: [(&str, &[(&str, u32, i32, bool)]); 2] = [
+        let cases: [(&str, &[Column]); 2] = [
             (
                 "backlog",
                 &[("id", 20, -1, true), ("payload", 25, -1, false)],
