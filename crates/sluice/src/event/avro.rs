@@ -848,13 +848,7 @@ impl<'a> Reader<'a> {
                     self.at = start;
                     self.datum(&field.schema, out, path)?;
                 }
-                None => {
-                    if field.schema.optional {
-                        write_long(if field.schema.default.is_none() { 0 } else { 1 }, out);
-                    } else {
-                        write_zero(&field.schema, out);
-                    }
-                }
+                None => write_absent(&field.schema, out),
             }
             path.truncate(len);
         }
@@ -866,6 +860,24 @@ impl<'a> Reader<'a> {
 enum StringRef<'a> {
     Borrowed(&'a [u8]),
     Scratch,
+}
+
+/// A field a payload leaves out: null for an optional schema (its union's null branch), else
+/// its type's zero.
+pub fn write_absent(schema: &Schema, out: &mut Vec<u8>) {
+    if schema.optional {
+        write_long(if schema.default.is_none() { 0 } else { 1 }, out);
+    } else {
+        write_zero(schema, out);
+    }
+}
+
+/// The union branch of a present value of `schema` when it is optional (`["null", T]`: 1;
+/// `[T, "null"]`, with a default: 0); nothing for a required schema.
+pub fn write_present(schema: &Schema, out: &mut Vec<u8>) {
+    if schema.optional {
+        write_long(if schema.default.is_none() { 1 } else { 0 }, out);
+    }
 }
 
 /// A required value's null: its type's zero (a record: each field's).
@@ -887,7 +899,8 @@ fn write_zero(schema: &Schema, out: &mut Vec<u8>) {
     }
 }
 
-fn write_long(value: i64, out: &mut Vec<u8>) {
+/// Avro's `int`/`long`: a zig-zag varint.
+pub fn write_long(value: i64, out: &mut Vec<u8>) {
     let mut zigzag = ((value << 1) ^ (value >> 63)) as u64;
     loop {
         if zigzag < 0x80 {
@@ -899,7 +912,8 @@ fn write_long(value: i64, out: &mut Vec<u8>) {
     }
 }
 
-fn write_bytes(bytes: &[u8], out: &mut Vec<u8>) {
+/// Avro's `bytes`/`string`: the length, then the bytes.
+pub fn write_bytes(bytes: &[u8], out: &mut Vec<u8>) {
     write_long(bytes.len() as i64, out);
     out.extend_from_slice(bytes);
 }

@@ -111,6 +111,51 @@ impl TransactionOrder {
     }
 }
 
+/// Debezium's `transaction` block of an event whose transaction id is a string (MySQL: the
+/// GTID): `{"id":…,"total_order":n,"data_collection_order":m}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransactionBlock {
+    /// The transaction's id.
+    pub id: std::sync::Arc<str>,
+    /// The event's position among the transaction's events, from 1.
+    pub total_order: u64,
+    /// The event's position among the transaction's events of its table, from 1.
+    pub data_collection_order: u64,
+}
+
+impl TransactionBlock {
+    /// Appends the block as JSON.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"id\":");
+        write_json_str(out, &self.id);
+        out.extend_from_slice(b",\"total_order\":");
+        write_int(out, self.total_order);
+        out.extend_from_slice(b",\"data_collection_order\":");
+        write_int(out, self.data_collection_order);
+        out.push(b'}');
+    }
+
+    /// The same for the event after this one in the same table (the create of a key change).
+    pub fn next(&self) -> Self {
+        Self {
+            id: std::sync::Arc::clone(&self.id),
+            total_order: self.total_order + 1,
+            data_collection_order: self.data_collection_order + 1,
+        }
+    }
+}
+
+/// A transaction boundary event whose id is a string (MySQL's), as [`transaction_event`].
+pub fn transaction_event_with_id(
+    id: &str,
+    commit_unix_ms: i64,
+    collections: Option<&[(String, u64)]>,
+) -> (Vec<u8>, Vec<u8>) {
+    let mut quoted = Vec::with_capacity(id.len() + 2);
+    write_json_str(&mut quoted, id);
+    transaction_event_of(&quoted, commit_unix_ms, collections)
+}
+
 /// A transaction boundary event on `<prefix>.transaction` (`provide.transaction.metadata`),
 /// as Debezium writes it: key `{"id":…}`, value `{"status":"BEGIN"|"END","id":…,
 /// "event_count":…,"data_collections":[{"data_collection":"<schema>.<table>",
@@ -128,15 +173,24 @@ pub fn transaction_event(
     id.push(b':');
     write_int(&mut id, lsn);
     id.push(b'"');
+    transaction_event_of(&id, commit_unix_ms, collections)
+}
+
+/// [`transaction_event`] of an id already written as a JSON string.
+fn transaction_event_of(
+    id: &[u8],
+    commit_unix_ms: i64,
+    collections: Option<&[(String, u64)]>,
+) -> (Vec<u8>, Vec<u8>) {
     let mut key = b"{\"id\":".to_vec();
-    key.extend_from_slice(&id);
+    key.extend_from_slice(id);
     key.push(b'}');
     let mut value = Vec::with_capacity(128);
     value.extend_from_slice(match collections {
         None => b"{\"status\":\"BEGIN\",\"id\":".as_slice(),
         Some(_) => b"{\"status\":\"END\",\"id\":".as_slice(),
     });
-    value.extend_from_slice(&id);
+    value.extend_from_slice(id);
     match collections {
         None => value.extend_from_slice(b",\"event_count\":null,\"data_collections\":null"),
         Some(collections) => {

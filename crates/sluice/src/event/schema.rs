@@ -317,6 +317,44 @@ pub fn transaction_block() -> Schema {
     .named("event.block", Some(1))
 }
 
+/// The transaction topic's key and value schemas (`provide.transaction.metadata`), as every
+/// Debezium connector registers them: `io.debezium.connector.common.TransactionMetadataKey`
+/// (`id`) and `TransactionMetadataValue` (`status`, `id`, `event_count`, `data_collections` of
+/// `event.collection`, `ts_ms`).
+pub fn transaction_topic_schemas() -> RenderedSchemas {
+    let string = || Schema::of(SchemaType::String, false);
+    let key = Schema::of(SchemaType::Struct(vec![Field::new("id", string())]), false).named(
+        "io.debezium.connector.common.TransactionMetadataKey",
+        Some(1),
+    );
+    let collection = Schema::of(
+        SchemaType::Struct(vec![
+            Field::new("data_collection", string()),
+            Field::new("event_count", Schema::of(SchemaType::Int64, false)),
+        ]),
+        true,
+    )
+    .named("event.collection", Some(1));
+    let value = Schema::of(
+        SchemaType::Struct(vec![
+            Field::new("status", string()),
+            Field::new("id", string()),
+            Field::new("event_count", Schema::of(SchemaType::Int64, true)),
+            Field::new(
+                "data_collections",
+                Schema::of(SchemaType::Array(Box::new(collection)), true),
+            ),
+            Field::new("ts_ms", Schema::of(SchemaType::Int64, false)),
+        ]),
+        false,
+    )
+    .named(
+        "io.debezium.connector.common.TransactionMetadataValue",
+        Some(1),
+    );
+    RenderedSchemas::of(Some(key), value)
+}
+
 /// A table's key and envelope schemas, rendered once (per relation) and spliced before every
 /// record's payload.
 #[derive(Debug, Clone, PartialEq)]
@@ -439,6 +477,31 @@ impl RenderedSchemas {
                 _ => panic!("{what}: no registered Avro schema (a bug)"),
             },
         }
+    }
+}
+
+impl RenderedSchemas {
+    /// A record of bare JSON key and value (a connector's own topic: transactions, schema
+    /// changes, messages) in the events' formats.
+    ///
+    /// # Panics
+    ///
+    /// As [`RenderedSchemas::wrap`].
+    pub fn wrap_record(
+        &self,
+        events: &super::EventOptions,
+        mut record: crate::record::OutRecord,
+    ) -> crate::record::OutRecord {
+        let topic = std::sync::Arc::clone(&record.topic);
+        record.key = record
+            .key
+            .take()
+            .map(|key| self.wrap(true, events.key_format(), key, &topic));
+        record.value = record
+            .value
+            .take()
+            .map(|value| self.wrap(false, events.value_format(), value, &topic));
+        record
     }
 }
 

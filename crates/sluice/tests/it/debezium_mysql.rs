@@ -53,6 +53,8 @@ const RUN_DEPENDENT: &[&str] = &[
     "value.source.pos",
     "value.source.gtid",
     "value.source.thread",
+    // The GTID of the change's transaction (`provide_transaction_metadata`).
+    "value.transaction.id",
 ];
 
 fn root() -> PathBuf {

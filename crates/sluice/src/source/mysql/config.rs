@@ -198,6 +198,7 @@ impl SourceSection for MysqlSourceConfig {
         "decimal_handling_mode",
         "binary_handling_mode",
         "time_precision_mode",
+        "provide_transaction_metadata",
     ]);
 
     /// `time_precision_mode`: only Debezium MySQL's default, `adaptive_time_microseconds` (which
@@ -414,7 +415,7 @@ mod tests {
         let text = "name = \"shop\"\n[source.mysql]\nurl = \"mysql://u@h:3306\"\nserver_id = 7\n\
                     [kafka]\nbrokers = \"127.0.0.1:9092\"\n[kafka.events]\n\
                     tombstones_on_delete = false\ntime_precision_mode = \"connect\"\n\
-                    provide_transaction_metadata = true\nschemas_enable = true\n";
+                    money_fraction_digits = 4\nschemas_enable = true\n";
         let error = MysqlPipelineConfig::from_toml(text, "t.toml", &|_| None).unwrap_err();
         let crate::config::ConfigError::Invalid { issues, .. } = error else {
             panic!("{error:?}");
@@ -424,7 +425,7 @@ mod tests {
             keys,
             [
                 "kafka.events.time_precision_mode",
-                "kafka.events.provide_transaction_metadata"
+                "kafka.events.money_fraction_digits"
             ]
         );
         assert!(
@@ -451,8 +452,10 @@ mod tests {
         );
         let text = text
             .replace("time_precision_mode = \"connect\"\n", "")
-            .replace("provide_transaction_metadata = true\n", "");
+            .replace("money_fraction_digits = 4\n", "")
+            + "provide_transaction_metadata = true\n";
         let config = MysqlPipelineConfig::from_toml(&text, "t.toml", &|_| None).unwrap();
+        assert!(config.kafka.events.provide_transaction_metadata);
         assert!(!config.kafka.tombstones_on_delete());
         assert!(config.kafka.events.needs_schemas());
     }

@@ -622,6 +622,9 @@ pub struct RowChange {
     pub after: Option<Vec<BinlogValue<'static>>>,
     /// Where it is in the binlog.
     pub source: BinlogSource,
+    /// Debezium's `transaction` block (`provide_transaction_metadata`; a key change's create
+    /// gets the next one); `None`: `"transaction":null`.
+    pub transaction: Option<crate::event::TransactionBlock>,
 }
 
 impl RowChange {
@@ -635,6 +638,12 @@ impl RowChange {
         } else {
             1
         }
+    }
+
+    /// The change events it becomes (a key change: a delete and a create), as the
+    /// transaction's `event_count` counts them.
+    pub fn events(&self) -> u64 {
+        if self.key_changed() { 2 } else { 1 }
     }
 
     /// An update of a primary-key column: Debezium writes it as a delete of the old key (and
@@ -670,16 +679,29 @@ pub fn encode(
     out: &mut Vec<OutRecord>,
 ) {
     if change.key_changed() {
-        let part = |op, before: &Option<Vec<BinlogValue<'static>>>, after: &Option<_>| RowChange {
-            table: Arc::clone(&change.table),
-            op,
-            before: before.clone(),
-            after: after.clone(),
-            source: change.source.clone(),
-        };
-        let delete = part(Op::Delete, &change.before, &None);
+        let part =
+            |op, before: &Option<Vec<BinlogValue<'static>>>, after: &Option<_>, transaction| {
+                RowChange {
+                    table: Arc::clone(&change.table),
+                    op,
+                    before: before.clone(),
+                    after: after.clone(),
+                    source: change.source.clone(),
+                    transaction,
+                }
+            };
+        let delete = part(
+            Op::Delete,
+            &change.before,
+            &None,
+            change.transaction.clone(),
+        );
         encode_one(&delete, prefix_name, tombstones, now_micros, out);
-        let create = part(Op::Create, &None, &change.after);
+        let next = change
+            .transaction
+            .as_ref()
+            .map(crate::event::TransactionBlock::next);
+        let create = part(Op::Create, &None, &change.after, next);
         encode_one(&create, prefix_name, tombstones, now_micros, out);
     } else {
         encode_one(change, prefix_name, tombstones, now_micros, out);
@@ -738,7 +760,12 @@ fn encode_one(
         Some(thread) => write_int(&mut value, thread),
         None => value.extend_from_slice(b"null"),
     }
-    value.extend_from_slice(b",\"query\":null},\"transaction\":null,\"op\":\"");
+    value.extend_from_slice(b",\"query\":null},\"transaction\":");
+    match &change.transaction {
+        Some(block) => block.write(&mut value),
+        None => value.extend_from_slice(b"null"),
+    }
+    value.extend_from_slice(b",\"op\":\"");
     value.extend_from_slice(change.op.code().as_bytes());
     value.extend_from_slice(b"\",\"ts_ms\":");
     write_int(&mut value, now_micros.div_euclid(1000));
@@ -1485,6 +1512,7 @@ mod tests {
                 thread: None,
                 snapshot: SnapshotMarker::False,
             },
+            transaction: None,
         };
         let mut out = Vec::new();
         encode(&change, "p", true, 1_700_000_000_500_250, &mut out);
@@ -1503,6 +1531,55 @@ mod tests {
         assert_eq!(
             out[1].headers[1],
             (HEADER_BINLOG_POS.into(), "1234".to_owned())
+        );
+    }
+
+    /// `provide_transaction_metadata`: the change's `transaction` block; a key change's delete
+    /// and create are two events of the transaction, numbered in turn.
+    #[test]
+    fn a_key_change_carries_two_numbered_transaction_blocks() {
+        let row = |id| {
+            vec![
+                BinlogValue::Value(Value::UInt(id)),
+                BinlogValue::Value(Value::Bytes(b"x".to_vec())),
+            ]
+        };
+        let change = RowChange {
+            table: table(),
+            op: Op::Update,
+            before: Some(row(7)),
+            after: Some(row(8)),
+            source: BinlogSource {
+                server_id: 1,
+                ts_sec: 1_700_000_000,
+                gtid: Some(Arc::from("3e11fa47-71ca-11e1-9e33-c80aa9429562:23")),
+                file: Arc::from("binlog.000002"),
+                pos: 1234,
+                row: 0,
+                thread: None,
+                snapshot: SnapshotMarker::False,
+            },
+            transaction: Some(crate::event::TransactionBlock {
+                id: Arc::from("3e11fa47-71ca-11e1-9e33-c80aa9429562:23"),
+                total_order: 4,
+                data_collection_order: 2,
+            }),
+        };
+        assert_eq!(change.events(), 2);
+        let mut out = Vec::new();
+        encode(&change, "p", true, 1_700_000_000_500_250, &mut out);
+        let blocks: Vec<serde_json::Value> = out
+            .iter()
+            .filter_map(|r| r.value.as_ref())
+            .map(|v| serde_json::from_slice::<serde_json::Value>(v).unwrap()["transaction"].clone())
+            .collect();
+        let id = "3e11fa47-71ca-11e1-9e33-c80aa9429562:23";
+        assert_eq!(
+            blocks,
+            [
+                serde_json::json!({"id": id, "total_order": 4, "data_collection_order": 2}),
+                serde_json::json!({"id": id, "total_order": 5, "data_collection_order": 3}),
+            ]
         );
     }
 
@@ -1609,6 +1686,7 @@ mod tests {
                 thread: None,
                 snapshot: SnapshotMarker::False,
             },
+            transaction: None,
         };
         assert_eq!(change.records(true), 3);
         assert_eq!(change.records(false), 2);

@@ -258,21 +258,12 @@ pub async fn prepare_schema_change_schemas(
 pub fn wrap_schema_change(
     schemas: Option<&RenderedSchemas>,
     events: &EventOptions,
-    mut record: crate::kafka::OutRecord,
+    record: crate::kafka::OutRecord,
 ) -> crate::kafka::OutRecord {
-    let Some(schemas) = schemas else {
-        return record;
-    };
-    let topic = std::sync::Arc::clone(&record.topic);
-    record.key = record
-        .key
-        .take()
-        .map(|key| schemas.wrap(true, events.key_format(), key, &topic));
-    record.value = record
-        .value
-        .take()
-        .map(|value| schemas.wrap(false, events.value_format(), value, &topic));
-    record
+    match schemas {
+        Some(schemas) => schemas.wrap_record(events, record),
+        None => record,
+    }
 }
 
 /// Renders a table's key and envelope schemas; `catalog` is [`column_catalog`]'s answer.

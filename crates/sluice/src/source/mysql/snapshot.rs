@@ -843,6 +843,7 @@ async fn publish(
                     snapshot: marker,
                     ..source.clone()
                 },
+                transaction: None,
             };
             encode::encode(&change, &prefix, false, now_micros, &mut out);
         }

@@ -491,6 +491,11 @@ pub async fn run_once(
         board: Arc::clone(board),
         registry: registry.clone(),
         schema_change_schemas,
+        transaction_schemas: None,
+        transaction_metrics: Arc::new(TableMetrics::new(&format!(
+            "{}.transaction",
+            config.kafka.topic_prefix
+        ))),
     };
     let result = delivery::run(
         &mut source,
@@ -791,6 +796,44 @@ struct Transaction {
     gtid: Option<Arc<str>>,
     /// The thread of its `BEGIN`.
     thread: Option<u32>,
+    /// Where its `BEGIN` is (file, position): the id of a transaction without a GTID.
+    begin: Option<(Arc<str>, u64)>,
+    /// `provide_transaction_metadata`: its BEGIN was written at its first change event, and
+    /// its events so far.
+    metadata: Option<TransactionCount>,
+}
+
+/// A transaction's events so far, for its `transaction` blocks and its END.
+#[derive(Debug)]
+struct TransactionCount {
+    /// Debezium's id: the GTID, else `<binlog file>_<position of BEGIN>`.
+    id: Arc<str>,
+    /// Events so far.
+    events: u64,
+    /// Events so far per table (`database.table`), in first-seen order.
+    collections: Vec<(String, u64)>,
+}
+
+impl TransactionCount {
+    /// Counts `change`'s events; its `transaction` block (a key change's create: the next).
+    fn next(&mut self, change: &RowChange) -> crate::event::TransactionBlock {
+        let name = format!("{}.{}", change.table.database, change.table.table);
+        let per_table = match self.collections.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, count)) => count,
+            None => {
+                self.collections.push((name, 0));
+                &mut self.collections.last_mut().expect("just pushed").1
+            }
+        };
+        let block = crate::event::TransactionBlock {
+            id: Arc::clone(&self.id),
+            total_order: self.events + 1,
+            data_collection_order: *per_table + 1,
+        };
+        *per_table += change.events();
+        self.events += change.events();
+        block
+    }
 }
 
 /// A table id's latest TABLE_MAP and what sluice made of it.
@@ -854,6 +897,11 @@ struct MysqlSource {
     registry: Option<Arc<crate::registry::Registry>>,
     /// The schema-change topic's schemas (JSON with schemas, Avro).
     schema_change_schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
+    /// The transaction topic's schemas, registered when its first record needs them (JSON
+    /// with schemas, Avro).
+    transaction_schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
+    /// The transaction topic's counters.
+    transaction_metrics: Arc<TableMetrics>,
 }
 
 /// The file name of a ROTATE event. MariaDB sends the dump's first, artificial ROTATE
@@ -886,6 +934,19 @@ pub enum MysqlChange {
     Row(RowChange),
     /// A DDL statement on a captured database or table.
     Schema(Box<StreamedSchemaChange>),
+    /// A transaction's BEGIN or END on the transaction topic (`provide_transaction_metadata`),
+    /// in its topic's formats.
+    Transaction(Box<TransactionEvent>),
+}
+
+/// A transaction boundary record and where it is in the binlog.
+pub struct TransactionEvent {
+    /// The record.
+    pub record: OutRecord,
+    /// Its `source` (the place of the transaction's first change, or of its commit).
+    pub source: BinlogSource,
+    /// The counters of the transaction topic.
+    pub metrics: Arc<TableMetrics>,
 }
 
 /// A streamed schema change and where it is in the binlog.
@@ -913,6 +974,7 @@ impl Encode<MysqlChange> for MysqlEncoder {
                     .change
                     .record(&schema.topic, &self.prefix, &schema.source, self.now_micros),
             )),
+            MysqlChange::Transaction(event) => out.push(event.record.clone()),
         }
         origin(change)
     }
@@ -928,6 +990,11 @@ impl Encode<MysqlChange> for MysqlEncoder {
                 &schema.source,
                 schema.change.database.clone(),
                 Arc::clone(&schema.topic),
+            ),
+            MysqlChange::Transaction(event) => (
+                &event.source,
+                "(transaction)".to_owned(),
+                Arc::clone(&event.record.topic),
             ),
         };
         let position = format!(
@@ -962,6 +1029,10 @@ fn origin(change: &MysqlChange) -> Origin {
         MysqlChange::Schema(schema) => Origin {
             commit_unix_micros: i64::from(schema.source.ts_sec) * 1_000_000,
             table: Arc::clone(&schema.metrics),
+        },
+        MysqlChange::Transaction(event) => Origin {
+            commit_unix_micros: i64::from(event.source.ts_sec) * 1_000_000,
+            table: Arc::clone(&event.metrics),
         },
     }
 }
@@ -1183,7 +1254,11 @@ impl MysqlSource {
                     .unwrap_or_default()
                     .to_ascii_uppercase();
                 match word.as_str() {
-                    "BEGIN" => self.tx.thread = Some(query.thread_id()),
+                    "BEGIN" => {
+                        self.tx.thread = Some(query.thread_id());
+                        let pos = log_pos.saturating_sub(u64::from(header.event_size()));
+                        self.tx.begin = Some((Arc::clone(&self.file), pos));
+                    }
                     // Inside a transaction.
                     "SAVEPOINT" => {}
                     "ROLLBACK" if sql.to_ascii_uppercase().contains(" TO ") => {}
@@ -1343,6 +1418,9 @@ impl MysqlSource {
             return Ok(());
         }
         self.ensure_topic(&info.topic).await?;
+        if self.config.kafka.events.provide_transaction_metadata {
+            self.begin_transaction(header, pos, intake).await?;
+        }
         let size_per_row = rows.rows_data().len() / decoded.len().max(1) * 3 + 512;
         let tombstones = self.config.kafka.tombstones_on_delete();
         for (row, (before, after)) in decoded.into_iter().enumerate() {
@@ -1364,6 +1442,11 @@ impl MysqlSource {
                     thread: self.tx.thread,
                     snapshot: SnapshotMarker::False,
                 },
+                transaction: None,
+            };
+            let change = RowChange {
+                transaction: self.tx.metadata.as_mut().map(|count| count.next(&change)),
+                ..change
             };
             let records = change.records(tombstones);
             intake.admit(MysqlChange::Row(change), size_per_row, records);
@@ -1469,6 +1552,7 @@ impl MysqlSource {
                     thread: self.tx.thread,
                     snapshot: SnapshotMarker::Incremental,
                 },
+                transaction: None,
             };
             intake.admit(MysqlChange::Row(change), bytes * 3 + 512, 1);
         }
@@ -1549,10 +1633,113 @@ impl MysqlSource {
         Ok(())
     }
 
+    /// Debezium's BEGIN on the transaction topic, before the first change event of a
+    /// transaction (one without captured changes, a DDL statement's, has neither BEGIN nor
+    /// END, as Debezium's transaction monitor writes them).
+    async fn begin_transaction(
+        &mut self,
+        header: mysql_async::binlog::events::BinlogEventHeader,
+        pos: u64,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
+    ) -> Result<(), PipelineError> {
+        if self.tx.metadata.is_some() {
+            return Ok(());
+        }
+        let topic = format!("{}.transaction", self.config.kafka.topic_prefix);
+        self.ensure_topic(&topic).await?;
+        if self.transaction_schemas.is_none() && self.config.kafka.events.needs_schemas() {
+            let mut schemas = crate::event::schema::transaction_topic_schemas();
+            schemas.registered = crate::registry::register_schemas(
+                self.registry.as_deref(),
+                &topic,
+                &schemas,
+                &self.config.kafka.events,
+                &topic,
+            )
+            .await?;
+            self.transaction_schemas = Some(Arc::new(schemas));
+        }
+        let id: Arc<str> = match (&self.tx.gtid, &self.tx.begin) {
+            (Some(gtid), _) => Arc::clone(gtid),
+            (None, Some((file, begin))) => Arc::from(format!("{file}_{begin}")),
+            (None, None) => Arc::from(format!("{}_{pos}", self.file)),
+        };
+        let (key, value) = crate::event::transaction_event_with_id(
+            &id,
+            i64::from(header.timestamp()) * 1000,
+            None,
+        );
+        let source = BinlogSource {
+            server_id: header.server_id(),
+            ts_sec: header.timestamp(),
+            gtid: self.tx.gtid.clone(),
+            file: Arc::clone(&self.file),
+            pos,
+            row: 0,
+            thread: self.tx.thread,
+            snapshot: SnapshotMarker::False,
+        };
+        self.admit_transaction_event(key, value, source, intake);
+        self.tx.metadata = Some(TransactionCount {
+            id,
+            events: 0,
+            collections: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Admits a BEGIN or END record, in the transaction topic's formats.
+    fn admit_transaction_event(
+        &self,
+        key: Vec<u8>,
+        value: Vec<u8>,
+        source: BinlogSource,
+        intake: &mut Intake<MysqlChange, BinlogSeq>,
+    ) {
+        let mut record = OutRecord {
+            topic: Arc::from(format!("{}.transaction", self.config.kafka.topic_prefix)),
+            key: Some(key),
+            value: Some(value),
+            headers: vec![
+                (HEADER_BINLOG_FILE.into(), source.file.to_string()),
+                (HEADER_BINLOG_POS.into(), source.pos.to_string()),
+            ],
+        };
+        if let Some(schemas) = &self.transaction_schemas {
+            record = schemas.wrap_record(&self.config.kafka.events, record);
+        }
+        let size = record.len() + 256;
+        let event = TransactionEvent {
+            record,
+            source,
+            metrics: Arc::clone(&self.transaction_metrics),
+        };
+        intake.admit(MysqlChange::Transaction(Box::new(event)), size, 1);
+    }
+
     /// The transaction ends at `log_pos`: its GTID joins the set and its position becomes a
     /// checkpoint.
     fn commit(&mut self, log_pos: u64, intake: &mut Intake<MysqlChange, BinlogSeq>) {
-        let tx = std::mem::take(&mut self.tx);
+        let mut tx = std::mem::take(&mut self.tx);
+        if let Some(count) = tx.metadata.take() {
+            // Debezium's END: the transaction's events per table.
+            let (key, value) = crate::event::transaction_event_with_id(
+                &count.id,
+                i64::from(self.commit_unix_s) * 1000,
+                Some(&count.collections),
+            );
+            let source = BinlogSource {
+                server_id: 0,
+                ts_sec: self.commit_unix_s,
+                gtid: tx.gtid.clone(),
+                file: Arc::clone(&self.file),
+                pos: log_pos,
+                row: 0,
+                thread: tx.thread,
+                snapshot: SnapshotMarker::False,
+            };
+            self.admit_transaction_event(key, value, source, intake);
+        }
         match (&mut self.gtids, tx.mysql_gtid, tx.mariadb_gtid) {
             (Some(GtidState::Mysql(set)), Some((uuid, gno)), _) => set.add(&uuid, gno),
             (Some(GtidState::Mariadb(pos)), _, Some(gtid)) => pos.add(gtid),

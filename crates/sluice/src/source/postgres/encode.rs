@@ -50,6 +50,10 @@ pub struct RelationInfo {
     pub excluded: bool,
     /// The key and envelope schemas (`kafka.events.schemas_enable`), rendered once.
     pub schemas: Option<RenderedSchemas>,
+    /// The `source` block's constant parts as Avro.
+    pub(super) avro_source: super::avro::AvroSource,
+    /// How events are written as Avro, once the schemas are registered.
+    pub(super) avro: Option<super::avro::AvroLayout>,
 }
 
 /// Where the outbox's parts are in its rows.
@@ -299,6 +303,13 @@ impl RelationInfo {
             outbox: None,
             excluded: false,
             schemas: None,
+            avro_source: super::avro::AvroSource::new(
+                &identity.server_name,
+                &identity.database,
+                schema,
+                table,
+            ),
+            avro: None,
         }
     }
 
@@ -307,6 +318,7 @@ impl RelationInfo {
     pub fn set_schemas(&mut self, schemas: RenderedSchemas) {
         self.envelope_overhead +=
             schemas.value_head.len() + schemas.key_head.as_ref().map_or(0, |k| k.len());
+        self.avro = super::avro::AvroLayout::new(self, &schemas);
         self.schemas = Some(schemas);
     }
 
@@ -750,6 +762,11 @@ pub fn write_key(
     if rel.key_columns.is_empty() {
         return None;
     }
+    if events.key_format() == EventFormat::Avro
+        && let Some(layout) = &rel.avro
+    {
+        return super::avro::write_key(layout, rel, tuple, events, streamed);
+    }
     let schema = rel
         .schemas
         .as_ref()
@@ -800,6 +817,19 @@ fn envelope(
     transaction: Option<TransactionOrder>,
 ) -> Vec<u8> {
     let rel = &change.relation;
+    if options.events.value_format() == EventFormat::Avro
+        && let Some(layout) = &rel.avro
+    {
+        return super::avro::write_envelope(
+            layout,
+            change,
+            options,
+            before,
+            after,
+            op,
+            transaction,
+        );
+    }
     let schema = rel
         .schemas
         .as_ref()
@@ -899,52 +929,89 @@ fn write_row(
     out.push(b'{');
     let mut first = true;
     for (index, column) in rel.columns.iter().enumerate() {
-        let mut datum = row.0.get(index);
-        if column.treatment == ColumnTreatment::Exclude || column.left_out {
-            continue;
-        }
-        if matches!(datum, Some(Datum::UnchangedToast)) {
-            match old.and_then(|old| old.0.get(index)) {
-                Some(previous @ (Datum::Text(_) | Datum::Binary(_) | Datum::Null)) => {
-                    datum = Some(previous);
-                }
-                _ if events.unavailable_columns => {
-                    unavailable.push(index);
-                    continue;
-                }
-                _ => {
-                    if !first {
-                        out.push(b',');
-                    }
-                    first = false;
-                    out.extend_from_slice(&column.json_label);
-                    value::write_unavailable(column.value_type, events, out);
-                    continue;
-                }
+        let datum = match cell(column, index, row, old, events) {
+            Cell::Skip => continue,
+            Cell::Unavailable => {
+                unavailable.push(index);
+                continue;
             }
-        }
+            Cell::Placeholder => None,
+            Cell::Value(datum) => Some(datum),
+        };
         if !first {
             out.push(b',');
         }
         first = false;
         out.extend_from_slice(&column.json_label);
-        match (column.treatment, datum) {
-            (ColumnTreatment::Mask, Some(Datum::Text(_) | Datum::Binary(_))) => {
-                out.extend_from_slice(b"\"****\"");
-            }
-            (ColumnTreatment::Hash, Some(Datum::Text(value) | Datum::Binary(value))) => {
-                use sha2::Digest as _;
-                let digest = sha2::Sha256::digest(value);
-                out.push(b'"');
-                for byte in digest {
-                    out.extend_from_slice(format!("{byte:02x}").as_bytes());
-                }
-                out.push(b'"');
-            }
-            _ => write_datum(&rel.name, column, datum, out, events, streamed),
+        match datum {
+            Some(datum) => write_cell(&rel.name, column, datum, events, streamed, out),
+            None => value::write_unavailable(column.value_type, events, out),
         }
     }
     out.push(b'}');
+}
+
+/// What a row holds for one of its columns.
+pub(super) enum Cell<'a> {
+    /// Not a field of the row (excluded by a column rule, or left out as Debezium does).
+    Skip,
+    /// An unchanged TOASTed value the server did not send, left out
+    /// (`kafka.events.unavailable_columns`).
+    Unavailable,
+    /// An unchanged TOASTed value the server did not send: Debezium's placeholder.
+    Placeholder,
+    /// A value (`None`: the tuple has no value for the column, as an old key's other columns).
+    Value(Option<&'a Datum>),
+}
+
+/// The column `index` of `row`; unchanged TOASTed values are taken from `old` when it has them.
+pub(super) fn cell<'a>(
+    column: &ColumnInfo,
+    index: usize,
+    row: &'a TupleData,
+    old: Option<&'a TupleData>,
+    events: &EventOptions,
+) -> Cell<'a> {
+    if column.treatment == ColumnTreatment::Exclude || column.left_out {
+        return Cell::Skip;
+    }
+    let datum = row.0.get(index);
+    if matches!(datum, Some(Datum::UnchangedToast)) {
+        return match old.and_then(|old| old.0.get(index)) {
+            Some(previous @ (Datum::Text(_) | Datum::Binary(_) | Datum::Null)) => {
+                Cell::Value(Some(previous))
+            }
+            _ if events.unavailable_columns => Cell::Unavailable,
+            _ => Cell::Placeholder,
+        };
+    }
+    Cell::Value(datum)
+}
+
+/// Appends a row's value as JSON, as the column's rule says (masked, hashed or as it is).
+pub(super) fn write_cell(
+    table: &str,
+    column: &ColumnInfo,
+    datum: Option<&Datum>,
+    events: &EventOptions,
+    streamed: bool,
+    out: &mut Vec<u8>,
+) {
+    match (column.treatment, datum) {
+        (ColumnTreatment::Mask, Some(Datum::Text(_) | Datum::Binary(_))) => {
+            out.extend_from_slice(b"\"****\"");
+        }
+        (ColumnTreatment::Hash, Some(Datum::Text(value) | Datum::Binary(value))) => {
+            use sha2::Digest as _;
+            let digest = sha2::Sha256::digest(value);
+            out.push(b'"');
+            for byte in digest {
+                out.extend_from_slice(format!("{byte:02x}").as_bytes());
+            }
+            out.push(b'"');
+        }
+        _ => write_datum(table, column, datum, out, events, streamed),
+    }
 }
 
 /// Counts a value sent as text (`write_datum`) and logs the first one of the process.
@@ -971,7 +1038,7 @@ fn value_kept_as_text(table: &str, column: &ColumnInfo, error: &value::ValueErro
 
 /// Appends one value; `streamed` says it comes from pgoutput (a change) rather than a
 /// snapshot's query, which Debezium maps differently for a few types.
-fn write_datum(
+pub(super) fn write_datum(
     table: &str,
     column: &ColumnInfo,
     datum: Option<&Datum>,

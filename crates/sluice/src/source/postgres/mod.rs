@@ -9,6 +9,7 @@
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
 //! - [`encode`]: row changes to Debezium envelopes.
+//! - [`avro`]: row changes as Avro binary, written straight from the tuples.
 //! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
 //! - [`resumed`]: a resumed snapshot leaves the rows changed since its start to the stream.
@@ -16,6 +17,7 @@
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod active;
+pub mod avro;
 pub mod config;
 /// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
 pub use crate::pg_connect as connect;

@@ -496,6 +496,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
 
     let heartbeat_interval = config.source.heartbeat_interval_ms;
     let mut source = PgSource {
+        transaction_schemas: None,
         ctx,
         identity,
         catalog: Arc::clone(&catalog),
@@ -619,6 +620,9 @@ struct PgSource<'a> {
     /// Exactly once: the position (commit LSN, index) of the newest record committed to
     /// Kafka; changes at or below it are skipped.
     committed_position: Option<(Lsn, u32)>,
+    /// The transaction topic's schemas, registered when its first record needs them (JSON
+    /// with schemas, Avro).
+    transaction_schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
 }
 
 /// `heartbeat_interval_ms`: a heartbeat written off the loop, at most one at a time.
@@ -944,6 +948,11 @@ impl PgSource<'_> {
                     // changes are all skipped too: its END counts 0 events).
                     let topic = self.transaction_topic();
                     self.ensure_topic(&topic).await?;
+                    self.prepare_transaction_schemas(&topic).await?;
+                    let wrap = TransactionWrap {
+                        schemas: self.transaction_schemas.as_deref(),
+                        events: &self.ctx.config.kafka.events,
+                    };
                     if let Some(tx) = self.tx.as_mut() {
                         let (key, value) = crate::event::transaction_event(
                             tx.xid,
@@ -959,7 +968,7 @@ impl PgSource<'_> {
                         );
                         tx.next_index += 1;
                         if !committed {
-                            admit_transaction_event(&topic, tx, key, value, headers, intake);
+                            admit_transaction_event(&topic, tx, key, value, headers, wrap, intake);
                         }
                     }
                 }
@@ -977,9 +986,13 @@ impl PgSource<'_> {
                         );
                         let headers = transaction_headers(&tx, tx.commit_lsn);
                         let topic = self.transaction_topic();
+                        let wrap = TransactionWrap {
+                            schemas: self.transaction_schemas.as_deref(),
+                            events: &self.ctx.config.kafka.events,
+                        };
                         if !committed_already(self.committed_position, tx.commit_lsn, tx.next_index)
                         {
-                            admit_transaction_event(&topic, &tx, key, value, headers, intake);
+                            admit_transaction_event(&topic, &tx, key, value, headers, wrap, intake);
                         }
                     }
                 }
@@ -1482,6 +1495,26 @@ impl PgSource<'_> {
         format!("{}.transaction", self.ctx.config.kafka.topic_prefix)
     }
 
+    /// Registers the transaction topic's schemas the first time its records need them (JSON
+    /// with schemas, Avro): Debezium's `TransactionMetadataKey` / `TransactionMetadataValue`.
+    async fn prepare_transaction_schemas(&mut self, topic: &str) -> Result<(), PipelineError> {
+        let events = &self.ctx.config.kafka.events;
+        if self.transaction_schemas.is_some() || !events.needs_schemas() {
+            return Ok(());
+        }
+        let mut schemas = crate::event::schema::transaction_topic_schemas();
+        schemas.registered = crate::registry::register_schemas(
+            self.identity.registry.as_deref(),
+            topic,
+            &schemas,
+            events,
+            topic,
+        )
+        .await?;
+        self.transaction_schemas = Some(Arc::new(schemas));
+        Ok(())
+    }
+
     async fn ensure_topic(&mut self, topic: &str) -> Result<(), PipelineError> {
         let what = format!("creating topic {topic}");
         bounded(&what, self.ensure_topic_unbounded(topic)).await
@@ -1912,6 +1945,14 @@ fn committed_already(committed: Option<(Lsn, u32)>, commit_lsn: Lsn, index: u32)
     committed.is_some_and(|position| (commit_lsn, index) <= position)
 }
 
+/// How transaction boundary events are written: bare JSON, or in the events' formats under
+/// the transaction topic's schemas.
+#[derive(Clone, Copy)]
+struct TransactionWrap<'a> {
+    schemas: Option<&'a crate::event::schema::RenderedSchemas>,
+    events: &'a crate::event::EventOptions,
+}
+
 /// Admits a transaction boundary event (BEGIN, END) on the transaction topic, in the
 /// transaction's order.
 fn admit_transaction_event(
@@ -1920,14 +1961,18 @@ fn admit_transaction_event(
     key: Vec<u8>,
     value: Vec<u8>,
     headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+    wrap: TransactionWrap<'_>,
     intake: &mut Intake<Item, Lsn>,
 ) {
-    let record = OutRecord {
+    let mut record = OutRecord {
         topic: Arc::from(topic),
         key: Some(key),
         value: Some(value),
         headers,
     };
+    if let Some(schemas) = wrap.schemas {
+        record = schemas.wrap_record(wrap.events, record);
+    }
     let size = record.len() + 256;
     intake.admit(
         Item::Raw {
