@@ -48,7 +48,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::active;
 use super::config::{
-    HEARTBEAT_MESSAGE_PREFIX, PgPipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
+    HEARTBEAT_MESSAGE_PREFIX, PartitionMode, PgPipelineConfig, SlotLossPolicy, SnapshotMode,
+    UnchangedToast,
 };
 use super::encode::{
     ChangeKind, EncodeOptions, LogicalMessage, OutboxLayout, RelationInfo, RowChange,
@@ -222,6 +223,13 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         signal_table.as_ref(),
     );
     catalog.ensure_publication(config, &published).await?;
+    // Listed before the initial snapshot: a partition attached after this is snapshotted
+    // (again, at worst) under its root, never missed.
+    let partition_mode = catalog.partition_mode(config).await?;
+    let partitions = match partition_mode {
+        PartitionMode::Root => super::partition::leaves(&catalog, &tables).await?,
+        PartitionMode::Leaves => Vec::new(),
+    };
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
     let pg_config =
@@ -470,7 +478,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         ));
     }
     let catalog = Arc::new(catalog);
-    let incremental = IncrementalRun::new(
+    let mut incremental = IncrementalRun::new(
         Arc::clone(config),
         identity.clone(),
         incremental::IncrementalState::newer(
@@ -485,6 +493,9 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot.confirmed_flush,
         incremental_offsets,
     );
+    if partition_mode == PartitionMode::Root {
+        incremental.on_partitions(&partitions, slot.confirmed_flush);
+    }
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
         slot_name.clone(),
@@ -512,6 +523,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         signal_table,
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
+        partition_mode,
         silence: SilenceWatch::new(config.source.silence_timeout_ms, Instant::now()),
         batch_size,
         heartbeat: Heartbeat {
@@ -607,6 +619,8 @@ struct PgSource<'a> {
     /// New tables waiting for the stream to pass the position where they were found
     /// (published by then), before their incremental snapshot starts.
     new_tables: Vec<(Lsn, String)>,
+    /// `source.postgres.partitions` as resolved for the server.
+    partition_mode: PartitionMode,
     /// How long the replication connection has been silent while read.
     silence: SilenceWatch,
     /// The producer's `batch.size` when sluice chose it (`None`: set by the operator).
@@ -1112,10 +1126,28 @@ impl PgSource<'_> {
 
     async fn on_relation(
         &mut self,
-        relation: pgoutput::Relation,
+        mut relation: pgoutput::Relation,
         intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
-        let qualified = format!("{}.{}", relation.namespace, relation.name);
+        let mut qualified = format!("{}.{}", relation.namespace, relation.name);
+        if self.partition_mode == PartitionMode::Root && !self.incremental.captures(&qualified) {
+            // PostgreSQL (15.18 at least) publishes a partition's changes under the partition's
+            // own name, despite publish_via_partition_root, once a sibling was detached in the
+            // walsender's lifetime: a partition of a captured root is that root.
+            let root = bounded(
+                "looking up the partition's root",
+                super::partition::root_of(&self.catalog, &relation.namespace, &relation.name),
+            )
+            .await?;
+            if let Some(root) = root.filter(|root| self.incremental.captures(root))
+                && let Some((schema, table)) = crate::config::parse_table_name(&root)
+            {
+                tracing::debug!(partition = %qualified, table = %root, "a partition's changes are its root's");
+                relation.namespace = schema.to_owned();
+                relation.name = table.to_owned();
+                qualified = root;
+            }
+        }
         let mut key_names = bounded(
             "looking up the table's primary key",
             self.catalog.primary_key(relation.id),
@@ -1444,6 +1476,14 @@ impl PgSource<'_> {
                 return Ok(());
             }
         };
+        if self.partition_mode == PartitionMode::Root {
+            match super::partition::leaves(&self.catalog, &tables).await {
+                Ok(partitions) => self.incremental.on_partitions(&partitions, last_checkpoint),
+                Err(error) => {
+                    tracing::warn!(error = %error.chain(), "cannot list the partitions; trying again later");
+                }
+            }
+        }
         let (tables, published) = with_signal_table(tables, self.signal_table.as_ref());
         let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
         let new: Vec<String> = tables
