@@ -200,7 +200,9 @@ async fn check_postgres(
             .await
             .map_err(|e| crate::error::classify_pg("cannot read publications", e))?
             .get(0);
-        if now != want {
+        if now != want
+            && crate::source::postgres::partition::any_partitioned(&catalog, &tables).await?
+        {
             lines.push(format!(
                 "  publication {publication:?} has publish_via_partition_root = {now}: MISMATCH, the partitions setting needs {want} ({})",
                 if config.source.create_publication {

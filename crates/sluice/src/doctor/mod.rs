@@ -669,7 +669,18 @@ async fn partition_findings(
             .await?
             .get(0);
         let want = mode == PartitionMode::Root;
-        if via_root != want {
+        let pg = &pipeline.source;
+        // Only a partitioned table (or a partition) captured is concerned.
+        let partitioned: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE (c.relkind = 'p' OR c.relispartition) \
+                       AND (n.nspname = ANY($1) OR (n.nspname || '.' || c.relname) = ANY($2)))",
+                &[&pg.schemas, &pg.tables],
+            )
+            .await?
+            .get(0);
+        if via_root != want && partitioned {
             let managed = pipeline.source.create_publication;
             findings.push(finding(
                 "pg.publication_partition_root",

@@ -113,6 +113,29 @@ pub async fn root_of(
     Ok(row.map(|row| row.get(0)))
 }
 
+/// Whether any of `tables` is a partitioned table or a partition.
+///
+/// # Errors
+///
+/// Retryable on connection trouble.
+pub async fn any_partitioned(
+    catalog: &PgCatalog,
+    tables: &[CapturedTable],
+) -> Result<bool, PipelineError> {
+    let names: Vec<String> = tables.iter().map(CapturedTable::qualified).collect();
+    let row = catalog
+        .client()
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE (c.relkind = 'p' OR c.relispartition) \
+                   AND format('%s.%s', n.nspname, c.relname) = ANY($1::text[]))",
+            &[&names],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the captured tables", e))?;
+    Ok(row.get(0))
+}
+
 /// The condition that restricts a snapshot of a root to the rows of `leaves`.
 pub fn rows_of(leaves: &[&Partition]) -> String {
     let oids: Vec<String> = leaves.iter().map(|p| p.oid.to_string()).collect();

@@ -420,7 +420,7 @@ pub async fn ensure(
         apply(catalog, &name, &plan, true).await?;
         return Ok(plan);
     }
-    check_via_root(catalog, config, &name, &plan).await?;
+    check_via_root(catalog, config, &name, &plan, tables).await?;
     if version < 15 {
         return Ok(plan);
     }
@@ -480,12 +480,15 @@ fn via_root_sql(name: &str, via_root: bool) -> String {
 }
 
 /// An existing publication's `publish_via_partition_root` against the plan's: a publication
-/// sluice manages is set to it (logged); one it does not manage is reported, not changed.
+/// sluice manages is set to it (logged); one it does not manage is reported, not changed,
+/// when a captured table is partitioned or a partition (otherwise the setting changes
+/// nothing).
 async fn check_via_root(
     catalog: &PgCatalog,
     config: &PgPipelineConfig,
     name: &str,
     plan: &PublicationPlan,
+    tables: &[CapturedTable],
 ) -> Result<(), PipelineError> {
     let Some(want) = plan.via_root else {
         return Ok(());
@@ -503,6 +506,12 @@ async fn check_via_root(
         return Ok(());
     }
     let mode = if want { "root" } else { "leaves" };
+    if !config.source.create_publication
+        && !super::partition::any_partitioned(catalog, tables).await?
+    {
+        // Nothing captured is partitioned: the setting changes nothing (yet).
+        return Ok(());
+    }
     if !config.source.create_publication {
         return Err(PipelineError::fatal(
             format!(
