@@ -531,6 +531,9 @@ pub struct IncrementalRun {
     offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
     /// The running republication's key set.
     republication: Option<Republication>,
+    /// `partitions = "leaves"`: the captured leaves of each partitioned table, which a request
+    /// naming the partitioned table stands for.
+    leaves_of: std::collections::HashMap<String, Vec<String>>,
 }
 
 /// Rows of a chunk to publish at its watermark.
@@ -576,6 +579,7 @@ impl IncrementalRun {
             identity,
             offsets,
             republication: None,
+            leaves_of: std::collections::HashMap::new(),
         };
         for table in run.state.queue.iter_mut().filter(|t| t.tombstones) {
             if table.after.is_some() || table.chunks > 0 {
@@ -671,6 +675,7 @@ impl IncrementalRun {
     /// checkpoint for an API request, then `request` is its sequence number on the status
     /// board; 0 for a signal row).
     pub fn accept(&mut self, signal: &Signal, at: Lsn, request: u64) {
+        let signal = &self.expand(signal);
         if let Err(problem) = signal.check_filters(SqlDialect::Postgres) {
             if self.state.refuse(signal.id(), &problem) || request != 0 {
                 self.record_request(at, request);
@@ -689,6 +694,54 @@ impl IncrementalRun {
         if changed || request != 0 {
             // An admin request is answered once recorded, even when it changed nothing.
             self.record_request(at, request);
+        }
+    }
+
+    /// `partitions = "leaves"`: the captured tables that are partitions, by their partitioned
+    /// table (`schema.table` each), for requests that name the partitioned table.
+    pub fn set_leaves(&mut self, tables: &[super::setup::CapturedTable]) {
+        self.leaves_of.clear();
+        for table in tables {
+            if let Some(root) = &table.root {
+                self.leaves_of
+                    .entry(root.clone())
+                    .or_default()
+                    .push(table.qualified());
+            }
+        }
+    }
+
+    /// A request with each partitioned table it names replaced by its captured leaves (with
+    /// the same filter).
+    fn expand(&self, signal: &Signal) -> Signal {
+        let leaves = |table: &String| {
+            self.leaves_of
+                .get(table)
+                .filter(|_| !self.captured.contains(table))
+                .cloned()
+                .unwrap_or_else(|| vec![table.clone()])
+        };
+        match signal {
+            Signal::Snapshot {
+                id,
+                tables,
+                tombstones,
+            } => Signal::Snapshot {
+                id: id.clone(),
+                tables: tables
+                    .iter()
+                    .flat_map(|(table, filter)| {
+                        leaves(table)
+                            .into_iter()
+                            .map(move |leaf| (leaf, filter.clone()))
+                    })
+                    .collect(),
+                tombstones: *tombstones,
+            },
+            Signal::Stop { id, tables } => Signal::Stop {
+                id: id.clone(),
+                tables: tables.iter().flat_map(leaves).collect(),
+            },
         }
     }
 
@@ -1381,5 +1434,55 @@ mod tests {
         // Seen again: nothing more.
         next.on_partitions(&now, Lsn(4));
         assert_eq!(next.state.queue.len(), 1);
+    }
+
+    #[test]
+    fn under_leaves_a_request_for_a_partitioned_table_snapshots_its_leaves() {
+        let mut run = run(None);
+        run.captured = ["public.events_01", "public.events_02", "public.plain"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let captured = |table: &str, root: Option<&str>| super::super::setup::CapturedTable {
+            schema: "public".into(),
+            table: table.into(),
+            replica_identity: 'd',
+            has_primary_key: true,
+            root: root.map(str::to_owned),
+        };
+        run.set_leaves(&[
+            captured("events_01", Some("public.events")),
+            captured("events_02", Some("public.events")),
+            captured("plain", None),
+        ]);
+        let request = Signal::Snapshot {
+            id: "r1".into(),
+            tables: vec![
+                ("public.events".into(), Some("v > 1".into())),
+                ("public.plain".into(), None),
+            ],
+            tombstones: false,
+        };
+        run.accept(&request, Lsn(5), 0);
+        let queued: Vec<(&str, Option<&str>)> = run
+            .state
+            .queue
+            .iter()
+            .map(|t| (t.table.as_str(), t.filter.as_deref()))
+            .collect();
+        assert_eq!(
+            queued,
+            [
+                ("public.events_01", Some("v > 1")),
+                ("public.events_02", Some("v > 1")),
+                ("public.plain", None),
+            ]
+        );
+        let stop = Signal::Stop {
+            id: "r2".into(),
+            tables: vec!["public.events".into()],
+        };
+        run.accept(&stop, Lsn(6), 0);
+        assert_eq!(run.state.queue.len(), 1, "{:?}", run.state.queue);
     }
 }

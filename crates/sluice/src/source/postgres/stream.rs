@@ -493,8 +493,9 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot.confirmed_flush,
         incremental_offsets,
     );
-    if partition_mode == PartitionMode::Root {
-        incremental.on_partitions(&partitions, slot.confirmed_flush);
+    match partition_mode {
+        PartitionMode::Root => incremental.on_partitions(&partitions, slot.confirmed_flush),
+        PartitionMode::Leaves => incremental.set_leaves(&tables),
     }
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
@@ -1130,10 +1131,11 @@ impl PgSource<'_> {
         intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
         let mut qualified = format!("{}.{}", relation.namespace, relation.name);
-        if self.partition_mode == PartitionMode::Root && !self.incremental.captures(&qualified) {
+        if self.partition_mode == PartitionMode::Root {
             // PostgreSQL (15.18 at least) publishes a partition's changes under the partition's
             // own name, despite publish_via_partition_root, once a sibling was detached in the
-            // walsender's lifetime: a partition of a captured root is that root.
+            // walsender's lifetime: a partition of a captured root is that root (also when it
+            // was captured as a plain table before it was attached).
             let root = bounded(
                 "looking up the partition's root",
                 super::partition::root_of(&self.catalog, &relation.namespace, &relation.name),
@@ -1476,6 +1478,9 @@ impl PgSource<'_> {
                 return Ok(());
             }
         };
+        if self.partition_mode == PartitionMode::Leaves {
+            self.incremental.set_leaves(&tables);
+        }
         if self.partition_mode == PartitionMode::Root {
             match super::partition::leaves(&self.catalog, &tables).await {
                 Ok(partitions) => self.incremental.on_partitions(&partitions, last_checkpoint),
