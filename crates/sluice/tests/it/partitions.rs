@@ -205,3 +205,70 @@ async fn a_partitioned_table_is_one_topic_and_an_attached_table_is_snapshotted_o
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
+
+/// `partitions = "leaves"`: each partition is its own topic, snapshotted once; a partition
+/// created while running (published from its creation by the schema publication) is streamed,
+/// not snapshotted.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_leaves_each_partition_is_a_table_and_a_created_one_is_streamed_only() {
+    let _broker = broker_shared().await;
+    let name = unique("leaves");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.events (id bigint, at int, v bigint NOT NULL, \
+                 PRIMARY KEY (id, at)) PARTITION BY RANGE (at); \
+             CREATE TABLE {name}.events_1 PARTITION OF {name}.events FOR VALUES FROM (0) TO (10); \
+             INSERT INTO {name}.events SELECT g, g % 10, 0 FROM generate_series(1, 20) g;"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\npartitions = \"leaves\"\ntable_refresh_interval_ms = 300\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(120));
+    client
+        .batch_execute(&format!(
+            "CREATE TABLE {name}.events_2 PARTITION OF {name}.events FOR VALUES FROM (10) TO (20); \
+             INSERT INTO {name}.events SELECT g, 10 + g % 10, 2 FROM generate_series(201, 210) g; \
+             UPDATE {name}.events SET v = 1 WHERE id IN (1, 201);"
+        ))
+        .await
+        .unwrap();
+    let topic = |table: &str| format!("{name}.{name}.{table}");
+    let read = |topic: String, done: fn(&[Record]) -> bool| {
+        tokio::task::spawn_blocking(move || read_topic(&topic, Duration::from_secs(60), done))
+    };
+    let first = read(topic("events_1"), |r| {
+        newest(r).get(&1) == Some(&1) && reads(r).len() == 20
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        reads(&first),
+        (1..=20).collect::<Vec<i64>>(),
+        "the snapshot, once"
+    );
+    let created = read(topic("events_2"), |r| {
+        newest(r).len() == 10 && newest(r).get(&201) == Some(&1)
+    })
+    .await
+    .unwrap();
+    assert!(
+        reads(&created).is_empty(),
+        "a created partition's rows were all streamed: {created:?}"
+    );
+    assert_eq!(newest(&created).len(), 10);
+    println!(
+        "leaves: {} events in the first partition's topic, {} in the created one's",
+        first.len(),
+        created.len()
+    );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}

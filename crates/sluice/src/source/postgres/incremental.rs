@@ -778,7 +778,9 @@ impl IncrementalRun {
 
     /// A table seen in the stream: when it is not captured yet (created in or moved into a
     /// captured schema while running), it joins the captured set and is snapshotted.
-    pub fn on_table(&mut self, table: &str, at: Lsn) {
+    /// `streamed`: every row it holds was streamed (a partition created as one in a
+    /// publication that published it from its creation): it joins without a snapshot.
+    pub fn on_table(&mut self, table: &str, at: Lsn, streamed: bool) {
         if self.captured.contains(table) || self.is_signal_table(table) {
             return;
         }
@@ -786,7 +788,12 @@ impl IncrementalRun {
         if let Some(known) = &mut self.state.known_tables {
             known.insert(table.to_owned());
         }
-        if self.snapshot_new_tables {
+        if streamed {
+            tracing::info!(
+                table,
+                "a partition created while running joined the captured set: its rows were all streamed, nothing to snapshot"
+            );
+        } else if self.snapshot_new_tables {
             tracing::info!(
                 table,
                 "a table joined the captured set: snapshotting it while streaming"

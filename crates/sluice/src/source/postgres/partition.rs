@@ -136,6 +136,46 @@ pub async fn any_partitioned(
     Ok(row.get(0))
 }
 
+/// `partitions = "leaves"`: whether every row of the partition `schema.table` was streamed:
+/// it was created as a partition (not attached; see the module docs), in a schema publication
+/// `publication` publishes whole (or `FOR ALL TABLES`), so it was published from its first
+/// row. Such a partition joins the captured set without a snapshot.
+///
+/// # Errors
+///
+/// Retryable on connection trouble.
+pub async fn streamed_since_creation(
+    catalog: &PgCatalog,
+    publication: &str,
+    schema: &str,
+    table: &str,
+) -> Result<bool, PipelineError> {
+    // Schema publications (pg_publication_namespace) came with PostgreSQL 15.
+    let whole_schema = if catalog.server_major_version().await? >= 15 {
+        "EXISTS (SELECT 1 FROM pg_publication_namespace pn \
+             WHERE pn.pnpubid = p.oid AND pn.pnnspid = n.oid)"
+    } else {
+        "false"
+    };
+    let sql = format!(
+        "SELECT NOT EXISTS (SELECT 1 FROM pg_partition_ancestors(c.oid) a \
+                    JOIN pg_inherits i ON i.inhrelid = a.relid \
+                    JOIN pg_class ac ON ac.oid = a.relid \
+                    LEFT JOIN pg_type ty ON ty.oid = ac.reltype \
+                    WHERE ty.oid IS NULL OR NOT (i.xmin = ty.xmin)) \
+                AND (p.puballtables OR {whole_schema}) \
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         JOIN pg_publication p ON p.pubname = $1 \
+         WHERE n.nspname = $2 AND c.relname = $3 AND c.relispartition"
+    );
+    let row = catalog
+        .client()
+        .query_opt(&sql, &[&publication, &schema, &table])
+        .await
+        .map_err(|e| classify_pg("cannot read a new partition", e))?;
+    Ok(row.is_some_and(|row| row.get(0)))
+}
+
 /// The condition that restricts a snapshot of a root to the rows of `leaves`.
 pub fn rows_of(leaves: &[&Partition]) -> String {
     let oids: Vec<String> = leaves.iter().map(|p| p.oid.to_string()).collect();

@@ -1213,8 +1213,10 @@ impl PgSource<'_> {
         if self.incremental.is_signal_table(&qualified) {
             // Signals are read, not published.
             info.excluded = true;
-        } else if !info.excluded && !is_outbox {
-            self.incremental.on_table(&qualified, self.received);
+        } else if !info.excluded && !is_outbox && !self.incremental.captures(&qualified) {
+            let streamed = self.streamed_whole(&qualified).await?;
+            self.incremental
+                .on_table(&qualified, self.received, streamed);
         }
         match self.ctx.config.source.outbox.as_ref() {
             _ if info.excluded => {}
@@ -1463,7 +1465,8 @@ impl PgSource<'_> {
             .partition(|(at, _)| *at <= received);
         self.new_tables = waiting;
         for (_, table) in ready {
-            self.incremental.on_table(&table, last_checkpoint);
+            let streamed = self.streamed_whole(&table).await?;
+            self.incremental.on_table(&table, last_checkpoint, streamed);
         }
         let config = Arc::clone(&self.ctx.config);
         let interval = config.source.table_refresh_interval_ms;
@@ -1520,6 +1523,27 @@ impl PgSource<'_> {
             self.new_tables.push((at, table));
         }
         Ok(())
+    }
+
+    /// `partitions = "leaves"`: whether every row of `table`, new to the captured set, was
+    /// streamed (see [`super::partition::streamed_since_creation`]).
+    async fn streamed_whole(&self, table: &str) -> Result<bool, PipelineError> {
+        if self.partition_mode != PartitionMode::Leaves {
+            return Ok(false);
+        }
+        let Some((schema, name)) = crate::config::parse_table_name(table) else {
+            return Ok(false);
+        };
+        bounded(
+            "looking up a new partition",
+            super::partition::streamed_since_creation(
+                &self.catalog,
+                &self.ctx.config.publication_name(),
+                schema,
+                name,
+            ),
+        )
+        .await
     }
 
     /// Debezium's transaction topic, `<topic_prefix>.transaction`.
