@@ -7,7 +7,7 @@ use crate::error::PipelineError;
 use crate::sink::config::{SinkPipelineConfig, TopicSelector};
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::mysql::server::SettingIssue;
-use crate::source::postgres::config::PgPipelineConfig;
+use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
 use crate::source::postgres::publication::PublicationPlan;
 use crate::source::postgres::setup::PgCatalog;
 
@@ -181,6 +181,44 @@ async fn check_postgres(
     } else {
         Vec::new()
     };
+    let mode = catalog.partition_mode(config).await?;
+    lines.push(format!(
+        "partitioned tables: partitions = \"{}\" ({})",
+        mode.as_str(),
+        match mode {
+            PartitionMode::Root => "each one table under its root's name and topic",
+            PartitionMode::Leaves => "each partition its own table and topic",
+        }
+    ));
+    if exists && let Some(want) = plan.via_root {
+        let now: bool = catalog
+            .client()
+            .query_one(
+                "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+                &[&publication],
+            )
+            .await
+            .map_err(|e| crate::error::classify_pg("cannot read publications", e))?
+            .get(0);
+        if now != want
+            && crate::source::postgres::partition::any_partitioned(&catalog, &tables).await?
+        {
+            lines.push(format!(
+                "  publication {publication:?} has publish_via_partition_root = {now}: MISMATCH, the partitions setting needs {want} ({})",
+                if config.source.create_publication {
+                    "sluice sets it at the start"
+                } else {
+                    "create_publication = false: the pipeline will refuse to start"
+                }
+            ));
+        }
+    }
+    let partitions = match mode {
+        PartitionMode::Root => {
+            crate::source::postgres::partition::leaves(&catalog, &tables).await?
+        }
+        PartitionMode::Leaves => Vec::new(),
+    };
     lines.push(format!("tables: {} captured", tables.len()));
     for table in &tables {
         let identity = match table.replica_identity {
@@ -201,6 +239,22 @@ async fn check_postgres(
             table.qualified()
         ));
         lines.extend(filter_lines(&plan, &published, &table.qualified()));
+        let qualified = table.qualified();
+        let leaves: Vec<&str> = partitions
+            .iter()
+            .filter(|p| p.root == qualified)
+            .map(|p| p.leaf.as_str())
+            .collect();
+        if !leaves.is_empty() {
+            lines.push(format!(
+                "    partitioned: {} partitions, their changes under this table: {}",
+                leaves.len(),
+                leaves.join(", ")
+            ));
+        }
+        if let Some(root) = &table.root {
+            lines.push(format!("    partition of {root}"));
+        }
     }
     let topics = tables
         .iter()

@@ -23,7 +23,7 @@ use tokio_postgres::Client;
 
 use crate::kafka;
 use crate::source::mysql::config::MysqlPipelineConfig;
-use crate::source::postgres::config::PgPipelineConfig;
+use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
 
 mod mysql;
 mod registry;
@@ -630,6 +630,112 @@ async fn pipeline_tables(
                 format!("GRANT SELECT ON {name} TO {user}"),
             ));
         }
+    }
+    if publication_exists {
+        partition_findings(client, pipeline, &publication, findings).await?;
+    }
+    Ok(())
+}
+
+/// Partitioned tables and an existing publication: `publish_via_partition_root` against
+/// `source.postgres.partitions`, and a publication that lists a partitioned table and one of
+/// its partitions.
+async fn partition_findings(
+    client: &Client,
+    pipeline: &PgPipelineConfig,
+    publication: &str,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
+    let version = setting_number(client, "server_version_num").await? / 10000;
+    let Ok(mode) = PartitionMode::resolve(
+        pipeline.source.partitions,
+        u32::try_from(version).unwrap_or_default(),
+    ) else {
+        findings.push(finding(
+            "pg.partitions_root_unsupported",
+            Severity::Critical,
+            format!("source.postgres.partitions = \"root\" needs PostgreSQL 13 or later (the server is {version})"),
+            &[("server_version", version.into())],
+            "set source.postgres.partitions = \"leaves\", or upgrade PostgreSQL",
+        ));
+        return Ok(());
+    };
+    if version >= 13 {
+        let via_root: bool = client
+            .query_one(
+                "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+                &[&publication],
+            )
+            .await?
+            .get(0);
+        let want = mode == PartitionMode::Root;
+        let pg = &pipeline.source;
+        // Only a partitioned table (or a partition) captured is concerned.
+        let partitioned: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE (c.relkind = 'p' OR c.relispartition) \
+                       AND (n.nspname = ANY($1) OR (n.nspname || '.' || c.relname) = ANY($2)))",
+                &[&pg.schemas, &pg.tables],
+            )
+            .await?
+            .get(0);
+        if via_root != want && partitioned {
+            let managed = pipeline.source.create_publication;
+            findings.push(finding(
+                "pg.publication_partition_root",
+                if managed { Severity::Info } else { Severity::Critical },
+                format!(
+                    "publication {publication:?} has publish_via_partition_root = {via_root}, but source.postgres.partitions = \"{}\" needs {want}: {}",
+                    mode.as_str(),
+                    if managed {
+                        "sluice sets it when the pipeline starts (partitioned tables' topics change)"
+                    } else {
+                        "create_publication = false, so the pipeline refuses to start (partitions' changes would go to other topics than their snapshot)"
+                    }
+                ),
+                &[
+                    ("publication", publication.into()),
+                    ("publish_via_partition_root", via_root.into()),
+                    ("partitions", mode.as_str().into()),
+                ],
+                if managed {
+                    String::new()
+                } else {
+                    format!("ALTER PUBLICATION {publication} SET (publish_via_partition_root = {want})")
+                },
+            ));
+        }
+    }
+    let both = client
+        .query(
+            "SELECT format('%s.%s', rn.nspname, r.relname), format('%s.%s', n.nspname, c.relname) \
+             FROM pg_publication p JOIN pg_publication_rel pr ON pr.prpubid = p.oid \
+             JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             CROSS JOIN LATERAL pg_partition_ancestors(c.oid) a \
+             JOIN pg_publication_rel pa ON pa.prpubid = p.oid AND pa.prrelid = a.relid \
+             JOIN pg_class r ON r.oid = a.relid JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+             WHERE p.pubname = $1 AND a.relid <> c.oid ORDER BY 1, 2",
+            &[&publication],
+        )
+        .await?;
+    for row in both {
+        let (root, leaf): (String, String) = (row.get(0), row.get(1));
+        findings.push(finding(
+            "pg.publication_root_and_partition",
+            Severity::Warning,
+            format!(
+                "publication {publication:?} lists both {root} and its partition {leaf}: the partition's changes are then published under one name or the other depending on publish_via_partition_root, and consumers of both (a snapshot of {root} and the stream of {leaf}, or another publication on the same slot) get its rows twice"
+            ),
+            &[
+                ("publication", publication.into()),
+                ("table", root.clone().into()),
+                ("partition", leaf.clone().into()),
+            ],
+            format!(
+                "ALTER PUBLICATION {publication} DROP TABLE {leaf} (listing {root} publishes its partitions, present and future)"
+            ),
+        ));
     }
     Ok(())
 }

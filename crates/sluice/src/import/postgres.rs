@@ -177,11 +177,8 @@ pub fn setting(import: &mut Import<'_>, key: &str, value: &str) -> bool {
             }
         }
         "publish.via.partition.root" => {
-            if value == "false" {
-                import.carried(key);
-            } else {
-                import.dropped(key, "set it on the publication yourself (ALTER PUBLICATION … SET (publish_via_partition_root = true)); sluice's events then name the root table as Debezium's do", false);
-            }
+            // Written in `finish` as source.postgres.partitions.
+            import.carried(key);
         }
         "schema.refresh.mode" => {
             if value == "columns_diff" {
@@ -244,6 +241,19 @@ pub fn finish(import: &mut Import<'_>) {
         import.set_source("publication", "dbz_publication");
     }
     import.set_source("create_publication", false);
+    // Debezium publishes partitions' changes under the partitions unless the publication
+    // publishes via the root: sluice's partitions mode says the same of the same publication.
+    let via_root = import.flag("publish.via.partition.root").unwrap_or(false);
+    import.set_source("partitions", if via_root { "root" } else { "leaves" });
+    if import.get("publish.via.partition.root").is_none() {
+        import.findings.push(super::Finding {
+            setting: "publish.via.partition.root".to_owned(),
+            outcome: super::Outcome::Noted(
+                "unset: Debezium's default false, so partitions = \"leaves\" (each partition its own topic, as Debezium writes them)"
+                    .to_owned(),
+            ),
+        });
+    }
     tables(import);
 }
 

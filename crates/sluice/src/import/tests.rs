@@ -260,6 +260,31 @@ fn json_converter_without_schemas_enable_has_schemas() {
 }
 
 #[test]
+fn partitions_follow_the_publication_s_publish_via_partition_root() {
+    let text = r#"{"connector.class":"io.debezium.connector.postgresql.PostgresConnector","name":"c",
+        "topic.prefix":"p","schema.include.list":"public"VIA}"#;
+    let partitions = |extra: &str| {
+        let result = imported(&text.replace("VIA", extra));
+        let Ok(PipelineFile::Postgres(config)) = PipelineFile::from_toml(&result.text, "pg", &env)
+        else {
+            panic!("{}", result.text);
+        };
+        (config.source.partitions, result)
+    };
+    use crate::source::postgres::config::PartitionMode;
+    let (mode, result) = partitions("");
+    assert_eq!(mode, Some(PartitionMode::Leaves), "Debezium's default");
+    assert!(matches!(
+        outcome(&result, "publish.via.partition.root"),
+        Outcome::Noted(note) if note.contains("partitions = \"leaves\"")
+    ));
+    let (mode, _) = partitions(r#","publish.via.partition.root":"true""#);
+    assert_eq!(mode, Some(PartitionMode::Root));
+    let (mode, _) = partitions(r#","publish.via.partition.root":"false""#);
+    assert_eq!(mode, Some(PartitionMode::Leaves));
+}
+
+#[test]
 fn snapshot_modes_and_provider_references() {
     let text = r#"{"connector.class":"io.debezium.connector.postgresql.PostgresConnector","name":"c",
         "topic.prefix":"p","snapshot.mode":"always","database.hostname":"${env:PG_HOST}",

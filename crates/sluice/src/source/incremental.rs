@@ -53,6 +53,11 @@ pub struct IncrementalState<K = Vec<String>> {
     /// first run records them.
     #[serde(default)]
     pub known_tables: Option<BTreeSet<String>>,
+    /// PostgreSQL, `partitions = "root"`: the leaves of captured partitioned tables the
+    /// pipeline knows (a leaf attached since is snapshotted under its root); `None` until
+    /// the first run records them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub known_partitions: Option<BTreeSet<String>>,
     /// The stream position (commit LSN, index) from which on this state holds: under exactly
     /// once, the newer of the state store's copy and the offsets topic's is resumed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -178,6 +178,52 @@ async fn tables_without_keys_and_outside_the_publication_are_named() {
     drop_slot_and_publication(&client, &name).await;
 }
 
+/// A hand-made publication for `partitions = "root"` without publish_via_partition_root, that
+/// lists a partitioned table and one of its partitions: both are named, with the SQL to fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hand_made_publication_that_misses_the_partition_root_or_lists_both_is_named() {
+    let _broker = broker_shared().await;
+    let name = unique("docpart");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.events (id int, at int, PRIMARY KEY (id, at)) PARTITION BY RANGE (at); \
+             CREATE TABLE {name}.events_1 PARTITION OF {name}.events FOR VALUES FROM (0) TO (10); \
+             CREATE PUBLICATION sluice_{name} FOR TABLE {name}.events, {name}.events_1;"
+        ))
+        .await
+        .unwrap();
+    let dir = test_dir(&name);
+    let file = dir.join("pipeline.toml");
+    let toml = pipeline_toml(&name, &name, &name, free_port(), "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\ncreate_publication = false\n",
+    );
+    std::fs::write(&file, toml).unwrap();
+    let (code, all) = sluice_json(&["doctor", "--pipeline", file.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "a critical finding: {all:#}");
+    let via_root = findings(&all, "pg.publication_partition_root", None);
+    assert_eq!(via_root.len(), 1, "{all:#}");
+    assert_eq!(via_root[0]["severity"], "critical");
+    assert_eq!(via_root[0]["evidence"]["partitions"], "root");
+    assert_eq!(
+        via_root[0]["fix"],
+        format!("ALTER PUBLICATION sluice_{name} SET (publish_via_partition_root = true)")
+    );
+    let both = findings(
+        &all,
+        "pg.publication_root_and_partition",
+        Some(("partition", Value::from(format!("{name}.events_1")))),
+    );
+    assert_eq!(both.len(), 1, "{all:#}");
+    assert_eq!(both[0]["evidence"]["table"], format!("{name}.events"));
+    assert!(both[0]["fix"].as_str().unwrap().starts_with(&format!(
+        "ALTER PUBLICATION sluice_{name} DROP TABLE {name}.events_1"
+    )));
+    drop_slot_and_publication(&client, &name).await;
+}
+
 /// `synchronous_commit = off` with `wal_writer_delay = 200ms` (a throwaway cluster: these
 /// are server-wide): the latency trap is named with the added latency.
 #[tokio::test(flavor = "multi_thread")]

@@ -23,6 +23,7 @@ mod mysql_ha;
 mod mysql_incremental;
 mod operate;
 mod outbox;
+mod partitions;
 mod perf;
 mod secrets;
 mod silence;

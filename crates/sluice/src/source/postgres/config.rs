@@ -147,6 +147,57 @@ pub struct PostgresSourceConfig {
     /// have no single-column key; finished chunks are not read again after a restart).
     #[serde(default = "default_snapshot_chunk_rows")]
     pub snapshot_chunk_rows: u32,
+    /// How a partitioned table is captured: `"root"` (one table and topic under the root's
+    /// name; the default on PostgreSQL 13 or later) or `"leaves"` (each partition its own
+    /// table and topic; the default before 13). See [`PartitionMode`].
+    pub partitions: Option<PartitionMode>,
+}
+
+/// `source.postgres.partitions`: how a declaratively partitioned table is captured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionMode {
+    /// The partitioned table is one logical table: the publication publishes its partitions'
+    /// changes under the root (`publish_via_partition_root = true`, PostgreSQL 13 or later),
+    /// its rows are snapshotted once by reading the root, and every change of every
+    /// partition, present or future, goes to the root's topic under the root's key. The
+    /// partitions are not captured on their own.
+    Root,
+    /// Each partition (leaf) is a table of its own with its own topic; the partitioned tables
+    /// themselves are not captured (a partitioned table named in `tables` stands for its
+    /// leaves).
+    Leaves,
+}
+
+impl PartitionMode {
+    /// The mode the pipeline file asks for on a server of major `version`: the configured one,
+    /// or `Root` on 13 or later and `Leaves` before.
+    ///
+    /// # Errors
+    ///
+    /// `Root` asked for on a server older than 13 (no `publish_via_partition_root`): the
+    /// key and the fix.
+    pub fn resolve(configured: Option<Self>, version: u32) -> Result<Self, (String, String)> {
+        match configured {
+            Some(Self::Root) if version < 13 => Err((
+                format!(
+                    "source.postgres.partitions = \"root\" needs PostgreSQL 13 or later (publish_via_partition_root); the server is {version}"
+                ),
+                "set source.postgres.partitions = \"leaves\" (each partition its own topic), or upgrade PostgreSQL".to_owned(),
+            )),
+            Some(mode) => Ok(mode),
+            None if version >= 13 => Ok(Self::Root),
+            None => Ok(Self::Leaves),
+        }
+    }
+
+    /// The value as written in the pipeline file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Root => "root",
+            Self::Leaves => "leaves",
+        }
+    }
 }
 
 /// `[source.postgres.columns]`: column rules, each a list of `schema.table.column` globs. The
@@ -834,6 +885,42 @@ mod tests {
         assert!(issues[2].problem.contains("')' without"), "{issues:?}");
         assert!(issues[3].problem.contains("empty"));
         assert!(issues[4].problem.contains("'(' without"));
+    }
+
+    #[test]
+    fn partitions_default_to_the_root_where_the_server_can_publish_via_it() {
+        let config = PgPipelineConfig::from_toml(MINIMAL, "test.toml", &env).unwrap();
+        assert_eq!(config.source.partitions, None);
+        assert_eq!(PartitionMode::resolve(None, 15), Ok(PartitionMode::Root));
+        assert_eq!(PartitionMode::resolve(None, 12), Ok(PartitionMode::Leaves));
+        assert_eq!(
+            PartitionMode::resolve(Some(PartitionMode::Leaves), 16),
+            Ok(PartitionMode::Leaves)
+        );
+        let (problem, fix) = PartitionMode::resolve(Some(PartitionMode::Root), 12).unwrap_err();
+        assert!(
+            problem.starts_with("source.postgres.partitions = \"root\" needs PostgreSQL 13"),
+            "{problem}"
+        );
+        assert!(fix.contains("partitions = \"leaves\""), "{fix}");
+        let text = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\npartitions = \"leaves\"",
+        );
+        let config = PgPipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
+        assert_eq!(config.source.partitions, Some(PartitionMode::Leaves));
+        let text = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\npartitions = \"all\"",
+        );
+        let issue = issues(&text).into_iter().next().unwrap();
+        assert_eq!(issue.key, "source.postgres.partitions");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown variant `all`, expected `root` or `leaves`"),
+            "{issue:?}"
+        );
     }
 
     #[test]

@@ -376,6 +376,7 @@ pub async fn create_signal_table(
         table: table.to_owned(),
         replica_identity: 'd',
         has_primary_key: true,
+        root: None,
     }))
 }
 
@@ -530,6 +531,9 @@ pub struct IncrementalRun {
     offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
     /// The running republication's key set.
     republication: Option<Republication>,
+    /// `partitions = "leaves"`: the captured leaves of each partitioned table, which a request
+    /// naming the partitioned table stands for.
+    leaves_of: std::collections::HashMap<String, Vec<String>>,
 }
 
 /// Rows of a chunk to publish at its watermark.
@@ -575,6 +579,7 @@ impl IncrementalRun {
             identity,
             offsets,
             republication: None,
+            leaves_of: std::collections::HashMap::new(),
         };
         for table in run.state.queue.iter_mut().filter(|t| t.tombstones) {
             if table.after.is_some() || table.chunks > 0 {
@@ -670,6 +675,7 @@ impl IncrementalRun {
     /// checkpoint for an API request, then `request` is its sequence number on the status
     /// board; 0 for a signal row).
     pub fn accept(&mut self, signal: &Signal, at: Lsn, request: u64) {
+        let signal = &self.expand(signal);
         if let Err(problem) = signal.check_filters(SqlDialect::Postgres) {
             if self.state.refuse(signal.id(), &problem) || request != 0 {
                 self.record_request(at, request);
@@ -688,6 +694,54 @@ impl IncrementalRun {
         if changed || request != 0 {
             // An admin request is answered once recorded, even when it changed nothing.
             self.record_request(at, request);
+        }
+    }
+
+    /// `partitions = "leaves"`: the captured tables that are partitions, by their partitioned
+    /// table (`schema.table` each), for requests that name the partitioned table.
+    pub fn set_leaves(&mut self, tables: &[super::setup::CapturedTable]) {
+        self.leaves_of.clear();
+        for table in tables {
+            if let Some(root) = &table.root {
+                self.leaves_of
+                    .entry(root.clone())
+                    .or_default()
+                    .push(table.qualified());
+            }
+        }
+    }
+
+    /// A request with each partitioned table it names replaced by its captured leaves (with
+    /// the same filter).
+    fn expand(&self, signal: &Signal) -> Signal {
+        let leaves = |table: &String| {
+            self.leaves_of
+                .get(table)
+                .filter(|_| !self.captured.contains(table))
+                .cloned()
+                .unwrap_or_else(|| vec![table.clone()])
+        };
+        match signal {
+            Signal::Snapshot {
+                id,
+                tables,
+                tombstones,
+            } => Signal::Snapshot {
+                id: id.clone(),
+                tables: tables
+                    .iter()
+                    .flat_map(|(table, filter)| {
+                        leaves(table)
+                            .into_iter()
+                            .map(move |leaf| (leaf, filter.clone()))
+                    })
+                    .collect(),
+                tombstones: *tombstones,
+            },
+            Signal::Stop { id, tables } => Signal::Stop {
+                id: id.clone(),
+                tables: tables.iter().flat_map(leaves).collect(),
+            },
         }
     }
 
@@ -724,7 +778,9 @@ impl IncrementalRun {
 
     /// A table seen in the stream: when it is not captured yet (created in or moved into a
     /// captured schema while running), it joins the captured set and is snapshotted.
-    pub fn on_table(&mut self, table: &str, at: Lsn) {
+    /// `streamed`: every row it holds was streamed (a partition created as one in a
+    /// publication that published it from its creation): it joins without a snapshot.
+    pub fn on_table(&mut self, table: &str, at: Lsn, streamed: bool) {
         if self.captured.contains(table) || self.is_signal_table(table) {
             return;
         }
@@ -732,7 +788,12 @@ impl IncrementalRun {
         if let Some(known) = &mut self.state.known_tables {
             known.insert(table.to_owned());
         }
-        if self.snapshot_new_tables {
+        if streamed {
+            tracing::info!(
+                table,
+                "a partition created while running joined the captured set: its rows were all streamed, nothing to snapshot"
+            );
+        } else if self.snapshot_new_tables {
             tracing::info!(
                 table,
                 "a table joined the captured set: snapshotting it while streaming"
@@ -744,6 +805,78 @@ impl IncrementalRun {
             };
             self.state.accept(&signal, &|_| true);
         }
+        self.record(at);
+    }
+
+    /// `partitions = "root"`: the leaves of the captured partitioned tables now (listed at the
+    /// start, before the initial snapshot, and at every table refresh), seen at `at`. Leaves
+    /// unknown to the state that were attached are snapshotted once under their root (with
+    /// `snapshot_new_tables`), restricted to their rows; see [`super::partition`].
+    pub fn on_partitions(&mut self, current: &[super::partition::Partition], at: Lsn) {
+        let names: std::collections::BTreeSet<String> =
+            current.iter().map(|p| p.leaf.clone()).collect();
+        let Some(known) = self.state.known_partitions.as_ref() else {
+            // The first run: the initial snapshot reads them all through their roots.
+            self.state.known_partitions = Some(names);
+            self.record(at);
+            return;
+        };
+        if *known == names {
+            return;
+        }
+        let joined: Vec<&super::partition::Partition> = current
+            .iter()
+            .filter(|p| !known.contains(&p.leaf))
+            .collect();
+        for gone in known.iter().filter(|leaf| !names.contains(*leaf)) {
+            tracing::info!(
+                partition = %gone,
+                "a partition was detached or dropped: its later changes are no longer published under its root"
+            );
+        }
+        let mut roots: Vec<&str> = joined.iter().map(|p| p.root.as_str()).collect();
+        roots.dedup();
+        for root in roots {
+            let of_root = |attached: bool| -> Vec<&super::partition::Partition> {
+                joined
+                    .iter()
+                    .filter(|p| p.root == root && p.attached == attached)
+                    .copied()
+                    .collect()
+            };
+            let (attached, created) = (of_root(true), of_root(false));
+            if !created.is_empty() {
+                tracing::info!(
+                    table = root,
+                    partitions = ?created.iter().map(|p| &p.leaf).collect::<Vec<_>>(),
+                    "partitions created: their changes are captured under their root"
+                );
+            }
+            if attached.is_empty() {
+                continue;
+            }
+            let leaves: Vec<&str> = attached.iter().map(|p| p.leaf.as_str()).collect();
+            if !self.snapshot_new_tables {
+                tracing::warn!(
+                    table = root,
+                    partitions = ?leaves,
+                    "partitions attached: their changes are captured under their root, but their existing rows are not snapshotted (snapshot_new_tables = false or snapshot = \"never\")"
+                );
+                continue;
+            }
+            tracing::info!(
+                table = root,
+                partitions = ?leaves,
+                "partitions attached: snapshotting their existing rows under their root while streaming"
+            );
+            let signal = Signal::Snapshot {
+                id: format!("attached:{}@{at}", leaves.join(",")),
+                tables: vec![(root.to_owned(), Some(super::partition::rows_of(&attached)))],
+                tombstones: false,
+            };
+            self.state.accept(&signal, &|_| true);
+        }
+        self.state.known_partitions = Some(names);
         self.record(at);
     }
 
@@ -1240,5 +1373,123 @@ mod tests {
         assert!(wrapped.sees(4_294_967_280));
         assert!(wrapped.sees(4_294_967_295));
         assert!(!wrapped.sees(4), "4294967300 is 4 of the next epoch: xmax");
+    }
+
+    fn run(state: Option<IncrementalState>) -> IncrementalRun {
+        let text = r#"
+            name = "p"
+            [source.postgres]
+            url = "postgres://u@db/app"
+            schemas = ["public"]
+            [kafka]
+            brokers = "127.0.0.1:9092"
+        "#;
+        let config = PgPipelineConfig::from_toml(text, "test.toml", &|_| None).unwrap();
+        let identity = SourceIdentity {
+            server_name: "p".into(),
+            database: "app".into(),
+            registry: None,
+        };
+        let captured = ["public.events".to_owned()].into_iter().collect();
+        IncrementalRun::new(Arc::new(config), identity, state, captured, Lsn(1), None)
+    }
+
+    fn leaf(name: &str, oid: u32, attached: bool) -> super::super::partition::Partition {
+        super::super::partition::Partition {
+            leaf: format!("public.{name}"),
+            oid,
+            root: "public.events".into(),
+            attached,
+        }
+    }
+
+    #[test]
+    fn an_attached_partition_is_snapshotted_under_its_root_and_a_created_one_is_not() {
+        let mut first = run(None);
+        let start = [leaf("events_01", 100, false), leaf("events_02", 101, true)];
+        first.on_partitions(&start, Lsn(2));
+        assert!(
+            first.state.queue.is_empty(),
+            "the first run's snapshot reads them through the root"
+        );
+        // After a restart: one created and one attached while stopped, one detached.
+        let mut next = run(Some(first.state.clone()));
+        let now = [
+            leaf("events_01", 100, false),
+            leaf("events_03", 102, false),
+            leaf("events_04", 103, true),
+        ];
+        next.on_partitions(&now, Lsn(3));
+        let queued: Vec<(&str, Option<&str>)> = next
+            .state
+            .queue
+            .iter()
+            .map(|t| (t.table.as_str(), t.filter.as_deref()))
+            .collect();
+        assert_eq!(queued, [("public.events", Some("tableoid IN (103)"))]);
+        let known: Vec<&str> = next
+            .state
+            .known_partitions
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            known,
+            ["public.events_01", "public.events_03", "public.events_04"]
+        );
+        // Seen again: nothing more.
+        next.on_partitions(&now, Lsn(4));
+        assert_eq!(next.state.queue.len(), 1);
+    }
+
+    #[test]
+    fn under_leaves_a_request_for_a_partitioned_table_snapshots_its_leaves() {
+        let mut run = run(None);
+        run.captured = ["public.events_01", "public.events_02", "public.plain"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        let captured = |table: &str, root: Option<&str>| super::super::setup::CapturedTable {
+            schema: "public".into(),
+            table: table.into(),
+            replica_identity: 'd',
+            has_primary_key: true,
+            root: root.map(str::to_owned),
+        };
+        run.set_leaves(&[
+            captured("events_01", Some("public.events")),
+            captured("events_02", Some("public.events")),
+            captured("plain", None),
+        ]);
+        let request = Signal::Snapshot {
+            id: "r1".into(),
+            tables: vec![
+                ("public.events".into(), Some("v > 1".into())),
+                ("public.plain".into(), None),
+            ],
+            tombstones: false,
+        };
+        run.accept(&request, Lsn(5), 0);
+        let queued: Vec<(&str, Option<&str>)> = run
+            .state
+            .queue
+            .iter()
+            .map(|t| (t.table.as_str(), t.filter.as_deref()))
+            .collect();
+        assert_eq!(
+            queued,
+            [
+                ("public.events_01", Some("v > 1")),
+                ("public.events_02", Some("v > 1")),
+                ("public.plain", None),
+            ]
+        );
+        let stop = Signal::Stop {
+            id: "r2".into(),
+            tables: vec!["public.events".into()],
+        };
+        run.accept(&stop, Lsn(6), 0);
+        assert_eq!(run.state.queue.len(), 1, "{:?}", run.state.queue);
     }
 }

@@ -4,6 +4,7 @@
 //! - [`config`]: the `[source.postgres]` section of the pipeline file, its defaults and rules.
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
+//! - [`partition`]: partitioned tables: their leaves, and partitions that join while running.
 //! - [`connect`]: connection strings with libpq's TLS semantics; SQL connections over rustls.
 //! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
 //! - [`pgoutput`]: the decoder of pgoutput messages.
@@ -24,6 +25,7 @@ pub use crate::pg_connect as connect;
 pub mod encode;
 pub mod exactly_once;
 pub mod incremental;
+pub mod partition;
 pub mod pgoutput;
 pub mod publication;
 pub mod replication;

@@ -24,7 +24,7 @@
 
 use tokio_postgres::error::SqlState;
 
-use super::config::PgPipelineConfig;
+use super::config::{PartitionMode, PgPipelineConfig};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use crate::error::{PipelineError, classify_pg};
 use crate::source::postgres::encode::ColumnTreatment;
@@ -38,6 +38,9 @@ pub struct PublicationPlan {
     pub tables: Vec<PublishedTable>,
     /// Excluded columns that stay in the publication (sluice drops them), with the reason.
     pub client_side: Vec<ClientSideColumns>,
+    /// `publish_via_partition_root`, on servers that have it (13 or later): `true` under
+    /// `partitions = "root"`.
+    pub via_root: Option<bool>,
 }
 
 /// A table published by name.
@@ -118,7 +121,12 @@ impl PublicationPlan {
     ) -> Result<Self, PipelineError> {
         let pg = &config.source;
         let outbox = pg.outbox.as_ref().map(|o| o.table.as_str());
-        let mut plan = Self::default();
+        let mode = PartitionMode::resolve(pg.partitions, version)
+            .map_err(|(problem, fix)| PipelineError::fatal(problem, fix))?;
+        let mut plan = Self {
+            via_root: (version >= 13).then_some(mode == PartitionMode::Root),
+            ..Self::default()
+        };
         if version < 15
             && let Some(table) = pg.row_filters.keys().next()
         {
@@ -282,9 +290,16 @@ impl PublicationPlan {
             first_table = Some(table);
         }
         let name = quote_ident(name);
+        let via_root = match self.via_root {
+            Some(true) => " WITH (publish_via_partition_root = true)",
+            _ => "",
+        };
         let mut statements = vec![(
             if create {
-                format!("CREATE PUBLICATION {name} FOR {}", first.join(", "))
+                format!(
+                    "CREATE PUBLICATION {name} FOR {}{via_root}",
+                    first.join(", ")
+                )
             } else {
                 format!("ALTER PUBLICATION {name} SET {}", first.join(", "))
             },
@@ -298,11 +313,15 @@ impl PublicationPlan {
 
     /// The SQL that gives publication `name` this definition (for hints).
     pub fn alter_sql(&self, name: &str) -> String {
-        self.statements(name, false)
+        let mut statements: Vec<String> = self
+            .statements(name, false)
             .into_iter()
             .map(|(sql, _)| sql)
-            .collect::<Vec<_>>()
-            .join("; ")
+            .collect();
+        if let Some(via_root) = self.via_root {
+            statements.push(via_root_sql(name, via_root));
+        }
+        statements.join("; ")
     }
 
     fn log_client_side(&self) {
@@ -401,6 +420,7 @@ pub async fn ensure(
         apply(catalog, &name, &plan, true).await?;
         return Ok(plan);
     }
+    check_via_root(catalog, config, &name, &plan, tables).await?;
     if version < 15 {
         return Ok(plan);
     }
@@ -449,6 +469,78 @@ pub async fn ensure(
         }
     }
     Ok(plan)
+}
+
+/// `ALTER PUBLICATION … SET (publish_via_partition_root = …)`.
+fn via_root_sql(name: &str, via_root: bool) -> String {
+    format!(
+        "ALTER PUBLICATION {} SET (publish_via_partition_root = {via_root})",
+        quote_ident(name)
+    )
+}
+
+/// An existing publication's `publish_via_partition_root` against the plan's: a publication
+/// sluice manages is set to it (logged); one it does not manage is reported, not changed,
+/// when a captured table is partitioned or a partition (otherwise the setting changes
+/// nothing).
+async fn check_via_root(
+    catalog: &PgCatalog,
+    config: &PgPipelineConfig,
+    name: &str,
+    plan: &PublicationPlan,
+    tables: &[CapturedTable],
+) -> Result<(), PipelineError> {
+    let Some(want) = plan.via_root else {
+        return Ok(());
+    };
+    let now: bool = catalog
+        .client()
+        .query_one(
+            "SELECT pubviaroot FROM pg_publication WHERE pubname = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| classify_pg("cannot read the publication", e))?
+        .get(0);
+    if now == want {
+        return Ok(());
+    }
+    let mode = if want { "root" } else { "leaves" };
+    if !config.source.create_publication
+        && !super::partition::any_partitioned(catalog, tables).await?
+    {
+        // Nothing captured is partitioned: the setting changes nothing (yet).
+        return Ok(());
+    }
+    if !config.source.create_publication {
+        return Err(PipelineError::fatal(
+            format!(
+                "publication {name:?} has publish_via_partition_root = {now}, but source.postgres.partitions = \"{mode}\" needs {want} (and create_publication = false): {}",
+                if want {
+                    "partitions' changes would be published under the partitions' names, not the root's"
+                } else {
+                    "partitions' changes would be published under their root's name, not the partitions'"
+                }
+            ),
+            format!(
+                "run: {}; or set source.postgres.partitions = \"{}\"",
+                via_root_sql(name, want),
+                if want { "leaves" } else { "root" }
+            ),
+        ));
+    }
+    catalog
+        .client()
+        .batch_execute(&via_root_sql(name, want))
+        .await
+        .map_err(|e| classify_pg(format!("cannot update publication {name:?}"), e))?;
+    tracing::warn!(
+        publication = %name,
+        publish_via_partition_root = want,
+        partitions = mode,
+        "updated publication to match source.postgres.partitions (changes already in the WAL keep the old setting, and partitioned tables' topics change)"
+    );
+    Ok(())
 }
 
 /// Whether the publication has row filters or column lists.
@@ -641,6 +733,7 @@ mod tests {
                 table("orders", None, Some("status <> 'draft'")),
             ],
             client_side: Vec::new(),
+            via_root: None,
         };
         let statements: Vec<String> = plan
             .statements("p", true)
@@ -667,11 +760,41 @@ mod tests {
                 table("b", None, Some("id > 2")),
             ],
             client_side: Vec::new(),
+            via_root: None,
         };
         assert_eq!(
             plan.alter_sql("p"),
             "ALTER PUBLICATION \"p\" SET TABLE \"s\".\"a\" WHERE (id > 1); \
              ALTER PUBLICATION \"p\" ADD TABLE \"s\".\"b\" WHERE (id > 2)"
+        );
+    }
+
+    #[test]
+    fn under_partitions_root_the_publication_publishes_via_the_root() {
+        let plan = PublicationPlan {
+            schemas: vec!["public".into()],
+            tables: Vec::new(),
+            client_side: Vec::new(),
+            via_root: Some(true),
+        };
+        assert_eq!(
+            plan.statements("p", true)[0].0,
+            "CREATE PUBLICATION \"p\" FOR TABLES IN SCHEMA \"public\" WITH (publish_via_partition_root = true)"
+        );
+        assert_eq!(
+            plan.alter_sql("p"),
+            "ALTER PUBLICATION \"p\" SET TABLES IN SCHEMA \"public\"; \
+             ALTER PUBLICATION \"p\" SET (publish_via_partition_root = true)"
+        );
+        let leaves = PublicationPlan {
+            via_root: Some(false),
+            ..plan
+        };
+        assert!(
+            !leaves.statements("p", true)[0]
+                .0
+                .contains("publish_via_partition_root"),
+            "false is PostgreSQL's default"
         );
     }
 }

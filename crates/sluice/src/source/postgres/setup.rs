@@ -7,7 +7,7 @@
 use sluice_engine::Lsn;
 use tokio_postgres::Client;
 
-use super::config::PgPipelineConfig;
+use super::config::{PartitionMode, PgPipelineConfig};
 use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
 
@@ -28,6 +28,9 @@ pub struct CapturedTable {
     pub replica_identity: char,
     /// Whether it has a primary key.
     pub has_primary_key: bool,
+    /// `partitions = "leaves"`: the partitioned table at the top of this leaf's tree
+    /// (`schema.table`); excluding it excludes its leaves.
+    pub root: Option<String>,
 }
 
 impl CapturedTable {
@@ -194,11 +197,29 @@ impl PgCatalog {
         config: &PgPipelineConfig,
     ) -> Result<Vec<CapturedTable>, PipelineError> {
         let pg = &config.source;
+        let mode = self.partition_mode(config).await?;
+        let leaves = mode == PartitionMode::Leaves;
+        // `root`: plain and partitioned tables that are no partition; `leaves`: plain tables
+        // and partitions that hold rows (a leaf's root is named for its filters and rules).
         const TABLES: &str = "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
-               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) \
+               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
+               (SELECT format('%s.%s', rn.nspname, r.relname) \
+                  FROM pg_partition_ancestors(c.oid) a JOIN pg_class r ON r.oid = a.relid \
+                  JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+                  WHERE c.relispartition AND NOT r.relispartition) \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND n.nspname = $1 \
-               AND ($2::text IS NULL OR c.relname = $2) \
+             WHERE n.nspname = $1 AND ($2::text IS NULL OR c.relname = $2) \
+               AND CASE WHEN $3 THEN c.relkind = 'r' \
+                        ELSE c.relkind IN ('r', 'p') AND NOT c.relispartition END \
+             ORDER BY 1, 2";
+        // `leaves`: a partitioned table named in `tables` stands for its leaves.
+        const LEAVES_OF: &str = "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
+               EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
+               format('%s.%s', rn.nspname, r.relname) \
+             FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+             CROSS JOIN LATERAL pg_partition_tree(r.oid) t \
+             JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE rn.nspname = $1 AND r.relname = $2 AND r.relkind = 'p' AND c.relkind = 'r' \
              ORDER BY 1, 2";
         let mut tables = Vec::new();
         let mut push = |row: &tokio_postgres::Row| {
@@ -207,6 +228,7 @@ impl PgCatalog {
                 table: row.get(1),
                 replica_identity: row.get::<_, String>(2).chars().next().unwrap_or('d'),
                 has_primary_key: row.get(3),
+                root: row.get(4),
             };
             if !tables.contains(&table) {
                 tables.push(table);
@@ -226,7 +248,7 @@ impl PgCatalog {
             }
             let rows = self
                 .client
-                .query(TABLES, &[schema, &None::<String>])
+                .query(TABLES, &[schema, &None::<String>, &leaves])
                 .await
                 .map_err(|e| classify_pg("cannot list tables", e))?;
             rows.iter().for_each(&mut push);
@@ -244,12 +266,30 @@ impl PgCatalog {
             let Some((schema, table)) = parse_table_name(name) else {
                 continue;
             };
-            let rows = self
+            let mut rows = self
                 .client
-                .query(TABLES, &[&schema, &Some(table)])
+                .query(TABLES, &[&schema, &Some(table), &leaves])
                 .await
                 .map_err(|e| classify_pg("cannot list tables", e))?;
+            if rows.is_empty() && leaves {
+                rows = self
+                    .client
+                    .query(LEAVES_OF, &[&schema, &table])
+                    .await
+                    .map_err(|e| classify_pg("cannot list partitions", e))?;
+            }
             if rows.is_empty() {
+                if let Some(root) = super::partition::root_of(self, schema, table).await? {
+                    return Err(PipelineError::fatal(
+                        format!(
+                            "table {name} ({key}) is a partition of {root}, and source.postgres.partitions = \"{}\" captures partitioned tables under their root",
+                            mode.as_str()
+                        ),
+                        format!(
+                            "list {root} instead (its partitions' changes go to its topic), or set source.postgres.partitions = \"leaves\" to capture each partition on its own"
+                        ),
+                    ));
+                }
                 return Err(PipelineError::fatal(
                     format!("table {name} ({key}) does not exist"),
                     "fix the table name in the pipeline file (schema.table, case-sensitive), or create the table",
@@ -257,8 +297,30 @@ impl PgCatalog {
             }
             rows.iter().for_each(&mut push);
         }
-        tables.retain(|t| !pg.excludes_table(&t.qualified()));
+        tables.retain(|t| {
+            !pg.excludes_table(&t.qualified())
+                && !t
+                    .root
+                    .as_deref()
+                    .is_some_and(|root| pg.excludes_table(root))
+        });
         Ok(tables)
+    }
+
+    /// How partitioned tables are captured on this server: `source.postgres.partitions`, or
+    /// its default for the server's version.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when `root` is asked for on a server older than 13; retryable on connection
+    /// trouble.
+    pub async fn partition_mode(
+        &self,
+        config: &PgPipelineConfig,
+    ) -> Result<PartitionMode, PipelineError> {
+        let version = self.server_major_version().await?;
+        PartitionMode::resolve(config.source.partitions, version)
+            .map_err(|(problem, fix)| PipelineError::fatal(problem, fix))
     }
 
     /// Creates the publication when absent (and allowed) and keeps it in step with the

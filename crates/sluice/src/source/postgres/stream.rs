@@ -48,7 +48,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::active;
 use super::config::{
-    HEARTBEAT_MESSAGE_PREFIX, PgPipelineConfig, SlotLossPolicy, SnapshotMode, UnchangedToast,
+    HEARTBEAT_MESSAGE_PREFIX, PartitionMode, PgPipelineConfig, SlotLossPolicy, SnapshotMode,
+    UnchangedToast,
 };
 use super::encode::{
     ChangeKind, EncodeOptions, LogicalMessage, OutboxLayout, RelationInfo, RowChange,
@@ -222,6 +223,13 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         signal_table.as_ref(),
     );
     catalog.ensure_publication(config, &published).await?;
+    // Listed before the initial snapshot: a partition attached after this is snapshotted
+    // (again, at worst) under its root, never missed.
+    let partition_mode = catalog.partition_mode(config).await?;
+    let partitions = match partition_mode {
+        PartitionMode::Root => super::partition::leaves(&catalog, &tables).await?,
+        PartitionMode::Leaves => Vec::new(),
+    };
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
     let pg_config =
@@ -470,7 +478,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         ));
     }
     let catalog = Arc::new(catalog);
-    let incremental = IncrementalRun::new(
+    let mut incremental = IncrementalRun::new(
         Arc::clone(config),
         identity.clone(),
         incremental::IncrementalState::newer(
@@ -485,6 +493,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot.confirmed_flush,
         incremental_offsets,
     );
+    match partition_mode {
+        PartitionMode::Root => incremental.on_partitions(&partitions, slot.confirmed_flush),
+        PartitionMode::Leaves => incremental.set_leaves(&tables),
+    }
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
         slot_name.clone(),
@@ -513,6 +525,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         signal_table,
         last_table_refresh: Instant::now(),
         new_tables: Vec::new(),
+        partition_mode,
         silence: SilenceWatch::new(config.source.silence_timeout_ms, Instant::now()),
         batch_size,
         heartbeat: Heartbeat {
@@ -608,6 +621,8 @@ struct PgSource<'a> {
     /// New tables waiting for the stream to pass the position where they were found
     /// (published by then), before their incremental snapshot starts.
     new_tables: Vec<(Lsn, String)>,
+    /// `source.postgres.partitions` as resolved for the server.
+    partition_mode: PartitionMode,
     /// How long the replication connection has been silent while read.
     silence: SilenceWatch,
     /// The producer's `batch.size` when sluice chose it (`None`: set by the operator).
@@ -1125,10 +1140,29 @@ impl PgSource<'_> {
 
     async fn on_relation(
         &mut self,
-        relation: pgoutput::Relation,
+        mut relation: pgoutput::Relation,
         intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
-        let qualified = format!("{}.{}", relation.namespace, relation.name);
+        let mut qualified = format!("{}.{}", relation.namespace, relation.name);
+        if self.partition_mode == PartitionMode::Root {
+            // PostgreSQL (15.18 at least) publishes a partition's changes under the partition's
+            // own name, despite publish_via_partition_root, once a sibling was detached in the
+            // walsender's lifetime: a partition of a captured root is that root (also when it
+            // was captured as a plain table before it was attached).
+            let root = bounded(
+                "looking up the partition's root",
+                super::partition::root_of(&self.catalog, &relation.namespace, &relation.name),
+            )
+            .await?;
+            if let Some(root) = root.filter(|root| self.incremental.captures(root))
+                && let Some((schema, table)) = crate::config::parse_table_name(&root)
+            {
+                tracing::debug!(partition = %qualified, table = %root, "a partition's changes are its root's");
+                relation.namespace = schema.to_owned();
+                relation.name = table.to_owned();
+                qualified = root;
+            }
+        }
         let mut key_names = bounded(
             "looking up the table's primary key",
             self.catalog.primary_key(relation.id),
@@ -1192,8 +1226,10 @@ impl PgSource<'_> {
         if self.incremental.is_signal_table(&qualified) {
             // Signals are read, not published.
             info.excluded = true;
-        } else if !info.excluded && !is_outbox {
-            self.incremental.on_table(&qualified, self.received);
+        } else if !info.excluded && !is_outbox && !self.incremental.captures(&qualified) {
+            let streamed = self.streamed_whole(&qualified).await?;
+            self.incremental
+                .on_table(&qualified, self.received, streamed);
         }
         match self.ctx.config.source.outbox.as_ref() {
             _ if info.excluded => {}
@@ -1442,7 +1478,8 @@ impl PgSource<'_> {
             .partition(|(at, _)| *at <= received);
         self.new_tables = waiting;
         for (_, table) in ready {
-            self.incremental.on_table(&table, last_checkpoint);
+            let streamed = self.streamed_whole(&table).await?;
+            self.incremental.on_table(&table, last_checkpoint, streamed);
         }
         let config = Arc::clone(&self.ctx.config);
         let interval = config.source.table_refresh_interval_ms;
@@ -1457,6 +1494,17 @@ impl PgSource<'_> {
                 return Ok(());
             }
         };
+        if self.partition_mode == PartitionMode::Leaves {
+            self.incremental.set_leaves(&tables);
+        }
+        if self.partition_mode == PartitionMode::Root {
+            match super::partition::leaves(&self.catalog, &tables).await {
+                Ok(partitions) => self.incremental.on_partitions(&partitions, last_checkpoint),
+                Err(error) => {
+                    tracing::warn!(error = %error.chain(), "cannot list the partitions; trying again later");
+                }
+            }
+        }
         let (tables, published) = with_signal_table(tables, self.signal_table.as_ref());
         let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
         let new: Vec<String> = tables
@@ -1488,6 +1536,27 @@ impl PgSource<'_> {
             self.new_tables.push((at, table));
         }
         Ok(())
+    }
+
+    /// `partitions = "leaves"`: whether every row of `table`, new to the captured set, was
+    /// streamed (see [`super::partition::streamed_since_creation`]).
+    async fn streamed_whole(&self, table: &str) -> Result<bool, PipelineError> {
+        if self.partition_mode != PartitionMode::Leaves {
+            return Ok(false);
+        }
+        let Some((schema, name)) = crate::config::parse_table_name(table) else {
+            return Ok(false);
+        };
+        bounded(
+            "looking up a new partition",
+            super::partition::streamed_since_creation(
+                &self.catalog,
+                &self.ctx.config.publication_name(),
+                schema,
+                name,
+            ),
+        )
+        .await
     }
 
     /// Debezium's transaction topic, `<topic_prefix>.transaction`.
