@@ -531,8 +531,7 @@ fn transform(
     } else if super::config_more::MORE_TRANSFORMS
         .iter()
         .any(|t| names(kind, t))
-        && let Some(built) =
-            super::config_more::transform(short(kind), values, &key, &mut issues)
+        && let Some(built) = super::config_more::transform(short(kind), values, &key, &mut issues)
     {
         built
     } else if names(kind, "io.debezium.transforms.Filter")

@@ -110,7 +110,10 @@ pub fn transform(
                     true
                 }
             };
-            let key_value = match get("key.field.regex").map(str::trim).filter(|r| !r.is_empty()) {
+            let key_value = match get("key.field.regex")
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+            {
                 None => Some(None),
                 Some(regex) => match get("key.field.replacement").map(str::trim) {
                     None | Some("") => {
@@ -131,16 +134,16 @@ pub fn transform(
                 },
             };
             let built = match (topic, key_value) {
-                (Some(topic), Some(key_value)) => Some(Transform::LogicalTableRouter(
-                    LogicalTableRouter {
+                (Some(topic), Some(key_value)) => {
+                    Some(Transform::LogicalTableRouter(LogicalTableRouter {
                         topic,
                         enforce_uniqueness,
                         key_field: get("key.field.name")
                             .unwrap_or(DEFAULT_KEY_FIELD)
                             .to_owned(),
                         key_value,
-                    },
-                )),
+                    }))
+                }
                 _ => None,
             };
             (built, LOGICAL_KEYS)
@@ -153,7 +156,10 @@ pub fn transform(
                 .join(", ");
             let target = match get("target.type") {
                 None => {
-                    issue("target.type", format!("is missing: expected one of {expected}"));
+                    issue(
+                        "target.type",
+                        format!("is missing: expected one of {expected}"),
+                    );
                     None
                 }
                 Some(t) => match Kind::NAMES.iter().find(|(n, _)| *n == t) {
@@ -204,9 +210,7 @@ pub fn transform(
                 (Some(target), Some(format), Some(precision)) => {
                     Some(Transform::TimestampConverter(TimestampConverter {
                         part,
-                        field: get("field")
-                            .filter(|f| !f.is_empty())
-                            .map(str::to_owned),
+                        field: get("field").filter(|f| !f.is_empty()).map(str::to_owned),
                         target,
                         format,
                         precision,
@@ -231,7 +235,10 @@ pub fn transform(
             }
             let topic = get("topic.field").and_then(Spec::parse);
             let partition = get("partition.field").and_then(Spec::parse);
-            let fixed = match (get("static.field").and_then(Spec::parse), get("static.value")) {
+            let fixed = match (
+                get("static.field").and_then(Spec::parse),
+                get("static.value"),
+            ) {
                 (Some(spec), Some(value)) => Some((spec, value.to_owned())),
                 (Some(_), None) => {
                     issue(
@@ -242,7 +249,11 @@ pub fn transform(
                 }
                 (None, _) => None,
             };
-            if topic.is_none() && partition.is_none() && fixed.is_none() && get("static.field").is_none() {
+            if topic.is_none()
+                && partition.is_none()
+                && fixed.is_none()
+                && get("static.field").is_none()
+            {
                 issue(
                     "topic.field",
                     "no field insertion configured: expected topic.field, partition.field or static.field (with static.value)".into(),

@@ -83,7 +83,11 @@ impl JavaFormat {
                 if !LETTERS.contains(c) {
                     return Err(format!(
                         "{pattern:?}: the letter {c:?} is not applied by sluice (it writes {}; quote literal text: 'T')",
-                        LETTERS.chars().map(String::from).collect::<Vec<_>>().join(" ")
+                        LETTERS
+                            .chars()
+                            .map(String::from)
+                            .collect::<Vec<_>>()
+                            .join(" ")
                     ));
                 }
                 let mut count = 1;
@@ -158,7 +162,11 @@ impl JavaFormat {
                         'a' => out.push_str(if hour < 12 { "AM" } else { "PM" }),
                         'E' if count >= 4 => out.push_str(DAYS[weekday]),
                         'E' => out.push_str(&DAYS[weekday][..3]),
-                        'u' => num(&mut out, if weekday == 0 { 7 } else { weekday as i64 }, count),
+                        'u' => num(
+                            &mut out,
+                            if weekday == 0 { 7 } else { weekday as i64 },
+                            count,
+                        ),
                         'Z' => out.push_str("+0000"),
                         'X' => out.push('Z'),
                         'z' if count >= 4 => out.push_str("Coordinated Universal Time"),
@@ -253,7 +261,11 @@ impl JavaFormat {
                         }
                         'Z' | 'X' | 'z' => {
                             // UTC only: "Z", "+0000", "+00:00", "UTC", "GMT".
-                            word(&mut rest, &["Z", "+0000", "+00:00", "+00", "UTC", "GMT"], None)?;
+                            word(
+                                &mut rest,
+                                &["Z", "+0000", "+00:00", "+00", "UTC", "GMT"],
+                                None,
+                            )?;
                         }
                         _ => return Err(fail()),
                     }
@@ -334,16 +346,28 @@ mod tests {
         let micro = JavaFormat::new("ss.SSSSSS").unwrap();
         assert_eq!(micro.format(1_123), "01.000123");
         let text = JavaFormat::new("EEE, d MMM yy h:mm a 'at' G''X").unwrap();
-        assert_eq!(text.format(1_478_267_490_123), "Fri, 4 Nov 16 1:51 PM at AD'Z");
+        assert_eq!(
+            text.format(1_478_267_490_123),
+            "Fri, 4 Nov 16 1:51 PM at AD'Z"
+        );
         assert!(JavaFormat::new("yyyy-MM-dd'T").is_err());
         assert!(JavaFormat::new("yyyy-ww").unwrap_err().contains("'w'"));
     }
 
     #[test]
     fn parses_what_it_formats() {
-        for pattern in ["yyyy-MM-dd HH:mm:ss.SSS", "yyyyMMddHHmmssSSS", "dd MMM yyyy G hh:mm:ss.SSS a"] {
+        for pattern in [
+            "yyyy-MM-dd HH:mm:ss.SSS",
+            "yyyyMMddHHmmssSSS",
+            "dd MMM yyyy G hh:mm:ss.SSS a",
+        ] {
             let f = JavaFormat::new(pattern).unwrap();
-            for millis in [0, 1_478_267_490_123, -62_135_596_800_000, -12_219_292_800_001] {
+            for millis in [
+                0,
+                1_478_267_490_123,
+                -62_135_596_800_000,
+                -12_219_292_800_001,
+            ] {
                 assert_eq!(f.parse(&f.format(millis)), Ok(millis), "{pattern} {millis}");
             }
         }

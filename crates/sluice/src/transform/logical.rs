@@ -112,7 +112,8 @@ impl LogicalTableRouter {
 pub fn adjust(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for (n, c) in name.chars().enumerate() {
-        let valid = c.is_ascii_alphabetic() || c == '_' || (n > 0 && (c.is_ascii_digit() || c == '.'));
+        let valid =
+            c.is_ascii_alphabetic() || c == '_' || (n > 0 && (c.is_ascii_digit() || c == '.'));
         out.push(if valid { c } else { '_' });
     }
     out

@@ -98,7 +98,9 @@ impl MaskField {
                     .trim()
                     .parse::<i64>()
                     .map(|n| n.to_string())
-                    .map_err(|_| format!("Unable to convert {replacement} to the type of field {name:?}")),
+                    .map_err(|_| {
+                        format!("Unable to convert {replacement} to the type of field {name:?}")
+                    }),
                 Type::Float => {
                     let f: f64 = replacement.trim().parse().map_err(|_| {
                         format!("Unable to convert {replacement} to the type of field {name:?}")

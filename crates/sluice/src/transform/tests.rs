@@ -325,9 +325,15 @@ fn logical_table_router_merges_shards_and_keeps_keys_unique() {
     );
     assert_eq!(value(&out).as_deref(), Some(INSERT));
     // A tombstone is routed and keyed too; other topics pass.
-    let tombstone = routed.apply(&record("p.shard_2.orders", None)).unwrap().unwrap();
+    let tombstone = routed
+        .apply(&record("p.shard_2.orders", None))
+        .unwrap()
+        .unwrap();
     assert_eq!((&*tombstone.topic, tombstone.value), ("p.orders", None));
-    let other = routed.apply(&record("p.public.t", Some(INSERT))).unwrap().unwrap();
+    let other = routed
+        .apply(&record("p.public.t", Some(INSERT)))
+        .unwrap()
+        .unwrap();
     assert_eq!(other.key.unwrap(), br#"{"id":1}"#);
     assert_eq!(
         routed.topics_for(&["p.shard_1.orders".into(), "p.shard_2.orders".into()]),
@@ -377,14 +383,19 @@ fn through_one(toml_text: &str, value: &str) -> Result<String, TransformError> {
 #[test]
 fn timestamp_converter_converts_between_the_forms() {
     let ts = |keys: &str| {
-        format!("[transforms]\nchain = \"t\"\n[transforms.t]\ntype = \"TimestampConverter$Value\"\n{keys}")
+        format!(
+            "[transforms]\nchain = \"t\"\n[transforms.t]\ntype = \"TimestampConverter$Value\"\n{keys}"
+        )
     };
     let out = through_one(
         &ts("field = \"micros\"\n\"target.type\" = \"string\"\nformat = \"yyyy-MM-dd'T'HH:mm:ss.SSSX\"\n\"unix.precision\" = \"microseconds\"\n"),
         ROW,
     )
     .unwrap();
-    assert!(out.contains(r#""micros":"2016-11-04T13:51:30.123Z""#), "{out}");
+    assert!(
+        out.contains(r#""micros":"2016-11-04T13:51:30.123Z""#),
+        "{out}"
+    );
     let out = through_one(
         &ts("field = \"text\"\n\"target.type\" = \"unix\"\nformat = \"yyyy-MM-dd HH:mm:ss\"\n\"unix.precision\" = \"seconds\"\n"),
         ROW,
@@ -408,12 +419,16 @@ fn timestamp_converter_converts_between_the_forms() {
     // With schemas: the field's schema becomes the target's, its kind read from the schema.
     let events: EventOptions = toml::from_str("format = \"json_with_schemas\"").unwrap();
     let with = chain_with(
-        &ts("field = \"t\"\n\"target.type\" = \"Timestamp\"\n\"unix.precision\" = \"microseconds\"\n"),
+        &ts(
+            "field = \"t\"\n\"target.type\" = \"Timestamp\"\n\"unix.precision\" = \"microseconds\"\n",
+        ),
         &events,
     );
     let mut rec = record(
         "p.public.t",
-        Some(r#"{"schema":{"type":"struct","fields":[{"type":"int64","optional":true,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"t"}],"optional":true,"name":"p.public.t.Value"},"payload":{"t":-1500}}"#),
+        Some(
+            r#"{"schema":{"type":"struct","fields":[{"type":"int64","optional":true,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"t"}],"optional":true,"name":"p.public.t.Value"},"payload":{"t":-1500}}"#,
+        ),
     );
     rec.key = None;
     let out = with.apply(&rec).unwrap().unwrap();
@@ -451,13 +466,24 @@ fn insert_field_and_mask_field_change_the_row() {
     let mask = |keys: &str| {
         format!("[transforms]\nchain = \"m\"\n[transforms.m]\ntype = \"MaskField$Value\"\n{keys}")
     };
-    let out = through_one(&mask("fields = \"flag,ratio,name,tags,micros,none\"\n"), ROW).unwrap();
+    let out = through_one(
+        &mask("fields = \"flag,ratio,name,tags,micros,none\"\n"),
+        ROW,
+    )
+    .unwrap();
     assert_eq!(
         out,
         r#"{"id":1,"micros":0,"millis":1478267490123,"text":"2016-11-04 13:51:30","flag":false,"ratio":0.0,"name":"","tags":[],"none":null}"#
     );
-    let out = through_one(&mask("fields = \"ratio,micros\"\nreplacement = \"7\"\n"), ROW).unwrap();
-    assert!(out.contains(r#""micros":7,"#) && out.contains(r#""ratio":7.0,"#), "{out}");
+    let out = through_one(
+        &mask("fields = \"ratio,micros\"\nreplacement = \"7\"\n"),
+        ROW,
+    )
+    .unwrap();
+    assert!(
+        out.contains(r#""micros":7,"#) && out.contains(r#""ratio":7.0,"#),
+        "{out}"
+    );
     assert!(through_one(&mask("fields = \"flag\"\nreplacement = \"7\"\n"), ROW).is_err());
     assert!(through_one(&mask("fields = \"name\"\n"), "null").is_err());
     // With schemas: the added fields' schemas, the struct made required as Connect makes it.
@@ -468,7 +494,9 @@ fn insert_field_and_mask_field_change_the_row() {
     );
     let mut rec = record(
         "p.public.t",
-        Some(r#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.public.t.Value"},"payload":{"id":1}}"#),
+        Some(
+            r#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.public.t.Value"},"payload":{"id":1}}"#,
+        ),
     );
     rec.key = None;
     assert_eq!(
@@ -480,32 +508,75 @@ fn insert_field_and_mask_field_change_the_row() {
 #[test]
 fn the_new_transforms_name_their_keys_when_misconfigured() {
     let one = |kind: &str, keys: &str| {
-        issues(&format!("[transforms]\nchain = \"x\"\n[transforms.x]\ntype = \"{kind}\"\n{keys}"))
+        issues(&format!(
+            "[transforms]\nchain = \"x\"\n[transforms.x]\ntype = \"{kind}\"\n{keys}"
+        ))
     };
     let got = one("ByLogicalTableRouter", "\"topic.regex\" = \"(\"\n");
-    assert!(got.iter().any(|i| i.contains("transforms.x.\"topic.replacement\"") && i.contains("is missing")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("transforms.x.\"topic.replacement\"") && i.contains("is missing")),
+        "{got:?}"
+    );
     let got = one(
         "ByLogicalTableRouter",
         "\"topic.regex\" = \"a\"\n\"topic.replacement\" = \"b\"\n\"key.field.regex\" = \"a\"\n",
     );
-    assert!(got.iter().any(|i| i.contains("key.field.replacement")), "{got:?}");
+    assert!(
+        got.iter().any(|i| i.contains("key.field.replacement")),
+        "{got:?}"
+    );
     let got = one("TimestampConverter$Value", "\"target.type\" = \"string\"\n");
-    assert!(got.iter().any(|i| i.contains("transforms.x.\"format\"") && i.contains("SimpleDateFormat")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("transforms.x.\"format\"") && i.contains("SimpleDateFormat")),
+        "{got:?}"
+    );
     let got = one("TimestampConverter$Key", "\"target.type\" = \"date\"\n");
-    assert!(got.iter().any(|i| i.contains("\"target.type\"") && i.contains("Date")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"target.type\"") && i.contains("Date")),
+        "{got:?}"
+    );
     let got = one(
         "TimestampConverter$Value",
         "\"target.type\" = \"string\"\nformat = \"yyyy-ww\"\n\"unix.precision\" = \"ms\"\n",
     );
-    assert!(got.iter().any(|i| i.contains("\"format\"") && i.contains("'w'")), "{got:?}");
-    assert!(got.iter().any(|i| i.contains("\"unix.precision\"") && i.contains("microseconds")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"format\"") && i.contains("'w'")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"unix.precision\"") && i.contains("microseconds")),
+        "{got:?}"
+    );
     let got = one("InsertField$Value", "\"offset.field\" = \"o\"\n");
-    assert!(got.iter().any(|i| i.contains("\"offset.field\"") && i.contains("sink")), "{got:?}");
-    assert!(got.iter().any(|i| i.contains("no field insertion")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"offset.field\"") && i.contains("sink")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|i| i.contains("no field insertion")),
+        "{got:?}"
+    );
     let got = one("InsertField$Value", "\"static.field\" = \"s\"\n");
-    assert!(got.iter().any(|i| i.contains("\"static.value\"")), "{got:?}");
+    assert!(
+        got.iter().any(|i| i.contains("\"static.value\"")),
+        "{got:?}"
+    );
     let got = one("MaskField$Value", "replacement = \"\"\nfoo = 1\n");
-    assert!(got.iter().any(|i| i.contains("\"fields\"") && i.contains("is missing")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"fields\"") && i.contains("is missing")),
+        "{got:?}"
+    );
     assert!(got.iter().any(|i| i.contains("\"replacement\"")), "{got:?}");
-    assert!(got.iter().any(|i| i.contains("\"foo\"") && i.contains("unknown key")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"foo\"") && i.contains("unknown key")),
+        "{got:?}"
+    );
 }
