@@ -101,8 +101,8 @@ impl Precision {
         ("nanoseconds", Precision::Nanos),
     ];
 
-    /// Units per millisecond (`None`) or milliseconds per unit (`Some`).
-    fn to_millis(self, value: i64) -> i64 {
+    /// `value` in this unit as milliseconds.
+    fn millis_of(self, value: i64) -> i64 {
         // Java's TimeUnit: truncated toward zero.
         match self {
             Precision::Seconds => value.saturating_mul(1000),
@@ -112,7 +112,8 @@ impl Precision {
         }
     }
 
-    fn from_millis(self, millis: i64) -> i64 {
+    /// `millis` in this unit.
+    fn of_millis(self, millis: i64) -> i64 {
         match self {
             Precision::Seconds => millis / 1000,
             Precision::Millis => millis,
@@ -231,7 +232,7 @@ impl TimestampConverter {
                 };
                 format.parse(&text)?
             }
-            Kind::Unix => self.precision.to_millis(number()?),
+            Kind::Unix => self.precision.millis_of(number()?),
             Kind::Date => number()?.saturating_mul(MILLIS_PER_DAY),
             Kind::Time | Kind::Timestamp => number()?,
         };
@@ -240,7 +241,7 @@ impl TimestampConverter {
                 let format = self.format.as_ref().ok_or("format is missing")?;
                 string(&format.format(millis))
             }
-            Kind::Unix => self.precision.from_millis(millis).to_string(),
+            Kind::Unix => self.precision.of_millis(millis).to_string(),
             Kind::Date => millis.div_euclid(MILLIS_PER_DAY).to_string(),
             Kind::Time => millis.rem_euclid(MILLIS_PER_DAY).to_string(),
             Kind::Timestamp => millis.to_string(),
