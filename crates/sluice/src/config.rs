@@ -862,13 +862,6 @@ impl<S: SourceSection> PipelineConfig<S> {
         {
             issues.extend(problems);
         }
-        if !self.transforms.is_empty() && self.delivery.guarantee == DeliveryGuarantee::ExactlyOnce
-        {
-            issues.push(ConfigIssue {
-                key: "transforms".to_owned(),
-                problem: "not yet applied with delivery.guarantee = \"exactly_once\": remove [transforms] or use at_least_once".into(),
-            });
-        }
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
                 key: key.to_owned(),

@@ -209,9 +209,20 @@ pub(super) async fn publish<K: RecordSink>(
                             abort(&sink).await;
                             return;
                         }
-                        // Acknowledged with the transaction that follows it.
+                        // A record a transform dropped: nothing to write, its place completes
+                        // with the open transaction's commit, or at once when none is open
+                        // (every record before it is committed then: the commit is awaited
+                        // before the next batch), so a run of dropped changes still moves the
+                        // source's confirmed position.
                         Encoded::Skipped(delivery) => {
+                            let seq = delivery.seq;
                             let _ = events.send(DeliveryEvent::Acked(delivery));
+                            match open.as_mut() {
+                                Some(o) => o.last = seq,
+                                None => {
+                                    let _ = events.send(DeliveryEvent::Committed { through: seq });
+                                }
+                            }
                             continue;
                         }
                     };

@@ -994,3 +994,61 @@ async fn a_record_a_transform_refuses_stops_the_pipeline_naming_the_transform() 
     );
     assert_eq!(h.core.watermark(), Lsn(1));
 }
+
+/// Exactly once: records a transform drops complete their places without a transaction to
+/// carry them (none opens for them), so a run of dropped changes still moves the watermark.
+#[tokio::test]
+async fn exactly_once_records_a_transform_drops_complete_their_places_without_a_transaction() {
+    let producer = Arc::new(FakeProducer::default());
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let budget = InFlightBudget::new(
+        NonZeroU32::new(1 << 20).unwrap(),
+        NonZeroU32::new(1000).unwrap(),
+    );
+    let transactions = super::exactly_once::Transactions {
+        offsets_topic: Arc::from("offsets"),
+        position_value: Arc::new(|_: &OutRecord| Vec::new()),
+        boundary: None,
+        interval: Duration::from_millis(10),
+        max_bytes: 1 << 20,
+    };
+    let (mut core, _publisher) = TestCore::start_exactly_once(
+        Arc::clone(&producer),
+        budget,
+        Lsn(1),
+        &DeliveryConfig::default(),
+        PipelineMetrics::new(),
+        events_tx,
+        position_of,
+        transactions,
+    );
+    core.set_transforms(Some(transforms(
+        "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"Filter\"\npredicate = \"all\"\n\
+         [predicates.all]\ntype = \"HasHeaderKey\"\nname = \"sluice.lsn\"\n",
+    )));
+    let mut delete = change(7, 10);
+    delete.records = 2;
+    for c in [delete, change(8, 20)] {
+        let records = c.records;
+        let position = c.position;
+        core.intake.admit(c, 100, records);
+        core.intake.checkpoint(Lsn(position));
+    }
+    core.process_steps().unwrap();
+    core.dispatch(encoder).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while core.watermark() != Lsn(20) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dropped records' places were not completed: watermark {:?}",
+            core.watermark()
+        );
+        if let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(100), events.recv()).await
+        {
+            core.on_delivery(event).await.unwrap();
+        }
+    }
+    assert!(producer.sent.lock().unwrap().is_empty());
+    assert_eq!(core.budget().in_flight_records(), 0);
+}

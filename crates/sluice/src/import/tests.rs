@@ -314,3 +314,41 @@ fn other_connectors_are_refused_by_name() {
     .unwrap_err();
     assert!(error.to_string().contains("OracleConnector"), "{error}");
 }
+
+/// A sharded connector's ByLogicalTableRouter, TimestampConverter, InsertField and MaskField
+/// are carried over and load.
+#[test]
+fn the_logical_router_and_field_transforms_are_carried_over() {
+    let connector = r#"{"connector.class":"io.debezium.connector.postgresql.PostgresConnector",
+        "name":"shards","topic.prefix":"p","table.include.list":"public.orders_.*",
+        "transforms":"unwrap,shards,ts,insert,mask",
+        "transforms.unwrap.type":"io.debezium.transforms.ExtractNewRecordState",
+        "transforms.shards.type":"io.debezium.transforms.ByLogicalTableRouter",
+        "transforms.shards.topic.regex":"p\\.public\\.orders_(.*)","transforms.shards.topic.replacement":"p.orders",
+        "transforms.shards.key.field.name":"shard",
+        "transforms.ts.type":"org.apache.kafka.connect.transforms.TimestampConverter$Value",
+        "transforms.ts.field":"created","transforms.ts.target.type":"string",
+        "transforms.ts.format":"yyyy-MM-dd'T'HH:mm:ss.SSSX","transforms.ts.unix.precision":"microseconds",
+        "transforms.insert.type":"org.apache.kafka.connect.transforms.InsertField$Value",
+        "transforms.insert.static.field":"origin","transforms.insert.static.value":"pg",
+        "transforms.mask.type":"org.apache.kafka.connect.transforms.MaskField$Value",
+        "transforms.mask.fields":"email","transforms.mask.replacement":"***"}"#;
+    let imported = imported(connector);
+    let parsed: toml::Table = toml::from_str(&imported.text).unwrap();
+    assert_eq!(
+        parsed["transforms"]["shards"]["key.field.name"].as_str(),
+        Some("shard")
+    );
+    assert_eq!(
+        parsed["transforms"]["ts"]["format"].as_str(),
+        Some("yyyy-MM-dd'T'HH:mm:ss.SSSX")
+    );
+    let Ok(PipelineFile::Postgres(config)) = PipelineFile::from_toml(&imported.text, "pg", &env)
+    else {
+        panic!(
+            "{:?}",
+            PipelineFile::from_toml(&imported.text, "pg", &env).err()
+        );
+    };
+    assert_eq!(config.name, "shards");
+}

@@ -50,6 +50,13 @@ pub const SUPPORTED_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.ReplaceField$Key",
     "org.apache.kafka.connect.transforms.ReplaceField$Value",
     "org.apache.kafka.connect.transforms.ValueToKey",
+    "io.debezium.transforms.ByLogicalTableRouter",
+    "org.apache.kafka.connect.transforms.TimestampConverter$Key",
+    "org.apache.kafka.connect.transforms.TimestampConverter$Value",
+    "org.apache.kafka.connect.transforms.InsertField$Key",
+    "org.apache.kafka.connect.transforms.InsertField$Value",
+    "org.apache.kafka.connect.transforms.MaskField$Key",
+    "org.apache.kafka.connect.transforms.MaskField$Value",
 ];
 
 /// The predicates sluice applies.
@@ -61,23 +68,16 @@ pub const SUPPORTED_PREDICATES: &[&str] = &[
 
 /// Connect's and Debezium's transforms sluice does not apply yet.
 const NOT_YET: &[&str] = &[
-    "ByLogicalTableRouter",
     "PartitionRouting",
     "HeaderToValue",
     "SchemaChangeEventFilter",
     "EventRouter",
-    "InsertField$Key",
-    "InsertField$Value",
-    "MaskField$Key",
-    "MaskField$Value",
     "ExtractField$Key",
     "ExtractField$Value",
     "HoistField$Key",
     "HoistField$Value",
     "Cast$Key",
     "Cast$Value",
-    "TimestampConverter$Key",
-    "TimestampConverter$Value",
     "Flatten$Key",
     "Flatten$Value",
     "InsertHeader",
@@ -331,7 +331,7 @@ fn strings(
 }
 
 /// A comma-separated list, trimmed, empty entries left out.
-fn split_list(list: &str) -> Vec<String> {
+pub(super) fn split_list(list: &str) -> Vec<String> {
     list.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
@@ -528,6 +528,12 @@ fn transform(
             Some(Transform::ValueToKey(ValueToKey { fields })),
             &["fields"],
         )
+    } else if super::config_more::MORE_TRANSFORMS
+        .iter()
+        .any(|t| names(kind, t))
+        && let Some(built) = super::config_more::transform(short(kind), values, &key, &mut issues)
+    {
+        built
     } else if names(kind, "io.debezium.transforms.Filter")
         || names(kind, "io.debezium.transforms.ContentBasedRouter")
     {

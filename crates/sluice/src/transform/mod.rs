@@ -12,11 +12,17 @@
 //! schema envelope; Avro events are refused with `[transforms]` for now.
 
 pub mod config;
+mod config_more;
 mod field;
+mod insert;
+mod javadate;
 pub mod json;
+mod logical;
+mod mask;
 mod predicate;
 mod router;
 mod schema;
+mod timestamp;
 mod unwrap;
 
 use std::borrow::Cow;
@@ -70,6 +76,14 @@ pub enum Transform {
     ReplaceField(field::ReplaceField),
     /// Kafka's `ValueToKey`.
     ValueToKey(field::ValueToKey),
+    /// Debezium's `ByLogicalTableRouter`.
+    LogicalTableRouter(logical::LogicalTableRouter),
+    /// Kafka's `TimestampConverter$Key` / `$Value`.
+    TimestampConverter(timestamp::TimestampConverter),
+    /// Kafka's `InsertField$Key` / `$Value`.
+    InsertField(insert::InsertField),
+    /// Kafka's `MaskField$Key` / `$Value`.
+    MaskField(mask::MaskField),
 }
 
 impl Transform {
@@ -81,6 +95,10 @@ impl Transform {
             Transform::Filter => Ok(None),
             Transform::ReplaceField(t) => t.apply(record).map(Some),
             Transform::ValueToKey(t) => t.apply(record).map(Some),
+            Transform::LogicalTableRouter(t) => t.apply(record).map(Some),
+            Transform::TimestampConverter(t) => t.apply(record).map(Some),
+            Transform::InsertField(t) => t.apply(record).map(Some),
+            Transform::MaskField(t) => t.apply(record).map(Some),
         }
     }
 }
@@ -164,9 +182,14 @@ impl Chain {
     pub fn topics_of(&self, topic: &str) -> Vec<String> {
         let mut topics = vec![topic.to_owned()];
         for step in &self.steps {
-            let Transform::RegexRouter(router) = &step.transform else {
-                continue;
+            let route = |topic: &str| match &step.transform {
+                Transform::RegexRouter(router) => Some(router.route(topic)),
+                Transform::LogicalTableRouter(router) => Some(router.route(topic)),
+                _ => None,
             };
+            if route("").is_none() {
+                continue;
+            }
             let mut next = Vec::with_capacity(topics.len());
             for topic in topics {
                 let applies = match &step.predicate {
@@ -174,10 +197,10 @@ impl Chain {
                     Some((predicate, negate)) => predicate.test_topic(&topic).map(|t| t != *negate),
                 };
                 match applies {
-                    Some(true) => next.push(router.route(&topic)),
+                    Some(true) => next.extend(route(&topic)),
                     Some(false) => next.push(topic),
                     None => {
-                        next.push(router.route(&topic));
+                        next.extend(route(&topic));
                         next.push(topic);
                     }
                 }

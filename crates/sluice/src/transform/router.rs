@@ -39,14 +39,20 @@ impl RegexRouter {
 
     /// `topic` routed (unchanged when it does not match).
     pub fn route(&self, topic: &str) -> String {
+        self.route_matching(topic)
+            .unwrap_or_else(|| topic.to_owned())
+    }
+
+    /// `text` replaced when it matches as a whole, `None` when it does not.
+    pub fn route_matching(&self, text: &str) -> Option<String> {
         let mut captures = self.regex.create_captures();
-        self.regex.captures(topic, &mut captures);
+        self.regex.captures(text, &mut captures);
         if !captures.is_match() {
-            return topic.to_owned();
+            return None;
         }
         let mut out = String::with_capacity(self.replacement.len() + 16);
-        captures.interpolate_string_into(topic, &self.replacement, &mut out);
-        out
+        captures.interpolate_string_into(text, &self.replacement, &mut out);
+        Some(out)
     }
 }
 

@@ -105,6 +105,65 @@ pub fn anonymous_struct(fields: &[String]) -> String {
     )
 }
 
+/// A struct schema renamed to `name` (added after `optional` when it has none), with `fields`
+/// as its fields when given; its other members as they are.
+pub fn renamed_struct(schema: &str, name: &str, fields: Option<&[String]>) -> String {
+    let has_name = Members::parse(schema).is_ok_and(|m| m.get("name").is_some());
+    rewrite(schema, |member, value, out| match member {
+        "name" => out.member("name", &string(name)),
+        "fields" => match fields {
+            Some(fields) => out.member("fields", &format!("[{}]", fields.join(","))),
+            None => out.member(member, value),
+        },
+        "optional" if !has_name => {
+            out.member(member, value);
+            out.member("name", &string(name));
+        }
+        _ => out.member(member, value),
+    })
+}
+
+/// A struct schema with `fields` as its fields (`SchemaUtil.copySchemaBasics` with the
+/// struct's optionality kept), without a default.
+pub fn with_fields(schema: &str, fields: &[String]) -> String {
+    rewrite(schema, |member, value, out| match member {
+        "fields" => out.member("fields", &format!("[{}]", fields.join(","))),
+        "default" => {}
+        _ => out.member(member, value),
+    })
+}
+
+/// A field schema with `replacement`'s members (a schema without `field`) as its own, keeping
+/// its `"field"` member last.
+pub fn replaced_field(field_schema: &str, replacement: &str) -> String {
+    let Some(name) = Members::parse(field_schema)
+        .ok()
+        .and_then(|m| m.get("field").map(|f| f.get().to_owned()))
+    else {
+        return replacement.to_owned();
+    };
+    let mut text = replacement.to_owned();
+    text.pop();
+    text.push_str(",\"field\":");
+    text.push_str(&name);
+    text.push('}');
+    text
+}
+
+/// A field schema's `"optional"`.
+pub fn is_optional(field_schema: &str) -> bool {
+    Members::parse(field_schema)
+        .ok()
+        .and_then(|m| m.get("optional").map(|o| o.get() == "true"))
+        .unwrap_or(false)
+}
+
+/// A field schema's `"type"`.
+pub fn type_of(field_schema: &str) -> Option<String> {
+    let members = Members::parse(field_schema).ok()?;
+    super::json::as_str(members.get("type")?).map(|n| n.into_owned())
+}
+
 /// A schema's name.
 pub fn name(schema: &str) -> Option<String> {
     let members = Members::parse(schema).ok()?;

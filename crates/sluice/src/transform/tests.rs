@@ -309,3 +309,274 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
     let refused = build(&t, &p, &avro).unwrap_err();
     assert!(refused[0].problem.contains("not yet applied to Avro"));
 }
+
+#[test]
+fn logical_table_router_merges_shards_and_keeps_keys_unique() {
+    let router = "[transforms]\nchain = \"r\"\n[transforms.r]\ntype = \"io.debezium.transforms.ByLogicalTableRouter\"\n\"topic.regex\" = '(.*)\\.shard_(\\d+)\\.orders'\n\"topic.replacement\" = \"$1.orders\"\n";
+    let routed = chain(router);
+    let out = routed
+        .apply(&record("p.shard_2.orders", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*out.topic, "p.orders");
+    assert_eq!(
+        out.key.clone().unwrap(),
+        br#"{"id":1,"__dbz__physicalTableIdentifier":"p.shard_2.orders"}"#
+    );
+    assert_eq!(value(&out).as_deref(), Some(INSERT));
+    // A tombstone is routed and keyed too; other topics pass.
+    let tombstone = routed
+        .apply(&record("p.shard_2.orders", None))
+        .unwrap()
+        .unwrap();
+    assert_eq!((&*tombstone.topic, tombstone.value), ("p.orders", None));
+    let other = routed
+        .apply(&record("p.public.t", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(other.key.unwrap(), br#"{"id":1}"#);
+    assert_eq!(
+        routed.topics_for(&["p.shard_1.orders".into(), "p.shard_2.orders".into()]),
+        ["p.orders"]
+    );
+    // The identifier by key.field.regex, under its own name; and no key field at all.
+    let named = chain(&format!(
+        "{router}\"key.field.name\" = \"shard\"\n\"key.field.regex\" = '.*\\.shard_(\\d+)\\..*'\n\"key.field.replacement\" = \"$1\"\n"
+    ));
+    let out = named
+        .apply(&record("p.shard_2.orders", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.key.unwrap(), br#"{"id":1,"shard":"2"}"#);
+    let plain = chain(&format!("{router}\"key.enforce.uniqueness\" = false\n"));
+    let out = plain
+        .apply(&record("p.shard_2.orders", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.key.unwrap(), br#"{"id":1}"#);
+    // With schemas: the key's and the envelope's schemas are named after the new topic.
+    let events: EventOptions = toml::from_str("format = \"json_with_schemas\"").unwrap();
+    let with = chain_with(router, &events);
+    let mut rec = record("p.shard_2.orders", None);
+    rec.key = Some(br#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":false,"name":"p.shard_2.orders.Key"},"payload":{"id":1}}"#.to_vec());
+    rec.value = Some(br#"{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.shard_2.orders.Value","field":"before"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.shard_2.orders.Value","field":"after"},{"type":"string","optional":false,"field":"op"}],"optional":false,"name":"p.shard_2.orders.Envelope","version":2},"payload":{"before":null,"after":{"id":1},"op":"c"}}"#.to_vec());
+    let out = with.apply(&rec).unwrap().unwrap();
+    assert_eq!(
+        String::from_utf8(out.key.clone().unwrap()).unwrap(),
+        r#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":false,"field":"__dbz__physicalTableIdentifier"}],"optional":false,"name":"p.orders.Key"},"payload":{"id":1,"__dbz__physicalTableIdentifier":"p.shard_2.orders"}}"#
+    );
+    assert_eq!(
+        value(&out).unwrap(),
+        r#"{"schema":{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.orders.Value","field":"before"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.orders.Value","field":"after"},{"type":"string","optional":false,"field":"op"}],"optional":false,"name":"p.orders.Envelope","version":2},"payload":{"before":null,"after":{"id":1},"op":"c"}}"#
+    );
+}
+
+/// A flat row with a timestamp in each form Debezium writes.
+const ROW: &str = r#"{"id":1,"micros":1478267490123456,"millis":1478267490123,"text":"2016-11-04 13:51:30","flag":true,"ratio":1.5,"name":"n","tags":["a"],"none":null}"#;
+
+fn through_one(toml_text: &str, value: &str) -> Result<String, TransformError> {
+    chain(toml_text)
+        .apply(&record("p.public.t", Some(value)))
+        .map(|out| self::value(&out.unwrap()).unwrap())
+}
+
+#[test]
+fn timestamp_converter_converts_between_the_forms() {
+    let ts = |keys: &str| {
+        format!(
+            "[transforms]\nchain = \"t\"\n[transforms.t]\ntype = \"TimestampConverter$Value\"\n{keys}"
+        )
+    };
+    let out = through_one(
+        &ts("field = \"micros\"\n\"target.type\" = \"string\"\nformat = \"yyyy-MM-dd'T'HH:mm:ss.SSSX\"\n\"unix.precision\" = \"microseconds\"\n"),
+        ROW,
+    )
+    .unwrap();
+    assert!(
+        out.contains(r#""micros":"2016-11-04T13:51:30.123Z""#),
+        "{out}"
+    );
+    let out = through_one(
+        &ts("field = \"text\"\n\"target.type\" = \"unix\"\nformat = \"yyyy-MM-dd HH:mm:ss\"\n\"unix.precision\" = \"seconds\"\n"),
+        ROW,
+    )
+    .unwrap();
+    assert!(out.contains(r#""text":1478267490,"#), "{out}");
+    let out = through_one(&ts("field = \"millis\"\n\"target.type\" = \"Date\"\n"), ROW).unwrap();
+    assert!(out.contains(r#""millis":17109,"#), "{out}");
+    let out = through_one(&ts("field = \"millis\"\n\"target.type\" = \"Time\"\n"), ROW).unwrap();
+    assert!(out.contains(r#""millis":49890123,"#), "{out}");
+    // Absent and null fields are left as they are.
+    let out = through_one(&ts("field = \"none\"\n\"target.type\" = \"unix\"\n"), ROW).unwrap();
+    assert_eq!(out, ROW);
+    // A string that does not match the format fails, naming the transform.
+    let error = through_one(
+        &ts("field = \"name\"\n\"target.type\" = \"unix\"\nformat = \"yyyy\"\n"),
+        ROW,
+    )
+    .unwrap_err();
+    assert!(error.reason.contains("does not match pattern"), "{error}");
+    // With schemas: the field's schema becomes the target's, its kind read from the schema.
+    let events: EventOptions = toml::from_str("format = \"json_with_schemas\"").unwrap();
+    let with = chain_with(
+        &ts(
+            "field = \"t\"\n\"target.type\" = \"Timestamp\"\n\"unix.precision\" = \"microseconds\"\n",
+        ),
+        &events,
+    );
+    let mut rec = record(
+        "p.public.t",
+        Some(
+            r#"{"schema":{"type":"struct","fields":[{"type":"int64","optional":true,"name":"io.debezium.time.MicroTimestamp","version":1,"field":"t"}],"optional":true,"name":"p.public.t.Value"},"payload":{"t":-1500}}"#,
+        ),
+    );
+    rec.key = None;
+    let out = with.apply(&rec).unwrap().unwrap();
+    assert_eq!(
+        value(&out).unwrap(),
+        r#"{"schema":{"type":"struct","fields":[{"type":"int64","optional":true,"name":"org.apache.kafka.connect.data.Timestamp","version":1,"field":"t"}],"optional":true,"name":"p.public.t.Value"},"payload":{"t":-1}}"#
+    );
+}
+
+#[test]
+fn insert_field_and_mask_field_change_the_row() {
+    let text = "[transforms]\nchain = \"unwrap,insert,key,mask,zero\"\n[transforms.unwrap]\ntype = \"ExtractNewRecordState\"\n\
+        [transforms.insert]\ntype = \"InsertField$Value\"\n\"topic.field\" = \"__topic\"\n\"partition.field\" = \"__p\"\n\"static.field\" = \"src!\"\n\"static.value\" = \"pg\"\n\
+        [transforms.key]\ntype = \"InsertField$Key\"\n\"static.field\" = \"k\"\n\"static.value\" = \"x\"\n\
+        [transforms.mask]\ntype = \"MaskField$Value\"\nfields = \"v\"\nreplacement = \"***\"\npredicate = \"t\"\nnegate = true\n\
+        [transforms.zero]\ntype = \"MaskField$Value\"\nfields = \"n\"\npredicate = \"t\"\nnegate = true\n\
+        [predicates.t]\ntype = \"RecordIsTombstone\"\n";
+    let chain = chain(text);
+    let out = chain
+        .apply(&record("p.public.t", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        value(&out).unwrap(),
+        r#"{"id":1,"v":"***","n":0,"__topic":"p.public.t","src":"pg"}"#
+    );
+    assert_eq!(out.key.unwrap(), br#"{"id":1,"k":"x"}"#);
+    // The delete's null value passes InsertField, and the predicate keeps it from MaskField.
+    let delete = chain
+        .apply(&record("p.public.t", Some(DELETE)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(value(&delete).as_deref(), Some("null"));
+    // Zero values by type; a replacement for numbers; refused for booleans.
+    let mask = |keys: &str| {
+        format!("[transforms]\nchain = \"m\"\n[transforms.m]\ntype = \"MaskField$Value\"\n{keys}")
+    };
+    let out = through_one(
+        &mask("fields = \"flag,ratio,name,tags,micros,none\"\n"),
+        ROW,
+    )
+    .unwrap();
+    assert_eq!(
+        out,
+        r#"{"id":1,"micros":0,"millis":1478267490123,"text":"2016-11-04 13:51:30","flag":false,"ratio":0.0,"name":"","tags":[],"none":null}"#
+    );
+    let out = through_one(
+        &mask("fields = \"ratio,micros\"\nreplacement = \"7\"\n"),
+        ROW,
+    )
+    .unwrap();
+    assert!(
+        out.contains(r#""micros":7,"#) && out.contains(r#""ratio":7.0,"#),
+        "{out}"
+    );
+    assert!(through_one(&mask("fields = \"flag\"\nreplacement = \"7\"\n"), ROW).is_err());
+    assert!(through_one(&mask("fields = \"name\"\n"), "null").is_err());
+    // With schemas: the added fields' schemas, the struct made required as Connect makes it.
+    let events: EventOptions = toml::from_str("format = \"json_with_schemas\"").unwrap();
+    let with = chain_with(
+        "[transforms]\nchain = \"i\"\n[transforms.i]\ntype = \"InsertField$Value\"\n\"topic.field\" = \"t\"\n",
+        &events,
+    );
+    let mut rec = record(
+        "p.public.t",
+        Some(
+            r#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":true,"name":"p.public.t.Value"},"payload":{"id":1}}"#,
+        ),
+    );
+    rec.key = None;
+    assert_eq!(
+        value(&with.apply(&rec).unwrap().unwrap()).unwrap(),
+        r#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"field":"t"}],"optional":false,"name":"p.public.t.Value"},"payload":{"id":1,"t":"p.public.t"}}"#
+    );
+}
+
+#[test]
+fn the_new_transforms_name_their_keys_when_misconfigured() {
+    let one = |kind: &str, keys: &str| {
+        issues(&format!(
+            "[transforms]\nchain = \"x\"\n[transforms.x]\ntype = \"{kind}\"\n{keys}"
+        ))
+    };
+    let got = one("ByLogicalTableRouter", "\"topic.regex\" = \"(\"\n");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("transforms.x.\"topic.replacement\"") && i.contains("is missing")),
+        "{got:?}"
+    );
+    let got = one(
+        "ByLogicalTableRouter",
+        "\"topic.regex\" = \"a\"\n\"topic.replacement\" = \"b\"\n\"key.field.regex\" = \"a\"\n",
+    );
+    assert!(
+        got.iter().any(|i| i.contains("key.field.replacement")),
+        "{got:?}"
+    );
+    let got = one("TimestampConverter$Value", "\"target.type\" = \"string\"\n");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("transforms.x.\"format\"") && i.contains("SimpleDateFormat")),
+        "{got:?}"
+    );
+    let got = one("TimestampConverter$Key", "\"target.type\" = \"date\"\n");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"target.type\"") && i.contains("Date")),
+        "{got:?}"
+    );
+    let got = one(
+        "TimestampConverter$Value",
+        "\"target.type\" = \"string\"\nformat = \"yyyy-ww\"\n\"unix.precision\" = \"ms\"\n",
+    );
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"format\"") && i.contains("'w'")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"unix.precision\"") && i.contains("microseconds")),
+        "{got:?}"
+    );
+    let got = one("InsertField$Value", "\"offset.field\" = \"o\"\n");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"offset.field\"") && i.contains("sink")),
+        "{got:?}"
+    );
+    assert!(
+        got.iter().any(|i| i.contains("no field insertion")),
+        "{got:?}"
+    );
+    let got = one("InsertField$Value", "\"static.field\" = \"s\"\n");
+    assert!(
+        got.iter().any(|i| i.contains("\"static.value\"")),
+        "{got:?}"
+    );
+    let got = one("MaskField$Value", "replacement = \"\"\nfoo = 1\n");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"fields\"") && i.contains("is missing")),
+        "{got:?}"
+    );
+    assert!(got.iter().any(|i| i.contains("\"replacement\"")), "{got:?}");
+    assert!(
+        got.iter()
+            .any(|i| i.contains("\"foo\"") && i.contains("unknown key")),
+        "{got:?}"
+    );
+}
