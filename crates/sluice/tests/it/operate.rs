@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::support::{
     Sluice, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication, free_port,
-    http_request, pg, pipeline_toml, read_topic, test_dir, unique, wait_until,
+    http_request, pg, pipeline_toml, read_topic, test_dir, unique, wait_slot_inactive, wait_until,
 };
 
 async fn create_table(client: &tokio_postgres::Client, schema: &str) {
@@ -366,6 +366,7 @@ async fn dropped_or_recreated_slot_stops_the_pipeline_loudly() {
 
     // Rows written while stopped, then the slot is dropped and recreated: the rows are gone.
     insert(&client, &name, 10, 20).await;
+    wait_slot_inactive(&client, &slot).await;
     client
         .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await
@@ -403,6 +404,7 @@ async fn dropped_or_recreated_slot_stops_the_pipeline_loudly() {
     );
 
     // Dropped (not recreated): named as such.
+    wait_slot_inactive(&client, &slot).await;
     client
         .query_one("SELECT pg_drop_replication_slot($1)", &[&slot])
         .await

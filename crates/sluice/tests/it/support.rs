@@ -483,6 +483,30 @@ pub async fn slot_confirmed(client: &Client, slot: &str) -> Option<u64> {
     row.get::<_, Option<i64>>(0).map(|v| v as u64)
 }
 
+/// Waits until no walsender holds `slot`: a stopped sluice's walsender can outlive its client by
+/// a moment on a loaded server, and dropping the slot then fails with "is active for PID".
+pub async fn wait_slot_inactive(client: &Client, slot: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let active = client
+            .query_opt(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot],
+            )
+            .await
+            .expect("slot query")
+            .is_some_and(|row| row.get::<_, bool>(0));
+        if !active {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot {slot} still active after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Drops a test's slot and publication (they are cluster-wide), ignoring absence.
 pub async fn drop_slot_and_publication(client: &Client, name: &str) {
     let slot = format!("sluice_{name}");
