@@ -2,18 +2,14 @@
 //! split into its Connect schema and its value, and objects read one level deep with their
 //! members' JSON text kept as it is.
 //!
-//! Written over `serde_json`'s `RawValue` rather than `serde_json::Value`: a `Value` would sort
-//! object members (without the crate-wide `preserve_order` feature, which would change every
-//! other JSON sluice writes) and reprint numbers (`1.0E-5` from Debezium's doubles would come
-//! out as `1e-5`); a transform only moves whole members, so their text is copied unchanged and
-//! nothing below the level a transform touches is parsed at all.
+//! Objects are split into members whose values stay JSON text rather than read into a
+//! `serde_json::Value`: a `Value` would sort object members (without the crate-wide
+//! `preserve_order` feature, which would change every other JSON sluice writes) and reprint
+//! numbers (`1.0E-5` from Debezium's doubles would come out as `1e-5`); a transform only moves
+//! whole members, so their text is copied unchanged and nothing below the level a transform
+//! touches is read at all.
 
 use std::borrow::Cow;
-use std::fmt;
-
-use serde::Deserialize;
-use serde::de::{MapAccess, Visitor};
-use serde_json::value::RawValue;
 
 /// A record's key or value as Connect holds it: a schema and a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,20 +98,39 @@ impl Data {
 
 /// An object's members in their order, each member's value as its JSON text.
 #[derive(Debug, Default)]
-pub struct Members<'a>(pub Vec<(Cow<'a, str>, &'a RawValue)>);
+pub struct Members<'a>(pub Vec<(Cow<'a, str>, Raw<'a>)>);
+
+/// A member's value: its JSON text as the object holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Raw<'a>(&'a str);
+
+impl<'a> Raw<'a> {
+    /// The value's JSON text.
+    pub fn get(self) -> &'a str {
+        self.0
+    }
+}
 
 impl<'a> Members<'a> {
     /// Reads the object `text`.
+    ///
+    /// The text is JSON that sluice's encoders and transforms wrote in this process (the
+    /// transforms see nothing else), so only its structure is read: the members' names and
+    /// where each value begins and ends, strings and nesting respected; a value's own grammar
+    /// (numbers, literals) is not checked again. That is what makes a transform cheap: the
+    /// validating parse (`serde_json` into `RawValue`s) was most of a transform's cost
+    /// (bench/PROFILE.md), and no crate splits an object without validating or building it.
+    /// Malformed text gives an error or odd members, never a panic.
     ///
     /// # Errors
     ///
     /// `text` is not a JSON object.
     pub fn parse(text: &'a str) -> Result<Self, String> {
-        serde_json::from_str(text).map_err(|e| format!("expected a JSON object: {e}"))
+        split_object(text).ok_or_else(|| format!("expected a JSON object: {}", excerpt(text)))
     }
 
     /// The member `name`'s JSON text.
-    pub fn get(&self, name: &str) -> Option<&'a RawValue> {
+    pub fn get(&self, name: &str) -> Option<Raw<'a>> {
         self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
     }
 
@@ -136,24 +151,141 @@ impl<'a> Members<'a> {
     }
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct MembersVisitor<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for MembersVisitor<'a> {
-            type Value = Members<'a>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Self::Value, M::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some(name) = map.next_key::<Cow<'de, str>>()? {
-                    let value: &'de RawValue = map.next_value()?;
-                    members.push((name, value));
-                }
-                Ok(Members(members))
-            }
+/// The elements of the array `text`, read as [`Members::parse`] reads an object; `None`: not
+/// an array.
+pub fn elements(text: &str) -> Option<Vec<Raw<'_>>> {
+    let b = text.as_bytes();
+    let mut at = skip_space(b, 0);
+    if b.get(at) != Some(&b'[') {
+        return None;
+    }
+    let mut out = Vec::new();
+    at = skip_space(b, at + 1);
+    if b.get(at) == Some(&b']') {
+        return (skip_space(b, at + 1) == b.len()).then_some(out);
+    }
+    loop {
+        let end = value_end(b, at)?;
+        out.push(Raw(&text[at..end]));
+        at = skip_space(b, end);
+        match b.get(at) {
+            Some(b',') => at = skip_space(b, at + 1),
+            Some(b']') => return (skip_space(b, at + 1) == b.len()).then_some(out),
+            _ => return None,
         }
-        deserializer.deserialize_map(MembersVisitor(std::marker::PhantomData))
+    }
+}
+
+/// The start of `text` for an error message.
+fn excerpt(text: &str) -> String {
+    let end = text.char_indices().nth(40).map_or(text.len(), |(at, _)| at);
+    format!(
+        "{:?}{}",
+        &text[..end],
+        if end < text.len() { "…" } else { "" }
+    )
+}
+
+/// The members of the object `text` (see [`Members::parse`]); `None`: not an object.
+fn split_object(text: &str) -> Option<Members<'_>> {
+    let b = text.as_bytes();
+    let mut at = skip_space(b, 0);
+    if b.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut members = Vec::with_capacity(8);
+    at = skip_space(b, at + 1);
+    if b.get(at) == Some(&b'}') {
+        return (skip_space(b, at + 1) == b.len()).then_some(Members(members));
+    }
+    loop {
+        if b.get(at) != Some(&b'"') {
+            return None;
+        }
+        let name_end = string_end(b, at)?;
+        let name = &text[at + 1..name_end - 1];
+        let name = if name.contains('\\') {
+            Cow::Owned(serde_json::from_str::<String>(&text[at..name_end]).ok()?)
+        } else {
+            Cow::Borrowed(name)
+        };
+        at = skip_space(b, name_end);
+        if b.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_space(b, at + 1);
+        let end = value_end(b, start)?;
+        members.push((name, Raw(&text[start..end])));
+        at = skip_space(b, end);
+        match b.get(at) {
+            Some(b',') => at = skip_space(b, at + 1),
+            Some(b'}') => {
+                return (skip_space(b, at + 1) == b.len()).then_some(Members(members));
+            }
+            _ => return None,
+        }
+    }
+}
+
+fn skip_space(b: &[u8], mut at: usize) -> usize {
+    while b
+        .get(at)
+        .is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        at += 1;
+    }
+    at
+}
+
+/// The end (past the closing quote) of the string starting at `b[at] == b'"'`.
+fn string_end(b: &[u8], at: usize) -> Option<usize> {
+    let mut from = at + 1;
+    loop {
+        let found = from + memchr::memchr2(b'"', b'\\', b.get(from..)?)?;
+        if b[found] == b'"' {
+            return Some(found + 1);
+        }
+        from = found + 2;
+    }
+}
+
+/// The end of the value starting at `b[at]`.
+fn value_end(b: &[u8], at: usize) -> Option<usize> {
+    match *b.get(at)? {
+        b'"' => string_end(b, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while let Some(&c) = b.get(i) {
+                match c {
+                    b'"' => {
+                        i = string_end(b, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        b',' | b'}' | b']' | b':' => None,
+        _ => {
+            let mut i = at;
+            while b
+                .get(i)
+                .is_some_and(|c| !matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+            {
+                i += 1;
+            }
+            Some(i)
+        }
     }
 }
 
@@ -192,6 +324,13 @@ impl ObjectWriter {
 
 /// Appends `text` as a JSON string.
 pub fn push_string(out: &mut String, text: &str) {
+    if !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        // Nothing to escape (field names, mostly): no allocation per member.
+        out.push('"');
+        out.push_str(text);
+        out.push('"');
+        return;
+    }
     // serde_json's escaping (the same as Connect's Jackson for the characters JSON requires).
     out.push_str(&serde_json::to_string(text).unwrap_or_else(|_| "\"\"".into()));
 }
@@ -205,8 +344,8 @@ pub fn string(text: &str) -> String {
 
 /// The text of a JSON value as a header carries it (Connect's `SimpleHeaderConverter`): a
 /// string's characters, other values' JSON text; `None` for null.
-pub fn header_text(value: &RawValue) -> Option<String> {
-    match value.get() {
+pub fn header_text(value: &str) -> Option<String> {
+    match value {
         "null" => None,
         text if text.starts_with('"') => serde_json::from_str::<String>(text).ok(),
         text => Some(text.to_owned()),
@@ -214,8 +353,7 @@ pub fn header_text(value: &RawValue) -> Option<String> {
 }
 
 /// A JSON string's characters (`None` when `value` is not a string).
-pub fn as_str(value: &RawValue) -> Option<Cow<'_, str>> {
-    let text = value.get();
+pub fn as_str(text: &str) -> Option<Cow<'_, str>> {
     if !text.starts_with('"') {
         return None;
     }
@@ -240,6 +378,107 @@ mod tests {
     }
 
     #[test]
+    fn members_split_strings_nesting_and_space_as_a_parser_does() {
+        let text = " {\"a\" : \"x}\\\"]{,\" , \"b\":[1,{\"c\":\"]\"}] ,\"n\":-1.5e3,\"t\":true,\"z\":null,\"o\":{}} ";
+        let members = Members::parse(text).unwrap();
+        let got: Vec<(&str, &str)> = members
+            .0
+            .iter()
+            .map(|(n, v)| (n.as_ref(), v.get()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("a", "\"x}\\\"]{,\""),
+                ("b", "[1,{\"c\":\"]\"}]"),
+                ("n", "-1.5e3"),
+                ("t", "true"),
+                ("z", "null"),
+                ("o", "{}"),
+            ]
+        );
+        assert!(Members::parse("{}").unwrap().0.is_empty());
+        assert_eq!(
+            elements(" [ 1 , \"a,b\" ,[2]] ")
+                .unwrap()
+                .iter()
+                .map(|r| r.get())
+                .collect::<Vec<_>>(),
+            ["1", "\"a,b\"", "[2]"]
+        );
+        assert!(elements("[]").unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_objects_are_errors_not_panics() {
+        for text in [
+            "",
+            "[]",
+            "{",
+            "{\"a\"",
+            "{\"a\":",
+            "{\"a\":1",
+            "{\"a\":1,}",
+            "{\"a\" 1}",
+            "{a:1}",
+            "{\"a\":\"x}",
+            "{\"a\":{\"b\":1}",
+            "{\"a\":1} x",
+            "{\"a\":\"\\",
+            "{\"a\":,}",
+            "null",
+        ] {
+            assert!(
+                Members::parse(text).is_err(),
+                "{text:?} was read as an object"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// The splitter finds the members a validating parser finds, with their text, in any
+        /// JSON object serde_json writes (compact or pretty).
+        #[test]
+        fn members_equal_a_validating_parsers(value in json_object(), pretty: bool) {
+            let text = if pretty {
+                serde_json::to_string_pretty(&value).unwrap()
+            } else {
+                serde_json::to_string(&value).unwrap()
+            };
+            let members = Members::parse(&text).unwrap();
+            let serde_json::Value::Object(map) = &value else { unreachable!() };
+            proptest::prop_assert_eq!(members.0.len(), map.len());
+            for (name, raw) in &members.0 {
+                let expected = &map[name.as_ref()];
+                let read: serde_json::Value = serde_json::from_str(raw.get()).unwrap();
+                proptest::prop_assert_eq!(&read, expected);
+            }
+        }
+    }
+
+    fn json_object() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            // Binary fractions: serde_json reads them back exactly (not every printed f64).
+            (-1_000_000i32..1_000_000).prop_map(|n| serde_json::Value::from(f64::from(n) / 64.0)),
+            ".*".prop_map(serde_json::Value::from),
+            "[\"\\\\{}\\[\\],: ]{0,6}".prop_map(serde_json::Value::from),
+        ];
+        let value = leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::from),
+                proptest::collection::btree_map(".{0,4}", inner, 0..5)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        });
+        proptest::collection::btree_map("[a-z\"\\\\é]{0,5}", value, 0..6)
+            .prop_map(|m| serde_json::Value::Object(m.into_iter().collect()))
+    }
+
+    #[test]
     fn data_reads_and_writes_both_forms() {
         let plain = Data::read(Some(b"{\"a\":1}"), false).unwrap();
         assert_eq!(plain.schema, Schema::Opaque);
@@ -261,9 +500,7 @@ mod tests {
 
     #[test]
     fn header_text_is_a_strings_characters() {
-        let v: &RawValue = serde_json::from_str("\"a\\\"b\"").unwrap();
-        assert_eq!(header_text(v).as_deref(), Some("a\"b"));
-        let n: &RawValue = serde_json::from_str("12").unwrap();
-        assert_eq!(header_text(n).as_deref(), Some("12"));
+        assert_eq!(header_text("\"a\\\"b\"").as_deref(), Some("a\"b"));
+        assert_eq!(header_text("12").as_deref(), Some("12"));
     }
 }

@@ -7,13 +7,12 @@ use super::json::{Members, ObjectWriter, string};
 /// its `fields` (with its `"field"` member).
 pub fn field(schema: &str, name: &str) -> Option<String> {
     let members = Members::parse(schema).ok()?;
-    let fields: Vec<&serde_json::value::RawValue> =
-        serde_json::from_str(members.get("fields")?.get()).ok()?;
+    let fields = super::json::elements(members.get("fields")?.get())?;
     fields.into_iter().find_map(|f| {
         let m = Members::parse(f.get()).ok()?;
         let is = m
             .get("field")
-            .and_then(super::json::as_str)
+            .and_then(|v| super::json::as_str(v.get()))
             .is_some_and(|n| n == name);
         is.then(|| f.get().to_owned())
     })
@@ -27,13 +26,12 @@ pub fn field_names(schema: &str) -> Vec<String> {
     let Some(fields) = members.get("fields") else {
         return Vec::new();
     };
-    let fields: Vec<&serde_json::value::RawValue> =
-        serde_json::from_str(fields.get()).unwrap_or_default();
+    let fields = super::json::elements(fields.get()).unwrap_or_default();
     fields
         .into_iter()
         .filter_map(|f| {
             let m = Members::parse(f.get()).ok()?;
-            super::json::as_str(m.get("field")?).map(|n| n.into_owned())
+            super::json::as_str(m.get("field")?.get()).map(|n| n.into_owned())
         })
         .collect()
 }
@@ -81,8 +79,7 @@ pub fn fields(schema: &str) -> Vec<String> {
     let Some(fields) = members.get("fields") else {
         return Vec::new();
     };
-    let fields: Vec<&serde_json::value::RawValue> =
-        serde_json::from_str(fields.get()).unwrap_or_default();
+    let fields = super::json::elements(fields.get()).unwrap_or_default();
     fields.into_iter().map(|f| f.get().to_owned()).collect()
 }
 
@@ -161,13 +158,13 @@ pub fn is_optional(field_schema: &str) -> bool {
 /// A field schema's `"type"`.
 pub fn type_of(field_schema: &str) -> Option<String> {
     let members = Members::parse(field_schema).ok()?;
-    super::json::as_str(members.get("type")?).map(|n| n.into_owned())
+    super::json::as_str(members.get("type")?.get()).map(|n| n.into_owned())
 }
 
 /// A schema's name.
 pub fn name(schema: &str) -> Option<String> {
     let members = Members::parse(schema).ok()?;
-    super::json::as_str(members.get("name")?).map(|n| n.into_owned())
+    super::json::as_str(members.get("name")?.get()).map(|n| n.into_owned())
 }
 
 /// `schema`'s members through `each` (member name, its JSON text, the output object).

@@ -148,6 +148,36 @@ fn non_envelopes_pass_through_unwrap() {
 }
 
 #[test]
+fn the_regex_router_routes_each_topic_its_own_way_every_time() {
+    let chain = chain(
+        r#"
+[transforms]
+chain = ["route"]
+[transforms.route]
+type = "RegexRouter"
+regex = "([^.]+)\\.([^.]+)\\.([^.]+)"
+replacement = "$1.all_$3"
+"#,
+    );
+    // Twice each, interleaved: the second record of a topic takes the remembered route.
+    for topic in [
+        "p.public.a",
+        "p.public.b",
+        "p.public.a",
+        "other",
+        "p.public.b",
+        "other",
+    ] {
+        let out = chain.apply(&record(topic, Some(INSERT))).unwrap().unwrap();
+        let expected = match topic {
+            "other" => "other".to_owned(),
+            t => format!("p.all_{}", t.rsplit('.').next().unwrap()),
+        };
+        assert_eq!(&*out.topic, expected);
+    }
+}
+
+#[test]
 fn predicates_and_negate_choose_the_records() {
     let text = r#"
 [transforms]

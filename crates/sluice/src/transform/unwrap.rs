@@ -161,11 +161,9 @@ impl Unwrap {
         }
         for field in &self.add_headers {
             if let Some(value) = field.value(&envelope) {
-                let raw: &serde_json::value::RawValue =
-                    serde_json::from_str(&value).map_err(|e| e.to_string())?;
                 // A null header value cannot be written through sluice's text headers: left
                 // out (docs/transforms.md).
-                if let Some(text) = header_text(raw) {
+                if let Some(text) = header_text(&value) {
                     record
                         .headers
                         .push((Cow::Owned(field.new_name.clone()), text));
