@@ -57,6 +57,14 @@ pub const SUPPORTED_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.InsertField$Value",
     "org.apache.kafka.connect.transforms.MaskField$Key",
     "org.apache.kafka.connect.transforms.MaskField$Value",
+    "org.apache.kafka.connect.transforms.InsertHeader",
+    "org.apache.kafka.connect.transforms.DropHeaders",
+    "org.apache.kafka.connect.transforms.HeaderFrom$Key",
+    "org.apache.kafka.connect.transforms.HeaderFrom$Value",
+    "org.apache.kafka.connect.transforms.ExtractField$Key",
+    "org.apache.kafka.connect.transforms.ExtractField$Value",
+    "org.apache.kafka.connect.transforms.HoistField$Key",
+    "org.apache.kafka.connect.transforms.HoistField$Value",
 ];
 
 /// The predicates sluice applies.
@@ -72,18 +80,10 @@ const NOT_YET: &[&str] = &[
     "HeaderToValue",
     "SchemaChangeEventFilter",
     "EventRouter",
-    "ExtractField$Key",
-    "ExtractField$Value",
-    "HoistField$Key",
-    "HoistField$Value",
     "Cast$Key",
     "Cast$Value",
     "Flatten$Key",
     "Flatten$Value",
-    "InsertHeader",
-    "DropHeaders",
-    "HeaderFrom$Key",
-    "HeaderFrom$Value",
     "TimestampRouter",
     "SetSchemaMetadata$Key",
     "SetSchemaMetadata$Value",
@@ -532,6 +532,18 @@ fn transform(
         .iter()
         .any(|t| names(kind, t))
         && let Some(built) = super::config_more::transform(short(kind), values, &key, &mut issues)
+    {
+        built
+    } else if super::headers::HEADER_TRANSFORMS
+        .iter()
+        .any(|t| names(kind, t))
+        && let Some(built) = super::headers::configure(short(kind), values, &key, &mut issues)
+    {
+        built
+    } else if super::shape::SHAPE_TRANSFORMS
+        .iter()
+        .any(|t| names(kind, t))
+        && let Some(built) = super::shape::configure(short(kind), values, &key, &mut issues)
     {
         built
     } else if names(kind, "io.debezium.transforms.Filter")

@@ -14,6 +14,7 @@
 pub mod config;
 mod config_more;
 mod field;
+mod headers;
 mod insert;
 mod javadate;
 pub mod json;
@@ -22,6 +23,7 @@ mod mask;
 mod predicate;
 mod router;
 mod schema;
+mod shape;
 mod timestamp;
 mod unwrap;
 
@@ -84,6 +86,16 @@ pub enum Transform {
     InsertField(insert::InsertField),
     /// Kafka's `MaskField$Key` / `$Value`.
     MaskField(mask::MaskField),
+    /// Kafka's `InsertHeader`.
+    InsertHeader(headers::InsertHeader),
+    /// Kafka's `DropHeaders`.
+    DropHeaders(headers::DropHeaders),
+    /// Kafka's `HeaderFrom$Key` / `$Value`.
+    HeaderFrom(headers::HeaderFrom),
+    /// Kafka's `ExtractField$Key` / `$Value`.
+    ExtractField(shape::ExtractField),
+    /// Kafka's `HoistField$Key` / `$Value`.
+    HoistField(shape::HoistField),
 }
 
 impl Transform {
@@ -99,6 +111,11 @@ impl Transform {
             Transform::TimestampConverter(t) => t.apply(record).map(Some),
             Transform::InsertField(t) => t.apply(record).map(Some),
             Transform::MaskField(t) => t.apply(record).map(Some),
+            Transform::InsertHeader(t) => Ok(Some(t.apply(record))),
+            Transform::DropHeaders(t) => Ok(Some(t.apply(record))),
+            Transform::HeaderFrom(t) => t.apply(record).map(Some),
+            Transform::ExtractField(t) => t.apply(record).map(Some),
+            Transform::HoistField(t) => Ok(Some(t.apply(record))),
         }
     }
 }

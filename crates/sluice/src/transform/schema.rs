@@ -102,6 +102,23 @@ pub fn anonymous_struct(fields: &[String]) -> String {
     )
 }
 
+/// `schema` as the field `name` of a struct (`"field"` written last, as JsonConverter does).
+pub fn as_field(schema: &str, name: &str) -> String {
+    let mut text = rewrite(schema, |member, value, out| {
+        if member != "field" {
+            out.member(member, value);
+        }
+    });
+    text.pop();
+    if text.len() > 1 {
+        text.push(',');
+    }
+    text.push_str("\"field\":");
+    text.push_str(&string(name));
+    text.push('}');
+    text
+}
+
 /// A struct schema renamed to `name` (added after `optional` when it has none), with `fields`
 /// as its fields when given; its other members as they are.
 pub fn renamed_struct(schema: &str, name: &str, fields: Option<&[String]>) -> String {

@@ -610,3 +610,143 @@ fn the_new_transforms_name_their_keys_when_misconfigured() {
         "{got:?}"
     );
 }
+
+#[test]
+fn header_transforms_insert_drop_and_take_fields_into_headers() {
+    let smt = chain(
+        r#"
+[transforms]
+chain = ["unwrap", "tag", "from", "drop"]
+[transforms.unwrap]
+type = "io.debezium.transforms.ExtractNewRecordState"
+[transforms.tag]
+type = "org.apache.kafka.connect.transforms.InsertHeader"
+header = "origin"
+"value.literal" = "sluice"
+[transforms.from]
+type = "org.apache.kafka.connect.transforms.HeaderFrom$Value"
+fields = "v,n"
+headers = "the_v,the_n"
+operation = "move"
+[transforms.drop]
+type = "org.apache.kafka.connect.transforms.DropHeaders"
+headers = "old"
+"#,
+    );
+    let mut input = record("p.public.t", Some(INSERT));
+    input.headers.push(("old".into(), "x".into()));
+    input.headers.push(("kept".into(), "y".into()));
+    let out = smt.apply(&input).unwrap().unwrap();
+    assert_eq!(value(&out).unwrap(), r#"{"id":1}"#);
+    let headers: Vec<(&str, &str)> = out
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_ref(), v.as_str()))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("kept", "y"),
+            ("origin", "sluice"),
+            ("the_v", "a"),
+            ("the_n", "2")
+        ]
+    );
+    // A tombstone has no struct to take fields from: the record fails (as Connect's task
+    // does), naming the transform.
+    let only_from = chain(
+        r#"
+[transforms]
+chain = ["from"]
+[transforms.from]
+type = "HeaderFrom$Value"
+fields = "v"
+headers = "the_v"
+operation = "copy"
+"#,
+    );
+    let error = only_from.apply(&record("p.public.t", None)).unwrap_err();
+    assert_eq!(&*error.name, "from");
+    assert!(
+        issues(
+            r#"
+[transforms]
+chain = ["from"]
+[transforms.from]
+type = "HeaderFrom$Key"
+fields = "a,b"
+headers = "x"
+operation = "swap"
+"#
+        )
+        .join("\n")
+        .contains("expected move or copy"),
+    );
+}
+
+#[test]
+fn extract_and_hoist_reshape_keys_and_values_with_their_schemas() {
+    let chain = chain(
+        r#"
+[transforms]
+chain = ["unwrap", "keyid", "hoist"]
+[transforms.unwrap]
+type = "io.debezium.transforms.ExtractNewRecordState"
+[transforms.keyid]
+type = "org.apache.kafka.connect.transforms.ExtractField$Key"
+field = "id"
+[transforms.hoist]
+type = "org.apache.kafka.connect.transforms.HoistField$Value"
+field = "row"
+"#,
+    );
+    let out = chain
+        .apply(&record("p.public.t", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.key.as_deref(), Some(&b"1"[..]));
+    assert_eq!(value(&out).unwrap(), r#"{"row":{"id":1,"v":"a","n":2}}"#);
+    // With schemas: the key's schema is the field's, the value's a struct of one field.
+    let key = Data::read(Some(br#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"}],"optional":false,"name":"p.public.t.Key"},"payload":{"id":1}}"#), true).unwrap();
+    let mut rec = Record {
+        topic: Arc::from("t"),
+        key,
+        value: Data::read(
+            Some(br#"{"schema":{"type":"int64","optional":true},"payload":5}"#),
+            true,
+        )
+        .unwrap(),
+        headers: Vec::new(),
+    };
+    rec = shape::ExtractField {
+        part: field::Part::Key,
+        field: "id".into(),
+    }
+    .apply(rec)
+    .unwrap();
+    rec = shape::HoistField {
+        part: field::Part::Value,
+        field: "n".into(),
+    }
+    .apply(rec);
+    assert_eq!(
+        String::from_utf8(rec.key.write(true).unwrap()).unwrap(),
+        r#"{"schema":{"type":"int32","optional":false},"payload":1}"#
+    );
+    assert_eq!(
+        String::from_utf8(rec.value.write(true).unwrap()).unwrap(),
+        r#"{"schema":{"type":"struct","fields":[{"type":"int64","optional":true,"field":"n"}],"optional":false},"payload":{"n":5}}"#
+    );
+    // A field the key's schema lacks fails as Connect's "Unknown field".
+    let missing = shape::ExtractField {
+        part: field::Part::Key,
+        field: "nope".into(),
+    }
+    .apply(Record {
+        topic: Arc::from("t"),
+        key: Data::read(Some(br#"{"id":1}"#), false).unwrap(),
+        value: Data::read(None, false).unwrap(),
+        headers: Vec::new(),
+    });
+    assert_eq!(missing.unwrap_err(), "Unknown field: nope");
+}

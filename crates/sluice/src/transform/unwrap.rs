@@ -207,8 +207,14 @@ impl Unwrap {
             ),
         };
         if deleted.is_none() && self.add_fields.is_empty() {
+            // Debezium rebuilds the row's schema as a required struct (`copySchemaBasics`):
+            // the envelope's `after` field is optional, the unwrapped row is not.
+            let schema = match row_schema {
+                Schema::Json(s) => Schema::Json(schema::copied_struct(&s, &schema::fields(&s))),
+                other => other,
+            };
             record.value = Data {
-                schema: row_schema,
+                schema,
                 value: Some(row.get().to_owned()),
             };
             return Ok(Some(record));

@@ -133,6 +133,30 @@ fn combinations() -> Vec<(&'static str, String)> {
                  [predicates.tombstone]\ntype = \"org.apache.kafka.connect.transforms.predicates.RecordIsTombstone\"\n"
             ),
         ),
+        (
+            "headers-shape",
+            format!(
+                "[kafka.events]\nschemas_enable = true\n[transforms]\n\
+                 chain = \"unwrap,tag,dropctx,keyhdr,valhdr,keyid,hoist\"\n\
+                 [transforms.unwrap]\ntype = \"{UNWRAP}\"\n\
+                 [transforms.tag]\ntype = \"org.apache.kafka.connect.transforms.InsertHeader\"\n\
+                 header = \"origin\"\n\"value.literal\" = \"dbz\"\n\
+                 [transforms.dropctx]\ntype = \"org.apache.kafka.connect.transforms.DropHeaders\"\n\
+                 headers = \"__debezium.context.runId,__debezium.context.taskId\"\n\
+                 [transforms.keyhdr]\ntype = \"org.apache.kafka.connect.transforms.HeaderFrom$Key\"\n\
+                 fields = \"id\"\nheaders = \"key_id\"\noperation = \"copy\"\npredicate = \"noid\"\nnegate = true\n\
+                 [transforms.valhdr]\ntype = \"org.apache.kafka.connect.transforms.HeaderFrom$Value\"\n\
+                 fields = \"id,a\"\nheaders = \"row_id,row_a\"\noperation = \"move\"\npredicate = \"evolve\"\n\
+                 [transforms.keyid]\ntype = \"org.apache.kafka.connect.transforms.ExtractField$Key\"\n\
+                 field = \"id\"\npredicate = \"noid\"\nnegate = true\n\
+                 [transforms.hoist]\ntype = \"org.apache.kafka.connect.transforms.HoistField$Value\"\n\
+                 field = \"row\"\n\
+                 [predicates.noid]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+                 pattern = '.*\\.public\\.(pk_composite|keyless|keyless_nothing)'\n\
+                 [predicates.evolve]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+                 pattern = '.*\\.public\\.evolve'\n"
+            ),
+        ),
     ]
 }
 
