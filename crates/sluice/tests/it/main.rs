@@ -42,3 +42,4 @@ mod tls_kafka;
 mod tls_pg;
 mod toast;
 mod transforms;
+mod versions;
