@@ -12,6 +12,7 @@ mod debezium;
 mod debezium_mysql;
 mod doctor;
 mod exactly_once;
+mod failover;
 mod faults;
 mod filters;
 mod ha;
