@@ -413,10 +413,18 @@ mod tests {
     #[test]
     fn one_url_per_host_without_target_session_attrs() {
         assert_eq!(
-            host_urls("postgres://u:p@a:5432,b:5433/db?target_session_attrs=read-write&sslmode=require"),
+            host_urls(
+                "postgres://u:p@a:5432,b:5433/db?target_session_attrs=read-write&sslmode=require"
+            ),
             [
-                ("a:5432".to_owned(), "postgres://u:p@a:5432/db?sslmode=require".to_owned()),
-                ("b:5433".to_owned(), "postgres://u:p@b:5433/db?sslmode=require".to_owned()),
+                (
+                    "a:5432".to_owned(),
+                    "postgres://u:p@a:5432/db?sslmode=require".to_owned()
+                ),
+                (
+                    "b:5433".to_owned(),
+                    "postgres://u:p@b:5433/db?sslmode=require".to_owned()
+                ),
             ]
         );
         assert_eq!(

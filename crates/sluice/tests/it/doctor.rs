@@ -34,7 +34,11 @@ pub(crate) fn sluice_json(args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
 }
 
 /// The findings with `code` whose evidence matches `key = value` (when given).
-pub(crate) fn findings<'a>(all: &'a Value, code: &str, key: Option<(&str, Value)>) -> Vec<&'a Value> {
+pub(crate) fn findings<'a>(
+    all: &'a Value,
+    code: &str,
+    key: Option<(&str, Value)>,
+) -> Vec<&'a Value> {
     all.as_array()
         .expect("an array of findings")
         .iter()

@@ -21,7 +21,9 @@ fn address(url: &str) -> String {
 
 /// The URL's database replaced by `database`.
 fn with_database(url: &str, database: &str) -> String {
-    let (base, rest) = url.rsplit_once("/postgres").expect("the URL names postgres");
+    let (base, rest) = url
+        .rsplit_once("/postgres")
+        .expect("the URL names postgres");
     format!("{base}/{database}{rest}")
 }
 
@@ -118,11 +120,10 @@ async fn doctor_names_failover_pieces_and_the_idle_slot_timeout_on_18() {
     )
     .unwrap();
     let file_arg = file.display().to_string();
-    let (code, all) = tokio::task::spawn_blocking(move || {
-        sluice_json(&["doctor", "--pipeline", &file_arg], &[])
-    })
-    .await
-    .unwrap();
+    let (code, all) =
+        tokio::task::spawn_blocking(move || sluice_json(&["doctor", "--pipeline", &file_arg], &[]))
+            .await
+            .unwrap();
     for sql in [
         "ALTER SYSTEM RESET idle_replication_slot_timeout",
         "SELECT pg_reload_conf()",
@@ -140,7 +141,11 @@ async fn doctor_names_failover_pieces_and_the_idle_slot_timeout_on_18() {
             .contains("sluice makes it a failover slot"),
         "{all:#}"
     );
-    assert_eq!(findings(&all, "pg.failover_standbys", None).len(), 1, "{all:#}");
+    assert_eq!(
+        findings(&all, "pg.failover_standbys", None).len(),
+        1,
+        "{all:#}"
+    );
     let idle = findings(&all, "pg.slot_idle_timeout", Some(("slot", json!(slot))));
     assert_eq!(idle.len(), 1, "{all:#}");
     assert_eq!(idle[0]["severity"], "warning");

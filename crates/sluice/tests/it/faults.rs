@@ -11,7 +11,8 @@ use rdkafka::client::DefaultClientContext;
 
 use crate::support::{
     Sluice, ThrowawayPg, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication,
-    free_port, pg, pg_at, pipeline_toml, pipeline_toml_at, read_topic, sluice_bin, stack, test_dir, unique, wait_until,
+    free_port, pg, pg_at, pipeline_toml, pipeline_toml_at, read_topic, sluice_bin, stack, test_dir,
+    unique, wait_until,
 };
 
 /// Creates `schema.t (id bigint primary key, payload text)`.

@@ -91,7 +91,11 @@ pub(crate) async fn apply(
                 )
             }
         })?;
-    tracing::info!(slot, failover = want, "replication slot's failover flag set");
+    tracing::info!(
+        slot,
+        failover = want,
+        "replication slot's failover flag set"
+    );
     Ok(())
 }
 
@@ -116,7 +120,9 @@ mod tests {
         assert_eq!(wanted(&config(Some(false)), 16).unwrap(), None);
         let error = wanted(&config(Some(true)), 16).unwrap_err().to_string();
         assert!(
-            error.contains("source.postgres.failover = true needs PostgreSQL 17 or later (the server is 16)"),
+            error.contains(
+                "source.postgres.failover = true needs PostgreSQL 17 or later (the server is 16)"
+            ),
             "{error}"
         );
     }

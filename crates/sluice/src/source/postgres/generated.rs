@@ -81,7 +81,11 @@ pub async fn keep_in_step(
         return Err(PipelineError::fatal(
             format!(
                 "publication {name:?} {} stored generated columns, but source.postgres.publish_generated_columns = {want} (and create_publication = false)",
-                if want { "does not publish" } else { "publishes" }
+                if want {
+                    "does not publish"
+                } else {
+                    "publishes"
+                }
             ),
             format!("run: {sql}; or set source.postgres.create_publication = true"),
         ));
