@@ -7,6 +7,9 @@
 //! code is listed with its check and fix in `docs/doctor.md`.
 //!
 //! - `mysql`: the MySQL/MariaDB source's server, retention and saved position.
+//! - `failover`: failover slots (PostgreSQL 17+) on the primary and the URL's standbys.
+//! - `versions`: what the server's version cannot do that the pipeline asks for, and
+//!   PostgreSQL 18's `idle_replication_slot_timeout`.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,8 +28,10 @@ use crate::kafka;
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
 
+mod failover;
 mod mysql;
 mod registry;
+mod versions;
 
 pub use mysql::{BinlogPlace, binlog_place, render_binlog_place};
 
@@ -376,6 +381,8 @@ async fn postgres_checks(
             "",
         )
     });
+    failover::checks(client, target, version / 10_000, findings).await?;
+    versions::checks(client, target, version / 10_000, findings).await?;
 
     // Slots: inactive ones and the WAL they retain; invalidated ones.
     let own_slot = target.pipeline.as_ref().map(PgPipelineConfig::slot_name);

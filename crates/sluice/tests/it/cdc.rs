@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
     read_topic, slot_confirmed, test_dir, unique,
 };
 
@@ -16,18 +16,20 @@ use crate::support::{
 /// per key equals the table.
 #[tokio::test(flavor = "multi_thread")]
 async fn mixed_transactions_arrive_as_committed() {
-    mixed_workload(&crate::support::stack().pg_url, None).await;
+    let url = crate::support::stack().pg_url;
+    mixed_workload(&url, &url, None).await;
 }
 
-/// The body of [`mixed_transactions_arrive_as_committed`], with sluice reading PostgreSQL at
-/// `source_url` (the tables are made over the dev stack's plain URL) and, when given, writing
-/// to `kafka`'s brokers with its `[kafka.client]` lines (the records are read back over the
-/// plaintext listener); `tls_pg` runs it over TLS and SASL_SSL.
-pub(crate) async fn mixed_workload(source_url: &str, kafka: Option<(&str, &str)>) {
+/// The body of [`mixed_transactions_arrive_as_committed`], on the PostgreSQL server at `server`
+/// (the tables are made over that plain URL), with sluice reading it at `source_url` and, when
+/// given, writing to `kafka`'s brokers with its `[kafka.client]` lines (the records are read
+/// back over the plaintext listener); `tls_pg` runs it over TLS and SASL_SSL, `versions` on
+/// another major version's server.
+pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option<(&str, &str)>) {
     let _broker = broker_shared().await;
     let name = unique("mixed");
     let schema = name.clone();
-    let client = pg().await;
+    let client = pg_at(server).await;
     client
         .batch_execute(&format!(
             "CREATE SCHEMA {schema};

@@ -16,7 +16,7 @@ use crate::support::{
 };
 
 /// Runs `sluice <args> --json`; returns (exit code, parsed output).
-fn sluice_json(args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
+pub(crate) fn sluice_json(args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
     let mut command = Command::new(sluice_bin());
     command.args(args).arg("--json");
     for (k, v) in env {
@@ -34,7 +34,11 @@ fn sluice_json(args: &[&str], env: &[(&str, &str)]) -> (i32, Value) {
 }
 
 /// The findings with `code` whose evidence matches `key = value` (when given).
-fn findings<'a>(all: &'a Value, code: &str, key: Option<(&str, Value)>) -> Vec<&'a Value> {
+pub(crate) fn findings<'a>(
+    all: &'a Value,
+    code: &str,
+    key: Option<(&str, Value)>,
+) -> Vec<&'a Value> {
     all.as_array()
         .expect("an array of findings")
         .iter()

@@ -11,7 +11,8 @@ use rdkafka::client::DefaultClientContext;
 
 use crate::support::{
     Sluice, ThrowawayPg, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication,
-    free_port, pg, pipeline_toml, read_topic, sluice_bin, stack, test_dir, unique, wait_until,
+    free_port, pg, pg_at, pipeline_toml, pipeline_toml_at, read_topic, sluice_bin, stack, test_dir,
+    unique, wait_until,
 };
 
 /// Creates `schema.t (id bigint primary key, payload text)`.
@@ -74,20 +75,28 @@ pub(crate) fn read_all_ids(
 /// five times: every committed row is in Kafka; duplicates are counted and reported.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_during_load_loses_nothing() {
+    sigkill_during_load(&stack().pg_url).await;
+}
+
+/// The body of [`sigkill_during_load_loses_nothing`], on the PostgreSQL server at `server`
+/// (`versions` runs it on another major version's).
+pub(crate) async fn sigkill_during_load(server: &str) {
     let _broker = broker_shared().await;
     let name = unique("kill");
-    let client = pg().await;
+    let client = pg_at(server).await;
     create_table(&client, &name).await;
     let port = free_port();
     let dir = test_dir(&name);
-    let mut sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    let toml = pipeline_toml_at(server, &name, &name, &name, port, "");
+    let mut sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
 
     const ROWS: i64 = 200_000;
     let writer = {
         let schema = name.clone();
+        let server = server.to_owned();
         tokio::spawn(async move {
-            let client = pg().await;
+            let client = pg_at(&server).await;
             for chunk in 0..100 {
                 insert_range(&client, &schema, chunk * 2000, (chunk + 1) * 2000, 500).await;
                 tokio::time::sleep(Duration::from_millis(30)).await;

@@ -10,8 +10,8 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
-    read_topic, test_dir, unique, wait_until,
+    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
+    pipeline_toml_at, read_topic, test_dir, unique, wait_until,
 };
 
 const TABLES: [&str; 3] = ["a", "b", "c"];
@@ -44,8 +44,18 @@ async fn create_tables(client: &tokio_postgres::Client, schema: &str, rows: i64)
 
 /// Updates and deletes random rows (and inserts new ones) until `stop`; returns the count.
 fn start_writer(schema: String, rows: i64, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    start_writer_at(crate::support::stack().pg_url, schema, rows, stop)
+}
+
+/// [`start_writer`] on the server at `url`.
+fn start_writer_at(
+    url: String,
+    schema: String,
+    rows: i64,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<u64> {
     tokio::spawn(async move {
-        let client = pg().await;
+        let client = pg_at(&url).await;
         let mut changes = 0u64;
         let mut next_id = rows + 1;
         while !stop.load(Ordering::Relaxed) {
@@ -157,16 +167,22 @@ fn snapshot_rows(sluice: &Sluice) -> f64 {
 /// both are done, the newest event per key in Kafka equals every table's contents.
 #[tokio::test(flavor = "multi_thread")]
 async fn initial_snapshot_is_consistent_with_concurrent_changes() {
+    snapshot_under_writes(&crate::support::stack().pg_url).await;
+}
+
+/// The body of [`initial_snapshot_is_consistent_with_concurrent_changes`], on the PostgreSQL
+/// server at `server` (`versions` runs it on another major version's).
+pub(crate) async fn snapshot_under_writes(server: &str) {
     let _broker = broker_shared().await;
     let name = unique("snap");
-    let client = pg().await;
+    let client = pg_at(server).await;
     let rows = rows_per_table();
     create_tables(&client, &name, rows).await;
     let stop = Arc::new(AtomicBool::new(false));
-    let writer = start_writer(name.clone(), rows, Arc::clone(&stop));
+    let writer = start_writer_at(server.to_owned(), name.clone(), rows, Arc::clone(&stop));
     let port = free_port();
     let dir = test_dir(&name);
-    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+    let toml = pipeline_toml_at(server, &name, &name, &name, port, "").replace(
         "[source.postgres]\n",
         // Five chunks per table, whatever the size.
         &format!(

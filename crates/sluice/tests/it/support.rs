@@ -127,6 +127,64 @@ max_backoff_ms = 2000
     )
 }
 
+/// [`pipeline_toml`] reading the PostgreSQL server at `url` instead of the stack's.
+pub fn pipeline_toml_at(
+    url: &str,
+    name: &str,
+    schema: &str,
+    prefix: &str,
+    admin_port: u16,
+    extra: &str,
+) -> String {
+    let toml = pipeline_toml(name, schema, prefix, admin_port, extra);
+    let stack_url = format!("url = \"{}\"", stack().pg_url);
+    assert!(toml.contains(&stack_url));
+    toml.replacen(&stack_url, &format!("url = \"{url}\""), 1)
+}
+
+/// A server of another PostgreSQL major version (scripts/pg-versions), beside the stack's.
+pub struct VersionServer {
+    /// The `postgres` superuser over TCP.
+    pub url: String,
+    /// `sluice_scram` over TLS (verify-full, SCRAM).
+    pub tls_url: String,
+}
+
+/// The server of major `version`: started by `scripts/pg-versions up` once per test run (kept
+/// running for the next, as the stack's servers are).
+pub fn pg_version(version: u32) -> &'static VersionServer {
+    static SERVERS: std::sync::Mutex<Vec<(u32, &'static VersionServer)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut servers = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, server)) = servers.iter().find(|(v, _)| *v == version) {
+        return server;
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new(root.join("scripts/pg-versions"))
+        .args(["up", &version.to_string()])
+        .current_dir(&root)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/pg-versions");
+    assert!(
+        output.status.success(),
+        "scripts/pg-versions up {version} failed (SLUICE_DEV_DIR must name the dev stack's state directory: {HOW_TO_START})"
+    );
+    let text = String::from_utf8_lossy(&output.stdout);
+    let var = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("export {name}=")))
+            .map(|value| value.trim_matches('\'').to_owned())
+            .unwrap_or_else(|| panic!("scripts/pg-versions up {version} printed no {name}"))
+    };
+    let server: &'static VersionServer = Box::leak(Box::new(VersionServer {
+        url: var("PG_URL"),
+        tls_url: var("PG_TLS_URL"),
+    }));
+    servers.push((version, server));
+    server
+}
+
 /// A running `sluice run` process.
 pub struct Sluice {
     child: Option<Child>,

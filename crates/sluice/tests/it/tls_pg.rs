@@ -170,6 +170,7 @@ async fn mixed_workload_over_verify_full_with_scram_into_sasl_ssl() {
         env_var("SLUICE_TLS_DIR"),
     );
     crate::cdc::mixed_workload(
+        &stack().pg_url,
         &env_url("PG_TLS_URL"),
         Some((&env_var("KAFKA_SASL_SSL_BROKERS"), &client)),
     )
@@ -247,7 +248,9 @@ async fn tls_and_authentication_failures_name_the_setting_and_the_fix() {
 /// A unix-socket host (never TLS, as libpq) and the password from PGPASSWORD's equivalent.
 #[tokio::test]
 async fn unix_socket_host() {
-    let dev = env_url("SLUICE_DEV_DIR");
+    // The server's socket directory (another version's server has its own: scripts/pg-versions).
+    let socket_dir = std::env::var("PG_SOCKET_DIR")
+        .unwrap_or_else(|_| format!("{}/pg", env_url("SLUICE_DEV_DIR")));
     let port = stack()
         .pg_url
         .split("127.0.0.1:")
@@ -256,7 +259,7 @@ async fn unix_socket_host() {
         .unwrap()
         .to_owned();
     let (client, _task) = connect_sql_url(&format!(
-        "host={dev}/pg port={port} user=postgres dbname=postgres sslmode=require"
+        "host={socket_dir} port={port} user=postgres dbname=postgres sslmode=require"
     ))
     .await
     .expect("unix socket connection");

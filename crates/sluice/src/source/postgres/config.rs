@@ -151,6 +151,15 @@ pub struct PostgresSourceConfig {
     /// name; the default on PostgreSQL 13 or later) or `"leaves"` (each partition its own
     /// table and topic; the default before 13). See [`PartitionMode`].
     pub partitions: Option<PartitionMode>,
+    /// Capture stored generated columns (PostgreSQL 18's `publish_generated_columns = stored`
+    /// on the publication; the snapshot reads them too). Off by default, as Debezium, whose
+    /// events leave them out; refused on older servers.
+    #[serde(default)]
+    pub publish_generated_columns: bool,
+    /// Make the slot a failover slot (PostgreSQL 17+: `FAILOVER`), which standbys with
+    /// `sync_replication_slots = on` keep a copy of, so that the pipeline resumes on a promoted
+    /// standby. Default: on where the server has it; `true` on an older server is refused.
+    pub failover: Option<bool>,
 }
 
 /// `source.postgres.partitions`: how a declaratively partitioned table is captured.

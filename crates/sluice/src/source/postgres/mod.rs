@@ -4,6 +4,8 @@
 //! - [`config`]: the `[source.postgres]` section of the pipeline file, its defaults and rules.
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
+//! - [`generated`]: stored generated columns in the publication (PostgreSQL 18).
+//! - [`failover`]: failover slots (PostgreSQL 17), which standbys keep a copy of.
 //! - [`partition`]: partitioned tables: their leaves, and partitions that join while running.
 //! - [`connect`]: connection strings with libpq's TLS semantics; SQL connections over rustls.
 //! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
@@ -24,6 +26,8 @@ pub mod config;
 pub use crate::pg_connect as connect;
 pub mod encode;
 pub mod exactly_once;
+pub mod failover;
+pub mod generated;
 pub mod incremental;
 pub mod partition;
 pub mod pgoutput;

@@ -41,6 +41,9 @@ pub struct PublicationPlan {
     /// `publish_via_partition_root`, on servers that have it (13 or later): `true` under
     /// `partitions = "root"`.
     pub via_root: Option<bool>,
+    /// `publish_generated_columns = stored`, on servers that have it (18 or later): see
+    /// [`super::generated`].
+    pub generated: Option<bool>,
 }
 
 /// A table published by name.
@@ -125,6 +128,7 @@ impl PublicationPlan {
             .map_err(|(problem, fix)| PipelineError::fatal(problem, fix))?;
         let mut plan = Self {
             via_root: (version >= 13).then_some(mode == PartitionMode::Root),
+            generated: super::generated::wanted(config, version)?,
             ..Self::default()
         };
         if version < 15
@@ -150,7 +154,13 @@ impl PublicationPlan {
             let columns = if pg.columns.exclude.is_empty() {
                 Vec::new()
             } else {
-                table_columns(catalog, &captured.schema, &captured.table).await?
+                table_columns(
+                    catalog,
+                    &captured.schema,
+                    &captured.table,
+                    plan.generated == Some(true),
+                )
+                .await?
             };
             let excluded: Vec<String> = columns
                 .iter()
@@ -267,12 +277,16 @@ impl PublicationPlan {
             let schemas: Vec<String> = self.schemas.iter().map(|s| quote_ident(s)).collect();
             objects.push(format!("TABLES IN SCHEMA {}", schemas.join(", ")));
         }
-        objects.extend(
-            self.tables
-                .iter()
-                .filter(|t| !t.is_filtered())
-                .map(PublishedTable::sql),
-        );
+        // `TABLE a, b`: PostgreSQL 14 has no `TABLE a, TABLE b` (15 accepts both).
+        let plain: Vec<String> = self
+            .tables
+            .iter()
+            .filter(|t| !t.is_filtered())
+            .map(|t| t.sql().trim_start_matches("TABLE ").to_owned())
+            .collect();
+        if !plain.is_empty() {
+            objects.push(format!("TABLE {}", plain.join(", ")));
+        }
         objects
     }
 
@@ -290,9 +304,20 @@ impl PublicationPlan {
             first_table = Some(table);
         }
         let name = quote_ident(name);
-        let via_root = match self.via_root {
-            Some(true) => " WITH (publish_via_partition_root = true)",
-            _ => "",
+        let mut options = Vec::new();
+        if self.via_root == Some(true) {
+            options.push("publish_via_partition_root = true".to_owned());
+        }
+        if self.generated == Some(true) {
+            options.push(format!(
+                "publish_generated_columns = {}",
+                super::generated::option_value(true)
+            ));
+        }
+        let via_root = if options.is_empty() {
+            String::new()
+        } else {
+            format!(" WITH ({})", options.join(", "))
         };
         let mut statements = vec![(
             if create {
@@ -321,6 +346,9 @@ impl PublicationPlan {
         if let Some(via_root) = self.via_root {
             statements.push(via_root_sql(name, via_root));
         }
+        if let Some(generated) = self.generated {
+            statements.push(super::generated::alter_sql(name, generated));
+        }
         statements.join("; ")
     }
 
@@ -343,11 +371,13 @@ struct TableColumn {
     identity: bool,
 }
 
-/// The table's columns that can be published (not generated, not dropped), in order.
+/// The table's columns that can be published (not dropped; not generated, unless `generated`
+/// and stored), in order.
 async fn table_columns(
     catalog: &PgCatalog,
     schema: &str,
     table: &str,
+    generated: bool,
 ) -> Result<Vec<TableColumn>, PipelineError> {
     let rows = catalog
         .client()
@@ -359,9 +389,9 @@ async fn table_columns(
              FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
-               AND a.attgenerated = '' \
+               AND (a.attgenerated = '' OR ($3 AND a.attgenerated = 's')) \
              ORDER BY a.attnum",
-            &[&schema, &table],
+            &[&schema, &table, &generated],
         )
         .await
         .map_err(|e| classify_pg("cannot read a table's columns", e))?;
@@ -421,6 +451,7 @@ pub async fn ensure(
         return Ok(plan);
     }
     check_via_root(catalog, config, &name, &plan, tables).await?;
+    super::generated::keep_in_step(catalog, config, &name, plan.generated).await?;
     if version < 15 {
         return Ok(plan);
     }
@@ -561,23 +592,29 @@ async fn has_filters(catalog: &PgCatalog, name: &str) -> Result<bool, PipelineEr
 /// The publication's definition as lines (schemas, tables named, and every published table
 /// with its columns and row filter), sorted: two definitions are equal when these are.
 async fn describe(catalog: &PgCatalog, name: &str) -> Result<Vec<String>, PipelineError> {
+    // Schema publications, column lists and row filters came with PostgreSQL 15.
+    let sql = if catalog.server_major_version().await? >= 15 {
+        "SELECT 'schema ' || n.nspname FROM pg_publication_namespace pn \
+             JOIN pg_namespace n ON n.oid = pn.pnnspid \
+             JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1 \
+         UNION ALL \
+         SELECT format('table %s.%s named', n.nspname, c.relname) FROM pg_publication_rel r \
+             JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 \
+         UNION ALL \
+         SELECT format('table %s.%s columns %s%s', schemaname, tablename, attnames::text, \
+                       coalesce(' where ' || rowfilter, '')) \
+             FROM pg_publication_tables WHERE pubname = $1 \
+         ORDER BY 1"
+    } else {
+        "SELECT format('table %s.%s named', n.nspname, c.relname) FROM pg_publication_rel r \
+             JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 \
+         ORDER BY 1"
+    };
     let rows = catalog
         .client()
-        .query(
-            "SELECT 'schema ' || n.nspname FROM pg_publication_namespace pn \
-                 JOIN pg_namespace n ON n.oid = pn.pnnspid \
-                 JOIN pg_publication p ON p.oid = pn.pnpubid WHERE p.pubname = $1 \
-             UNION ALL \
-             SELECT format('table %s.%s named', n.nspname, c.relname) FROM pg_publication_rel r \
-                 JOIN pg_publication p ON p.oid = r.prpubid JOIN pg_class c ON c.oid = r.prrelid \
-                 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = $1 \
-             UNION ALL \
-             SELECT format('table %s.%s columns %s%s', schemaname, tablename, attnames::text, \
-                           coalesce(' where ' || rowfilter, '')) \
-                 FROM pg_publication_tables WHERE pubname = $1 \
-             ORDER BY 1",
-            &[&name],
-        )
+        .query(sql, &[&name])
         .await
         .map_err(|e| classify_pg("cannot read the publication's definition", e))?;
     Ok(rows.iter().map(|row| row.get(0)).collect())
@@ -734,6 +771,7 @@ mod tests {
             ],
             client_side: Vec::new(),
             via_root: None,
+            generated: None,
         };
         let statements: Vec<String> = plan
             .statements("p", true)
@@ -752,6 +790,21 @@ mod tests {
     }
 
     #[test]
+    fn plain_tables_are_one_table_list_as_postgresql_14_has_it() {
+        let plan = PublicationPlan {
+            schemas: Vec::new(),
+            tables: vec![table("a", None, None), table("b", None, None)],
+            client_side: Vec::new(),
+            via_root: None,
+            generated: None,
+        };
+        assert_eq!(
+            plan.statements("p", true)[0].0,
+            "CREATE PUBLICATION \"p\" FOR TABLE \"s\".\"a\", \"s\".\"b\""
+        );
+    }
+
+    #[test]
     fn a_plan_of_filtered_tables_only_sets_the_first() {
         let plan = PublicationPlan {
             schemas: Vec::new(),
@@ -761,6 +814,7 @@ mod tests {
             ],
             client_side: Vec::new(),
             via_root: None,
+            generated: None,
         };
         assert_eq!(
             plan.alter_sql("p"),
@@ -776,6 +830,7 @@ mod tests {
             tables: Vec::new(),
             client_side: Vec::new(),
             via_root: Some(true),
+            generated: None,
         };
         assert_eq!(
             plan.statements("p", true)[0].0,
@@ -795,6 +850,35 @@ mod tests {
                 .0
                 .contains("publish_via_partition_root"),
             "false is PostgreSQL's default"
+        );
+    }
+
+    #[test]
+    fn generated_columns_are_a_publication_option_on_18() {
+        let plan = PublicationPlan {
+            schemas: vec!["public".into()],
+            tables: Vec::new(),
+            client_side: Vec::new(),
+            via_root: Some(true),
+            generated: Some(true),
+        };
+        assert_eq!(
+            plan.statements("p", true)[0].0,
+            "CREATE PUBLICATION \"p\" FOR TABLES IN SCHEMA \"public\" WITH (publish_via_partition_root = true, publish_generated_columns = stored)"
+        );
+        assert!(
+            plan.alter_sql("p")
+                .ends_with("ALTER PUBLICATION \"p\" SET (publish_generated_columns = stored)")
+        );
+        let off = PublicationPlan {
+            generated: Some(false),
+            ..plan
+        };
+        assert!(
+            !off.statements("p", true)[0]
+                .0
+                .contains("publish_generated_columns"),
+            "none is PostgreSQL's default"
         );
     }
 }

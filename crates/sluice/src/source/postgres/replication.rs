@@ -168,6 +168,17 @@ pub(crate) enum ReplicationError {
     /// The connection settings are incomplete.
     #[error("invalid connection settings: {0}")]
     InvalidConfig(String),
+    /// The server is not what `target_session_attrs` asks for (e.g. a standby under
+    /// `read-write`); retryable, since a standby may be promoted.
+    #[error("the server at {address} is {found} (target_session_attrs={wanted})")]
+    SessionAttrs {
+        /// The host and port.
+        address: String,
+        /// What it is: `read-only` or `read-write`.
+        found: &'static str,
+        /// The URL's `target_session_attrs`.
+        wanted: &'static str,
+    },
     /// A message could not be encoded (a name or value holds a NUL byte).
     #[error("cannot encode a message to the server")]
     Encode(#[source] io::Error),
@@ -210,7 +221,8 @@ impl ReplicationError {
             | Self::Protocol(_)
             | Self::Malformed { .. }
             | Self::Closed
-            | Self::CloseTimeout(_) => true,
+            | Self::CloseTimeout(_)
+            | Self::SessionAttrs { .. } => true,
             Self::Auth(_)
             | Self::Scram(_)
             | Self::Tls(_)
@@ -299,7 +311,15 @@ impl ReplicationConnection<PgStream> {
                 }
             });
             let error = match attempt.await {
-                Ok(Ok(connection)) => return Ok(connection),
+                Ok(Ok(mut connection)) => {
+                    match connection
+                        .check_session_attrs(config.get_target_session_attrs(), &address)
+                        .await
+                    {
+                        Ok(()) => return Ok(connection),
+                        Err(error) => error,
+                    }
+                }
                 Ok(Err(error)) => error,
                 Err(_) => ReplicationError::ConnectTimeout {
                     address: address.clone(),
@@ -315,6 +335,36 @@ impl ReplicationConnection<PgStream> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> ReplicationConnection<S> {
+    /// libpq's `target_session_attrs` (`read-write`, `read-only`; `any` checks nothing): asks
+    /// the server whether it is read-only (`SHOW transaction_read_only`, as libpq and
+    /// tokio-postgres do), so that with several hosts the connection goes to the primary.
+    async fn check_session_attrs(
+        &mut self,
+        attrs: tokio_postgres::config::TargetSessionAttrs,
+        address: &str,
+    ) -> Result<(), ReplicationError> {
+        use tokio_postgres::config::TargetSessionAttrs;
+        let (want_read_only, wanted) = match attrs {
+            TargetSessionAttrs::ReadWrite => (false, "read-write"),
+            TargetSessionAttrs::ReadOnly => (true, "read-only"),
+            _ => return Ok(()),
+        };
+        let rows = self.simple_query("SHOW transaction_read_only").await?;
+        let read_only = rows
+            .first()
+            .and_then(|row| row.first())
+            .and_then(|value| value.as_deref())
+            == Some("on");
+        if read_only == want_read_only {
+            return Ok(());
+        }
+        Err(ReplicationError::SessionAttrs {
+            address: address.to_owned(),
+            found: if read_only { "read-only" } else { "read-write" },
+            wanted,
+        })
+    }
+
     /// Runs the startup exchange on an open socket: the startup message, authentication, and
     /// the parameter reports up to ReadyForQuery.
     async fn handshake(

@@ -941,7 +941,8 @@ pub(super) fn text_datum(value: Option<&str>) -> Datum {
 }
 
 /// The relation as the encoder needs it, from the catalog (columns in attribute order,
-/// generated columns left out as pgoutput does).
+/// generated columns left out as pgoutput does, stored ones kept under
+/// `publish_generated_columns`).
 pub(super) async fn relation_info(
     catalog: &PgCatalog,
     identity: &SourceIdentity,
@@ -958,9 +959,9 @@ pub(super) async fn relation_info(
              JOIN pg_namespace n ON n.oid = c.relnamespace \
              JOIN pg_type t ON t.oid = a.atttypid \
              WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped \
-               AND a.attgenerated = '' \
+               AND (a.attgenerated = '' OR ($3 AND a.attgenerated = 's')) \
              ORDER BY a.attnum",
-            &[&schema, &table],
+            &[&schema, &table, &rules.publish_generated_columns],
         )
         .await
         .map_err(|e| classify_pg("cannot read the table's columns", e))?;

@@ -418,6 +418,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             )
         })?;
     }
+    super::failover::apply(&mut connection, &catalog, config, &slot_name).await?;
     let publication = config.publication_name();
     let stream = connection
         .start_logical(
