@@ -270,6 +270,8 @@ pub struct Registry {
     http: reqwest::Client,
     /// (subject, schema text) → id.
     ids: Mutex<HashMap<(String, String), u32>>,
+    /// id → (schema type, schema text), fetched by consumers (the sinks).
+    schemas: Mutex<HashMap<u32, std::sync::Arc<(String, String)>>>,
     observer: Option<HealthObserver>,
     failing: std::sync::atomic::AtomicBool,
 }
@@ -343,6 +345,7 @@ impl Registry {
             config,
             http,
             ids: Mutex::new(HashMap::new()),
+            schemas: Mutex::new(HashMap::new()),
             observer: None,
             failing: std::sync::atomic::AtomicBool::new(false),
         })
@@ -400,6 +403,55 @@ impl Registry {
         };
         self.ids.lock().expect("not poisoned").insert(cache_key, id);
         Ok(id)
+    }
+
+    /// The schema registered under `id` (`GET /schemas/ids/{id}`), as (schema type, schema
+    /// text); the type is `AVRO` when the registry leaves it out (Confluent's API does for Avro).
+    /// Answers are cached: each id is asked for once per process (ids never change their
+    /// schema). Retries what a retry can fix, as [`Registry::id`] does.
+    ///
+    /// # Errors
+    ///
+    /// `Ok(Err(message))`: the registry holds no such id (404), or answered without a schema;
+    /// `Err`: it refused the request (credentials, …).
+    pub async fn schema_by_id(
+        &self,
+        id: u32,
+    ) -> Result<Result<std::sync::Arc<(String, String)>, String>, RegistryError> {
+        #[derive(Deserialize)]
+        struct SchemaAnswer {
+            schema: String,
+            #[serde(rename = "schemaType", default)]
+            schema_type: Option<String>,
+        }
+        if let Some(found) = self.schemas.lock().expect("not poisoned").get(&id) {
+            return Ok(Ok(std::sync::Arc::clone(found)));
+        }
+        let path = format!("/schemas/ids/{id}");
+        let subject = format!("(schema id {id})");
+        match self.request(reqwest::Method::GET, &path, None).await {
+            Answer::Ok(bytes) => match serde_json::from_slice::<SchemaAnswer>(&bytes) {
+                Ok(answer) => {
+                    let found = std::sync::Arc::new((
+                        answer.schema_type.unwrap_or_else(|| "AVRO".into()),
+                        answer.schema,
+                    ));
+                    self.schemas
+                        .lock()
+                        .expect("not poisoned")
+                        .insert(id, std::sync::Arc::clone(&found));
+                    Ok(Ok(found))
+                }
+                Err(e) => Ok(Err(format!(
+                    "the registry answered GET /schemas/ids/{id} without a schema: {e}"
+                ))),
+            },
+            Answer::Status(404, message) => Ok(Err(format!(
+                "schema id {id} is unknown to the registry at {} ({message})",
+                self.config.url.shown()
+            ))),
+            Answer::Status(status, message) => Err(refused(&subject, status, message)),
+        }
     }
 
     async fn register(&self, subject: &str, schema: &str) -> Result<u32, RegistryError> {

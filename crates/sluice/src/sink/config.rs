@@ -101,6 +101,10 @@ pub struct SinkPipelineConfig {
     /// Restarts after retryable failures.
     #[serde(default)]
     pub restart: RestartConfig,
+    /// `[schema_registry]`: where Avro records' writer schemas are fetched by id (with
+    /// `source.kafka.format = "avro"`); the section the sources write through.
+    #[serde(default)]
+    pub schema_registry: Option<crate::registry::RegistryConfig>,
 }
 
 /// The source section of a sink pipeline: exactly one source kind.
@@ -133,6 +137,19 @@ pub struct KafkaSourceConfig {
     /// metadata): security (`security.protocol`, `ssl.*`, `sasl.*`) and the like.
     #[serde(default)]
     pub client: BTreeMap<String, String>,
+    /// The records' form, keys and values (as the sources' `[kafka.events] format`): `"json"`
+    /// (the default: plain JSON or `{"schema":…,"payload":…}`, each recognised as it comes;
+    /// `"json_with_schemas"` is the same) or `"avro"` (Confluent's wire format, schemas fetched
+    /// from `[schema_registry]` by id). `key_format` and `value_format` choose each apart
+    /// (Connect's `key.converter` / `value.converter`).
+    #[serde(default)]
+    pub format: Option<crate::event::EventFormat>,
+    /// The keys' form (default: `format`).
+    #[serde(default)]
+    pub key_format: Option<crate::event::EventFormat>,
+    /// The values' form (default: `format`).
+    #[serde(default)]
+    pub value_format: Option<crate::event::EventFormat>,
 }
 
 /// One entry of `source.kafka.topics`, after splitting at commas.
@@ -145,6 +162,26 @@ pub enum TopicSelector {
 }
 
 impl KafkaSourceConfig {
+    /// The keys' form.
+    pub fn key_format(&self) -> crate::event::EventFormat {
+        self.key_format
+            .or(self.format)
+            .unwrap_or(crate::event::EventFormat::Json)
+    }
+
+    /// The values' form.
+    pub fn value_format(&self) -> crate::event::EventFormat {
+        self.value_format
+            .or(self.format)
+            .unwrap_or(crate::event::EventFormat::Json)
+    }
+
+    /// Whether keys or values are Avro (and need `[schema_registry]`).
+    pub fn uses_avro(&self) -> bool {
+        self.key_format() == crate::event::EventFormat::Avro
+            || self.value_format() == crate::event::EventFormat::Avro
+    }
+
     /// The entries of `topics`: comma-separated names are split, `/…/` is a pattern.
     pub fn selectors(&self) -> Vec<TopicSelector> {
         let mut selectors = Vec::new();
@@ -219,6 +256,9 @@ impl std::fmt::Debug for KafkaSourceConfig {
             .field("commit_interval_ms", &self.commit_interval_ms)
             .field("properties", &RedactedProperties(&self.properties))
             .field("client", &RedactedProperties(&self.client))
+            .field("format", &self.format)
+            .field("key_format", &self.key_format)
+            .field("value_format", &self.value_format)
             .finish()
     }
 }
@@ -670,6 +710,20 @@ impl SinkPipelineConfig {
                     &format!("source.kafka.properties.\"{key}\""),
                     "set by sluice (offsets are committed from the files' watermark; group.id and bootstrap.servers have their own keys)".into(),
                 );
+            }
+        }
+        if kafka.uses_avro() && self.schema_registry.is_none() {
+            issue(
+                "schema_registry",
+                "missing: source.kafka's format, key_format or value_format is \"avro\", which \
+                 needs the registry the records' schemas are in ([schema_registry] url = \
+                 \"http://host:8081\")"
+                    .into(),
+            );
+        }
+        if let Some(registry) = &self.schema_registry {
+            for (key, problem) in registry.issues() {
+                issue(&format!("schema_registry.{key}"), problem);
             }
         }
         if let SinkConfig::Postgres(postgres) = &self.sink {
