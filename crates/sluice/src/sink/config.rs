@@ -721,7 +721,9 @@ impl SinkPipelineConfig {
                     .into(),
             );
         }
-        if let Some(registry) = &self.schema_registry {
+        if let Some(registry) = &self.schema_registry
+            && kafka.uses_avro()
+        {
             for (key, problem) in registry.issues() {
                 issue(&format!("schema_registry.{key}"), problem);
             }
@@ -1165,6 +1167,29 @@ mod tests {
             _ => None,
         };
         let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
+        assert!(!config.kafka().uses_avro());
+        let avro = |name: &str| match name {
+            "EVENT_FORMAT" => Some("avro".to_owned()),
+            "SCHEMA_REGISTRY_URL" => Some("http://registry:8081".to_owned()),
+            _ => env(name),
+        };
+        let with_avro = SinkPipelineConfig::from_toml(text, "t.toml", &avro).unwrap();
+        assert_eq!(
+            with_avro.kafka().value_format(),
+            crate::event::EventFormat::Avro
+        );
+        assert_eq!(
+            with_avro.schema_registry.as_ref().unwrap().url.0,
+            ["http://registry:8081"]
+        );
+        let no_registry = |name: &str| match name {
+            "EVENT_FORMAT" => Some("avro".to_owned()),
+            _ => env(name),
+        };
+        let error = SinkPipelineConfig::from_toml(text, "t.toml", &no_registry)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("schema_registry.url"), "{error}");
         let postgres = config.postgres().unwrap();
         assert_eq!(
             postgres.table_for("cdc.public.orders").unwrap().to_string(),

@@ -275,9 +275,11 @@ fn json_lines(root: &Path) -> Vec<Value> {
     lines
 }
 
-/// The Parquet rows under `root` as (partition, offset, op, after JSON text), and the columns'
-/// types.
-fn parquet_rows(root: &Path) -> (Vec<(i64, i64, String, Value)>, BTreeMap<String, DataType>) {
+/// A Parquet row: partition, offset, `op`, `after` (parsed).
+type ParquetRow = (i64, i64, String, Value);
+
+/// The Parquet rows under `root`, and the columns' types.
+fn parquet_rows(root: &Path) -> (Vec<ParquetRow>, BTreeMap<String, DataType>) {
     let mut files = Vec::new();
     files_under(root, &mut files);
     let mut rows = Vec::new();
