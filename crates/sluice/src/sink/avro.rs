@@ -800,7 +800,7 @@ impl AvroDecoder {
         }
     }
 
-    /// `data` with its Avro key and value as JSON.
+    /// `data` with its Avro key and value as JSON (and `data` as its original).
     ///
     /// # Errors
     ///
@@ -823,18 +823,8 @@ impl AvroDecoder {
             }
             other => other,
         };
-        let headers = data.headers();
-        Ok(RecordData::with_headers(
-            data.offset,
-            key,
-            value,
-            data.timestamp_ms,
-            |f| {
-                for (name, value) in &headers {
-                    f(name, *value);
-                }
-            },
-        ))
+        // The headers stay with the original, which a dead-lettered record carries.
+        Ok(RecordData::new(data.offset, key, value, data.timestamp_ms).decoded_from(data.clone()))
     }
 }
 

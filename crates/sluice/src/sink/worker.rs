@@ -47,6 +47,9 @@ pub struct RecordData {
     has_value: bool,
     /// Where the headers start in `bytes`.
     headers_at: usize,
+    /// The record as consumed, when this one is its decoded form (Avro as JSON,
+    /// [`crate::sink::avro`]): what a dead-lettered record carries.
+    original: Option<Arc<RecordData>>,
 }
 
 /// A header value's length that stands for a null value.
@@ -103,7 +106,20 @@ impl RecordData {
             key_len: key.map(<[u8]>::len),
             has_value: value.is_some(),
             headers_at,
+            original: None,
         }
+    }
+
+    /// This record as the decoded form of `original`.
+    #[must_use]
+    pub fn decoded_from(mut self, original: RecordData) -> Self {
+        self.original = Some(Arc::new(original));
+        self
+    }
+
+    /// The record as consumed: itself, or what it was decoded from.
+    pub fn original(&self) -> &RecordData {
+        self.original.as_deref().unwrap_or(self)
     }
 
     /// The key's bytes.
@@ -359,6 +375,8 @@ impl DeadLetter {
         data: &RecordData,
         reason: &str,
     ) -> Result<(), PipelineError> {
+        // The bytes as consumed, not a decoded form.
+        let data = data.original();
         let original = data.headers();
         let names: Vec<std::borrow::Cow<'_, str>> = original
             .iter()

@@ -518,6 +518,12 @@ async fn avro_events_become_json_lines_and_parquet_equal_to_the_json_events() {
         r.len() >= 2
     });
     assert_eq!(dead.len(), 2, "{dead:?}");
+    // Dead-lettered as they were consumed, not decoded.
+    assert!(
+        dead.iter()
+            .any(|r| r.value == Some(serde_json::json!({"not": "avro"}))),
+        "{dead:?}"
+    );
     let reasons: Vec<&str> = dead
         .iter()
         .map(|r| r.headers["sluice.dlq.reason"].as_str())
@@ -538,4 +544,101 @@ async fn avro_events_become_json_lines_and_parquet_equal_to_the_json_events() {
     drop(processes);
     drop_slot_and_publication(&source, &name).await;
     drop_slot_and_publication(&source, &json_name).await;
+}
+
+/// A files sink whose registry does not answer: `/health` says so, nothing is written and
+/// nothing is skipped (each run ends after half of `processing_timeout_ms` and restarts from
+/// the committed files); started again with the dead URL first and the registry second (URLs
+/// tried in turn), every record arrives, once and in order.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_whose_registry_does_not_answer_shows_it_and_loses_nothing() {
+    let _broker = broker_shared().await;
+    let name = unique("avro_sink_down");
+    let source = pg().await;
+    source
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id int PRIMARY KEY, v text);
+             INSERT INTO {name}.t SELECT g, 'v' || g FROM generate_series(1, 40) g;"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.t");
+    create_topic(&topic, 1).await;
+    // Records failing would go here: a registry that does not answer must not make them fail.
+    let dead_letter_topic = format!("{name}_dlq");
+    create_topic(&dead_letter_topic, 1).await;
+    let cdc_port = free_port();
+    let cdc = Sluice::start(
+        &test_dir(&format!("{name}_cdc")),
+        &cdc_toml(&name, &name, &name, cdc_port, true),
+        cdc_port,
+    );
+    cdc.wait_streaming(Duration::from_secs(60));
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let sink_name = format!("{name}_sink");
+    let root = test_dir(&sink_name).join("out");
+    let port = free_port();
+    let toml = files_sink_toml(
+        &sink_name,
+        &topic,
+        &root,
+        port,
+        "jsonl",
+        &format!(
+            "[delivery]\nprocessing_timeout_ms = 4000\non_failure = \"dead_letter\"\n\
+             dead_letter_topic = \"{dead_letter_topic}\"\n"
+        ),
+    );
+    let down = toml.replace(&registry_url(), &dead);
+    assert_ne!(down, toml);
+    let mut sink = Sluice::start(&test_dir(&sink_name), &down, port);
+    let mut health = Value::Null;
+    wait_until(
+        "/health shows the registry down",
+        Duration::from_secs(60),
+        || {
+            health = sink
+                .get("/health")
+                .and_then(|h| serde_json::from_str(&h).ok())
+                .unwrap_or(Value::Null);
+            health["schema_registry_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("does not answer") && e.contains(&dead))
+        },
+    );
+    // Past a run's wait: the run ended and was restarted, nothing written.
+    wait_until(
+        "a run to end on the registry",
+        Duration::from_secs(60),
+        || sink.log_text().contains("did not answer for"),
+    );
+    assert!(json_lines(&root).is_empty());
+    source
+        .batch_execute(&format!("INSERT INTO {name}.t VALUES (41, 'late')"))
+        .await
+        .unwrap();
+    sink.stop();
+    let both = toml.replace(
+        &format!("url = \"{}\"", registry_url()),
+        &format!("url = [\"{dead}\", \"{}\"]", registry_url()),
+    );
+    assert_ne!(both, toml);
+    let sink = Sluice::start(&test_dir(&sink_name), &both, port);
+    let mut lines = Vec::new();
+    wait_until("every record", Duration::from_secs(60), || {
+        lines = json_lines(&root);
+        lines.len() >= 41
+    });
+    let ids: Vec<i64> = lines
+        .iter()
+        .map(|l| l["after"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=41).collect::<Vec<_>>());
+    let health: Value = serde_json::from_str(&sink.get("/health").unwrap()).unwrap();
+    assert_eq!(health["schema_registry_error"], Value::Null, "{health}");
+    let dead = read_topic(&dead_letter_topic, Duration::from_secs(3), |_| false);
+    assert!(dead.is_empty(), "{dead:?}");
+    drop(sink);
+    drop(cdc);
+    drop_slot_and_publication(&source, &name).await;
 }
