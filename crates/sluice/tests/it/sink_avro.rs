@@ -592,6 +592,15 @@ async fn a_sink_whose_registry_does_not_answer_shows_it_and_loses_nothing() {
     let down = toml.replace(&registry_url(), &dead);
     assert_ne!(down, toml);
     let mut sink = Sluice::start(&test_dir(&sink_name), &down, port);
+    // `sluice check` reaches the registry with the pipeline's settings.
+    let file = test_dir(&sink_name).join("pipeline.toml");
+    let (status, check) =
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(30));
+    assert_ne!(status, Some(0), "{check}");
+    assert!(
+        check.contains(&format!("schema registry {dead}: FAILED")),
+        "{check}"
+    );
     let mut health = Value::Null;
     wait_until(
         "/health shows the registry down",
@@ -624,6 +633,12 @@ async fn a_sink_whose_registry_does_not_answer_shows_it_and_loses_nothing() {
     );
     assert_ne!(both, toml);
     let sink = Sluice::start(&test_dir(&sink_name), &both, port);
+    let (_, check) =
+        crate::faults::run_sluice(&["check", file.to_str().unwrap()], Duration::from_secs(30));
+    assert!(
+        check.contains("schema registry ") && check.contains(": connected (global compatibility"),
+        "{check}"
+    );
     let mut lines = Vec::new();
     wait_until("every record", Duration::from_secs(60), || {
         lines = json_lines(&root);
