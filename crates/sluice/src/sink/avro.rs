@@ -48,6 +48,7 @@ use crate::error::PipelineError;
 use crate::event::schema::{Field, Schema, SchemaType};
 use crate::event::{EventFormat, write_json_str};
 use crate::registry::Registry;
+use crate::sink::parquet::Kind;
 use crate::sink::worker::{Reclaim, RecordData, SubPartitionWriter, WriteFailure};
 
 /// How a decoded record is handed to the sink.
@@ -91,6 +92,20 @@ pub struct Reader {
     node: Node,
     /// The Connect schema as `JsonConverter` writes it.
     connect_json: Vec<u8>,
+    /// A record's top-level fields as Parquet columns (by their Connect types).
+    value_kinds: Option<Arc<[(String, Kind)]>>,
+}
+
+/// The Parquet column of a field of Connect schema `schema`: what its JSON form is.
+fn column_kind(schema: &Schema) -> Kind {
+    match schema.schema_type {
+        SchemaType::Int8 | SchemaType::Int16 | SchemaType::Int32 | SchemaType::Int64 => Kind::Int,
+        SchemaType::Float32 | SchemaType::Float64 => Kind::Float,
+        SchemaType::Boolean => Kind::Bool,
+        // Bytes are base64 text.
+        SchemaType::String | SchemaType::Bytes => Kind::Str,
+        SchemaType::Struct(_) | SchemaType::Array(_) | SchemaType::Map(..) => Kind::Json,
+    }
 }
 
 impl Reader {
@@ -104,10 +119,25 @@ impl Reader {
             serde_json::from_str(text).map_err(|e| format!("the schema is not JSON: {e}"))?;
         let mut parser = Parser::default();
         let (node, connect) = parser.parse(&json, "")?;
+        let value_kinds = match &connect.schema_type {
+            SchemaType::Struct(fields) => Some(
+                fields
+                    .iter()
+                    .map(|f| (f.name.clone(), column_kind(&f.schema)))
+                    .collect(),
+            ),
+            _ => None,
+        };
         Ok(Self {
             node,
             connect_json: connect.to_json(),
+            value_kinds,
         })
+    }
+
+    /// The Parquet columns of a record's top-level fields (`None`: not a record).
+    pub fn value_kinds(&self) -> Option<&Arc<[(String, Kind)]>> {
+        self.value_kinds.as_ref()
     }
 
     /// The Connect schema (JSON text).
@@ -782,22 +812,28 @@ impl AvroDecoder {
         prepared.map_err(WriteFailure::Record)
     }
 
-    fn decode(&self, what: &str, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), WriteFailure> {
+    /// Decodes `bytes` into `out`; returns the prepared schema.
+    fn decode(
+        &self,
+        what: &str,
+        bytes: &[u8],
+        out: &mut Vec<u8>,
+    ) -> Result<Arc<Reader>, WriteFailure> {
         let (id, body) =
             unframe(bytes).map_err(|e| WriteFailure::Record(format!("{what} is {e}")))?;
         let reader = self.reader(id)?;
         let fail = |e: String| WriteFailure::Record(format!("{what} (schema id {id}): {e}"));
         match self.output {
-            Output::Plain => reader.write_json(body, out).map_err(fail),
+            Output::Plain => reader.write_json(body, out).map_err(fail)?,
             Output::WithSchemas => {
                 out.extend_from_slice(b"{\"schema\":");
                 out.extend_from_slice(reader.connect_json());
                 out.extend_from_slice(b",\"payload\":");
                 reader.write_json(body, out).map_err(fail)?;
                 out.push(b'}');
-                Ok(())
             }
         }
+        Ok(reader)
     }
 
     /// `data` with its Avro key and value as JSON (and `data` as its original).
@@ -816,15 +852,18 @@ impl AvroDecoder {
             }
             other => other,
         };
+        let mut value_kinds = None;
         let value = match data.value() {
             Some(bytes) if self.value => {
-                self.decode("the value", bytes, &mut value)?;
+                let reader = self.decode("the value", bytes, &mut value)?;
+                value_kinds = reader.value_kinds().cloned();
                 Some(value.as_slice())
             }
             other => other,
         };
         // The headers stay with the original, which a dead-lettered record carries.
-        Ok(RecordData::new(data.offset, key, value, data.timestamp_ms).decoded_from(data.clone()))
+        Ok(RecordData::new(data.offset, key, value, data.timestamp_ms)
+            .decoded_from(data.clone(), value_kinds))
     }
 }
 
@@ -959,6 +998,20 @@ mod tests {
         let decoded: Value = serde_json::from_slice(&out).unwrap();
         let expected: Value = serde_json::from_str(PAYLOAD).unwrap();
         assert_eq!(decoded, expected, "{}", String::from_utf8_lossy(&out));
+        // Parquet columns by the schema's types.
+        let kinds = reader.value_kinds().unwrap();
+        assert_eq!(
+            kinds
+                .iter()
+                .map(|(n, k)| (n.as_str(), *k))
+                .collect::<Vec<_>>(),
+            [
+                ("before", Kind::Json),
+                ("after", Kind::Json),
+                ("op", Kind::Str),
+                ("ts_ms", Kind::Int)
+            ]
+        );
         // f32 keeps its shortest form.
         assert!(String::from_utf8_lossy(&out).contains("\"real\":0.1,"));
         // The Connect schema the PostgreSQL sink reads is the one the events were written from.
