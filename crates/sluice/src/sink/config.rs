@@ -931,6 +931,37 @@ mod tests {
     }
 
     #[test]
+    fn avro_records_need_a_registry_and_formats_name_their_key() {
+        let avro = MINIMAL.replace(
+            "topics = [\"orders\"]",
+            "topics = [\"orders\"]\nvalue_format = \"avro\"",
+        );
+        let keys: Vec<String> = issues(&avro).into_iter().map(|i| i.key).collect();
+        assert_eq!(keys, ["schema_registry"]);
+        let config = SinkPipelineConfig::from_toml(
+            &format!("{avro}\n[schema_registry]\nurl = \"http://r:8081\"\n"),
+            "test.toml",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(config.kafka().key_format(), crate::event::EventFormat::Json);
+        assert_eq!(
+            config.kafka().value_format(),
+            crate::event::EventFormat::Avro
+        );
+        let bad = MINIMAL.replace(
+            "topics = [\"orders\"]",
+            "topics = [\"orders\"]\nformat = \"protobuf\"",
+        );
+        let issues = issues(&bad);
+        assert_eq!(issues[0].key, "source.kafka.format", "{issues:?}");
+        assert!(issues[0].problem.contains("avro"), "{issues:?}");
+        // A registry section without Avro is not checked (the examples leave its URL empty).
+        let unused = format!("{MINIMAL}\n[schema_registry]\nurl = \"\"\n");
+        assert!(SinkPipelineConfig::from_toml(&unused, "test.toml", &env).is_ok());
+    }
+
+    #[test]
     fn topics_take_lists_and_patterns_and_name_bad_ones() {
         let config = SinkPipelineConfig::from_toml(
             &MINIMAL.replace(
