@@ -458,6 +458,11 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    if kafka.uses_avro()
+        && let Some(registry) = &config.schema_registry
+    {
+        ok &= check_sink_registry(registry)?;
+    }
     let files = match (config.files(), config.postgres()) {
         (Some(files), _) => files,
         (None, Some(postgres)) => {
@@ -508,6 +513,38 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    })
+}
+
+/// `sluice check` for a sink that reads Avro: the registry answers with the pipeline's
+/// settings (the records' writer schemas are fetched from it by id).
+fn check_sink_registry(config: &crate::registry::RegistryConfig) -> anyhow::Result<bool> {
+    let registry = match crate::registry::Registry::new(config.clone()) {
+        Ok(registry) => registry,
+        Err(error) => {
+            println!("schema registry: FAILED: {error}");
+            return Ok(false);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let urls = config.url.shown();
+    Ok(match runtime.block_on(registry.probe()) {
+        Ok(level) => {
+            println!(
+                "schema registry {urls}: connected (global compatibility {level}); Avro records' \
+                 schemas are fetched from it by id"
+            );
+            true
+        }
+        Err(error) => {
+            println!("schema registry {urls}: FAILED: {error}");
+            println!(
+                "  fix: check schema_registry.url and that the registry is up and reachable from here"
+            );
+            false
+        }
     })
 }
 

@@ -261,6 +261,17 @@ pub enum RegistryError {
     Config(String),
 }
 
+/// The schema of one id, once fetched.
+type SchemaCell = std::sync::Arc<tokio::sync::OnceCell<std::sync::Arc<(String, String)>>>;
+
+/// Why a schema was not fetched by id.
+enum Unfetched {
+    /// The registry holds no such id, or answered without a schema: the message.
+    Missing(String),
+    /// It refused the request.
+    Refused(RegistryError),
+}
+
 /// Told when the registry stops answering (`Some(error)`) and answers again (`None`).
 pub type HealthObserver = Box<dyn Fn(Option<String>) + Send + Sync>;
 
@@ -270,6 +281,9 @@ pub struct Registry {
     http: reqwest::Client,
     /// (subject, schema text) → id.
     ids: Mutex<HashMap<(String, String), u32>>,
+    /// id → (schema type, schema text), fetched by consumers (the sinks): one cell per id, so
+    /// that workers asking for the same id at once wait for one request.
+    schemas: Mutex<HashMap<u32, SchemaCell>>,
     observer: Option<HealthObserver>,
     failing: std::sync::atomic::AtomicBool,
 }
@@ -343,6 +357,7 @@ impl Registry {
             config,
             http,
             ids: Mutex::new(HashMap::new()),
+            schemas: Mutex::new(HashMap::new()),
             observer: None,
             failing: std::sync::atomic::AtomicBool::new(false),
         })
@@ -400,6 +415,68 @@ impl Registry {
         };
         self.ids.lock().expect("not poisoned").insert(cache_key, id);
         Ok(id)
+    }
+
+    /// The schema registered under `id` (`GET /schemas/ids/{id}`), as (schema type, schema
+    /// text); the type is `AVRO` when the registry leaves it out (Confluent's API does for Avro).
+    /// A schema found is cached: each id is asked for once per process (ids never change their
+    /// schema), callers asking for the same id at once waiting for one request. Retries what a
+    /// retry can fix, as [`Registry::id`] does.
+    ///
+    /// # Errors
+    ///
+    /// `Ok(Err(message))`: the registry holds no such id (404), or answered without a schema;
+    /// `Err`: it refused the request (credentials, …).
+    pub async fn schema_by_id(
+        &self,
+        id: u32,
+    ) -> Result<Result<std::sync::Arc<(String, String)>, String>, RegistryError> {
+        #[derive(Deserialize)]
+        struct SchemaAnswer {
+            schema: String,
+            #[serde(rename = "schemaType", default)]
+            schema_type: Option<String>,
+        }
+        let cell = std::sync::Arc::clone(
+            self.schemas
+                .lock()
+                .expect("not poisoned")
+                .entry(id)
+                .or_default(),
+        );
+        let fetched = cell
+            .get_or_try_init(|| async {
+                let path = format!("/schemas/ids/{id}");
+                match self.request(reqwest::Method::GET, &path, None).await {
+                    Answer::Ok(bytes) => serde_json::from_slice::<SchemaAnswer>(&bytes)
+                        .map(|answer| {
+                            std::sync::Arc::new((
+                                answer.schema_type.unwrap_or_else(|| "AVRO".into()),
+                                answer.schema,
+                            ))
+                        })
+                        .map_err(|e| {
+                            Unfetched::Missing(format!(
+                                "the registry answered GET /schemas/ids/{id} without a schema: {e}"
+                            ))
+                        }),
+                    Answer::Status(404, message) => Err(Unfetched::Missing(format!(
+                        "schema id {id} is unknown to the registry at {} ({message})",
+                        self.config.url.shown()
+                    ))),
+                    Answer::Status(status, message) => Err(Unfetched::Refused(refused(
+                        &format!("(schema id {id})"),
+                        status,
+                        message,
+                    ))),
+                }
+            })
+            .await;
+        match fetched {
+            Ok(found) => Ok(Ok(std::sync::Arc::clone(found))),
+            Err(Unfetched::Missing(message)) => Ok(Err(message)),
+            Err(Unfetched::Refused(error)) => Err(error),
+        }
     }
 
     async fn register(&self, subject: &str, schema: &str) -> Result<u32, RegistryError> {
@@ -731,6 +808,80 @@ pub async fn register_schemas(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A registry of one schema (id 1) on loopback that counts the requests it answers.
+    async fn one_schema_registry() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = std::sync::Arc::clone(&hits);
+        tokio::spawn(async move {
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let hits = std::sync::Arc::clone(&counted);
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        let n = socket.read(&mut buf).await.unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        request.extend_from_slice(&buf[..n]);
+                    }
+                    hits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    // Slow enough for concurrent callers to overlap.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    let (status, body) = if request.starts_with(b"GET /schemas/ids/1 ") {
+                        ("200 OK", r#"{"schema":"{\"type\":\"string\"}"}"#)
+                    } else {
+                        (
+                            "404 Not Found",
+                            r#"{"error_code":40403,"message":"Schema not found"}"#,
+                        )
+                    };
+                    let answer = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = socket.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (url, hits)
+    }
+
+    #[tokio::test]
+    async fn a_schema_is_fetched_by_id_once_and_an_unknown_id_is_named() {
+        let (url, hits) = one_schema_registry().await;
+        let config: RegistryConfig = toml::from_str(&format!("url = \"{url}\"")).unwrap();
+        let registry = std::sync::Arc::new(Registry::new(config).unwrap());
+        let callers: Vec<_> = (0..8)
+            .map(|_| {
+                let registry = std::sync::Arc::clone(&registry);
+                tokio::spawn(async move { registry.schema_by_id(1).await })
+            })
+            .collect();
+        for caller in callers {
+            let found = caller.await.unwrap().unwrap().unwrap();
+            assert_eq!(
+                *found,
+                ("AVRO".to_owned(), "{\"type\":\"string\"}".to_owned())
+            );
+        }
+        for _ in 0..100 {
+            registry.schema_by_id(1).await.unwrap().unwrap();
+        }
+        assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let missing = registry.schema_by_id(7).await.unwrap().unwrap_err();
+        assert!(
+            missing.contains("schema id 7 is unknown to the registry"),
+            "{missing}"
+        );
+        assert!(missing.contains("Schema not found"), "{missing}");
+    }
 
     #[test]
     fn subjects_follow_the_strategies() {

@@ -101,6 +101,10 @@ pub struct SinkPipelineConfig {
     /// Restarts after retryable failures.
     #[serde(default)]
     pub restart: RestartConfig,
+    /// `[schema_registry]`: where Avro records' writer schemas are fetched by id (with
+    /// `source.kafka.format = "avro"`); the section the sources write through.
+    #[serde(default)]
+    pub schema_registry: Option<crate::registry::RegistryConfig>,
 }
 
 /// The source section of a sink pipeline: exactly one source kind.
@@ -133,6 +137,19 @@ pub struct KafkaSourceConfig {
     /// metadata): security (`security.protocol`, `ssl.*`, `sasl.*`) and the like.
     #[serde(default)]
     pub client: BTreeMap<String, String>,
+    /// The records' form, keys and values (as the sources' `[kafka.events] format`): `"json"`
+    /// (the default: plain JSON or `{"schema":…,"payload":…}`, each recognised as it comes;
+    /// `"json_with_schemas"` is the same) or `"avro"` (Confluent's wire format, schemas fetched
+    /// from `[schema_registry]` by id). `key_format` and `value_format` choose each apart
+    /// (Connect's `key.converter` / `value.converter`).
+    #[serde(default)]
+    pub format: Option<crate::event::EventFormat>,
+    /// The keys' form (default: `format`).
+    #[serde(default)]
+    pub key_format: Option<crate::event::EventFormat>,
+    /// The values' form (default: `format`).
+    #[serde(default)]
+    pub value_format: Option<crate::event::EventFormat>,
 }
 
 /// One entry of `source.kafka.topics`, after splitting at commas.
@@ -145,6 +162,26 @@ pub enum TopicSelector {
 }
 
 impl KafkaSourceConfig {
+    /// The keys' form.
+    pub fn key_format(&self) -> crate::event::EventFormat {
+        self.key_format
+            .or(self.format)
+            .unwrap_or(crate::event::EventFormat::Json)
+    }
+
+    /// The values' form.
+    pub fn value_format(&self) -> crate::event::EventFormat {
+        self.value_format
+            .or(self.format)
+            .unwrap_or(crate::event::EventFormat::Json)
+    }
+
+    /// Whether keys or values are Avro (and need `[schema_registry]`).
+    pub fn uses_avro(&self) -> bool {
+        self.key_format() == crate::event::EventFormat::Avro
+            || self.value_format() == crate::event::EventFormat::Avro
+    }
+
     /// The entries of `topics`: comma-separated names are split, `/…/` is a pattern.
     pub fn selectors(&self) -> Vec<TopicSelector> {
         let mut selectors = Vec::new();
@@ -219,6 +256,9 @@ impl std::fmt::Debug for KafkaSourceConfig {
             .field("commit_interval_ms", &self.commit_interval_ms)
             .field("properties", &RedactedProperties(&self.properties))
             .field("client", &RedactedProperties(&self.client))
+            .field("format", &self.format)
+            .field("key_format", &self.key_format)
+            .field("value_format", &self.value_format)
             .finish()
     }
 }
@@ -672,6 +712,22 @@ impl SinkPipelineConfig {
                 );
             }
         }
+        if kafka.uses_avro() && self.schema_registry.is_none() {
+            issue(
+                "schema_registry",
+                "missing: source.kafka's format, key_format or value_format is \"avro\", which \
+                 needs the registry the records' schemas are in ([schema_registry] url = \
+                 \"http://host:8081\")"
+                    .into(),
+            );
+        }
+        if let Some(registry) = &self.schema_registry
+            && kafka.uses_avro()
+        {
+            for (key, problem) in registry.issues() {
+                issue(&format!("schema_registry.{key}"), problem);
+            }
+        }
         if let SinkConfig::Postgres(postgres) = &self.sink {
             issues.extend(postgres.validate(kafka));
         }
@@ -872,6 +928,37 @@ mod tests {
             Err(ConfigError::Invalid { issues, .. }) => issues,
             other => panic!("expected invalid config, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn avro_records_need_a_registry_and_formats_name_their_key() {
+        let avro = MINIMAL.replace(
+            "topics = [\"orders\"]",
+            "topics = [\"orders\"]\nvalue_format = \"avro\"",
+        );
+        let keys: Vec<String> = issues(&avro).into_iter().map(|i| i.key).collect();
+        assert_eq!(keys, ["schema_registry"]);
+        let config = SinkPipelineConfig::from_toml(
+            &format!("{avro}\n[schema_registry]\nurl = \"http://r:8081\"\n"),
+            "test.toml",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(config.kafka().key_format(), crate::event::EventFormat::Json);
+        assert_eq!(
+            config.kafka().value_format(),
+            crate::event::EventFormat::Avro
+        );
+        let bad = MINIMAL.replace(
+            "topics = [\"orders\"]",
+            "topics = [\"orders\"]\nformat = \"protobuf\"",
+        );
+        let issues = issues(&bad);
+        assert_eq!(issues[0].key, "source.kafka.format", "{issues:?}");
+        assert!(issues[0].problem.contains("avro"), "{issues:?}");
+        // A registry section without Avro is not checked (the examples leave its URL empty).
+        let unused = format!("{MINIMAL}\n[schema_registry]\nurl = \"\"\n");
+        assert!(SinkPipelineConfig::from_toml(&unused, "test.toml", &env).is_ok());
     }
 
     #[test]
@@ -1111,6 +1198,29 @@ mod tests {
             _ => None,
         };
         let config = SinkPipelineConfig::from_toml(text, "t.toml", &env).unwrap();
+        assert!(!config.kafka().uses_avro());
+        let avro = |name: &str| match name {
+            "EVENT_FORMAT" => Some("avro".to_owned()),
+            "SCHEMA_REGISTRY_URL" => Some("http://registry:8081".to_owned()),
+            _ => env(name),
+        };
+        let with_avro = SinkPipelineConfig::from_toml(text, "t.toml", &avro).unwrap();
+        assert_eq!(
+            with_avro.kafka().value_format(),
+            crate::event::EventFormat::Avro
+        );
+        assert_eq!(
+            with_avro.schema_registry.as_ref().unwrap().url.0,
+            ["http://registry:8081"]
+        );
+        let no_registry = |name: &str| match name {
+            "EVENT_FORMAT" => Some("avro".to_owned()),
+            _ => env(name),
+        };
+        let error = SinkPipelineConfig::from_toml(text, "t.toml", &no_registry)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("schema_registry.url"), "{error}");
         let postgres = config.postgres().unwrap();
         assert_eq!(
             postgres.table_for("cdc.public.orders").unwrap().to_string(),

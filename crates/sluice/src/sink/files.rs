@@ -1421,6 +1421,7 @@ mod tests {
                 key: Some(b"k1"),
                 value,
                 fields: fields.as_deref(),
+                kinds: None,
             },
             topic_json: "\"t\"",
         };
@@ -1603,6 +1604,7 @@ mod tests {
                     key: Some(key),
                     value: "{}",
                     fields: Some(&[]),
+                    kinds: None,
                 },
                 topic_json: "\"t\"",
             };
@@ -1629,6 +1631,7 @@ mod tests {
                 key: Some(key),
                 value,
                 fields: Some(&fields),
+                kinds: None,
             },
             topic_json: "\"t\"",
         };
@@ -1702,6 +1705,7 @@ mod tests {
                         key: None,
                         value: &value,
                         fields: fields.as_deref(),
+                        kinds: None,
                     },
                     topic_json: "\"t\"",
                 };

@@ -52,6 +52,7 @@
 //!   long fails the run, and I/O errors too: the supervisor restarts it with backoff, from the
 //!   committed files.
 
+pub mod avro;
 pub mod config;
 pub mod files;
 pub mod metrics;
@@ -120,6 +121,9 @@ pub struct SinkPipeline {
     timeouts: TimeoutAttempts,
     /// Worker threads given up on that still run, over every run.
     abandoned: Arc<AbandonedWorkers>,
+    /// The Avro reading (`source.kafka.format = "avro"`), made at the first run and kept
+    /// (with its schemas by id) over every run.
+    avro: Option<Arc<avro::AvroDecoder>>,
 }
 
 impl SinkPipeline {
@@ -132,7 +136,43 @@ impl SinkPipeline {
             board,
             timeouts: TimeoutAttempts::default(),
             abandoned: Arc::default(),
+            avro: None,
         }
+    }
+
+    /// The Avro reading of the pipeline when it reads Avro (made once).
+    fn avro(&mut self) -> Result<Option<Arc<avro::AvroDecoder>>, PipelineError> {
+        let kafka = self.config.kafka();
+        if self.avro.is_some() || !kafka.uses_avro() {
+            return Ok(self.avro.clone());
+        }
+        let Some(registry) = &self.config.schema_registry else {
+            return Err(PipelineError::fatal(
+                "source.kafka reads Avro and no [schema_registry] is configured",
+                "add [schema_registry] url = \"http://registry:8081\"",
+            ));
+        };
+        let board = Arc::clone(&self.board);
+        let registry = crate::registry::Registry::new(registry.clone())
+            .map_err(|e| PipelineError::fatal(e.to_string(), "fix [schema_registry]'s TLS files"))?
+            .with_observer(Box::new(move |error| {
+                board.update(|s| s.schema_registry_error = error);
+            }));
+        let output = if self.config.postgres().is_some() {
+            avro::Output::WithSchemas
+        } else {
+            avro::Output::Plain
+        };
+        let decoder = Arc::new(avro::AvroDecoder::new(
+            Arc::new(registry),
+            tokio::runtime::Handle::current(),
+            kafka.key_format(),
+            kafka.value_format(),
+            output,
+            Duration::from_millis(self.config.delivery.processing_timeout_ms / 2),
+        ));
+        self.avro = Some(Arc::clone(&decoder));
+        Ok(Some(decoder))
     }
 
     /// Worker threads given up on that still run (see [`AbandonedWorkers`]).
@@ -182,6 +222,7 @@ impl Supervised for SinkPipeline {
     }
 
     async fn run_once(&mut self, stop: CancellationToken) -> Result<SupervisedEnd, PipelineError> {
+        let avro = self.avro()?;
         let run = {
             let config = Arc::clone(&self.config);
             let board = Arc::clone(&self.board);
@@ -189,7 +230,7 @@ impl Supervised for SinkPipeline {
             let timeouts = Arc::clone(&self.timeouts);
             let abandoned = Arc::clone(&self.abandoned);
             tokio::task::spawn_blocking(move || {
-                run_once(&config, &board, &stop, runtime, &timeouts, &abandoned)
+                run_once(&config, &board, &stop, runtime, &timeouts, &abandoned, avro)
             })
         };
         let end = run.await.unwrap_or_else(|e| {
@@ -426,6 +467,7 @@ fn run_once(
     runtime: tokio::runtime::Handle,
     timeouts: &TimeoutAttempts,
     abandoned: &Arc<AbandonedWorkers>,
+    avro: Option<Arc<avro::AvroDecoder>>,
 ) -> Result<RunEnd, PipelineError> {
     // A wrong [source.kafka.client] setting (password, mechanism, TLS) stops the pipeline
     // with the key to change, instead of a consumer retrying forever.
@@ -484,6 +526,7 @@ fn run_once(
             destination,
             failure_settings: failure_settings(config),
             dead_letter,
+            avro,
             partitions: FxHashMap::default(),
             link: IntakeLink::new(events_tx, std::thread::current()),
             events_rx,
@@ -870,6 +913,8 @@ struct Intake {
     destination: Destination,
     failure_settings: FailureSettings,
     dead_letter: Option<Arc<DeadLetter>>,
+    /// Decodes Avro keys and values before the writers see them.
+    avro: Option<Arc<avro::AvroDecoder>>,
     /// Looked up for every record consumed: hashed with FxHash (rustc-hash), not the default
     /// SipHash, which was 4–5 % of the intake thread (bench/PROFILE.md, "Sink on the AMD host").
     partitions: FxHashMap<(Arc<str>, i32), PartitionState>,
@@ -984,6 +1029,10 @@ impl Intake {
                 self.failure_settings,
                 self.dead_letter.clone(),
             )?;
+            let writer: Box<dyn SubPartitionWriter> = match &self.avro {
+                Some(decoder) => Box::new(avro::AvroWriter::new(writer, Arc::clone(decoder))),
+                None => writer,
+            };
             workers.push(
                 worker::spawn(
                     id,
@@ -1816,6 +1865,7 @@ mod tests {
             failure_settings: failure_settings(&config),
             config: Arc::new(config),
             dead_letter: None,
+            avro: None,
             partitions: FxHashMap::default(),
             link: IntakeLink::new(events_tx, std::thread::current()),
             events_rx,

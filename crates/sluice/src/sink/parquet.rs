@@ -8,7 +8,9 @@
 //! - one nullable column per top-level field of the first record's value: a JSON string
 //!   becomes utf8, an integer int64, another number float64, a boolean boolean, and null,
 //!   objects and arrays become utf8 holding the JSON text (Debezium's `before`/`after`/
-//!   `source`);
+//!   `source`); a record read from Avro ([`crate::sink::avro`]) brings its fields' kinds from
+//!   its schema instead ([`ParquetRow::kinds`]: a field that is null in the first record gets
+//!   its schema's type);
 //! - `_extra` (utf8, nullable): a JSON object of the fields of later records that the
 //!   schema has no column for or whose value does not fit the column's type, or the whole
 //!   value when it is not a JSON object. Nothing is dropped.
@@ -74,12 +76,18 @@ const RESERVED: &[&str] = &[
     "_extra",
 ];
 
+/// A value column's kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub enum Kind {
+    /// utf8 of a JSON string's text.
     Str,
+    /// int64.
     Int,
+    /// float64.
     Float,
+    /// boolean.
     Bool,
+    /// utf8 of any JSON value's text (objects, arrays).
     Json,
 }
 
@@ -337,6 +345,9 @@ pub struct ParquetRow<'a> {
     pub value: &'a str,
     /// Its top-level fields when it is an object, else `None`.
     pub fields: Option<&'a [(Cow<'a, str>, &'a RawValue)]>,
+    /// The kinds of the value's top-level fields when a schema gives them (Avro), over what the
+    /// first record's values suggest.
+    pub kinds: Option<&'a [(String, Kind)]>,
 }
 
 /// A file and the properties of its writer until its first batch is ready.
@@ -439,7 +450,11 @@ impl ParquetFile {
             if RESERVED.contains(&name.as_ref()) || index.contains_key(name.as_ref()) {
                 continue;
             }
-            let column = Column::new(infer(raw));
+            let kind = first
+                .kinds
+                .and_then(|kinds| kinds.iter().find(|(field, _)| field == name.as_ref()))
+                .map_or_else(|| infer(raw), |(_, kind)| *kind);
+            let column = Column::new(kind);
             fields.push(Field::new(name.as_ref(), column.data_type(), true));
             index.insert(name.clone().into_owned(), columns.len());
             columns.push(column);
@@ -725,6 +740,7 @@ mod tests {
                 key: None,
                 value: &value,
                 fields: fields.as_deref(),
+                kinds: None,
             };
             let writer = file.get_or_insert_with(|| {
                 ParquetFile::create(
@@ -875,6 +891,76 @@ mod tests {
     }
 
     #[test]
+    fn kinds_from_a_schema_type_columns_whose_first_value_is_null() {
+        let dir = std::env::temp_dir().join(format!("sluice-pq-kinds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.parquet");
+        let kinds = [
+            ("n".to_owned(), Kind::Int),
+            ("x".to_owned(), Kind::Float),
+            ("s".to_owned(), Kind::Str),
+        ];
+        let values = [
+            r#"{"n":null,"x":null,"s":null}"#,
+            r#"{"n":7,"x":1.5,"s":"a"}"#,
+        ];
+        let mut file = None;
+        for (offset, value) in values.iter().enumerate() {
+            let fields = parse_object(value).ok();
+            let row = ParquetRow {
+                topic: "t",
+                partition: 0,
+                offset: offset as i64,
+                timestamp_ms: None,
+                key: None,
+                value,
+                fields: fields.as_deref(),
+                kinds: Some(&kinds),
+            };
+            let writer = file.get_or_insert_with(|| {
+                ParquetFile::create(
+                    File::create(&path).unwrap(),
+                    &row,
+                    FileCompression::None,
+                    100,
+                    usize::MAX,
+                )
+                .unwrap()
+            });
+            writer.append(&row).unwrap();
+        }
+        file.unwrap().finish().unwrap().sync_all().unwrap();
+        let batch = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+            .unwrap()
+            .build()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap();
+        let schema = batch.schema();
+        let types: Vec<(&str, &DataType)> = schema
+            .fields()
+            .iter()
+            .skip(5)
+            .map(|f| (f.name().as_str(), f.data_type()))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("n", &DataType::Int64),
+                ("x", &DataType::Float64),
+                ("s", &DataType::Utf8),
+                ("_extra", &DataType::Utf8)
+            ]
+        );
+        let n = batch.column(5).as_primitive::<Int64Type>();
+        assert!(n.is_null(0));
+        assert_eq!(n.value(1), 7);
+        assert_eq!(batch.column(8).null_count(), 2, "nothing went to _extra");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn schema_from_first_record_and_extra_keeps_the_rest() {
         let dir = std::env::temp_dir().join(format!("sluice-pq-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -895,6 +981,7 @@ mod tests {
                 key: Some(b"k"),
                 value,
                 fields: fields.as_deref(),
+                kinds: None,
             };
             let writer = file.get_or_insert_with(|| {
                 ParquetFile::create(

@@ -47,6 +47,18 @@ pub struct RecordData {
     has_value: bool,
     /// Where the headers start in `bytes`.
     headers_at: usize,
+    /// When this record is the decoded form of another (Avro as JSON, [`crate::sink::avro`]):
+    /// that one, and what its schema says.
+    decoded: Option<Arc<Decoded>>,
+}
+
+/// What a decoded record came from.
+#[derive(Debug)]
+struct Decoded {
+    /// The record as consumed: what a dead-lettered record carries.
+    original: RecordData,
+    /// The kinds of the value's top-level fields (Parquet's columns).
+    value_kinds: Option<Arc<[(String, crate::sink::parquet::Kind)]>>,
 }
 
 /// A header value's length that stands for a null value.
@@ -103,7 +115,33 @@ impl RecordData {
             key_len: key.map(<[u8]>::len),
             has_value: value.is_some(),
             headers_at,
+            decoded: None,
         }
+    }
+
+    /// This record as the decoded form of `original`, whose value's top-level fields have
+    /// `value_kinds`.
+    #[must_use]
+    pub fn decoded_from(
+        mut self,
+        original: RecordData,
+        value_kinds: Option<Arc<[(String, crate::sink::parquet::Kind)]>>,
+    ) -> Self {
+        self.decoded = Some(Arc::new(Decoded {
+            original,
+            value_kinds,
+        }));
+        self
+    }
+
+    /// The record as consumed: itself, or what it was decoded from.
+    pub fn original(&self) -> &RecordData {
+        self.decoded.as_ref().map_or(self, |d| &d.original)
+    }
+
+    /// The kinds of the value's top-level fields, when its schema gives them.
+    pub fn value_kinds(&self) -> Option<&[(String, crate::sink::parquet::Kind)]> {
+        self.decoded.as_ref()?.value_kinds.as_deref()
     }
 
     /// The key's bytes.
@@ -359,6 +397,8 @@ impl DeadLetter {
         data: &RecordData,
         reason: &str,
     ) -> Result<(), PipelineError> {
+        // The bytes as consumed, not a decoded form.
+        let data = data.original();
         let original = data.headers();
         let names: Vec<std::borrow::Cow<'_, str>> = original
             .iter()
@@ -850,6 +890,7 @@ impl FilesWriter {
                 key: data.key(),
                 value: text,
                 fields: fields.as_deref(),
+                kinds: data.value_kinds(),
             },
             topic_json: &self.topic_json,
         };

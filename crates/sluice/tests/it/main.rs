@@ -29,6 +29,7 @@ mod perf;
 mod secrets;
 mod silence;
 mod sink;
+mod sink_avro;
 mod sink_pg;
 mod sink_pg_debezium;
 mod sink_pg_reclaim;

@@ -99,7 +99,7 @@ pub(crate) async fn wait_zero(
 /// Waits until `<schema>.items` in `target` equals the source's `<schema>.items` (a copy of
 /// the source rows in the target database, `EXCEPT` both ways, every column); returns the rows
 /// of the target and of the copy.
-async fn assert_equal_to_source(
+pub(crate) async fn assert_equal_to_source(
     source: &Client,
     target: &Client,
     schema: &str,

@@ -1287,7 +1287,9 @@ impl SubPartitionWriter for PgWriter {
         }
         self.batch.push(Staged {
             change,
-            data: data.clone(),
+            // Kept for the dead-letter topic: the record as consumed (Avro's bytes, not the
+            // larger JSON with schemas it was read as).
+            data: data.original().clone(),
         });
         if data.timestamp_ms.is_some() {
             self.last_timestamp_ms = data.timestamp_ms;

@@ -398,6 +398,9 @@ mod tests {
                 commit_interval_ms: 1000,
                 properties: BTreeMap::new(),
                 client: BTreeMap::new(),
+                format: None,
+                key_format: None,
+                value_format: None,
             })
             .into_iter()
             .map(|i| i.key)
@@ -421,6 +424,9 @@ mod tests {
             commit_interval_ms: 1000,
             properties: BTreeMap::new(),
             client: BTreeMap::new(),
+            format: None,
+            key_format: None,
+            value_format: None,
         };
         assert!(c.validate(&kafka).is_empty(), "{:?}", c.validate(&kafka));
     }
