@@ -119,7 +119,11 @@ impl Reader {
     ///
     /// The bytes do not match the schema.
     pub fn write_json(&self, bytes: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
-        let mut cursor = Cursor { bytes, at: 0 };
+        let mut cursor = Cursor {
+            bytes,
+            at: 0,
+            items: 0,
+        };
         write_node(&self.node, &mut cursor, out)?;
         if cursor.at != bytes.len() {
             return Err(format!(
@@ -454,7 +458,12 @@ fn connect_props(
 struct Cursor<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// Array and map items read so far: bounded by the record's size (see [`Cursor::block`]).
+    items: usize,
 }
+
+/// Items of zero bytes each (nulls) a record may hold beyond one per byte.
+const FREE_ITEMS: usize = 1 << 16;
 
 impl<'a> Cursor<'a> {
     fn truncated(&self) -> String {
@@ -504,11 +513,19 @@ impl<'a> Cursor<'a> {
         } else {
             count as u64
         };
-        // Each item takes at least a byte but nulls; a count beyond that is garbage.
+        // Each item takes at least a byte but nulls; a count beyond that is garbage. Counted
+        // over the whole record too: blocks of nulls, a few bytes each, would otherwise let a
+        // small hostile record expand into gigabytes of JSON.
         let left = (self.bytes.len() - self.at) as u64;
-        if count > left.max(1 << 16) {
-            return Err(format!("a block of {count} items in {left} byte(s)"));
+        let budget = (self.bytes.len() + FREE_ITEMS).saturating_sub(self.items) as u64;
+        if count > left.max(FREE_ITEMS as u64) || count > budget {
+            return Err(format!(
+                "a block of {count} items in {left} byte(s) (after {} items in a record of {} bytes)",
+                self.items,
+                self.bytes.len()
+            ));
         }
+        self.items += count as usize;
         Ok(count as usize)
     }
 }
@@ -825,6 +842,26 @@ mod tests {
             String::from_utf8(out).unwrap(),
             r#"{"d":"MDk=","day":1,"ms":5,"e":"GREEN","f":"YWI=","again":null,"entries":[[3,"x"]]}"#
         );
+    }
+
+    #[test]
+    fn blocks_of_nulls_cannot_blow_a_small_record_up() {
+        let reader = Reader::parse(
+            r#"{"type":"record","name":"R","fields":[{"name":"a","type":{"type":"array","items":"null"}}]}"#,
+        )
+        .unwrap();
+        // Blocks of 60,000 nulls, three bytes each: 300 bytes would be 6,000,000 nulls.
+        let mut body = Vec::new();
+        for _ in 0..100 {
+            body.extend_from_slice(&[0xc0, 0xa9, 0x07]); // zig-zag 60,000
+        }
+        body.push(0);
+        let error = reader.write_json(&body, &mut Vec::new()).unwrap_err();
+        assert!(error.contains("items in"), "{error}");
+        // A few nulls are fine.
+        let mut out = Vec::new();
+        reader.write_json(&[6, 0], &mut out).unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), r#"{"a":[null,null,null]}"#);
     }
 
     #[test]
