@@ -1136,6 +1136,17 @@ impl super::config::PostgresSourceConfig {
     }
 }
 
+/// Where a record came from, from its headers: `LSN 0/1A2B`.
+pub(super) fn record_position(record: &OutRecord) -> String {
+    let lsn = record
+        .headers
+        .iter()
+        .find(|(name, _)| *name == crate::event::HEADER_LSN)
+        .map(|(_, v)| Lsn(v.parse().unwrap_or(0)).to_string())
+        .unwrap_or_default();
+    format!("LSN {lsn}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

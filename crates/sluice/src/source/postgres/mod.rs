@@ -15,11 +15,13 @@
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
 //! - [`resumed`]: a resumed snapshot leaves the rows changed since its start to the stream.
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
+//! - `deadline`: the longest the replication loop waits for anything but the stream.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod active;
 pub mod avro;
 pub mod config;
+mod deadline;
 /// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
 pub use crate::pg_connect as connect;
 pub mod encode;
