@@ -14,8 +14,8 @@ use rdkafka::ClientConfig;
 use serde::Deserialize;
 
 use crate::config::{
-    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RestartConfig,
-    is_identifier, is_topic_name,
+    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RestartConfig, is_identifier,
+    is_topic_name,
 };
 use crate::sink::kafka_source::{KafkaSourceConfig, TopicSelector, whole_match};
 use crate::sink::object::S3Config;

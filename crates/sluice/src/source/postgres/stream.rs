@@ -1117,7 +1117,7 @@ impl PgSource<'_> {
             // was captured as a plain table before it was attached).
             let root = bounded(
                 "looking up the partition's root",
-                super::partition::root_of(&self.catalog, &relation.namespace, &relation.name),
+                self.catalog.root_of(&relation.namespace, &relation.name),
             )
             .await?;
             if let Some(root) = root.filter(|root| self.incremental.captures(root))
