@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::config_more::split_list;
 use super::field::{Part, ReplaceField, ValueToKey};
 use super::predicate::{Predicate, whole_match_regex};
 use super::router::RegexRouter;
@@ -328,15 +329,6 @@ fn strings(
     } else {
         Err(issues)
     }
-}
-
-/// A comma-separated list, trimmed, empty entries left out.
-pub(super) fn split_list(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
 }
 
 /// A type's short name: `org.apache.kafka.connect.transforms.ReplaceField$Value` →
