@@ -25,69 +25,13 @@ use crate::kafka;
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
 
+mod finding;
 mod mysql;
 mod registry;
 
+use finding::finding;
+pub use finding::{Finding, Severity};
 pub use mysql::{BinlogPlace, binlog_place, render_binlog_place};
-
-/// How bad a finding is; the exit code is the worst one's (0 ok/info, 1 warning, 2 critical).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Checked and fine.
-    Ok,
-    /// Worth knowing.
-    Info,
-    /// Will hurt: latency, disk, availability.
-    Warning,
-    /// Broken now, or data at risk.
-    Critical,
-}
-
-impl Severity {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Info => "info",
-            Self::Warning => "WARNING",
-            Self::Critical => "CRITICAL",
-        }
-    }
-}
-
-/// One finding.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    /// Stable code, e.g. `pg.slot_inactive`.
-    pub code: &'static str,
-    /// Severity.
-    pub severity: Severity,
-    /// What was found, in a sentence.
-    pub summary: String,
-    /// The values read.
-    pub evidence: BTreeMap<String, serde_json::Value>,
-    /// The concrete fix; empty when nothing is to be done.
-    pub fix: String,
-}
-
-fn finding(
-    code: &'static str,
-    severity: Severity,
-    summary: impl Into<String>,
-    evidence: &[(&str, serde_json::Value)],
-    fix: impl Into<String>,
-) -> Finding {
-    Finding {
-        code,
-        severity,
-        summary: summary.into(),
-        evidence: evidence
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .collect(),
-        fix: fix.into(),
-    }
-}
 
 /// Where to look.
 #[derive(Debug, Clone, Default)]

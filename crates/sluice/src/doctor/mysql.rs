@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use mysql_async::prelude::Queryable as _;
 use serde::Serialize;
 
-use super::{Finding, Severity, finding};
+use super::finding::{Finding, Severity, finding};
 use crate::config::{SnapshotMode, StateStoreKind};
 use crate::error::PipelineError;
 use crate::source::mysql::config::MysqlPipelineConfig;
