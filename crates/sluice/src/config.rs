@@ -193,6 +193,10 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// rather than ignore it.
     const APPLIES_SCHEMA_CHANGES_TOPIC: bool = true;
 
+    /// Whether the source can deliver with `delivery.guarantee = "exactly_once"` (Kafka
+    /// transactions committed with the source's position; see docs/postgres-source.md).
+    const SUPPORTS_EXACTLY_ONCE: bool = false;
+
     /// Checks every rule that serde's types do not express; each issue's key is the full path
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
@@ -1231,7 +1235,7 @@ fn exactly_once_issues<S: SourceSection>(
     kafka: &KafkaConfig,
 ) -> Vec<(String, String)> {
     let mut found = Vec::new();
-    if S::KEY != "postgres" {
+    if !S::SUPPORTS_EXACTLY_ONCE {
         found.push((
             "delivery.guarantee".to_owned(),
             format!(

@@ -158,11 +158,9 @@ mod tests {
             printed.push(format!("{file:?}"));
             printed.push(format!("{file:#?}"));
             if let PipelineFile::Postgres(config) = &file {
-                let pg =
-                    crate::source::postgres::connect::PgConnectConfig::parse(&config.source.url)
-                        .unwrap();
+                let pg = crate::pg_connect::PgConnectConfig::parse(&config.source.url).unwrap();
                 printed.push(format!("{pg:?}"));
-                let query = crate::source::postgres::connect::PgConnectConfig::parse(&format!(
+                let query = crate::pg_connect::PgConnectConfig::parse(&format!(
                     "postgres://u@h/db?password={}",
                     SECRETS[1]
                 ))

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::config::human_bytes;
-use crate::source::postgres::connect::{PgConnectConfig, SslMode, connect_sql_url, redact_url};
+use crate::pg_connect::{PgConnectConfig, SslMode, connect_sql_url, redact_url};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};

@@ -5,7 +5,8 @@
 //! - [`setup`]: SQL checks, publication, slot, primary keys, heartbeats.
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
 //! - [`partition`]: partitioned tables: their leaves, and partitions that join while running.
-//! - [`connect`]: connection strings with libpq's TLS semantics; SQL connections over rustls.
+//! - Connection strings with libpq's TLS semantics and SQL connections over rustls are in
+//!   [`crate::pg_connect`] (the PostgreSQL sink uses them too).
 //! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
@@ -22,8 +23,6 @@ pub mod active;
 pub mod avro;
 pub mod config;
 mod deadline;
-/// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
-pub use crate::pg_connect as connect;
 pub mod encode;
 pub mod exactly_once;
 pub mod incremental;

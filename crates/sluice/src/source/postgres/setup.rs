@@ -93,7 +93,7 @@ impl PgCatalog {
     ///
     /// Fatal for authentication and missing databases, retryable otherwise.
     pub async fn connect(config: &PgPipelineConfig) -> Result<Self, PipelineError> {
-        let mut pg_config = super::connect::PgConnectConfig::parse(&config.source.connection())
+        let mut pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
             .map_err(|e| {
                 PipelineError::fatal(
                     format!("source.postgres.url: {e}"),
@@ -113,20 +113,20 @@ impl PgCatalog {
             .keepalives_idle(std::time::Duration::from_secs(30))
             .keepalives_interval(std::time::Duration::from_secs(10))
             .keepalives_retries(3);
-        let (client, connection) = super::connect::connect_sql(&pg_config)
+        let (client, connection) = crate::pg_connect::connect_sql(&pg_config)
             .await
             .map_err(|e| match e {
-                super::connect::ConnectError::Config(e) => PipelineError::fatal(
+                crate::pg_connect::ConnectError::Config(e) => PipelineError::fatal(
                     format!("source.postgres.url: {e}"),
                     "fix the TLS parameters of source.postgres.url",
                 ),
-                e @ super::connect::ConnectError::Connect { .. } if e.is_tls_refusal() => {
+                e @ crate::pg_connect::ConnectError::Connect { .. } if e.is_tls_refusal() => {
                     PipelineError::fatal(
                         e.to_string(),
                         "check sslmode and sslrootcert in source.postgres.url and the server's TLS setup",
                     )
                 }
-                super::connect::ConnectError::Connect { message, source } => {
+                crate::pg_connect::ConnectError::Connect { message, source } => {
                     classify_pg(message, source)
                 }
             })?;

@@ -209,8 +209,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     };
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
-    let pg_config =
-        super::connect::PgConnectConfig::parse(&config.source.connection()).map_err(|e| {
+    let pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
+        .map_err(|e| {
             PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
         })?;
     let mut pg_config = pg_config;
