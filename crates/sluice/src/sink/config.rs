@@ -461,7 +461,7 @@ impl SinkPipelineConfig {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        crate::config::parse_pipeline(text, origin, env, Self::validate)
+        crate::config::load::parse_pipeline(text, origin, env, Self::validate)
     }
 
     /// Checks every rule that serde's types do not express; returns all broken ones.
