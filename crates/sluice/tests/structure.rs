@@ -611,10 +611,10 @@ fn file_graph() -> FileGraph {
                 .map(|c| (c.clone(), f.module.iter().chain([c]).cloned().collect()))
                 .collect();
             for w in f.written.iter().filter(|w| w.is_use) {
-                if let (Some(binds), Some(path)) = (&w.binds, absolute(&w.scope, &w.segments)) {
-                    if by_module.contains_key(&path) {
-                        names.insert(binds.clone(), path);
-                    }
+                if let (Some(binds), Some(path)) = (&w.binds, absolute(&w.scope, &w.segments))
+                    && by_module.contains_key(&path)
+                {
+                    names.insert(binds.clone(), path);
                 }
             }
             (relative.as_str(), names)
