@@ -4,7 +4,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::error::PipelineError;
-use crate::sink::config::{SinkPipelineConfig, TopicSelector};
+use crate::sink::config::SinkPipelineConfig;
+use crate::sink::kafka_source::TopicSelector;
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::mysql::server::SettingIssue;
 use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};

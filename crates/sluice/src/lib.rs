@@ -1,6 +1,7 @@
 //! sluice: change data capture from PostgreSQL into Kafka, and Kafka into sinks.
 //!
-//! The data flow (see `DESIGN.md`):
+//! The data flow (docs/architecture.md follows a record through each pipeline kind, file by
+//! file):
 //!
 //! ```text
 //! source::postgres  -> decode (pgoutput)  -> event (Debezium JSON, encoded in parallel)

@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use crate::config::{ConfigError, load_file};
+use crate::config::ConfigError;
+use crate::config::load::load_file;
 use crate::sink::config::SinkPipelineConfig;
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::PgPipelineConfig;
@@ -43,7 +44,7 @@ impl PipelineFile {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        let value = crate::config::parse_toml(text, origin)?;
+        let value = crate::config::load::parse_toml(text, origin)?;
         let source = value.get("source").and_then(toml::Value::as_table);
         let has = |kind: &str| source.is_some_and(|source| source.contains_key(kind));
         if has("kafka") {
@@ -158,11 +159,9 @@ mod tests {
             printed.push(format!("{file:?}"));
             printed.push(format!("{file:#?}"));
             if let PipelineFile::Postgres(config) = &file {
-                let pg =
-                    crate::source::postgres::connect::PgConnectConfig::parse(&config.source.url)
-                        .unwrap();
+                let pg = crate::pg_connect::PgConnectConfig::parse(&config.source.url).unwrap();
                 printed.push(format!("{pg:?}"));
-                let query = crate::source::postgres::connect::PgConnectConfig::parse(&format!(
+                let query = crate::pg_connect::PgConnectConfig::parse(&format!(
                     "postgres://u@h/db?password={}",
                     SECRETS[1]
                 ))

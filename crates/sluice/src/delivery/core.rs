@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::publish::{self, Encoded, EncodedBatch, RecordSink};
-use super::{Encode, Position, unix_micros_now};
+use super::{ENCODE_BATCH, Encode, Position, unix_micros_now};
 use crate::config::{DeliveryConfig, PermanentErrorPolicy};
 use crate::dead_letter;
 use crate::error::PipelineError;
@@ -23,8 +23,6 @@ use crate::runtime::metrics::PipelineMetrics;
 use crate::runtime::status::StatusBoard;
 use crate::transform::{Chain, TransformError};
 
-/// Changes per encoding batch.
-pub(super) const ENCODE_BATCH: usize = 512;
 /// Encoding batches between the loop and the publisher.
 const ENCODE_QUEUE: usize = 16;
 /// How long a graceful shutdown waits for in-flight records.

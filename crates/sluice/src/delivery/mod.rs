@@ -49,6 +49,9 @@ use crate::kafka::{DeliveryEvent, KafkaHealth, OutRecord};
 use crate::runtime::metrics::TableMetrics;
 use crate::runtime::status::StatusBoard;
 
+/// Changes per encoding batch.
+const ENCODE_BATCH: usize = 512;
+
 /// Messages read per wake-up before the loop looks at acks and timers again.
 const READ_BURST: usize = 2048;
 
@@ -272,7 +275,7 @@ pub async fn run<S: Source, K: RecordSink>(
                     pacing = true;
                     pace.as_mut().reset(tokio::time::Instant::now() + READ_PACE);
                 }
-                if source.mid_transaction() && core.undispatched() < core::ENCODE_BATCH {
+                if source.mid_transaction() && core.undispatched() < ENCODE_BATCH {
                     if !lingering && core.undispatched() > 0 {
                         lingering = true;
                         linger.as_mut().reset(tokio::time::Instant::now() + DISPATCH_LINGER);

@@ -15,8 +15,9 @@
 
 use tokio_postgres::Client;
 
-use super::{Finding, Severity, Target, finding, setting};
-use crate::source::postgres::connect::{connect_sql_url, redact_url};
+use super::target::{Target, setting};
+use super::{Finding, Severity, finding};
+use crate::pg_connect::{connect_sql_url, redact_url};
 
 /// Runs the checks (`version`: the server's major version).
 pub(super) async fn checks(

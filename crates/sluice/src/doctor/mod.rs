@@ -8,6 +8,7 @@
 //!
 //! - `mysql`: the MySQL/MariaDB source's server, retention and saved position.
 //! - `failover`: failover slots (PostgreSQL 17+) on the primary and the URL's standbys.
+//! - `target`: what doctor looks at, and how it reads a server's settings.
 //! - `versions`: what the server's version cannot do that the pipeline asks for, and
 //!   PostgreSQL 18's `idle_replication_slot_timeout`.
 
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::config::human_bytes;
-use crate::source::postgres::connect::{PgConnectConfig, SslMode, connect_sql_url, redact_url};
+use crate::pg_connect::{PgConnectConfig, SslMode, connect_sql_url, redact_url};
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -29,83 +30,17 @@ use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
 
 mod failover;
+mod finding;
 mod mysql;
 mod registry;
+mod target;
 mod versions;
 
+use finding::finding;
+pub use finding::{Finding, Severity};
 pub use mysql::{BinlogPlace, binlog_place, render_binlog_place};
-
-/// How bad a finding is; the exit code is the worst one's (0 ok/info, 1 warning, 2 critical).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Severity {
-    /// Checked and fine.
-    Ok,
-    /// Worth knowing.
-    Info,
-    /// Will hurt: latency, disk, availability.
-    Warning,
-    /// Broken now, or data at risk.
-    Critical,
-}
-
-impl Severity {
-    fn label(self) -> &'static str {
-        match self {
-            Self::Ok => "ok",
-            Self::Info => "info",
-            Self::Warning => "WARNING",
-            Self::Critical => "CRITICAL",
-        }
-    }
-}
-
-/// One finding.
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    /// Stable code, e.g. `pg.slot_inactive`.
-    pub code: &'static str,
-    /// Severity.
-    pub severity: Severity,
-    /// What was found, in a sentence.
-    pub summary: String,
-    /// The values read.
-    pub evidence: BTreeMap<String, serde_json::Value>,
-    /// The concrete fix; empty when nothing is to be done.
-    pub fix: String,
-}
-
-fn finding(
-    code: &'static str,
-    severity: Severity,
-    summary: impl Into<String>,
-    evidence: &[(&str, serde_json::Value)],
-    fix: impl Into<String>,
-) -> Finding {
-    Finding {
-        code,
-        severity,
-        summary: summary.into(),
-        evidence: evidence
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), v.clone()))
-            .collect(),
-        fix: fix.into(),
-    }
-}
-
-/// Where to look.
-#[derive(Debug, Clone, Default)]
-pub struct Target {
-    /// The pipeline, when a file was given.
-    pub pipeline: Option<PgPipelineConfig>,
-    /// PostgreSQL URL (from the pipeline, `--pg-url` or `PG_URL`).
-    pub pg_url: Option<String>,
-    /// Kafka bootstrap servers (from the pipeline, `--brokers` or `KAFKA_BROKERS`).
-    pub brokers: Option<String>,
-    /// `[kafka.client]` of a pipeline that is not a PostgreSQL one (security settings).
-    pub kafka_client: Option<BTreeMap<String, String>>,
-}
+pub use target::Target;
+use target::{setting, setting_number};
 
 /// The findings for a MySQL/MariaDB → Kafka pipeline: its server, binlog retention and saved
 /// position, and the Kafka checks.
@@ -200,24 +135,6 @@ pub async fn diagnose(target: &Target) -> Vec<Finding> {
         }
     }
     findings
-}
-
-async fn setting(client: &Client, name: &str) -> Result<String, tokio_postgres::Error> {
-    Ok(client
-        .query_one("SELECT current_setting($1)", &[&name])
-        .await?
-        .get(0))
-}
-
-/// A setting in its base unit (ms, kB, …) as `pg_settings` reports it.
-async fn setting_number(client: &Client, name: &str) -> Result<i64, tokio_postgres::Error> {
-    let row = client
-        .query_one(
-            "SELECT setting::bigint FROM pg_settings WHERE name = $1",
-            &[&name],
-        )
-        .await?;
-    Ok(row.get(0))
 }
 
 async fn postgres_checks(

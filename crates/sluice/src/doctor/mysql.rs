@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use mysql_async::prelude::Queryable as _;
 use serde::Serialize;
 
-use super::{Finding, Severity, finding};
+use super::finding::{Finding, Severity, finding};
 use crate::config::{SnapshotMode, StateStoreKind};
 use crate::error::PipelineError;
 use crate::source::mysql::config::MysqlPipelineConfig;
@@ -54,7 +54,7 @@ fn human_duration(seconds: u64) -> String {
 
 /// Every MySQL/MariaDB finding for `config`'s server and saved position.
 pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Finding>) {
-    let url = crate::source::postgres::connect::redact_url(&config.source.url);
+    let url = crate::pg_connect::redact_url(&config.source.url);
     let mut conn = match server::connect(&config.source).await {
         Ok(conn) => conn,
         Err(error) => {

@@ -2,7 +2,7 @@
 //! settings, and no subject of the pipeline under compatibility `NONE`, which lets a breaking
 //! change (a dropped or retyped column) through to every consumer.
 
-use super::{Finding, Severity, finding};
+use super::finding::{Finding, Severity, finding};
 use crate::registry::{Registry, RegistryConfig};
 
 /// Adds the registry's findings for the subjects of the pipeline's topics (`topics`: the

@@ -5,7 +5,8 @@
 
 use tokio_postgres::Client;
 
-use super::{Finding, Severity, Target, finding, setting_number};
+use super::target::{Target, setting_number};
+use super::{Finding, Severity, finding};
 
 /// Runs the checks (`version`: the server's major version).
 pub(super) async fn checks(

@@ -23,6 +23,7 @@ pub mod geometry;
 pub mod options;
 pub mod schema;
 pub mod temporal;
+mod wire;
 
 pub use options::{
     BinaryHandlingMode, HstoreHandlingMode, IntervalHandlingMode, SkippedOperations, TemporalUnit,

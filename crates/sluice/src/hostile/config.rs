@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 
 use super::on_small_stack;
-use crate::config::parse_interpolated;
+use crate::config::load::parse_interpolated;
 use crate::pipeline_file::PipelineFile;
 
 const EXAMPLES: [&str; 5] = [
@@ -151,7 +151,8 @@ proptest! {
 /// place, found before parsing.
 #[test]
 fn toml_nesting_is_capped_before_parsing() {
-    use crate::config::{ConfigError, parse_toml};
+    use crate::config::ConfigError;
+    use crate::config::load::parse_toml;
     let nested = |depth: usize| format!("x = {}{}\n", "[".repeat(depth), "]".repeat(depth));
     let at_the_cap = parse_toml(&nested(64), "f.toml");
     assert!(at_the_cap.is_ok(), "{at_the_cap:?}");

@@ -2,8 +2,8 @@
 //! signals, snapshots) and Kafka Connect's own (converters, transforms, predicates, topic
 //! creation, producer overrides, error handling).
 
-use super::Import;
 use super::document::section;
+use super::session::Import;
 
 /// Debezium's event options that sluice takes by the same name (dots → `_`), with the values
 /// it accepts (empty: any).

@@ -1,8 +1,8 @@
 //! The Debezium MySQL (and MariaDB) connector's settings (MySqlConnectorConfig, Debezium 3.x)
 //! and what sluice makes of each; shared and Connect settings are [`super::common`]'s.
 
-use super::Import;
 use super::regex_glob::{split_list, to_globs};
+use super::session::Import;
 
 /// One MySQL connector setting; false when it is not one of this connector's own.
 pub fn setting(import: &mut Import<'_>, key: &str, value: &str) -> bool {

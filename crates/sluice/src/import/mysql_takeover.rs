@@ -7,8 +7,8 @@
 
 use anyhow::Context as _;
 
+use super::check::{Check, report};
 use super::offsets::MysqlOffset;
-use super::takeover::{Check, report};
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::mysql::server::{self, BinlogPosition, Flavor};
 

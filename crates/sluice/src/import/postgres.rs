@@ -2,8 +2,8 @@
 //! what sluice makes of each; the settings it shares with the MySQL connector and Connect's
 //! own are [`super::common`]'s.
 
-use super::Import;
 use super::regex_glob::{split_list, to_globs};
+use super::session::Import;
 
 /// One PostgreSQL connector setting; false when it is not one of this connector's own.
 pub fn setting(import: &mut Import<'_>, key: &str, value: &str) -> bool {
@@ -232,9 +232,11 @@ pub fn finish(import: &mut Import<'_>) {
     // sluice's defaults are its own, so both are written.
     if import.doc.get(import.source, "slot").is_none() {
         import.set_source("slot", "debezium");
-        import.findings.push(super::Finding {
+        import.findings.push(super::session::Finding {
             setting: "slot.name".to_owned(),
-            outcome: super::Outcome::Noted("unset: Debezium's default \"debezium\"".to_owned()),
+            outcome: super::session::Outcome::Noted(
+                "unset: Debezium's default \"debezium\"".to_owned(),
+            ),
         });
     }
     if import.doc.get(import.source, "publication").is_none() {
@@ -246,9 +248,9 @@ pub fn finish(import: &mut Import<'_>) {
     let via_root = import.flag("publish.via.partition.root").unwrap_or(false);
     import.set_source("partitions", if via_root { "root" } else { "leaves" });
     if import.get("publish.via.partition.root").is_none() {
-        import.findings.push(super::Finding {
+        import.findings.push(super::session::Finding {
             setting: "publish.via.partition.root".to_owned(),
-            outcome: super::Outcome::Noted(
+            outcome: super::session::Outcome::Noted(
                 "unset: Debezium's default false, so partitions = \"leaves\" (each partition its own topic, as Debezium writes them)"
                     .to_owned(),
             ),
@@ -353,9 +355,9 @@ fn tables(import: &mut Import<'_>) {
     }
     if schemas.is_empty() && tables.is_empty() {
         schemas.push("public".to_owned());
-        import.findings.push(super::Finding {
+        import.findings.push(super::session::Finding {
             setting: "schema.include.list".to_owned(),
-            outcome: super::Outcome::Dropped {
+            outcome: super::session::Outcome::Dropped {
                 reason: "no include list: Debezium captures every schema; sluice captures the schemas it is given: schemas = [\"public\"] written, add the others".to_owned(),
                 changes_output: schema_include.is_none() && table_include.is_none(),
             },

@@ -22,37 +22,11 @@ use std::path::Path;
 use anyhow::{Context as _, bail};
 use sluice_engine::Lsn;
 
-use super::Imported;
+use super::check::{Check, report};
 use super::connector::{ConnectorConfig, ConnectorKind};
 use super::offsets::{self, MysqlOffset, OffsetRecord, PgOffset};
+use super::session::Imported;
 use crate::pipeline_file::PipelineFile;
-
-/// One precondition and whether it holds.
-#[derive(Debug, Clone)]
-pub struct Check {
-    /// What was checked.
-    pub what: String,
-    /// `None`: it holds; `Some(fix)`: it does not, and what to do.
-    pub failure: Option<String>,
-}
-
-impl Check {
-    /// A check that holds.
-    pub fn ok(what: impl Into<String>) -> Self {
-        Self {
-            what: what.into(),
-            failure: None,
-        }
-    }
-
-    /// A check that failed, with the fix.
-    pub fn failed(what: impl Into<String>, fix: impl Into<String>) -> Self {
-        Self {
-            what: what.into(),
-            failure: Some(fix.into()),
-        }
-    }
-}
 
 /// Reads the offsets, checks the takeover's preconditions and (when all hold) prepares the
 /// source; prints what it found. False when a check failed (nothing was changed).
@@ -148,17 +122,6 @@ fn load_records(source: &str, brokers: Option<&str>) -> anyhow::Result<Vec<Offse
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the offsets file {source} (expected kafka:<topic> or a file dumped from it)"))?;
     offsets::parse_dump(&text).with_context(|| format!("offsets file {source}"))
-}
-
-/// Prints the checks; true when all hold.
-pub fn report(checks: &[Check]) -> bool {
-    for check in checks {
-        match &check.failure {
-            None => eprintln!("check: {}: ok", check.what),
-            Some(fix) => eprintln!("check: {}: FAILED\n  fix: {fix}", check.what),
-        }
-    }
-    checks.iter().all(|c| c.failure.is_none())
 }
 
 /// The slot as the checks read it.
@@ -314,7 +277,7 @@ async fn publication_checks(
     client: &tokio_postgres::Client,
     config: &crate::source::postgres::config::PgPipelineConfig,
     publication: &str,
-    checks: &mut Vec<super::takeover::Check>,
+    checks: &mut Vec<Check>,
 ) -> anyhow::Result<()> {
     let row = client
         .query_opt("SELECT puballtables, pubinsert AND pubupdate AND pubdelete FROM pg_publication WHERE pubname = $1", &[&publication])

@@ -5,22 +5,22 @@
 //! substitution, strict keys whose errors name their path, and [`SinkPipelineConfig::validate`]
 //! collecting every broken rule. Defaults live in the `DEFAULT_*` constants below.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::num::NonZeroU32;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use rdkafka::ClientConfig;
 use serde::Deserialize;
 
 use crate::config::{
-    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RedactedProperties, RestartConfig,
-    is_identifier, is_topic_name,
+    AdminConfig, ConfigError, ConfigIssue, DEFAULT_MEMORY_LIMIT, RestartConfig, is_identifier,
+    is_topic_name,
 };
+use crate::sink::kafka_source::{KafkaSourceConfig, TopicSelector, whole_match};
+use crate::sink::object::S3Config;
 use crate::sink::template::PathTemplate;
 
-/// Default interval between commits of the watermark offsets to the consumer group.
-pub const DEFAULT_COMMIT_INTERVAL_MS: u64 = 1_000;
 /// Default path template: one directory per topic and record date (UTC).
 pub const DEFAULT_PATH_TEMPLATE: &str = "{topic}/dt={timestamp:%Y-%m-%d}/";
 /// Default records per file before it is rolled.
@@ -75,8 +75,6 @@ pub const DEFAULT_MAX_ABANDONED_WORKERS: u32 = 16;
 pub const DEFAULT_RETRY_MAX_ATTEMPTS: u32 = 5;
 /// Default first retry delay; doubles per attempt.
 pub const DEFAULT_RETRY_BACKOFF_MS: u64 = 100;
-/// Default part size of multipart uploads to an object store (S3's minimum is 5 MiB).
-pub const DEFAULT_UPLOAD_PART_BYTES: usize = 16 * 1024 * 1024;
 /// Default rows per Parquet row group.
 pub const DEFAULT_PARQUET_ROW_GROUP_RECORDS: usize = 65_536;
 /// Default encoded bytes per Parquet row group.
@@ -115,152 +113,43 @@ pub enum SinkSourceConfig {
     Kafka(KafkaSourceConfig),
 }
 
-/// `[source.kafka]`.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KafkaSourceConfig {
-    /// `host:port[,host:port…]`.
-    pub brokers: String,
-    /// Topics to read: names, comma-separated lists of names, or `/regex/` (every topic whose
-    /// whole name matches, including topics created later). See [`Self::topic_names`] and
-    /// [`Self::subscription`].
-    pub topics: Vec<String>,
-    /// Consumer group; default `sluice_<pipeline name>`.
-    pub group_id: Option<String>,
-    /// Interval between commits of the watermark offsets.
-    #[serde(default = "default_commit_interval_ms")]
-    pub commit_interval_ms: u64,
-    /// librdkafka consumer properties by their own names (`enable.auto.commit` is always false).
-    #[serde(default)]
-    pub properties: BTreeMap<String, String>,
-    /// librdkafka properties for every client of the pipeline (consumer, dead-letter producer,
-    /// metadata): security (`security.protocol`, `ssl.*`, `sasl.*`) and the like.
-    #[serde(default)]
-    pub client: BTreeMap<String, String>,
-    /// The records' form, keys and values (as the sources' `[kafka.events] format`): `"json"`
-    /// (the default: plain JSON or `{"schema":…,"payload":…}`, each recognised as it comes;
-    /// `"json_with_schemas"` is the same) or `"avro"` (Confluent's wire format, schemas fetched
-    /// from `[schema_registry]` by id). `key_format` and `value_format` choose each apart
-    /// (Connect's `key.converter` / `value.converter`).
-    #[serde(default)]
-    pub format: Option<crate::event::EventFormat>,
-    /// The keys' form (default: `format`).
-    #[serde(default)]
-    pub key_format: Option<crate::event::EventFormat>,
-    /// The values' form (default: `format`).
-    #[serde(default)]
-    pub value_format: Option<crate::event::EventFormat>,
-}
+/// Consumer settings sluice sets unless the pipeline file overrides them.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
+    ("auto.offset.reset", "earliest"),
+    ("enable.partition.eof", "false"),
+    // Fetch in large chunks; the per-partition queue budget bounds what waits for workers.
+    ("fetch.max.bytes", "52428800"),
+    // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
+    // and backs a partition off after a pause discards its in-flight fetch: both left the
+    // consumer idle for most of each second whenever the workers briefly fell behind. At 10 ms
+    // the prefetch queue (a few MiB, a few ms of records) still ran dry during each back-off:
+    // 1 ms gave 1.23x the JSON Lines rate at 1 sub-partition and 1.18x at 2 (bench/RESULTS.md,
+    // "Files sink: librdkafka's fetch back-off at 1 ms").
+    ("fetch.queue.backoff.ms", "1"),
+    ("fetch.error.backoff.ms", "50"),
+];
 
-/// One entry of `source.kafka.topics`, after splitting at commas.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TopicSelector {
-    /// A topic name.
-    Name(String),
-    /// A regular expression (between slashes in the file) that whole topic names match.
-    Pattern(String),
-}
-
-impl KafkaSourceConfig {
-    /// The keys' form.
-    pub fn key_format(&self) -> crate::event::EventFormat {
-        self.key_format
-            .or(self.format)
-            .unwrap_or(crate::event::EventFormat::Json)
+/// Builds the consumer's configuration.
+pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
+    let kafka = config.kafka();
+    let mut client = crate::kafka::client_config(&kafka.brokers, &kafka.client);
+    client
+        .set("group.id", config.group_id())
+        .set("client.id", format!("sluice-{}", config.name));
+    for (key, value) in CONSUMER_DEFAULTS {
+        client.set(*key, *value);
     }
-
-    /// The values' form.
-    pub fn value_format(&self) -> crate::event::EventFormat {
-        self.value_format
-            .or(self.format)
-            .unwrap_or(crate::event::EventFormat::Json)
+    // librdkafka's own prefetch per partition (its default is 64 MiB), on top of the
+    // partition queue: sized from `delivery.memory_limit`.
+    client.set(
+        "queued.max.messages.kbytes",
+        config.prefetch_kbytes().to_string(),
+    );
+    for (key, value) in &kafka.properties {
+        client.set(key, value);
     }
-
-    /// Whether keys or values are Avro (and need `[schema_registry]`).
-    pub fn uses_avro(&self) -> bool {
-        self.key_format() == crate::event::EventFormat::Avro
-            || self.value_format() == crate::event::EventFormat::Avro
-    }
-
-    /// The entries of `topics`: comma-separated names are split, `/…/` is a pattern.
-    pub fn selectors(&self) -> Vec<TopicSelector> {
-        let mut selectors = Vec::new();
-        for entry in &self.topics {
-            let entry = entry.trim();
-            if entry.len() >= 2 && entry.starts_with('/') && entry.ends_with('/') {
-                selectors.push(TopicSelector::Pattern(entry[1..entry.len() - 1].to_owned()));
-                continue;
-            }
-            for name in entry.split(',') {
-                let name = name.trim();
-                if !name.is_empty() {
-                    selectors.push(TopicSelector::Name(name.to_owned()));
-                }
-            }
-        }
-        selectors
-    }
-
-    /// The topics named (not matched by a pattern).
-    pub fn topic_names(&self) -> Vec<String> {
-        self.selectors()
-            .into_iter()
-            .filter_map(|s| match s {
-                TopicSelector::Name(name) => Some(name),
-                TopicSelector::Pattern(_) => None,
-            })
-            .collect()
-    }
-
-    /// The subscription as librdkafka takes it: names, and patterns as `^(…)$` (librdkafka
-    /// treats a subscription that starts with `^` as a regular expression).
-    pub fn subscription(&self) -> Vec<String> {
-        self.selectors()
-            .into_iter()
-            .map(|s| match s {
-                TopicSelector::Name(name) => name,
-                TopicSelector::Pattern(pattern) => {
-                    let pattern = pattern.strip_prefix('^').unwrap_or(&pattern);
-                    let pattern = pattern.strip_suffix('$').unwrap_or(pattern);
-                    format!("^({pattern})$")
-                }
-            })
-            .collect()
-    }
-
-    /// Whether `topic` is read: named, or matched by a pattern.
-    pub fn selects(&self, topic: &str) -> bool {
-        self.selectors().iter().any(|s| match s {
-            TopicSelector::Name(name) => name == topic,
-            TopicSelector::Pattern(pattern) => whole_match(pattern, topic).unwrap_or(false),
-        })
-    }
-}
-
-/// Whether `pattern` matches all of `text`; `Err`: the pattern is invalid.
-fn whole_match(pattern: &str, text: &str) -> Result<bool, String> {
-    let pattern = pattern.strip_prefix('^').unwrap_or(pattern);
-    let pattern = pattern.strip_suffix('$').unwrap_or(pattern);
-    let regex =
-        regex_automata::meta::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| e.to_string())?;
-    Ok(regex.is_match(text))
-}
-
-impl std::fmt::Debug for KafkaSourceConfig {
-    // `properties` and `client` may hold `sasl.password` and the like.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaSourceConfig")
-            .field("brokers", &self.brokers)
-            .field("topics", &self.topics)
-            .field("group_id", &self.group_id)
-            .field("commit_interval_ms", &self.commit_interval_ms)
-            .field("properties", &RedactedProperties(&self.properties))
-            .field("client", &RedactedProperties(&self.client))
-            .field("format", &self.format)
-            .field("key_format", &self.key_format)
-            .field("value_format", &self.value_format)
-            .finish()
-    }
+    client.set("enable.auto.commit", "false");
+    client
 }
 
 /// The sink section: exactly one sink kind.
@@ -344,57 +233,6 @@ pub struct FilesSinkConfig {
     /// Parquet file's memory whatever the records' size.
     #[serde(default = "default_parquet_row_group_bytes")]
     pub parquet_row_group_bytes: usize,
-}
-
-/// `[sink.files.s3]`. Unset keys come from the environment as the AWS tools read it
-/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
-/// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`).
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct S3Config {
-    /// An S3-compatible server's URL, e.g. `http://127.0.0.1:9000`; default: AWS.
-    pub endpoint: Option<String>,
-    /// Region.
-    pub region: Option<String>,
-    /// Access key id.
-    pub access_key_id: Option<String>,
-    /// Secret access key (use `"${AWS_SECRET_ACCESS_KEY}"` or leave it to the environment).
-    pub secret_access_key: Option<String>,
-    /// Allow a plain-HTTP endpoint (a local test server).
-    pub allow_http: Option<bool>,
-    /// Files larger than this are uploaded in parts of this size (at least 5 MiB).
-    #[serde(default = "default_upload_part_bytes")]
-    pub upload_part_bytes: usize,
-}
-
-impl Default for S3Config {
-    fn default() -> Self {
-        Self {
-            endpoint: None,
-            region: None,
-            access_key_id: None,
-            secret_access_key: None,
-            allow_http: None,
-            upload_part_bytes: DEFAULT_UPLOAD_PART_BYTES,
-        }
-    }
-}
-
-/// The secret stays out of logs and error messages.
-impl std::fmt::Debug for S3Config {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Config")
-            .field("endpoint", &self.endpoint)
-            .field("region", &self.region)
-            .field("access_key_id", &self.access_key_id)
-            .field(
-                "secret_access_key",
-                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
-            )
-            .field("allow_http", &self.allow_http)
-            .field("upload_part_bytes", &self.upload_part_bytes)
-            .finish()
-    }
 }
 
 /// What happens to a record that cannot be written (not JSON, a template field missing or
@@ -485,9 +323,6 @@ const fn default_dead_letter_max_value_bytes() -> u32 {
 const fn default_true() -> bool {
     true
 }
-const fn default_commit_interval_ms() -> u64 {
-    DEFAULT_COMMIT_INTERVAL_MS
-}
 fn default_path_template() -> String {
     DEFAULT_PATH_TEMPLATE.to_owned()
 }
@@ -502,9 +337,6 @@ const fn default_roll_interval_ms() -> u64 {
 }
 const fn default_sub_partitions() -> u32 {
     DEFAULT_SUB_PARTITIONS
-}
-const fn default_upload_part_bytes() -> usize {
-    DEFAULT_UPLOAD_PART_BYTES
 }
 const fn default_parquet_row_group_records() -> usize {
     DEFAULT_PARQUET_ROW_GROUP_RECORDS
@@ -633,7 +465,7 @@ impl SinkPipelineConfig {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        crate::config::parse_pipeline(text, origin, env, Self::validate)
+        crate::config::load::parse_pipeline(text, origin, env, Self::validate)
     }
 
     /// Checks every rule that serde's types do not express; returns all broken ones.
@@ -1021,7 +853,7 @@ mod tests {
                 &env,
             )
             .unwrap();
-            let client = crate::sink::consumer_config(&config);
+            let client = consumer_config(&config);
             let prefetch = client.get("queued.max.messages.kbytes").unwrap().to_owned();
             (config.queued_bytes().get(), prefetch)
         };
@@ -1044,7 +876,7 @@ mod tests {
             &env,
         )
         .unwrap();
-        let client = crate::sink::consumer_config(&config);
+        let client = consumer_config(&config);
         assert_eq!(client.get("queued.max.messages.kbytes"), Some("65536"));
         let small = issues(&format!("{MINIMAL}\n[delivery]\nmemory_limit = \"8MiB\"\n"));
         assert_eq!(small[0].key, "delivery.memory_limit");
@@ -1188,7 +1020,7 @@ mod tests {
         );
         assert_eq!(
             config.files().unwrap().s3.upload_part_bytes,
-            DEFAULT_UPLOAD_PART_BYTES
+            crate::sink::object::DEFAULT_UPLOAD_PART_BYTES
         );
         let text = include_str!("../../../../examples/kafka-to-postgres.toml");
         let env = |name: &str| match name {

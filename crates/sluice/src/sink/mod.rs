@@ -55,6 +55,7 @@
 pub mod avro;
 pub mod config;
 pub mod files;
+pub mod kafka_source;
 pub mod metrics;
 pub mod object;
 pub mod parquet;
@@ -74,7 +75,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaRespErr;
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use rustc_hash::FxHashMap;
 use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use sluice_kafka_ffi::PartitionBatchQueue;
@@ -83,7 +84,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::PipelineError;
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd as SupervisedEnd, Supervised};
-use crate::sink::config::{FailurePolicy, SinkPipelineConfig};
+use crate::sink::config::{FailurePolicy, SinkPipelineConfig, consumer_config};
 use crate::sink::files::{
     FileSettings, OutputRoot, Ownership, Recovered, RootError, SubPartitionId,
 };
@@ -94,22 +95,6 @@ use crate::sink::worker::{
     AbandonedWorkers, DeadLetter, FailureSettings, FilesWriter, IntakeLink, RecordData,
     SubPartitionWriter, WorkerEvent, WorkerHandle, WorkerMsg, WorkerSettings,
 };
-
-/// Consumer settings sluice sets unless the pipeline file overrides them.
-pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[
-    ("auto.offset.reset", "earliest"),
-    ("enable.partition.eof", "false"),
-    // Fetch in large chunks; the per-partition queue budget bounds what waits for workers.
-    ("fetch.max.bytes", "52428800"),
-    // librdkafka waits 1 s before fetching again when its local queue is over its thresholds,
-    // and backs a partition off after a pause discards its in-flight fetch: both left the
-    // consumer idle for most of each second whenever the workers briefly fell behind. At 10 ms
-    // the prefetch queue (a few MiB, a few ms of records) still ran dry during each back-off:
-    // 1 ms gave 1.23x the JSON Lines rate at 1 sub-partition and 1.18x at 2 (bench/RESULTS.md,
-    // "Files sink: librdkafka's fetch back-off at 1 ms").
-    ("fetch.queue.backoff.ms", "1"),
-    ("fetch.error.backoff.ms", "50"),
-];
 
 /// A Kafka → files pipeline as the supervisor ([`crate::runtime::supervisor`]) runs it: each
 /// run resumes from the committed files; a pause is applied inside the run (the consumer
@@ -244,29 +229,6 @@ impl Supervised for SinkPipeline {
             RunEnd::RestartRequested => SupervisedEnd::Requested,
         })
     }
-}
-
-/// Builds the consumer's configuration.
-pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
-    let kafka = config.kafka();
-    let mut client = crate::kafka::client_config(&kafka.brokers, &kafka.client);
-    client
-        .set("group.id", config.group_id())
-        .set("client.id", format!("sluice-{}", config.name));
-    for (key, value) in CONSUMER_DEFAULTS {
-        client.set(*key, *value);
-    }
-    // librdkafka's own prefetch per partition (its default is 64 MiB), on top of the
-    // partition queue: sized from `delivery.memory_limit`.
-    client.set(
-        "queued.max.messages.kbytes",
-        config.prefetch_kbytes().to_string(),
-    );
-    for (key, value) in &kafka.properties {
-        client.set(key, value);
-    }
-    client.set("enable.auto.commit", "false");
-    client
 }
 
 /// The files writers' settings from the pipeline file.

@@ -14,9 +14,8 @@ use object_store::buffered::BufWriter;
 use object_store::path::Path as ObjectPath;
 use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+use serde::Deserialize;
 use tokio::io::AsyncWriteExt as _;
-
-use crate::sink::config::S3Config;
 
 /// The smallest multipart part S3 accepts (every part but the last).
 pub const MIN_UPLOAD_PART_BYTES: usize = 5 * 1024 * 1024;
@@ -25,6 +24,64 @@ pub const MIN_UPLOAD_PART_BYTES: usize = 5 * 1024 * 1024;
 /// from its staged key with one `CopyObject`, which takes up to 5 GiB; a file may exceed
 /// `roll_bytes` by its last record.
 pub const MAX_ROLL_BYTES: u64 = 4 * 1024 * 1024 * 1024;
+
+/// Default part size of multipart uploads to an object store (S3's minimum is 5 MiB).
+pub const DEFAULT_UPLOAD_PART_BYTES: usize = 16 * 1024 * 1024;
+
+/// `[sink.files.s3]`. Unset keys come from the environment as the AWS tools read it
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+/// `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// An S3-compatible server's URL, e.g. `http://127.0.0.1:9000`; default: AWS.
+    pub endpoint: Option<String>,
+    /// Region.
+    pub region: Option<String>,
+    /// Access key id.
+    pub access_key_id: Option<String>,
+    /// Secret access key (use `"${AWS_SECRET_ACCESS_KEY}"` or leave it to the environment).
+    pub secret_access_key: Option<String>,
+    /// Allow a plain-HTTP endpoint (a local test server).
+    pub allow_http: Option<bool>,
+    /// Files larger than this are uploaded in parts of this size (at least 5 MiB).
+    #[serde(default = "default_upload_part_bytes")]
+    pub upload_part_bytes: usize,
+}
+
+impl Default for S3Config {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            region: None,
+            access_key_id: None,
+            secret_access_key: None,
+            allow_http: None,
+            upload_part_bytes: DEFAULT_UPLOAD_PART_BYTES,
+        }
+    }
+}
+
+/// The secret stays out of logs and error messages.
+impl std::fmt::Debug for S3Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Config")
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("access_key_id", &self.access_key_id)
+            .field(
+                "secret_access_key",
+                &self.secret_access_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("allow_http", &self.allow_http)
+            .field("upload_part_bytes", &self.upload_part_bytes)
+            .finish()
+    }
+}
+
+const fn default_upload_part_bytes() -> usize {
+    DEFAULT_UPLOAD_PART_BYTES
+}
 
 /// An object store under a prefix; see the [module docs](self).
 pub struct ObjectTarget {

@@ -22,6 +22,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use super::config_more::split_list;
 use super::field::{Part, ReplaceField, ValueToKey};
 use super::predicate::{Predicate, whole_match_regex};
 use super::router::RegexRouter;
@@ -330,15 +331,6 @@ fn strings(
     }
 }
 
-/// A comma-separated list, trimmed, empty entries left out.
-pub(super) fn split_list(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 /// A type's short name: `org.apache.kafka.connect.transforms.ReplaceField$Value` →
 /// `ReplaceField$Value`.
 fn short(kind: &str) -> &str {
@@ -534,16 +526,18 @@ fn transform(
         && let Some(built) = super::config_more::transform(short(kind), values, &key, &mut issues)
     {
         built
-    } else if super::headers::HEADER_TRANSFORMS
+    } else if super::config_headers::HEADER_TRANSFORMS
         .iter()
         .any(|t| names(kind, t))
-        && let Some(built) = super::headers::configure(short(kind), values, &key, &mut issues)
+        && let Some(built) =
+            super::config_headers::header_transform(short(kind), values, &key, &mut issues)
     {
         built
-    } else if super::shape::SHAPE_TRANSFORMS
+    } else if super::config_headers::SHAPE_TRANSFORMS
         .iter()
         .any(|t| names(kind, t))
-        && let Some(built) = super::shape::configure(short(kind), values, &key, &mut issues)
+        && let Some(built) =
+            super::config_headers::shape_transform(short(kind), values, &key, &mut issues)
     {
         built
     } else if names(kind, "io.debezium.transforms.Filter")

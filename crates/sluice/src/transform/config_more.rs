@@ -270,7 +270,7 @@ pub fn transform(
             )
         }
         "MaskField$Key" | "MaskField$Value" => {
-            let fields = super::config::split_list(get("fields").unwrap_or_default());
+            let fields = split_list(get("fields").unwrap_or_default());
             if fields.is_empty() {
                 issue(
                     "fields",
@@ -299,4 +299,13 @@ pub fn transform(
         _ => return None,
     };
     Some(built)
+}
+
+/// A comma-separated list, trimmed, empty entries left out.
+pub(super) fn split_list(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }

@@ -1,7 +1,8 @@
 //! Kafka's field transforms: `ReplaceField` (`$Key`/`$Value`) and `ValueToKey`.
 
 use super::json::{Data, Members, ObjectWriter, Schema};
-use super::{Record, schema};
+use super::record::Record;
+use super::schema;
 
 /// Which part of a record a `$Key`/`$Value` transform works on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

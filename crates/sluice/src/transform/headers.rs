@@ -5,20 +5,10 @@
 //! sluice's text headers and is left out (docs/transforms.md).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use super::field::Part;
 use super::json::{Data, Members, ObjectWriter, Schema, header_text};
-use super::{Record, Transform, schema};
-use crate::error::ConfigIssue;
-
-/// The transforms of this file by their full names.
-pub const HEADER_TRANSFORMS: &[&str] = &[
-    "org.apache.kafka.connect.transforms.InsertHeader",
-    "org.apache.kafka.connect.transforms.DropHeaders",
-    "org.apache.kafka.connect.transforms.HeaderFrom$Key",
-    "org.apache.kafka.connect.transforms.HeaderFrom$Value",
-];
+use super::{Record, schema};
 
 /// `InsertHeader`: the header `header` with the literal `value.literal` added to every record.
 #[derive(Debug)]
@@ -133,105 +123,4 @@ fn part_name(part: Part) -> &'static str {
         Part::Key => "key",
         Part::Value => "value",
     }
-}
-
-/// The transform `short` (a short name of [`HEADER_TRANSFORMS`]) configured by `values`, and
-/// the keys it takes; `None` when `short` is not one of them.
-pub fn configure(
-    short: &str,
-    values: &BTreeMap<String, String>,
-    key: &dyn Fn(&str) -> String,
-    issues: &mut Vec<ConfigIssue>,
-) -> Option<(Option<Transform>, &'static [&'static str])> {
-    let get = |k: &str| values.get(k).map(String::as_str);
-    let list = |k: &str| get(k).map(super::config::split_list).unwrap_or_default();
-    let mut issue = |k: &str, problem: String| {
-        issues.push(ConfigIssue {
-            key: key(k),
-            problem,
-        });
-    };
-    Some(match short {
-        "InsertHeader" => {
-            let keys: &[&str] = &["header", "value.literal"];
-            let (Some(header), Some(value)) = (get("header"), get("value.literal")) else {
-                for k in keys.iter().filter(|k| get(k).is_none()) {
-                    issue(k, "is missing: InsertHeader needs header (the header's name) and value.literal (its value)".into());
-                }
-                return Some((None, keys));
-            };
-            (
-                Some(Transform::InsertHeader(InsertHeader {
-                    header: header.to_owned(),
-                    value: value.to_owned(),
-                })),
-                keys,
-            )
-        }
-        "DropHeaders" => {
-            let headers = list("headers");
-            if headers.is_empty() {
-                issue(
-                    "headers",
-                    "is missing: expected the names of the headers to drop, separated by commas"
-                        .into(),
-                );
-            }
-            (
-                Some(Transform::DropHeaders(DropHeaders { headers })),
-                &["headers"],
-            )
-        }
-        "HeaderFrom$Key" | "HeaderFrom$Value" => {
-            let keys: &[&str] = &["fields", "headers", "operation"];
-            let (fields, headers) = (list("fields"), list("headers"));
-            if fields.is_empty() || headers.is_empty() {
-                for k in ["fields", "headers"] {
-                    if list(k).is_empty() {
-                        issue(k, "is missing: HeaderFrom needs fields (the fields to copy or move) and headers (their headers' names, in the same order), separated by commas".into());
-                    }
-                }
-                return Some((None, keys));
-            }
-            if fields.len() != headers.len() {
-                issue(
-                    "headers",
-                    format!(
-                        "names {} headers for {} fields: expected one header per field, in the same order",
-                        headers.len(),
-                        fields.len()
-                    ),
-                );
-            }
-            let remove = match get("operation") {
-                Some("move") => true,
-                Some("copy") => false,
-                Some(other) => {
-                    issue("operation", format!("{other:?}: expected move or copy"));
-                    false
-                }
-                None => {
-                    issue(
-                        "operation",
-                        "is missing: expected move (the fields leave the struct) or copy".into(),
-                    );
-                    false
-                }
-            };
-            let part = if short.ends_with("$Key") {
-                Part::Key
-            } else {
-                Part::Value
-            };
-            (
-                Some(Transform::HeaderFrom(HeaderFrom {
-                    part,
-                    pairs: fields.into_iter().zip(headers).collect(),
-                    remove,
-                })),
-                keys,
-            )
-        }
-        _ => return None,
-    })
 }

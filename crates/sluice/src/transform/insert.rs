@@ -3,7 +3,8 @@
 
 use super::field::Part;
 use super::json::{Data, Members, ObjectWriter, Schema, string};
-use super::{Record, schema};
+use super::record::Record;
+use super::schema;
 
 /// A field to add: its name and whether its schema is optional (`name?`, the default) or
 /// required (`name!`).

@@ -6,8 +6,9 @@
 use std::sync::Arc;
 
 use super::json::{Data, Members, ObjectWriter, Schema, string};
+use super::record::Record;
 use super::router::RegexRouter;
-use super::{Record, schema};
+use super::schema;
 
 /// `key.field.name`'s default.
 pub const DEFAULT_KEY_FIELD: &str = "__dbz__physicalTableIdentifier";

@@ -7,7 +7,8 @@
 
 use super::field::Part;
 use super::json::{Data, Members, ObjectWriter, Schema, string};
-use super::{Record, schema};
+use super::record::Record;
+use super::schema;
 
 /// `MaskField`.
 #[derive(Debug)]

@@ -12,6 +12,7 @@
 //! schema envelope; Avro events are refused with `[transforms]` for now.
 
 pub mod config;
+mod config_headers;
 mod config_more;
 mod field;
 mod headers;
@@ -21,32 +22,20 @@ pub mod json;
 mod logical;
 mod mask;
 mod predicate;
+mod record;
 mod router;
 mod schema;
 mod shape;
 mod timestamp;
 mod unwrap;
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 pub use self::config::{PredicatesConfig, TransformsConfig};
 use self::json::Data;
 pub use self::predicate::Predicate;
+pub use self::record::Record;
 use crate::record::OutRecord;
-
-/// A record as the transforms see it.
-#[derive(Debug, Clone)]
-pub struct Record {
-    /// Its topic.
-    pub topic: Arc<str>,
-    /// Its key.
-    pub key: Data,
-    /// Its value (`Data::value` `None`: a null value; with `Schema::None`: a tombstone).
-    pub value: Data,
-    /// Its headers.
-    pub headers: Vec<(Cow<'static, str>, String)>,
-}
 
 /// Why a transform could not be applied to a record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use regex_automata::meta::Regex;
 
-use super::Record;
+use super::record::Record;
 
 /// A predicate.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 
 use regex_automata::meta::Regex;
 
-use super::Record;
+use super::record::Record;
 
 /// `RegexRouter`: a topic matching `regex` as a whole becomes `replacement`, with `$1`… (and
 /// `${name}`) replaced by the groups, as Java's `Matcher.replaceFirst` does.

@@ -1,20 +1,9 @@
 //! Kafka's `ExtractField` and `HoistField` (`$Key`/`$Value`): a struct's field in place of the
 //! struct, and the key or value wrapped in a struct of one field.
 
-use std::collections::BTreeMap;
-
 use super::field::Part;
 use super::json::{Data, Members, ObjectWriter, Schema};
-use super::{Record, Transform, schema};
-use crate::error::ConfigIssue;
-
-/// The transforms of this file by their full names.
-pub const SHAPE_TRANSFORMS: &[&str] = &[
-    "org.apache.kafka.connect.transforms.ExtractField$Key",
-    "org.apache.kafka.connect.transforms.ExtractField$Value",
-    "org.apache.kafka.connect.transforms.HoistField$Key",
-    "org.apache.kafka.connect.transforms.HoistField$Value",
-];
+use super::{Record, schema};
 
 /// `ExtractField`: the field `field` of the struct in place of the struct.
 #[derive(Debug)]
@@ -102,68 +91,4 @@ fn part(record: &mut Record, part: Part) -> &mut Data {
         Part::Key => &mut record.key,
         Part::Value => &mut record.value,
     }
-}
-
-/// The transform `short` (a short name of [`SHAPE_TRANSFORMS`]) configured by `values`, and
-/// the keys it takes; `None` when `short` is not one of them.
-pub fn configure(
-    short: &str,
-    values: &BTreeMap<String, String>,
-    key: &dyn Fn(&str) -> String,
-    issues: &mut Vec<ConfigIssue>,
-) -> Option<(Option<Transform>, &'static [&'static str])> {
-    let part = if short.ends_with("$Key") {
-        Part::Key
-    } else {
-        Part::Value
-    };
-    let extract = match short {
-        "ExtractField$Key" | "ExtractField$Value" => true,
-        "HoistField$Key" | "HoistField$Value" => false,
-        _ => return None,
-    };
-    let keys: &[&str] = if extract {
-        &["field", "field.syntax.version", "replace.null.with.default"]
-    } else {
-        &["field"]
-    };
-    if let Some(version) = values.get("field.syntax.version")
-        && version != "V1"
-    {
-        issues.push(ConfigIssue {
-            key: key("field.syntax.version"),
-            problem: format!(
-                "{version:?}: only V1 (a top-level field's name, the default) is applied by sluice"
-            ),
-        });
-    }
-    if let Some(v) = values.get("replace.null.with.default")
-        && v != "true"
-    {
-        issues.push(ConfigIssue {
-            key: key("replace.null.with.default"),
-            problem: format!("{v:?}: only true (the default) is applied by sluice: remove it"),
-        });
-    }
-    let Some(field) = values.get("field").filter(|f| !f.is_empty()) else {
-        issues.push(ConfigIssue {
-            key: key("field"),
-            problem: format!(
-                "is missing: expected the name of the field {}",
-                if extract {
-                    "to take out of the struct"
-                } else {
-                    "to wrap the key or value in"
-                }
-            ),
-        });
-        return Some((None, keys));
-    };
-    let field = field.clone();
-    let transform = if extract {
-        Transform::ExtractField(ExtractField { part, field })
-    } else {
-        Transform::HoistField(HoistField { part, field })
-    };
-    Some((Some(transform), keys))
 }

@@ -11,7 +11,8 @@
 use super::field::Part;
 use super::javadate::JavaFormat;
 use super::json::{Data, Members, ObjectWriter, Schema, string};
-use super::{Record, schema};
+use super::record::Record;
+use super::schema;
 
 const TIMESTAMP: &str = "org.apache.kafka.connect.data.Timestamp";
 const DATE: &str = "org.apache.kafka.connect.data.Date";

@@ -6,7 +6,8 @@
 use std::borrow::Cow;
 
 use super::json::{Data, Members, ObjectWriter, Schema, header_text, string};
-use super::{Record, schema};
+use super::record::Record;
+use super::schema;
 
 /// The prefix of added fields and headers by default (`add.fields.prefix`,
 /// `add.headers.prefix`).

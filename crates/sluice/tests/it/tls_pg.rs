@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use sluice::source::postgres::connect::connect_sql_url;
+use sluice::pg_connect::connect_sql_url;
 
 use crate::support::{
     Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
@@ -566,12 +566,12 @@ async fn an_expired_server_certificate_is_named_with_the_fix() {
     let text = connect_error(&url.replace("verify-full", "verify-ca")).await;
     assert!(text.contains("has expired"), "{text}");
     // The replication connection (its own SSLRequest handshake).
-    let config = sluice::source::postgres::connect::PgConnectConfig::parse(&url).unwrap();
+    let config = sluice::pg_connect::PgConnectConfig::parse(&url).unwrap();
     let socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .unwrap();
-    match sluice::source::postgres::connect::negotiate_tls(socket, "127.0.0.1", &config).await {
-        Err(sluice::source::postgres::connect::NegotiateError::Refused(text)) => expected(&text),
+    match sluice::pg_connect::negotiate_tls(socket, "127.0.0.1", &config).await {
+        Err(sluice::pg_connect::NegotiateError::Refused(text)) => expected(&text),
         Err(other) => panic!("expected a refusal, got {other:?}"),
         Ok(_) => panic!("an expired certificate was accepted"),
     }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use crate::config::ConfigIssue;
 use crate::event::{BinaryHandlingMode, DecimalHandlingMode, TimePrecisionMode};
 use crate::pg_connect::PgConnectConfig;
-use crate::sink::config::KafkaSourceConfig;
+use crate::sink::kafka_source::KafkaSourceConfig;
 
 /// Default table template: the source's schema and table.
 pub const DEFAULT_TABLE_TEMPLATE: &str = "{schema}.{table}";

@@ -20,6 +20,7 @@ use mysql_async::prelude::Queryable;
 
 use super::config::MysqlSourceConfig;
 use super::encode::{BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS};
+use super::schema::JsonChecks;
 use super::server::{Flavor, sql_error};
 use super::snapshot::CapturedTable;
 use crate::error::PipelineError;
@@ -839,40 +840,6 @@ pub async fn snapshot(
         }
     }
     Ok(out)
-}
-
-/// MariaDB's JSON columns: its JSON is LONGTEXT with a `json_valid(<column>)` check, and
-/// information_schema says `longtext`. Empty on MySQL, whose JSON is a type of its own.
-pub(super) struct JsonChecks(Vec<String>);
-
-impl JsonChecks {
-    /// The table's check clauses (MariaDB only).
-    pub(super) async fn read(
-        conn: &mut Conn,
-        flavor: Flavor,
-        database: &str,
-        table: &str,
-    ) -> Result<Self, mysql_async::Error> {
-        if flavor != Flavor::Mariadb {
-            return Ok(Self(Vec::new()));
-        }
-        conn.exec(
-            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
-             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
-            (database, table),
-        )
-        .await
-        .map(Self)
-    }
-
-    /// Whether the column `name` of information_schema type `data_type` holds JSON.
-    pub(super) fn is_json(&self, name: &str, data_type: &str) -> bool {
-        data_type.eq_ignore_ascii_case("longtext")
-            && self.0.contains(&format!(
-                "json_valid({})",
-                crate::sql::quote_mysql_ident(name)
-            ))
-    }
 }
 
 #[cfg(test)]

@@ -536,32 +536,6 @@ impl TableInfo {
             schemas: None,
         })
     }
-
-    /// Renders the table's schemas when its events need them (JSON with schemas, Avro) and,
-    /// for Avro, registers them (the registry client caches ids: one registration per schema
-    /// and process). `catalog` is [`super::schema::column_catalog`]'s answer.
-    ///
-    /// # Errors
-    ///
-    /// What the schema registry refused (e.g. a change its compatibility rule forbids), or a
-    /// name Avro does not allow: the pipeline stops with the fix.
-    pub async fn prepare_schemas(
-        &mut self,
-        catalog: &[super::schema::ColumnCatalog],
-        events: &EventOptions,
-        registry: Option<&crate::registry::Registry>,
-    ) -> Result<(), PipelineError> {
-        if !events.needs_schemas() {
-            return Ok(());
-        }
-        let mut schemas = super::schema::render(self, catalog, events);
-        let name = format!("{}.{}", self.database, self.table);
-        schemas.registered =
-            crate::registry::register_schemas(registry, &self.topic, &schemas, events, &name)
-                .await?;
-        self.schemas = Some(schemas);
-        Ok(())
-    }
 }
 
 /// A result-set column's kind: its type and flags stand for the binlog's type and metadata

@@ -65,9 +65,8 @@ use mysql_async::{Conn, Row, Value};
 
 use super::config::{MysqlPipelineConfig, MysqlSourceConfig};
 use super::encode::{TableInfo, event_key};
-use super::server::{Flavor, sql_error};
+use super::server::{BinlogSeq, Flavor, sql_error};
 use super::snapshot::{KeyValue, compare, params, quote};
-use super::stream::BinlogSeq;
 use crate::config::parse_table_name;
 use crate::error::PipelineError;
 use crate::runtime::metrics::TableMetrics;

@@ -117,7 +117,7 @@ pub async fn column_catalog(
         )
         .await
         .map_err(fail())?;
-    let json = super::ddl::JsonChecks::read(conn, flavor, database, table)
+    let json = JsonChecks::read(conn, flavor, database, table)
         .await
         .map_err(fail())?;
     Ok(rows
@@ -417,6 +417,68 @@ fn default_json(kind: Kind, info: &ColumnCatalog, events: &EventOptions) -> Opti
         _ => return None,
     }
     String::from_utf8(out).ok()
+}
+
+impl TableInfo {
+    /// Renders the table's schemas when its events need them (JSON with schemas, Avro) and,
+    /// for Avro, registers them (the registry client caches ids: one registration per schema
+    /// and process). `catalog` is [`column_catalog`]'s answer.
+    ///
+    /// # Errors
+    ///
+    /// What the schema registry refused (e.g. a change its compatibility rule forbids), or a
+    /// name Avro does not allow: the pipeline stops with the fix.
+    pub async fn prepare_schemas(
+        &mut self,
+        catalog: &[ColumnCatalog],
+        events: &EventOptions,
+        registry: Option<&crate::registry::Registry>,
+    ) -> Result<(), PipelineError> {
+        if !events.needs_schemas() {
+            return Ok(());
+        }
+        let mut schemas = render(self, catalog, events);
+        let name = format!("{}.{}", self.database, self.table);
+        schemas.registered =
+            crate::registry::register_schemas(registry, &self.topic, &schemas, events, &name)
+                .await?;
+        self.schemas = Some(schemas);
+        Ok(())
+    }
+}
+
+/// MariaDB's JSON columns: its JSON is LONGTEXT with a `json_valid(<column>)` check, and
+/// information_schema says `longtext`. Empty on MySQL, whose JSON is a type of its own.
+pub(super) struct JsonChecks(Vec<String>);
+
+impl JsonChecks {
+    /// The table's check clauses (MariaDB only).
+    pub(super) async fn read(
+        conn: &mut Conn,
+        flavor: Flavor,
+        database: &str,
+        table: &str,
+    ) -> Result<Self, mysql_async::Error> {
+        if flavor != Flavor::Mariadb {
+            return Ok(Self(Vec::new()));
+        }
+        conn.exec(
+            "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS \
+             WHERE CONSTRAINT_SCHEMA = ? AND TABLE_NAME = ?",
+            (database, table),
+        )
+        .await
+        .map(Self)
+    }
+
+    /// Whether the column `name` of information_schema type `data_type` holds JSON.
+    pub(super) fn is_json(&self, name: &str, data_type: &str) -> bool {
+        data_type.eq_ignore_ascii_case("longtext")
+            && self.0.contains(&format!(
+                "json_valid({})",
+                crate::sql::quote_mysql_ident(name)
+            ))
+    }
 }
 
 #[cfg(test)]

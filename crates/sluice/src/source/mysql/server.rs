@@ -365,6 +365,22 @@ pub fn settings_error(issues: &[SettingIssue]) -> Option<PipelineError> {
     })
 }
 
+/// A committed transaction's place in the run (1, 2, …), the delivery core's position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct BinlogSeq(pub u64);
+
+impl std::fmt::Display for BinlogSeq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "transaction #{}", self.0)
+    }
+}
+
+impl crate::delivery::Position for BinlogSeq {
+    fn gauge(&self) -> f64 {
+        self.0 as f64
+    }
+}
+
 /// A binlog position a run starts from: a GTID set where the server has them (resuming by
 /// GTID survives binlog file renames and failovers), and always the file and position.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

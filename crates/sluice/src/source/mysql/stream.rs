@@ -14,7 +14,6 @@
 //! binlogs for `binlog_expire_logs_seconds` whatever the reader did.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -38,11 +37,11 @@ use super::encode::{
 use super::incremental::{self, IncrementalRun, MysqlIncrementalState, SignalRow};
 use super::lag;
 use super::rows::{self, RowPlan};
-use super::server::{self, BinlogPosition, Flavor, GtidState, MariadbGtid};
+use super::server::{self, BinlogPosition, BinlogSeq, Flavor, GtidState, MariadbGtid};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use crate::config::{SnapshotMode, StateStoreKind};
 use crate::delivery::{
-    self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Position, Source,
+    self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source,
 };
 use crate::error::PipelineError;
 use crate::event::{Op, SnapshotMarker};
@@ -69,22 +68,6 @@ const TOPIC_DEADLINE: Duration = Duration::from_secs(20);
 /// How long reading a changed table's definition after a DDL statement may take (it runs
 /// inside the delivery loop).
 const DDL_LOOKUP_DEADLINE: Duration = Duration::from_secs(30);
-
-/// A committed transaction's place in the run (1, 2, …), the delivery core's position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct BinlogSeq(pub u64);
-
-impl fmt::Display for BinlogSeq {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "transaction #{}", self.0)
-    }
-}
-
-impl Position for BinlogSeq {
-    fn gauge(&self) -> f64 {
-        self.0 as f64
-    }
-}
 
 /// What the state store keeps for a MySQL pipeline.
 #[derive(Debug, Clone, Serialize, Deserialize)]

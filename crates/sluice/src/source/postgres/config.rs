@@ -400,6 +400,7 @@ impl PgPipelineConfig {
 impl SourceSection for PostgresSourceConfig {
     const KEY: &'static str = "postgres";
     const ELECTS_ACTIVE_INSTANCE: bool = true;
+    const SUPPORTS_EXACTLY_ONCE: bool = true;
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let pg = self;
@@ -571,7 +572,7 @@ impl SourceSection for PostgresSourceConfig {
         match pg.connection_string() {
             Err((key, problem)) => issue(&key, problem),
             Ok(connection) => {
-                if let Err(error) = super::connect::PgConnectConfig::parse(&connection) {
+                if let Err(error) = crate::pg_connect::PgConnectConfig::parse(&connection) {
                     issue("source.postgres.url", error.to_string());
                 }
             }
@@ -591,8 +592,8 @@ fn url_parameters(url: &str) -> Vec<(String, String)> {
             .filter_map(|part| part.split_once('='))
             .map(|(k, v)| {
                 (
-                    super::connect::percent_decode(k),
-                    super::connect::percent_decode(v),
+                    crate::pg_connect::percent_decode(k),
+                    crate::pg_connect::percent_decode(v),
                 )
             })
             .collect()
@@ -984,7 +985,7 @@ mod tests {
 
     #[test]
     fn connection_parameters_can_be_keys_of_the_section() {
-        use crate::source::postgres::connect::{PgConnectConfig, RootCert, SslMode};
+        use crate::pg_connect::{PgConnectConfig, RootCert, SslMode};
         let text = MINIMAL.replace(
             "schemas = [\"public\"]",
             "schemas = [\"public\"]\nsslmode = \"verify-full\"\nsslrootcert = \"/etc/pg ca/root.crt\"\nchannel_binding = \"require\"",

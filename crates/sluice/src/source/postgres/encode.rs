@@ -12,6 +12,7 @@ use bytes::Bytes;
 use sluice_engine::Lsn;
 
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
+use super::setup::UserType;
 use super::value;
 use crate::event::schema::RenderedSchemas;
 use crate::event::{
@@ -177,26 +178,6 @@ pub struct ColumnInfo {
     /// Debezium does not map), Debezium writes its type's zero, not null (Connect's required
     /// fields cannot hold null), and so does sluice.
     pub not_null: bool,
-}
-
-/// A user-defined type as the catalog describes it, for [`RelationInfo::resolve_types`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UserType {
-    /// A domain: its base type (domains over domains followed) and type modifier.
-    Domain {
-        /// The base type.
-        base: u32,
-        /// The base type's modifier in the domain (`-1` for none).
-        modifier: i32,
-    },
-    /// An enum.
-    Enum,
-    /// An array of an enum.
-    EnumArray,
-    /// A composite type, or an array of one: Debezium leaves such columns out.
-    Composite,
-    /// Anything else (extension types): mapped as text.
-    Other,
 }
 
 /// A column rule's effect on a column's values in `before`/`after`.
@@ -1134,6 +1115,17 @@ impl super::config::PostgresSourceConfig {
             ColumnTreatment::Keep
         }
     }
+}
+
+/// Where a record came from, from its headers: `LSN 0/1A2B`.
+pub(super) fn record_position(record: &OutRecord) -> String {
+    let lsn = record
+        .headers
+        .iter()
+        .find(|(name, _)| *name == crate::event::HEADER_LSN)
+        .map(|(_, v)| Lsn(v.parse().unwrap_or(0)).to_string())
+        .unwrap_or_default();
+    format!("LSN {lsn}")
 }
 
 #[cfg(test)]

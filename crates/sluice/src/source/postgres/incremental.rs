@@ -1042,12 +1042,12 @@ impl IncrementalRun {
         {
             return None; // an earlier run's, or a chunk given up
         }
-        // The loop waits for the read only so long (see `stream::LOOP_DEADLINE`): a chunk
+        // The loop waits for the read only so long (see `deadline::LOOP_DEADLINE`): a chunk
         // still being read then is given up and read again later.
         let (chunk, result) = self
             .chunks
             .close(
-                super::stream::LOOP_DEADLINE,
+                super::deadline::LOOP_DEADLINE,
                 "incremental snapshot: the chunk's read outlasted the loop's deadline; reading it again later",
             )
             .await?;

@@ -7,7 +7,8 @@
 //! - [`generated`]: stored generated columns in the publication (PostgreSQL 18).
 //! - [`failover`]: failover slots (PostgreSQL 17), which standbys keep a copy of.
 //! - [`partition`]: partitioned tables: their leaves, and partitions that join while running.
-//! - [`connect`]: connection strings with libpq's TLS semantics; SQL connections over rustls.
+//! - Connection strings with libpq's TLS semantics and SQL connections over rustls are in
+//!   [`crate::pg_connect`] (the PostgreSQL sink uses them too).
 //! - [`replication`]: the replication protocol connection (START_REPLICATION, CopyBoth).
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
@@ -17,13 +18,13 @@
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
 //! - [`resumed`]: a resumed snapshot leaves the rows changed since its start to the stream.
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
+//! - `deadline`: the longest the replication loop waits for anything but the stream.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
 
 pub mod active;
 pub mod avro;
 pub mod config;
-/// Moved to [`crate::pg_connect`] (the PostgreSQL sink uses it too); kept here under its old path.
-pub use crate::pg_connect as connect;
+mod deadline;
 pub mod encode;
 pub mod exactly_once;
 pub mod failover;

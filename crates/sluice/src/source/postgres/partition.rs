@@ -87,32 +87,6 @@ pub async fn leaves(
         .collect())
 }
 
-/// The partitioned table at the top of `schema.table`'s tree, when it is a partition.
-///
-/// # Errors
-///
-/// Retryable on connection trouble.
-pub async fn root_of(
-    catalog: &PgCatalog,
-    schema: &str,
-    table: &str,
-) -> Result<Option<String>, PipelineError> {
-    let row = catalog
-        .client()
-        .query_opt(
-            "SELECT format('%s.%s', rn.nspname, r.relname) \
-             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
-             CROSS JOIN LATERAL pg_partition_ancestors(c.oid) a \
-             JOIN pg_class r ON r.oid = a.relid JOIN pg_namespace rn ON rn.oid = r.relnamespace \
-             WHERE n.nspname = $1 AND c.relname = $2 AND c.relispartition \
-               AND NOT r.relispartition",
-            &[&schema, &table],
-        )
-        .await
-        .map_err(|e| classify_pg("cannot read a partition's root", e))?;
-    Ok(row.map(|row| row.get(0)))
-}
-
 /// Whether any of `tables` is a partitioned table or a partition.
 ///
 /// # Errors

@@ -746,6 +746,22 @@ fn is_definition_error(error: &tokio_postgres::Error) -> bool {
     })
 }
 
+impl PgCatalog {
+    /// Creates the publication when absent (and allowed) and keeps it in step with the
+    /// pipeline's filters (see [the module docs](self)).
+    ///
+    /// # Errors
+    ///
+    /// Fatal when it is missing and may not be created, or PostgreSQL refuses it or a filter.
+    pub async fn ensure_publication(
+        &self,
+        config: &PgPipelineConfig,
+        tables: &[CapturedTable],
+    ) -> Result<PublicationPlan, PipelineError> {
+        ensure(self, config, tables).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

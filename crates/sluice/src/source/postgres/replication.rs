@@ -74,7 +74,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_postgres::config::{ChannelBinding as ChannelBindingMode, Host};
 
-use super::connect::{NegotiateError, PgConnectConfig, PgStream, negotiate_tls};
+use crate::pg_connect::{NegotiateError, PgConnectConfig, PgStream, negotiate_tls};
 use tokio_postgres::fallible_iterator::FallibleIterator;
 
 /// The most bytes one socket read takes beyond what the frame being assembled still lacks.
@@ -2148,7 +2148,7 @@ mod tests {
             panic!("PG_URL is not set: run `eval \"$(scripts/dev-stack env)\"` or scripts/test");
         };
         let config = PgConnectConfig::parse(&url).expect("PG_URL is a postgres URL");
-        let (client, driver) = super::super::connect::connect_sql(&config)
+        let (client, driver) = crate::pg_connect::connect_sql(&config)
             .await
             .expect("PG_URL accepts SQL connections");
         let name = format!("sluice_repl_test_{:08x}", rand::random::<u32>());

@@ -66,6 +66,26 @@ pub struct SlotInfo {
     pub wal_status: String,
 }
 
+/// A user-defined type as the catalog describes it, for [`super::encode::RelationInfo::resolve_types`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserType {
+    /// A domain: its base type (domains over domains followed) and type modifier.
+    Domain {
+        /// The base type.
+        base: u32,
+        /// The base type's modifier in the domain (`-1` for none).
+        modifier: i32,
+    },
+    /// An enum.
+    Enum,
+    /// An array of an enum.
+    EnumArray,
+    /// A composite type, or an array of one: Debezium leaves such columns out.
+    Composite,
+    /// Anything else (extension types): mapped as text.
+    Other,
+}
+
 impl PgCatalog {
     /// Connects with the pipeline's URL.
     ///
@@ -73,7 +93,7 @@ impl PgCatalog {
     ///
     /// Fatal for authentication and missing databases, retryable otherwise.
     pub async fn connect(config: &PgPipelineConfig) -> Result<Self, PipelineError> {
-        let mut pg_config = super::connect::PgConnectConfig::parse(&config.source.connection())
+        let mut pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
             .map_err(|e| {
                 PipelineError::fatal(
                     format!("source.postgres.url: {e}"),
@@ -93,20 +113,20 @@ impl PgCatalog {
             .keepalives_idle(std::time::Duration::from_secs(30))
             .keepalives_interval(std::time::Duration::from_secs(10))
             .keepalives_retries(3);
-        let (client, connection) = super::connect::connect_sql(&pg_config)
+        let (client, connection) = crate::pg_connect::connect_sql(&pg_config)
             .await
             .map_err(|e| match e {
-                super::connect::ConnectError::Config(e) => PipelineError::fatal(
+                crate::pg_connect::ConnectError::Config(e) => PipelineError::fatal(
                     format!("source.postgres.url: {e}"),
                     "fix the TLS parameters of source.postgres.url",
                 ),
-                e @ super::connect::ConnectError::Connect { .. } if e.is_tls_refusal() => {
+                e @ crate::pg_connect::ConnectError::Connect { .. } if e.is_tls_refusal() => {
                     PipelineError::fatal(
                         e.to_string(),
                         "check sslmode and sslrootcert in source.postgres.url and the server's TLS setup",
                     )
                 }
-                super::connect::ConnectError::Connect { message, source } => {
+                crate::pg_connect::ConnectError::Connect { message, source } => {
                     classify_pg(message, source)
                 }
             })?;
@@ -279,7 +299,7 @@ impl PgCatalog {
                     .map_err(|e| classify_pg("cannot list partitions", e))?;
             }
             if rows.is_empty() {
-                if let Some(root) = super::partition::root_of(self, schema, table).await? {
+                if let Some(root) = self.root_of(schema, table).await? {
                     return Err(PipelineError::fatal(
                         format!(
                             "table {name} ({key}) is a partition of {root}, and source.postgres.partitions = \"{}\" captures partitioned tables under their root",
@@ -323,18 +343,30 @@ impl PgCatalog {
             .map_err(|(problem, fix)| PipelineError::fatal(problem, fix))
     }
 
-    /// Creates the publication when absent (and allowed) and keeps it in step with the
-    /// pipeline's filters (see [`super::publication`]).
+    /// The partitioned table at the top of `schema.table`'s tree, when it is a partition.
     ///
     /// # Errors
     ///
-    /// Fatal when it is missing and may not be created, or PostgreSQL refuses it or a filter.
-    pub async fn ensure_publication(
+    /// Retryable on connection trouble.
+    pub async fn root_of(
         &self,
-        config: &PgPipelineConfig,
-        tables: &[CapturedTable],
-    ) -> Result<super::publication::PublicationPlan, PipelineError> {
-        super::publication::ensure(self, config, tables).await
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<String>, PipelineError> {
+        let row = self
+            .client
+            .query_opt(
+                "SELECT format('%s.%s', rn.nspname, r.relname) \
+                 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 CROSS JOIN LATERAL pg_partition_ancestors(c.oid) a \
+                 JOIN pg_class r ON r.oid = a.relid JOIN pg_namespace rn ON rn.oid = r.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = $2 AND c.relispartition \
+                   AND NOT r.relispartition",
+                &[&schema, &table],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read a partition's root", e))?;
+        Ok(row.map(|row| row.get(0)))
     }
 
     /// The slot, if it exists.
@@ -448,8 +480,7 @@ impl PgCatalog {
     pub async fn user_types(
         &self,
         oids: &[u32],
-    ) -> Result<std::collections::HashMap<u32, super::encode::UserType>, PipelineError> {
-        use super::encode::UserType;
+    ) -> Result<std::collections::HashMap<u32, UserType>, PipelineError> {
         let mut types = std::collections::HashMap::new();
         if oids.is_empty() {
             return Ok(types);

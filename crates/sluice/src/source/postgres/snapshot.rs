@@ -217,7 +217,7 @@ pub async fn run(
         policy: crate::source::chunked::RefusalPolicy {
             delivery: &ctx.config.delivery,
             producer: ctx.producer,
-            position_of: super::stream::record_position,
+            position_of: super::encode::record_position,
         },
     };
     let committed_done: Vec<usize> = (0..total_chunks).filter(|i| plan.chunks[*i].done).collect();

@@ -51,6 +51,8 @@ use super::config::{
     HEARTBEAT_MESSAGE_PREFIX, PartitionMode, PgPipelineConfig, SlotLossPolicy, SnapshotMode,
     UnchangedToast,
 };
+use super::deadline::bounded;
+use super::encode::record_position;
 use super::encode::{
     ChangeKind, EncodeOptions, LogicalMessage, OutboxLayout, RelationInfo, RowChange,
     SourceIdentity, encode_change, encode_message, key_differs,
@@ -75,31 +77,6 @@ use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
-
-/// The longest the replication loop waits for anything but the stream itself (catalog
-/// look-ups, topic creation, TOAST re-reads, table refreshes and publication changes, an
-/// incremental chunk's read): below PostgreSQL's default `wal_sender_timeout` (60 s), so the
-/// status updates that keep the connection alive are never held back long enough for the
-/// server to drop it. Past it the run restarts with the operation named.
-pub(super) const LOOP_DEADLINE: Duration = Duration::from_secs(20);
-
-/// Awaits `operation` for at most [`LOOP_DEADLINE`]; a retryable error naming `what` past it.
-async fn bounded<T>(
-    what: &str,
-    operation: impl std::future::Future<Output = Result<T, PipelineError>>,
-) -> Result<T, PipelineError> {
-    tokio::time::timeout(LOOP_DEADLINE, operation)
-        .await
-        .unwrap_or_else(|elapsed| {
-            Err(PipelineError::retryable(
-                format!(
-                    "{what} took longer than {} s, the longest the replication loop waits (its status updates must keep flowing); restarting",
-                    LOOP_DEADLINE.as_secs()
-                ),
-                elapsed,
-            ))
-        })
-}
 
 /// Everything a run needs from outside.
 pub struct RunContext {
@@ -232,8 +209,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     };
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
-    let pg_config =
-        super::connect::PgConnectConfig::parse(&config.source.connection()).map_err(|e| {
+    let pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
+        .map_err(|e| {
             PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
         })?;
     let mut pg_config = pg_config;
@@ -561,17 +538,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     })
     .await;
     result
-}
-
-/// Where a record came from, from its headers: `LSN 0/1A2B`.
-pub(super) fn record_position(record: &OutRecord) -> String {
-    let lsn = record
-        .headers
-        .iter()
-        .find(|(name, _)| *name == crate::event::HEADER_LSN)
-        .map(|(_, v)| Lsn(v.parse().unwrap_or(0)).to_string())
-        .unwrap_or_default();
-    format!("LSN {lsn}")
 }
 
 /// The captured tables without the signal table, and the tables to publish: the captured
@@ -1152,7 +1118,7 @@ impl PgSource<'_> {
             // was captured as a plain table before it was attached).
             let root = bounded(
                 "looking up the partition's root",
-                super::partition::root_of(&self.catalog, &relation.namespace, &relation.name),
+                self.catalog.root_of(&relation.namespace, &relation.name),
             )
             .await?;
             if let Some(root) = root.filter(|root| self.incremental.captures(root))

@@ -1,0 +1,42 @@
+//! What `sluice doctor` looks at, and how its checks read a PostgreSQL server's settings (the
+//! PostgreSQL checks of [`super`], `failover` and `versions` share them).
+
+use std::collections::BTreeMap;
+
+use tokio_postgres::Client;
+
+use crate::source::postgres::config::PgPipelineConfig;
+
+/// Where to look.
+#[derive(Debug, Clone, Default)]
+pub struct Target {
+    /// The pipeline, when a file was given.
+    pub pipeline: Option<PgPipelineConfig>,
+    /// PostgreSQL URL (from the pipeline, `--pg-url` or `PG_URL`).
+    pub pg_url: Option<String>,
+    /// Kafka bootstrap servers (from the pipeline, `--brokers` or `KAFKA_BROKERS`).
+    pub brokers: Option<String>,
+    /// `[kafka.client]` of a pipeline that is not a PostgreSQL one (security settings).
+    pub kafka_client: Option<BTreeMap<String, String>>,
+}
+
+pub(super) async fn setting(client: &Client, name: &str) -> Result<String, tokio_postgres::Error> {
+    Ok(client
+        .query_one("SELECT current_setting($1)", &[&name])
+        .await?
+        .get(0))
+}
+
+/// A setting in its base unit (ms, kB, …) as `pg_settings` reports it.
+pub(super) async fn setting_number(
+    client: &Client,
+    name: &str,
+) -> Result<i64, tokio_postgres::Error> {
+    let row = client
+        .query_one(
+            "SELECT setting::bigint FROM pg_settings WHERE name = $1",
+            &[&name],
+        )
+        .await?;
+    Ok(row.get(0))
+}
