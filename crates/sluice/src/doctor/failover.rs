@@ -18,6 +18,7 @@ use tokio_postgres::Client;
 use super::target::{Target, setting};
 use super::{Finding, Severity, finding};
 use crate::pg_connect::{connect_sql_url, redact_url};
+use crate::sql::quote_pg_literal;
 
 /// Runs the checks (`version`: the server's major version).
 pub(super) async fn checks(
@@ -122,7 +123,7 @@ pub(super) async fn checks(
                 Severity::Critical,
                 format!("synchronized_standby_slots names {name:?}, which is no replication slot: logical decoding waits for it, and the pipeline stalls"),
                 &evidence,
-                format!("SELECT pg_create_physical_replication_slot('{name}') and set primary_slot_name = '{name}' on its standby, or remove it from synchronized_standby_slots (ALTER SYSTEM SET …; SELECT pg_reload_conf())"),
+                format!("SELECT pg_create_physical_replication_slot({quoted}) and set primary_slot_name = {quoted} on its standby, or remove it from synchronized_standby_slots (ALTER SYSTEM SET …; SELECT pg_reload_conf())", quoted = quote_pg_literal(name)),
             )),
             Some((kind, _)) if kind != "physical" => findings.push(finding(
                 "pg.synchronized_standby_slot",
@@ -246,7 +247,7 @@ async fn standby_checks(
             Severity::Warning,
             format!("standby {host}'s slot {primary_slot:?} is not in the primary's synchronized_standby_slots: Kafka may get changes this standby never received, which a failover to it loses"),
             &evidence("primary_slot_name", &primary_slot),
-            format!("on the primary: ALTER SYSTEM SET synchronized_standby_slots = '{primary_slot}'{reload} (with the other standbys' slots, comma-separated)"),
+            format!("on the primary: ALTER SYSTEM SET synchronized_standby_slots = {}{reload} (with the other standbys' slots, comma-separated)", quote_pg_literal(&primary_slot)),
         )
     } else {
         finding("pg.standby_primary_slot_name", Severity::Ok, format!("{host}: primary_slot_name = {primary_slot}, in synchronized_standby_slots"), &evidence("primary_slot_name", &primary_slot), "")

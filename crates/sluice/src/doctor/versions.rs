@@ -7,6 +7,7 @@ use tokio_postgres::Client;
 
 use super::target::{Target, setting_number};
 use super::{Finding, Severity, finding};
+use crate::sql::quote_pg_literal;
 
 /// Runs the checks (`version`: the server's major version).
 pub(super) async fn checks(
@@ -105,7 +106,8 @@ async fn idle_timeout(
                 ),
                 &evidence,
                 format!(
-                    "re-snapshot its consumer's tables (for sluice: on_slot_loss = \"recreate\" with snapshot = \"when_needed\"), then SELECT pg_drop_replication_slot('{name}'); and raise idle_replication_slot_timeout (or set it to 0)"
+                    "re-snapshot its consumer's tables (for sluice: on_slot_loss = \"recreate\" with snapshot = \"when_needed\"), then SELECT pg_drop_replication_slot({}); and raise idle_replication_slot_timeout (or set it to 0)",
+                    quote_pg_literal(&name)
                 ),
             ));
             reported_own |= owned;
