@@ -695,9 +695,13 @@ pub(crate) fn read_topics(
     }
     consumer.assign(&assignment).expect("assign");
     let mut remaining = ends.len();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(120);
     while remaining > 0 {
-        assert!(Instant::now() < deadline, "topics not read to their end");
+        assert!(
+            Instant::now() < deadline,
+            "topics not read to their end in 120 s: {remaining} of {} partitions left",
+            ends.len()
+        );
         let Some(message) = consumer.poll(Duration::from_millis(200)) else {
             continue;
         };
