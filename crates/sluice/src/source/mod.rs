@@ -40,7 +40,7 @@ pub fn registry_for_pipeline(
 pub fn transform_chain<S: crate::config::SourceSection>(
     config: &crate::config::PipelineConfig<S>,
 ) -> Result<Option<std::sync::Arc<crate::transform::Chain>>, crate::error::PipelineError> {
-    config.transform_chain().map_err(|issues| {
+    let chain = config.transform_chain().map_err(|issues| {
         crate::error::PipelineError::fatal(
             format!(
                 "invalid [transforms]: {}",
@@ -52,5 +52,30 @@ pub fn transform_chain<S: crate::config::SourceSection>(
             ),
             "fix [transforms] and [predicates] (docs/transforms.md)",
         )
-    })
+    })?;
+    if let Some(chain) = &chain
+        && config.kafka.create_topics
+        && chain.computes_topics()
+    {
+        // A ContentBasedRouter's computed topics are created as its records reach them (as
+        // Connect's topic.creation does): the chain runs on the blocking pool (and in the
+        // snapshot's tasks: block_in_place), so the admin request is awaited in place.
+        let kafka = config.kafka.clone();
+        let handle = tokio::runtime::Handle::current();
+        chain.set_new_topic_hook(
+            Box::new(move |topic| {
+                let topics = [topic.to_owned()];
+                tokio::task::block_in_place(|| {
+                    handle.block_on(crate::kafka::ensure_topics(
+                        &kafka,
+                        &topics,
+                        kafka.topic_partitions,
+                    ))
+                })
+                .map_err(|e| e.to_string())
+            }),
+            &[],
+        );
+    }
+    Ok(chain)
 }

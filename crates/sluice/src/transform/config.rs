@@ -26,6 +26,7 @@ use super::config_more::split_list;
 use super::field::{Part, ReplaceField, ValueToKey};
 use super::predicate::{Predicate, whole_match_regex};
 use super::router::RegexRouter;
+use super::scripting::{Kind as ScriptKind, Scripting};
 use super::unwrap::{DEFAULT_PREFIX, DeleteMode, FieldRef, Unwrap};
 use super::{Chain, Step, Transform};
 use crate::error::ConfigIssue;
@@ -66,6 +67,8 @@ pub const SUPPORTED_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.ExtractField$Value",
     "org.apache.kafka.connect.transforms.HoistField$Key",
     "org.apache.kafka.connect.transforms.HoistField$Value",
+    "io.debezium.transforms.Filter",
+    "io.debezium.transforms.ContentBasedRouter",
 ];
 
 /// The predicates sluice applies.
@@ -540,15 +543,24 @@ fn transform(
             super::config_headers::shape_transform(short(kind), values, &key, &mut issues)
     {
         built
-    } else if names(kind, "io.debezium.transforms.Filter")
+    } else if kind == "io.debezium.transforms.Filter"
         || names(kind, "io.debezium.transforms.ContentBasedRouter")
     {
-        return Err(vec![ConfigIssue {
-            key: key("type"),
-            problem: format!(
-                "{kind:?} runs Groovy or JavaScript, which sluice does not embed: not yet replaced (docs/transforms.md); for conditions on the topic, headers or tombstones use Kafka's Filter with a predicate"
-            ),
-        }]);
+        let which = if kind.ends_with("Filter") {
+            ScriptKind::Filter
+        } else {
+            ScriptKind::Router
+        };
+        match Scripting::configure(which, values) {
+            Ok(scripting) => (Some(Transform::Scripting(scripting)), which.keys()),
+            Err(problems) => {
+                issues.extend(problems.into_iter().map(|(k, problem)| ConfigIssue {
+                    key: key(k),
+                    problem,
+                }));
+                (None, which.keys())
+            }
+        }
     } else if NOT_YET.iter().any(|t| short(kind) == *t) {
         return Err(vec![ConfigIssue {
             key: key("type"),

@@ -14,6 +14,7 @@
 pub mod config;
 mod config_headers;
 mod config_more;
+pub mod expr;
 mod field;
 mod headers;
 mod insert;
@@ -25,10 +26,12 @@ mod predicate;
 mod record;
 mod router;
 mod schema;
+mod scripting;
 mod shape;
 mod timestamp;
 mod unwrap;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use self::config::{PredicatesConfig, TransformsConfig};
@@ -85,6 +88,8 @@ pub enum Transform {
     ExtractField(shape::ExtractField),
     /// Kafka's `HoistField$Key` / `$Value`.
     HoistField(shape::HoistField),
+    /// Debezium's scripting `Filter` / `ContentBasedRouter`, in sluice's expression language.
+    Scripting(scripting::Scripting),
 }
 
 impl Transform {
@@ -105,6 +110,7 @@ impl Transform {
             Transform::HeaderFrom(t) => t.apply(record).map(Some),
             Transform::ExtractField(t) => t.apply(record).map(Some),
             Transform::HoistField(t) => Ok(Some(t.apply(record))),
+            Transform::Scripting(t) => t.apply(record),
         }
     }
 }
@@ -120,14 +126,30 @@ pub struct Step {
     pub predicate: Option<(Arc<Predicate>, bool)>,
 }
 
+/// Makes a topic exist (blocking), for the topics a content-based router computes; an error
+/// is logged and the record goes on to the producer, which names the missing topic.
+pub type NewTopicHook = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
 /// The transforms of a pipeline, in order.
-#[derive(Debug)]
 pub struct Chain {
     steps: Vec<Step>,
     /// Keys are written with Connect's schema envelope.
     key_schemas: bool,
     /// Values are written with Connect's schema envelope.
     value_schemas: bool,
+    /// Creates the topics records are routed to that are not known beforehand (as Connect's
+    /// `topic.creation.enable` does), with the topics it made or found.
+    new_topics: std::sync::OnceLock<(NewTopicHook, std::sync::RwLock<HashSet<Arc<str>>>)>,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain")
+            .field("steps", &self.steps)
+            .field("key_schemas", &self.key_schemas)
+            .field("value_schemas", &self.value_schemas)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Chain {
@@ -138,6 +160,47 @@ impl Chain {
             steps,
             key_schemas,
             value_schemas,
+            new_topics: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Whether a step computes topics from the record (a `ContentBasedRouter`), which cannot
+    /// all be created beforehand.
+    pub fn computes_topics(&self) -> bool {
+        self.steps.iter().any(|s| {
+            matches!(&s.transform, Transform::Scripting(t) if t.kind == scripting::Kind::Router)
+        })
+    }
+
+    /// Has `hook` make each topic a record is routed to that is not among `known` exist,
+    /// before the record leaves the chain (once per topic).
+    pub fn set_new_topic_hook(&self, hook: NewTopicHook, known: &[String]) {
+        let known = known.iter().map(|t| Arc::from(t.as_str())).collect();
+        let _ = self.new_topics.set((hook, std::sync::RwLock::new(known)));
+    }
+
+    /// Runs the new-topic hook for `topic` unless it is known.
+    fn ensure_topic(&self, topic: &Arc<str>) {
+        let Some((hook, known)) = self.new_topics.get() else {
+            return;
+        };
+        if known
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(topic)
+        {
+            return;
+        }
+        match hook(topic) {
+            Ok(()) => {
+                known
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(Arc::clone(topic));
+            }
+            Err(error) => {
+                tracing::warn!(topic = %topic, error = %error, "could not create a topic a ContentBasedRouter computed");
+            }
         }
     }
 
@@ -175,6 +238,9 @@ impl Chain {
                 Err(reason) => return Err(failed(&step.name, reason)),
             }
         }
+        if !Arc::ptr_eq(&record.topic, &out.topic) {
+            self.ensure_topic(&record.topic);
+        }
         Ok(Some(OutRecord {
             topic: record.topic,
             key: record.key.write(self.key_schemas),
@@ -188,9 +254,14 @@ impl Chain {
     pub fn topics_of(&self, topic: &str) -> Vec<String> {
         let mut topics = vec![topic.to_owned()];
         for step in &self.steps {
+            // Where the step sends `topic`'s records (`None`: not a router); a content-based
+            // router whose topics are computed names only the literal ones it can.
             let route = |topic: &str| match &step.transform {
-                Transform::RegexRouter(router) => Some(router.route(topic)),
-                Transform::LogicalTableRouter(router) => Some(router.route(topic)),
+                Transform::RegexRouter(router) => Some(vec![router.route(topic)]),
+                Transform::LogicalTableRouter(router) => Some(vec![router.route(topic)]),
+                Transform::Scripting(router) if router.kind == scripting::Kind::Router => {
+                    Some(router.routes(topic))
+                }
                 _ => None,
             };
             if route("").is_none() {
@@ -203,15 +274,16 @@ impl Chain {
                     Some((predicate, negate)) => predicate.test_topic(&topic).map(|t| t != *negate),
                 };
                 match applies {
-                    Some(true) => next.extend(route(&topic)),
+                    Some(true) => next.extend(route(&topic).into_iter().flatten()),
                     Some(false) => next.push(topic),
                     None => {
-                        next.extend(route(&topic));
+                        next.extend(route(&topic).into_iter().flatten());
                         next.push(topic);
                     }
                 }
             }
-            next.dedup();
+            let mut seen = std::collections::HashSet::new();
+            next.retain(|t| seen.insert(t.clone()));
             topics = next;
         }
         topics

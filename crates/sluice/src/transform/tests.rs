@@ -333,7 +333,18 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
     let script = issues(
         "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"io.debezium.transforms.Filter\"\n",
     );
-    assert!(script[0].contains("Groovy or JavaScript"), "{script:?}");
+    assert!(
+        script
+            .iter()
+            .any(|i| i.starts_with("transforms.f.\"language\": is missing")),
+        "{script:?}"
+    );
+    assert!(
+        script
+            .iter()
+            .any(|i| i.starts_with("transforms.f.\"condition\": is missing")),
+        "{script:?}"
+    );
     let avro: EventOptions = toml::from_str("format = \"avro\"").unwrap();
     let (t, p) = sections(UNWRAP);
     let refused = build(&t, &p, &avro).unwrap_err();
@@ -749,4 +760,60 @@ field = "row"
         headers: Vec::new(),
     });
     assert_eq!(missing.unwrap_err(), "Unknown field: nope");
+}
+
+/// Debezium's scripting Filter and ContentBasedRouter with expressions: `topic.regex` limits
+/// them, tombstones pass (`keep`), are dropped or evaluated, the router's literal topics are
+/// created beforehand, and a condition that is not a boolean is the record's error.
+#[test]
+fn scripting_filter_and_router_apply_their_expressions() {
+    let text = "[transforms]\nchain = \"keep,route\"\n\
+        [transforms.keep]\ntype = \"io.debezium.transforms.Filter\"\nlanguage = \"jsr223.groovy\"\n\
+        condition = \"value.op != 'd' && value.after.n > 1\"\n\"topic.regex\" = 'p\\.public\\.t'\n\
+        [transforms.route]\ntype = \"io.debezium.transforms.ContentBasedRouter\"\nlanguage = \"jsr223.groovy\"\n\
+        \"topic.expression\" = \"value.op == 'd' ? 'deletes' : (value.source.table == 'u' ? topic + '.u' : null)\"\n\
+        \"null.handling.mode\" = \"drop\"\n";
+    let chain = chain(text);
+    let kept = chain
+        .apply(&record("p.public.t", Some(INSERT)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*kept.topic, "p.public.t");
+    assert!(
+        chain
+            .apply(&record("p.public.t", Some(DELETE)))
+            .unwrap()
+            .is_none()
+    );
+    // Not the Filter's topic: kept, and the router sends its delete to "deletes".
+    let routed = chain
+        .apply(&record("p.public.other", Some(DELETE)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(&*routed.topic, "deletes");
+    // The Filter keeps tombstones unevaluated; the router (drop) drops them.
+    assert!(chain.apply(&record("p.public.t", None)).unwrap().is_none());
+    assert_eq!(
+        chain.topics_for(&["p.public.t".into()]),
+        ["p.public.t", "deletes"]
+    );
+    let wrong = self::chain(
+        "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"io.debezium.transforms.Filter\"\n\
+         language = \"jsr223.groovy\"\ncondition = \"value.op\"\n",
+    );
+    let error = wrong
+        .apply(&record("p.public.t", Some(INSERT)))
+        .unwrap_err();
+    assert!(error.reason.contains("not a boolean"), "{error}");
+    let bad = issues(
+        "[transforms]\nchain = \"f\"\n[transforms.f]\ntype = \"io.debezium.transforms.ContentBasedRouter\"\n\
+         language = \"wasm.chicory\"\n\"topic.expression\" = \"value.op ==\"\n\"null.handling.mode\" = \"skip\"\n",
+    );
+    assert_eq!(bad.len(), 3, "{bad:?}");
+    assert!(bad[0].contains("WebAssembly"), "{bad:?}");
+    assert!(bad[1].contains("expected a value"), "{bad:?}");
+    assert!(
+        bad[2].contains("expected keep, drop or evaluate"),
+        "{bad:?}"
+    );
 }
