@@ -511,33 +511,131 @@ fn transform_setting(import: &mut Import<'_>, key: &str, value: &str) {
 
 /// `[transforms]` with its chain, then `[transforms.<name>]` in the chain's order (`type`
 /// first), then `[predicates.<name>]`: `transforms.<name>.<key>` → `"<key>" = "<value>"`.
+/// A transform or predicate sluice would refuse when loading the file (a type it does not
+/// apply, a Groovy condition beyond its expression language…) is left out, each of its
+/// problems reported as a setting not carried over that changes what consumers see.
 fn transform_sections(import: &mut Import<'_>) {
+    let mut lists: Vec<Sections<'_>> = Vec::new();
     for top in ["transforms", "predicates"] {
         let Some(list) = import.get(top) else {
             continue;
         };
         let names = super::regex_glob::split_list(list);
+        let settings = names
+            .iter()
+            .map(|name| {
+                let prefix = format!("{top}.{name}.");
+                let mut settings: Vec<(String, String)> = import
+                    .connector
+                    .settings
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_owned(), v.clone())))
+                    .collect();
+                settings.sort_by_key(|(k, _)| k != "type");
+                settings
+            })
+            .collect();
+        lists.push((top, names, settings));
+    }
+    let refused = refused_transforms(import, &lists);
+    for (top, names, settings) in lists {
+        let kept: Vec<(&String, &Vec<(String, String)>)> = names
+            .iter()
+            .zip(&settings)
+            .filter(|(name, _)| !refused.contains(&format!("{top}.{name}")))
+            .collect();
         if top == "transforms" {
-            let chain = names.iter().cloned().map(toml::Value::String).collect();
+            let chain = kept
+                .iter()
+                .map(|(name, _)| toml::Value::String((*name).clone()))
+                .collect();
             import
                 .doc
                 .set("transforms", "chain", toml::Value::Array(chain), None);
         }
-        for name in &names {
-            let prefix = format!("{top}.{name}.");
-            let mut settings: Vec<(String, String)> = import
-                .connector
-                .settings
-                .iter()
-                .filter_map(|(k, v)| Some((k.strip_prefix(&prefix)?.to_owned(), v.clone())))
-                .collect();
-            settings.sort_by_key(|(k, _)| k != "type");
+        for (name, settings) in kept {
             let section = section(top, name);
             for (key, value) in settings {
-                import.doc.set(&section, &key, value, None);
+                import.doc.set(&section, key, value.clone(), None);
             }
         }
     }
+}
+
+/// `transforms` or `predicates`, its names in order, and each one's settings (`type` first).
+type Sections<'a> = (&'a str, Vec<String>, Vec<Vec<(String, String)>>);
+
+/// The transforms and predicates (`transforms.<name>`, `predicates.<name>`) sluice's loading
+/// would refuse, their problems recorded as settings not carried over.
+fn refused_transforms(
+    import: &mut Import<'_>,
+    lists: &[Sections<'_>],
+) -> std::collections::BTreeSet<String> {
+    let mut tables: std::collections::BTreeMap<&str, toml::Table> = Default::default();
+    for (top, names, settings) in lists {
+        let table = tables.entry(top).or_default();
+        if *top == "transforms" {
+            table.insert(
+                "chain".into(),
+                toml::Value::Array(names.iter().cloned().map(toml::Value::String).collect()),
+            );
+        }
+        for (name, settings) in names.iter().zip(settings) {
+            let section: toml::Table = settings
+                .iter()
+                .map(|(k, v)| (k.clone(), toml::Value::String(v.clone())))
+                .collect();
+            table.insert(name.clone(), toml::Value::Table(section));
+        }
+    }
+    let read = |top: &str| toml::Value::Table(tables.get(top).cloned().unwrap_or_default());
+    let (Ok(transforms), Ok(predicates)) = (
+        read("transforms").try_into::<crate::transform::TransformsConfig>(),
+        read("predicates").try_into::<crate::transform::PredicatesConfig>(),
+    ) else {
+        return Default::default();
+    };
+    let Err(issues) = crate::transform::config::build(
+        &transforms,
+        &predicates,
+        &crate::event::EventOptions::default(),
+    ) else {
+        return Default::default();
+    };
+    let mut refused = std::collections::BTreeSet::new();
+    for issue in issues {
+        // `transforms.<name>."<key>"` → Connect's `transforms.<name>.<key>`.
+        let setting = issue.key.replace('"', "");
+        let mut parts = setting.splitn(3, '.');
+        if let (Some(top @ ("transforms" | "predicates")), Some(name)) =
+            (parts.next(), parts.next())
+            && name != "chain"
+        {
+            refused.insert(format!("{top}.{name}"));
+        }
+        import.dropped(
+            &setting,
+            format!("{}: left out of the file", issue.problem),
+            true,
+        );
+    }
+    // A transform whose predicate is left out is left out too.
+    for (top, names, settings) in lists {
+        for (name, settings) in names.iter().zip(settings) {
+            let uses_refused = settings.iter().any(|(k, v)| {
+                k == "predicate" && refused.contains(&format!("predicates.{}", v.trim()))
+            });
+            if *top == "transforms" && uses_refused && refused.insert(format!("transforms.{name}"))
+            {
+                import.dropped(
+                    &format!("transforms.{name}.predicate"),
+                    "its predicate is left out of the file, so the transform is too",
+                    true,
+                );
+            }
+        }
+    }
+    refused
 }
 
 /// After the settings: the converters (read together), and what is missing.

@@ -352,3 +352,46 @@ fn the_logical_router_and_field_transforms_are_carried_over() {
     };
     assert_eq!(config.name, "shards");
 }
+
+/// Debezium's scripting Filter and ContentBasedRouter are carried over when their expressions
+/// are sluice's language; one beyond it (a Groovy statement) is left out of the file, with
+/// the reason, as a setting that changes what consumers see, and the file still loads.
+#[test]
+fn scripting_transforms_are_carried_over_or_left_out_with_the_reason() {
+    let connector = r#"{"connector.class":"io.debezium.connector.postgresql.PostgresConnector",
+        "name":"scripts","topic.prefix":"p",
+        "transforms":"keep,split",
+        "transforms.keep.type":"io.debezium.transforms.Filter","transforms.keep.language":"jsr223.groovy",
+        "transforms.keep.condition":"value.op != 'd' && value.after.status != 'draft'",
+        "transforms.split.type":"io.debezium.transforms.ContentBasedRouter","transforms.split.language":"jsr223.groovy",
+        "transforms.split.topic.expression":"if (value.op == 'd') { return topic + '.deletes' }; null"}"#;
+    let imported = imported(connector);
+    let parsed: toml::Table = toml::from_str(&imported.text).unwrap();
+    assert_eq!(
+        parsed["transforms"]["chain"].as_array().unwrap().len(),
+        1,
+        "{}",
+        imported.text
+    );
+    assert_eq!(
+        parsed["transforms"]["keep"]["condition"].as_str(),
+        Some("value.op != 'd' && value.after.status != 'draft'")
+    );
+    assert!(parsed["transforms"].get("split").is_none());
+    let Outcome::Dropped {
+        reason,
+        changes_output: true,
+    } = outcome(&imported, "transforms.split.topic.expression")
+    else {
+        panic!(
+            "{:?}",
+            outcome(&imported, "transforms.split.topic.expression")
+        );
+    };
+    assert!(reason.contains("statements are not supported"), "{reason}");
+    assert!(
+        PipelineFile::from_toml(&imported.text, "pg", &env).is_ok(),
+        "{:?}",
+        PipelineFile::from_toml(&imported.text, "pg", &env).err()
+    );
+}

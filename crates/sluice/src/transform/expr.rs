@@ -683,6 +683,12 @@ impl Parser {
                 "key" => Node::Root(Root::Key),
                 "topic" => Node::Root(Root::Topic),
                 "header" => Node::Root(Root::Header),
+                "if" | "else" | "return" | "def" | "var" | "let" | "const" | "for" | "while"
+                | "function" => {
+                    return Err(format!(
+                        "`{name}`: statements are not supported, one expression is: e.g. `if (c) return a; return b` is `c ? a : b`"
+                    ));
+                }
                 "keySchema" | "valueSchema" => {
                     return Err(format!(
                         "`{name}` is not supported: sluice's expressions see the record's key, value, topic and headers, not Connect's schemas"
@@ -1132,6 +1138,10 @@ mod tests {
             ("value.op == ", "expected a value"),
             ("value.op == 'd", "not closed"),
             ("{ it -> true }", "expected a value"),
+            (
+                "if (value.op == 'd') { return 'x' }",
+                "statements are not supported",
+            ),
             (
                 "value.after.x.matches('(')",
                 "not a valid regular expression",
