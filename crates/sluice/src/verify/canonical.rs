@@ -10,7 +10,7 @@
 //! | text-like (text, varchar, name, uuid, json, jsonb, xml, inet, cidr, macaddr, enums) | `c::text` | the JSON string |
 //! | `char(n)` | `format('%s', c)` (padded, as pgoutput sends it) | the JSON string |
 //! | `bool` | `c::text` (`true`/`false`) | the JSON boolean |
-//! | `numeric` | `c::text` (NaN and ±Infinity: NULL under `precise`) | `precise`: the unscaled bytes with the column's scale (or `{scale, value}`); `string`: the string |
+//! | `numeric` | `c::text`, `trim_scale(c)::text` without a declared scale (NaN and ±Infinity: NULL under `precise`) | `precise`: the unscaled bytes with the column's scale (or `{scale, value}`); `string`: the string |
 //! | `float4`/`float8` | `encode(float4send(c), 'hex')` (the IEEE bits) | the number's bits |
 //! | `date` | days since 1970-01-01 | the number |
 //! | `time`, `timestamp`, `timestamptz` | microseconds since midnight / the epoch | milli- or microseconds by `time.precision.mode`; `timestamptz`'s ISO string |
@@ -158,12 +158,20 @@ impl ColumnClass {
         match self {
             ColumnClass::Int | ColumnClass::Text | ColumnClass::Bool => format!("{c}::text"),
             ColumnClass::Bpchar => format!("CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END"),
-            ColumnClass::Numeric { .. } => match events.decimal_handling_mode {
-                DecimalHandlingMode::Precise => format!(
-                    "CASE WHEN {c} NOT IN ('NaN'::numeric, 'Infinity'::numeric, '-Infinity'::numeric) THEN {c}::text END"
-                ),
-                _ => format!("{c}::text"),
-            },
+            ColumnClass::Numeric { scale } => {
+                // Without a declared scale, trailing zeros are not kept (Debezium's
+                // `VariableScaleDecimal` drops them).
+                let text = match scale {
+                    Some(_) => format!("{c}::text"),
+                    None => format!("trim_scale({c})::text"),
+                };
+                match events.decimal_handling_mode {
+                    DecimalHandlingMode::Precise => format!(
+                        "CASE WHEN {c} NOT IN ('NaN'::numeric, 'Infinity'::numeric, '-Infinity'::numeric) THEN {text} END"
+                    ),
+                    _ => text,
+                }
+            }
             ColumnClass::Float4 => format!("encode(float4send({c}), 'hex')"),
             ColumnClass::Float8 => format!("encode(float8send({c}), 'hex')"),
             ColumnClass::Date => {
@@ -174,6 +182,32 @@ impl ColumnClass {
                 "CASE WHEN isfinite({c}) THEN (extract(epoch FROM {c}) * 1000000)::bigint::text END"
             ),
             ColumnClass::Bytea => format!("encode({c}, 'hex')"),
+        }
+    }
+
+    /// [`ColumnClass::from_json`] of a value's JSON text. Floats are parsed from the text
+    /// itself (correctly rounded: serde_json's own float parsing may be one unit off in the
+    /// last place).
+    ///
+    /// # Errors
+    ///
+    /// As [`ColumnClass::from_json`].
+    pub fn from_raw(self, raw: &str, events: &EventOptions) -> Result<Option<String>, ()> {
+        let raw = raw.trim();
+        let number = !raw.starts_with('"') && raw != "null";
+        match self {
+            ColumnClass::Float4 if number => {
+                let v: f32 = raw.parse().map_err(|_| ())?;
+                Ok(Some(hex(&v.to_be_bytes())))
+            }
+            ColumnClass::Float8 if number => {
+                let v: f64 = raw.parse().map_err(|_| ())?;
+                Ok(Some(hex(&v.to_be_bytes())))
+            }
+            _ => {
+                let value: Value = serde_json::from_str(raw).map_err(|_| ())?;
+                self.from_json(&value, events)
+            }
         }
     }
 
@@ -191,7 +225,13 @@ impl ColumnClass {
             (ColumnClass::Int, Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
             (ColumnClass::Text | ColumnClass::Bpchar, Value::String(s)) => s.clone(),
             (ColumnClass::Bool, Value::Bool(b)) => b.to_string(),
-            (ColumnClass::Numeric { scale }, value) => numeric_text(value, scale, events)?,
+            (ColumnClass::Numeric { scale }, value) => {
+                let text = numeric_text(value, scale, events)?;
+                match scale {
+                    Some(_) => text,
+                    None => trim_scale(&text).to_owned(),
+                }
+            }
             (ColumnClass::Float4, value) => {
                 let v = float(value)? as f32;
                 hex(&v.to_be_bytes())
@@ -255,6 +295,16 @@ pub fn hex(bytes: &[u8]) -> String {
         let _ = write!(out, "{byte:02x}");
     }
     out
+}
+
+/// `text` without trailing fraction zeros (PostgreSQL's `trim_scale`; NaN and the
+/// infinities as they are).
+fn trim_scale(text: &str) -> &str {
+    if text.contains('.') {
+        text.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        text
+    }
 }
 
 /// A `numeric` event value as PostgreSQL's text output.
@@ -448,6 +498,15 @@ mod tests {
             text(ColumnClass::Numeric { scale: None }, json!({"scale": 1, "value": "Dw=="})),
             Ok(Some("1.5".into()))
         );
+        // Without a declared scale, trailing zeros go (`trim_scale`).
+        assert_eq!(
+            text(ColumnClass::Numeric { scale: None }, json!({"scale": 2, "value": "ZA=="})),
+            Ok(Some("1".into()))
+        );
+        assert_eq!(
+            text(ColumnClass::Numeric { scale: Some(2) }, json!("ZA==")),
+            Ok(Some("1.00".into()))
+        );
         assert_eq!(
             text(ColumnClass::Float8, json!(0.1)),
             Ok(Some("3fb999999999999a".into()))
@@ -455,6 +514,15 @@ mod tests {
         assert_eq!(
             text(ColumnClass::Float4, json!(1.5)),
             Ok(Some("3fc00000".into()))
+        );
+        // Correctly rounded from the text (90.33333333333331 = 0x40569555 55555554).
+        assert_eq!(
+            ColumnClass::Float8.from_raw("90.33333333333331", &e),
+            Ok(Some(hex(&90.33333333333331f64.to_be_bytes())))
+        );
+        assert_eq!(
+            ColumnClass::Float8.from_raw("90.33333333333331", &e),
+            Ok(Some("4056955555555554".into()))
         );
         assert_eq!(
             text(ColumnClass::Float8, json!("NaN")),

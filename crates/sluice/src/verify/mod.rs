@@ -155,9 +155,12 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     let snapshot = SourceSnapshot::open(config).await.map_err(explained)?;
     let position = snapshot.position;
     let mut captured = snapshot.tables(config).await.map_err(explained)?;
-    if let Some(outbox) = &config.source.outbox {
-        captured.retain(|t| t.qualified() != outbox.table);
-    }
+    // The outbox table's topics are per aggregate; the signal table's rows are signals.
+    captured.retain(|t| {
+        let name = t.qualified();
+        config.source.outbox.as_ref().is_none_or(|o| o.table != name)
+            && config.source.signal_table.as_ref() != Some(&name)
+    });
     if !args.tables.is_empty() {
         for wanted in &args.tables {
             if !captured.iter().any(|t| &t.qualified() == wanted) {

@@ -19,6 +19,7 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::canonical::{Piece, bucket_of, digest, push_piece, row_hash};
 use super::source::TablePlan;
@@ -155,19 +156,19 @@ impl<'a> TopicView<'a> {
             }
             return;
         };
-        let key = match serde_json::from_slice::<Value>(key_bytes) {
-            Ok(key) => payload(&key).clone(),
-            Err(error) => return self.problem(format!("a key that is not JSON: {error}")),
+        let key: Fields<'_> = match parse_fields(key_bytes) {
+            Ok(key) => key,
+            Err(error) => return self.problem(format!("a key that is not a JSON object: {error}")),
         };
         let mut form = Vec::with_capacity(32);
         for column in &self.plan.key {
-            let value = key.get(&column.name).unwrap_or(&Value::Null);
-            match column.class.from_json(value, self.events) {
+            let raw = key.get(column.name.as_str()).map_or("null", |v| v.get());
+            match column.class.from_raw(raw, self.events) {
                 Ok(Some(text)) => push_piece(&mut form, &Piece::Value(&text)),
                 Ok(None) => push_piece(&mut form, &Piece::Null),
                 Err(()) => {
                     return self.problem(format!(
-                        "key column {:?} of an unexpected form: {value}",
+                        "key column {:?} of an unexpected form: {raw}",
                         column.name
                     ));
                 }
@@ -183,44 +184,44 @@ impl<'a> TopicView<'a> {
             self.keys.remove(&id);
             return;
         };
-        let value = match serde_json::from_slice::<Value>(value) {
-            Ok(value) => value,
+        let envelope = match parse_envelope(value) {
+            Ok(envelope) => envelope,
             Err(error) => {
                 // Kept as a row that matches nothing: it differs, with its key.
+                let detail = self.detail(key_bytes, Vec::new(), Value::String(error.to_string()));
                 self.keys.insert(
                     id,
                     KeyState {
                         bucket,
                         hash: 0,
                         partial: false,
-                        detail: self.detail(key, Vec::new(), Value::String(error.to_string())),
+                        detail,
                     },
                 );
                 return;
             }
         };
-        let envelope = payload(&value);
-        if envelope.get("op").and_then(Value::as_str) == Some("d") {
+        if envelope.op.as_deref() == Some("d") {
             self.keys.remove(&id);
             return;
         }
-        let after = envelope.get("after").unwrap_or(&Value::Null);
-        let unavailable: Vec<&str> = envelope
-            .get("unavailable_columns")
-            .and_then(Value::as_array)
-            .map(|list| list.iter().filter_map(Value::as_str).collect())
+        let after: Fields<'_> = envelope
+            .after
+            .filter(|raw| raw.get().trim() != "null")
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .unwrap_or_default();
+        let unavailable = envelope.unavailable_columns.unwrap_or_default();
         let mut form = Vec::with_capacity(128);
         let mut values = Vec::with_capacity(self.plan.columns.len());
         let mut partial = false;
         for column in &self.plan.columns {
-            let value = match after.get(&column.name) {
-                Some(v) => match column.class.from_json(v, self.events) {
+            let value = match after.get(column.name.as_str()) {
+                Some(raw) => match column.class.from_raw(raw.get(), self.events) {
                     Ok(text) => Some(text),
                     // A value of another shape: marked so it matches no source value.
-                    Err(()) => Some(Some(format!("\u{0}unexpected {v}"))),
+                    Err(()) => Some(Some(format!("\u{0}unexpected {}", raw.get()))),
                 },
-                None if unavailable.contains(&column.name.as_str()) => None,
+                None if unavailable.iter().any(|c| c == &column.name) => None,
                 None => Some(Some("\u{0}absent".to_owned())),
             };
             match &value {
@@ -233,7 +234,13 @@ impl<'a> TopicView<'a> {
             }
             values.push(value);
         }
-        let detail = self.detail(key, values, self.compared_only(after));
+        let detail = match &self.filter {
+            PassFilter::Detail(_) => {
+                let shown = self.compared_only(&after);
+                self.detail(key_bytes, values, shown)
+            }
+            PassFilter::Range(..) => None,
+        };
         self.keys.insert(
             id,
             KeyState {
@@ -247,25 +254,66 @@ impl<'a> TopicView<'a> {
 
     fn detail(
         &self,
-        key: Value,
+        key: &[u8],
         values: Vec<Option<Option<String>>>,
         after: Value,
     ) -> Option<Box<KeyDetail>> {
+        let key = serde_json::from_slice::<Value>(key)
+            .map(|k| payload(&k).clone())
+            .unwrap_or_default();
         matches!(self.filter, PassFilter::Detail(_))
             .then(|| Box::new(KeyDetail { key, values, after }))
     }
 
-    fn compared_only(&self, after: &Value) -> Value {
-        match after {
-            Value::Object(object) => Value::Object(
-                object
-                    .iter()
-                    .filter(|(name, _)| self.plan.columns.iter().any(|c| &c.name == *name))
-                    .map(|(n, v)| (n.clone(), v.clone()))
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
+    fn compared_only(&self, after: &Fields<'_>) -> Value {
+        Value::Object(
+            after
+                .iter()
+                .filter(|(name, _)| self.plan.columns.iter().any(|c| c.name == **name))
+                .map(|(n, v)| {
+                    (
+                        n.clone(),
+                        serde_json::from_str(v.get()).unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+/// A JSON object's fields, unparsed.
+type Fields<'a> = HashMap<String, &'a RawValue>;
+
+/// A key: its fields (in `payload` with schemas).
+fn parse_fields(bytes: &[u8]) -> Result<Fields<'_>, serde_json::Error> {
+    let fields: Fields<'_> = serde_json::from_slice(bytes)?;
+    match (fields.get("schema"), fields.get("payload")) {
+        (Some(_), Some(payload)) => serde_json::from_str(payload.get()),
+        _ => Ok(fields),
+    }
+}
+
+/// The parts of a change event's value verify reads.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    schema: Option<serde::de::IgnoredAny>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+    #[serde(default)]
+    op: Option<String>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(default)]
+    unavailable_columns: Option<Vec<String>>,
+}
+
+/// A value's envelope (in `payload` with schemas).
+fn parse_envelope(bytes: &[u8]) -> Result<Envelope<'_>, serde_json::Error> {
+    let envelope: Envelope<'_> = serde_json::from_slice(bytes)?;
+    match (&envelope.schema, envelope.payload) {
+        (Some(_), Some(payload)) => serde_json::from_str(payload.get()),
+        _ => Ok(envelope),
     }
 }
 
