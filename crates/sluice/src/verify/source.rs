@@ -159,9 +159,11 @@ impl SourceSnapshot {
         catalog
             .client()
             .batch_execute(&format!(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
+                "SET application_name = {}; \
+                 BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
                  SET TRANSACTION SNAPSHOT '{}'; \
                  SET LOCAL idle_in_transaction_session_timeout = 0",
+                crate::sql::quote_pg_literal(&format!("sluice-verify-{}", config.name)),
                 snapshot.replace('\'', "")
             ))
             .await
