@@ -413,7 +413,9 @@ pub fn form_sql(columns: &[(&str, ColumnClass)], events: &EventOptions) -> Strin
         .iter()
         .map(|(name, class)| {
             let e = class.sql(name, events);
-            format!("CASE WHEN ({e}) IS NULL THEN 'N' ELSE 'V' || octet_length({e}) || ':' || ({e}) END")
+            format!(
+                "CASE WHEN ({e}) IS NULL THEN 'N' ELSE 'V' || octet_length({e}) || ':' || ({e}) END"
+            )
         })
         .collect();
     format!("concat({})", parts.join(", "))
@@ -473,10 +475,7 @@ mod tests {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap();
-        assert_eq!(
-            decimal_text(&bytes, 5),
-            "1234567890123456789012345.67890"
-        );
+        assert_eq!(decimal_text(&bytes, 5), "1234567890123456789012345.67890");
         let mut out = Vec::new();
         crate::event::decimal::write_unscaled(true, "1", &mut out);
         let b64: String = serde_json::from_slice(&out).unwrap();
@@ -492,15 +491,24 @@ mod tests {
         let text = |class: ColumnClass, v: Value| class.from_json(&v, &e);
         assert_eq!(text(ColumnClass::Int, json!(-7)), Ok(Some("-7".into())));
         assert_eq!(text(ColumnClass::Int, json!(1.5)), Err(()));
-        assert_eq!(text(ColumnClass::Bool, json!(true)), Ok(Some("true".into())));
+        assert_eq!(
+            text(ColumnClass::Bool, json!(true)),
+            Ok(Some("true".into()))
+        );
         assert_eq!(text(ColumnClass::Text, Value::Null), Ok(None));
         assert_eq!(
-            text(ColumnClass::Numeric { scale: None }, json!({"scale": 1, "value": "Dw=="})),
+            text(
+                ColumnClass::Numeric { scale: None },
+                json!({"scale": 1, "value": "Dw=="})
+            ),
             Ok(Some("1.5".into()))
         );
         // Without a declared scale, trailing zeros go (`trim_scale`).
         assert_eq!(
-            text(ColumnClass::Numeric { scale: None }, json!({"scale": 2, "value": "ZA=="})),
+            text(
+                ColumnClass::Numeric { scale: None },
+                json!({"scale": 2, "value": "ZA=="})
+            ),
             Ok(Some("1".into()))
         );
         assert_eq!(
@@ -575,5 +583,135 @@ mod tests {
         assert!(ColumnClass::of(1186, false, -1, &e).is_err(), "interval");
         e.decimal_handling_mode = DecimalHandlingMode::Double;
         assert!(ColumnClass::of(oid::NUMERIC, false, -1, &e).is_err());
+    }
+
+    /// PostgreSQL's canonical text of each type (the SQL of [`ColumnClass::sql`]) equals what
+    /// sluice derives from the value's Debezium encoding, and the server's hash and bucket of
+    /// a form equal [`row_hash`] and [`bucket_of`].
+    #[tokio::test]
+    #[ignore = "needs the dev stack's PostgreSQL (PG_URL); scripts/test runs it (--include-ignored)"]
+    async fn postgres_computes_the_same_canonical_forms() {
+        let Ok(url) = std::env::var("PG_URL") else {
+            panic!("PG_URL is not set: run `eval \"$(scripts/dev-stack env)\"` or scripts/test");
+        };
+        let config = crate::pg_connect::PgConnectConfig::parse(&url).expect("a postgres URL");
+        let (client, _driver) = crate::pg_connect::connect_sql(&config)
+            .await
+            .expect("PG_URL accepts SQL connections");
+        client.batch_execute("SET TimeZone = 'UTC'").await.unwrap();
+        let e = events();
+        // (SQL type, literal, class, the value as Debezium's JSON encodes it).
+        let cases: Vec<(&str, &str, ColumnClass, Value)> = vec![
+            (
+                "int8",
+                "-9007199254740993",
+                ColumnClass::Int,
+                json!(-9007199254740993i64),
+            ),
+            ("text", "'a''b é'", ColumnClass::Text, json!("a'b é")),
+            ("char(4)", "'ab'", ColumnClass::Bpchar, json!("ab  ")),
+            ("bool", "false", ColumnClass::Bool, json!(false)),
+            (
+                "numeric(10,2)",
+                "-1.5",
+                ColumnClass::Numeric { scale: Some(2) },
+                json!("/2o="),
+            ),
+            (
+                "numeric",
+                "2.50",
+                ColumnClass::Numeric { scale: None },
+                json!({"scale": 1, "value": "GQ=="}),
+            ),
+            (
+                "numeric",
+                "'NaN'",
+                ColumnClass::Numeric { scale: None },
+                Value::Null,
+            ),
+            ("float4", "0.1", ColumnClass::Float4, json!(0.1)),
+            (
+                "float8",
+                "'-Infinity'",
+                ColumnClass::Float8,
+                json!("-Infinity"),
+            ),
+            ("float8", "1e300", ColumnClass::Float8, json!(1e300)),
+            ("date", "'1969-12-31'", ColumnClass::Date, json!(-1)),
+            (
+                "time",
+                "'23:59:59.999999'",
+                ColumnClass::Time(TemporalUnit::Micros),
+                json!(86_399_999_999i64),
+            ),
+            (
+                "time(3)",
+                "'00:00:01.5'",
+                ColumnClass::Time(TemporalUnit::Millis),
+                json!(1500),
+            ),
+            (
+                "timestamp",
+                "'1960-01-01 00:00:00.000001'",
+                ColumnClass::Timestamp(TemporalUnit::Micros),
+                json!(-315_619_199_999_999i64),
+            ),
+            (
+                "timestamp(3)",
+                "'2020-01-01 00:00:00.12'",
+                ColumnClass::Timestamp(TemporalUnit::Millis),
+                json!(1_577_836_800_120i64),
+            ),
+            (
+                "timestamptz",
+                "'2020-01-01 01:00:00.5+01'",
+                ColumnClass::Timestamptz,
+                json!("2020-01-01T00:00:00.5Z"),
+            ),
+            ("bytea", "'\\x00ff'", ColumnClass::Bytea, json!("AP8=")),
+            (
+                "jsonb",
+                "'{\"b\": 1, \"a\": [1, 2]}'",
+                ColumnClass::Text,
+                json!("{\"a\": [1, 2], \"b\": 1}"),
+            ),
+            (
+                "uuid",
+                "'A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11'",
+                ColumnClass::Text,
+                json!("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
+            ),
+        ];
+        for (ty, literal, class, encoded) in cases {
+            let sql = format!(
+                "SELECT {} FROM (SELECT {literal}::{ty} AS c) AS t",
+                class.sql("c", &e)
+            );
+            let server: Option<String> = client.query_one(&sql, &[]).await.unwrap().get(0);
+            let ours = class.from_json(&encoded, &e).unwrap();
+            assert_eq!(server, ours, "{ty} {literal} as {encoded}");
+        }
+        for form in ["", "V1:aN", "V3:abcUN", "V2:\u{e9}"] {
+            let row: (i64, i32) = {
+                let r = client
+                    .query_one(
+                        &format!(
+                            "SELECT {}, {}",
+                            hash_sql("$1::text"),
+                            bucket_sql("$1::text", 977)
+                        ),
+                        &[&form],
+                    )
+                    .await
+                    .unwrap();
+                (r.get(0), r.get(1))
+            };
+            assert_eq!(row.0, row_hash(form.as_bytes()), "{form:?}");
+            assert_eq!(
+                row.1 as u32,
+                bucket_of(&digest(form.as_bytes()), 977),
+                "{form:?}"
+            );
+        }
     }
 }

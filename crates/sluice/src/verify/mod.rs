@@ -158,7 +158,11 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     // The outbox table's topics are per aggregate; the signal table's rows are signals.
     captured.retain(|t| {
         let name = t.qualified();
-        config.source.outbox.as_ref().is_none_or(|o| o.table != name)
+        config
+            .source
+            .outbox
+            .as_ref()
+            .is_none_or(|o| o.table != name)
             && config.source.signal_table.as_ref() != Some(&name)
     });
     if !args.tables.is_empty() {
@@ -209,9 +213,7 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
         });
     }
     report.topic_ms = topic_started.elapsed().as_millis() as u64;
-    report
-        .tables
-        .sort_by(|a, b| a.table.cmp(&b.table));
+    report.tables.sort_by(|a, b| a.table.cmp(&b.table));
     drop(snapshot);
     if args.repair {
         report.repair = Some(repair(config, &report).await?);
@@ -378,7 +380,12 @@ fn compare_keys(
         let key_json = Value::Object(
             plan.key
                 .iter()
-                .map(|c| (c.name.clone(), row.json.get(&c.name).cloned().unwrap_or_default()))
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        row.json.get(&c.name).cloned().unwrap_or_default(),
+                    )
+                })
                 .collect(),
         );
         let Some(state) = topic.remove(&id) else {
@@ -453,7 +460,12 @@ fn compared_json(plan: &TablePlan, row: &Value) -> Value {
     Value::Object(
         plan.columns
             .iter()
-            .map(|c| (c.name.clone(), row.get(&c.name).cloned().unwrap_or_default()))
+            .map(|c| {
+                (
+                    c.name.clone(),
+                    row.get(&c.name).cloned().unwrap_or_default(),
+                )
+            })
             .collect(),
     )
 }
@@ -527,7 +539,9 @@ async fn repair(config: &PgPipelineConfig, report: &Report) -> anyhow::Result<re
             catalog
                 .client()
                 .execute(
-                    &format!("INSERT INTO {signal} (id, type, data) VALUES ($1, 'execute-snapshot', $2)"),
+                    &format!(
+                        "INSERT INTO {signal} (id, type, data) VALUES ($1, 'execute-snapshot', $2)"
+                    ),
                     &[&id, &data.to_string()],
                 )
                 .await

@@ -170,7 +170,11 @@ impl Report {
     pub fn exit_code(&self) -> u8 {
         if self.tables.iter().any(|t| t.status == TableStatus::Differs) {
             1
-        } else if self.tables.iter().any(|t| t.status == TableStatus::NotVerified) {
+        } else if self
+            .tables
+            .iter()
+            .any(|t| t.status == TableStatus::NotVerified)
+        {
             2
         } else {
             0

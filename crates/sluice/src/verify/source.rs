@@ -202,7 +202,11 @@ impl SourceSnapshot {
         table: &CapturedTable,
     ) -> Result<Result<TablePlan, String>, PipelineError> {
         let qualified = table.qualified();
-        let quoted = format!("{}.{}", quote_ident(&table.schema), quote_ident(&table.table));
+        let quoted = format!(
+            "{}.{}",
+            quote_ident(&table.schema),
+            quote_ident(&table.table)
+        );
         let pg: &PostgresSourceConfig = &config.source;
         let events: &EventOptions = &config.kafka.events;
         if !table.has_primary_key {
@@ -364,7 +368,10 @@ impl SourceSnapshot {
         let bucket = bucket_sql(&key_form, plan.buckets);
         let list: Vec<String> = buckets.iter().map(u32::to_string).collect();
         let array = |columns: &[Column]| {
-            let items: Vec<String> = columns.iter().map(|c| c.class.sql(&c.name, events)).collect();
+            let items: Vec<String> = columns
+                .iter()
+                .map(|c| c.class.sql(&c.name, events))
+                .collect();
             format!("ARRAY[{}]::text[]", items.join(", "))
         };
         let key_text: Vec<String> = plan
@@ -406,7 +413,9 @@ impl SourceSnapshot {
     ) -> Result<(), PipelineError> {
         let client = self.client();
         client
-            .batch_execute(&format!("DECLARE sluice_verify NO SCROLL CURSOR FOR {query}"))
+            .batch_execute(&format!(
+                "DECLARE sluice_verify NO SCROLL CURSOR FOR {query}"
+            ))
             .await
             .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
         let fetch = if rate == 0 {

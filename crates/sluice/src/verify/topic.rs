@@ -270,12 +270,7 @@ impl<'a> TopicView<'a> {
             after
                 .iter()
                 .filter(|(name, _)| self.plan.columns.iter().any(|c| c.name == **name))
-                .map(|(n, v)| {
-                    (
-                        n.clone(),
-                        serde_json::from_str(v.get()).unwrap_or_default(),
-                    )
-                })
+                .map(|(n, v)| (n.clone(), serde_json::from_str(v.get()).unwrap_or_default()))
                 .collect(),
         )
     }
@@ -320,7 +315,9 @@ fn parse_envelope(bytes: &[u8]) -> Result<Envelope<'_>, serde_json::Error> {
 /// `payload` of a `{"schema":…,"payload":…}` document, else the document.
 fn payload(value: &Value) -> &Value {
     match value {
-        Value::Object(object) if object.contains_key("schema") && object.contains_key("payload") => {
+        Value::Object(object)
+            if object.contains_key("schema") && object.contains_key("payload") =>
+        {
             &object["payload"]
         }
         other => other,
@@ -459,7 +456,8 @@ mod tests {
     #[test]
     fn the_newest_record_before_the_position_wins() {
         let plan = plan();
-        let c = |id: i64, note: &str| format!(r#"{{"op":"c","after":{{"id":{id},"note":"{note}"}}}}"#);
+        let c =
+            |id: i64, note: &str| format!(r#"{{"op":"c","after":{{"id":{id},"note":"{note}"}}}}"#);
         let got = view(
             &plan,
             &[
@@ -487,7 +485,9 @@ mod tests {
             &plan,
             &[record(
                 r#"{"schema":{},"payload":{"id":5}}"#,
-                Some(r#"{"schema":{},"payload":{"op":"u","after":{"id":5},"unavailable_columns":["note"]}}"#),
+                Some(
+                    r#"{"schema":{},"payload":{"op":"u","after":{"id":5},"unavailable_columns":["note"]}}"#,
+                ),
                 10,
             )],
         );

@@ -108,7 +108,12 @@ fn differences(report: &Value) -> Vec<(String, String)> {
         .unwrap()
         .iter()
         .flat_map(|t| t["differences"].as_array().unwrap().clone())
-        .map(|d| (d["kind"].as_str().unwrap().to_owned(), d["key"]["id"].to_string()))
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["key"]["id"].to_string(),
+            )
+        })
         .collect();
     out.sort();
     out
@@ -140,14 +145,7 @@ async fn verify_is_equal_under_changes_and_finds_and_repairs_faults() {
         .unwrap();
     let admin = free_port();
     let dir = test_dir(&name);
-    let toml = pipeline_toml(
-        &name,
-        &schema,
-        &name,
-        admin,
-        "",
-    )
-    .replace(
+    let toml = pipeline_toml(&name, &schema, &name, admin, "").replace(
         "[kafka]",
         &format!("signal_table = \"{schema}.sluice_signal\"\n\n[kafka]"),
     );
