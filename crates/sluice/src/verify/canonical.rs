@@ -36,6 +36,12 @@ use crate::event::options::{BinaryHandlingMode, TemporalUnit, TimePrecisionMode}
 use crate::event::{DecimalHandlingMode, EventOptions};
 use crate::sql::quote_ident;
 
+/// An event's value of a form its column's encoding never produces (it then differs from any
+/// source value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a value of an unexpected form")]
+pub struct UnexpectedForm;
+
 /// How a column's values are compared (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnClass {
@@ -192,20 +198,24 @@ impl ColumnClass {
     /// # Errors
     ///
     /// As [`ColumnClass::from_json`].
-    pub fn from_raw(self, raw: &str, events: &EventOptions) -> Result<Option<String>, ()> {
+    pub fn from_raw(
+        self,
+        raw: &str,
+        events: &EventOptions,
+    ) -> Result<Option<String>, UnexpectedForm> {
         let raw = raw.trim();
         let number = !raw.starts_with('"') && raw != "null";
         match self {
             ColumnClass::Float4 if number => {
-                let v: f32 = raw.parse().map_err(|_| ())?;
+                let v: f32 = raw.parse().map_err(|_| UnexpectedForm)?;
                 Ok(Some(hex(&v.to_be_bytes())))
             }
             ColumnClass::Float8 if number => {
-                let v: f64 = raw.parse().map_err(|_| ())?;
+                let v: f64 = raw.parse().map_err(|_| UnexpectedForm)?;
                 Ok(Some(hex(&v.to_be_bytes())))
             }
             _ => {
-                let value: Value = serde_json::from_str(raw).map_err(|_| ())?;
+                let value: Value = serde_json::from_str(raw).map_err(|_| UnexpectedForm)?;
                 self.from_json(&value, events)
             }
         }
@@ -217,7 +227,11 @@ impl ColumnClass {
     /// # Errors
     ///
     /// A value this class's encoding never produces.
-    pub fn from_json(self, value: &Value, events: &EventOptions) -> Result<Option<String>, ()> {
+    pub fn from_json(
+        self,
+        value: &Value,
+        events: &EventOptions,
+    ) -> Result<Option<String>, UnexpectedForm> {
         if value.is_null() {
             return Ok(None);
         }
@@ -237,51 +251,51 @@ impl ColumnClass {
                 hex(&v.to_be_bytes())
             }
             (ColumnClass::Float8, value) => hex(&float(value)?.to_be_bytes()),
-            (ColumnClass::Date, Value::Number(n)) => n.as_i64().ok_or(())?.to_string(),
+            (ColumnClass::Date, Value::Number(n)) => n.as_i64().ok_or(UnexpectedForm)?.to_string(),
             (ColumnClass::Time(unit) | ColumnClass::Timestamp(unit), Value::Number(n)) => {
-                let v = n.as_i64().ok_or(())?;
+                let v = n.as_i64().ok_or(UnexpectedForm)?;
                 match unit {
-                    TemporalUnit::Millis => v.checked_mul(1000).ok_or(())?,
+                    TemporalUnit::Millis => v.checked_mul(1000).ok_or(UnexpectedForm)?,
                     TemporalUnit::Micros => v,
                 }
                 .to_string()
             }
             (ColumnClass::Timestamptz, Value::String(s)) => {
-                let at = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| ())?;
+                let at = chrono::DateTime::parse_from_rfc3339(s).map_err(|_| UnexpectedForm)?;
                 at.timestamp_micros().to_string()
             }
             (ColumnClass::Bytea, Value::String(s)) => {
                 hex(&decode_binary(s, events.binary_handling_mode)?)
             }
-            _ => return Err(()),
+            _ => return Err(UnexpectedForm),
         };
         Ok(Some(text))
     }
 }
 
 /// A JSON number, or the strings Kafka's JSON converter writes for NaN and the infinities.
-fn float(value: &Value) -> Result<f64, ()> {
+fn float(value: &Value) -> Result<f64, UnexpectedForm> {
     match value {
-        Value::Number(n) => n.as_f64().ok_or(()),
+        Value::Number(n) => n.as_f64().ok_or(UnexpectedForm),
         Value::String(s) => match s.as_str() {
             "NaN" => Ok(f64::NAN),
             "Infinity" => Ok(f64::INFINITY),
             "-Infinity" => Ok(f64::NEG_INFINITY),
-            _ => Err(()),
+            _ => Err(UnexpectedForm),
         },
-        _ => Err(()),
+        _ => Err(UnexpectedForm),
     }
 }
 
-fn decode_binary(text: &str, mode: BinaryHandlingMode) -> Result<Vec<u8>, ()> {
+fn decode_binary(text: &str, mode: BinaryHandlingMode) -> Result<Vec<u8>, UnexpectedForm> {
     match mode.base64_engine() {
-        Some(engine) => engine.decode(text).map_err(|_| ()),
+        Some(engine) => engine.decode(text).map_err(|_| UnexpectedForm),
         None => (0..text.len())
             .step_by(2)
             .map(|i| {
                 text.get(i..i + 2)
                     .and_then(|h| u8::from_str_radix(h, 16).ok())
-                    .ok_or(())
+                    .ok_or(UnexpectedForm)
             })
             .collect(),
     }
@@ -308,24 +322,37 @@ fn trim_scale(text: &str) -> &str {
 }
 
 /// A `numeric` event value as PostgreSQL's text output.
-fn numeric_text(value: &Value, scale: Option<u32>, events: &EventOptions) -> Result<String, ()> {
+fn numeric_text(
+    value: &Value,
+    scale: Option<u32>,
+    events: &EventOptions,
+) -> Result<String, UnexpectedForm> {
     match (events.decimal_handling_mode, value) {
         (DecimalHandlingMode::String, Value::String(s)) => Ok(s.clone()),
         (DecimalHandlingMode::Precise, Value::String(b64)) => {
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(b64)
-                .map_err(|_| ())?;
-            Ok(decimal_text(&bytes, scale.ok_or(())?))
+                .map_err(|_| UnexpectedForm)?;
+            Ok(decimal_text(&bytes, scale.ok_or(UnexpectedForm)?))
         }
         (DecimalHandlingMode::Precise, Value::Object(object)) => {
-            let scale = object.get("scale").and_then(Value::as_u64).ok_or(())?;
-            let b64 = object.get("value").and_then(Value::as_str).ok_or(())?;
+            let scale = object
+                .get("scale")
+                .and_then(Value::as_u64)
+                .ok_or(UnexpectedForm)?;
+            let b64 = object
+                .get("value")
+                .and_then(Value::as_str)
+                .ok_or(UnexpectedForm)?;
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(b64)
-                .map_err(|_| ())?;
-            Ok(decimal_text(&bytes, u32::try_from(scale).map_err(|_| ())?))
+                .map_err(|_| UnexpectedForm)?;
+            Ok(decimal_text(
+                &bytes,
+                u32::try_from(scale).map_err(|_| UnexpectedForm)?,
+            ))
         }
-        _ => Err(()),
+        _ => Err(UnexpectedForm),
     }
 }
 
@@ -490,7 +517,7 @@ mod tests {
         let e = events();
         let text = |class: ColumnClass, v: Value| class.from_json(&v, &e);
         assert_eq!(text(ColumnClass::Int, json!(-7)), Ok(Some("-7".into())));
-        assert_eq!(text(ColumnClass::Int, json!(1.5)), Err(()));
+        assert_eq!(text(ColumnClass::Int, json!(1.5)), Err(UnexpectedForm));
         assert_eq!(
             text(ColumnClass::Bool, json!(true)),
             Ok(Some("true".into()))

@@ -166,7 +166,7 @@ impl<'a> TopicView<'a> {
             match column.class.from_raw(raw, self.events) {
                 Ok(Some(text)) => push_piece(&mut form, &Piece::Value(&text)),
                 Ok(None) => push_piece(&mut form, &Piece::Null),
-                Err(()) => {
+                Err(_) => {
                     return self.problem(format!(
                         "key column {:?} of an unexpected form: {raw}",
                         column.name
@@ -219,7 +219,7 @@ impl<'a> TopicView<'a> {
                 Some(raw) => match column.class.from_raw(raw.get(), self.events) {
                     Ok(text) => Some(text),
                     // A value of another shape: marked so it matches no source value.
-                    Err(()) => Some(Some(format!("\u{0}unexpected {}", raw.get()))),
+                    Err(_) => Some(Some(format!("\u{0}unexpected {}", raw.get()))),
                 },
                 None if unavailable.iter().any(|c| c == &column.name) => None,
                 None => Some(Some("\u{0}absent".to_owned())),
@@ -427,11 +427,14 @@ mod tests {
         )
     }
 
-    fn record(key: &str, value: Option<&str>, lsn: u64) -> (Vec<u8>, Option<Vec<u8>>, u64) {
+    /// A record's key, value and commit LSN.
+    type Recorded = (Vec<u8>, Option<Vec<u8>>, u64);
+
+    fn record(key: &str, value: Option<&str>, lsn: u64) -> Recorded {
         (key.into(), value.map(Into::into), lsn)
     }
 
-    fn view(plan: &TablePlan, records: &[(Vec<u8>, Option<Vec<u8>>, u64)]) -> Vec<(i64, bool)> {
+    fn view(plan: &TablePlan, records: &[Recorded]) -> Vec<(i64, bool)> {
         let events = EventOptions::default();
         let mut view = TopicView::new(plan, &events, 100, PassFilter::Range(0, 4));
         for (key, value, lsn) in records {
