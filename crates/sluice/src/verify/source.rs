@@ -127,7 +127,7 @@ impl SourceSnapshot {
                     )
                 })?;
         let slot = format!(
-            "sluice_verify_{}_{}",
+            "sluice_verifying_{}_{}",
             std::process::id(),
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
