@@ -221,6 +221,16 @@ impl ColumnClass {
         }
     }
 
+    /// Whether `canonical` is Debezium's unavailable-value placeholder `placeholder` (written
+    /// for an unchanged TOASTed value), as a value of this class.
+    pub fn is_placeholder(self, canonical: &str, placeholder: &str) -> bool {
+        match self {
+            ColumnClass::Text | ColumnClass::Bpchar => canonical == placeholder,
+            ColumnClass::Bytea => canonical == hex(placeholder.as_bytes()),
+            _ => false,
+        }
+    }
+
     /// The canonical text of an event's value of this class: `Ok(None)` for JSON null,
     /// `Err` for a value of another shape (which then differs from any source value).
     ///

@@ -75,6 +75,9 @@ pub struct TableReport {
     /// The key's columns.
     #[serde(skip)]
     pub key_columns: Vec<String>,
+    /// Keys whose newest event lacks unchanged TOASTed values (compared key by key, on the
+    /// values they carry).
+    pub partial_keys: u64,
     /// Passes over the topic.
     pub passes: u64,
     /// The topic's records.
@@ -216,6 +219,7 @@ impl TableReport {
                 })
                 .collect(),
             key_columns: plan.key.iter().map(|c| c.name.clone()).collect(),
+            partial_keys: 0,
             passes: 0,
             read: ReadStats::default(),
             repairable: Vec::new(),
@@ -240,6 +244,7 @@ impl TableReport {
             columns_compared: Vec::new(),
             columns_not_compared: Vec::new(),
             key_columns: Vec::new(),
+            partial_keys: 0,
             passes: 0,
             read: ReadStats::default(),
             repairable: Vec::new(),

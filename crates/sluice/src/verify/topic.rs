@@ -211,12 +211,16 @@ impl<'a> TopicView<'a> {
             .and_then(|raw| serde_json::from_str(raw.get()).ok())
             .unwrap_or_default();
         let unavailable = envelope.unavailable_columns.unwrap_or_default();
+        let placeholder = &self.events.unavailable_value_placeholder;
         let mut form = Vec::with_capacity(128);
         let mut values = Vec::with_capacity(self.plan.columns.len());
         let mut partial = false;
         for column in &self.plan.columns {
             let value = match after.get(column.name.as_str()) {
                 Some(raw) => match column.class.from_raw(raw.get(), self.events) {
+                    // Debezium's placeholder for a value the change did not carry (an
+                    // unchanged TOASTed value): by default it stands in `after`.
+                    Ok(Some(text)) if column.class.is_placeholder(&text, placeholder) => None,
                     Ok(text) => Some(text),
                     // A value of another shape: marked so it matches no source value.
                     Err(_) => Some(Some(format!("\u{0}unexpected {}", raw.get()))),
@@ -497,6 +501,16 @@ mod tests {
         let mut form = Vec::new();
         push_piece(&mut form, &Piece::Value("5"));
         push_piece(&mut form, &Piece::Unavailable);
+        assert_eq!(got, vec![(row_hash(&form), true)]);
+        // Debezium's default: the placeholder stands in `after`.
+        let got = view(
+            &plan,
+            &[record(
+                r#"{"id":5}"#,
+                Some(r#"{"op":"u","after":{"id":5,"note":"__debezium_unavailable_value"}}"#),
+                10,
+            )],
+        );
         assert_eq!(got, vec![(row_hash(&form), true)]);
     }
 }
