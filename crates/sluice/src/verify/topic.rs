@@ -328,6 +328,11 @@ fn payload(value: &Value) -> &Value {
     }
 }
 
+/// The topic does not exist.
+#[derive(Debug, thiserror::Error)]
+#[error("topic {0} does not exist (the pipeline creates it with its first record)")]
+pub struct MissingTopic(pub String);
+
 /// Reads `topic` from the start of each partition to its high watermark (taken now), in
 /// partition order per partition.
 ///
@@ -348,10 +353,11 @@ pub fn read_topic(
         .find(|t| t.name() == topic)
         .with_context(|| format!("topic {topic} not found"))?;
     if let Some(error) = meta.error() {
-        anyhow::bail!(
-            "topic {topic}: {:?} (does it exist? the pipeline creates it with its first record)",
-            rdkafka::error::RDKafkaErrorCode::from(error)
-        );
+        let code = rdkafka::error::RDKafkaErrorCode::from(error);
+        if code == rdkafka::error::RDKafkaErrorCode::UnknownTopicOrPartition {
+            return Err(MissingTopic(topic.to_owned()).into());
+        }
+        anyhow::bail!("topic {topic}: {code:?}");
     }
     let mut assignment = TopicPartitionList::new();
     let mut pending: HashMap<i32, i64> = HashMap::new();
