@@ -185,6 +185,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Import(command) => crate::import::run(command),
         Command::Health { admin } => runtime()?.block_on(probe_health(&admin)),
+        Command::Verify(args) => runtime()?.block_on(crate::verify::run(args)),
     }
 }
 

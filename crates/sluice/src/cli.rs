@@ -71,6 +71,10 @@ pub enum Command {
     /// Another tool's configuration as a sluice pipeline file (docs/migrating-from-debezium.md).
     #[command(subcommand)]
     Import(crate::import::ImportCommand),
+    /// Compare the source tables with the newest record per key in their topics, while the
+    /// pipeline runs (docs/verify.md). Exit code: 0 = equal, 1 = differences, 2 = could not
+    /// verify.
+    Verify(crate::verify::VerifyArgs),
     /// Ask a running sluice's admin server for `/health` (a container's healthcheck): prints its
     /// state; exit code 0 when it answers 200, 1 otherwise.
     Health {

@@ -19,7 +19,8 @@
 //! [`kafka`] (the Kafka layer), [`sink`] (Kafka → files), [`runtime`] (pipeline status and metrics), [`admin`] (the HTTP
 //! admin server, which serves what the runtime holds),
 //! [`doctor`] (`sluice doctor` and `sluice slots`), [`compaction`] (`sluice compaction scan|plan`),
-//! [`import`] (`sluice import debezium`: a Debezium connector's configuration and offsets).
+//! [`import`] (`sluice import debezium`: a Debezium connector's configuration and offsets),
+//! [`verify`] (`sluice verify`: the source tables against their topics).
 
 pub mod admin;
 pub mod app;
@@ -48,3 +49,4 @@ pub mod sink;
 pub mod source;
 pub mod sql;
 pub mod transform;
+pub mod verify;

@@ -44,4 +44,5 @@ mod tls_kafka;
 mod tls_pg;
 mod toast;
 mod transforms;
+mod verify;
 mod versions;

@@ -1,0 +1,522 @@
+//! The topic side of `sluice verify`: each key's newest record at the verified position.
+//!
+//! A topic is read from each partition's start to its high watermark, taken once the pipeline
+//! confirmed the position (read committed: an aborted transaction's records are not seen).
+//! A record whose transaction committed at or after the position (its `sluice.commit_lsn`
+//! header) is a change the source's snapshot does not see yet and is left out; a record
+//! without the header (not written by sluice) is taken as before it. A key's records are in
+//! one partition, in commit order, so the last one taken is the key's state at the position:
+//! a tombstone or a delete removes the key. Per key only a 16-byte digest, its bucket and its
+//! row hash are kept (about 50 bytes a key in memory); a table bigger than the memory budget
+//! is read in passes over ranges of buckets.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use super::canonical::{Piece, bucket_of, digest, push_piece, row_hash};
+use super::source::TablePlan;
+use crate::event::{EventOptions, HEADER_COMMIT_LSN};
+
+/// One record as the view needs it.
+pub struct TopicRecord<'a> {
+    /// The key's bytes.
+    pub key: Option<&'a [u8]>,
+    /// The value's bytes (`None`: a tombstone).
+    pub value: Option<&'a [u8]>,
+    /// The `sluice.commit_lsn` header.
+    pub commit_lsn: Option<u64>,
+}
+
+/// What reading a topic found, besides the keys.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReadStats {
+    /// Records read.
+    pub records: u64,
+    /// Records of transactions at or after the position (left out).
+    pub after_position: u64,
+    /// Records without a `sluice.commit_lsn` header (taken as before the position).
+    pub unpositioned: u64,
+    /// Records whose key could not be read (then the verification is incomplete).
+    pub unreadable: u64,
+    /// The first unreadable record's problem.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_problem: Option<String>,
+}
+
+/// A key's state in the topic, as compared.
+#[derive(Debug, Clone)]
+pub struct KeyState {
+    /// The key's bucket.
+    pub bucket: u32,
+    /// The row's hash (with `U` for values the event does not carry).
+    pub hash: i64,
+    /// Whether some values were not carried (compare the key alone).
+    pub partial: bool,
+    /// Pass 2: the key and the row as the event has them.
+    pub detail: Option<Box<KeyDetail>>,
+}
+
+/// A key kept in full for listing.
+#[derive(Debug, Clone)]
+pub struct KeyDetail {
+    /// The key object.
+    pub key: Value,
+    /// The compared values (`None` in the outer: not carried).
+    pub values: Vec<Option<Option<String>>>,
+    /// The `after` object, compared columns only.
+    pub after: Value,
+}
+
+/// Which keys a pass keeps.
+#[derive(Debug, Clone)]
+pub enum PassFilter {
+    /// Buckets `lo..hi`, hashes only.
+    Range(u32, u32),
+    /// These buckets (sorted), in full.
+    Detail(Vec<u32>),
+}
+
+impl PassFilter {
+    fn keeps(&self, bucket: u32) -> bool {
+        match self {
+            PassFilter::Range(lo, hi) => (*lo..*hi).contains(&bucket),
+            PassFilter::Detail(list) => list.binary_search(&bucket).is_ok(),
+        }
+    }
+}
+
+/// The newest state per key of one pass.
+pub struct TopicView<'a> {
+    plan: &'a TablePlan,
+    events: &'a EventOptions,
+    position: u64,
+    filter: PassFilter,
+    /// Per key digest.
+    pub keys: HashMap<u128, KeyState>,
+    /// Counts.
+    pub stats: ReadStats,
+}
+
+impl<'a> TopicView<'a> {
+    /// An empty view for `plan` at `position` (a commit LSN).
+    pub fn new(
+        plan: &'a TablePlan,
+        events: &'a EventOptions,
+        position: u64,
+        filter: PassFilter,
+    ) -> Self {
+        Self {
+            plan,
+            events,
+            position,
+            filter,
+            keys: HashMap::new(),
+            stats: ReadStats::default(),
+        }
+    }
+
+    fn problem(&mut self, problem: String) {
+        self.stats.unreadable += 1;
+        self.stats.first_problem.get_or_insert(problem);
+    }
+
+    /// Takes one record, in partition order.
+    pub fn apply(&mut self, record: &TopicRecord<'_>) {
+        self.stats.records += 1;
+        match record.commit_lsn {
+            Some(lsn) if lsn >= self.position => {
+                self.stats.after_position += 1;
+                return;
+            }
+            Some(_) => {}
+            None => self.stats.unpositioned += 1,
+        }
+        let Some(key_bytes) = record.key else {
+            // A truncate event (no key; Debezium skips them by default) empties the table.
+            if record
+                .value
+                .and_then(|v| serde_json::from_slice::<Value>(v).ok())
+                .as_ref()
+                .map(payload)
+                .and_then(|p| p.get("op"))
+                .and_then(Value::as_str)
+                == Some("t")
+            {
+                self.keys.clear();
+            } else {
+                self.problem("a record without a key".into());
+            }
+            return;
+        };
+        let key: Fields<'_> = match parse_fields(key_bytes) {
+            Ok(key) => key,
+            Err(error) => return self.problem(format!("a key that is not a JSON object: {error}")),
+        };
+        let mut form = Vec::with_capacity(32);
+        for column in &self.plan.key {
+            let raw = key.get(column.name.as_str()).map_or("null", |v| v.get());
+            match column.class.from_raw(raw, self.events) {
+                Ok(Some(text)) => push_piece(&mut form, &Piece::Value(&text)),
+                Ok(None) => push_piece(&mut form, &Piece::Null),
+                Err(_) => {
+                    return self.problem(format!(
+                        "key column {:?} of an unexpected form: {raw}",
+                        column.name
+                    ));
+                }
+            }
+        }
+        let key_digest = digest(&form);
+        let id = u128::from_be_bytes(key_digest);
+        let bucket = bucket_of(&key_digest, self.plan.buckets);
+        if !self.filter.keeps(bucket) {
+            return;
+        }
+        let Some(value) = record.value else {
+            self.keys.remove(&id);
+            return;
+        };
+        let envelope = match parse_envelope(value) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                // Kept as a row that matches nothing: it differs, with its key.
+                let detail = self.detail(key_bytes, Vec::new(), Value::String(error.to_string()));
+                self.keys.insert(
+                    id,
+                    KeyState {
+                        bucket,
+                        hash: 0,
+                        partial: false,
+                        detail,
+                    },
+                );
+                return;
+            }
+        };
+        if envelope.op.as_deref() == Some("d") {
+            self.keys.remove(&id);
+            return;
+        }
+        let after: Fields<'_> = envelope
+            .after
+            .filter(|raw| raw.get().trim() != "null")
+            .and_then(|raw| serde_json::from_str(raw.get()).ok())
+            .unwrap_or_default();
+        let unavailable = envelope.unavailable_columns.unwrap_or_default();
+        let placeholder = &self.events.unavailable_value_placeholder;
+        let mut form = Vec::with_capacity(128);
+        let mut values = Vec::with_capacity(self.plan.columns.len());
+        let mut partial = false;
+        for column in &self.plan.columns {
+            let value = match after.get(column.name.as_str()) {
+                Some(raw) => match column.class.from_raw(raw.get(), self.events) {
+                    // Debezium's placeholder for a value the change did not carry (an
+                    // unchanged TOASTed value): by default it stands in `after`.
+                    Ok(Some(text)) if column.class.is_placeholder(&text, placeholder) => None,
+                    Ok(text) => Some(text),
+                    // A value of another shape: marked so it matches no source value.
+                    Err(_) => Some(Some(format!("\u{0}unexpected {}", raw.get()))),
+                },
+                None if unavailable.iter().any(|c| c == &column.name) => None,
+                None => Some(Some("\u{0}absent".to_owned())),
+            };
+            match &value {
+                None => {
+                    partial = true;
+                    push_piece(&mut form, &Piece::Unavailable);
+                }
+                Some(None) => push_piece(&mut form, &Piece::Null),
+                Some(Some(text)) => push_piece(&mut form, &Piece::Value(text)),
+            }
+            values.push(value);
+        }
+        let detail = match &self.filter {
+            PassFilter::Detail(_) => {
+                let shown = self.compared_only(&after);
+                self.detail(key_bytes, values, shown)
+            }
+            PassFilter::Range(..) => None,
+        };
+        self.keys.insert(
+            id,
+            KeyState {
+                bucket,
+                hash: row_hash(&form),
+                partial,
+                detail,
+            },
+        );
+    }
+
+    fn detail(
+        &self,
+        key: &[u8],
+        values: Vec<Option<Option<String>>>,
+        after: Value,
+    ) -> Option<Box<KeyDetail>> {
+        let key = serde_json::from_slice::<Value>(key)
+            .map(|k| payload(&k).clone())
+            .unwrap_or_default();
+        matches!(self.filter, PassFilter::Detail(_))
+            .then(|| Box::new(KeyDetail { key, values, after }))
+    }
+
+    fn compared_only(&self, after: &Fields<'_>) -> Value {
+        Value::Object(
+            after
+                .iter()
+                .filter(|(name, _)| self.plan.columns.iter().any(|c| c.name == **name))
+                .map(|(n, v)| (n.clone(), serde_json::from_str(v.get()).unwrap_or_default()))
+                .collect(),
+        )
+    }
+}
+
+/// A JSON object's fields, unparsed.
+type Fields<'a> = HashMap<String, &'a RawValue>;
+
+/// A key: its fields (in `payload` with schemas).
+fn parse_fields(bytes: &[u8]) -> Result<Fields<'_>, serde_json::Error> {
+    let fields: Fields<'_> = serde_json::from_slice(bytes)?;
+    match (fields.get("schema"), fields.get("payload")) {
+        (Some(_), Some(payload)) => serde_json::from_str(payload.get()),
+        _ => Ok(fields),
+    }
+}
+
+/// The parts of a change event's value verify reads.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    schema: Option<serde::de::IgnoredAny>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+    #[serde(default)]
+    op: Option<String>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    #[serde(default)]
+    unavailable_columns: Option<Vec<String>>,
+}
+
+/// A value's envelope (in `payload` with schemas).
+fn parse_envelope(bytes: &[u8]) -> Result<Envelope<'_>, serde_json::Error> {
+    let envelope: Envelope<'_> = serde_json::from_slice(bytes)?;
+    match (&envelope.schema, envelope.payload) {
+        (Some(_), Some(payload)) => serde_json::from_str(payload.get()),
+        _ => Ok(envelope),
+    }
+}
+
+/// `payload` of a `{"schema":…,"payload":…}` document, else the document.
+fn payload(value: &Value) -> &Value {
+    match value {
+        Value::Object(object)
+            if object.contains_key("schema") && object.contains_key("payload") =>
+        {
+            &object["payload"]
+        }
+        other => other,
+    }
+}
+
+/// The topic does not exist.
+#[derive(Debug, thiserror::Error)]
+#[error("topic {0} does not exist (the pipeline creates it with its first record)")]
+pub struct MissingTopic(pub String);
+
+/// Reads `topic` from the start of each partition to its high watermark (taken now), in
+/// partition order per partition.
+///
+/// # Errors
+///
+/// The topic does not exist, the brokers cannot be reached, reading failed.
+pub fn read_topic(
+    consumer: &BaseConsumer,
+    topic: &str,
+    mut each: impl FnMut(&TopicRecord<'_>),
+) -> anyhow::Result<()> {
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(30))
+        .with_context(|| format!("cannot read the metadata of topic {topic}"))?;
+    let meta = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .with_context(|| format!("topic {topic} not found"))?;
+    if let Some(error) = meta.error() {
+        let code = rdkafka::error::RDKafkaErrorCode::from(error);
+        if code == rdkafka::error::RDKafkaErrorCode::UnknownTopicOrPartition {
+            return Err(MissingTopic(topic.to_owned()).into());
+        }
+        anyhow::bail!("topic {topic}: {code:?}");
+    }
+    let mut assignment = TopicPartitionList::new();
+    let mut pending: HashMap<i32, i64> = HashMap::new();
+    for partition in meta.partitions() {
+        let p = partition.id();
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(30))
+            .with_context(|| format!("cannot read the watermarks of {topic} partition {p}"))?;
+        if high > low {
+            assignment.add_partition_offset(topic, p, Offset::Offset(low))?;
+            pending.insert(p, high);
+        }
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    consumer.assign(&assignment)?;
+    while !pending.is_empty() {
+        match consumer.poll(Duration::from_millis(500)) {
+            Some(Ok(message)) => {
+                let p = message.partition();
+                let Some(&high) = pending.get(&p) else {
+                    continue;
+                };
+                if message.offset() >= high {
+                    pending.remove(&p);
+                    continue;
+                }
+                let commit_lsn = message.headers().and_then(|headers| {
+                    headers
+                        .iter()
+                        .find(|h| h.key == HEADER_COMMIT_LSN)
+                        .and_then(|h| h.value)
+                        .and_then(|v| std::str::from_utf8(v).ok())
+                        .and_then(|v| v.parse::<u64>().ok())
+                });
+                each(&TopicRecord {
+                    key: message.key(),
+                    value: message.payload(),
+                    commit_lsn,
+                });
+                if message.offset() + 1 >= high {
+                    pending.remove(&p);
+                }
+            }
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                pending.remove(&p);
+            }
+            Some(Err(error)) => return Err(error).context(format!("reading topic {topic}")),
+            None => {}
+        }
+    }
+    consumer.unassign()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::verify::canonical::ColumnClass;
+    use crate::verify::source::{Column, TablePlan};
+
+    fn plan() -> TablePlan {
+        TablePlan::for_tests(
+            vec![
+                Column {
+                    name: "id".into(),
+                    class: ColumnClass::Int,
+                },
+                Column {
+                    name: "note".into(),
+                    class: ColumnClass::Text,
+                },
+            ],
+            1,
+            4,
+        )
+    }
+
+    /// A record's key, value and commit LSN.
+    type Recorded = (Vec<u8>, Option<Vec<u8>>, u64);
+
+    fn record(key: &str, value: Option<&str>, lsn: u64) -> Recorded {
+        (key.into(), value.map(Into::into), lsn)
+    }
+
+    fn view(plan: &TablePlan, records: &[Recorded]) -> Vec<(i64, bool)> {
+        let events = EventOptions::default();
+        let mut view = TopicView::new(plan, &events, 100, PassFilter::Range(0, 4));
+        for (key, value, lsn) in records {
+            view.apply(&TopicRecord {
+                key: Some(key),
+                value: value.as_deref(),
+                commit_lsn: Some(*lsn),
+            });
+        }
+        let mut out: Vec<(i64, bool)> = view.keys.values().map(|k| (k.hash, k.partial)).collect();
+        out.sort_unstable();
+        out
+    }
+
+    fn hash_of(id: i64, note: &str) -> i64 {
+        let mut form = Vec::new();
+        push_piece(&mut form, &Piece::Value(&id.to_string()));
+        push_piece(&mut form, &Piece::Value(note));
+        row_hash(&form)
+    }
+
+    #[test]
+    fn the_newest_record_before_the_position_wins() {
+        let plan = plan();
+        let c =
+            |id: i64, note: &str| format!(r#"{{"op":"c","after":{{"id":{id},"note":"{note}"}}}}"#);
+        let got = view(
+            &plan,
+            &[
+                record(r#"{"id":1}"#, Some(&c(1, "a")), 10),
+                record(r#"{"id":1}"#, Some(&c(1, "b")), 20),
+                // At or after the position: a change the snapshot does not see.
+                record(r#"{"id":1}"#, Some(&c(1, "later")), 100),
+                record(r#"{"id":2}"#, Some(&c(2, "x")), 10),
+                record(r#"{"id":2}"#, Some(r#"{"op":"d","after":null}"#), 30),
+                record(r#"{"id":2}"#, None, 30),
+                record(r#"{"id":3}"#, Some(&c(3, "y")), 10),
+                // Deleted after the position: still there at it.
+                record(r#"{"id":3}"#, None, 200),
+            ],
+        );
+        let mut want = vec![(hash_of(1, "b"), false), (hash_of(3, "y"), false)];
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn schemas_envelopes_and_unavailable_values() {
+        let plan = plan();
+        let got = view(
+            &plan,
+            &[record(
+                r#"{"schema":{},"payload":{"id":5}}"#,
+                Some(
+                    r#"{"schema":{},"payload":{"op":"u","after":{"id":5},"unavailable_columns":["note"]}}"#,
+                ),
+                10,
+            )],
+        );
+        let mut form = Vec::new();
+        push_piece(&mut form, &Piece::Value("5"));
+        push_piece(&mut form, &Piece::Unavailable);
+        assert_eq!(got, vec![(row_hash(&form), true)]);
+        // Debezium's default: the placeholder stands in `after`.
+        let got = view(
+            &plan,
+            &[record(
+                r#"{"id":5}"#,
+                Some(r#"{"op":"u","after":{"id":5,"note":"__debezium_unavailable_value"}}"#),
+                10,
+            )],
+        );
+        assert_eq!(got, vec![(row_hash(&form), true)]);
+    }
+}

@@ -1,0 +1,317 @@
+//! `sluice verify` against the real PostgreSQL and Kafka: equal while changes keep flowing
+//! (no false positive), faults injected into the topic found with their keys (exit code 1),
+//! repaired by `--repair` until equal again; a source it cannot reach is exit code 2.
+
+use std::panic::AssertUnwindSafe;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt as _;
+use rand::Rng;
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use serde_json::Value;
+
+use crate::support::{
+    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, sluice_bin,
+    stack, test_dir, unique,
+};
+
+/// Rows in the table (thousands: the test runs in seconds).
+const ROWS: i64 = 3000;
+
+/// Every type class verify compares, and two it does not (an array and an interval); `big`
+/// holds TOASTed values for some rows, which the writer's updates leave out of their events
+/// (`unavailable_columns`).
+const COLUMNS: &str = "id bigint PRIMARY KEY, v bigint NOT NULL, s text, c char(4), b bool, \
+    n numeric(10,2), nu numeric, f4 real, f8 float8, d date, tm time, tm3 time(3), \
+    ts timestamp, ts3 timestamp(3), tz timestamptz, by bytea, j jsonb, u uuid, \
+    arr int[], iv interval, big text";
+
+/// Runs `sluice verify FILE --json ARGS`: the exit code and the report.
+fn verify(file: &std::path::Path, args: &[&str]) -> (i32, Value) {
+    let started = Instant::now();
+    let output = Command::new(sluice_bin())
+        .arg("verify")
+        .arg(file)
+        .arg("--json")
+        .args(args)
+        .output()
+        .expect("run sluice verify");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let report = serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "not a JSON report ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    eprintln!(
+        "sluice verify {args:?}: exit {:?} in {:?}",
+        output.status.code(),
+        started.elapsed()
+    );
+    (output.status.code().unwrap_or(-1), report)
+}
+
+/// Updates random rows (and deletes and inserts some) until `stop`.
+fn start_writer(table: String, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<u64> {
+    tokio::spawn(async move {
+        let client = pg().await;
+        let mut changes = 0u64;
+        let mut next_id = ROWS * 10;
+        while !stop.load(Ordering::Relaxed) {
+            let (ids, action) = {
+                let mut rng = rand::rng();
+                // Keys 1..=100 are left alone: the faults go there. Keys 101..=200 hold
+                // TOASTed values: a third of the updates go there.
+                let ids: Vec<String> = (0..6)
+                    .map(|i| {
+                        let range = if i % 3 == 0 { 101..=200 } else { 101..=ROWS };
+                        rng.random_range(range).to_string()
+                    })
+                    .collect();
+                (ids, rng.random_range(0..10))
+            };
+            let sql = match action {
+                0 => format!("DELETE FROM {table} WHERE id = {}", ids[0]),
+                1 => {
+                    next_id += 1;
+                    format!("INSERT INTO {table} (id, v, s) VALUES ({next_id}, 1, 'new')")
+                }
+                _ => format!(
+                    "UPDATE {table} SET v = v + 1, s = 'u' || v, f8 = random(), \
+                     nu = random()::numeric * 1000, ts = now() WHERE id IN ({})",
+                    ids.join(",")
+                ),
+            };
+            client.batch_execute(&sql).await.unwrap();
+            changes += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        changes
+    })
+}
+
+/// Produces records of raw bytes (a `None` value: a tombstone) to `topic`.
+fn produce(topic: &str, records: &[(&str, Option<&str>)]) {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    for (key, value) in records {
+        let mut record = BaseRecord::<str, str>::to(topic).key(*key);
+        if let Some(value) = value {
+            record = record.payload(*value);
+        }
+        producer.send(record).map_err(|(e, _)| e).unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+}
+
+/// The report of `table`.
+fn table_report<'a>(report: &'a Value, table: &str) -> &'a Value {
+    report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["table"] == table)
+        .unwrap_or_else(|| panic!("no {table} in {report:#}"))
+}
+
+fn differences(report: &Value) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["differences"].as_array().unwrap().clone())
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["key"]["id"].to_string(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Equal, repeatedly, while a writer keeps changing the table; a replaced record and a
+/// tombstone injected into the topic are found with their keys (exit code 1), `--repair`
+/// requests their incremental snapshot and verify turns equal again.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_is_equal_under_changes_and_finds_and_repairs_faults() {
+    let _broker = broker_shared().await;
+    let client = pg().await;
+    let name = unique("verify");
+    let schema = name.clone();
+    let table = format!("{schema}.t");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {table} ({COLUMNS});
+             INSERT INTO {table} SELECT g, 0, 'row ' || g, 'ab', g % 2 = 0, g * 1.25, g / 7.0,
+               g / 3.0, g / 3.0, DATE '2020-01-01' + g, TIME '10:00:00.123456', TIME '10:00:01.5',
+               TIMESTAMP '2020-01-01 00:00:00.654321' + g * INTERVAL '1 hour',
+               TIMESTAMP '2020-01-01 00:00:00.12', now(), '\\xdeadbeef', '{{\"a\": [1, 2]}}',
+               gen_random_uuid(), ARRAY[g], INTERVAL '1 day',
+               CASE WHEN g BETWEEN 101 AND 200 THEN (SELECT string_agg(md5(random()::text || g || i), '')
+                 FROM generate_series(1, 250) i) END
+             FROM generate_series(1, {ROWS}) g;
+             INSERT INTO {table} (id, v) VALUES (0, 0);
+             CREATE TABLE {schema}.empty (id int PRIMARY KEY);"
+        ))
+        .await
+        .unwrap();
+    // Cleaned up also when the scenario fails: a slot left behind keeps WAL.
+    let outcome = AssertUnwindSafe(scenario(&name, &schema, &table))
+        .catch_unwind()
+        .await;
+    drop_slot_and_publication(&client, &name).await;
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// The pipeline, the writer, the verifications and the faults of
+/// [`verify_is_equal_under_changes_and_finds_and_repairs_faults`].
+async fn scenario(name: &str, schema: &str, table: &str) {
+    let admin = free_port();
+    let dir = test_dir(name);
+    let toml = pipeline_toml(name, schema, name, admin, "").replace(
+        "[kafka]",
+        &format!("signal_table = \"{schema}.sluice_signal\"\n\n[kafka]"),
+    );
+    let sluice = Sluice::start(&dir, &toml, admin);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{table}");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = start_writer(table.to_owned(), Arc::clone(&stop));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut partial_keys = 0;
+    for run in 0..3 {
+        let (code, report) = verify(&sluice.file, &[]);
+        partial_keys += table_report(&report, table)["partial_keys"]
+            .as_u64()
+            .unwrap();
+        // An empty table whose topic was never created is equal too.
+        let empty = table_report(&report, &format!("{schema}.empty"));
+        assert_eq!(empty["status"], "equal", "{report:#}");
+        assert_eq!(code, 0, "run {run} under changes: {report:#}");
+        let t = table_report(&report, table);
+        assert_eq!(t["status"], "equal", "{report:#}");
+        assert!(t["source_rows"].as_u64().unwrap() > ROWS as u64 / 2);
+        let not_compared: Vec<&str> = t["columns_not_compared"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["column"].as_str().unwrap())
+            .collect();
+        assert_eq!(not_compared, ["arr", "iv"]);
+    }
+    assert!(partial_keys > 0, "no update left a TOASTed value out");
+
+    // Faults: key 5's newest record replaced by another value (a record not written by
+    // sluice, so without its position header); key 7 deleted from the topic by a tombstone.
+    produce(
+        &topic,
+        &[
+            (
+                r#"{"id":5}"#,
+                Some(r#"{"before":null,"after":{"id":5,"v":0,"s":"tampered"},"op":"u"}"#),
+            ),
+            (r#"{"id":7}"#, None),
+        ],
+    );
+    let (code, report) = verify(&sluice.file, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["status"], "differences");
+    assert_eq!(
+        differences(&report),
+        [
+            ("differs".to_owned(), "5".to_owned()),
+            ("missing_in_topic".to_owned(), "7".to_owned())
+        ],
+        "{report:#}"
+    );
+    let five = table_report(&report, table)["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["key"]["id"] == 5)
+        .unwrap();
+    assert_eq!(five["source"]["s"], "row 5");
+    assert_eq!(five["topic"]["s"], "tampered");
+
+    // Repaired: the pipeline snapshots exactly keys 5 and 7 again.
+    let (code, report) = verify(&sluice.file, &["--repair"]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["repair"]["keys"], 2, "{report:#}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (code, report) = verify(&sluice.file, &[]);
+        if code == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not repaired within 60 s: {report:#}\n{}",
+            sluice.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let changes = writer.await.unwrap();
+    assert!(changes > 20, "the writer made {changes} changes");
+
+    // A table whose topic holds a key the table does not: found; `--repair` names the fix.
+    produce(
+        &topic,
+        &[(
+            r#"{"id":999999}"#,
+            Some(r#"{"before":null,"after":{"id":999999,"v":0},"op":"c"}"#),
+        )],
+    );
+    let (code, report) = verify(&sluice.file, &["--repair"]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        differences(&report),
+        [("missing_in_source".to_owned(), "999999".to_owned())]
+    );
+    assert!(
+        report["repair"]["hints"][0]
+            .as_str()
+            .unwrap()
+            .contains("republication"),
+        "{report:#}"
+    );
+
+    drop(sluice);
+}
+
+/// A source that cannot be reached, and a pipeline file of another kind: exit code 2 with the
+/// reason.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_says_when_it_cannot_verify() {
+    let name = unique("verify_unreachable");
+    let dir = test_dir(&name);
+    let port = free_port();
+    let toml = pipeline_toml(&name, "public", &name, free_port(), "").replace(
+        &stack().pg_url,
+        &format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+    );
+    let file = dir.join("pipeline.toml");
+    std::fs::write(&file, toml).unwrap();
+    let (code, report) = verify(&file, &[]);
+    assert_eq!(code, 2, "{report:#}");
+    assert_eq!(report["status"], "error");
+    assert!(
+        report["error"].as_str().unwrap().contains("PostgreSQL"),
+        "{report:#}"
+    );
+}
