@@ -577,7 +577,9 @@ fn check_iceberg_target(
         Err(error) => {
             println!(
                 "catalog {target}: FAILED: {}",
-                error.0.replace("source.postgres.url", "sink.iceberg.catalog_uri")
+                error
+                    .0
+                    .replace("source.postgres.url", "sink.iceberg.catalog_uri")
             );
             return Ok(false);
         }
@@ -616,7 +618,10 @@ fn check_iceberg_target(
             Ok(name) => name,
             Err(issue) => {
                 ok = false;
-                println!("topic {topic:?}: no table: {}: {}", issue.key, issue.problem);
+                println!(
+                    "topic {topic:?}: no table: {}: {}",
+                    issue.key, issue.problem
+                );
                 continue;
             }
         };

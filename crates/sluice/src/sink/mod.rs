@@ -89,8 +89,8 @@ use crate::sink::config::{FailurePolicy, SinkPipelineConfig, consumer_config};
 use crate::sink::files::{
     FileSettings, OutputRoot, Ownership, Recovered, RootError, SubPartitionId,
 };
-use crate::sink::object::ObjectTarget;
 use crate::sink::iceberg::writer::IcebergTarget;
+use crate::sink::object::ObjectTarget;
 use crate::sink::postgres::apply::PgTarget;
 use crate::sink::template::PathTemplate;
 use crate::sink::worker::{

@@ -296,9 +296,7 @@ impl Catalog for PgCatalog {
             .build()?
             .metadata;
         let metadata_location = MetadataLocation::new_with_metadata(location, &metadata);
-        metadata
-            .write_to(&self.file_io, &metadata_location)
-            .await?;
+        metadata.write_to(&self.file_io, &metadata_location).await?;
         let metadata_location = metadata_location.to_string();
         let client = self.client().await?;
         let inserted = client

@@ -236,10 +236,7 @@ impl IcebergSinkConfig {
         if self.catalog_name.is_empty() || self.catalog_name.len() > 255 {
             issue(
                 "sink.iceberg.catalog_name",
-                format!(
-                    "{:?}: expected 1-255 characters",
-                    self.catalog_name
-                ),
+                format!("{:?}: expected 1-255 characters", self.catalog_name),
             );
         }
         match self.warehouse.strip_prefix("file://") {
@@ -359,16 +356,25 @@ mod tests {
         assert_eq!(c.table_for("other").unwrap(), "renamed");
         let mut c = config();
         c.table = "{schema}_{table}".into();
-        assert_eq!(c.table_for("a.b.inventory.items").unwrap(), "inventory_items");
+        assert_eq!(
+            c.table_for("a.b.inventory.items").unwrap(),
+            "inventory_items"
+        );
         c.table = "t_{topic}".into();
-        assert_eq!(c.table_for("cdc.public.orders").unwrap(), "t_cdc_public_orders");
+        assert_eq!(
+            c.table_for("cdc.public.orders").unwrap(),
+            "t_cdc_public_orders"
+        );
     }
 
     #[test]
     fn bad_settings_name_the_key_and_the_form() {
         let issue = config().table_for("orders").unwrap_err();
         assert_eq!(issue.key, "sink.iceberg.table");
-        assert!(issue.problem.contains("<prefix>.<schema>.<table>"), "{issue:?}");
+        assert!(
+            issue.problem.contains("<prefix>.<schema>.<table>"),
+            "{issue:?}"
+        );
         let mut c = config();
         c.catalog_uri = "http://rest:8181".into();
         c.warehouse = "s3://bucket/wh".into();

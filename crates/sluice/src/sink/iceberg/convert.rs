@@ -69,9 +69,7 @@ pub fn iceberg_type(field: &ConnectSchema) -> Type {
                 PrimitiveType::String
             }
         }
-        Some("io.debezium.time.Date" | "org.apache.kafka.connect.data.Date") => {
-            PrimitiveType::Date
-        }
+        Some("io.debezium.time.Date" | "org.apache.kafka.connect.data.Date") => PrimitiveType::Date,
         Some(
             "io.debezium.time.Time"
             | "io.debezium.time.MicroTime"
@@ -128,8 +126,16 @@ pub fn append_schema(row: &ConnectSchema) -> Result<Schema, String> {
     let string = || Type::Primitive(PrimitiveType::String);
     let tstz = || Type::Primitive(PrimitiveType::Timestamptz);
     fields.push(Arc::new(NestedField::optional(next(), OP_COLUMN, string())));
-    fields.push(Arc::new(NestedField::optional(next(), EVENT_TS_COLUMN, tstz())));
-    fields.push(Arc::new(NestedField::optional(next(), SOURCE_TS_COLUMN, tstz())));
+    fields.push(Arc::new(NestedField::optional(
+        next(),
+        EVENT_TS_COLUMN,
+        tstz(),
+    )));
+    fields.push(Arc::new(NestedField::optional(
+        next(),
+        SOURCE_TS_COLUMN,
+        tstz(),
+    )));
     fields.push(Arc::new(NestedField::optional(
         next(),
         SOURCE_POSITION_COLUMN,
@@ -203,6 +209,51 @@ impl Unit {
     }
 }
 
+/// How a decimal column's text values are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecimalText {
+    /// Base64 of the unscaled bytes (a Connect `bytes` field: `decimal.format=BASE64`).
+    Base64,
+    /// A number as text (a Connect `string` field: `decimal.handling.mode=string`).
+    Numeric,
+    /// Unknown (no schema): base64 if the text is base64, else a number. Text of digits only
+    /// whose length is a multiple of 4 is both; it is read as base64, Debezium's precise form.
+    Either,
+}
+
+/// How a field's values are read: the unit of its times and the form of its decimals, from its
+/// Connect schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Read {
+    /// Times' unit.
+    pub unit: Unit,
+    /// Decimals' text form.
+    pub decimal: DecimalText,
+}
+
+impl Read {
+    /// How to read a field with this Connect schema (`None`: the event has no schema).
+    pub fn of(field: Option<&ConnectSchema>) -> Self {
+        Self {
+            unit: Unit::of(field.and_then(|f| f.name.as_deref())),
+            decimal: match field.map(|f| f.kind.as_str()) {
+                Some("bytes") => DecimalText::Base64,
+                Some(_) => DecimalText::Numeric,
+                None => DecimalText::Either,
+            },
+        }
+    }
+}
+
+impl From<Unit> for Read {
+    fn from(unit: Unit) -> Self {
+        Self {
+            unit,
+            decimal: DecimalText::Either,
+        }
+    }
+}
+
 /// A converted value, before it is appended (a record's values are all converted before any
 /// is appended, so that a failing record leaves no partial row).
 #[derive(Debug, Clone, PartialEq)]
@@ -238,12 +289,16 @@ fn type_name(value: &Value) -> &'static str {
     }
 }
 
-/// `value` as a cell of a column of type `ty`, reading times in `unit`.
+/// `value` as a cell of a column of type `ty`, read as `read` says.
 ///
 /// # Errors
 ///
 /// What does not fit.
-pub fn convert(value: &Value, ty: &PrimitiveType, unit: Unit) -> Result<Cell, String> {
+pub fn convert(value: &Value, ty: &PrimitiveType, read: impl Into<Read>) -> Result<Cell, String> {
+    let Read {
+        unit,
+        decimal: text,
+    } = read.into();
     if value.is_null() {
         return Ok(Cell::Null);
     }
@@ -252,7 +307,8 @@ pub fn convert(value: &Value, ty: &PrimitiveType, unit: Unit) -> Result<Cell, St
     Ok(match ty {
         PrimitiveType::Boolean => Cell::Bool(value.as_bool().ok_or_else(wrong)?),
         PrimitiveType::Int => Cell::I32(
-            i32::try_from(int()?).map_err(|_| format!("{value} is out of an int column's range"))?,
+            i32::try_from(int()?)
+                .map_err(|_| format!("{value} is out of an int column's range"))?,
         ),
         PrimitiveType::Date => Cell::I32(
             i32::try_from(int()?).map_err(|_| format!("{value} is out of a date's range"))?,
@@ -274,7 +330,7 @@ pub fn convert(value: &Value, ty: &PrimitiveType, unit: Unit) -> Result<Cell, St
         },
         PrimitiveType::Float => Cell::F32(float(value).ok_or_else(wrong)? as f32),
         PrimitiveType::Double => Cell::F64(float(value).ok_or_else(wrong)?),
-        PrimitiveType::Decimal { scale, .. } => Cell::I128(decimal(value, *scale)?),
+        PrimitiveType::Decimal { scale, .. } => Cell::I128(decimal(value, *scale, text)?),
         PrimitiveType::String => match value {
             Value::String(text) => Cell::Str(text.clone()),
             other => Cell::Str(other.to_string()),
@@ -330,30 +386,38 @@ fn parse_local_micros(text: &str) -> Option<i64> {
 
 /// A Connect decimal as its unscaled value at `scale`: JsonConverter's base64 of the
 /// big-endian two's-complement unscaled bytes (`decimal.format=BASE64`, the default), or a
-/// number or numeric string (`decimal.format=NUMERIC`, `decimal.handling.mode=string`).
-fn decimal(value: &Value, scale: u32) -> Result<i128, String> {
-    match value {
-        Value::Number(n) => decimal_text(&n.to_string(), scale),
-        Value::String(text) => {
-            if let Ok(unscaled) = decimal_text(text, scale) {
-                return Ok(unscaled);
-            }
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(text)
-                .map_err(|_| format!("{text:?} is neither a decimal number nor base64"))?;
-            if bytes.is_empty() || bytes.len() > 16 {
-                return Err(format!(
-                    "a decimal of {} bytes: expected 1 to 16",
-                    bytes.len()
-                ));
-            }
-            let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0 };
-            let mut wide = [fill; 16];
-            wide[16 - bytes.len()..].copy_from_slice(&bytes);
-            Ok(i128::from_be_bytes(wide))
+/// number or numeric string (`decimal.format=NUMERIC`, `decimal.handling.mode=string`); text
+/// is read as `text` says.
+fn decimal(value: &Value, scale: u32, text: DecimalText) -> Result<i128, String> {
+    match (value, text) {
+        (Value::Number(n), _) => decimal_text(&n.to_string(), scale),
+        (Value::String(s), DecimalText::Numeric) => decimal_text(s, scale),
+        (Value::String(s), DecimalText::Base64) => decimal_base64(s),
+        (Value::String(s), DecimalText::Either) => {
+            decimal_base64(s).or_else(|_| decimal_text(s, scale))
         }
-        other => Err(format!("{} does not fit a decimal column", type_name(other))),
+        (other, _) => Err(format!(
+            "{} does not fit a decimal column",
+            type_name(other)
+        )),
     }
+}
+
+/// Base64 of a big-endian two's-complement unscaled value.
+fn decimal_base64(text: &str) -> Result<i128, String> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|_| format!("{text:?} is not a decimal's base64"))?;
+    if bytes.is_empty() || bytes.len() > 16 {
+        return Err(format!(
+            "a decimal of {} bytes: expected 1 to 16",
+            bytes.len()
+        ));
+    }
+    let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0 };
+    let mut wide = [fill; 16];
+    wide[16 - bytes.len()..].copy_from_slice(&bytes);
+    Ok(i128::from_be_bytes(wide))
 }
 
 /// A decimal number's text (`-12.345`, `1e3` not accepted) as its unscaled value at `scale`.
@@ -420,9 +484,9 @@ impl Column {
             DataType::Date32 => Self::Date(Date32Builder::new()),
             DataType::Int64 => Self::I64(Int64Builder::new()),
             DataType::Time64(_) => Self::Time(Time64MicrosecondBuilder::new()),
-            DataType::Timestamp(_, zone) => Self::Timestamp(
-                TimestampMicrosecondBuilder::new().with_timezone_opt(zone.clone()),
-            ),
+            DataType::Timestamp(_, zone) => {
+                Self::Timestamp(TimestampMicrosecondBuilder::new().with_timezone_opt(zone.clone()))
+            }
             DataType::Float32 => Self::F32(Float32Builder::new()),
             DataType::Float64 => Self::F64(Float64Builder::new()),
             DataType::Decimal128(p, s) => Self::Decimal(
@@ -580,7 +644,11 @@ mod tests {
             }
         );
         assert_eq!(
-            p(iceberg_type(&field("int32", Some("io.debezium.time.Date"), &[]))),
+            p(iceberg_type(&field(
+                "int32",
+                Some("io.debezium.time.Date"),
+                &[]
+            ))),
             PrimitiveType::Date
         );
         assert_eq!(
@@ -600,11 +668,21 @@ mod tests {
             PrimitiveType::Timestamptz
         );
         assert_eq!(
-            p(iceberg_type(&field("string", Some("io.debezium.data.Uuid"), &[]))),
+            p(iceberg_type(&field(
+                "string",
+                Some("io.debezium.data.Uuid"),
+                &[]
+            ))),
             PrimitiveType::Uuid
         );
-        assert_eq!(p(iceberg_type(&field("int16", None, &[]))), PrimitiveType::Int);
-        assert_eq!(p(iceberg_type(&field("struct", None, &[]))), PrimitiveType::String);
+        assert_eq!(
+            p(iceberg_type(&field("int16", None, &[]))),
+            PrimitiveType::Int
+        );
+        assert_eq!(
+            p(iceberg_type(&field("struct", None, &[]))),
+            PrimitiveType::String
+        );
     }
 
     #[test]
@@ -627,13 +705,30 @@ mod tests {
             convert(&Value::from("-1.5"), &dec, Unit::Micro),
             Ok(Cell::I128(-150))
         );
+        // "+048" is both a number and base64 (0xfb4e3c = -307652): a `bytes` field is base64,
+        // a `string` field a number.
+        let bytes_field = Read::of(Some(&field("bytes", None, &[])));
+        let string_field = Read::of(Some(&field("string", None, &[])));
+        assert_eq!(
+            convert(&Value::from("+048"), &dec, bytes_field),
+            Ok(Cell::I128(-307_652))
+        );
+        assert_eq!(
+            convert(&Value::from("+048"), &dec, string_field),
+            Ok(Cell::I128(4800))
+        );
+        assert!(convert(&Value::from("1.5"), &dec, bytes_field).is_err());
         assert_eq!(
             convert(&serde_json::json!(7.25), &dec, Unit::Micro),
             Ok(Cell::I128(725))
         );
         assert!(convert(&Value::from("1.234"), &dec, Unit::Micro).is_err());
         assert_eq!(
-            convert(&serde_json::json!(1_700_000_000_123_i64), &PrimitiveType::Timestamp, Unit::Milli),
+            convert(
+                &serde_json::json!(1_700_000_000_123_i64),
+                &PrimitiveType::Timestamp,
+                Unit::Milli
+            ),
             Ok(Cell::I64(1_700_000_000_123_000))
         );
         assert_eq!(
@@ -653,10 +748,21 @@ mod tests {
             Ok(Cell::Bytes([&[0u8; 15][..], &[1]].concat()))
         );
         assert_eq!(
-            convert(&serde_json::json!({"a": 1}), &PrimitiveType::String, Unit::Micro),
+            convert(
+                &serde_json::json!({"a": 1}),
+                &PrimitiveType::String,
+                Unit::Micro
+            ),
             Ok(Cell::Str(r#"{"a":1}"#.into()))
         );
         assert!(convert(&Value::from("x"), &PrimitiveType::Long, Unit::Micro).is_err());
-        assert!(convert(&serde_json::json!(1_i64 << 40), &PrimitiveType::Int, Unit::Micro).is_err());
+        assert!(
+            convert(
+                &serde_json::json!(1_i64 << 40),
+                &PrimitiveType::Int,
+                Unit::Micro
+            )
+            .is_err()
+        );
     }
 }

@@ -41,7 +41,7 @@ use serde_json::value::RawValue;
 
 use super::catalog::{PgCatalog, Pinned};
 use super::config::IcebergSinkConfig;
-use super::convert::{self, Cell, Rows, Unit};
+use super::convert::{self, Cell, Read, Rows};
 use crate::error::PipelineError;
 use crate::pg_connect::PgConnectConfig;
 use crate::sink::config::SinkPipelineConfig;
@@ -195,6 +195,7 @@ impl IcebergTarget {
             rows: None,
             data: None,
             committed: (last_offset >= 0).then_some(last_offset),
+            schemas: SchemaCache::default(),
             last_offset: None,
             records: 0,
             rows_written: 0,
@@ -234,7 +235,7 @@ pub struct Event {
 /// # Errors
 ///
 /// What is wrong with the value.
-pub fn decode_event(value: &[u8]) -> Result<Event, String> {
+pub fn decode_event(value: &[u8], schemas: &mut SchemaCache) -> Result<Event, String> {
     let text =
         std::str::from_utf8(value).map_err(|_| "the value is not UTF-8, so not JSON".to_owned())?;
     let outer: WithSchema<'_> =
@@ -255,20 +256,7 @@ pub fn decode_event(value: &[u8]) -> Result<Event, String> {
         _ => None,
     };
     let schema = match schema_text {
-        Some(text) if text != "null" => {
-            let schema: ConnectSchema = serde_json::from_str(text)
-                .map_err(|e| format!("the value's schema is not a Connect schema: {e}"))?;
-            let row = if op.is_some() {
-                schema
-                    .field("after")
-                    .or_else(|| schema.field("before"))
-                    .cloned()
-            } else {
-                Some(schema)
-            };
-            row.filter(|s| s.kind == "struct")
-                .map(|row| (text.to_owned(), Arc::new(row)))
-        }
+        Some(text) if text != "null" => schemas.row_schema(text, op.is_some())?,
         _ => None,
     };
     let Some(op) = op else {
@@ -295,9 +283,7 @@ pub fn decode_event(value: &[u8]) -> Result<Event, String> {
         Some(Value::Object(row)) => Some(row),
         Some(Value::Null) | None if op == "t" => None,
         _ => {
-            return Err(format!(
-                "an event with op {op:?} without its {image:?} row"
-            ));
+            return Err(format!("an event with op {op:?} without its {image:?} row"));
         }
     };
     Ok(Event {
@@ -310,10 +296,46 @@ pub fn decode_event(value: &[u8]) -> Result<Event, String> {
     })
 }
 
+/// The last value schema seen and its row schema: the events of a table repeat the same
+/// schema text, parsed once.
+#[derive(Default)]
+pub struct SchemaCache {
+    last: Option<(String, Option<(String, Arc<ConnectSchema>)>)>,
+}
+
+impl SchemaCache {
+    fn row_schema(
+        &mut self,
+        text: &str,
+        envelope: bool,
+    ) -> Result<Option<(String, Arc<ConnectSchema>)>, String> {
+        if let Some((last, row)) = &self.last
+            && last == text
+        {
+            return Ok(row.clone());
+        }
+        let schema: ConnectSchema = serde_json::from_str(text)
+            .map_err(|e| format!("the value's schema is not a Connect schema: {e}"))?;
+        let row = if envelope {
+            schema
+                .field("after")
+                .or_else(|| schema.field("before"))
+                .cloned()
+        } else {
+            Some(schema)
+        };
+        let row = row
+            .filter(|s| s.kind == "struct")
+            .map(|row| (text.to_owned(), Arc::new(row)));
+        self.last = Some((text.to_owned(), row.clone()));
+        Ok(row)
+    }
+}
+
 /// Where each column of the table comes from.
 enum Source {
-    /// The row's field of that name, read in `unit`.
-    Field(Unit),
+    /// The row's field of that name, read as its Connect schema says.
+    Field(Read),
     /// One of sluice's append columns.
     Op,
     EventTs,
@@ -330,7 +352,8 @@ struct Layout {
     schema_text: Option<String>,
 }
 
-type DataWriter = DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+type DataWriter =
+    DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
 /// The writer of one sub-partition (see the module's documentation).
 pub struct IcebergWriter {
@@ -344,6 +367,7 @@ pub struct IcebergWriter {
     data: Option<DataWriter>,
     /// The last offset the table records for this sub-partition (what a commit expects).
     committed: Option<i64>,
+    schemas: SchemaCache,
     last_offset: Option<i64>,
     records: u64,
     rows_written: u64,
@@ -432,11 +456,7 @@ impl IcebergWriter {
                 convert::SOURCE_POSITION_COLUMN => Source::SourcePosition,
                 convert::KAFKA_PARTITION_COLUMN => Source::KafkaPartition,
                 convert::KAFKA_OFFSET_COLUMN => Source::KafkaOffset,
-                name => Source::Field(Unit::of(
-                    row_schema
-                        .and_then(|s| s.field(name))
-                        .and_then(|f| f.name.as_deref()),
-                )),
+                name => Source::Field(Read::of(row_schema.and_then(|s| s.field(name)))),
             };
             columns.push((field.name.clone(), ty.clone(), source));
         }
@@ -475,8 +495,8 @@ impl IcebergWriter {
         let mut cells = Vec::with_capacity(layout.columns.len());
         for (name, ty, source) in &layout.columns {
             let cell = match source {
-                Source::Field(unit) => match event.row.as_ref().and_then(|r| r.get(name)) {
-                    Some(value) => convert::convert(value, ty, *unit)
+                Source::Field(read) => match event.row.as_ref().and_then(|r| r.get(name)) {
+                    Some(value) => convert::convert(value, ty, *read)
                         .map_err(|e| format!("column {name:?}: {e}"))?,
                     None => Cell::Null,
                 },
@@ -558,9 +578,10 @@ impl IcebergWriter {
             return Ok(());
         };
         let target = Arc::clone(&self.target);
-        let ident = self.ident.clone().map_err(|e| {
-            PipelineError::fatal(e, "fix [sink.iceberg]'s table mapping")
-        })?;
+        let ident = self
+            .ident
+            .clone()
+            .map_err(|e| PipelineError::fatal(e, "fix [sink.iceberg]'s table mapping"))?;
         let files: Vec<DataFile> = target
             .runtime
             .block_on(writer.close())
@@ -595,10 +616,7 @@ impl IcebergWriter {
                     .fast_append()
                     .with_check_duplicate(false)
                     .add_data_files(files.clone())
-                    .set_snapshot_properties(HashMap::from([(
-                        target.offsets_key.clone(),
-                        offsets,
-                    )]))
+                    .set_snapshot_properties(HashMap::from([(target.offsets_key.clone(), offsets)]))
                     .apply(tx)?;
                 tx.commit(&Pinned {
                     catalog: &target.catalog,
@@ -654,9 +672,7 @@ async fn create_table(
 ) -> iceberg::Result<Table> {
     let namespace = ident.namespace();
     if !catalog.namespace_exists(namespace).await? {
-        catalog
-            .create_namespace(namespace, HashMap::new())
-            .await?;
+        catalog.create_namespace(namespace, HashMap::new()).await?;
     }
     let creation = TableCreation::builder()
         .name(ident.name().to_owned())
@@ -680,12 +696,15 @@ impl SubPartitionWriter for IcebergWriter {
             self.note(data.offset);
             return Ok(());
         };
-        let event = decode_event(value).map_err(WriteFailure::Record)?;
+        let event = decode_event(value, &mut self.schemas).map_err(WriteFailure::Record)?;
         self.ensure_table(&event)?;
         self.ensure_layout(&event).map_err(WriteFailure::Record)?;
         let cells = self.cells(&event, data).map_err(WriteFailure::Record)?;
         if self.rows.is_none() {
-            let table = self.table.as_ref().map(|t| t.metadata().current_schema().clone());
+            let table = self
+                .table
+                .as_ref()
+                .map(|t| t.metadata().current_schema().clone());
             let Some(schema) = table else {
                 return Err(WriteFailure::Record("no table".into()));
             };
@@ -746,9 +765,13 @@ impl SubPartitionWriter for IcebergWriter {
 mod tests {
     use super::*;
 
+    fn decode(value: &[u8]) -> Result<Event, String> {
+        decode_event(value, &mut SchemaCache::default())
+    }
+
     #[test]
     fn change_events_decode_to_their_rows() {
-        let event = decode_event(
+        let event = decode(
             br#"{"before":null,"after":{"id":1,"n":"x"},"source":{"ts_ms":5,"lsn":123},"op":"c","ts_ms":7}"#,
         )
         .unwrap();
@@ -757,16 +780,16 @@ mod tests {
         assert_eq!(event.event_ts, Some(7000));
         assert_eq!(event.source_ts, Some(5000));
         assert_eq!(event.source_position.as_deref(), Some("123"));
-        let event = decode_event(
+        let event = decode(
             br#"{"schema":{"type":"struct","fields":[{"field":"before","type":"struct","optional":true,"fields":[{"field":"id","type":"int32"}]},{"field":"after","type":"struct","optional":true,"fields":[{"field":"id","type":"int32"}]}]},"payload":{"before":{"id":3},"after":null,"source":{"file":"b.000001","pos":4},"op":"d"}}"#,
         )
         .unwrap();
         assert_eq!(event.row.unwrap()["id"], 3);
         assert_eq!(event.source_position.as_deref(), Some("b.000001:4"));
         assert_eq!(event.schema.unwrap().1.fields[0].field, "id");
-        let plain = decode_event(br#"{"id":1,"op":"not an event"}"#).unwrap();
+        let plain = decode(br#"{"id":1,"op":"not an event"}"#).unwrap();
         assert_eq!(plain.op, None);
-        assert!(decode_event(br#"{"after":null,"source":{},"op":"u"}"#).is_err());
-        assert!(decode_event(b"[1]").is_err());
+        assert!(decode(br#"{"after":null,"source":{},"op":"u"}"#).is_err());
+        assert!(decode(b"[1]").is_err());
     }
 }
