@@ -162,35 +162,6 @@ impl PgTableMetrics {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const DOC: &str = include_str!("../../../../docs/metrics.md");
-
-    #[test]
-    fn the_sink_metrics_follow_the_scheme_and_are_documented() {
-        for name in [
-            RECORDS_COMMITTED,
-            FILES_COMMITTED,
-            RECORDS_CONSUMED,
-            PARTITION_PAUSES,
-            OFFSET_COMMITS,
-            ASSIGNED_PARTITIONS,
-            PG_ROWS_APPLIED,
-            PG_BATCH_RECORDS,
-            PG_APPLY_DURATION,
-            PG_LAG,
-        ] {
-            assert!(name.starts_with("sluice_sink_"), "{name}");
-            assert!(
-                DOC.contains(&format!("`{name}`")),
-                "{name} is not in docs/metrics.md"
-            );
-        }
-    }
-}
-
 /// [`ICEBERG_COMMITS`] of `table`.
 pub fn iceberg_commits(table: &str) -> Counter {
     counter!(ICEBERG_COMMITS, "table" => table.to_owned())
@@ -219,4 +190,39 @@ pub fn iceberg_conflicts(table: &str) -> Counter {
 /// [`ICEBERG_FENCED`] of `table`.
 pub fn iceberg_fenced(table: &str) -> Counter {
     counter!(ICEBERG_FENCED, "table" => table.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DOC: &str = include_str!("../../../../docs/metrics.md");
+
+    #[test]
+    fn the_sink_metrics_follow_the_scheme_and_are_documented() {
+        for name in [
+            RECORDS_COMMITTED,
+            FILES_COMMITTED,
+            RECORDS_CONSUMED,
+            PARTITION_PAUSES,
+            OFFSET_COMMITS,
+            ASSIGNED_PARTITIONS,
+            PG_ROWS_APPLIED,
+            PG_BATCH_RECORDS,
+            PG_APPLY_DURATION,
+            PG_LAG,
+            ICEBERG_COMMITS,
+            ICEBERG_FILES,
+            ICEBERG_ROWS,
+            ICEBERG_COMMIT_DURATION,
+            ICEBERG_CONFLICTS,
+            ICEBERG_FENCED,
+        ] {
+            assert!(name.starts_with("sluice_sink_"), "{name}");
+            assert!(
+                DOC.contains(&format!("`{name}`")),
+                "{name} is not in docs/metrics.md"
+            );
+        }
+    }
 }

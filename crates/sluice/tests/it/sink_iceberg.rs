@@ -105,7 +105,7 @@ fn row(id: u64, seq: u64) -> (Value, Value) {
         "id": id, "seq": seq, "name": format!("item \"{id}\" ✓ {seq}"), "price": price,
         "born": days, "updated": micros,
         "created": created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-        "uid": uid, "flag": seq % 2 == 0, "score": seq as f64 / 4.0,
+        "uid": uid, "flag": seq.is_multiple_of(2), "score": seq as f64 / 4.0,
     });
     let sign = if cents < 0 { "-" } else { "" };
     let read = json!({
@@ -114,7 +114,7 @@ fn row(id: u64, seq: u64) -> (Value, Value) {
         "born": date.format("%Y-%m-%d").to_string(),
         "updated": updated.format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
         "created": created.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string(),
-        "uid": uid, "flag": seq % 2 == 0, "score": seq as f64 / 4.0,
+        "uid": uid, "flag": seq.is_multiple_of(2), "score": seq as f64 / 4.0,
     });
     (event_row, read)
 }
@@ -166,7 +166,7 @@ fn produce_events(topic: &str, keys: u64, events: u64) -> BTreeMap<u64, Value> {
     for seq in 0..events {
         let id = seq % keys;
         let (event_row, mut read) = row(id, seq);
-        let delete = seq + keys >= events && id % 10 == 0;
+        let delete = seq + keys >= events && id.is_multiple_of(10);
         let op = if delete {
             "d"
         } else if seen.insert(id) {
@@ -203,8 +203,22 @@ fn produce_events(topic: &str, keys: u64, events: u64) -> BTreeMap<u64, Value> {
     expected
 }
 
+/// Makes pyiceberg's venv (scripts/iceberg-venv) once, before any wait is timed: the first
+/// run installs it from PyPI.
+fn reader_ready() {
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    READY.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/iceberg-venv");
+        let status = Command::new(script)
+            .status()
+            .expect("run scripts/iceberg-venv");
+        assert!(status.success(), "scripts/iceberg-venv failed");
+    });
+}
+
 /// scripts/iceberg-read's output for `table` (pyiceberg through the SQL catalog at `catalog`).
 fn read_table(catalog: &str, table: &str, flags: &[&str]) -> Result<String, String> {
+    reader_ready();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/iceberg-read");
     let output = Command::new(script)
         .args([catalog, "sluice", table])
@@ -220,6 +234,7 @@ fn read_table(catalog: &str, table: &str, flags: &[&str]) -> Result<String, Stri
 
 /// Waits until pyiceberg counts `rows` rows in `table`.
 fn wait_rows(catalog: &str, table: &str, rows: usize, timeout: Duration, sink: &Sluice) {
+    reader_ready();
     let deadline = Instant::now() + timeout;
     let mut last = String::new();
     while Instant::now() < deadline {

@@ -227,7 +227,7 @@ pub struct Event {
     /// PostgreSQL's `source.lsn`, MySQL's `source.file:source.pos`.
     pub source_position: Option<String>,
     /// The row's Connect schema (`after`'s, or the value's), when the value has one.
-    pub schema: Option<(String, Arc<ConnectSchema>)>,
+    pub schema: Option<RowSchema>,
 }
 
 /// Decodes a record's value (`None`: a tombstone, which appends nothing).
@@ -300,15 +300,14 @@ pub fn decode_event(value: &[u8], schemas: &mut SchemaCache) -> Result<Event, St
 /// schema text, parsed once.
 #[derive(Default)]
 pub struct SchemaCache {
-    last: Option<(String, Option<(String, Arc<ConnectSchema>)>)>,
+    last: Option<(String, Option<RowSchema>)>,
 }
 
+/// A value schema's text and the row schema in it.
+pub type RowSchema = (String, Arc<ConnectSchema>);
+
 impl SchemaCache {
-    fn row_schema(
-        &mut self,
-        text: &str,
-        envelope: bool,
-    ) -> Result<Option<(String, Arc<ConnectSchema>)>, String> {
+    fn row_schema(&mut self, text: &str, envelope: bool) -> Result<Option<RowSchema>, String> {
         if let Some((last, row)) = &self.last
             && last == text
         {
@@ -332,8 +331,8 @@ impl SchemaCache {
     }
 }
 
-/// Where each column of the table comes from.
-enum Source {
+/// What fills each column of the table.
+enum Fill {
     /// The row's field of that name, read as its Connect schema says.
     Field(Read),
     /// One of sluice's append columns.
@@ -347,7 +346,7 @@ enum Source {
 
 /// The table's columns as this writer fills them.
 struct Layout {
-    columns: Vec<(String, PrimitiveType, Source)>,
+    columns: Vec<(String, PrimitiveType, Fill)>,
     /// The schema text the units were read from.
     schema_text: Option<String>,
 }
@@ -449,16 +448,16 @@ impl IcebergWriter {
                     table.identifier()
                 ));
             };
-            let source = match field.name.as_str() {
-                convert::OP_COLUMN => Source::Op,
-                convert::EVENT_TS_COLUMN => Source::EventTs,
-                convert::SOURCE_TS_COLUMN => Source::SourceTs,
-                convert::SOURCE_POSITION_COLUMN => Source::SourcePosition,
-                convert::KAFKA_PARTITION_COLUMN => Source::KafkaPartition,
-                convert::KAFKA_OFFSET_COLUMN => Source::KafkaOffset,
-                name => Source::Field(Read::of(row_schema.and_then(|s| s.field(name)))),
+            let fill = match field.name.as_str() {
+                convert::OP_COLUMN => Fill::Op,
+                convert::EVENT_TS_COLUMN => Fill::EventTs,
+                convert::SOURCE_TS_COLUMN => Fill::SourceTs,
+                convert::SOURCE_POSITION_COLUMN => Fill::SourcePosition,
+                convert::KAFKA_PARTITION_COLUMN => Fill::KafkaPartition,
+                convert::KAFKA_OFFSET_COLUMN => Fill::KafkaOffset,
+                name => Fill::Field(Read::of(row_schema.and_then(|s| s.field(name)))),
             };
-            columns.push((field.name.clone(), ty.clone(), source));
+            columns.push((field.name.clone(), ty.clone(), fill));
         }
         if let Some(row) = row_schema
             && let Some(missing) = row
@@ -493,21 +492,19 @@ impl IcebergWriter {
             ));
         }
         let mut cells = Vec::with_capacity(layout.columns.len());
-        for (name, ty, source) in &layout.columns {
-            let cell = match source {
-                Source::Field(read) => match event.row.as_ref().and_then(|r| r.get(name)) {
+        for (name, ty, fill) in &layout.columns {
+            let cell = match fill {
+                Fill::Field(read) => match event.row.as_ref().and_then(|r| r.get(name)) {
                     Some(value) => convert::convert(value, ty, *read)
                         .map_err(|e| format!("column {name:?}: {e}"))?,
                     None => Cell::Null,
                 },
-                Source::Op => event.op.clone().map_or(Cell::Null, Cell::Str),
-                Source::EventTs => event.event_ts.map_or(Cell::Null, Cell::I64),
-                Source::SourceTs => event.source_ts.map_or(Cell::Null, Cell::I64),
-                Source::SourcePosition => {
-                    event.source_position.clone().map_or(Cell::Null, Cell::Str)
-                }
-                Source::KafkaPartition => Cell::I32(self.id.partition),
-                Source::KafkaOffset => Cell::I64(data.offset),
+                Fill::Op => event.op.clone().map_or(Cell::Null, Cell::Str),
+                Fill::EventTs => event.event_ts.map_or(Cell::Null, Cell::I64),
+                Fill::SourceTs => event.source_ts.map_or(Cell::Null, Cell::I64),
+                Fill::SourcePosition => event.source_position.clone().map_or(Cell::Null, Cell::Str),
+                Fill::KafkaPartition => Cell::I32(self.id.partition),
+                Fill::KafkaOffset => Cell::I64(data.offset),
             };
             cells.push(cell);
         }
@@ -540,8 +537,8 @@ impl IcebergWriter {
             .block_on(async {
                 if data.is_none() {
                     let metadata = table.metadata();
-                    let parquet = ParquetWriterBuilder::from_table_properties(
-                        &metadata.table_properties()?,
+                    let parquet = ParquetWriterBuilder::new(
+                        parquet_properties(),
                         metadata.current_schema().clone(),
                     );
                     let rolling = RollingFileWriterBuilder::new(
@@ -662,6 +659,24 @@ impl IcebergWriter {
         self.opened_at = None;
     }
 }
+
+/// The data files' Parquet settings: zstd, and row groups of at most [`ROW_GROUP_ROWS`] rows
+/// and [`ROW_GROUP_BYTES`] encoded bytes, which bound what a writer holds in memory before it
+/// writes (parquet's default, 1M rows and no byte limit, would hold a whole epoch).
+fn parquet_properties() -> iceberg_parquet::file::properties::WriterProperties {
+    iceberg_parquet::file::properties::WriterProperties::builder()
+        .set_compression(iceberg_parquet::basic::Compression::ZSTD(
+            iceberg_parquet::basic::ZstdLevel::default(),
+        ))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+        .build()
+}
+
+/// Rows per Parquet row group at most (as the files sink's default).
+pub const ROW_GROUP_ROWS: usize = 65_536;
+/// Encoded bytes per Parquet row group at most (as the files sink's default).
+pub const ROW_GROUP_BYTES: usize = 16 * 1024 * 1024;
 
 /// Creates `ident` with `schema` (and its namespace); a table another writer created first
 /// is loaded instead.
