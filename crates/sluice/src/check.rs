@@ -464,6 +464,15 @@ pub fn check_sink(config: &SinkPipelineConfig) -> anyhow::Result<ExitCode> {
     {
         ok &= check_sink_registry(registry)?;
     }
+    if let Some(iceberg) = config.iceberg() {
+        ok &= check_iceberg_target(iceberg, &resolved)?;
+        println!("{}", if ok { "ready" } else { "not ready" });
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
     let files = match (config.files(), config.postgres()) {
         (Some(files), _) => files,
         (None, Some(postgres)) => {
@@ -551,6 +560,108 @@ fn check_sink_registry(config: &crate::registry::RegistryConfig) -> anyhow::Resu
 
 /// `sluice check` for a PostgreSQL sink: the target database answers, every topic's table
 /// exists with the privileges the sink needs, and the progress table exists or can be created.
+/// Reaches the Iceberg SQL catalog and names each topic's table and its state (snapshots,
+/// data files and rows of the current snapshot). Prints its lines; `false` when the catalog
+/// cannot be read or a table is missing without `auto_create`.
+fn check_iceberg_target(
+    iceberg: &crate::sink::iceberg::config::IcebergSinkConfig,
+    topics: &[String],
+) -> anyhow::Result<bool> {
+    use iceberg::Catalog as _;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let target = crate::pg_connect::redact_url(&iceberg.catalog_uri);
+    let mut connect = match crate::pg_connect::PgConnectConfig::parse(&iceberg.catalog_uri) {
+        Ok(connect) => connect,
+        Err(error) => {
+            println!(
+                "catalog {target}: FAILED: {}",
+                error
+                    .0
+                    .replace("source.postgres.url", "sink.iceberg.catalog_uri")
+            );
+            return Ok(false);
+        }
+    };
+    if connect.pg.get_connect_timeout().is_none() {
+        connect.pg.connect_timeout(CHECK_TIMEOUT);
+    }
+    let catalog = crate::sink::iceberg::catalog::PgCatalog::new(
+        connect,
+        iceberg.catalog_name.clone(),
+        iceberg.warehouse.clone(),
+    );
+    let namespace = iceberg::NamespaceIdent::new(iceberg.namespace.clone());
+    match runtime.block_on(async {
+        tokio::time::timeout(CHECK_TIMEOUT, catalog.namespace_exists(&namespace)).await
+    }) {
+        Ok(Ok(exists)) => println!(
+            "catalog {target} ({:?}): connected; namespace {:?} {}",
+            iceberg.catalog_name,
+            iceberg.namespace,
+            if exists { "exists" } else { "missing" }
+        ),
+        Ok(Err(error)) => {
+            println!("catalog {target}: FAILED: {error}");
+            println!("  fix: check sink.iceberg.catalog_uri and that the database is up");
+            return Ok(false);
+        }
+        Err(_) => {
+            println!("catalog {target}: FAILED: no answer within {CHECK_TIMEOUT:?}");
+            return Ok(false);
+        }
+    }
+    let mut ok = true;
+    for topic in topics {
+        let name = match iceberg.table_for(topic) {
+            Ok(name) => name,
+            Err(issue) => {
+                ok = false;
+                println!(
+                    "topic {topic:?}: no table: {}: {}",
+                    issue.key, issue.problem
+                );
+                continue;
+            }
+        };
+        let ident = iceberg::TableIdent::new(namespace.clone(), name);
+        match runtime.block_on(catalog.load_table(&ident)) {
+            Ok(table) => {
+                let metadata = table.metadata();
+                let summary = metadata.current_snapshot().map(|s| s.summary());
+                let get = |key: &str| {
+                    summary
+                        .and_then(|s| s.additional_properties.get(key).cloned())
+                        .unwrap_or_else(|| "0".into())
+                };
+                println!(
+                    "topic {topic:?} -> table {ident}: {} snapshot(s), {} data file(s), {} row(s) in the current snapshot",
+                    metadata.snapshots().count(),
+                    get("total-data-files"),
+                    get("total-records"),
+                );
+            }
+            Err(error) if error.kind() == iceberg::ErrorKind::TableNotFound => {
+                if iceberg.auto_create {
+                    println!(
+                        "topic {topic:?} -> table {ident}: missing, created from the first event (auto_create)"
+                    );
+                } else {
+                    ok = false;
+                    println!("topic {topic:?} -> table {ident}: FAILED: missing");
+                    println!("  fix: create it, or set sink.iceberg.auto_create = true");
+                }
+            }
+            Err(error) => {
+                ok = false;
+                println!("topic {topic:?} -> table {ident}: FAILED: {error}");
+            }
+        }
+    }
+    Ok(ok)
+}
+
 fn check_pg_target(
     postgres: &crate::sink::postgres::config::PostgresSinkConfig,
     topics: &[String],

@@ -35,6 +35,9 @@
 //! - `sink::postgres::batch_committed` (crash): right after a PostgreSQL sink batch and its
 //!   progress committed, before the batch's records are acknowledged (so before their Kafka
 //!   offsets can be committed).
+//! - `sink::iceberg::committed` (crash): right after an Iceberg sink epoch's snapshot (its
+//!   data files and its offsets in the summary) committed, before the epoch's records are
+//!   acknowledged (so before their Kafka offsets can be committed).
 //! - `sink::files::commit` (gate): in a files sink epoch commit, after the epoch's files are
 //!   finished and before anything of the commit is written (uploads, state). Armed with
 //!   `return(PATH)`, the worker logs `failpoint: waiting for the gate file` and blocks until

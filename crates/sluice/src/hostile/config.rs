@@ -8,12 +8,13 @@ use super::on_small_stack;
 use crate::config::load::parse_interpolated;
 use crate::pipeline_file::PipelineFile;
 
-const EXAMPLES: [&str; 5] = [
+const EXAMPLES: [&str; 6] = [
     include_str!("../../../../examples/postgres-to-kafka.toml"),
     include_str!("../../../../examples/mysql-to-kafka.toml"),
     include_str!("../../../../examples/kafka-to-files.toml"),
     include_str!("../../../../examples/kafka-to-postgres.toml"),
     include_str!("../../../../examples/kafka-to-s3.toml"),
+    include_str!("../../../../examples/kafka-to-iceberg.toml"),
 ];
 
 /// Variables the tests' environment has.

@@ -160,6 +160,8 @@ pub enum SinkConfig {
     Files(FilesSinkConfig),
     /// Tables of a PostgreSQL database.
     Postgres(crate::sink::postgres::config::PostgresSinkConfig),
+    /// Apache Iceberg tables.
+    Iceberg(crate::sink::iceberg::config::IcebergSinkConfig),
 }
 
 /// Output formats.
@@ -563,6 +565,9 @@ impl SinkPipelineConfig {
         if let SinkConfig::Postgres(postgres) = &self.sink {
             issues.extend(postgres.validate(kafka));
         }
+        if let SinkConfig::Iceberg(iceberg) = &self.sink {
+            issues.extend(iceberg.validate(kafka));
+        }
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
                 key: key.to_owned(),
@@ -665,7 +670,7 @@ impl SinkPipelineConfig {
     pub fn files(&self) -> Option<&FilesSinkConfig> {
         match &self.sink {
             SinkConfig::Files(files) => Some(files),
-            SinkConfig::Postgres(_) => None,
+            SinkConfig::Postgres(_) | SinkConfig::Iceberg(_) => None,
         }
     }
 
@@ -673,7 +678,15 @@ impl SinkPipelineConfig {
     pub fn postgres(&self) -> Option<&crate::sink::postgres::config::PostgresSinkConfig> {
         match &self.sink {
             SinkConfig::Postgres(postgres) => Some(postgres),
-            SinkConfig::Files(_) => None,
+            SinkConfig::Files(_) | SinkConfig::Iceberg(_) => None,
+        }
+    }
+
+    /// `[sink.iceberg]`, when the sink writes Iceberg tables.
+    pub fn iceberg(&self) -> Option<&crate::sink::iceberg::config::IcebergSinkConfig> {
+        match &self.sink {
+            SinkConfig::Iceberg(iceberg) => Some(iceberg),
+            SinkConfig::Files(_) | SinkConfig::Postgres(_) => None,
         }
     }
 
@@ -689,6 +702,7 @@ impl SinkPipelineConfig {
         match &self.sink {
             SinkConfig::Files(files) => files.sub_partitions,
             SinkConfig::Postgres(postgres) => postgres.sub_partitions,
+            SinkConfig::Iceberg(iceberg) => iceberg.sub_partitions,
         }
     }
 
@@ -1022,6 +1036,28 @@ mod tests {
             config.files().unwrap().s3.upload_part_bytes,
             crate::sink::object::DEFAULT_UPLOAD_PART_BYTES
         );
+        let text = include_str!("../../../../examples/kafka-to-iceberg.toml");
+        let iceberg_env = |name: &str| match name {
+            "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),
+            "SOURCE_TOPICS" => Some("cdc.public.orders".to_owned()),
+            "ICEBERG_CATALOG_URI" => Some("postgres://u@catalog/iceberg".to_owned()),
+            "ICEBERG_WAREHOUSE" => Some("file:///var/lib/warehouse".to_owned()),
+            "ICEBERG_NAMESPACE" => Some("cdc".to_owned()),
+            _ => None,
+        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &iceberg_env).unwrap();
+        let iceberg = config.iceberg().unwrap();
+        assert_eq!(iceberg.table_for("cdc.public.orders").unwrap(), "orders");
+        assert_eq!(iceberg.namespace, "cdc");
+        assert!(iceberg.auto_create);
+        let no_warehouse = |name: &str| match name {
+            "ICEBERG_WAREHOUSE" => Some("s3://bucket/wh".to_owned()),
+            other => iceberg_env(other),
+        };
+        let error = SinkPipelineConfig::from_toml(text, "t.toml", &no_warehouse)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("sink.iceberg.warehouse"), "{error}");
         let text = include_str!("../../../../examples/kafka-to-postgres.toml");
         let env = |name: &str| match name {
             "KAFKA_BROKERS" => Some("127.0.0.1:9092".to_owned()),

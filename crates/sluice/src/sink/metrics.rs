@@ -34,6 +34,22 @@ pub const PG_APPLY_DURATION: &str = "sluice_sink_postgres_apply_duration_seconds
 /// timestamp), by `table`.
 pub const PG_LAG: &str = "sluice_sink_postgres_lag_seconds";
 
+/// Iceberg sink: snapshots committed, by `table`.
+pub const ICEBERG_COMMITS: &str = "sluice_sink_iceberg_commits_total";
+/// Iceberg sink: data files committed, by `table`.
+pub const ICEBERG_FILES: &str = "sluice_sink_iceberg_files_total";
+/// Iceberg sink: rows committed, by `table`.
+pub const ICEBERG_ROWS: &str = "sluice_sink_iceberg_rows_total";
+/// Iceberg sink: time to commit an epoch's files (read the table, write the manifests and
+/// metadata, swap the catalog's pointer), by `table`.
+pub const ICEBERG_COMMIT_DURATION: &str = "sluice_sink_iceberg_commit_duration_seconds";
+/// Iceberg sink: commits that lost the race to another sub-partition's and were checked and
+/// made again, by `table`.
+pub const ICEBERG_CONFLICTS: &str = "sluice_sink_iceberg_commit_conflicts_total";
+/// Iceberg sink: commits refused because another writer had committed for the same
+/// sub-partition (a zombie fenced), by `table`.
+pub const ICEBERG_FENCED: &str = "sluice_sink_iceberg_fenced_total";
+
 /// Registers the descriptions.
 pub fn describe() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -66,6 +82,22 @@ pub fn describe() {
             PG_APPLY_DURATION,
             Unit::Seconds,
             "time to apply a batch to PostgreSQL, statements and commit"
+        );
+        describe_counter!(ICEBERG_COMMITS, "Iceberg snapshots committed, by table");
+        describe_counter!(ICEBERG_FILES, "Iceberg data files committed, by table");
+        describe_counter!(ICEBERG_ROWS, "rows committed to Iceberg tables, by table");
+        describe_histogram!(
+            ICEBERG_COMMIT_DURATION,
+            Unit::Seconds,
+            "time to commit an epoch's data files to an Iceberg table"
+        );
+        describe_counter!(
+            ICEBERG_CONFLICTS,
+            "Iceberg commits that lost the race to another sub-partition's and were made again"
+        );
+        describe_counter!(
+            ICEBERG_FENCED,
+            "Iceberg commits refused because another writer committed for the same sub-partition"
         );
         describe_gauge!(
             PG_LAG,
@@ -130,6 +162,36 @@ impl PgTableMetrics {
     }
 }
 
+/// [`ICEBERG_COMMITS`] of `table`.
+pub fn iceberg_commits(table: &str) -> Counter {
+    counter!(ICEBERG_COMMITS, "table" => table.to_owned())
+}
+
+/// [`ICEBERG_FILES`] of `table`.
+pub fn iceberg_files(table: &str) -> Counter {
+    counter!(ICEBERG_FILES, "table" => table.to_owned())
+}
+
+/// [`ICEBERG_ROWS`] of `table`.
+pub fn iceberg_rows(table: &str) -> Counter {
+    counter!(ICEBERG_ROWS, "table" => table.to_owned())
+}
+
+/// [`ICEBERG_COMMIT_DURATION`] of `table`.
+pub fn iceberg_commit_duration(table: &str) -> Histogram {
+    histogram!(ICEBERG_COMMIT_DURATION, "table" => table.to_owned())
+}
+
+/// [`ICEBERG_CONFLICTS`] of `table`.
+pub fn iceberg_conflicts(table: &str) -> Counter {
+    counter!(ICEBERG_CONFLICTS, "table" => table.to_owned())
+}
+
+/// [`ICEBERG_FENCED`] of `table`.
+pub fn iceberg_fenced(table: &str) -> Counter {
+    counter!(ICEBERG_FENCED, "table" => table.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,6 +211,12 @@ mod tests {
             PG_BATCH_RECORDS,
             PG_APPLY_DURATION,
             PG_LAG,
+            ICEBERG_COMMITS,
+            ICEBERG_FILES,
+            ICEBERG_ROWS,
+            ICEBERG_COMMIT_DURATION,
+            ICEBERG_CONFLICTS,
+            ICEBERG_FENCED,
         ] {
             assert!(name.starts_with("sluice_sink_"), "{name}");
             assert!(

@@ -55,6 +55,7 @@
 pub mod avro;
 pub mod config;
 pub mod files;
+pub mod iceberg;
 pub mod kafka_source;
 pub mod metrics;
 pub mod object;
@@ -88,6 +89,7 @@ use crate::sink::config::{FailurePolicy, SinkPipelineConfig, consumer_config};
 use crate::sink::files::{
     FileSettings, OutputRoot, Ownership, Recovered, RootError, SubPartitionId,
 };
+use crate::sink::iceberg::writer::IcebergTarget;
 use crate::sink::object::ObjectTarget;
 use crate::sink::postgres::apply::PgTarget;
 use crate::sink::template::PathTemplate;
@@ -143,7 +145,7 @@ impl SinkPipeline {
             .with_observer(Box::new(move |error| {
                 board.update(|s| s.schema_registry_error = error);
             }));
-        let output = if self.config.postgres().is_some() {
+        let output = if self.config.postgres().is_some() || self.config.iceberg().is_some() {
             avro::Output::WithSchemas
         } else {
             avro::Output::Plain
@@ -172,6 +174,8 @@ impl Supervised for SinkPipeline {
     fn resumes_from(&self) -> &'static str {
         if self.config.postgres().is_some() {
             "the progress table"
+        } else if self.config.iceberg().is_some() {
+            "the offsets in the Iceberg tables' snapshots"
         } else {
             "the committed files"
         }
@@ -185,7 +189,12 @@ impl Supervised for SinkPipeline {
         if alive <= max as usize {
             return None;
         }
-        let (what, look_at) = if self.config.postgres().is_some() {
+        let (what, look_at) = if self.config.iceberg().is_some() {
+            (
+                "blocked on the Iceberg catalog or warehouse",
+                "look at what blocks the catalog's database (locks on iceberg_tables) or the warehouse's file system",
+            )
+        } else if self.config.postgres().is_some() {
             (
                 "blocked on the target database although their sessions were cancelled and closed",
                 "look on the target database for what blocks them: sessions holding locks on the target tables (pg_locks, and pg_stat_activity where wait_event_type = 'Lock'), a server that does not answer",
@@ -275,6 +284,8 @@ enum Destination {
     },
     /// Tables of a PostgreSQL database.
     Postgres(Arc<PgTarget>),
+    /// Apache Iceberg tables.
+    Iceberg(Arc<IcebergTarget>),
 }
 
 impl Destination {
@@ -283,6 +294,7 @@ impl Destination {
         match self {
             Self::Files { root, .. } => root.describe(),
             Self::Postgres(target) => target.describe(),
+            Self::Iceberg(target) => target.describe(),
         }
     }
 
@@ -306,6 +318,7 @@ impl Destination {
                     )
                 }),
             Self::Postgres(target) => target.recover(id).map(|recovered| (recovered, None)),
+            Self::Iceberg(target) => target.recover(id).map(|recovered| (recovered, None)),
         }
     }
 
@@ -335,6 +348,7 @@ impl Destination {
             Self::Postgres(target) => {
                 Box::new(target.writer(id, recovered.last_offset, failure, dead_letter))
             }
+            Self::Iceberg(target) => Box::new(target.writer(id, recovered.last_offset)),
         })
     }
 
@@ -366,6 +380,13 @@ impl Destination {
                 ),
                 "find out why the record hangs, or raise delivery.processing_timeout_ms",
             )),
+            Self::Iceberg(_) => Err(PipelineError::fatal(
+                format!(
+                    "record {}/{} offset {offset} timed out and was dead-lettered, but the Iceberg sink cannot record a skipped offset yet",
+                    id.topic, id.partition
+                ),
+                "find out why the record hangs, or raise delivery.processing_timeout_ms",
+            )),
         }
     }
 }
@@ -379,10 +400,14 @@ fn open_destination(
         let target = PgTarget::open(config, postgres, runtime.clone())?;
         return Ok(Destination::Postgres(Arc::new(target)));
     }
+    if let Some(iceberg) = config.iceberg() {
+        let target = IcebergTarget::open(config, iceberg, runtime.clone())?;
+        return Ok(Destination::Iceberg(Arc::new(target)));
+    }
     let Some(files) = config.files() else {
         return Err(PipelineError::fatal(
             "the pipeline has no sink",
-            "add [sink.files] or [sink.postgres]",
+            "add [sink.files], [sink.postgres] or [sink.iceberg]",
         ));
     };
     let opened = match &files.url {
@@ -1340,6 +1365,7 @@ impl Intake {
                     let commit = match self.destination {
                         Destination::Files { .. } => "a file commit",
                         Destination::Postgres(_) => "a batch's transaction",
+                        Destination::Iceberg(_) => "an Iceberg commit",
                     };
                     stuck = Some(format!(
                         "the worker of {topic}/{partition} sub-partition {sub} has been busy on {commit} for more than delivery.processing_timeout_ms = {timeout}"

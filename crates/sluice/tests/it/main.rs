@@ -30,6 +30,7 @@ mod secrets;
 mod silence;
 mod sink;
 mod sink_avro;
+mod sink_iceberg;
 mod sink_pg;
 mod sink_pg_debezium;
 mod sink_pg_reclaim;

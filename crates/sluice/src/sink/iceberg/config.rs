@@ -1,0 +1,407 @@
+//! `[sink.iceberg]`: the catalog, the warehouse, the topic → table mapping and commits.
+//!
+//! ```toml
+//! [sink.iceberg]
+//! catalog_uri = "${ICEBERG_CATALOG_URI}"   # postgres://…: the SQL catalog's database
+//! warehouse = "${ICEBERG_WAREHOUSE}"       # file:///path: where tables' files go
+//! namespace = "${ICEBERG_NAMESPACE}"
+//! table = "{table}"                        # from topics named <prefix>.<schema>.<table>
+//! mode = "append"
+//! auto_create = true
+//! [sink.iceberg.tables]                    # per-topic overrides
+//! "cdc.public.orders" = "orders_audit"
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::config::ConfigIssue;
+use crate::pg_connect::PgConnectConfig;
+use crate::sink::kafka_source::KafkaSourceConfig;
+
+/// Default table template: the source table's name.
+pub const DEFAULT_TABLE_TEMPLATE: &str = "{table}";
+/// Default catalog name (the `catalog_name` column of the catalog's tables; pyiceberg's
+/// `SqlCatalog(name, …)` and Java's `JdbcCatalog` name it when they open the catalog).
+pub const DEFAULT_CATALOG_NAME: &str = "sluice";
+/// Default namespace.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// Default sub-partitions per Kafka partition: each commits its own snapshots, so more of them
+/// mean more commits racing on a table and more small files.
+pub const DEFAULT_SUB_PARTITIONS: u32 = 1;
+/// Default age of an open epoch before it is written and committed (one snapshot per
+/// sub-partition and commit: readers see new rows this often).
+pub const DEFAULT_COMMIT_INTERVAL_MS: u64 = 10_000;
+/// Default records per commit at most.
+pub const DEFAULT_COMMIT_RECORDS: u64 = 500_000;
+/// Default size of a data file before the writer starts another (the `iceberg` crate's
+/// rolling writer; Iceberg's `write.target-file-size-bytes` default).
+pub const DEFAULT_TARGET_FILE_BYTES: u64 = 512 * 1024 * 1024;
+
+/// How change events become rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IcebergMode {
+    /// Every change event a row: the row image (`after`, or `before` for a delete) and the
+    /// event's operation, timestamps and source position (an audit log).
+    #[default]
+    Append,
+    /// The table mirrors the source table (not built yet: a configuration error says so).
+    Upsert,
+}
+
+/// `[sink.iceberg]`.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IcebergSinkConfig {
+    /// The SQL catalog's database: a libpq URL with the TLS and authentication options of
+    /// `source.postgres.url` (`postgres://user@host/db?sslmode=…`).
+    pub catalog_uri: String,
+    /// The catalog's name (a column of the catalog's tables).
+    #[serde(default = "default_catalog_name")]
+    pub catalog_name: String,
+    /// Where new tables' files go: `file:///absolute/path`.
+    pub warehouse: String,
+    /// The namespace of the tables.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The table of a topic named `<prefix>.<schema>.<table>`: `{schema}`, `{table}`,
+    /// `{prefix}` and `{topic}` are replaced (dots in the result become `_`).
+    #[serde(default = "default_table")]
+    pub table: String,
+    /// Per-topic tables, taking precedence over `table`.
+    #[serde(default)]
+    pub tables: BTreeMap<String, String>,
+    /// `append` (every event a row).
+    #[serde(default)]
+    pub mode: IcebergMode,
+    /// Create a missing table (and its namespace) from the first event's Connect schema.
+    #[serde(default)]
+    pub auto_create: bool,
+    /// Sub-partitions per Kafka partition (by key hash).
+    #[serde(default = "default_sub_partitions")]
+    pub sub_partitions: u32,
+    /// Age of an open epoch before it is committed.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+    /// Records per commit at most.
+    #[serde(default = "default_commit_records")]
+    pub commit_records: u64,
+    /// Bytes of a data file before the next one starts.
+    #[serde(default = "default_target_file_bytes")]
+    pub target_file_bytes: u64,
+}
+
+impl std::fmt::Debug for IcebergSinkConfig {
+    // The URL may hold a password.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IcebergSinkConfig")
+            .field(
+                "catalog_uri",
+                &crate::pg_connect::redact_url(&self.catalog_uri),
+            )
+            .field("catalog_name", &self.catalog_name)
+            .field("warehouse", &self.warehouse)
+            .field("namespace", &self.namespace)
+            .field("table", &self.table)
+            .field("tables", &self.tables)
+            .field("mode", &self.mode)
+            .field("auto_create", &self.auto_create)
+            .field("sub_partitions", &self.sub_partitions)
+            .field("commit_interval_ms", &self.commit_interval_ms)
+            .field("commit_records", &self.commit_records)
+            .field("target_file_bytes", &self.target_file_bytes)
+            .finish()
+    }
+}
+
+fn default_catalog_name() -> String {
+    DEFAULT_CATALOG_NAME.to_owned()
+}
+fn default_namespace() -> String {
+    DEFAULT_NAMESPACE.to_owned()
+}
+fn default_table() -> String {
+    DEFAULT_TABLE_TEMPLATE.to_owned()
+}
+const fn default_sub_partitions() -> u32 {
+    DEFAULT_SUB_PARTITIONS
+}
+const fn default_commit_interval_ms() -> u64 {
+    DEFAULT_COMMIT_INTERVAL_MS
+}
+const fn default_commit_records() -> u64 {
+    DEFAULT_COMMIT_RECORDS
+}
+const fn default_target_file_bytes() -> u64 {
+    DEFAULT_TARGET_FILE_BYTES
+}
+
+/// Whether `name` can name a namespace or table: 1-255 characters (the catalog's columns),
+/// no dot (a level separator), no `/` (a path segment of the table's location).
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 255
+        && !name.contains(['.', '/', '\\'])
+        && !name.chars().any(char::is_control)
+}
+
+impl IcebergSinkConfig {
+    /// The table of `topic` (in [`IcebergSinkConfig::namespace`]).
+    ///
+    /// # Errors
+    ///
+    /// The key to change and the expected form.
+    pub fn table_for(&self, topic: &str) -> Result<String, ConfigIssue> {
+        if let Some(table) = self.tables.get(topic) {
+            if valid_name(table) {
+                return Ok(table.clone());
+            }
+            return Err(ConfigIssue {
+                key: format!("sink.iceberg.tables.\"{topic}\""),
+                problem: format!(
+                    "{table:?} is not a table name: expected 1-255 characters without '.', '/' or '\\'"
+                ),
+            });
+        }
+        let issue = |problem: String| ConfigIssue {
+            key: "sink.iceberg.table".into(),
+            problem,
+        };
+        let parts: Vec<&str> = topic.split('.').collect();
+        let uses_parts = ["{schema}", "{table}", "{prefix}"]
+            .iter()
+            .any(|p| self.table.contains(p));
+        if uses_parts && parts.len() < 3 {
+            return Err(issue(format!(
+                "the template {:?} needs topics named <prefix>.<schema>.<table>, but topic {topic:?} is not: expected such a topic, or a table for it in [sink.iceberg.tables]",
+                self.table
+            )));
+        }
+        let rendered = if parts.len() >= 3 {
+            let n = parts.len();
+            self.table
+                .replace("{schema}", parts[n - 2])
+                .replace("{table}", parts[n - 1])
+                .replace("{prefix}", &parts[..n - 2].join("."))
+                .replace("{topic}", topic)
+        } else {
+            self.table.replace("{topic}", topic)
+        };
+        if rendered.contains('{') || rendered.contains('}') {
+            return Err(issue(format!(
+                "{:?} has an unknown placeholder: expected {{schema}}, {{table}}, {{prefix}} or {{topic}}",
+                self.table
+            )));
+        }
+        let rendered = rendered.replace('.', "_");
+        if valid_name(&rendered) {
+            Ok(rendered)
+        } else {
+            Err(issue(format!(
+                "renders {rendered:?} for topic {topic:?}: expected 1-255 characters without '/' or '\\'"
+            )))
+        }
+    }
+
+    /// Every broken rule, for the source topics of `kafka` (tables of topics matched by a
+    /// pattern are checked when the topics are assigned).
+    pub fn validate(&self, kafka: &KafkaSourceConfig) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
+        if !(self.catalog_uri.starts_with("postgres://")
+            || self.catalog_uri.starts_with("postgresql://"))
+        {
+            issue(
+                "sink.iceberg.catalog_uri",
+                format!(
+                    "{:?} is not a catalog this sluice can use: expected postgres://user[:password]@host[:port]/database (the SQL catalog; REST catalogs are not supported yet)",
+                    crate::pg_connect::redact_url(&self.catalog_uri)
+                ),
+            );
+        } else if let Err(error) = PgConnectConfig::parse(&self.catalog_uri) {
+            issue(
+                "sink.iceberg.catalog_uri",
+                error
+                    .0
+                    .replace("source.postgres.url", "sink.iceberg.catalog_uri"),
+            );
+        }
+        if self.catalog_name.is_empty() || self.catalog_name.len() > 255 {
+            issue(
+                "sink.iceberg.catalog_name",
+                format!("{:?}: expected 1-255 characters", self.catalog_name),
+            );
+        }
+        match self.warehouse.strip_prefix("file://") {
+            Some(path) if path.starts_with('/') => {}
+            _ => issue(
+                "sink.iceberg.warehouse",
+                format!(
+                    "{:?} is not a warehouse this sluice can write: expected file:///absolute/path (S3 is not supported yet)",
+                    self.warehouse
+                ),
+            ),
+        }
+        if !valid_name(&self.namespace) {
+            issue(
+                "sink.iceberg.namespace",
+                format!(
+                    "{:?} is not a namespace: expected 1-255 characters without '.', '/' or '\\' (one level)",
+                    self.namespace
+                ),
+            );
+        }
+        if self.mode == IcebergMode::Upsert {
+            issue(
+                "sink.iceberg.mode",
+                "\"upsert\" is not built yet: expected \"append\" (every change event a row)"
+                    .into(),
+            );
+        }
+        if !(1..=256).contains(&self.sub_partitions) {
+            issue(
+                "sink.iceberg.sub_partitions",
+                format!("{} is out of range: expected 1 to 256", self.sub_partitions),
+            );
+        }
+        if self.commit_interval_ms == 0 {
+            issue(
+                "sink.iceberg.commit_interval_ms",
+                "0: expected at least 1 (milliseconds)".into(),
+            );
+        }
+        if !(1..=10_000_000).contains(&self.commit_records) {
+            issue(
+                "sink.iceberg.commit_records",
+                format!(
+                    "{} is out of range: expected 1 to 10000000",
+                    self.commit_records
+                ),
+            );
+        }
+        if self.target_file_bytes < 1024 * 1024 {
+            issue(
+                "sink.iceberg.target_file_bytes",
+                format!(
+                    "{} is too small: expected at least 1048576 (1 MiB)",
+                    self.target_file_bytes
+                ),
+            );
+        }
+        for topic in kafka.topic_names() {
+            if let Err(found) = self.table_for(&topic) {
+                issues.push(found);
+            }
+        }
+        for topic in self.tables.keys() {
+            if !kafka.selects(topic) {
+                issues.push(ConfigIssue {
+                    key: format!("sink.iceberg.tables.\"{topic}\""),
+                    problem: format!(
+                        "{topic:?} is not a source topic: expected one of source.kafka.topics (or a topic its patterns match)"
+                    ),
+                });
+            }
+        }
+        issues
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> IcebergSinkConfig {
+        IcebergSinkConfig {
+            catalog_uri: "postgres://u@localhost/db".into(),
+            catalog_name: DEFAULT_CATALOG_NAME.into(),
+            warehouse: "file:///tmp/warehouse".into(),
+            namespace: "cdc".into(),
+            table: DEFAULT_TABLE_TEMPLATE.into(),
+            tables: BTreeMap::from([("other".to_owned(), "renamed".to_owned())]),
+            mode: IcebergMode::Append,
+            auto_create: true,
+            sub_partitions: 1,
+            commit_interval_ms: 1000,
+            commit_records: 1000,
+            target_file_bytes: DEFAULT_TARGET_FILE_BYTES,
+        }
+    }
+
+    fn kafka(topics: &[&str]) -> KafkaSourceConfig {
+        KafkaSourceConfig {
+            brokers: "localhost:9092".into(),
+            topics: topics.iter().map(|t| (*t).to_owned()).collect(),
+            group_id: None,
+            commit_interval_ms: 1000,
+            properties: BTreeMap::new(),
+            client: BTreeMap::new(),
+            format: None,
+            key_format: None,
+            value_format: None,
+        }
+    }
+
+    #[test]
+    fn topics_map_to_tables_by_template_and_override() {
+        let c = config();
+        assert_eq!(c.table_for("cdc.public.orders").unwrap(), "orders");
+        assert_eq!(c.table_for("other").unwrap(), "renamed");
+        let mut c = config();
+        c.table = "{schema}_{table}".into();
+        assert_eq!(
+            c.table_for("a.b.inventory.items").unwrap(),
+            "inventory_items"
+        );
+        c.table = "t_{topic}".into();
+        assert_eq!(
+            c.table_for("cdc.public.orders").unwrap(),
+            "t_cdc_public_orders"
+        );
+    }
+
+    #[test]
+    fn bad_settings_name_the_key_and_the_form() {
+        let issue = config().table_for("orders").unwrap_err();
+        assert_eq!(issue.key, "sink.iceberg.table");
+        assert!(
+            issue.problem.contains("<prefix>.<schema>.<table>"),
+            "{issue:?}"
+        );
+        let mut c = config();
+        c.catalog_uri = "http://rest:8181".into();
+        c.warehouse = "s3://bucket/wh".into();
+        c.namespace = "a.b".into();
+        c.mode = IcebergMode::Upsert;
+        c.sub_partitions = 0;
+        c.tables.insert("a.b.c".into(), "x/y".into());
+        let issues = c.validate(&kafka(&["a.b.c"]));
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "sink.iceberg.catalog_uri",
+                "sink.iceberg.warehouse",
+                "sink.iceberg.namespace",
+                "sink.iceberg.mode",
+                "sink.iceberg.sub_partitions",
+                "sink.iceberg.tables.\"a.b.c\"",
+                "sink.iceberg.tables.\"other\"",
+            ],
+            "{issues:?}"
+        );
+        assert!(issues[0].problem.contains("postgres://"), "{issues:?}");
+        assert!(issues[1].problem.contains("file:///"), "{issues:?}");
+        assert!(issues[3].problem.contains("\"append\""), "{issues:?}");
+        let mut c = config();
+        c.tables.clear();
+        assert!(c.validate(&kafka(&["cdc.public.orders"])).is_empty());
+    }
+}

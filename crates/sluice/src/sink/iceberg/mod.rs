@@ -1,0 +1,18 @@
+//! Kafka → Apache Iceberg: change events written as rows of Iceberg tables, exactly once, on
+//! the sink runtime (docs/kafka-to-iceberg.md).
+//!
+//! - [`config`]: the `[sink.iceberg]` section.
+//! - [`catalog`]: the SQL catalog in PostgreSQL (the JDBC layout pyiceberg's `SqlCatalog` and
+//!   Java's `JdbcCatalog` read), with commits that lose an optimistic-concurrency race
+//!   reported, never rebased in silence.
+//! - [`decode`]: a record as the row it appends (events with and without schemas).
+//! - [`convert`]: Connect schemas to Iceberg schemas, and the events' JSON values to Arrow
+//!   columns by their Debezium logical types.
+//! - [`writer`]: a sub-partition's writer: Parquet data files through the `iceberg` crate's
+//!   writer, one snapshot per epoch whose summary records the Kafka offsets it covers.
+
+pub mod catalog;
+pub mod config;
+pub mod convert;
+pub mod decode;
+pub mod writer;

@@ -1,0 +1,494 @@
+//! Kafka → Apache Iceberg: Debezium change events with schemas appended to a table the sink
+//! creates in the SQL catalog (a database of the stack's PostgreSQL), read back with pyiceberg
+//! (scripts/iceberg-read) — a reader no one here wrote — and compared value by value with what
+//! was produced; then across a crash right after a commit, no row twice.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use serde_json::{Value, json};
+
+use crate::sink::create_topic;
+use crate::sink_pg::{drop_database, target_database};
+use crate::support::{Sluice, broker_shared, free_port, stack, test_dir, unique};
+
+fn sink_toml(
+    name: &str,
+    topic: &str,
+    catalog: &str,
+    warehouse: &str,
+    port: u16,
+    extra: &str,
+) -> String {
+    format!(
+        r#"
+name = "{name}"
+
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "{name}"
+{extra}
+[source.kafka.properties]
+"session.timeout.ms" = "6000"
+"heartbeat.interval.ms" = "500"
+
+[sink.iceberg]
+catalog_uri = "{catalog}"
+warehouse = "file://{warehouse}"
+namespace = "cdc"
+auto_create = true
+commit_interval_ms = 300
+commit_records = 400
+
+[admin]
+listen = "127.0.0.1:{port}"
+
+[restart]
+initial_backoff_ms = 200
+max_backoff_ms = 2000
+"#,
+        brokers = stack().brokers,
+    )
+}
+
+/// The row schema of the events (Debezium's for a PostgreSQL table with these columns).
+fn row_schema(name: &str) -> Value {
+    json!({
+        "type": "struct", "optional": true, "name": name,
+        "fields": [
+            {"field": "id", "type": "int32", "optional": false},
+            {"field": "seq", "type": "int64", "optional": false},
+            {"field": "name", "type": "string", "optional": true},
+            {"field": "price", "type": "bytes", "optional": true,
+             "name": "org.apache.kafka.connect.data.Decimal", "version": 1,
+             "parameters": {"scale": "2", "connect.decimal.precision": "10"}},
+            {"field": "born", "type": "int32", "optional": true, "name": "io.debezium.time.Date", "version": 1},
+            {"field": "updated", "type": "int64", "optional": true, "name": "io.debezium.time.MicroTimestamp", "version": 1},
+            {"field": "created", "type": "string", "optional": true, "name": "io.debezium.time.ZonedTimestamp", "version": 1},
+            {"field": "uid", "type": "string", "optional": true, "name": "io.debezium.data.Uuid", "version": 1},
+            {"field": "flag", "type": "boolean", "optional": true},
+            {"field": "score", "type": "float64", "optional": true}
+        ]
+    })
+}
+
+/// Row `seq` of key `id`, and what pyiceberg reads back for it (scripts/iceberg-read's
+/// forms).
+fn row(id: u64, seq: u64) -> (Value, Value) {
+    let cents = (seq * 137 % 1_000_000) as i64 - 500_000;
+    let unscaled = cents.to_be_bytes();
+    // The shortest two's-complement big-endian bytes, base64 (JsonConverter's decimals).
+    let mut start = 0;
+    while start < 7
+        && ((unscaled[start] == 0 && unscaled[start + 1] & 0x80 == 0)
+            || (unscaled[start] == 0xff && unscaled[start + 1] & 0x80 != 0))
+    {
+        start += 1;
+    }
+    use base64::Engine as _;
+    let price = base64::engine::general_purpose::STANDARD.encode(&unscaled[start..]);
+    let days = 19_000 + (seq % 1000) as i64;
+    let micros = 1_700_000_000_000_000_i64 + seq as i64 * 1_000_001 + 1;
+    let date = chrono::DateTime::from_timestamp(days * 86_400, 0)
+        .unwrap()
+        .date_naive();
+    let updated = chrono::DateTime::from_timestamp_micros(micros)
+        .unwrap()
+        .naive_utc();
+    let created = chrono::DateTime::from_timestamp_micros(micros + 7).unwrap();
+    let uid = format!("00000000-0000-4000-8000-{seq:012x}");
+    let event_row = json!({
+        "id": id, "seq": seq, "name": format!("item \"{id}\" ✓ {seq}"), "price": price,
+        "born": days, "updated": micros,
+        "created": created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+        "uid": uid, "flag": seq.is_multiple_of(2), "score": seq as f64 / 4.0,
+    });
+    let sign = if cents < 0 { "-" } else { "" };
+    let read = json!({
+        "id": id, "seq": seq, "name": format!("item \"{id}\" ✓ {seq}"),
+        "price": format!("{sign}{}.{:02}", cents.abs() / 100, cents.abs() % 100),
+        "born": date.format("%Y-%m-%d").to_string(),
+        "updated": updated.format("%Y-%m-%dT%H:%M:%S%.6f").to_string(),
+        "created": created.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string(),
+        "uid": uid, "flag": seq.is_multiple_of(2), "score": seq as f64 / 4.0,
+    });
+    (event_row, read)
+}
+
+/// Produces `events` change events over `keys` keys (creates, updates, then a delete and its
+/// tombstone for every tenth key) to `topic`; returns what each appended row must read as,
+/// by `seq`.
+fn produce_events(topic: &str, keys: u64, events: u64) -> BTreeMap<u64, Value> {
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "10")
+        .create()
+        .unwrap();
+    // The envelope's before and after: the row schema named as fields.
+    let mut before = row_schema("cdc.app.items.Value");
+    before["field"] = json!("before");
+    let mut after = row_schema("cdc.app.items.Value");
+    after["field"] = json!("after");
+    let schema = json!({
+        "type": "struct", "optional": false, "name": "cdc.app.items.Envelope",
+        "fields": [
+            before, after,
+            {"field": "source", "type": "struct", "optional": false, "fields": [
+                {"field": "ts_ms", "type": "int64", "optional": false},
+                {"field": "lsn", "type": "int64", "optional": true}]},
+            {"field": "op", "type": "string", "optional": false},
+            {"field": "ts_ms", "type": "int64", "optional": true}
+        ]
+    });
+    let send = |key: &str, value: Option<&str>| {
+        let mut record = BaseRecord::to(topic).key(key);
+        if let Some(value) = value {
+            record = record.payload(value);
+        }
+        let mut record = record;
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    };
+    let mut expected = BTreeMap::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for seq in 0..events {
+        let id = seq % keys;
+        let (event_row, mut read) = row(id, seq);
+        let delete = seq + keys >= events && id.is_multiple_of(10);
+        let op = if delete {
+            "d"
+        } else if seen.insert(id) {
+            "c"
+        } else {
+            "u"
+        };
+        let payload = json!({
+            "before": if delete { event_row.clone() } else { Value::Null },
+            "after": if delete { Value::Null } else { event_row },
+            "source": {"ts_ms": 1_700_000_000_000_u64 + seq, "lsn": 1000 + seq},
+            "op": op,
+            "ts_ms": 1_700_000_000_500_u64 + seq,
+        });
+        let value = json!({"schema": schema, "payload": payload}).to_string();
+        let key = json!({"id": id}).to_string();
+        send(&key, Some(&value));
+        if delete {
+            send(&key, None);
+        }
+        read["_op"] = json!(op);
+        read["_source_position"] = json!((1000 + seq).to_string());
+        let ts = |ms: u64| {
+            chrono::DateTime::from_timestamp_millis(ms as i64)
+                .unwrap()
+                .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+                .to_string()
+        };
+        read["_source_ts"] = json!(ts(1_700_000_000_000 + seq));
+        read["_event_ts"] = json!(ts(1_700_000_000_500 + seq));
+        expected.insert(seq, read);
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    expected
+}
+
+/// Makes pyiceberg's venv (scripts/iceberg-venv) once, before any wait is timed: the first
+/// run installs it from PyPI.
+fn reader_ready() {
+    static READY: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    READY.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/iceberg-venv");
+        let status = Command::new(script)
+            .status()
+            .expect("run scripts/iceberg-venv");
+        assert!(status.success(), "scripts/iceberg-venv failed");
+    });
+}
+
+/// scripts/iceberg-read's output for `table` (pyiceberg through the SQL catalog at `catalog`).
+fn read_table(catalog: &str, table: &str, flags: &[&str]) -> Result<String, String> {
+    reader_ready();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/iceberg-read");
+    let output = Command::new(script)
+        .args([catalog, "sluice", table])
+        .args(flags)
+        .output()
+        .map_err(|e| format!("cannot run {script}: {e}"))?;
+    if output.status.success() {
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
+}
+
+/// Waits until pyiceberg counts `rows` rows in `table`.
+fn wait_rows(catalog: &str, table: &str, rows: usize, timeout: Duration, sink: &Sluice) {
+    reader_ready();
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    while Instant::now() < deadline {
+        match read_table(catalog, table, &["--count"]) {
+            Ok(count) if count.trim() == rows.to_string() => return,
+            Ok(count) => last = format!("{} rows", count.trim()),
+            Err(error) => last = error,
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    panic!(
+        "timed out after {timeout:?} waiting for {rows} rows in {table} (last: {last}); sink log:\n{}",
+        sink.log_text()
+    );
+}
+
+/// The rows pyiceberg reads, by `seq`, each checked to be once in the table; the Kafka
+/// columns are checked to be one per (partition, offset) and then dropped.
+fn rows_by_seq(text: &str) -> BTreeMap<u64, Value> {
+    let mut rows = BTreeMap::new();
+    let mut positions = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let mut row: Value = serde_json::from_str(line).unwrap();
+        let object = row.as_object_mut().unwrap();
+        let partition = object.remove("_kafka_partition").unwrap();
+        let offset = object.remove("_kafka_offset").unwrap();
+        assert!(
+            positions.insert((partition.to_string(), offset.to_string())),
+            "partition {partition} offset {offset} is in the table twice"
+        );
+        let seq = object["seq"].as_u64().unwrap();
+        assert!(
+            rows.insert(seq, row).is_none(),
+            "seq {seq} is in the table twice"
+        );
+    }
+    rows
+}
+
+fn assert_rows(expected: &BTreeMap<u64, Value>, read: &BTreeMap<u64, Value>) {
+    assert_eq!(read.len(), expected.len(), "rows in the table");
+    for (seq, want) in expected {
+        assert_eq!(read.get(seq), Some(want), "row seq {seq}");
+    }
+}
+
+/// Every change event becomes a row of a table the sink creates from the events' schema:
+/// typed columns (a decimal with its scale, a date, timestamps with and without zone, a UUID)
+/// and the operation, timestamps and source position; pyiceberg reads exactly the events
+/// produced, each once, with their values.
+#[tokio::test(flavor = "multi_thread")]
+async fn append_rows_read_by_pyiceberg_equal_the_events() {
+    let _broker = broker_shared().await;
+    let name = unique("icesink_append");
+    let (catalog, _client) = target_database(&name).await;
+    let topic = format!("{name}.app.items");
+    create_topic(&topic, 2).await;
+    let expected = produce_events(&topic, 300, 2000);
+    let dir = test_dir(&name);
+    let warehouse = dir.join("warehouse");
+    let port = free_port();
+    let toml = sink_toml(
+        &name,
+        &topic,
+        &catalog,
+        warehouse.to_str().unwrap(),
+        port,
+        "",
+    );
+    let sink = Sluice::start(&dir, &toml, port);
+    wait_rows(
+        &catalog,
+        "cdc.items",
+        expected.len(),
+        Duration::from_secs(120),
+        &sink,
+    );
+    let read = rows_by_seq(&read_table(&catalog, "cdc.items", &[]).unwrap());
+    assert_rows(&expected, &read);
+    // Every snapshot names the offsets it covers.
+    let snapshots = read_table(&catalog, "cdc.items", &["--snapshots"]).unwrap();
+    let key = format!("sluice.kafka-offsets.{name}");
+    assert!(
+        snapshots.lines().all(|line| line.contains(&key)),
+        "{snapshots}"
+    );
+    assert!(
+        sink.metric("sluice_sink_iceberg_commits_total")
+            .unwrap_or(0.0)
+            >= 2.0
+    );
+    drop(sink);
+    drop(_client);
+    drop_database(&name).await;
+}
+
+/// Exactly once: the sink is killed right after its third Iceberg commit (a crash point),
+/// before any Kafka offset is committed (every ten minutes here), so every record is
+/// delivered again after the restart; the restarted sink resumes after the offsets the
+/// table's snapshots record, and pyiceberg reads every event once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sink_killed_after_a_commit_writes_no_row_twice() {
+    let _broker = broker_shared().await;
+    let name = unique("icesink_kill");
+    let (catalog, _client) = target_database(&name).await;
+    let topic = format!("{name}.app.items");
+    create_topic(&topic, 2).await;
+    let expected = produce_events(&topic, 200, 3000);
+    let dir = test_dir(&name);
+    let warehouse = dir.join("warehouse");
+    let port = free_port();
+    let toml = sink_toml(
+        &name,
+        &topic,
+        &catalog,
+        warehouse.to_str().unwrap(),
+        port,
+        "commit_interval_ms = 600000",
+    );
+    let mut sink = Sluice::start_with_env(
+        &dir,
+        &toml,
+        port,
+        vec![(
+            "FAILPOINTS".to_owned(),
+            "sink::iceberg::committed=2*off->return".to_owned(),
+        )],
+    );
+    crate::support::wait_until(
+        "the sink to abort at its crash point",
+        Duration::from_secs(120),
+        || sink.exited().is_some(),
+    );
+    assert!(
+        sink.log_text()
+            .contains("failpoint sink::iceberg::committed"),
+        "the sink did not stop at its crash point (build with --features failpoints):\n{}",
+        sink.log_text()
+    );
+    let before = read_table(&catalog, "cdc.items", &["--count"]).unwrap();
+    let before: usize = before.trim().parse().unwrap();
+    assert!(
+        before > 0 && before < expected.len(),
+        "{before} rows committed before the crash"
+    );
+    sink.env.clear();
+    sink.restart();
+    wait_rows(
+        &catalog,
+        "cdc.items",
+        expected.len(),
+        Duration::from_secs(120),
+        &sink,
+    );
+    let read = rows_by_seq(&read_table(&catalog, "cdc.items", &[]).unwrap());
+    assert_rows(&expected, &read);
+    drop(sink);
+    drop(_client);
+    drop_database(&name).await;
+}
+
+/// Fencing: two writers of the same sub-partition (a zombie that lost its assignment and the
+/// writer that took it over) both start from what the table holds; the one that commits
+/// second finds the table's offset for the sub-partition moved and its commit is discarded
+/// (the table keeps the first writer's rows only), while a writer of another sub-partition
+/// commits on top (its offset is its own).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_writer_of_a_sub_partition_is_fenced() {
+    use sluice::sink::files::SubPartitionId;
+    use sluice::sink::iceberg::writer::IcebergTarget;
+    use sluice::sink::worker::RecordData;
+    use sluice::sink::worker::SubPartitionWriter;
+
+    let name = unique("icesink_fence");
+    let (catalog, _client) = target_database(&name).await;
+    let topic = format!("{name}.app.items");
+    let dir = test_dir(&name);
+    let warehouse = dir.join("warehouse");
+    let toml = sink_toml(
+        &name,
+        &topic,
+        &catalog,
+        warehouse.to_str().unwrap(),
+        free_port(),
+        "",
+    );
+    let config =
+        sluice::sink::config::SinkPipelineConfig::from_toml(&toml, "t.toml", &|_| None).unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let (expected, outcome) = std::thread::spawn(move || {
+        let target = std::sync::Arc::new(
+            IcebergTarget::open(&config, config.iceberg().unwrap(), handle).unwrap(),
+        );
+        let id = |sub| SubPartitionId {
+            topic: topic.clone(),
+            partition: 0,
+            sub,
+        };
+        let events = produce_values(40);
+        let write = |writer: &mut dyn SubPartitionWriter, offsets: std::ops::Range<usize>| {
+            for offset in offsets {
+                let (key, value) = &events[offset];
+                let data = RecordData::new(
+                    offset as i64,
+                    Some(key.as_bytes()),
+                    Some(value.as_bytes()),
+                    None,
+                );
+                assert!(writer.write(&data).is_ok(), "offset {offset}");
+            }
+        };
+        assert!(target.recover(&id(0)).unwrap().is_none());
+        let mut zombie = target.writer(id(0), -1);
+        let mut owner = target.writer(id(0), -1);
+        let mut other = target.writer(id(1), -1);
+        write(&mut zombie, 0..20);
+        write(&mut owner, 0..10);
+        write(&mut other, 20..30);
+        owner.commit().unwrap();
+        let fenced = zombie.commit().unwrap_err().to_string();
+        other.commit().unwrap();
+        let recovered = target.recover(&id(0)).unwrap().unwrap().last_offset;
+        let other_recovered = target.recover(&id(1)).unwrap().unwrap().last_offset;
+        let expected: Vec<u64> = (0..10).chain(20..30).collect();
+        (expected, (fenced, recovered, other_recovered))
+    })
+    .join()
+    .unwrap();
+    let (fenced, recovered, other_recovered) = outcome;
+    assert!(fenced.contains("another writer committed"), "{fenced}");
+    assert_eq!((recovered, other_recovered), (9, 29));
+    let read = rows_by_seq(&read_table(&catalog, "cdc.items", &[]).unwrap());
+    assert_eq!(read.keys().copied().collect::<Vec<_>>(), expected);
+    drop(_client);
+    drop_database(&name).await;
+}
+
+/// `count` change events (key, value), as [`produce_events`] makes them, `seq` = index.
+fn produce_values(count: u64) -> Vec<(String, String)> {
+    let mut after = row_schema("cdc.app.items.Value");
+    after["field"] = json!("after");
+    let schema = json!({
+        "type": "struct", "optional": false, "name": "cdc.app.items.Envelope",
+        "fields": [after, {"field": "op", "type": "string", "optional": false}]
+    });
+    (0..count)
+        .map(|seq| {
+            let (event_row, _) = row(seq, seq);
+            let payload =
+                json!({"before": null, "after": event_row, "source": {"lsn": seq}, "op": "c"});
+            (
+                json!({"id": seq}).to_string(),
+                json!({"schema": schema, "payload": payload}).to_string(),
+            )
+        })
+        .collect()
+}
