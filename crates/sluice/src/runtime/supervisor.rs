@@ -267,29 +267,34 @@ fn after_failure(
     Some(delay)
 }
 
-/// Cancels `shutdown` on SIGINT or SIGTERM.
-pub async fn stop_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Cancels `shutdown` on SIGINT or SIGTERM. The signals are taken over when this is called,
+/// not when the future is first polled: a stop requested while the pipeline starts is then a
+/// graceful one, not the signal's default action.
+pub fn stop_on_signal(shutdown: CancellationToken) -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    shutdown.cancel();
-                    return;
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        signal(SignalKind::terminate())
+            .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+    };
+    async move {
+        #[cfg(unix)]
+        match signals {
+            Ok((mut term, mut interrupt)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = interrupt.recv() => {}
                 }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("stop requested");
+        shutdown.cancel();
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    tracing::info!("stop requested");
-    shutdown.cancel();
 }
 
 #[cfg(test)]

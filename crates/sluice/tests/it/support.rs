@@ -260,6 +260,14 @@ impl Sluice {
 
     /// SIGTERM and wait (bounded) for a graceful exit; returns whether it exited successfully.
     pub fn stop(&mut self) -> bool {
+        // A process just (re)started may not handle SIGTERM yet: let it come up first (its
+        // admin server answers), so that the stop tested is the graceful one. A CI run's
+        // sink_s3 test stopped a restarted sink within milliseconds of its start, and the
+        // signal's default action ended it.
+        let up_by = Instant::now() + Duration::from_secs(30);
+        while self.get("/health").is_none() && self.exited().is_none() && Instant::now() < up_by {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let Some(mut child) = self.child.take() else {
             return false;
         };
