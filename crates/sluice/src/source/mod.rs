@@ -62,20 +62,17 @@ pub fn transform_chain<S: crate::config::SourceSection>(
         // snapshot's tasks: block_in_place), so the admin request is awaited in place.
         let kafka = config.kafka.clone();
         let handle = tokio::runtime::Handle::current();
-        chain.set_new_topic_hook(
-            Box::new(move |topic| {
-                let topics = [topic.to_owned()];
-                tokio::task::block_in_place(|| {
-                    handle.block_on(crate::kafka::ensure_topics(
-                        &kafka,
-                        &topics,
-                        kafka.topic_partitions,
-                    ))
-                })
-                .map_err(|e| e.to_string())
-            }),
-            &[],
-        );
+        chain.set_new_topic_hook(Box::new(move |topic| {
+            let topics = [topic.to_owned()];
+            tokio::task::block_in_place(|| {
+                handle.block_on(crate::kafka::ensure_topics(
+                    &kafka,
+                    &topics,
+                    kafka.topic_partitions,
+                ))
+            })
+            .map_err(|e| e.to_string())
+        }));
     }
     Ok(chain)
 }

@@ -172,11 +172,12 @@ impl Chain {
         })
     }
 
-    /// Has `hook` make each topic a record is routed to that is not among `known` exist,
-    /// before the record leaves the chain (once per topic).
-    pub fn set_new_topic_hook(&self, hook: NewTopicHook, known: &[String]) {
-        let known = known.iter().map(|t| Arc::from(t.as_str())).collect();
-        let _ = self.new_topics.set((hook, std::sync::RwLock::new(known)));
+    /// Has `hook` make each topic a record is routed to exist before the record leaves the
+    /// chain (once per topic).
+    pub fn set_new_topic_hook(&self, hook: NewTopicHook) {
+        let _ = self
+            .new_topics
+            .set((hook, std::sync::RwLock::new(HashSet::new())));
     }
 
     /// Runs the new-topic hook for `topic` unless it is known.

@@ -161,10 +161,10 @@ impl SourceSnapshot {
             .batch_execute(&format!(
                 "SET application_name = {}; \
                  BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; \
-                 SET TRANSACTION SNAPSHOT '{}'; \
+                 SET TRANSACTION SNAPSHOT {}; \
                  SET LOCAL idle_in_transaction_session_timeout = 0",
                 crate::sql::quote_pg_literal(&format!("sluice-verify-{}", config.name)),
-                snapshot.replace('\'', "")
+                crate::sql::quote_pg_literal(&snapshot)
             ))
             .await
             .map_err(|e| classify_pg("cannot import the verification's snapshot", e))?;
