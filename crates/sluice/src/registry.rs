@@ -596,14 +596,26 @@ impl Registry {
             #[serde(alias = "compatibility", alias = "compatibilityLevel")]
             level: String,
         }
+        // The subject's own level, else (404: none set) the registry's. A dropped connection
+        // or a 5xx is asked again a few times: falling back to the global level then would
+        // name the wrong rule in the error an operator acts on.
         for path in [
             format!("/config/{}", encode_subject(subject)),
             "/config".to_owned(),
         ] {
-            if let Answer::Ok(bytes) = self.request_once(reqwest::Method::GET, &path, None).await
-                && let Ok(level) = serde_json::from_slice::<Level>(&bytes)
-            {
-                return level.level;
+            let mut pause = Duration::from_millis(200);
+            for attempt in 1..=4 {
+                match self.request_once(reqwest::Method::GET, &path, None).await {
+                    Answer::Ok(bytes) => match serde_json::from_slice::<Level>(&bytes) {
+                        Ok(level) => return level.level,
+                        Err(_) => break,
+                    },
+                    Answer::Status(status, _) if (status == 0 || status >= 500) && attempt < 4 => {
+                        tokio::time::sleep(pause).await;
+                        pause *= 2;
+                    }
+                    Answer::Status(_, _) => break,
+                }
             }
         }
         "unknown (GET /config did not answer)".into()

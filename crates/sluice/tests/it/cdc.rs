@@ -249,7 +249,7 @@ pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option
         .unwrap()
         .get(0);
     let slot = format!("sluice_{name}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + crate::support::bound(Duration::from_secs(30));
     loop {
         let confirmed = slot_confirmed(&client, &slot).await.unwrap_or(0);
         if confirmed >= current as u64 {

@@ -513,7 +513,7 @@ async fn plan_predicts_what_the_cleaner_does() {
 /// A topic's configs; waits (30 s at most) while the broker does not describe a topic just
 /// created yet (no entries, or an error for it).
 pub(crate) async fn topic_configs(brokers: &str, topic: &str) -> HashMap<String, String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(30));
     loop {
         let results = admin(brokers)
             .describe_configs(&[ResourceSpecifier::Topic(topic)], &AdminOptions::new())

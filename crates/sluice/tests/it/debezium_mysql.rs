@@ -246,7 +246,7 @@ pub(crate) async fn run_sluice_then<T: Send + 'static>(
     })
     .await
     .unwrap_or_else(|_| panic!("the end marker never arrived; log:\n{}", sluice.log_text()));
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     loop {
         let confirmed = sluice
             .get("/health")

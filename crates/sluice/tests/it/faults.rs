@@ -1152,7 +1152,7 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
         .await
         .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(30));
     while crate::compaction::topic_configs(&stack().brokers, &topic)
         .await
         .get("max.message.bytes")

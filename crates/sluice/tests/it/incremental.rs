@@ -493,7 +493,7 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
     assert_eq!(status, 202, "{body}");
     // A chunk read while the commit is invisible must be read again (not accepted): wait until
     // sluice says so, then release the commit.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     while sluice.log_text().matches("reading it again").count() == 0 {
         assert!(
             Instant::now() < deadline,

@@ -371,7 +371,7 @@ async fn a_frozen_active_instance_is_replaced_and_its_dump_ended(server: Server)
     let took = frozen.elapsed();
     // Ended by the new dump of the same server id
     // (`a_new_dump_of_the_same_replica_ends_a_frozen_former_one`).
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(10));
     while dump_threads_of(&mut root, &a_ports).await > 0 {
         assert!(
             Instant::now() < deadline,

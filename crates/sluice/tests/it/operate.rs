@@ -150,7 +150,7 @@ async fn admin_api_pauses_resumes_and_restarts_behind_its_token() {
     wait_until("the paused state", Duration::from_secs(30), || {
         state(&sluice, &name, token)["state"] == "paused"
     });
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(10));
     loop {
         let active: bool = client
             .query_one(
@@ -251,7 +251,7 @@ async fn killed_connections_back_off_longer_each_time_and_recover() {
         sluice.wait_streaming(Duration::from_secs(60));
         insert(&client, &name, kill as i64 * 100, (kill as i64 + 1) * 100).await;
         // Terminate the walsender once it serves the pipeline again.
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + crate::support::bound(Duration::from_secs(30));
         loop {
             let terminated: i64 = client
                 .query_one(
@@ -379,7 +379,7 @@ async fn dropped_or_recreated_slot_stops_the_pipeline_loudly() {
         .await
         .unwrap();
     let exited = |sluice: &mut Sluice| {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
         loop {
             if let Some(status) = sluice.exited() {
                 return status;

@@ -508,7 +508,7 @@ async fn two_processes_in_a_group_one_killed() {
         port_a,
     );
     // B joins while A works through the first half.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     while committed_records(&a) < 1.0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -519,7 +519,7 @@ async fn two_processes_in_a_group_one_killed() {
     );
     // Both get a partition, then more records arrive while both work, and after B is killed.
     // The last answers both gave (a scrape can time out on a loaded machine: asked again).
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     let assigned = |s: &Sluice| s.metric("sluice_sink_assigned_partitions");
     let mut seen = (None, None);
     while Instant::now() < deadline {
@@ -540,7 +540,7 @@ async fn two_processes_in_a_group_one_killed() {
         tokio::task::spawn_blocking(move || produce(&topic, RECORDS / 4, 500, RECORDS / 2))
     };
     // Kill B after it has committed files of its partition, while it works on more.
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     while committed_records(&b) < 1.0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -717,7 +717,7 @@ async fn changing_sub_partitions_for_a_root_is_refused() {
         &sink_toml(&name, &topic, &root, port, "jsonl", 4, ""),
         port,
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(30));
     let status = loop {
         if let Some(status) = sluice.exited() {
             break status;
@@ -1119,7 +1119,7 @@ pub(crate) async fn zombie_writer(
     let ends = end_offsets(topic, 1);
 
     let owner = Sluice::start(&dir_b, &pipeline(&dir_b, port_b), port_b);
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     while group_offsets(name, topic, 1) != ends {
         assert!(
             Instant::now() < deadline,

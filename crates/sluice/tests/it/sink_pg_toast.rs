@@ -169,7 +169,8 @@ async fn unchanged_toast_values_survive_cdc_into_another_database() {
     let changed_in = started.elapsed();
 
     let expected = fingerprint(&source, &t).await;
-    let deadline = Instant::now() + Duration::from_secs(60 + rows as u64 / 500);
+    let deadline =
+        Instant::now() + crate::support::bound(Duration::from_secs(60 + rows as u64 / 500));
     let mut actual = BTreeMap::new();
     while Instant::now() < deadline {
         actual = fingerprint(&target, &t).await;

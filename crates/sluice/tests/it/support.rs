@@ -303,6 +303,27 @@ impl Sluice {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Waits until the log so far satisfies `check`; on timeout (times [`bound`]'s slack) the
+    /// panic shows the log's end, so that a CI failure says what the process was doing.
+    pub fn wait_log(&self, what: &str, timeout: Duration, mut check: impl FnMut(&str) -> bool) {
+        let timeout = bound(timeout);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let log = self.log_text();
+            if check(&log) {
+                return;
+            }
+            if Instant::now() >= deadline {
+                let tail: String = {
+                    let lines: Vec<&str> = log.lines().collect();
+                    lines[lines.len().saturating_sub(40)..].join("\n")
+                };
+                panic!("timed out after {timeout:?} waiting for {what}; the log's end:\n{tail}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// GET a path from the admin server; `None` while it is not up.
     pub fn get(&self, path: &str) -> Option<String> {
         http_get(self.admin, path)
@@ -315,8 +336,10 @@ impl Sluice {
         metric_value(&text, name)
     }
 
-    /// Waits until `/health` answers with state `streaming`.
+    /// Waits until `/health` answers with state `streaming` (within `timeout` times [`bound`]'s
+    /// slack).
     pub fn wait_streaming(&self, timeout: Duration) {
+        let timeout = bound(timeout);
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if self
@@ -525,8 +548,23 @@ pub fn read_topic_with(
     records
 }
 
-/// Waits for `check` to hold, polling; panics with `what` after `timeout`.
+/// How much longer than written a wait for something that must happen may take before the test
+/// fails: `SLUICE_IT_SLACK` times (default 3). A bound is not a wait (a passing test never
+/// reaches it), and CI machines have run the suite 2.5 times slower than an idle one here: the
+/// figures in the tests are what an idle machine needs with room to spare, the slack is for load.
+pub fn bound(written: Duration) -> Duration {
+    let slack = std::env::var("SLUICE_IT_SLACK")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|&s| s >= 1)
+        .unwrap_or(3);
+    written * slack
+}
+
+/// Waits for `check` to hold, polling; panics with `what` after `timeout` (times [`bound`]'s
+/// slack).
 pub fn wait_until(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+    let timeout = bound(timeout);
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
         if check() {
@@ -552,7 +590,7 @@ pub async fn slot_confirmed(client: &Client, slot: &str) -> Option<u64> {
 /// Waits until no walsender holds `slot`: a stopped sluice's walsender can outlive its client by
 /// a moment on a loaded server, and dropping the slot then fails with "is active for PID".
 pub async fn wait_slot_inactive(client: &Client, slot: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + bound(Duration::from_secs(60));
     loop {
         let active = client
             .query_opt(
@@ -567,7 +605,8 @@ pub async fn wait_slot_inactive(client: &Client, slot: &str) {
         }
         assert!(
             Instant::now() < deadline,
-            "slot {slot} still active after 60 s"
+            "slot {slot} still active after {:?}",
+            bound(Duration::from_secs(60))
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

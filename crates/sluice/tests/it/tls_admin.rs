@@ -83,14 +83,15 @@ async fn the_admin_server_speaks_https_with_a_token_from_a_file() {
     assert!(toml.contains("tls_cert"), "{toml}");
     let sluice = Sluice::start(&dir, &toml, port);
     let addr = sluice.admin;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let deadline = std::time::Instant::now() + crate::support::bound(Duration::from_secs(60));
     let health = loop {
         if let Some((200, body)) = https_request(addr, "/health", None).await {
             break body;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "no /health over https within 60 s; log:\n{}",
+            "no /health over https within {:?}; log:\n{}",
+            crate::support::bound(Duration::from_secs(60)),
             sluice.log_text()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -382,7 +382,7 @@ async fn filtered_changes_move_the_position(tag: &str, delivery: &str) {
         .unwrap()
         .get(0);
     let slot = format!("sluice_{name}");
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     while slot_confirmed(&client, &slot).await.unwrap_or(0) < end as u64 {
         assert!(
             Instant::now() < deadline,
