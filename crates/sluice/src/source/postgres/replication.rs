@@ -759,7 +759,7 @@ impl StartupSettings {
 /// walsender's session settings and the snapshot reads rows as text on SQL connections, so
 /// every connection that reads row values uses these (the replication connection in its
 /// startup message, SQL connections with `SET` right after connecting), whatever the role's or
-/// database's defaults: the decoder in `value.rs` relies on one rendering.
+/// database's defaults: the decoder in `value/` relies on one rendering.
 pub const SESSION_SETTINGS: [(&str, &str); 5] = [
     ("DateStyle", "ISO, MDY"),
     ("TimeZone", "UTC"),
