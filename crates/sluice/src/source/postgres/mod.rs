@@ -23,6 +23,9 @@
 
 pub mod active;
 pub mod avro;
+mod cell;
+pub mod change;
+pub mod column;
 pub mod config;
 mod deadline;
 pub mod encode;
@@ -33,6 +36,7 @@ pub mod incremental;
 pub mod partition;
 pub mod pgoutput;
 pub mod publication;
+pub mod relation;
 pub mod replication;
 pub mod resumed;
 pub mod schema;

@@ -425,6 +425,40 @@ fn default_value(schema_type: &SchemaType, name: Option<&str>, expression: &str)
     }
 }
 
+/// The schema steps of a relation: they need the catalog and the renderer, which the relation
+/// model (relation.rs) does not know.
+impl RelationInfo {
+    /// Renders the relation's schemas when its events need them (JSON with schemas, Avro) and,
+    /// for Avro, registers them (one registration per schema and process: the registry
+    /// client caches ids). `catalog` is [`column_catalog`]'s answer.
+    ///
+    /// # Errors
+    ///
+    /// What the schema registry refused (e.g. a change its compatibility rule forbids), or a
+    /// name Avro does not allow: the pipeline stops with the fix.
+    pub async fn prepare_schemas(
+        &mut self,
+        catalog: &[ColumnCatalog],
+        events: &EventOptions,
+        registry: Option<&crate::registry::Registry>,
+    ) -> Result<(), crate::error::PipelineError> {
+        let mut schemas = render(self, catalog, events);
+        schemas.registered =
+            crate::registry::register_schemas(registry, &self.topic, &schemas, events, &self.name)
+                .await?;
+        self.set_schemas(schemas);
+        Ok(())
+    }
+
+    /// Marks the columns the catalog says are `NOT NULL` (`catalog`: the relation's columns,
+    /// by name).
+    pub fn mark_not_null(&mut self, catalog: &[ColumnCatalog]) {
+        for column in &mut self.columns {
+            column.not_null = catalog.iter().any(|c| c.name == column.name && c.not_null);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
