@@ -1,7 +1,7 @@
 //! The module structure, checked from the source: `cargo test -p sluice --test structure`.
 //!
 //! - The data path never imports the admin server: no `crate::admin` in `source/`, `sink/`,
-//!   `runtime/`, `kafka.rs`, `event/` or `dead_letter.rs` (they write status and metrics to
+//!   `runtime/`, `kafka/`, `event/` or `dead_letter.rs` (they write status and metrics to
 //!   `runtime`, which the admin server only reads).
 //! - The top-level modules form no import cycle. An edge that closes one fails the test with
 //!   the cycle. ([`KNOWN_CYCLE_EDGES`] can hold edges to tolerate while a cycle is being
