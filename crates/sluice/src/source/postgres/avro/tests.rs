@@ -1,10 +1,5 @@
 //! Direct Avro against the JSON event converted, on every kind of change.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use sluice_engine::Lsn;
-
 use super::super::encode::{
     ChangeKind, ColumnTreatment, EncodeOptions, RelationInfo, RowChange, SourceIdentity,
     encode_change,
@@ -16,6 +11,9 @@ use crate::event::{EventFormat, EventOptions};
 use crate::event::{SnapshotMarker, TransactionOrder};
 use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
+use bytes::Bytes;
+use sluice_engine::Lsn;
+use std::sync::Arc;
 
 /// A column: name, type OID, type modifier, NOT NULL.
 type Column = (&'static str, u32, i32, bool);

@@ -935,12 +935,12 @@ fn type_modifier() -> impl Strategy<Value = i32> {
 /// Text made of the characters PostgreSQL values are made of.
 fn value_text() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
-        proptest::collection::vec(any::<u8>(), 0..48),
-        "[-+0-9:. TPYMWDHSZBCx{}\\[\\]=,\"\\\\NUaninfty]{0,40}".prop_map(String::into_bytes),
-        "[-0-9]{1,6}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,7})?)?([+-][0-9]{2}(:[0-9]{2})?)?( BC)?"
-            .prop_map(String::into_bytes),
-        "[\\[\\]{}\",:0-9a-z\\\\ .eE+-]{0,40}".prop_map(String::into_bytes),
-    ]
+            proptest::collection::vec(any::<u8>(), 0..48),
+            "[-+0-9:. TPYMWDHSZBCx{}\\[\\]=,\"\\\\NUaninfty]{0,40}".prop_map(String::into_bytes),
+            "[-0-9]{1,6}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{1,7})?)?([+-][0-9]{2}(:[0-9]{2})?)?( BC)?"
+                .prop_map(String::into_bytes),
+            "[\\[\\]{}\",:0-9a-z\\\\ .eE+-]{0,40}".prop_map(String::into_bytes),
+        ]
 }
 
 /// Arbitrary JSON documents.
