@@ -5,9 +5,11 @@
 //! record, field by field and with the headers the transforms add, with the golden files
 //! `scripts/debezium-capture` wrote from Debezium + Kafka Connect running the same chain
 //! (`tests/debezium/<combination>/`, the capture's TRANSFORM_COMBINATIONS). In the suite:
-//! `logical-router`, `timestamp-insert-mask` (which unwraps every table too) and `scripting`
-//! (Debezium's Groovy Filter and ContentBasedRouter); `SLUICE_TRANSFORM_PARITY_ALL=1` runs
-//! them all, `SLUICE_TRANSFORM_PARITY=a,b` those named.
+//! `logical-router`, `timestamp-insert-mask` (which unwraps every table too), `scripting`
+//! (Debezium's Groovy Filter and ContentBasedRouter), `cast-flatten` (Cast and Flatten of keys
+//! and values) and `unwrap-route-headers` (route.by.field on a table of its own,
+//! scripts/debezium/route-by-field*.sql, and HeaderToValue); `SLUICE_TRANSFORM_PARITY_ALL=1`
+//! runs them all, `SLUICE_TRANSFORM_PARITY=a,b` those named.
 //! Differences are ratcheted in `tests/debezium/transforms-known-differences.txt`.
 //!
 //! The other test shows the delivery core's accounting: changes a transform drops still move
@@ -38,6 +40,16 @@ const RUN_DEPENDENT: &[&str] = &[
     "value.source.xmin",
     "value.__lsn",
     "value.__src_ts",
+    // Flattened (cast-flatten).
+    "value.ts_ms",
+    "value.source_version",
+    "value.source_ts_ms",
+    "value.source_ts_us",
+    "value.source_ts_ns",
+    "value.source_txId",
+    "value.source_lsn",
+    "value.source_sequence",
+    "value.source_xmin",
 ];
 
 const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
@@ -173,12 +185,63 @@ fn combinations() -> Vec<(&'static str, String)> {
              \"null.handling.mode\" = \"drop\"\n"
                 .to_owned(),
         ),
+        (
+            "cast-flatten",
+            "[kafka.events]\nschemas_enable = true\n[transforms]\n\
+             chain = \"keyid,castkey,flatkey,flat,cast\"\n\
+             [transforms.keyid]\ntype = \"org.apache.kafka.connect.transforms.ExtractField$Key\"\n\
+             field = \"id\"\npredicate = \"noid\"\nnegate = true\n\
+             [transforms.castkey]\ntype = \"org.apache.kafka.connect.transforms.Cast$Key\"\n\
+             spec = \"string\"\npredicate = \"noid\"\nnegate = true\n\
+             [transforms.flatkey]\ntype = \"org.apache.kafka.connect.transforms.Flatten$Key\"\n\
+             predicate = \"noid\"\n\
+             [transforms.flat]\ntype = \"org.apache.kafka.connect.transforms.Flatten$Value\"\n\
+             delimiter = \"_\"\npredicate = \"maps\"\nnegate = true\n\
+             [transforms.cast]\ntype = \"org.apache.kafka.connect.transforms.Cast$Value\"\n\
+             spec = \"after_c_int2:int8,after_c_int4:string,after_c_int8:float32,after_c_float4:float64,\
+             after_c_float8:int32,after_c_bool:int16,after_c_numeric_10_4:float64,after_c_numeric_38_0:string,\
+             after_c_numeric_value:string,after_c_bytea:string,after_n:string,before_n:boolean,after_v:string,\
+             op:string,source_txId:string,after_c_timestamp:int32,after_id:float64\"\n\
+             [predicates.noid]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+             pattern = '.*\\.public\\.(pk_composite|keyless|keyless_nothing)'\n\
+             [predicates.maps]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+             pattern = '.*\\.public\\.(nn_.*|others)'\n"
+                .to_owned(),
+        ),
+        (
+            "unwrap-route-headers",
+            format!(
+                "[kafka.events]\nschemas_enable = true\n[transforms]\n\
+                 chain = \"unwraproute,unwrap,tovalue\"\n\
+                 [transforms.unwraproute]\ntype = \"{UNWRAP}\"\n\"route.by.field\" = \"dest\"\n\
+                 \"add.headers\" = \"op,table\"\npredicate = \"routed\"\n\
+                 [transforms.unwrap]\ntype = \"{UNWRAP}\"\n\
+                 \"delete.tombstone.handling.mode\" = \"rewrite\"\n\"add.headers\" = \"op,table\"\n\
+                 predicate = \"routed\"\nnegate = true\n\
+                 [transforms.tovalue]\ntype = \"io.debezium.transforms.HeaderToValue\"\n\
+                 headers = \"__op,__table\"\nfields = \"op_code,tbl\"\noperation = \"move\"\n\
+                 [predicates.routed]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+                 pattern = '[^.]+\\.(public\\.routed|routed_.*)'\n"
+            ),
+        ),
     ]
+}
+
+/// The SQL a combination runs after setup.sql and changes.sql (the capture's EXTRA_SQL).
+fn extra_sql(combination: &str) -> Option<[&'static str; 2]> {
+    (combination == "unwrap-route-headers")
+        .then_some(["route-by-field.sql", "route-by-field-changes.sql"])
 }
 
 /// The combinations the suite runs (the rest with `SLUICE_TRANSFORM_PARITY_ALL=1`, or those
 /// `SLUICE_TRANSFORM_PARITY=a,b` names).
-const IN_SUITE: &[&str] = &["logical-router", "timestamp-insert-mask", "scripting"];
+const IN_SUITE: &[&str] = &[
+    "logical-router",
+    "timestamp-insert-mask",
+    "scripting",
+    "cast-flatten",
+    "unwrap-route-headers",
+];
 
 fn golden_root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/debezium")
@@ -198,11 +261,18 @@ fn normalise_headers(mut rec: Rec, prefix: &str) -> Rec {
     rec = normalise(rec, prefix, prefix);
     for data in [rec.key.as_mut(), rec.value.as_mut()].into_iter().flatten() {
         if let J::Obj(members) = data {
-            for (_, value) in members {
-                if let J::Str(text) = value
-                    && let Some(rest) = text.strip_prefix(&format!("{prefix}."))
-                {
-                    *text = format!("dbzcap.{rest}");
+            for (name, value) in members {
+                if let J::Str(text) = value {
+                    if let Some(rest) = text.strip_prefix(&format!("{prefix}.")) {
+                        *text = format!("dbzcap.{rest}");
+                    } else if text == prefix {
+                        // A flattened source's name and database (cast-flatten).
+                        match name.as_str() {
+                            "source_name" => *text = "dbzcap".to_owned(),
+                            "source_db" => *text = "dbz_capture".to_owned(),
+                            _ => {}
+                        }
+                    }
                 }
             }
         }
@@ -221,12 +291,20 @@ fn normalise_headers(mut rec: Rec, prefix: &str) -> Rec {
 }
 
 /// sluice's records with `[transforms]` = `extra`, per topic name without the run's prefix.
-async fn run(extra: String) -> BTreeMap<String, Vec<Rec>> {
-    let root = golden_root().join("../../../..");
+async fn run(combination: &str, extra: String) -> BTreeMap<String, Vec<Rec>> {
+    let scripts = golden_root().join("../../../../scripts/debezium");
+    let sql = |file: &str, more: Option<&str>| -> Vec<String> {
+        let mut out = statements(&scripts.join(file));
+        if let Some(more) = more {
+            out.extend(statements(&scripts.join(more)));
+        }
+        out
+    };
+    let more = extra_sql(combination);
     run_sluice_then(
         &extra,
-        statements(&root.join("scripts/debezium/setup.sql")),
-        statements(&root.join("scripts/debezium/changes.sql")),
+        sql("setup.sql", more.map(|m| m[0])),
+        sql("changes.sql", more.map(|m| m[1])),
         |prefix| {
             read_topics(prefix, &|_| true)
                 .into_iter()
@@ -268,8 +346,8 @@ async fn transforms_match_kafka_connect_golden_files() {
     // the cluster, the other runs' snapshots included (side by side, three overran a 180 s
     // wait under the suite's load, and two failed a CI run once).
     let mut runs = Vec::with_capacity(chosen.len());
-    for (_, toml) in &chosen {
-        runs.push(run(toml.clone()).await);
+    for (name, toml) in &chosen {
+        runs.push(run(name, toml.clone()).await);
     }
     let mut diff = Diff::new(RUN_DEPENDENT);
     let mut golden_records = 0;
