@@ -74,6 +74,7 @@ pub const SUPPORTED_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.Flatten$Key",
     "org.apache.kafka.connect.transforms.Flatten$Value",
     "io.debezium.transforms.HeaderToValue",
+    "io.debezium.transforms.SchemaChangeEventFilter",
 ];
 
 /// The predicates sluice applies.
@@ -86,7 +87,6 @@ pub const SUPPORTED_PREDICATES: &[&str] = &[
 /// Connect's and Debezium's transforms sluice does not apply yet.
 const NOT_YET: &[&str] = &[
     "PartitionRouting",
-    "SchemaChangeEventFilter",
     "EventRouter",
     "TimestampRouter",
     "SetSchemaMetadata$Key",
@@ -539,6 +539,13 @@ fn transform(
         .any(|t| names(kind, t))
         && let Some(built) =
             super::config_convert::convert_transform(short(kind), values, &key, &mut issues)
+    {
+        built
+    } else if super::config_debezium::DEBEZIUM_TRANSFORMS
+        .iter()
+        .any(|t| names(kind, t))
+        && let Some(built) =
+            super::config_debezium::debezium_transform(short(kind), values, &key, &mut issues)
     {
         built
     } else if kind == "io.debezium.transforms.Filter"

@@ -14,6 +14,7 @@
 mod cast;
 pub mod config;
 mod config_convert;
+mod config_debezium;
 mod config_headers;
 mod config_more;
 pub mod expr;
@@ -29,6 +30,7 @@ mod predicate;
 mod record;
 mod router;
 mod schema;
+mod schema_change;
 mod scripting;
 mod shape;
 mod timestamp;
@@ -99,6 +101,8 @@ pub enum Transform {
     Flatten(flatten::Flatten),
     /// Debezium's `HeaderToValue`.
     HeaderToValue(headers::HeaderToValue),
+    /// Debezium's `SchemaChangeEventFilter`.
+    SchemaChangeEventFilter(schema_change::SchemaChangeEventFilter),
 }
 
 impl Transform {
@@ -123,6 +127,7 @@ impl Transform {
             Transform::Cast(t) => t.apply(record).map(Some),
             Transform::Flatten(t) => t.apply(record).map(Some),
             Transform::HeaderToValue(t) => t.apply(record).map(Some),
+            Transform::SchemaChangeEventFilter(t) => t.apply(record),
         }
     }
 }
