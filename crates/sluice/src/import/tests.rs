@@ -396,16 +396,17 @@ fn scripting_transforms_are_carried_over_or_left_out_with_the_reason() {
     );
 }
 
-/// Cast, Flatten, HeaderToValue, SchemaChangeEventFilter and ExtractNewRecordState's
-/// route.by.field / drop.fields.* are carried over and load; a transform sluice does not apply
-/// yet (PartitionRouting) is left out with the reason, as a setting that changes what
-/// consumers see.
+/// Cast, Flatten, HeaderToValue, SchemaChangeEventFilter, PartitionRouting and
+/// ExtractNewRecordState's route.by.field / drop.fields.* are carried over and load; a
+/// transform sluice does not apply yet (the outbox EventRouter) is left out with the reason,
+/// as a setting that changes what consumers see.
 #[test]
 fn cast_flatten_header_and_routing_transforms_are_carried_over() {
     let connector = r#"{"connector.class":"io.debezium.connector.mysql.MySqlConnector",
         "name":"shop","topic.prefix":"shop","database.hostname":"db","database.user":"u",
         "database.server.id":"7","database.include.list":"shop",
-        "transforms":"ddl,unwrap,flat,cast,tovalue,parts",
+        "transforms":"ddl,unwrap,flat,cast,tovalue,parts,outbox",
+        "transforms.outbox.type":"io.debezium.transforms.outbox.EventRouter",
         "transforms.ddl.type":"io.debezium.transforms.SchemaChangeEventFilter",
         "transforms.ddl.schema.change.event.exclude.list":"DROP,DATABASE",
         "transforms.unwrap.type":"io.debezium.transforms.ExtractNewRecordState",
@@ -432,9 +433,13 @@ fn cast_flatten_header_and_routing_transforms_are_carried_over() {
         .collect();
     assert_eq!(
         chain,
-        ["ddl", "unwrap", "flat", "cast", "tovalue"],
+        ["ddl", "unwrap", "flat", "cast", "tovalue", "parts"],
         "{}",
         imported.text
+    );
+    assert_eq!(
+        parsed["transforms"]["parts"]["partition.topic.num"].as_str(),
+        Some("4")
     );
     assert_eq!(
         parsed["transforms"]["unwrap"]["route.by.field"].as_str(),
@@ -445,7 +450,7 @@ fn cast_flatten_header_and_routing_transforms_are_carried_over() {
         Some("id:string,price:float64")
     );
     assert!(matches!(
-        outcome(&imported, "transforms.parts.type"),
+        outcome(&imported, "transforms.outbox.type"),
         Outcome::Dropped {
             changes_output: true,
             ..

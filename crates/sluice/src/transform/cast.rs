@@ -64,15 +64,16 @@ impl CastType {
     }
 }
 
+/// A parsed `spec`: the whole value's type, or the fields' types.
+pub type Spec = (Option<CastType>, Vec<(String, CastType)>);
+
 /// Parses Connect's `spec`: `type` (the whole key or value) or `field:type,…`.
 ///
 /// # Errors
 ///
 /// Connect's `ConfigException`s: no entry, an entry with more than one `:`, a type that is not
 /// one of [`CastType::NAMES`], a whole-value type with other entries.
-pub fn parse_spec(
-    entries: &[String],
-) -> Result<(Option<CastType>, Vec<(String, CastType)>), String> {
+pub fn parse_spec(entries: &[String]) -> Result<Spec, String> {
     if entries.is_empty() {
         return Err("Must specify at least one field to cast: expected a type (int8, int16, int32, int64, float32, float64, boolean, string) or field:type pairs separated by commas".into());
     }
@@ -409,21 +410,8 @@ fn read_input(schema: Option<&str>, text: &str) -> Result<Input, String> {
             Ok(Input::Date(millis, millis))
         }
         ("bytes", Some("org.apache.kafka.connect.data.Decimal")) => {
-            let scale = Members::parse(schema)
-                .ok()
-                .and_then(|m| m.get("parameters").map(|p| p.get().to_owned()))
-                .and_then(|p| {
-                    Members::parse(&p)
-                        .ok()?
-                        .get("scale")
-                        .and_then(|s| as_str(s.get()).and_then(|s| s.parse::<i32>().ok()))
-                })
-                .unwrap_or(0);
-            let encoded = as_str(text).ok_or("expected a Decimal's base64 text")?;
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(encoded.as_bytes())
-                .map_err(|e| format!("a Decimal's base64 text: {e}"))?;
-            Ok(Input::Decimal(unscaled(&bytes)?, scale))
+            let (unscaled, scale) = decimal_of(schema, text)?;
+            Ok(Input::Decimal(unscaled, scale))
         }
         ("int8" | "int16" | "int32" | "int64", _) => Ok(Input::Int(number()?)),
         ("float", _) => Ok(Input::Float32(json_float(text)? as f32)),
@@ -440,6 +428,26 @@ fn read_input(schema: Option<&str>, text: &str) -> Result<Input, String> {
             other.to_ascii_uppercase()
         )),
     }
+}
+
+/// A Decimal's unscaled value and scale: its JSON text (JsonConverter's base64 of the
+/// big-endian two's-complement unscaled value) and its schema's `scale` parameter.
+pub(super) fn decimal_of(schema: &str, text: &str) -> Result<(i128, i32), String> {
+    let scale = Members::parse(schema)
+        .ok()
+        .and_then(|m| m.get("parameters").map(|p| p.get().to_owned()))
+        .and_then(|p| {
+            Members::parse(&p)
+                .ok()?
+                .get("scale")
+                .and_then(|s| as_str(s.get()).and_then(|s| s.parse::<i32>().ok()))
+        })
+        .unwrap_or(0);
+    let encoded = as_str(text).ok_or("expected a Decimal's base64 text")?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded.as_bytes())
+        .map_err(|e| format!("a Decimal's base64 text: {e}"))?;
+    Ok((unscaled(&bytes)?, scale))
 }
 
 /// A JSON number (or Jackson's quoted `"NaN"`, `"Infinity"`, `"-Infinity"`) as a double.
@@ -724,6 +732,7 @@ mod tests {
             },
             headers: Vec::new(),
             header_schemas: Vec::new(),
+            partition: None,
         };
         let schema = r#"{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"int64","optional":true,"name":"io.debezium.time.MicroTimestamp","version":1,"default":5,"field":"ts"},{"type":"string","optional":true,"field":"v"}],"optional":false,"name":"p.t.Value"}"#;
         let cast = Cast {

@@ -75,6 +75,7 @@ pub const SUPPORTED_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.Flatten$Value",
     "io.debezium.transforms.HeaderToValue",
     "io.debezium.transforms.SchemaChangeEventFilter",
+    "io.debezium.transforms.partitions.PartitionRouting",
 ];
 
 /// The predicates sluice applies.
@@ -86,7 +87,6 @@ pub const SUPPORTED_PREDICATES: &[&str] = &[
 
 /// Connect's and Debezium's transforms sluice does not apply yet.
 const NOT_YET: &[&str] = &[
-    "PartitionRouting",
     "EventRouter",
     "TimestampRouter",
     "SetSchemaMetadata$Key",

@@ -1017,6 +1017,7 @@ mod tests {
             },
             headers: vec![("origin".into(), "dbz".into())],
             header_schemas: Vec::new(),
+            partition: None,
         }
     }
 

@@ -171,6 +171,7 @@ mod tests {
             },
             headers: Vec::new(),
             header_schemas: Vec::new(),
+            partition: None,
         }
     }
 

@@ -243,6 +243,7 @@ mod tests {
                 ("__op".into(), r#"{"type":"string","optional":true}"#.into()),
                 ("ts".into(), r#"{"type":"int64","optional":true}"#.into()),
             ],
+            partition: None,
         };
         let t = HeaderToValue {
             pairs: vec![

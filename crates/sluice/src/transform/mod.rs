@@ -26,6 +26,7 @@ mod javadate;
 pub mod json;
 mod logical;
 mod mask;
+mod partition;
 mod predicate;
 mod record;
 mod router;
@@ -103,6 +104,8 @@ pub enum Transform {
     HeaderToValue(headers::HeaderToValue),
     /// Debezium's `SchemaChangeEventFilter`.
     SchemaChangeEventFilter(schema_change::SchemaChangeEventFilter),
+    /// Debezium's `PartitionRouting`.
+    PartitionRouting(partition::PartitionRouting),
 }
 
 impl Transform {
@@ -128,6 +131,7 @@ impl Transform {
             Transform::Flatten(t) => t.apply(record).map(Some),
             Transform::HeaderToValue(t) => t.apply(record).map(Some),
             Transform::SchemaChangeEventFilter(t) => t.apply(record),
+            Transform::PartitionRouting(t) => t.apply(record).map(Some),
         }
     }
 }
@@ -246,6 +250,7 @@ impl Chain {
             topic: Arc::clone(&out.topic),
             headers: out.headers.clone(),
             header_schemas: Vec::new(),
+            partition: out.partition,
         };
         for step in &self.steps {
             if let Some((predicate, negate)) = &step.predicate
@@ -263,6 +268,7 @@ impl Chain {
             self.ensure_topic(&record.topic);
         }
         Ok(Some(OutRecord {
+            partition: record.partition,
             topic: record.topic,
             key: record.key.write(self.key_schemas),
             value: record.value.write(self.value_schemas),

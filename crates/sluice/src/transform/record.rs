@@ -21,6 +21,8 @@ pub struct Record {
     /// (`ExtractNewRecordState`'s `add.headers`, `HeaderFrom`), by header name, for
     /// `HeaderToValue`; a header without one is a string (Connect's `addString`). Not written.
     pub header_schemas: Vec<(String, String)>,
+    /// The partition a transform chose (`PartitionRouting`); `None`: the producer's.
+    pub partition: Option<i32>,
 }
 
 impl Record {

@@ -72,6 +72,7 @@ mod tests {
             .unwrap(),
             headers: Vec::new(),
             header_schemas: Vec::new(),
+            partition: None,
         }
     }
 

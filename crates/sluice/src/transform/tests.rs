@@ -44,6 +44,7 @@ fn issues(toml_text: &str) -> Vec<String> {
 
 fn record(topic: &str, value: Option<&str>) -> OutRecord {
     OutRecord {
+        partition: None,
         topic: Arc::from(topic),
         key: Some(br#"{"id":1}"#.to_vec()),
         value: value.map(|v| v.as_bytes().to_vec()),
@@ -317,9 +318,20 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
         "{unknown_key:?}"
     );
     let not_yet = issues(
-        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"io.debezium.transforms.partitions.PartitionRouting\"\n",
+        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"io.debezium.transforms.outbox.EventRouter\"\n",
     );
     assert!(not_yet[0].contains("not yet applied"), "{not_yet:?}");
+    let routing = issues(
+        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"PartitionRouting\"\n\"partition.payload.fields\" = \"change.id,\"\n\"partition.topic.num\" = \"0\"\n\"partition.hash.function\" = \"md5\"\n",
+    );
+    assert_eq!(
+        routing,
+        [
+            "transforms.p.\"partition.payload.fields\": \"change.id,\": an empty field name: expected field paths separated by commas",
+            "transforms.p.\"partition.topic.num\": \"0\": expected a positive integer, the topic's partition count",
+            "transforms.p.\"partition.hash.function\": \"md5\": expected java or murmur",
+        ]
+    );
     let bad_flag = issues(&format!("{UNWRAP}\"drop.fields.from.key\" = \"yes\"\n"));
     assert_eq!(
         bad_flag,
@@ -756,6 +768,7 @@ field = "row"
         .unwrap(),
         headers: Vec::new(),
         header_schemas: Vec::new(),
+        partition: None,
     };
     rec = shape::ExtractField {
         part: field::Part::Key,
@@ -787,6 +800,7 @@ field = "row"
         value: Data::read(None, false).unwrap(),
         headers: Vec::new(),
         header_schemas: Vec::new(),
+        partition: None,
     });
     assert_eq!(missing.unwrap_err(), "Unknown field: nope");
 }

@@ -285,8 +285,14 @@ impl Unwrap {
         let envelope_schema = envelope_schema.as_deref();
         if deleted == Some("true") && self.drop_fields.is_some() {
             // Debezium drops the fields of a rewritten delete before adding its metadata.
-            let record =
-                self.unwrapped(record, row.get(), row_schema, deleted, &[], &envelope, None)?;
+            let record = self.unwrapped(
+                record,
+                row.get(),
+                row_schema,
+                deleted,
+                &[],
+                (&envelope, None),
+            )?;
             let mut record = self.dropped(record)?;
             let row = record.value.value.take().unwrap_or_default();
             let row_schema = record.value.schema.clone();
@@ -296,8 +302,7 @@ impl Unwrap {
                 row_schema,
                 None,
                 &self.add_fields,
-                &envelope,
-                envelope_schema,
+                (&envelope, envelope_schema),
             )?;
             return Ok(Some(record));
         }
@@ -307,8 +312,7 @@ impl Unwrap {
             row_schema,
             deleted,
             &self.add_fields,
-            &envelope,
-            envelope_schema,
+            (&envelope, envelope_schema),
         )?;
         self.dropped(record).map(Some)
     }
@@ -364,8 +368,7 @@ impl Unwrap {
         row_schema: Schema,
         deleted: Option<&str>,
         add_fields: &[FieldRef],
-        envelope: &Members<'_>,
-        envelope_schema: Option<&str>,
+        (envelope, envelope_schema): (&Members<'_>, Option<&str>),
     ) -> Result<Record, String> {
         if deleted.is_none() && add_fields.is_empty() {
             // Debezium rebuilds the row's schema as a required struct (`copySchemaBasics`):
@@ -471,6 +474,7 @@ mod tests {
             },
             headers: Vec::new(),
             header_schemas: Vec::new(),
+            partition: None,
         }
     }
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::debezium::compare::{Diff, J, Rec, golden_dir, ratchet_report, read_topics, statements};
 use crate::debezium::{normalise, run_sluice_then};
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
     read_topic_with, slot_confirmed, test_dir, unique,
 };
 
@@ -496,6 +496,81 @@ async fn filtered_changes_move_the_position(tag: &str, delivery: &str) {
         dropped.is_empty(),
         "the filtered table's records were written"
     );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// Debezium's PartitionRouting end to end: on a topic of 3 partitions, each change (snapshot
+/// rows, inserts, an update moving a row to another tenant, a delete by its before image)
+/// lands in the partition Debezium computes from its `tenant` (`String.hashCode`, sign bit
+/// cleared, modulo 3; the hashes themselves are checked against Debezium's own code in
+/// `transform::partition`'s unit test). The delete's tombstone has no envelope and goes by
+/// its key, as in Debezium.
+#[tokio::test(flavor = "multi_thread")]
+async fn partition_routing_sends_changes_to_debeziums_partitions() {
+    let _broker = broker_shared().await;
+    let name = unique("smtparts");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id int PRIMARY KEY, tenant text); \
+             ALTER TABLE {name}.t REPLICA IDENTITY FULL; \
+             INSERT INTO {name}.t VALUES (1, 'alice'), (2, 'bob');"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let extra = "[transforms]\nchain = \"parts\"\n[transforms.parts]\n\
+         type = \"io.debezium.transforms.partitions.PartitionRouting\"\n\
+         \"partition.payload.fields\" = \"change.tenant\"\n\"partition.topic.num\" = 3\n";
+    let toml = pipeline_toml(&name, &name, &name, port, extra).replace(
+        &format!("topic_prefix = \"{name}\""),
+        &format!("topic_prefix = \"{name}\"\ntopic_partitions = 3"),
+    );
+    let sluice = Sluice::start(&test_dir(&name), &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.t VALUES (3, 'carol'), (4, 'dave'), (5, 'Ünïcödé'); \
+             UPDATE {name}.t SET tenant = 'erin' WHERE id = 1; DELETE FROM {name}.t WHERE id = 2;"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.t");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |r| r.len() >= 8)
+    })
+    .await
+    .unwrap();
+    let java_partition = |tenant: &str| {
+        let mut h: i32 = 0;
+        for unit in tenant.encode_utf16() {
+            h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+        }
+        let h = h & i32::MAX;
+        (if h == i32::MAX { 0 } else { h }) % 3
+    };
+    let mut seen = Vec::new();
+    for record in records.iter().filter(|r| r.value.is_some()) {
+        let value = record.value.as_ref().unwrap();
+        let row = if value["op"] == "d" {
+            &value["before"]
+        } else {
+            &value["after"]
+        };
+        let tenant = row["tenant"].as_str().unwrap();
+        assert_eq!(
+            record.partition,
+            java_partition(tenant),
+            "{tenant}: {value}; log:\n{}",
+            sluice.log_text()
+        );
+        seen.push((value["op"].as_str().unwrap().to_owned(), tenant.to_owned()));
+    }
+    seen.sort();
+    assert_eq!(seen.len(), 7, "{seen:?}");
+    let partitions: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+    assert!(partitions.len() > 1, "all in one partition: {partitions:?}");
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }
