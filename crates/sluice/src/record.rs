@@ -12,6 +12,9 @@ pub struct OutRecord {
     pub value: Option<Vec<u8>>,
     /// Headers, name and value (names are static but for the outbox's column headers).
     pub headers: Vec<(std::borrow::Cow<'static, str>, String)>,
+    /// The partition a transform chose (Debezium's `PartitionRouting`); `None`: the
+    /// producer's partitioner (murmur2 of the key, as Java's client).
+    pub partition: Option<i32>,
 }
 
 impl OutRecord {

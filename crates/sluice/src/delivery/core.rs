@@ -760,6 +760,7 @@ pub fn refused_record(
 /// A source's dead letter as a record for `topic` (a source's headers are text).
 fn dead_letter_record(topic: &str, built: dead_letter::DeadLetterRecord) -> OutRecord {
     OutRecord {
+        partition: None,
         topic: Arc::from(topic),
         key: built.key,
         value: built.value,

@@ -92,6 +92,9 @@ impl RecordSink for PipelineProducer {
                 base = base.payload(value.as_slice());
             }
             base = base.headers(record.owned_headers());
+            if let Some(partition) = record.partition {
+                base = base.partition(partition);
+            }
             self.send(base)
                 .map_err(|(error, base)| (error, base.delivery_opaque))
         };

@@ -47,6 +47,7 @@ impl Encode<TestChange> for TestEncoder {
         assert!(!change.panics, "a value the encoder cannot render");
         for n in 0..change.records {
             out.push(OutRecord {
+                partition: None,
                 topic: Arc::from("events"),
                 key: Some(change.key.to_string().into_bytes()),
                 value: Some(format!("{}#{n}", change.key).into_bytes()),

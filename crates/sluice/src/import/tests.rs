@@ -395,3 +395,70 @@ fn scripting_transforms_are_carried_over_or_left_out_with_the_reason() {
         PipelineFile::from_toml(&imported.text, "pg", &env).err()
     );
 }
+
+/// Cast, Flatten, HeaderToValue, SchemaChangeEventFilter, PartitionRouting and
+/// ExtractNewRecordState's route.by.field / drop.fields.* are carried over and load; a
+/// transform sluice does not apply yet (the outbox EventRouter) is left out with the reason,
+/// as a setting that changes what consumers see.
+#[test]
+fn cast_flatten_header_and_routing_transforms_are_carried_over() {
+    let connector = r#"{"connector.class":"io.debezium.connector.mysql.MySqlConnector",
+        "name":"shop","topic.prefix":"shop","database.hostname":"db","database.user":"u",
+        "database.server.id":"7","database.include.list":"shop",
+        "transforms":"ddl,unwrap,flat,cast,tovalue,parts,outbox",
+        "transforms.outbox.type":"io.debezium.transforms.outbox.EventRouter",
+        "transforms.ddl.type":"io.debezium.transforms.SchemaChangeEventFilter",
+        "transforms.ddl.schema.change.event.exclude.list":"DROP,DATABASE",
+        "transforms.unwrap.type":"io.debezium.transforms.ExtractNewRecordState",
+        "transforms.unwrap.route.by.field":"tenant","transforms.unwrap.add.headers":"op",
+        "transforms.unwrap.drop.fields.header.name":"unchanged",
+        "transforms.unwrap.drop.fields.keep.schema.compatible":"false",
+        "transforms.flat.type":"org.apache.kafka.connect.transforms.Flatten$Value",
+        "transforms.flat.delimiter":"_",
+        "transforms.cast.type":"org.apache.kafka.connect.transforms.Cast$Value",
+        "transforms.cast.spec":"id:string,price:float64",
+        "transforms.tovalue.type":"io.debezium.transforms.HeaderToValue",
+        "transforms.tovalue.headers":"__op","transforms.tovalue.fields":"op",
+        "transforms.tovalue.operation":"copy",
+        "transforms.parts.type":"io.debezium.transforms.partitions.PartitionRouting",
+        "transforms.parts.partition.payload.fields":"change.tenant",
+        "transforms.parts.partition.topic.num":"4"}"#;
+    let imported = imported(connector);
+    let parsed: toml::Table = toml::from_str(&imported.text).unwrap();
+    let chain: Vec<&str> = parsed["transforms"]["chain"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(toml::Value::as_str)
+        .collect();
+    assert_eq!(
+        chain,
+        ["ddl", "unwrap", "flat", "cast", "tovalue", "parts"],
+        "{}",
+        imported.text
+    );
+    assert_eq!(
+        parsed["transforms"]["parts"]["partition.topic.num"].as_str(),
+        Some("4")
+    );
+    assert_eq!(
+        parsed["transforms"]["unwrap"]["route.by.field"].as_str(),
+        Some("tenant")
+    );
+    assert_eq!(
+        parsed["transforms"]["cast"]["spec"].as_str(),
+        Some("id:string,price:float64")
+    );
+    assert!(matches!(
+        outcome(&imported, "transforms.outbox.type"),
+        Outcome::Dropped {
+            changes_output: true,
+            ..
+        }
+    ));
+    assert!(
+        PipelineFile::from_toml(&imported.text, "my", &env).is_ok(),
+        "{:?}",
+        PipelineFile::from_toml(&imported.text, "my", &env).err()
+    );
+}

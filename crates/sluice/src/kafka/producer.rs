@@ -342,6 +342,7 @@ impl ProducerContext for PipelineProducerContext {
             Err((error, message)) => DeliveryEvent::Failed {
                 error: error.clone(),
                 record: OutRecord {
+                    partition: None,
                     topic: Arc::from(message.topic()),
                     key: message.key().map(<[u8]>::to_vec),
                     value: message.payload().map(<[u8]>::to_vec),

@@ -27,7 +27,7 @@ use super::field::{Part, ReplaceField, ValueToKey};
 use super::predicate::{Predicate, whole_match_regex};
 use super::router::RegexRouter;
 use super::scripting::{Kind as ScriptKind, Scripting};
-use super::unwrap::{DEFAULT_PREFIX, DeleteMode, FieldRef, Unwrap};
+use super::unwrap::{DEFAULT_PREFIX, DeleteMode, DropFields, FieldRef, Unwrap};
 use super::{Chain, Step, Transform};
 use crate::error::ConfigIssue;
 use crate::event::{EventFormat, EventOptions};
@@ -69,6 +69,13 @@ pub const SUPPORTED_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.HoistField$Value",
     "io.debezium.transforms.Filter",
     "io.debezium.transforms.ContentBasedRouter",
+    "org.apache.kafka.connect.transforms.Cast$Key",
+    "org.apache.kafka.connect.transforms.Cast$Value",
+    "org.apache.kafka.connect.transforms.Flatten$Key",
+    "org.apache.kafka.connect.transforms.Flatten$Value",
+    "io.debezium.transforms.HeaderToValue",
+    "io.debezium.transforms.SchemaChangeEventFilter",
+    "io.debezium.transforms.partitions.PartitionRouting",
 ];
 
 /// The predicates sluice applies.
@@ -80,14 +87,7 @@ pub const SUPPORTED_PREDICATES: &[&str] = &[
 
 /// Connect's and Debezium's transforms sluice does not apply yet.
 const NOT_YET: &[&str] = &[
-    "PartitionRouting",
-    "HeaderToValue",
-    "SchemaChangeEventFilter",
     "EventRouter",
-    "Cast$Key",
-    "Cast$Value",
-    "Flatten$Key",
-    "Flatten$Value",
     "TimestampRouter",
     "SetSchemaMetadata$Key",
     "SetSchemaMetadata$Value",
@@ -428,9 +428,6 @@ const UNWRAP_KEYS: &[&str] = &[
     "replace.null.with.default",
     "drop.tombstones",
     "delete.handling.mode",
-];
-/// The unwrap's keys sluice does not apply yet.
-const UNWRAP_NOT_YET: &[&str] = &[
     "route.by.field",
     "drop.fields.header.name",
     "drop.fields.from.key",
@@ -446,12 +443,6 @@ fn transform(
     let mut issues = Vec::new();
     let get = |k: &str| values.get(k).map(String::as_str);
     let (transform, keys): (Option<Transform>, &[&str]) = if names(kind, SUPPORTED_TRANSFORMS[0]) {
-        for k in UNWRAP_NOT_YET.iter().filter(|k| values.contains_key(**k)) {
-            issues.push(ConfigIssue {
-                    key: key(k),
-                    problem: "not yet applied by sluice's ExtractNewRecordState: remove it (docs/transforms.md lists what is supported)".into(),
-                });
-        }
         (unwrap(name, values, &mut issues), UNWRAP_KEYS)
     } else if names(kind, SUPPORTED_TRANSFORMS[1]) {
         let (Some(regex), Some(replacement)) = (get("regex"), get("replacement")) else {
@@ -543,6 +534,20 @@ fn transform(
             super::config_headers::shape_transform(short(kind), values, &key, &mut issues)
     {
         built
+    } else if super::config_convert::CONVERT_TRANSFORMS
+        .iter()
+        .any(|t| names(kind, t))
+        && let Some(built) =
+            super::config_convert::convert_transform(short(kind), values, &key, &mut issues)
+    {
+        built
+    } else if super::config_debezium::DEBEZIUM_TRANSFORMS
+        .iter()
+        .any(|t| names(kind, t))
+        && let Some(built) =
+            super::config_debezium::debezium_transform(short(kind), values, &key, &mut issues)
+    {
+        built
     } else if kind == "io.debezium.transforms.Filter"
         || names(kind, "io.debezium.transforms.ContentBasedRouter")
     {
@@ -579,10 +584,7 @@ fn transform(
         }]);
     };
     for k in values.keys() {
-        if !COMMON_KEYS.contains(&k.as_str())
-            && !keys.contains(&k.as_str())
-            && !UNWRAP_NOT_YET.contains(&k.as_str())
-        {
+        if !COMMON_KEYS.contains(&k.as_str()) && !keys.contains(&k.as_str()) {
             issues.push(ConfigIssue {
                 key: key(k),
                 problem: format!(
@@ -685,9 +687,34 @@ fn unwrap(
     };
     let add_fields = refs("add.fields", "add.fields.prefix", issues);
     let add_headers = refs("add.headers", "add.headers.prefix", issues);
+    let mut flag = |k: &str, default: bool| match get(k) {
+        None => default,
+        Some(v) if v.eq_ignore_ascii_case("true") => true,
+        Some(v) if v.eq_ignore_ascii_case("false") => false,
+        Some(other) => {
+            issues.push(ConfigIssue {
+                key: key(k),
+                problem: format!("{other:?}: expected true or false"),
+            });
+            default
+        }
+    };
+    let from_key = flag("drop.fields.from.key", false);
+    let keep_schema_compatible = flag("drop.fields.keep.schema.compatible", true);
+    let drop_fields = get("drop.fields.header.name")
+        .filter(|h| !h.trim().is_empty())
+        .map(|header| DropFields {
+            header: header.to_owned(),
+            from_key,
+            keep_schema_compatible,
+        });
     Some(Transform::Unwrap(Unwrap {
         mode: mode?,
         add_fields,
         add_headers,
+        route_by_field: get("route.by.field")
+            .filter(|f| !f.is_empty())
+            .map(str::to_owned),
+        drop_fields,
     }))
 }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use super::Transform;
 use super::field::Part;
-use super::headers::{DropHeaders, HeaderFrom, InsertHeader};
+use super::headers::{DropHeaders, HeaderFrom, HeaderToValue, InsertHeader};
 use super::shape::{ExtractField, HoistField};
 use crate::error::ConfigIssue;
 
@@ -16,6 +16,7 @@ pub const HEADER_TRANSFORMS: &[&str] = &[
     "org.apache.kafka.connect.transforms.DropHeaders",
     "org.apache.kafka.connect.transforms.HeaderFrom$Key",
     "org.apache.kafka.connect.transforms.HeaderFrom$Value",
+    "io.debezium.transforms.HeaderToValue",
 ];
 
 /// ExtractField and HoistField by their full names.
@@ -122,6 +123,54 @@ pub fn header_transform(
                 Some(Transform::HeaderFrom(HeaderFrom {
                     part,
                     pairs: fields.into_iter().zip(headers).collect(),
+                    remove,
+                })),
+                keys,
+            )
+        }
+        "HeaderToValue" => {
+            let keys: &[&str] = &["headers", "fields", "operation"];
+            let (headers, fields) = (list("headers"), list("fields"));
+            for (k, names) in [("headers", &headers), ("fields", &fields)] {
+                if names.is_empty() {
+                    issue(k, "is missing: HeaderToValue needs headers (the headers to copy or move) and fields (the value's fields they become, in the same order), separated by commas".into());
+                } else if let Some(bad) = names.iter().find(|n| n.contains(char::is_whitespace)) {
+                    issue(k, format!("{bad:?}: a name may not contain spaces"));
+                }
+            }
+            if let Some(nested) = fields.iter().find(|f| f.contains('.')) {
+                issue(
+                    "fields",
+                    format!(
+                        "{nested:?}: a nested field (struct.field) is not yet applied by sluice: expected a top-level field name"
+                    ),
+                );
+            }
+            if !headers.is_empty() && headers.len() != fields.len() {
+                issue(
+                    "fields",
+                    "'fields' config must have the same number of elements as 'headers' config."
+                        .into(),
+                );
+            }
+            let remove = match get("operation").map(|o| o.trim().to_ascii_lowercase()) {
+                Some(o) if o == "move" => true,
+                Some(o) if o == "copy" => false,
+                Some(other) => {
+                    issue("operation", format!("{other:?}: expected move or copy"));
+                    false
+                }
+                None => {
+                    issue(
+                        "operation",
+                        "is missing: expected move (the headers are removed) or copy".into(),
+                    );
+                    false
+                }
+            };
+            (
+                Some(Transform::HeaderToValue(HeaderToValue {
+                    pairs: headers.into_iter().zip(fields).collect(),
                     remove,
                 })),
                 keys,

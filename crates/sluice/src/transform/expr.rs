@@ -1016,6 +1016,8 @@ mod tests {
                 value: value.map(str::to_owned),
             },
             headers: vec![("origin".into(), "dbz".into())],
+            header_schemas: Vec::new(),
+            partition: None,
         }
     }
 

@@ -28,6 +28,16 @@ pub struct ReplaceField {
 }
 
 impl ReplaceField {
+    /// `exclude` = `fields`, nothing else.
+    pub fn excluding(part: Part, fields: Vec<String>) -> Self {
+        Self {
+            part,
+            exclude: fields,
+            include: Vec::new(),
+            renames: Vec::new(),
+        }
+    }
+
     fn keeps(&self, name: &str) -> bool {
         !self.exclude.iter().any(|e| e == name)
             && (self.include.is_empty() || self.include.iter().any(|i| i == name))

@@ -11,21 +11,27 @@
 //! The transforms work on the JSON the encoders wrote ([`json`]), with or without Connect's
 //! schema envelope; Avro events are refused with `[transforms]` for now.
 
+mod cast;
 pub mod config;
+mod config_convert;
+mod config_debezium;
 mod config_headers;
 mod config_more;
 pub mod expr;
 mod field;
+mod flatten;
 mod headers;
 mod insert;
 mod javadate;
 pub mod json;
 mod logical;
 mod mask;
+mod partition;
 mod predicate;
 mod record;
 mod router;
 mod schema;
+mod schema_change;
 mod scripting;
 mod shape;
 mod timestamp;
@@ -90,6 +96,16 @@ pub enum Transform {
     HoistField(shape::HoistField),
     /// Debezium's scripting `Filter` / `ContentBasedRouter`, in sluice's expression language.
     Scripting(scripting::Scripting),
+    /// Kafka's `Cast$Key` / `$Value`.
+    Cast(cast::Cast),
+    /// Kafka's `Flatten$Key` / `$Value`.
+    Flatten(flatten::Flatten),
+    /// Debezium's `HeaderToValue`.
+    HeaderToValue(headers::HeaderToValue),
+    /// Debezium's `SchemaChangeEventFilter`.
+    SchemaChangeEventFilter(schema_change::SchemaChangeEventFilter),
+    /// Debezium's `PartitionRouting`.
+    PartitionRouting(partition::PartitionRouting),
 }
 
 impl Transform {
@@ -111,6 +127,11 @@ impl Transform {
             Transform::ExtractField(t) => t.apply(record).map(Some),
             Transform::HoistField(t) => Ok(Some(t.apply(record))),
             Transform::Scripting(t) => t.apply(record),
+            Transform::Cast(t) => t.apply(record).map(Some),
+            Transform::Flatten(t) => t.apply(record).map(Some),
+            Transform::HeaderToValue(t) => t.apply(record).map(Some),
+            Transform::SchemaChangeEventFilter(t) => t.apply(record),
+            Transform::PartitionRouting(t) => t.apply(record).map(Some),
         }
     }
 }
@@ -164,11 +185,13 @@ impl Chain {
         }
     }
 
-    /// Whether a step computes topics from the record (a `ContentBasedRouter`), which cannot
-    /// all be created beforehand.
+    /// Whether a step computes topics from the record (a `ContentBasedRouter`, an
+    /// `ExtractNewRecordState` with `route.by.field`), which cannot all be created beforehand.
     pub fn computes_topics(&self) -> bool {
-        self.steps.iter().any(|s| {
-            matches!(&s.transform, Transform::Scripting(t) if t.kind == scripting::Kind::Router)
+        self.steps.iter().any(|s| match &s.transform {
+            Transform::Scripting(t) => t.kind == scripting::Kind::Router,
+            Transform::Unwrap(t) => t.route_by_field.is_some(),
+            _ => false,
         })
     }
 
@@ -226,6 +249,8 @@ impl Chain {
                 .map_err(|e| failed(first, format!("the value: {e}")))?,
             topic: Arc::clone(&out.topic),
             headers: out.headers.clone(),
+            header_schemas: Vec::new(),
+            partition: out.partition,
         };
         for step in &self.steps {
             if let Some((predicate, negate)) = &step.predicate
@@ -243,6 +268,7 @@ impl Chain {
             self.ensure_topic(&record.topic);
         }
         Ok(Some(OutRecord {
+            partition: record.partition,
             topic: record.topic,
             key: record.key.write(self.key_schemas),
             value: record.value.write(self.value_schemas),

@@ -44,6 +44,7 @@ fn issues(toml_text: &str) -> Vec<String> {
 
 fn record(topic: &str, value: Option<&str>) -> OutRecord {
     OutRecord {
+        partition: None,
         topic: Arc::from(topic),
         key: Some(br#"{"id":1}"#.to_vec()),
         value: value.map(|v| v.as_bytes().to_vec()),
@@ -316,8 +317,46 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
         unknown_key[0].starts_with("transforms.unwrap.\"add.feilds\": unknown key for ExtractNewRecordState: expected type, predicate, negate, delete.tombstone.handling.mode"),
         "{unknown_key:?}"
     );
-    let not_yet = issues(&format!("{UNWRAP}\"route.by.field\" = \"t\"\n"));
+    let not_yet = issues(
+        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"io.debezium.transforms.outbox.EventRouter\"\n",
+    );
     assert!(not_yet[0].contains("not yet applied"), "{not_yet:?}");
+    let routing = issues(
+        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"PartitionRouting\"\n\"partition.payload.fields\" = \"change.id,\"\n\"partition.topic.num\" = \"0\"\n\"partition.hash.function\" = \"md5\"\n",
+    );
+    assert_eq!(
+        routing,
+        [
+            "transforms.p.\"partition.payload.fields\": \"change.id,\": an empty field name: expected field paths separated by commas",
+            "transforms.p.\"partition.topic.num\": \"0\": expected a positive integer, the topic's partition count",
+            "transforms.p.\"partition.hash.function\": \"md5\": expected java or murmur",
+        ]
+    );
+    let bad_flag = issues(&format!("{UNWRAP}\"drop.fields.from.key\" = \"yes\"\n"));
+    assert_eq!(
+        bad_flag,
+        ["transforms.unwrap.\"drop.fields.from.key\": \"yes\": expected true or false"]
+    );
+    let cast = |spec: &str| {
+        issues(&format!(
+            "[transforms]\nchain = \"c\"\n[transforms.c]\ntype = \"org.apache.kafka.connect.transforms.Cast$Value\"\n{spec}"
+        ))
+    };
+    assert!(cast("")[0].starts_with("transforms.c.\"spec\": Must specify at least one field"));
+    assert!(
+        cast("spec = \"a:int128\"\n")[0].contains("Invalid type found in casting spec: \"int128\"")
+    );
+    let to_value = issues(
+        "[transforms]\nchain = \"h\"\n[transforms.h]\ntype = \"io.debezium.transforms.HeaderToValue\"\nheaders = \"a,b\"\nfields = \"x.y\"\noperation = \"swap\"\n",
+    );
+    assert_eq!(
+        to_value,
+        [
+            "transforms.h.\"fields\": \"x.y\": a nested field (struct.field) is not yet applied by sluice: expected a top-level field name",
+            "transforms.h.\"fields\": 'fields' config must have the same number of elements as 'headers' config.",
+            "transforms.h.\"operation\": \"swap\": expected move or copy",
+        ]
+    );
     let missing = issues("[transforms]\nchain = [\"a\"]\n");
     assert!(
         missing[0].starts_with("transforms.a: is missing"),
@@ -728,6 +767,8 @@ field = "row"
         )
         .unwrap(),
         headers: Vec::new(),
+        header_schemas: Vec::new(),
+        partition: None,
     };
     rec = shape::ExtractField {
         part: field::Part::Key,
@@ -758,6 +799,8 @@ field = "row"
         key: Data::read(Some(br#"{"id":1}"#), false).unwrap(),
         value: Data::read(None, false).unwrap(),
         headers: Vec::new(),
+        header_schemas: Vec::new(),
+        partition: None,
     });
     assert_eq!(missing.unwrap_err(), "Unknown field: nope");
 }

@@ -5,7 +5,8 @@
 
 use std::borrow::Cow;
 
-use super::json::{Data, Members, ObjectWriter, Schema, header_text, string};
+use super::field::{Part, ReplaceField};
+use super::json::{Data, Members, ObjectWriter, Schema, as_str, header_text, string};
 use super::record::Record;
 use super::schema;
 
@@ -121,13 +122,18 @@ impl FieldRef {
     /// The field's schema in the envelope's schema, as the added field
     /// (`copySchemaBasics(…).optional()`).
     fn schema(&self, envelope_schema: &str) -> Option<String> {
-        let found = self
-            .parent
+        let found = self.field_schema(envelope_schema)?;
+        Some(schema::optional_field(&found, &self.new_name))
+    }
+
+    /// The field's schema in the envelope's schema as it is there (with its `"field"`).
+    fn field_schema(&self, envelope_schema: &str) -> Option<String> {
+        // (Also the source of `schema`.)
+        self.parent
             .as_deref()
             .and_then(|parent| schema::field(envelope_schema, parent))
             .and_then(|holder| schema::field(&holder, &self.field))
-            .or_else(|| schema::field(envelope_schema, &self.field))?;
-        Some(schema::optional_field(&found, &self.new_name))
+            .or_else(|| schema::field(envelope_schema, &self.field))
     }
 }
 
@@ -140,6 +146,65 @@ pub struct Unwrap {
     pub add_fields: Vec<FieldRef>,
     /// `add.headers`.
     pub add_headers: Vec<FieldRef>,
+    /// `route.by.field`: the row's field whose (string) value becomes the topic.
+    pub route_by_field: Option<String>,
+    /// `drop.fields.header.name`, `drop.fields.from.key`, `drop.fields.keep.schema.compatible`.
+    pub drop_fields: Option<DropFields>,
+}
+
+/// `drop.fields.*`: the fields a header lists (a JSON array of names, as Connect's
+/// `SimpleHeaderConverter` writes a list) removed from the row, and from the key.
+#[derive(Debug)]
+pub struct DropFields {
+    /// `drop.fields.header.name`.
+    pub header: String,
+    /// `drop.fields.from.key`.
+    pub from_key: bool,
+    /// `drop.fields.keep.schema.compatible`: only the optional fields are removed.
+    pub keep_schema_compatible: bool,
+}
+
+impl DropFields {
+    /// The record without the fields the header lists (Debezium's `dropFields`).
+    fn apply(&self, mut record: Record) -> Result<Record, String> {
+        let Some((_, text)) = record.headers.iter().find(|(n, _)| *n == self.header) else {
+            return Ok(record);
+        };
+        let names: Vec<String> = serde_json::from_str(text).map_err(|_| {
+            format!(
+                "the header {:?} holds {text:?}: expected a list of field names (a JSON array of strings)",
+                self.header
+            )
+        })?;
+        if names.is_empty() {
+            return Ok(record);
+        }
+        if self.from_key && record.key.value.is_some() {
+            let fields = self.droppable(&record.key.schema, &names);
+            if !fields.is_empty() {
+                record = ReplaceField::excluding(Part::Key, fields).apply(record)?;
+            }
+        }
+        let fields = self.droppable(&record.value.schema, &names);
+        if !fields.is_empty() && record.value.value.is_some() {
+            record = ReplaceField::excluding(Part::Value, fields).apply(record)?;
+        }
+        Ok(record)
+    }
+
+    /// The fields of `names` to remove from a struct of schema `schema`: those its schema has
+    /// as optional when the schema is to stay compatible, else all of them.
+    fn droppable(&self, schema: &Schema, names: &[String]) -> Vec<String> {
+        match schema {
+            Schema::Json(s) if self.keep_schema_compatible => schema::fields(s)
+                .iter()
+                .zip(schema::field_names(s))
+                .filter(|(f, n)| schema::is_optional(f) && names.contains(n))
+                .map(|(_, n)| n)
+                .collect(),
+            _ => names.to_vec(),
+        }
+    }
 }
 
 impl Unwrap {
@@ -165,6 +230,14 @@ impl Unwrap {
                 // A null header value cannot be written through sluice's text headers: left
                 // out (docs/transforms.md).
                 if let Some(text) = header_text(&value) {
+                    // Debezium's header carries the field's schema made optional.
+                    if let Schema::Json(envelope_schema) = &record.value.schema
+                        && let Some(found) = field.schema(envelope_schema)
+                    {
+                        record
+                            .header_schemas
+                            .push((field.new_name.clone(), schema::extracted(&found)));
+                    }
                     record
                         .headers
                         .push((Cow::Owned(field.new_name.clone()), text));
@@ -189,13 +262,14 @@ impl Unwrap {
             (None, None) => return Ok(None),
             (None, Some(before)) => match self.mode {
                 DeleteMode::Drop => return Ok(None),
-                DeleteMode::Tombstone => {
-                    record.value = Data::null_with(row_schema("after"));
-                    return Ok(Some(record));
-                }
-                DeleteMode::DeleteToTombstone => {
-                    record.value = Data::null_with(Schema::None);
-                    return Ok(Some(record));
+                DeleteMode::Tombstone | DeleteMode::DeleteToTombstone => {
+                    self.route(&mut record, before.get(), &row_schema("before"))?;
+                    record.value = if self.mode == DeleteMode::Tombstone {
+                        Data::null_with(row_schema("after"))
+                    } else {
+                        Data::null_with(Schema::None)
+                    };
+                    return self.dropped(record).map(Some);
                 }
                 DeleteMode::Rewrite | DeleteMode::RewriteWithTombstone => {
                     (before, row_schema("before"), Some("true"))
@@ -207,7 +281,96 @@ impl Unwrap {
                 self.mode.rewrites().then_some("false"),
             ),
         };
-        if deleted.is_none() && self.add_fields.is_empty() {
+        self.route(&mut record, row.get(), &row_schema)?;
+        let envelope_schema = envelope_schema.as_deref();
+        if deleted == Some("true") && self.drop_fields.is_some() {
+            // Debezium drops the fields of a rewritten delete before adding its metadata.
+            let record = self.unwrapped(
+                record,
+                row.get(),
+                row_schema,
+                deleted,
+                &[],
+                (&envelope, None),
+            )?;
+            let mut record = self.dropped(record)?;
+            let row = record.value.value.take().unwrap_or_default();
+            let row_schema = record.value.schema.clone();
+            let record = self.unwrapped(
+                record,
+                &row,
+                row_schema,
+                None,
+                &self.add_fields,
+                (&envelope, envelope_schema),
+            )?;
+            return Ok(Some(record));
+        }
+        let record = self.unwrapped(
+            record,
+            row.get(),
+            row_schema,
+            deleted,
+            &self.add_fields,
+            (&envelope, envelope_schema),
+        )?;
+        self.dropped(record).map(Some)
+    }
+
+    /// `route.by.field`: the record sent to the topic the row's field names (when it is not
+    /// null or blank).
+    fn route(&self, record: &mut Record, row: &str, row_schema: &Schema) -> Result<(), String> {
+        let Some(field) = &self.route_by_field else {
+            return Ok(());
+        };
+        let members = Members::parse(row)?;
+        let value = members.get(field).map(|v| v.get());
+        // Connect's `Struct.getString`: a field the row lacks, or one not a string, fails.
+        let known = match row_schema {
+            Schema::Json(s) => schema::field(s, field).map(|f| schema::type_of(&f)),
+            _ => value.map(|v| (v == "null" || v.starts_with('"')).then(|| "string".into())),
+        };
+        match known {
+            None => {
+                return Err(format!(
+                    "{field} is not a valid field name (route.by.field)"
+                ));
+            }
+            Some(Some(kind)) if kind == "string" => {}
+            Some(_) => {
+                return Err(format!(
+                    "Field '{field}' is not of type STRING (route.by.field needs a text column)"
+                ));
+            }
+        }
+        if let Some(topic) = value.and_then(as_str)
+            && !topic.trim_matches(|c: char| c <= ' ').is_empty()
+        {
+            record.topic = std::sync::Arc::from(topic.as_ref());
+        }
+        Ok(())
+    }
+
+    /// `drop.fields.*` applied (when configured).
+    fn dropped(&self, record: Record) -> Result<Record, String> {
+        match &self.drop_fields {
+            Some(drop) => drop.apply(record),
+            None => Ok(record),
+        }
+    }
+
+    /// The record with `row` (of schema `row_schema`) as its value, with `__deleted` (when
+    /// rewriting) and the `add_fields`.
+    fn unwrapped(
+        &self,
+        mut record: Record,
+        row: &str,
+        row_schema: Schema,
+        deleted: Option<&str>,
+        add_fields: &[FieldRef],
+        (envelope, envelope_schema): (&Members<'_>, Option<&str>),
+    ) -> Result<Record, String> {
+        if deleted.is_none() && add_fields.is_empty() {
             // Debezium rebuilds the row's schema as a required struct (`copySchemaBasics`):
             // the envelope's `after` field is optional, the unwrapped row is not.
             let schema = match row_schema {
@@ -216,11 +379,11 @@ impl Unwrap {
             };
             record.value = Data {
                 schema,
-                value: Some(row.get().to_owned()),
+                value: Some(row.to_owned()),
             };
-            return Ok(Some(record));
+            return Ok(record);
         }
-        let row_members = Members::parse(row.get())?;
+        let row_members = Members::parse(row)?;
         let mut value = ObjectWriter::new();
         for (name, v) in &row_members.0 {
             value.member(name, v.get());
@@ -230,18 +393,18 @@ impl Unwrap {
             value.member("__deleted", &string(deleted));
             added_schemas.push(r#"{"type":"string","optional":true,"field":"__deleted"}"#.into());
         }
-        for field in &self.add_fields {
-            match &envelope_schema {
+        for field in add_fields {
+            match envelope_schema {
                 Some(s) => {
                     let Some(field_schema) = field.schema(s) else {
                         continue;
                     };
                     added_schemas.push(field_schema);
-                    let v = field.value(&envelope);
+                    let v = field.value(envelope);
                     value.member(&field.new_name, v.as_deref().unwrap_or("null"));
                 }
                 None => {
-                    if let Some(v) = field.value(&envelope) {
+                    if let Some(v) = field.value(envelope) {
                         value.member(&field.new_name, &v);
                     }
                 }
@@ -259,7 +422,7 @@ impl Unwrap {
             schema,
             value: Some(value.finish()),
         };
-        Ok(Some(record))
+        Ok(record)
     }
 }
 
@@ -292,5 +455,128 @@ mod tests {
         let r = FieldRef::parse("__", "id").unwrap();
         assert_eq!(r.parent.as_deref(), Some("transaction"));
         assert!(FieldRef::parse("__", "a:b:c").is_err());
+    }
+
+    const ENVELOPE_SCHEMA: &str = r#"{"type":"struct","fields":[{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"field":"dest"},{"type":"string","optional":true,"field":"note"}],"optional":true,"name":"p.public.t.Value","field":"before"},{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"field":"dest"},{"type":"string","optional":true,"field":"note"}],"optional":true,"name":"p.public.t.Value","field":"after"},{"type":"struct","fields":[{"type":"string","optional":false,"field":"table"}],"optional":false,"name":"io.debezium.connector.postgresql.Source","field":"source"},{"type":"string","optional":false,"field":"op"}],"optional":false,"name":"p.public.t.Envelope","version":2}"#;
+
+    fn event(value: &str) -> Record {
+        Record {
+            topic: "p.public.t".into(),
+            key: Data {
+                schema: Schema::Json(
+                    r#"{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":true,"field":"note"}],"optional":false,"name":"p.public.t.Key"}"#.into(),
+                ),
+                value: Some(r#"{"id":1,"note":"k"}"#.into()),
+            },
+            value: Data {
+                schema: Schema::Json(ENVELOPE_SCHEMA.into()),
+                value: Some(value.into()),
+            },
+            headers: Vec::new(),
+            header_schemas: Vec::new(),
+            partition: None,
+        }
+    }
+
+    fn unwrap(mode: DeleteMode) -> Unwrap {
+        Unwrap {
+            mode,
+            add_fields: Vec::new(),
+            add_headers: vec![FieldRef::parse("__", "op").unwrap()],
+            route_by_field: Some("dest".into()),
+            drop_fields: None,
+        }
+    }
+
+    #[test]
+    fn route_by_field_sends_rows_to_their_fields_topic() {
+        let insert = r#"{"before":null,"after":{"id":1,"dest":"orders_eu","note":"n"},"source":{"table":"t"},"op":"c"}"#;
+        let out = unwrap(DeleteMode::Tombstone)
+            .apply(event(insert))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&*out.topic, "orders_eu");
+        // The header's schema is the envelope field's, optional (for HeaderToValue).
+        assert_eq!(
+            out.header_schema("__op"),
+            r#"{"type":"string","optional":true}"#
+        );
+        // A delete goes where its before image says, even as a tombstone-mode null value.
+        let delete = r#"{"before":{"id":1,"dest":"orders_us","note":null},"after":null,"source":{"table":"t"},"op":"d"}"#;
+        let out = unwrap(DeleteMode::Tombstone)
+            .apply(event(delete))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (&*out.topic, out.value.value.as_deref()),
+            ("orders_us", None)
+        );
+        // Null and blank: not routed; a field the row lacks or not a string: Connect's error.
+        let blank = r#"{"before":null,"after":{"id":1,"dest":"  ","note":"n"},"source":{"table":"t"},"op":"c"}"#;
+        let out = unwrap(DeleteMode::Tombstone)
+            .apply(event(blank))
+            .unwrap()
+            .unwrap();
+        assert_eq!(&*out.topic, "p.public.t");
+        let mut missing = unwrap(DeleteMode::Tombstone);
+        missing.route_by_field = Some("nope".into());
+        assert!(
+            missing
+                .apply(event(insert))
+                .unwrap_err()
+                .contains("nope is not a valid field name")
+        );
+        let mut not_text = unwrap(DeleteMode::Tombstone);
+        not_text.route_by_field = Some("id".into());
+        assert!(
+            not_text
+                .apply(event(insert))
+                .unwrap_err()
+                .contains("not of type STRING")
+        );
+    }
+
+    #[test]
+    fn drop_fields_removes_the_headers_fields_as_debezium_does() {
+        let update = r#"{"before":null,"after":{"id":1,"dest":null,"note":"n"},"source":{"table":"t"},"op":"u"}"#;
+        let mut t = unwrap(DeleteMode::Rewrite);
+        t.route_by_field = None;
+        t.add_fields = vec![FieldRef::parse("__", "op").unwrap()];
+        t.drop_fields = Some(DropFields {
+            header: "unchanged".into(),
+            from_key: true,
+            keep_schema_compatible: true,
+        });
+        let mut record = event(update);
+        record
+            .headers
+            .push(("unchanged".into(), r#"["id","note","__op"]"#.into()));
+        let out = t.apply(record).unwrap().unwrap();
+        // Schema-compatible: only the optional fields go (id is required); the metadata is
+        // added before the drop on an update, so __op (optional) goes too.
+        assert_eq!(
+            out.value.value.as_deref(),
+            Some(r#"{"id":1,"dest":null,"__deleted":"false"}"#)
+        );
+        assert_eq!(out.key.value.as_deref(), Some(r#"{"id":1}"#));
+        // Not schema-compatible: every listed field; a rewritten delete gets its metadata
+        // after the drop.
+        t.drop_fields.as_mut().unwrap().keep_schema_compatible = false;
+        t.drop_fields.as_mut().unwrap().from_key = false;
+        let delete = r#"{"before":{"id":1,"dest":"x","note":"n"},"after":null,"source":{"table":"t"},"op":"d"}"#;
+        let mut record = event(delete);
+        record
+            .headers
+            .push(("unchanged".into(), r#"["id","note","__op"]"#.into()));
+        let out = t.apply(record).unwrap().unwrap();
+        assert_eq!(
+            out.value.value.as_deref(),
+            Some(r#"{"dest":"x","__deleted":"true","__op":"d"}"#)
+        );
+        assert_eq!(out.key.value.as_deref(), Some(r#"{"id":1,"note":"k"}"#));
+        // A header that is not a list fails the record, as Connect's cast does.
+        let mut record = event(update);
+        record.headers.push(("unchanged".into(), "note".into()));
+        assert!(t.apply(record).unwrap_err().contains("expected a list"));
     }
 }

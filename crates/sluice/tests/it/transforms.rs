@@ -5,9 +5,11 @@
 //! record, field by field and with the headers the transforms add, with the golden files
 //! `scripts/debezium-capture` wrote from Debezium + Kafka Connect running the same chain
 //! (`tests/debezium/<combination>/`, the capture's TRANSFORM_COMBINATIONS). In the suite:
-//! `logical-router`, `timestamp-insert-mask` (which unwraps every table too) and `scripting`
-//! (Debezium's Groovy Filter and ContentBasedRouter); `SLUICE_TRANSFORM_PARITY_ALL=1` runs
-//! them all, `SLUICE_TRANSFORM_PARITY=a,b` those named.
+//! `logical-router`, `timestamp-insert-mask` (which unwraps every table too), `scripting`
+//! (Debezium's Groovy Filter and ContentBasedRouter), `cast-flatten` (Cast and Flatten of keys
+//! and values) and `unwrap-route-headers` (route.by.field on a table of its own,
+//! scripts/debezium/route-by-field*.sql, and HeaderToValue); `SLUICE_TRANSFORM_PARITY_ALL=1`
+//! runs them all, `SLUICE_TRANSFORM_PARITY=a,b` those named.
 //! Differences are ratcheted in `tests/debezium/transforms-known-differences.txt`.
 //!
 //! The other test shows the delivery core's accounting: changes a transform drops still move
@@ -19,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::debezium::compare::{Diff, J, Rec, golden_dir, ratchet_report, read_topics, statements};
 use crate::debezium::{normalise, run_sluice_then};
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
+    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
     read_topic_with, slot_confirmed, test_dir, unique,
 };
 
@@ -38,6 +40,16 @@ const RUN_DEPENDENT: &[&str] = &[
     "value.source.xmin",
     "value.__lsn",
     "value.__src_ts",
+    // Flattened (cast-flatten).
+    "value.ts_ms",
+    "value.source_version",
+    "value.source_ts_ms",
+    "value.source_ts_us",
+    "value.source_ts_ns",
+    "value.source_txId",
+    "value.source_lsn",
+    "value.source_sequence",
+    "value.source_xmin",
 ];
 
 const UNWRAP: &str = "io.debezium.transforms.ExtractNewRecordState";
@@ -173,12 +185,63 @@ fn combinations() -> Vec<(&'static str, String)> {
              \"null.handling.mode\" = \"drop\"\n"
                 .to_owned(),
         ),
+        (
+            "cast-flatten",
+            "[kafka.events]\nschemas_enable = true\n[transforms]\n\
+             chain = \"keyid,castkey,flatkey,flat,cast\"\n\
+             [transforms.keyid]\ntype = \"org.apache.kafka.connect.transforms.ExtractField$Key\"\n\
+             field = \"id\"\npredicate = \"noid\"\nnegate = true\n\
+             [transforms.castkey]\ntype = \"org.apache.kafka.connect.transforms.Cast$Key\"\n\
+             spec = \"string\"\npredicate = \"noid\"\nnegate = true\n\
+             [transforms.flatkey]\ntype = \"org.apache.kafka.connect.transforms.Flatten$Key\"\n\
+             predicate = \"noid\"\n\
+             [transforms.flat]\ntype = \"org.apache.kafka.connect.transforms.Flatten$Value\"\n\
+             delimiter = \"_\"\npredicate = \"maps\"\nnegate = true\n\
+             [transforms.cast]\ntype = \"org.apache.kafka.connect.transforms.Cast$Value\"\n\
+             spec = \"after_c_int2:int8,after_c_int4:string,after_c_int8:float32,after_c_float4:float64,\
+             after_c_float8:int32,after_c_bool:int16,after_c_numeric_10_4:float64,after_c_numeric_38_0:string,\
+             after_c_numeric_value:string,after_c_bytea:string,after_n:string,before_n:boolean,after_v:string,\
+             op:string,source_txId:string,after_c_timestamp:int32,after_id:float64\"\n\
+             [predicates.noid]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+             pattern = '.*\\.public\\.(pk_composite|keyless|keyless_nothing)'\n\
+             [predicates.maps]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+             pattern = '.*\\.public\\.(nn_.*|others)'\n"
+                .to_owned(),
+        ),
+        (
+            "unwrap-route-headers",
+            format!(
+                "[kafka.events]\nschemas_enable = true\n[transforms]\n\
+                 chain = \"unwraproute,unwrap,tovalue\"\n\
+                 [transforms.unwraproute]\ntype = \"{UNWRAP}\"\n\"route.by.field\" = \"dest\"\n\
+                 \"add.headers\" = \"op,table\"\npredicate = \"routed\"\n\
+                 [transforms.unwrap]\ntype = \"{UNWRAP}\"\n\
+                 \"delete.tombstone.handling.mode\" = \"rewrite\"\n\"add.headers\" = \"op,table\"\n\
+                 predicate = \"routed\"\nnegate = true\n\
+                 [transforms.tovalue]\ntype = \"io.debezium.transforms.HeaderToValue\"\n\
+                 headers = \"__op,__table\"\nfields = \"op_code,tbl\"\noperation = \"move\"\n\
+                 [predicates.routed]\ntype = \"org.apache.kafka.connect.transforms.predicates.TopicNameMatches\"\n\
+                 pattern = '[^.]+\\.(public\\.routed|routed_.*)'\n"
+            ),
+        ),
     ]
+}
+
+/// The SQL a combination runs after setup.sql and changes.sql (the capture's EXTRA_SQL).
+fn extra_sql(combination: &str) -> Option<[&'static str; 2]> {
+    (combination == "unwrap-route-headers")
+        .then_some(["route-by-field.sql", "route-by-field-changes.sql"])
 }
 
 /// The combinations the suite runs (the rest with `SLUICE_TRANSFORM_PARITY_ALL=1`, or those
 /// `SLUICE_TRANSFORM_PARITY=a,b` names).
-const IN_SUITE: &[&str] = &["logical-router", "timestamp-insert-mask", "scripting"];
+const IN_SUITE: &[&str] = &[
+    "logical-router",
+    "timestamp-insert-mask",
+    "scripting",
+    "cast-flatten",
+    "unwrap-route-headers",
+];
 
 fn golden_root() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/debezium")
@@ -198,11 +261,18 @@ fn normalise_headers(mut rec: Rec, prefix: &str) -> Rec {
     rec = normalise(rec, prefix, prefix);
     for data in [rec.key.as_mut(), rec.value.as_mut()].into_iter().flatten() {
         if let J::Obj(members) = data {
-            for (_, value) in members {
-                if let J::Str(text) = value
-                    && let Some(rest) = text.strip_prefix(&format!("{prefix}."))
-                {
-                    *text = format!("dbzcap.{rest}");
+            for (name, value) in members {
+                if let J::Str(text) = value {
+                    if let Some(rest) = text.strip_prefix(&format!("{prefix}.")) {
+                        *text = format!("dbzcap.{rest}");
+                    } else if text == prefix {
+                        // A flattened source's name and database (cast-flatten).
+                        match name.as_str() {
+                            "source_name" => *text = "dbzcap".to_owned(),
+                            "source_db" => *text = "dbz_capture".to_owned(),
+                            _ => {}
+                        }
+                    }
                 }
             }
         }
@@ -221,12 +291,20 @@ fn normalise_headers(mut rec: Rec, prefix: &str) -> Rec {
 }
 
 /// sluice's records with `[transforms]` = `extra`, per topic name without the run's prefix.
-async fn run(extra: String) -> BTreeMap<String, Vec<Rec>> {
-    let root = golden_root().join("../../../..");
+async fn run(combination: &str, extra: String) -> BTreeMap<String, Vec<Rec>> {
+    let scripts = golden_root().join("../../../../scripts/debezium");
+    let sql = |file: &str, more: Option<&str>| -> Vec<String> {
+        let mut out = statements(&scripts.join(file));
+        if let Some(more) = more {
+            out.extend(statements(&scripts.join(more)));
+        }
+        out
+    };
+    let more = extra_sql(combination);
     run_sluice_then(
         &extra,
-        statements(&root.join("scripts/debezium/setup.sql")),
-        statements(&root.join("scripts/debezium/changes.sql")),
+        sql("setup.sql", more.map(|m| m[0])),
+        sql("changes.sql", more.map(|m| m[1])),
         |prefix| {
             read_topics(prefix, &|_| true)
                 .into_iter()
@@ -268,8 +346,8 @@ async fn transforms_match_kafka_connect_golden_files() {
     // the cluster, the other runs' snapshots included (side by side, three overran a 180 s
     // wait under the suite's load, and two failed a CI run once).
     let mut runs = Vec::with_capacity(chosen.len());
-    for (_, toml) in &chosen {
-        runs.push(run(toml.clone()).await);
+    for (name, toml) in &chosen {
+        runs.push(run(name, toml.clone()).await);
     }
     let mut diff = Diff::new(RUN_DEPENDENT);
     let mut golden_records = 0;
@@ -418,6 +496,81 @@ async fn filtered_changes_move_the_position(tag: &str, delivery: &str) {
         dropped.is_empty(),
         "the filtered table's records were written"
     );
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// Debezium's PartitionRouting end to end: on a topic of 3 partitions, each change (snapshot
+/// rows, inserts, an update moving a row to another tenant, a delete by its before image)
+/// lands in the partition Debezium computes from its `tenant` (`String.hashCode`, sign bit
+/// cleared, modulo 3; the hashes themselves are checked against Debezium's own code in
+/// `transform::partition`'s unit test). The delete's tombstone has no envelope and goes by
+/// its key, as in Debezium.
+#[tokio::test(flavor = "multi_thread")]
+async fn partition_routing_sends_changes_to_debeziums_partitions() {
+    let _broker = broker_shared().await;
+    let name = unique("smtparts");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id int PRIMARY KEY, tenant text); \
+             ALTER TABLE {name}.t REPLICA IDENTITY FULL; \
+             INSERT INTO {name}.t VALUES (1, 'alice'), (2, 'bob');"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let extra = "[transforms]\nchain = \"parts\"\n[transforms.parts]\n\
+         type = \"io.debezium.transforms.partitions.PartitionRouting\"\n\
+         \"partition.payload.fields\" = \"change.tenant\"\n\"partition.topic.num\" = 3\n";
+    let toml = pipeline_toml(&name, &name, &name, port, extra).replace(
+        &format!("topic_prefix = \"{name}\""),
+        &format!("topic_prefix = \"{name}\"\ntopic_partitions = 3"),
+    );
+    let sluice = Sluice::start(&test_dir(&name), &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!(
+            "INSERT INTO {name}.t VALUES (3, 'carol'), (4, 'dave'), (5, 'Ünïcödé'); \
+             UPDATE {name}.t SET tenant = 'erin' WHERE id = 1; DELETE FROM {name}.t WHERE id = 2;"
+        ))
+        .await
+        .unwrap();
+    let topic = format!("{name}.{name}.t");
+    let records = tokio::task::spawn_blocking(move || {
+        read_topic(&topic, Duration::from_secs(60), |r| r.len() >= 8)
+    })
+    .await
+    .unwrap();
+    let java_partition = |tenant: &str| {
+        let mut h: i32 = 0;
+        for unit in tenant.encode_utf16() {
+            h = h.wrapping_mul(31).wrapping_add(i32::from(unit));
+        }
+        let h = h & i32::MAX;
+        (if h == i32::MAX { 0 } else { h }) % 3
+    };
+    let mut seen = Vec::new();
+    for record in records.iter().filter(|r| r.value.is_some()) {
+        let value = record.value.as_ref().unwrap();
+        let row = if value["op"] == "d" {
+            &value["before"]
+        } else {
+            &value["after"]
+        };
+        let tenant = row["tenant"].as_str().unwrap();
+        assert_eq!(
+            record.partition,
+            java_partition(tenant),
+            "{tenant}: {value}; log:\n{}",
+            sluice.log_text()
+        );
+        seen.push((value["op"].as_str().unwrap().to_owned(), tenant.to_owned()));
+    }
+    seen.sort();
+    assert_eq!(seen.len(), 7, "{seen:?}");
+    let partitions: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+    assert!(partitions.len() > 1, "all in one partition: {partitions:?}");
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
 }

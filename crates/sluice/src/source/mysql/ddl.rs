@@ -707,6 +707,7 @@ impl SchemaChange {
         }
         value.extend_from_slice(b"]}");
         OutRecord {
+            partition: None,
             topic: Arc::clone(topic),
             key: Some(key),
             value: Some(value),

@@ -769,12 +769,14 @@ fn encode_one(
     ];
     if change.op == Op::Delete && tombstones {
         out.push(OutRecord {
+            partition: None,
             topic: Arc::clone(&table.topic),
             key: key.clone(),
             value: Some(value),
             headers: headers.clone(),
         });
         out.push(OutRecord {
+            partition: None,
             topic: Arc::clone(&table.topic),
             key,
             value: None,
@@ -782,6 +784,7 @@ fn encode_one(
         });
     } else {
         out.push(OutRecord {
+            partition: None,
             topic: Arc::clone(&table.topic),
             key,
             value: Some(value),

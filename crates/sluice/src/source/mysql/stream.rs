@@ -1680,6 +1680,7 @@ impl MysqlSource {
         intake: &mut Intake<MysqlChange, BinlogSeq>,
     ) {
         let mut record = OutRecord {
+            partition: None,
             topic: Arc::from(format!("{}.transaction", self.config.kafka.topic_prefix)),
             key: Some(key),
             value: Some(value),

@@ -43,6 +43,7 @@ pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<
     let mut index = change.tx_index;
     let mut push = |out: &mut Vec<OutRecord>, key: Option<Vec<u8>>, value: Option<Vec<u8>>| {
         out.push(OutRecord {
+            partition: None,
             topic: Arc::clone(&rel.topic),
             key,
             value,
@@ -190,6 +191,7 @@ pub fn encode_message(
     );
     value.extend_from_slice(b"\"}}");
     OutRecord {
+        partition: None,
         topic: Arc::clone(&message.topic),
         key: Some(key),
         value: Some(value),

@@ -375,6 +375,7 @@ mod tests {
     #[test]
     fn a_record_position_comes_from_its_headers() {
         let record = OutRecord {
+            partition: None,
             topic: Arc::from("t"),
             key: None,
             value: None,

@@ -133,6 +133,7 @@ impl OutboxLayout {
             }
         }
         Some(OutRecord {
+            partition: None,
             topic: Arc::from(self.topic_of(row)?),
             key: bytes(self.aggregate_id),
             value: bytes(self.payload),

@@ -1271,6 +1271,7 @@ impl PgSource<'_> {
             "ts_ms": unix_micros_now() / 1000,
         });
         let record = OutRecord {
+            partition: None,
             topic: Arc::from(topic),
             key: Some(
                 serde_json::to_vec(&serde_json::json!({ "table": next.name })).unwrap_or_default(),
@@ -1345,6 +1346,7 @@ impl PgSource<'_> {
         for (n, key) in chunk.tombstones.into_iter().enumerate() {
             let index = u32::try_from(first + n).unwrap_or(u32::MAX);
             let record = OutRecord {
+                partition: None,
                 topic: Arc::clone(&chunk.relation.topic),
                 key: Some(key),
                 value: None,
@@ -2001,6 +2003,7 @@ fn admit_transaction_event(
     intake: &mut Intake<Item, Lsn>,
 ) {
     let mut record = OutRecord {
+        partition: None,
         topic: Arc::from(topic),
         key: Some(key),
         value: Some(value),
