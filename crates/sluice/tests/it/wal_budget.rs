@@ -1,0 +1,342 @@
+//! The WAL budget (`source.postgres.wal_budget`): warnings at 50 % and 80 % in `/health`, the
+//! metrics and the log, with what holds the slot back; `alert` keeps the slot past 100 %,
+//! `drop_slot` drops it and the next run republishes.
+//!
+//! The slot is held back by pausing the pipeline (the shared Kafka stays up), and WAL is made
+//! with non-transactional logical messages of 1 MiB (`pg_logical_emit_message`), so a budget of
+//! a few tens of MiB is crossed in a second. Other tests write WAL on the same server meanwhile,
+//! so the assertions are "at least this level", never exact figures.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_postgres::Client;
+
+use crate::support::{
+    Sluice, broker_shared, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml,
+    read_topic, test_dir, unique, wait_slot_inactive, wait_until,
+};
+
+const MIB: i64 = 1 << 20;
+const BUDGET_MIB: i64 = 32;
+
+fn health(sluice: &Sluice) -> Value {
+    sluice
+        .get("/health")
+        .and_then(|body| serde_json::from_str(&body).ok())
+        .unwrap_or_default()
+}
+
+fn budget_toml(name: &str, port: u16, extra: &str) -> String {
+    pipeline_toml(name, name, name, port, "").replace(
+        "[source.postgres]\n",
+        &format!(
+            "[source.postgres]\nwal_budget = \"{BUDGET_MIB}MiB\"\nwal_budget_check_interval_ms = 200\n{extra}"
+        ),
+    )
+}
+
+async fn create_table(client: &Client, name: &str) {
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.t (id int PRIMARY KEY, v text NOT NULL); \
+             INSERT INTO {name}.t SELECT g, 'v' || g FROM generate_series(1, 5) g;"
+        ))
+        .await
+        .unwrap();
+}
+
+/// Writes `mib` MiB of WAL.
+async fn make_wal(client: &Client, mib: i64) {
+    for _ in 0..mib {
+        client
+            .execute(
+                "SELECT pg_logical_emit_message(false, 'sluice-it-wal-budget', repeat('x', 1048576))",
+                &[],
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// Pauses the pipeline and waits until its walsender is gone.
+async fn pause(sluice: &Sluice, client: &Client, name: &str) {
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/pause"),
+        "",
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    wait_until("the paused state", Duration::from_secs(30), || {
+        health(sluice)["state"] == "paused"
+    });
+    wait_slot_inactive(client, &format!("sluice_{name}")).await;
+}
+
+/// Makes WAL 1 MiB at a time until `/health` shows the slot retaining at least `percent` % of
+/// the budget; returns the status then.
+async fn fill_to(sluice: &Sluice, client: &Client, percent: i64) -> Value {
+    let target = BUDGET_MIB * MIB * percent / 100;
+    for _ in 0..BUDGET_MIB * 2 {
+        let status = health(sluice);
+        if status["wal_budget"]["retained_bytes"].as_i64().unwrap_or(0) >= target {
+            return status;
+        }
+        make_wal(client, 1).await;
+        // Two checks.
+        tokio::time::sleep(Duration::from_millis(450)).await;
+    }
+    panic!(
+        "the slot never retained {percent} % of the budget; /health: {}",
+        health(sluice)
+    );
+}
+
+fn level_at_least(status: &Value, levels: &[&str]) {
+    let level = status["wal_budget"]["level"].as_str().unwrap_or("");
+    assert!(
+        levels.contains(&level),
+        "level {level:?}, expected one of {levels:?}: {status}"
+    );
+}
+
+/// 50 % and 80 %: `/health` (level, warning, what holds the slot: the pause), the metrics and
+/// one log line per crossing; past 100 % under `alert` the slot stays and streaming resumes.
+#[tokio::test(flavor = "multi_thread")]
+async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
+    let _broker = broker_shared().await;
+    let name = unique("walbudget");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start(&dir, &budget_toml(&name, port, ""), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    wait_until("the first check", Duration::from_secs(30), || {
+        health(&sluice)["wal_budget"]["budget_bytes"] == BUDGET_MIB * MIB
+    });
+    assert_eq!(
+        sluice.metric("sluice_source_wal_budget_bytes"),
+        Some((BUDGET_MIB * MIB) as f64)
+    );
+    pause(&sluice, &client, &name).await;
+
+    let status = fill_to(&sluice, &client, 55).await;
+    // The check after the one that saw it.
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    let status = if status["wal_budget"]["level"] == "under" {
+        health(&sluice)
+    } else {
+        status
+    };
+    level_at_least(&status, &["warning_50", "warning_80", "exceeded"]);
+    let budget = &status["wal_budget"];
+    assert_eq!(budget["held_by"][0]["kind"], "paused", "{status}");
+    let warning = budget["warning"].as_str().unwrap();
+    assert!(
+        warning.contains("the pipeline is paused") && warning.contains("wal_budget 32.0 MiB"),
+        "{warning}"
+    );
+    assert!(sluice.metric("sluice_source_wal_budget_level").unwrap() >= 50.0);
+    assert!(
+        sluice
+            .metric("sluice_source_slot_retained_wal_bytes")
+            .unwrap()
+            >= (16 * MIB) as f64
+    );
+
+    fill_to(&sluice, &client, 85).await;
+    wait_until("the 80 % level", Duration::from_secs(10), || {
+        matches!(
+            health(&sluice)["wal_budget"]["level"].as_str(),
+            Some("warning_80" | "exceeded")
+        )
+    });
+    assert!(sluice.metric("sluice_source_wal_budget_level").unwrap() >= 80.0);
+    // Checks keep coming (every 200 ms): the crossing is logged once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let log = sluice.log_text();
+    let count = |text: &str| log.matches(text).count();
+    // (Other tests' WAL may have carried it past 100 % already.)
+    assert!(
+        count("WAL budget: 80% reached") + count("WAL budget: 100% reached") >= 1,
+        "{log}"
+    );
+    for percent in [50, 80, 100] {
+        assert!(
+            count(&format!("WAL budget: {percent}% reached")) <= 1,
+            "{log}"
+        );
+    }
+    assert!(
+        log.contains("held back by: the pipeline is paused"),
+        "{log}"
+    );
+
+    // Past 100 %: alert keeps the slot, and warns.
+    fill_to(&sluice, &client, 110).await;
+    wait_until("the exceeded level", Duration::from_secs(10), || {
+        health(&sluice)["wal_budget"]["level"] == "exceeded"
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = health(&sluice);
+    assert!(
+        status["wal_budget"]["warning"]
+            .as_str()
+            .unwrap()
+            .ends_with("wal_budget_action = \"alert\": the slot is kept"),
+        "{status}"
+    );
+    assert_eq!(status["wal_budget"]["slot_dropped"], false);
+    assert_eq!(sluice.metric("sluice_source_wal_budget_level"), Some(100.0));
+    let slot = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&format!("sluice_{name}")],
+        )
+        .await
+        .unwrap();
+    assert!(slot.is_some(), "alert never drops the slot");
+    assert!(sluice.exited().is_none(), "alert never stops the pipeline");
+    let (status, body) = http_json(
+        sluice.admin,
+        "POST",
+        &format!("/api/v1/pipelines/{name}/resume"),
+        "",
+    )
+    .unwrap();
+    assert_eq!(status, 202, "{body}");
+    sluice.wait_streaming(Duration::from_secs(60));
+
+    assert!(sluice.stop(), "graceful stop");
+    drop_slot_and_publication(&client, &name).await;
+}
+
+/// `drop_slot`: past 100 % the slot is dropped and the pipeline stops saying so; the next run
+/// creates the slot and republishes the table: the rows as they are, a tombstone for the row
+/// deleted while the slot was held back.
+#[tokio::test(flavor = "multi_thread")]
+async fn wal_budget_drop_slot_drops_the_slot_and_the_next_run_republishes() {
+    let _broker = broker_shared().await;
+    let name = unique("walbudgetdrop");
+    let client = pg().await;
+    create_table(&client, &name).await;
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = budget_toml(
+        &name,
+        port,
+        "wal_budget_action = \"drop_slot\"\nsnapshot = \"when_needed\"\n",
+    );
+    let mut sluice = Sluice::start(&dir, &toml, port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{name}.t");
+    let first = read_topic(&topic, Duration::from_secs(60), |records| {
+        records.len() >= 5
+    });
+    assert_eq!(first.len(), 5, "the initial snapshot");
+
+    pause(&sluice, &client, &name).await;
+    client
+        .batch_execute(&format!(
+            "DELETE FROM {name}.t WHERE id = 2; UPDATE {name}.t SET v = 'changed' WHERE id = 3; \
+             INSERT INTO {name}.t VALUES (6, 'v6');"
+        ))
+        .await
+        .unwrap();
+    let slot = format!("sluice_{name}");
+    fill_to(&sluice, &client, 90).await;
+    make_wal(&client, BUDGET_MIB / 5).await;
+    wait_until("sluice to stop", Duration::from_secs(60), || {
+        sluice.exited().is_some()
+    });
+    assert!(!sluice.exited().unwrap().success(), "it fails loudly");
+    let log = sluice.log_text();
+    assert!(
+        log.contains("the slot was dropped (wal_budget_action = \"drop_slot\")")
+            && log.contains(
+                "the next run creates the slot anew and republishes every captured table"
+            ),
+        "{log}"
+    );
+    let remaining = client
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await
+        .unwrap();
+    assert!(remaining.is_none(), "the slot is dropped");
+    let state_file = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("it/state")
+        .join(format!("{name}.slot.json"));
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert!(
+        state["wal_budget_drop"]["retained_bytes"].as_i64().unwrap() >= BUDGET_MIB * MIB,
+        "{state}"
+    );
+
+    // The next run: a new slot, and the table republished while streaming.
+    sluice.restart();
+    sluice.wait_streaming(Duration::from_secs(60));
+    let records = read_topic(&topic, Duration::from_secs(120), |records| {
+        records
+            .iter()
+            .any(|r| r.value.is_none() && r.key.as_ref().is_some_and(|k| k["id"] == 2))
+            && records.iter().any(|r| {
+                r.op() == Some("r") && r.value.as_ref().is_some_and(|v| v["after"]["id"] == 6)
+            })
+    });
+    let republished: Vec<&crate::support::Record> = records[5..].iter().collect();
+    let read_ids: Vec<i64> = republished
+        .iter()
+        .filter(|r| r.op() == Some("r"))
+        .filter_map(|r| r.value.as_ref()?["after"]["id"].as_i64())
+        .collect();
+    for id in [1, 3, 4, 5, 6] {
+        assert!(read_ids.contains(&id), "row {id} republished: {read_ids:?}");
+    }
+    assert!(!read_ids.contains(&2), "{read_ids:?}");
+    let changed = republished
+        .iter()
+        .find(|r| r.op() == Some("r") && r.value.as_ref().is_some_and(|v| v["after"]["id"] == 3))
+        .unwrap();
+    assert_eq!(changed.value.as_ref().unwrap()["after"]["v"], "changed");
+    assert!(
+        republished
+            .iter()
+            .any(|r| r.value.is_none() && r.key.as_ref().is_some_and(|k| k["id"] == 2)),
+        "a tombstone for the row deleted while the slot was held back"
+    );
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(&state_file).unwrap()).unwrap();
+    assert!(state.get("wal_budget_drop").is_none(), "{state}");
+    assert!(
+        client
+            .query_opt(
+                "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+                &[&slot]
+            )
+            .await
+            .unwrap()
+            .is_some(),
+        "the slot exists again"
+    );
+    // Streaming goes on from the new slot.
+    client
+        .batch_execute(&format!("INSERT INTO {name}.t VALUES (7, 'v7')"))
+        .await
+        .unwrap();
+    read_topic(&topic, Duration::from_secs(60), |records| {
+        records
+            .iter()
+            .any(|r| r.op() == Some("c") && r.value.as_ref().is_some_and(|v| v["after"]["id"] == 7))
+    });
+
+    assert!(sluice.stop(), "graceful stop");
+    drop_slot_and_publication(&client, &name).await;
+}
