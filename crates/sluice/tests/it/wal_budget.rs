@@ -3,8 +3,9 @@
 //! `drop_slot` drops it and the next run republishes.
 //!
 //! The slot is held back by pausing the pipeline (the shared Kafka stays up), and WAL is made
-//! with non-transactional logical messages of 1 MiB (`pg_logical_emit_message`), so a budget of
-//! a few tens of MiB is crossed in a second. Other tests write WAL on the same server meanwhile,
+//! by inserting 1 MiB at a time into a table of a schema no pipeline captures (logical
+//! messages would be decoded by every running pipeline's slot), so a budget of a few tens of
+//! MiB is crossed in seconds. Other tests write WAL on the same server meanwhile,
 //! so the assertions are "at least this level", never exact figures.
 
 use std::time::Duration;
@@ -41,23 +42,34 @@ async fn create_table(client: &Client, name: &str) {
         .batch_execute(&format!(
             "CREATE SCHEMA {name}; \
              CREATE TABLE {name}.t (id int PRIMARY KEY, v text NOT NULL); \
-             INSERT INTO {name}.t SELECT g, 'v' || g FROM generate_series(1, 5) g;"
+             INSERT INTO {name}.t SELECT g, 'v' || g FROM generate_series(1, 5) g; \
+             CREATE SCHEMA {name}_filler; CREATE TABLE {name}_filler.wal (v text);"
         ))
         .await
         .unwrap();
 }
 
-/// Writes `mib` MiB of WAL.
-async fn make_wal(client: &Client, mib: i64) {
+/// Writes about `mib` MiB of WAL (rows no pipeline captures).
+async fn make_wal(client: &Client, name: &str, mib: i64) {
     for _ in 0..mib {
         client
             .execute(
-                "SELECT pg_logical_emit_message(false, 'sluice-it-wal-budget', repeat('x', 1048576))",
+                &format!(
+                    "INSERT INTO {name}_filler.wal SELECT repeat('x', 1000) FROM generate_series(1, 1000)"
+                ),
                 &[],
             )
             .await
             .unwrap();
     }
+}
+
+/// Drops the test's slot, publication and filler table.
+async fn clean_up(client: &Client, name: &str) {
+    drop_slot_and_publication(client, name).await;
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA {name}_filler CASCADE"))
+        .await;
 }
 
 /// Pauses the pipeline and waits until its walsender is gone.
@@ -78,14 +90,14 @@ async fn pause(sluice: &Sluice, client: &Client, name: &str) {
 
 /// Makes WAL 1 MiB at a time until `/health` shows the slot retaining at least `percent` % of
 /// the budget; returns the status then.
-async fn fill_to(sluice: &Sluice, client: &Client, percent: i64) -> Value {
+async fn fill_to(sluice: &Sluice, client: &Client, name: &str, percent: i64) -> Value {
     let target = BUDGET_MIB * MIB * percent / 100;
     for _ in 0..BUDGET_MIB * 2 {
         let status = health(sluice);
         if status["wal_budget"]["retained_bytes"].as_i64().unwrap_or(0) >= target {
             return status;
         }
-        make_wal(client, 1).await;
+        make_wal(client, name, 1).await;
         // Two checks.
         tokio::time::sleep(Duration::from_millis(450)).await;
     }
@@ -124,7 +136,7 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     );
     pause(&sluice, &client, &name).await;
 
-    let status = fill_to(&sluice, &client, 55).await;
+    let status = fill_to(&sluice, &client, &name, 55).await;
     // The check after the one that saw it.
     tokio::time::sleep(Duration::from_millis(450)).await;
     let status = if status["wal_budget"]["level"] == "under" {
@@ -148,7 +160,7 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
             >= (16 * MIB) as f64
     );
 
-    fill_to(&sluice, &client, 85).await;
+    fill_to(&sluice, &client, &name, 85).await;
     wait_until("the 80 % level", Duration::from_secs(10), || {
         matches!(
             health(&sluice)["wal_budget"]["level"].as_str(),
@@ -177,7 +189,7 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     );
 
     // Past 100 %: alert keeps the slot, and warns.
-    fill_to(&sluice, &client, 110).await;
+    fill_to(&sluice, &client, &name, 110).await;
     wait_until("the exceeded level", Duration::from_secs(10), || {
         health(&sluice)["wal_budget"]["level"] == "exceeded"
     });
@@ -201,6 +213,34 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
         .unwrap();
     assert!(slot.is_some(), "alert never drops the slot");
     assert!(sluice.exited().is_none(), "alert never stops the pipeline");
+    // doctor: the budget against max_slot_wal_keep_size (-1 on the dev stack: alert only
+    // warns and nothing limits the slot), and the slot past its budget, not streaming.
+    let file = sluice.file.to_str().unwrap().to_owned();
+    let (code, all) = crate::doctor::sluice_json(&["doctor", "--pipeline", &file], &[]);
+    assert_eq!(code, 2, "a critical finding: {all:#}");
+    let keep = &crate::doctor::findings(&all, "pg.wal_budget", None)[0];
+    assert_eq!(
+        keep["evidence"]["wal_budget_bytes"],
+        BUDGET_MIB * MIB,
+        "{keep}"
+    );
+    if keep["evidence"]["max_slot_wal_keep_size_mb"] == -1 {
+        assert_eq!(keep["severity"], "info", "{keep}");
+        assert!(
+            keep["summary"].as_str().unwrap().contains("nothing limits"),
+            "{keep}"
+        );
+    }
+    let found = &crate::doctor::findings(&all, "pg.wal_budget_slot", None)[0];
+    assert_eq!(found["severity"], "critical", "{found}");
+    assert_eq!(found["evidence"]["level"], "exceeded", "{found}");
+    assert!(
+        found["summary"]
+            .as_str()
+            .unwrap()
+            .contains("the pipeline is not running"),
+        "{found}"
+    );
     let (status, body) = http_json(
         sluice.admin,
         "POST",
@@ -212,7 +252,7 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     sluice.wait_streaming(Duration::from_secs(60));
 
     assert!(sluice.stop(), "graceful stop");
-    drop_slot_and_publication(&client, &name).await;
+    clean_up(&client, &name).await;
 }
 
 /// `drop_slot`: past 100 % the slot is dropped and the pipeline stops saying so; the next run
@@ -248,8 +288,8 @@ async fn wal_budget_drop_slot_drops_the_slot_and_the_next_run_republishes() {
         .await
         .unwrap();
     let slot = format!("sluice_{name}");
-    fill_to(&sluice, &client, 90).await;
-    make_wal(&client, BUDGET_MIB / 5).await;
+    fill_to(&sluice, &client, &name, 90).await;
+    make_wal(&client, &name, BUDGET_MIB / 5).await;
     wait_until("sluice to stop", Duration::from_secs(60), || {
         sluice.exited().is_some()
     });
@@ -338,5 +378,5 @@ async fn wal_budget_drop_slot_drops_the_slot_and_the_next_run_republishes() {
     });
 
     assert!(sluice.stop(), "graceful stop");
-    drop_slot_and_publication(&client, &name).await;
+    clean_up(&client, &name).await;
 }
