@@ -115,8 +115,9 @@ fn level_at_least(status: &Value, levels: &[&str]) {
     );
 }
 
-/// 50 % and 80 %: `/health` (level, warning, what holds the slot: the pause), the metrics and
-/// one log line per crossing; past 100 % under `alert` the slot stays and streaming resumes.
+/// 50 % and 80 %: `/health` (level, warning, what holds the slot: the pause and a transaction
+/// left open), the metrics and one log line per crossing; past 100 % under `alert` the slot
+/// stays, doctor reports it, and streaming resumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     let _broker = broker_shared().await;
@@ -134,6 +135,18 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
         sluice.metric("sluice_source_wal_budget_bytes"),
         Some((BUDGET_MIB * MIB) as f64)
     );
+    // A transaction left open (it wrote, so it has an xid) holds the slot's restart point.
+    let open = pg().await;
+    let open_pid: i32 = open
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    open.batch_execute(&format!(
+        "BEGIN; INSERT INTO {name}_filler.wal VALUES ('open')"
+    ))
+    .await
+    .unwrap();
     pause(&sluice, &client, &name).await;
 
     let status = fill_to(&sluice, &client, &name, 55).await;
@@ -147,6 +160,19 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     level_at_least(&status, &["warning_50", "warning_80", "exceeded"]);
     let budget = &status["wal_budget"];
     assert_eq!(budget["held_by"][0]["kind"], "paused", "{status}");
+    let long = budget["held_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["kind"] == "long_transaction")
+        .unwrap_or_else(|| panic!("the open transaction is named: {status}"));
+    assert!(
+        long["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("pg_terminate_backend({open_pid})")),
+        "{long}"
+    );
     let warning = budget["warning"].as_str().unwrap();
     assert!(
         warning.contains("the pipeline is paused") && warning.contains("wal_budget 32.0 MiB"),
@@ -241,6 +267,7 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
             .contains("the pipeline is not running"),
         "{found}"
     );
+    open.batch_execute("COMMIT").await.unwrap();
     let (status, body) = http_json(
         sluice.admin,
         "POST",
