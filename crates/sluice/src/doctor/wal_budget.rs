@@ -111,7 +111,7 @@ async fn slot_against_budget(
             detail: "the pipeline is not running (its slot is inactive): start it, or see its /health for a pause".to_owned(),
         });
     }
-    if let Ok(Some(holder)) = wal_budget::long_transaction(client, &slot).await {
+    if let Ok(Some(holder)) = wal_budget::holders::long_transaction(client, &slot).await {
         holders.push(holder);
     }
     let evidence = [
