@@ -3,7 +3,7 @@
 //! `drop_slot` drops it and the next run republishes.
 //!
 //! The slot is held back by pausing the pipeline (the shared Kafka stays up), and WAL is made
-//! by inserting 1 MiB at a time into a table of a schema no pipeline captures (logical
+//! by inserting rows, a few MiB at a time, into a table of a schema no pipeline captures (logical
 //! messages would be decoded by every running pipeline's slot), so a budget of a few tens of
 //! MiB is crossed in seconds. Other tests write WAL on the same server meanwhile,
 //! so the assertions are "at least this level", never exact figures.
@@ -19,7 +19,11 @@ use crate::support::{
 };
 
 const MIB: i64 = 1 << 20;
-const BUDGET_MIB: i64 = 32;
+/// Large enough that the WAL other tests write while this one's pipeline streams (the slot's
+/// restart point moves only every ~15 s, with the server's running-transactions records)
+/// stays far below it; WAL is made in steps of a 32nd of it.
+const BUDGET_MIB: i64 = 96;
+const STEP_MIB: i64 = BUDGET_MIB / 32;
 
 fn health(sluice: &Sluice) -> Value {
     sluice
@@ -88,16 +92,16 @@ async fn pause(sluice: &Sluice, client: &Client, name: &str) {
     wait_slot_inactive(client, &format!("sluice_{name}")).await;
 }
 
-/// Makes WAL 1 MiB at a time until `/health` shows the slot retaining at least `percent` % of
+/// Makes WAL a step at a time until `/health` shows the slot retaining at least `percent` % of
 /// the budget; returns the status then.
 async fn fill_to(sluice: &Sluice, client: &Client, name: &str, percent: i64) -> Value {
     let target = BUDGET_MIB * MIB * percent / 100;
-    for _ in 0..BUDGET_MIB * 2 {
+    for _ in 0..2 * BUDGET_MIB / STEP_MIB {
         let status = health(sluice);
         if status["wal_budget"]["retained_bytes"].as_i64().unwrap_or(0) >= target {
             return status;
         }
-        make_wal(client, name, 1).await;
+        make_wal(client, name, STEP_MIB).await;
         // Two checks.
         tokio::time::sleep(Duration::from_millis(450)).await;
     }
@@ -175,7 +179,8 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     );
     let warning = budget["warning"].as_str().unwrap();
     assert!(
-        warning.contains("the pipeline is paused") && warning.contains("wal_budget 32.0 MiB"),
+        warning.contains("the pipeline is paused")
+            && warning.contains(&format!("wal_budget {BUDGET_MIB}.0 MiB")),
         "{warning}"
     );
     assert!(sluice.metric("sluice_source_wal_budget_level").unwrap() >= 50.0);
@@ -183,7 +188,7 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
         sluice
             .metric("sluice_source_slot_retained_wal_bytes")
             .unwrap()
-            >= (16 * MIB) as f64
+            >= (BUDGET_MIB / 2 * MIB) as f64
     );
 
     fill_to(&sluice, &client, &name, 85).await;
