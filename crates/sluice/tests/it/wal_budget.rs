@@ -4,9 +4,9 @@
 //!
 //! The slot is held back by pausing the pipeline (the shared Kafka stays up), and WAL is made
 //! by inserting rows, a few MiB at a time, into a table of a schema no pipeline captures (logical
-//! messages would be decoded by every running pipeline's slot), so a budget of a few tens of
-//! MiB is crossed in seconds. Other tests write WAL on the same server meanwhile,
-//! so the assertions are "at least this level", never exact figures.
+//! messages would be decoded by every running pipeline's slot), so the 96 MiB budget is
+//! crossed in seconds. Other tests write WAL on the same server meanwhile, so the assertions
+//! are "at least this level", never exact figures.
 
 use std::time::Duration;
 
@@ -139,7 +139,8 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
         sluice.metric("sluice_source_wal_budget_bytes"),
         Some((BUDGET_MIB * MIB) as f64)
     );
-    // A transaction left open (it wrote, so it has an xid) holds the slot's restart point.
+    // A transaction left open (it wrote, so it has an xid): the slot cannot move past its
+    // start.
     let open = pg().await;
     let open_pid: i32 = open
         .query_one("SELECT pg_backend_pid()", &[])
@@ -164,18 +165,21 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
     level_at_least(&status, &["warning_50", "warning_80", "exceeded"]);
     let budget = &status["wal_budget"];
     assert_eq!(budget["held_by"][0]["kind"], "paused", "{status}");
-    let long = budget["held_by"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["kind"] == "long_transaction")
-        .unwrap_or_else(|| panic!("the open transaction is named: {status}"));
-    assert!(
-        long["detail"]
-            .as_str()
-            .unwrap()
-            .contains(&format!("pg_terminate_backend({open_pid})")),
-        "{long}"
+    // Named once it has been open for 5 s.
+    let named = format!("pg_terminate_backend({open_pid})");
+    wait_until(
+        "the open transaction named",
+        Duration::from_secs(30),
+        || {
+            health(&sluice)["wal_budget"]["held_by"]
+                .as_array()
+                .is_some_and(|held| {
+                    held.iter().any(|h| {
+                        h["kind"] == "long_transaction"
+                            && h["detail"].as_str().is_some_and(|d| d.contains(&named))
+                    })
+                })
+        },
     );
     let warning = budget["warning"].as_str().unwrap();
     assert!(

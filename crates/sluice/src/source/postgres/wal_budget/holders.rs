@@ -2,6 +2,9 @@
 //! the pipeline's state) and the server's sessions (a long-running transaction).
 
 use crate::config::human_bytes;
+
+/// A writing transaction open this long (seconds) is named as holding the slot back.
+pub const LONG_TRANSACTION_SECS: f64 = 5.0;
 use crate::error::{PipelineError, classify_pg};
 use crate::runtime::status::{PipelineState, PipelineStatus, WalHolder};
 
@@ -61,8 +64,9 @@ pub fn from_status(status: &PipelineStatus, pipeline: &str) -> Vec<WalHolder> {
     holders
 }
 
-/// The oldest transaction that holds `slot` back: a client backend whose transaction (its xid,
-/// or its snapshot's xmin) is at least as old as the slot's `catalog_xmin`.
+/// The oldest transaction that holds `slot` back: a client backend whose transaction has
+/// written (it has an xid: decoding restarts before its first change while it is open) and has
+/// been open for [`LONG_TRANSACTION_SECS`] or more.
 ///
 /// # Errors
 ///
@@ -76,13 +80,14 @@ pub async fn long_transaction(
             "SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, \
                     coalesce(a.state, ''), coalesce(a.application_name, ''), \
                     coalesce(a.usename::text, '') \
-             FROM pg_stat_activity a, pg_replication_slots s \
-             WHERE s.slot_name = $1 AND s.catalog_xmin IS NOT NULL \
-               AND a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() \
-               AND a.xact_start IS NOT NULL \
-               AND greatest(age(a.backend_xid), age(a.backend_xmin)) >= age(s.catalog_xmin) \
+             FROM pg_stat_activity a \
+             WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() \
+               AND a.backend_xid IS NOT NULL \
+               AND a.xact_start < now() - make_interval(secs => $2) \
+               AND EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.slot_name = $1 \
+                           AND s.database = a.datname) \
              ORDER BY a.xact_start LIMIT 1",
-            &[&slot],
+            &[&slot, &LONG_TRANSACTION_SECS],
         )
         .await
         .map_err(|e| classify_pg("cannot read pg_stat_activity", e))?;

@@ -18,8 +18,8 @@
 //!
 //! What holds the slot back, where it can be known: Kafka unreachable or delivery stalled (the
 //! runtime's status), the pipeline paused or not streaming, a long-running transaction (the
-//! oldest backend in `pg_stat_activity` whose transaction is at least as old as the slot's
-//! `catalog_xmin`).
+//! oldest session of the slot's database whose transaction has written and has been open for
+//! 5 s or more: decoding restarts before its first change while it is open).
 //!
 //! - [`holders`]: what holds the slot back;
 //! - `action`: the `drop_slot` action.
