@@ -30,7 +30,7 @@ pub const STATUS_PAGE: &str = r##"<!doctype html>
   .chart .now { float:right; color:var(--muted); font-weight:400; }
   canvas { width:100%; height:120px; display:block; }
   .error { color:var(--bad); white-space:pre-wrap; margin-top:8px; }
-  .hint { color:var(--warn); white-space:pre-wrap; }
+  .hint, .walwarn { color:var(--warn); white-space:pre-wrap; }
   .controls button { margin-right:6px; }
   #auth { display:none; margin-bottom:12px; }
   table { border-collapse:collapse; margin-top:8px; } td, th { padding:2px 10px 2px 0; text-align:left; font-size:13px; vertical-align:top; }
@@ -114,9 +114,9 @@ function card(p) {
     el.className = "pipeline"; el.id = "p-" + p.pipeline;
     el.innerHTML = `<div class="top"><span class="name"></span><span class="state"></span>
       <span class="kv">restarts <b class="restarts"></b></span><span class="kv">watermark <b class="watermark"></b></span>
-      <span class="kv">slot lag <b class="slotlag"></b></span><span class="kv">in flight <b class="inflight"></b></span>
+      <span class="kv">slot lag <b class="slotlag"></b></span><span class="kv">WAL budget <b class="walbudget"></b></span><span class="kv">in flight <b class="inflight"></b></span>
       <span class="controls"><button data-a="pause">Pause</button><button data-a="resume">Resume</button><button data-a="restart">Restart</button></span></div>
-      <div class="hint"></div><div class="error"></div><div class="charts"></div>
+      <div class="walwarn"></div><div class="hint"></div><div class="error"></div><div class="charts"></div>
       <h3 class="findings-title">Doctor</h3><table class="findings"><tbody></tbody></table>`;
     el.querySelector(".name").textContent = p.pipeline;
     for (const b of el.querySelectorAll("button")) b.onclick = () =>
@@ -162,6 +162,9 @@ async function refresh() {
       el.querySelector(".restarts").textContent = p.restarts;
       el.querySelector(".watermark").textContent = p.watermark_lsn || "–";
       el.querySelector(".slotlag").textContent = p.slot ? fmtBytes(p.slot.lag_bytes) + (p.slot.stalled ? " (stalled)" : "") : "–";
+      const wal = p.wal_budget;
+      el.querySelector(".walbudget").textContent = wal ? `${fmtBytes(wal.retained_bytes)} / ${fmtBytes(wal.budget_bytes)} (${Math.round(wal.used_percent)}%)` : "–";
+      el.querySelector(".walwarn").textContent = wal && wal.warning ? "WAL budget: " + wal.warning : "";
       el.querySelector(".inflight").textContent = fmtBytes(p.inflight_bytes) + " / " + fmtBytes(p.inflight_limit_bytes);
       el.querySelector(".error").textContent = p.last_error ? "last error: " + p.last_error : "";
       el.querySelector(".hint").textContent = p.hint ? "fix: " + p.hint : "";

@@ -11,6 +11,7 @@
 //! - `target`: what doctor looks at, and how it reads a server's settings.
 //! - `versions`: what the server's version cannot do that the pipeline asks for, and
 //!   PostgreSQL 18's `idle_replication_slot_timeout`.
+//! - `wal_budget`: the pipeline's WAL budget against `max_slot_wal_keep_size` and its slot.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -35,6 +36,7 @@ mod mysql;
 mod registry;
 mod target;
 mod versions;
+mod wal_budget;
 
 use finding::finding;
 pub use finding::{Finding, Severity};
@@ -300,6 +302,7 @@ async fn postgres_checks(
     });
     failover::checks(client, target, version / 10_000, findings).await?;
     versions::checks(client, target, version / 10_000, findings).await?;
+    wal_budget::checks(client, target, findings).await?;
 
     // Slots: inactive ones and the WAL they retain; invalidated ones.
     let own_slot = target.pipeline.as_ref().map(PgPipelineConfig::slot_name);

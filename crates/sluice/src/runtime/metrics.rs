@@ -75,6 +75,15 @@ pub const SOURCE_STALLED: &str = "sluice_source_stalled";
 pub const SOURCE_PROGRESS_AGE: &str = "sluice_source_progress_age_seconds";
 /// Slots found dropped, recreated, invalidated or on another server, by `kind`.
 pub const SLOT_LOSSES: &str = "sluice_source_slot_losses_total";
+/// WAL the slot retains on the server (`pg_current_wal_lsn() - restart_lsn`), checked against
+/// the WAL budget.
+pub const SLOT_RETAINED_WAL: &str = "sluice_source_slot_retained_wal_bytes";
+/// `source.postgres.wal_budget`.
+pub const WAL_BUDGET: &str = "sluice_source_wal_budget_bytes";
+/// The WAL budget's level: 0, 50, 80 or 100 (percent of the budget reached).
+pub const WAL_BUDGET_LEVEL: &str = "sluice_source_wal_budget_level";
+/// Slots dropped by the WAL budget's `drop_slot` action.
+pub const WAL_BUDGET_DROPS: &str = "sluice_source_wal_budget_slot_drops_total";
 /// Rows read by snapshots, per table.
 pub const SNAPSHOT_ROWS: &str = "sluice_source_snapshot_rows_total";
 /// Column values whose text did not parse as their type and were sent as a JSON string of the
@@ -110,6 +119,10 @@ pub const ALL: &[&str] = &[
     SOURCE_STALLED,
     SOURCE_PROGRESS_AGE,
     SLOT_LOSSES,
+    SLOT_RETAINED_WAL,
+    WAL_BUDGET,
+    WAL_BUDGET_LEVEL,
+    WAL_BUDGET_DROPS,
     SNAPSHOT_ROWS,
     VALUES_AS_TEXT,
 ];
@@ -226,6 +239,20 @@ pub fn describe() {
             "seconds since the slot's confirmed position last moved"
         );
         describe_counter!(SLOT_LOSSES, "slots found dropped, recreated or invalidated");
+        describe_gauge!(
+            SLOT_RETAINED_WAL,
+            Unit::Bytes,
+            "pg_current_wal_lsn() minus the slot's restart_lsn: the WAL the slot retains"
+        );
+        describe_gauge!(WAL_BUDGET, Unit::Bytes, "source.postgres.wal_budget");
+        describe_gauge!(
+            WAL_BUDGET_LEVEL,
+            "percent of the WAL budget reached: 0, 50, 80 or 100"
+        );
+        describe_counter!(
+            WAL_BUDGET_DROPS,
+            "slots dropped by the WAL budget's drop_slot action"
+        );
         describe_counter!(SNAPSHOT_ROWS, "rows read by snapshots, per table");
     });
 }

@@ -156,6 +156,46 @@ pub struct SlotStatus {
     pub stalled: bool,
 }
 
+/// The WAL the slot retains against `source.postgres.wal_budget`, as last checked.
+#[derive(Debug, Clone, Serialize)]
+pub struct WalBudgetStatus {
+    /// The budget.
+    pub budget_bytes: u64,
+    /// `pg_current_wal_lsn() - restart_lsn` of the slot.
+    pub retained_bytes: i64,
+    /// The retained WAL as a percentage of the budget.
+    pub used_percent: f64,
+    /// `under`, `warning_50`, `warning_80` or `exceeded`.
+    pub level: String,
+    /// `source.postgres.wal_budget_action`.
+    pub action: String,
+    /// From 50 % on: what is wrong and what holds the slot back, in one sentence.
+    pub warning: Option<String>,
+    /// What holds the slot back, where it can be known.
+    pub held_by: Vec<WalHolder>,
+    /// The slot's `wal_status` (PostgreSQL 13+).
+    pub wal_status: Option<String>,
+    /// The slot's `safe_wal_size`: WAL that can still be written before the server invalidates
+    /// it (PostgreSQL 13+, with `max_slot_wal_keep_size` set).
+    pub safe_wal_size: Option<i64>,
+    /// Whether the `drop_slot` action dropped the slot.
+    pub slot_dropped: bool,
+    /// Why the last check failed, when it did.
+    pub check_error: Option<String>,
+    /// Unix milliseconds of the last check.
+    pub checked_unix_ms: u64,
+}
+
+/// One thing that holds the slot's position back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WalHolder {
+    /// `kafka_unreachable`, `delivery_stalled`, `paused`, `not_streaming`,
+    /// `long_transaction` (or, from doctor, `not_running`).
+    pub kind: String,
+    /// What it is, for people.
+    pub detail: String,
+}
+
 /// A MySQL/MariaDB source's place in the server's binary log, as last polled.
 #[derive(Debug, Clone, Serialize)]
 pub struct BinlogStatus {
@@ -283,6 +323,8 @@ pub struct PipelineStatus {
     pub watermark_lsn: Option<String>,
     /// The slot, as last polled.
     pub slot: Option<SlotStatus>,
+    /// The WAL the slot retains against the WAL budget (`source.postgres.wal_budget`).
+    pub wal_budget: Option<WalBudgetStatus>,
     /// The binary log position against the server's (MySQL/MariaDB sources), as last polled.
     pub binlog: Option<BinlogStatus>,
     /// The snapshot's progress, while one runs (and its last figures after).
@@ -385,6 +427,7 @@ impl StatusBoard {
                 hint: None,
                 watermark_lsn: None,
                 slot: None,
+                wal_budget: None,
                 binlog: None,
                 snapshot: None,
                 incremental_snapshot: None,
@@ -422,6 +465,11 @@ impl StatusBoard {
     /// The pipeline's name.
     pub fn pipeline(&self) -> String {
         self.read(|s| s.pipeline.clone())
+    }
+
+    /// This instance's role, once elected.
+    pub fn role(&self) -> Option<Role> {
+        self.read(|s| s.role)
     }
 
     /// The current state.

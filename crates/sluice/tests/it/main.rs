@@ -47,3 +47,4 @@ mod toast;
 mod transforms;
 mod verify;
 mod versions;
+mod wal_budget;

@@ -566,7 +566,12 @@ async fn status_page_charts_a_running_pipeline_in_a_browser() {
     create_table(&client, &name).await;
     let port = free_port();
     let dir = test_dir(&name);
-    let sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    // With a WAL budget, which the page shows beside the slot's lag.
+    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nwal_budget = \"1GiB\"\nwal_budget_check_interval_ms = 500\n",
+    );
+    let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
     // Five seconds of traffic, so there are samples with throughput and latency.
     for batch in 0..25 {
@@ -627,6 +632,16 @@ async fn status_page_charts_a_running_pipeline_in_a_browser() {
     assert!(
         html.contains("<span class=\"state streaming\">streaming</span>"),
         "the streaming state is rendered:\n{html}"
+    );
+    // The WAL budget: what the slot retains against it.
+    let wal = html
+        .split("<b class=\"walbudget\">")
+        .nth(1)
+        .and_then(|rest| rest.split("</b>").next())
+        .unwrap_or_default();
+    assert!(
+        wal.contains(" / 1.0 GiB ("),
+        "the WAL budget is shown: {wal:?}\n{html}"
     );
     // The doctor's findings: the shared server leaves max_slot_wal_keep_size unset.
     assert!(

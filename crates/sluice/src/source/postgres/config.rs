@@ -28,6 +28,8 @@ pub const DEFAULT_SILENCE_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_STATEMENT_TIMEOUT_MS: u64 = 300_000;
 /// Default `lock_timeout` of sluice's SQL sessions.
 pub const DEFAULT_LOCK_TIMEOUT_MS: u64 = 30_000;
+/// Default interval between two checks of the WAL the slot retains against `wal_budget`.
+pub const DEFAULT_WAL_BUDGET_CHECK_INTERVAL_MS: u64 = 10_000;
 /// The prefix of sluice's own heartbeat messages in the WAL.
 pub const HEARTBEAT_MESSAGE_PREFIX: &str = "sluice.heartbeat";
 
@@ -92,6 +94,19 @@ pub struct PostgresSourceConfig {
     /// `lock_timeout` of sluice's SQL sessions; 0 disables it.
     #[serde(default = "default_lock_timeout_ms")]
     pub lock_timeout_ms: u64,
+    /// The most WAL the slot may retain on the server (`pg_current_wal_lsn() - restart_lsn`):
+    /// bytes, or a string with a unit (`"10GiB"`); 0 (default) sets no budget. Warnings at 50 %
+    /// and 80 % of it, and `wal_budget_action` at 100 % (see
+    /// [`super::wal_budget`]).
+    #[serde(default, deserialize_with = "crate::config::deserialize_byte_size")]
+    pub wal_budget: u64,
+    /// What happens when the slot retains `wal_budget` or more.
+    #[serde(default)]
+    pub wal_budget_action: WalBudgetAction,
+    /// How often the retained WAL is checked against `wal_budget` (on a connection of its own,
+    /// beside the stream).
+    #[serde(default = "default_wal_budget_check_interval_ms")]
+    pub wal_budget_check_interval_ms: u64,
     /// The transactional outbox: a table whose inserted rows become events on per-aggregate
     /// topics instead of change events.
     pub outbox: Option<OutboxConfig>,
@@ -285,6 +300,30 @@ pub enum SlotLossPolicy {
     /// Log the gap loudly, count it (`sluice_source_slot_losses_total`), create the slot anew
     /// and go on from the server's current position.
     Recreate,
+}
+
+/// `source.postgres.wal_budget_action`: what happens when the slot retains `wal_budget`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum WalBudgetAction {
+    /// Keep warning (log, `/health`, metrics) and keep the slot: the server's disk is the
+    /// operator's to protect (e.g. with `max_slot_wal_keep_size`).
+    #[default]
+    Alert,
+    /// Stop streaming, drop the slot so the server frees its WAL, record that a re-snapshot is
+    /// needed and stop the pipeline; the next run creates the slot anew and republishes every
+    /// captured table (requires `snapshot = "when_needed"`).
+    DropSlot,
+}
+
+impl WalBudgetAction {
+    /// The action's name in the pipeline file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Alert => "alert",
+            Self::DropSlot => "drop_slot",
+        }
+    }
 }
 
 /// What an update's unchanged TOASTed columns (values PostgreSQL does not send) become.
@@ -568,6 +607,37 @@ impl SourceSection for PostgresSourceConfig {
                 ),
             );
         }
+        if pg.wal_budget > 0 && !(100..=3_600_000).contains(&pg.wal_budget_check_interval_ms) {
+            issue(
+                "source.postgres.wal_budget_check_interval_ms",
+                format!(
+                    "{} is out of range: expected 100 to 3600000 (milliseconds between checks of the retained WAL)",
+                    pg.wal_budget_check_interval_ms
+                ),
+            );
+        }
+        if pg.wal_budget_action == WalBudgetAction::DropSlot {
+            if pg.wal_budget == 0 {
+                issue(
+                    "source.postgres.wal_budget",
+                    "wal_budget_action = \"drop_slot\" needs a budget: expected a size such as wal_budget = \"10GiB\"".into(),
+                );
+            }
+            if pg.snapshot != SnapshotMode::WhenNeeded {
+                issue(
+                    "source.postgres.wal_budget_action",
+                    format!(
+                        "\"drop_slot\" with snapshot = \"{}\": the changes the dropped slot held would be missing; expected snapshot = \"when_needed\" (the next run republishes the captured tables), or wal_budget_action = \"alert\"",
+                        match pg.snapshot {
+                            SnapshotMode::Initial => "initial",
+                            SnapshotMode::Never => "never",
+                            SnapshotMode::InitialOnly => "initial_only",
+                            SnapshotMode::WhenNeeded => "when_needed",
+                        }
+                    ),
+                );
+            }
+        }
         // The connection parameters (sslmode, certificates, …) as the source reads them.
         match pg.connection_string() {
             Err((key, problem)) => issue(&key, problem),
@@ -656,6 +726,9 @@ const fn default_snapshot_chunk_rows() -> u32 {
 const fn default_table_refresh_interval_ms() -> u64 {
     10_000
 }
+const fn default_wal_budget_check_interval_ms() -> u64 {
+    DEFAULT_WAL_BUDGET_CHECK_INTERVAL_MS
+}
 const fn default_progress_timeout_ms() -> u64 {
     DEFAULT_PROGRESS_TIMEOUT_MS
 }
@@ -738,6 +811,70 @@ mod tests {
             Err(ConfigError::Invalid { issues, .. }) => issues,
             other => panic!("expected invalid config, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn the_wal_budget_takes_sizes_and_its_mistakes_name_the_key() {
+        let with = |extra: &str| {
+            MINIMAL.replace(
+                "schemas = [\"public\"]",
+                &format!("schemas = [\"public\"]\n{extra}"),
+            )
+        };
+        let config = PgPipelineConfig::from_toml(MINIMAL, "test.toml", &env).unwrap();
+        assert_eq!(config.source.wal_budget, 0, "no budget by default");
+        assert_eq!(config.source.wal_budget_action, WalBudgetAction::Alert);
+        assert_eq!(
+            config.source.wal_budget_check_interval_ms,
+            DEFAULT_WAL_BUDGET_CHECK_INTERVAL_MS
+        );
+        let text = with(
+            "wal_budget = \"10GiB\"\nwal_budget_action = \"drop_slot\"\nsnapshot = \"when_needed\"",
+        );
+        let config = PgPipelineConfig::from_toml(&text, "test.toml", &env).unwrap();
+        assert_eq!(config.source.wal_budget, 10 << 30);
+        assert_eq!(config.source.wal_budget_action, WalBudgetAction::DropSlot);
+        let config =
+            PgPipelineConfig::from_toml(&with("wal_budget = 4096"), "test.toml", &env).unwrap();
+        assert_eq!(config.source.wal_budget, 4096);
+
+        let one = |extra: &str| {
+            let found = issues(&with(extra));
+            assert_eq!(found.len(), 1, "{found:?}");
+            found.into_iter().next().unwrap()
+        };
+        let issue = one("wal_budget = \"10 gigs\"");
+        assert_eq!(issue.key, "source.postgres.wal_budget");
+        assert!(
+            issue.problem.contains("expected a size like \"128MiB\""),
+            "{issue:?}"
+        );
+        let issue = one("wal_budget_action = \"panic\"");
+        assert_eq!(issue.key, "source.postgres.wal_budget_action");
+        assert!(
+            issue
+                .problem
+                .starts_with("unknown variant `panic`, expected `alert` or `drop_slot`"),
+            "{issue:?}"
+        );
+        let issue = one("wal_budget_action = \"drop_slot\"\nsnapshot = \"when_needed\"");
+        assert_eq!(issue.key, "source.postgres.wal_budget");
+        assert!(issue.problem.contains("needs a budget"), "{issue:?}");
+        let issue = one("wal_budget = \"1GiB\"\nwal_budget_action = \"drop_slot\"");
+        assert_eq!(issue.key, "source.postgres.wal_budget_action");
+        assert!(
+            issue.problem.contains("snapshot = \"initial\"")
+                && issue
+                    .problem
+                    .contains("expected snapshot = \"when_needed\""),
+            "{issue:?}"
+        );
+        let issue = one("wal_budget = \"1GiB\"\nwal_budget_check_interval_ms = 5");
+        assert_eq!(issue.key, "source.postgres.wal_budget_check_interval_ms");
+        assert!(
+            issue.problem.contains("expected 100 to 3600000"),
+            "{issue:?}"
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@
 //! - [`incremental`]: incremental snapshots while streaming (DBLog watermarks), signals.
 //! - `deadline`: the longest the replication loop waits for anything but the stream.
 //! - [`stream`]: one run of the pipeline: the loop, acknowledgements and checkpoints.
+//! - [`wal_budget`]: the WAL budget: the WAL the slot retains, checked beside the stream.
 
 pub mod active;
 pub mod avro;
@@ -46,3 +47,4 @@ pub mod slot_state;
 pub mod snapshot;
 pub mod stream;
 pub mod value;
+pub mod wal_budget;

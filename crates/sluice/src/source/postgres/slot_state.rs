@@ -63,6 +63,22 @@ pub struct SlotRecord {
     /// run created and crashed before recording (its snapshot never ran), not one to adopt.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub creating: bool,
+    /// The WAL budget's `drop_slot` action dropped (or is about to drop) the slot: the next
+    /// run creates it anew and republishes the captured tables (see
+    /// [`super::wal_budget`]), instead of taking the missing slot for a loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wal_budget_drop: Option<WalBudgetDrop>,
+}
+
+/// The record of a slot dropped by the WAL budget.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalBudgetDrop {
+    /// Unix milliseconds of the decision.
+    pub unix_ms: u64,
+    /// WAL the slot retained then.
+    pub retained_bytes: i64,
+    /// `source.postgres.wal_budget` then.
+    pub budget_bytes: u64,
 }
 
 impl SlotRecord {
@@ -80,6 +96,7 @@ impl SlotRecord {
             snapshot_plan: None,
             incremental: None,
             creating: true,
+            wal_budget_drop: None,
         }
     }
 }
@@ -292,6 +309,23 @@ impl SlotStateFile {
         }
     }
 
+    /// Records that the WAL budget drops the slot (see [`SlotRecord::wal_budget_drop`]); a
+    /// pipeline with no record yet gets none (its next run starts afresh anyway).
+    ///
+    /// # Errors
+    ///
+    /// The I/O error.
+    pub fn set_wal_budget_drop(&mut self, drop: WalBudgetDrop) -> std::io::Result<()> {
+        match &self.record {
+            Some(record) => {
+                let mut next = record.clone();
+                next.wal_budget_drop = Some(drop);
+                self.save(next)
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Records the pending snapshot's plan (its finished chunks).
     ///
     /// # Errors
@@ -385,6 +419,7 @@ mod tests {
             snapshot_plan: None,
             incremental: None,
             creating: false,
+            wal_budget_drop: None,
         }
     }
 

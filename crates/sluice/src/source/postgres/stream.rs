@@ -66,6 +66,7 @@ use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
+use super::wal_budget::{BudgetShared, WalBudget};
 use crate::config::StateStoreKind;
 use crate::delivery::{
     self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source, unix_micros_now,
@@ -104,6 +105,8 @@ pub struct CdcPipeline {
     metrics: PipelineMetrics,
     progress: Arc<std::sync::Mutex<ProgressWatch>>,
     batch_size_cap: Arc<std::sync::atomic::AtomicU64>,
+    /// The WAL budget's task (started with the first run when `wal_budget` is set).
+    wal_budget: Option<WalBudget>,
 }
 
 impl CdcPipeline {
@@ -117,18 +120,46 @@ impl CdcPipeline {
             metrics: PipelineMetrics::new(),
             progress: Arc::default(),
             batch_size_cap: Arc::default(),
+            wal_budget: None,
         }
     }
-}
 
-impl Supervised for CdcPipeline {
-    const PAUSES_IN_RUN: bool = false;
-
-    fn resumes_from(&self) -> &'static str {
-        "the last confirmed position"
+    /// One run under the WAL budget: it ends at once when the `drop_slot` action starts, and
+    /// then fails with what the action did.
+    async fn run_within_budget(
+        &mut self,
+        shared: Arc<BudgetShared>,
+        stop: CancellationToken,
+    ) -> Result<RunEnd, PipelineError> {
+        let outcome = || {
+            shared.outcome().unwrap_or_else(|| {
+                PipelineError::fatal(
+                    "WAL budget exceeded: the slot's drop did not finish",
+                    "see the log; drop the slot by hand if it still exists",
+                )
+            })
+        };
+        {
+            let _run = shared.run.lock().await;
+            if !shared.exceeded.is_cancelled() {
+                let run_stop = stop.child_token();
+                let result = tokio::select! {
+                    result = self.run_unbudgeted(run_stop.clone()) => Some(result),
+                    () = shared.exceeded.cancelled() => None,
+                };
+                // Ended or dropped: either way its tasks stop with the token.
+                run_stop.cancel();
+                if let Some(result) = result {
+                    return result;
+                }
+            }
+        }
+        // The budget's task records and drops the slot now that the run released it.
+        let _ = tokio::time::timeout(Duration::from_secs(120), shared.done.cancelled()).await;
+        Err(outcome())
     }
 
-    async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
+    async fn run_unbudgeted(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
         // Exactly one instance of the pipeline runs past this point; the others wait here as
         // standbys (see `active`).
         let Some(role) = active::acquire(&self.config, &self.board, &stop).await? else {
@@ -146,6 +177,32 @@ impl Supervised for CdcPipeline {
             async move { run_once(&ctx).await }
         })
         .await
+    }
+}
+
+impl Supervised for CdcPipeline {
+    const PAUSES_IN_RUN: bool = false;
+
+    fn resumes_from(&self) -> &'static str {
+        "the last confirmed position"
+    }
+
+    fn restart_refused(&self) -> Option<PipelineError> {
+        // A slot dropped by the WAL budget stops the pipeline whatever the restart policy.
+        self.wal_budget.as_ref().and_then(|b| b.shared().outcome())
+    }
+
+    async fn run_once(&mut self, stop: CancellationToken) -> Result<RunEnd, PipelineError> {
+        if self.wal_budget.is_none() && self.config.source.wal_budget > 0 {
+            self.wal_budget = Some(WalBudget::start(
+                Arc::clone(&self.config),
+                Arc::clone(&self.board),
+            ));
+        }
+        match self.wal_budget.as_ref().map(|b| Arc::clone(b.shared())) {
+            Some(shared) => self.run_within_budget(shared, stop).await,
+            None => self.run_unbudgeted(stop).await,
+        }
     }
 }
 
@@ -242,6 +299,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         )?,
     };
     let mode = config.source.snapshot;
+    if slot_state
+        .record()
+        .is_some_and(|r| r.wal_budget_drop.is_some())
+        && catalog.slot(&slot_name).await?.is_some()
+    {
+        // The WAL budget meant to drop this slot and did not finish (or a run that recreated
+        // it stopped before recording it): it goes, the captured tables are republished.
+        catalog.drop_slot(&slot_name).await?;
+    }
     // A new pipeline on a new slot: create the slot with an exported snapshot, the database
     // exactly at the slot's consistent point, to read the tables under.
     let mut exported: Option<(String, Lsn)> = None;
@@ -264,6 +330,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         exported = Some(create_slot_exporting_snapshot(&mut connection, &slot_name, config).await?);
         crate::crash_point!("snapshot::slot_created");
     }
+    let republished: Vec<String> = tables
+        .iter()
+        .map(CapturedTable::qualified)
+        .filter(|t| config.source.outbox.as_ref().is_none_or(|o| o.table != *t))
+        .collect();
     let slot = secure_slot(
         &catalog,
         config,
@@ -271,6 +342,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &system.systemid,
         &mut slot_state,
         exported.is_some(),
+        &republished,
     )
     .await?;
     let database = catalog.database().await?;
@@ -1820,7 +1892,8 @@ async fn create_slot_exporting_snapshot(
 }
 
 /// Checks that the slot is the one this pipeline fed (see [`super::slot_state`]), creates it
-/// when the pipeline is new, and records its identity.
+/// when the pipeline is new, and records its identity. A slot the WAL budget dropped is created
+/// anew and the `republished` tables are queued for a republication.
 async fn secure_slot(
     catalog: &PgCatalog,
     config: &PgPipelineConfig,
@@ -1828,13 +1901,20 @@ async fn secure_slot(
     system_identifier: &str,
     state: &mut SlotStateFile,
     exported: bool,
+    republished: &[String],
 ) -> Result<super::setup::SlotInfo, PipelineError> {
     let existing = catalog.slot(slot_name).await?;
     let server = existing.as_ref().map(|s| ServerSlot {
         confirmed_flush: s.confirmed_flush,
         wal_status: s.wal_status.clone(),
     });
-    let loss = slot_state::verify(state.record(), system_identifier, server.as_ref());
+    let budget_drop = state.record().and_then(|r| r.wal_budget_drop.clone());
+    let loss = if budget_drop.is_some() {
+        // Dropped on purpose, and recorded: no loss to report, a republication to run.
+        None
+    } else {
+        slot_state::verify(state.record(), system_identifier, server.as_ref())
+    };
     if let Some(loss) = &loss {
         let what = loss.describe(slot_name, state.record());
         metrics::counter!(m::SLOT_LOSSES, "kind" => loss.kind()).increment(1);
@@ -1871,7 +1951,18 @@ async fn secure_slot(
             "drop it (SELECT pg_drop_replication_slot(...)) and start again; the changes it no longer holds must be re-snapshotted",
         ));
     }
-    if state.record().is_none() || recorded_creating || loss.is_some() {
+    let republication = budget_drop.as_ref().map(|drop| {
+        tracing::warn!(
+            slot = slot_name,
+            dropped_unix_ms = drop.unix_ms,
+            retained_bytes = drop.retained_bytes,
+            budget_bytes = drop.budget_bytes,
+            tables = republished.len(),
+            "the WAL budget dropped the slot: created it anew; republishing the captured tables (current rows, and tombstones for the rows deleted meanwhile)"
+        );
+        republish_after_drop(state.record(), republished, drop, slot.confirmed_flush)
+    });
+    if state.record().is_none() || recorded_creating || loss.is_some() || budget_drop.is_some() {
         if crashed_creating && !created {
             tracing::warn!(
                 slot = slot_name,
@@ -1898,8 +1989,9 @@ async fn secure_slot(
                     || (loss.is_some()
                         && config.source.snapshot == super::config::SnapshotMode::WhenNeeded),
                 snapshot_plan: None,
-                incremental: None,
+                incremental: republication,
                 creating: false,
+                wal_budget_drop: None,
             })
             .map_err(|e| {
                 PipelineError::fatal_with(
@@ -1910,6 +2002,29 @@ async fn secure_slot(
             })?;
     }
     Ok(slot)
+}
+
+/// The incremental snapshots' state with a republication of every table of `tables` queued,
+/// after the WAL budget dropped the slot (`record`'s state kept, its queue first).
+fn republish_after_drop(
+    record: Option<&SlotRecord>,
+    tables: &[String],
+    drop: &slot_state::WalBudgetDrop,
+    at: Lsn,
+) -> incremental::IncrementalState {
+    let mut state = record
+        .and_then(|r| r.incremental.clone())
+        .unwrap_or_default();
+    state.accept(
+        &crate::runtime::status::Signal::Snapshot {
+            id: format!("wal-budget-{}", drop.unix_ms),
+            tables: tables.iter().map(|t| (t.clone(), None)).collect(),
+            tombstones: true,
+        },
+        &|_| true,
+    );
+    state.position = Some((at.0, u32::MAX));
+    state
 }
 
 fn replication_error(
