@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::BudgetShared;
+use super::shared::BudgetShared;
 use crate::config::{StateStoreKind, human_bytes};
 use crate::error::{PipelineError, classify_pg};
 use crate::runtime::metrics as m;

@@ -28,12 +28,14 @@
 
 mod action;
 pub mod holders;
+mod shared;
 
-use std::sync::{Arc, Mutex};
+pub use self::shared::BudgetShared;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::config::{PgPipelineConfig, WalBudgetAction};
 use super::setup::PgCatalog;
@@ -204,38 +206,6 @@ pub fn warning(
         retained.saturating_mul(100) / i64::try_from(budget.max(1)).unwrap_or(i64::MAX),
         human_bytes(i64::try_from(budget).unwrap_or(i64::MAX)),
     ))
-}
-
-/// What the budget's task shares with the pipeline's runs.
-#[derive(Debug, Default)]
-pub struct BudgetShared {
-    /// Cancelled when the `drop_slot` action starts: the run in progress must end at once.
-    pub exceeded: CancellationToken,
-    /// Cancelled once the action is over (the slot dropped, or the attempt given up).
-    pub done: CancellationToken,
-    /// Held by a run while it streams: the action takes it (waits for the run to end) before
-    /// it records and drops.
-    pub run: tokio::sync::Mutex<()>,
-    /// What happened, for the error that stops the pipeline: (what, hint).
-    outcome: Mutex<Option<(String, String)>>,
-}
-
-impl BudgetShared {
-    /// The error that stops the pipeline once the slot was dropped by the budget.
-    pub fn outcome(&self) -> Option<PipelineError> {
-        self.outcome
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .map(|(what, hint)| PipelineError::fatal(what.clone(), hint.clone()))
-    }
-
-    fn set_outcome(&self, what: String, hint: String) {
-        *self
-            .outcome
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((what, hint));
-    }
 }
 
 /// The budget's task of one pipeline: it runs until dropped.
