@@ -139,6 +139,18 @@ impl<S: SourceSection> PipelineConfig<S> {
         {
             issues.extend(problems);
         }
+        self.kafka_issues(&mut issues);
+        self.events_issues(&mut issues);
+        self.topic_settings_issues(&mut issues);
+        self.delivery_issues(&mut issues);
+        self.admin_and_restart_issues(&mut issues);
+        self.ha_and_state_issues(&mut issues);
+        issues
+    }
+
+    /// `[kafka]`: the event options the source applies, the producer, the brokers and the
+    /// topic names.
+    fn kafka_issues(&self, issues: &mut Vec<ConfigIssue>) {
         let mut issue = |key: &str, problem: String| {
             issues.push(ConfigIssue {
                 key: key.to_owned(),
@@ -210,6 +222,16 @@ impl<S: SourceSection> PipelineConfig<S> {
                 format!("{topic:?} is not a valid topic name"),
             );
         }
+    }
+
+    /// `[kafka.events]` and the schema registry its formats need.
+    fn events_issues(&self, issues: &mut Vec<ConfigIssue>) {
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
         let events = &self.kafka.events;
         if events.needs_schemas() && events.embed_json {
             issue(
@@ -272,6 +294,17 @@ impl<S: SourceSection> PipelineConfig<S> {
                 ),
             );
         }
+    }
+
+    /// The topics' partitions and settings (`kafka.topic_partitions`, `[kafka.topic_config]`,
+    /// `[kafka.topic_config_by_topic]`).
+    fn topic_settings_issues(&self, issues: &mut Vec<ConfigIssue>) {
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
         if self.kafka.topic_partitions == 0 {
             issue("kafka.topic_partitions", "0: expected at least 1".into());
         }
@@ -307,6 +340,16 @@ impl<S: SourceSection> PipelineConfig<S> {
                 }
             }
         }
+    }
+
+    /// `[delivery]`: the in-flight limits and the guarantee.
+    fn delivery_issues(&self, issues: &mut Vec<ConfigIssue>) {
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
         if let Some(bytes) = self.delivery.max_in_flight_bytes
             && bytes < 1024
         {
@@ -357,6 +400,16 @@ impl<S: SourceSection> PipelineConfig<S> {
                 format!("{topic:?} is not a valid topic name"),
             );
         }
+    }
+
+    /// `[admin]` and `[restart]`.
+    fn admin_and_restart_issues(&self, issues: &mut Vec<ConfigIssue>) {
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
         if SocketAddr::from_str(&self.admin.listen).is_err() {
             issue(
                 "admin.listen",
@@ -385,6 +438,16 @@ impl<S: SourceSection> PipelineConfig<S> {
                 "too short: expected at least 16 characters (e.g. `openssl rand -hex 16`)".into(),
             );
         }
+    }
+
+    /// `[ha]` and where state is kept (`state_store`, `state_topic`, `state_dir`).
+    fn ha_and_state_issues(&self, issues: &mut Vec<ConfigIssue>) {
+        let mut issue = |key: &str, problem: String| {
+            issues.push(ConfigIssue {
+                key: key.to_owned(),
+                problem,
+            });
+        };
         if !(1_000..=3_600_000).contains(&self.ha.failover_timeout_ms) {
             issue(
                 "ha.failover_timeout_ms",
@@ -433,7 +496,6 @@ impl<S: SourceSection> PipelineConfig<S> {
                 "empty: expected a directory path, or leave the key out for the default".into(),
             );
         }
-        issues
     }
 
     /// The compacted topic of `state_store = "kafka"`.
