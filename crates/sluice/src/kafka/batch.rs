@@ -6,7 +6,7 @@ use super::topics::smallest_max_message_bytes;
 use crate::config::KafkaConfig;
 use crate::error::PipelineError;
 
-/// The `batch.size` a producer made by [`producer_config`] with `batch_size_cap` uses, unless
+/// The `batch.size` a producer made by [`producer_config`](super::producer_config) with `batch_size_cap` uses, unless
 /// `batch.size` is set explicitly (then `None`: the operator's choice is kept).
 pub fn effective_batch_size(kafka: &KafkaConfig, batch_size_cap: Option<u64>) -> Option<u64> {
     if kafka.producer.contains_key("batch.size") {

@@ -1,7 +1,7 @@
 //! The Kafka layer: a producer with CDC defaults whose delivery reports feed the engine's
 //! acknowledgement tracker, and topic administration.
 //!
-//! Delivery reports arrive on librdkafka's poll thread (the [`ThreadedProducer`]'s). The
+//! Delivery reports arrive on librdkafka's poll thread (the [`ThreadedProducer`](rdkafka::producer::ThreadedProducer)'s). The
 //! context turns each into a [`DeliveryEvent`] on a channel to the pipeline loop, which owns
 //! the [`sluice_engine::AckTracker`]. That channel is unbounded on purpose: it only ever holds
 //! reports of records admitted by the in-flight budget, so the budget bounds it.

@@ -24,7 +24,7 @@ pub struct ColumnInfo {
     /// Whether the type is the `hstore` extension's (its OID differs per database), written as
     /// `hstore_handling_mode` says.
     pub is_hstore: bool,
-    /// `NOT NULL` (from the catalog, [`RelationInfo::mark_not_null`]): where sluice has no
+    /// `NOT NULL` (from the catalog, [`RelationInfo::mark_not_null`](super::relation::RelationInfo::mark_not_null)): where sluice has no
     /// value for it (a delete's old key under REPLICA IDENTITY DEFAULT or USING INDEX, a value
     /// Debezium does not map), Debezium writes its type's zero, not null (Connect's required
     /// fields cannot hold null), and so does sluice.
