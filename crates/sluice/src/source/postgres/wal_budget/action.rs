@@ -82,8 +82,10 @@ pub(super) async fn drop_slot(
                 human_bytes(retained),
                 error.chain()
             ),
+            // The line an operator copies: the name quoted as a literal, as doctor's fixes do.
             format!(
-                "drop it by hand (SELECT pg_drop_replication_slot('{slot}')) to free the WAL; the next run then creates it anew and republishes the captured tables"
+                "drop it by hand (SELECT pg_drop_replication_slot({})) to free the WAL; the next run then creates it anew and republishes the captured tables",
+                crate::sql::quote_pg_literal(&slot)
             ),
         ),
     };
