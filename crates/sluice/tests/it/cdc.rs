@@ -17,15 +17,23 @@ use crate::support::{
 #[tokio::test(flavor = "multi_thread")]
 async fn mixed_transactions_arrive_as_committed() {
     let url = crate::support::stack().pg_url;
-    mixed_workload(&url, &url, None).await;
+    mixed_workload(&url, &url, None, 60_000).await;
 }
 
 /// The body of [`mixed_transactions_arrive_as_committed`], on the PostgreSQL server at `server`
 /// (the tables are made over that plain URL), with sluice reading it at `source_url` and, when
 /// given, writing to `kafka`'s brokers with its `[kafka.client]` lines (the records are read
 /// back over the plaintext listener); `tls_pg` runs it over TLS and SASL_SSL, `versions` on
-/// another major version's server.
-pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option<(&str, &str)>) {
+/// another major version's server. `big` is the size of the first, single-transaction insert
+/// (60,000 here: 100,000 rows in all; the TLS and version runs, which prove the connection and
+/// the server rather than the volume, take 10,000: 50,000 rows in all).
+pub(crate) async fn mixed_workload(
+    server: &str,
+    source_url: &str,
+    kafka: Option<(&str, &str)>,
+    big: i64,
+) {
+    assert!(big >= 6_000, "the key changes below need ids up to 6,000");
     let _broker = broker_shared().await;
     let name = unique("mixed");
     let schema = name.clone();
@@ -69,16 +77,16 @@ pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option
     sluice.wait_streaming(Duration::from_secs(60));
 
     let t = format!("{schema}.items");
-    // 60,000 rows in one transaction.
+    // `big` rows in one transaction.
     client
         .batch_execute(&format!(
-            "INSERT INTO {t} SELECT g, 0, repeat('x', 100) FROM generate_series(1, 60000) g"
+            "INSERT INTO {t} SELECT g, 0, repeat('x', 100) FROM generate_series(1, {big}) g"
         ))
         .await
         .unwrap();
     // 38 transactions of 1,000 rows.
     for batch in 0..38 {
-        let start = 60_001 + batch * 1000;
+        let start = big + 1 + batch * 1000;
         client
             .batch_execute(&format!(
                 "INSERT INTO {t} SELECT g, 0, 'b' FROM generate_series({start}, {}) g",
@@ -88,7 +96,8 @@ pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option
             .unwrap();
     }
     // 2,000 single-row transactions.
-    for id in 98_001..=100_000 {
+    let total = big + 40_000;
+    for id in total - 1_999..=total {
         client
             .execute(
                 &format!("INSERT INTO {t} VALUES ($1, 0, 's')"),
@@ -97,7 +106,7 @@ pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option
             .await
             .unwrap();
     }
-    // 20,000 updates in one transaction, 500 single-row updates of other keys.
+    // total/5 updates in one transaction, 500 single-row updates of other keys.
     client
         .batch_execute(&format!("UPDATE {t} SET n = n + 1 WHERE id % 5 = 0"))
         .await
@@ -111,7 +120,7 @@ pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option
             .await
             .unwrap();
     }
-    // 10,000 deletes in one transaction, 500 single-row deletes.
+    // total/10 deletes in one transaction, 500 single-row deletes.
     client
         .batch_execute(&format!("DELETE FROM {t} WHERE id % 10 = 1"))
         .await
@@ -126,14 +135,16 @@ pub(crate) async fn mixed_workload(server: &str, source_url: &str, kafka: Option
     client
         .batch_execute(&format!(
             "BEGIN;
-             UPDATE {t} SET id = id + 1000000 WHERE id BETWEEN 50003 AND 51000 AND id % 10 = 3;
+             UPDATE {t} SET id = id + 1000000 WHERE id BETWEEN 5003 AND 6000 AND id % 10 = 3;
              INSERT INTO {t} VALUES (200000, 7, 'late');
              DELETE FROM {t} WHERE id = 200000;
              COMMIT;"
         ))
         .await
         .unwrap();
-    let (inserts, updates, deletes) = (100_000 + 1 + 100, 20_500, 10_500 + 100 + 1);
+    let total = total as usize;
+    let (inserts, updates, deletes) =
+        (total + 1 + 100, total / 5 + 500, total / 10 + 500 + 100 + 1);
     let expected_records = inserts + updates + 2 * deletes;
 
     let topic = format!("{name}.{schema}.items");

@@ -338,14 +338,14 @@ async fn plan_predicts_what_the_cleaner_does() {
         Case {
             name: "fits",
             keys: 20_000,
-            records: 60_000,
+            records: 40_000,
             configs: SMALL_SEGMENTS,
         },
         // 100,000 keys written round robin: every 45,000 records fill the map.
         Case {
             name: "passes",
             keys: 100_000,
-            records: 300_000,
+            records: 150_000,
             configs: SMALL_SEGMENTS,
         },
         // Everything in the active segment: nothing is cleanable.
@@ -466,8 +466,8 @@ async fn plan_predicts_what_the_cleaner_does() {
     eprintln!("{table}");
     assert_eq!(
         kafka.passes(&topics["passes"]).len(),
-        7,
-        "ceil(300,000 / 45,000) = 7 passes"
+        4,
+        "ceil(150,000 / 45,000) = 4 passes"
     );
 
     // doctor: the pipeline's topic holds more records than one pass maps.

@@ -24,7 +24,7 @@ fn rows() -> i64 {
     std::env::var("SLUICE_IT_INCREMENTAL_ROWS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(100_000)
+        .unwrap_or(50_000)
 }
 
 fn snapshot_rows(sluice: &Sluice) -> f64 {
@@ -165,7 +165,8 @@ pub(crate) async fn table_contents(
         .collect()
 }
 
-/// 500,000 rows that predate the pipeline (`snapshot = "never"`) are snapshotted on a signal
+/// 50,000 rows (`SLUICE_IT_INCREMENTAL_ROWS`; 500,000 for a longer run) that predate the
+/// pipeline (`snapshot = "never"`) are snapshotted on a signal, in 50 chunks,
 /// while another client updates, deletes and inserts; the process is SIGKILLed in the middle
 /// and resumes the snapshot where its confirmed progress stands. Per key, no snapshot row is
 /// older than a streamed change before it, and the newest event per key equals the table.

@@ -509,7 +509,7 @@ fn plan_chunks(name: &str) -> Vec<Value> {
         .clone()
 }
 
-/// A table without a primary key and one with a composite key (120,000 rows each) are split
+/// A table without a primary key and one with a composite key (30,000 rows each) are split
 /// into page (ctid) ranges read by 4 workers: several chunks per table, and every row is in
 /// Kafka exactly once.
 #[tokio::test(flavor = "multi_thread")]
@@ -517,7 +517,7 @@ async fn tables_without_a_single_column_key_are_split_by_pages() {
     let _broker = broker_shared().await;
     let name = unique("snapctid");
     let client = pg().await;
-    let rows = 120_000;
+    let rows = 30_000;
     create_keyless_tables(&client, &name, rows).await;
     let port = free_port();
     let dir = test_dir(&name);

@@ -173,6 +173,7 @@ async fn mixed_workload_over_verify_full_with_scram_into_sasl_ssl() {
         &stack().pg_url,
         &env_url("PG_TLS_URL"),
         Some((&env_var("KAFKA_SASL_SSL_BROKERS"), &client)),
+        10_000,
     )
     .await;
 }

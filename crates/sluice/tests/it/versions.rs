@@ -15,7 +15,7 @@ use crate::support::{
 #[tokio::test(flavor = "multi_thread")]
 async fn mixed_transactions_arrive_as_committed_on_18_over_tls() {
     let server = pg_version(18);
-    crate::cdc::mixed_workload(&server.url, &server.tls_url, None).await;
+    crate::cdc::mixed_workload(&server.url, &server.tls_url, None, 10_000).await;
 }
 
 /// [`crate::snapshot::initial_snapshot_is_consistent_with_concurrent_changes`] on PostgreSQL 18.

@@ -1,4 +1,5 @@
-//! `sluice perf produce|consume`: a keyed Kafka load generator and a consumer benchmark.
+//! `sluice perf produce|consume|transforms`: a keyed Kafka load generator, a consumer
+//! benchmark, and each transform's cost per record ([`transforms`]).
 //!
 //! Kafka's own `kafka-producer-perf-test` cannot produce keyed records, which is exactly what
 //! compacted "entity" topics and CDC need. `sluice perf produce` produces keyed records with a
@@ -29,6 +30,8 @@ use rdkafka::statistics::Statistics;
 use serde::Serialize;
 use sluice_kafka_ffi::TopicProducer;
 
+pub mod transforms;
+
 /// `sluice perf …`.
 #[derive(Debug, Subcommand)]
 pub enum PerfCommand {
@@ -36,6 +39,8 @@ pub enum PerfCommand {
     Produce(ProduceArgs),
     /// Consume records and report throughput and end-to-end latency.
     Consume(ConsumeArgs),
+    /// Apply each transform to sample CDC records in process and report its cost per record.
+    Transforms(transforms::TransformsArgs),
 }
 
 /// Key distributions.
@@ -139,6 +144,7 @@ pub fn run(command: PerfCommand) -> anyhow::Result<()> {
     match command {
         PerfCommand::Produce(args) => produce(args),
         PerfCommand::Consume(args) => consume(args),
+        PerfCommand::Transforms(args) => transforms::run(&args),
     }
 }
 
