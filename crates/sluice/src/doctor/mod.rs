@@ -37,6 +37,7 @@ mod registry;
 mod target;
 mod versions;
 mod wal_budget;
+mod wal_disk;
 
 use finding::finding;
 pub use finding::{Finding, Severity};
@@ -303,6 +304,7 @@ async fn postgres_checks(
     failover::checks(client, target, version / 10_000, findings).await?;
     versions::checks(client, target, version / 10_000, findings).await?;
     wal_budget::checks(client, target, findings).await?;
+    wal_disk::checks(client, target, findings).await?;
 
     // Slots: inactive ones and the WAL they retain; invalidated ones.
     let own_slot = target.pipeline.as_ref().map(PgPipelineConfig::slot_name);

@@ -99,10 +99,7 @@ pub(crate) async fn mixed_workload(
     let total = big + 40_000;
     for id in total - 1_999..=total {
         client
-            .execute(
-                &format!("INSERT INTO {t} VALUES ($1, 0, 's')"),
-                &[&(id as i64)],
-            )
+            .execute(&format!("INSERT INTO {t} VALUES ($1, 0, 's')"), &[&id])
             .await
             .unwrap();
     }

@@ -493,7 +493,7 @@ async fn plan_predicts_what_the_cleaner_does() {
         .collect();
     assert_eq!(dedupe.len(), 1, "{all:#}");
     assert_eq!(dedupe[0]["evidence"]["keys_per_pass"], 45_000);
-    assert_eq!(dedupe[0]["evidence"]["records"], 300_001);
+    assert_eq!(dedupe[0]["evidence"]["records"], 150_001);
     assert!(
         dedupe[0]["fix"]
             .as_str()

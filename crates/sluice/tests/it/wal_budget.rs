@@ -266,6 +266,18 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
             "{keep}"
         );
     }
+    // The dev stack's server is on this machine and its user may read data_directory: the
+    // WAL disk's free space is checked against the budget (a few MiB: it fits).
+    let disk = &crate::doctor::findings(&all, "pg.wal_disk", None)[0];
+    assert_eq!(disk["severity"], "ok", "{disk}");
+    assert!(
+        disk["evidence"]["wal_path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/pg_wal"),
+        "{disk}"
+    );
+    assert!(disk["evidence"]["free_bytes"].as_u64() > Some(0), "{disk}");
     let found = &crate::doctor::findings(&all, "pg.wal_budget_slot", None)[0];
     assert_eq!(found["severity"], "critical", "{found}");
     assert_eq!(found["evidence"]["level"], "exceeded", "{found}");

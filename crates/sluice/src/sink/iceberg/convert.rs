@@ -25,15 +25,15 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
-use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
-use iceberg_arrow_array::builder::{
+use arrow_array::builder::{
     BooleanBuilder, Date32Builder, Decimal128Builder, FixedSizeBinaryBuilder, Float32Builder,
     Float64Builder, Int32Builder, Int64Builder, LargeBinaryBuilder, StringBuilder,
     Time64MicrosecondBuilder, TimestampMicrosecondBuilder,
 };
-use iceberg_arrow_array::{ArrayRef, RecordBatch};
-use iceberg_arrow_schema::{DataType, SchemaRef};
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, SchemaRef};
+use base64::Engine as _;
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use serde_json::Value;
 
 use crate::sink::postgres::decode::ConnectSchema;

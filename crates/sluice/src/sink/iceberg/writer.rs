@@ -533,10 +533,10 @@ impl IcebergWriter {
 /// The data files' Parquet settings: zstd, and row groups of at most [`ROW_GROUP_ROWS`] rows
 /// and [`ROW_GROUP_BYTES`] encoded bytes, which bound what a writer holds in memory before it
 /// writes (parquet's default, 1M rows and no byte limit, would hold a whole epoch).
-fn parquet_properties() -> iceberg_parquet::file::properties::WriterProperties {
-    iceberg_parquet::file::properties::WriterProperties::builder()
-        .set_compression(iceberg_parquet::basic::Compression::ZSTD(
-            iceberg_parquet::basic::ZstdLevel::default(),
+fn parquet_properties() -> parquet::file::properties::WriterProperties {
+    parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(
+            parquet::basic::ZstdLevel::default(),
         ))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
