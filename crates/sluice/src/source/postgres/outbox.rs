@@ -103,6 +103,15 @@ impl OutboxLayout {
             .cloned()
     }
 
+    /// Records `schemas` as `topic`'s registered ones (tests: no registry).
+    #[cfg(test)]
+    pub(super) fn set_registered(&self, topic: &str, schemas: RenderedSchemas) {
+        self.registered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(topic.to_owned(), Arc::new(schemas));
+    }
+
     /// Registers the schemas under the subjects of the topic `row` is routed to, the first
     /// time a row goes there (nothing to do without schemas, or for a row with no topic).
     ///

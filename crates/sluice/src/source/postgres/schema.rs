@@ -786,8 +786,9 @@ mod tests {
         );
         let config: super::super::config::OutboxConfig =
             toml::from_str("table = \"public.outbox\"").unwrap();
-        let layout = super::super::outbox::OutboxLayout::resolve(&rel.columns, &config).unwrap();
-        let schemas = outbox_schemas(&rel, &catalog, &events, &layout);
+        let mut layout =
+            super::super::outbox::OutboxLayout::resolve(&rel.columns, &config).unwrap();
+        let mut schemas = outbox_schemas(&rel, &catalog, &events, &layout);
         assert_eq!(
             avro(schemas.key.as_ref().unwrap()),
             captured("outbox", "dbzcap.outbox.order-key")
@@ -796,5 +797,54 @@ mod tests {
             avro(&schemas.envelope),
             captured("outbox", "dbzcap.outbox.order-value")
         );
+        // The bytes of the capture's records, under its ids (39, 40): an event and a NULL
+        // payload's tombstone.
+        let events = EventOptions {
+            format: Some(crate::event::EventFormat::Avro),
+            ..EventOptions::default()
+        };
+        layout.schemas = Some(schemas.clone());
+        schemas.registered = Some(crate::event::schema::RegisteredIds {
+            key: Some(39),
+            value: 40,
+        });
+        layout.set_registered("outbox.event.order", schemas);
+        let path = format!(
+            "{}/tests/debezium/avro/outbox/dbzcap.outbox.order.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let golden: Vec<Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let hex = |bytes: Option<Vec<u8>>| {
+            bytes.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+        };
+        let text = |t: &str| Datum::Text(Bytes::from(t.to_owned()));
+        for captured in [&golden[0], &golden[2]] {
+            let payload = match &captured["value"] {
+                Value::String(p) => text(p),
+                _ => Datum::Null,
+            };
+            let row = TupleData(vec![
+                text("00000000-0000-0000-0000-000000000001"),
+                text("order"),
+                text(captured["key"].as_str().unwrap()),
+                text("OrderCreated"),
+                payload,
+            ]);
+            let record = layout
+                .encode(
+                    &row,
+                    Vec::new(),
+                    ("public.outbox", &rel.columns, &events, true),
+                )
+                .unwrap();
+            assert_eq!(&*record.topic, "outbox.event.order");
+            assert_eq!(hex(record.key).as_deref(), captured["key_hex"].as_str());
+            assert_eq!(hex(record.value).as_deref(), captured["value_hex"].as_str());
+            assert_eq!(record.headers.len(), 2, "id and type as headers");
+        }
     }
 }
