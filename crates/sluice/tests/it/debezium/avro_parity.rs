@@ -72,9 +72,10 @@ fn extras(combination: &str) -> (&'static str, Option<&'static str>, Option<&'st
 
 /// The combinations `scripts/test` runs (the others with `SLUICE_AVRO_PARITY_ALL=1`, or
 /// named in `SLUICE_AVRO_PARITY`). `message` and `outbox` are left out: each is a whole run of
-/// the scripts and added ~11 s to the suite's run here (7 combinations 66 s, 5 44 s); the
-/// message topic's schemas are checked against the capture by a unit test
-/// (`source::postgres::schema::tests::message_schemas_are_debeziums`).
+/// the scripts and added ~11 s to the suite's run here (7 combinations 66 s, 5 44 s); unit
+/// tests check both against the captures (`source::postgres::schema::tests::
+/// message_schemas_are_debeziums`, and `outbox_schemas_are_the_event_routers`: the schemas,
+/// and the outbox records' bytes).
 const IN_SUITE: &[&str] = &[
     "defaults",
     "decimal-string",
