@@ -254,6 +254,18 @@ impl<S: SourceSection> PipelineConfig<S> {
                     .into(),
             );
         }
+        if events.uses_avro() && self.kafka.schema_changes_topic.is_some() {
+            // sluice's own record (PostgreSQL): Debezium's PostgreSQL connector has no
+            // schema-change topic, so there is no Avro schema of Debezium's to write it under.
+            issue(
+                "kafka.schema_changes_topic",
+                "cannot be combined with an Avro format: the PostgreSQL source's schema change \
+                 events are sluice's own JSON (Debezium's PostgreSQL connector has no \
+                 schema-change topic, so no Avro schema to match); remove it, or write the \
+                 events as json"
+                    .into(),
+            );
+        }
         if events.uses_avro() && self.schema_registry.is_none() {
             issue(
                 "schema_registry",

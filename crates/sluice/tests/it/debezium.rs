@@ -173,7 +173,8 @@ pub(crate) async fn run_sluice_then<T: Send + 'static>(
     run_sluice_with_then("", extra, setup, changes, read).await
 }
 
-/// [`run_sluice_then`] with `source` keys added to `[source.postgres]`.
+/// [`run_sluice_then`] with `source` keys added to `[source.postgres]` (`@name@` in them:
+/// the run's name, which is also its topic prefix and database).
 pub(crate) async fn run_sluice_with_then<T: Send + 'static>(
     source: &str,
     extra: &str,
@@ -201,6 +202,7 @@ pub(crate) async fn run_sluice_with_then<T: Send + 'static>(
     }
     let port = free_port();
     let dir = test_dir(&name);
+    let source = source.replace("@name@", &name);
     let toml = pipeline_toml(&name, "public", &name, port, extra).replace(
         &format!("url = \"{base}\""),
         &format!("url = \"{url}\"\n{source}"),

@@ -95,6 +95,9 @@ pub struct LogicalMessage {
     pub commit_unix_micros: i64,
     /// As [`RowChange::last_commit_end`].
     pub last_commit_end: Option<Lsn>,
+    /// The message topic's schemas (JSON with schemas, Avro: registered before the message
+    /// is queued); `None` for bare JSON.
+    pub schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
 }
 
 impl RowChange {

@@ -984,6 +984,19 @@ mod tests {
     }
 
     #[test]
+    fn schema_change_events_are_refused_under_avro() {
+        let topic = "schema_changes_topic = \"ddl\"\n";
+        let text = MINIMAL.replace("[kafka]\n", &format!("[kafka]\n{topic}"))
+            + "\n[kafka.events]\nvalue_format = \"avro\"\n[schema_registry]\nurl = \"http://r:8081\"\n";
+        let found = issues(&text);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "kafka.schema_changes_topic");
+        assert!(found[0].problem.contains("Avro"), "{}", found[0].problem);
+        let json = MINIMAL.replace("[kafka]\n", &format!("[kafka]\n{topic}"));
+        assert!(PgPipelineConfig::from_toml(&json, "test.toml", &env).is_ok());
+    }
+
+    #[test]
     fn rules_are_all_reported() {
         let text = MINIMAL.replace("schemas = [\"public\"]", "tables = [\"nodot\"]")
             + "\n[delivery]\non_permanent_error = \"dead_letter\"\n[admin]\nlisten = \"localhost\"\n";

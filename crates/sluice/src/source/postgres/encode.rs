@@ -32,12 +32,19 @@ use std::sync::Arc;
 pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<OutRecord>) {
     let rel = &change.relation;
     if let Some(outbox) = &rel.outbox {
-        // Only inserts reach here (see the stream); a row without an aggregate type was
-        // refused before admission.
-        if let ChangeKind::Insert { new } = &change.kind {
-            let headers = position_headers(change.commit_lsn, change.lsn, change.tx_index);
-            out.extend(outbox.encode(new, headers));
-        }
+        // Only inserts (and a snapshot's rows) reach here (see the stream); a streamed row
+        // without an aggregate type was refused before admission.
+        let (row, streamed) = match &change.kind {
+            ChangeKind::Insert { new } => (new, true),
+            ChangeKind::Read { row, .. } => (row, false),
+            _ => return,
+        };
+        let headers = position_headers(change.commit_lsn, change.lsn, change.tx_index);
+        out.extend(outbox.encode(
+            row,
+            headers,
+            (&rel.name, &rel.columns, &options.events, streamed),
+        ));
         return;
     }
     let mut index = change.tx_index;
@@ -147,12 +154,15 @@ pub fn encode_change(change: &RowChange, options: &EncodeOptions, out: &mut Vec<
 
 /// Encodes a logical decoding message as Debezium does (`op: "m"`): its `source` block is
 /// the change events' (`sequence`, `ts_us`, `ts_ns`, `xmin`, `origin`, `origin_lsn` included),
-/// with empty `schema` and `table`.
+/// with empty `schema` and `table`, `transaction` null (Debezium fills it for no message), the
+/// content in `binary_handling_mode`; in the events' formats under the message topic's schemas
+/// ([`super::schema::message_topic_schemas`]) when the message carries them.
 pub fn encode_message(
     message: &LogicalMessage,
     identity: &SourceIdentity,
-    now_unix_nanos: i64,
+    options: &EncodeOptions,
 ) -> OutRecord {
+    let now_unix_nanos = options.now_unix_nanos;
     let mut key = Vec::with_capacity(message.prefix.len() + 16);
     key.extend_from_slice(b"{\"prefix\":");
     write_json_str(&mut key, &message.prefix);
@@ -181,21 +191,30 @@ pub fn encode_message(
     value.extend_from_slice(b",\"lsn\":");
     value.extend_from_slice(lsn);
     value.extend_from_slice(b",\"xmin\":null,\"origin\":null,\"origin_lsn\":null");
-    value.extend_from_slice(b"},\"message\":{\"prefix\":");
+    value.extend_from_slice(b"},\"transaction\":null,\"message\":{\"prefix\":");
     write_json_str(&mut value, &message.prefix);
     value.extend_from_slice(b",\"content\":\"");
-    value.extend_from_slice(
-        base64::engine::general_purpose::STANDARD
-            .encode(&message.content)
-            .as_bytes(),
-    );
+    match options.events.binary_handling_mode.base64_engine() {
+        Some(engine) => value.extend_from_slice(engine.encode(&message.content).as_bytes()),
+        None => {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            for byte in message.content.iter() {
+                value.push(HEX[usize::from(byte >> 4)]);
+                value.push(HEX[usize::from(byte & 0x0f)]);
+            }
+        }
+    }
     value.extend_from_slice(b"\"}}");
-    OutRecord {
+    let record = OutRecord {
         partition: None,
         topic: Arc::clone(&message.topic),
         key: Some(key),
         value: Some(value),
         headers: position_headers(message.commit_lsn, message.lsn, message.tx_index),
+    };
+    match &message.schemas {
+        Some(schemas) => schemas.wrap_record(&options.events, record),
+        None => record,
     }
 }
 
@@ -748,13 +767,19 @@ mod tests {
             xid: Some(77),
             commit_unix_micros: 1_700_000_000_123_456,
             last_commit_end: None,
+            schemas: None,
         };
         let identity = SourceIdentity {
             server_name: "app".into(),
             database: "db".into(),
             registry: None,
         };
-        let record = encode_message(&message, &identity, 5_000_000);
+        let options = EncodeOptions {
+            tombstones: true,
+            events: crate::event::EventOptions::default(),
+            now_unix_nanos: 5_000_000,
+        };
+        let record = encode_message(&message, &identity, &options);
         let value: Value = serde_json::from_slice(record.value.as_ref().unwrap()).unwrap();
         assert_eq!(
             value,
@@ -768,6 +793,7 @@ mod tests {
                     "ts_ns": 1_700_000_000_123_456_000i64, "schema": "", "table": "",
                     "txId": 77, "lsn": 144, "xmin": null, "origin": null, "origin_lsn": null
                 },
+                "transaction": null,
                 "message": {"prefix": "audit", "content": "aGVsbG8="}
             })
         );

@@ -170,6 +170,13 @@ pub async fn read_chunk(
     let relation = super::snapshot::relation_info(catalog, identity, rules, events, schema, table)
         .await
         .map_err(ChunkError::Retry)?;
+    if relation.outbox.is_some() {
+        return Err(ChunkError::Table(format!(
+            "{} is the outbox table: its rows are events, routed when inserted; there is \
+             nothing to snapshot",
+            snapshot.table
+        )));
+    }
     if relation.columns.is_empty() {
         return Err(ChunkError::Table(format!(
             "table {} does not exist (any more)",

@@ -13,6 +13,7 @@
 //! - [`pgoutput`]: the decoder of pgoutput messages.
 //! - [`value`]: PostgreSQL text values to JSON, as Debezium maps them.
 //! - [`encode`]: row changes to Debezium envelopes.
+//! - `outbox`: the outbox router: outbox rows as routed events, their schemas per topic.
 //! - [`avro`]: row changes as Avro binary, written straight from the tuples.
 //! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
@@ -34,6 +35,7 @@ pub mod exactly_once;
 pub mod failover;
 pub mod generated;
 pub mod incremental;
+mod outbox;
 pub mod partition;
 pub mod pgoutput;
 pub mod publication;

@@ -3,14 +3,12 @@
 
 use super::avro::layout::{AvroLayout, AvroSource};
 use super::column::{ColumnInfo, ColumnTreatment, FIRST_USER_OID};
-use super::pgoutput::Datum;
+pub use super::outbox::OutboxLayout;
 use super::pgoutput::ReplicaIdentity;
-use super::pgoutput::TupleData;
 use super::setup::UserType;
 use super::value;
 use crate::event::schema::RenderedSchemas;
 use crate::event::write_json_str;
-use crate::kafka::OutRecord;
 use crate::runtime::metrics::TableMetrics;
 use std::sync::Arc;
 
@@ -47,99 +45,6 @@ pub struct RelationInfo {
     pub(super) avro_source: AvroSource,
     /// How events are written as Avro, once the schemas are registered.
     pub(super) avro: Option<AvroLayout>,
-}
-
-/// Where the outbox's parts are in its rows.
-#[derive(Debug)]
-pub struct OutboxLayout {
-    /// The topic with `{aggregate_type}` to replace.
-    pub topic: String,
-    /// The routing column.
-    pub aggregate_type: usize,
-    /// The key column.
-    pub aggregate_id: usize,
-    /// The value column.
-    pub payload: usize,
-    /// Every other column, as a header of its name.
-    pub headers: Vec<(usize, std::borrow::Cow<'static, str>)>,
-}
-
-impl OutboxLayout {
-    /// Finds the configured columns in the table's columns.
-    ///
-    /// # Errors
-    ///
-    /// The configuration key of a column the table does not have, and the columns it has.
-    pub fn resolve(
-        columns: &[ColumnInfo],
-        config: &super::config::OutboxConfig,
-    ) -> Result<Self, (String, String)> {
-        let find = |key: &str, name: &str| {
-            columns.iter().position(|c| c.name == name).ok_or_else(|| {
-                let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
-                (
-                    format!("source.postgres.outbox.{key}"),
-                    format!(
-                        "the outbox table {} has no column {name:?}; its columns: {}",
-                        config.table,
-                        names.join(", ")
-                    ),
-                )
-            })
-        };
-        let aggregate_type = find("aggregate_type_column", &config.aggregate_type_column)?;
-        let aggregate_id = find("aggregate_id_column", &config.aggregate_id_column)?;
-        let payload = find("payload_column", &config.payload_column)?;
-        let headers = columns
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| ![aggregate_type, aggregate_id, payload].contains(i))
-            .map(|(i, c)| (i, std::borrow::Cow::Owned(c.name.clone())))
-            .collect();
-        Ok(Self {
-            topic: config.topic.clone(),
-            aggregate_type,
-            aggregate_id,
-            payload,
-            headers,
-        })
-    }
-
-    /// The topic of an outbox row; `None` when its aggregate type is NULL.
-    pub fn topic_of(&self, row: &TupleData) -> Option<String> {
-        match row.0.get(self.aggregate_type) {
-            Some(Datum::Text(t)) => Some(
-                self.topic
-                    .replace("{aggregate_type}", &String::from_utf8_lossy(t)),
-            ),
-            _ => None,
-        }
-    }
-
-    /// The event of an inserted outbox row: key = aggregate id, value = payload (NULL → a
-    /// tombstone), the other columns as headers after the position headers.
-    pub(super) fn encode(
-        &self,
-        row: &TupleData,
-        mut headers: Vec<(std::borrow::Cow<'static, str>, String)>,
-    ) -> Option<OutRecord> {
-        let bytes = |i: usize| match row.0.get(i) {
-            Some(Datum::Text(t) | Datum::Binary(t)) => Some(t.to_vec()),
-            _ => None,
-        };
-        for (i, name) in &self.headers {
-            if let Some(Datum::Text(value)) = row.0.get(*i) {
-                headers.push((name.clone(), String::from_utf8_lossy(value).into_owned()));
-            }
-        }
-        Some(OutRecord {
-            partition: None,
-            topic: Arc::from(self.topic_of(row)?),
-            key: bytes(self.aggregate_id),
-            value: bytes(self.payload),
-            headers,
-        })
-    }
 }
 
 /// What every event's `source` block names besides the table.

@@ -106,6 +106,76 @@ pub fn source_schema() -> Schema {
         .named("io.debezium.connector.postgresql.Source", Some(1))
 }
 
+/// The logical decoding message topic's (`<prefix>.message`) key and value schemas, as
+/// Debezium's PostgreSQL connector registers them: `io.debezium.connector.postgresql.MessageKey`
+/// (`prefix`) and `MessageValue` (`op`, `ts_ms`, the connector's `source`, the `transaction`
+/// block, and `message`: `io.debezium.connector.postgresql.Message` of `prefix` and `content`,
+/// bytes or, under another `binary_handling_mode`, the string it writes).
+pub fn message_topic_schemas(events: &EventOptions) -> RenderedSchemas {
+    let string = |optional| Schema::of(SchemaType::String, optional);
+    let key = Schema::of(
+        SchemaType::Struct(vec![Field::new("prefix", string(true))]),
+        false,
+    )
+    .named("io.debezium.connector.postgresql.MessageKey", Some(1));
+    let content = match events.binary_handling_mode {
+        crate::event::BinaryHandlingMode::Bytes => Schema::of(SchemaType::Bytes, true),
+        _ => string(true),
+    };
+    let message = Schema::of(
+        SchemaType::Struct(vec![
+            Field::new("prefix", string(true)),
+            Field::new("content", content),
+        ]),
+        false,
+    )
+    .named("io.debezium.connector.postgresql.Message", Some(1));
+    let value = Schema::of(
+        SchemaType::Struct(vec![
+            Field::new("op", string(false)),
+            Field::new("ts_ms", Schema::of(SchemaType::Int64, true)),
+            Field::new("source", source_schema()),
+            Field::new("transaction", crate::event::schema::transaction_block()),
+            Field::new("message", message),
+        ]),
+        false,
+    )
+    .named("io.debezium.connector.postgresql.MessageValue", Some(1));
+    RenderedSchemas::of(Some(key), value)
+}
+
+/// The outbox router's key and value schemas: the aggregate id column's and the payload
+/// column's Connect schemas in the outbox table's row (`catalog`: [`column_catalog`]'s
+/// answer), as Debezium's `EventRouter` takes them from the `after` struct.
+pub fn outbox_schemas(
+    rel: &RelationInfo,
+    catalog: &[ColumnCatalog],
+    events: &EventOptions,
+    outbox: &super::outbox::OutboxLayout,
+) -> RenderedSchemas {
+    let rendered = render(rel, catalog, events);
+    let row = match &rendered.envelope.schema_type {
+        SchemaType::Struct(fields) => fields
+            .iter()
+            .find(|f| f.name == "after")
+            .map(|f| f.schema.clone()),
+        _ => None,
+    };
+    let column = |index: usize| {
+        let name = &rel.columns[index].name;
+        match row.as_ref().map(|r| &r.schema_type) {
+            Some(SchemaType::Struct(fields)) => fields
+                .iter()
+                .find(|f| &f.name == name)
+                .map(|f| f.schema.clone()),
+            _ => None,
+        }
+        // A column the rules leave out: a null of an optional string.
+        .unwrap_or_else(|| Schema::of(SchemaType::String, true))
+    };
+    RenderedSchemas::of(Some(column(outbox.aggregate_id)), column(outbox.payload))
+}
+
 /// Renders a relation's key and envelope schemas; `catalog` is [`column_catalog`]'s answer
 /// (columns it does not name get the Relation message's type, nullable unless a key).
 pub fn render(
@@ -621,5 +691,160 @@ mod tests {
             default_value(&SchemaType::Boolean, None, "true").as_deref(),
             Some("true")
         );
+    }
+
+    /// The registered text of `subject`'s first version in an Avro capture
+    /// (`tests/debezium/avro/<combination>/schemas.json`), parsed.
+    fn captured(combination: &str, subject: &str) -> Value {
+        let path = format!(
+            "{}/tests/debezium/avro/{combination}/schemas.json",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let schemas: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let entry = schemas
+            .as_object()
+            .unwrap()
+            .values()
+            .find(|e| {
+                e["subjects"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|s| s == &json!(format!("{subject} v1")))
+            })
+            .unwrap_or_else(|| panic!("{path}: no {subject}"));
+        serde_json::from_str(entry["text"].as_str().unwrap()).unwrap()
+    }
+
+    fn avro(schema: &Schema) -> Value {
+        serde_json::from_str(&crate::event::avro::schema_text(schema).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn message_schemas_are_debeziums() {
+        let schemas = message_topic_schemas(&EventOptions::default());
+        assert_eq!(
+            avro(schemas.key.as_ref().unwrap()),
+            captured("message", "dbzcap.message-key")
+        );
+        assert_eq!(
+            avro(&schemas.envelope),
+            captured("message", "dbzcap.message-value")
+        );
+    }
+
+    #[test]
+    fn outbox_schemas_are_the_event_routers() {
+        let events = EventOptions::default();
+        let varchar = |name: &str, not_null| ColumnCatalog {
+            name: name.into(),
+            not_null,
+            base_oid: 1043,
+            base_modifier: 259,
+            type_name: "varchar".into(),
+            type_type: 'b',
+            ..ColumnCatalog::default()
+        };
+        let catalog = vec![
+            ColumnCatalog {
+                name: "id".into(),
+                not_null: true,
+                base_oid: 2950,
+                base_modifier: -1,
+                type_name: "uuid".into(),
+                type_type: 'b',
+                ..ColumnCatalog::default()
+            },
+            varchar("aggregatetype", true),
+            varchar("aggregateid", true),
+            varchar("type", true),
+            ColumnCatalog {
+                name: "payload".into(),
+                base_oid: 3802,
+                base_modifier: -1,
+                type_name: "jsonb".into(),
+                type_type: 'b',
+                ..ColumnCatalog::default()
+            },
+        ];
+        let rel = RelationInfo::new(
+            &SourceIdentity {
+                server_name: "dbzcap".into(),
+                database: "db".into(),
+                registry: None,
+            },
+            "public",
+            "outbox",
+            catalog
+                .iter()
+                .map(|c| (c.name.clone(), c.base_oid, c.base_modifier))
+                .collect(),
+            &["id".to_owned()],
+            ReplicaIdentity::Default,
+            Arc::new(TableMetrics::new("public.outbox")),
+        );
+        let config: super::super::config::OutboxConfig =
+            toml::from_str("table = \"public.outbox\"").unwrap();
+        let mut layout =
+            super::super::outbox::OutboxLayout::resolve(&rel.columns, &config).unwrap();
+        let mut schemas = outbox_schemas(&rel, &catalog, &events, &layout);
+        assert_eq!(
+            avro(schemas.key.as_ref().unwrap()),
+            captured("outbox", "dbzcap.outbox.order-key")
+        );
+        assert_eq!(
+            avro(&schemas.envelope),
+            captured("outbox", "dbzcap.outbox.order-value")
+        );
+        // The bytes of the capture's records, under its ids (39, 40): an event and a NULL
+        // payload's tombstone.
+        let events = EventOptions {
+            format: Some(crate::event::EventFormat::Avro),
+            ..EventOptions::default()
+        };
+        layout.schemas = Some(schemas.clone());
+        schemas.registered = Some(crate::event::schema::RegisteredIds {
+            key: Some(39),
+            value: 40,
+        });
+        layout.set_registered("outbox.event.order", schemas);
+        let path = format!(
+            "{}/tests/debezium/avro/outbox/dbzcap.outbox.order.jsonl",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        let golden: Vec<Value> = std::fs::read_to_string(&path)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let hex = |bytes: Option<Vec<u8>>| {
+            bytes.map(|b| b.iter().map(|x| format!("{x:02x}")).collect::<String>())
+        };
+        let text = |t: &str| Datum::Text(Bytes::from(t.to_owned()));
+        for captured in [&golden[0], &golden[2]] {
+            let payload = match &captured["value"] {
+                Value::String(p) => text(p),
+                _ => Datum::Null,
+            };
+            let row = TupleData(vec![
+                text("00000000-0000-0000-0000-000000000001"),
+                text("order"),
+                text(captured["key"].as_str().unwrap()),
+                text("OrderCreated"),
+                payload,
+            ]);
+            let record = layout
+                .encode(
+                    &row,
+                    Vec::new(),
+                    ("public.outbox", &rel.columns, &events, true),
+                )
+                .unwrap();
+            assert_eq!(&*record.topic, "outbox.event.order");
+            assert_eq!(hex(record.key).as_deref(), captured["key_hex"].as_str());
+            assert_eq!(hex(record.value).as_deref(), captured["value_hex"].as_str());
+            assert_eq!(record.headers.len(), 2, "id and type as headers");
+        }
     }
 }

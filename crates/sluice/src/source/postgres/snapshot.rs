@@ -886,6 +886,21 @@ impl Worker {
             events: self.events.clone(),
             now_unix_nanos: crate::delivery::unix_nanos_now(),
         };
+        if let Some(outbox) = &relation.outbox {
+            for (row, _) in &rows {
+                if outbox.topic_of(row).is_none() {
+                    return Err(null_aggregate_type(&relation.name));
+                }
+                outbox
+                    .prepare(
+                        row,
+                        self.identity.registry.as_deref(),
+                        &self.events,
+                        &relation.name,
+                    )
+                    .await?;
+            }
+        }
         let commit_unix_micros = unix_micros_now();
         let consistent_point = self.consistent_point;
         let first_index = self
@@ -925,6 +940,16 @@ impl Worker {
         )
         .await
     }
+}
+
+/// An outbox row the snapshot read has a NULL aggregate type: no topic to route it to.
+fn null_aggregate_type(table: &str) -> PipelineError {
+    PipelineError::fatal(
+        format!(
+            "a row of the outbox table {table} has a NULL aggregate type: it cannot be routed to a topic"
+        ),
+        "make the outbox's aggregate type column NOT NULL and fix or delete the row, then restart",
+    )
 }
 
 /// A row read with the simple query protocol (text values), as the encoder takes it.
@@ -1008,10 +1033,35 @@ pub(super) async fn relation_info(
         .map(|r| r.get::<_, u32>(1))
         .collect();
     info.mark_hstore(|oid| hstore.contains(&oid));
-    if events.needs_schemas() {
-        let columns = super::schema::column_catalog(catalog, oid).await?;
-        info.prepare_schemas(&columns, events, identity.registry.as_deref())
-            .await?;
+    let outbox = rules.outbox.as_ref().filter(|o| o.table == qualified);
+    let columns = if events.needs_schemas() {
+        Some(super::schema::column_catalog(catalog, oid).await?)
+    } else {
+        None
+    };
+    match (outbox, &columns) {
+        // The outbox's rows are routed events (as the stream's inserts), not change events.
+        (Some(outbox), _) => {
+            let mut layout = super::outbox::OutboxLayout::resolve(&info.columns, outbox).map_err(
+                |(key, problem)| {
+                    PipelineError::fatal(
+                        format!("{key}: {problem}"),
+                        format!("set {key} to one of the table's columns"),
+                    )
+                },
+            )?;
+            if let Some(columns) = &columns {
+                layout.schemas = Some(super::schema::outbox_schemas(
+                    &info, columns, events, &layout,
+                ));
+            }
+            info.outbox = Some(Arc::new(layout));
+        }
+        (None, Some(columns)) => {
+            info.prepare_schemas(columns, events, identity.registry.as_deref())
+                .await?;
+        }
+        (None, None) => {}
     }
     Ok(info)
 }

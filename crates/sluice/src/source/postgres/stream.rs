@@ -559,6 +559,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let heartbeat_interval = config.source.heartbeat_interval_ms;
     let mut source = PgSource {
         transaction_schemas: None,
+        message_schemas: None,
         ctx,
         identity,
         catalog: Arc::clone(&catalog),
@@ -677,6 +678,8 @@ struct PgSource<'a> {
     /// The transaction topic's schemas, registered when its first record needs them (JSON
     /// with schemas, Avro).
     transaction_schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
+    /// The message topic's schemas, once registered ([`Self::prepare_message_schemas`]).
+    message_schemas: Option<Arc<crate::event::schema::RenderedSchemas>>,
 }
 
 /// `heartbeat_interval_ms`: a heartbeat written off the loop, at most one at a time.
@@ -719,11 +722,7 @@ impl Encode<Item> for PgEncoder {
                 encode_change(change, &self.options, out);
             }
             Item::Message(message) => {
-                out.push(encode_message(
-                    message,
-                    &self.identity,
-                    self.options.now_unix_nanos,
-                ));
+                out.push(encode_message(message, &self.identity, &self.options));
             }
             Item::Raw { record, .. } => out.push(record.clone()),
         }
@@ -1057,7 +1056,8 @@ impl PgSource<'_> {
                 self.on_relation(relation, intake).await?;
             }
             PgOutputMessage::Insert { relation_id, new } => {
-                if let Some(outbox) = self.relation(relation_id)?.outbox.clone() {
+                let rel = self.relation(relation_id)?;
+                if let Some(outbox) = rel.outbox.clone() {
                     let topic = outbox.topic_of(&new).ok_or_else(|| {
                         PipelineError::fatal(
                             format!("an outbox row at LSN {lsn} has a NULL aggregate type: it cannot be routed to a topic"),
@@ -1065,6 +1065,14 @@ impl PgSource<'_> {
                         )
                     })?;
                     self.ensure_topic(&topic).await?;
+                    outbox
+                        .prepare(
+                            &new,
+                            self.identity.registry.as_deref(),
+                            &self.ctx.config.kafka.events,
+                            &rel.name,
+                        )
+                        .await?;
                 }
                 let kind = ChangeKind::Insert { new };
                 self.push_row(relation_id, kind, lsn, size, intake)?;
@@ -1141,6 +1149,7 @@ impl PgSource<'_> {
                 }
                 let topic = format!("{}.message", self.identity.server_name);
                 self.ensure_topic(&topic).await?;
+                self.prepare_message_schemas(&topic).await?;
                 let (commit_lsn, xid, commit_unix_micros, tx_index) = match &mut self.tx {
                     Some(tx) if transactional => {
                         let index = tx.next_index;
@@ -1159,6 +1168,7 @@ impl PgSource<'_> {
                     xid,
                     commit_unix_micros,
                     last_commit_end: self.last_commit_end,
+                    schemas: self.message_schemas.clone(),
                 };
                 if !committed_already(self.committed_position, commit_lsn, tx_index) {
                     intake.admit(Item::Message(message), size * 2 + 256, 1);
@@ -1243,18 +1253,6 @@ impl PgSource<'_> {
         info.apply_rules(&self.ctx.config.source);
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
-        if !info.excluded {
-            let columns = bounded(
-                "reading the table's column types",
-                super::schema::column_catalog(&self.catalog, relation.id),
-            )
-            .await?;
-            info.mark_not_null(&columns);
-            if events.needs_schemas() {
-                info.prepare_schemas(&columns, events, self.identity.registry.as_deref())
-                    .await?;
-            }
-        }
         let is_outbox = self
             .ctx
             .config
@@ -1262,6 +1260,21 @@ impl PgSource<'_> {
             .outbox
             .as_ref()
             .is_some_and(|o| o.table == qualified);
+        let mut catalog_columns = Vec::new();
+        if !info.excluded {
+            let columns = bounded(
+                "reading the table's column types",
+                super::schema::column_catalog(&self.catalog, relation.id),
+            )
+            .await?;
+            info.mark_not_null(&columns);
+            // The outbox's records are routed events: their schemas are the outbox's own.
+            if events.needs_schemas() && !is_outbox {
+                info.prepare_schemas(&columns, events, self.identity.registry.as_deref())
+                    .await?;
+            }
+            catalog_columns = columns;
+        }
         if self.incremental.is_signal_table(&qualified) {
             // Signals are read, not published.
             info.excluded = true;
@@ -1273,13 +1286,22 @@ impl PgSource<'_> {
         match self.ctx.config.source.outbox.as_ref() {
             _ if info.excluded => {}
             Some(outbox) if outbox.table == qualified => {
-                let layout =
+                let mut layout =
                     OutboxLayout::resolve(&info.columns, outbox).map_err(|(key, problem)| {
                         PipelineError::fatal(
                             format!("{key}: {problem}"),
                             format!("set {key} to one of the table's columns"),
                         )
                     })?;
+                let events = &self.ctx.config.kafka.events;
+                if events.needs_schemas() {
+                    layout.schemas = Some(super::schema::outbox_schemas(
+                        &info,
+                        &catalog_columns,
+                        events,
+                        &layout,
+                    ));
+                }
                 info.outbox = Some(Arc::new(layout));
             }
             _ => self.ensure_topic(&info.topic).await?,
@@ -1622,6 +1644,26 @@ impl PgSource<'_> {
         )
         .await?;
         self.transaction_schemas = Some(Arc::new(schemas));
+        Ok(())
+    }
+
+    /// Registers the message topic's schemas the first time a logical decoding message needs
+    /// them (JSON with schemas, Avro): Debezium's `MessageKey` / `MessageValue`.
+    async fn prepare_message_schemas(&mut self, topic: &str) -> Result<(), PipelineError> {
+        let events = &self.ctx.config.kafka.events;
+        if self.message_schemas.is_some() || !events.needs_schemas() {
+            return Ok(());
+        }
+        let mut schemas = super::schema::message_topic_schemas(events);
+        schemas.registered = crate::registry::register_schemas(
+            self.identity.registry.as_deref(),
+            topic,
+            &schemas,
+            events,
+            topic,
+        )
+        .await?;
+        self.message_schemas = Some(Arc::new(schemas));
         Ok(())
     }
 
