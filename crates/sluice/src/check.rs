@@ -253,7 +253,7 @@ async fn check_postgres(
                 leaves.join(", ")
             ));
         }
-        if let Some(root) = &table.root {
+        if let Some(root) = table.root() {
             lines.push(format!("    partition of {root}"));
         }
     }

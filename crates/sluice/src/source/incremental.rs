@@ -9,7 +9,7 @@
 //! written where the source's log carries them, and the window the stream loop keeps): see
 //! [`crate::source::postgres::incremental`] and [`crate::source::mysql::incremental`].
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -58,10 +58,37 @@ pub struct IncrementalState<K = Vec<String>> {
     /// the first run records them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub known_partitions: Option<BTreeSet<String>>,
+    /// PostgreSQL, `partitions = "root"`: the OIDs of those leaves (a table of the same name
+    /// with another OID is another table).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub partition_oids: BTreeMap<String, u32>,
+    /// PostgreSQL, `partitions = "root"`: the tables that were partitions of a captured
+    /// partitioned table and were detached from it, with their OIDs. They are left out of the
+    /// captured tables (no topic, no snapshot) unless `tables` names them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub detached_partitions: BTreeMap<String, u32>,
+    /// PostgreSQL, `partitions = "leaves"`: the transaction snapshot taken at the last start
+    /// (see [`StartHorizon`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon: Option<StartHorizon>,
     /// The stream position (commit LSN, index) from which on this state holds: under exactly
     /// once, the newer of the state store's copy and the offsets topic's is resumed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub position: Option<(u64, u32)>,
+}
+
+/// PostgreSQL: a transaction snapshot taken at a run's start, once the slot existed and the
+/// publication was set up, with the capture settings of that run. A partition created as one
+/// by a transaction that started after it, in a schema the publication published whole since
+/// before it, had every row streamed: it joins the captured set without a snapshot (see
+/// [`crate::source::postgres::partition::Creation`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartHorizon {
+    /// `txid_current_snapshot()` as text (`xmin:xmax:xip,…`, epoch-extended ids).
+    pub snapshot: String,
+    /// The capture settings then (schemas, tables, exclusions, row filters, partitions mode,
+    /// publication): the horizon holds only while they are unchanged.
+    pub capture: String,
 }
 
 /// One table's incremental snapshot.

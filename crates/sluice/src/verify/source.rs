@@ -263,7 +263,7 @@ impl SourceSnapshot {
             let typmod: i32 = row.get(3);
             let generated: bool = row.get(4);
             let in_key: bool = row.get(5);
-            let treatment = pg.column_treatment(&format!("{qualified}.{name}"));
+            let treatment = pg.column_treatment_of(&table.rule_names(), &name);
             let class = ColumnClass::of(type_oid, typtype == "e", typmod, events);
             let reason = match (treatment, &class) {
                 (ColumnTreatment::Exclude, _) => Some("excluded (source.postgres.columns.exclude)"),
@@ -313,7 +313,7 @@ impl SourceSnapshot {
             } else {
                 format!("ONLY {quoted}")
             },
-            filter: pg.row_filter(&qualified).map(str::to_owned),
+            filter: pg.row_filter_of(&table.rule_names()),
             buckets: bucket_count(estimate),
         }))
     }

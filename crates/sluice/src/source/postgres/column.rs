@@ -51,11 +51,25 @@ pub const FIRST_USER_OID: u32 = 16384;
 impl super::config::PostgresSourceConfig {
     /// The treatment of `schema.table.column`.
     pub fn column_treatment(&self, qualified_column: &str) -> ColumnTreatment {
+        self.treatment_of(&[qualified_column.to_owned()])
+    }
+
+    /// The treatment of `column` of a table by its rule names (`schema.table`, then under
+    /// `partitions = "leaves"` the partitioned tables above it): a rule naming a partitioned
+    /// table's column covers its partitions'.
+    pub fn column_treatment_of(&self, tables: &[String], column: &str) -> ColumnTreatment {
+        let names: Vec<String> = tables.iter().map(|t| format!("{t}.{column}")).collect();
+        self.treatment_of(&names)
+    }
+
+    /// The first rule, in the order exclude, hash, mask, that matches one of `names`
+    /// (`schema.table.column` each).
+    fn treatment_of(&self, names: &[String]) -> ColumnTreatment {
         let rules = &self.columns;
         let any = |patterns: &[String]| {
             patterns
                 .iter()
-                .any(|p| crate::config::glob_matches(p, qualified_column))
+                .any(|p| names.iter().any(|n| crate::config::glob_matches(p, n)))
         };
         if any(&rules.exclude) {
             ColumnTreatment::Exclude
@@ -66,5 +80,74 @@ impl super::config::PostgresSourceConfig {
         } else {
             ColumnTreatment::Keep
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+        name = "orders"
+        [source.postgres]
+        url = "postgres://postgres@127.0.0.1:5432/postgres"
+        schemas = ["public"]
+        [kafka]
+        brokers = "127.0.0.1:9092"
+    "#;
+
+    #[test]
+    fn rules_naming_a_partitioned_table_cover_its_partitions() {
+        let text = MINIMAL.replace(
+            "schemas = [\"public\"]",
+            "schemas = [\"public\"]\npartitions = \"leaves\"\n\
+             exclude_tables = [\"public.archive\"]\n\
+             row_filters = { \"public.events\" = \"v > 0\", \"public.events_01\" = \"v < 9\" }\n\
+             columns = { mask = [\"public.events.secret\"], hash = [\"public.events_01.email\"] }",
+        );
+        let config =
+            super::super::config::PgPipelineConfig::from_toml(&text, "test.toml", &|_| None)
+                .unwrap();
+        let pg = &config.source;
+        // A leaf of a two-level tree, named with its partitioned tables, nearest first.
+        let names = |leaf: &str, above: &[&str]| -> Vec<String> {
+            std::iter::once(leaf)
+                .chain(above.iter().copied())
+                .map(str::to_owned)
+                .collect()
+        };
+        let leaf = names("public.events_01", &["public.events"]);
+        let deep = names("public.events_03_a", &["public.events_03", "public.events"]);
+        let plain = names("public.other", &[]);
+        assert_eq!(
+            pg.column_treatment_of(&leaf, "secret"),
+            ColumnTreatment::Mask
+        );
+        assert_eq!(
+            pg.column_treatment_of(&deep, "secret"),
+            ColumnTreatment::Mask
+        );
+        assert_eq!(
+            pg.column_treatment_of(&plain, "secret"),
+            ColumnTreatment::Keep
+        );
+        // A rule naming the leaf still applies (hash comes before mask).
+        assert_eq!(
+            pg.column_treatment_of(&leaf, "email"),
+            ColumnTreatment::Hash
+        );
+        assert_eq!(
+            pg.column_treatment_of(&deep, "email"),
+            ColumnTreatment::Keep
+        );
+        // Both row filters hold for the leaf that has its own.
+        assert_eq!(
+            pg.row_filter_of(&leaf).as_deref(),
+            Some("(v < 9) AND (v > 0)")
+        );
+        assert_eq!(pg.row_filter_of(&deep).as_deref(), Some("v > 0"));
+        assert_eq!(pg.row_filter_of(&plain), None);
+        assert!(pg.excludes_any(&names("public.archive_2024", &["public.archive"])));
+        assert!(!pg.excludes_any(&leaf));
     }
 }

@@ -263,6 +263,30 @@ impl PostgresSourceConfig {
             .iter()
             .any(|p| glob_matches(p, qualified))
     }
+
+    /// Whether a table is excluded by one of its rule names (`schema.table`, then under
+    /// `partitions = "leaves"` the partitioned tables above it: excluding a partitioned
+    /// table excludes its partitions).
+    pub fn excludes_any(&self, names: &[String]) -> bool {
+        names.iter().any(|name| self.excludes_table(name))
+    }
+
+    /// The row filter of a table by its rule names (see [`Self::excludes_any`]): the filters
+    /// of the table and of the partitioned tables above it, each in parentheses, joined by
+    /// `AND` (every one holds).
+    pub fn row_filter_of(&self, names: &[String]) -> Option<String> {
+        let filters: Vec<&str> = names.iter().filter_map(|n| self.row_filter(n)).collect();
+        match filters.as_slice() {
+            [] => None,
+            [one] => Some((*one).to_owned()),
+            many => Some(
+                many.iter()
+                    .map(|f| format!("({f})"))
+                    .collect::<Vec<_>>()
+                    .join(" AND "),
+            ),
+        }
+    }
 }
 
 /// When to snapshot (shared with the MySQL source).

@@ -133,6 +133,12 @@ impl XidSnapshot {
         })
     }
 
+    /// Whether the transaction `xid` started after the snapshot was taken (its id was assigned
+    /// at or past the snapshot's `xmax`; ids compare modulo 2^32).
+    pub fn started_after(&self, xid: u32) -> bool {
+        (xid.wrapping_sub(self.xmax) as i32) >= 0
+    }
+
     /// Whether the snapshot sees the (committed) transaction `xid`: it had finished before the
     /// snapshot was taken (PostgreSQL's `XidInMVCCSnapshot`, negated; ids compare modulo 2^32).
     pub fn sees(&self, xid: u32) -> bool {
@@ -225,7 +231,7 @@ pub async fn read_chunk(
     // The pipeline's row filter (as the publication applies it), then the request's: each
     // one condition (checked when the pipeline file was read and when the request came; again
     // here for requests queued by an older version).
-    if let Some(filter) = rules.row_filter(&snapshot.table) {
+    if let Some(filter) = rules.row_filter_of(&relation.rule_names()) {
         conditions.push(format!("({filter})"));
     }
     if let Some(filter) = &snapshot.filter {
@@ -347,6 +353,27 @@ pub async fn read_chunk(
     })
 }
 
+/// `partitions = "leaves"`: whether every row of a partition created while sluice was stopped
+/// was streamed (see [`super::partition::Creation`]): `horizon` is the last start's
+/// transaction snapshot, `now` this start's (both as `txid_current_snapshot()` writes them).
+/// False when in doubt (ids too far apart to compare modulo 2^32, a snapshot unreadable, an
+/// id frozen or special): a partition snapshotted whose rows were streamed is a duplicate
+/// `op: "r"`, one not snapshotted whose rows were not would be rows lost.
+pub fn streamed_since(horizon: &str, now: &str, creation: &super::partition::Creation) -> bool {
+    let xmax64 = |text: &str| -> Option<u64> { text.split(':').nth(1)?.trim().parse().ok() };
+    let (Some(then), Some(then_xmax), Some(now_xmax)) =
+        (XidSnapshot::parse(horizon), xmax64(horizon), xmax64(now))
+    else {
+        return false;
+    };
+    // Within 2^30 ids of the horizon, 32-bit ids still compare (VACUUM freezes long before
+    // 2^31).
+    let close = now_xmax >= then_xmax && now_xmax - then_xmax < 1 << 30;
+    // Ids below 3 are PostgreSQL's invalid, bootstrap and frozen ones.
+    let normal = creation.xid >= 3 && creation.published_by >= 3;
+    close && normal && then.sees(creation.published_by) && then.started_after(creation.xid)
+}
+
 /// Creates the signal table when configured and missing; returns it as a table to publish.
 ///
 /// # Errors
@@ -383,7 +410,8 @@ pub async fn create_signal_table(
         table: table.to_owned(),
         replica_identity: 'd',
         has_primary_key: true,
-        root: None,
+        ancestors: Vec::new(),
+        oid: 0,
     }))
 }
 
@@ -559,6 +587,8 @@ impl IncrementalRun {
     /// captured now but unknown to the state are queued for a snapshot (with
     /// `snapshot_new_tables` and a snapshot mode other than `never`). Under exactly once,
     /// progress also goes to `offsets`.
+    /// `streamed`: tables whose every row was streamed (partitions created while sluice was
+    /// stopped, see [`streamed_since`]): they join without a snapshot.
     pub fn new(
         config: Arc<PgPipelineConfig>,
         identity: SourceIdentity,
@@ -566,6 +596,7 @@ impl IncrementalRun {
         captured: HashSet<String>,
         start: Lsn,
         offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
+        streamed: &HashSet<String>,
     ) -> Self {
         let pg = &config.source;
         let mut run = Self {
@@ -606,14 +637,20 @@ impl IncrementalRun {
                 run.record(start);
             }
             Some(known) => {
-                let new: Vec<String> = run
+                let (joined_streamed, new): (Vec<String>, Vec<String>) = run
                     .captured
                     .iter()
                     .filter(|t| !known.contains(*t))
                     .cloned()
-                    .collect();
+                    .partition(|t| streamed.contains(t));
+                if !joined_streamed.is_empty() {
+                    tracing::info!(
+                        tables = ?joined_streamed,
+                        "partitions created while sluice was stopped joined the captured set: their rows were all streamed, nothing to snapshot"
+                    );
+                }
                 let gone = known.iter().any(|t| !run.captured.contains(t));
-                if !new.is_empty() || gone {
+                if !new.is_empty() || !joined_streamed.is_empty() || gone {
                     run.state.known_tables = Some(run.captured.iter().cloned().collect());
                     if run.snapshot_new_tables && !new.is_empty() {
                         tracing::info!(tables = ?new, "tables joined the captured set: snapshotting them while streaming");
@@ -709,9 +746,9 @@ impl IncrementalRun {
     pub fn set_leaves(&mut self, tables: &[super::setup::CapturedTable]) {
         self.leaves_of.clear();
         for table in tables {
-            if let Some(root) = &table.root {
+            for partitioned in &table.ancestors {
                 self.leaves_of
-                    .entry(root.clone())
+                    .entry(partitioned.clone())
                     .or_default()
                     .push(table.qualified());
             }
@@ -815,6 +852,44 @@ impl IncrementalRun {
         self.record(at);
     }
 
+    /// The state as it is now (recorded or not yet).
+    pub fn state(&self) -> &IncrementalState {
+        &self.state
+    }
+
+    /// `partitions = "leaves"`: this start's horizon (see
+    /// [`crate::source::incremental::StartHorizon`]), recorded once confirmed past `at`.
+    pub fn set_horizon(&mut self, horizon: crate::source::incremental::StartHorizon, at: Lsn) {
+        self.state.horizon = Some(horizon);
+        self.record(at);
+    }
+
+    /// `partitions = "root"`: the tables left out because they were partitions of a captured
+    /// partitioned table and were detached ([`super::partition::detached`]), seen at `at`.
+    /// Each newly left out is logged.
+    pub fn set_detached(&mut self, detached: std::collections::BTreeMap<String, u32>, at: Lsn) {
+        if detached == self.state.detached_partitions {
+            return;
+        }
+        for table in detached
+            .keys()
+            .filter(|t| !self.state.detached_partitions.contains_key(*t))
+        {
+            tracing::info!(
+                table = %table,
+                "a partition detached from a captured partitioned table is left out (no topic, no snapshot): its changes up to the detach are in its root's topic; name it in source.postgres.tables to capture it as a table of its own"
+            );
+        }
+        self.state.detached_partitions = detached;
+        self.record(at);
+    }
+
+    /// `partitions = "root"`: whether the table `name` (OID `oid`) is a detached partition
+    /// left out.
+    pub fn is_detached(&self, name: &str, oid: u32) -> bool {
+        self.state.detached_partitions.get(name) == Some(&oid)
+    }
+
     /// `partitions = "root"`: the leaves of the captured partitioned tables now (listed at the
     /// start, before the initial snapshot, and at every table refresh), seen at `at`. Leaves
     /// unknown to the state that were attached are snapshotted once under their root (with
@@ -822,13 +897,20 @@ impl IncrementalRun {
     pub fn on_partitions(&mut self, current: &[super::partition::Partition], at: Lsn) {
         let names: std::collections::BTreeSet<String> =
             current.iter().map(|p| p.leaf.clone()).collect();
+        let oids: std::collections::BTreeMap<String, u32> =
+            current.iter().map(|p| (p.leaf.clone(), p.oid)).collect();
         let Some(known) = self.state.known_partitions.as_ref() else {
             // The first run: the initial snapshot reads them all through their roots.
             self.state.known_partitions = Some(names);
+            self.state.partition_oids = oids;
             self.record(at);
             return;
         };
         if *known == names {
+            if self.state.partition_oids != oids {
+                self.state.partition_oids = oids;
+                self.record(at);
+            }
             return;
         }
         let joined: Vec<&super::partition::Partition> = current
@@ -884,6 +966,7 @@ impl IncrementalRun {
             self.state.accept(&signal, &|_| true);
         }
         self.state.known_partitions = Some(names);
+        self.state.partition_oids = oids;
         self.record(at);
     }
 
@@ -1398,7 +1481,15 @@ mod tests {
             registry: None,
         };
         let captured = ["public.events".to_owned()].into_iter().collect();
-        IncrementalRun::new(Arc::new(config), identity, state, captured, Lsn(1), None)
+        IncrementalRun::new(
+            Arc::new(config),
+            identity,
+            state,
+            captured,
+            Lsn(1),
+            None,
+            &HashSet::new(),
+        )
     }
 
     fn leaf(name: &str, oid: u32, attached: bool) -> super::super::partition::Partition {
@@ -1451,6 +1542,39 @@ mod tests {
     }
 
     #[test]
+    fn a_partition_created_after_the_last_starts_horizon_had_every_row_streamed() {
+        use super::super::partition::Creation;
+        let created = |xid, published_by| Creation { xid, published_by };
+        // xmin 1000, xmax 1005, 1002 in progress.
+        let (horizon, now) = ("1000:1005:1002", "2000:2000:");
+        assert!(streamed_since(horizon, now, &created(1005, 990)));
+        assert!(streamed_since(horizon, now, &created(1500, 1001)));
+        // Created by a transaction that started before the horizon.
+        assert!(!streamed_since(horizon, now, &created(1004, 990)));
+        assert!(!streamed_since(horizon, now, &created(1002, 990)));
+        // Published whole by a transaction the horizon did not see committed.
+        assert!(!streamed_since(horizon, now, &created(1500, 1002)));
+        assert!(!streamed_since(horizon, now, &created(1500, 1007)));
+        // Frozen or special ids, too many ids since, unreadable snapshots: snapshotted.
+        assert!(!streamed_since(horizon, now, &created(2, 990)));
+        assert!(!streamed_since(horizon, now, &created(1500, 2)));
+        let far = format!("{0}:{0}:", 1_u64 << 31);
+        assert!(!streamed_since(horizon, &far, &created(1500, 990)));
+        assert!(!streamed_since("", now, &created(1500, 990)));
+        assert!(!streamed_since(horizon, "now", &created(1500, 990)));
+        // Across a 32-bit wraparound (epoch-extended ids in the snapshots).
+        let epoch = 1_u64 << 32;
+        let horizon = format!("{}:{}:", epoch - 10, epoch - 5);
+        let now = format!("{0}:{0}:", epoch + 100);
+        assert!(streamed_since(&horizon, &now, &created(50, u32::MAX - 20)));
+        assert!(!streamed_since(
+            &horizon,
+            &now,
+            &created(u32::MAX - 6, u32::MAX - 20)
+        ));
+    }
+
+    #[test]
     fn under_leaves_a_request_for_a_partitioned_table_snapshots_its_leaves() {
         let mut run = run(None);
         run.captured = ["public.events_01", "public.events_02", "public.plain"]
@@ -1462,7 +1586,8 @@ mod tests {
             table: table.into(),
             replica_identity: 'd',
             has_primary_key: true,
-            root: root.map(str::to_owned),
+            ancestors: root.map(str::to_owned).into_iter().collect(),
+            oid: 0,
         };
         run.set_leaves(&[
             captured("events_01", Some("public.events")),

@@ -149,7 +149,7 @@ impl PublicationPlan {
                 table: captured.table.clone(),
                 columns: None,
                 left_out: Vec::new(),
-                filter: pg.row_filter(&qualified).map(str::to_owned),
+                filter: pg.row_filter_of(&captured.rule_names()),
             };
             let columns = if pg.columns.exclude.is_empty() {
                 Vec::new()
@@ -165,7 +165,7 @@ impl PublicationPlan {
             let excluded: Vec<String> = columns
                 .iter()
                 .filter(|c| {
-                    pg.column_treatment(&format!("{qualified}.{}", c.name))
+                    pg.column_treatment_of(&captured.rule_names(), &c.name)
                         == ColumnTreatment::Exclude
                 })
                 .map(|c| c.name.clone())

@@ -37,8 +37,12 @@ pub struct RelationInfo {
     pub envelope_overhead: usize,
     /// Set when the table is the pipeline's outbox: inserts become routed events.
     pub outbox: Option<Arc<OutboxLayout>>,
-    /// Left out by `source.postgres.exclude_tables`: its changes emit nothing.
+    /// Left out by `source.postgres.exclude_tables` (or a detached partition under
+    /// `partitions = "root"`): its changes emit nothing.
     pub excluded: bool,
+    /// `partitions = "leaves"`: the partitioned tables above this partition (`schema.table`
+    /// each, nearest first), whose rules cover it.
+    pub ancestors: Vec<String>,
     /// The key and envelope schemas (`kafka.events.schemas_enable`), rendered once.
     pub schemas: Option<RenderedSchemas>,
     /// The `source` block's constant parts as Avro.
@@ -133,6 +137,7 @@ impl RelationInfo {
             envelope_overhead,
             outbox: None,
             excluded: false,
+            ancestors: Vec::new(),
             schemas: None,
             avro_source: AvroSource::new(&identity.server_name, &identity.database, schema, table),
             avro: None,
@@ -188,11 +193,26 @@ impl RelationInfo {
         }
     }
 
-    /// Applies the pipeline's table exclusions and column rules.
-    pub fn apply_rules(&mut self, config: &super::config::PostgresSourceConfig) {
-        self.excluded = config.excludes_table(&self.name);
+    /// Applies the pipeline's table exclusions and column rules, by the table's name and
+    /// those of the partitioned tables above it (`ancestors`, nearest first).
+    pub fn apply_rules(
+        &mut self,
+        config: &super::config::PostgresSourceConfig,
+        ancestors: Vec<String>,
+    ) {
+        self.ancestors = ancestors;
+        let names = self.rule_names();
+        self.excluded = config.excludes_any(&names);
         for column in &mut self.columns {
-            column.treatment = config.column_treatment(&format!("{}.{}", self.name, column.name));
+            column.treatment = config.column_treatment_of(&names, &column.name);
         }
+    }
+
+    /// The names the pipeline's rules are looked up by: `schema.table`, then the partitioned
+    /// tables above it.
+    pub fn rule_names(&self) -> Vec<String> {
+        std::iter::once(self.name.clone())
+            .chain(self.ancestors.iter().cloned())
+            .collect()
     }
 }

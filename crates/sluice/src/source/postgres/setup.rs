@@ -28,15 +28,31 @@ pub struct CapturedTable {
     pub replica_identity: char,
     /// Whether it has a primary key.
     pub has_primary_key: bool,
-    /// `partitions = "leaves"`: the partitioned table at the top of this leaf's tree
-    /// (`schema.table`); excluding it excludes its leaves.
-    pub root: Option<String>,
+    /// `partitions = "leaves"`: the partitioned tables above this leaf (`schema.table` each),
+    /// nearest first, its root last. Rules that name one of them cover the leaf (see
+    /// [`CapturedTable::rule_names`]).
+    pub ancestors: Vec<String>,
+    /// Its OID.
+    pub oid: u32,
 }
 
 impl CapturedTable {
     /// `schema.table`.
     pub fn qualified(&self) -> String {
         format!("{}.{}", self.schema, self.table)
+    }
+
+    /// `partitions = "leaves"`: the partitioned table at the top of this leaf's tree.
+    pub fn root(&self) -> Option<&str> {
+        self.ancestors.last().map(String::as_str)
+    }
+
+    /// The names the pipeline's rules (filters, column rules, row filters) are looked up by:
+    /// `schema.table`, then the partitioned tables above it.
+    pub fn rule_names(&self) -> Vec<String> {
+        std::iter::once(self.qualified())
+            .chain(self.ancestors.iter().cloned())
+            .collect()
     }
 }
 
@@ -223,10 +239,12 @@ impl PgCatalog {
         // and partitions that hold rows (a leaf's root is named for its filters and rules).
         const TABLES: &str = "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
-               (SELECT format('%s.%s', rn.nspname, r.relname) \
-                  FROM pg_partition_ancestors(c.oid) a JOIN pg_class r ON r.oid = a.relid \
+               ARRAY(SELECT format('%s.%s', rn.nspname, r.relname) \
+                  FROM pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, n) \
+                  JOIN pg_class r ON r.oid = a.relid \
                   JOIN pg_namespace rn ON rn.oid = r.relnamespace \
-                  WHERE c.relispartition AND NOT r.relispartition) \
+                  WHERE c.relispartition AND a.relid <> c.oid ORDER BY a.n), \
+               c.oid::int8 \
              FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
              WHERE n.nspname = $1 AND ($2::text IS NULL OR c.relname = $2) \
                AND CASE WHEN $3 THEN c.relkind = 'r' \
@@ -235,7 +253,12 @@ impl PgCatalog {
         // `leaves`: a partitioned table named in `tables` stands for its leaves.
         const LEAVES_OF: &str = "SELECT n.nspname::text, c.relname::text, c.relreplident::text, \
                EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary), \
-               format('%s.%s', rn.nspname, r.relname) \
+               ARRAY(SELECT format('%s.%s', an.nspname, ar.relname) \
+                  FROM pg_partition_ancestors(c.oid) WITH ORDINALITY a(relid, n) \
+                  JOIN pg_class ar ON ar.oid = a.relid \
+                  JOIN pg_namespace an ON an.oid = ar.relnamespace \
+                  WHERE a.relid <> c.oid ORDER BY a.n), \
+               c.oid::int8 \
              FROM pg_class r JOIN pg_namespace rn ON rn.oid = r.relnamespace \
              CROSS JOIN LATERAL pg_partition_tree(r.oid) t \
              JOIN pg_class c ON c.oid = t.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
@@ -248,7 +271,8 @@ impl PgCatalog {
                 table: row.get(1),
                 replica_identity: row.get::<_, String>(2).chars().next().unwrap_or('d'),
                 has_primary_key: row.get(3),
-                root: row.get(4),
+                ancestors: row.get(4),
+                oid: u32::try_from(row.get::<_, i64>(5)).unwrap_or_default(),
             };
             if !tables.contains(&table) {
                 tables.push(table);
@@ -317,13 +341,7 @@ impl PgCatalog {
             }
             rows.iter().for_each(&mut push);
         }
-        tables.retain(|t| {
-            !pg.excludes_table(&t.qualified())
-                && !t
-                    .root
-                    .as_deref()
-                    .is_some_and(|root| pg.excludes_table(root))
-        });
+        tables.retain(|t| !pg.excludes_any(&t.rule_names()));
         Ok(tables)
     }
 
@@ -367,6 +385,28 @@ impl PgCatalog {
             .await
             .map_err(|e| classify_pg("cannot read a partition's root", e))?;
         Ok(row.map(|row| row.get(0)))
+    }
+
+    /// The partitioned tables above the table `oid` (`schema.table` each, nearest first; none
+    /// when it is no partition): a rule naming one of them covers it under
+    /// `partitions = "leaves"`.
+    ///
+    /// # Errors
+    ///
+    /// Retryable on connection trouble.
+    pub async fn ancestors(&self, oid: u32) -> Result<Vec<String>, PipelineError> {
+        let rows = self
+            .client
+            .query(
+                "SELECT format('%s.%s', n.nspname, c.relname) \
+                 FROM pg_partition_ancestors($1::oid) WITH ORDINALITY a(relid, n) \
+                 JOIN pg_class c ON c.oid = a.relid JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE a.relid <> $1::oid ORDER BY a.n",
+                &[&oid],
+            )
+            .await
+            .map_err(|e| classify_pg("cannot read a partition's partitioned tables", e))?;
+        Ok(rows.iter().map(|row| row.get(0)).collect())
     }
 
     /// The slot, if it exists.

@@ -284,6 +284,10 @@ async fn pin_and_export(catalog: &PgCatalog) -> Result<(String, Lsn), PipelineEr
 pub struct SnapshotPlan {
     /// Every chunk, in table and key order.
     pub chunks: Vec<Chunk>,
+    /// The row filter of each filtered table, by its rule names (a partition's includes its
+    /// partitioned tables' under `partitions = "leaves"`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub filters: std::collections::BTreeMap<String, String>,
 }
 
 /// One chunk: the rows of `table` with `key` in `(lower, upper]` (unbounded when `None`); no
@@ -353,13 +357,17 @@ impl SnapshotPlan {
             .map_err(|e| classify_pg("cannot read the server version", e))?
             .get(0);
         let mut chunks = Vec::new();
+        let mut filters = std::collections::BTreeMap::new();
         for table in tables {
             let qualified = table.qualified();
-            let filter = config
-                .source
-                .row_filter(&qualified)
+            let row_filter = config.source.row_filter_of(&table.rule_names());
+            let filter = row_filter
+                .as_ref()
                 .map(|f| format!(" WHERE ({f})"))
                 .unwrap_or_default();
+            if let Some(row_filter) = row_filter {
+                filters.insert(qualified.clone(), row_filter);
+            }
             let key = client
                 .query(
                     "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
@@ -438,7 +446,7 @@ impl SnapshotPlan {
             }
         }
         let _ = client.batch_execute("COMMIT").await;
-        Ok(Self { chunks })
+        Ok(Self { chunks, filters })
     }
 }
 
@@ -459,9 +467,11 @@ async fn ends_of_snapshot(
     let chunks = &plan.chunks;
     let check = async |table: &str| -> Result<bool, PipelineError> {
         let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
-        let filter = config
-            .source
-            .row_filter(table)
+        let filter = plan
+            .filters
+            .get(table)
+            .map(String::as_str)
+            .or_else(|| config.source.row_filter(table))
             .map(|f| format!(" WHERE ({f})"))
             .unwrap_or_default();
         let rows = catalog
@@ -761,7 +771,7 @@ impl Worker {
         if let Some(pages) = &chunk.pages {
             conditions.extend(pages.conditions());
         }
-        if let Some(filter) = self.source.row_filter(&chunk.table) {
+        if let Some(filter) = self.source.row_filter_of(&relation.rule_names()) {
             conditions.push(format!("({filter})"));
         }
         let cursor = format!("sluice_chunk_{chunk_id}");
@@ -1026,7 +1036,12 @@ pub(super) async fn relation_info(
     );
     let user_types = catalog.user_types(&info.user_type_oids()).await?;
     info.resolve_types(&user_types);
-    info.apply_rules(rules);
+    let ancestors = if oid == 0 {
+        Vec::new()
+    } else {
+        catalog.ancestors(oid).await?
+    };
+    info.apply_rules(rules, ancestors);
     let hstore: Vec<u32> = rows
         .iter()
         .filter(|r| r.get::<_, bool>(4))

@@ -230,6 +230,55 @@ struct OpenTransaction {
     collections: Vec<(String, u64)>,
 }
 
+/// `partitions = "leaves"`: the tables of `captured` new to `state` that are partitions created
+/// while sluice was stopped with every row streamed (see [`super::partition::Creation`]), and
+/// this start's horizon (taken now: the slot exists and the publication is set up).
+///
+/// # Errors
+///
+/// Retryable on connection trouble.
+async fn created_while_stopped(
+    catalog: &PgCatalog,
+    config: &PgPipelineConfig,
+    state: Option<&incremental::IncrementalState>,
+    captured: &HashSet<String>,
+) -> Result<
+    (
+        HashSet<String>,
+        Option<crate::source::incremental::StartHorizon>,
+    ),
+    PipelineError,
+> {
+    let now: String = catalog
+        .client()
+        .query_one("SELECT txid_current_snapshot()::text", &[])
+        .await
+        .map_err(|e| crate::error::classify_pg("cannot read the transaction snapshot", e))?
+        .get(0);
+    let capture = super::partition::capture_settings(config, PartitionMode::Leaves);
+    let mut streamed = HashSet::new();
+    let previous = state.and_then(|s| s.horizon.as_ref().map(|h| (h, s.known_tables.as_ref())));
+    if let Some((horizon, Some(known))) = previous
+        && horizon.capture == capture
+    {
+        let publication = config.publication_name();
+        for table in captured.iter().filter(|t| !known.contains(*t)) {
+            let Some((schema, name)) = crate::config::parse_table_name(table) else {
+                continue;
+            };
+            let creation = super::partition::creation(catalog, &publication, schema, name).await?;
+            if creation.is_some_and(|c| incremental::streamed_since(&horizon.snapshot, &now, &c)) {
+                streamed.insert(table.clone());
+            }
+        }
+    }
+    let horizon = crate::source::incremental::StartHorizon {
+        snapshot: now,
+        capture,
+    };
+    Ok((streamed, Some(horizon)))
+}
+
 /// Runs the pipeline until shutdown (`Ok`) or an error.
 ///
 /// # Errors
@@ -249,21 +298,40 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     .await?;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
+    let mut slot_state = match config.state_store {
+        StateStoreKind::Local => SlotStateFile::open(&config.state_dir(), &config.name)?,
+        StateStoreKind::Kafka => SlotStateFile::open_in(
+            Arc::new(
+                KafkaStateStore::open(&config.kafka, config.state_topic(), &config.name).await?,
+            ),
+            &config.name,
+        )?,
+    };
     // The signal table exists before the publication is planned, and is published with the
     // captured tables (never captured itself).
     let signal_table = incremental::create_signal_table(&catalog, config).await?;
-    let (tables, published) = with_signal_table(
-        catalog.captured_tables(config).await?,
-        signal_table.as_ref(),
-    );
-    catalog.ensure_publication(config, &published).await?;
+    let mut captured = catalog.captured_tables(config).await?;
     // Listed before the initial snapshot: a partition attached after this is snapshotted
     // (again, at worst) under its root, never missed.
     let partition_mode = catalog.partition_mode(config).await?;
-    let partitions = match partition_mode {
-        PartitionMode::Root => super::partition::leaves(&catalog, &tables).await?,
+    let mut partitions = match partition_mode {
+        PartitionMode::Root => super::partition::leaves(&catalog, &captured).await?,
         PartitionMode::Leaves => Vec::new(),
     };
+    // Partitions detached from a captured root (also while sluice was stopped) stay out.
+    let detached = match partition_mode {
+        PartitionMode::Root => super::partition::detached(
+            slot_state.record().and_then(|r| r.incremental.as_ref()),
+            &captured,
+            &partitions,
+            &config.source.tables,
+        ),
+        PartitionMode::Leaves => std::collections::BTreeMap::new(),
+    };
+    captured.retain(|t| !detached.contains_key(&t.qualified()));
+    partitions.retain(|p| !detached.contains_key(&p.root));
+    let (tables, published) = with_signal_table(captured, signal_table.as_ref());
+    catalog.ensure_publication(config, &published).await?;
     incremental::publish_signal_table(&catalog, config).await?;
     let slot_name = config.slot_name();
     let pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
@@ -289,15 +357,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .identify_system()
         .await
         .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
-    let mut slot_state = match config.state_store {
-        StateStoreKind::Local => SlotStateFile::open(&config.state_dir(), &config.name)?,
-        StateStoreKind::Kafka => SlotStateFile::open_in(
-            Arc::new(
-                KafkaStateStore::open(&config.kafka, config.state_topic(), &config.name).await?,
-            ),
-            &config.name,
-        )?,
-    };
     let mode = config.source.snapshot;
     if slot_state
         .record()
@@ -528,24 +587,43 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         ));
     }
     let catalog = Arc::new(catalog);
+    let state = incremental::IncrementalState::newer(
+        slot_state.record().and_then(|r| r.incremental.clone()),
+        committed.as_ref().and_then(|c| c.incremental.clone()),
+    );
+    let captured: HashSet<String> = tables
+        .iter()
+        .map(CapturedTable::qualified)
+        .filter(|t| outbox_table.as_deref() != Some(t.as_str()))
+        .collect();
+    // `leaves`: partitions created while sluice was stopped whose rows were all streamed, and
+    // this start's horizon for the next.
+    let (streamed, horizon) = match partition_mode {
+        PartitionMode::Leaves => {
+            created_while_stopped(&catalog, config, state.as_ref(), &captured).await?
+        }
+        PartitionMode::Root => (HashSet::new(), None),
+    };
     let mut incremental = IncrementalRun::new(
         Arc::clone(config),
         identity.clone(),
-        incremental::IncrementalState::newer(
-            slot_state.record().and_then(|r| r.incremental.clone()),
-            committed.as_ref().and_then(|c| c.incremental.clone()),
-        ),
-        tables
-            .iter()
-            .map(CapturedTable::qualified)
-            .filter(|t| outbox_table.as_deref() != Some(t.as_str()))
-            .collect(),
+        state,
+        captured,
         slot.confirmed_flush,
         incremental_offsets,
+        &streamed,
     );
     match partition_mode {
-        PartitionMode::Root => incremental.on_partitions(&partitions, slot.confirmed_flush),
-        PartitionMode::Leaves => incremental.set_leaves(&tables),
+        PartitionMode::Root => {
+            incremental.set_detached(detached, slot.confirmed_flush);
+            incremental.on_partitions(&partitions, slot.confirmed_flush);
+        }
+        PartitionMode::Leaves => {
+            incremental.set_leaves(&tables);
+            if let Some(horizon) = horizon {
+                incremental.set_horizon(horizon, slot.confirmed_flush);
+            }
+        }
     }
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
@@ -1193,6 +1271,8 @@ impl PgSource<'_> {
         intake: &mut Intake<Item, Lsn>,
     ) -> Result<(), PipelineError> {
         let mut qualified = format!("{}.{}", relation.namespace, relation.name);
+        // `root`: a partition of a partitioned table that was detached from a captured root.
+        let mut under_detached = false;
         if self.partition_mode == PartitionMode::Root {
             // PostgreSQL (15.18 at least) publishes a partition's changes under the partition's
             // own name, despite publish_via_partition_root, once a sibling was detached in the
@@ -1203,13 +1283,19 @@ impl PgSource<'_> {
                 self.catalog.root_of(&relation.namespace, &relation.name),
             )
             .await?;
-            if let Some(root) = root.filter(|root| self.incremental.captures(root))
-                && let Some((schema, table)) = crate::config::parse_table_name(&root)
+            if let Some(root) = root.as_ref().filter(|root| self.incremental.captures(root))
+                && let Some((schema, table)) = crate::config::parse_table_name(root)
             {
                 tracing::debug!(partition = %qualified, table = %root, "a partition's changes are its root's");
                 relation.namespace = schema.to_owned();
                 relation.name = table.to_owned();
-                qualified = root;
+                qualified = root.clone();
+            } else if let Some(root) = root {
+                under_detached = self
+                    .incremental
+                    .state()
+                    .detached_partitions
+                    .contains_key(&root);
             }
         }
         let mut key_names = bounded(
@@ -1250,7 +1336,29 @@ impl PgSource<'_> {
         )
         .await?;
         info.resolve_types(&user_types);
-        info.apply_rules(&self.ctx.config.source);
+        // `leaves`: a rule naming a partitioned table covers its partitions.
+        let ancestors = if self.partition_mode == PartitionMode::Leaves {
+            bounded(
+                "looking up the partition's partitioned tables",
+                self.catalog.ancestors(relation.id),
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        info.apply_rules(&self.ctx.config.source, ancestors);
+        if self.partition_mode == PartitionMode::Root
+            && !info.excluded
+            && !self.incremental.captures(&qualified)
+            && (under_detached
+                || self
+                    .detached_partition(&relation.namespace, &relation.name, relation.id)
+                    .await?)
+        {
+            // Published under its own name after it was detached from a captured root (or
+            // under one of its partitions' names).
+            info.excluded = true;
+        }
         info.mark_hstore(|oid| self.hstore_types.contains(&oid));
         let events = &self.ctx.config.kafka.events;
         let is_outbox = self
@@ -1550,7 +1658,7 @@ impl PgSource<'_> {
             return Ok(());
         }
         self.last_table_refresh = Instant::now();
-        let tables = match self.catalog.captured_tables(&config).await {
+        let mut tables = match self.catalog.captured_tables(&config).await {
             Ok(tables) => tables,
             Err(error) => {
                 tracing::warn!(error = %error.chain(), "cannot list the captured tables; trying again later");
@@ -1562,9 +1670,21 @@ impl PgSource<'_> {
         }
         if self.partition_mode == PartitionMode::Root {
             match super::partition::leaves(&self.catalog, &tables).await {
-                Ok(partitions) => self.incremental.on_partitions(&partitions, last_checkpoint),
+                Ok(mut partitions) => {
+                    let detached = super::partition::detached(
+                        Some(self.incremental.state()),
+                        &tables,
+                        &partitions,
+                        &config.source.tables,
+                    );
+                    tables.retain(|t| !detached.contains_key(&t.qualified()));
+                    partitions.retain(|p| !detached.contains_key(&p.root));
+                    self.incremental.set_detached(detached, last_checkpoint);
+                    self.incremental.on_partitions(&partitions, last_checkpoint);
+                }
                 Err(error) => {
                     tracing::warn!(error = %error.chain(), "cannot list the partitions; trying again later");
+                    return Ok(());
                 }
             }
         }
@@ -1599,6 +1719,48 @@ impl PgSource<'_> {
             self.new_tables.push((at, table));
         }
         Ok(())
+    }
+
+    /// `partitions = "root"`: whether the table `schema.table` (OID `oid`), not captured, seen
+    /// in the stream, is a partition detached from a captured root (then remembered as such;
+    /// see [`super::partition::detached`]).
+    async fn detached_partition(
+        &mut self,
+        schema: &str,
+        table: &str,
+        oid: u32,
+    ) -> Result<bool, PipelineError> {
+        let qualified = format!("{schema}.{table}");
+        if self.incremental.is_detached(&qualified, oid) {
+            return Ok(true);
+        }
+        let candidate = CapturedTable {
+            schema: schema.to_owned(),
+            table: table.to_owned(),
+            replica_identity: 'd',
+            has_primary_key: false,
+            ancestors: Vec::new(),
+            oid,
+        };
+        let candidate = std::slice::from_ref(&candidate);
+        let leaves = bounded(
+            "listing a table's partitions",
+            super::partition::leaves(&self.catalog, candidate),
+        )
+        .await?;
+        let found = super::partition::detached(
+            Some(self.incremental.state()),
+            candidate,
+            &leaves,
+            &self.ctx.config.source.tables,
+        );
+        if found.is_empty() {
+            return Ok(false);
+        }
+        let mut detached = self.incremental.state().detached_partitions.clone();
+        detached.extend(found);
+        self.incremental.set_detached(detached, self.received);
+        Ok(true)
     }
 
     /// `partitions = "leaves"`: whether every row of `table`, new to the captured set, was
@@ -2066,6 +2228,8 @@ fn republish_after_drop(
         &|_| true,
     );
     state.position = Some((at.0, u32::MAX));
+    // The old slot's horizon says nothing of the new slot's WAL.
+    state.horizon = None;
     state
 }
 
