@@ -466,17 +466,20 @@ async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn jsonl_every_offset_exactly_once_across_sigkills() {
-    exactly_once_across_kills("jsonl", 150_000, 4, 3).await;
+    exactly_once_across_kills("jsonl", 300_000, 4, 3).await;
 }
 
-/// Size of the Parquet run: `SLUICE_IT_SINK_RECORDS` (default 200,000, which keeps the suite
-/// within its time budget; the issue asked for 2,000,000: run it with that by hand).
+/// Size of the Parquet run: `SLUICE_IT_SINK_RECORDS` (default 400,000, which keeps the suite
+/// within its time budget; the issue asked for 2,000,000: run it with that by hand). Not less:
+/// each killed run holds a random one of its first four commits with records, so the records
+/// left after two kills must outlast four more commits (at 150,000 JSON Lines records, a
+/// third run once ran out of records before its held commit).
 #[tokio::test(flavor = "multi_thread")]
 async fn parquet_every_offset_exactly_once_across_sigkills() {
     let records = std::env::var("SLUICE_IT_SINK_RECORDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200_000);
+        .unwrap_or(400_000);
     exactly_once_across_kills("parquet", records, 8, 3).await;
 }
 
