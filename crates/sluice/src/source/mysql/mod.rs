@@ -16,6 +16,7 @@
 //! - [`stream`]: one run of the pipeline: the loop, checkpoints in the state store.
 
 pub mod active;
+mod change;
 pub mod config;
 pub mod ddl;
 pub mod encode;
@@ -25,4 +26,5 @@ pub mod rows;
 pub mod schema;
 pub mod server;
 pub mod snapshot;
+mod state;
 pub mod stream;

@@ -24,32 +24,30 @@ use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable as _;
 use rdkafka::producer::Producer as _;
 use rdkafka::util::Timeout;
-use serde::{Deserialize, Serialize};
 use sluice_engine::InFlightBudget;
 use tokio_util::sync::CancellationToken;
 
 use super::active;
+use super::change::{MysqlChange, MysqlEncoder, StreamedSchemaChange, TransactionEvent};
 use super::config::MysqlPipelineConfig;
-use super::ddl::{self, SchemaChange};
-use super::encode::{
-    self, BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo,
-};
+use super::ddl::{self};
+use super::encode::{BinlogSource, HEADER_BINLOG_FILE, HEADER_BINLOG_POS, RowChange, TableInfo};
 use super::incremental::{self, IncrementalRun, MysqlIncrementalState, SignalRow};
 use super::lag;
 use super::rows::{self, RowPlan};
 use super::server::{self, BinlogPosition, BinlogSeq, Flavor, GtidState, MariadbGtid};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
+use super::state::{load_state, open_directory, save_checkpoint, save_state};
+pub use super::state::{saved_position, seed_position};
 use crate::config::{SnapshotMode, StateStoreKind};
-use crate::delivery::{
-    self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source,
-};
+use crate::delivery::{self, DeliveryCore, Intake, LoopContext, Source};
 use crate::error::PipelineError;
 use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
 use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
-use crate::runtime::state::{DirectoryStateStore, StateStore, is_fenced, store_off_loop};
+use crate::runtime::state::StateStore;
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
 
@@ -68,23 +66,6 @@ const TOPIC_DEADLINE: Duration = Duration::from_secs(20);
 /// How long reading a changed table's definition after a DDL statement may take (it runs
 /// inside the delivery loop).
 const DDL_LOOKUP_DEADLINE: Duration = Duration::from_secs(30);
-
-/// What the state store keeps for a MySQL pipeline.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct SavedState {
-    /// The server's flavor when the position was saved (a position of the other flavor
-    /// cannot be resumed from).
-    flavor: Flavor,
-    /// Where the next run starts (streaming; during a snapshot, the snapshot's position).
-    position: BinlogPosition,
-    /// The initial snapshot's plan while it is not finished.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    snapshot: Option<SnapshotPlan>,
-    /// Incremental snapshots: the queue, the progress, the requests accepted (see
-    /// [`incremental`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    incremental: Option<MysqlIncrementalState>,
-}
 
 /// A MySQL/MariaDB → Kafka pipeline as the supervisor runs it: each run resumes from the
 /// position saved at the last checkpoint.
@@ -592,165 +573,6 @@ async fn publish_snapshot_schema(
     Ok(())
 }
 
-/// The position the pipeline of `config` resumes from, from its state store (for `doctor`
-/// and `slots`; the Kafka state topic is read without fencing the running pipeline), with the
-/// store's location of it; `None` when nothing is saved.
-///
-/// # Errors
-///
-/// When the store cannot be read, or the document parsed.
-pub async fn saved_position(
-    config: &MysqlPipelineConfig,
-) -> Result<(Option<BinlogPosition>, String), PipelineError> {
-    let key = format!("{}.mysql", config.name);
-    let store: Arc<dyn StateStore> = match config.state_store {
-        StateStoreKind::Local => {
-            let dir = config.state_dir();
-            if !dir.exists() {
-                return Ok((None, dir.join(format!("{key}.json")).display().to_string()));
-            }
-            open_directory(config)?
-        }
-        StateStoreKind::Kafka => {
-            match KafkaStateStore::read_only(&config.kafka, config.state_topic(), &config.name)
-                .await?
-            {
-                Some(store) => Arc::new(store),
-                None => {
-                    return Ok((
-                        None,
-                        format!("kafka topic {} key {key}", config.state_topic()),
-                    ));
-                }
-            }
-        }
-    };
-    let position = load_state(store.as_ref(), &key)?.map(|saved| saved.position);
-    Ok((position, store.location(&key)))
-}
-
-/// Saves `position` as the position the pipeline of `config` starts from (its local state
-/// store; a takeover from Debezium, [`crate::import::mysql_takeover`]).
-///
-/// # Errors
-///
-/// `state_store = "kafka"` (not seeded here), or the state directory cannot be written.
-pub fn seed_position(
-    config: &MysqlPipelineConfig,
-    flavor: Flavor,
-    position: &BinlogPosition,
-) -> Result<(), PipelineError> {
-    if config.state_store != StateStoreKind::Local {
-        return Err(PipelineError::fatal(
-            "a takeover seeds the local state store only",
-            "import with the default state_store = \"local\", run once, then switch",
-        ));
-    }
-    let key = format!("{}.mysql", config.name);
-    let store = open_directory(config)?;
-    let document = state_document(flavor, position, None, None);
-    store
-        .store(&key, &document)
-        .map_err(|e| state_write_error(store.as_ref(), &key, e))
-}
-
-/// The directory state store of `config` (`state_dir`).
-fn open_directory(config: &MysqlPipelineConfig) -> Result<Arc<dyn StateStore>, PipelineError> {
-    let dir = config.state_dir();
-    let store = DirectoryStateStore::open(&dir).map_err(|e| {
-        PipelineError::fatal_with(
-            format!("cannot open state_dir {}", dir.display()),
-            "make state_dir a writable directory",
-            e,
-        )
-    })?;
-    Ok(Arc::new(store))
-}
-
-fn load_state(store: &dyn StateStore, key: &str) -> Result<Option<SavedState>, PipelineError> {
-    let document = store.load(key).map_err(|e| {
-        PipelineError::fatal_with(
-            format!("cannot read the state file {}", store.location(key)),
-            "make state_dir readable",
-            e,
-        )
-    })?;
-    document
-        .map(|bytes| {
-            serde_json::from_slice(&bytes).map_err(|e| {
-                PipelineError::fatal_with(
-                    format!("the state file {} is damaged", store.location(key)),
-                    "remove it to start from the server's current position (changes since the last checkpoint are then skipped)",
-                    e,
-                )
-            })
-        })
-        .transpose()
-}
-
-fn save_state(
-    store: &dyn StateStore,
-    key: &str,
-    flavor: Flavor,
-    position: &BinlogPosition,
-    snapshot: Option<&SnapshotPlan>,
-    incremental: Option<&MysqlIncrementalState>,
-) -> Result<(), PipelineError> {
-    let document = state_document(flavor, position, snapshot, incremental);
-    tokio::task::block_in_place(|| store.store(key, &document))
-        .map_err(|e| state_write_error(store, key, e))
-}
-
-/// [`save_state`] for the stream loop's checkpoints, the write off the loop's worker
-/// ([`store_off_loop`]).
-async fn save_checkpoint(
-    store: &Arc<dyn StateStore>,
-    key: &str,
-    flavor: Flavor,
-    position: &BinlogPosition,
-    incremental: Option<&MysqlIncrementalState>,
-) -> Result<(), PipelineError> {
-    let document = state_document(flavor, position, None, incremental);
-    store_off_loop(store, key, document)
-        .await
-        .map_err(|e| state_write_error(store.as_ref(), key, e))
-}
-
-/// The state file's content.
-fn state_document(
-    flavor: Flavor,
-    position: &BinlogPosition,
-    snapshot: Option<&SnapshotPlan>,
-    incremental: Option<&MysqlIncrementalState>,
-) -> Vec<u8> {
-    serde_json::to_vec(&SavedState {
-        flavor,
-        position: position.clone(),
-        snapshot: snapshot.cloned(),
-        incremental: incremental.cloned(),
-    })
-    .unwrap_or_default()
-}
-
-/// What a failed state write means for the pipeline.
-fn state_write_error(store: &dyn StateStore, key: &str, e: std::io::Error) -> PipelineError {
-    if is_fenced(&e) {
-        // Another instance took over: this one stops its run and asks for the role again.
-        return PipelineError::retryable(
-            format!(
-                "cannot write the state {}: another instance of the pipeline is active",
-                store.location(key)
-            ),
-            e,
-        );
-    }
-    PipelineError::fatal_with(
-        format!("cannot write the state file {}", store.location(key)),
-        "make state_dir writable (and give it space); nothing past the last saved position was confirmed",
-        e,
-    )
-}
-
 /// Where a record came from, from its headers: `binlog.000003:1234`.
 fn record_position(record: &OutRecord) -> String {
     let header = |name: &str| {
@@ -898,126 +720,6 @@ fn rotate_file_name(raw: &[u8], artificial: bool, crc: bool) -> String {
         raw
     };
     String::from_utf8_lossy(name).into_owned()
-}
-
-/// Encodes the MySQL source's changes.
-pub struct MysqlEncoder {
-    prefix: Arc<str>,
-    tombstones: bool,
-    now_micros: i64,
-    /// The pipeline's configuration (`[kafka.events]`).
-    events: Arc<MysqlPipelineConfig>,
-    /// The schema-change topic's schemas (JSON with schemas, Avro).
-    schema_changes: Option<Arc<crate::event::schema::RenderedSchemas>>,
-}
-
-/// The MySQL source's change in the delivery core: a row change or a schema change.
-pub enum MysqlChange {
-    /// A row event's row.
-    Row(RowChange),
-    /// A DDL statement on a captured database or table.
-    Schema(Box<StreamedSchemaChange>),
-    /// A transaction's BEGIN or END on the transaction topic (`provide_transaction_metadata`),
-    /// in its topic's formats.
-    Transaction(Box<TransactionEvent>),
-}
-
-/// A transaction boundary record and where it is in the binlog.
-pub struct TransactionEvent {
-    /// The record.
-    pub record: OutRecord,
-    /// Its `source` (the place of the transaction's first change, or of its commit).
-    pub source: BinlogSource,
-    /// The counters of the transaction topic.
-    pub metrics: Arc<TableMetrics>,
-}
-
-/// A streamed schema change and where it is in the binlog.
-pub struct StreamedSchemaChange {
-    /// The event.
-    pub change: SchemaChange,
-    /// Its `source` (the QUERY event's place).
-    pub source: BinlogSource,
-    /// `<topic_prefix>`.
-    pub topic: Arc<str>,
-    /// The counters of the schema-change topic.
-    pub metrics: Arc<TableMetrics>,
-}
-
-impl Encode<MysqlChange> for MysqlEncoder {
-    fn encode(&self, change: &MysqlChange, out: &mut Vec<OutRecord>) -> Origin {
-        match change {
-            MysqlChange::Row(change) => {
-                encode::encode(change, &self.prefix, self.tombstones, self.now_micros, out);
-            }
-            MysqlChange::Schema(schema) => out.push(super::schema::wrap_schema_change(
-                self.schema_changes.as_deref(),
-                &self.events.kafka.events,
-                schema
-                    .change
-                    .record(&schema.topic, &self.prefix, &schema.source, self.now_micros),
-            )),
-            MysqlChange::Transaction(event) => out.push(event.record.clone()),
-        }
-        origin(change)
-    }
-
-    fn describe(&self, change: &MysqlChange, reason: &str) -> FailedChange {
-        let (source, table, topic) = match change {
-            MysqlChange::Row(change) => (
-                &change.source,
-                format!("{}.{}", change.table.database, change.table.table),
-                Arc::clone(&change.table.topic),
-            ),
-            MysqlChange::Schema(schema) => (
-                &schema.source,
-                schema.change.database.clone(),
-                Arc::clone(&schema.topic),
-            ),
-            MysqlChange::Transaction(event) => (
-                &event.source,
-                "(transaction)".to_owned(),
-                Arc::clone(&event.record.topic),
-            ),
-        };
-        let position = format!(
-            "binlog {}:{} row {}, table {table}",
-            source.file, source.pos, source.row
-        );
-        let description = serde_json::to_vec(&serde_json::json!({
-            "table": table,
-            "file": &*source.file,
-            "pos": source.pos,
-            "row": source.row,
-            "gtid": source.gtid.as_deref(),
-            "error": reason,
-        }))
-        .unwrap_or_default();
-        FailedChange {
-            reason: reason.to_owned(),
-            topic,
-            position,
-            description,
-            origin: origin(change),
-        }
-    }
-}
-
-fn origin(change: &MysqlChange) -> Origin {
-    match change {
-        MysqlChange::Row(change) => Origin {
-            commit_unix_micros: i64::from(change.source.ts_sec) * 1_000_000,
-            table: Arc::clone(&change.table.metrics),
-        },
-        MysqlChange::Schema(schema) => Origin {
-            commit_unix_micros: i64::from(schema.source.ts_sec) * 1_000_000,
-            table: Arc::clone(&schema.metrics),
-        },
-        MysqlChange::Transaction(event) => Origin {
-            commit_unix_micros: i64::from(event.source.ts_sec) * 1_000_000,
-            table: Arc::clone(&event.metrics),
-        },
-    }
 }
 
 impl Source for MysqlSource {
