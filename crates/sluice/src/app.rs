@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
@@ -249,9 +250,16 @@ fn run_supervised<P: Supervised + Send + 'static>(
     let pipeline = pipeline(Arc::clone(&board));
     let (admin, restart) = (admin.clone(), restart.clone());
     let runtime = runtime()?;
-    let task = runtime.spawn(async move {
-        serve_and_supervise(&admin, &restart, board, doctor, prometheus, pipeline).await
-    });
+    // Every line the pipeline's own task logs (and the sink's threads, which enter it) names
+    // the pipeline, for logs gathered from several processes.
+    let span = tracing::info_span!("pipeline", name = %name);
+    let task =
+        runtime.spawn(
+            async move {
+                serve_and_supervise(&admin, &restart, board, doctor, prometheus, pipeline).await
+            }
+            .instrument(span),
+        );
     match runtime.block_on(task) {
         Ok(result) => result,
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),

@@ -207,7 +207,10 @@ impl Supervised for SinkPipeline {
             let runtime = tokio::runtime::Handle::current();
             let timeouts = Arc::clone(&self.timeouts);
             let abandoned = Arc::clone(&self.abandoned);
+            // The intake thread (and the workers it starts) log under the pipeline's span.
+            let span = tracing::Span::current();
             tokio::task::spawn_blocking(move || {
+                let _entered = span.entered();
                 run_once(&config, &board, &stop, runtime, &timeouts, &abandoned, avro)
             })
         };

@@ -603,7 +603,15 @@ pub fn spawn(
         clock,
     };
     let name = format!("sink-{}-{}", worker.id.partition, worker.id.sub);
+    // The worker's log lines carry its sub-partition through this span, under the intake's.
+    let span = tracing::info_span!(
+        "sink_worker",
+        topic = %worker.id.topic,
+        partition = worker.id.partition,
+        sub = worker.id.sub
+    );
     let thread = std::thread::Builder::new().name(name).spawn(move || {
+        let _entered = span.entered();
         // Dropped after the worker (and its writer's connection): then the thread counts
         // as ended.
         let _end = end;
@@ -753,8 +761,6 @@ impl Worker {
             match self.failure.policy {
                 FailurePolicy::Retry if attempt < self.failure.retry_max_attempts => {
                     tracing::warn!(
-                        topic = %self.id.topic,
-                        partition = self.id.partition,
                         offset = data.offset,
                         attempt,
                         reason = %reason,
@@ -775,8 +781,6 @@ impl Worker {
                         return Err(PipelineError::fatal(what, "set delivery.dead_letter_topic"));
                     };
                     tracing::warn!(
-                        topic = %self.id.topic,
-                        partition = self.id.partition,
                         offset = data.offset,
                         reason = %reason,
                         dead_letter_topic = %dead_letter.topic,
@@ -936,9 +940,6 @@ impl SubPartitionWriter for FilesWriter {
             Err(CommitError::Io(error)) => return Err(self.io_error(error)),
             Err(CommitError::Refused(refused)) => {
                 tracing::warn!(
-                    topic = %self.id.topic,
-                    partition = self.id.partition,
-                    sub = self.id.sub,
                     epoch = refused.epoch,
                     owner = refused.generation,
                     reason = %refused.reason,
@@ -957,14 +958,7 @@ impl SubPartitionWriter for FilesWriter {
         if records > 0 {
             m::records_committed().increment(records);
             m::files_committed().increment(files.len() as u64);
-            tracing::debug!(
-                topic = %self.id.topic,
-                partition = self.id.partition,
-                sub = self.id.sub,
-                records,
-                files = files.len(),
-                "epoch committed"
-            );
+            tracing::debug!(records, files = files.len(), "epoch committed");
         }
         Ok(())
     }

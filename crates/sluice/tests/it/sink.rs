@@ -1235,6 +1235,17 @@ async fn a_zombie_writer_cannot_commit_files() {
         "the zombie's commit was not refused:\n{}",
         logs()
     );
+    // The refusal names its pipeline and sub-partition through the log spans.
+    let zombie_log = run.zombie.log_text();
+    let refusal = zombie_log
+        .lines()
+        .find(|line| line.contains("zombie commit refused"))
+        .unwrap_or_default();
+    assert!(
+        refusal.contains(&format!("pipeline{{name={name}}}"))
+            && refusal.contains(&format!("sink_worker{{topic={topic} partition=0 sub=0}}")),
+        "the refusal does not name its pipeline and sub-partition: {refusal}"
+    );
     let ZombieRun {
         mut zombie,
         mut owner,

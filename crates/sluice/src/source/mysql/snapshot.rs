@@ -33,6 +33,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -723,7 +724,14 @@ async fn worker(
         if shared.shutdown.is_cancelled() {
             break;
         }
-        let records = read_chunk(&mut conn, &shared, chunk).await?;
+        let span = tracing::info_span!(
+            "snapshot_chunk",
+            table = %format_args!("{}.{}", shared.chunks[chunk].table.database, shared.chunks[chunk].table.table),
+            chunk
+        );
+        let records = read_chunk(&mut conn, &shared, chunk)
+            .instrument(span)
+            .await?;
         let _ = sent.send((chunk, records));
     }
     let _ = conn.query_drop("COMMIT").await;

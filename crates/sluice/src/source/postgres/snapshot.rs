@@ -32,6 +32,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use tracing::Instrument as _;
 
 use bytes::Bytes;
 use sluice_engine::{InFlightBudget, Lsn};
@@ -698,7 +699,12 @@ impl Worker {
                 Some(gate) => Some(gate.read().await),
                 None => None,
             };
-            let records = self.read_chunk(chunk_id).await?;
+            let span = tracing::info_span!(
+                "snapshot_chunk",
+                table = %self.chunks[chunk_id].table,
+                chunk = chunk_id
+            );
+            let records = self.read_chunk(chunk_id).instrument(span).await?;
             let _ = self.sent.send((chunk_id, records));
         }
         let _ = self.catalog.client().batch_execute("COMMIT").await;
