@@ -89,7 +89,7 @@ pub fn refuse_old(version: u32) -> PipelineError {
         format!(
             "source.postgres.url is a standby of PostgreSQL {version}: logical decoding on a standby needs PostgreSQL {SINCE} or later"
         ),
-        "point source.postgres.url at the primary (or upgrade the servers to 16+); see docs/postgres-source.md#decoding-on-a-standby",
+        "point source.postgres.url at the primary (or upgrade the servers to 16+); see docs/postgres-source.md#decoding-on-a-standby-postgresql-16",
     )
 }
 
