@@ -48,7 +48,8 @@ fn pair(version: u32) -> &'static Pair {
     })
 }
 
-/// sluice pointed at a standby: the publication is created through `primary_url`, the slot
+/// sluice pointed at a standby: without `primary_url` a missing publication stops it with the
+/// statement to run on the primary; with it, the publication is created there, the slot
 /// on the standby (not on the primary), the initial snapshot read there; changes written on
 /// the primary arrive; `/health` and the metrics show the standby's replay lag; heartbeats
 /// (written on the primary) keep moving the standby slot's confirmed position.
@@ -81,6 +82,18 @@ async fn snapshot_and_changes_arrive_from_a_standby() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Without primary_url the publication must already exist: a standby cannot create it.
+    let plain = format!("{name}_plain");
+    let port = free_port();
+    let toml = pipeline_toml_at(&pair.standby_url, &plain, &name, &plain, port, "");
+    let mut refused = Sluice::start(&test_dir(&plain), &toml, port);
+    refused.wait_log("the publication's refusal", Duration::from_secs(60), |log| {
+        log.contains(&format!(
+            "publication \"sluice_{plain}\" does not exist on the standby (source.postgres.url), and a standby cannot create one"
+        )) && log.contains("CREATE PUBLICATION")
+    });
+    refused.stop();
+
     let port = free_port();
     let dir = test_dir(&name);
     let toml = pipeline_toml_at(&pair.standby_url, &name, &name, &name, port, "").replace(
