@@ -59,6 +59,14 @@ async fn snapshot_and_changes_arrive_from_a_standby() {
     let pair = pair(18);
     let primary = pg_at(&pair.primary_url).await;
     let standby = pg_at(&pair.standby_url).await;
+    // What an earlier run that failed left (slots retain WAL on the pair).
+    let _ = standby
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE slot_name LIKE 'sluice\\_standby\\_%' AND NOT active",
+            &[],
+        )
+        .await;
     let name = unique("standby");
     primary
         .batch_execute(&format!(
