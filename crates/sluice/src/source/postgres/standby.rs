@@ -22,10 +22,11 @@
 //!
 //! # The initial snapshot
 //!
-//! `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT` works on a 16+ standby (verified on 17.10: the
-//! exported snapshot imports into `REPEATABLE READ READ ONLY` transactions on the same standby
-//! and sees exactly the rows at the slot's consistent point), so the snapshot is the primary's
-//! one, read on the standby.
+//! `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT` works on a 16+ standby (verified on 16.14,
+//! 17.10 and 18.4 by `scripts/standby-demo` and the standby smoke test): the exported snapshot
+//! imports into `REPEATABLE READ READ ONLY` transactions on the same standby and sees exactly
+//! the rows at the slot's consistent point. The initial snapshot is therefore consistent with
+//! the slot as on a primary, and is read on the standby.
 //!
 //! # Promotion
 //!
