@@ -133,6 +133,22 @@ async fn check_postgres(
         "postgresql: connected (server {version}, database {:?}), wal_level = logical",
         catalog.database().await?
     )];
+    // A standby (16+; refused before): what goes to the primary.
+    let standby = crate::source::postgres::standby::detect(&catalog, config).await?;
+    let primary_writes = match &standby {
+        None => true,
+        Some(standby) => {
+            lines.push(format!(
+                "postgresql: a standby: the slot, the snapshot and the stream are on it; source.postgres.primary_url {}",
+                match (&config.source.primary_url, &standby.primary) {
+                    (None, _) => "not set (the publication must exist; no heartbeats)",
+                    (Some(_), Some(_)) => "connected (publication, heartbeats, the slot's creation)",
+                    (Some(_), None) => "UNREACHABLE (the publication must exist; no heartbeats)",
+                }
+            ));
+            standby.primary.is_some()
+        }
+    };
     let slot = config.slot_name();
     lines.push(match catalog.slot(&slot).await? {
         Some(info) => format!(
@@ -157,8 +173,10 @@ async fn check_postgres(
         "publication {publication:?}: {}",
         if exists {
             "exists"
-        } else if config.source.create_publication {
+        } else if config.source.create_publication && primary_writes {
             "will be created"
+        } else if config.source.create_publication {
+            "MISSING (a standby cannot create it: create it on the primary, or set source.postgres.primary_url)"
         } else {
             "MISSING (create_publication = false)"
         }

@@ -161,7 +161,8 @@ async function refresh() {
       const state = el.querySelector(".state"); state.textContent = p.state; state.className = "state " + p.state;
       el.querySelector(".restarts").textContent = p.restarts;
       el.querySelector(".watermark").textContent = p.watermark_lsn || "–";
-      el.querySelector(".slotlag").textContent = p.slot ? fmtBytes(p.slot.lag_bytes) + (p.slot.stalled ? " (stalled)" : "") : "–";
+      el.querySelector(".slotlag").textContent = (p.slot ? fmtBytes(p.slot.lag_bytes) + (p.slot.stalled ? " (stalled)" : "") : "–")
+        + (p.standby ? `; standby replay lag ${fmtBytes(p.standby.replay_lag_bytes)} (${p.standby.replay_lag_s.toFixed(1)} s)` : "");
       const wal = p.wal_budget;
       el.querySelector(".walbudget").textContent = wal ? `${fmtBytes(wal.retained_bytes)} / ${fmtBytes(wal.budget_bytes)} (${Math.round(wal.used_percent)}%)` : "–";
       el.querySelector(".walwarn").textContent = wal && wal.warning ? "WAL budget: " + wal.warning : "";

@@ -29,11 +29,13 @@ use tokio_postgres::Client;
 use crate::kafka;
 use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
+use crate::source::postgres::setup::SERVER_WAL_LSN;
 
 mod failover;
 mod finding;
 mod mysql;
 mod registry;
+mod standby;
 mod target;
 mod versions;
 mod wal_budget;
@@ -302,6 +304,7 @@ async fn postgres_checks(
         )
     });
     failover::checks(client, target, version / 10_000, findings).await?;
+    standby::checks(client, target, version / 10_000, findings).await?;
     versions::checks(client, target, version / 10_000, findings).await?;
     wal_budget::checks(client, target, findings).await?;
     wal_disk::checks(client, target, findings).await?;
@@ -310,9 +313,11 @@ async fn postgres_checks(
     let own_slot = target.pipeline.as_ref().map(PgPipelineConfig::slot_name);
     let rows = client
         .query(
-            "SELECT slot_name::text, active, coalesce(wal_status, ''), \
-                    coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0) \
-             FROM pg_replication_slots ORDER BY 1",
+            &format!(
+                "SELECT slot_name::text, active, coalesce(wal_status, ''), \
+                    coalesce(({SERVER_WAL_LSN} - restart_lsn)::bigint, 0) \
+             FROM pg_replication_slots ORDER BY 1"
+            ),
             &[],
         )
         .await?;
@@ -1220,10 +1225,12 @@ pub async fn slots(url: &str, pipeline: Option<&PgPipelineConfig>) -> anyhow::Re
     let (client, task) = connect_sql_url(url).await?;
     let rows = client
         .query(
-            "SELECT slot_name::text, coalesce(plugin::text, ''), slot_type, database::text, active, active_pid, \
-                    (pg_current_wal_lsn() - restart_lsn)::bigint, \
-                    (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, wal_status, safe_wal_size \
-             FROM pg_replication_slots ORDER BY 1",
+            &format!(
+                "SELECT slot_name::text, coalesce(plugin::text, ''), slot_type, database::text, active, active_pid, \
+                    ({SERVER_WAL_LSN} - restart_lsn)::bigint, \
+                    ({SERVER_WAL_LSN} - confirmed_flush_lsn)::bigint, wal_status, safe_wal_size \
+             FROM pg_replication_slots ORDER BY 1"
+            ),
             &[],
         )
         .await?;

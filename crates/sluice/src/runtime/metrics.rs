@@ -78,6 +78,11 @@ pub const SLOT_LOSSES: &str = "sluice_source_slot_losses_total";
 /// WAL the slot retains on the server (`pg_current_wal_lsn() - restart_lsn`), checked against
 /// the WAL budget.
 pub const SLOT_RETAINED_WAL: &str = "sluice_source_slot_retained_wal_bytes";
+/// WAL bytes the standby the pipeline decodes on has not replayed yet (PostgreSQL 16+
+/// decoding on a standby).
+pub const STANDBY_REPLAY_LAG_BYTES: &str = "sluice_source_standby_replay_lag_bytes";
+/// Seconds since the standby replayed its last transaction, while WAL is left to replay.
+pub const STANDBY_REPLAY_LAG_SECONDS: &str = "sluice_source_standby_replay_lag_seconds";
 /// `source.postgres.wal_budget`.
 pub const WAL_BUDGET: &str = "sluice_source_wal_budget_bytes";
 /// The WAL budget's level: 0, 50, 80 or 100 (percent of the budget reached).
@@ -120,6 +125,8 @@ pub const ALL: &[&str] = &[
     SOURCE_PROGRESS_AGE,
     SLOT_LOSSES,
     SLOT_RETAINED_WAL,
+    STANDBY_REPLAY_LAG_BYTES,
+    STANDBY_REPLAY_LAG_SECONDS,
     WAL_BUDGET,
     WAL_BUDGET_LEVEL,
     WAL_BUDGET_DROPS,
@@ -243,6 +250,16 @@ pub fn describe() {
             SLOT_RETAINED_WAL,
             Unit::Bytes,
             "pg_current_wal_lsn() minus the slot's restart_lsn: the WAL the slot retains"
+        );
+        describe_gauge!(
+            STANDBY_REPLAY_LAG_BYTES,
+            Unit::Bytes,
+            "WAL bytes the standby the pipeline decodes on has not replayed yet"
+        );
+        describe_gauge!(
+            STANDBY_REPLAY_LAG_SECONDS,
+            Unit::Seconds,
+            "seconds since the standby replayed its last transaction, while WAL is left to replay"
         );
         describe_gauge!(WAL_BUDGET, Unit::Bytes, "source.postgres.wal_budget");
         describe_gauge!(

@@ -156,6 +156,29 @@ pub struct SlotStatus {
     pub stalled: bool,
 }
 
+/// The pipeline's server when it is a physical standby (logical decoding on a standby,
+/// PostgreSQL 16+), as last polled.
+#[derive(Debug, Clone, Serialize)]
+pub struct StandbyStatus {
+    /// The standby's `pg_last_wal_replay_lsn()`: changes reach the pipeline once replayed.
+    pub replay_lsn: String,
+    /// What the replay position is measured against: the primary's `pg_current_wal_lsn()`
+    /// (`primary`, with `source.postgres.primary_url`) or the standby's
+    /// `pg_last_wal_receive_lsn()` (`received`).
+    pub measured_against: String,
+    /// That position.
+    pub target_lsn: String,
+    /// WAL bytes not yet replayed.
+    pub replay_lag_bytes: i64,
+    /// `now() - pg_last_xact_replay_timestamp()` while WAL is left to replay, else 0.
+    pub replay_lag_s: f64,
+    /// Whether `source.postgres.primary_url` is connected (publication, heartbeats, the slot's
+    /// creation and incremental snapshots go there).
+    pub primary_connected: bool,
+    /// `hot_standby_feedback` on the standby (off: the slot may be invalidated).
+    pub hot_standby_feedback: bool,
+}
+
 /// The WAL the slot retains against `source.postgres.wal_budget`, as last checked.
 #[derive(Debug, Clone, Serialize)]
 pub struct WalBudgetStatus {
@@ -325,6 +348,8 @@ pub struct PipelineStatus {
     pub slot: Option<SlotStatus>,
     /// The WAL the slot retains against the WAL budget (`source.postgres.wal_budget`).
     pub wal_budget: Option<WalBudgetStatus>,
+    /// The standby the pipeline decodes on, with its replay lag (none on a primary).
+    pub standby: Option<StandbyStatus>,
     /// The binary log position against the server's (MySQL/MariaDB sources), as last polled.
     pub binlog: Option<BinlogStatus>,
     /// The snapshot's progress, while one runs (and its last figures after).
@@ -428,6 +453,7 @@ impl StatusBoard {
                 watermark_lsn: None,
                 slot: None,
                 wal_budget: None,
+                standby: None,
                 binlog: None,
                 snapshot: None,
                 incremental_snapshot: None,

@@ -38,6 +38,7 @@ mod sink_pg_toast;
 mod sink_s3;
 mod snapshot;
 mod stack;
+mod standby;
 mod support;
 mod takeover;
 mod tls_admin;

@@ -23,7 +23,8 @@ pub struct Stack {
     pub brokers: String,
 }
 
-const HOW_TO_START: &str = "start the dev stack and load its settings: \
+/// How to start the dev stack, for the messages of tests that find no server.
+pub const HOW_TO_START: &str = "start the dev stack and load its settings: \
     `scripts/dev-stack up && eval \"$(scripts/dev-stack env)\"` (scripts/test does both)";
 
 /// The stack's endpoints; fails the test (never skips) when they are not set.

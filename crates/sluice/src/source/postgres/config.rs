@@ -175,6 +175,14 @@ pub struct PostgresSourceConfig {
     /// `sync_replication_slots = on` keep a copy of, so that the pipeline resumes on a promoted
     /// standby. Default: on where the server has it; `true` on an older server is refused.
     pub failover: Option<bool>,
+    /// The primary's URL when `url` is a physical standby (logical decoding on a standby,
+    /// PostgreSQL 16+): what a standby cannot do goes there — creating or altering the
+    /// publication and the signal table, `pg_log_standby_snapshot()` so that the slot's
+    /// creation on the standby need not wait for the primary's next running-xacts record,
+    /// heartbeats, incremental snapshots (their watermarks are WAL writes) — and the standby's
+    /// replay lag is measured against its WAL. The initial snapshot and the stream read the
+    /// standby only. The section's TLS keys (`sslmode`, …) apply to both URLs.
+    pub primary_url: Option<String>,
 }
 
 /// `source.postgres.partitions`: how a declaratively partitioned table is captured.
@@ -433,6 +441,33 @@ impl PostgresSourceConfig {
             .unwrap_or_else(|_| self.url.clone())
     }
 
+    /// `primary_url` with the section's connection parameters, as
+    /// [`PostgresSourceConfig::connection_string`] makes `url`'s.
+    ///
+    /// # Errors
+    ///
+    /// A parameter set both as a key and in `primary_url` with another value: (the key, the
+    /// problem).
+    pub fn primary_connection_string(&self) -> Option<Result<String, (String, String)>> {
+        let primary = self.primary_url.as_ref()?;
+        let as_url = Self {
+            url: primary.clone(),
+            ..self.clone()
+        };
+        Some(as_url.connection_string().map_err(|(key, problem)| {
+            (
+                key,
+                problem.replace("source.postgres.url", "source.postgres.primary_url"),
+            )
+        }))
+    }
+
+    /// [`PostgresSourceConfig::primary_connection_string`] of a validated section.
+    pub fn primary_connection(&self) -> Option<String> {
+        self.primary_connection_string()
+            .map(|c| c.unwrap_or_else(|_| self.primary_url.clone().unwrap_or_default()))
+    }
+
     /// The replication slot's name: `slot`, default `sluice_<pipeline name>`.
     pub fn slot_name(&self, pipeline: &str) -> String {
         self.slot
@@ -668,6 +703,20 @@ impl SourceSection for PostgresSourceConfig {
             Ok(connection) => {
                 if let Err(error) = crate::pg_connect::PgConnectConfig::parse(&connection) {
                     issue("source.postgres.url", error.to_string());
+                }
+            }
+        }
+        match pg.primary_connection_string() {
+            None => {}
+            Some(Err((key, problem))) => issue(&key, problem),
+            Some(Ok(connection)) => {
+                if let Err(error) = crate::pg_connect::PgConnectConfig::parse(&connection) {
+                    issue(
+                        "source.postgres.primary_url",
+                        format!(
+                            "{error}: expected postgres://user[:password]@primary-host[:port]/database"
+                        ),
+                    );
                 }
             }
         }
@@ -1103,6 +1152,46 @@ mod tests {
                 .problem
                 .starts_with("unknown variant `all`, expected `root` or `leaves`"),
             "{issue:?}"
+        );
+    }
+
+    #[test]
+    fn primary_url_is_checked_as_url_is_and_takes_the_section_s_tls_keys() {
+        let with = |extra: &str| {
+            MINIMAL.replace(
+                "schemas = [\"public\"]",
+                &format!("schemas = [\"public\"]\n{extra}"),
+            )
+        };
+        let found = issues(&with("primary_url = \"postgres://u@h/db?sslmode=bogus\""));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "source.postgres.primary_url");
+        assert!(
+            found[0]
+                .problem
+                .contains("expected postgres://user[:password]@primary-host[:port]/database"),
+            "{found:?}"
+        );
+        let found = issues(&with(
+            "sslmode = \"require\"\nprimary_url = \"postgres://u@h/db?sslmode=disable\"",
+        ));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "source.postgres.sslmode");
+        assert!(
+            found[0]
+                .problem
+                .contains("source.postgres.primary_url sets sslmode=disable"),
+            "{found:?}"
+        );
+        let config = PgPipelineConfig::from_toml(
+            &with("sslmode = \"require\"\nprimary_url = \"postgres://u@primary/db\""),
+            "test.toml",
+            &env,
+        )
+        .expect("valid config");
+        assert_eq!(
+            config.source.primary_connection().as_deref(),
+            Some("postgres://u@primary/db?sslmode=require")
         );
     }
 

@@ -390,6 +390,25 @@ pub async fn create_signal_table(
         return Ok(None);
     };
     let qualified = format!("{}.{}", quote_ident(schema), quote_ident(table));
+    // Looked up first: a standby (which cannot run CREATE, even IF NOT EXISTS) has it once the
+    // primary has.
+    let exists = catalog
+        .client()
+        .query_one("SELECT to_regclass($1) IS NOT NULL", &[&qualified])
+        .await
+        .map_err(|e| classify_pg("cannot look up the signal table", e))?
+        .get::<_, bool>(0);
+    let signal = super::setup::CapturedTable {
+        schema: schema.to_owned(),
+        table: table.to_owned(),
+        replica_identity: 'd',
+        has_primary_key: true,
+        ancestors: Vec::new(),
+        oid: 0,
+    };
+    if exists {
+        return Ok(Some(signal));
+    }
     catalog
         .client()
         .batch_execute(&format!(
@@ -400,19 +419,12 @@ pub async fn create_signal_table(
             PipelineError::fatal_with(
                 format!("cannot create the signal table {name} (source.postgres.signal_table)"),
                 format!(
-                    "create it yourself: CREATE TABLE {qualified} (id text PRIMARY KEY, type text NOT NULL, data text); or grant CREATE on schema {schema}"
+                    "create it yourself (on the primary when source.postgres.url is a standby): CREATE TABLE {qualified} (id text PRIMARY KEY, type text NOT NULL, data text); or grant CREATE on schema {schema}"
                 ),
                 e,
             )
         })?;
-    Ok(Some(super::setup::CapturedTable {
-        schema: schema.to_owned(),
-        table: table.to_owned(),
-        replica_identity: 'd',
-        has_primary_key: true,
-        ancestors: Vec::new(),
-        oid: 0,
-    }))
+    Ok(Some(signal))
 }
 
 /// Adds the signal table to the publication when it isn't in it (a publication sluice does
@@ -1071,7 +1083,27 @@ impl IncrementalRun {
         let limit = config.source.incremental_chunk_rows.max(1);
         let connect = {
             let config = Arc::clone(&config);
-            async move { PgCatalog::connect(&config).await.map_err(ChunkError::Retry) }
+            let table = table.clone();
+            async move {
+                // Watermarks are WAL writes: on a standby, the chunks are read and the
+                // watermarks written on the primary (in the stream's order all the same).
+                let catalog = PgCatalog::connect(&config)
+                    .await
+                    .map_err(ChunkError::Retry)?;
+                if !super::standby::in_recovery(&catalog)
+                    .await
+                    .map_err(ChunkError::Retry)?
+                {
+                    return Ok(catalog);
+                }
+                match PgCatalog::connect_primary(&config).await {
+                    Ok(Some(primary)) => Ok(primary),
+                    Ok(None) => Err(ChunkError::Table(format!(
+                        "cannot snapshot {table} incrementally: source.postgres.url is a standby, which cannot write the snapshot's watermarks; set source.postgres.primary_url (the chunks are then read on the primary)"
+                    ))),
+                    Err(error) => Err(ChunkError::Retry(error)),
+                }
+            }
         };
         let window = Window {
             opened_at: self.commits,

@@ -6,6 +6,7 @@
 //! - [`publication`]: the publication, with row filters and column lists pushed down.
 //! - [`generated`]: stored generated columns in the publication (PostgreSQL 18).
 //! - [`failover`]: failover slots (PostgreSQL 17), which standbys keep a copy of.
+//! - [`standby`]: logical decoding on a physical standby (PostgreSQL 16+).
 //! - [`partition`]: partitioned tables: their leaves, and partitions that join while running.
 //! - Connection strings with libpq's TLS semantics and SQL connections over rustls are in
 //!   [`crate::pg_connect`] (the PostgreSQL sink uses them too).
@@ -47,6 +48,7 @@ pub mod setup;
 mod silence;
 pub mod slot_state;
 pub mod snapshot;
+pub mod standby;
 pub mod stream;
 pub mod value;
 pub mod wal_budget;

@@ -352,6 +352,16 @@ impl PublicationPlan {
         statements.join("; ")
     }
 
+    /// The statements that create publication `name` with this plan, `; `-separated (for
+    /// messages that tell the operator what to run).
+    pub fn create_sql(&self, name: &str) -> String {
+        self.statements(name, true)
+            .into_iter()
+            .map(|(sql, _)| sql)
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     fn log_client_side(&self) {
         for columns in &self.client_side {
             tracing::info!(

@@ -56,14 +56,20 @@ impl CapturedTable {
     }
 }
 
+/// The server's WAL position in SQL: `pg_current_wal_lsn()` on a primary; on a standby
+/// (where that function fails) the position it has replayed, the end of what its slots can
+/// decode.
+pub const SERVER_WAL_LSN: &str =
+    "CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END";
+
 /// A slot's position against the server's.
 #[derive(Debug, Clone)]
 pub struct SlotLag {
     /// The slot's confirmed flush position.
     pub confirmed_flush: Lsn,
-    /// `pg_current_wal_lsn() - confirmed_flush_lsn`.
+    /// `pg_current_wal_lsn() - confirmed_flush_lsn` (on a standby, its replay position).
     pub lag_bytes: i64,
-    /// `pg_current_wal_lsn()`.
+    /// `pg_current_wal_lsn()` (on a standby, its replay position: [`SERVER_WAL_LSN`]).
     pub server_wal: Lsn,
     /// `wal_status`.
     pub wal_status: String,
@@ -109,13 +115,38 @@ impl PgCatalog {
     ///
     /// Fatal for authentication and missing databases, retryable otherwise.
     pub async fn connect(config: &PgPipelineConfig) -> Result<Self, PipelineError> {
-        let mut pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
-            .map_err(|e| {
-                PipelineError::fatal(
-                    format!("source.postgres.url: {e}"),
-                    "expected postgres://user[:password]@host[:port]/database[?sslmode=...]",
-                )
-            })?;
+        Self::connect_to(config, &config.source.connection(), "source.postgres.url").await
+    }
+
+    /// Connects to the primary of `source.postgres.primary_url` (see [`super::standby`]);
+    /// `None` when the key is not set.
+    ///
+    /// # Errors
+    ///
+    /// As [`PgCatalog::connect`].
+    pub async fn connect_primary(config: &PgPipelineConfig) -> Result<Option<Self>, PipelineError> {
+        match config.source.primary_connection() {
+            None => Ok(None),
+            Some(connection) => {
+                Self::connect_to(config, &connection, "source.postgres.primary_url")
+                    .await
+                    .map(Some)
+            }
+        }
+    }
+
+    /// Connects with `connection`, the connection string of the pipeline file's `key`.
+    async fn connect_to(
+        config: &PgPipelineConfig,
+        connection: &str,
+        key: &str,
+    ) -> Result<Self, PipelineError> {
+        let mut pg_config = crate::pg_connect::PgConnectConfig::parse(connection).map_err(|e| {
+            PipelineError::fatal(
+                format!("{key}: {e}"),
+                "expected postgres://user[:password]@host[:port]/database[?sslmode=...]",
+            )
+        })?;
         pg_config
             .pg
             .application_name(format!("sluice-{}", config.name));
@@ -133,8 +164,8 @@ impl PgCatalog {
             .await
             .map_err(|e| match e {
                 crate::pg_connect::ConnectError::Config(e) => PipelineError::fatal(
-                    format!("source.postgres.url: {e}"),
-                    "fix the TLS parameters of source.postgres.url",
+                    format!("{key}: {e}"),
+                    format!("fix the TLS parameters of {key}"),
                 ),
                 e @ crate::pg_connect::ConnectError::Connect { .. } if e.is_tls_refusal() => {
                     PipelineError::fatal(
@@ -588,10 +619,12 @@ impl PgCatalog {
         let row = self
             .client
             .query_opt(
-                "SELECT coalesce(confirmed_flush_lsn::text, '0/0'), \
-                        coalesce((pg_current_wal_lsn() - confirmed_flush_lsn)::bigint, 0), \
-                        pg_current_wal_lsn()::text, coalesce(wal_status, '') \
-                 FROM pg_replication_slots WHERE slot_name = $1",
+                &format!(
+                    "SELECT coalesce(confirmed_flush_lsn::text, '0/0'), \
+                        coalesce(({SERVER_WAL_LSN} - confirmed_flush_lsn)::bigint, 0), \
+                        coalesce(({SERVER_WAL_LSN})::text, '0/0'), coalesce(wal_status, '') \
+                 FROM pg_replication_slots WHERE slot_name = $1"
+                ),
                 &[&slot],
             )
             .await

@@ -66,6 +66,7 @@ use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::silence::{Silence, SilenceWatch};
 use super::slot_state::{self, ServerSlot, SlotLoss, SlotRecord, SlotStateFile};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
+use super::standby::Standby;
 use super::wal_budget::{BudgetShared, WalBudget};
 use crate::config::StateStoreKind;
 use crate::delivery::{
@@ -76,7 +77,7 @@ use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
 use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
-use crate::runtime::status::{PipelineState, SlotStatus, StatusBoard};
+use crate::runtime::status::{PipelineState, SlotStatus, StandbyStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
 
 /// Everything a run needs from outside.
@@ -298,6 +299,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     .await?;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
+    // A standby (16+): the slot lives there; what it cannot write goes to the primary.
+    let standby = super::standby::detect(&catalog, config)
+        .await?
+        .map(Arc::new);
+    let writer: Option<&PgCatalog> = match &standby {
+        None => Some(&catalog),
+        Some(standby) => standby.primary.as_deref(),
+    };
+    ctx.board.update(|s| s.standby = None);
     let mut slot_state = match config.state_store {
         StateStoreKind::Local => SlotStateFile::open(&config.state_dir(), &config.name)?,
         StateStoreKind::Kafka => SlotStateFile::open_in(
@@ -309,7 +319,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     };
     // The signal table exists before the publication is planned, and is published with the
     // captured tables (never captured itself).
-    let signal_table = incremental::create_signal_table(&catalog, config).await?;
+    let signal_table = incremental::create_signal_table(writer.unwrap_or(&catalog), config).await?;
     let mut captured = catalog.captured_tables(config).await?;
     // Listed before the initial snapshot: a partition attached after this is snapshotted
     // (again, at worst) under its root, never missed.
@@ -331,8 +341,13 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     captured.retain(|t| !detached.contains_key(&t.qualified()));
     partitions.retain(|p| !detached.contains_key(&p.root));
     let (tables, published) = with_signal_table(captured, signal_table.as_ref());
-    catalog.ensure_publication(config, &published).await?;
-    incremental::publish_signal_table(&catalog, config).await?;
+    match writer {
+        Some(writer) => {
+            writer.ensure_publication(config, &published).await?;
+        }
+        None => super::standby::check_publication(&catalog, config, &published).await?,
+    }
+    incremental::publish_signal_table(writer.unwrap_or(&catalog), config).await?;
     let slot_name = config.slot_name();
     let pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
         .map_err(|e| {
@@ -386,7 +401,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
                 e,
             )
         })?;
-        exported = Some(create_slot_exporting_snapshot(&mut connection, &slot_name, config).await?);
+        let creation = create_slot_exporting_snapshot(&mut connection, &slot_name, config);
+        exported = Some(match &standby {
+            Some(standby) => while_creating_on(standby, &ctx.board, creation).await?,
+            None => creation.await?,
+        });
         crate::crash_point!("snapshot::slot_created");
     }
     let republished: Vec<String> = tables
@@ -394,7 +413,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         .map(CapturedTable::qualified)
         .filter(|t| config.source.outbox.as_ref().is_none_or(|o| o.table != *t))
         .collect();
-    let slot = secure_slot(
+    let securing = secure_slot(
         &catalog,
         config,
         &slot_name,
@@ -402,8 +421,14 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         &mut slot_state,
         exported.is_some(),
         &republished,
-    )
-    .await?;
+    );
+    let slot = match &standby {
+        // Only a slot still to be created waits for the primary.
+        Some(standby) if exported.is_none() && catalog.slot(&slot_name).await?.is_none() => {
+            while_creating_on(standby, &ctx.board, securing).await?
+        }
+        _ => securing.await?,
+    };
     let database = catalog.database().await?;
     let registry = crate::source::registry_for_pipeline(
         config.schema_registry.as_ref(),
@@ -526,7 +551,13 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             )
         })?;
     }
-    super::failover::apply(&mut connection, &catalog, config, &slot_name).await?;
+    match &standby {
+        None => super::failover::apply(&mut connection, &catalog, config, &slot_name).await?,
+        Some(_) if config.source.failover == Some(true) => tracing::warn!(
+            "source.postgres.failover = true is not applied: a slot on a standby cannot be a failover slot (PostgreSQL refuses); it is applied once the standby is promoted and the pipeline restarts"
+        ),
+        Some(_) => {}
+    }
     let publication = config.publication_name();
     let stream = connection
         .start_logical(
@@ -627,6 +658,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     }
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
+        standby.clone(),
         slot_name.clone(),
         Arc::clone(&ctx.board),
         Arc::clone(&ctx.progress),
@@ -635,12 +667,18 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     ));
 
     let heartbeat_interval = config.source.heartbeat_interval_ms;
+    if heartbeat_interval > 0 && standby.as_ref().is_some_and(|s| s.primary.is_none()) {
+        tracing::info!(
+            "no heartbeats: a standby cannot write them and source.postgres.primary_url is not set (an idle or filtered-out database holds the slot's position back until the next captured change)"
+        );
+    }
     let mut source = PgSource {
         transaction_schemas: None,
         message_schemas: None,
         ctx,
         identity,
         catalog: Arc::clone(&catalog),
+        standby,
         stream,
         relations: HashMap::new(),
         table_metrics: HashMap::new(),
@@ -716,6 +754,8 @@ struct PgSource<'a> {
     ctx: &'a RunContext,
     identity: SourceIdentity,
     catalog: Arc<PgCatalog>,
+    /// The standby the pipeline decodes on, when `source.postgres.url` is one.
+    standby: Option<Arc<Standby>>,
     stream: ReplicationStream,
     relations: HashMap<u32, Arc<RelationInfo>>,
     table_metrics: HashMap<String, Arc<TableMetrics>>,
@@ -961,7 +1001,8 @@ impl Source for PgSource<'_> {
             self.progress_log = (Instant::now(), self.received);
             tracing::info!(received = %self.received, %watermark, "progress");
         }
-        self.heartbeat.tick(&self.catalog).await;
+        let writer = self.writer();
+        self.heartbeat.tick(writer.as_ref()).await;
         Ok(())
     }
 
@@ -984,8 +1025,8 @@ impl Source for PgSource<'_> {
 
 impl Heartbeat {
     /// Writes a heartbeat when one is due and the previous one has finished.
-    async fn tick(&mut self, catalog: &Arc<PgCatalog>) {
-        let Some(interval) = self.interval else {
+    async fn tick(&mut self, catalog: Option<&Arc<PgCatalog>>) {
+        let (Some(interval), Some(catalog)) = (self.interval, catalog) else {
             return;
         };
         if self.last.elapsed() < interval {
@@ -1007,6 +1048,15 @@ impl Heartbeat {
 }
 
 impl PgSource<'_> {
+    /// Where this run writes WAL (heartbeats, publication changes): the server itself, or on
+    /// a standby the primary (`None` without `source.postgres.primary_url`).
+    fn writer(&self) -> Option<Arc<PgCatalog>> {
+        match &self.standby {
+            None => Some(Arc::clone(&self.catalog)),
+            Some(standby) => standby.writer(&self.catalog),
+        }
+    }
+
     /// Handles one read from the replication stream.
     async fn on_replication_message(
         &mut self,
@@ -1704,12 +1754,22 @@ impl PgSource<'_> {
         }
         if config.source.create_publication {
             // The same definition as at the start.
-            self.catalog.ensure_publication(&config, &published).await?;
+            match self.writer() {
+                Some(writer) => {
+                    writer.ensure_publication(&config, &published).await?;
+                }
+                None => {
+                    super::standby::check_publication(&self.catalog, &config, &published).await?
+                }
+            }
         }
         let at: String = self
             .catalog
             .client()
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+            .query_one(
+                &format!("SELECT ({})::text", super::setup::SERVER_WAL_LSN),
+                &[],
+            )
             .await
             .map_err(|e| crate::error::classify_pg("cannot read the WAL position", e))?
             .get(0);
@@ -1963,6 +2023,7 @@ impl PgSource<'_> {
 /// longer than `timeout` (0 = never), the pipeline is reported stalled.
 async fn monitor_slot(
     catalog: Arc<PgCatalog>,
+    standby: Option<Arc<Standby>>,
     slot: String,
     board: Arc<StatusBoard>,
     watch: Arc<std::sync::Mutex<ProgressWatch>>,
@@ -1976,6 +2037,9 @@ async fn monitor_slot(
     };
     let mut tick = tokio::time::interval(period);
     while stop.run_until_cancelled(tick.tick()).await.is_some() {
+        if let Some(standby) = &standby {
+            watch_standby(&catalog, standby, &board).await;
+        }
         match catalog.slot_lag(&slot).await {
             Ok(Some(lag)) => {
                 metrics::gauge!(m::SLOT_CONFIRMED_LSN).set(lag.confirmed_flush.0 as f64);
@@ -2016,6 +2080,50 @@ async fn monitor_slot(
             Err(error) => tracing::debug!(error = %error.chain(), "cannot read slot lag"),
         }
     }
+}
+
+/// Polls the standby's replay lag into its metrics and the status; notices a promotion.
+async fn watch_standby(catalog: &PgCatalog, standby: &Standby, board: &StatusBoard) {
+    let primary = standby.primary.as_deref().filter(|_| !standby.promoted());
+    match super::standby::replay_lag(catalog, primary).await {
+        Ok(Some(lag)) => {
+            metrics::gauge!(m::STANDBY_REPLAY_LAG_BYTES).set(lag.bytes as f64);
+            metrics::gauge!(m::STANDBY_REPLAY_LAG_SECONDS).set(lag.seconds);
+            board.update(|s| {
+                s.standby = Some(StandbyStatus {
+                    replay_lsn: lag.replay_lsn.to_string(),
+                    measured_against: lag.measured_against.to_owned(),
+                    target_lsn: lag.target_lsn.to_string(),
+                    replay_lag_bytes: lag.bytes,
+                    replay_lag_s: lag.seconds,
+                    primary_connected: primary.is_some(),
+                    hot_standby_feedback: standby.hot_standby_feedback,
+                });
+            });
+        }
+        Ok(None) => {
+            standby.set_promoted();
+            metrics::gauge!(m::STANDBY_REPLAY_LAG_BYTES).set(0.0);
+            metrics::gauge!(m::STANDBY_REPLAY_LAG_SECONDS).set(0.0);
+            board.update(|s| s.standby = None);
+        }
+        Err(error) => {
+            tracing::debug!(error = %error.chain(), "cannot read the standby's replay lag")
+        }
+    }
+}
+
+/// Runs `creation` (the slot's creation on a standby) with the primary asked for the
+/// running-xacts record it waits for, and what it waits for in the status's hint meanwhile.
+async fn while_creating_on<T>(
+    standby: &Standby,
+    board: &StatusBoard,
+    creation: impl Future<Output = Result<T, PipelineError>>,
+) -> Result<T, PipelineError> {
+    board.update(|s| s.hint = Some(standby.creation_wait().to_owned()));
+    let out = standby.while_creating_slot(creation).await;
+    board.update(|s| s.hint = None);
+    out
 }
 
 /// The no-progress watchdog's memory: when the confirmed position last moved, and the

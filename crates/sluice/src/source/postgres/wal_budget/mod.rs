@@ -151,9 +151,12 @@ pub async fn retained_wal(
 ) -> Result<Option<RetainedWal>, PipelineError> {
     let row = client
         .query_opt(
-            "SELECT coalesce((pg_current_wal_lsn() - restart_lsn)::bigint, 0), active, \
+            &format!(
+                "SELECT coalesce(({} - restart_lsn)::bigint, 0), active, \
                     wal_status, safe_wal_size \
              FROM pg_replication_slots WHERE slot_name = $1",
+                super::setup::SERVER_WAL_LSN
+            ),
             &[&slot],
         )
         .await
