@@ -6,11 +6,12 @@ use std::process::ExitCode;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
-use tracing::Instrument as _;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
+use crate::admin::Doctor;
 use crate::cli::{Cli, Command, LogFormat};
 use crate::config::{AdminConfig, RestartConfig};
 use crate::error::PipelineError;
@@ -20,6 +21,7 @@ use crate::runtime::metrics::install_recorder;
 use crate::runtime::status::StatusBoard;
 use crate::runtime::supervisor::{Supervised, stop_on_signal, supervise};
 use crate::sink::SinkPipeline;
+use crate::source::mysql::config::MysqlPipelineConfig;
 use crate::source::mysql::stream::MysqlPipeline;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::stream::CdcPipeline;
@@ -49,7 +51,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             match PipelineFile::load(&pipeline)? {
                 PipelineFile::Postgres(config) => {
                     let config = Arc::new(*config);
-                    let doctor = Some(Arc::clone(&config));
+                    let doctor = Some(postgres_doctor(Arc::clone(&config)));
                     run_supervised(
                         &config.name,
                         &config.admin,
@@ -67,7 +69,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         &config.name,
                         &config.admin,
                         &config.restart,
-                        None,
+                        Some(mysql_doctor(Arc::clone(&config))),
                         |board| {
                             if config.source.signal_table.is_some() {
                                 board.take_snapshot_signals(false, crate::sql::SqlDialect::Mysql);
@@ -233,6 +235,32 @@ async fn probe_health(admin: &str) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The admin API's doctor for a PostgreSQL pipeline: `sluice doctor <pipeline file>`.
+fn postgres_doctor(config: Arc<PgPipelineConfig>) -> Doctor {
+    Arc::new(move || {
+        let config = Arc::clone(&config);
+        Box::pin(async move {
+            let target = crate::doctor::Target {
+                pg_url: Some(config.source.connection()),
+                brokers: Some(config.kafka.brokers.clone()),
+                pipeline: Some((*config).clone()),
+                kafka_client: None,
+            };
+            serde_json::to_value(crate::doctor::diagnose(&target).await).unwrap_or_default()
+        })
+    })
+}
+
+/// The admin API's doctor for a MySQL/MariaDB pipeline: `sluice doctor <pipeline file>`.
+fn mysql_doctor(config: Arc<MysqlPipelineConfig>) -> Doctor {
+    Arc::new(move || {
+        let config = Arc::clone(&config);
+        Box::pin(async move {
+            serde_json::to_value(crate::doctor::diagnose_mysql(&config).await).unwrap_or_default()
+        })
+    })
+}
+
 /// Installs the metrics recorder, makes the pipeline's status board, builds the pipeline over
 /// it (`pipeline`) and runs [`serve_and_supervise`] on one of the runtime's worker threads
 /// rather than on the main thread: a task on a worker is woken by the I/O driver directly, where the main thread blocked
@@ -242,7 +270,7 @@ fn run_supervised<P: Supervised + Send + 'static>(
     name: &str,
     admin: &AdminConfig,
     restart: &RestartConfig,
-    doctor: Option<Arc<PgPipelineConfig>>,
+    doctor: Option<Doctor>,
     pipeline: impl FnOnce(Arc<StatusBoard>) -> P,
 ) -> anyhow::Result<()> {
     let prometheus = install_recorder(name)?;
@@ -307,7 +335,7 @@ pub async fn serve_and_supervise<P: Supervised>(
     admin: &AdminConfig,
     restart: &RestartConfig,
     board: Arc<StatusBoard>,
-    doctor: Option<Arc<PgPipelineConfig>>,
+    doctor: Option<Doctor>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     mut pipeline: P,
 ) -> anyhow::Result<()> {

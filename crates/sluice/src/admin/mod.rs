@@ -43,20 +43,29 @@ use tokio_util::sync::CancellationToken;
 
 use crate::runtime::status::{PipelineState, StatusBoard, unix_ms};
 
+/// `sluice doctor` for the pipeline this process runs, whatever its kind: its findings as
+/// JSON. The command line's edge (`app.rs`) makes it from the pipeline's configuration, so the
+/// admin server knows no pipeline kind.
+pub type Doctor = Arc<
+    dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = serde_json::Value> + Send>>
+        + Send
+        + Sync,
+>;
+
 #[derive(Clone)]
 struct AdminState {
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<Arc<str>>,
-    config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
+    doctor: Option<Doctor>,
 }
 
-/// The admin routes; `token` guards `/api/v1`; `config` lets the API run `sluice doctor`.
+/// The admin routes; `token` guards `/api/v1`; `doctor` lets the API run `sluice doctor`.
 pub fn router(
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<String>,
-    config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
+    doctor: Option<Doctor>,
 ) -> Router {
     Router::new()
         .route("/", get(status_page))
@@ -75,7 +84,7 @@ pub fn router(
             prometheus,
             board,
             token: token.map(Arc::from),
-            config,
+            doctor,
         })
 }
 
@@ -182,19 +191,13 @@ async fn pipeline_doctor(
     if let Some(response) = reject(&state, &headers, Some(&name)) {
         return response;
     }
-    let Some(config) = state.config.clone() else {
+    let Some(doctor) = state.doctor.clone() else {
         return error(
             StatusCode::NOT_FOUND,
-            "no pipeline configuration to diagnose".into(),
+            "no pipeline configuration to diagnose (sluice doctor inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines)".into(),
         );
     };
-    let target = crate::doctor::Target {
-        pg_url: Some(config.source.connection()),
-        brokers: Some(config.kafka.brokers.clone()),
-        pipeline: Some((*config).clone()),
-        kafka_client: None,
-    };
-    let findings = crate::doctor::diagnose(&target).await;
+    let findings = doctor().await;
     Json(serde_json::json!({ "pipeline": name, "findings": findings })).into_response()
 }
 
@@ -459,7 +462,7 @@ pub async fn serve(
     prometheus: PrometheusHandle,
     board: Arc<StatusBoard>,
     token: Option<String>,
-    config: Option<Arc<crate::source::postgres::config::PgPipelineConfig>>,
+    doctor: Option<Doctor>,
     tls: Option<Arc<rustls::ServerConfig>>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
@@ -486,7 +489,7 @@ pub async fn serve(
             upkeep.run_upkeep();
         }
     });
-    let app = router(prometheus, board, token, config);
+    let app = router(prometheus, board, token, doctor);
     Ok(tokio::spawn(server::run(
         listener,
         app,

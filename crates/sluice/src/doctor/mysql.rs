@@ -54,7 +54,7 @@ fn human_duration(seconds: u64) -> String {
 
 /// Every MySQL/MariaDB finding for `config`'s server and saved position.
 pub(super) async fn checks(config: &MysqlPipelineConfig, findings: &mut Vec<Finding>) {
-    let url = crate::pg_connect::redact_url(&config.source.url);
+    let url = crate::source::mysql::config::redact_url(&config.source.url);
     let mut conn = match server::connect(&config.source).await {
         Ok(conn) => conn,
         Err(error) => {

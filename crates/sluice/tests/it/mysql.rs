@@ -33,7 +33,7 @@ impl Server {
         }
     }
 
-    fn url(self, root: bool) -> String {
+    pub(crate) fn url(self, root: bool) -> String {
         let name = self.var(root);
         std::env::var(name).unwrap_or_else(|_| {
             panic!(

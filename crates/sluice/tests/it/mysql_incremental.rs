@@ -391,6 +391,29 @@ async fn api_snapshot_with_a_filter(server: Server) {
     );
     let mut sluice = Sluice::start(&dir, &toml, admin_port);
     sluice.wait_streaming(Duration::from_secs(60));
+    // The admin API runs `sluice doctor` for a MySQL pipeline as for a PostgreSQL one.
+    let (status, body) = crate::support::http_request(
+        sluice.admin,
+        "GET",
+        &format!("/api/v1/pipelines/{name}/doctor"),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("\"mysql.server\"") && body.contains("\"mysql.settings\""),
+        "{body}"
+    );
+    // Its evidence names the server without the password (it was shown whole before).
+    let password = server
+        .url(false)
+        .split_once("://")
+        .and_then(|(_, rest)| rest.rsplit_once('@'))
+        .and_then(|(user, _)| user.split_once(':'))
+        .map(|(_, password)| password.to_owned())
+        .unwrap();
+    assert!(!body.contains(&format!(":{password}@")), "{body}");
+    assert!(body.contains(":***@"), "{body}");
     let path = format!("/api/v1/pipelines/{name}/snapshots");
     let (status, body) = http_json(
         sluice.admin,
