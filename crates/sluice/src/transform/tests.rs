@@ -1015,3 +1015,82 @@ fn avro_after_the_chain_is_connects_avro_converters() {
     assert_eq!(unique.len(), registered.len(), "{registered:?}");
     assert_eq!(registered.len(), 8, "{registered:?}");
 }
+
+/// What writing Avro at the chain's end costs beside writing JSON with schemas, per record,
+/// on Debezium's own envelopes of the `bulk` table (the `schemas-enable` capture, repeated):
+/// unwrap (rewrite, `add.fields`) and a `RegexRouter`, medians of rounds alternating the two.
+/// Run: `cargo test -p sluice --lib -- --ignored avro_after_the_chain_cost --nocapture`
+/// (`--release` for figures worth quoting). The schemas are registered once (two subjects).
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn avro_after_the_chain_cost() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/debezium/schemas-enable/dbzcap.public.bulk.jsonl"
+    ))
+    .unwrap();
+    let mut records = Vec::new();
+    for line in text.lines() {
+        let members = super::json::Members::parse(line).unwrap();
+        let part = |name: &str| {
+            members
+                .get(name)
+                .map(|r| r.get())
+                .filter(|t| *t != "null")
+                .map(|t| t.as_bytes().to_vec())
+        };
+        records.push(OutRecord {
+            partition: None,
+            topic: Arc::from("dbzcap.public.bulk"),
+            key: part("key"),
+            value: part("value"),
+            headers: Vec::new(),
+        });
+    }
+    let records: Vec<OutRecord> = records.iter().cycle().take(6_000).cloned().collect();
+    let events: EventOptions = toml::from_str("format = \"avro\"").unwrap();
+    let section = "[transforms]\nchain = \"unwrap,route\"\n[transforms.unwrap]\n\
+         type = \"io.debezium.transforms.ExtractNewRecordState\"\n\
+         \"delete.tombstone.handling.mode\" = \"rewrite\"\n\"add.fields\" = \"op,table,lsn\"\n\
+         [transforms.route]\ntype = \"org.apache.kafka.connect.transforms.RegexRouter\"\n\
+         regex = '(.*)\\.public\\.(.*)'\nreplacement = \"$1.routed.$2\"\n";
+    let json = chain_with(section, &events);
+    let avro = chain_with(section, &events);
+    let registered = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let count = Arc::clone(&registered);
+    avro.set_avro_output(avro::AvroOutput::new(
+        true,
+        true,
+        Box::new(move |_, _, _, _| Ok(count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1)),
+    ));
+    let round = |chain: &Chain| {
+        let started = std::time::Instant::now();
+        let mut bytes = 0usize;
+        for record in &records {
+            if let Some(out) = chain.apply(record).unwrap() {
+                bytes += out.value.map_or(0, |v| v.len());
+            }
+        }
+        (
+            started.elapsed().as_nanos() as f64 / records.len() as f64,
+            bytes as f64 / records.len() as f64,
+        )
+    };
+    let (mut j, mut a) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        j.push(round(&json));
+        a.push(round(&avro));
+    }
+    let median = |v: &mut Vec<(f64, f64)>| {
+        v.sort_by(|x, y| x.0.total_cmp(&y.0));
+        v[v.len() / 2]
+    };
+    let ((jn, jb), (an, ab)) = (median(&mut j), median(&mut a));
+    println!(
+        "{{\"records\":{},\"json_with_schemas_ns\":{jn:.0},\"avro_ns\":{an:.0},\"avro_over_json\":{:.2},\"json_value_bytes\":{jb:.0},\"avro_value_bytes\":{ab:.0},\"registrations\":{}}}",
+        records.len(),
+        an / jn,
+        registered.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert_eq!(registered.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
