@@ -37,6 +37,8 @@ pub async fn check(config: &PgPipelineConfig) -> anyhow::Result<ExitCode> {
     if let Some(registry) = &config.schema_registry
         && config.kafka.events.uses_avro()
     {
+        // With [transforms], the subjects are the routed topics' (the chain writes the Avro).
+        let topics = config.routed_topics(&topics);
         ok &= check_registry(registry, &config.kafka.events, &topics).await;
     }
     match check_kafka(config).await {
@@ -364,6 +366,8 @@ pub async fn check_mysql(config: &MysqlPipelineConfig) -> anyhow::Result<ExitCod
     if let Some(registry) = &config.schema_registry
         && config.kafka.events.uses_avro()
     {
+        // With [transforms], the subjects are the routed topics' (the chain writes the Avro).
+        let topics = config.routed_topics(&topics);
         ok &= check_registry(registry, &config.kafka.events, &topics).await;
     }
     match check_kafka(config).await {

@@ -123,6 +123,12 @@ pub struct PipelineConfig<S> {
     /// The predicates `[transforms]` name.
     #[serde(default)]
     pub predicates: crate::transform::PredicatesConfig,
+    /// Not in the file: the `[kafka.events]` a run writes when they differ from what its
+    /// sources encode ([`PipelineConfig::for_run`]: Avro with `[transforms]`, where the sources
+    /// write JSON with schemas and the chain's end writes Avro, as Connect's converter after
+    /// the transforms).
+    #[serde(skip)]
+    pub converted_events: Option<crate::event::EventOptions>,
 }
 
 /// Deserializes `[source]`: exactly one table, whose key is `S::KEY` (the messages are serde's

@@ -90,8 +90,41 @@ impl<S: SourceSection> PipelineConfig<S> {
     pub fn transform_chain(
         &self,
     ) -> Result<Option<std::sync::Arc<crate::transform::Chain>>, Vec<ConfigIssue>> {
-        crate::transform::config::build(&self.transforms, &self.predicates, &self.kafka.events)
+        crate::transform::config::build(&self.transforms, &self.predicates, self.output_events())
             .map(|chain| chain.map(std::sync::Arc::new))
+    }
+
+    /// The `[kafka.events]` records are written with (what the file says; the sources encode
+    /// `kafka.events`, which [`PipelineConfig::for_run`] may have changed).
+    pub fn output_events(&self) -> &crate::event::EventOptions {
+        self.converted_events.as_ref().unwrap_or(&self.kafka.events)
+    }
+
+    /// The configuration a run uses: with `[transforms]` and Avro keys or values, the sources
+    /// write those as Connect's JSON with schemas (`kafka.events`), the chain transforms them in
+    /// that form and writes Avro from the transformed schemas ([`Self::output_events`]), as
+    /// Kafka Connect applies transforms between the connector and the Avro converter. Records
+    /// without a chain keep the sources' direct Avro writers.
+    #[must_use]
+    pub fn for_run(mut self) -> Self {
+        use crate::event::EventFormat;
+        if self.transforms.is_empty()
+            || !self.kafka.events.uses_avro()
+            || self.converted_events.is_some()
+        {
+            return self;
+        }
+        let output = self.kafka.events.clone();
+        let json = |format: EventFormat| match format {
+            EventFormat::Avro => EventFormat::JsonWithSchemas,
+            other => other,
+        };
+        let events = &mut self.kafka.events;
+        events.key_format = Some(json(output.key_format()));
+        events.value_format = Some(json(output.value_format()));
+        events.format = None;
+        self.converted_events = Some(output);
+        self
     }
 
     /// `topics` and the topics `[transforms]`' routers send their records to, each once.

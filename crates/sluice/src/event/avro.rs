@@ -364,10 +364,11 @@ impl SchemaWriter {
             };
             let precision = parameter("connect.decimal.precision").unwrap_or(64);
             let scale = parameter("scale").unwrap_or(0);
-            let _ = write!(
-                props,
-                ",\"logicalType\":\"decimal\",\"precision\":{precision},\"scale\":{scale}"
-            );
+            // The converter's text: `scale` and `precision` first, `logicalType` last
+            // (`"type":"bytes","scale":2,"precision":8,"connect.version":1,…,
+            // "logicalType":"decimal"`, the captures' schemas.json).
+            props.insert_str(0, &format!(",\"scale\":{scale},\"precision\":{precision}"));
+            props.push_str(",\"logicalType\":\"decimal\"");
         }
         props
     }

@@ -140,12 +140,6 @@ pub fn build(
             Err(issues)
         };
     }
-    if events.uses_avro() {
-        issue(
-            "transforms".into(),
-            "not yet applied to Avro events (kafka.events.format = \"avro\"): use format \"json\" or \"json_with_schemas\", or remove [transforms]".into(),
-        );
-    }
     let names: Vec<String> = match transforms.0.get("chain") {
         Some(toml::Value::String(list)) => split_list(list),
         Some(toml::Value::Array(items)) => items
@@ -283,8 +277,8 @@ pub fn build(
     if issues.is_empty() {
         Ok(Some(Chain::new(
             steps,
-            events.key_format() == EventFormat::JsonWithSchemas,
-            events.value_format() == EventFormat::JsonWithSchemas,
+            events.key_format() != EventFormat::Json,
+            events.value_format() != EventFormat::Json,
         )))
     } else {
         Err(issues)

@@ -9,8 +9,12 @@
 //! in the acknowledgement order, so the source's confirmed position moves past it.
 //!
 //! The transforms work on the JSON the encoders wrote ([`json`]), with or without Connect's
-//! schema envelope; Avro events are refused with `[transforms]` for now.
+//! schema envelope. With Avro keys or values the sources write Connect's JSON with schemas for
+//! the chain, and the chain's end writes Avro from the transformed Connect schema and value, as
+//! Connect's Avro converter does after the transforms ([`avro`]: the schema registered under
+//! the subjects of the record's topic, the routed one).
 
+pub mod avro;
 mod cast;
 pub mod config;
 mod config_convert;
@@ -161,6 +165,8 @@ pub struct Chain {
     /// Creates the topics records are routed to that are not known beforehand (as Connect's
     /// `topic.creation.enable` does), with the topics it made or found.
     new_topics: std::sync::OnceLock<(NewTopicHook, std::sync::RwLock<HashSet<Arc<str>>>)>,
+    /// Writes Avro keys and/or values after the chain (Avro events).
+    avro: std::sync::OnceLock<avro::AvroOutput>,
 }
 
 impl std::fmt::Debug for Chain {
@@ -182,7 +188,19 @@ impl Chain {
             key_schemas,
             value_schemas,
             new_topics: std::sync::OnceLock::new(),
+            avro: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Has the chain write its records' keys and/or values as Avro (`output`), as Connect's
+    /// Avro converter after the transforms; the records come in as JSON with schemas.
+    pub fn set_avro_output(&self, output: avro::AvroOutput) {
+        let _ = self.avro.set(output);
+    }
+
+    /// Whether the chain writes Avro (see [`Chain::set_avro_output`]).
+    pub fn writes_avro(&self) -> bool {
+        self.avro.get().is_some()
     }
 
     /// Whether a step computes topics from the record (a `ContentBasedRouter`, an
@@ -267,11 +285,41 @@ impl Chain {
         if !Arc::ptr_eq(&record.topic, &out.topic) {
             self.ensure_topic(&record.topic);
         }
+        let (key, value) = match self.avro.get() {
+            None => (
+                record.key.write(self.key_schemas),
+                record.value.write(self.value_schemas),
+            ),
+            Some(avro) => {
+                // Connect's converter after the last transform: a failure is the chain's.
+                let last = self.steps.last().map_or(first, |s| &s.name);
+                let write = |is_key: bool, data: &Data, avro_side: bool, schemas: bool| {
+                    if avro_side {
+                        avro.write(&record.topic, is_key, data).map_err(|e| {
+                            failed(
+                                last,
+                                format!(
+                                    "the {} as Avro (topic {}): {e}",
+                                    if is_key { "key" } else { "value" },
+                                    record.topic
+                                ),
+                            )
+                        })
+                    } else {
+                        Ok(data.write(schemas))
+                    }
+                };
+                (
+                    write(true, &record.key, avro.key, self.key_schemas)?,
+                    write(false, &record.value, avro.value, self.value_schemas)?,
+                )
+            }
+        };
         Ok(Some(OutRecord {
             partition: record.partition,
             topic: record.topic,
-            key: record.key.write(self.key_schemas),
-            value: record.value.write(self.value_schemas),
+            key,
+            value,
             headers: record.headers,
         }))
     }

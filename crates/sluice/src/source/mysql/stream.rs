@@ -81,6 +81,7 @@ pub struct MysqlPipeline {
 impl MysqlPipeline {
     /// The pipeline of `config`, reporting to `board`.
     pub fn new(config: Arc<MysqlPipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        let config = crate::source::config_for_run(config);
         let instance = config.ha.instance_id();
         board.update(|s| s.instance = instance);
         Self {
@@ -247,7 +248,7 @@ pub async fn run_once(
     )?;
     let registry = crate::source::registry_for_pipeline(
         config.schema_registry.as_ref(),
-        &config.kafka.events,
+        config.output_events(),
         board,
     )?;
     // The schema-change topic's schemas (JSON with schemas, Avro: registered before its
@@ -319,7 +320,7 @@ pub async fn run_once(
                 board,
                 delivery: &config.delivery,
                 position_of: record_position,
-                transforms: crate::source::transform_chain(config)?,
+                transforms: crate::source::transform_chain(config, registry.as_ref())?,
                 flavor,
                 events: &config.kafka.events,
                 registry: registry.clone(),
@@ -400,7 +401,7 @@ pub async fn run_once(
         delivery_tx.clone(),
         record_position,
     );
-    core.set_transforms(crate::source::transform_chain(config)?);
+    core.set_transforms(crate::source::transform_chain(config, registry.as_ref())?);
     if let Some(batch_size) = batch_size {
         core.set_batch_limit(crate::delivery::BatchLimit::from_cluster(
             config.kafka.clone(),
@@ -538,7 +539,7 @@ async fn publish_snapshot_schema(
         })
         .collect();
     let metrics = Arc::new(TableMetrics::new(&config.kafka.topic_prefix));
-    let transforms = crate::source::transform_chain(config)?;
+    let transforms = crate::source::transform_chain(config, None)?;
     let count = crate::source::chunked::publish(
         producer,
         budget,

@@ -966,6 +966,33 @@ mod tests {
     }
 
     #[test]
+    fn avro_with_transforms_runs_its_sources_in_json_with_schemas() {
+        use crate::event::EventFormat;
+        let file = format!(
+            "{MINIMAL}\n[kafka.events]\nkey_format = \"json\"\nvalue_format = \"avro\"\n\
+             [schema_registry]\nurl = \"http://127.0.0.1:1\"\n[transforms]\nchain = \"unwrap\"\n\
+             [transforms.unwrap]\ntype = \"io.debezium.transforms.ExtractNewRecordState\"\n"
+        );
+        let loaded = PgPipelineConfig::from_toml(&file, "test.toml", &env).unwrap();
+        let run = loaded.clone().for_run();
+        // The sources encode the value in its Connect form, the key as the file says; what is
+        // written is still the file's.
+        assert_eq!(run.kafka.events.key_format(), EventFormat::Json);
+        assert_eq!(
+            run.kafka.events.value_format(),
+            EventFormat::JsonWithSchemas
+        );
+        assert!(!run.kafka.events.uses_avro());
+        assert_eq!(run.output_events(), &loaded.kafka.events);
+        assert_eq!(run.clone().for_run().output_events(), &loaded.kafka.events);
+        // Without [transforms]: unchanged (the direct Avro writers).
+        let plain = file.split("[transforms]").next().unwrap().to_owned();
+        let plain = PgPipelineConfig::from_toml(&plain, "test.toml", &env).unwrap();
+        assert_eq!(plain.clone().for_run().kafka.events, plain.kafka.events);
+        assert!(plain.for_run().converted_events.is_none());
+    }
+
+    #[test]
     fn transforms_load_at_the_top_level_and_their_mistakes_name_the_key() {
         let chain = "\n[transforms]\nchain = \"unwrap,route\"\n[transforms.unwrap]\n\
             type = \"io.debezium.transforms.ExtractNewRecordState\"\n[transforms.route]\n\

@@ -182,7 +182,7 @@ pub async fn run(
     if ctx.exactly_once.is_some() {
         crate::source::chunked::begin(ctx.producer).await?;
     }
-    let transforms = crate::source::transform_chain(ctx.config)?;
+    let transforms = crate::source::transform_chain(ctx.config, ctx.identity.registry.as_ref())?;
     for catalog in connections {
         let worker = Worker {
             catalog,

@@ -113,6 +113,7 @@ pub struct CdcPipeline {
 impl CdcPipeline {
     /// The pipeline of `config`, reporting to `board`.
     pub fn new(config: Arc<PgPipelineConfig>, board: Arc<StatusBoard>) -> Self {
+        let config = crate::source::config_for_run(config);
         let instance = config.ha.instance_id();
         board.update(|s| s.instance = instance);
         Self {
@@ -432,7 +433,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let database = catalog.database().await?;
     let registry = crate::source::registry_for_pipeline(
         config.schema_registry.as_ref(),
-        &config.kafka.events,
+        config.output_events(),
         &ctx.board,
     )?;
     let identity = SourceIdentity {
@@ -609,7 +610,10 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             record_position,
         ),
     };
-    core.set_transforms(crate::source::transform_chain(config)?);
+    core.set_transforms(crate::source::transform_chain(
+        config,
+        identity.registry.as_ref(),
+    )?);
     if let Some(batch_size) = batch_size {
         core.set_batch_limit(delivery::BatchLimit::from_cluster(
             config.kafka.clone(),
