@@ -4,12 +4,10 @@
 //! The snapshot at scale, the primary's load during it and a promotion are
 //! `scripts/standby-demo`'s.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    HOW_TO_START, Sluice, broker_shared, free_port, pg_at, pipeline_toml_at, read_topic, test_dir,
+    Sluice, broker_shared, free_port, pg_at, pg_versions, pipeline_toml_at, read_topic, test_dir,
     unique,
 };
 
@@ -23,24 +21,7 @@ struct Pair {
 fn pair(version: u32) -> &'static Pair {
     static PAIR: std::sync::OnceLock<Pair> = std::sync::OnceLock::new();
     PAIR.get_or_init(|| {
-        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let output = Command::new(root.join("scripts/pg-versions"))
-            .args(["standby-up", &version.to_string()])
-            .current_dir(&root)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run scripts/pg-versions");
-        assert!(
-            output.status.success(),
-            "scripts/pg-versions standby-up {version} failed (SLUICE_DEV_DIR must name the dev stack's state directory: {HOW_TO_START})"
-        );
-        let text = String::from_utf8_lossy(&output.stdout);
-        let var = |name: &str| {
-            text.lines()
-                .find_map(|line| line.strip_prefix(&format!("export {name}=")))
-                .map(|value| value.trim_matches('\'').to_owned())
-                .unwrap_or_else(|| panic!("scripts/pg-versions standby-up printed no {name}"))
-        };
+        let var = pg_versions("standby-up", version);
         Pair {
             primary_url: var("PG_STANDBY_PRIMARY_URL"),
             standby_url: var("PG_STANDBY_URL"),

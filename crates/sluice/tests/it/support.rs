@@ -151,6 +151,31 @@ pub struct VersionServer {
     pub tls_url: String,
 }
 
+/// Runs `scripts/pg-versions <command> <version>` (a server or a primary/standby pair, kept
+/// running for the next run as the stack's servers are) and returns a reader of the variables it
+/// printed (`export NAME='value'`).
+pub fn pg_versions(command: &str, version: u32) -> impl Fn(&str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new(root.join("scripts/pg-versions"))
+        .args([command, &version.to_string()])
+        .current_dir(&root)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/pg-versions");
+    assert!(
+        output.status.success(),
+        "scripts/pg-versions {command} {version} failed (SLUICE_DEV_DIR must name the dev stack's state directory: {HOW_TO_START})"
+    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    let command = command.to_owned();
+    move |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("export {name}=")))
+            .map(|value| value.trim_matches('\'').to_owned())
+            .unwrap_or_else(|| panic!("scripts/pg-versions {command} {version} printed no {name}"))
+    }
+}
+
 /// The server of major `version`: started by `scripts/pg-versions up` once per test run (kept
 /// running for the next, as the stack's servers are).
 pub fn pg_version(version: u32) -> &'static VersionServer {
@@ -160,24 +185,7 @@ pub fn pg_version(version: u32) -> &'static VersionServer {
     if let Some((_, server)) = servers.iter().find(|(v, _)| *v == version) {
         return server;
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let output = Command::new(root.join("scripts/pg-versions"))
-        .args(["up", &version.to_string()])
-        .current_dir(&root)
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run scripts/pg-versions");
-    assert!(
-        output.status.success(),
-        "scripts/pg-versions up {version} failed (SLUICE_DEV_DIR must name the dev stack's state directory: {HOW_TO_START})"
-    );
-    let text = String::from_utf8_lossy(&output.stdout);
-    let var = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("export {name}=")))
-            .map(|value| value.trim_matches('\'').to_owned())
-            .unwrap_or_else(|| panic!("scripts/pg-versions up {version} printed no {name}"))
-    };
+    let var = pg_versions("up", version);
     let server: &'static VersionServer = Box::leak(Box::new(VersionServer {
         url: var("PG_URL"),
         tls_url: var("PG_TLS_URL"),
