@@ -17,6 +17,7 @@ mod config_convert;
 mod config_debezium;
 mod config_headers;
 mod config_more;
+pub mod config_outbox;
 pub mod expr;
 mod field;
 mod flatten;
@@ -270,8 +271,8 @@ impl Chain {
         Ok(Some(OutRecord {
             partition: record.partition,
             topic: record.topic,
-            key: record.key.write(self.key_schemas),
-            value: record.value.write(self.value_schemas),
+            key: record.key.into_bytes(self.key_schemas),
+            value: record.value.into_bytes(self.value_schemas),
             headers: record.headers,
         }))
     }
