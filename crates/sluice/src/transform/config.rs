@@ -724,5 +724,6 @@ fn unwrap(
             .filter(|f| !f.is_empty())
             .map(str::to_owned),
         drop_fields,
+        schemas: Default::default(),
     }))
 }
