@@ -398,8 +398,8 @@ fn scripting_transforms_are_carried_over_or_left_out_with_the_reason() {
 
 /// Cast, Flatten, HeaderToValue, SchemaChangeEventFilter, PartitionRouting and
 /// ExtractNewRecordState's route.by.field / drop.fields.* are carried over and load; a
-/// transform sluice does not apply yet (the outbox EventRouter) is left out with the reason,
-/// as a setting that changes what consumers see.
+/// transform sluice does not apply to this source (the outbox EventRouter: a PostgreSQL
+/// source's) is left out with the reason, as a setting that changes what consumers see.
 #[test]
 fn cast_flatten_header_and_routing_transforms_are_carried_over() {
     let connector = r#"{"connector.class":"io.debezium.connector.mysql.MySqlConnector",
