@@ -64,11 +64,14 @@ pub(crate) fn load_file<T>(path: &Path, parse: ParseFn<T>) -> Result<T, ConfigEr
 }
 
 /// The three steps of loading (see the module docs) for a pipeline type: parse and
-/// interpolate, deserialize strictly, validate; every issue names its key.
+/// interpolate, deserialize strictly, validate; every issue names its key. `prepare` runs
+/// between the last two (a source taking over the transforms it applies itself); its issues
+/// end the loading.
 pub(crate) fn parse_pipeline<T: serde::de::DeserializeOwned>(
     text: &str,
     origin: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    prepare: fn(&mut T) -> Vec<ConfigIssue>,
     validate: fn(&T) -> Vec<ConfigIssue>,
 ) -> Result<T, ConfigError> {
     let invalid = |issues| ConfigError::Invalid {
@@ -76,7 +79,11 @@ pub(crate) fn parse_pipeline<T: serde::de::DeserializeOwned>(
         issues,
     };
     let value = parse_interpolated(text, origin, env)?;
-    let config: T = deserialize_strict(value).map_err(invalid)?;
+    let mut config: T = deserialize_strict(value).map_err(invalid)?;
+    let issues = prepare(&mut config);
+    if !issues.is_empty() {
+        return Err(invalid(issues));
+    }
     let issues = validate(&config);
     if issues.is_empty() {
         Ok(config)

@@ -73,6 +73,18 @@ pub trait SourceSection: serde::de::DeserializeOwned {
     /// (`source.<KEY>.…`).
     fn validate(&self) -> Vec<ConfigIssue>;
 
+    /// Takes over the transforms of `[transforms]` the source applies itself (PostgreSQL:
+    /// Debezium's outbox `EventRouter`, as its outbox router), before the file is validated;
+    /// `topic_prefix` is `kafka.topic_prefix`. The issues name their keys.
+    fn adopt_transforms(
+        &mut self,
+        _transforms: &mut crate::transform::TransformsConfig,
+        _predicates: &mut crate::transform::PredicatesConfig,
+        _topic_prefix: &str,
+    ) -> Vec<ConfigIssue> {
+        Vec::new()
+    }
+
     /// The source's own rules on `[kafka.events]` values (beyond which keys it applies).
     fn validate_events(_events: &crate::event::EventOptions) -> Vec<ConfigIssue> {
         Vec::new()

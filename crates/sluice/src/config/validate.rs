@@ -151,7 +151,16 @@ impl<S: SourceSection> PipelineConfig<S> {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        parse_pipeline(text, origin, env, Self::validate)
+        parse_pipeline(text, origin, env, Self::adopt_transforms, Self::validate)
+    }
+
+    /// The source takes over the transforms it applies itself ([`SourceSection::adopt_transforms`]).
+    fn adopt_transforms(&mut self) -> Vec<ConfigIssue> {
+        self.source.adopt_transforms(
+            &mut self.transforms,
+            &mut self.predicates,
+            &self.kafka.topic_prefix,
+        )
     }
 
     /// Checks every rule that serde's types do not express; returns all broken ones.

@@ -556,10 +556,25 @@ fn transform_sections(import: &mut Import<'_>) {
         for (name, settings) in kept {
             let section = section(top, name);
             for (key, value) in settings {
-                import.doc.set(&section, key, value.clone(), None);
+                import.doc.set(&section, key, literal_dollars(value), None);
             }
         }
     }
+}
+
+/// `value` as a pipeline file's string holds it: a `$` that `${…}` or `$$` would take is
+/// doubled (the file's `${NAME}` are environment variables, `$$` a `$`; Connect's values hold
+/// `${routedByValue}`, `${group}`…). `Flatten$Value` stays as it is.
+fn literal_dollars(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars().peekable();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '$' && matches!(chars.peek(), Some('{' | '$')) {
+            out.push('$');
+        }
+    }
+    out
 }
 
 /// `transforms` or `predicates`, its names in order, and each one's settings (`type` first).
@@ -589,19 +604,39 @@ fn refused_transforms(
         }
     }
     let read = |top: &str| toml::Value::Table(tables.get(top).cloned().unwrap_or_default());
-    let (Ok(transforms), Ok(predicates)) = (
+    let (Ok(mut transforms), Ok(mut predicates)) = (
         read("transforms").try_into::<crate::transform::TransformsConfig>(),
         read("predicates").try_into::<crate::transform::PredicatesConfig>(),
     ) else {
         return Default::default();
     };
-    let Err(issues) = crate::transform::config::build(
-        &transforms,
-        &predicates,
-        &crate::event::EventOptions::default(),
-    ) else {
-        return Default::default();
-    };
+    let mut issues = Vec::new();
+    if import.source == "source.postgres" {
+        // The outbox EventRouter: the PostgreSQL source's outbox router when the file is
+        // loaded (written in Connect's form, as the connector has it).
+        match crate::transform::config_outbox::take_event_router(&mut transforms, &mut predicates)
+        {
+            Ok(Some(router)) => import.noted(
+                &format!("transforms.{}.type", router.name),
+                format!(
+                    "Debezium's outbox EventRouter: sluice's outbox router ([source.postgres.outbox]) routes the outbox table's inserts to {:?}, keyed by {}, the {} column as the value, headers {:?}",
+                    router.topic, router.aggregate_id_column, router.payload_column, router.headers
+                ),
+            ),
+            Ok(None) => {}
+            Err(more) => issues = more,
+        }
+    }
+    if issues.is_empty() {
+        match crate::transform::config::build(
+            &transforms,
+            &predicates,
+            &crate::event::EventOptions::default(),
+        ) {
+            Ok(_) => return Default::default(),
+            Err(more) => issues = more,
+        }
+    }
     let mut refused = std::collections::BTreeSet::new();
     for issue in issues {
         // `transforms.<name>."<key>"` → Connect's `transforms.<name>.<key>`.

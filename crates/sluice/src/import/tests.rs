@@ -398,8 +398,8 @@ fn scripting_transforms_are_carried_over_or_left_out_with_the_reason() {
 
 /// Cast, Flatten, HeaderToValue, SchemaChangeEventFilter, PartitionRouting and
 /// ExtractNewRecordState's route.by.field / drop.fields.* are carried over and load; a
-/// transform sluice does not apply yet (the outbox EventRouter) is left out with the reason,
-/// as a setting that changes what consumers see.
+/// transform sluice does not apply to this source (the outbox EventRouter: a PostgreSQL
+/// source's) is left out with the reason, as a setting that changes what consumers see.
 #[test]
 fn cast_flatten_header_and_routing_transforms_are_carried_over() {
     let connector = r#"{"connector.class":"io.debezium.connector.mysql.MySqlConnector",
@@ -461,4 +461,79 @@ fn cast_flatten_header_and_routing_transforms_are_carried_over() {
         "{:?}",
         PipelineFile::from_toml(&imported.text, "my", &env).err()
     );
+}
+
+/// Debezium's outbox `EventRouter` on a PostgreSQL connector is carried over in Connect's form
+/// (its `${routedByValue}` kept from the file's variables) and loads as the source's outbox
+/// router; one key sluice's router cannot do the same with leaves it out, named.
+#[test]
+fn the_outbox_event_router_is_carried_over_as_the_outbox_router() {
+    let connector = r#"{"connector.class":"io.debezium.connector.postgresql.PostgresConnector",
+        "name":"shop","topic.prefix":"shop","database.hostname":"db","database.user":"u",
+        "database.dbname":"shop","table.include.list":"public.outbox,public.orders",
+        "transforms":"outbox,route",
+        "transforms.outbox.type":"io.debezium.transforms.outbox.EventRouter",
+        "transforms.outbox.route.topic.replacement":"events.${routedByValue}",
+        "transforms.outbox.table.fields.additional.placement":"type:header:eventType",
+        "transforms.outbox.predicate":"isOutbox",
+        "transforms.route.type":"org.apache.kafka.connect.transforms.RegexRouter",
+        "transforms.route.regex":"shop\\.public\\.(.*)",
+        "transforms.route.replacement":"shop.$1",
+        "predicates":"isOutbox",
+        "predicates.isOutbox.type":"org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+        "predicates.isOutbox.pattern":"shop\\.public\\.outbox",
+        "key.converter":"org.apache.kafka.connect.json.JsonConverter",
+        "value.converter":"org.apache.kafka.connect.json.JsonConverter",
+        "key.converter.schemas.enable":"false","value.converter.schemas.enable":"false"}"#;
+    let imported = imported(connector);
+    assert!(
+        matches!(outcome(&imported, "transforms.outbox.type"), Outcome::Noted(n) if n.contains("outbox router")),
+        "{:#?}",
+        imported.findings
+    );
+    assert!(
+        imported.refused(&[], false).is_empty(),
+        "{:#?}",
+        imported.refused(&[], false)
+    );
+    assert!(
+        imported
+            .text
+            .contains("\"route.topic.replacement\" = \"events.$${routedByValue}\""),
+        "{}",
+        imported.text
+    );
+    let Ok(PipelineFile::Postgres(config)) = PipelineFile::from_toml(&imported.text, "pg", &env)
+    else {
+        panic!(
+            "{:?}",
+            PipelineFile::from_toml(&imported.text, "pg", &env).err()
+        );
+    };
+    let outbox = config.source.outbox.as_ref().expect("the outbox router");
+    assert_eq!(outbox.table, "public.outbox");
+    assert_eq!(outbox.topic, "events.{aggregate_type}");
+    assert_eq!(
+        outbox.headers.as_deref(),
+        Some(&["id:id".to_owned(), "type:eventType".to_owned()][..])
+    );
+    assert_eq!(config.source.tables, ["public.orders"]);
+    // The rest of the chain stays a transform.
+    let chain = config.transform_chain().unwrap().unwrap();
+    assert_eq!(chain.topics_of("shop.public.orders"), ["shop.orders"]);
+
+    // An envelope placement has no equivalent: the router is left out, named.
+    let envelope = connector.replace("type:header:eventType", "type:envelope");
+    let imported = super::tests::imported(&envelope);
+    assert!(matches!(
+        outcome(
+            &imported,
+            "transforms.outbox.table.fields.additional.placement"
+        ),
+        Outcome::Dropped {
+            changes_output: true,
+            ..
+        }
+    ));
+    assert!(!imported.text.contains("EventRouter"), "{}", imported.text);
 }

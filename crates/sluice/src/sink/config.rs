@@ -467,7 +467,7 @@ impl SinkPipelineConfig {
         origin: &str,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
-        crate::config::load::parse_pipeline(text, origin, env, Self::validate)
+        crate::config::load::parse_pipeline(text, origin, env, |_| Vec::new(), Self::validate)
     }
 
     /// Checks every rule that serde's types do not express; returns all broken ones.

@@ -35,12 +35,12 @@ use crate::event::{EventFormat, EventOptions};
 /// `[transforms]`: `chain` and a table per transform.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(transparent)]
-pub struct TransformsConfig(BTreeMap<String, toml::Value>);
+pub struct TransformsConfig(pub(super) BTreeMap<String, toml::Value>);
 
 /// `[predicates]`: a table per predicate.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(transparent)]
-pub struct PredicatesConfig(BTreeMap<String, toml::Value>);
+pub struct PredicatesConfig(pub(super) BTreeMap<String, toml::Value>);
 
 /// The transforms sluice applies, by their short names (the full class names are
 /// `io.debezium.transforms.<name>` for ExtractNewRecordState and
@@ -87,7 +87,6 @@ pub const SUPPORTED_PREDICATES: &[&str] = &[
 
 /// Connect's and Debezium's transforms sluice does not apply yet.
 const NOT_YET: &[&str] = &[
-    "EventRouter",
     "TimestampRouter",
     "SetSchemaMetadata$Key",
     "SetSchemaMetadata$Value",
@@ -560,6 +559,15 @@ fn transform(
                 (None, which.keys())
             }
         }
+    } else if short(kind) == "EventRouter" {
+        // A PostgreSQL pipeline takes it out of the chain for its outbox router before the
+        // chain is built (`config_outbox::take_event_router`); anywhere else it is refused.
+        return Err(vec![ConfigIssue {
+            key: key("type"),
+            problem: format!(
+                "{kind:?} is applied by a PostgreSQL source's outbox router only, as the first transform of the chain (or write [source.postgres.outbox]): docs/transforms.md"
+            ),
+        }]);
     } else if NOT_YET.iter().any(|t| short(kind) == *t) {
         return Err(vec![ConfigIssue {
             key: key("type"),
@@ -710,5 +718,6 @@ fn unwrap(
             .filter(|f| !f.is_empty())
             .map(str::to_owned),
         drop_fields,
+        schemas: Default::default(),
     }))
 }

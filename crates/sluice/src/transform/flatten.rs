@@ -59,7 +59,8 @@ impl Flatten {
                 };
             }
             other => {
-                self.without_schema(&members, "", &mut out);
+                let mut path = String::with_capacity(64);
+                self.without_schema(&members, &mut path, &mut out);
                 *data = Data {
                     schema: other.clone(),
                     value: Some(out.finish()),
@@ -124,15 +125,25 @@ impl Flatten {
     }
 
     /// Flattens JSON objects (without schemas): nested objects flattened, other values copied.
-    fn without_schema(&self, members: &Members<'_>, prefix: &str, out: &mut ObjectWriter) {
+    /// `path` is the flattened name of the object (empty at the top), given back as it came.
+    fn without_schema(&self, members: &Members<'_>, path: &mut String, out: &mut ObjectWriter) {
+        let at = path.len();
         for (name, value) in &members.0 {
-            let flat = self.name(prefix, name);
-            match Members::parse(value.get()) {
-                Ok(nested) if value.get().starts_with('{') => {
-                    self.without_schema(&nested, &flat, out);
-                }
-                _ => out.member(&flat, value.get()),
+            if at > 0 {
+                path.push_str(&self.delimiter);
             }
+            path.push_str(name);
+            // Only an object is read further (trying every value as one cost an error
+            // message per member).
+            match value
+                .get()
+                .starts_with('{')
+                .then(|| Members::parse(value.get()))
+            {
+                Some(Ok(nested)) => self.without_schema(&nested, path, out),
+                _ => out.member(path, value.get()),
+            }
+            path.truncate(at);
         }
     }
 }

@@ -87,6 +87,17 @@ impl Data {
         }
     }
 
+    /// [`Data::write`] taking the data: without the envelope the text's bytes are moved, not
+    /// copied (the chain's last step, once per record).
+    pub fn into_bytes(self, schemas: bool) -> Option<Vec<u8>> {
+        match (schemas, self.schema, self.value) {
+            (_, Schema::None, None) => None,
+            (false, _, Some(value)) => Some(value.into_bytes()),
+            (false, _, None) => Some(b"null".to_vec()),
+            (true, schema, value) => Data { schema, value }.write(true),
+        }
+    }
+
     /// A null value with this schema kind (Connect's `newRecord(…, schema, null)`).
     pub fn null_with(schema: Schema) -> Self {
         Data {
@@ -193,7 +204,8 @@ fn split_object(text: &str) -> Option<Members<'_>> {
     if b.get(at) != Some(&b'{') {
         return None;
     }
-    let mut members = Vec::with_capacity(8);
+    // Room for a change event's `source` block (17 members) without growing.
+    let mut members = Vec::with_capacity(20);
     at = skip_space(b, at + 1);
     if b.get(at) == Some(&b'}') {
         return (skip_space(b, at + 1) == b.len()).then_some(Members(members));
@@ -496,6 +508,16 @@ mod tests {
             with.write(true).unwrap(),
             br#"{"schema":{"type":"int32"},"payload":5}"#
         );
+        // Taking the data writes the same bytes.
+        for (data, schemas) in [
+            (plain, false),
+            (tombstone, false),
+            (Data::null_with(Schema::Opaque), false),
+            (with, true),
+            (Data::null_with(Schema::Json("{}".into())), true),
+        ] {
+            assert_eq!(data.write(schemas), data.clone().into_bytes(schemas));
+        }
     }
 
     #[test]

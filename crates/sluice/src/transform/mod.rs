@@ -21,6 +21,7 @@ mod config_convert;
 mod config_debezium;
 mod config_headers;
 mod config_more;
+pub mod config_outbox;
 pub mod expr;
 mod field;
 mod flatten;
@@ -286,9 +287,10 @@ impl Chain {
             self.ensure_topic(&record.topic);
         }
         let (key, value) = match self.avro.get() {
+            // Without the envelope the text's bytes are moved, not copied.
             None => (
-                record.key.write(self.key_schemas),
-                record.value.write(self.value_schemas),
+                record.key.into_bytes(self.key_schemas),
+                record.value.into_bytes(self.value_schemas),
             ),
             Some(avro) => {
                 // Connect's converter after the last transform: a failure is the chain's.

@@ -318,9 +318,17 @@ fn invalid_configurations_name_the_key_and_the_expected_form() {
         "{unknown_key:?}"
     );
     let not_yet = issues(
-        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"io.debezium.transforms.outbox.EventRouter\"\n",
+        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"org.apache.kafka.connect.transforms.TimestampRouter\"\n",
     );
     assert!(not_yet[0].contains("not yet applied"), "{not_yet:?}");
+    // The outbox router is a PostgreSQL source's (taken out of the chain before it is built).
+    let outbox = issues(
+        "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"io.debezium.transforms.outbox.EventRouter\"\n",
+    );
+    assert!(
+        outbox[0].contains("applied by a PostgreSQL source's outbox router only"),
+        "{outbox:?}"
+    );
     let routing = issues(
         "[transforms]\nchain = \"p\"\n[transforms.p]\ntype = \"PartitionRouting\"\n\"partition.payload.fields\" = \"change.id,\"\n\"partition.topic.num\" = \"0\"\n\"partition.hash.function\" = \"md5\"\n",
     );

@@ -4,9 +4,12 @@
 //! `ExtractNewRecordState` and `DefaultDeleteHandlingStrategy`.
 
 use std::borrow::Cow;
+use std::sync::{Arc, RwLock};
+
+use rustc_hash::FxHashMap;
 
 use super::field::{Part, ReplaceField};
-use super::json::{Data, Members, ObjectWriter, Schema, as_str, header_text, string};
+use super::json::{Data, Members, Schema, as_str, header_text, string};
 use super::record::Record;
 use super::schema;
 
@@ -55,6 +58,9 @@ pub struct FieldRef {
     field: String,
     /// The added field's or header's name.
     new_name: String,
+    /// `new_name` as a JSON member's start (`"__op":`), written once here rather than per
+    /// record.
+    member: String,
 }
 
 impl FieldRef {
@@ -91,32 +97,36 @@ impl FieldRef {
             None if splits.len() == 1 => format!("{prefix}{field}"),
             None => format!("{prefix}{}_{field}", splits[0]),
         };
+        let mut member = string(&new_name);
+        member.push(':');
         Ok(Self {
             parent,
             field: field.to_owned(),
             new_name,
+            member,
         })
     }
 
     /// The field's value (JSON text) in `envelope`, `None` when the event has no such field;
-    /// `Some("null")` when it has one holding null.
-    fn value<'a>(&self, envelope: &Members<'a>) -> Option<Cow<'a, str>> {
+    /// `Some("null")` when it has one holding null. `parents` keeps the structs read so far
+    /// for this event, so that `source` is read once however many of its fields are added.
+    fn value<'a>(&self, envelope: &Members<'a>, parents: &mut Parents<'a>) -> Option<&'a str> {
         if let Some(parent) = &self.parent
             && let Some(holder) = envelope.get(parent)
         {
             if holder.get() == "null" {
                 // Debezium's schema has the field; the struct is absent (e.g. `transaction`
                 // while the transaction metadata is off).
-                return Some(Cow::Borrowed("null"));
+                return Some("null");
             }
-            if let Ok(members) = Members::parse(holder.get())
+            if let Some(members) = parents.get(holder.get())
                 && let Some(value) = members.get(&self.field)
             {
-                return Some(Cow::Owned(value.get().to_owned()));
+                return Some(value.get());
             }
         }
         // A field another transform added to the event itself.
-        envelope.get(&self.field).map(|v| Cow::Borrowed(v.get()))
+        envelope.get(&self.field).map(|v| v.get())
     }
 
     /// The field's schema in the envelope's schema, as the added field
@@ -137,6 +147,26 @@ impl FieldRef {
     }
 }
 
+/// The structs of one event (`source`, `transaction`…) that `add.fields` / `add.headers` read,
+/// each read once: its text in the envelope and its members (`None`: not an object).
+#[derive(Default)]
+struct Parents<'a>(Vec<(&'a str, Option<Members<'a>>)>);
+
+impl<'a> Parents<'a> {
+    /// The members of the struct whose text (a member's value in the envelope) is `text`.
+    fn get(&mut self, text: &'a str) -> Option<&Members<'a>> {
+        // The same member of the same envelope: the same text at the same place.
+        let at = match self.0.iter().position(|(t, _)| std::ptr::eq(*t, text)) {
+            Some(at) => at,
+            None => {
+                self.0.push((text, Members::parse(text).ok()));
+                self.0.len() - 1
+            }
+        };
+        self.0[at].1.as_ref()
+    }
+}
+
 /// `ExtractNewRecordState`.
 #[derive(Debug)]
 pub struct Unwrap {
@@ -150,7 +180,43 @@ pub struct Unwrap {
     pub route_by_field: Option<String>,
     /// `drop.fields.header.name`, `drop.fields.from.key`, `drop.fields.keep.schema.compatible`.
     pub drop_fields: Option<DropFields>,
+    /// What each envelope schema gives (JSON with schemas), computed once per schema.
+    pub schemas: SchemaCache,
 }
+
+/// The schemas [`Unwrap`] derives from an envelope schema, by the envelope schema's text: every
+/// record of a table carries the same one, and deriving them read the whole schema text
+/// several times per record. Bounded: cleared when [`SCHEMA_CACHE`] schemas are held.
+#[derive(Debug, Default)]
+pub struct SchemaCache(RwLock<FxHashMap<Box<str>, Arc<Derived>>>);
+
+/// The most envelope schemas [`SchemaCache`] holds (a pipeline has one per table and version).
+const SCHEMA_CACHE: usize = 1024;
+
+/// What one envelope schema gives.
+#[derive(Debug)]
+pub struct Derived {
+    /// Its name ends with `.Envelope`.
+    is_envelope: bool,
+    /// The `after` field's schema taken out of the envelope.
+    after: Schema,
+    /// The `before` field's.
+    before: Schema,
+    /// The schema of an unwrapped `after` row (with `__deleted` when rewriting, and the
+    /// `add.fields`).
+    after_out: Schema,
+    /// The schema of a rewritten delete's `before` row (`__deleted`, `add.fields`).
+    before_out: Schema,
+    /// Per `add.fields` entry: whether the envelope's schema has it.
+    present: Vec<bool>,
+    /// Per `add.headers` entry: its header's schema.
+    header_schemas: Vec<Option<String>>,
+    /// `route.by.field`'s type in `after` and in `before` (`None`: no route, or no schema).
+    route_types: [Option<RouteType>; 2],
+}
+
+/// A field's type in a struct schema: `None` when the struct has no such field.
+type RouteType = Option<Option<String>>;
 
 /// `drop.fields.*`: the fields a header lists (a JSON array of names, as Connect's
 /// `SimpleHeaderConverter` writes a list) removed from the row, and from the key.
@@ -221,22 +287,30 @@ impl Unwrap {
             return Ok((self.mode == DeleteMode::RewriteWithTombstone).then_some(record));
         };
         let envelope = Members::parse(&text)?;
-        if !is_envelope(&envelope, &record.value.schema) {
+        let derived = match &record.value.schema {
+            Schema::Json(text) => Some(self.derived(text)),
+            _ => None,
+        };
+        let is_envelope = match &derived {
+            Some(d) => d.is_envelope,
+            None => envelope.get("op").is_some() && envelope.get("source").is_some(),
+        };
+        if !is_envelope {
             record.value.value = Some(text.clone());
             return Ok(Some(record));
         }
-        for field in &self.add_headers {
-            if let Some(value) = field.value(&envelope) {
+        let mut parents = Parents::default();
+        for (n, field) in self.add_headers.iter().enumerate() {
+            if let Some(value) = field.value(&envelope, &mut parents) {
                 // A null header value cannot be written through sluice's text headers: left
                 // out (docs/transforms.md).
-                if let Some(text) = header_text(&value) {
+                if let Some(text) = header_text(value) {
                     // Debezium's header carries the field's schema made optional.
-                    if let Schema::Json(envelope_schema) = &record.value.schema
-                        && let Some(found) = field.schema(envelope_schema)
+                    if let Some(found) = derived.as_ref().and_then(|d| d.header_schemas[n].as_ref())
                     {
                         record
                             .header_schemas
-                            .push((field.new_name.clone(), schema::extracted(&found)));
+                            .push((field.new_name.clone(), found.clone()));
                     }
                     record
                         .headers
@@ -244,54 +318,55 @@ impl Unwrap {
                 }
             }
         }
-        let envelope_schema = match &record.value.schema {
-            Schema::Json(text) => Some(text.clone()),
-            _ => None,
-        };
-        let row_schema = |name: &str| -> Schema {
-            match &envelope_schema {
-                Some(s) => schema::field(s, name)
-                    .map_or(Schema::Opaque, |f| Schema::Json(schema::extracted(&f))),
+        let row_schema = |before: bool| -> Schema {
+            match &derived {
+                Some(d) if before => d.before.clone(),
+                Some(d) => d.after.clone(),
                 None => Schema::Opaque,
             }
         };
+        let route_type = |before: bool| {
+            derived
+                .as_ref()
+                .and_then(|d| d.route_types[usize::from(before)].as_ref())
+        };
         let after = envelope.get("after").filter(|v| v.get() != "null");
         let before = envelope.get("before").filter(|v| v.get() != "null");
-        let (row, row_schema, deleted) = match (after, before) {
+        let (row, is_before, deleted) = match (after, before) {
             // A truncate (Debezium drops it).
             (None, None) => return Ok(None),
             (None, Some(before)) => match self.mode {
                 DeleteMode::Drop => return Ok(None),
                 DeleteMode::Tombstone | DeleteMode::DeleteToTombstone => {
-                    self.route(&mut record, before.get(), &row_schema("before"))?;
+                    self.route(&mut record, before.get(), route_type(true))?;
                     record.value = if self.mode == DeleteMode::Tombstone {
-                        Data::null_with(row_schema("after"))
+                        Data::null_with(row_schema(false))
                     } else {
                         Data::null_with(Schema::None)
                     };
                     return self.dropped(record).map(Some);
                 }
                 DeleteMode::Rewrite | DeleteMode::RewriteWithTombstone => {
-                    (before, row_schema("before"), Some("true"))
+                    (before, true, Some("true"))
                 }
             },
-            (Some(after), _) => (
-                after,
-                row_schema("after"),
-                self.mode.rewrites().then_some("false"),
-            ),
+            (Some(after), _) => (after, false, self.mode.rewrites().then_some("false")),
         };
-        self.route(&mut record, row.get(), &row_schema)?;
+        self.route(&mut record, row.get(), route_type(is_before))?;
+        let envelope_schema = match &record.value.schema {
+            Schema::Json(text) => Some(text.clone()),
+            _ => None,
+        };
         let envelope_schema = envelope_schema.as_deref();
         if deleted == Some("true") && self.drop_fields.is_some() {
             // Debezium drops the fields of a rewritten delete before adding its metadata.
             let record = self.unwrapped(
                 record,
                 row.get(),
-                row_schema,
+                (row_schema(is_before), None),
                 deleted,
                 &[],
-                (&envelope, None),
+                (&envelope, None, &mut parents),
             )?;
             let mut record = self.dropped(record)?;
             let row = record.value.value.take().unwrap_or_default();
@@ -299,35 +374,96 @@ impl Unwrap {
             let record = self.unwrapped(
                 record,
                 &row,
-                row_schema,
+                (row_schema, None),
                 None,
                 &self.add_fields,
-                (&envelope, envelope_schema),
+                (&envelope, envelope_schema, &mut parents),
             )?;
             return Ok(Some(record));
         }
+        let out = derived.as_ref().map(|d| {
+            if is_before {
+                (&d.before_out, d.present.as_slice())
+            } else {
+                (&d.after_out, d.present.as_slice())
+            }
+        });
         let record = self.unwrapped(
             record,
             row.get(),
-            row_schema,
+            (row_schema(is_before), out),
             deleted,
             &self.add_fields,
-            (&envelope, envelope_schema),
+            (&envelope, envelope_schema, &mut parents),
         )?;
         self.dropped(record).map(Some)
     }
 
+    /// What the envelope schema `text` gives, computed on its first record.
+    fn derived(&self, text: &str) -> Arc<Derived> {
+        let cache = &self.schemas.0;
+        if let Some(found) = cache.read().unwrap_or_else(|e| e.into_inner()).get(text) {
+            return Arc::clone(found);
+        }
+        let row = |name: &str| {
+            schema::field(text, name)
+                .map_or(Schema::Opaque, |f| Schema::Json(schema::extracted(&f)))
+        };
+        let (after, before) = (row("after"), row("before"));
+        let present: Vec<bool> = self
+            .add_fields
+            .iter()
+            .map(|f| f.schema(text).is_some())
+            .collect();
+        let out = |row_schema: &Schema, deleted: Option<&str>| {
+            self.value_schema(row_schema.clone(), deleted, &self.add_fields, Some(text))
+        };
+        let route_type = |row_schema: &Schema| {
+            let field = self.route_by_field.as_deref()?;
+            match row_schema {
+                Schema::Json(s) => Some(schema::field(s, field).map(|f| schema::type_of(&f))),
+                _ => None,
+            }
+        };
+        let derived = Arc::new(Derived {
+            is_envelope: schema::name(text).is_some_and(|n| n.ends_with(".Envelope")),
+            after_out: out(&after, self.mode.rewrites().then_some("false")),
+            before_out: out(&before, Some("true")),
+            present,
+            header_schemas: self
+                .add_headers
+                .iter()
+                .map(|f| f.schema(text).map(|found| schema::extracted(&found)))
+                .collect(),
+            route_types: [route_type(&after), route_type(&before)],
+            after,
+            before,
+        });
+        let mut cache = cache.write().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= SCHEMA_CACHE {
+            cache.clear();
+        }
+        cache.insert(text.into(), Arc::clone(&derived));
+        derived
+    }
+
     /// `route.by.field`: the record sent to the topic the row's field names (when it is not
     /// null or blank).
-    fn route(&self, record: &mut Record, row: &str, row_schema: &Schema) -> Result<(), String> {
+    /// `schema_type`: the field's type in the row's schema (with schemas).
+    fn route(
+        &self,
+        record: &mut Record,
+        row: &str,
+        schema_type: Option<&RouteType>,
+    ) -> Result<(), String> {
         let Some(field) = &self.route_by_field else {
             return Ok(());
         };
         let members = Members::parse(row)?;
         let value = members.get(field).map(|v| v.get());
         // Connect's `Struct.getString`: a field the row lacks, or one not a string, fails.
-        let known = match row_schema {
-            Schema::Json(s) => schema::field(s, field).map(|f| schema::type_of(&f)),
+        let known = match schema_type {
+            Some(known) => known.clone(),
             _ => value.map(|v| (v == "null" || v.starts_with('"')).then(|| "string".into())),
         };
         match known {
@@ -360,78 +496,128 @@ impl Unwrap {
     }
 
     /// The record with `row` (of schema `row_schema`) as its value, with `__deleted` (when
-    /// rewriting) and the `add_fields`.
-    fn unwrapped(
+    /// rewriting) and the `add_fields`; `cached`: the value's schema and which `add_fields`
+    /// the envelope schema has, when [`Unwrap::derived`] computed them.
+    fn unwrapped<'a>(
         &self,
         mut record: Record,
         row: &str,
-        row_schema: Schema,
+        (row_schema, cached): (Schema, Option<(&Schema, &[bool])>),
         deleted: Option<&str>,
         add_fields: &[FieldRef],
-        (envelope, envelope_schema): (&Members<'_>, Option<&str>),
+        (envelope, envelope_schema, parents): (&Members<'a>, Option<&str>, &mut Parents<'a>),
     ) -> Result<Record, String> {
+        let schema = match cached {
+            Some((schema, _)) => schema.clone(),
+            None => self.value_schema(row_schema, deleted, add_fields, envelope_schema),
+        };
         if deleted.is_none() && add_fields.is_empty() {
-            // Debezium rebuilds the row's schema as a required struct (`copySchemaBasics`):
-            // the envelope's `after` field is optional, the unwrapped row is not.
-            let schema = match row_schema {
-                Schema::Json(s) => Schema::Json(schema::copied_struct(&s, &schema::fields(&s))),
-                other => other,
-            };
             record.value = Data {
                 schema,
                 value: Some(row.to_owned()),
             };
             return Ok(record);
         }
-        let row_members = Members::parse(row)?;
-        let mut value = ObjectWriter::new();
-        for (name, v) in &row_members.0 {
-            value.member(name, v.get());
-        }
-        let mut added_schemas = Vec::new();
+        // The row's members are copied as one piece of text and the added ones appended: the
+        // row is what the encoder (or a transform before this one) wrote, compact, so reading
+        // it member by member to write it again gave the same text at several times the cost.
+        let mut value = ObjectText::of(row, 24 * (add_fields.len() + 1))?;
         if let Some(deleted) = deleted {
-            value.member("__deleted", &string(deleted));
-            added_schemas.push(r#"{"type":"string","optional":true,"field":"__deleted"}"#.into());
+            value.member("\"__deleted\":", &string(deleted));
         }
-        for field in add_fields {
+        for (n, field) in add_fields.iter().enumerate() {
             match envelope_schema {
                 Some(s) => {
-                    let Some(field_schema) = field.schema(s) else {
-                        continue;
+                    let present = match cached {
+                        Some((_, present)) => present[n],
+                        None => field.schema(s).is_some(),
                     };
-                    added_schemas.push(field_schema);
-                    let v = field.value(envelope);
-                    value.member(&field.new_name, v.as_deref().unwrap_or("null"));
+                    if present {
+                        let v = field.value(envelope, parents);
+                        value.member(&field.member, v.unwrap_or("null"));
+                    }
                 }
                 None => {
-                    if let Some(v) = field.value(envelope) {
-                        value.member(&field.new_name, &v);
+                    if let Some(v) = field.value(envelope, parents) {
+                        value.member(&field.member, v);
                     }
                 }
             }
         }
-        let schema = match row_schema {
-            Schema::Json(row_schema) => {
-                let mut fields = schema::fields(&row_schema);
-                fields.extend(added_schemas);
-                Schema::Json(schema::copied_struct(&row_schema, &fields))
-            }
-            other => other,
-        };
         record.value = Data {
             schema,
             value: Some(value.finish()),
         };
         Ok(record)
     }
+
+    /// The schema of an unwrapped row of schema `row_schema` (see [`Unwrap::unwrapped`]).
+    fn value_schema(
+        &self,
+        row_schema: Schema,
+        deleted: Option<&str>,
+        add_fields: &[FieldRef],
+        envelope_schema: Option<&str>,
+    ) -> Schema {
+        let Schema::Json(row_schema) = row_schema else {
+            return row_schema;
+        };
+        // Debezium rebuilds the row's schema as a required struct (`copySchemaBasics`): the
+        // envelope's `after` field is optional, the unwrapped row is not.
+        let mut fields = schema::fields(&row_schema);
+        if deleted.is_some() {
+            fields.push(r#"{"type":"string","optional":true,"field":"__deleted"}"#.into());
+        }
+        if let Some(s) = envelope_schema {
+            fields.extend(add_fields.iter().filter_map(|f| f.schema(s)));
+        }
+        Schema::Json(schema::copied_struct(&row_schema, &fields))
+    }
 }
 
-/// Whether a value is a Debezium change event (its schema's name ends with `.Envelope`; without
-/// schemas: it has `op` and `source`).
-fn is_envelope(value: &Members<'_>, value_schema: &Schema) -> bool {
-    match value_schema {
-        Schema::Json(text) => schema::name(text).is_some_and(|n| n.ends_with(".Envelope")),
-        _ => value.get("op").is_some() && value.get("source").is_some(),
+/// An object's text with members appended: the object's own members as they are written, then
+/// each added one.
+struct ObjectText {
+    out: String,
+    empty: bool,
+}
+
+impl ObjectText {
+    /// The object `text`, with room for `more` bytes of added members.
+    ///
+    /// # Errors
+    ///
+    /// `text` is not a JSON object.
+    fn of(text: &str, more: usize) -> Result<Self, String> {
+        let inner = text
+            .trim()
+            .strip_prefix('{')
+            .and_then(|t| t.strip_suffix('}'))
+            .map(str::trim)
+            .ok_or_else(|| Members::parse(text).err().unwrap_or_default())?;
+        let mut out = String::with_capacity(text.len() + more);
+        out.push('{');
+        out.push_str(inner);
+        Ok(Self {
+            out,
+            empty: inner.is_empty(),
+        })
+    }
+
+    /// Appends a member: `start` is its name as JSON followed by `:`, `value` its JSON text.
+    fn member(&mut self, start: &str, value: &str) {
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+        self.out.push_str(start);
+        self.out.push_str(value);
+    }
+
+    /// The object's text.
+    fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
     }
 }
 
@@ -485,6 +671,7 @@ mod tests {
             add_headers: vec![FieldRef::parse("__", "op").unwrap()],
             route_by_field: Some("dest".into()),
             drop_fields: None,
+            schemas: Default::default(),
         }
     }
 

@@ -134,6 +134,113 @@ async fn outbox_rows_are_routed_by_aggregate_type() {
     drop_slot_and_publication(&client, &name).await;
 }
 
+/// Debezium's `EventRouter` as a transform (its Debezium keys, its predicate naming the outbox
+/// table's topic) routes the same records as `[source.postgres.outbox]` written with the same
+/// settings: two pipelines read one outbox table, and their routed topics hold the same keys,
+/// values and headers in the same order (the position headers included: the same commits).
+#[tokio::test(flavor = "multi_thread")]
+async fn event_router_transform_routes_as_the_outbox_section_does() {
+    let _broker = broker_shared().await;
+    let name = unique("evrouter");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; \
+             CREATE TABLE {name}.outbox (event_id uuid PRIMARY KEY DEFAULT gen_random_uuid(), \
+               kind text NOT NULL, agg text NOT NULL, type text NOT NULL, body jsonb, \
+               tenant text);"
+        ))
+        .await
+        .unwrap();
+    // The transform form: Debezium's keys, the table named by the predicate's topic.
+    let transform = format!(
+        r#"
+[transforms]
+chain = ["outbox"]
+[transforms.outbox]
+type = "io.debezium.transforms.outbox.EventRouter"
+"table.field.event.id" = "event_id"
+"table.field.event.key" = "agg"
+"table.field.event.payload" = "body"
+"route.by.field" = "kind"
+"route.topic.replacement" = "{name}.er.$${{routedByValue}}"
+"table.fields.additional.placement" = "type:header:eventType,tenant:header"
+predicate = "isOutbox"
+[predicates.isOutbox]
+type = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
+pattern = "{name}\\.{name}\\.outbox"
+"#
+    );
+    let er_name = format!("{name}_er");
+    let er_port = free_port();
+    let er_toml = pipeline_toml(&er_name, &name, &name, er_port, &transform);
+    // The section form with the same settings.
+    let ob_name = format!("{name}_ob");
+    let ob_port = free_port();
+    let ob_toml = pipeline_toml(&ob_name, &name, &name, ob_port, "").replace(
+        &format!("schemas = [\"{name}\"]\n"),
+        &format!(
+            "\n[source.postgres.outbox]\ntable = \"{name}.outbox\"\ntopic = \"{name}.ob.{{aggregate_type}}\"\naggregate_type_column = \"kind\"\naggregate_id_column = \"agg\"\npayload_column = \"body\"\nheaders = [\"event_id:id\", \"type:eventType\", \"tenant\"]\n\n[source.postgres.x]\n"
+        ),
+    );
+    let ob_toml = fix_sections(&ob_toml);
+    let er = Sluice::start(&test_dir(&er_name), &er_toml, er_port);
+    let ob = Sluice::start(&test_dir(&ob_name), &ob_toml, ob_port);
+    er.wait_streaming(Duration::from_secs(60));
+    ob.wait_streaming(Duration::from_secs(60));
+    client
+        .batch_execute(&format!(
+            "BEGIN; \
+             INSERT INTO {name}.outbox (kind, agg, type, body, tenant) VALUES \
+               ('order', 'o-1', 'OrderCreated', '{{\"id\": \"o-1\"}}', 'eu'), \
+               ('order', 'o-1', 'OrderPaid', NULL, NULL); \
+             UPDATE {name}.outbox SET type = 'X' WHERE agg = 'o-1'; \
+             COMMIT; \
+             INSERT INTO {name}.outbox (kind, agg, type, body, tenant) VALUES \
+               ('order', 'o-2', 'OrderCreated', '{{\"id\": \"o-2\"}}', 'us');"
+        ))
+        .await
+        .unwrap();
+    let read = |topic: String| {
+        tokio::task::spawn_blocking(move || {
+            read_topic(&topic, Duration::from_secs(60), |records| {
+                records.len() >= 3
+            })
+        })
+    };
+    let routed = read(format!("{name}.er.order")).await.unwrap();
+    let section = read(format!("{name}.ob.order")).await.unwrap();
+    let view = |records: &[crate::support::Record]| {
+        records
+            .iter()
+            .map(|r| {
+                let mut headers: Vec<(String, String)> = r
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                headers.sort();
+                (r.key.clone(), r.value.clone(), headers)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(routed.len(), 3, "the inserts only");
+    assert_eq!(view(&routed), view(&section));
+    // Debezium's headers: the event id as `id`, the placed columns under their aliases, no
+    // others (a NULL column has none); a NULL payload is a tombstone.
+    let first = &routed[0];
+    assert_eq!(first.headers["eventType"], "OrderCreated");
+    assert_eq!(first.headers["tenant"], "eu");
+    assert!(first.headers.contains_key("id"));
+    assert!(!first.headers.contains_key("event_id") && !first.headers.contains_key("type"));
+    assert_eq!(first.key, Some(serde_json::Value::String("o-1".into())));
+    assert!(routed[1].value.is_none() && !routed[1].headers.contains_key("tenant"));
+    drop(er);
+    drop(ob);
+    drop_slot_and_publication(&client, &er_name).await;
+    drop_slot_and_publication(&client, &ob_name).await;
+}
+
 /// Moves the `[source.postgres.outbox]` block written in place of `schemas` below the rest of
 /// the `[source.postgres]` keys (TOML needs a table's keys before its sub-tables).
 fn fix_sections(toml: &str) -> String {

@@ -319,6 +319,24 @@ pub struct OutboxConfig {
     /// The topic, with `{aggregate_type}` replaced per row.
     #[serde(default = "default_outbox_topic")]
     pub topic: String,
+    /// The columns written as headers, each `column` or `column:header` (Debezium's router
+    /// writes its event id column as `id`: `["id"]`); unset: every column but the three
+    /// above, each under its own name.
+    pub headers: Option<Vec<String>>,
+}
+
+impl OutboxConfig {
+    /// The header columns as (column, header name), when they are listed.
+    pub fn header_columns(&self) -> Option<Vec<(&str, &str)>> {
+        self.headers.as_ref().map(|list| {
+            list.iter()
+                .map(|entry| match entry.split_once(':') {
+                    Some((column, header)) => (column.trim(), header.trim()),
+                    None => (entry.trim(), entry.trim()),
+                })
+                .collect()
+        })
+    }
 }
 
 /// What to do when the replication slot this pipeline fed was dropped, recreated (by someone
@@ -499,6 +517,44 @@ impl SourceSection for PostgresSourceConfig {
     const KEY: &'static str = "postgres";
     const ELECTS_ACTIVE_INSTANCE: bool = true;
     const SUPPORTS_EXACTLY_ONCE: bool = true;
+
+    /// Debezium's outbox `EventRouter` named as the chain's first transform becomes the
+    /// outbox router (`outbox`), as `[source.postgres.outbox]` would write it.
+    fn adopt_transforms(
+        &mut self,
+        transforms: &mut crate::transform::TransformsConfig,
+        predicates: &mut crate::transform::PredicatesConfig,
+        topic_prefix: &str,
+    ) -> Vec<ConfigIssue> {
+        use crate::transform::config_outbox::{outbox_table, take_event_router};
+        let settings = match take_event_router(transforms, predicates) {
+            Ok(Some(settings)) => settings,
+            Ok(None) => return Vec::new(),
+            Err(issues) => return issues,
+        };
+        let key = format!("transforms.{}", settings.name);
+        if self.outbox.is_some() {
+            return vec![ConfigIssue {
+                key,
+                problem: "an EventRouter and [source.postgres.outbox] both: keep one (they are the same router)".into(),
+            }];
+        }
+        let table = match outbox_table(&settings, topic_prefix, &self.tables) {
+            Ok(table) => table,
+            Err(problem) => return vec![ConfigIssue { key, problem }],
+        };
+        // The outbox table gets no change-event topic of its own: routed only.
+        self.tables.retain(|t| *t != table);
+        self.outbox = Some(OutboxConfig {
+            table,
+            aggregate_type_column: settings.aggregate_type_column,
+            aggregate_id_column: settings.aggregate_id_column,
+            payload_column: settings.payload_column,
+            topic: settings.topic,
+            headers: Some(settings.headers),
+        });
+        Vec::new()
+    }
 
     fn validate(&self) -> Vec<ConfigIssue> {
         let pg = self;

@@ -66,12 +66,23 @@ impl OutboxLayout {
         let aggregate_type = find("aggregate_type_column", &config.aggregate_type_column)?;
         let aggregate_id = find("aggregate_id_column", &config.aggregate_id_column)?;
         let payload = find("payload_column", &config.payload_column)?;
-        let headers = columns
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| ![aggregate_type, aggregate_id, payload].contains(i))
-            .map(|(i, c)| (i, std::borrow::Cow::Owned(c.name.clone())))
-            .collect();
+        let headers = match config.header_columns() {
+            Some(listed) => listed
+                .into_iter()
+                .map(|(column, header)| {
+                    Ok((
+                        find("headers", column)?,
+                        std::borrow::Cow::Owned(header.to_owned()),
+                    ))
+                })
+                .collect::<Result<_, (String, String)>>()?,
+            None => columns
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| ![aggregate_type, aggregate_id, payload].contains(i))
+                .map(|(i, c)| (i, std::borrow::Cow::Owned(c.name.clone())))
+                .collect(),
+        };
         Ok(Self {
             topic: config.topic.clone(),
             aggregate_type,
