@@ -425,6 +425,7 @@ pub async fn ensure(
     catalog: &PgCatalog,
     config: &PgPipelineConfig,
     tables: &[CapturedTable],
+    place: Place,
 ) -> Result<PublicationPlan, PipelineError> {
     let name = config.publication_name();
     let exists = catalog
@@ -436,18 +437,26 @@ pub async fn ensure(
     let version = catalog.server_major_version().await?;
     let plan = PublicationPlan::build(catalog, config, tables, version).await?;
     plan.log_client_side();
-    let managed = config.source.create_publication;
+    // A standby cannot write: there the publication is only checked, never created or changed.
+    let managed = config.source.create_publication && place == Place::Server;
     if !exists {
+        if place == Place::Standby {
+            return Err(PipelineError::fatal(
+                format!(
+                    "publication {name:?} does not exist on the standby (source.postgres.url), and a standby cannot create one"
+                ),
+                format!(
+                    "create it on the primary ({}), it reaches the standby by replication; or set source.postgres.primary_url so that sluice creates it there",
+                    plan.create_sql(&name)
+                ),
+            ));
+        }
         if !managed {
             return Err(PipelineError::fatal(
                 format!("publication {name:?} does not exist"),
                 format!(
                     "create it ({}) or set source.postgres.create_publication = true",
-                    plan.statements(&name, true)
-                        .into_iter()
-                        .map(|(sql, _)| sql)
-                        .collect::<Vec<_>>()
-                        .join("; ")
+                    plan.create_sql(&name)
                 ),
             ));
         }
@@ -756,6 +765,16 @@ fn is_definition_error(error: &tokio_postgres::Error) -> bool {
     })
 }
 
+/// Where [`ensure`] runs: on a server that can write, or on a standby, where the publication
+/// can only be checked (it is created on the primary and reaches the standby by replication).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A primary (or a server without standbys).
+    Server,
+    /// A physical standby the pipeline decodes on, without a primary connection.
+    Standby,
+}
+
 impl PgCatalog {
     /// Creates the publication when absent (and allowed) and keeps it in step with the
     /// pipeline's filters (see [the module docs](self)).
@@ -768,7 +787,21 @@ impl PgCatalog {
         config: &PgPipelineConfig,
         tables: &[CapturedTable],
     ) -> Result<PublicationPlan, PipelineError> {
-        ensure(self, config, tables).await
+        ensure(self, config, tables, Place::Server).await
+    }
+
+    /// On a standby without a primary connection: checks that the publication exists and
+    /// publishes what the pipeline needs, changing nothing.
+    ///
+    /// # Errors
+    ///
+    /// Fatal when it is missing, with the statements to run on the primary.
+    pub async fn check_publication_on_standby(
+        &self,
+        config: &PgPipelineConfig,
+        tables: &[CapturedTable],
+    ) -> Result<PublicationPlan, PipelineError> {
+        ensure(self, config, tables, Place::Standby).await
     }
 }
 

@@ -50,8 +50,7 @@ use std::time::Duration;
 use sluice_engine::Lsn;
 
 use super::config::PgPipelineConfig;
-use super::publication::PublicationPlan;
-use super::setup::{CapturedTable, PgCatalog};
+use super::setup::PgCatalog;
 use crate::error::{PipelineError, classify_pg};
 
 /// The first major version that decodes on a standby.
@@ -234,45 +233,6 @@ impl Standby {
             () = nudge => unreachable!("the nudge loop never ends"),
         }
     }
-}
-
-/// Without a primary connection: checks that the publication exists on the standby (a
-/// standby cannot create one) and publishes what the pipeline needs, changing nothing.
-///
-/// # Errors
-///
-/// Fatal when it is missing, with the statements to run on the primary.
-pub async fn check_publication(
-    catalog: &PgCatalog,
-    config: &PgPipelineConfig,
-    tables: &[CapturedTable],
-) -> Result<(), PipelineError> {
-    let name = config.publication_name();
-    let exists = catalog
-        .client()
-        .query_opt("SELECT 1 FROM pg_publication WHERE pubname = $1", &[&name])
-        .await
-        .map_err(|e| classify_pg("cannot read publications", e))?
-        .is_some();
-    if !exists {
-        let version = catalog.server_major_version().await?;
-        let plan = PublicationPlan::build(catalog, config, tables, version).await?;
-        return Err(PipelineError::fatal(
-            format!(
-                "publication {name:?} does not exist on the standby (source.postgres.url), and a standby cannot create one"
-            ),
-            format!(
-                "create it on the primary ({}), it reaches the standby by replication; or set source.postgres.primary_url so that sluice creates it there",
-                plan.create_sql(&name)
-            ),
-        ));
-    }
-    let mut checked = config.clone();
-    checked.source.create_publication = false;
-    catalog
-        .ensure_publication(&checked, tables)
-        .await
-        .map(|_| ())
 }
 
 /// The standby's replay position against the WAL it could replay.

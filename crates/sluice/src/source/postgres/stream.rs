@@ -346,7 +346,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         Some(writer) => {
             writer.ensure_publication(config, &published).await?;
         }
-        None => super::standby::check_publication(&catalog, config, &published).await?,
+        None => {
+            catalog
+                .check_publication_on_standby(config, &published)
+                .await?;
+        }
     }
     incremental::publish_signal_table(writer.unwrap_or(&catalog), config).await?;
     let slot_name = config.slot_name();
@@ -1763,7 +1767,9 @@ impl PgSource<'_> {
                     writer.ensure_publication(&config, &published).await?;
                 }
                 None => {
-                    super::standby::check_publication(&self.catalog, &config, &published).await?
+                    self.catalog
+                        .check_publication_on_standby(&config, &published)
+                        .await?;
                 }
             }
         }
