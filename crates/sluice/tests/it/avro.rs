@@ -341,6 +341,66 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
     drop_slot_and_publication(&client, &name).await;
 }
 
+/// A column's type changed while sluice was stopped, after changes it had not read: those
+/// changes decode under the type they were written with (the Relation message's), not the
+/// catalog's newer one; the change after the `ALTER` under the new type, as a second version.
+/// (Reading the column types from the catalog alone gave the older changes the text schema:
+/// their integers could not be written, and the pipeline stopped.)
+#[tokio::test(flavor = "multi_thread")]
+async fn changes_before_a_type_change_made_while_stopped_keep_their_type() {
+    let _broker = broker_shared().await;
+    let name = unique("avro_retype");
+    let client = pg().await;
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name};
+             CREATE TABLE {name}.t (id int PRIMARY KEY, v int);
+             INSERT INTO {name}.t VALUES (1, 1);"
+        ))
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let mut sluice = Sluice::start(&dir, &avro_toml(&name, port), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    let topic = format!("{name}.{name}.t");
+    assert_eq!(decode(&topic, 1).len(), 1);
+    assert!(sluice.stop(), "sluice stops on SIGTERM");
+    // Three transactions: one before the type change, the change with a row, one after.
+    for sql in [
+        format!("INSERT INTO {name}.t VALUES (2, 2)"),
+        format!(
+            "ALTER TABLE {name}.t ALTER COLUMN v TYPE text; INSERT INTO {name}.t VALUES (3, 'three')"
+        ),
+        format!("INSERT INTO {name}.t VALUES (4, 'four')"),
+    ] {
+        client.batch_execute(&sql).await.unwrap();
+    }
+    sluice.restart();
+    let records = decode(&topic, 4);
+    let after: Vec<&Value> = records.iter().map(|r| &r["value"]["after"]).collect();
+    assert_eq!(
+        after,
+        [
+            &json!({"id": 1, "v": 1}),
+            &json!({"id": 2, "v": 2}),
+            &json!({"id": 3, "v": "three"}),
+            &json!({"id": 4, "v": "four"}),
+        ],
+        "{records:#?}"
+    );
+    let versions = registry_get(&format!("/subjects/{topic}-value/versions"));
+    assert_eq!(versions.as_array().map(Vec::len), Some(2), "{versions}");
+    assert!(
+        sluice
+            .log_text()
+            .contains("disagree on these columns' types"),
+        "the log says why the older changes keep their type"
+    );
+    sluice.stop();
+    drop_slot_and_publication(&client, &name).await;
+}
+
 /// A registry that does not answer: the pipeline writes nothing, retries with backoff and says
 /// so in `/health`; with a second URL that answers (tried in turn), it resumes and every change
 /// arrives.

@@ -38,6 +38,20 @@ pub struct ColumnCatalog {
     pub element_type_type: Option<char>,
     /// Enum labels in order (of the type, or of an array's element type).
     pub enum_labels: Vec<String>,
+    /// The column's declared type (`atttypid`, a domain's own OID), as the Relation message
+    /// sends it; `None` when not read (tests).
+    pub type_oid: Option<u32>,
+}
+
+impl ColumnCatalog {
+    /// Whether this entry describes `column` as the decoded Relation message does. The catalog
+    /// is read now, the Relation message describes the table where decoding is: when the
+    /// column's type changed between the two (an `ALTER … TYPE` committed after the changes
+    /// being decoded, or a catalog read that saw an older table), the Relation message is the
+    /// truth for the tuples that follow it, and this entry must not shape their schema.
+    pub fn describes(&self, column: &ColumnInfo) -> bool {
+        self.name == column.name && self.type_oid.is_none_or(|oid| oid == column.type_oid)
+    }
 }
 
 /// The catalog's view of a relation's columns (one query).
@@ -57,7 +71,7 @@ pub async fn column_catalog(
                     b.typname::text, b.typtype::text, e.typtype::text, \
                     ARRAY(SELECT l.enumlabel::text FROM pg_enum l \
                           WHERE l.enumtypid = COALESCE(e.oid, b.oid) ORDER BY l.enumsortorder), \
-                    t.typname::text \
+                    t.typname::text, a.atttypid \
              FROM pg_attribute a \
              JOIN pg_type t ON t.oid = a.atttypid \
              JOIN pg_type b ON b.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.oid END \
@@ -84,6 +98,7 @@ pub async fn column_catalog(
             element_type_type: first_char(text(row, 7)),
             enum_labels: row.get(8),
             declared_type_name: row.get(9),
+            type_oid: Some(row.get(10)),
         })
         .collect())
 }
@@ -185,7 +200,7 @@ pub fn render(
 ) -> RenderedSchemas {
     let field = |index: usize| {
         let column = &rel.columns[index];
-        let info = catalog.iter().find(|c| c.name == column.name);
+        let info = catalog.iter().find(|c| c.describes(column));
         let is_key = rel.key_columns.contains(&index);
         let optional = !(is_key || info.is_some_and(|c| c.not_null));
         let mut schema = column_schema(column, info, optional, events);
@@ -524,7 +539,7 @@ impl RelationInfo {
     /// by name).
     pub fn mark_not_null(&mut self, catalog: &[ColumnCatalog]) {
         for column in &mut self.columns {
-            column.not_null = catalog.iter().any(|c| c.name == column.name && c.not_null);
+            column.not_null = catalog.iter().any(|c| c.describes(column) && c.not_null);
         }
     }
 }
@@ -659,6 +674,58 @@ mod tests {
             json!({"type": "string", "optional": false, "field": "amount"})
         );
         assert_eq!(value["payload"]["after"]["amount"], "12.5000");
+    }
+
+    /// A catalog read that disagrees with the Relation message on a column's type (the type
+    /// changed after the changes being decoded) does not shape that column's schema: its type,
+    /// `NOT NULL` and default come from the Relation message alone; an agreeing entry still
+    /// gives them.
+    #[test]
+    fn a_catalog_type_the_relation_message_disagrees_with_is_not_used() {
+        let events = EventOptions {
+            schemas_enable: true,
+            ..EventOptions::default()
+        };
+        let mut rel = relation(&events);
+        let entry = |type_oid: u32| ColumnCatalog {
+            name: "note".into(),
+            not_null: true,
+            default: Some("7".into()),
+            base_oid: type_oid,
+            base_modifier: -1,
+            type_name: "int4".into(),
+            type_type: 'b',
+            type_oid: Some(type_oid),
+            ..ColumnCatalog::default()
+        };
+        let note = |rendered: &RenderedSchemas| {
+            let SchemaType::Struct(fields) = &rendered.envelope.schema_type else {
+                panic!("an envelope is a struct")
+            };
+            let after = &fields.iter().find(|f| f.name == "after").unwrap().schema;
+            let SchemaType::Struct(columns) = &after.schema_type else {
+                panic!("a row is a struct")
+            };
+            columns
+                .iter()
+                .find(|f| f.name == "note")
+                .unwrap()
+                .schema
+                .clone()
+        };
+        // The Relation message says text (25); the catalog, read later, says int4.
+        let later = vec![entry(23)];
+        rel.mark_not_null(&later);
+        let schema = note(&render(&rel, &later, &events));
+        assert_eq!(schema.schema_type, SchemaType::String);
+        assert!(schema.optional && schema.default.is_none(), "{schema:?}");
+        // An entry of the same type as the Relation message's is used.
+        let mut agreeing = entry(25);
+        agreeing.default = Some("'n/a'::text".into());
+        rel.mark_not_null(std::slice::from_ref(&agreeing));
+        let schema = note(&render(&rel, &[agreeing], &events));
+        assert_eq!(schema.schema_type, SchemaType::String);
+        assert!(!schema.optional && schema.default.is_some(), "{schema:?}");
     }
 
     #[test]

@@ -1433,6 +1433,15 @@ impl PgSource<'_> {
                 super::schema::column_catalog(&self.catalog, relation.id),
             )
             .await?;
+            let moved: Vec<&str> = info
+                .columns
+                .iter()
+                .filter(|c| columns.iter().any(|k| k.name == c.name && !k.describes(c)))
+                .map(|c| c.name.as_str())
+                .collect();
+            if !moved.is_empty() {
+                tracing::warn!(table = %qualified, columns = ?moved, "the catalog and the decoded Relation message disagree on these columns' types (a type change committed after the changes being decoded): their schemas follow the Relation message");
+            }
             info.mark_not_null(&columns);
             // The outbox's records are routed events: their schemas are the outbox's own.
             if events.needs_schemas() && !is_outbox {

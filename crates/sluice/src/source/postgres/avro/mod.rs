@@ -17,6 +17,7 @@ mod tests;
 use self::layout::{AvroLayout, Direct, FieldWriter};
 use super::cell::{Cell, cell, write_cell, write_datum};
 use super::change::{ChangeKind, EncodeOptions, RowChange};
+use super::column::ColumnInfo;
 use super::pgoutput::{Datum, TupleData};
 use super::relation::RelationInfo;
 use super::value;
@@ -42,7 +43,7 @@ pub fn write_key(
         if !write_direct(field, datum, &mut out) {
             scratch.clear();
             write_datum(&rel.name, column, datum, &mut scratch, events, streamed);
-            convert(rel, field, &scratch, &mut out);
+            convert(rel, column, field, &scratch, &mut out);
         }
     }
     Some(out)
@@ -197,13 +198,13 @@ fn write_row(
             Cell::Placeholder => {
                 scratch.clear();
                 value::write_unavailable(column.value_type, events, scratch);
-                convert(rel, field, scratch, out);
+                convert(rel, column, field, scratch, out);
             }
             Cell::Value(datum) => {
                 if !write_direct(field, datum, out) {
                     scratch.clear();
                     write_cell(&rel.name, column, datum, events, streamed, scratch);
-                    convert(rel, field, scratch, out);
+                    convert(rel, column, field, scratch, out);
                 }
             }
         }
@@ -272,8 +273,20 @@ fn canonical_integer(text: &[u8]) -> Option<i64> {
 /// One value's JSON as Avro. A value its schema cannot hold is a bug: the panic makes the
 /// delivery core apply `delivery.on_permanent_error` to the change (as converting the whole
 /// event did).
-fn convert(rel: &RelationInfo, field: &FieldWriter, json: &[u8], out: &mut Vec<u8>) {
-    if let Err(error) = crate::event::avro::write_value(&field.schema, json, out) {
+fn convert(
+    rel: &RelationInfo,
+    column: &ColumnInfo,
+    field: &FieldWriter,
+    json: &[u8],
+    out: &mut Vec<u8>,
+) {
+    if let Err(mut error) = crate::event::avro::write_value(&field.schema, json, out) {
+        // The value is written alone: its path starts at the column.
+        error.path = if error.path == "(top)" {
+            column.name.clone()
+        } else {
+            format!("{}.{}", column.name, error.path)
+        };
         panic!("{}: {error}", rel.name);
     }
 }
