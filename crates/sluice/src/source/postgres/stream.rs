@@ -281,6 +281,11 @@ async fn created_while_stopped(
     Ok((streamed, Some(horizon)))
 }
 
+/// How many times a Relation message's table is read again from the catalog while the two
+/// disagree on a column's type, and the pause before each read (see `on_relation`).
+const CATALOG_REREADS: u32 = 10;
+const CATALOG_REREAD_PAUSE: Duration = Duration::from_millis(50);
+
 /// Runs the pipeline until shutdown (`Ok`) or an error.
 ///
 /// # Errors
@@ -1428,17 +1433,36 @@ impl PgSource<'_> {
             .is_some_and(|o| o.table == qualified);
         let mut catalog_columns = Vec::new();
         if !info.excluded {
-            let columns = bounded(
-                "reading the table's column types",
-                super::schema::column_catalog(&self.catalog, relation.id),
-            )
-            .await?;
-            let moved: Vec<&str> = info
-                .columns
-                .iter()
-                .filter(|c| columns.iter().any(|k| k.name == c.name && !k.describes(c)))
-                .map(|c| c.name.as_str())
-                .collect();
+            // The catalog is read now, the Relation message describes the table where decoding
+            // is. They can disagree on a column's type two ways: the catalog is ahead (an
+            // `ALTER … TYPE` committed after the changes being decoded), or behind (the
+            // walsender decoded a transaction as soon as its commit record was flushed, before
+            // the committing backend made it visible to other sessions: a short window a
+            // loaded server widens). The second passes within moments, so a disagreement is
+            // read again a few times; what still disagrees follows the Relation message.
+            let read = || {
+                bounded(
+                    "reading the table's column types",
+                    super::schema::column_catalog(&self.catalog, relation.id),
+                )
+            };
+            let disagreeing = |columns: &[super::schema::ColumnCatalog]| -> Vec<String> {
+                info.columns
+                    .iter()
+                    .filter(|c| columns.iter().any(|k| k.name == c.name && !k.describes(c)))
+                    .map(|c| c.name.clone())
+                    .collect()
+            };
+            let mut columns = read().await?;
+            let mut moved = disagreeing(&columns);
+            for _ in 0..CATALOG_REREADS {
+                if moved.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(CATALOG_REREAD_PAUSE).await;
+                columns = read().await?;
+                moved = disagreeing(&columns);
+            }
             if !moved.is_empty() {
                 tracing::warn!(table = %qualified, columns = ?moved, "the catalog and the decoded Relation message disagree on these columns' types (a type change committed after the changes being decoded): their schemas follow the Relation message");
             }
