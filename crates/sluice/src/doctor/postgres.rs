@@ -24,7 +24,30 @@ pub(super) async fn postgres_checks(
     target: &Target,
     findings: &mut Vec<Finding>,
 ) -> Result<(), tokio_postgres::Error> {
-    // wal_level.
+    wal_level(client, findings).await?;
+    slot_headroom(client, target, findings).await?;
+    async_commit_latency(client, findings).await?;
+    let version: i64 = setting_number(client, "server_version_num").await?;
+    failover_slots(client, version, findings).await?;
+    failover::checks(client, target, version / 10_000, findings).await?;
+    standby::checks(client, target, version / 10_000, findings).await?;
+    versions::checks(client, target, version / 10_000, findings).await?;
+    wal_budget::checks(client, target, findings).await?;
+    wal_disk::checks(client, target, findings).await?;
+    slot_findings(client, target, findings).await?;
+    keep_size(client, findings).await?;
+    let (user, create) = privileges(client, findings).await?;
+    if let Some(pipeline) = &target.pipeline {
+        pipeline_tables(client, pipeline, &user, create, findings).await?;
+    }
+    Ok(())
+}
+
+/// `pg.wal_level`: logical decoding needs `wal_level = logical`.
+async fn wal_level(
+    client: &Client,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
     let wal_level = setting(client, "wal_level").await?;
     findings.push(if wal_level == "logical" {
         finding(
@@ -43,8 +66,15 @@ pub(super) async fn postgres_checks(
             "ALTER SYSTEM SET wal_level = logical; then restart PostgreSQL",
         )
     });
+    Ok(())
+}
 
-    // Slot and WAL-sender headroom.
+/// `pg.slot_headroom`: a free replication slot for the pipeline's slot, and WAL senders to spare.
+async fn slot_headroom(
+    client: &Client,
+    target: &Target,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
     let max_slots = setting_number(client, "max_replication_slots").await?;
     let used_slots: i64 = client
         .query_one("SELECT count(*) FROM pg_replication_slots", &[])
@@ -91,8 +121,14 @@ pub(super) async fn postgres_checks(
     } else {
         finding("pg.slot_headroom", Severity::Ok, "replication slots and WAL senders have headroom", &evidence, "")
     });
+    Ok(())
+}
 
-    // The latency trap: asynchronous commit waits for the WAL writer.
+/// `pg.async_commit_latency`: the latency trap, asynchronous commit waiting for the WAL writer.
+async fn async_commit_latency(
+    client: &Client,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
     let synchronous_commit = setting(client, "synchronous_commit").await?;
     let wal_writer_delay_ms = setting_number(client, "wal_writer_delay").await?;
     let evidence = [
@@ -115,12 +151,19 @@ pub(super) async fn postgres_checks(
             finding("pg.async_commit_latency", Severity::Ok, "commits are flushed promptly", &evidence, "")
         },
     );
+    Ok(())
+}
 
+/// `pg.failover_slots`: whether logical decoding waits for the standbys.
+async fn failover_slots(
+    client: &Client,
+    version: i64,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
     // Failover: logical decoding may send a transaction a standby has not received yet (a
     // synchronous standby only delays the commit's visibility, not its decoding). After a
     // failover to that standby the database lacks what Kafka has, and before PostgreSQL 17
     // logical slots do not exist on standbys at all.
-    let version: i64 = setting_number(client, "server_version_num").await?;
     let standby_names = setting(client, "synchronous_standby_names").await?;
     let physical_standbys: i64 = client
         .query_one(
@@ -180,13 +223,16 @@ pub(super) async fn postgres_checks(
             "",
         )
     });
-    failover::checks(client, target, version / 10_000, findings).await?;
-    standby::checks(client, target, version / 10_000, findings).await?;
-    versions::checks(client, target, version / 10_000, findings).await?;
-    wal_budget::checks(client, target, findings).await?;
-    wal_disk::checks(client, target, findings).await?;
+    Ok(())
+}
 
-    // Slots: inactive ones and the WAL they retain; invalidated ones.
+/// `pg.slot_lost`, `pg.slot_unreserved`, `pg.slot_inactive`: invalidated slots, and inactive ones
+/// with the WAL they retain.
+async fn slot_findings(
+    client: &Client,
+    target: &Target,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
     let own_slot = target.pipeline.as_ref().map(PgPipelineConfig::slot_name);
     let rows = client
         .query(
@@ -258,8 +304,14 @@ pub(super) async fn postgres_checks(
             ));
         }
     }
+    Ok(())
+}
 
-    // max_slot_wal_keep_size.
+/// `pg.max_slot_wal_keep_size`: a limit on the WAL an abandoned slot retains.
+async fn keep_size(
+    client: &Client,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
     let keep = setting_number(client, "max_slot_wal_keep_size").await?;
     findings.push(if keep < 0 {
         finding(
@@ -278,8 +330,15 @@ pub(super) async fn postgres_checks(
             "",
         )
     });
+    Ok(())
+}
 
-    // Privileges.
+/// `pg.privilege_replication`: the role may open replication connections. Returns the role
+/// and whether it may create in the database (for the publication).
+async fn privileges(
+    client: &Client,
+    findings: &mut Vec<Finding>,
+) -> Result<(String, bool), tokio_postgres::Error> {
     let row = client
         .query_one(
             "SELECT current_user::text, rolreplication, rolsuper, \
@@ -313,11 +372,7 @@ pub(super) async fn postgres_checks(
             "",
         )
     });
-
-    if let Some(pipeline) = &target.pipeline {
-        pipeline_tables(client, pipeline, &user, create, findings).await?;
-    }
-    Ok(())
+    Ok((user, create))
 }
 
 /// Checks of the captured tables: keys, replica identity, publication, SELECT privilege.
