@@ -139,3 +139,77 @@ impl std::fmt::Display for ConfigIssue {
         write!(f, "{}: {}", self.key, self.problem)
     }
 }
+
+/// A run ended by the pipeline itself rather than by a server: told to stop, or one of its own
+/// channels or tasks gone. The source of a retryable [`PipelineError`] whose message says which
+/// step was interrupted; the next run starts again from the last confirmed position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Interruption {
+    /// The pipeline was told to stop.
+    #[error("shutdown")]
+    Shutdown,
+    /// The producer's delivery events ended (the producer task is gone).
+    #[error("delivery channel closed")]
+    DeliveryChannelClosed,
+    /// The MySQL snapshot's delivery reports ended (the producer task is gone).
+    #[error("delivery reports closed")]
+    DeliveryReportsClosed,
+    /// The publisher task stopped taking encoded batches.
+    #[error("publish channel closed")]
+    PublishChannelClosed,
+    /// The snapshot's workers ended with chunks left unread.
+    #[error("snapshot incomplete")]
+    SnapshotIncomplete,
+    /// The incremental snapshot's reader task was already taken or never started.
+    #[error("no task")]
+    NoReaderTask,
+}
+
+/// A change the encoder could not turn into a record; the text is the encoder's reason (the
+/// column and what is wrong with its value).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unencodable(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message users see (the status page, the log) is the one the `io::Error` stand-ins
+    /// these types replaced gave.
+    #[test]
+    fn typed_causes_read_as_the_text_they_replaced() {
+        let same = |typed: BoxError, text: &str| {
+            assert_eq!(
+                PipelineError::retryable("the step", typed).chain(),
+                PipelineError::retryable("the step", std::io::Error::other(text.to_owned()))
+                    .chain(),
+            );
+            assert_eq!(
+                PipelineError::retryable("the step", std::io::Error::other(text.to_owned()))
+                    .chain(),
+                format!("the step: {text}")
+            );
+        };
+        for (typed, text) in [
+            (Interruption::Shutdown, "shutdown"),
+            (
+                Interruption::DeliveryChannelClosed,
+                "delivery channel closed",
+            ),
+            (
+                Interruption::DeliveryReportsClosed,
+                "delivery reports closed",
+            ),
+            (Interruption::PublishChannelClosed, "publish channel closed"),
+            (Interruption::SnapshotIncomplete, "snapshot incomplete"),
+            (Interruption::NoReaderTask, "no task"),
+        ] {
+            same(Box::new(typed), text);
+        }
+        same(
+            Box::new(Unencodable("column `c`: not a date".into())),
+            "column `c`: not a date",
+        );
+    }
+}

@@ -17,7 +17,7 @@ use super::publish::{self, Encoded, EncodedBatch, RecordSink};
 use super::{ENCODE_BATCH, Encode, Position, unix_micros_now};
 use crate::config::{DeliveryConfig, PermanentErrorPolicy};
 use crate::dead_letter;
-use crate::error::PipelineError;
+use crate::error::{Interruption, PipelineError, Unencodable};
 use crate::kafka::{Delivery, DeliveryEvent, OutRecord};
 use crate::runtime::metrics::PipelineMetrics;
 use crate::runtime::status::StatusBoard;
@@ -384,7 +384,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             self.publish_tx.send(handle).await.map_err(|_| {
                 PipelineError::retryable(
                     "the publisher stopped",
-                    std::io::Error::other("publish channel closed"),
+                    Interruption::PublishChannelClosed,
                 )
             })?;
         }
@@ -520,7 +520,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                         "cannot encode the change at {position}: {reason}; nothing after it is confirmed to the source, so no data is lost"
                     ),
                     hint.unwrap_or_else(|| "this is a bug in sluice: report it with the table's column types; to go on past such changes, set delivery.on_permanent_error = \"dead_letter\" with a delivery.dead_letter_topic".into()),
-                    std::io::Error::other(reason),
+                    Unencodable(reason),
                 ));
             }
         };

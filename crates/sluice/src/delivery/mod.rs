@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use self::core::{BatchLimit, DeliveryCore, Intake, TopicLimit, refused_record};
 pub use self::publish::{RecordSink, SendError, rejection_hint, send};
-use crate::error::PipelineError;
+use crate::error::{Interruption, PipelineError};
 use crate::kafka::{DeliveryEvent, KafkaHealth, OutRecord};
 use crate::runtime::metrics::TableMetrics;
 use crate::runtime::status::StatusBoard;
@@ -231,7 +231,7 @@ pub async fn run<S: Source, K: RecordSink>(
                 if count == 0 {
                     return Err(PipelineError::retryable(
                         "the producer stopped",
-                        std::io::Error::other("delivery channel closed"),
+                        Interruption::DeliveryChannelClosed,
                     ));
                 }
                 core.on_deliveries(&mut events).await?;

@@ -97,8 +97,14 @@ pub async fn check_new_topic_batch_size(
             format!(
                 "topic {topic} takes batches of at most {limit} bytes (max.message.bytes), less than the producer's batch.size {batch_size}: restarting with batch.size = {limit}"
             ),
-            std::io::Error::other("batch.size above a new topic's max.message.bytes"),
+            BatchAboveTopicLimit,
         ));
     }
     Ok(())
 }
+
+/// The producer's `batch.size` is above a new topic's `max.message.bytes`, so the run restarts
+/// with the lower cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("batch.size above a new topic's max.message.bytes")]
+struct BatchAboveTopicLimit;

@@ -302,7 +302,7 @@ pub(super) fn diagnosed_error(what: &str, reason: String, diagnosis: Diagnosis) 
     PipelineError::fatal_with(
         format!("{what}: {} [{}]", diagnosis.what, diagnosis.key),
         diagnosis.fix,
-        std::io::Error::other(reason),
+        ClientReport(reason),
     )
 }
 
@@ -333,6 +333,11 @@ impl ClientContext for ConnectionWatch {
 }
 
 impl rdkafka::consumer::ConsumerContext for ConnectionWatch {}
+
+/// What librdkafka reported about the connection problem a [`Diagnosis`] explains.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+struct ClientReport(String);
 
 #[cfg(test)]
 mod tests {

@@ -20,7 +20,7 @@ use sluice_engine::{InFlightBudget, Seq};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::error::PipelineError;
+use crate::error::{Interruption, PipelineError, Unencodable};
 use crate::event::SnapshotMarker;
 use crate::kafka::{Delivery, DeliveryEvent, OutRecord, PipelineProducer};
 use crate::runtime::metrics::TableMetrics;
@@ -134,7 +134,7 @@ pub async fn drive(
         tokio::select! {
             count = deliveries.recv_many(&mut events, 4096) => {
                 if count == 0 {
-                    return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                    return Err(PipelineError::retryable("the producer stopped", Interruption::DeliveryChannelClosed));
                 }
                 for event in events.drain(..) {
                     match event {
@@ -155,7 +155,7 @@ pub async fn drive(
                             return Err(PipelineError::fatal_with(
                                 format!("cannot encode the snapshot row at {position}"),
                                 hint.unwrap_or_else(|| "this is a bug in sluice: report it with the table's column types".into()),
-                                std::io::Error::other(reason),
+                                Unencodable(reason),
                             ));
                         }
                         DeliveryEvent::Committed { .. } => {}
@@ -187,7 +187,7 @@ pub async fn drive(
             () = shutdown.cancelled() => {
                 return Err(PipelineError::retryable(
                     "stopped during the snapshot (its unfinished chunks are read on the next start)",
-                    std::io::Error::other("shutdown"),
+                    Interruption::Shutdown,
                 ));
             }
         }
@@ -315,7 +315,7 @@ pub async fn drive_transactional(
             tokio::select! {
                 count = deliveries.recv_many(&mut events, 4096) => {
                     if count == 0 {
-                        return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                        return Err(PipelineError::retryable("the producer stopped", Interruption::DeliveryChannelClosed));
                     }
                     delivered(&mut events, &policy)?;
                     continue;
@@ -341,7 +341,7 @@ pub async fn drive_transactional(
                 () = shutdown.cancelled() => {
                     return Err(PipelineError::retryable(
                         "stopped during the snapshot (its uncommitted chunks are read on the next start)",
-                        std::io::Error::other("shutdown"),
+                        Interruption::Shutdown,
                     ));
                 }
                 _ = tick.tick() => {}
@@ -356,7 +356,7 @@ pub async fn drive_transactional(
                 guard = &mut exclusive => break guard,
                 count = deliveries.recv_many(&mut events, 4096) => {
                     if count == 0 {
-                        return Err(PipelineError::retryable("the producer stopped", std::io::Error::other("delivery channel closed")));
+                        return Err(PipelineError::retryable("the producer stopped", Interruption::DeliveryChannelClosed));
                     }
                     delivered(&mut events, &policy)?;
                 }
@@ -432,7 +432,7 @@ pub async fn drive_transactional(
     if chunks_done < chunks_total {
         return Err(PipelineError::retryable(
             "the snapshot's workers ended before every chunk was read",
-            std::io::Error::other("snapshot incomplete"),
+            Interruption::SnapshotIncomplete,
         ));
     }
     tracing::info!(
@@ -473,7 +473,7 @@ fn delivered(
                 return Err(PipelineError::fatal_with(
                     format!("cannot encode the snapshot row at {position}"),
                     "this is a bug in sluice: report it with the table's column types",
-                    std::io::Error::other(reason),
+                    Unencodable(reason),
                 ));
             }
             DeliveryEvent::Committed { .. } => {}

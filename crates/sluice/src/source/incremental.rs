@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
 use crate::config::parse_table_name;
-use crate::error::PipelineError;
+use crate::error::{Interruption, PipelineError};
 use crate::runtime::status::IncrementalStatus;
 pub use crate::runtime::status::{RefusedRequest, Signal};
 use crate::sql::{SqlDialect, check_condition};
@@ -581,7 +581,7 @@ async fn join<R>(task: Option<JoinHandle<Result<R, ChunkError>>>) -> Result<R, C
         }),
         None => Err(ChunkError::Retry(PipelineError::retryable(
             "the incremental snapshot reader is gone",
-            std::io::Error::other("no task"),
+            Interruption::NoReaderTask,
         ))),
     }
 }

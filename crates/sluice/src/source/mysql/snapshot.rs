@@ -46,7 +46,7 @@ use tokio::sync::mpsc;
 use super::config::MysqlSourceConfig;
 use super::encode::{self, BinlogSource, RowChange, TableInfo};
 use super::server::{self, BinlogPosition, Flavor, MariadbGtidPos, sql_error};
-use crate::error::PipelineError;
+use crate::error::{Interruption, PipelineError};
 use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{DeliveryEvent, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
@@ -796,7 +796,7 @@ async fn read_chunk(
         if shared.shutdown.is_cancelled() {
             return Err(PipelineError::retryable(
                 "stopped during the snapshot",
-                std::io::Error::other("shutdown"),
+                Interruption::Shutdown,
             ));
         }
         let row = result

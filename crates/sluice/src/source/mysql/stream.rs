@@ -41,7 +41,7 @@ use super::state::{load_state, open_directory, save_checkpoint, save_state};
 pub use super::state::{saved_position, seed_position};
 use crate::config::{SnapshotMode, StateStoreKind};
 use crate::delivery::{self, DeliveryCore, Intake, LoopContext, Source};
-use crate::error::PipelineError;
+use crate::error::{Interruption, PipelineError};
 use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
@@ -565,7 +565,7 @@ async fn publish_snapshot_schema(
             None => {
                 return Err(PipelineError::retryable(
                     "the producer stopped during the snapshot",
-                    std::io::Error::other("delivery reports closed"),
+                    Interruption::DeliveryReportsClosed,
                 ));
             }
         }
@@ -742,7 +742,7 @@ impl Source for MysqlSource {
             None => {
                 return Err(PipelineError::retryable(
                     "the server ended the binlog stream",
-                    std::io::Error::other("binlog stream closed"),
+                    BinlogError::StreamClosed,
                 ));
             }
             Some(Err(e)) => return Err(self.binlog_error(e)),
@@ -782,7 +782,7 @@ impl Source for MysqlSource {
                         "the binlog connection was silent for {} s, three heartbeat periods: replacing it",
                         silent.as_secs()
                     ),
-                    std::io::Error::other("silent binlog connection"),
+                    BinlogError::Silent,
                 ));
             }
         }
@@ -1013,7 +1013,7 @@ impl MysqlSource {
         let Some(slot) = self.tables.get(&table_id) else {
             return Err(PipelineError::retryable(
                 format!("row event for table id {table_id} before its TABLE_MAP"),
-                std::io::Error::other("binlog order"),
+                BinlogError::OutOfOrder,
             ));
         };
         if slot.signal {
@@ -1558,10 +1558,7 @@ async fn column_catalog(
 }
 
 fn bad_event(what: &str) -> PipelineError {
-    PipelineError::retryable(
-        format!("undecodable {what} event"),
-        std::io::Error::other("binlog event layout"),
-    )
+    PipelineError::retryable(format!("undecodable {what} event"), BinlogError::BadLayout)
 }
 
 /// A server UUID as MySQL prints it.
@@ -1575,4 +1572,43 @@ fn format_uuid(sid: &[u8; 16]) -> String {
         &hex[16..20],
         &hex[20..32]
     )
+}
+
+/// The binlog connection ended, went silent or sent what the reader cannot follow: the source
+/// of a retryable [`PipelineError`] whose message names the event concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum BinlogError {
+    /// The server ended the binlog stream.
+    #[error("binlog stream closed")]
+    StreamClosed,
+    /// No event, not even a heartbeat, for three heartbeat periods.
+    #[error("silent binlog connection")]
+    Silent,
+    /// A rows event came before the TABLE_MAP event of its table.
+    #[error("binlog order")]
+    OutOfOrder,
+    /// An event's bytes do not match its type's layout.
+    #[error("binlog event layout")]
+    BadLayout,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message users see is the one of the `io::Error` stand-in this type replaced.
+    #[test]
+    fn binlog_errors_read_as_the_text_they_replaced() {
+        for (typed, text) in [
+            (BinlogError::StreamClosed, "binlog stream closed"),
+            (BinlogError::Silent, "silent binlog connection"),
+            (BinlogError::OutOfOrder, "binlog order"),
+            (BinlogError::BadLayout, "binlog event layout"),
+        ] {
+            assert_eq!(
+                PipelineError::retryable("the step", typed).chain(),
+                PipelineError::retryable("the step", std::io::Error::other(text)).chain()
+            );
+        }
+    }
 }

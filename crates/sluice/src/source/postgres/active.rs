@@ -87,7 +87,7 @@ pub async fn acquire(
                 format!(
                     "replication slot {slot:?} is still used by walsender {pid} of a former active instance"
                 ),
-                std::io::Error::other("slot busy"),
+                SlotBusy,
             ));
         }
         tracing::info!(
@@ -191,3 +191,8 @@ async fn holder(client: &Client, slot: &str) -> Result<Option<ActiveInstance>, P
         active::parse_session_label(name.as_deref())
     }))
 }
+
+/// The slot is still held by a walsender of a former active instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("slot busy")]
+struct SlotBusy;

@@ -324,7 +324,7 @@ pub async fn read_chunk(
     let xid_snapshot = xid_snapshot.ok_or_else(|| {
         ChunkError::Retry(PipelineError::retryable(
             "cannot read an incremental snapshot chunk",
-            std::io::Error::other("txid_current_snapshot() returned no snapshot"),
+            NoXidSnapshot,
         ))
     })?;
     let last_key = rows.last().map(|row| {
@@ -1405,6 +1405,11 @@ fn check_visibility(
         None => Visibility::SawAll,
     }
 }
+
+/// `txid_current_snapshot()` returned NULL with a chunk's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("txid_current_snapshot() returned no snapshot")]
+struct NoXidSnapshot;
 
 #[cfg(test)]
 mod tests {

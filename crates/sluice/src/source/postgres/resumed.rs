@@ -433,9 +433,14 @@ async fn wait_for_flush(client: &tokio_postgres::Client, upto: Lsn) -> Result<()
                 format!(
                     "the server's WAL is not flushed up to {upto} after {FLUSH_WAIT:?} (flushed: {flushed})"
                 ),
-                std::io::Error::other("WAL flush"),
+                WalNotFlushed,
             ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The server's WAL was not flushed up to the wanted position in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("WAL flush")]
+struct WalNotFlushed;

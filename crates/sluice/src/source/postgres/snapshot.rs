@@ -47,7 +47,7 @@ use super::encode::{
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use crate::delivery::unix_micros_now;
-use crate::error::{PipelineError, classify_pg};
+use crate::error::{Interruption, PipelineError, classify_pg};
 use crate::event::SnapshotMarker;
 use crate::kafka::{DeliveryEvent, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
@@ -840,7 +840,7 @@ impl Worker {
             if self.shutdown.is_cancelled() {
                 return Err(PipelineError::retryable(
                     "stopped during the snapshot",
-                    std::io::Error::other("shutdown"),
+                    Interruption::Shutdown,
                 ));
             }
             let mut rows: Vec<TupleData> = messages

@@ -1082,7 +1082,7 @@ impl PgSource<'_> {
             .ok_or_else(|| {
                 PipelineError::retryable(
                     "the server ended the replication stream",
-                    std::io::Error::other("CopyDone"),
+                    ProtocolError::StreamEnded,
                 )
             })?;
         match message {
@@ -1962,7 +1962,7 @@ impl PgSource<'_> {
         self.relations.get(&relation_id).cloned().ok_or_else(|| {
             PipelineError::retryable(
                 format!("change for relation {relation_id} arrived before its Relation message"),
-                std::io::Error::other("protocol order"),
+                ProtocolError::OutOfOrder,
             )
         })
     }
@@ -2008,7 +2008,7 @@ impl PgSource<'_> {
         let tx = self.tx.as_mut().ok_or_else(|| {
             PipelineError::retryable(
                 "a row change arrived outside a transaction",
-                std::io::Error::other("protocol order"),
+                ProtocolError::OutOfOrder,
             )
         })?;
         let mut transaction = None;
@@ -2235,7 +2235,7 @@ async fn create_slot_exporting_snapshot(
     let row = rows.first().filter(|r| r.len() >= 3).ok_or_else(|| {
         PipelineError::retryable(
             "CREATE_REPLICATION_SLOT returned no row",
-            std::io::Error::other("protocol"),
+            ProtocolError::MissingRow,
         )
     })?;
     let consistent_point: Lsn = row[1].as_deref().unwrap_or_default().parse().map_err(|e| {
@@ -2514,6 +2514,22 @@ fn transaction_headers(
     ]
 }
 
+/// The replication connection did not follow the protocol (or ended it): the source of a
+/// retryable [`PipelineError`] whose message names the message concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum ProtocolError {
+    /// The server ended the replication stream's COPY.
+    #[error("CopyDone")]
+    StreamEnded,
+    /// A message came before the one it depends on (a change before its Relation message, a
+    /// row change outside Begin … Commit).
+    #[error("protocol order")]
+    OutOfOrder,
+    /// A replication command answered without the row it always returns.
+    #[error("protocol")]
+    MissingRow,
+}
+
 #[cfg(test)]
 mod watchdog_tests {
     use super::*;
@@ -2549,5 +2565,25 @@ mod watchdog_tests {
                 .1
         );
         assert!(!watch.observe(Lsn(100), Lsn(500), later, Duration::ZERO).1);
+    }
+}
+
+#[cfg(test)]
+mod protocol_error_tests {
+    use super::*;
+
+    /// The message users see is the one of the `io::Error` stand-in this type replaced.
+    #[test]
+    fn protocol_errors_read_as_the_text_they_replaced() {
+        for (typed, text) in [
+            (ProtocolError::StreamEnded, "CopyDone"),
+            (ProtocolError::OutOfOrder, "protocol order"),
+            (ProtocolError::MissingRow, "protocol"),
+        ] {
+            assert_eq!(
+                PipelineError::retryable("the step", typed).chain(),
+                PipelineError::retryable("the step", std::io::Error::other(text)).chain()
+            );
+        }
     }
 }
