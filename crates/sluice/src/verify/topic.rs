@@ -21,6 +21,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::avro::{AvroProblem, AvroTopics};
 use super::canonical::{Piece, bucket_of, digest, push_piece, row_hash};
 use super::source::TablePlan;
 use crate::event::{EventOptions, HEADER_COMMIT_LSN};
@@ -99,6 +100,11 @@ pub struct TopicView<'a> {
     events: &'a EventOptions,
     position: u64,
     filter: PassFilter,
+    /// The Avro reading when keys or values are Avro.
+    avro: Option<&'a AvroTopics>,
+    /// Decoded Avro keys and values (reused).
+    key_json: Vec<u8>,
+    value_json: Vec<u8>,
     /// Per key digest.
     pub keys: HashMap<u128, KeyState>,
     /// Counts.
@@ -118,9 +124,18 @@ impl<'a> TopicView<'a> {
             events,
             position,
             filter,
+            avro: None,
+            key_json: Vec::new(),
+            value_json: Vec::new(),
             keys: HashMap::new(),
             stats: ReadStats::default(),
         }
+    }
+
+    /// The view reading Avro keys and values through `avro` (`None`: JSON).
+    pub fn with_avro(mut self, avro: Option<&'a AvroTopics>) -> Self {
+        self.avro = avro;
+        self
     }
 
     fn problem(&mut self, problem: String) {
@@ -139,10 +154,47 @@ impl<'a> TopicView<'a> {
             Some(_) => {}
             None => self.stats.unpositioned += 1,
         }
-        let Some(key_bytes) = record.key else {
+        let Some(avro) = self.avro else {
+            return self.apply_json(record.key, record.value.map(Ok));
+        };
+        let mut key_json = std::mem::take(&mut self.key_json);
+        let mut value_json = std::mem::take(&mut self.value_json);
+        let key = match record.key {
+            Some(bytes) if avro.keys() => match avro.to_json(bytes, &mut key_json) {
+                Ok(()) => Some(key_json.as_slice()),
+                Err(AvroProblem::Schema(problem) | AvroProblem::Bytes(problem)) => {
+                    self.key_json = key_json;
+                    self.value_json = value_json;
+                    return self.problem(format!("the key: {problem}"));
+                }
+            },
+            other => other,
+        };
+        let value = match record.value {
+            Some(bytes) if avro.values() => match avro.to_json(bytes, &mut value_json) {
+                Ok(()) => Some(Ok(value_json.as_slice())),
+                Err(AvroProblem::Schema(problem)) => {
+                    self.problem(format!("the value: {problem}"));
+                    self.key_json = key_json;
+                    self.value_json = value_json;
+                    return;
+                }
+                Err(AvroProblem::Bytes(problem)) => Some(Err(problem)),
+            },
+            other => other.map(Ok),
+        };
+        self.apply_json(key, value);
+        self.key_json = key_json;
+        self.value_json = value_json;
+    }
+
+    /// [`TopicView::apply`] of a record's JSON key and value (`Err`: a value that cannot be
+    /// read, why), its position taken.
+    fn apply_json(&mut self, key: Option<&[u8]>, value: Option<Result<&[u8], String>>) {
+        let Some(key_bytes) = key else {
             // A truncate event (no key; Debezium skips them by default) empties the table.
-            if record
-                .value
+            if value
+                .and_then(|v| v.ok())
                 .and_then(|v| serde_json::from_slice::<Value>(v).ok())
                 .as_ref()
                 .map(payload)
@@ -180,15 +232,15 @@ impl<'a> TopicView<'a> {
         if !self.filter.keeps(bucket) {
             return;
         }
-        let Some(value) = record.value else {
+        let Some(value) = value else {
             self.keys.remove(&id);
             return;
         };
-        let envelope = match parse_envelope(value) {
+        let envelope = match value.and_then(|v| parse_envelope(v).map_err(|e| e.to_string())) {
             Ok(envelope) => envelope,
             Err(error) => {
                 // Kept as a row that matches nothing: it differs, with its key.
-                let detail = self.detail(key_bytes, Vec::new(), Value::String(error.to_string()));
+                let detail = self.detail(key_bytes, Vec::new(), Value::String(error));
                 self.keys.insert(
                     id,
                     KeyState {
