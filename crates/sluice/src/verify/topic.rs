@@ -159,31 +159,10 @@ impl<'a> TopicView<'a> {
         };
         let mut key_json = std::mem::take(&mut self.key_json);
         let mut value_json = std::mem::take(&mut self.value_json);
-        let key = match record.key {
-            Some(bytes) if avro.keys() => match avro.to_json(bytes, &mut key_json) {
-                Ok(()) => Some(key_json.as_slice()),
-                Err(AvroProblem::Schema(problem) | AvroProblem::Bytes(problem)) => {
-                    self.key_json = key_json;
-                    self.value_json = value_json;
-                    return self.problem(format!("the key: {problem}"));
-                }
-            },
-            other => other,
-        };
-        let value = match record.value {
-            Some(bytes) if avro.values() => match avro.to_json(bytes, &mut value_json) {
-                Ok(()) => Some(Ok(value_json.as_slice())),
-                Err(AvroProblem::Schema(problem)) => {
-                    self.problem(format!("the value: {problem}"));
-                    self.key_json = key_json;
-                    self.value_json = value_json;
-                    return;
-                }
-                Err(AvroProblem::Bytes(problem)) => Some(Err(problem)),
-            },
-            other => other.map(Ok),
-        };
-        self.apply_json(key, value);
+        match decode_avro(avro, record, &mut key_json, &mut value_json) {
+            Ok((key, value)) => self.apply_json(key, value),
+            Err(problem) => self.problem(problem),
+        }
         self.key_json = key_json;
         self.value_json = value_json;
     }
@@ -330,6 +309,40 @@ impl<'a> TopicView<'a> {
                 .collect(),
         )
     }
+}
+
+/// A record's key and value as JSON (a value that cannot be read: `Err` with why).
+type JsonRecord<'b> = (Option<&'b [u8]>, Option<Result<&'b [u8], String>>);
+
+/// A record's Avro key and value as JSON, decoded into `key_json` and `value_json` (a value
+/// whose bytes do not match its schema: `Err` with why, kept as a differing row); `Err`: the
+/// record cannot be read (its key, or a schema that cannot be had).
+fn decode_avro<'b>(
+    avro: &AvroTopics,
+    record: &TopicRecord<'b>,
+    key_json: &'b mut Vec<u8>,
+    value_json: &'b mut Vec<u8>,
+) -> Result<JsonRecord<'b>, String> {
+    let key = match record.key {
+        Some(bytes) if avro.keys() => {
+            avro.to_json(bytes, key_json).map_err(
+                |(AvroProblem::Schema(problem) | AvroProblem::Bytes(problem))| {
+                    format!("the key: {problem}")
+                },
+            )?;
+            Some(key_json.as_slice())
+        }
+        other => other,
+    };
+    let value = match record.value {
+        Some(bytes) if avro.values() => match avro.to_json(bytes, value_json) {
+            Ok(()) => Some(Ok(value_json.as_slice())),
+            Err(AvroProblem::Schema(problem)) => return Err(format!("the value: {problem}")),
+            Err(AvroProblem::Bytes(problem)) => Some(Err(problem)),
+        },
+        other => other.map(Ok),
+    };
+    Ok((key, value))
 }
 
 /// A JSON object's fields, unparsed.
@@ -541,6 +554,36 @@ mod tests {
         let mut want = vec![(hash_of(1, "b"), false), (hash_of(3, "y"), false)];
         want.sort_unstable();
         assert_eq!(got, want);
+    }
+
+    /// An Avro value whose bytes are not in the wire format differs (with its key); it does
+    /// not make the topic unreadable. (No registry is asked: the bytes fail before.)
+    #[tokio::test]
+    async fn an_avro_value_that_cannot_be_decoded_is_a_differing_row() {
+        let plan = plan();
+        let events = EventOptions {
+            value_format: Some(crate::event::EventFormat::Avro),
+            ..EventOptions::default()
+        };
+        let registry: crate::registry::RegistryConfig =
+            toml::from_str("url = \"http://127.0.0.1:9\"").unwrap();
+        let avro = AvroTopics::new(&events, Some(&registry)).unwrap().unwrap();
+        let mut view = TopicView::new(&plan, &events, 100, PassFilter::Detail(vec![0, 1, 2, 3]))
+            .with_avro(Some(&avro));
+        view.apply(&TopicRecord {
+            key: Some(br#"{"id":1}"#),
+            value: Some(b"{\"op\":\"c\"}"),
+            commit_lsn: Some(10),
+        });
+        assert_eq!(view.stats.unreadable, 0);
+        let state = view.keys.values().next().expect("the key is kept");
+        let detail = state.detail.as_deref().unwrap();
+        assert_eq!(detail.key, serde_json::json!({"id": 1}));
+        assert!(
+            detail.after.as_str().unwrap().contains("wire format"),
+            "{:?}",
+            detail.after
+        );
     }
 
     #[test]
