@@ -89,8 +89,15 @@ impl AvroDecoder {
         }
     }
 
-    /// The prepared schema of `id`.
-    fn reader(&self, id: u32) -> Result<Arc<Reader>, WriteFailure> {
+    /// The prepared schema of `id`, fetched from the registry at its first use (`sluice
+    /// verify` reads Avro topics through it too).
+    ///
+    /// # Errors
+    ///
+    /// [`WriteFailure::Record`]: the registry holds no such id, or its schema is not Avro or
+    /// cannot be read (remembered); [`WriteFailure::Run`]: the registry did not answer within
+    /// the wait, or refused.
+    pub fn reader(&self, id: u32) -> Result<Arc<Reader>, WriteFailure> {
         if let Some(found) = self.readers.lock().expect("not poisoned").get(&id) {
             return found.clone().map_err(WriteFailure::Record);
         }

@@ -13,11 +13,19 @@
 //! | `numeric` | `c::text`, `trim_scale(c)::text` without a declared scale (NaN and ±Infinity: NULL under `precise`) | `precise`: the unscaled bytes with the column's scale (or `{scale, value}`); `string`: the string |
 //! | `float4`/`float8` | `encode(float4send(c), 'hex')` (the IEEE bits) | the number's bits |
 //! | `date` | days since 1970-01-01 | the number |
-//! | `time`, `timestamp`, `timestamptz` | microseconds since midnight / the epoch | milli- or microseconds by `time.precision.mode`; `timestamptz`'s ISO string |
+//! | `time`, `timestamp`, `timestamptz` | microseconds since midnight / the epoch (floored to the millisecond where the events hold milliseconds) | milli- or microseconds by `time.precision.mode`; `timestamptz`'s ISO string |
 //! | `bytea` | `encode(c, 'hex')` | base64 or hex by `binary.handling.mode`, as hex |
+//! | `interval`, `numeric` mode | microseconds, a month counting 30.4375 days, saturated at the `int8` limits (from `extract` of its fields, exact) | the number |
+//! | `interval`, `string` mode | Debezium's `P<y>Y<m>M<d>DT<h>H<m>M<s>S` (from `extract` of its fields) | the string |
+//! | arrays of the types above | each element's canonical piece (`N` or `V<length>:<text>`), in order | each element's, in order |
 //!
-//! Other types (arrays, intervals, money, geometry, ranges, composites, …) and columns the
-//! pipeline excludes, hashes or masks are not compared (the report lists them).
+//! Arrays follow Debezium's mapping: a multi-dimensional array is its outer list with every
+//! sub-array null (so only its outer length is compared); a `numeric` array holding NaN or an
+//! infinity, and an enum array holding NULL, are null as a whole; an empty array is the empty
+//! text, not NULL. Not compared (the report lists them): other types (`money`, `timetz`,
+//! geometry, ranges, composites, …), arrays of them or of domains, the arrays Debezium leaves
+//! out of its events (`interval[]`, `money[]`, `name[]`, `xml[]`), and columns the pipeline
+//! excludes, hashes or masks.
 //!
 //! A row's canonical form is its compared columns in column order, each `N` for NULL or
 //! `V<byte length>:<text>`, so that no two rows share one. Its hash is the first 8 bytes of the
@@ -32,8 +40,11 @@ use base64::Engine as _;
 use md5::Digest as _;
 use serde_json::Value;
 
+use serde_json::value::RawValue;
+
 use crate::event::options::{BinaryHandlingMode, TemporalUnit, TimePrecisionMode};
-use crate::event::{DecimalHandlingMode, EventOptions};
+use crate::event::{DecimalHandlingMode, EventOptions, IntervalHandlingMode};
+use crate::source::postgres::value::{ColumnKind, column_kind, is_left_out};
 use crate::sql::quote_ident;
 
 /// An event's value of a form its column's encoding never produces (it then differs from any
@@ -43,12 +54,14 @@ use crate::sql::quote_ident;
 pub struct UnexpectedForm;
 
 /// How a column's values are compared (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ColumnClass {
     /// `int2`, `int4`, `int8`, `oid`.
     Int,
     /// Types Debezium writes as their text output.
     Text,
+    /// An enum: its label (as [`ColumnClass::Text`]; an enum array holding NULL is null).
+    Enum,
     /// `char(n)`: padded.
     Bpchar,
     /// `bool`.
@@ -72,7 +85,23 @@ pub enum ColumnClass {
     Timestamptz,
     /// `bytea`.
     Bytea,
+    /// `interval` in its `interval.handling.mode`.
+    Interval(IntervalHandlingMode),
+    /// A one-dimensional array of elements of a class.
+    Array(Box<ColumnClass>),
 }
+
+/// An array's element type, as [`ColumnClass::of`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayElement {
+    /// The element type's OID (`pg_type.typelem`).
+    pub type_oid: u32,
+    /// Whether it is an enum.
+    pub is_enum: bool,
+}
+
+/// Microseconds in Debezium's month (30.4375 days: `io.debezium.time.MicroDuration`).
+const MONTH_MICROS: i64 = 2_629_800_000_000;
 
 /// Type OIDs (`pg_type.oid`) of the built-in types compared.
 mod oid {
@@ -98,6 +127,7 @@ mod oid {
     pub(super) const TIME: u32 = 1083;
     pub(super) const TIMESTAMP: u32 = 1114;
     pub(super) const TIMESTAMPTZ: u32 = 1184;
+    pub(super) const INTERVAL: u32 = 1186;
     pub(super) const NUMERIC: u32 = 1700;
     pub(super) const UUID: u32 = 2950;
     pub(super) const JSONB: u32 = 3802;
@@ -105,7 +135,8 @@ mod oid {
 
 impl ColumnClass {
     /// The class of a column of base type `type_oid` (a domain's base type), `typtype` `e` for
-    /// an enum, and type modifier `typmod` (`-1`: none); `Err` names why it is not compared.
+    /// an enum, type modifier `typmod` (`-1`: none) and, for an array type, its `element`;
+    /// `Err` names why it is not compared.
     ///
     /// # Errors
     ///
@@ -114,14 +145,28 @@ impl ColumnClass {
         type_oid: u32,
         is_enum: bool,
         typmod: i32,
+        element: Option<ArrayElement>,
         events: &EventOptions,
     ) -> Result<Self, &'static str> {
+        if let Some(element) = element {
+            if is_left_out(type_oid) {
+                return Err("an array Debezium leaves out of its events");
+            }
+            // Arrays the events map element by element: the built-in ones and enums'.
+            let mapped = matches!(column_kind(type_oid, typmod, events), ColumnKind::Array(_));
+            if !mapped && !element.is_enum {
+                return Err("array type not compared");
+            }
+            let inner = ColumnClass::of(element.type_oid, element.is_enum, typmod, None, events)
+                .map_err(|_| "array of a type not compared")?;
+            return Ok(ColumnClass::Array(Box::new(inner)));
+        }
         // `time(p)`/`timestamp(p)`: the modifier is the precision; `numeric(p, s)`:
         // `((p << 16) | s) + 4`.
         let precision = (typmod >= 0).then_some(typmod as u32);
         let mode: TimePrecisionMode = events.time_precision_mode;
         Ok(match type_oid {
-            _ if is_enum => ColumnClass::Text,
+            _ if is_enum => ColumnClass::Enum,
             oid::INT2 | oid::INT4 | oid::INT8 | oid::OID => ColumnClass::Int,
             oid::JSON | oid::JSONB if events.embed_json => {
                 return Err("json embedded as JSON (embed_json): not compared");
@@ -154,15 +199,22 @@ impl ColumnClass {
             oid::TIMESTAMP => ColumnClass::Timestamp(mode.timestamp_unit(precision)),
             oid::TIMESTAMPTZ => ColumnClass::Timestamptz,
             oid::BYTEA => ColumnClass::Bytea,
+            oid::INTERVAL => ColumnClass::Interval(events.interval_handling_mode),
             _ => return Err("type not compared"),
         })
     }
 
     /// The SQL expression of column `name`'s canonical text (NULL for SQL NULL).
-    pub fn sql(self, name: &str, events: &EventOptions) -> String {
-        let c = quote_ident(name);
+    pub fn sql(&self, name: &str, events: &EventOptions) -> String {
+        self.sql_of(&quote_ident(name), events)
+    }
+
+    /// The SQL expression of the canonical text of the value of SQL expression `c`.
+    fn sql_of(&self, c: &str, events: &EventOptions) -> String {
         match self {
-            ColumnClass::Int | ColumnClass::Text | ColumnClass::Bool => format!("{c}::text"),
+            ColumnClass::Int | ColumnClass::Text | ColumnClass::Enum | ColumnClass::Bool => {
+                format!("{c}::text")
+            }
             ColumnClass::Bpchar => format!("CASE WHEN {c} IS NOT NULL THEN format('%s', {c}) END"),
             ColumnClass::Numeric { scale } => {
                 // Without a declared scale, trailing zeros are not kept (Debezium's
@@ -183,11 +235,69 @@ impl ColumnClass {
             ColumnClass::Date => {
                 format!("CASE WHEN isfinite({c}) THEN ({c} - DATE '1970-01-01')::text END")
             }
-            ColumnClass::Time(_) => format!("(extract(epoch FROM {c}) * 1000000)::bigint::text"),
-            ColumnClass::Timestamp(_) | ColumnClass::Timestamptz => format!(
-                "CASE WHEN isfinite({c}) THEN (extract(epoch FROM {c}) * 1000000)::bigint::text END"
+            // In milliseconds, the events hold the value floored to the millisecond
+            // (`time.precision.mode` `connect` keeps no more whatever the precision).
+            ColumnClass::Time(unit) => format!("{}::text", micros_sql(c, *unit)),
+            ColumnClass::Timestamp(unit) => format!(
+                "CASE WHEN isfinite({c}) THEN {}::text END",
+                micros_sql(c, *unit)
+            ),
+            ColumnClass::Timestamptz => format!(
+                "CASE WHEN isfinite({c}) THEN {}::text END",
+                micros_sql(c, TemporalUnit::Micros)
             ),
             ColumnClass::Bytea => format!("encode({c}, 'hex')"),
+            ColumnClass::Interval(mode) => {
+                // `extract` of an interval is exact (`numeric`) from PostgreSQL 14 on; the
+                // fields as the server splits them (each with the sign of its part).
+                let field = |f: &str| format!("extract({f} FROM {c})");
+                let (years, months, days, hours, minutes) = (
+                    field("year"),
+                    field("month"),
+                    field("day"),
+                    field("hour"),
+                    field("minute"),
+                );
+                let text = match mode {
+                    IntervalHandlingMode::Numeric => format!(
+                        "LEAST(GREATEST(({years} * 12 + {months}) * {MONTH_MICROS} + {days} * 86400000000 \
+                         + ({hours} * 3600 + {minutes} * 60) * 1000000 + {}, \
+                         -9223372036854775808), 9223372036854775807)::int8::text",
+                        field("microseconds")
+                    ),
+                    IntervalHandlingMode::String => format!(
+                        "format('P%sY%sM%sDT%sH%sM%sS', {years}, {months}, {days}, {hours}, {minutes}, trim_scale({}))",
+                        field("second")
+                    ),
+                };
+                // PostgreSQL 17's infinite intervals: their text, which the events keep as a
+                // string (the value writer's fallback).
+                format!("CASE WHEN isfinite({c}) THEN {text} ELSE {c}::text END")
+            }
+            ColumnClass::Array(element) => {
+                let e = element.sql_of("__v.e", events);
+                let piece = piece_sql(&e);
+                // Debezium's array is null as a whole when an element cannot be converted.
+                let whole_null = match **element {
+                    ColumnClass::Numeric { .. } => {
+                        Some("__v.e IN ('NaN'::numeric, 'Infinity'::numeric, '-Infinity'::numeric)")
+                    }
+                    ColumnClass::Enum => Some("__v.e IS NULL"),
+                    _ => None,
+                }
+                .map(|cond| {
+                    format!(
+                        " WHEN EXISTS (SELECT 1 FROM unnest({c}) AS __v(e) WHERE {cond}) THEN NULL"
+                    )
+                })
+                .unwrap_or_default();
+                format!(
+                    "CASE WHEN {c} IS NULL THEN NULL \
+                     WHEN array_ndims({c}) > 1 THEN repeat('N', array_length({c}, 1)){whole_null} \
+                     ELSE coalesce((SELECT string_agg({piece}, '' ORDER BY __v.i) \
+                     FROM unnest({c}) WITH ORDINALITY AS __v(e, i)), '') END"
+                )
+            }
         }
     }
 
@@ -199,13 +309,31 @@ impl ColumnClass {
     ///
     /// As [`ColumnClass::from_json`].
     pub fn from_raw(
-        self,
+        &self,
         raw: &str,
         events: &EventOptions,
     ) -> Result<Option<String>, UnexpectedForm> {
         let raw = raw.trim();
         let number = !raw.starts_with('"') && raw != "null";
         match self {
+            ColumnClass::Array(element) => {
+                let Some(items) = serde_json::from_str::<Option<Vec<&RawValue>>>(raw)
+                    .map_err(|_| UnexpectedForm)?
+                else {
+                    return Ok(None);
+                };
+                if let [only] = items.as_slice()
+                    && let Some(text) = placeholder_array(only.get(), events)
+                {
+                    return Ok(Some(text));
+                }
+                let mut out = Vec::new();
+                for item in items {
+                    let text = element.from_raw(item.get(), events)?;
+                    push_piece(&mut out, &text.as_deref().map_or(Piece::Null, Piece::Value));
+                }
+                String::from_utf8(out).map(Some).map_err(|_| UnexpectedForm)
+            }
             ColumnClass::Float4 if number => {
                 let v: f32 = raw.parse().map_err(|_| UnexpectedForm)?;
                 Ok(Some(hex(&v.to_be_bytes())))
@@ -223,10 +351,12 @@ impl ColumnClass {
 
     /// Whether `canonical` is Debezium's unavailable-value placeholder `placeholder` (written
     /// for an unchanged TOASTed value), as a value of this class.
-    pub fn is_placeholder(self, canonical: &str, placeholder: &str) -> bool {
+    pub fn is_placeholder(&self, canonical: &str, placeholder: &str) -> bool {
         match self {
-            ColumnClass::Text | ColumnClass::Bpchar => canonical == placeholder,
+            ColumnClass::Text | ColumnClass::Enum | ColumnClass::Bpchar => canonical == placeholder,
             ColumnClass::Bytea => canonical == hex(placeholder.as_bytes()),
+            // A one-element array holding the placeholder string.
+            ColumnClass::Array(_) => canonical == piece_text(placeholder),
             _ => false,
         }
     }
@@ -238,7 +368,7 @@ impl ColumnClass {
     ///
     /// A value this class's encoding never produces.
     pub fn from_json(
-        self,
+        &self,
         value: &Value,
         events: &EventOptions,
     ) -> Result<Option<String>, UnexpectedForm> {
@@ -247,9 +377,24 @@ impl ColumnClass {
         }
         let text = match (self, value) {
             (ColumnClass::Int, Value::Number(n)) if n.is_i64() || n.is_u64() => n.to_string(),
-            (ColumnClass::Text | ColumnClass::Bpchar, Value::String(s)) => s.clone(),
+            (ColumnClass::Text | ColumnClass::Enum | ColumnClass::Bpchar, Value::String(s)) => {
+                s.clone()
+            }
+            (ColumnClass::Array(_), Value::Array(_)) => {
+                return self.from_raw(&value.to_string(), events);
+            }
+            (ColumnClass::Interval(IntervalHandlingMode::Numeric), Value::Number(n)) => {
+                n.as_i64().ok_or(UnexpectedForm)?.to_string()
+            }
+            (ColumnClass::Interval(IntervalHandlingMode::Numeric), Value::String(s))
+                if s == "infinity" || s == "-infinity" =>
+            {
+                s.clone()
+            }
+            (ColumnClass::Interval(IntervalHandlingMode::String), Value::String(s)) => s.clone(),
             (ColumnClass::Bool, Value::Bool(b)) => b.to_string(),
             (ColumnClass::Numeric { scale }, value) => {
+                let scale = *scale;
                 let text = numeric_text(value, scale, events)?;
                 match scale {
                     Some(_) => text,
@@ -264,7 +409,7 @@ impl ColumnClass {
             (ColumnClass::Date, Value::Number(n)) => n.as_i64().ok_or(UnexpectedForm)?.to_string(),
             (ColumnClass::Time(unit) | ColumnClass::Timestamp(unit), Value::Number(n)) => {
                 let v = n.as_i64().ok_or(UnexpectedForm)?;
-                match unit {
+                match *unit {
                     TemporalUnit::Millis => v.checked_mul(1000).ok_or(UnexpectedForm)?,
                     TemporalUnit::Micros => v,
                 }
@@ -281,6 +426,35 @@ impl ColumnClass {
         };
         Ok(Some(text))
     }
+}
+
+/// The canonical piece of a value `text` (`V<byte length>:<text>`).
+fn piece_text(text: &str) -> String {
+    let mut out = Vec::new();
+    push_piece(&mut out, &Piece::Value(text));
+    String::from_utf8(out).unwrap_or_default()
+}
+
+/// The canonical text of an array whose only element is `raw`, when it is Debezium's
+/// placeholder for an unchanged TOASTed array (a one-element array of the placeholder
+/// string, whatever the element type).
+fn placeholder_array(raw: &str, events: &EventOptions) -> Option<String> {
+    let text: String = serde_json::from_str(raw).ok()?;
+    (text == events.unavailable_value_placeholder).then(|| piece_text(&text))
+}
+
+/// The SQL of the microseconds since midnight or the epoch of the time or timestamp `c`, floored
+/// to `unit` (exact: `extract` is `numeric`).
+fn micros_sql(c: &str, unit: TemporalUnit) -> String {
+    match unit {
+        TemporalUnit::Micros => format!("(extract(epoch FROM {c}) * 1000000)::int8"),
+        TemporalUnit::Millis => format!("(floor(extract(epoch FROM {c}) * 1000) * 1000)::int8"),
+    }
+}
+
+/// The SQL of a canonical piece of the text expression `e` (`N` or `V<length>:<text>`).
+fn piece_sql(e: &str) -> String {
+    format!("CASE WHEN ({e}) IS NULL THEN 'N' ELSE 'V' || octet_length({e}) || ':' || ({e}) END")
 }
 
 /// A JSON number, or the strings Kafka's JSON converter writes for NaN and the infinities.
@@ -442,18 +616,13 @@ pub fn push_piece(out: &mut Vec<u8>, piece: &Piece<'_>) {
 }
 
 /// The SQL of the canonical form of `columns` (name, class), one text value.
-pub fn form_sql(columns: &[(&str, ColumnClass)], events: &EventOptions) -> String {
+pub fn form_sql(columns: &[(&str, &ColumnClass)], events: &EventOptions) -> String {
     if columns.is_empty() {
         return "''".into();
     }
     let parts: Vec<String> = columns
         .iter()
-        .map(|(name, class)| {
-            let e = class.sql(name, events);
-            format!(
-                "CASE WHEN ({e}) IS NULL THEN 'N' ELSE 'V' || octet_length({e}) || ':' || ({e}) END"
-            )
-        })
+        .map(|(name, class)| piece_sql(&class.sql(name, events)))
         .collect();
     format!("concat({})", parts.join(", "))
 }
@@ -585,6 +754,40 @@ mod tests {
             text(ColumnClass::Bytea, json!("3q2+7w==")),
             Ok(Some("deadbeef".into()))
         );
+        // An unchanged TOASTed array: Debezium's placeholder string as its only element,
+        // whatever the element type.
+        let ints = ColumnClass::Array(Box::new(ColumnClass::Int));
+        let placeholder = text(ints.clone(), json!(["__debezium_unavailable_value"]))
+            .unwrap()
+            .unwrap();
+        assert!(ints.is_placeholder(&placeholder, "__debezium_unavailable_value"));
+        assert_eq!(
+            text(ints.clone(), json!([1, null])),
+            Ok(Some("V1:1N".into()))
+        );
+        assert_eq!(text(ints, json!(["1"])), Err(UnexpectedForm));
+        assert_eq!(
+            text(
+                ColumnClass::Interval(IntervalHandlingMode::Numeric),
+                json!(-1)
+            ),
+            Ok(Some("-1".into()))
+        );
+        // PostgreSQL 17's infinite interval, kept as its text by the value writer.
+        assert_eq!(
+            text(
+                ColumnClass::Interval(IntervalHandlingMode::Numeric),
+                json!("-infinity")
+            ),
+            Ok(Some("-infinity".into()))
+        );
+        assert_eq!(
+            text(
+                ColumnClass::Interval(IntervalHandlingMode::Numeric),
+                json!("P1D")
+            ),
+            Err(UnexpectedForm)
+        );
     }
 
     #[test]
@@ -606,20 +809,229 @@ mod tests {
     fn classes_follow_the_pipeline_options() {
         let mut e = events();
         assert_eq!(
-            ColumnClass::of(oid::NUMERIC, false, ((10 << 16) | 2) + 4, &e),
+            ColumnClass::of(oid::NUMERIC, false, ((10 << 16) | 2) + 4, None, &e),
             Ok(ColumnClass::Numeric { scale: Some(2) })
         );
         assert_eq!(
-            ColumnClass::of(oid::TIMESTAMP, false, 3, &e),
+            ColumnClass::of(oid::TIMESTAMP, false, 3, None, &e),
             Ok(ColumnClass::Timestamp(TemporalUnit::Millis))
         );
         assert_eq!(
-            ColumnClass::of(oid::TIMESTAMP, false, -1, &e),
+            ColumnClass::of(oid::TIMESTAMP, false, -1, None, &e),
             Ok(ColumnClass::Timestamp(TemporalUnit::Micros))
         );
-        assert!(ColumnClass::of(1186, false, -1, &e).is_err(), "interval");
+        assert_eq!(
+            ColumnClass::of(oid::INTERVAL, false, -1, None, &e),
+            Ok(ColumnClass::Interval(IntervalHandlingMode::Numeric))
+        );
+        let element = |type_oid| {
+            Some(ArrayElement {
+                type_oid,
+                is_enum: false,
+            })
+        };
+        // int4[], and interval[] (which Debezium leaves out of its events).
+        assert_eq!(
+            ColumnClass::of(1007, false, -1, element(oid::INT4), &e),
+            Ok(ColumnClass::Array(Box::new(ColumnClass::Int)))
+        );
+        assert!(ColumnClass::of(1187, false, -1, element(oid::INTERVAL), &e).is_err());
+        // An enum's array (its OID is the enum's own).
+        assert_eq!(
+            ColumnClass::of(
+                90_001,
+                false,
+                -1,
+                Some(ArrayElement {
+                    type_oid: 90_000,
+                    is_enum: true
+                }),
+                &e
+            ),
+            Ok(ColumnClass::Array(Box::new(ColumnClass::Enum)))
+        );
         e.decimal_handling_mode = DecimalHandlingMode::Double;
-        assert!(ColumnClass::of(oid::NUMERIC, false, -1, &e).is_err());
+        assert!(ColumnClass::of(oid::NUMERIC, false, -1, None, &e).is_err());
+    }
+
+    /// Arrays and intervals, hostile values included, under several `[kafka.events]` options:
+    /// each value's text output (as pgoutput sends it, under the walsender's session settings)
+    /// encoded by sluice's own value writer, its canonical text from that JSON equals the
+    /// server's; the class comes from the catalog as verify's source side reads it.
+    async fn through_the_encoder(client: &tokio_postgres::Client) {
+        client
+            .batch_execute(
+                "SET IntervalStyle = iso_8601; SET extra_float_digits = 3; \
+                 SET bytea_output = hex; SET DateStyle = 'ISO, MDY'; \
+                 DROP TYPE IF EXISTS pg_temp.verify_mood CASCADE; \
+                 CREATE TYPE pg_temp.verify_mood AS ENUM ('sad', 'ok,\"x\"}', 'NULL');",
+            )
+            .await
+            .unwrap();
+        let values: &[(&str, &str)] = &[
+            ("int2[]", "'{-32768,32767}'"),
+            ("int4[]", "'{1,NULL,-3}'"),
+            ("int4[]", "'{}'"),
+            ("int4[]", "'{NULL}'"),
+            ("int4[]", "'{{1,2},{3,4}}'"),
+            ("int4[]", "'[0:2]={7,8,9}'"),
+            ("int8[]", "'{-9223372036854775808,9223372036854775807}'"),
+            (
+                "text[]",
+                "ARRAY['a,b', 'c\"d', 'e\\f', '{x}', 'NULL', NULL, '', ' sp ', 'é', \
+                 E'tab\\there', 'x}y{', '\\\"', 'N', 'V1:a']",
+            ),
+            ("text[]", "ARRAY[[' a', 'b'], ['c', NULL]]"),
+            ("varchar(5)[]", "ARRAY['ab', NULL]"),
+            ("char(3)[]", "ARRAY['a', 'abc', NULL, '']"),
+            ("bool[]", "'{t,f,NULL}'"),
+            (
+                "numeric[]",
+                "'{1.50,-2,NULL,0.000001,123456789012345678901234567890.5,-0.0}'",
+            ),
+            ("numeric(10,2)[]", "'{1.5,-0.01,NULL}'"),
+            ("numeric[]", "'{1,NaN}'"),
+            ("numeric[]", "'{1,-Infinity}'"),
+            ("numeric[]", "'{{1,NaN}}'"),
+            ("float4[]", "'{0.1,NaN,-Infinity,1e-45,3.4028235e38,-0}'"),
+            ("float8[]", "'{0.1,1e300,-0,NULL,4.9e-324,Infinity}'"),
+            ("date[]", "'{1969-12-31,2020-02-29,NULL,0001-01-01}'"),
+            ("time[]", "'{00:00:00,23:59:59.999999}'"),
+            ("time(3)[]", "'{00:00:01.5}'"),
+            (
+                "timestamp[]",
+                "'{1960-01-01 00:00:00.000001,2020-01-01 00:00:00,NULL}'",
+            ),
+            ("timestamp(3)[]", "'{2020-01-01 00:00:00.12}'"),
+            (
+                "timestamptz[]",
+                "'{2020-01-01 01:00:00.5+01,1900-01-01 00:00:00Z}'",
+            ),
+            ("bytea[]", "ARRAY['\\x00ff'::bytea, NULL, '\\x'::bytea]"),
+            (
+                "jsonb[]",
+                "ARRAY['{\"b\": 1, \"a\": \"x,}\"}'::jsonb, NULL]",
+            ),
+            ("uuid[]", "'{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11,NULL}'"),
+            (
+                "pg_temp.verify_mood[]",
+                "ARRAY['sad', 'ok,\"x\"}', 'NULL']::pg_temp.verify_mood[]",
+            ),
+            (
+                "pg_temp.verify_mood[]",
+                "ARRAY['sad', NULL]::pg_temp.verify_mood[]",
+            ),
+            ("interval", "'1 year 2 months 3 days 04:05:06.789'"),
+            ("interval", "'-1 year -2 mons +3 days -04:05:06.5'"),
+            ("interval", "'0'"),
+            ("interval", "'-0.5 seconds'"),
+            ("interval", "'178000000 years'"),
+            ("interval", "'-178000000 years'"),
+            ("interval", "'1 mon -1 day 1 hour'"),
+            ("interval", "'100000 hours 59 minutes 59.999999 seconds'"),
+            ("interval", "'-1 hour +30 minutes'"),
+            (
+                "interval",
+                "'-2147483648 months -2147483648 days -2562047788 hours'",
+            ),
+            ("interval(0)", "'1 day 00:00:01.7'"),
+        ];
+        let options = [
+            EventOptions::default(),
+            EventOptions {
+                interval_handling_mode: IntervalHandlingMode::String,
+                decimal_handling_mode: DecimalHandlingMode::String,
+                binary_handling_mode: BinaryHandlingMode::Hex,
+                time_precision_mode: TimePrecisionMode::Connect,
+                ..EventOptions::default()
+            },
+            EventOptions {
+                binary_handling_mode: BinaryHandlingMode::Base64UrlSafe,
+                time_precision_mode: TimePrecisionMode::AdaptiveTimeMicroseconds,
+                ..EventOptions::default()
+            },
+        ];
+        for (ty, literal) in values {
+            client
+                .batch_execute(&format!(
+                    "DROP TABLE IF EXISTS pg_temp.canon; CREATE TEMP TABLE canon (c {ty}); \
+                     INSERT INTO canon VALUES ({literal});"
+                ))
+                .await
+                .unwrap();
+            // The column as `source::SourceSnapshot::plan` reads it.
+            let column = client
+                .query_one(
+                    "SELECT t.oid, t.typtype::text, a.atttypmod, e.oid, e.typtype::text \
+                     FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+                     LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem \
+                     WHERE a.attrelid = 'pg_temp.canon'::regclass AND a.attname = 'c'",
+                    &[],
+                )
+                .await
+                .unwrap();
+            let type_oid: u32 = column.get(0);
+            let typmod: i32 = column.get(2);
+            let element = column
+                .get::<_, Option<u32>>(3)
+                .map(|type_oid| ArrayElement {
+                    type_oid,
+                    is_enum: column.get::<_, Option<String>>(4).as_deref() == Some("e"),
+                });
+            for events in &options {
+                let class = ColumnClass::of(
+                    type_oid,
+                    column.get::<_, String>(1) == "e",
+                    typmod,
+                    element,
+                    events,
+                )
+                .unwrap_or_else(|e| panic!("{ty}: {e}"));
+                let row = client
+                    .query_one(
+                        &format!("SELECT c::text, {} FROM canon", class.sql("c", events)),
+                        &[],
+                    )
+                    .await
+                    .unwrap();
+                let text: Option<String> = row.get(0);
+                let server: Option<String> = row.get(1);
+                // The enum array's OID as the source's relation model gives it.
+                let encoded_oid = match element {
+                    Some(ArrayElement { is_enum: true, .. }) => {
+                        crate::source::postgres::value::ENUM_ARRAY_OID
+                    }
+                    _ => type_oid,
+                };
+                let mut json = Vec::new();
+                match &text {
+                    Some(text) => crate::source::postgres::value::write_json(
+                        encoded_oid,
+                        typmod,
+                        text.as_bytes(),
+                        &mut json,
+                        events,
+                    )
+                    .unwrap_or_else(|e| panic!("{ty} {literal}: {e}")),
+                    None => json.extend_from_slice(b"null"),
+                }
+                let json = String::from_utf8(json).unwrap();
+                let ours = class.from_raw(&json, events);
+                assert_eq!(
+                    Ok(server),
+                    ours,
+                    "{ty} {literal} ({text:?}) encoded as {json} under interval {:?}, decimal \
+                     {:?}, binary {:?}",
+                    events.interval_handling_mode,
+                    events.decimal_handling_mode,
+                    events.binary_handling_mode
+                );
+            }
+        }
+        client
+            .batch_execute("DROP TABLE pg_temp.canon; DROP TYPE pg_temp.verify_mood")
+            .await
+            .unwrap();
     }
 
     /// PostgreSQL's canonical text of each type (the SQL of [`ColumnClass::sql`]) equals what
@@ -718,6 +1130,50 @@ mod tests {
                 ColumnClass::Text,
                 json!("a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11"),
             ),
+            (
+                "int4[]",
+                "'{1,NULL,-3}'",
+                ColumnClass::Array(Box::new(ColumnClass::Int)),
+                json!([1, null, -3]),
+            ),
+            (
+                "int4[]",
+                "'{}'",
+                ColumnClass::Array(Box::new(ColumnClass::Int)),
+                json!([]),
+            ),
+            // Debezium: the outer list, each sub-array null.
+            (
+                "int4[]",
+                "'{{1,2},{3,4},{5,6}}'",
+                ColumnClass::Array(Box::new(ColumnClass::Int)),
+                json!([null, null, null]),
+            ),
+            (
+                "text[]",
+                "ARRAY['a,b', 'c\"d', 'e\\f', '{x}', 'NULL', NULL, '']",
+                ColumnClass::Array(Box::new(ColumnClass::Text)),
+                json!(["a,b", "c\"d", "e\\f", "{x}", "NULL", null, ""]),
+            ),
+            (
+                "numeric[]",
+                "'{1,NaN}'",
+                ColumnClass::Array(Box::new(ColumnClass::Numeric { scale: None })),
+                Value::Null,
+            ),
+            (
+                "interval",
+                "'1 year 2 months 3 days 04:05:06.789'",
+                ColumnClass::Interval(IntervalHandlingMode::Numeric),
+                // 14 months of 30.4375 days, 3 days, 4 h 5 min 6.789 s.
+                json!(14 * MONTH_MICROS + 3 * 86_400_000_000 + 14_706_789_000),
+            ),
+            (
+                "interval",
+                "'-1 year -2 mons +3 days -04:05:06.5'",
+                ColumnClass::Interval(IntervalHandlingMode::String),
+                json!("P-1Y-2M3DT-4H-5M-6.5S"),
+            ),
         ];
         for (ty, literal, class, encoded) in cases {
             let sql = format!(
@@ -728,6 +1184,7 @@ mod tests {
             let ours = class.from_json(&encoded, &e).unwrap();
             assert_eq!(server, ours, "{ty} {literal} as {encoded}");
         }
+        through_the_encoder(&client).await;
         for form in ["", "V1:aN", "V3:abcUN", "V2:\u{e9}"] {
             let row: (i64, i32) = {
                 let r = client

@@ -6,12 +6,14 @@
 //! 2. Per table, PostgreSQL computes every row's bucket and hash ([`canonical`]); sluice sums
 //!    them per bucket, at a bounded rate.
 //! 3. Once the pipeline's slot confirmed the position, [`topic::TopicView`] reads the topic and
-//!    keeps each key's newest record before the position; the same sums per bucket.
+//!    keeps each key's newest record before the position; the same sums per bucket. Avro
+//!    records are read as the JSON the same events have ([`avro`]).
 //! 4. Differing buckets are narrowed: their rows and records are compared key by key, and the
 //!    differing keys listed with both sides' values.
 //! 5. `--repair` asks the pipeline (its signal table) for an incremental snapshot of exactly
 //!    those keys.
 
+pub mod avro;
 pub mod canonical;
 pub mod report;
 pub mod source;
@@ -26,6 +28,7 @@ use anyhow::Context as _;
 use rdkafka::consumer::BaseConsumer;
 use serde_json::Value;
 
+use self::avro::AvroTopics;
 use self::canonical::{Piece, digest, push_piece, row_hash};
 use self::report::{Difference, DifferenceKind, Report, TableReport, TableStatus};
 use self::source::{Buckets, SourceRow, SourceSnapshot, TablePlan};
@@ -132,11 +135,6 @@ fn check_supported(config: &PgPipelineConfig) -> anyhow::Result<()> {
             "the pipeline has [transforms]: verify compares Debezium's envelopes in the default topics, not transformed records"
         );
     }
-    if events.uses_avro() {
-        anyhow::bail!(
-            "kafka.events.format is Avro: verify reads JSON events (with or without schemas) for now"
-        );
-    }
     let skipped = events.skipped_operations;
     if skipped.create || skipped.update || skipped.delete {
         anyhow::bail!(
@@ -152,6 +150,7 @@ fn check_supported(config: &PgPipelineConfig) -> anyhow::Result<()> {
 async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow::Result<Report> {
     check_supported(config)?;
     let events = &config.kafka.events;
+    let avro = AvroTopics::new(events, config.schema_registry.as_ref())?;
     let snapshot = SourceSnapshot::open(config).await.map_err(explained)?;
     let position = snapshot.position;
     let mut captured = snapshot.tables(config).await.map_err(explained)?;
@@ -202,7 +201,16 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     let consumer = consumer(config)?;
     let topic_started = Instant::now();
     for (plan, source_buckets) in &plans {
-        let table = verify_table(&snapshot, &consumer, config, args, plan, source_buckets).await;
+        let table = verify_table(
+            &snapshot,
+            &consumer,
+            config,
+            args,
+            plan,
+            source_buckets,
+            avro.as_ref(),
+        )
+        .await;
         report.tables.push(match table {
             Ok(table) => table,
             Err(error) => TableReport::not_verified(
@@ -272,6 +280,7 @@ async fn verify_table(
     args: &VerifyArgs,
     plan: &TablePlan,
     source: &Buckets,
+    avro: Option<&AvroTopics>,
 ) -> anyhow::Result<TableReport> {
     let events = &config.kafka.events;
     let position = snapshot.position.0;
@@ -286,7 +295,8 @@ async fn verify_table(
     for pass in 0..passes {
         let lo = (pass * buckets / passes) as u32;
         let hi = ((pass + 1) * buckets / passes) as u32;
-        let mut view = TopicView::new(plan, events, position, PassFilter::Range(lo, hi));
+        let mut view =
+            TopicView::new(plan, events, position, PassFilter::Range(lo, hi)).with_avro(avro);
         match tokio::task::block_in_place(|| read_topic(consumer, &plan.topic, |r| view.apply(r))) {
             // An empty table whose topic was never written: equal.
             Err(error) if source_rows == 0 && error.is::<topic::MissingTopic>() => {}
@@ -337,7 +347,8 @@ async fn verify_table(
             .rows(plan, events, &narrowed, args.rate_limit)
             .await
             .map_err(explained)?;
-        let mut view = TopicView::new(plan, events, position, PassFilter::Detail(narrowed.clone()));
+        let mut view = TopicView::new(plan, events, position, PassFilter::Detail(narrowed.clone()))
+            .with_avro(avro);
         tokio::task::block_in_place(|| read_topic(consumer, &plan.topic, |r| view.apply(r)))?;
         compare_keys(plan, rows, view.keys, &mut table, args.max_keys);
     }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use sluice_engine::Lsn;
 use tokio_postgres::Client;
 
-use super::canonical::{ColumnClass, bucket_sql, form_sql, hash_sql};
+use super::canonical::{ArrayElement, ColumnClass, bucket_sql, form_sql, hash_sql};
 use crate::error::{PipelineError, classify_pg};
 use crate::event::EventOptions;
 use crate::source::postgres::config::{PgPipelineConfig, PostgresSourceConfig};
@@ -69,8 +69,11 @@ impl TablePlan {
         }
     }
 
-    fn pairs(columns: &[Column]) -> Vec<(&str, ColumnClass)> {
-        columns.iter().map(|c| (c.name.as_str(), c.class)).collect()
+    fn pairs(columns: &[Column]) -> Vec<(&str, &ColumnClass)> {
+        columns
+            .iter()
+            .map(|c| (c.name.as_str(), &c.class))
+            .collect()
     }
 }
 
@@ -231,9 +234,12 @@ impl SourceSnapshot {
                         CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
                         a.attgenerated IN ('s', 'v'), \
                         EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid \
-                                AND i.indisprimary AND a.attnum = ANY(i.indkey)) \
+                                AND i.indisprimary AND a.attnum = ANY(i.indkey)), \
+                        e.oid, e.typtype::text \
                  FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
                  LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype \
+                 LEFT JOIN pg_type e ON COALESCE(b.typcategory, t.typcategory) = 'A' \
+                      AND e.oid = COALESCE(b.typelem, t.typelem) \
                  WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped \
                  ORDER BY a.attnum",
                 &[&quoted],
@@ -263,8 +269,12 @@ impl SourceSnapshot {
             let typmod: i32 = row.get(3);
             let generated: bool = row.get(4);
             let in_key: bool = row.get(5);
+            let element = row.get::<_, Option<u32>>(6).map(|type_oid| ArrayElement {
+                type_oid,
+                is_enum: row.get::<_, Option<String>>(7).as_deref() == Some("e"),
+            });
             let treatment = pg.column_treatment_of(&table.rule_names(), &name);
-            let class = ColumnClass::of(type_oid, typtype == "e", typmod, events);
+            let class = ColumnClass::of(type_oid, typtype == "e", typmod, element, events);
             let reason = match (treatment, &class) {
                 (ColumnTreatment::Exclude, _) => Some("excluded (source.postgres.columns.exclude)"),
                 (ColumnTreatment::Hash, _) => Some("hashed (source.postgres.columns.hash)"),

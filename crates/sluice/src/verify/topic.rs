@@ -21,6 +21,7 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use super::avro::{AvroProblem, AvroTopics};
 use super::canonical::{Piece, bucket_of, digest, push_piece, row_hash};
 use super::source::TablePlan;
 use crate::event::{EventOptions, HEADER_COMMIT_LSN};
@@ -99,6 +100,11 @@ pub struct TopicView<'a> {
     events: &'a EventOptions,
     position: u64,
     filter: PassFilter,
+    /// The Avro reading when keys or values are Avro.
+    avro: Option<&'a AvroTopics>,
+    /// Decoded Avro keys and values (reused).
+    key_json: Vec<u8>,
+    value_json: Vec<u8>,
     /// Per key digest.
     pub keys: HashMap<u128, KeyState>,
     /// Counts.
@@ -118,9 +124,18 @@ impl<'a> TopicView<'a> {
             events,
             position,
             filter,
+            avro: None,
+            key_json: Vec::new(),
+            value_json: Vec::new(),
             keys: HashMap::new(),
             stats: ReadStats::default(),
         }
+    }
+
+    /// The view reading Avro keys and values through `avro` (`None`: JSON).
+    pub fn with_avro(mut self, avro: Option<&'a AvroTopics>) -> Self {
+        self.avro = avro;
+        self
     }
 
     fn problem(&mut self, problem: String) {
@@ -139,10 +154,26 @@ impl<'a> TopicView<'a> {
             Some(_) => {}
             None => self.stats.unpositioned += 1,
         }
-        let Some(key_bytes) = record.key else {
+        let Some(avro) = self.avro else {
+            return self.apply_json(record.key, record.value.map(Ok));
+        };
+        let mut key_json = std::mem::take(&mut self.key_json);
+        let mut value_json = std::mem::take(&mut self.value_json);
+        match decode_avro(avro, record, &mut key_json, &mut value_json) {
+            Ok((key, value)) => self.apply_json(key, value),
+            Err(problem) => self.problem(problem),
+        }
+        self.key_json = key_json;
+        self.value_json = value_json;
+    }
+
+    /// [`TopicView::apply`] of a record's JSON key and value (`Err`: a value that cannot be
+    /// read, why), its position taken.
+    fn apply_json(&mut self, key: Option<&[u8]>, value: Option<Result<&[u8], String>>) {
+        let Some(key_bytes) = key else {
             // A truncate event (no key; Debezium skips them by default) empties the table.
-            if record
-                .value
+            if value
+                .and_then(|v| v.ok())
                 .and_then(|v| serde_json::from_slice::<Value>(v).ok())
                 .as_ref()
                 .map(payload)
@@ -180,15 +211,15 @@ impl<'a> TopicView<'a> {
         if !self.filter.keeps(bucket) {
             return;
         }
-        let Some(value) = record.value else {
+        let Some(value) = value else {
             self.keys.remove(&id);
             return;
         };
-        let envelope = match parse_envelope(value) {
+        let envelope = match value.and_then(|v| parse_envelope(v).map_err(|e| e.to_string())) {
             Ok(envelope) => envelope,
             Err(error) => {
                 // Kept as a row that matches nothing: it differs, with its key.
-                let detail = self.detail(key_bytes, Vec::new(), Value::String(error.to_string()));
+                let detail = self.detail(key_bytes, Vec::new(), Value::String(error));
                 self.keys.insert(
                     id,
                     KeyState {
@@ -278,6 +309,40 @@ impl<'a> TopicView<'a> {
                 .collect(),
         )
     }
+}
+
+/// A record's key and value as JSON (a value that cannot be read: `Err` with why).
+type JsonRecord<'b> = (Option<&'b [u8]>, Option<Result<&'b [u8], String>>);
+
+/// A record's Avro key and value as JSON, decoded into `key_json` and `value_json` (a value
+/// whose bytes do not match its schema: `Err` with why, kept as a differing row); `Err`: the
+/// record cannot be read (its key, or a schema that cannot be had).
+fn decode_avro<'b>(
+    avro: &AvroTopics,
+    record: &TopicRecord<'b>,
+    key_json: &'b mut Vec<u8>,
+    value_json: &'b mut Vec<u8>,
+) -> Result<JsonRecord<'b>, String> {
+    let key = match record.key {
+        Some(bytes) if avro.keys() => {
+            avro.to_json(bytes, key_json).map_err(
+                |(AvroProblem::Schema(problem) | AvroProblem::Bytes(problem))| {
+                    format!("the key: {problem}")
+                },
+            )?;
+            Some(key_json.as_slice())
+        }
+        other => other,
+    };
+    let value = match record.value {
+        Some(bytes) if avro.values() => match avro.to_json(bytes, value_json) {
+            Ok(()) => Some(Ok(value_json.as_slice())),
+            Err(AvroProblem::Schema(problem)) => return Err(format!("the value: {problem}")),
+            Err(AvroProblem::Bytes(problem)) => Some(Err(problem)),
+        },
+        other => other.map(Ok),
+    };
+    Ok((key, value))
 }
 
 /// A JSON object's fields, unparsed.
@@ -489,6 +554,36 @@ mod tests {
         let mut want = vec![(hash_of(1, "b"), false), (hash_of(3, "y"), false)];
         want.sort_unstable();
         assert_eq!(got, want);
+    }
+
+    /// An Avro value whose bytes are not in the wire format differs (with its key); it does
+    /// not make the topic unreadable. (No registry is asked: the bytes fail before.)
+    #[tokio::test]
+    async fn an_avro_value_that_cannot_be_decoded_is_a_differing_row() {
+        let plan = plan();
+        let events = EventOptions {
+            value_format: Some(crate::event::EventFormat::Avro),
+            ..EventOptions::default()
+        };
+        let registry: crate::registry::RegistryConfig =
+            toml::from_str("url = \"http://127.0.0.1:9\"").unwrap();
+        let avro = AvroTopics::new(&events, Some(&registry)).unwrap().unwrap();
+        let mut view = TopicView::new(&plan, &events, 100, PassFilter::Detail(vec![0, 1, 2, 3]))
+            .with_avro(Some(&avro));
+        view.apply(&TopicRecord {
+            key: Some(br#"{"id":1}"#),
+            value: Some(b"{\"op\":\"c\"}"),
+            commit_lsn: Some(10),
+        });
+        assert_eq!(view.stats.unreadable, 0);
+        let state = view.keys.values().next().expect("the key is kept");
+        let detail = state.detail.as_deref().unwrap();
+        assert_eq!(detail.key, serde_json::json!({"id": 1}));
+        assert!(
+            detail.after.as_str().unwrap().contains("wire format"),
+            "{:?}",
+            detail.after
+        );
     }
 
     #[test]
