@@ -4,6 +4,7 @@ pub mod chunked;
 pub mod incremental;
 pub mod mysql;
 pub mod postgres;
+pub mod run;
 
 /// The pipeline's registry client when `events` has Avro keys or values and `[schema_registry]`
 /// is set; its failures and recoveries are shown on `board` (`/health`'s

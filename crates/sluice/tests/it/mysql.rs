@@ -838,6 +838,63 @@ async fn mariadb_a_topic_with_a_small_max_message_bytes_lowers_the_batch_size() 
     a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(Server::Mariadb).await;
 }
 
+/// `[transforms]` apply to streamed changes too (not only to the snapshot's rows): a
+/// RegexRouter sends a row inserted while streaming to the renamed topic, as Kafka Connect
+/// would.
+#[tokio::test(flavor = "multi_thread")]
+async fn mysql_streamed_changes_go_through_the_transforms() {
+    let server = Server::Mysql;
+    let _broker = broker_shared().await;
+    let _server = server.shared().await;
+    let database = unique("my_route");
+    let prefix = unique("mrt");
+    let mut root = database_with_table(
+        server,
+        &database,
+        "(id INT NOT NULL PRIMARY KEY, v VARCHAR(20))",
+    )
+    .await;
+    let dir = test_dir(&database);
+    let admin_port = free_port();
+    let toml = pipeline_with(
+        server,
+        &database,
+        &database,
+        &prefix,
+        admin_port,
+        "snapshot = \"never\"",
+    ) + "\n[transforms]\nchain = \"route\"\n[transforms.route]\n\
+         type = \"org.apache.kafka.connect.transforms.RegexRouter\"\n\
+         regex = '(.*)\\.t'\nreplacement = \"$1.routed\"\n";
+    let mut sluice = Sluice::start(&dir, &toml, admin_port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (1, 'streamed')"))
+        .await
+        .unwrap();
+    let routed = format!("{prefix}.{database}.routed");
+    let topic = routed.clone();
+    let records = tokio::task::spawn_blocking(move || read_until(&topic, 1))
+        .await
+        .unwrap();
+    assert!(
+        !records.is_empty(),
+        "nothing reached {routed}\n{}",
+        sluice.log_text()
+    );
+    let value = records[0].value.as_ref().expect("a change event");
+    assert_eq!(
+        (value["op"].as_str(), value["after"]["v"].as_str()),
+        (Some("c"), Some("streamed")),
+        "{value}\n{}",
+        sluice.log_text()
+    );
+    let log = sluice.log_text();
+    assert!(sluice.stop(), "{log}");
+    root.query_drop(format!("DROP DATABASE {database}"))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn mariadb_sigkill_mid_stream_loses_nothing() {
     nothing_lost_after_sigkill(Server::Mariadb).await;

@@ -22,8 +22,6 @@ use mysql_async::BinlogStream;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable as _;
-use rdkafka::producer::Producer as _;
-use rdkafka::util::Timeout;
 use sluice_engine::InFlightBudget;
 use tokio_util::sync::CancellationToken;
 
@@ -40,7 +38,7 @@ use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use super::state::{load_state, open_directory, save_checkpoint, save_state};
 pub use super::state::{saved_position, seed_position};
 use crate::config::{SnapshotMode, StateStoreKind};
-use crate::delivery::{self, DeliveryCore, Intake, LoopContext, Source};
+use crate::delivery::{self, Intake, Source};
 use crate::error::{Interruption, PipelineError};
 use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{self, OutRecord};
@@ -50,6 +48,7 @@ use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
 use crate::runtime::state::StateStore;
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
+use crate::source::run::{KafkaSetup, RegistryStep, RunSkeleton};
 
 /// MariaDB's own event types, which the binlog crate hands over as unknown events.
 const MARIADB_ANNOTATE_ROWS_EVENT: u8 = 160;
@@ -224,33 +223,21 @@ pub async fn run_once(
         .collect();
     drop(conn);
     topics.extend(config.delivery.dead_letter_topic.iter().cloned());
-    let mut known_topics = HashSet::new();
-    if config.kafka.create_topics {
-        let routed = config.routed_topics(&topics);
-        kafka::ensure_topics(&config.kafka, &routed, config.kafka.topic_partitions).await?;
-        known_topics.extend(topics.iter().cloned());
-    }
-    let (batch_size_cap, batch_size) =
-        kafka::batch_size_for_topics(&config.kafka, &topics, learned_cap).await?;
-
-    let kafka::SourceProducer {
-        producer,
-        deliveries_tx: delivery_tx,
-        deliveries: mut delivery_rx,
-        health,
-    } = kafka::source_producer(
-        &config.kafka,
-        &format!("sluice-{}", config.name),
-        config.delivery.max_in_flight_records,
-        config.delivery.in_flight_bytes(),
-        batch_size_cap,
-        None,
-    )?;
-    let registry = crate::source::registry_for_pipeline(
-        config.schema_registry.as_ref(),
-        config.output_events(),
+    // The dead-letter topic is created as a change-event topic here (routed, with
+    // `kafka.topic_config`), as it always was for this source.
+    let mut run = RunSkeleton::setup(
+        config,
         board,
-    )?;
+        learned_cap,
+        KafkaSetup {
+            change_topics: topics,
+            other_topics: Vec::new(),
+            transactional_id: None,
+            registry: RegistryStep::AfterProducer,
+        },
+    )
+    .await?;
+    let registry = run.registry.clone();
     // The schema-change topic's schemas (JSON with schemas, Avro: registered before its
     // first record).
     let schema_change_schemas = if config.source.include_schema_changes {
@@ -263,8 +250,7 @@ pub async fn run_once(
     } else {
         None
     };
-    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
-    board.set_budget(Some(budget.clone()));
+    run.show_budget();
     if let Some(plan) = pending.as_mut() {
         board.set_state(PipelineState::Snapshotting);
         let consistent = match opened {
@@ -303,18 +289,18 @@ pub async fn run_once(
                 plan,
                 &start,
                 schema_change_schemas.as_deref(),
-                &producer,
-                &budget,
-                &mut delivery_rx,
+                &run.producer,
+                &run.budget,
+                &mut run.deliveries,
             )
             .await?;
         }
         snapshot::run(
             SnapshotContext {
                 prefix: &config.kafka.topic_prefix,
-                producer: &producer,
-                deliveries: &mut delivery_rx,
-                budget: &budget,
+                producer: &run.producer,
+                deliveries: &mut run.deliveries,
+                budget: &run.budget,
                 position: &start,
                 shutdown,
                 board,
@@ -348,7 +334,7 @@ pub async fn run_once(
                     e,
                 )
             })?;
-            board.set_budget(None);
+            run.end_before_streaming();
             tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
             return Ok(());
         }
@@ -387,28 +373,8 @@ pub async fn run_once(
     )
     .await?;
 
-    board.set_state(PipelineState::Streaming);
-    board.update(|s| {
-        s.last_error = None;
-        s.hint = None;
-    });
-    let (mut core, publisher) = DeliveryCore::start(
-        Arc::clone(&producer),
-        budget,
-        BinlogSeq(0),
-        &config.delivery,
-        metrics.clone(),
-        delivery_tx.clone(),
-        record_position,
-    );
-    core.set_transforms(crate::source::transform_chain(config, registry.as_ref())?);
-    if let Some(batch_size) = batch_size {
-        core.set_batch_limit(crate::delivery::BatchLimit::from_cluster(
-            config.kafka.clone(),
-            batch_size,
-            Arc::clone(learned_cap),
-        ));
-    }
+    run.streaming();
+    let core = run.start_core(config, metrics, BinlogSeq(0), record_position, None)?;
     let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
         file: start.file.clone(),
         pos: start.pos,
@@ -421,7 +387,8 @@ pub async fn run_once(
         Arc::clone(board),
         monitor_stop.clone(),
     ));
-    let mut source = MysqlSource {
+    run.add_monitor(monitor, Some(monitor_stop));
+    let source = MysqlSource {
         rotate_crc,
         confirmed,
         commit_unix_s: 0,
@@ -437,8 +404,8 @@ pub async fn run_once(
         unconfirmed: VecDeque::new(),
         tables: HashMap::new(),
         table_metrics: HashMap::new(),
-        known_topics,
-        batch_size,
+        known_topics: std::mem::take(&mut run.known_topics),
+        batch_size: run.batch_size,
         learned_cap: Arc::clone(learned_cap),
         tx: Transaction::default(),
         meta: None,
@@ -462,29 +429,13 @@ pub async fn run_once(
             config.kafka.topic_prefix
         ))),
     };
-    let result = delivery::run(
-        &mut source,
-        &mut core,
-        &mut delivery_rx,
-        LoopContext {
-            shutdown,
-            status_interval: Duration::from_millis(config.source.status_interval_ms),
-            board,
-            health: &health,
-        },
+    run.run(
+        source,
+        core,
+        shutdown,
+        Duration::from_millis(config.source.status_interval_ms),
     )
-    .await;
-    drop(core);
-    drop(source);
-    publisher.abort();
-    monitor_stop.cancel();
-    monitor.abort();
-    board.set_budget(None);
-    let _ = tokio::task::spawn_blocking(move || {
-        let _ = producer.flush(Timeout::After(Duration::from_secs(2)));
-    })
-    .await;
-    result
+    .await
 }
 
 /// The snapshot's chunk number of its schema-change records (no table's chunk).

@@ -40,9 +40,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::Producer;
-use rdkafka::util::Timeout;
-use sluice_engine::{InFlightBudget, Lsn};
+use sluice_engine::Lsn;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -69,9 +67,7 @@ use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use super::standby::Standby;
 use super::wal_budget::{BudgetShared, WalBudget};
 use crate::config::StateStoreKind;
-use crate::delivery::{
-    self, DeliveryCore, Encode, FailedChange, Intake, LoopContext, Origin, Source, unix_micros_now,
-};
+use crate::delivery::{self, Encode, FailedChange, Intake, Origin, Source, unix_micros_now};
 use crate::error::PipelineError;
 use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
@@ -79,6 +75,7 @@ use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StandbyStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
+use crate::source::run::{KafkaSetup, RegistryStep, RunSkeleton};
 
 /// Everything a run needs from outside.
 pub struct RunContext {
@@ -440,65 +437,44 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         _ => securing.await?,
     };
     let database = catalog.database().await?;
-    let registry = crate::source::registry_for_pipeline(
-        config.schema_registry.as_ref(),
-        config.output_events(),
-        &ctx.board,
-    )?;
-    let identity = SourceIdentity {
-        server_name: config.kafka.topic_prefix.clone(),
-        database,
-        registry,
-    };
-    let mut known_topics: HashSet<String> = HashSet::new();
     let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
-    let mut topics: Vec<String> = tables
+    let topics: Vec<String> = tables
         .iter()
         .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
-        .map(|t| format!("{}.{}", identity.server_name, t.qualified()))
+        .map(|t| format!("{}.{}", config.kafka.topic_prefix, t.qualified()))
         .collect();
-    let dead_letter: Vec<String> = config.delivery.dead_letter_topic.iter().cloned().collect();
-    if config.kafka.create_topics {
-        let routed = config.routed_topics(&topics);
-        kafka::ensure_topics(&config.kafka, &routed, config.kafka.topic_partitions).await?;
-        kafka::ensure_other_topics(&config.kafka, &dead_letter, config.kafka.topic_partitions)
-            .await?;
-        known_topics.extend(topics.iter().cloned());
-        known_topics.extend(dead_letter.iter().cloned());
-    }
-    topics.extend(dead_letter);
-    let (batch_size_cap, batch_size) =
-        kafka::batch_size_for_topics(&config.kafka, &topics, &ctx.batch_size_cap).await?;
+    let exactly_once = config.delivery.guarantee == crate::config::DeliveryGuarantee::ExactlyOnce;
+    let mut run = RunSkeleton::setup(
+        config,
+        &ctx.board,
+        &ctx.batch_size_cap,
+        KafkaSetup {
+            change_topics: topics,
+            other_topics: config.delivery.dead_letter_topic.iter().cloned().collect(),
+            transactional_id: exactly_once
+                .then(|| delivery::exactly_once::transactional_id(&config.name)),
+            registry: RegistryStep::BeforeTopics,
+        },
+    )
+    .await?;
     tracing::info!(
         slot = %slot_name,
         confirmed_flush = %slot.confirmed_flush,
         tables = tables.len(),
         "resuming from the slot's confirmed position"
     );
-    let exactly_once = config.delivery.guarantee == crate::config::DeliveryGuarantee::ExactlyOnce;
-
-    let kafka::SourceProducer {
-        producer,
-        deliveries_tx: delivery_tx,
-        deliveries: mut delivery_rx,
-        health,
-    } = kafka::source_producer(
-        &config.kafka,
-        &format!("sluice-{}", config.name),
-        config.delivery.max_in_flight_records,
-        config.delivery.in_flight_bytes(),
-        batch_size_cap,
-        exactly_once
-            .then(|| delivery::exactly_once::transactional_id(&config.name))
-            .as_deref(),
-    )?;
+    let identity = SourceIdentity {
+        server_name: config.kafka.topic_prefix.clone(),
+        database,
+        registry: run.registry.clone(),
+    };
     // Exactly once: fence older instances (aborting what they left open), then read back what
     // was committed.
     let committed = if exactly_once {
         Some(
             super::exactly_once::Committed::start(
                 config,
-                &producer,
+                &run.producer,
                 &system.systemid,
                 exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
             )
@@ -508,9 +484,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         None
     };
 
-    let budget = InFlightBudget::new(config.max_in_flight_bytes(), config.max_in_flight_records());
     if mode != SnapshotMode::Never && slot_state.record().is_some_and(|r| r.snapshot_pending) {
-        ctx.board.set_budget(Some(budget.clone()));
+        run.show_budget();
         ctx.board.set_state(PipelineState::Snapshotting);
         let snapshot_tables: Vec<_> = tables
             .iter()
@@ -530,9 +505,9 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             SnapshotContext {
                 config,
                 identity: &identity,
-                producer: &producer,
-                deliveries: &mut delivery_rx,
-                budget: &budget,
+                producer: &run.producer,
+                deliveries: &mut run.deliveries,
+                budget: &run.budget,
                 consistent_point: exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
                 shutdown: &ctx.shutdown,
                 board: &ctx.board,
@@ -549,7 +524,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             tokio::time::sleep(Duration::from_millis(200)).await;
             catalog.drop_slot(&slot_name).await?;
             let _ = slot_state.remove();
-            ctx.board.set_budget(None);
+            run.end_before_streaming();
             tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
             return Ok(());
         }
@@ -588,48 +563,22 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         "streaming changes"
     );
 
-    ctx.board.set_budget(Some(budget.clone()));
-    ctx.board.set_state(PipelineState::Streaming);
-    ctx.board.update(|s| {
-        s.last_error = None;
-        s.hint = None;
-    });
+    run.streaming();
 
     let incremental_offsets = committed
         .as_ref()
         .map(|_| Arc::new(super::exactly_once::IncrementalOffsets::default()));
-    let (mut core, publisher) = match (&committed, &incremental_offsets) {
-        (Some(committed), Some(offsets)) => DeliveryCore::start_exactly_once(
-            Arc::clone(&producer),
-            budget,
-            slot.confirmed_flush,
-            &config.delivery,
-            ctx.metrics.clone(),
-            delivery_tx.clone(),
-            record_position,
-            committed.stream_transactions(config, Arc::clone(offsets)),
-        ),
-        _ => DeliveryCore::start(
-            Arc::clone(&producer),
-            budget,
-            slot.confirmed_flush,
-            &config.delivery,
-            ctx.metrics.clone(),
-            delivery_tx.clone(),
-            record_position,
-        ),
-    };
-    core.set_transforms(crate::source::transform_chain(
+    let transactions = committed
+        .as_ref()
+        .zip(incremental_offsets.as_ref())
+        .map(|(committed, offsets)| committed.stream_transactions(config, Arc::clone(offsets)));
+    let core = run.start_core(
         config,
-        identity.registry.as_ref(),
-    )?);
-    if let Some(batch_size) = batch_size {
-        core.set_batch_limit(delivery::BatchLimit::from_cluster(
-            config.kafka.clone(),
-            batch_size,
-            Arc::clone(&ctx.batch_size_cap),
-        ));
-    }
+        &ctx.metrics,
+        slot.confirmed_flush,
+        record_position,
+        transactions,
+    )?;
     let catalog = Arc::new(catalog);
     let state = incremental::IncrementalState::newer(
         slot_state.record().and_then(|r| r.incremental.clone()),
@@ -678,6 +627,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         Duration::from_millis(config.source.progress_timeout_ms),
         ctx.shutdown.child_token(),
     ));
+    // Aborted at teardown without cancelling its token first, as it always was.
+    run.add_monitor(monitor, None);
 
     let heartbeat_interval = config.source.heartbeat_interval_ms;
     if heartbeat_interval > 0 && standby.as_ref().is_some_and(|s| s.primary.is_none()) {
@@ -685,7 +636,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             "no heartbeats: a standby cannot write them and source.postgres.primary_url is not set (an idle or filtered-out database holds the slot's position back until the next captured change)"
         );
     }
-    let mut source = PgSource {
+    let source = PgSource {
         transaction_schemas: None,
         message_schemas: None,
         ctx,
@@ -696,7 +647,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         relations: HashMap::new(),
         table_metrics: HashMap::new(),
         hstore_types: std::collections::HashSet::new(),
-        known_topics,
+        known_topics: std::mem::take(&mut run.known_topics),
         tx: None,
         last_commit_end: None,
         received: slot.confirmed_flush,
@@ -707,7 +658,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         new_tables: Vec::new(),
         partition_mode,
         silence: SilenceWatch::new(config.source.silence_timeout_ms, Instant::now()),
-        batch_size,
+        batch_size: run.batch_size,
         heartbeat: Heartbeat {
             interval: (heartbeat_interval > 0).then(|| Duration::from_millis(heartbeat_interval)),
             last: Instant::now(),
@@ -716,30 +667,13 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         progress_log: (Instant::now(), slot.confirmed_flush),
         committed_position: committed.as_ref().and_then(|c| c.stream),
     };
-    let result = delivery::run(
-        &mut source,
-        &mut core,
-        &mut delivery_rx,
-        LoopContext {
-            shutdown: &ctx.shutdown,
-            status_interval: Duration::from_millis(config.source.status_interval_ms),
-            board: &ctx.board,
-            health: &health,
-        },
+    run.run(
+        source,
+        core,
+        &ctx.shutdown,
+        Duration::from_millis(config.source.status_interval_ms),
     )
-    .await;
-    // Tear down: stop publishing; the producer's remaining records may still be delivered
-    // (duplicates on the next run, never loss, since nothing unacknowledged was confirmed).
-    drop(core);
-    drop(source);
-    publisher.abort();
-    monitor.abort();
-    ctx.board.set_budget(None);
-    let _ = tokio::task::spawn_blocking(move || {
-        let _ = producer.flush(Timeout::After(Duration::from_secs(2)));
-    })
-    .await;
-    result
+    .await
 }
 
 /// The captured tables without the signal table, and the tables to publish: the captured
