@@ -249,14 +249,18 @@ async fn avro_records_decode_by_registry_id_and_equal_the_table() {
     drop_slot_and_publication(&client, &name).await;
 }
 
-/// A column retyped mid-stream under the subject's BACKWARD compatibility: the registry refuses
-/// the new schema, the pipeline stops naming the subject and the compatibility level, and
-/// nothing is lost: once the subject lets the change through, the run resumes and writes the
-/// change.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
-    let _broker = broker_shared().await;
-    let name = unique("avro_refused");
+/// A table `t (id int PRIMARY KEY, v int)` holding `(1, 1)` in a new schema, an Avro pipeline
+/// streaming it, and its topic.
+struct IntTable {
+    name: String,
+    client: tokio_postgres::Client,
+    dir: std::path::PathBuf,
+    sluice: Sluice,
+    topic: String,
+}
+
+async fn int_table_streaming(prefix: &str) -> IntTable {
+    let name = unique(prefix);
     let client = pg().await;
     client
         .batch_execute(&format!(
@@ -268,9 +272,32 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
         .unwrap();
     let port = free_port();
     let dir = test_dir(&name);
-    let mut sluice = Sluice::start(&dir, &avro_toml(&name, port), port);
+    let sluice = Sluice::start(&dir, &avro_toml(&name, port), port);
     sluice.wait_streaming(Duration::from_secs(60));
     let topic = format!("{name}.{name}.t");
+    IntTable {
+        name,
+        client,
+        dir,
+        sluice,
+        topic,
+    }
+}
+
+/// A column retyped mid-stream under the subject's BACKWARD compatibility: the registry refuses
+/// the new schema, the pipeline stops naming the subject and the compatibility level, and
+/// nothing is lost: once the subject lets the change through, the run resumes and writes the
+/// change.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
+    let _broker = broker_shared().await;
+    let IntTable {
+        name,
+        client,
+        dir,
+        mut sluice,
+        topic,
+    } = int_table_streaming("avro_refused").await;
     let subject = format!("{topic}-value");
     assert_eq!(decode(&topic, 1).len(), 1);
     registry_put(
@@ -349,21 +376,13 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn changes_before_a_type_change_made_while_stopped_keep_their_type() {
     let _broker = broker_shared().await;
-    let name = unique("avro_retype");
-    let client = pg().await;
-    client
-        .batch_execute(&format!(
-            "CREATE SCHEMA {name};
-             CREATE TABLE {name}.t (id int PRIMARY KEY, v int);
-             INSERT INTO {name}.t VALUES (1, 1);"
-        ))
-        .await
-        .unwrap();
-    let port = free_port();
-    let dir = test_dir(&name);
-    let mut sluice = Sluice::start(&dir, &avro_toml(&name, port), port);
-    sluice.wait_streaming(Duration::from_secs(60));
-    let topic = format!("{name}.{name}.t");
+    let IntTable {
+        name,
+        client,
+        mut sluice,
+        topic,
+        ..
+    } = int_table_streaming("avro_retype").await;
     assert_eq!(decode(&topic, 1).len(), 1);
     assert!(sluice.stop(), "sluice stops on SIGTERM");
     // Three transactions: one before the type change, the change with a row, one after.
