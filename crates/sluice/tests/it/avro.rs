@@ -28,13 +28,19 @@ fn decode(topic: &str, count: usize) -> Vec<Value> {
     let mut last = Vec::new();
     for _ in 0..60 {
         // Under coreutils' `timeout`: a decoder once sat 18 minutes on an open socket (its own
-        // 30 s limits never fired), holding the suite; a stuck one is killed and run again.
+        // 30 s limits never fired), holding the suite, and about one call in fifty still
+        // stalls; a stuck one is killed and run again, and prints its Python stack first
+        // (`--stack-after`) so that the log says where it stalled.
         let output = std::process::Command::new("timeout")
-            .args(["--kill-after=5", "120", script, topic, "--timeout", "30"])
+            .args(["--kill-after=5", "60", script, topic, "--timeout", "30"])
+            .args(["--stack-after", "50"])
             .output()
             .expect("scripts/avro-decode runs");
         if matches!(output.status.code(), Some(124 | 137) | None) {
-            eprintln!("avro-decode {topic} did not end within 120 s: running it again");
+            eprintln!(
+                "avro-decode {topic} did not end within 60 s: running it again; it said:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
             continue;
         }
         assert!(
