@@ -4,7 +4,7 @@
 //!
 //! A source's `run_once` keeps only what is its own: its server connection, its state, its
 //! snapshot plan, its replication stream and its [`Source`] adapter. In between it calls, in
-//! this order: [`RunSkeleton::setup`] (topics, batch size, producer, registry, budget), its
+//! this order: [`RunSkeleton::setup`] (registry, topics, batch size, producer, budget), its
 //! snapshot (which borrows the producer, the deliveries and the budget),
 //! [`RunSkeleton::streaming`], [`RunSkeleton::start_core`], its monitors
 //! ([`RunSkeleton::add_monitor`]), and [`RunSkeleton::run`], which runs the loop and tears the
@@ -34,17 +34,6 @@ use crate::runtime::status::{PipelineState, StatusBoard};
 /// How long the teardown lets the producer deliver what it still holds.
 const FLUSH_DEADLINE: Duration = Duration::from_secs(2);
 
-/// When [`RunSkeleton::setup`] makes the schema registry client: it only reads `[schema_registry]`'s
-/// TLS files, so the step decides which error a run reports first when several steps fail, and
-/// each source keeps the order it always had.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RegistryStep {
-    /// Before the topics are created (PostgreSQL).
-    BeforeTopics,
-    /// After the producer is made (MySQL/MariaDB).
-    AfterProducer,
-}
-
 /// The topics a run creates (when `kafka.create_topics`) and reads `max.message.bytes` of ahead
 /// of its producer, and how it makes its producer.
 pub struct KafkaSetup {
@@ -54,8 +43,6 @@ pub struct KafkaSetup {
     pub other_topics: Vec<String>,
     /// Exactly once: the producer's transactional id.
     pub transactional_id: Option<String>,
-    /// When the registry client is made.
-    pub registry: RegistryStep,
 }
 
 /// A task watching the source while the run streams (slot lag, binlog lag), stopped at teardown.
@@ -94,7 +81,7 @@ pub struct RunSkeleton {
 impl RunSkeleton {
     /// Creates the topics of `setup` (when sluice creates topics), sizes the producer's batches
     /// to them (`learned_cap`: the smallest limit learned by earlier runs), and makes the
-    /// producer, the registry client (at `setup.registry`) and the in-flight budget. Nothing is
+    /// producer, the registry client (made first) and the in-flight budget. Nothing is
     /// shown on `board` yet.
     ///
     /// # Errors
@@ -106,23 +93,18 @@ impl RunSkeleton {
         learned_cap: &Arc<AtomicU64>,
         setup: KafkaSetup,
     ) -> Result<Self, PipelineError> {
-        let registry_for = || {
-            crate::source::registry_for_pipeline(
-                config.schema_registry.as_ref(),
-                config.output_events(),
-                board,
-            )
-        };
+        // First: it reads only `[schema_registry]`'s local files, so a mistake there is
+        // reported before any topic is created.
+        let registry = crate::source::registry_for_pipeline(
+            config.schema_registry.as_ref(),
+            config.output_events(),
+            board,
+        )?;
         let KafkaSetup {
             change_topics,
             other_topics,
             transactional_id,
-            registry: registry_step,
         } = setup;
-        let early_registry = match registry_step {
-            RegistryStep::BeforeTopics => Some(registry_for()?),
-            RegistryStep::AfterProducer => None,
-        };
         let mut known_topics = HashSet::new();
         if config.kafka.create_topics {
             let routed = config.routed_topics(&change_topics);
@@ -149,10 +131,6 @@ impl RunSkeleton {
             batch_size_cap,
             transactional_id.as_deref(),
         )?;
-        let registry = match early_registry {
-            Some(registry) => registry,
-            None => registry_for()?,
-        };
         Ok(Self {
             producer,
             deliveries,

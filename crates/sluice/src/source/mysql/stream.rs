@@ -48,7 +48,7 @@ use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
 use crate::runtime::state::StateStore;
 use crate::runtime::status::{PipelineState, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
-use crate::source::run::{KafkaSetup, RegistryStep, RunSkeleton};
+use crate::source::run::{KafkaSetup, RunSkeleton};
 
 /// MariaDB's own event types, which the binlog crate hands over as unknown events.
 const MARIADB_ANNOTATE_ROWS_EVENT: u8 = 160;
@@ -233,7 +233,6 @@ pub async fn run_once(
             change_topics: topics,
             other_topics: Vec::new(),
             transactional_id: None,
-            registry: RegistryStep::AfterProducer,
         },
     )
     .await?;

@@ -75,7 +75,7 @@ use crate::runtime::active::run_while_active;
 use crate::runtime::metrics::{self as m, PipelineMetrics, TableMetrics};
 use crate::runtime::status::{PipelineState, SlotStatus, StandbyStatus, StatusBoard};
 use crate::runtime::supervisor::{RunEnd, Supervised};
-use crate::source::run::{KafkaSetup, RegistryStep, RunSkeleton};
+use crate::source::run::{KafkaSetup, RunSkeleton};
 
 /// Everything a run needs from outside.
 pub struct RunContext {
@@ -453,7 +453,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             other_topics: config.delivery.dead_letter_topic.iter().cloned().collect(),
             transactional_id: exactly_once
                 .then(|| delivery::exactly_once::transactional_id(&config.name)),
-            registry: RegistryStep::BeforeTopics,
         },
     )
     .await?;
