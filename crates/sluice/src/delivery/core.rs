@@ -274,6 +274,11 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         self.batch_limit = Some(limit);
     }
 
+    /// The `[transforms]` the encoding stage applies (see [`DeliveryCore::set_transforms`]).
+    pub fn transforms(&self) -> Option<&Arc<Chain>> {
+        self.transforms.as_ref()
+    }
+
     /// Applies `transforms` to every record from now on (in the encoding stage).
     pub fn set_transforms(&mut self, transforms: Option<Arc<Chain>>) {
         self.transforms = transforms;
@@ -794,6 +799,8 @@ fn encode_batch<C, E: Encode<C>>(
     let mut out = Vec::with_capacity(batch.len() + batch.len() / 4);
     let mut records = Vec::with_capacity(4);
     for admitted in batch {
+        let applied = transforms.is_some() && encoder.transforms_applied(&admitted.change);
+        let transforms = transforms.filter(|_| !applied);
         let encoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             encoder.encode(&admitted.change, &mut records)
         }));
@@ -822,6 +829,7 @@ fn encode_batch<C, E: Encode<C>>(
                 continue;
             }
         };
+        let produced = records.len() as u64;
         for (offset, record) in records.drain(..).enumerate() {
             let mut delivery = Box::new(Delivery {
                 seq: Seq(admitted.first_seq + offset as u64),
@@ -851,6 +859,20 @@ fn encode_batch<C, E: Encode<C>>(
             };
             delivery.bytes = u32::try_from(record.len()).unwrap_or(u32::MAX);
             out.push(Encoded::Record(record, delivery));
+        }
+        // The records a directly applied chain dropped: their places complete at once (the
+        // order of places is only the order of completion, and a change's records complete
+        // together or its position is not confirmed).
+        if applied {
+            for offset in produced..u64::from(admitted.records) {
+                out.push(Encoded::Skipped(Box::new(Delivery {
+                    seq: Seq(admitted.first_seq + offset),
+                    permit: Arc::clone(&admitted.permit),
+                    commit_unix_micros: origin.commit_unix_micros,
+                    table: Arc::clone(&origin.table),
+                    bytes: 0,
+                })));
+            }
         }
     }
     out

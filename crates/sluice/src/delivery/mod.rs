@@ -117,6 +117,14 @@ pub trait Encode<C>: Send + 'static {
 
     /// Describes `change`, whose encoding panicked with `reason`.
     fn describe(&self, change: &C, reason: &str) -> FailedChange;
+
+    /// Whether [`Encode::encode`] applies the pipeline's `[transforms]` to `change` itself (a
+    /// direct path for a chain it recognizes, [`crate::transform::Direct`]): the core then
+    /// applies none to its records, and the records the chain drops are left out of `out`
+    /// (their places complete at once).
+    fn transforms_applied(&self, _change: &C) -> bool {
+        false
+    }
 }
 
 /// A source adapter: what differs between PostgreSQL, MySQL, … .

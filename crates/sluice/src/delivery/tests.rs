@@ -1053,3 +1053,77 @@ async fn exactly_once_records_a_transform_drops_complete_their_places_without_a_
     assert!(producer.sent.lock().unwrap().is_empty());
     assert_eq!(core.budget().in_flight_records(), 0);
 }
+
+/// An encoder that applies the chain itself (as the PostgreSQL encoder's direct path does):
+/// writes each change's first record only.
+struct DirectEncoder(TestEncoder);
+
+impl Encode<TestChange> for DirectEncoder {
+    fn encode(&self, change: &TestChange, out: &mut Vec<OutRecord>) -> Origin {
+        let origin = self.0.encode(change, out);
+        out.truncate(1);
+        origin
+    }
+
+    fn describe(&self, change: &TestChange, reason: &str) -> FailedChange {
+        self.0.describe(change, reason)
+    }
+
+    fn transforms_applied(&self, _change: &TestChange) -> bool {
+        true
+    }
+}
+
+#[tokio::test]
+async fn an_encoder_that_applies_the_chain_itself_gets_no_chain_and_its_dropped_places_complete() {
+    let mut h = harness(&DeliveryConfig::default());
+    // The test encoder's values are not JSON objects: ValueToKey would refuse every record.
+    h.core.set_transforms(Some(transforms(
+        "[transforms]\nchain = \"tokey\"\n[transforms.tokey]\ntype = \"ValueToKey\"\nfields = \"id\"\n",
+    )));
+    let mut key_change = change(7, 10);
+    key_change.records = 3;
+    for change in [key_change, change(8, 20)] {
+        let records = change.records;
+        h.core.intake.admit(change.clone(), 100, records);
+        h.core.intake.checkpoint(Lsn(change.position));
+    }
+    h.core.process_steps().unwrap();
+    h.core.dispatch(|| DirectEncoder(encoder())).await.unwrap();
+    // The two records the encoder left out complete at once; the two it wrote are sent as
+    // written (not through the chain).
+    let mut skipped = 0;
+    while skipped < 2 {
+        let event = tokio::time::timeout(Duration::from_secs(10), h.events.recv())
+            .await
+            .expect("the left-out records' places are completed")
+            .unwrap();
+        assert!(matches!(event, DeliveryEvent::Acked(_)), "{event:?}");
+        h.core.on_delivery(event).await.unwrap();
+        skipped += 1;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while h.producer.sent.lock().unwrap().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the written records were not sent"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        h.core.watermark(),
+        Lsn(1),
+        "the written records are not acknowledged yet"
+    );
+    let sent: Vec<_> = std::mem::take(&mut *h.producer.sent.lock().unwrap());
+    let values: Vec<_> = sent
+        .iter()
+        .map(|(r, _)| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    assert_eq!(values, ["7#0", "8#0"]);
+    for (_, delivery) in sent {
+        h.ack(delivery).await;
+    }
+    assert_eq!(h.core.watermark(), Lsn(20));
+    assert_eq!(h.core.budget().in_flight_records(), 0);
+}

@@ -22,6 +22,7 @@ mod config_debezium;
 mod config_headers;
 mod config_more;
 pub mod config_outbox;
+pub mod direct;
 pub mod expr;
 mod field;
 mod flatten;
@@ -46,9 +47,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use self::config::{PredicatesConfig, TransformsConfig};
+pub use self::direct::{Direct, EventField};
 use self::json::Data;
 pub use self::predicate::Predicate;
 pub use self::record::Record;
+pub use self::unwrap::DeleteMode;
 use crate::record::OutRecord;
 
 /// Why a transform could not be applied to a record.

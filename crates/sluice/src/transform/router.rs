@@ -39,28 +39,32 @@ impl RegexRouter {
 
     /// The record with its topic routed.
     pub fn apply(&self, mut record: Record) -> Record {
+        record.topic = self.route_cached(&record.topic);
+        record
+    }
+
+    /// `topic` routed, from the routes remembered when it was seen before.
+    pub fn route_cached(&self, topic: &Arc<str>) -> Arc<str> {
         let known = self
             .routes
             .read()
             .ok()
-            .and_then(|routes| routes.get(&*record.topic).cloned());
+            .and_then(|routes| routes.get(&**topic).cloned());
         if let Some(routed) = known {
-            record.topic = routed;
-            return record;
+            return routed;
         }
-        let routed = self.route(&record.topic);
-        let routed = if *routed == *record.topic {
-            Arc::clone(&record.topic)
+        let routed = self.route(topic);
+        let routed = if *routed == **topic {
+            Arc::clone(topic)
         } else {
             Arc::from(routed)
         };
         if let Ok(mut routes) = self.routes.write()
             && routes.len() < ROUTE_CACHE
         {
-            routes.insert(Arc::clone(&record.topic), Arc::clone(&routed));
+            routes.insert(Arc::clone(topic), Arc::clone(&routed));
         }
-        record.topic = routed;
-        record
+        routed
     }
 
     /// `topic` routed (unchanged when it does not match).

@@ -43,7 +43,7 @@ impl DeleteMode {
         ("delete-to-tombstone", DeleteMode::DeleteToTombstone),
     ];
 
-    fn rewrites(self) -> bool {
+    pub(super) fn rewrites(self) -> bool {
         matches!(self, DeleteMode::Rewrite | DeleteMode::RewriteWithTombstone)
     }
 }
@@ -105,6 +105,21 @@ impl FieldRef {
             new_name,
             member,
         })
+    }
+
+    /// The struct holding the field (`None`: the envelope itself).
+    pub(super) fn parent(&self) -> Option<&str> {
+        self.parent.as_deref()
+    }
+
+    /// The field's name in its struct.
+    pub(super) fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// The added member's start: its name as JSON and `:`.
+    pub(super) fn member(&self) -> &str {
+        &self.member
     }
 
     /// The field's value (JSON text) in `envelope`, `None` when the event has no such field;

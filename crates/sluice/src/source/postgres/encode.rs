@@ -220,7 +220,7 @@ pub fn encode_message(
 
 /// Debezium's `source.sequence`: a JSON string holding the JSON array of the last commit's
 /// end LSN (`null` when none) and the change's LSN, both as strings.
-fn write_sequence(last_commit_end: Option<Lsn>, lsn_digits: &[u8], out: &mut Vec<u8>) {
+pub(super) fn write_sequence(last_commit_end: Option<Lsn>, lsn_digits: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b"\"[");
     match last_commit_end {
         Some(end) => {
@@ -451,7 +451,7 @@ fn envelope(
 /// from `old` when it has them, otherwise Debezium's placeholder, or (with
 /// `kafka.events.unavailable_columns`) left out and their column index pushed to
 /// `unavailable`.
-fn write_row(
+pub(super) fn write_row(
     rel: &RelationInfo,
     row: &TupleData,
     old: Option<&TupleData>,

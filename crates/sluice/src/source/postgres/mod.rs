@@ -50,5 +50,6 @@ pub mod slot_state;
 pub mod snapshot;
 pub mod standby;
 pub mod stream;
+mod unwrapped;
 pub mod value;
 pub mod wal_budget;

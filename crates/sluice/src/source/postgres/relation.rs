@@ -25,6 +25,9 @@ pub struct RelationInfo {
     pub key_columns: Vec<usize>,
     /// The table's replica identity.
     pub replica_identity: ReplicaIdentity,
+    /// The table's schema and name, as the `source` block names them.
+    pub(super) schema_name: String,
+    pub(super) table_name: String,
     /// The `source` block up to `"ts_ms":`.
     pub(super) source_head: String,
     /// The `source` block from after `snapshot` up to `"sequence":`.
@@ -130,6 +133,8 @@ impl RelationInfo {
             columns,
             key_columns,
             replica_identity,
+            schema_name: schema.to_owned(),
+            table_name: table.to_owned(),
             source_head: String::from_utf8(head).unwrap_or_default(),
             source_db: String::from_utf8(db).unwrap_or_default(),
             source_tail: String::from_utf8(tail).unwrap_or_default(),

@@ -635,7 +635,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             "no heartbeats: a standby cannot write them and source.postgres.primary_url is not set (an idle or filtered-out database holds the slot's position back until the next captured change)"
         );
     }
+    // The common chain (ExtractNewRecordState, RegexRouters) written by the encoder itself.
+    let direct = core
+        .transforms()
+        .and_then(crate::transform::Direct::of)
+        .filter(|direct| super::unwrapped::supports(direct, &config.kafka.events))
+        .map(Arc::new);
+    if direct.is_some() {
+        tracing::debug!("[transforms]: the encoder writes the unwrapped rows itself");
+    }
     let source = PgSource {
+        direct,
         transaction_schemas: None,
         message_schemas: None,
         ctx,
@@ -698,6 +708,8 @@ fn with_signal_table(
 /// checkpoints (commit LSNs) out; confirms the watermark as the slot's flush position.
 struct PgSource<'a> {
     ctx: &'a RunContext,
+    /// `[transforms]` the encoder applies itself (see [`crate::transform::Direct`]).
+    direct: Option<Arc<crate::transform::Direct>>,
     identity: SourceIdentity,
     catalog: Arc<PgCatalog>,
     /// The standby the pipeline decodes on, when `source.postgres.url` is one.
@@ -756,6 +768,8 @@ struct Heartbeat {
 /// Encodes the PostgreSQL source's changes into Debezium JSON records.
 struct PgEncoder {
     options: EncodeOptions,
+    /// `[transforms]` applied in the encoder (rows of tables other than the outbox).
+    direct: Option<Arc<crate::transform::Direct>>,
     identity: SourceIdentity,
     message_metrics: Arc<TableMetrics>,
 }
@@ -783,7 +797,18 @@ impl Encode<Item> for PgEncoder {
             Item::Row(change) => {
                 #[cfg(feature = "failpoints")]
                 fail::fail_point!("encode::change");
-                encode_change(change, &self.options, out);
+                match &self.direct {
+                    Some(direct) if super::unwrapped::applies(change) => {
+                        super::unwrapped::encode_unwrapped(
+                            change,
+                            &self.options,
+                            &self.identity,
+                            direct,
+                            out,
+                        );
+                    }
+                    _ => encode_change(change, &self.options, out),
+                }
             }
             Item::Message(message) => {
                 out.push(encode_message(message, &self.identity, &self.options));
@@ -791,6 +816,10 @@ impl Encode<Item> for PgEncoder {
             Item::Raw { record, .. } => out.push(record.clone()),
         }
         self.origin(item)
+    }
+
+    fn transforms_applied(&self, item: &Item) -> bool {
+        matches!(item, Item::Row(change) if self.direct.is_some() && super::unwrapped::applies(change))
     }
 
     fn describe(&self, item: &Item, reason: &str) -> FailedChange {
@@ -954,6 +983,7 @@ impl Source for PgSource<'_> {
 
     fn encoder(&mut self) -> PgEncoder {
         PgEncoder {
+            direct: self.direct.clone(),
             options: EncodeOptions {
                 tombstones: self.ctx.config.kafka.tombstones_on_delete(),
                 events: self.ctx.config.kafka.events.clone(),
