@@ -232,6 +232,25 @@ fn read_table(catalog: &str, table: &str, flags: &[&str]) -> Result<String, Stri
     }
 }
 
+/// scripts/iceberg-read-java's output for `table`: the Iceberg project's Java library
+/// (iceberg-data's generic reader, deletes applied) through the JdbcCatalog at `catalog`.
+fn read_table_java(catalog: &str, table: &str) -> String {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../scripts/iceberg-read-java"
+    );
+    let output = Command::new(script)
+        .args([catalog, "sluice", table])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// Waits until pyiceberg counts `rows` rows in `table`.
 fn wait_rows(catalog: &str, table: &str, rows: usize, timeout: Duration, sink: &Sluice) {
     reader_ready();
@@ -722,6 +741,9 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
     wait_table(&catalog, &expected_rows(&model), &sink);
     produce_changes(&topic, &two, &mut model);
     wait_table(&catalog, &expected_rows(&model), &sink);
+    // The second reader: the Iceberg Java library reads the same rows.
+    let java = rows_by_id(&read_table_java(&catalog, "cdc.items"));
+    assert_eq!(java, expected_rows(&model), "the Java reader's rows");
     let snapshots = read_table(&catalog, "cdc.items", &["--snapshots"]).unwrap();
     assert!(
         snapshots.contains("\"operation\": \"overwrite\""),
@@ -788,6 +810,8 @@ async fn upsert_across_crashes_keeps_each_key_once() {
         sink.restart();
     }
     wait_table(&catalog, &expected_rows(&model), &sink);
+    let java = rows_by_id(&read_table_java(&catalog, "cdc.items"));
+    assert_eq!(java, expected_rows(&model), "the Java reader's rows");
     drop(sink);
     drop(_client);
     drop_database(&name).await;
