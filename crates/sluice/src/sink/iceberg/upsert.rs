@@ -50,7 +50,7 @@ pub const DELETE_POS_ID: i32 = 2_147_483_545;
 /// A row of a data file: the file (its number in [`KeyIndex`]) and the row's position.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Pos {
-    /// The file's number in [`KeyIndex::files`].
+    /// The file's number in its [`KeyIndex`] ([`KeyIndex::path`] gives its path).
     pub file: u32,
     /// The row's position in the file (0-based).
     pub row: u64,
