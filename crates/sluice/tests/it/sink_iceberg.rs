@@ -765,6 +765,15 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
         snapshots.contains("\"operation\": \"overwrite\""),
         "no snapshot with deletes: {snapshots}"
     );
+    // The summaries keep Iceberg's running totals.
+    assert!(
+        snapshots.lines().all(|l| l.contains("\"total-records\"")),
+        "{snapshots}"
+    );
+    assert!(
+        snapshots.contains("\"total-position-deletes\""),
+        "{snapshots}"
+    );
     assert!(
         sink.metric("sluice_sink_iceberg_deleted_rows_total")
             .unwrap_or(0.0)

@@ -464,6 +464,36 @@ pub async fn write_delete_file(
         .map_err(|e| unexpected(format!("cannot describe the delete file {path}: {e}")))
 }
 
+/// The summary's running totals (`total-records`, `total-data-files`, …: what Java's
+/// `SnapshotSummary` keeps) from the previous snapshot's and this one's `added-*`. Written
+/// here because the `iceberg` crate's own (`update_snapshot_summaries`) is private to it.
+/// A total the previous summary lacks is left out, unless `from_zero` (no previous snapshot,
+/// or a truncate: the snapshot holds only its own files).
+fn add_totals(summary: &mut HashMap<String, String>, previous: Option<&Summary>, from_zero: bool) {
+    for (total, added) in [
+        ("total-records", "added-records"),
+        ("total-files-size", "added-files-size"),
+        ("total-data-files", "added-data-files"),
+        ("total-delete-files", "added-delete-files"),
+        ("total-position-deletes", "added-position-deletes"),
+        ("total-equality-deletes", "added-equality-deletes"),
+    ] {
+        let before = if from_zero {
+            Some(0)
+        } else {
+            previous
+                .and_then(|p| p.additional_properties.get(total))
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let added = summary
+            .get(added)
+            .map_or(Some(0), |v| v.parse::<u64>().ok());
+        if let (Some(before), Some(added)) = (before, added) {
+            summary.insert(total.to_owned(), before.saturating_add(added).to_string());
+        }
+    }
+}
+
 /// A snapshot id no snapshot of `metadata` has.
 fn new_snapshot_id(metadata: &TableMetadata) -> i64 {
     loop {
@@ -558,6 +588,16 @@ pub async fn snapshot_metadata(
     list.close().await?;
     let mut additional_properties = properties;
     additional_properties.extend(summary.build());
+    let previous = if truncate {
+        None
+    } else {
+        metadata.current_snapshot().map(|s| s.summary())
+    };
+    add_totals(
+        &mut additional_properties,
+        previous,
+        parent.is_none() || truncate,
+    );
     let operation = if truncate || !deletes.is_empty() {
         Operation::Overwrite
     } else {
@@ -638,6 +678,30 @@ mod tests {
         epoch.apply_to(&mut index);
         assert_eq!(index.get(&key(1)), Some(Pos { file: new, row: 1 }));
         assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn totals_add_up_from_the_previous_summary() {
+        let previous = Summary {
+            operation: Operation::Append,
+            additional_properties: HashMap::from([
+                ("total-records".to_owned(), "10".to_owned()),
+                ("total-data-files".to_owned(), "2".to_owned()),
+            ]),
+        };
+        let mut summary = HashMap::from([
+            ("added-records".to_owned(), "5".to_owned()),
+            ("added-data-files".to_owned(), "1".to_owned()),
+            ("added-position-deletes".to_owned(), "3".to_owned()),
+        ]);
+        add_totals(&mut summary, Some(&previous), false);
+        assert_eq!(summary["total-records"], "15");
+        assert_eq!(summary["total-data-files"], "3");
+        // Totals the previous summary lacks are left out.
+        assert!(!summary.contains_key("total-position-deletes"));
+        add_totals(&mut summary, None, true);
+        assert_eq!(summary["total-records"], "5");
+        assert_eq!(summary["total-position-deletes"], "3");
     }
 
     #[test]
