@@ -38,6 +38,9 @@
 //! - `sink::iceberg::committed` (crash): right after an Iceberg sink epoch's snapshot (its
 //!   data files and its offsets in the summary) committed, before the epoch's records are
 //!   acknowledged (so before their Kafka offsets can be committed).
+//! - `sink::iceberg::before_swap` (crash): in an Iceberg sink upsert commit, after the
+//!   epoch's data and delete files, manifests and manifest list are written and before the
+//!   catalog's pointer is swapped (the commit did not happen).
 //! - `sink::files::commit` (gate): in a files sink epoch commit, after the epoch's files are
 //!   finished and before anything of the commit is written (uploads, state). Armed with
 //!   `return(PATH)`, the worker logs `failpoint: waiting for the gate file` and blocks until

@@ -1050,6 +1050,10 @@ mod tests {
         assert_eq!(iceberg.table_for("cdc.public.orders").unwrap(), "orders");
         assert_eq!(iceberg.namespace, "cdc");
         assert!(iceberg.auto_create);
+        assert_eq!(
+            iceberg.mode,
+            crate::sink::iceberg::config::IcebergMode::Upsert
+        );
         let no_warehouse = |name: &str| match name {
             "ICEBERG_WAREHOUSE" => Some("s3://bucket/wh".to_owned()),
             other => iceberg_env(other),

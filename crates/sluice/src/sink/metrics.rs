@@ -40,6 +40,9 @@ pub const ICEBERG_COMMITS: &str = "sluice_sink_iceberg_commits_total";
 pub const ICEBERG_FILES: &str = "sluice_sink_iceberg_files_total";
 /// Iceberg sink: rows committed, by `table`.
 pub const ICEBERG_ROWS: &str = "sluice_sink_iceberg_rows_total";
+/// Iceberg sink: rows deleted by position (upsert mode: updated, deleted and truncated-away
+/// rows), by `table`.
+pub const ICEBERG_DELETES: &str = "sluice_sink_iceberg_deleted_rows_total";
 /// Iceberg sink: time to commit an epoch's files (read the table, write the manifests and
 /// metadata, swap the catalog's pointer), by `table`.
 pub const ICEBERG_COMMIT_DURATION: &str = "sluice_sink_iceberg_commit_duration_seconds";
@@ -86,6 +89,10 @@ pub fn describe() {
         describe_counter!(ICEBERG_COMMITS, "Iceberg snapshots committed, by table");
         describe_counter!(ICEBERG_FILES, "Iceberg data files committed, by table");
         describe_counter!(ICEBERG_ROWS, "rows committed to Iceberg tables, by table");
+        describe_counter!(
+            ICEBERG_DELETES,
+            "rows of Iceberg tables deleted by position (upsert mode), by table"
+        );
         describe_histogram!(
             ICEBERG_COMMIT_DURATION,
             Unit::Seconds,
@@ -177,6 +184,11 @@ pub fn iceberg_rows(table: &str) -> Counter {
     counter!(ICEBERG_ROWS, "table" => table.to_owned())
 }
 
+/// [`ICEBERG_DELETES`] of `table`.
+pub fn iceberg_deletes(table: &str) -> Counter {
+    counter!(ICEBERG_DELETES, "table" => table.to_owned())
+}
+
 /// [`ICEBERG_COMMIT_DURATION`] of `table`.
 pub fn iceberg_commit_duration(table: &str) -> Histogram {
     histogram!(ICEBERG_COMMIT_DURATION, "table" => table.to_owned())
@@ -217,6 +229,7 @@ mod tests {
             ICEBERG_COMMIT_DURATION,
             ICEBERG_CONFLICTS,
             ICEBERG_FENCED,
+            ICEBERG_DELETES,
         ] {
             assert!(name.starts_with("sluice_sink_"), "{name}");
             assert!(

@@ -164,6 +164,37 @@ impl PgCatalog {
         let ident = commit.identifier().clone();
         let base_location = base.metadata_location_result()?.to_owned();
         let staged = commit.apply(base)?;
+        self.swap(&ident, base_location, staged).await
+    }
+
+    /// Makes `metadata` (built on `base`'s) the current metadata of `base`'s table if `base`
+    /// is still current (compare-and-set); otherwise a conflict that is not retried. For
+    /// commits the `iceberg` crate's transactions cannot express (a snapshot that adds delete
+    /// files: the Iceberg sink's upsert mode).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::CatalogCommitConflicts`] when another commit came first; the catalog's or
+    /// the file system's errors.
+    pub async fn commit_metadata(&self, base: &Table, metadata: TableMetadata) -> Result<Table> {
+        let ident = base.identifier().clone();
+        let base_location = base.metadata_location_result()?.to_owned();
+        let staged_location = MetadataLocation::from_str(&base_location)?
+            .with_next_version()
+            .with_new_metadata(&metadata)
+            .to_string();
+        let staged = self.table(ident.clone(), staged_location, metadata)?;
+        self.swap(&ident, base_location, staged).await
+    }
+
+    /// Writes `staged`'s metadata file and points the catalog's row at it if the row still
+    /// points at `base_location`.
+    async fn swap(
+        &self,
+        ident: &TableIdent,
+        base_location: String,
+        staged: Table,
+    ) -> Result<Table> {
         let staged_location = MetadataLocation::from_str(staged.metadata_location_result()?)?;
         staged
             .metadata()
@@ -190,7 +221,7 @@ impl PgCatalog {
         if updated == 0 {
             // The metadata file written above is referenced by nothing; left for the
             // orphan-file maintenance.
-            return Err(conflict(&ident));
+            return Err(conflict(ident));
         }
         Ok(staged)
     }

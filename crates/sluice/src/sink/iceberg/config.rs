@@ -6,7 +6,8 @@
 //! warehouse = "${ICEBERG_WAREHOUSE}"       # file:///path: where tables' files go
 //! namespace = "${ICEBERG_NAMESPACE}"
 //! table = "{table}"                        # from topics named <prefix>.<schema>.<table>
-//! mode = "append"
+//! mode = "append"                         # or "upsert"
+//! apply_truncates = false                  # upsert: a truncate empties the table
 //! auto_create = true
 //! [sink.iceberg.tables]                    # per-topic overrides
 //! "cdc.public.orders" = "orders_audit"
@@ -47,7 +48,8 @@ pub enum IcebergMode {
     /// event's operation, timestamps and source position (an audit log).
     #[default]
     Append,
-    /// The table mirrors the source table (not built yet: a configuration error says so).
+    /// The table mirrors the source table: inserts, updates and deletes applied by the record
+    /// key (the table's identifier fields), deletes as position deletes.
     Upsert,
 }
 
@@ -73,9 +75,12 @@ pub struct IcebergSinkConfig {
     /// Per-topic tables, taking precedence over `table`.
     #[serde(default)]
     pub tables: BTreeMap<String, String>,
-    /// `append` (every event a row).
+    /// `append` (every event a row) or `upsert` (the table mirrors the source table).
     #[serde(default)]
     pub mode: IcebergMode,
+    /// In `upsert` mode, a truncate event empties the table; otherwise truncates are ignored.
+    #[serde(default)]
+    pub apply_truncates: bool,
     /// Create a missing table (and its namespace) from the first event's Connect schema.
     #[serde(default)]
     pub auto_create: bool,
@@ -107,6 +112,7 @@ impl std::fmt::Debug for IcebergSinkConfig {
             .field("table", &self.table)
             .field("tables", &self.tables)
             .field("mode", &self.mode)
+            .field("apply_truncates", &self.apply_truncates)
             .field("auto_create", &self.auto_create)
             .field("sub_partitions", &self.sub_partitions)
             .field("commit_interval_ms", &self.commit_interval_ms)
@@ -258,11 +264,10 @@ impl IcebergSinkConfig {
                 ),
             );
         }
-        if self.mode == IcebergMode::Upsert {
+        if self.apply_truncates && self.mode != IcebergMode::Upsert {
             issue(
-                "sink.iceberg.mode",
-                "\"upsert\" is not built yet: expected \"append\" (every change event a row)"
-                    .into(),
+                "sink.iceberg.apply_truncates",
+                "true applies to mode = \"upsert\" only (in \"append\" mode a truncate is a row): expected false, or mode = \"upsert\"".into(),
             );
         }
         if !(1..=256).contains(&self.sub_partitions) {
@@ -327,6 +332,7 @@ mod tests {
             table: DEFAULT_TABLE_TEMPLATE.into(),
             tables: BTreeMap::from([("other".to_owned(), "renamed".to_owned())]),
             mode: IcebergMode::Append,
+            apply_truncates: false,
             auto_create: true,
             sub_partitions: 1,
             commit_interval_ms: 1000,
@@ -379,7 +385,7 @@ mod tests {
         c.catalog_uri = "http://rest:8181".into();
         c.warehouse = "s3://bucket/wh".into();
         c.namespace = "a.b".into();
-        c.mode = IcebergMode::Upsert;
+        c.apply_truncates = true;
         c.sub_partitions = 0;
         c.tables.insert("a.b.c".into(), "x/y".into());
         let issues = c.validate(&kafka(&["a.b.c"]));
@@ -390,7 +396,7 @@ mod tests {
                 "sink.iceberg.catalog_uri",
                 "sink.iceberg.warehouse",
                 "sink.iceberg.namespace",
-                "sink.iceberg.mode",
+                "sink.iceberg.apply_truncates",
                 "sink.iceberg.sub_partitions",
                 "sink.iceberg.tables.\"a.b.c\"",
                 "sink.iceberg.tables.\"other\"",
@@ -399,7 +405,7 @@ mod tests {
         );
         assert!(issues[0].problem.contains("postgres://"), "{issues:?}");
         assert!(issues[1].problem.contains("file:///"), "{issues:?}");
-        assert!(issues[3].problem.contains("\"append\""), "{issues:?}");
+        assert!(issues[3].problem.contains("\"upsert\""), "{issues:?}");
         let mut c = config();
         c.tables.clear();
         assert!(c.validate(&kafka(&["cdc.public.orders"])).is_empty());

@@ -157,6 +157,53 @@ pub fn append_schema(row: &ConnectSchema) -> Result<Schema, String> {
         .map_err(|e| format!("cannot make the table's schema: {e}"))
 }
 
+/// The schema of a new `upsert` table: the row's fields, the record key's (`key`) required and
+/// the table's identifier fields, the others optional.
+///
+/// # Errors
+///
+/// A key field the row lacks, or one whose type cannot be an identifier field.
+pub fn upsert_schema(row: &ConnectSchema, key: &[String]) -> Result<Schema, String> {
+    if key.is_empty() {
+        return Err(
+            "upsert makes a table's identifier fields from the record key, and this record's key has no fields (expected a JSON object of the key columns)".into(),
+        );
+    }
+    let mut fields = Vec::with_capacity(row.fields.len());
+    let mut identifiers = Vec::with_capacity(key.len());
+    for (id, field) in (1..).zip(&row.fields) {
+        let ty = iceberg_type(&field.schema);
+        if key.contains(&field.field) {
+            if matches!(
+                ty,
+                Type::Primitive(PrimitiveType::Float | PrimitiveType::Double)
+            ) {
+                return Err(format!(
+                    "key column {:?} is a floating-point number, which Iceberg does not allow as an identifier field",
+                    field.field
+                ));
+            }
+            identifiers.push(id);
+            fields.push(Arc::new(NestedField::required(id, &field.field, ty)));
+        } else {
+            fields.push(Arc::new(NestedField::optional(id, &field.field, ty)));
+        }
+    }
+    if let Some(missing) = key
+        .iter()
+        .find(|k| !row.fields.iter().any(|f| &f.field == *k))
+    {
+        return Err(format!(
+            "the record key has a field {missing:?} that the row lacks: expected the key's fields to be columns of the row"
+        ));
+    }
+    Schema::builder()
+        .with_fields(fields)
+        .with_identifier_field_ids(identifiers)
+        .build()
+        .map_err(|e| format!("cannot make the table's schema: {e}"))
+}
+
 fn metadata_columns() -> impl Iterator<Item = &'static str> {
     [
         OP_COLUMN,
@@ -604,6 +651,46 @@ impl Rows {
         self.len = 0;
         RecordBatch::try_new(Arc::clone(&self.schema), arrays).map_err(|e| e.to_string())
     }
+}
+
+/// The value of row `row` of `array` as a [`Cell`] (a key column read back from a data file,
+/// [`super::upsert`]): the cell [`convert`] makes for the same value.
+///
+/// # Errors
+///
+/// An Arrow type sluice does not write.
+pub fn cell_at(array: &dyn arrow_array::Array, row: usize) -> Result<Cell, String> {
+    use arrow_array::cast::AsArray as _;
+    use arrow_array::types::{
+        Date32Type, Decimal128Type, Float32Type, Float64Type, Int32Type, Int64Type,
+        Time64MicrosecondType, TimestampMicrosecondType,
+    };
+    if array.is_null(row) {
+        return Ok(Cell::Null);
+    }
+    Ok(match array.data_type() {
+        DataType::Boolean => Cell::Bool(array.as_boolean().value(row)),
+        DataType::Int32 => Cell::I32(array.as_primitive::<Int32Type>().value(row)),
+        DataType::Date32 => Cell::I32(array.as_primitive::<Date32Type>().value(row)),
+        DataType::Int64 => Cell::I64(array.as_primitive::<Int64Type>().value(row)),
+        DataType::Time64(arrow_schema::TimeUnit::Microsecond) => {
+            Cell::I64(array.as_primitive::<Time64MicrosecondType>().value(row))
+        }
+        DataType::Timestamp(arrow_schema::TimeUnit::Microsecond, _) => {
+            Cell::I64(array.as_primitive::<TimestampMicrosecondType>().value(row))
+        }
+        DataType::Float32 => Cell::F32(array.as_primitive::<Float32Type>().value(row)),
+        DataType::Float64 => Cell::F64(array.as_primitive::<Float64Type>().value(row)),
+        DataType::Decimal128(_, _) => Cell::I128(array.as_primitive::<Decimal128Type>().value(row)),
+        DataType::Utf8 => Cell::Str(array.as_string::<i32>().value(row).to_owned()),
+        DataType::LargeUtf8 => Cell::Str(array.as_string::<i64>().value(row).to_owned()),
+        DataType::Binary => Cell::Bytes(array.as_binary::<i32>().value(row).to_vec()),
+        DataType::LargeBinary => Cell::Bytes(array.as_binary::<i64>().value(row).to_vec()),
+        DataType::FixedSizeBinary(_) => {
+            Cell::Bytes(array.as_fixed_size_binary().value(row).to_vec())
+        }
+        other => return Err(format!("sluice cannot read {other} key columns")),
+    })
 }
 
 #[cfg(test)]

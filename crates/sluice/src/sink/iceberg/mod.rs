@@ -8,6 +8,8 @@
 //! - [`decode`]: a record as the row it appends (events with and without schemas).
 //! - [`convert`]: Connect schemas to Iceberg schemas, and the events' JSON values to Arrow
 //!   columns by their Debezium logical types.
+//! - [`upsert`]: `mode = "upsert"`: the key index and the snapshots that add position
+//!   deletes.
 //! - [`writer`]: a sub-partition's writer: Parquet data files through the `iceberg` crate's
 //!   writer, one snapshot per epoch whose summary records the Kafka offsets it covers.
 
@@ -15,4 +17,5 @@ pub mod catalog;
 pub mod config;
 pub mod convert;
 pub mod decode;
+pub mod upsert;
 pub mod writer;

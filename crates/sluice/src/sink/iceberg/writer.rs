@@ -28,18 +28,21 @@ use iceberg::spec::{DataFile, DataFileFormat, PrimitiveType, Type};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
-use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::file_writer::location_generator::{
     DefaultFileNameGenerator, DefaultLocationGenerator,
 };
 use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
-use iceberg::writer::{IcebergWriter as _, IcebergWriterBuilder as _};
+use iceberg::writer::file_writer::{
+    FileWriter as _, FileWriterBuilder as _, ParquetWriter, ParquetWriterBuilder,
+};
+use iceberg::writer::{CurrentFileStatus as _, IcebergWriter as _, IcebergWriterBuilder as _};
 use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
 use super::catalog::{PgCatalog, Pinned};
-use super::config::IcebergSinkConfig;
+use super::config::{IcebergMode, IcebergSinkConfig};
 use super::convert::{self, Cell, Read, Rows};
 use super::decode::{Event, SchemaCache, decode_event};
+use super::upsert::{self, Epoch, KeyIndex, Pos};
 use crate::error::PipelineError;
 use crate::pg_connect::PgConnectConfig;
 use crate::sink::config::SinkPipelineConfig;
@@ -192,6 +195,7 @@ impl IcebergTarget {
             rows: None,
             data: None,
             committed: (last_offset >= 0).then_some(last_offset),
+            upsert: None,
             schemas: SchemaCache::default(),
             last_offset: None,
             records: 0,
@@ -224,6 +228,77 @@ struct Layout {
 type DataWriter =
     DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
+/// A sub-partition's upsert state ([`super::upsert`]).
+struct UpsertState {
+    /// The directory of this sub-partition's files ([`upsert::owner_dir`]).
+    owner: String,
+    /// The positions of the key columns among the table's columns.
+    key_columns: Vec<usize>,
+    /// Where each committed key's live row is.
+    index: KeyIndex,
+    /// The open epoch's changes.
+    epoch: Epoch,
+    /// The open epoch's name (its files' names start with it).
+    epoch_name: String,
+    /// The data file rows go to now.
+    file: Option<OpenFile>,
+    /// The epoch's data files written and closed.
+    closed: Vec<DataFile>,
+    /// Data files started in the epoch.
+    files_started: u32,
+}
+
+/// A data file of an upsert epoch: its path is fixed when its first row is placed, so that
+/// the row's position is known before the row is written.
+struct OpenFile {
+    path: String,
+    number: u32,
+    /// Rows placed in the file (written or still in the builders).
+    rows: u64,
+    writer: Option<ParquetWriter>,
+}
+
+impl UpsertState {
+    fn new_epoch_name() -> String {
+        format!("{:016x}", rand::random::<u64>())
+    }
+
+    /// The position the next row takes.
+    fn place_row(&mut self) -> Pos {
+        let file = match &mut self.file {
+            Some(file) => file,
+            None => {
+                self.files_started += 1;
+                let path = format!(
+                    "{}{}-{:05}.parquet",
+                    self.owner, self.epoch_name, self.files_started
+                );
+                let number = self.index.file_number(&path);
+                self.file.insert(OpenFile {
+                    path,
+                    number,
+                    rows: 0,
+                    writer: None,
+                })
+            }
+        };
+        let pos = Pos {
+            file: file.number,
+            row: file.rows,
+        };
+        file.rows += 1;
+        pos
+    }
+
+    fn clear(&mut self) {
+        self.epoch = Epoch::default();
+        self.epoch_name = Self::new_epoch_name();
+        self.file = None;
+        self.closed.clear();
+        self.files_started = 0;
+    }
+}
+
 /// The writer of one sub-partition (see the module's documentation).
 pub struct IcebergWriter {
     target: Arc<IcebergTarget>,
@@ -236,6 +311,9 @@ pub struct IcebergWriter {
     data: Option<DataWriter>,
     /// The last offset the table records for this sub-partition (what a commit expects).
     committed: Option<i64>,
+    /// `mode = "upsert"`: the key index and the epoch's files and changes (made with the
+    /// table).
+    upsert: Option<UpsertState>,
     schemas: SchemaCache,
     last_offset: Option<i64>,
     records: u64,
@@ -245,6 +323,33 @@ pub struct IcebergWriter {
 
 fn run_error(what: String, error: iceberg::Error) -> WriteFailure {
     WriteFailure::Run(catalog_error(what, error))
+}
+
+/// The field names of a record key: a JSON object, or JsonConverter's
+/// `{"schema": …, "payload": {…}}`.
+fn key_fields(key: Option<&[u8]>) -> Result<Vec<String>, WriteFailure> {
+    let fail = |why: &str| {
+        WriteFailure::Record(format!(
+            "upsert makes a new table's identifier fields from the record key: {why} (expected a JSON object of the key columns)"
+        ))
+    };
+    let key = key.ok_or_else(|| fail("this record has no key"))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(key).map_err(|_| fail("the key is not JSON"))?;
+    let object = match value {
+        serde_json::Value::Object(mut object)
+            if object.contains_key("schema") && object.contains_key("payload") =>
+        {
+            object.remove("payload")
+        }
+        other => Some(other),
+    };
+    match object {
+        Some(serde_json::Value::Object(fields)) if !fields.is_empty() => {
+            Ok(fields.keys().cloned().collect())
+        }
+        _ => Err(fail("the key is not a JSON object with fields")),
+    }
 }
 
 impl IcebergWriter {
@@ -258,7 +363,7 @@ impl IcebergWriter {
     }
 
     /// The table, loaded (or created, with `auto_create`, from the event's schema).
-    fn ensure_table(&mut self, event: &Event) -> Result<(), WriteFailure> {
+    fn ensure_table(&mut self, event: &Event, key: Option<&[u8]>) -> Result<(), WriteFailure> {
         if self.table.is_some() {
             return Ok(());
         }
@@ -285,15 +390,98 @@ impl IcebergWriter {
                         "table {ident} does not exist, and auto_create makes it from the events' schemas: this event has none (JsonConverter's schemas.enable)"
                     )));
                 };
-                let schema = convert::append_schema(row).map_err(WriteFailure::Record)?;
+                let schema = match target.settings.mode {
+                    IcebergMode::Append => convert::append_schema(row),
+                    IcebergMode::Upsert => convert::upsert_schema(row, &key_fields(key)?),
+                }
+                .map_err(WriteFailure::Record)?;
                 target
                     .runtime
                     .block_on(create_table(&target.catalog, &ident, schema))
                     .map_err(|e| run_error(format!("cannot create table {ident}"), e))?
             }
         };
+        if target.settings.mode == IcebergMode::Upsert {
+            self.upsert = Some(self.upsert_state(&table)?);
+        }
         self.table = Some(table);
         Ok(())
+    }
+
+    /// The upsert state of this sub-partition on `table`: its key index rebuilt from the
+    /// table's files.
+    fn upsert_state(&self, table: &Table) -> Result<UpsertState, WriteFailure> {
+        let schema = table.metadata().current_schema();
+        let key_ids: Vec<i32> = schema.identifier_field_ids().collect();
+        if key_ids.is_empty() {
+            return Err(WriteFailure::Run(PipelineError::fatal(
+                format!(
+                    "table {} has no identifier fields: upsert mode finds rows by them",
+                    table.identifier()
+                ),
+                "set the table's identifier fields to the record key's columns (auto_create does)",
+            )));
+        }
+        let key_columns = key_ids
+            .iter()
+            .map(|id| {
+                schema
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .position(|f| f.id == *id)
+                    .ok_or_else(|| {
+                        WriteFailure::Run(PipelineError::fatal(
+                            format!(
+                                "table {}: identifier field {id} is not a top-level column",
+                                table.identifier()
+                            ),
+                            "use top-level key columns",
+                        ))
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let owner = upsert::owner_dir(
+            table.metadata().location(),
+            &self.id.topic,
+            self.id.partition,
+            self.id.sub,
+        );
+        let rebuilt = self
+            .target
+            .runtime
+            .block_on(upsert::rebuild(table, &owner, &key_ids))
+            .map_err(|e| {
+                run_error(
+                    format!(
+                        "cannot rebuild the key index of {}/{} sub-partition {} from table {}",
+                        self.id.topic,
+                        self.id.partition,
+                        self.id.sub,
+                        table.identifier()
+                    ),
+                    e,
+                )
+            })?;
+        tracing::info!(
+            table = %table.identifier(),
+            topic = %self.id.topic,
+            partition = self.id.partition,
+            sub = self.id.sub,
+            keys = rebuilt.index.len(),
+            duplicates = rebuilt.duplicates.len(),
+            "upsert key index rebuilt from the table"
+        );
+        Ok(UpsertState {
+            owner,
+            key_columns,
+            index: rebuilt.index,
+            epoch: Epoch::with_deletes(rebuilt.duplicates),
+            epoch_name: UpsertState::new_epoch_name(),
+            file: None,
+            closed: Vec::new(),
+            files_started: 0,
+        })
     }
 
     /// The layout for `event`'s schema (kept while the schema text is the same).
@@ -383,6 +571,9 @@ impl IcebergWriter {
 
     /// Sends the buffered rows to the data-file writer (opened on first use).
     fn flush(&mut self) -> Result<(), PipelineError> {
+        if self.upsert.is_some() {
+            return self.flush_upsert();
+        }
         let Some(rows) = self.rows.as_mut().filter(|r| !r.is_empty()) else {
             return Ok(());
         };
@@ -433,8 +624,206 @@ impl IcebergWriter {
             })
     }
 
+    /// Upsert mode: sends the buffered rows to the open data file (where their positions
+    /// were placed), and closes the file past `target_file_bytes`.
+    fn flush_upsert(&mut self) -> Result<(), PipelineError> {
+        let Some(rows) = self.rows.as_mut().filter(|r| !r.is_empty()) else {
+            return Ok(());
+        };
+        let batch = rows
+            .take()
+            .map_err(|e| PipelineError::fatal(format!("cannot assemble rows: {e}"), "report it"))?;
+        let (Some(table), Some(state)) = (self.table.as_ref(), self.upsert.as_mut()) else {
+            return Err(PipelineError::fatal("rows without a table", "report it"));
+        };
+        let Some(file) = state.file.as_mut() else {
+            return Err(PipelineError::fatal(
+                "rows without a data file",
+                "report it",
+            ));
+        };
+        let target = Arc::clone(&self.target);
+        let full = target
+            .runtime
+            .block_on(async {
+                if file.writer.is_none() {
+                    let parquet = ParquetWriterBuilder::new(
+                        parquet_properties(),
+                        table.metadata().current_schema().clone(),
+                    );
+                    file.writer = Some(
+                        parquet
+                            .build(table.file_io().new_output(&file.path)?)
+                            .await?,
+                    );
+                }
+                match file.writer.as_mut() {
+                    Some(writer) => {
+                        writer.write(&batch).await?;
+                        Ok(writer.current_written_size() as u64
+                            >= target.settings.target_file_bytes)
+                    }
+                    None => Ok(false),
+                }
+            })
+            .map_err(|e| {
+                catalog_error(
+                    format!("cannot write a data file of table {}", table.identifier()),
+                    e,
+                )
+            })?;
+        if full {
+            self.close_upsert_file()?;
+        }
+        Ok(())
+    }
+
+    /// Upsert mode: closes the open data file (its rows flushed) into the epoch's files.
+    fn close_upsert_file(&mut self) -> Result<(), PipelineError> {
+        let Some(state) = self.upsert.as_mut() else {
+            return Ok(());
+        };
+        let Some(file) = state.file.take() else {
+            return Ok(());
+        };
+        let Some(writer) = file.writer else {
+            return Ok(());
+        };
+        let built =
+            self.target.runtime.block_on(writer.close()).map_err(|e| {
+                catalog_error(format!("cannot finish the data file {}", file.path), e)
+            })?;
+        for mut builder in built {
+            builder.content(iceberg::spec::DataContentType::Data);
+            let data_file = builder.build().map_err(|e| {
+                PipelineError::fatal(
+                    format!("cannot describe the data file {}: {e}", file.path),
+                    "report it",
+                )
+            })?;
+            if data_file.record_count() != file.rows {
+                return Err(PipelineError::fatal(
+                    format!(
+                        "data file {} holds {} rows where {} were placed in it",
+                        file.path,
+                        data_file.record_count(),
+                        file.rows
+                    ),
+                    "report it",
+                ));
+            }
+            state.closed.push(data_file);
+        }
+        Ok(())
+    }
+
+    /// Upsert mode: writes the epoch's deletes and commits its data and delete files with
+    /// the epoch's last offset; the epoch's changes join the key index once committed.
+    fn commit_upsert(&mut self) -> Result<(), PipelineError> {
+        self.flush()?;
+        self.close_upsert_file()?;
+        let Some(last_offset) = self.last_offset else {
+            return Ok(());
+        };
+        let target = Arc::clone(&self.target);
+        let ident = self
+            .ident
+            .clone()
+            .map_err(|e| PipelineError::fatal(e, "fix [sink.iceberg]'s table mapping"))?;
+        let (Some(table), Some(state)) = (self.table.as_ref(), self.upsert.as_mut()) else {
+            return Ok(());
+        };
+        if state.closed.is_empty() && !state.epoch.deletes_anything() {
+            // Deletes of keys without rows, tombstones: nothing to commit; the group's
+            // committed offset carries the progress.
+            return Ok(());
+        }
+        let started = Instant::now();
+        let deletes = state.epoch.sorted_deletes(&state.index);
+        let delete_files = if deletes.is_empty() {
+            Vec::new()
+        } else {
+            let path = format!("{}{}-deletes.parquet", state.owner, state.epoch_name);
+            let file = target
+                .runtime
+                .block_on(upsert::write_delete_file(
+                    table,
+                    path,
+                    &deletes,
+                    delete_file_properties(),
+                ))
+                .map_err(|e| catalog_error(format!("cannot write the deletes of {ident}"), e))?;
+            vec![file]
+        };
+        let deleted_rows = deletes.len() as u64;
+        drop(deletes);
+        let files = state.closed.clone();
+        let rows: u64 = files.iter().map(DataFile::record_count).sum();
+        let truncate = state.epoch.truncated();
+        let table_label = ident.to_string();
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            let table = target
+                .runtime
+                .block_on(target.catalog.load_table(&ident))
+                .map_err(|e| catalog_error(format!("cannot read table {ident}"), e))?;
+            let recorded = recorded_offset(&table, &target.offsets_key, &self.entry);
+            if recorded != self.committed {
+                m::iceberg_fenced(&table_label).increment(1);
+                return Err(PipelineError::retryable(
+                    format!(
+                        "table {ident} records offset {recorded:?} for {}/{} sub-partition {} where this writer expected {:?}: another writer committed for it (or this writer's last commit went through unanswered); this writer's files are left uncommitted and the run restarts from the table",
+                        self.id.topic, self.id.partition, self.id.sub, self.committed,
+                    ),
+                    "fenced",
+                ));
+            }
+            let offsets = serde_json::json!({ &self.entry: last_offset }).to_string();
+            let committed = target.runtime.block_on(async {
+                let metadata = upsert::snapshot_metadata(
+                    &table,
+                    &files,
+                    &delete_files,
+                    truncate,
+                    HashMap::from([(target.offsets_key.clone(), offsets)]),
+                )
+                .await?;
+                crate::crash_point!("sink::iceberg::before_swap");
+                target.catalog.commit_metadata(&table, metadata).await
+            });
+            match committed {
+                Ok(table) => {
+                    self.committed = Some(last_offset);
+                    self.table = Some(table);
+                    std::mem::take(&mut state.epoch).apply_to(&mut state.index);
+                    m::iceberg_commits(&table_label).increment(1);
+                    m::iceberg_files(&table_label).increment(files.len() as u64);
+                    m::iceberg_rows(&table_label).increment(rows);
+                    m::iceberg_deletes(&table_label).increment(deleted_rows);
+                    m::iceberg_commit_duration(&table_label).record(started.elapsed());
+                    return Ok(());
+                }
+                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                    m::iceberg_conflicts(&table_label).increment(1);
+                    std::thread::sleep(Duration::from_millis(
+                        u64::from(attempt.min(10)) * rand::random_range(5..25),
+                    ));
+                }
+                Err(e) => return Err(catalog_error(format!("cannot commit to table {ident}"), e)),
+            }
+        }
+        Err(PipelineError::retryable(
+            format!(
+                "table {ident}: {COMMIT_ATTEMPTS} commits in a row lost the race to other writers"
+            ),
+            "commit conflicts",
+        ))
+    }
+
     /// Writes the epoch's files and commits them with the epoch's last offset.
     fn commit_epoch(&mut self) -> Result<(), PipelineError> {
+        if self.upsert.is_some() {
+            return self.commit_upsert();
+        }
         self.flush()?;
         let Some(last_offset) = self.last_offset else {
             return Ok(());
@@ -521,6 +910,9 @@ impl IcebergWriter {
     }
 
     fn clear(&mut self) {
+        if let Some(state) = self.upsert.as_mut() {
+            state.clear();
+        }
         self.rows = None;
         self.data = None;
         self.last_offset = None;
@@ -540,6 +932,19 @@ fn parquet_properties() -> parquet::file::properties::WriterProperties {
         ))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+        .build()
+}
+
+/// A position-delete file's Parquet settings: as a data file's, with its paths' statistics
+/// whole (readers pick the delete files of a data file by the bounds of `file_path`).
+fn delete_file_properties() -> parquet::file::properties::WriterProperties {
+    parquet::file::properties::WriterProperties::builder()
+        .set_compression(parquet::basic::Compression::ZSTD(
+            parquet::basic::ZstdLevel::default(),
+        ))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+        .set_statistics_truncate_length(None)
         .build()
 }
 
@@ -582,8 +987,17 @@ impl SubPartitionWriter for IcebergWriter {
             return Ok(());
         };
         let event = decode_event(value, &mut self.schemas).map_err(WriteFailure::Record)?;
-        self.ensure_table(&event)?;
+        self.ensure_table(&event, data.key())?;
         self.ensure_layout(&event).map_err(WriteFailure::Record)?;
+        if self.upsert.is_some() && event.op.as_deref() == Some("t") {
+            if self.target.settings.apply_truncates
+                && let Some(state) = self.upsert.as_mut()
+            {
+                state.epoch.truncate();
+            }
+            self.note(data.offset);
+            return Ok(());
+        }
         let cells = self.cells(&event, data).map_err(WriteFailure::Record)?;
         if self.rows.is_none() {
             let table = self
@@ -594,6 +1008,26 @@ impl SubPartitionWriter for IcebergWriter {
                 return Err(WriteFailure::Record("no table".into()));
             };
             self.rows = Some(Rows::new(&schema).map_err(WriteFailure::Record)?);
+        }
+        if let Some(state) = self.upsert.as_mut() {
+            let key = upsert::key_bytes(state.key_columns.iter().filter_map(|at| cells.get(*at)))
+                .map_err(|e| WriteFailure::Record(format!("upsert: {e}")))?;
+            if event.op.as_deref() == Some("d") {
+                state.epoch.change(&state.index, key, None);
+                self.note(data.offset);
+                return Ok(());
+            }
+            if let Some(rows) = self.rows.as_mut() {
+                rows.push(cells).map_err(WriteFailure::Record)?;
+                let pos = state.place_row();
+                state.epoch.change(&state.index, key, Some(pos));
+                self.rows_written += 1;
+                if rows.len() >= FLUSH_ROWS {
+                    self.flush().map_err(WriteFailure::Run)?;
+                }
+            }
+            self.note(data.offset);
+            return Ok(());
         }
         if let Some(rows) = self.rows.as_mut() {
             rows.push(cells).map_err(WriteFailure::Record)?;
