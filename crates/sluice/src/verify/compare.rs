@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use anyhow::Context as _;
+use futures::future::BoxFuture;
 use rdkafka::consumer::BaseConsumer;
 use serde_json::Value;
 use tokio_postgres::Client;
@@ -29,11 +30,36 @@ pub struct Limits {
     pub max_keys: usize,
 }
 
+/// A database read under the verification's snapshot: the rows of differing buckets.
+pub trait RowSource: Sync {
+    /// The rows of `buckets` (sorted) of `plan`'s table, with their canonical texts; at most
+    /// `rate` rows a second (0: unbounded).
+    fn rows<'a>(
+        &'a self,
+        plan: &'a TablePlan,
+        events: &'a EventOptions,
+        buckets: &'a [u32],
+        rate: u64,
+    ) -> BoxFuture<'a, Result<Vec<SourceRow>, PipelineError>>;
+}
+
+impl RowSource for Client {
+    fn rows<'a>(
+        &'a self,
+        plan: &'a TablePlan,
+        events: &'a EventOptions,
+        buckets: &'a [u32],
+        rate: u64,
+    ) -> BoxFuture<'a, Result<Vec<SourceRow>, PipelineError>> {
+        Box::pin(source::rows(self, plan, events, buckets, rate))
+    }
+}
+
 /// The database side of a comparison, and how its topic is read.
 #[derive(Clone, Copy)]
 pub struct Side<'a> {
-    /// The connection whose transaction holds the snapshot.
-    pub client: &'a Client,
+    /// The database, under the snapshot.
+    pub db: &'a dyn RowSource,
     /// The events' encoding options.
     pub events: &'a EventOptions,
     /// The records the database side has seen.
@@ -97,7 +123,7 @@ pub async fn verify_table(
     source: &Buckets,
 ) -> anyhow::Result<TableReport> {
     let Side {
-        client,
+        db,
         events,
         cutoff,
         avro,
@@ -165,7 +191,8 @@ pub async fn verify_table(
     narrowed.sort_unstable();
     table.buckets_narrowed = narrowed.len() as u64;
     if !narrowed.is_empty() {
-        let rows = source::rows(client, plan, events, &narrowed, limits.rate_limit)
+        let rows = db
+            .rows(plan, events, &narrowed, limits.rate_limit)
             .await
             .map_err(explained)?;
         let mut view = TopicView::new(plan, events, cutoff, PassFilter::Detail(narrowed.clone()))

@@ -13,14 +13,17 @@
 //! 5. `--repair` asks the pipeline (its signal table) for an incremental snapshot of exactly
 //!    those keys.
 //!
-//! Steps 2 to 4 are [`compare`]'s, the same for every kind of pipeline. A Kafka → PostgreSQL
-//! sink ([`sink`]) is compared the same way, its target tables in the place of the source's,
-//! read under one snapshot with the sink's progress table: its topics are read up to the
-//! offsets the sink has applied.
+//! Steps 2 to 4 are [`compare`]'s, the same for every kind of pipeline. A MySQL/MariaDB source
+//! ([`mysql`]) is read under a consistent snapshot whose binlog position is known, its
+//! checksums computed by MySQL, and its topics up to the records of that position. A Kafka →
+//! PostgreSQL sink ([`sink`]) is compared the same way, its target tables in the place of the
+//! source's, read under one snapshot with the sink's progress table: its topics are read up to
+//! the offsets the sink has applied.
 
 pub mod avro;
 pub mod canonical;
 pub mod compare;
+pub mod mysql;
 pub mod report;
 pub mod sink;
 pub mod source;
@@ -47,7 +50,8 @@ pub const DEFAULT_RATE: u64 = 100_000;
 /// `sluice verify`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
-    /// The pipeline file (TOML) of a PostgreSQL → Kafka or a Kafka → PostgreSQL pipeline.
+    /// The pipeline file (TOML) of a PostgreSQL → Kafka, MySQL/MariaDB → Kafka or Kafka →
+    /// PostgreSQL pipeline.
     pub pipeline: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -113,10 +117,12 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                 args.pipeline.display()
             )),
         },
-        Ok(_) => Err(anyhow::anyhow!(
-            "{}: `sluice verify` verifies PostgreSQL → Kafka and Kafka → PostgreSQL pipelines (MySQL/MariaDB: not yet)",
-            args.pipeline.display()
+        Ok(PipelineFile::Mysql(_)) if args.repair => Err(anyhow::anyhow!(
+            "--repair: not for MySQL/MariaDB pipelines yet (request an incremental snapshot of the keys through source.mysql.signal_table)"
         )),
+        Ok(PipelineFile::Mysql(config)) => {
+            mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout).await
+        }
         Err(error) => Err(error.into()),
     };
     match outcome {
@@ -222,7 +228,7 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     let topic_started = Instant::now();
     let cutoff = Cutoff::CommitLsn(position.0);
     let side = Side {
-        client: snapshot.client(),
+        db: snapshot.client(),
         events,
         cutoff: &cutoff,
         avro: avro.as_ref(),

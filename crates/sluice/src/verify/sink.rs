@@ -130,13 +130,13 @@ pub async fn verify_sink(
             next: applied.map(|a| a.next.clone()).unwrap_or_default(),
         };
         let side = Side {
-            client: &client,
+            db: &client,
             events: &events,
             cutoff: &cutoff,
             avro: avro.as_ref(),
             sink: true,
         };
-        let outcome = verify_one(side, &consumer, limits, target, table, topic).await;
+        let outcome = verify_one(&client, side, &consumer, limits, target, table, topic).await;
         match outcome {
             Ok((table_report, rows)) => {
                 report.source_rows += rows;
@@ -156,6 +156,7 @@ pub async fn verify_sink(
 
 /// One target table against its topic; the report and the table's rows.
 async fn verify_one(
+    client: &Client,
     side: Side<'_>,
     consumer: &BaseConsumer,
     limits: &Limits,
@@ -167,8 +168,7 @@ async fn verify_one(
         .table_for(topic)
         .map_err(|issue| anyhow::anyhow!("{}: {}", issue.key, issue.problem))?;
     let quoted = name.quoted();
-    let exists: bool = side
-        .client
+    let exists: bool = client
         .query_one("SELECT to_regclass($1) IS NOT NULL", &[&quoted])
         .await
         .with_context(|| format!("cannot read the catalog of {table}"))?
@@ -177,7 +177,7 @@ async fn verify_one(
         anyhow::bail!("table {table} does not exist in the target database");
     }
     let plan = source::plan_table(
-        side.client,
+        client,
         &PlanRules {
             qualified: table.to_owned(),
             quoted,
@@ -194,7 +194,7 @@ async fn verify_one(
         Ok(plan) => plan,
         Err(reason) => anyhow::bail!("{reason}"),
     };
-    let buckets = source::checksums(side.client, &plan, side.events, limits.rate_limit)
+    let buckets = source::checksums(client, &plan, side.events, limits.rate_limit)
         .await
         .map_err(explained)?;
     let rows = buckets.iter().map(|b| b.0).sum();

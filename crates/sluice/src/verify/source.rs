@@ -46,9 +46,9 @@ pub struct TablePlan {
     /// Columns left out of the comparison, with the reason.
     pub not_compared: Vec<(String, String)>,
     /// `FROM` target: the quoted name, `ONLY` unless partitioned.
-    from: String,
+    pub(super) from: String,
     /// The pipeline's row filter of the table.
-    filter: Option<String>,
+    pub(super) filter: Option<String>,
     /// How many buckets its keys are spread over.
     pub buckets: u32,
 }
@@ -515,7 +515,7 @@ async fn scan(
 }
 
 /// About 1,000 rows a bucket (by the table's size estimate), 1 to 65,536 buckets.
-fn bucket_count(estimate: f64) -> u32 {
+pub(super) fn bucket_count(estimate: f64) -> u32 {
     ((estimate / 1000.0).ceil() as u32).clamp(1, 65_536)
 }
 

@@ -25,6 +25,7 @@ use super::avro::{AvroProblem, AvroTopics};
 use super::canonical::{Piece, bucket_of, digest, push_piece, row_hash};
 use super::source::TablePlan;
 use crate::event::{EventOptions, HEADER_COMMIT_LSN};
+use crate::source::mysql::encode::{HEADER_BINLOG_FILE, HEADER_BINLOG_POS};
 
 /// One record as the view needs it.
 pub struct TopicRecord<'a> {
@@ -34,6 +35,8 @@ pub struct TopicRecord<'a> {
     pub value: Option<&'a [u8]>,
     /// The `sluice.commit_lsn` header.
     pub commit_lsn: Option<u64>,
+    /// The `sluice.binlog_file` and `sluice.binlog_pos` headers (a MySQL source's record).
+    pub binlog: Option<(&'a str, u64)>,
     /// Its partition.
     pub partition: i32,
     /// Its offset.
@@ -46,6 +49,17 @@ pub enum Cutoff {
     /// The records of transactions that committed before this LSN (a source snapshot's
     /// position, by the `sluice.commit_lsn` header; records without it are taken).
     CommitLsn(u64),
+    /// The records of a MySQL source at or before this binlog position (a consistent
+    /// snapshot's: every transaction before it, none after; by the `sluice.binlog_file` and
+    /// `sluice.binlog_pos` headers, records without them are taken). A row event is always
+    /// before the end of its transaction, so at the position itself are only snapshot reads,
+    /// which hold the rows as they were there.
+    Binlog {
+        /// The binlog file.
+        file: String,
+        /// The position in it.
+        pos: u64,
+    },
     /// The records a PostgreSQL sink has applied: per partition, per sub-partition (the
     /// sink's hash of the record key), the offset after the last one applied. A partition
     /// not listed has had none applied.
@@ -62,6 +76,11 @@ impl Cutoff {
     fn takes(&self, record: &TopicRecord<'_>) -> bool {
         match self {
             Cutoff::CommitLsn(position) => record.commit_lsn.is_none_or(|lsn| lsn < *position),
+            // Binlog files of one server are named `<base>.<sequence>`, the sequence
+            // zero-padded: their names sort in their order.
+            Cutoff::Binlog { file, pos } => record
+                .binlog
+                .is_none_or(|(f, p)| (f, p) <= (file.as_str(), *pos)),
             Cutoff::Applied {
                 sub_partitions,
                 next,
@@ -79,7 +98,7 @@ impl Cutoff {
     /// The offset each partition needs to be read to (exclusive); `None`: its high watermark.
     fn end_of(&self, partition: i32) -> Option<i64> {
         match self {
-            Cutoff::CommitLsn(_) => None,
+            Cutoff::CommitLsn(_) | Cutoff::Binlog { .. } => None,
             Cutoff::Applied { next, .. } => Some(
                 next.get(&partition)
                     .and_then(|subs| subs.iter().max().copied())
@@ -216,8 +235,10 @@ impl<'a> TopicView<'a> {
             self.stats.after_position += 1;
             return;
         }
-        if matches!(self.cutoff, Cutoff::CommitLsn(_)) && record.commit_lsn.is_none() {
-            self.stats.unpositioned += 1;
+        match self.cutoff {
+            Cutoff::CommitLsn(_) if record.commit_lsn.is_none() => self.stats.unpositioned += 1,
+            Cutoff::Binlog { .. } if record.binlog.is_none() => self.stats.unpositioned += 1,
+            _ => {}
         }
         let Some(avro) = self.avro else {
             return self.apply_json(record.key, record.value.map(Ok));
@@ -528,18 +549,23 @@ pub fn read_topic(
                     pending.remove(&p);
                     continue;
                 }
-                let commit_lsn = message.headers().and_then(|headers| {
-                    headers
-                        .iter()
-                        .find(|h| h.key == HEADER_COMMIT_LSN)
-                        .and_then(|h| h.value)
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|v| v.parse::<u64>().ok())
-                });
+                let header = |name: &str| {
+                    message.headers().and_then(|headers| {
+                        headers
+                            .iter()
+                            .find(|h| h.key == name)
+                            .and_then(|h| h.value)
+                            .and_then(|v| std::str::from_utf8(v).ok())
+                    })
+                };
+                let commit_lsn = header(HEADER_COMMIT_LSN).and_then(|v| v.parse::<u64>().ok());
+                let binlog = header(HEADER_BINLOG_FILE)
+                    .zip(header(HEADER_BINLOG_POS).and_then(|v| v.parse::<u64>().ok()));
                 each(&TopicRecord {
                     key: message.key(),
                     value: message.payload(),
                     commit_lsn,
+                    binlog,
                     partition: p,
                     offset: message.offset(),
                 });
@@ -597,6 +623,7 @@ mod tests {
                 key: Some(key),
                 value: value.as_deref(),
                 commit_lsn: Some(*lsn),
+                binlog: None,
                 partition: 0,
                 offset: offset as i64,
             });
@@ -662,6 +689,7 @@ mod tests {
             key: Some(br#"{"id":1}"#),
             value: Some(b"{\"op\":\"c\"}"),
             commit_lsn: Some(10),
+            binlog: None,
             partition: 0,
             offset: 0,
         });
@@ -745,6 +773,7 @@ mod tests {
                 key: Some(key),
                 value: Some(value.as_bytes()),
                 commit_lsn: None,
+                binlog: None,
                 partition: *partition,
                 offset: offset as i64,
             });
