@@ -103,28 +103,7 @@ impl VerifyArgs {
 /// Only for broken output: failures to verify are reported (exit code 2).
 pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let outcome = match PipelineFile::load(&args.pipeline) {
-        Ok(PipelineFile::Postgres(config)) => verify_postgres(&config, &args).await,
-        Ok(PipelineFile::Files(config)) => match &config.sink {
-            SinkConfig::Postgres(target) if !args.repair => {
-                sink::verify_sink(&config, target, &args.tables, &args.limits()).await
-            }
-            SinkConfig::Postgres(_) => Err(anyhow::anyhow!(
-                "--repair: not for Kafka → PostgreSQL pipelines (a differing key converges when its topic gets a newer record)"
-            )),
-            _ => Err(anyhow::anyhow!(
-                "{}: `sluice verify` verifies Kafka → PostgreSQL sinks, not files or Iceberg tables (not yet)",
-                args.pipeline.display()
-            )),
-        },
-        Ok(PipelineFile::Mysql(_)) if args.repair => Err(anyhow::anyhow!(
-            "--repair: not for MySQL/MariaDB pipelines yet (request an incremental snapshot of the keys through source.mysql.signal_table)"
-        )),
-        Ok(PipelineFile::Mysql(config)) => {
-            mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout).await
-        }
-        Err(error) => Err(error.into()),
-    };
+    let outcome = verify_file(&args).await;
     match outcome {
         Ok(mut report) => {
             report.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -151,6 +130,125 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::from(2))
         }
+    }
+}
+
+/// Verifies the pipeline of `args.pipeline`: the report, before [`Report::settle`].
+///
+/// # Errors
+///
+/// It could not verify (a server, the brokers, the pipeline's position, the file).
+pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
+    match PipelineFile::load(&args.pipeline) {
+        Ok(PipelineFile::Postgres(config)) => verify_postgres(&config, args).await,
+        Ok(PipelineFile::Files(config)) => match &config.sink {
+            SinkConfig::Postgres(target) if !args.repair => {
+                sink::verify_sink(&config, target, &args.tables, &args.limits()).await
+            }
+            SinkConfig::Postgres(_) => Err(anyhow::anyhow!(
+                "--repair: not for Kafka → PostgreSQL pipelines (a differing key converges when its topic gets a newer record)"
+            )),
+            _ => Err(anyhow::anyhow!(
+                "{}: `sluice verify` verifies Kafka → PostgreSQL sinks, not files or Iceberg tables (not yet)",
+                args.pipeline.display()
+            )),
+        },
+        Ok(PipelineFile::Mysql(_)) if args.repair => Err(anyhow::anyhow!(
+            "--repair: not for MySQL/MariaDB pipelines yet (request an incremental snapshot of the keys through source.mysql.signal_table)"
+        )),
+        Ok(PipelineFile::Mysql(config)) => {
+            mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout).await
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Scheduled verification (`verify_interval_s`): verifies the pipeline of `file` every
+/// `interval` while it streams, reading at most `rate` source rows a second, and records each
+/// outcome in `board` (`/health`'s `verification`) and the `sluice_verify_*` metrics. Runs
+/// until dropped.
+pub async fn scheduled(
+    file: PathBuf,
+    interval: Duration,
+    rate: u64,
+    board: std::sync::Arc<crate::runtime::status::StatusBoard>,
+) {
+    use crate::runtime::metrics as m;
+    use crate::runtime::status::VerificationStatus;
+    let args = VerifyArgs {
+        pipeline: file,
+        json: false,
+        tables: Vec::new(),
+        rate_limit: rate,
+        memory_mb: 512,
+        narrow_rows: 200_000,
+        max_keys: 20,
+        wait_timeout: 120,
+        repair: false,
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        // Only while the pipeline streams: during its initial snapshot the topics do not hold
+        // the rows yet (the slot's consistent point can be after the verification's position),
+        // and a slot being created waits for the verification's snapshot.
+        if board.state() != crate::runtime::status::PipelineState::Streaming {
+            continue;
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let status = match verify_file(&args).await {
+            Ok(mut report) => {
+                report.settle();
+                let ranges: u64 = report.tables.iter().map(|t| t.buckets_differing).sum();
+                let not_verified: Vec<String> = report
+                    .tables
+                    .iter()
+                    .filter(|t| t.status == report::TableStatus::NotVerified)
+                    .map(|t| format!("{}: {}", t.table, t.reason.as_deref().unwrap_or("")))
+                    .collect();
+                VerificationStatus {
+                    status: report.status.to_owned(),
+                    finished_unix_ms: now_ms,
+                    last_success_unix_ms: (report.status == "equal").then_some(now_ms),
+                    rows_compared: report.source_rows,
+                    tables_differing: report
+                        .tables
+                        .iter()
+                        .filter(|t| t.status == report::TableStatus::Differs)
+                        .count() as u64,
+                    ranges_differing: ranges,
+                    differences_found: report.tables.iter().map(|t| t.differences_found).sum(),
+                    error: (!not_verified.is_empty()).then(|| not_verified.join("; ")),
+                }
+            }
+            Err(error) => VerificationStatus {
+                status: "error".into(),
+                finished_unix_ms: now_ms,
+                error: Some(format!("{error:#}")),
+                ..VerificationStatus::default()
+            },
+        };
+        match status.status.as_str() {
+            "equal" => tracing::info!(rows = status.rows_compared, "scheduled verification: equal"),
+            other => tracing::warn!(
+                result = other,
+                tables_differing = status.tables_differing,
+                differences = status.differences_found,
+                error = status.error.as_deref().unwrap_or(""),
+                "scheduled verification did not find the topics equal to the tables (run `sluice verify` for the keys)"
+            ),
+        }
+        ::metrics::counter!(m::VERIFY_RUNS, "result" => status.status.clone()).increment(1);
+        ::metrics::counter!(m::VERIFY_ROWS_COMPARED).increment(status.rows_compared);
+        ::metrics::gauge!(m::VERIFY_RANGES_DIFFERING).set(status.ranges_differing as f64);
+        if let Some(ms) = status
+            .last_success_unix_ms
+            .filter(|_| status.status == "equal")
+        {
+            ::metrics::gauge!(m::VERIFY_LAST_SUCCESS).set(ms as f64 / 1000.0);
+        }
+        board.set_verification(status);
     }
 }
 

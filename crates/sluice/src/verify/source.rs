@@ -259,7 +259,7 @@ pub struct PlanRules<'a> {
     /// The events' encoding options.
     pub events: &'a EventOptions,
     /// Why a column is left out of the events (excluded, hashed, masked); `None`: it is not.
-    pub left_out: &'a dyn Fn(&str) -> Option<&'static str>,
+    pub left_out: &'a (dyn Fn(&str) -> Option<&'static str> + Sync),
     /// Why generated columns are not compared; `None`: they are.
     pub generated: Option<&'static str>,
     /// The row filter: only the rows it selects are compared.

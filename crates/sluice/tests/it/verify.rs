@@ -722,3 +722,96 @@ async fn verify_mysql_server(server: crate::mysql::Server) {
         .await
         .unwrap();
 }
+
+/// Scheduled verification (`verify_interval_s`): the running pipeline verifies its table every
+/// second; `/health` and the `sluice_verify_*` metrics show it equal, then, after a record of
+/// the topic is replaced, the differences (the time of the last success kept).
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduled_verification_shows_in_health_and_metrics() {
+    let _broker = broker_shared().await;
+    let client = pg().await;
+    let name = unique("verify_sched");
+    let schema = name.clone();
+    let table = format!("{schema}.t");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {table} (id bigint PRIMARY KEY, note text);
+             INSERT INTO {table} SELECT g, 'row ' || g FROM generate_series(1, 200) g;"
+        ))
+        .await
+        .unwrap();
+    let outcome = AssertUnwindSafe(async {
+        let admin = free_port();
+        let toml = pipeline_toml(&name, &schema, &name, admin, "").replacen(
+            "state_dir =",
+            "verify_interval_s = 1\nstate_dir =",
+            1,
+        );
+        let sluice = Sluice::start(&test_dir(&name), &toml, admin);
+        sluice.wait_streaming(Duration::from_secs(60));
+        let verification = |sluice: &Sluice| -> Value {
+            sluice
+                .get("/health")
+                .and_then(|h| serde_json::from_str::<Value>(&h).ok())
+                .map(|h| h["verification"].clone())
+                .unwrap_or_default()
+        };
+        crate::support::wait_until(
+            "a scheduled verification to find the table equal",
+            Duration::from_secs(60),
+            || verification(&sluice)["status"] == "equal",
+        );
+        let equal = verification(&sluice);
+        assert_eq!(equal["rows_compared"], 200, "{equal:#}");
+        assert!(
+            sluice
+                .metric("sluice_verify_last_success_timestamp_seconds")
+                .unwrap_or_default()
+                > 1e9,
+            "{:?}",
+            sluice.get("/metrics")
+        );
+        assert!(
+            sluice
+                .metric("sluice_verify_rows_compared_total")
+                .unwrap_or_default()
+                >= 200.0
+        );
+
+        produce(
+            &format!("{name}.{table}"),
+            &[(
+                r#"{"id":5}"#,
+                Some(r#"{"before":null,"after":{"id":5,"note":"tampered"},"op":"u"}"#),
+            )],
+        );
+        crate::support::wait_until(
+            "a scheduled verification to find the difference",
+            Duration::from_secs(60),
+            || verification(&sluice)["status"] == "differences",
+        );
+        let differs = verification(&sluice);
+        assert_eq!(differs["differences_found"], 1, "{differs:#}");
+        assert_eq!(differs["ranges_differing"], 1, "{differs:#}");
+        assert_eq!(
+            differs["last_success_unix_ms"], equal["last_success_unix_ms"],
+            "{differs:#}"
+        );
+        assert_eq!(
+            sluice.metric("sluice_verify_ranges_differing"),
+            Some(1.0),
+            "{:?}",
+            sluice.get("/metrics")
+        );
+    })
+    .catch_unwind()
+    .await;
+    drop_slot_and_publication(&client, &name).await;
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
