@@ -57,6 +57,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         &config.admin,
                         &config.restart,
                         doctor,
+                        scheduled_verification(
+                            &pipeline,
+                            config.verify_interval_s,
+                            config.verify_rate_limit,
+                        ),
                         |board| {
                             board.take_snapshot_signals(true, crate::sql::SqlDialect::Postgres);
                             CdcPipeline::new(Arc::clone(&config), board)
@@ -70,6 +75,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         &config.admin,
                         &config.restart,
                         Some(mysql_doctor(Arc::clone(&config))),
+                        scheduled_verification(
+                            &pipeline,
+                            config.verify_interval_s,
+                            config.verify_rate_limit,
+                        ),
                         |board| {
                             if config.source.signal_table.is_some() {
                                 board.take_snapshot_signals(false, crate::sql::SqlDialect::Mysql);
@@ -89,6 +99,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         &config.name,
                         &config.admin,
                         &config.restart,
+                        None,
                         None,
                         |board| SinkPipeline::new(Arc::clone(&config), board),
                     )?;
@@ -261,6 +272,26 @@ fn mysql_doctor(config: Arc<MysqlPipelineConfig>) -> Doctor {
     })
 }
 
+/// A task that runs beside a pipeline, on its status board (scheduled verification).
+type Background = Box<
+    dyn FnOnce(Arc<StatusBoard>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send,
+>;
+
+/// The scheduled verification of the pipeline file `file` every `interval_s` seconds (none
+/// when it is not set).
+fn scheduled_verification(
+    file: &std::path::Path,
+    interval_s: Option<u64>,
+    rate: u64,
+) -> Option<Background> {
+    let interval = Duration::from_secs(interval_s?);
+    let file = file.to_path_buf();
+    Some(Box::new(move |board| {
+        Box::pin(crate::verify::scheduled(file, interval, rate, board))
+    }))
+}
+
 /// Installs the metrics recorder, makes the pipeline's status board, builds the pipeline over
 /// it (`pipeline`) and runs [`serve_and_supervise`] on one of the runtime's worker threads
 /// rather than on the main thread: a task on a worker is woken by the I/O driver directly, where the main thread blocked
@@ -271,6 +302,7 @@ fn run_supervised<P: Supervised + Send + 'static>(
     admin: &AdminConfig,
     restart: &RestartConfig,
     doctor: Option<Doctor>,
+    background: Option<Background>,
     pipeline: impl FnOnce(Arc<StatusBoard>) -> P,
 ) -> anyhow::Result<()> {
     let prometheus = install_recorder(name)?;
@@ -278,6 +310,12 @@ fn run_supervised<P: Supervised + Send + 'static>(
     let pipeline = pipeline(Arc::clone(&board));
     let (admin, restart) = (admin.clone(), restart.clone());
     let runtime = runtime()?;
+    // Ends with the runtime, when the pipeline's task returns.
+    let _background = background.map(|task| {
+        runtime.spawn(
+            task(Arc::clone(&board)).instrument(tracing::info_span!("pipeline", name = %name)),
+        )
+    });
     // Every line the pipeline's own task logs (and the sink's threads, which enter it) names
     // the pipeline, for logs gathered from several processes.
     let span = tracing::info_span!("pipeline", name = %name);

@@ -20,7 +20,8 @@
 //! admin server, which serves what the runtime holds),
 //! [`doctor`] (`sluice doctor` and `sluice slots`), [`compaction`] (`sluice compaction scan|plan`),
 //! [`import`] (`sluice import debezium`: a Debezium connector's configuration and offsets),
-//! [`verify`] (`sluice verify`: the source tables against their topics).
+//! [`verify`] (`sluice verify`: the source tables against their topics, a sink's tables against
+//! the records it applied).
 
 pub mod admin;
 pub mod app;

@@ -135,12 +135,26 @@ pub struct PipelineConfig<S> {
     /// The predicates `[transforms]` name.
     #[serde(default)]
     pub predicates: crate::transform::PredicatesConfig,
+    /// Scheduled verification: `sluice verify` of this pipeline every this many seconds while it
+    /// runs (docs/verify.md, "Scheduled"); off when left out.
+    pub verify_interval_s: Option<u64>,
+    /// The scheduled verification's rate limit: rows read from the source per second.
+    #[serde(default = "default_verify_rate_limit")]
+    pub verify_rate_limit: u64,
     /// Not in the file: the `[kafka.events]` a run writes when they differ from what its
     /// sources encode ([`PipelineConfig::for_run`]: Avro with `[transforms]`, where the sources
     /// write JSON with schemas and the chain's end writes Avro, as Connect's converter after
     /// the transforms).
     #[serde(skip)]
     pub converted_events: Option<crate::event::EventOptions>,
+}
+
+/// Default rows a second a scheduled verification reads from the source (a fifth of the
+/// command's default: it runs beside the pipeline, over and over).
+pub const DEFAULT_VERIFY_RATE_LIMIT: u64 = 20_000;
+
+const fn default_verify_rate_limit() -> u64 {
+    DEFAULT_VERIFY_RATE_LIMIT
 }
 
 /// Deserializes `[source]`: exactly one table, whose key is `S::KEY` (the messages are serde's

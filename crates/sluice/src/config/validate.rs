@@ -529,6 +529,12 @@ impl<S: SourceSection> PipelineConfig<S> {
                 ),
             );
         }
+        if self.verify_interval_s == Some(0) {
+            issue(
+                "verify_interval_s",
+                "0: expected the seconds between scheduled verifications (at least 1; e.g. 3600), or leave the key out to turn them off".into(),
+            );
+        }
         if let Some(topic) = &self.state_topic
             && (topic.trim().is_empty() || self.state_store != StateStoreKind::Kafka)
         {

@@ -1,8 +1,8 @@
 //! Metric names, descriptions and handles.
 //!
 //! Names follow `sluice_<subsystem>_<name>_<unit>[_total]` (subsystems: `pipeline`, `source`,
-//! `delivery`, `kafka`); labels are low-cardinality (`pipeline`, set globally, `table`,
-//! `state`, `reason`, `kind`), never keys or values. Every metric is documented in
+//! `delivery`, `kafka`, `verify`); labels are low-cardinality (`pipeline`, set globally,
+//! `table`, `state`, `reason`, `kind`, `result`), never keys or values. Every metric is documented in
 //! `docs/metrics.md`; a unit test keeps the two in step. Hot-path handles are created
 //! once and kept ([`TableMetrics`], [`PipelineMetrics`]) so recording is an atomic add.
 
@@ -56,6 +56,15 @@ pub const HA_TAKEOVERS: &str = "sluice_pipeline_takeovers_total";
 pub const HA_ROLE: &str = "sluice_pipeline_role";
 /// Records sent to the dead-letter topic.
 pub const DEAD_LETTERED: &str = "sluice_delivery_dead_lettered_records_total";
+/// Scheduled verifications that finished, by `result` (`equal`, `differences`,
+/// `not_verified`, `error`).
+pub const VERIFY_RUNS: &str = "sluice_verify_runs_total";
+/// Source rows compared by scheduled verifications.
+pub const VERIFY_ROWS_COMPARED: &str = "sluice_verify_rows_compared_total";
+/// Key ranges (buckets) that differed in the last scheduled verification.
+pub const VERIFY_RANGES_DIFFERING: &str = "sluice_verify_ranges_differing";
+/// Unix time of the last scheduled verification that found every table equal.
+pub const VERIFY_LAST_SUCCESS: &str = "sluice_verify_last_success_timestamp_seconds";
 /// WAL message bytes received from the replication stream.
 pub const SOURCE_RECEIVED_BYTES: &str = "sluice_source_received_bytes_total";
 /// Transactions received from the source.
@@ -115,6 +124,10 @@ pub const ALL: &[&str] = &[
     HA_TAKEOVERS,
     HA_ROLE,
     DEAD_LETTERED,
+    VERIFY_RUNS,
+    VERIFY_ROWS_COMPARED,
+    VERIFY_RANGES_DIFFERING,
+    VERIFY_LAST_SUCCESS,
     SOURCE_RECEIVED_BYTES,
     SOURCE_TRANSACTIONS,
     PIPELINE_UP,
@@ -222,6 +235,20 @@ pub fn describe() {
         );
         describe_gauge!(HA_ROLE, "1 for this instance's role (active, standby)");
         describe_counter!(DEAD_LETTERED, "records sent to the dead-letter topic");
+        describe_counter!(VERIFY_RUNS, "scheduled verifications, by result");
+        describe_counter!(
+            VERIFY_ROWS_COMPARED,
+            "source rows compared by scheduled verifications"
+        );
+        describe_gauge!(
+            VERIFY_RANGES_DIFFERING,
+            "key ranges that differed in the last scheduled verification"
+        );
+        describe_gauge!(
+            VERIFY_LAST_SUCCESS,
+            Unit::Seconds,
+            "unix time of the last scheduled verification that found every table equal"
+        );
         describe_counter!(
             SOURCE_RECEIVED_BYTES,
             Unit::Bytes,
@@ -367,7 +394,7 @@ mod tests {
 
     #[test]
     fn every_metric_follows_the_scheme_and_is_documented() {
-        let subsystems = ["pipeline", "source", "delivery", "kafka"];
+        let subsystems = ["pipeline", "source", "delivery", "kafka", "verify"];
         for name in ALL {
             let rest = name.strip_prefix("sluice_").expect("sluice_ prefix");
             assert!(
@@ -401,7 +428,7 @@ mod tests {
                 let name = quoted.split(['{', '[', ' ']).next().unwrap_or_default();
                 let metric = name.starts_with("sluice_")
                     && name != "sluice_sink_progress" // the PostgreSQL sink's progress table
-                    && (["pipeline", "source", "delivery", "kafka", "sink"]
+                    && (["pipeline", "source", "delivery", "kafka", "sink", "verify"]
                         .iter()
                         .any(|s| name.starts_with(&format!("sluice_{s}_")))
                         || [

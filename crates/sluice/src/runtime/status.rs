@@ -374,6 +374,29 @@ pub struct PipelineStatus {
     pub bytes_per_s: f64,
     /// Commit → acknowledgement latency over the last ten seconds.
     pub latency_ms: Option<Percentiles>,
+    /// The last scheduled verification (`verify_interval_s`), once one has finished.
+    pub verification: Option<VerificationStatus>,
+}
+
+/// The outcome of the last scheduled verification, as `/health` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct VerificationStatus {
+    /// `equal`, `differences`, `not_verified` or `error` (it could not run).
+    pub status: String,
+    /// Unix milliseconds when it finished.
+    pub finished_unix_ms: u64,
+    /// Unix milliseconds when the last verification that found everything equal finished.
+    pub last_success_unix_ms: Option<u64>,
+    /// Source rows compared.
+    pub rows_compared: u64,
+    /// Tables that differ.
+    pub tables_differing: u64,
+    /// Key ranges (buckets) that differ.
+    pub ranges_differing: u64,
+    /// Differing keys found.
+    pub differences_found: u64,
+    /// Why it could not verify, or which tables it could not verify and why.
+    pub error: Option<String>,
 }
 
 /// What an operator asked the supervisor for.
@@ -466,6 +489,7 @@ impl StatusBoard {
                 records_per_s: 0.0,
                 bytes_per_s: 0.0,
                 latency_ms: None,
+                verification: None,
             }),
             budget: Mutex::new(None),
             control: watch::Sender::new(Control::default()),
@@ -501,6 +525,20 @@ impl StatusBoard {
     /// The current state.
     pub fn state(&self) -> PipelineState {
         self.read(|s| s.state)
+    }
+
+    /// Records a finished scheduled verification (keeping the time of the last success when
+    /// this one did not succeed).
+    pub fn set_verification(&self, mut verification: VerificationStatus) {
+        self.update(|status| {
+            if verification.last_success_unix_ms.is_none() {
+                verification.last_success_unix_ms = status
+                    .verification
+                    .as_ref()
+                    .and_then(|v| v.last_success_unix_ms);
+            }
+            status.verification = Some(verification);
+        });
     }
 
     /// Changes the state; logs and counts the transition.

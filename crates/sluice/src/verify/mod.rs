@@ -12,29 +12,36 @@
 //!    differing keys listed with both sides' values.
 //! 5. `--repair` asks the pipeline (its signal table) for an incremental snapshot of exactly
 //!    those keys.
+//!
+//! Steps 2 to 4 are [`compare`]'s, the same for every kind of pipeline. A MySQL/MariaDB source
+//! ([`mysql`]) is read under a consistent snapshot whose binlog position is known, its
+//! checksums computed by MySQL, and its topics up to the records of that position. A Kafka →
+//! PostgreSQL sink ([`sink`]) is compared the same way, its target tables in the place of the
+//! source's, read under one snapshot with the sink's progress table: its topics are read up to
+//! the offsets the sink has applied.
 
 pub mod avro;
 pub mod canonical;
+pub mod compare;
+pub mod mysql;
 pub mod report;
+pub mod sink;
 pub mod source;
 pub mod topic;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use rdkafka::consumer::BaseConsumer;
-use serde_json::Value;
 
 use self::avro::AvroTopics;
-use self::canonical::{Piece, digest, push_piece, row_hash};
-use self::report::{Difference, DifferenceKind, Report, TableReport, TableStatus};
-use self::source::{Buckets, SourceRow, SourceSnapshot, TablePlan};
-use self::topic::{KeyState, PassFilter, TopicView, read_topic};
-use crate::error::PipelineError;
+use self::compare::{Limits, Side, explained, verify_table};
+use self::report::{DifferenceKind, Report, TableReport};
+use self::source::{Buckets, SourceSnapshot, TablePlan};
+use self::topic::Cutoff;
 use crate::pipeline_file::PipelineFile;
+use crate::sink::config::SinkConfig;
 use crate::source::postgres::config::PgPipelineConfig;
 
 /// Default rows a second read from the source.
@@ -43,12 +50,14 @@ pub const DEFAULT_RATE: u64 = 100_000;
 /// `sluice verify`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
-    /// The pipeline file (TOML) of a PostgreSQL → Kafka pipeline.
+    /// The pipeline file (TOML) of a PostgreSQL → Kafka, MySQL/MariaDB → Kafka or Kafka →
+    /// PostgreSQL pipeline.
     pub pipeline: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Verify only this table (`schema.table`; repeatable). Default: every captured table.
+    /// Verify only this table (`schema.table`; repeatable). Default: every captured table
+    /// (a sink: every target table).
     #[arg(long = "table", value_name = "SCHEMA.TABLE")]
     pub tables: Vec<String>,
     /// Rows read from the source per second, at most (0: unbounded).
@@ -74,6 +83,18 @@ pub struct VerifyArgs {
     pub repair: bool,
 }
 
+impl VerifyArgs {
+    /// What the verification may read and hold.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            rate_limit: self.rate_limit,
+            memory_mb: self.memory_mb,
+            narrow_rows: self.narrow_rows,
+            max_keys: self.max_keys,
+        }
+    }
+}
+
 /// Runs `sluice verify`: prints the report; exit code 0 equal, 1 differences, 2 could not
 /// verify.
 ///
@@ -82,14 +103,7 @@ pub struct VerifyArgs {
 /// Only for broken output: failures to verify are reported (exit code 2).
 pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let outcome = match PipelineFile::load(&args.pipeline) {
-        Ok(PipelineFile::Postgres(config)) => verify_postgres(&config, &args).await,
-        Ok(_) => Err(anyhow::anyhow!(
-            "{}: `sluice verify` verifies PostgreSQL → Kafka pipelines (MySQL/MariaDB and sinks: not yet)",
-            args.pipeline.display()
-        )),
-        Err(error) => Err(error.into()),
-    };
+    let outcome = verify_file(&args).await;
     match outcome {
         Ok(mut report) => {
             report.elapsed_ms = started.elapsed().as_millis() as u64;
@@ -119,11 +133,122 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// A [`PipelineError`] with its fix, as the command's error.
-fn explained(error: PipelineError) -> anyhow::Error {
-    match error.hint() {
-        Some(hint) => anyhow::anyhow!("{} (fix: {hint})", error.chain()),
-        None => anyhow::anyhow!("{}", error.chain()),
+/// Verifies the pipeline of `args.pipeline`: the report, before [`Report::settle`].
+///
+/// # Errors
+///
+/// It could not verify (a server, the brokers, the pipeline's position, the file).
+pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
+    match PipelineFile::load(&args.pipeline) {
+        Ok(PipelineFile::Postgres(config)) => verify_postgres(&config, args).await,
+        Ok(PipelineFile::Files(config)) => match &config.sink {
+            SinkConfig::Postgres(target) if !args.repair => {
+                sink::verify_sink(&config, target, &args.tables, &args.limits()).await
+            }
+            SinkConfig::Postgres(_) => Err(anyhow::anyhow!(
+                "--repair: not for Kafka → PostgreSQL pipelines (a differing key converges when its topic gets a newer record)"
+            )),
+            _ => Err(anyhow::anyhow!(
+                "{}: `sluice verify` verifies Kafka → PostgreSQL sinks, not files or Iceberg tables (not yet)",
+                args.pipeline.display()
+            )),
+        },
+        Ok(PipelineFile::Mysql(_)) if args.repair => Err(anyhow::anyhow!(
+            "--repair: not for MySQL/MariaDB pipelines yet (request an incremental snapshot of the keys through source.mysql.signal_table)"
+        )),
+        Ok(PipelineFile::Mysql(config)) => {
+            mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout).await
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Scheduled verification (`verify_interval_s`): verifies the pipeline of `file` every
+/// `interval` while it streams, reading at most `rate` source rows a second, and records each
+/// outcome in `board` (`/health`'s `verification`) and the `sluice_verify_*` metrics. Runs
+/// until dropped.
+pub async fn scheduled(
+    file: PathBuf,
+    interval: Duration,
+    rate: u64,
+    board: std::sync::Arc<crate::runtime::status::StatusBoard>,
+) {
+    use crate::runtime::metrics as m;
+    use crate::runtime::status::VerificationStatus;
+    let args = VerifyArgs {
+        pipeline: file,
+        json: false,
+        tables: Vec::new(),
+        rate_limit: rate,
+        memory_mb: 512,
+        narrow_rows: 200_000,
+        max_keys: 20,
+        wait_timeout: 120,
+        repair: false,
+    };
+    loop {
+        tokio::time::sleep(interval).await;
+        // Only while the pipeline streams: during its initial snapshot the topics do not hold
+        // the rows yet (the slot's consistent point can be after the verification's position),
+        // and a slot being created waits for the verification's snapshot.
+        if board.state() != crate::runtime::status::PipelineState::Streaming {
+            continue;
+        }
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let status = match verify_file(&args).await {
+            Ok(mut report) => {
+                report.settle();
+                let ranges: u64 = report.tables.iter().map(|t| t.buckets_differing).sum();
+                let not_verified: Vec<String> = report
+                    .tables
+                    .iter()
+                    .filter(|t| t.status == report::TableStatus::NotVerified)
+                    .map(|t| format!("{}: {}", t.table, t.reason.as_deref().unwrap_or("")))
+                    .collect();
+                VerificationStatus {
+                    status: report.status.to_owned(),
+                    finished_unix_ms: now_ms,
+                    last_success_unix_ms: (report.status == "equal").then_some(now_ms),
+                    rows_compared: report.source_rows,
+                    tables_differing: report
+                        .tables
+                        .iter()
+                        .filter(|t| t.status == report::TableStatus::Differs)
+                        .count() as u64,
+                    ranges_differing: ranges,
+                    differences_found: report.tables.iter().map(|t| t.differences_found).sum(),
+                    error: (!not_verified.is_empty()).then(|| not_verified.join("; ")),
+                }
+            }
+            Err(error) => VerificationStatus {
+                status: "error".into(),
+                finished_unix_ms: now_ms,
+                error: Some(format!("{error:#}")),
+                ..VerificationStatus::default()
+            },
+        };
+        match status.status.as_str() {
+            "equal" => tracing::info!(rows = status.rows_compared, "scheduled verification: equal"),
+            other => tracing::warn!(
+                result = other,
+                tables_differing = status.tables_differing,
+                differences = status.differences_found,
+                error = status.error.as_deref().unwrap_or(""),
+                "scheduled verification did not find the topics equal to the tables (run `sluice verify` for the keys)"
+            ),
+        }
+        ::metrics::counter!(m::VERIFY_RUNS, "result" => status.status.clone()).increment(1);
+        ::metrics::counter!(m::VERIFY_ROWS_COMPARED).increment(status.rows_compared);
+        ::metrics::gauge!(m::VERIFY_RANGES_DIFFERING).set(status.ranges_differing as f64);
+        if let Some(ms) = status
+            .last_success_unix_ms
+            .filter(|_| status.status == "equal")
+        {
+            ::metrics::gauge!(m::VERIFY_LAST_SUCCESS).set(ms as f64 / 1000.0);
+        }
+        board.set_verification(status);
     }
 }
 
@@ -181,8 +306,7 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     for table in &captured {
         match snapshot.plan(config, table).await.map_err(explained)? {
             Ok(plan) => {
-                let buckets = snapshot
-                    .checksums(&plan, events, args.rate_limit)
+                let buckets = source::checksums(snapshot.client(), &plan, events, args.rate_limit)
                     .await
                     .map_err(explained)?;
                 source_rows += buckets.iter().map(|b| b.0).sum::<u64>();
@@ -198,19 +322,19 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     report.source_rows = source_rows;
     report.source_ms = source_started.elapsed().as_millis() as u64;
     wait_for_pipeline(&snapshot, config, position, args.wait_timeout).await?;
-    let consumer = consumer(config)?;
+    let consumer = compare::consumer(&config.name, &config.kafka.brokers, &config.kafka.client)?;
     let topic_started = Instant::now();
+    let cutoff = Cutoff::CommitLsn(position.0);
+    let side = Side {
+        db: snapshot.client(),
+        events,
+        cutoff: &cutoff,
+        avro: avro.as_ref(),
+        sink: false,
+    };
+    let limits = args.limits();
     for (plan, source_buckets) in &plans {
-        let table = verify_table(
-            &snapshot,
-            &consumer,
-            config,
-            args,
-            plan,
-            source_buckets,
-            avro.as_ref(),
-        )
-        .await;
+        let table = verify_table(side, &consumer, &limits, plan, source_buckets).await;
         report.tables.push(match table {
             Ok(table) => table,
             Err(error) => TableReport::not_verified(
@@ -251,254 +375,6 @@ async fn wait_for_pipeline(
             Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-}
-
-fn consumer(config: &PgPipelineConfig) -> anyhow::Result<BaseConsumer> {
-    let mut client = crate::kafka::client_config(&config.kafka.brokers, &config.kafka.client);
-    client
-        .set(
-            "group.id",
-            format!("sluice-verify-{}-{}", config.name, std::process::id()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
-        .set("auto.offset.reset", "earliest");
-    for (key, value) in crate::compaction::scan::LEAN_PREFETCH {
-        client.set(*key, *value);
-    }
-    client
-        .create()
-        .context("cannot create the Kafka consumer (kafka.brokers, [kafka.client])")
-}
-
-async fn verify_table(
-    snapshot: &SourceSnapshot,
-    consumer: &BaseConsumer,
-    config: &PgPipelineConfig,
-    args: &VerifyArgs,
-    plan: &TablePlan,
-    source: &Buckets,
-    avro: Option<&AvroTopics>,
-) -> anyhow::Result<TableReport> {
-    let events = &config.kafka.events;
-    let position = snapshot.position.0;
-    let source_rows: u64 = source.iter().map(|b| b.0).sum();
-    let keys_per_pass = (args.memory_mb.max(1) << 20) / 64;
-    let passes = source_rows.div_ceil(keys_per_pass).max(1);
-    let buckets = u64::from(plan.buckets);
-    let mut topic: Buckets = vec![(0, 0); plan.buckets as usize];
-    let mut partial = vec![false; plan.buckets as usize];
-    let mut table = TableReport::new(plan);
-    table.source_rows = source_rows;
-    for pass in 0..passes {
-        let lo = (pass * buckets / passes) as u32;
-        let hi = ((pass + 1) * buckets / passes) as u32;
-        let mut view =
-            TopicView::new(plan, events, position, PassFilter::Range(lo, hi)).with_avro(avro);
-        match tokio::task::block_in_place(|| read_topic(consumer, &plan.topic, |r| view.apply(r))) {
-            // An empty table whose topic was never written: equal.
-            Err(error) if source_rows == 0 && error.is::<topic::MissingTopic>() => {}
-            other => other?,
-        }
-        for state in view.keys.values() {
-            let b = state.bucket as usize;
-            topic[b].0 += 1;
-            topic[b].1 += i128::from(state.hash);
-            partial[b] |= state.partial;
-            table.partial_keys += u64::from(state.partial);
-        }
-        table.read.add(&view.stats);
-    }
-    table.passes = passes;
-    table.topic_keys = topic.iter().map(|b| b.0).sum();
-    if table.read.unreadable > 0 {
-        anyhow::bail!(
-            "{} records of {} could not be read ({})",
-            table.read.unreadable,
-            plan.topic,
-            table.read.first_problem.clone().unwrap_or_default()
-        );
-    }
-    let settled = |b: u32| !partial[b as usize];
-    let counts_equal = |b: u32| source[b as usize].0 == topic[b as usize].0;
-    let mut differing: Vec<u32> = (0..plan.buckets)
-        .filter(|&b| source[b as usize] != topic[b as usize] || partial[b as usize])
-        .collect();
-    // A bucket holding a key whose newest event lacks values (unchanged TOASTed columns) has a
-    // checksum that cannot match: it is settled key by key. Buckets whose checksum differs with
-    // complete events (a certain difference) are narrowed first.
-    differing.sort_by_key(|&b| (!settled(b) && counts_equal(b), b));
-    let mut narrowed = Vec::new();
-    let mut held = 0u64;
-    for &b in &differing {
-        let rows = source[b as usize].0 + topic[b as usize].0;
-        if !narrowed.is_empty() && held + rows > args.narrow_rows {
-            break;
-        }
-        held += rows;
-        narrowed.push(b);
-    }
-    narrowed.sort_unstable();
-    table.buckets_narrowed = narrowed.len() as u64;
-    if !narrowed.is_empty() {
-        let rows = snapshot
-            .rows(plan, events, &narrowed, args.rate_limit)
-            .await
-            .map_err(explained)?;
-        let mut view = TopicView::new(plan, events, position, PassFilter::Detail(narrowed.clone()))
-            .with_avro(avro);
-        tokio::task::block_in_place(|| read_topic(consumer, &plan.topic, |r| view.apply(r)))?;
-        compare_keys(plan, rows, view.keys, &mut table, args.max_keys);
-    }
-    let found: std::collections::BTreeSet<u32> =
-        table.differing_bucket_ids.iter().copied().collect();
-    let (mut differs, mut unsettled) = (0u64, 0u64);
-    for &b in &differing {
-        if narrowed.binary_search(&b).is_ok() {
-            // Compared key by key: exact.
-            differs += u64::from(found.contains(&b));
-        } else if settled(b) || !counts_equal(b) {
-            differs += 1;
-        } else {
-            unsettled += 1;
-        }
-    }
-    table.buckets_differing = differs;
-    table.status = if differs > 0 {
-        TableStatus::Differs
-    } else if unsettled > 0 {
-        table.reason = Some(format!(
-            "{unsettled} bucket(s) hold updates whose events lack unchanged TOASTed values and did not fit in --narrow-rows ({}): raise it, or set source.postgres.unchanged_toast = \"reread\"",
-            args.narrow_rows
-        ));
-        TableStatus::NotVerified
-    } else {
-        TableStatus::Equal
-    };
-    Ok(table)
-}
-
-/// Compares the source rows and topic keys of the narrowed buckets key by key.
-fn compare_keys(
-    plan: &TablePlan,
-    rows: Vec<SourceRow>,
-    mut topic: HashMap<u128, KeyState>,
-    table: &mut TableReport,
-    max_keys: usize,
-) {
-    let found = |table: &mut TableReport, difference: Difference, bucket: u32| {
-        table.differences_found += 1;
-        if !table.differing_bucket_ids.contains(&bucket) {
-            table.differing_bucket_ids.push(bucket);
-        }
-        if table.differences.len() < max_keys {
-            table.differences.push(difference.clone());
-        }
-        table.repairable.push(difference);
-    };
-    for row in rows {
-        let mut key_form = Vec::new();
-        for text in &row.key {
-            push_piece(
-                &mut key_form,
-                &text.as_deref().map_or(Piece::Null, Piece::Value),
-            );
-        }
-        let id = u128::from_be_bytes(digest(&key_form));
-        let source_json = compared_json(plan, &row.json);
-        let key_json = Value::Object(
-            plan.key
-                .iter()
-                .map(|c| {
-                    (
-                        c.name.clone(),
-                        row.json.get(&c.name).cloned().unwrap_or_default(),
-                    )
-                })
-                .collect(),
-        );
-        let Some(state) = topic.remove(&id) else {
-            found(
-                table,
-                Difference {
-                    kind: DifferenceKind::MissingInTopic,
-                    key: key_json,
-                    key_text: row.key_text.clone(),
-                    source: Some(source_json),
-                    topic: None,
-                    columns: Vec::new(),
-                },
-                row.bucket,
-            );
-            continue;
-        };
-        let detail = state.detail.as_deref();
-        let mut form = Vec::new();
-        let mut columns = Vec::new();
-        for (i, (column, value)) in plan.columns.iter().zip(&row.values).enumerate() {
-            let carried = detail.and_then(|d| d.values.get(i));
-            match carried {
-                Some(None) => push_piece(&mut form, &Piece::Unavailable),
-                _ => push_piece(
-                    &mut form,
-                    &value.as_deref().map_or(Piece::Null, Piece::Value),
-                ),
-            }
-            if let Some(Some(topic_value)) = carried
-                && topic_value != value
-            {
-                columns.push(column.name.clone());
-            }
-        }
-        if row_hash(&form) != state.hash {
-            found(
-                table,
-                Difference {
-                    kind: DifferenceKind::Differs,
-                    key: key_json,
-                    key_text: row.key_text.clone(),
-                    source: Some(source_json),
-                    topic: detail.map(|d| d.after.clone()),
-                    columns,
-                },
-                row.bucket,
-            );
-        }
-    }
-    let mut extra: Vec<KeyState> = topic.into_values().collect();
-    extra.sort_by_key(|s| s.bucket);
-    for state in extra {
-        let detail = state.detail.as_deref();
-        found(
-            table,
-            Difference {
-                kind: DifferenceKind::MissingInSource,
-                key: detail.map(|d| d.key.clone()).unwrap_or_default(),
-                key_text: Vec::new(),
-                source: None,
-                topic: detail.map(|d| d.after.clone()),
-                columns: Vec::new(),
-            },
-            state.bucket,
-        );
-    }
-}
-
-/// The compared columns of a `to_jsonb` row.
-fn compared_json(plan: &TablePlan, row: &Value) -> Value {
-    Value::Object(
-        plan.columns
-            .iter()
-            .map(|c| {
-                (
-                    c.name.clone(),
-                    row.get(&c.name).cloned().unwrap_or_default(),
-                )
-            })
-            .collect(),
-    )
 }
 
 /// Keys per signal (a filter of `(key) IN (…)` values).

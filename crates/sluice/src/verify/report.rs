@@ -13,7 +13,10 @@ use super::topic::ReadStats;
 pub struct Report {
     /// `equal`, `differences` or `not_verified`.
     pub status: &'static str,
-    /// The position compared at (the source snapshot's LSN).
+    /// What was compared: `source` (the source's tables with their topics) or `sink` (a
+    /// sink's target tables with the topics it applies).
+    pub kind: &'static str,
+    /// The position compared at (the source snapshot's LSN; for a sink, the applied offsets).
     pub position: String,
     /// Rows read from the source.
     pub source_rows: u64,
@@ -105,8 +108,10 @@ pub struct NotCompared {
 pub enum DifferenceKind {
     /// In the table, not (or deleted) in the topic.
     MissingInTopic,
-    /// In the topic, not in the table.
+    /// In the topic, not in the table (a source's table).
     MissingInSource,
+    /// In the topic, not in the table (a sink's target table).
+    MissingInTable,
     /// In both, with other values.
     Differs,
 }
@@ -159,6 +164,7 @@ impl Report {
     pub fn new(position: String) -> Self {
         Self {
             status: "equal",
+            kind: "source",
             position,
             source_rows: 0,
             source_ms: 0,
@@ -265,13 +271,17 @@ pub fn render(report: &Report) -> String {
         report.topic_ms as f64 / 1000.0
     );
     for table in &report.tables {
+        // The direction data flows.
+        let (from, to) = if report.kind == "sink" {
+            (&table.topic, &table.table)
+        } else {
+            (&table.table, &table.topic)
+        };
         match table.status {
             TableStatus::NotVerified => {
                 let _ = writeln!(
                     out,
-                    "{} -> {}: NOT VERIFIED: {}",
-                    table.table,
-                    table.topic,
+                    "{from} -> {to}: NOT VERIFIED: {}",
                     table.reason.as_deref().unwrap_or("")
                 );
                 continue;
@@ -279,16 +289,14 @@ pub fn render(report: &Report) -> String {
             TableStatus::Equal => {
                 let _ = writeln!(
                     out,
-                    "{} -> {}: equal ({} rows, {} buckets)",
-                    table.table, table.topic, table.source_rows, table.buckets
+                    "{from} -> {to}: equal ({} rows, {} buckets)",
+                    table.source_rows, table.buckets
                 );
             }
             TableStatus::Differs => {
                 let _ = writeln!(
                     out,
-                    "{} -> {}: DIFFERS: {} rows in the table, {} keys in the topic; {} of {} buckets differ; {} differing key(s) found in {} bucket(s) compared key by key",
-                    table.table,
-                    table.topic,
+                    "{from} -> {to}: DIFFERS: {} rows in the table, {} keys in the topic; {} of {} buckets differ; {} differing key(s) found in {} bucket(s) compared key by key",
                     table.source_rows,
                     table.topic_keys,
                     table.buckets_differing,
@@ -300,6 +308,7 @@ pub fn render(report: &Report) -> String {
                     let what = match d.kind {
                         DifferenceKind::MissingInTopic => "missing in the topic".to_owned(),
                         DifferenceKind::MissingInSource => "in the topic only".to_owned(),
+                        DifferenceKind::MissingInTable => "missing in the table".to_owned(),
                         DifferenceKind::Differs if d.columns.is_empty() => "differs".to_owned(),
                         DifferenceKind::Differs => format!("differs in {}", d.columns.join(", ")),
                     };
@@ -333,6 +342,13 @@ pub fn render(report: &Report) -> String {
                 out,
                 "  {} record(s) without sluice's position header were taken as before the position",
                 table.read.unpositioned
+            );
+        }
+        if report.kind == "sink" && table.read.after_position > 0 {
+            let _ = writeln!(
+                out,
+                "  {} record(s) not yet applied by the sink were left out",
+                table.read.after_position
             );
         }
     }

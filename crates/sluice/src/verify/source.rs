@@ -46,9 +46,9 @@ pub struct TablePlan {
     /// Columns left out of the comparison, with the reason.
     pub not_compared: Vec<(String, String)>,
     /// `FROM` target: the quoted name, `ONLY` unless partitioned.
-    from: String,
+    pub(super) from: String,
     /// The pipeline's row filter of the table.
-    filter: Option<String>,
+    pub(super) filter: Option<String>,
     /// How many buckets its keys are spread over.
     pub buckets: u32,
 }
@@ -178,7 +178,8 @@ impl SourceSnapshot {
         })
     }
 
-    fn client(&self) -> &Client {
+    /// The SQL connection holding the snapshot.
+    pub fn client(&self) -> &Client {
         self.catalog.client()
     }
 
@@ -205,258 +206,36 @@ impl SourceSnapshot {
         table: &CapturedTable,
     ) -> Result<Result<TablePlan, String>, PipelineError> {
         let qualified = table.qualified();
-        let quoted = format!(
-            "{}.{}",
-            quote_ident(&table.schema),
-            quote_ident(&table.table)
-        );
         let pg: &PostgresSourceConfig = &config.source;
-        let events: &EventOptions = &config.kafka.events;
         if !table.has_primary_key {
             return Ok(Err(
                 "no primary key: its records have no key to compare by".into()
             ));
         }
-        let relkind: String = self
-            .client()
-            .query_one(
-                "SELECT relkind::text FROM pg_class WHERE oid = $1::text::regclass",
-                &[&quoted],
-            )
-            .await
-            .map_err(|e| classify_pg(format!("cannot read {qualified}"), e))?
-            .get(0);
-        let rows = self
-            .client()
-            .query(
-                "SELECT a.attname::text, COALESCE(b.oid, t.oid)::oid, \
-                        COALESCE(b.typtype, t.typtype)::text, \
-                        CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
-                        a.attgenerated IN ('s', 'v'), \
-                        EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid \
-                                AND i.indisprimary AND a.attnum = ANY(i.indkey)), \
-                        e.oid, e.typtype::text \
-                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-                 LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype \
-                 LEFT JOIN pg_type e ON COALESCE(b.typcategory, t.typcategory) = 'A' \
-                      AND e.oid = COALESCE(b.typelem, t.typelem) \
-                 WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped \
-                 ORDER BY a.attnum",
-                &[&quoted],
-            )
-            .await
-            .map_err(|e| classify_pg(format!("cannot read the columns of {qualified}"), e))?;
-        let key_names: Vec<String> = self
-            .client()
-            .query(
-                "SELECT a.attname::text FROM pg_index i \
-                 CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
-                 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
-                 WHERE i.indrelid = $1::text::regclass AND i.indisprimary ORDER BY k.n",
-                &[&quoted],
-            )
-            .await
-            .map_err(|e| classify_pg(format!("cannot read the key of {qualified}"), e))?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        let mut columns = Vec::new();
-        let mut not_compared = Vec::new();
-        for row in &rows {
-            let name: String = row.get(0);
-            let type_oid: u32 = row.get(1);
-            let typtype: String = row.get(2);
-            let typmod: i32 = row.get(3);
-            let generated: bool = row.get(4);
-            let in_key: bool = row.get(5);
-            let element = row.get::<_, Option<u32>>(6).map(|type_oid| ArrayElement {
-                type_oid,
-                is_enum: row.get::<_, Option<String>>(7).as_deref() == Some("e"),
-            });
-            let treatment = pg.column_treatment_of(&table.rule_names(), &name);
-            let class = ColumnClass::of(type_oid, typtype == "e", typmod, element, events);
-            let reason = match (treatment, &class) {
-                (ColumnTreatment::Exclude, _) => Some("excluded (source.postgres.columns.exclude)"),
-                (ColumnTreatment::Hash, _) => Some("hashed (source.postgres.columns.hash)"),
-                (ColumnTreatment::Mask, _) => Some("masked (source.postgres.columns.mask)"),
-                (_, _) if generated && !pg.publish_generated_columns => {
-                    Some("generated (not published)")
-                }
-                (_, Err(reason)) => Some(*reason),
-                (_, Ok(_)) => None,
-            };
-            match (reason, class) {
-                (None, Ok(class)) => columns.push(Column { name, class }),
-                (Some(reason), _) => {
-                    if in_key {
-                        return Ok(Err(format!("key column {name:?}: {reason}")));
-                    }
-                    not_compared.push((name, reason.to_owned()));
-                }
-                (None, Err(_)) => unreachable!("a class error is a reason"),
-            }
-        }
-        let key: Vec<Column> = key_names
-            .iter()
-            .filter_map(|k| columns.iter().find(|c| &c.name == k).cloned())
-            .collect();
-        if key.len() != key_names.len() || key.is_empty() {
-            return Ok(Err("its key columns cannot be compared".into()));
-        }
-        let estimate: f64 = self
-            .client()
-            .query_one(
-                "SELECT GREATEST(reltuples, 0)::float8 FROM pg_class WHERE oid = $1::text::regclass",
-                &[&quoted],
-            )
-            .await
-            .map_err(|e| classify_pg(format!("cannot read {qualified}"), e))?
-            .get(0);
-        Ok(Ok(TablePlan {
-            topic: format!("{}.{qualified}", config.kafka.topic_prefix),
-            qualified: qualified.clone(),
-            columns,
-            key,
-            not_compared,
-            from: if relkind == "p" {
-                quoted
-            } else {
-                format!("ONLY {quoted}")
+        let rule_names = table.rule_names();
+        let left_out = |name: &str| match pg.column_treatment_of(&rule_names, name) {
+            ColumnTreatment::Exclude => Some("excluded (source.postgres.columns.exclude)"),
+            ColumnTreatment::Hash => Some("hashed (source.postgres.columns.hash)"),
+            ColumnTreatment::Mask => Some("masked (source.postgres.columns.mask)"),
+            _ => None,
+        };
+        plan_table(
+            self.client(),
+            &PlanRules {
+                quoted: format!(
+                    "{}.{}",
+                    quote_ident(&table.schema),
+                    quote_ident(&table.table)
+                ),
+                topic: format!("{}.{qualified}", config.kafka.topic_prefix),
+                qualified,
+                events: &config.kafka.events,
+                left_out: &left_out,
+                generated: (!pg.publish_generated_columns).then_some("generated (not published)"),
+                filter: pg.row_filter_of(&rule_names),
             },
-            filter: pg.row_filter_of(&table.rule_names()),
-            buckets: bucket_count(estimate),
-        }))
-    }
-
-    /// Every row's bucket and hash, computed by the server, summed per bucket; at most
-    /// `rate` rows a second (0: unbounded).
-    ///
-    /// # Errors
-    ///
-    /// Queries failed.
-    pub async fn checksums(
-        &self,
-        plan: &TablePlan,
-        events: &EventOptions,
-        rate: u64,
-    ) -> Result<Buckets, PipelineError> {
-        let key_form = form_sql(&TablePlan::pairs(&plan.key), events);
-        let row_form = form_sql(&TablePlan::pairs(&plan.columns), events);
-        let query = format!(
-            "SELECT {}, {} FROM {} AS t{}",
-            bucket_sql(&key_form, plan.buckets),
-            hash_sql(&row_form),
-            plan.from,
-            plan.where_clause(None)
-        );
-        let mut buckets: Buckets = vec![(0, 0); plan.buckets as usize];
-        self.scan(&query, &plan.qualified, rate, |row| {
-            let bucket: i32 = row.get(0);
-            let hash: i64 = row.get(1);
-            if let Some(entry) = buckets.get_mut(bucket as usize) {
-                entry.0 += 1;
-                entry.1 += i128::from(hash);
-            }
-        })
-        .await?;
-        Ok(buckets)
-    }
-
-    /// The rows of `buckets` (sorted), with their canonical texts.
-    ///
-    /// # Errors
-    ///
-    /// Queries failed.
-    pub async fn rows(
-        &self,
-        plan: &TablePlan,
-        events: &EventOptions,
-        buckets: &[u32],
-        rate: u64,
-    ) -> Result<Vec<SourceRow>, PipelineError> {
-        let key_form = form_sql(&TablePlan::pairs(&plan.key), events);
-        let bucket = bucket_sql(&key_form, plan.buckets);
-        let list: Vec<String> = buckets.iter().map(u32::to_string).collect();
-        let array = |columns: &[Column]| {
-            let items: Vec<String> = columns
-                .iter()
-                .map(|c| c.class.sql(&c.name, events))
-                .collect();
-            format!("ARRAY[{}]::text[]", items.join(", "))
-        };
-        let key_text: Vec<String> = plan
-            .key
-            .iter()
-            .map(|c| crate::sql::pg_text_output(&format!("t.{}", quote_ident(&c.name))))
-            .collect();
-        let query = format!(
-            "SELECT {bucket}, {}, ARRAY[{}]::text[], {}, to_jsonb(t)::text FROM {} AS t{}",
-            array(&plan.key),
-            key_text.join(", "),
-            array(&plan.columns),
-            plan.from,
-            plan.where_clause(Some(&format!("{bucket} IN ({})", list.join(", "))))
-        );
-        let mut rows = Vec::new();
-        self.scan(&query, &plan.qualified, rate, |row| {
-            let bucket: i32 = row.get(0);
-            let json: String = row.get(4);
-            rows.push(SourceRow {
-                bucket: bucket as u32,
-                key: row.get(1),
-                key_text: row.get(2),
-                values: row.get(3),
-                json: serde_json::from_str(&json).unwrap_or_default(),
-            });
-        })
-        .await?;
-        Ok(rows)
-    }
-
-    /// Runs `query` through a cursor, `FETCH`ing at the pace `rate` allows.
-    async fn scan(
-        &self,
-        query: &str,
-        table: &str,
-        rate: u64,
-        mut each: impl FnMut(&tokio_postgres::Row),
-    ) -> Result<(), PipelineError> {
-        let client = self.client();
-        client
-            .batch_execute(&format!(
-                "DECLARE sluice_verify NO SCROLL CURSOR FOR {query}"
-            ))
-            .await
-            .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
-        let fetch = if rate == 0 {
-            FETCH_ROWS
-        } else {
-            (rate / 10).clamp(100, FETCH_ROWS)
-        };
-        let started = Instant::now();
-        let mut total = 0u64;
-        loop {
-            let rows = client
-                .query(&format!("FETCH {fetch} FROM sluice_verify"), &[])
-                .await
-                .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
-            rows.iter().for_each(&mut each);
-            total += rows.len() as u64;
-            if (rows.len() as u64) < fetch {
-                break;
-            }
-            if rate > 0 {
-                let due = Duration::from_secs_f64(total as f64 / rate as f64);
-                if let Some(wait) = due.checked_sub(started.elapsed()) {
-                    tokio::time::sleep(wait).await;
-                }
-            }
-        }
-        client
-            .batch_execute("CLOSE sluice_verify")
-            .await
-            .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
-        Ok(())
+        )
+        .await
     }
 
     /// The pipeline slot's confirmed position (`None`: no such slot).
@@ -469,8 +248,274 @@ impl SourceSnapshot {
     }
 }
 
+/// What a pipeline says about one table's columns, for [`plan_table`].
+pub struct PlanRules<'a> {
+    /// `schema.table`, as reported.
+    pub qualified: String,
+    /// The table quoted for SQL.
+    pub quoted: String,
+    /// The topic its events are in.
+    pub topic: String,
+    /// The events' encoding options.
+    pub events: &'a EventOptions,
+    /// Why a column is left out of the events (excluded, hashed, masked); `None`: it is not.
+    pub left_out: &'a (dyn Fn(&str) -> Option<&'static str> + Sync),
+    /// Why generated columns are not compared; `None`: they are.
+    pub generated: Option<&'static str>,
+    /// The row filter: only the rows it selects are compared.
+    pub filter: Option<String>,
+}
+
+/// What of a table is compared, from the catalog `client` reads (under the snapshot); `Err`
+/// says why it cannot be verified.
+///
+/// # Errors
+///
+/// `Ok(Err(reason))` for a table that cannot be verified; `Err` for failed queries.
+pub async fn plan_table(
+    client: &Client,
+    rules: &PlanRules<'_>,
+) -> Result<Result<TablePlan, String>, PipelineError> {
+    let (qualified, quoted, events) = (&rules.qualified, &rules.quoted, rules.events);
+    let relkind: String = client
+        .query_one(
+            "SELECT relkind::text FROM pg_class WHERE oid = $1::text::regclass",
+            &[quoted],
+        )
+        .await
+        .map_err(|e| classify_pg(format!("cannot read {qualified}"), e))?
+        .get(0);
+    let rows = client
+        .query(
+            "SELECT a.attname::text, COALESCE(b.oid, t.oid)::oid, \
+                    COALESCE(b.typtype, t.typtype)::text, \
+                    CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END, \
+                    a.attgenerated IN ('s', 'v'), \
+                    EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid \
+                            AND i.indisprimary AND a.attnum = ANY(i.indkey)), \
+                    e.oid, e.typtype::text \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype \
+             LEFT JOIN pg_type e ON COALESCE(b.typcategory, t.typcategory) = 'A' \
+                  AND e.oid = COALESCE(b.typelem, t.typelem) \
+             WHERE a.attrelid = $1::text::regclass AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[quoted],
+        )
+        .await
+        .map_err(|e| classify_pg(format!("cannot read the columns of {qualified}"), e))?;
+    let key_names: Vec<String> = client
+        .query(
+            "SELECT a.attname::text FROM pg_index i \
+             CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+             JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE i.indrelid = $1::text::regclass AND i.indisprimary ORDER BY k.n",
+            &[quoted],
+        )
+        .await
+        .map_err(|e| classify_pg(format!("cannot read the key of {qualified}"), e))?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    if key_names.is_empty() {
+        return Ok(Err(
+            "no primary key: its rows have no key to compare by".into()
+        ));
+    }
+    let mut columns = Vec::new();
+    let mut not_compared = Vec::new();
+    for row in &rows {
+        let name: String = row.get(0);
+        let type_oid: u32 = row.get(1);
+        let typtype: String = row.get(2);
+        let typmod: i32 = row.get(3);
+        let generated: bool = row.get(4);
+        let in_key: bool = row.get(5);
+        let element = row.get::<_, Option<u32>>(6).map(|type_oid| ArrayElement {
+            type_oid,
+            is_enum: row.get::<_, Option<String>>(7).as_deref() == Some("e"),
+        });
+        let class = ColumnClass::of(type_oid, typtype == "e", typmod, element, events);
+        let reason = match ((rules.left_out)(&name), &class) {
+            (Some(reason), _) => Some(reason),
+            (None, _) if generated && rules.generated.is_some() => rules.generated,
+            (None, Err(reason)) => Some(*reason),
+            (None, Ok(_)) => None,
+        };
+        match (reason, class) {
+            (None, Ok(class)) => columns.push(Column { name, class }),
+            (Some(reason), _) => {
+                if in_key {
+                    return Ok(Err(format!("key column {name:?}: {reason}")));
+                }
+                not_compared.push((name, reason.to_owned()));
+            }
+            (None, Err(_)) => unreachable!("a class error is a reason"),
+        }
+    }
+    let key: Vec<Column> = key_names
+        .iter()
+        .filter_map(|k| columns.iter().find(|c| &c.name == k).cloned())
+        .collect();
+    if key.len() != key_names.len() || key.is_empty() {
+        return Ok(Err("its key columns cannot be compared".into()));
+    }
+    let estimate: f64 = client
+        .query_one(
+            "SELECT GREATEST(reltuples, 0)::float8 FROM pg_class WHERE oid = $1::text::regclass",
+            &[quoted],
+        )
+        .await
+        .map_err(|e| classify_pg(format!("cannot read {qualified}"), e))?
+        .get(0);
+    Ok(Ok(TablePlan {
+        topic: rules.topic.clone(),
+        qualified: qualified.clone(),
+        columns,
+        key,
+        not_compared,
+        from: if relkind == "p" {
+            quoted.clone()
+        } else {
+            format!("ONLY {quoted}")
+        },
+        filter: rules.filter.clone(),
+        buckets: bucket_count(estimate),
+    }))
+}
+
+/// Every row's bucket and hash, computed by the server, summed per bucket; at most
+/// `rate` rows a second (0: unbounded).
+///
+/// # Errors
+///
+/// Queries failed.
+pub async fn checksums(
+    client: &Client,
+    plan: &TablePlan,
+    events: &EventOptions,
+    rate: u64,
+) -> Result<Buckets, PipelineError> {
+    let key_form = form_sql(&TablePlan::pairs(&plan.key), events);
+    let row_form = form_sql(&TablePlan::pairs(&plan.columns), events);
+    let query = format!(
+        "SELECT {}, {} FROM {} AS t{}",
+        bucket_sql(&key_form, plan.buckets),
+        hash_sql(&row_form),
+        plan.from,
+        plan.where_clause(None)
+    );
+    let mut buckets: Buckets = vec![(0, 0); plan.buckets as usize];
+    scan(client, &query, &plan.qualified, rate, |row| {
+        let bucket: i32 = row.get(0);
+        let hash: i64 = row.get(1);
+        if let Some(entry) = buckets.get_mut(bucket as usize) {
+            entry.0 += 1;
+            entry.1 += i128::from(hash);
+        }
+    })
+    .await?;
+    Ok(buckets)
+}
+
+/// The rows of `buckets` (sorted), with their canonical texts.
+///
+/// # Errors
+///
+/// Queries failed.
+pub async fn rows(
+    client: &Client,
+    plan: &TablePlan,
+    events: &EventOptions,
+    buckets: &[u32],
+    rate: u64,
+) -> Result<Vec<SourceRow>, PipelineError> {
+    let key_form = form_sql(&TablePlan::pairs(&plan.key), events);
+    let bucket = bucket_sql(&key_form, plan.buckets);
+    let list: Vec<String> = buckets.iter().map(u32::to_string).collect();
+    let array = |columns: &[Column]| {
+        let items: Vec<String> = columns
+            .iter()
+            .map(|c| c.class.sql(&c.name, events))
+            .collect();
+        format!("ARRAY[{}]::text[]", items.join(", "))
+    };
+    let key_text: Vec<String> = plan
+        .key
+        .iter()
+        .map(|c| crate::sql::pg_text_output(&format!("t.{}", quote_ident(&c.name))))
+        .collect();
+    let query = format!(
+        "SELECT {bucket}, {}, ARRAY[{}]::text[], {}, to_jsonb(t)::text FROM {} AS t{}",
+        array(&plan.key),
+        key_text.join(", "),
+        array(&plan.columns),
+        plan.from,
+        plan.where_clause(Some(&format!("{bucket} IN ({})", list.join(", "))))
+    );
+    let mut rows = Vec::new();
+    scan(client, &query, &plan.qualified, rate, |row| {
+        let bucket: i32 = row.get(0);
+        let json: String = row.get(4);
+        rows.push(SourceRow {
+            bucket: bucket as u32,
+            key: row.get(1),
+            key_text: row.get(2),
+            values: row.get(3),
+            json: serde_json::from_str(&json).unwrap_or_default(),
+        });
+    })
+    .await?;
+    Ok(rows)
+}
+
+/// Runs `query` through a cursor, `FETCH`ing at the pace `rate` allows.
+async fn scan(
+    client: &Client,
+    query: &str,
+    table: &str,
+    rate: u64,
+    mut each: impl FnMut(&tokio_postgres::Row),
+) -> Result<(), PipelineError> {
+    client
+        .batch_execute(&format!(
+            "DECLARE sluice_verify NO SCROLL CURSOR FOR {query}"
+        ))
+        .await
+        .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
+    let fetch = if rate == 0 {
+        FETCH_ROWS
+    } else {
+        (rate / 10).clamp(100, FETCH_ROWS)
+    };
+    let started = Instant::now();
+    let mut total = 0u64;
+    loop {
+        let rows = client
+            .query(&format!("FETCH {fetch} FROM sluice_verify"), &[])
+            .await
+            .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
+        rows.iter().for_each(&mut each);
+        total += rows.len() as u64;
+        if (rows.len() as u64) < fetch {
+            break;
+        }
+        if rate > 0 {
+            let due = Duration::from_secs_f64(total as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(started.elapsed()) {
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+    client
+        .batch_execute("CLOSE sluice_verify")
+        .await
+        .map_err(|e| classify_pg(format!("cannot read {table}"), e))?;
+    Ok(())
+}
+
 /// About 1,000 rows a bucket (by the table's size estimate), 1 to 65,536 buckets.
-fn bucket_count(estimate: f64) -> u32 {
+pub(super) fn bucket_count(estimate: f64) -> u32 {
     ((estimate / 1000.0).ceil() as u32).clamp(1, 65_536)
 }
 

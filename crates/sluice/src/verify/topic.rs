@@ -25,6 +25,7 @@ use super::avro::{AvroProblem, AvroTopics};
 use super::canonical::{Piece, bucket_of, digest, push_piece, row_hash};
 use super::source::TablePlan;
 use crate::event::{EventOptions, HEADER_COMMIT_LSN};
+use crate::source::mysql::encode::{HEADER_BINLOG_FILE, HEADER_BINLOG_POS};
 
 /// One record as the view needs it.
 pub struct TopicRecord<'a> {
@@ -34,6 +35,77 @@ pub struct TopicRecord<'a> {
     pub value: Option<&'a [u8]>,
     /// The `sluice.commit_lsn` header.
     pub commit_lsn: Option<u64>,
+    /// The `sluice.binlog_file` and `sluice.binlog_pos` headers (a MySQL source's record).
+    pub binlog: Option<(&'a str, u64)>,
+    /// Its partition.
+    pub partition: i32,
+    /// Its offset.
+    pub offset: i64,
+}
+
+/// Which records of a topic the other side has seen: the records compared.
+#[derive(Debug, Clone)]
+pub enum Cutoff {
+    /// The records of transactions that committed before this LSN (a source snapshot's
+    /// position, by the `sluice.commit_lsn` header; records without it are taken).
+    CommitLsn(u64),
+    /// The records of a MySQL source at or before this binlog position (a consistent
+    /// snapshot's: every transaction before it, none after; by the `sluice.binlog_file` and
+    /// `sluice.binlog_pos` headers, records without them are taken). A row event is always
+    /// before the end of its transaction, so at the position itself are only snapshot reads,
+    /// which hold the rows as they were there.
+    Binlog {
+        /// The binlog file.
+        file: String,
+        /// The position in it.
+        pos: u64,
+    },
+    /// The records a PostgreSQL sink has applied: per partition, per sub-partition (the
+    /// sink's hash of the record key), the offset after the last one applied. A partition
+    /// not listed has had none applied.
+    Applied {
+        /// The sink's `sub_partitions`.
+        sub_partitions: u32,
+        /// Partition → next offset per sub-partition.
+        next: HashMap<i32, Vec<i64>>,
+    },
+}
+
+impl Cutoff {
+    /// Whether `record` is on the compared side of the cutoff.
+    fn takes(&self, record: &TopicRecord<'_>) -> bool {
+        match self {
+            Cutoff::CommitLsn(position) => record.commit_lsn.is_none_or(|lsn| lsn < *position),
+            // Binlog files of one server are named `<base>.<sequence>`, the sequence
+            // zero-padded: their names sort in their order.
+            Cutoff::Binlog { file, pos } => record
+                .binlog
+                .is_none_or(|(f, p)| (f, p) <= (file.as_str(), *pos)),
+            Cutoff::Applied {
+                sub_partitions,
+                next,
+            } => {
+                let sub =
+                    crate::sink::worker::sub_partition(record.key, record.offset, *sub_partitions)
+                        as usize;
+                next.get(&record.partition)
+                    .and_then(|subs| subs.get(sub))
+                    .is_some_and(|&next| record.offset < next)
+            }
+        }
+    }
+
+    /// The offset each partition needs to be read to (exclusive); `None`: its high watermark.
+    fn end_of(&self, partition: i32) -> Option<i64> {
+        match self {
+            Cutoff::CommitLsn(_) | Cutoff::Binlog { .. } => None,
+            Cutoff::Applied { next, .. } => Some(
+                next.get(&partition)
+                    .and_then(|subs| subs.iter().max().copied())
+                    .unwrap_or(0),
+            ),
+        }
+    }
 }
 
 /// What reading a topic found, besides the keys.
@@ -41,7 +113,8 @@ pub struct TopicRecord<'a> {
 pub struct ReadStats {
     /// Records read.
     pub records: u64,
-    /// Records of transactions at or after the position (left out).
+    /// Records of transactions at or after the position, or not yet applied by the sink (left
+    /// out).
     pub after_position: u64,
     /// Records without a `sluice.commit_lsn` header (taken as before the position).
     pub unpositioned: u64,
@@ -98,8 +171,10 @@ impl PassFilter {
 pub struct TopicView<'a> {
     plan: &'a TablePlan,
     events: &'a EventOptions,
-    position: u64,
+    cutoff: &'a Cutoff,
     filter: PassFilter,
+    /// Read as a PostgreSQL sink applies records (see [`TopicView::as_sink_applies`]).
+    sink: bool,
     /// The Avro reading when keys or values are Avro.
     avro: Option<&'a AvroTopics>,
     /// Decoded Avro keys and values (reused).
@@ -112,18 +187,19 @@ pub struct TopicView<'a> {
 }
 
 impl<'a> TopicView<'a> {
-    /// An empty view for `plan` at `position` (a commit LSN).
+    /// An empty view for `plan` of the records `cutoff` takes.
     pub fn new(
         plan: &'a TablePlan,
         events: &'a EventOptions,
-        position: u64,
+        cutoff: &'a Cutoff,
         filter: PassFilter,
     ) -> Self {
         Self {
             plan,
             events,
-            position,
+            cutoff,
             filter,
+            sink: false,
             avro: None,
             key_json: Vec::new(),
             value_json: Vec::new(),
@@ -138,6 +214,15 @@ impl<'a> TopicView<'a> {
         self
     }
 
+    /// The view reading records as the PostgreSQL sink applies them: a value without `op` is
+    /// a plain row (upserted as it is), and a column an event does not carry is not known
+    /// from it (the sink keeps the row's value, or the column's default): it is compared key
+    /// by key on the columns the event carries, as an unchanged TOASTed value is.
+    pub fn as_sink_applies(mut self, sink: bool) -> Self {
+        self.sink = sink;
+        self
+    }
+
     fn problem(&mut self, problem: String) {
         self.stats.unreadable += 1;
         self.stats.first_problem.get_or_insert(problem);
@@ -146,13 +231,14 @@ impl<'a> TopicView<'a> {
     /// Takes one record, in partition order.
     pub fn apply(&mut self, record: &TopicRecord<'_>) {
         self.stats.records += 1;
-        match record.commit_lsn {
-            Some(lsn) if lsn >= self.position => {
-                self.stats.after_position += 1;
-                return;
-            }
-            Some(_) => {}
-            None => self.stats.unpositioned += 1,
+        if !self.cutoff.takes(record) {
+            self.stats.after_position += 1;
+            return;
+        }
+        match self.cutoff {
+            Cutoff::CommitLsn(_) if record.commit_lsn.is_none() => self.stats.unpositioned += 1,
+            Cutoff::Binlog { .. } if record.binlog.is_none() => self.stats.unpositioned += 1,
+            _ => {}
         }
         let Some(avro) = self.avro else {
             return self.apply_json(record.key, record.value.map(Ok));
@@ -215,7 +301,10 @@ impl<'a> TopicView<'a> {
             self.keys.remove(&id);
             return;
         };
-        let envelope = match value.and_then(|v| parse_envelope(v).map_err(|e| e.to_string())) {
+        let envelope = match value
+            .clone()
+            .and_then(|v| parse_envelope(v).map_err(|e| e.to_string()))
+        {
             Ok(envelope) => envelope,
             Err(error) => {
                 // Kept as a row that matches nothing: it differs, with its key.
@@ -236,11 +325,18 @@ impl<'a> TopicView<'a> {
             self.keys.remove(&id);
             return;
         }
-        let after: Fields<'_> = envelope
-            .after
-            .filter(|raw| raw.get().trim() != "null")
-            .and_then(|raw| serde_json::from_str(raw.get()).ok())
-            .unwrap_or_default();
+        let after: Fields<'_> = match envelope.op {
+            // The sink upserts a value without `op` as a plain row.
+            None if self.sink => value
+                .ok()
+                .and_then(|v| parse_fields(v).ok())
+                .unwrap_or_default(),
+            _ => envelope
+                .after
+                .filter(|raw| raw.get().trim() != "null")
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .unwrap_or_default(),
+        };
         let unavailable = envelope.unavailable_columns.unwrap_or_default();
         let placeholder = &self.events.unavailable_value_placeholder;
         let mut form = Vec::with_capacity(128);
@@ -256,7 +352,7 @@ impl<'a> TopicView<'a> {
                     // A value of another shape: marked so it matches no source value.
                     Err(_) => Some(Some(format!("\u{0}unexpected {}", raw.get()))),
                 },
-                None if unavailable.iter().any(|c| c == &column.name) => None,
+                None if self.sink || unavailable.iter().any(|c| c == &column.name) => None,
                 None => Some(Some("\u{0}absent".to_owned())),
             };
             match &value {
@@ -398,8 +494,8 @@ fn payload(value: &Value) -> &Value {
 #[error("topic {0} does not exist (the pipeline creates it with its first record)")]
 pub struct MissingTopic(pub String);
 
-/// Reads `topic` from the start of each partition to its high watermark (taken now), in
-/// partition order per partition.
+/// Reads `topic` from the start of each partition to its high watermark (taken now), or to
+/// where `cutoff` ends it, in partition order per partition.
 ///
 /// # Errors
 ///
@@ -407,6 +503,7 @@ pub struct MissingTopic(pub String);
 pub fn read_topic(
     consumer: &BaseConsumer,
     topic: &str,
+    cutoff: &Cutoff,
     mut each: impl FnMut(&TopicRecord<'_>),
 ) -> anyhow::Result<()> {
     let metadata = consumer
@@ -431,6 +528,7 @@ pub fn read_topic(
         let (low, high) = consumer
             .fetch_watermarks(topic, p, Duration::from_secs(30))
             .with_context(|| format!("cannot read the watermarks of {topic} partition {p}"))?;
+        let high = cutoff.end_of(p).map_or(high, |end| end.min(high));
         if high > low {
             assignment.add_partition_offset(topic, p, Offset::Offset(low))?;
             pending.insert(p, high);
@@ -451,18 +549,25 @@ pub fn read_topic(
                     pending.remove(&p);
                     continue;
                 }
-                let commit_lsn = message.headers().and_then(|headers| {
-                    headers
-                        .iter()
-                        .find(|h| h.key == HEADER_COMMIT_LSN)
-                        .and_then(|h| h.value)
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|v| v.parse::<u64>().ok())
-                });
+                let header = |name: &str| {
+                    message.headers().and_then(|headers| {
+                        headers
+                            .iter()
+                            .find(|h| h.key == name)
+                            .and_then(|h| h.value)
+                            .and_then(|v| std::str::from_utf8(v).ok())
+                    })
+                };
+                let commit_lsn = header(HEADER_COMMIT_LSN).and_then(|v| v.parse::<u64>().ok());
+                let binlog = header(HEADER_BINLOG_FILE)
+                    .zip(header(HEADER_BINLOG_POS).and_then(|v| v.parse::<u64>().ok()));
                 each(&TopicRecord {
                     key: message.key(),
                     value: message.payload(),
                     commit_lsn,
+                    binlog,
+                    partition: p,
+                    offset: message.offset(),
                 });
                 if message.offset() + 1 >= high {
                     pending.remove(&p);
@@ -511,12 +616,16 @@ mod tests {
 
     fn view(plan: &TablePlan, records: &[Recorded]) -> Vec<(i64, bool)> {
         let events = EventOptions::default();
-        let mut view = TopicView::new(plan, &events, 100, PassFilter::Range(0, 4));
-        for (key, value, lsn) in records {
+        let cutoff = Cutoff::CommitLsn(100);
+        let mut view = TopicView::new(plan, &events, &cutoff, PassFilter::Range(0, 4));
+        for (offset, (key, value, lsn)) in records.iter().enumerate() {
             view.apply(&TopicRecord {
                 key: Some(key),
                 value: value.as_deref(),
                 commit_lsn: Some(*lsn),
+                binlog: None,
+                partition: 0,
+                offset: offset as i64,
             });
         }
         let mut out: Vec<(i64, bool)> = view.keys.values().map(|k| (k.hash, k.partial)).collect();
@@ -568,12 +677,21 @@ mod tests {
         let registry: crate::registry::RegistryConfig =
             toml::from_str("url = \"http://127.0.0.1:9\"").unwrap();
         let avro = AvroTopics::new(&events, Some(&registry)).unwrap().unwrap();
-        let mut view = TopicView::new(&plan, &events, 100, PassFilter::Detail(vec![0, 1, 2, 3]))
-            .with_avro(Some(&avro));
+        let cutoff = Cutoff::CommitLsn(100);
+        let mut view = TopicView::new(
+            &plan,
+            &events,
+            &cutoff,
+            PassFilter::Detail(vec![0, 1, 2, 3]),
+        )
+        .with_avro(Some(&avro));
         view.apply(&TopicRecord {
             key: Some(br#"{"id":1}"#),
             value: Some(b"{\"op\":\"c\"}"),
             commit_lsn: Some(10),
+            binlog: None,
+            partition: 0,
+            offset: 0,
         });
         assert_eq!(view.stats.unreadable, 0);
         let state = view.keys.values().next().expect("the key is kept");
@@ -613,5 +731,62 @@ mod tests {
             )],
         );
         assert_eq!(got, vec![(row_hash(&form), true)]);
+    }
+    /// A sink's cutoff takes, per partition and sub-partition (the sink's hash of the key
+    /// bytes), the records before the applied offset; a value without `op` is a plain row and a
+    /// column it does not carry is not known from it.
+    #[test]
+    fn a_sinks_cutoff_takes_what_each_sub_partition_applied() {
+        let plan = plan();
+        let events = EventOptions::default();
+        let (one, two) = (br#"{"id":1}"#.as_slice(), br#"{"id":2}"#.as_slice());
+        let subs = 4;
+        let (sub_one, sub_two) = (
+            crate::sink::worker::sub_partition(Some(one), 0, subs) as usize,
+            crate::sink::worker::sub_partition(Some(two), 0, subs) as usize,
+        );
+        assert_ne!(
+            sub_one, sub_two,
+            "the keys are meant to be in two sub-partitions"
+        );
+        let mut next = vec![0i64; subs as usize];
+        // Key 1's sub-partition applied offsets 0 to 2 (not 3 and after); key 2's 0 to 3.
+        next[sub_one] = 3;
+        next[sub_two] = 4;
+        let cutoff = Cutoff::Applied {
+            sub_partitions: subs,
+            next: HashMap::from([(0, next)]),
+        };
+        let mut view =
+            TopicView::new(&plan, &events, &cutoff, PassFilter::Range(0, 4)).as_sink_applies(true);
+        let records: [(&[u8], &str, i32); 6] = [
+            (one, r#"{"id":1,"note":"a"}"#, 0),
+            (two, r#"{"op":"c","after":{"id":2,"note":"x"}}"#, 0),
+            (one, r#"{"id":1,"note":"b"}"#, 0),
+            (two, r#"{"op":"u","after":{"id":2}}"#, 0),
+            (one, r#"{"id":1,"note":"not applied"}"#, 0),
+            // Partition 1: nothing applied.
+            (two, r#"{"id":2,"note":"elsewhere"}"#, 1),
+        ];
+        for (offset, (key, value, partition)) in records.iter().enumerate() {
+            view.apply(&TopicRecord {
+                key: Some(key),
+                value: Some(value.as_bytes()),
+                commit_lsn: None,
+                binlog: None,
+                partition: *partition,
+                offset: offset as i64,
+            });
+        }
+        assert_eq!(view.stats.after_position, 2);
+        assert_eq!(view.stats.unpositioned, 0);
+        let mut got: Vec<(i64, bool)> = view.keys.values().map(|k| (k.hash, k.partial)).collect();
+        got.sort_unstable();
+        let mut partial = Vec::new();
+        push_piece(&mut partial, &Piece::Value("2"));
+        push_piece(&mut partial, &Piece::Unavailable);
+        let mut want = vec![(hash_of(1, "b"), false), (row_hash(&partial), true)];
+        want.sort_unstable();
+        assert_eq!(got, want);
     }
 }
