@@ -256,8 +256,7 @@ impl RunSkeleton {
             LoopContext {
                 shutdown,
                 status_interval,
-                board: &self.board,
-                health: &self.health,
+                status: Some((&self.board, &self.health)),
             },
         )
         .await;

@@ -437,9 +437,6 @@ pub async fn run_once(
     .await
 }
 
-/// The snapshot's chunk number of its schema-change records (no table's chunk).
-const SCHEMA_CHUNK: usize = u32::MAX as usize;
-
 /// Writes the initial snapshot's schema changes (see [`ddl::snapshot`]) for the tables of
 /// `plan`, read on `conn` under the snapshot, and waits until Kafka has acknowledged them all.
 /// Written at every start of a snapshot (again when one resumes): at least once.
@@ -493,8 +490,6 @@ async fn publish_snapshot_schema(
     let count = crate::source::chunked::publish(
         producer,
         budget,
-        SCHEMA_CHUNK,
-        0,
         records,
         &metrics,
         now_micros,
