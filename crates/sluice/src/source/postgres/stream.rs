@@ -290,16 +290,8 @@ const CATALOG_REREAD_PAUSE: Duration = Duration::from_millis(50);
 /// Retryable errors (lost connections) and fatal ones (configuration, server settings).
 pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let config = &ctx.config;
-    // Kafka first: a wrong [kafka.client] setting (password, mechanism, TLS) stops the
-    // pipeline with the key to change, before a slot starts retaining WAL for it.
-    kafka::probe_async(
-        &config.kafka.brokers,
-        &config.kafka.client,
-        "kafka.client",
-        kafka::RUN_PROBE_TIMEOUT,
-        Some(ctx.shutdown.clone()),
-    )
-    .await?;
+    // Kafka first: before a slot starts retaining WAL for the pipeline.
+    crate::source::run::probe_kafka(config, &ctx.shutdown).await?;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
     // A standby (16+): the slot lives there; what it cannot write goes to the primary.
