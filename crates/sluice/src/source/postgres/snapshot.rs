@@ -139,33 +139,22 @@ pub async fn run(
     // Resumed: the rows changed since the consistent point are the stream's to deliver.
     let changed = match &resumed_at {
         Some((_, position)) if !todo.is_empty() => {
-            let mut identities = HashMap::new();
-            for &chunk in &todo {
-                let table = &plan.chunks[chunk].table;
-                if identities.contains_key(table) {
-                    continue;
-                }
-                let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
-                let relation = Arc::new(
-                    relation_info(
-                        &connections[0],
-                        ctx.identity,
-                        &ctx.config.source,
-                        &ctx.config.kafka.events,
-                        schema,
-                        name,
-                    )
-                    .await?,
-                );
-                identities.insert(table.clone(), super::resumed::Identity::of(&relation));
-                relations.lock().await.insert(table.clone(), relation);
-            }
             tracing::info!(
                 consistent_point = %ctx.consistent_point,
                 resumed_at = %position,
                 "snapshot: resuming under a new snapshot; reading the changes since the consistent point from the slot"
             );
-            super::resumed::ChangedRows::read(ctx.config, *position, identities).await?
+            let tables = todo.iter().map(|&chunk| plan.chunks[chunk].table.as_str());
+            let (config, identity) = (ctx.config, ctx.identity);
+            changed_since(
+                config,
+                identity,
+                &connections[0],
+                tables,
+                &relations,
+                *position,
+            )
+            .await?
         }
         _ => super::resumed::ChangedRows::none(),
     };
@@ -305,6 +294,40 @@ pub async fn run(
         );
     }
     result
+}
+
+/// A resumed snapshot: the rows of `tables` (the unfinished chunks') changed since the
+/// consistent point, read from the slot up to `position` (their relations kept in `relations`
+/// for the workers): the stream delivers those rows, so the chunks leave them out.
+async fn changed_since(
+    config: &PgPipelineConfig,
+    identity: &SourceIdentity,
+    catalog: &PgCatalog,
+    tables: impl Iterator<Item = &str>,
+    relations: &tokio::sync::Mutex<HashMap<String, Arc<RelationInfo>>>,
+    position: Lsn,
+) -> Result<super::resumed::ChangedRows, PipelineError> {
+    let mut identities = HashMap::new();
+    for table in tables {
+        if identities.contains_key(table) {
+            continue;
+        }
+        let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
+        let relation = Arc::new(
+            relation_info(
+                catalog,
+                identity,
+                &config.source,
+                &config.kafka.events,
+                schema,
+                name,
+            )
+            .await?,
+        );
+        identities.insert(table.to_owned(), super::resumed::Identity::of(&relation));
+        relations.lock().await.insert(table.to_owned(), relation);
+    }
+    super::resumed::ChangedRows::read(config, position, identities).await
 }
 
 /// Pins a fresh snapshot on `catalog` (in its repeatable-read transaction), exports it for the
