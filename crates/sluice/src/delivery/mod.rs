@@ -184,6 +184,16 @@ pub trait Source {
 
     /// An encoder for the next batch.
     fn encoder(&mut self) -> Self::Encoder;
+
+    /// Whether the watermark is confirmed as soon as it moves (an initial snapshot records its
+    /// finished chunks at once), besides on the status timer.
+    const CONFIRMS_ON_ACK: bool = false;
+
+    /// Whether the source has nothing more to deliver: checked after each confirmation made as
+    /// the watermark moves ([`Source::CONFIRMS_ON_ACK`]); the loop then returns `Ok`.
+    fn finished(&self) -> bool {
+        false
+    }
 }
 
 /// What the loop needs besides the source and the core.
@@ -192,13 +202,13 @@ pub struct LoopContext<'a> {
     pub shutdown: &'a CancellationToken,
     /// Between checkpoints.
     pub status_interval: Duration,
-    /// The pipeline's status.
-    pub board: &'a StatusBoard,
-    /// The producer's view of the brokers.
-    pub health: &'a KafkaHealth,
+    /// The pipeline's status board and the producer's view of the brokers, shown on each
+    /// status tick (`None`: the source shows its own progress, as an initial snapshot does).
+    pub status: Option<(&'a StatusBoard, &'a KafkaHealth)>,
 }
 
-/// Runs `source` through `core` until shutdown (`Ok`, drained and confirmed) or an error.
+/// Runs `source` through `core` until shutdown (`Ok`, drained and confirmed), the source has
+/// finished ([`Source::finished`], `Ok`), or an error.
 ///
 /// # Errors
 ///
@@ -220,7 +230,16 @@ pub async fn run<S: Source, K: RecordSink>(
     let pace = tokio::time::sleep(Duration::ZERO);
     tokio::pin!(pace);
     let mut pacing = false;
+    // The watermark last confirmed as it moved (`Source::CONFIRMS_ON_ACK`).
+    let mut confirmed_on_ack = core.watermark();
     loop {
+        if S::CONFIRMS_ON_ACK && core.watermark() > confirmed_on_ack {
+            confirmed_on_ack = core.watermark();
+            confirm(source, core, false).await?;
+            if source.finished() {
+                return Ok(());
+            }
+        }
         let waiting_size = core.waiting_size();
         let can_read = core.can_read();
         if !can_read {
@@ -249,9 +268,11 @@ pub async fn run<S: Source, K: RecordSink>(
                 confirm(source, core, reply).await?;
                 let watermark = core.watermark();
                 source.after_checkpoint(&mut core.intake, watermark).await?;
-                core.report(cx.board);
-                let down = cx.health.all_brokers_down();
-                cx.board.update(|s| s.kafka_brokers_down = down);
+                if let Some((board, health)) = cx.status {
+                    core.report(board);
+                    let down = health.all_brokers_down();
+                    board.update(|s| s.kafka_brokers_down = down);
+                }
             }
             permit = core.budget().acquire(waiting_size.unwrap_or(0)), if waiting_size.is_some() => {
                 core.admit_front(permit)?;

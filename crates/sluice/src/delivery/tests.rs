@@ -726,8 +726,7 @@ fn run_script(script: Vec<Read>) -> Running {
             LoopContext {
                 shutdown: &stop,
                 status_interval: Duration::from_millis(100),
-                board: &board,
-                health: &health,
+                status: Some((&board, &health)),
             },
         )
         .await

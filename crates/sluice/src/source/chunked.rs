@@ -1,17 +1,23 @@
-//! The part of an initial snapshot every source shares: chunks read by workers, their records
-//! produced under the in-flight budget, and a chunk finished once Kafka acknowledged all of
-//! its records (only then is it recorded as done, so a restart reads the unfinished ones).
+//! The part of an initial snapshot every source shares: chunks read by workers in parallel and
+//! delivered through the delivery core ([`crate::delivery`]), a chunk finished once Kafka
+//! acknowledged all of its records (only then is it recorded as done, so a restart reads the
+//! unfinished ones).
 //!
-//! A worker publishes the records of chunk `c` with [`publish`], record `n` carrying sequence
-//! number `c << 32 | n`, and reports the chunk's record count on the `sent` channel when the
-//! chunk is read; [`drive`] counts the acknowledgements per chunk and calls `finished` with the
-//! chunks whose records are all acknowledged.
+//! A source's snapshot is an adapter: its workers read chunks and hand their changes over, in
+//! each chunk's order, as [`ChunkMessage`]s on a bounded channel, followed by the chunk's
+//! [`ChunkMessage::Read`]; [`deliver`] runs them through a [`DeliveryCore`] as a [`Source`]
+//! whose positions count the chunks read ([`ChunksRead`]). Each chunk read is a checkpoint
+//! after its changes, so the watermark passes it once its records, and those handed over
+//! before them, are acknowledged: the chunk is then recorded as finished (at once, not on a
+//! timer: [`Source::CONFIRMS_ON_ACK`]). Admission under the in-flight budget, parallel
+//! encoding, `[transforms]`, the delivery policy for refused records (retry, stop or dead
+//! letter) and the drain on shutdown are the core's, as for a streamed change.
 //!
-//! A record Kafka refuses follows the pipeline's delivery policy as a streamed one does
-//! ([`crate::delivery::refused_record`]): the run is retried, stopped, or the record is
-//! dead-lettered, its dead letter's acknowledgement then counting for its chunk.
+//! Exactly once, chunks are committed in Kafka transactions holding whole chunks only
+//! ([`drive_transactional`]): the workers produce their records themselves ([`publish`]),
+//! under a gate the committer takes.
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,10 +26,11 @@ use sluice_engine::{InFlightBudget, Seq};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
+use crate::delivery::{DeliveryCore, Encode, Intake, LoopContext, Position, Source};
 use crate::error::{Interruption, PipelineError, Unencodable};
 use crate::event::SnapshotMarker;
 use crate::kafka::{Delivery, DeliveryEvent, OutRecord, PipelineProducer};
-use crate::runtime::metrics::TableMetrics;
+use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
 use crate::runtime::status::{SnapshotStatus, StatusBoard};
 
 /// A chunk's place in its table and in the snapshot, for Debezium's `source.snapshot` markers.
@@ -51,7 +58,357 @@ impl ChunkPlace {
     }
 }
 
-/// What [`drive`] watches.
+/// What a snapshot worker hands over to [`deliver`].
+pub enum ChunkMessage<C> {
+    /// Changes of one chunk, in the chunk's order: each with its share of the in-flight budget
+    /// (bytes) and the number of records it becomes.
+    Changes(Vec<(C, usize, u32)>),
+    /// Every change of `chunk` was handed over; `rows` rows were read.
+    Read {
+        /// The chunk's number in the plan.
+        chunk: usize,
+        /// Rows read.
+        rows: u64,
+    },
+}
+
+/// A position of [`deliver`]'s delivery core: the number of chunks read before it, in the
+/// order they were handed over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct ChunksRead(pub u64);
+
+impl std::fmt::Display for ChunksRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} snapshot chunks read", self.0)
+    }
+}
+
+impl Position for ChunksRead {
+    fn gauge(&self) -> f64 {
+        self.0 as f64
+    }
+}
+
+/// How often [`deliver`] logs its progress (and checkpoints, besides on acknowledgements).
+const PROGRESS_TICK: Duration = Duration::from_secs(1);
+/// How often the progress is logged.
+const PROGRESS_LOG: Duration = Duration::from_secs(10);
+
+/// What [`deliver`] delivers with (the pipeline's producer, `K`) and shows progress on.
+pub struct ChunkDelivery<'a, K> {
+    /// The producer (shared with the stream that follows).
+    pub producer: &'a Arc<K>,
+    /// Its delivery reports.
+    pub deliveries: &'a mut mpsc::UnboundedReceiver<DeliveryEvent>,
+    /// Where its delivery reports go (refusals and encoding failures are reported there too).
+    pub events: mpsc::UnboundedSender<DeliveryEvent>,
+    /// The in-flight budget.
+    pub budget: &'a InFlightBudget,
+    /// The pipeline's `[delivery]`: what a record Kafka refuses becomes.
+    pub delivery: &'a crate::config::DeliveryConfig,
+    /// Where a record came from in the source, as operators read it (from its headers).
+    pub position_of: fn(&OutRecord) -> String,
+    /// `[transforms]`.
+    pub transforms: Option<Arc<crate::transform::Chain>>,
+    /// Stop early.
+    pub shutdown: &'a tokio_util::sync::CancellationToken,
+    /// The status board (progress).
+    pub board: &'a StatusBoard,
+    /// Chunks in the plan.
+    pub chunks_total: usize,
+    /// Chunks already finished (by an earlier run).
+    pub chunks_done: usize,
+}
+
+/// Runs the workers' chunks through a delivery core until every chunk is finished: `changes`
+/// carries what the `workers` read, `encoder` makes an encoder per encoding batch, and
+/// `finished` is called with each batch of chunks that finished together (to record them; the
+/// crash point `snapshot::chunks_recorded` follows it). Returns the rows read by this run.
+///
+/// # Errors
+///
+/// A worker's error, the producer's end, a record Kafka refused per the delivery policy, or
+/// shutdown (retryable: the unfinished chunks are read on the next start).
+pub async fn deliver<K, C, E, N, F>(
+    kafka: ChunkDelivery<'_, K>,
+    workers: JoinSet<Result<(), PipelineError>>,
+    changes: mpsc::Receiver<ChunkMessage<C>>,
+    encoder: N,
+    finished: F,
+) -> Result<u64, PipelineError>
+where
+    K: crate::delivery::RecordSink,
+    C: Send + 'static,
+    E: Encode<C>,
+    N: FnMut() -> E,
+    F: FnMut(&[usize]) -> Result<(), PipelineError>,
+{
+    let ChunkDelivery {
+        producer,
+        deliveries,
+        events,
+        budget,
+        delivery,
+        position_of,
+        transforms,
+        shutdown,
+        board,
+        chunks_total,
+        chunks_done,
+    } = kafka;
+    let started = Instant::now();
+    let mut source = ChunkSource {
+        changes,
+        changes_open: true,
+        workers,
+        read: VecDeque::new(),
+        handed_over: 0,
+        confirmed: 0,
+        rows: 0,
+        chunks_total,
+        chunks_done,
+        board,
+        encoder,
+        finished,
+        started,
+        last_log: started,
+    };
+    if !source.finished() {
+        let (mut core, publisher) = DeliveryCore::start(
+            Arc::clone(producer),
+            budget.clone(),
+            ChunksRead(0),
+            delivery,
+            unshown_metrics(),
+            events,
+            position_of,
+        );
+        core.set_transforms(transforms);
+        let result = crate::delivery::run(
+            &mut source,
+            &mut core,
+            deliveries,
+            LoopContext {
+                shutdown,
+                status_interval: PROGRESS_TICK,
+                status: None,
+            },
+        )
+        .await;
+        drop(core);
+        publisher.abort();
+        result?;
+        if !source.finished() {
+            return Err(PipelineError::retryable(
+                "stopped during the snapshot (its unfinished chunks are read on the next start)",
+                Interruption::Shutdown,
+            ));
+        }
+    }
+    while source.workers.join_next().await.is_some() {}
+    tracing::info!(
+        rows = source.rows,
+        chunks = chunks_total,
+        seconds = started.elapsed().as_secs_f64(),
+        "snapshot: done; streaming from the consistent point"
+    );
+    Ok(source.rows)
+}
+
+/// The snapshot's metrics in the delivery core: none of the pipeline's gauges and histograms
+/// (the watermark shown is the source's, the latency the stream's), only dead letters counted.
+fn unshown_metrics() -> PipelineMetrics {
+    PipelineMetrics {
+        latency: metrics::Histogram::noop(),
+        checkpoint_duration: metrics::Histogram::noop(),
+        checkpoint_failures: metrics::Counter::noop(),
+        watermark: metrics::Gauge::noop(),
+        received_bytes: metrics::Counter::noop(),
+        transactions: metrics::Counter::noop(),
+        dead_lettered: metrics::counter!(crate::runtime::metrics::DEAD_LETTERED),
+    }
+}
+
+/// The snapshot as a [`Source`] of the delivery core: its messages are the workers'.
+struct ChunkSource<'a, C, N, F> {
+    changes: mpsc::Receiver<ChunkMessage<C>>,
+    /// Some worker may still hand something over.
+    changes_open: bool,
+    workers: JoinSet<Result<(), PipelineError>>,
+    /// Chunks read and not yet recorded as finished, in the order they were handed over.
+    read: VecDeque<usize>,
+    /// Chunks read by this run (the newest checkpoint).
+    handed_over: u64,
+    /// Chunks read by this run and recorded as finished (the watermark last confirmed).
+    confirmed: u64,
+    /// Rows read by this run.
+    rows: u64,
+    chunks_total: usize,
+    chunks_done: usize,
+    board: &'a StatusBoard,
+    encoder: N,
+    finished: F,
+    started: Instant,
+    last_log: Instant,
+}
+
+/// What [`ChunkSource`] reads.
+enum ChunkEvent<C> {
+    /// A worker's message.
+    Message(ChunkMessage<C>),
+    /// Every worker dropped its sender.
+    AllRead,
+    /// A worker ended.
+    Worker(Result<Result<(), PipelineError>, tokio::task::JoinError>),
+}
+
+impl<C, N, F> ChunkSource<'_, C, N, F> {
+    /// The workers ended without handing every chunk over (they stop early only on shutdown).
+    fn check_complete(&self) -> Result<(), PipelineError> {
+        if !self.changes_open
+            && self.workers.is_empty()
+            && self.chunks_done + self.read.len() < self.chunks_total
+        {
+            return Err(PipelineError::retryable(
+                "the snapshot's workers ended before every chunk was read",
+                Interruption::SnapshotIncomplete,
+            ));
+        }
+        Ok(())
+    }
+
+    fn log_progress(&mut self) {
+        if self.last_log.elapsed() < PROGRESS_LOG {
+            return;
+        }
+        self.last_log = Instant::now();
+        let (rows, chunks_done, chunks_total) = (self.rows, self.chunks_done, self.chunks_total);
+        let rate = rows as f64 / self.started.elapsed().as_secs_f64().max(0.001);
+        let per_chunk = if chunks_done > 0 {
+            rows as f64 / chunks_done as f64
+        } else {
+            0.0
+        };
+        let eta = if rate > 0.0 {
+            per_chunk * (chunks_total - chunks_done) as f64 / rate
+        } else {
+            0.0
+        };
+        tracing::info!(
+            chunks_done,
+            chunks_total,
+            rows,
+            rows_per_s = rate as u64,
+            eta_s = eta as u64,
+            "snapshot: progress"
+        );
+    }
+}
+
+impl<C, E, N, F> Source for ChunkSource<'_, C, N, F>
+where
+    C: Send + 'static,
+    E: Encode<C>,
+    N: FnMut() -> E,
+    F: FnMut(&[usize]) -> Result<(), PipelineError>,
+{
+    type Change = C;
+    type Position = ChunksRead;
+    type Message = ChunkEvent<C>;
+    type Encoder = E;
+
+    const CONFIRMS_ON_ACK: bool = true;
+
+    async fn read(&mut self) -> ChunkEvent<C> {
+        tokio::select! {
+            message = self.changes.recv(), if self.changes_open => match message {
+                Some(message) => ChunkEvent::Message(message),
+                None => ChunkEvent::AllRead,
+            },
+            Some(joined) = self.workers.join_next() => ChunkEvent::Worker(joined),
+            else => std::future::pending().await,
+        }
+    }
+
+    async fn on_message(
+        &mut self,
+        message: ChunkEvent<C>,
+        intake: &mut Intake<C, ChunksRead>,
+    ) -> Result<bool, PipelineError> {
+        match message {
+            ChunkEvent::Message(ChunkMessage::Changes(changes)) => {
+                for (change, size, records) in changes {
+                    intake.admit(change, size, records);
+                }
+            }
+            ChunkEvent::Message(ChunkMessage::Read { chunk, rows }) => {
+                self.read.push_back(chunk);
+                self.handed_over += 1;
+                self.rows += rows;
+                intake.checkpoint(ChunksRead(self.handed_over));
+            }
+            ChunkEvent::AllRead => {
+                self.changes_open = false;
+                self.check_complete()?;
+            }
+            ChunkEvent::Worker(Ok(Ok(()))) => self.check_complete()?,
+            ChunkEvent::Worker(Ok(Err(error))) => return Err(error),
+            ChunkEvent::Worker(Err(error)) => {
+                return Err(PipelineError::retryable("a snapshot worker failed", error));
+            }
+        }
+        Ok(false)
+    }
+
+    async fn before_checkpoint(
+        &mut self,
+        _intake: &mut Intake<C, ChunksRead>,
+    ) -> Result<bool, PipelineError> {
+        self.log_progress();
+        Ok(false)
+    }
+
+    async fn confirm(&mut self, watermark: ChunksRead, _reply: bool) -> Result<(), PipelineError> {
+        let Some(newly) = watermark.0.checked_sub(self.confirmed).filter(|n| *n > 0) else {
+            return Ok(());
+        };
+        let newly = usize::try_from(newly)
+            .unwrap_or(usize::MAX)
+            .min(self.read.len());
+        let chunks: Vec<usize> = self.read.drain(..newly).collect();
+        self.confirmed = watermark.0;
+        self.chunks_done += chunks.len();
+        (self.finished)(&chunks)?;
+        crate::crash_point!("snapshot::chunks_recorded");
+        let (chunks_total, chunks_done, rows) = (self.chunks_total, self.chunks_done, self.rows);
+        self.board.update(|s| {
+            s.snapshot = Some(SnapshotStatus {
+                chunks_total,
+                chunks_done,
+                rows,
+            });
+        });
+        Ok(())
+    }
+
+    async fn after_checkpoint(
+        &mut self,
+        _intake: &mut Intake<C, ChunksRead>,
+        _watermark: ChunksRead,
+    ) -> Result<(), PipelineError> {
+        Ok(())
+    }
+
+    fn encoder(&mut self) -> E {
+        (self.encoder)()
+    }
+
+    fn finished(&self) -> bool {
+        self.chunks_done >= self.chunks_total
+    }
+}
+
+/// What [`drive_transactional`] watches.
 pub struct Progress<'a> {
     /// The producer's delivery reports.
     pub deliveries: &'a mut mpsc::UnboundedReceiver<DeliveryEvent>,
@@ -67,174 +424,13 @@ pub struct Progress<'a> {
     pub policy: RefusalPolicy<'a>,
 }
 
-/// What [`drive`] does with a record Kafka refuses: the pipeline's delivery policy.
+/// What [`drive_transactional`] does with a record Kafka refuses: the pipeline's delivery
+/// policy decides whether the run is retried or stopped (exactly once takes no dead letters).
 pub struct RefusalPolicy<'a> {
     /// The pipeline's `[delivery]`.
     pub delivery: &'a crate::config::DeliveryConfig,
-    /// The producer dead letters are sent with (the snapshot's).
-    pub producer: &'a PipelineProducer,
     /// Where a record came from in the source, as operators read it (from its headers).
     pub position_of: fn(&OutRecord) -> String,
-}
-
-impl RefusalPolicy<'_> {
-    /// Applies the policy to a refused record: its dead letter is sent with its bookkeeping
-    /// (so its acknowledgement counts for its chunk), or the run ends.
-    async fn refused(
-        &self,
-        error: &KafkaError,
-        record: &OutRecord,
-        delivery: Box<Delivery>,
-    ) -> Result<(), PipelineError> {
-        let position = (self.position_of)(record);
-        let dead_letter = crate::delivery::refused_record(self.delivery, error, record, &position)?;
-        crate::delivery::send(self.producer, dead_letter, delivery)
-            .await
-            .map_err(|(error, record, _)| {
-                PipelineError::fatal_with(
-                    format!("cannot write to the dead-letter topic {}", record.topic),
-                    "check that the dead-letter topic exists and the producer may write to it",
-                    error,
-                )
-            })
-    }
-}
-
-/// Runs until every chunk is finished: collects the workers' `(chunk, records)` reports from
-/// `sent`, counts acknowledgements per chunk, and calls `finished` with each batch of chunks
-/// that finished together (to record them; the crash point `snapshot::chunks_recorded` follows
-/// it). Returns the rows read by this run.
-///
-/// # Errors
-///
-/// A worker's error, the producer's end, a record Kafka refused for good, or shutdown.
-pub async fn drive(
-    progress: Progress<'_>,
-    mut workers: JoinSet<Result<(), PipelineError>>,
-    mut sent: mpsc::UnboundedReceiver<(usize, u64)>,
-    mut finished: impl FnMut(&[usize]) -> Result<(), PipelineError>,
-) -> Result<u64, PipelineError> {
-    let Progress {
-        deliveries,
-        shutdown,
-        board,
-        chunks_total,
-        mut chunks_done,
-        policy,
-    } = progress;
-    let started = Instant::now();
-    let mut acked: HashMap<usize, u64> = HashMap::new();
-    let mut counts: HashMap<usize, u64> = HashMap::new();
-    let mut rows = 0u64;
-    let mut last_log = Instant::now();
-    let mut workers_running = true;
-    let mut events = Vec::new();
-    let mut done: Vec<usize> = Vec::new();
-    while chunks_done < chunks_total {
-        tokio::select! {
-            count = deliveries.recv_many(&mut events, 4096) => {
-                if count == 0 {
-                    return Err(PipelineError::retryable("the producer stopped", Interruption::DeliveryChannelClosed));
-                }
-                for event in events.drain(..) {
-                    match event {
-                        DeliveryEvent::Acked(delivery) => {
-                            delivery.table.records.increment(1);
-                            delivery.table.bytes.increment(u64::from(delivery.bytes));
-                            let chunk = (delivery.seq.0 >> 32) as usize;
-                            let n = acked.entry(chunk).or_default();
-                            *n += 1;
-                            if counts.get(&chunk) == Some(n) {
-                                done.push(chunk);
-                            }
-                        }
-                        DeliveryEvent::Failed { error, record, delivery } => {
-                            policy.refused(&error, &record, delivery).await?;
-                        }
-                        DeliveryEvent::EncodeFailed { reason, position, hint, .. } => {
-                            return Err(PipelineError::fatal_with(
-                                format!("cannot encode the snapshot row at {position}"),
-                                hint.unwrap_or_else(|| "this is a bug in sluice: report it with the table's column types".into()),
-                                Unencodable(reason),
-                            ));
-                        }
-                        DeliveryEvent::Committed { .. } => {}
-                        DeliveryEvent::TransactionFailed { what, error } => {
-                            return Err(crate::delivery::exactly_once::transaction_error(what, error));
-                        }
-                    }
-                }
-            }
-            message = sent.recv(), if workers_running => {
-                match message {
-                    Some((chunk, records)) => {
-                        rows += records;
-                        counts.insert(chunk, records);
-                        if acked.get(&chunk).copied().unwrap_or(0) == records {
-                            done.push(chunk);
-                        }
-                    }
-                    None => workers_running = false,
-                }
-            }
-            Some(result) = workers.join_next() => {
-                match result {
-                    Ok(Ok(())) => {}
-                    Ok(Err(error)) => return Err(error),
-                    Err(error) => return Err(PipelineError::retryable("a snapshot worker failed", error)),
-                }
-            }
-            () = shutdown.cancelled() => {
-                return Err(PipelineError::retryable(
-                    "stopped during the snapshot (its unfinished chunks are read on the next start)",
-                    Interruption::Shutdown,
-                ));
-            }
-        }
-        if !done.is_empty() {
-            chunks_done += done.len();
-            finished(&done)?;
-            done.clear();
-            crate::crash_point!("snapshot::chunks_recorded");
-            board.update(|s| {
-                s.snapshot = Some(SnapshotStatus {
-                    chunks_total,
-                    chunks_done,
-                    rows,
-                });
-            });
-        }
-        if last_log.elapsed() >= Duration::from_secs(10) {
-            last_log = Instant::now();
-            let rate = rows as f64 / started.elapsed().as_secs_f64().max(0.001);
-            let per_chunk = if chunks_done > 0 {
-                rows as f64 / chunks_done as f64
-            } else {
-                0.0
-            };
-            let eta = if rate > 0.0 {
-                per_chunk * (chunks_total - chunks_done) as f64 / rate
-            } else {
-                0.0
-            };
-            tracing::info!(
-                chunks_done,
-                chunks_total,
-                rows,
-                rows_per_s = rate as u64,
-                eta_s = eta as u64,
-                "snapshot: progress"
-            );
-        }
-    }
-    while workers.join_next().await.is_some() {}
-    tracing::info!(
-        rows,
-        chunks = chunks_total,
-        seconds = started.elapsed().as_secs_f64(),
-        "snapshot: done; streaming from the consistent point"
-    );
-    Ok(rows)
 }
 
 /// Exactly once: what [`drive_transactional`] needs to commit chunks.
@@ -268,7 +464,8 @@ pub async fn begin(producer: &Arc<PipelineProducer>) -> Result<(), PipelineError
     })
 }
 
-/// [`drive`] exactly once: every `interval`, the committer takes the gate (workers finish the
+/// The snapshot exactly once: the workers produce their chunks' records ([`publish`]) in the
+/// open transaction; every `interval`, the committer takes the gate (workers finish the
 /// chunks they are reading and wait), writes the snapshot record — every finished chunk —
 /// to the offsets topic and commits the transaction holding those chunks' records and the
 /// record together; only then are the chunks recorded as finished (`finished`) and counted.
@@ -277,7 +474,8 @@ pub async fn begin(producer: &Arc<PipelineProducer>) -> Result<(), PipelineError
 ///
 /// # Errors
 ///
-/// As [`drive`], and a transaction that cannot be committed (it is aborted).
+/// A worker's error, the producer's end, a record Kafka refused, shutdown, and a transaction
+/// that cannot be committed (it is aborted).
 pub async fn drive_transactional(
     progress: Progress<'_>,
     mut workers: JoinSet<Result<(), PipelineError>>,
@@ -487,25 +685,20 @@ fn delivered(
     Ok(())
 }
 
-/// Produces `records` of chunk `chunk` within the budget, the first as the chunk's record
-/// number `first` (sequence `chunk << 32 | n`, so acknowledgements count per chunk); returns
-/// how many were produced. A record the producer refuses at once (larger than its
-/// `message.max.bytes`) is reported on the delivery channel like one the broker refuses, so
-/// [`drive`] applies the policy to both.
+/// Exactly once: produces `records` within the budget, inside the open transaction (their
+/// fate is the transaction's, so their delivery reports only count). A record the producer
+/// refuses at once (larger than its `message.max.bytes`) is reported on the delivery channel
+/// like one the broker refuses. Returns how many were produced.
 ///
 /// `transforms` apply to the records first; those they drop are not produced (nor counted).
-/// A record they refuse stops the snapshot (reported as an encoding failure, whatever
-/// `delivery.on_permanent_error` says: docs/transforms.md).
+/// A record they refuse stops the snapshot (reported as an encoding failure).
 ///
 /// # Errors
 ///
 /// None: refusals are reported, not returned (the `Result` is kept for the callers' `?`).
-#[allow(clippy::too_many_arguments)]
 pub async fn publish(
     producer: &PipelineProducer,
     budget: &InFlightBudget,
-    chunk: usize,
-    first: u64,
     records: Vec<OutRecord>,
     table: &Arc<TableMetrics>,
     commit_unix_micros: i64,
@@ -534,10 +727,10 @@ pub async fn publish(
         }
     };
     let count = records.len() as u64;
-    for (n, record) in records.into_iter().enumerate() {
+    for record in records {
         let permit = budget.acquire(record.len().max(1)).await;
         let delivery = Box::new(Delivery {
-            seq: Seq(((chunk as u64) << 32) | (first + n as u64)),
+            seq: Seq(0),
             permit: Arc::new(permit),
             commit_unix_micros,
             table: Arc::clone(table),
@@ -555,4 +748,168 @@ pub async fn publish(
         }
     }
     Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::num::NonZeroU32;
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::delivery::{FailedChange, Origin, SendError};
+
+    /// A producer that keeps what it is given; the test acknowledges it.
+    #[derive(Default)]
+    struct Kept(Mutex<Vec<(OutRecord, Box<Delivery>)>>);
+
+    impl crate::delivery::RecordSink for Kept {
+        fn try_send(&self, record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError> {
+            self.0.lock().unwrap().push((record, delivery));
+            Ok(())
+        }
+    }
+
+    impl Kept {
+        /// Waits (bounded) for `count` records and takes them, by their value.
+        async fn take(&self, count: usize) -> Vec<(String, Box<Delivery>)> {
+            for _ in 0..10_000 {
+                {
+                    let mut kept = self.0.lock().unwrap();
+                    if kept.len() >= count {
+                        return kept
+                            .drain(..)
+                            .map(|(r, d)| (String::from_utf8(r.value.unwrap()).unwrap(), d))
+                            .collect();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            panic!("fewer than {count} records were produced");
+        }
+    }
+
+    /// Rows are `chunk:row` strings; each is one record.
+    struct Rows(Arc<TableMetrics>);
+
+    impl Encode<String> for Rows {
+        fn encode(&self, row: &String, out: &mut Vec<OutRecord>) -> Origin {
+            out.push(OutRecord {
+                partition: None,
+                topic: Arc::from("rows"),
+                key: None,
+                value: Some(row.clone().into_bytes()),
+                headers: Vec::new(),
+            });
+            Origin {
+                commit_unix_micros: 0,
+                table: Arc::clone(&self.0),
+            }
+        }
+
+        fn describe(&self, row: &String, reason: &str) -> FailedChange {
+            FailedChange {
+                reason: reason.to_owned(),
+                topic: Arc::from("rows"),
+                position: row.clone(),
+                description: Vec::new(),
+                origin: Origin {
+                    commit_unix_micros: 0,
+                    table: Arc::clone(&self.0),
+                },
+            }
+        }
+    }
+
+    fn rows(names: &[&str]) -> ChunkMessage<String> {
+        ChunkMessage::Changes(names.iter().map(|n| ((*n).to_owned(), 10, 1)).collect())
+    }
+
+    /// Two chunks read interleaved, acknowledged out of order: a chunk is recorded as finished
+    /// only once its records and every record handed over before its end are acknowledged,
+    /// and the snapshot ends once both are.
+    #[tokio::test]
+    async fn a_chunk_finishes_once_everything_before_its_end_is_acknowledged() {
+        let producer = Arc::new(Kept::default());
+        let (events, mut deliveries) = mpsc::unbounded_channel();
+        let acks = events.clone();
+        let budget = InFlightBudget::new(
+            NonZeroU32::new(1 << 20).unwrap(),
+            NonZeroU32::new(100).unwrap(),
+        );
+        let board = StatusBoard::new("chunks", "never");
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let (changes, received) = mpsc::channel(4);
+        let mut workers = JoinSet::new();
+        workers.spawn(async move {
+            // Chunk 7's rows, chunk 3's, chunk 3 ends, chunk 7's last, chunk 7 ends.
+            for message in [
+                rows(&["7:a", "7:b"]),
+                rows(&["3:a"]),
+                ChunkMessage::Read { chunk: 3, rows: 1 },
+                rows(&["7:c"]),
+                ChunkMessage::Read { chunk: 7, rows: 3 },
+            ] {
+                changes.send(message).await.unwrap();
+            }
+            Ok(())
+        });
+        let finished = Arc::new(Mutex::new(Vec::<Vec<usize>>::new()));
+        let recorded = Arc::clone(&finished);
+        let table = Arc::new(TableMetrics::new("test.rows"));
+        let config = crate::config::DeliveryConfig::default();
+        let delivered = deliver(
+            ChunkDelivery {
+                producer: &producer,
+                deliveries: &mut deliveries,
+                events,
+                budget: &budget,
+                delivery: &config,
+                position_of: |_| String::new(),
+                transforms: None,
+                shutdown: &shutdown,
+                board: &board,
+                chunks_total: 12,
+                chunks_done: 10,
+            },
+            workers,
+            received,
+            move || Rows(Arc::clone(&table)),
+            move |chunks| {
+                recorded.lock().unwrap().push(chunks.to_vec());
+                Ok(())
+            },
+        );
+        let script = async {
+            let mut kept = producer.take(4).await;
+            let values: Vec<&str> = kept.iter().map(|(v, _)| v.as_str()).collect();
+            assert_eq!(
+                values,
+                ["7:a", "7:b", "3:a", "7:c"],
+                "in the order handed over"
+            );
+            let ack = |delivery| acks.send(DeliveryEvent::Acked(delivery)).unwrap();
+            let settle = || tokio::time::sleep(Duration::from_millis(50));
+            let seven_c = kept.pop().unwrap().1;
+            let three_a = kept.pop().unwrap().1;
+            let seven_b = kept.pop().unwrap().1;
+            let seven_a = kept.pop().unwrap().1;
+            // A status tick (every second) checkpoints while nothing is acknowledged.
+            tokio::time::sleep(PROGRESS_TICK + Duration::from_millis(100)).await;
+            assert!(finished.lock().unwrap().is_empty(), "{finished:?}");
+            // Chunk 3's record: chunk 7's first two were handed over before chunk 3 ended.
+            ack(three_a);
+            ack(seven_c);
+            settle().await;
+            assert!(finished.lock().unwrap().is_empty(), "{finished:?}");
+            ack(seven_a);
+            settle().await;
+            assert!(finished.lock().unwrap().is_empty(), "{finished:?}");
+            ack(seven_b);
+        };
+        let (delivered, ()) = tokio::join!(delivered, script);
+        assert_eq!(delivered.unwrap(), 4, "rows read");
+        assert_eq!(*finished.lock().unwrap(), [vec![3, 7]], "recorded together");
+        let snapshot = board.snapshot().snapshot.unwrap();
+        assert_eq!((snapshot.chunks_done, snapshot.chunks_total), (12, 12));
+    }
 }

@@ -34,6 +34,28 @@ use crate::runtime::status::{PipelineState, StatusBoard};
 /// How long the teardown lets the producer deliver what it still holds.
 const FLUSH_DEADLINE: Duration = Duration::from_secs(2);
 
+/// Checks that Kafka can be reached with `[kafka.client]` first: a wrong setting (password,
+/// mechanism, TLS) stops the pipeline with the key to change before the source holds anything
+/// (a PostgreSQL slot retaining WAL, a binlog dump).
+///
+/// # Errors
+///
+/// Kafka unreachable or refusing the client's settings.
+pub async fn probe_kafka<S: SourceSection>(
+    config: &PipelineConfig<S>,
+    shutdown: &CancellationToken,
+) -> Result<(), PipelineError> {
+    kafka::probe_async(
+        &config.kafka.brokers,
+        &config.kafka.client,
+        "kafka.client",
+        kafka::RUN_PROBE_TIMEOUT,
+        Some(shutdown.clone()),
+    )
+    .await?;
+    Ok(())
+}
+
 /// The topics a run creates (when `kafka.create_topics`) and reads `max.message.bytes` of ahead
 /// of its producer, and how it makes its producer.
 pub struct KafkaSetup {
@@ -256,8 +278,7 @@ impl RunSkeleton {
             LoopContext {
                 shutdown,
                 status_interval,
-                board: &self.board,
-                health: &self.health,
+                status: Some((&self.board, &self.health)),
             },
         )
         .await;

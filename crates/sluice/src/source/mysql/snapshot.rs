@@ -22,8 +22,8 @@
 //! **Chunks.** Tables are split by primary key into chunks of `snapshot_chunk_rows` rows (the
 //! boundaries read under the snapshot by keyset pagination: `ORDER BY key LIMIT 1 OFFSET n`);
 //! a table without a primary key is one chunk. The workers take chunks across and within
-//! tables and publish their rows through the producer and in-flight budget the stream uses
-//! ([`crate::source::chunked`]). A chunk is finished when Kafka has acknowledged all of its
+//! tables and hand their rows to a delivery core ([`crate::source::chunked`]) with the producer
+//! and in-flight budget the stream uses. A chunk is finished when Kafka has acknowledged all of its
 //! records; the plan and the finished chunks are in the state file with the snapshot's binlog
 //! position.
 //!
@@ -39,6 +39,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Params, Row, Value};
+use rdkafka::producer::Producer as _;
 use serde::{Deserialize, Serialize};
 use sluice_engine::InFlightBudget;
 use tokio::sync::mpsc;
@@ -46,12 +47,13 @@ use tokio::sync::mpsc;
 use super::config::MysqlSourceConfig;
 use super::encode::{self, BinlogSource, RowChange, TableInfo};
 use super::server::{self, BinlogPosition, Flavor, MariadbGtidPos, sql_error};
+use crate::delivery::{Encode, FailedChange, Origin};
 use crate::error::{Interruption, PipelineError};
 use crate::event::{Op, SnapshotMarker};
-use crate::kafka::{DeliveryEvent, PipelineProducer};
+use crate::kafka::{DeliveryEvent, OutRecord, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
 use crate::runtime::status::StatusBoard;
-use crate::source::chunked;
+use crate::source::chunked::{self, ChunkMessage};
 
 /// Rows encoded and produced together.
 const BATCH_ROWS: usize = 1024;
@@ -581,8 +583,6 @@ pub async fn run(
         queue: std::sync::Mutex::new(todo),
         metrics: std::sync::Mutex::new(HashMap::new()),
         prefix: ctx.prefix.to_owned(),
-        producer: Arc::clone(ctx.producer),
-        budget: ctx.budget.clone(),
         source: BinlogSource {
             server_id: 0,
             ts_sec: 0,
@@ -594,33 +594,38 @@ pub async fn run(
             snapshot: SnapshotMarker::True,
         },
         shutdown: ctx.shutdown.clone(),
-        transforms: ctx.transforms.clone(),
         flavor: ctx.flavor,
         events: ctx.events.clone(),
         registry: ctx.registry.clone(),
     });
-    let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
+    let (changes_tx, changes_rx) = mpsc::channel(connections.len().max(1));
     let mut workers = tokio::task::JoinSet::new();
     for conn in connections {
-        workers.spawn(worker(conn, Arc::clone(&shared), sent_tx.clone()));
+        workers.spawn(worker(conn, Arc::clone(&shared), changes_tx.clone()));
     }
-    drop(sent_tx);
+    drop(changes_tx);
     let chunks_done = plan.chunks.iter().filter(|c| c.done).count();
-    chunked::drive(
-        chunked::Progress {
+    let prefix: Arc<str> = Arc::from(ctx.prefix);
+    chunked::deliver(
+        chunked::ChunkDelivery {
+            producer: ctx.producer,
             deliveries: ctx.deliveries,
+            events: ctx.producer.context().deliveries().clone(),
+            budget: ctx.budget,
+            delivery: ctx.delivery,
+            position_of: ctx.position_of,
+            transforms: ctx.transforms,
             shutdown: ctx.shutdown,
             board: ctx.board,
             chunks_total: plan.chunks.len(),
             chunks_done,
-            policy: chunked::RefusalPolicy {
-                delivery: ctx.delivery,
-                producer: ctx.producer,
-                position_of: ctx.position_of,
-            },
         },
         workers,
-        sent_rx,
+        changes_rx,
+        move || ReadEncoder {
+            prefix: Arc::clone(&prefix),
+            now_micros: crate::delivery::unix_micros_now(),
+        },
         |finished| {
             for &chunk in finished {
                 plan.chunks[chunk].done = true;
@@ -680,13 +685,9 @@ struct Shared {
     queue: std::sync::Mutex<VecDeque<usize>>,
     metrics: std::sync::Mutex<HashMap<String, Arc<TableMetrics>>>,
     prefix: String,
-    producer: Arc<PipelineProducer>,
-    budget: InFlightBudget,
     /// The `source` block of every record (its marker and time set per row).
     source: BinlogSource,
     shutdown: tokio_util::sync::CancellationToken,
-    /// `[transforms]`.
-    transforms: Option<Arc<crate::transform::Chain>>,
     flavor: Flavor,
     events: crate::event::EventOptions,
     registry: Option<Arc<crate::registry::Registry>>,
@@ -713,12 +714,12 @@ impl Shared {
     }
 }
 
-/// One snapshot worker: takes chunks from the queue and publishes their rows; ends its
-/// transaction when the queue is empty.
+/// One snapshot worker: takes chunks from the queue and hands their rows to the delivery core;
+/// ends its transaction when the queue is empty.
 async fn worker(
     mut conn: Conn,
     shared: Arc<Shared>,
-    sent: mpsc::UnboundedSender<(usize, u64)>,
+    changes: mpsc::Sender<ChunkMessage<RowChange>>,
 ) -> Result<(), PipelineError> {
     while let Some(chunk) = shared.next_chunk() {
         if shared.shutdown.is_cancelled() {
@@ -729,21 +730,29 @@ async fn worker(
             table = %format_args!("{}.{}", shared.chunks[chunk].table.database, shared.chunks[chunk].table.table),
             chunk
         );
-        let records = read_chunk(&mut conn, &shared, chunk)
+        let rows = read_chunk(&mut conn, &shared, chunk, &changes)
             .instrument(span)
             .await?;
-        let _ = sent.send((chunk, records));
+        if changes
+            .send(ChunkMessage::Read { chunk, rows })
+            .await
+            .is_err()
+        {
+            // The delivery ended (its error is the run's).
+            break;
+        }
     }
     let _ = conn.query_drop("COMMIT").await;
     let _ = conn.disconnect().await;
     Ok(())
 }
 
-/// Reads and publishes one chunk; returns its record count.
+/// Reads one chunk and hands its rows over; returns its row count.
 async fn read_chunk(
     conn: &mut Conn,
     shared: &Shared,
     chunk_id: usize,
+    changes: &mpsc::Sender<ChunkMessage<RowChange>>,
 ) -> Result<u64, PipelineError> {
     let chunk = &shared.chunks[chunk_id];
     let place = &shared.places[chunk_id];
@@ -813,7 +822,7 @@ async fn read_chunk(
         if batch.len() >= BATCH_ROWS || (end && !batch.is_empty()) {
             rows_metric.increment(batch.len() as u64);
             let rows = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
-            records += publish(shared, &table, chunk_id, rows, records).await?;
+            records += hand_over(shared, &table, rows, changes).await?;
         }
         if end {
             break;
@@ -822,24 +831,24 @@ async fn read_chunk(
     Ok(records)
 }
 
-/// Encodes (on the blocking pool) and produces rows within the budget.
-async fn publish(
+/// Hands rows over to the delivery core as read events; returns how many.
+async fn hand_over(
     shared: &Shared,
     table: &Arc<TableInfo>,
-    chunk_id: usize,
     rows: Vec<(Vec<Value>, SnapshotMarker)>,
-    first: u64,
+    changes: &mpsc::Sender<ChunkMessage<RowChange>>,
 ) -> Result<u64, PipelineError> {
+    let count = rows.len() as u64;
     let now_micros = crate::delivery::unix_micros_now();
     let mut source = shared.source.clone();
     source.ts_sec = u32::try_from(now_micros.div_euclid(1_000_000)).unwrap_or(u32::MAX);
-    let prefix = shared.prefix.clone();
-    let encode_table = Arc::clone(table);
-    let records = tokio::task::spawn_blocking(move || {
-        let mut out = Vec::with_capacity(rows.len());
-        for (row, marker) in rows {
+    let batch = rows
+        .into_iter()
+        .map(|(row, marker)| {
+            // As a streamed row: its values thrice (escaped, numbers as text) and the envelope.
+            let size = row_bytes(&row) * 3 + 512;
             let change = RowChange {
-                table: Arc::clone(&encode_table),
+                table: Arc::clone(table),
                 op: Op::Read,
                 before: None,
                 after: Some(
@@ -853,33 +862,74 @@ async fn publish(
                 },
                 transaction: None,
             };
-            encode::encode(&change, &prefix, false, now_micros, &mut out);
-        }
-        out
-    })
-    .await
-    .map_err(|e| {
-        if e.is_panic() {
-            PipelineError::fatal_with(
-                "cannot encode a snapshot row",
-                "this is a bug in sluice: report it with the table's column types",
-                e,
+            let records = change.records(false);
+            (change, size, records)
+        })
+        .collect();
+    changes
+        .send(ChunkMessage::Changes(batch))
+        .await
+        .map_err(|_| {
+            PipelineError::retryable(
+                "the snapshot's delivery stopped",
+                Interruption::PublishChannelClosed,
             )
-        } else {
-            PipelineError::retryable("the snapshot encoder failed", e)
+        })?;
+    Ok(count)
+}
+
+/// Encodes the snapshot's rows in the delivery core.
+struct ReadEncoder {
+    /// `kafka.topic_prefix`.
+    prefix: Arc<str>,
+    /// The envelopes' processing time.
+    now_micros: i64,
+}
+
+impl Encode<RowChange> for ReadEncoder {
+    fn encode(&self, change: &RowChange, out: &mut Vec<OutRecord>) -> Origin {
+        encode::encode(change, &self.prefix, false, self.now_micros, out);
+        Origin {
+            commit_unix_micros: self.now_micros,
+            table: Arc::clone(&change.table.metrics),
         }
-    })?;
-    chunked::publish(
-        &shared.producer,
-        &shared.budget,
-        chunk_id,
-        first,
-        records,
-        &table.metrics,
-        now_micros,
-        shared.transforms.as_deref(),
-    )
-    .await
+    }
+
+    fn describe(&self, change: &RowChange, reason: &str) -> FailedChange {
+        let table = format!("{}.{}", change.table.database, change.table.table);
+        let position = format!(
+            "a snapshot row of {table} (binlog {}:{})",
+            change.source.file, change.source.pos
+        );
+        let description = serde_json::to_vec(&serde_json::json!({
+            "table": table,
+            "snapshot": true,
+            "file": &*change.source.file,
+            "pos": change.source.pos,
+            "error": reason,
+        }))
+        .unwrap_or_default();
+        FailedChange {
+            reason: reason.to_owned(),
+            topic: Arc::clone(&change.table.topic),
+            position,
+            description,
+            origin: Origin {
+                commit_unix_micros: self.now_micros,
+                table: Arc::clone(&change.table.metrics),
+            },
+        }
+    }
+}
+
+/// The bytes of a row's values.
+fn row_bytes(row: &[Value]) -> usize {
+    row.iter()
+        .map(|value| match value {
+            Value::Bytes(bytes) => bytes.len(),
+            _ => 8,
+        })
+        .sum()
 }
 
 #[cfg(test)]

@@ -119,7 +119,9 @@ impl Supervised for MysqlPipeline {
     }
 }
 
-/// Runs the pipeline until shutdown (`Ok`) or an error.
+/// Runs the pipeline until shutdown (`Ok`) or an error: connects and checks the server, reads
+/// the saved state (or begins a snapshot), sets up the Kafka side, runs the initial snapshot
+/// while one is pending, then streams the binlog through the delivery core.
 ///
 /// # Errors
 ///
@@ -131,98 +133,13 @@ pub async fn run_once(
     metrics: &PipelineMetrics,
     learned_cap: &Arc<std::sync::atomic::AtomicU64>,
 ) -> Result<(), PipelineError> {
-    kafka::probe_async(
-        &config.kafka.brokers,
-        &config.kafka.client,
-        "kafka.client",
-        kafka::RUN_PROBE_TIMEOUT,
-        Some(shutdown.clone()),
-    )
-    .await?;
-    let mut conn = server::connect(&config.source).await?;
-    let flavor = server::flavor(&mut conn).await?;
-    if let Some(error) =
-        server::settings_error(&server::check_settings(&mut conn, flavor, &config.source).await?)
-    {
-        return Err(error);
-    }
-    let store: Arc<dyn StateStore> = match config.state_store {
-        StateStoreKind::Local => open_directory(config)?,
-        // Opening fences the instance this one replaced: its state writes fail from here on.
-        StateStoreKind::Kafka => Arc::new(
-            KafkaStateStore::open(&config.kafka, config.state_topic(), &config.name).await?,
-        ),
-    };
-    let key = format!("{}.mysql", config.name);
-    let saved = load_state(store.as_ref(), &key)?;
-    let mode = config.source.snapshot;
-    let workers = config.source.snapshot_workers as usize;
-    // A snapshot opened by this run, and the plan of one not finished.
-    let mut opened = None;
-    let mut incremental_state = saved.as_ref().and_then(|s| s.incremental.clone());
-    let (start, mut pending) = match saved {
-        Some(saved) if saved.flavor == flavor => (saved.position, saved.snapshot),
-        Some(saved) => {
-            return Err(PipelineError::fatal(
-                format!(
-                    "the state file {} holds a {:?} position; this server is {flavor:?}",
-                    store.location(&key),
-                    saved.flavor
-                ),
-                "point source.mysql.url at the server the pipeline read from, or remove the state file to start from this server's current position",
-            ));
-        }
-        None if mode == SnapshotMode::Never => {
-            // A new pipeline starts at the server's current position, and saves it at once so
-            // that a restart before the first change does not skip what was written meanwhile.
-            let position = server::current_position(&mut conn, flavor).await?;
-            save_state(store.as_ref(), &key, flavor, &position, None, None)?;
-            (position, None)
-        }
-        None => {
-            // A new pipeline snapshots: the plan and the snapshot's position are saved before
-            // any row is read, so a restart resumes this snapshot and streams from there.
-            let tables = snapshot::captured_tables(&mut conn, &config.source).await?;
-            let mut consistent = snapshot::open(&config.source, flavor, workers, &tables).await?;
-            let plan = SnapshotPlan::build(
-                &mut consistent.connections[0],
-                &tables,
-                config.source.snapshot_chunk_rows,
-            )
-            .await?;
-            let position = consistent.position.clone();
-            save_state(store.as_ref(), &key, flavor, &position, Some(&plan), None)?;
-            opened = Some(consistent);
-            (position, Some(plan))
-        }
-    };
-    if config.source.signal_table.is_some() {
-        incremental::ensure_signal_table(&mut conn, &config.source).await?;
-    } else if incremental_state
-        .as_ref()
-        .is_some_and(|s| !s.queue.is_empty())
-    {
-        tracing::warn!(
-            "incremental snapshots are queued in the state file but source.mysql.signal_table is not set: they wait until it is"
-        );
-    }
-    let rotate_crc = flavor == Flavor::Mariadb && {
-        let checksum: Option<String> = conn
-            .query_first("SELECT @@GLOBAL.binlog_checksum")
-            .await
-            .map_err(server::sql_error("SELECT @@GLOBAL.binlog_checksum failed"))?;
-        checksum.is_some_and(|c| c.eq_ignore_ascii_case("CRC32"))
-    };
-    // The captured tables' topics and the dead-letter topic, created now (when sluice creates
-    // topics) and their max.message.bytes read ahead for the producer's batch.size; a table's
-    // topic first used later is read then (see `ensure_topic`).
-    let mut topics: Vec<String> = snapshot::captured_tables(&mut conn, &config.source)
-        .await?
-        .iter()
-        .map(|t| format!("{}.{}.{}", config.kafka.topic_prefix, t.database, t.table))
-        .collect();
+    crate::source::run::probe_kafka(config, shutdown).await?;
+    let (mut conn, flavor) = connect_checked(config).await?;
+    let mut saved = resume_or_begin(config, &mut conn, flavor).await?;
+    prepare_signal_table(config, &mut conn, saved.incremental.as_ref()).await?;
+    let rotate_crc = rotates_with_crc32(&mut conn, flavor).await?;
+    let topics = change_topics(config, &mut conn).await?;
     drop(conn);
-    topics.extend(config.delivery.dead_letter_topic.iter().cloned());
     // The dead-letter topic is created as a change-event topic here (routed, with
     // `kafka.topic_config`), as it always was for this source.
     let mut run = RunSkeleton::setup(
@@ -250,143 +167,36 @@ pub async fn run_once(
         None
     };
     run.show_budget();
-    if let Some(plan) = pending.as_mut() {
-        board.set_state(PipelineState::Snapshotting);
-        let consistent = match opened {
-            Some(consistent) => consistent,
-            None => {
-                // A restart mid-snapshot: the unfinished chunks are read under a fresh
-                // snapshot; streaming still starts at the first one's position, so every change
-                // since is replayed after the rows.
-                let mut tables: Vec<_> = plan.chunks.iter().map(|c| c.table.clone()).collect();
-                tables.dedup();
-                tracing::info!(position = %start, "resuming the unfinished snapshot");
-                snapshot::open(&config.source, flavor, workers, &tables).await?
-            }
-        };
-        if config.kafka.create_topics {
-            let mut topics: Vec<String> = plan
-                .chunks
-                .iter()
-                .map(|c| {
-                    format!(
-                        "{}.{}.{}",
-                        config.kafka.topic_prefix, c.table.database, c.table.table
-                    )
-                })
-                .collect();
-            topics.dedup();
-            let topics = config.routed_topics(&topics);
-            kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
-        }
-        let mut consistent = consistent;
-        if config.source.include_schema_changes {
-            publish_snapshot_schema(
-                config,
-                flavor,
-                &mut consistent.connections[0],
-                plan,
-                &start,
-                schema_change_schemas.as_deref(),
-                &run.producer,
-                &run.budget,
-                &mut run.deliveries,
-            )
-            .await?;
-        }
-        snapshot::run(
-            SnapshotContext {
-                prefix: &config.kafka.topic_prefix,
-                producer: &run.producer,
-                deliveries: &mut run.deliveries,
-                budget: &run.budget,
-                position: &start,
-                shutdown,
-                board,
-                delivery: &config.delivery,
-                position_of: record_position,
-                transforms: crate::source::transform_chain(config, registry.as_ref())?,
-                flavor,
-                events: &config.kafka.events,
-                registry: registry.clone(),
-            },
-            consistent,
-            plan,
-            |plan| {
-                save_state(
-                    store.as_ref(),
-                    &key,
-                    flavor,
-                    &start,
-                    Some(plan),
-                    incremental_state.as_ref(),
-                )
-            },
-        )
-        .await?;
-        if mode == SnapshotMode::InitialOnly {
-            // Nothing streams; a later run snapshots anew.
-            store.remove(&key).map_err(|e| {
-                PipelineError::fatal_with(
-                    format!("cannot remove the state file {}", store.location(&key)),
-                    "make state_dir writable",
-                    e,
-                )
-            })?;
-            run.end_before_streaming();
-            tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
-            return Ok(());
-        }
-        save_state(
-            store.as_ref(),
-            &key,
-            flavor,
-            &start,
-            None,
-            incremental_state.as_ref(),
-        )?;
+    let snapshot = SnapshotPhase {
+        config,
+        flavor,
+        board,
+        shutdown,
+        schema_change_schemas: schema_change_schemas.as_deref(),
+    };
+    if snapshot.run(&mut run, &mut saved).await? == AfterSnapshot::Stop {
+        run.end_before_streaming();
+        tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
+        return Ok(());
     }
+    let Saved {
+        store,
+        key,
+        start,
+        mut incremental,
+        ..
+    } = saved;
     let gtids = start
         .gtid_set
         .as_deref()
         .map(|set| GtidState::parse(flavor, set))
         .transpose()?;
     tracing::info!(position = %start, ?flavor, "resuming from the saved binlog position");
-    let mut dump = server::connect(&config.source).await?;
-    if config.state_store == StateStoreKind::Kafka {
-        // Standbys may take over: the server ends the dump of a silent former instance after
-        // the failover timeout rather than its default net_write_timeout (60 s).
-        dump.query_drop(format!(
-            "SET SESSION net_write_timeout = {}",
-            config.ha.failover_timeout_ms.div_ceil(1000).max(1)
-        ))
-        .await
-        .map_err(server::sql_error("SET SESSION net_write_timeout failed"))?;
-    }
-    let stream = server::start_dump(
-        dump,
-        flavor,
-        config.source.server_id,
-        &start,
-        config.source.heartbeat_interval_ms,
-    )
-    .await?;
+    let stream = open_dump(config, flavor, &start).await?;
 
     run.streaming();
     let core = run.start_core(config, metrics, BinlogSeq(0), record_position, None)?;
-    let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
-        file: start.file.clone(),
-        pos: start.pos,
-        commit_unix_s: None,
-    }));
-    let monitor_stop = shutdown.child_token();
-    let monitor = tokio::spawn(lag::monitor(
-        config.source.clone(),
-        Arc::clone(&confirmed),
-        Arc::clone(board),
-        monitor_stop.clone(),
-    ));
-    run.add_monitor(monitor, Some(monitor_stop));
+    let confirmed = start_lag_monitor(&mut run, config, board, shutdown, &start);
     let source = MysqlSource {
         rotate_crc,
         confirmed,
@@ -415,10 +225,10 @@ pub async fn run_once(
                 Arc::clone(config),
                 flavor,
                 registry.clone(),
-                incremental_state.clone(),
+                incremental.clone(),
             )
         }),
-        saved_incremental: incremental_state.take(),
+        saved_incremental: incremental.take(),
         board: Arc::clone(board),
         registry: registry.clone(),
         schema_change_schemas,
@@ -437,8 +247,343 @@ pub async fn run_once(
     .await
 }
 
-/// The snapshot's chunk number of its schema-change records (no table's chunk).
-const SCHEMA_CHUNK: usize = u32::MAX as usize;
+/// Connects to the server and checks its binlog settings; returns the connection and the
+/// server's flavor.
+async fn connect_checked(
+    config: &MysqlPipelineConfig,
+) -> Result<(mysql_async::Conn, Flavor), PipelineError> {
+    let mut conn = server::connect(&config.source).await?;
+    let flavor = server::flavor(&mut conn).await?;
+    if let Some(error) =
+        server::settings_error(&server::check_settings(&mut conn, flavor, &config.source).await?)
+    {
+        return Err(error);
+    }
+    Ok((conn, flavor))
+}
+
+/// What a run resumes from: the state store and what it holds.
+struct Saved {
+    store: Arc<dyn StateStore>,
+    /// The pipeline's key in the store.
+    key: String,
+    /// Where streaming starts (a pending snapshot's position).
+    start: BinlogPosition,
+    /// The plan of a snapshot not finished.
+    pending: Option<SnapshotPlan>,
+    /// A snapshot opened by this run (a new pipeline's).
+    opened: Option<snapshot::ConsistentSnapshot>,
+    /// The incremental snapshots' state.
+    incremental: Option<MysqlIncrementalState>,
+}
+
+/// Opens the state store and reads the saved position; a new pipeline starts at the server's
+/// current position (`snapshot = "never"`) or opens its snapshot and plans it, saving either
+/// before any row is read, so a restart resumes from there.
+async fn resume_or_begin(
+    config: &MysqlPipelineConfig,
+    conn: &mut mysql_async::Conn,
+    flavor: Flavor,
+) -> Result<Saved, PipelineError> {
+    let store: Arc<dyn StateStore> = match config.state_store {
+        StateStoreKind::Local => open_directory(config)?,
+        // Opening fences the instance this one replaced: its state writes fail from here on.
+        StateStoreKind::Kafka => Arc::new(
+            KafkaStateStore::open(&config.kafka, config.state_topic(), &config.name).await?,
+        ),
+    };
+    let key = format!("{}.mysql", config.name);
+    let saved = load_state(store.as_ref(), &key)?;
+    let incremental = saved.as_ref().and_then(|s| s.incremental.clone());
+    let mut opened = None;
+    let (start, pending) = match saved {
+        Some(saved) if saved.flavor == flavor => (saved.position, saved.snapshot),
+        Some(saved) => {
+            return Err(PipelineError::fatal(
+                format!(
+                    "the state file {} holds a {:?} position; this server is {flavor:?}",
+                    store.location(&key),
+                    saved.flavor
+                ),
+                "point source.mysql.url at the server the pipeline read from, or remove the state file to start from this server's current position",
+            ));
+        }
+        None if config.source.snapshot == SnapshotMode::Never => {
+            // A new pipeline starts at the server's current position, and saves it at once so
+            // that a restart before the first change does not skip what was written meanwhile.
+            let position = server::current_position(conn, flavor).await?;
+            save_state(store.as_ref(), &key, flavor, &position, None, None)?;
+            (position, None)
+        }
+        None => {
+            // A new pipeline snapshots: the plan and the snapshot's position are saved before
+            // any row is read, so a restart resumes this snapshot and streams from there.
+            let tables = snapshot::captured_tables(conn, &config.source).await?;
+            let workers = config.source.snapshot_workers as usize;
+            let mut consistent = snapshot::open(&config.source, flavor, workers, &tables).await?;
+            let plan = SnapshotPlan::build(
+                &mut consistent.connections[0],
+                &tables,
+                config.source.snapshot_chunk_rows,
+            )
+            .await?;
+            let position = consistent.position.clone();
+            save_state(store.as_ref(), &key, flavor, &position, Some(&plan), None)?;
+            opened = Some(consistent);
+            (position, Some(plan))
+        }
+    };
+    Ok(Saved {
+        store,
+        key,
+        start,
+        pending,
+        opened,
+        incremental,
+    })
+}
+
+/// Creates the signal table when one is configured; warns when incremental snapshots wait
+/// for one.
+async fn prepare_signal_table(
+    config: &MysqlPipelineConfig,
+    conn: &mut mysql_async::Conn,
+    incremental: Option<&MysqlIncrementalState>,
+) -> Result<(), PipelineError> {
+    if config.source.signal_table.is_some() {
+        incremental::ensure_signal_table(conn, &config.source).await?;
+    } else if incremental.is_some_and(|s| !s.queue.is_empty()) {
+        tracing::warn!(
+            "incremental snapshots are queued in the state file but source.mysql.signal_table is not set: they wait until it is"
+        );
+    }
+    Ok(())
+}
+
+/// Whether the server's ROTATE events carry a CRC32 checksum (MariaDB's binlog_checksum).
+async fn rotates_with_crc32(
+    conn: &mut mysql_async::Conn,
+    flavor: Flavor,
+) -> Result<bool, PipelineError> {
+    if flavor != Flavor::Mariadb {
+        return Ok(false);
+    }
+    let checksum: Option<String> = conn
+        .query_first("SELECT @@GLOBAL.binlog_checksum")
+        .await
+        .map_err(server::sql_error("SELECT @@GLOBAL.binlog_checksum failed"))?;
+    Ok(checksum.is_some_and(|c| c.eq_ignore_ascii_case("CRC32")))
+}
+
+/// The captured tables' topics and the dead-letter topic, created at setup (when sluice
+/// creates topics) and their max.message.bytes read ahead for the producer's batch.size; a
+/// table's topic first used later is read then (see `ensure_topic`).
+async fn change_topics(
+    config: &MysqlPipelineConfig,
+    conn: &mut mysql_async::Conn,
+) -> Result<Vec<String>, PipelineError> {
+    let mut topics: Vec<String> = snapshot::captured_tables(conn, &config.source)
+        .await?
+        .iter()
+        .map(|t| format!("{}.{}.{}", config.kafka.topic_prefix, t.database, t.table))
+        .collect();
+    topics.extend(config.delivery.dead_letter_topic.iter().cloned());
+    Ok(topics)
+}
+
+/// Whether the run goes on to stream after its snapshot phase.
+#[derive(Debug, PartialEq, Eq)]
+enum AfterSnapshot {
+    Stream,
+    /// `snapshot = "initial_only"`: the snapshot is done and nothing streams.
+    Stop,
+}
+
+/// What the initial snapshot needs from the run besides its Kafka side and saved state.
+struct SnapshotPhase<'a> {
+    config: &'a Arc<MysqlPipelineConfig>,
+    flavor: Flavor,
+    board: &'a Arc<StatusBoard>,
+    shutdown: &'a CancellationToken,
+    schema_change_schemas: Option<&'a crate::event::schema::RenderedSchemas>,
+}
+
+impl SnapshotPhase<'_> {
+    /// Runs the pending snapshot, if any (a resumed one reads its unfinished chunks under a
+    /// fresh snapshot), recording finished chunks in `saved`'s store; then clears the plan from
+    /// the store, or, with `snapshot = "initial_only"`, removes the state and stops.
+    async fn run(
+        &self,
+        run: &mut RunSkeleton,
+        saved: &mut Saved,
+    ) -> Result<AfterSnapshot, PipelineError> {
+        let Self {
+            config,
+            flavor,
+            board,
+            shutdown,
+            schema_change_schemas,
+        } = *self;
+        let Saved {
+            store,
+            key,
+            start,
+            pending,
+            opened,
+            incremental,
+        } = saved;
+        let Some(plan) = pending.as_mut() else {
+            return Ok(AfterSnapshot::Stream);
+        };
+        board.set_state(PipelineState::Snapshotting);
+        let mut consistent = match opened.take() {
+            Some(consistent) => consistent,
+            None => {
+                // A restart mid-snapshot: the unfinished chunks are read under a fresh
+                // snapshot; streaming still starts at the first one's position, so every change
+                // since is replayed after the rows.
+                let mut tables: Vec<_> = plan.chunks.iter().map(|c| c.table.clone()).collect();
+                tables.dedup();
+                tracing::info!(position = %start, "resuming the unfinished snapshot");
+                let workers = config.source.snapshot_workers as usize;
+                snapshot::open(&config.source, flavor, workers, &tables).await?
+            }
+        };
+        if config.kafka.create_topics {
+            let mut topics: Vec<String> = plan
+                .chunks
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}.{}.{}",
+                        config.kafka.topic_prefix, c.table.database, c.table.table
+                    )
+                })
+                .collect();
+            topics.dedup();
+            let topics = config.routed_topics(&topics);
+            kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
+        }
+        if config.source.include_schema_changes {
+            publish_snapshot_schema(
+                config,
+                flavor,
+                &mut consistent.connections[0],
+                plan,
+                start,
+                schema_change_schemas,
+                &run.producer,
+                &run.budget,
+                &mut run.deliveries,
+            )
+            .await?;
+        }
+        snapshot::run(
+            SnapshotContext {
+                prefix: &config.kafka.topic_prefix,
+                producer: &run.producer,
+                deliveries: &mut run.deliveries,
+                budget: &run.budget,
+                position: start,
+                shutdown,
+                board,
+                delivery: &config.delivery,
+                position_of: record_position,
+                transforms: crate::source::transform_chain(config, run.registry.as_ref())?,
+                flavor,
+                events: &config.kafka.events,
+                registry: run.registry.clone(),
+            },
+            consistent,
+            plan,
+            |plan| {
+                save_state(
+                    store.as_ref(),
+                    key,
+                    flavor,
+                    start,
+                    Some(plan),
+                    incremental.as_ref(),
+                )
+            },
+        )
+        .await?;
+        if config.source.snapshot == SnapshotMode::InitialOnly {
+            // Nothing streams; a later run snapshots anew.
+            store.remove(key).map_err(|e| {
+                PipelineError::fatal_with(
+                    format!("cannot remove the state file {}", store.location(key)),
+                    "make state_dir writable",
+                    e,
+                )
+            })?;
+            return Ok(AfterSnapshot::Stop);
+        }
+        save_state(
+            store.as_ref(),
+            key,
+            flavor,
+            start,
+            None,
+            incremental.as_ref(),
+        )?;
+        *pending = None;
+        Ok(AfterSnapshot::Stream)
+    }
+}
+
+/// Opens the binlog dump at `start` (standbys may take over: a silent former instance's dump
+/// is ended after the failover timeout).
+async fn open_dump(
+    config: &MysqlPipelineConfig,
+    flavor: Flavor,
+    start: &BinlogPosition,
+) -> Result<BinlogStream, PipelineError> {
+    let mut dump = server::connect(&config.source).await?;
+    if config.state_store == StateStoreKind::Kafka {
+        // Standbys may take over: the server ends the dump of a silent former instance after
+        // the failover timeout rather than its default net_write_timeout (60 s).
+        dump.query_drop(format!(
+            "SET SESSION net_write_timeout = {}",
+            config.ha.failover_timeout_ms.div_ceil(1000).max(1)
+        ))
+        .await
+        .map_err(server::sql_error("SET SESSION net_write_timeout failed"))?;
+    }
+    server::start_dump(
+        dump,
+        flavor,
+        config.source.server_id,
+        start,
+        config.source.heartbeat_interval_ms,
+    )
+    .await
+}
+
+/// Starts the binlog lag monitor (stopped at teardown); returns the confirmed position it
+/// reads, which the source updates.
+fn start_lag_monitor(
+    run: &mut RunSkeleton,
+    config: &MysqlPipelineConfig,
+    board: &Arc<StatusBoard>,
+    shutdown: &CancellationToken,
+    start: &BinlogPosition,
+) -> lag::SharedConfirmed {
+    let confirmed: lag::SharedConfirmed = Arc::new(std::sync::Mutex::new(lag::Confirmed {
+        file: start.file.clone(),
+        pos: start.pos,
+        commit_unix_s: None,
+    }));
+    let monitor_stop = shutdown.child_token();
+    let monitor = tokio::spawn(lag::monitor(
+        config.source.clone(),
+        Arc::clone(&confirmed),
+        Arc::clone(board),
+        monitor_stop.clone(),
+    ));
+    run.add_monitor(monitor, Some(monitor_stop));
+    confirmed
+}
 
 /// Writes the initial snapshot's schema changes (see [`ddl::snapshot`]) for the tables of
 /// `plan`, read on `conn` under the snapshot, and waits until Kafka has acknowledged them all.
@@ -493,8 +638,6 @@ async fn publish_snapshot_schema(
     let count = crate::source::chunked::publish(
         producer,
         budget,
-        SCHEMA_CHUNK,
-        0,
         records,
         &metrics,
         now_micros,

@@ -8,8 +8,10 @@
 //! by primary-key ranges (`snapshot_chunk_rows` rows each, boundaries read under the snapshot;
 //! tables without a single-column key by ranges of pages, `ctid` ranges read with TID range
 //! scans on PostgreSQL 14 or later); the workers take chunks across and
-//! within tables, read them with cursors and publish the rows through the same producer and
-//! in-flight budget as the stream. A chunk is finished when Kafka has acknowledged all of its
+//! within tables, read them with cursors and hand the rows to a delivery core
+//! ([`crate::source::chunked`]) with the same producer and in-flight budget as the stream
+//! (exactly once, they produce them in the snapshot's transactions). A chunk is finished when
+//! Kafka has acknowledged all of its
 //! records; finished chunks are recorded in the state file. Only when every chunk is finished
 //! does the pipeline start streaming from the consistent point, so per key the snapshot row
 //! precedes every later change, and no change is lost.
@@ -35,6 +37,7 @@ use std::sync::Arc;
 use tracing::Instrument as _;
 
 use bytes::Bytes;
+use rdkafka::producer::Producer as _;
 use sluice_engine::{InFlightBudget, Lsn};
 use tokio::sync::mpsc;
 use tokio_postgres::SimpleQueryMessage;
@@ -46,11 +49,12 @@ use super::encode::{
 };
 use super::pgoutput::{Datum, ReplicaIdentity, TupleData};
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
-use crate::delivery::unix_micros_now;
+use crate::delivery::{Encode, FailedChange, Origin, unix_micros_now};
 use crate::error::{Interruption, PipelineError, classify_pg};
 use crate::event::SnapshotMarker;
-use crate::kafka::{DeliveryEvent, PipelineProducer};
+use crate::kafka::{DeliveryEvent, OutRecord, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
+use crate::source::chunked::ChunkMessage;
 
 /// What a snapshot needs from the run.
 pub struct SnapshotContext<'a> {
@@ -135,92 +139,82 @@ pub async fn run(
     // Resumed: the rows changed since the consistent point are the stream's to deliver.
     let changed = match &resumed_at {
         Some((_, position)) if !todo.is_empty() => {
-            let mut identities = HashMap::new();
-            for &chunk in &todo {
-                let table = &plan.chunks[chunk].table;
-                if identities.contains_key(table) {
-                    continue;
-                }
-                let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
-                let relation = Arc::new(
-                    relation_info(
-                        &connections[0],
-                        ctx.identity,
-                        &ctx.config.source,
-                        &ctx.config.kafka.events,
-                        schema,
-                        name,
-                    )
-                    .await?,
-                );
-                identities.insert(table.clone(), super::resumed::Identity::of(&relation));
-                relations.lock().await.insert(table.clone(), relation);
-            }
             tracing::info!(
                 consistent_point = %ctx.consistent_point,
                 resumed_at = %position,
                 "snapshot: resuming under a new snapshot; reading the changes since the consistent point from the slot"
             );
-            super::resumed::ChangedRows::read(ctx.config, *position, identities).await?
+            let tables = todo.iter().map(|&chunk| plan.chunks[chunk].table.as_str());
+            let (config, identity) = (ctx.config, ctx.identity);
+            changed_since(
+                config,
+                identity,
+                &connections[0],
+                tables,
+                &relations,
+                *position,
+            )
+            .await?
         }
         _ => super::resumed::ChangedRows::none(),
     };
     let changed = Arc::new(changed);
     let left_out = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let queue = Arc::new(std::sync::Mutex::new(todo));
-    let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
     let index = Arc::new(std::sync::atomic::AtomicU32::new(0));
     let plan_arc = Arc::new(plan.chunks.clone());
-    let mut handles = tokio::task::JoinSet::new();
     let source = Arc::new(ctx.config.source.clone());
-    // Exactly once: workers hold the gate shared while they read a chunk, the committer
-    // exclusively, so a transaction holds whole chunks only.
-    let gate = ctx
-        .exactly_once
-        .as_ref()
-        .map(|_| Arc::new(tokio::sync::RwLock::new(())));
-    if ctx.exactly_once.is_some() {
-        crate::source::chunked::begin(ctx.producer).await?;
-    }
     let transforms = crate::source::transform_chain(ctx.config, ctx.identity.registry.as_ref())?;
+    // At least once, the workers hand their rows to the delivery core; exactly once, they
+    // produce them in the snapshot's transactions, holding the gate shared while they read a
+    // chunk (the committer takes it exclusively, so a transaction holds whole chunks only).
+    let (handover, receiver) = match ctx.exactly_once {
+        None => {
+            let (changes_tx, changes_rx) = mpsc::channel(workers);
+            (Handover::Core(changes_tx), Receiver::Core(changes_rx))
+        }
+        Some(transactions) => {
+            crate::source::chunked::begin(ctx.producer).await?;
+            let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
+            let gate = Arc::new(tokio::sync::RwLock::new(()));
+            let handover = Handover::Transactional {
+                producer: Arc::clone(ctx.producer),
+                budget: ctx.budget.clone(),
+                transforms: transforms.clone(),
+                gate: Arc::clone(&gate),
+                sent: sent_tx,
+            };
+            let receiver = Receiver::Transactional {
+                sent: sent_rx,
+                gate,
+                transactions,
+            };
+            (handover, receiver)
+        }
+    };
+    let mut handles = tokio::task::JoinSet::new();
     for catalog in connections {
         let worker = Worker {
             catalog,
             identity: ctx.identity.clone(),
-            producer: Arc::clone(ctx.producer),
-            budget: ctx.budget.clone(),
             consistent_point: ctx.consistent_point,
             fetch: ctx.config.source.snapshot_fetch_rows,
             queue: Arc::clone(&queue),
             chunks: Arc::clone(&plan_arc),
             relations: Arc::clone(&relations),
-            sent: sent_tx.clone(),
             index: Arc::clone(&index),
             shutdown: ctx.shutdown.clone(),
             source: Arc::clone(&source),
             ends: Arc::clone(&ends),
             events: ctx.config.kafka.events.clone(),
-            transforms: transforms.clone(),
-            gate: gate.clone(),
+            handover: handover.clone(),
             changed: Arc::clone(&changed),
             left_out: Arc::clone(&left_out),
         };
         handles.spawn(worker.run());
     }
-    drop(sent_tx);
+    drop(handover);
     let done = plan.chunks.iter().filter(|c| c.done).count();
-    let progress = crate::source::chunked::Progress {
-        deliveries: ctx.deliveries,
-        shutdown: ctx.shutdown,
-        board: ctx.board,
-        chunks_total: total_chunks,
-        chunks_done: done,
-        policy: crate::source::chunked::RefusalPolicy {
-            delivery: &ctx.config.delivery,
-            producer: ctx.producer,
-            position_of: super::encode::record_position,
-        },
-    };
     let committed_done: Vec<usize> = (0..total_chunks).filter(|i| plan.chunks[*i].done).collect();
     let finished = |finished: &[usize]| {
         for &chunk in finished {
@@ -228,12 +222,27 @@ pub async fn run(
         }
         record(plan)
     };
-    let result = match (ctx.exactly_once, gate) {
-        (Some(transactions), Some(gate)) => {
+    let result = match receiver {
+        Receiver::Transactional {
+            sent,
+            gate,
+            transactions,
+        } => {
+            let progress = crate::source::chunked::Progress {
+                deliveries: ctx.deliveries,
+                shutdown: ctx.shutdown,
+                board: ctx.board,
+                chunks_total: total_chunks,
+                chunks_done: done,
+                policy: crate::source::chunked::RefusalPolicy {
+                    delivery: &ctx.config.delivery,
+                    position_of: super::encode::record_position,
+                },
+            };
             crate::source::chunked::drive_transactional(
                 progress,
                 handles,
-                sent_rx,
+                sent,
                 finished,
                 crate::source::chunked::ChunkTransactions {
                     producer: Arc::clone(ctx.producer),
@@ -247,7 +256,35 @@ pub async fn run(
             )
             .await
         }
-        _ => crate::source::chunked::drive(progress, handles, sent_rx, finished).await,
+        Receiver::Core(changes) => {
+            let events = ctx.config.kafka.events.clone();
+            crate::source::chunked::deliver(
+                crate::source::chunked::ChunkDelivery {
+                    producer: ctx.producer,
+                    deliveries: ctx.deliveries,
+                    events: ctx.producer.context().deliveries().clone(),
+                    budget: ctx.budget,
+                    delivery: &ctx.config.delivery,
+                    position_of: super::encode::record_position,
+                    transforms,
+                    shutdown: ctx.shutdown,
+                    board: ctx.board,
+                    chunks_total: total_chunks,
+                    chunks_done: done,
+                },
+                handles,
+                changes,
+                move || ReadEncoder {
+                    options: EncodeOptions {
+                        tombstones: false,
+                        events: events.clone(),
+                        now_unix_nanos: crate::delivery::unix_nanos_now(),
+                    },
+                },
+                finished,
+            )
+            .await
+        }
     };
     let left_out = left_out.load(std::sync::atomic::Ordering::Relaxed);
     if left_out > 0 {
@@ -257,6 +294,40 @@ pub async fn run(
         );
     }
     result
+}
+
+/// A resumed snapshot: the rows of `tables` (the unfinished chunks') changed since the
+/// consistent point, read from the slot up to `position` (their relations kept in `relations`
+/// for the workers): the stream delivers those rows, so the chunks leave them out.
+async fn changed_since(
+    config: &PgPipelineConfig,
+    identity: &SourceIdentity,
+    catalog: &PgCatalog,
+    tables: impl Iterator<Item = &str>,
+    relations: &tokio::sync::Mutex<HashMap<String, Arc<RelationInfo>>>,
+    position: Lsn,
+) -> Result<super::resumed::ChangedRows, PipelineError> {
+    let mut identities = HashMap::new();
+    for table in tables {
+        if identities.contains_key(table) {
+            continue;
+        }
+        let (schema, name) = crate::config::parse_table_name(table).unwrap_or(("", table));
+        let relation = Arc::new(
+            relation_info(
+                catalog,
+                identity,
+                &config.source,
+                &config.kafka.events,
+                schema,
+                name,
+            )
+            .await?,
+        );
+        identities.insert(table.to_owned(), super::resumed::Identity::of(&relation));
+        relations.lock().await.insert(table.to_owned(), relation);
+    }
+    super::resumed::ChangedRows::read(config, position, identities).await
 }
 
 /// Pins a fresh snapshot on `catalog` (in its repeatable-read transaction), exports it for the
@@ -656,25 +727,20 @@ async fn snapshot_connection(
 struct Worker {
     catalog: PgCatalog,
     identity: SourceIdentity,
-    producer: Arc<PipelineProducer>,
-    budget: InFlightBudget,
     consistent_point: Lsn,
     fetch: u32,
     queue: Arc<std::sync::Mutex<VecDeque<usize>>>,
     chunks: Arc<Vec<Chunk>>,
     relations: Arc<tokio::sync::Mutex<HashMap<String, Arc<RelationInfo>>>>,
-    sent: mpsc::UnboundedSender<(usize, u64)>,
     index: Arc<std::sync::atomic::AtomicU32>,
     shutdown: tokio_util::sync::CancellationToken,
     source: Arc<super::config::PostgresSourceConfig>,
     /// `[kafka.events]`.
     events: crate::event::EventOptions,
-    /// `[transforms]`.
-    transforms: Option<Arc<crate::transform::Chain>>,
     /// The chunks holding the snapshot's first and last rows (see [`ends_of_snapshot`]).
     ends: Arc<(Option<usize>, Option<usize>)>,
-    /// Exactly once: held shared while a chunk is read (see [`run`]).
-    gate: Option<Arc<tokio::sync::RwLock<()>>>,
+    /// Where the rows go.
+    handover: Handover,
     /// A resumed snapshot: rows the stream delivers (see [`super::resumed`]).
     changed: Arc<super::resumed::ChangedRows>,
     /// Rows left out for that reason.
@@ -695,17 +761,31 @@ impl Worker {
             if self.shutdown.is_cancelled() {
                 break;
             }
-            let _shared = match &self.gate {
-                Some(gate) => Some(gate.read().await),
-                None => None,
+            let _shared = match &self.handover {
+                Handover::Transactional { gate, .. } => Some(gate.read().await),
+                Handover::Core(_) => None,
             };
             let span = tracing::info_span!(
                 "snapshot_chunk",
                 table = %self.chunks[chunk_id].table,
                 chunk = chunk_id
             );
-            let records = self.read_chunk(chunk_id).instrument(span).await?;
-            let _ = self.sent.send((chunk_id, records));
+            let rows = self.read_chunk(chunk_id).instrument(span).await?;
+            match &self.handover {
+                Handover::Core(changes) => {
+                    let read = ChunkMessage::Read {
+                        chunk: chunk_id,
+                        rows,
+                    };
+                    if changes.send(read).await.is_err() {
+                        // The delivery ended (its error is the run's).
+                        break;
+                    }
+                }
+                Handover::Transactional { sent, .. } => {
+                    let _ = sent.send((chunk_id, rows));
+                }
+            }
         }
         let _ = self.catalog.client().batch_execute("COMMIT").await;
         Ok(())
@@ -732,7 +812,7 @@ impl Worker {
         Ok(relation)
     }
 
-    /// Reads and publishes one chunk; returns its record count.
+    /// Reads and hands over (or publishes) one chunk; returns its row count.
     async fn read_chunk(&self, chunk_id: usize) -> Result<u64, PipelineError> {
         let chunk = &self.chunks[chunk_id];
         let relation = self.relation(&chunk.table).await?;
@@ -861,7 +941,7 @@ impl Worker {
             if fetched == 0 {
                 if let Some(row) = held.take() {
                     let batch = vec![marked(row, read, true)];
-                    records += self.publish(chunk_id, &relation, batch, records).await?;
+                    records += self.publish(&relation, batch).await?;
                 }
                 break;
             }
@@ -876,8 +956,7 @@ impl Worker {
             // The next rows are read while these are encoded and produced: one after the other,
             // the worker's connection idled through every encode and the encoder through every
             // fetch.
-            let (published, next) =
-                tokio::join!(self.publish(chunk_id, &relation, batch, records), fetch());
+            let (published, next) = tokio::join!(self.publish(&relation, batch), fetch());
             records += published?;
             messages = next?;
         }
@@ -888,20 +967,13 @@ impl Worker {
         Ok(records)
     }
 
-    /// Encodes (on the blocking pool) and produces rows within the budget; record `n` of chunk
-    /// `c` carries sequence `c << 32 | n` so acknowledgements count per chunk.
+    /// Hands rows over to the delivery core or, exactly once, encodes (on the blocking pool)
+    /// and produces them within the budget; returns how many rows (records, exactly once).
     async fn publish(
         &self,
-        chunk_id: usize,
         relation: &Arc<RelationInfo>,
         rows: Vec<(TupleData, SnapshotMarker)>,
-        first: u64,
     ) -> Result<u64, PipelineError> {
-        let options = EncodeOptions {
-            tombstones: false,
-            events: self.events.clone(),
-            now_unix_nanos: crate::delivery::unix_nanos_now(),
-        };
         if let Some(outbox) = &relation.outbox {
             for (row, _) in &rows {
                 if outbox.topic_of(row).is_none() {
@@ -922,39 +994,161 @@ impl Worker {
         let first_index = self
             .index
             .fetch_add(rows.len() as u32, std::sync::atomic::Ordering::Relaxed);
-        let encode_relation = Arc::clone(relation);
+        let change =
+            move |n: usize, row: TupleData, marker: SnapshotMarker, size_hint: usize| RowChange {
+                size_hint,
+                relation: Arc::clone(relation),
+                kind: ChangeKind::Read { row, marker },
+                commit_lsn: consistent_point,
+                lsn: consistent_point,
+                tx_index: first_index.wrapping_add(n as u32),
+                xid: 0,
+                commit_unix_micros,
+                transaction: None,
+                last_commit_end: None,
+            };
+        let (producer, budget, transforms) = match &self.handover {
+            Handover::Core(changes) => {
+                let count = rows.len() as u64;
+                let batch = rows
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, (row, marker))| {
+                        // As an incremental snapshot's rows: the values twice (escaped, and
+                        // the slack of numbers written as text) and the envelope.
+                        let size = (row_bytes(&row) * 2 + relation.envelope_overhead).max(1);
+                        let change = change(n, row, marker, size);
+                        let records = change.record_count(false);
+                        (change, size, records)
+                    })
+                    .collect();
+                changes
+                    .send(ChunkMessage::Changes(batch))
+                    .await
+                    .map_err(|_| {
+                        PipelineError::retryable(
+                            "the snapshot's delivery stopped",
+                            Interruption::PublishChannelClosed,
+                        )
+                    })?;
+                return Ok(count);
+            }
+            Handover::Transactional {
+                producer,
+                budget,
+                transforms,
+                ..
+            } => (producer, budget, transforms),
+        };
+        let options = EncodeOptions {
+            tombstones: false,
+            events: self.events.clone(),
+            now_unix_nanos: crate::delivery::unix_nanos_now(),
+        };
+        let changes: Vec<RowChange> = rows
+            .into_iter()
+            .enumerate()
+            .map(|(n, (row, marker))| change(n, row, marker, 0))
+            .collect();
         let records = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::with_capacity(rows.len());
-            for (n, (row, marker)) in rows.into_iter().enumerate() {
-                let change = RowChange {
-                    size_hint: 0,
-                    relation: Arc::clone(&encode_relation),
-                    kind: ChangeKind::Read { row, marker },
-                    commit_lsn: consistent_point,
-                    lsn: consistent_point,
-                    tx_index: first_index.wrapping_add(n as u32),
-                    xid: 0,
-                    commit_unix_micros,
-                    transaction: None,
-                    last_commit_end: None,
-                };
-                encode_change(&change, &options, &mut out);
+            let mut out = Vec::with_capacity(changes.len());
+            for change in &changes {
+                encode_change(change, &options, &mut out);
             }
             out
         })
         .await
         .map_err(|e| PipelineError::retryable("the snapshot encoder failed", e))?;
         crate::source::chunked::publish(
-            &self.producer,
-            &self.budget,
-            chunk_id,
-            first,
+            producer,
+            budget,
             records,
             &relation.metrics,
             commit_unix_micros,
-            self.transforms.as_deref(),
+            transforms.as_deref(),
         )
         .await
+    }
+}
+
+/// The bytes of a row's values.
+fn row_bytes(row: &TupleData) -> usize {
+    row.0
+        .iter()
+        .map(|d| match d {
+            Datum::Text(b) | Datum::Binary(b) => b.len(),
+            _ => 4,
+        })
+        .sum()
+}
+
+/// Where a worker's rows go.
+#[derive(Clone)]
+enum Handover {
+    /// At least once: to the delivery core ([`crate::source::chunked::deliver`]).
+    Core(mpsc::Sender<ChunkMessage<RowChange>>),
+    /// Exactly once: encoded and produced by the worker inside the snapshot's transactions
+    /// ([`crate::source::chunked::drive_transactional`]).
+    Transactional {
+        producer: Arc<PipelineProducer>,
+        budget: InFlightBudget,
+        transforms: Option<Arc<crate::transform::Chain>>,
+        /// Held shared while a chunk is read.
+        gate: Arc<tokio::sync::RwLock<()>>,
+        /// Each chunk read, with its record count.
+        sent: mpsc::UnboundedSender<(usize, u64)>,
+    },
+}
+
+/// What the run reads the workers' progress from: the counterpart of [`Handover`].
+enum Receiver {
+    /// At least once: the workers' changes.
+    Core(mpsc::Receiver<ChunkMessage<RowChange>>),
+    /// Exactly once: the chunks read, and the gate and transactions to commit them with.
+    Transactional {
+        sent: mpsc::UnboundedReceiver<(usize, u64)>,
+        gate: Arc<tokio::sync::RwLock<()>>,
+        transactions: super::exactly_once::SnapshotTransactions,
+    },
+}
+
+/// Encodes the snapshot's rows in the delivery core.
+struct ReadEncoder {
+    options: EncodeOptions,
+}
+
+impl Encode<RowChange> for ReadEncoder {
+    fn encode(&self, change: &RowChange, out: &mut Vec<OutRecord>) -> Origin {
+        encode_change(change, &self.options, out);
+        Origin {
+            commit_unix_micros: change.commit_unix_micros,
+            table: Arc::clone(&change.relation.metrics),
+        }
+    }
+
+    fn describe(&self, change: &RowChange, reason: &str) -> FailedChange {
+        let table = &change.relation.name;
+        let position = format!(
+            "a snapshot row of {table} (consistent point {})",
+            change.commit_lsn
+        );
+        let description = serde_json::to_vec(&serde_json::json!({
+            "table": table,
+            "snapshot": true,
+            "consistent_point": change.commit_lsn.to_string(),
+            "error": reason,
+        }))
+        .unwrap_or_default();
+        FailedChange {
+            reason: reason.to_owned(),
+            topic: Arc::clone(&change.relation.topic),
+            position,
+            description,
+            origin: Origin {
+                commit_unix_micros: change.commit_unix_micros,
+                table: Arc::clone(&change.relation.metrics),
+            },
+        }
     }
 }
 

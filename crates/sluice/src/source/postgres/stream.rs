@@ -58,7 +58,7 @@ use super::encode::{
 use super::incremental::{self, IncrementalRun, WATERMARK_PREFIX};
 use super::pgoutput::{self, Datum, PgOutputMessage, ReplicaIdentity, TupleData};
 use super::replication::{
-    ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream,
+    ReplicationConnection, ReplicationError, ReplicationMessage, ReplicationStream, SystemIdentity,
 };
 use super::setup::{CapturedTable, PgCatalog, quote_ident};
 use super::silence::{Silence, SilenceWatch};
@@ -290,16 +290,8 @@ const CATALOG_REREAD_PAUSE: Duration = Duration::from_millis(50);
 /// Retryable errors (lost connections) and fatal ones (configuration, server settings).
 pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let config = &ctx.config;
-    // Kafka first: a wrong [kafka.client] setting (password, mechanism, TLS) stops the
-    // pipeline with the key to change, before a slot starts retaining WAL for it.
-    kafka::probe_async(
-        &config.kafka.brokers,
-        &config.kafka.client,
-        "kafka.client",
-        kafka::RUN_PROBE_TIMEOUT,
-        Some(ctx.shutdown.clone()),
-    )
-    .await?;
+    // Kafka first: before a slot starts retaining WAL for the pipeline.
+    crate::source::run::probe_kafka(config, &ctx.shutdown).await?;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
     // A standby (16+): the slot lives there; what it cannot write goes to the primary.
@@ -320,65 +312,11 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             &config.name,
         )?,
     };
-    // The signal table exists before the publication is planned, and is published with the
-    // captured tables (never captured itself).
-    let signal_table = incremental::create_signal_table(writer.unwrap_or(&catalog), config).await?;
-    let mut captured = catalog.captured_tables(config).await?;
-    // Listed before the initial snapshot: a partition attached after this is snapshotted
-    // (again, at worst) under its root, never missed.
-    let partition_mode = catalog.partition_mode(config).await?;
-    let mut partitions = match partition_mode {
-        PartitionMode::Root => super::partition::leaves(&catalog, &captured).await?,
-        PartitionMode::Leaves => Vec::new(),
-    };
-    // Partitions detached from a captured root (also while sluice was stopped) stay out.
-    let detached = match partition_mode {
-        PartitionMode::Root => super::partition::detached(
-            slot_state.record().and_then(|r| r.incremental.as_ref()),
-            &captured,
-            &partitions,
-            &config.source.tables,
-        ),
-        PartitionMode::Leaves => std::collections::BTreeMap::new(),
-    };
-    captured.retain(|t| !detached.contains_key(&t.qualified()));
-    partitions.retain(|p| !detached.contains_key(&p.root));
-    let (tables, published) = with_signal_table(captured, signal_table.as_ref());
-    match writer {
-        Some(writer) => {
-            writer.ensure_publication(config, &published).await?;
-        }
-        None => {
-            catalog
-                .check_publication_on_standby(config, &published)
-                .await?;
-        }
-    }
-    incremental::publish_signal_table(writer.unwrap_or(&catalog), config).await?;
+    let mut capture = plan_capture(&catalog, writer, config, &slot_state).await?;
+    let tables = capture.tables.clone();
+    let signal_table = capture.signal_table.take();
     let slot_name = config.slot_name();
-    let pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
-        .map_err(|e| {
-            PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
-        })?;
-    let mut pg_config = pg_config;
-    if config.state_store == StateStoreKind::Kafka {
-        // Standbys may take over: a silent walsender of this instance must not hold the slot
-        // longer than the failover timeout (the server's default is 60 s).
-        let options = format!(
-            "{} -c wal_sender_timeout={}",
-            pg_config.pg.get_options().unwrap_or_default(),
-            config.ha.failover_timeout_ms
-        );
-        pg_config.pg.options(options.trim_start());
-    }
-    let mut connection =
-        ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
-            .await
-            .map_err(|e| replication_error("cannot open the replication connection", e, config))?;
-    let system = connection
-        .identify_system()
-        .await
-        .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
+    let (mut connection, system) = replication_connection(config).await?;
     let mode = config.source.snapshot;
     if slot_state
         .record()
@@ -535,32 +473,15 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
             )
         })?;
     }
-    match &standby {
-        None => super::failover::apply(&mut connection, &catalog, config, &slot_name).await?,
-        Some(_) if config.source.failover == Some(true) => tracing::warn!(
-            "source.postgres.failover = true is not applied: a slot on a standby cannot be a failover slot (PostgreSQL refuses); it is applied once the standby is promoted and the pipeline restarts"
-        ),
-        Some(_) => {}
-    }
-    let publication = config.publication_name();
-    let stream = connection
-        .start_logical(
-            &slot_name,
-            Lsn::ZERO,
-            &[
-                ("proto_version", "1"),
-                ("publication_names", &publication),
-                ("messages", "true"),
-            ],
-        )
-        .await
-        .map_err(|e| replication_error("START_REPLICATION failed", e, config))?;
-    tracing::info!(
-        system_id = %system.systemid,
-        timeline = system.timeline,
-        server_wal = %system.xlogpos,
-        "streaming changes"
-    );
+    let stream = start_streaming(
+        connection,
+        &catalog,
+        standby.is_some(),
+        config,
+        &slot_name,
+        &system,
+    )
+    .await?;
 
     run.streaming();
 
@@ -583,40 +504,17 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         slot_state.record().and_then(|r| r.incremental.clone()),
         committed.as_ref().and_then(|c| c.incremental.clone()),
     );
-    let captured: HashSet<String> = tables
-        .iter()
-        .map(CapturedTable::qualified)
-        .filter(|t| outbox_table.as_deref() != Some(t.as_str()))
-        .collect();
-    // `leaves`: partitions created while sluice was stopped whose rows were all streamed, and
-    // this start's horizon for the next.
-    let (streamed, horizon) = match partition_mode {
-        PartitionMode::Leaves => {
-            created_while_stopped(&catalog, config, state.as_ref(), &captured).await?
-        }
-        PartitionMode::Root => (HashSet::new(), None),
-    };
-    let mut incremental = IncrementalRun::new(
-        Arc::clone(config),
-        identity.clone(),
+    let partition_mode = capture.partition_mode;
+    let incremental = incremental_run(
+        &catalog,
+        config,
+        &identity,
         state,
-        captured,
+        capture,
         slot.confirmed_flush,
         incremental_offsets,
-        &streamed,
-    );
-    match partition_mode {
-        PartitionMode::Root => {
-            incremental.set_detached(detached, slot.confirmed_flush);
-            incremental.on_partitions(&partitions, slot.confirmed_flush);
-        }
-        PartitionMode::Leaves => {
-            incremental.set_leaves(&tables);
-            if let Some(horizon) = horizon {
-                incremental.set_horizon(horizon, slot.confirmed_flush);
-            }
-        }
-    }
+    )
+    .await?;
     let monitor = tokio::spawn(monitor_slot(
         Arc::clone(&catalog),
         standby.clone(),
@@ -683,6 +581,186 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         Duration::from_millis(config.source.status_interval_ms),
     )
     .await
+}
+
+/// The tables a run captures, listed before its slot and initial snapshot.
+struct Capture {
+    /// The signal table (published with the captured tables, never captured itself).
+    signal_table: Option<CapturedTable>,
+    /// The captured tables.
+    tables: Vec<CapturedTable>,
+    partition_mode: PartitionMode,
+    /// `root`: the captured roots' partitions.
+    partitions: Vec<super::partition::Partition>,
+    /// `root`: partitions detached from a captured root (also while sluice was stopped).
+    detached: std::collections::BTreeMap<String, u32>,
+}
+
+/// Creates the signal table, lists the captured tables and partitions, and makes the
+/// publication hold them (on `writer`; checked on a standby without one). Listed before the
+/// initial snapshot: a partition attached after this is snapshotted (again, at worst) under
+/// its root, never missed.
+async fn plan_capture(
+    catalog: &PgCatalog,
+    writer: Option<&PgCatalog>,
+    config: &PgPipelineConfig,
+    slot_state: &SlotStateFile,
+) -> Result<Capture, PipelineError> {
+    // The signal table exists before the publication is planned.
+    let signal_table = incremental::create_signal_table(writer.unwrap_or(catalog), config).await?;
+    let mut captured = catalog.captured_tables(config).await?;
+    let partition_mode = catalog.partition_mode(config).await?;
+    let mut partitions = match partition_mode {
+        PartitionMode::Root => super::partition::leaves(catalog, &captured).await?,
+        PartitionMode::Leaves => Vec::new(),
+    };
+    // Partitions detached from a captured root (also while sluice was stopped) stay out.
+    let detached = match partition_mode {
+        PartitionMode::Root => super::partition::detached(
+            slot_state.record().and_then(|r| r.incremental.as_ref()),
+            &captured,
+            &partitions,
+            &config.source.tables,
+        ),
+        PartitionMode::Leaves => std::collections::BTreeMap::new(),
+    };
+    captured.retain(|t| !detached.contains_key(&t.qualified()));
+    partitions.retain(|p| !detached.contains_key(&p.root));
+    let (tables, published) = with_signal_table(captured, signal_table.as_ref());
+    match writer {
+        Some(writer) => {
+            writer.ensure_publication(config, &published).await?;
+        }
+        None => {
+            catalog
+                .check_publication_on_standby(config, &published)
+                .await?;
+        }
+    }
+    incremental::publish_signal_table(writer.unwrap_or(catalog), config).await?;
+    Ok(Capture {
+        signal_table,
+        tables,
+        partition_mode,
+        partitions,
+        detached,
+    })
+}
+
+/// Opens the replication connection and identifies the server.
+async fn replication_connection(
+    config: &PgPipelineConfig,
+) -> Result<(ReplicationConnection, SystemIdentity), PipelineError> {
+    let mut pg_config = crate::pg_connect::PgConnectConfig::parse(&config.source.connection())
+        .map_err(|e| {
+            PipelineError::fatal_with("source.postgres.url is invalid", "see `sluice check`", e)
+        })?;
+    if config.state_store == StateStoreKind::Kafka {
+        // Standbys may take over: a silent walsender of this instance must not hold the slot
+        // longer than the failover timeout (the server's default is 60 s).
+        let options = format!(
+            "{} -c wal_sender_timeout={}",
+            pg_config.pg.get_options().unwrap_or_default(),
+            config.ha.failover_timeout_ms
+        );
+        pg_config.pg.options(options.trim_start());
+    }
+    let mut connection =
+        ReplicationConnection::connect(&pg_config, &format!("sluice-{}", config.name))
+            .await
+            .map_err(|e| replication_error("cannot open the replication connection", e, config))?;
+    let system = connection
+        .identify_system()
+        .await
+        .map_err(|e| replication_error("IDENTIFY_SYSTEM failed", e, config))?;
+    Ok((connection, system))
+}
+
+/// Applies `source.postgres.failover` (not on a standby) and starts streaming from the slot.
+async fn start_streaming(
+    mut connection: ReplicationConnection,
+    catalog: &PgCatalog,
+    on_standby: bool,
+    config: &PgPipelineConfig,
+    slot_name: &str,
+    system: &SystemIdentity,
+) -> Result<ReplicationStream, PipelineError> {
+    if !on_standby {
+        super::failover::apply(&mut connection, catalog, config, slot_name).await?;
+    } else if config.source.failover == Some(true) {
+        tracing::warn!(
+            "source.postgres.failover = true is not applied: a slot on a standby cannot be a failover slot (PostgreSQL refuses); it is applied once the standby is promoted and the pipeline restarts"
+        );
+    }
+    let publication = config.publication_name();
+    let stream = connection
+        .start_logical(
+            slot_name,
+            Lsn::ZERO,
+            &[
+                ("proto_version", "1"),
+                ("publication_names", &publication),
+                ("messages", "true"),
+            ],
+        )
+        .await
+        .map_err(|e| replication_error("START_REPLICATION failed", e, config))?;
+    tracing::info!(
+        system_id = %system.systemid,
+        timeline = system.timeline,
+        server_wal = %system.xlogpos,
+        "streaming changes"
+    );
+    Ok(stream)
+}
+
+/// The incremental snapshots of the run, resuming `state`, with the captured partitions: under
+/// `root` the detached ones and the roots' partitions; under `leaves` the partitions created
+/// while sluice was stopped whose rows were all streamed, and this start's horizon for the next.
+async fn incremental_run(
+    catalog: &PgCatalog,
+    config: &Arc<PgPipelineConfig>,
+    identity: &SourceIdentity,
+    state: Option<incremental::IncrementalState>,
+    capture: Capture,
+    confirmed_flush: Lsn,
+    offsets: Option<Arc<super::exactly_once::IncrementalOffsets>>,
+) -> Result<IncrementalRun, PipelineError> {
+    let outbox_table = config.source.outbox.as_ref().map(|o| o.table.as_str());
+    let captured: HashSet<String> = capture
+        .tables
+        .iter()
+        .map(CapturedTable::qualified)
+        .filter(|t| outbox_table != Some(t.as_str()))
+        .collect();
+    let (streamed, horizon) = match capture.partition_mode {
+        PartitionMode::Leaves => {
+            created_while_stopped(catalog, config, state.as_ref(), &captured).await?
+        }
+        PartitionMode::Root => (HashSet::new(), None),
+    };
+    let mut incremental = IncrementalRun::new(
+        Arc::clone(config),
+        identity.clone(),
+        state,
+        captured,
+        confirmed_flush,
+        offsets,
+        &streamed,
+    );
+    match capture.partition_mode {
+        PartitionMode::Root => {
+            incremental.set_detached(capture.detached, confirmed_flush);
+            incremental.on_partitions(&capture.partitions, confirmed_flush);
+        }
+        PartitionMode::Leaves => {
+            incremental.set_leaves(&capture.tables);
+            if let Some(horizon) = horizon {
+                incremental.set_horizon(horizon, confirmed_flush);
+            }
+        }
+    }
+    Ok(incremental)
 }
 
 /// The captured tables without the signal table, and the tables to publish: the captured
