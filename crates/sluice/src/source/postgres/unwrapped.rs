@@ -8,6 +8,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
+use super::avro::layout::SOURCE_FIELDS;
 use super::change::{ChangeKind, EncodeOptions, RowChange};
 use super::encode::{position_headers, write_key, write_row, write_sequence};
 use super::pgoutput::TupleData;
@@ -17,28 +18,9 @@ use crate::event::{write_int, write_json_str};
 use crate::record::OutRecord;
 use crate::transform::{DeleteMode, Direct, EventField};
 
-/// The `source` block's members this encoder writes for `add.fields` (all of them).
-const SOURCE_FIELDS: [&str; 16] = [
-    "version",
-    "connector",
-    "name",
-    "ts_ms",
-    "snapshot",
-    "db",
-    "sequence",
-    "ts_us",
-    "ts_ns",
-    "schema",
-    "table",
-    "txId",
-    "lsn",
-    "xmin",
-    "origin",
-    "origin_lsn",
-];
-
 /// Whether the encoder can apply `direct` to events of `events`' formats: JSON without
-/// schemas, and every added field one of the event's own members.
+/// schemas, and every added field one of the event's own members (the `source` block's are
+/// [`SOURCE_FIELDS`], all of which [`encode_unwrapped`] writes).
 pub fn supports(direct: &Direct, events: &EventOptions) -> bool {
     events.key_format() == EventFormat::Json
         && events.value_format() == EventFormat::Json

@@ -32,7 +32,7 @@ impl AvroSource {
 }
 
 /// The `source` block's fields, in `io.debezium.connector.postgresql.Source`'s order.
-pub(super) const SOURCE_FIELDS: [&str; 16] = [
+pub(in crate::source::postgres) const SOURCE_FIELDS: [&str; 16] = [
     "version",
     "connector",
     "name",
