@@ -143,18 +143,14 @@ impl RowSource for MysqlSnapshot {
             let list: Vec<String> = buckets.iter().map(u32::to_string).collect();
             let bucket = bucket(&sql.key, plan.buckets);
             let texts = |exprs: &[String]| -> String { exprs.join(", ") };
-            let json: Vec<String> = plan
-                .columns
-                .iter()
-                .zip(&sql.shown)
-                .map(|(c, shown)| format!("{}, {shown}", quote_literal(&c.name)))
-                .collect();
             let (keys, columns) = (plan.key.len(), plan.columns.len());
+            // The shown values as a JSON array, named by the plan's columns here: no column
+            // name goes into the query's text as a literal.
             let query = format!(
-                "SELECT {bucket}, {}, {}, CAST(JSON_OBJECT({}) AS CHAR) FROM {} AS t WHERE {bucket} IN ({})",
+                "SELECT {bucket}, {}, {}, CAST(JSON_ARRAY({}) AS CHAR) FROM {} AS t WHERE {bucket} IN ({})",
                 texts(&sql.key),
                 texts(&sql.columns),
-                json.join(", "),
+                texts(&sql.shown),
                 plan.from,
                 list.join(", ")
             );
@@ -167,9 +163,16 @@ impl RowSource for MysqlSnapshot {
                 };
                 let key: Vec<Option<String>> = (1..=keys).map(text).collect();
                 let values: Vec<Option<String>> = (keys + 1..=keys + columns).map(text).collect();
-                let json = text(keys + columns + 1)
+                let shown: Vec<serde_json::Value> = text(keys + columns + 1)
                     .and_then(|j| serde_json::from_str(&j).ok())
                     .unwrap_or_default();
+                let json = serde_json::Value::Object(
+                    plan.columns
+                        .iter()
+                        .map(|c| c.name.clone())
+                        .zip(shown)
+                        .collect(),
+                );
                 rows.push(SourceRow {
                     bucket: row.get::<Option<u64>, _>(0).flatten().unwrap_or_default() as u32,
                     key_text: key.clone(),
@@ -182,11 +185,6 @@ impl RowSource for MysqlSnapshot {
             Ok(rows)
         })
     }
-}
-
-/// A MySQL string literal.
-fn quote_literal(text: &str) -> String {
-    format!("'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 /// The canonical piece of the text expression `e` (`N` or `V<byte length>:<text>`), in

@@ -717,6 +717,17 @@ async fn verify_mysql_server(server: crate::mysql::Server) {
         ],
         "{report:#}"
     );
+    // The source row is shown by column name (the names are the plan's, the values MySQL's).
+    let five = report["tables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|t| t["differences"].as_array().cloned().unwrap_or_default())
+        .find(|d| d["key"]["id"] == 5)
+        .unwrap();
+    assert_eq!(five["source"]["id"], 5, "{report:#}");
+    assert!(five["source"]["note"].is_string(), "{report:#}");
+    assert_eq!(five["topic"]["note"], "tampered", "{report:#}");
     sluice.stop();
     root.query_drop(format!("DROP DATABASE {database}"))
         .await
