@@ -136,18 +136,21 @@ impl KafkaStateStore {
     /// One record in one transaction; `None` writes a tombstone.
     fn write(&self, key: &str, document: Option<&[u8]>) -> std::io::Result<()> {
         // A fenced producer carries [`Fenced`], so that the source stops as a deposed instance.
-        let io = |what: &str, e: KafkaError| {
+        let io = |what: &'static str, e: KafkaError| {
             if is_fenced(&e) {
                 tracing::warn!(topic = %self.topic, error = %e, "{Fenced}");
                 return std::io::Error::other(Fenced);
             }
-            std::io::Error::other(format!("{what} in state topic {}: {e}", self.topic))
+            std::io::Error::other(WriteError::Kafka {
+                what,
+                topic: self.topic.clone(),
+                source: e,
+            })
         };
         let Some(producer) = &self.producer else {
-            return Err(std::io::Error::other(format!(
-                "the state topic {} was opened to read only",
-                self.topic
-            )));
+            return Err(std::io::Error::other(WriteError::ReadOnly {
+                topic: self.topic.clone(),
+            }));
         };
         producer
             .begin_transaction()
@@ -166,6 +169,23 @@ impl KafkaStateStore {
         }
         Ok(())
     }
+}
+
+/// Why a document could not be written to the state topic. [`StateStore`]'s methods return
+/// `io::Error`s, so this travels inside one (as [`Fenced`] does), typed for whoever looks.
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    /// A step of the transaction failed.
+    #[error("{what} in state topic {topic}")]
+    Kafka {
+        what: &'static str,
+        topic: String,
+        #[source]
+        source: KafkaError,
+    },
+    /// The store was opened by [`KafkaStateStore::read_only`].
+    #[error("the state topic {topic} was opened to read only")]
+    ReadOnly { topic: String },
 }
 
 impl StateStore for KafkaStateStore {

@@ -1,8 +1,13 @@
 //! The module structure, checked from the source: `cargo test -p sluice --test structure`.
 //!
 //! - The data path never imports the admin server: no `crate::admin` in `source/`, `sink/`,
-//!   `runtime/`, `kafka/`, `event/` or `dead_letter.rs` (they write status and metrics to
-//!   `runtime`, which the admin server only reads).
+//!   `runtime/`, `kafka/`, `event/`, `delivery/`, `transform/` or their files (they write
+//!   status and metrics to `runtime`, which the admin server only reads).
+//! - The data path never imports a command's code either (`compaction`, `verify`, `import`,
+//!   `doctor`, `check`, `perf`, `app`, `cli`): what a pipeline and a command share lives on
+//!   the data path's side (as `kafka::keys` does for the compaction scan and the incremental
+//!   snapshot's republication), so a command's errors (`anyhow`) and its dependencies never
+//!   reach a running pipeline.
 //! - The top-level modules form no import cycle. An edge that closes one fails the test with
 //!   the cycle. ([`KNOWN_CYCLE_EDGES`] can hold edges to tolerate while a cycle is being
 //!   removed; an edge listed there that no longer closes a cycle fails the test too, so the
@@ -23,8 +28,31 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Modules of the data path: they must not reach the admin server.
-const DATA_PATH: &[&str] = &["source", "sink", "runtime", "kafka", "event", "dead_letter"];
+/// Modules of the data path: they must not reach the admin server or a command.
+const DATA_PATH: &[&str] = &[
+    "source",
+    "sink",
+    "runtime",
+    "kafka",
+    "kafka_state",
+    "event",
+    "delivery",
+    "transform",
+    "record",
+    "dead_letter",
+];
+
+/// The command-line commands' modules, which the data path must not import.
+const COMMANDS: &[&str] = &[
+    "compaction",
+    "verify",
+    "import",
+    "doctor",
+    "check",
+    "perf",
+    "app",
+    "cli",
+];
 
 /// Edges (from, to) that close an import cycle today; each is to go. (None: keep it so.)
 const KNOWN_CYCLE_EDGES: &[(&str, &str)] = &[];
@@ -141,6 +169,27 @@ fn the_data_path_does_not_import_the_admin_server() {
     assert!(
         graph.contains_key("source") && graph.contains_key("sink"),
         "the scan found the modules"
+    );
+}
+
+#[test]
+fn the_data_path_does_not_import_a_command() {
+    let graph = references();
+    let mut found = Vec::new();
+    for module in DATA_PATH {
+        for command in COMMANDS {
+            if let Some(places) = graph.get(*module).and_then(|m| m.get(*command)) {
+                found.push(format!("{module} -> {command} at {places:?}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the data path imports a command's code (move what both need to the data path's side):\n{found:#?}"
+    );
+    assert!(
+        COMMANDS.iter().all(|c| graph.contains_key(*c)),
+        "the scan found the commands"
     );
 }
 

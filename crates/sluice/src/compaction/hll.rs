@@ -60,17 +60,10 @@ impl HyperLogLog {
     }
 }
 
-/// A 64-bit hash of a key (SipHash-1-3 with fixed keys: the same on every run).
-pub fn hash_key(key: &[u8]) -> u64 {
-    use std::hash::Hasher as _;
-    let mut hasher = std::hash::DefaultHasher::new();
-    hasher.write(key);
-    hasher.finish()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kafka::keys::hash_key;
 
     #[test]
     fn estimates_within_three_standard_errors() {

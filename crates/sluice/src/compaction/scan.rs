@@ -9,7 +9,6 @@
 //! worth of key hashes.
 
 use std::collections::{HashMap, HashSet};
-use std::hash::BuildHasherDefault;
 use std::io::Write as _;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -19,30 +18,9 @@ use rdkafka::error::KafkaError;
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
 use serde::Serialize;
 
-use super::hll::{HyperLogLog, hash_key};
+use super::hll::HyperLogLog;
 use super::model::PartitionProfile;
-
-/// A hasher for keys that are already 64-bit hashes.
-#[derive(Default)]
-pub struct PassThrough(u64);
-
-impl std::hash::Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, value: u64) {
-        self.0 = value;
-    }
-}
-
-type HashedMap<V> = HashMap<u64, V, BuildHasherDefault<PassThrough>>;
-/// A set of 64-bit key hashes ([`hash_key`]).
-pub type HashedSet = HashSet<u64, BuildHasherDefault<PassThrough>>;
+use crate::kafka::keys::{HashedMap, HashedSet, LEAN_PREFETCH, hash_key};
 
 /// The newest record of a key.
 #[derive(Clone, Copy)]
@@ -305,17 +283,6 @@ pub struct ScanOptions {
     pub progress: bool,
 }
 
-/// Consumer settings for reading a topic through: 8 MiB of prefetched messages per partition
-/// (librdkafka's default is 64 MiB), and the next fetch 5 ms after the queue drained below
-/// that instead of `fetch.queue.backoff.ms`'s 1 s. Measured here on a 1,000,000-record topic
-/// (`sluice compaction scan --exact-keys 1000`, release build): defaults 164 MB peak RSS in
-/// 2.9 s; 8 MiB alone 86 MB but 39 s (the 1 s back-off after every drained queue); both 104 MB
-/// in 1.2 s.
-pub const LEAN_PREFETCH: &[(&str, &str)] = &[
-    ("queued.max.messages.kbytes", "8192"),
-    ("fetch.queue.backoff.ms", "5"),
-];
-
 /// Reads the topic from each partition's low to its high watermark.
 ///
 /// # Errors
@@ -456,106 +423,6 @@ pub fn scan(options: &ScanOptions) -> anyhow::Result<TopicScan> {
             .map(|t| t.report(now_ms))
             .collect(),
     })
-}
-
-/// The keys whose newest record in `topic` (read from each partition's low to its high
-/// watermark, taken at the start) has a value and whose hash ([`hash_key`]) is not in
-/// `present`: what a republication deletes with tombstones. Memory: the missing keys only
-/// (a key in `present` is never held). Two keys with the same 64-bit hash count as present:
-/// at worst a tombstone is missed, never one written for a key in `present`.
-///
-/// # Errors
-///
-/// Unknown topic, Kafka failures, or `deadline` passed.
-pub fn live_keys_missing(
-    mut config: ClientConfig,
-    topic: &str,
-    present: &HashedSet,
-    deadline: Duration,
-) -> anyhow::Result<Vec<Vec<u8>>> {
-    config
-        .set(
-            "group.id",
-            format!("sluice-republication-{}", std::process::id()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed");
-    for (key, value) in LEAN_PREFETCH {
-        config.set(*key, *value);
-    }
-    let consumer: BaseConsumer = config.create().context("cannot create the consumer")?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(30))
-        .with_context(|| format!("cannot read the metadata of topic {topic}"))?;
-    let Some(topic_meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
-        bail!("topic {topic} not found");
-    };
-    if let Some(error) = topic_meta.error() {
-        bail!(
-            "topic {topic}: {:?}",
-            rdkafka::error::RDKafkaErrorCode::from(error)
-        );
-    }
-    let mut highs = HashMap::new();
-    let mut assignment = TopicPartitionList::new();
-    for partition in topic_meta.partitions() {
-        let p = partition.id();
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, Duration::from_secs(30))
-            .with_context(|| format!("cannot read the watermarks of {topic} partition {p}"))?;
-        if high > low {
-            assignment.add_partition_offset(topic, p, Offset::Offset(low))?;
-            highs.insert(p, high);
-        }
-    }
-    if highs.is_empty() {
-        return Ok(Vec::new());
-    }
-    consumer.assign(&assignment)?;
-    let started = Instant::now();
-    // Missing keys by hash: the newest record's key when it has a value; removed again by a
-    // later tombstone.
-    let mut missing: HashedMap<Vec<u8>> = HashedMap::default();
-    while !highs.is_empty() {
-        if started.elapsed() > deadline {
-            bail!("reading {topic} took longer than {} s", deadline.as_secs());
-        }
-        match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(message)) => {
-                let p = message.partition();
-                let Some(&high) = highs.get(&p) else {
-                    continue;
-                };
-                if message.offset() + 1 >= high {
-                    highs.remove(&p);
-                }
-                if message.offset() >= high {
-                    continue;
-                }
-                let Some(key) = message.key() else {
-                    continue;
-                };
-                let hash = hash_key(key);
-                if present.contains(&hash) {
-                    continue;
-                }
-                if message.payload().is_some() {
-                    missing.insert(hash, key.to_vec());
-                } else {
-                    missing.remove(&hash);
-                }
-            }
-            Some(Err(KafkaError::PartitionEOF(p))) => {
-                highs.remove(&p);
-            }
-            Some(Err(error)) => return Err(error).with_context(|| format!("reading {topic}")),
-            None => {}
-        }
-    }
-    Ok(missing.into_values().collect())
 }
 
 /// A progress bar on stderr: redrawn in place on a terminal, a line every 5 s otherwise.

@@ -19,6 +19,7 @@
 
 mod batch;
 mod diagnosis;
+pub mod keys;
 mod producer;
 mod topics;
 

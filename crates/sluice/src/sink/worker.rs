@@ -834,7 +834,7 @@ impl FilesWriter {
         }
     }
 
-    fn io_error(&self, error: std::io::Error) -> PipelineError {
+    fn io_error(&self, error: impl std::error::Error + Send + Sync + 'static) -> PipelineError {
         PipelineError::retryable(
             format!(
                 "cannot write files of {}/{} sub-partition {} under {}",
@@ -937,7 +937,7 @@ impl SubPartitionWriter for FilesWriter {
         let records = self.epoch.records();
         let files = match self.epoch.commit(&self.root, &self.settings.files) {
             Ok(files) => files,
-            Err(CommitError::Io(error)) => return Err(self.io_error(error)),
+            Err(CommitError::Store(error)) => return Err(self.io_error(error)),
             Err(CommitError::Refused(refused)) => {
                 tracing::warn!(
                     epoch = refused.epoch,

@@ -100,7 +100,7 @@ pub fn consumer(
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         .set("auto.offset.reset", "earliest");
-    for (key, value) in crate::compaction::scan::LEAN_PREFETCH {
+    for (key, value) in crate::kafka::keys::LEAN_PREFETCH {
         config.set(*key, *value);
     }
     config.create().context(

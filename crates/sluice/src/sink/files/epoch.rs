@@ -6,7 +6,8 @@ use std::path::PathBuf;
 
 use super::open::{FileSettings, OpenFile, OutputRecord};
 use super::root::{
-    CommitError, CommitRefused, OutputRoot, Ownership, SubPartitionId, SubState, no_e_tag,
+    CommitError, CommitRefused, OutputRoot, Ownership, StateError, SubPartitionId, SubState,
+    no_e_tag,
 };
 use crate::sink::object::{ObjectTarget, PutOutcome};
 
@@ -120,7 +121,7 @@ impl Epoch {
     ///
     /// # Errors
     ///
-    /// [`CommitError::Io`]: the epoch is then not committed (or committed and its renames
+    /// [`CommitError::Store`]: the epoch is then not committed (or committed and its renames
     /// finished by the next recovery). [`CommitError::Refused`]: the sub-partition has a newer
     /// owner; the epoch is dropped (see [`CommitRefused::cleaned`]).
     pub fn commit(
@@ -224,7 +225,7 @@ impl Epoch {
         }
         #[cfg(feature = "failpoints")]
         abort_after_upload_hook();
-        let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
+        let bytes = serde_json::to_vec(state).map_err(StateError::from)?;
         let expected = self
             .ownership
             .e_tag
@@ -265,9 +266,7 @@ impl Epoch {
         for (staged, key) in &state.renames {
             // Not there any more: a new owner's recovery has copied it already.
             if !objects.copy(&self.id.staging_key(staged), key)? && !objects.exists(key)? {
-                return Err(CommitError::Io(io::Error::other(format!(
-                    "the staged object of {key} vanished before it was copied"
-                ))));
+                return Err(StateError::StagedVanished { key: key.clone() }.into());
             }
         }
         for (staged, _) in &state.renames {

@@ -117,5 +117,5 @@ pub use self::epoch::Epoch;
 pub use self::open::{FileSettings, OpenFile, OutputRecord, WriteError};
 pub use self::root::{
     CommitError, CommitRefused, OutputRoot, Ownership, ROOT_MARKER, Recovered, RootError,
-    STATE_DIR, SubPartitionId,
+    STATE_DIR, StateError, SubPartitionId,
 };

@@ -87,6 +87,12 @@ impl From<io::Error> for WriteError {
     }
 }
 
+/// A record appended to a file after its [`OpenFile::finish`]: a sluice bug, carried inside
+/// the `io::Error` the write path returns, so the run restarts from the committed files.
+#[derive(Debug, thiserror::Error)]
+#[error("a record was appended to a finished file (a sluice bug: please report it)")]
+struct AlreadyFinished;
+
 fn parquet_io(error: parquet::errors::ParquetError) -> io::Error {
     io::Error::other(error)
 }
@@ -147,7 +153,7 @@ impl OpenFile {
             Some(Body::Plain(out)) => self.bytes += write_line(out, record, settings)?,
             Some(Body::Gzip(out)) => self.bytes += write_line(out, record, settings)?,
             Some(Body::Zstd(out)) => self.bytes += write_line(out, record, settings)?,
-            None => return Err(io::Error::other("file already finished")),
+            None => return Err(io::Error::other(AlreadyFinished)),
         }
         self.records += 1;
         self.last_offset = row.offset;
@@ -209,7 +215,7 @@ pub(super) fn write_line<W: Write>(
             }
             // serde_json escapes control characters, so no raw line break gets through.
             Some(key) => serde_json::to_writer(&mut line, &*String::from_utf8_lossy(key))
-                .map_err(io::Error::other)?,
+                .map_err(io::Error::from)?,
         }
         if row.fields.is_some() {
             // The value's object, spliced after the metadata fields.

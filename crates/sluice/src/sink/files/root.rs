@@ -106,10 +106,69 @@ pub struct CommitRefused {
 pub enum CommitError {
     /// The file system or the store failed; nothing is known to be committed.
     #[error(transparent)]
-    Io(#[from] io::Error),
+    Store(#[from] StateError),
     /// The sub-partition has a newer owner (this writer is a zombie).
     #[error(transparent)]
     Refused(CommitRefused),
+}
+
+impl From<io::Error> for CommitError {
+    fn from(error: io::Error) -> Self {
+        Self::Store(StateError::Io(error))
+    }
+}
+
+/// Why a sub-partition's state could not be read, claimed or committed. Every kind is
+/// retried by restarting the run from the committed state; the kinds tell an operator (and a
+/// test) whether the files, the store or another process is to blame.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The file system or the object store failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// A state document could not be encoded.
+    #[error("cannot encode a sub-partition state: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// New state versions kept appearing while the newest was read.
+    #[error("the state of {tag} keeps changing while it is read")]
+    KeepsChanging {
+        /// The sub-partition.
+        tag: String,
+    },
+    /// Every claim attempt lost to another writer.
+    #[error(
+        "cannot claim {tag}: its state changed {CLAIM_ATTEMPTS} times in a row while claiming (another process claims it too)"
+    )]
+    ClaimContended {
+        /// The sub-partition.
+        tag: String,
+    },
+    /// A newer state version appeared beside the one this claim created.
+    #[error(
+        "cannot claim {tag}: another process claimed it concurrently (state version {newest} is newer than this claim's {claimed})"
+    )]
+    ClaimRaced {
+        /// The sub-partition.
+        tag: String,
+        /// The newest version found.
+        newest: u64,
+        /// The version this claim created.
+        claimed: u64,
+    },
+    /// The object store answers without e-tags, so no write can be conditional.
+    #[error(
+        "the object store at {url} returns no e-tags, so its commits cannot be made conditional"
+    )]
+    NoETags {
+        /// The store.
+        url: String,
+    },
+    /// A committed epoch's staged object was gone before its copy to the final key.
+    #[error("the staged object of {key} vanished before it was copied")]
+    StagedVanished {
+        /// The final key.
+        key: String,
+    },
 }
 
 impl From<SubState> for Recovered {
@@ -232,7 +291,7 @@ impl OutputRoot {
             }
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
                 let text = serde_json::to_vec(&RootMarker { sub_partitions })
-                    .map_err(|e| io(io::Error::other(e)))?;
+                    .map_err(|e| io(io::Error::from(e)))?;
                 write_atomically(&marker, &text).map_err(io)?;
             }
             Err(error) => return Err(io(error)),
@@ -275,7 +334,7 @@ impl OutputRoot {
             }
             None => {
                 let text = serde_json::to_vec(&RootMarker { sub_partitions })
-                    .map_err(|e| io(io::Error::other(e)))?;
+                    .map_err(|e| io(io::Error::from(e)))?;
                 objects.put(ROOT_MARKER, text).map_err(io)?;
             }
         }
@@ -342,7 +401,7 @@ impl OutputRoot {
     pub(super) fn read_local_state(
         &self,
         id: &SubPartitionId,
-    ) -> io::Result<(u64, Option<SubState>)> {
+    ) -> Result<(u64, Option<SubState>), StateError> {
         let parse = |bytes: &[u8]| {
             serde_json::from_slice::<SubState>(bytes)
                 .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
@@ -352,20 +411,17 @@ impl OutputRoot {
                 return match fs::read(self.legacy_state_path(id)) {
                     Ok(bytes) => Ok((0, Some(parse(&bytes)?))),
                     Err(error) if error.kind() == io::ErrorKind::NotFound => Ok((0, None)),
-                    Err(error) => Err(error),
+                    Err(error) => Err(error.into()),
                 };
             };
             match fs::read(self.state_dir(id).join(version_name(version))) {
                 Ok(bytes) => return Ok((version, Some(parse(&bytes)?))),
                 // Pruned after newer versions were written meanwhile: look again.
                 Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
-                Err(error) => return Err(error),
+                Err(error) => return Err(error.into()),
             }
         }
-        Err(io::Error::other(format!(
-            "the state of {} keeps changing while it is read",
-            id.tag()
-        )))
+        Err(StateError::KeepsChanging { tag: id.tag() })
     }
 
     /// Creates state version `version` exclusively (a hard link of a synced temporary file:
@@ -375,13 +431,13 @@ impl OutputRoot {
         id: &SubPartitionId,
         version: u64,
         state: &SubState,
-    ) -> io::Result<bool> {
+    ) -> Result<bool, StateError> {
         let dir = self.state_dir(id);
         if !dir.exists() {
             fs::create_dir_all(&dir)?;
             sync_ancestors(&dir, &self.root)?;
         }
-        let bytes = serde_json::to_vec(state).map_err(io::Error::other)?;
+        let bytes = serde_json::to_vec(state)?;
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
@@ -398,7 +454,7 @@ impl OutputRoot {
                 Ok(true)
             }
             Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            Err(error) => Err(error),
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -421,7 +477,7 @@ impl OutputRoot {
         &self,
         id: &SubPartitionId,
         change: impl Fn(&mut SubState),
-    ) -> io::Result<(Option<SubState>, Ownership)> {
+    ) -> Result<(Option<SubState>, Ownership), StateError> {
         for _ in 0..CLAIM_ATTEMPTS {
             let claimed = match &self.objects {
                 Some(objects) => claim_object(objects, id, &change)?,
@@ -436,10 +492,7 @@ impl OutputRoot {
                 return Ok((previous, ownership));
             }
         }
-        Err(io::Error::other(format!(
-            "cannot claim {}: its state changed {CLAIM_ATTEMPTS} times in a row while claiming (another process claims it too)",
-            id.tag()
-        )))
+        Err(StateError::ClaimContended { tag: id.tag() })
     }
 
     /// One attempt of [`OutputRoot::claim`] on local files; `None`: someone else wrote the
@@ -448,7 +501,7 @@ impl OutputRoot {
         &self,
         id: &SubPartitionId,
         change: &impl Fn(&mut SubState),
-    ) -> io::Result<Option<(Option<SubState>, Ownership)>> {
+    ) -> Result<Option<(Option<SubState>, Ownership)>, StateError> {
         let (version, previous) = self.read_local_state(id)?;
         let mut next = previous.clone().unwrap_or_else(SubState::empty);
         next.owner = previous.as_ref().map_or(0, |s| s.owner) + 1;
@@ -460,11 +513,11 @@ impl OutputRoot {
         // created (ours re-created a pruned name): this claim is stale.
         let newest = self.state_versions(id)?.last().copied().unwrap_or(0);
         if newest != version + 1 {
-            return Err(io::Error::other(format!(
-                "cannot claim {}: another process claimed it concurrently (state version {newest} is newer than this claim's {})",
-                id.tag(),
-                version + 1
-            )));
+            return Err(StateError::ClaimRaced {
+                tag: id.tag(),
+                newest,
+                claimed: version + 1,
+            });
         }
         self.prune_versions(id, version + 1);
         Ok(Some((
@@ -486,7 +539,10 @@ impl OutputRoot {
     ///
     /// I/O errors, a state file that cannot be read, and a claim that lost to a concurrent
     /// one.
-    pub fn recover(&self, id: &SubPartitionId) -> io::Result<(Option<Recovered>, Ownership)> {
+    pub fn recover(
+        &self,
+        id: &SubPartitionId,
+    ) -> Result<(Option<Recovered>, Ownership), StateError> {
         let staging = self.staging_dir(id);
         fs::create_dir_all(&staging)?;
         // The claim first: from here on no earlier owner can commit, so what the state names
@@ -503,7 +559,7 @@ impl OutputRoot {
                 tracing::info!(file = %entry.path().display(), "deleting a file of an uncommitted epoch");
             }
             match fs::remove_file(entry.path()) {
-                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error.into()),
                 _ => {}
             }
         }
@@ -519,7 +575,7 @@ impl OutputRoot {
     /// # Errors
     ///
     /// I/O errors; the state is then unchanged.
-    pub fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> io::Result<()> {
+    pub fn add_skipped(&self, id: &SubPartitionId, offset: i64) -> Result<(), StateError> {
         self.claim(id, |state| {
             if offset > state.last_offset && !state.skipped.contains(&offset) {
                 state.skipped.push(offset);
@@ -630,7 +686,7 @@ pub(super) fn claim_object(
     objects: &ObjectTarget,
     id: &SubPartitionId,
     change: &impl Fn(&mut SubState),
-) -> io::Result<Option<(Option<SubState>, Ownership)>> {
+) -> Result<Option<(Option<SubState>, Ownership)>, StateError> {
     let key = id.state_key();
     let (previous, e_tag) = match objects.get_tagged(&key)? {
         Some((bytes, e_tag)) => {
@@ -644,7 +700,7 @@ pub(super) fn claim_object(
     let mut next = previous.clone().unwrap_or_else(SubState::empty);
     next.owner = previous.as_ref().map_or(0, |s| s.owner) + 1;
     change(&mut next);
-    let bytes = serde_json::to_vec(&next).map_err(io::Error::other)?;
+    let bytes = serde_json::to_vec(&next)?;
     match objects.put_if(&key, bytes, e_tag.as_deref())? {
         PutOutcome::Written(Some(e_tag)) => Ok(Some((
             previous,
@@ -659,11 +715,10 @@ pub(super) fn claim_object(
     }
 }
 
-pub(super) fn no_e_tag(objects: &ObjectTarget) -> io::Error {
-    io::Error::other(format!(
-        "the object store at {} returns no e-tags, so its commits cannot be made conditional",
-        objects.url()
-    ))
+pub(super) fn no_e_tag(objects: &ObjectTarget) -> StateError {
+    StateError::NoETags {
+        url: objects.url().to_owned(),
+    }
 }
 
 /// Writes a file's bytes under a temporary name, syncs, renames, syncs the directory.

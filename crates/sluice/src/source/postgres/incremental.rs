@@ -60,10 +60,9 @@ use super::config::{PgPipelineConfig, PostgresSourceConfig};
 use super::encode::{ChangeKind, RelationInfo, SourceIdentity, write_key};
 use super::pgoutput::{Datum, TupleData};
 use super::setup::{PgCatalog, quote_ident};
-use crate::compaction::hll::hash_key;
-use crate::compaction::scan::HashedSet;
 use crate::config::parse_table_name;
 use crate::error::{PipelineError, classify_pg};
+use crate::kafka::keys::{HashedSet, hash_key};
 use crate::source::incremental::{Chunk, ChunkError, ChunkReader, Progress};
 pub use crate::source::incremental::{IncrementalState, Signal, TableSnapshot};
 use crate::sql::{SqlDialect, TextParam, check_condition, pg_text_output};
@@ -1347,7 +1346,7 @@ async fn sweep_topic(
     let client = crate::kafka::client_config(&config.kafka.brokers, &config.kafka.client);
     let topic = relation.topic.to_string();
     let keys = tokio::task::spawn_blocking(move || {
-        crate::compaction::scan::live_keys_missing(client, &topic, &present, SWEEP_DEADLINE)
+        crate::kafka::keys::live_keys_missing(client, &topic, &present, SWEEP_DEADLINE)
     })
     .await
     .map_err(|e| {
@@ -1362,7 +1361,7 @@ async fn sweep_topic(
                 "cannot read {} for the republication's tombstones",
                 relation.topic
             ),
-            std::io::Error::other(format!("{e:#}")),
+            e,
         ))
     })?;
     catalog

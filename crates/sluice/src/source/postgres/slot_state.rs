@@ -399,7 +399,7 @@ fn stamped(mut record: SlotRecord) -> std::io::Result<(SlotRecord, Vec<u8>)> {
     record.updated_unix_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let document = serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?;
+    let document = serde_json::to_vec_pretty(&record).map_err(std::io::Error::from)?;
     Ok((record, document))
 }
 
