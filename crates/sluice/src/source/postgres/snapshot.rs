@@ -95,21 +95,7 @@ pub async fn run(
     mut record: impl FnMut(&SnapshotPlan) -> Result<(), PipelineError>,
 ) -> Result<u64, PipelineError> {
     let workers = ctx.config.source.snapshot_workers.max(1) as usize;
-    // Every worker imports the snapshot before any reads (and before the replication connection
-    // runs another command). Resumed (no exported snapshot): the first worker's fresh snapshot,
-    // exported to the others, and the WAL position after it (see `super::resumed`).
-    let mut connections = Vec::with_capacity(workers);
-    let first = snapshot_connection(ctx.config, exported).await?;
-    let resumed_at = match exported {
-        Some(_) => None,
-        None => Some(pin_and_export(&first).await?),
-    };
-    connections.push(first);
-    let shared = exported.or(resumed_at.as_ref().map(|(name, _)| name.as_str()));
-    for _ in 1..workers {
-        let catalog = snapshot_connection(ctx.config, shared).await?;
-        connections.push(catalog);
-    }
+    let (connections, resumed_at) = open_connections(ctx.config, exported, workers).await?;
     if exported.is_none() && recheck_page_chunks(&connections[0], plan).await? {
         record(plan)?;
     }
@@ -165,33 +151,14 @@ pub async fn run(
     let plan_arc = Arc::new(plan.chunks.clone());
     let source = Arc::new(ctx.config.source.clone());
     let transforms = crate::source::transform_chain(ctx.config, ctx.identity.registry.as_ref())?;
-    // At least once, the workers hand their rows to the delivery core; exactly once, they
-    // produce them in the snapshot's transactions, holding the gate shared while they read a
-    // chunk (the committer takes it exclusively, so a transaction holds whole chunks only).
-    let (handover, receiver) = match ctx.exactly_once {
-        None => {
-            let (changes_tx, changes_rx) = mpsc::channel(workers);
-            (Handover::Core(changes_tx), Receiver::Core(changes_rx))
-        }
-        Some(transactions) => {
-            crate::source::chunked::begin(ctx.producer).await?;
-            let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
-            let gate = Arc::new(tokio::sync::RwLock::new(()));
-            let handover = Handover::Transactional {
-                producer: Arc::clone(ctx.producer),
-                budget: ctx.budget.clone(),
-                transforms: transforms.clone(),
-                gate: Arc::clone(&gate),
-                sent: sent_tx,
-            };
-            let receiver = Receiver::Transactional {
-                sent: sent_rx,
-                gate,
-                transactions,
-            };
-            (handover, receiver)
-        }
-    };
+    let (handover, receiver) = handover(
+        ctx.exactly_once,
+        ctx.producer,
+        ctx.budget,
+        transforms.as_ref(),
+        workers,
+    )
+    .await?;
     let mut handles = tokio::task::JoinSet::new();
     for catalog in connections {
         let worker = Worker {
@@ -222,20 +189,128 @@ pub async fn run(
         }
         record(plan)
     };
-    let result = match receiver {
+    let result = drive(
+        Driven {
+            config: ctx.config,
+            producer: ctx.producer,
+            deliveries: ctx.deliveries,
+            budget: ctx.budget,
+            shutdown: ctx.shutdown,
+            board: ctx.board,
+            chunks_total: total_chunks,
+            chunks_done: done,
+            committed_done,
+        },
+        receiver,
+        transforms,
+        handles,
+        finished,
+    )
+    .await;
+    let left_out = left_out.load(std::sync::atomic::Ordering::Relaxed);
+    if left_out > 0 {
+        tracing::info!(
+            rows = left_out,
+            "snapshot: rows changed since the consistent point left to the stream"
+        );
+    }
+    result
+}
+
+/// Opens the workers' connections, each importing the snapshot before any reads (and before
+/// the replication connection runs another command). Resumed (no exported snapshot): the first
+/// worker's fresh snapshot, exported to the others, and the WAL position after it (see
+/// `super::resumed`).
+async fn open_connections(
+    config: &PgPipelineConfig,
+    exported: Option<&str>,
+    workers: usize,
+) -> Result<(Vec<PgCatalog>, Option<(String, Lsn)>), PipelineError> {
+    let mut connections = Vec::with_capacity(workers);
+    let first = snapshot_connection(config, exported).await?;
+    let resumed_at = match exported {
+        Some(_) => None,
+        None => Some(pin_and_export(&first).await?),
+    };
+    connections.push(first);
+    let shared = exported.or(resumed_at.as_ref().map(|(name, _)| name.as_str()));
+    for _ in 1..workers {
+        connections.push(snapshot_connection(config, shared).await?);
+    }
+    Ok((connections, resumed_at))
+}
+
+/// How the workers hand over what they read, and its counterpart for the run: at least once,
+/// their rows go to the delivery core; exactly once, they produce them in the snapshot's
+/// transactions (begun here), holding the gate shared while they read a chunk (the committer
+/// takes it exclusively, so a transaction holds whole chunks only).
+async fn handover(
+    exactly_once: Option<super::exactly_once::SnapshotTransactions>,
+    producer: &Arc<PipelineProducer>,
+    budget: &InFlightBudget,
+    transforms: Option<&Arc<crate::transform::Chain>>,
+    workers: usize,
+) -> Result<(Handover, Receiver), PipelineError> {
+    let Some(transactions) = exactly_once else {
+        let (changes_tx, changes_rx) = mpsc::channel(workers);
+        return Ok((Handover::Core(changes_tx), Receiver::Core(changes_rx)));
+    };
+    crate::source::chunked::begin(producer).await?;
+    let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
+    let gate = Arc::new(tokio::sync::RwLock::new(()));
+    let handover = Handover::Transactional {
+        producer: Arc::clone(producer),
+        budget: budget.clone(),
+        transforms: transforms.cloned(),
+        gate: Arc::clone(&gate),
+        sent: sent_tx,
+    };
+    let receiver = Receiver::Transactional {
+        sent: sent_rx,
+        gate,
+        transactions,
+    };
+    Ok((handover, receiver))
+}
+
+/// What [`drive`] needs of the run besides the workers.
+struct Driven<'a> {
+    config: &'a PgPipelineConfig,
+    producer: &'a Arc<PipelineProducer>,
+    deliveries: &'a mut mpsc::UnboundedReceiver<DeliveryEvent>,
+    budget: &'a InFlightBudget,
+    shutdown: &'a tokio_util::sync::CancellationToken,
+    board: &'a crate::runtime::status::StatusBoard,
+    chunks_total: usize,
+    chunks_done: usize,
+    /// The chunks finished before this run (exactly once: committed as finished).
+    committed_done: Vec<usize>,
+}
+
+/// Delivers what the workers read until every chunk is finished: through the delivery core
+/// (at least once) or in the snapshot's transactions (exactly once). `finished` records chunks
+/// as they finish.
+async fn drive(
+    driven: Driven<'_>,
+    receiver: Receiver,
+    transforms: Option<Arc<crate::transform::Chain>>,
+    handles: tokio::task::JoinSet<Result<(), PipelineError>>,
+    finished: impl FnMut(&[usize]) -> Result<(), PipelineError>,
+) -> Result<u64, PipelineError> {
+    match receiver {
         Receiver::Transactional {
             sent,
             gate,
             transactions,
         } => {
             let progress = crate::source::chunked::Progress {
-                deliveries: ctx.deliveries,
-                shutdown: ctx.shutdown,
-                board: ctx.board,
-                chunks_total: total_chunks,
-                chunks_done: done,
+                deliveries: driven.deliveries,
+                shutdown: driven.shutdown,
+                board: driven.board,
+                chunks_total: driven.chunks_total,
+                chunks_done: driven.chunks_done,
                 policy: crate::source::chunked::RefusalPolicy {
-                    delivery: &ctx.config.delivery,
+                    delivery: &driven.config.delivery,
                     position_of: super::encode::record_position,
                 },
             };
@@ -245,32 +320,32 @@ pub async fn run(
                 sent,
                 finished,
                 crate::source::chunked::ChunkTransactions {
-                    producer: Arc::clone(ctx.producer),
+                    producer: Arc::clone(driven.producer),
                     gate,
                     offsets_topic: transactions.offsets_topic,
                     key: transactions.key,
                     value: transactions.value,
                     interval: transactions.interval,
-                    done: committed_done,
+                    done: driven.committed_done,
                 },
             )
             .await
         }
         Receiver::Core(changes) => {
-            let events = ctx.config.kafka.events.clone();
+            let events = driven.config.kafka.events.clone();
             crate::source::chunked::deliver(
                 crate::source::chunked::ChunkDelivery {
-                    producer: ctx.producer,
-                    deliveries: ctx.deliveries,
-                    events: ctx.producer.context().deliveries().clone(),
-                    budget: ctx.budget,
-                    delivery: &ctx.config.delivery,
+                    producer: driven.producer,
+                    deliveries: driven.deliveries,
+                    events: driven.producer.context().deliveries().clone(),
+                    budget: driven.budget,
+                    delivery: &driven.config.delivery,
                     position_of: super::encode::record_position,
                     transforms,
-                    shutdown: ctx.shutdown,
-                    board: ctx.board,
-                    chunks_total: total_chunks,
-                    chunks_done: done,
+                    shutdown: driven.shutdown,
+                    board: driven.board,
+                    chunks_total: driven.chunks_total,
+                    chunks_done: driven.chunks_done,
                 },
                 handles,
                 changes,
@@ -285,15 +360,7 @@ pub async fn run(
             )
             .await
         }
-    };
-    let left_out = left_out.load(std::sync::atomic::Ordering::Relaxed);
-    if left_out > 0 {
-        tracing::info!(
-            rows = left_out,
-            "snapshot: rows changed since the consistent point left to the stream"
-        );
     }
-    result
 }
 
 /// A resumed snapshot: the rows of `tables` (the unfinished chunks') changed since the
