@@ -538,6 +538,18 @@ pub struct SnapshotContext<'a> {
     pub events: &'a crate::event::EventOptions,
     /// The schema registry, when keys or values are Avro.
     pub registry: Option<Arc<crate::registry::Registry>>,
+    /// With `include_schema_changes`: the tables' schema-change records, delivered before any
+    /// row (the first chunk to finish covers them).
+    pub schema_changes: Vec<OutRecord>,
+}
+
+/// What the workers hand to the delivery core: a row, or (first, from the run itself) one of
+/// the snapshot's schema-change records.
+pub(super) enum SnapshotItem {
+    /// A row read by a worker.
+    Row(RowChange),
+    /// A schema-change record, already encoded.
+    Schema(OutRecord),
 }
 
 /// Reads the plan's unfinished chunks on `snapshot`'s connections and publishes every row;
@@ -599,6 +611,29 @@ pub async fn run(
         registry: ctx.registry.clone(),
     });
     let (changes_tx, changes_rx) = mpsc::channel(connections.len().max(1));
+    let schema_metrics = Arc::new(TableMetrics::new(ctx.prefix));
+    if !ctx.schema_changes.is_empty() {
+        let count = ctx.schema_changes.len();
+        let items = ctx
+            .schema_changes
+            .into_iter()
+            .map(|record| {
+                let size = record.len().max(1);
+                (SnapshotItem::Schema(record), size, 1)
+            })
+            .collect();
+        // The channel holds one message before the delivery below reads it.
+        changes_tx
+            .send(ChunkMessage::Changes(items))
+            .await
+            .map_err(|_| {
+                PipelineError::retryable(
+                    "the snapshot's delivery stopped",
+                    Interruption::PublishChannelClosed,
+                )
+            })?;
+        tracing::info!(events = count, "snapshot: schema changes handed over");
+    }
     let mut workers = tokio::task::JoinSet::new();
     for conn in connections {
         workers.spawn(worker(conn, Arc::clone(&shared), changes_tx.clone()));
@@ -625,6 +660,7 @@ pub async fn run(
         move || ReadEncoder {
             prefix: Arc::clone(&prefix),
             now_micros: crate::delivery::unix_micros_now(),
+            schema_metrics: Arc::clone(&schema_metrics),
         },
         |finished| {
             for &chunk in finished {
@@ -719,7 +755,7 @@ impl Shared {
 async fn worker(
     mut conn: Conn,
     shared: Arc<Shared>,
-    changes: mpsc::Sender<ChunkMessage<RowChange>>,
+    changes: mpsc::Sender<ChunkMessage<SnapshotItem>>,
 ) -> Result<(), PipelineError> {
     while let Some(chunk) = shared.next_chunk() {
         if shared.shutdown.is_cancelled() {
@@ -752,7 +788,7 @@ async fn read_chunk(
     conn: &mut Conn,
     shared: &Shared,
     chunk_id: usize,
-    changes: &mpsc::Sender<ChunkMessage<RowChange>>,
+    changes: &mpsc::Sender<ChunkMessage<SnapshotItem>>,
 ) -> Result<u64, PipelineError> {
     let chunk = &shared.chunks[chunk_id];
     let place = &shared.places[chunk_id];
@@ -836,7 +872,7 @@ async fn hand_over(
     shared: &Shared,
     table: &Arc<TableInfo>,
     rows: Vec<(Vec<Value>, SnapshotMarker)>,
-    changes: &mpsc::Sender<ChunkMessage<RowChange>>,
+    changes: &mpsc::Sender<ChunkMessage<SnapshotItem>>,
 ) -> Result<u64, PipelineError> {
     let count = rows.len() as u64;
     let now_micros = crate::delivery::unix_micros_now();
@@ -863,7 +899,7 @@ async fn hand_over(
                 transaction: None,
             };
             let records = change.records(false);
-            (change, size, records)
+            (SnapshotItem::Row(change), size, records)
         })
         .collect();
     changes
@@ -884,10 +920,22 @@ struct ReadEncoder {
     prefix: Arc<str>,
     /// The envelopes' processing time.
     now_micros: i64,
+    /// The schema-change topic's counters.
+    schema_metrics: Arc<TableMetrics>,
 }
 
-impl Encode<RowChange> for ReadEncoder {
-    fn encode(&self, change: &RowChange, out: &mut Vec<OutRecord>) -> Origin {
+impl Encode<SnapshotItem> for ReadEncoder {
+    fn encode(&self, item: &SnapshotItem, out: &mut Vec<OutRecord>) -> Origin {
+        let change = match item {
+            SnapshotItem::Row(change) => change,
+            SnapshotItem::Schema(record) => {
+                out.push(record.clone());
+                return Origin {
+                    commit_unix_micros: self.now_micros,
+                    table: Arc::clone(&self.schema_metrics),
+                };
+            }
+        };
         encode::encode(change, &self.prefix, false, self.now_micros, out);
         Origin {
             commit_unix_micros: self.now_micros,
@@ -895,7 +943,22 @@ impl Encode<RowChange> for ReadEncoder {
         }
     }
 
-    fn describe(&self, change: &RowChange, reason: &str) -> FailedChange {
+    fn describe(&self, item: &SnapshotItem, reason: &str) -> FailedChange {
+        let change = match item {
+            SnapshotItem::Row(change) => change,
+            SnapshotItem::Schema(record) => {
+                return FailedChange {
+                    reason: reason.to_owned(),
+                    topic: Arc::clone(&record.topic),
+                    position: format!("a schema-change record of the snapshot ({})", record.topic),
+                    description: Vec::new(),
+                    origin: Origin {
+                        commit_unix_micros: self.now_micros,
+                        table: Arc::clone(&self.schema_metrics),
+                    },
+                };
+            }
+        };
         let table = format!("{}.{}", change.table.database, change.table.table);
         let position = format!(
             "a snapshot row of {table} (binlog {}:{})",

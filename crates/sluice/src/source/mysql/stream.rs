@@ -22,7 +22,6 @@ use mysql_async::BinlogStream;
 use mysql_async::binlog::events::{Event, EventData, RowsEventData};
 use mysql_async::binlog::value::BinlogValue;
 use mysql_async::prelude::Queryable as _;
-use sluice_engine::InFlightBudget;
 use tokio_util::sync::CancellationToken;
 
 use super::active;
@@ -39,7 +38,7 @@ use super::state::{load_state, open_directory, save_checkpoint, save_state};
 pub use super::state::{saved_position, seed_position};
 use crate::config::{SnapshotMode, StateStoreKind};
 use crate::delivery::{self, Intake, Source};
-use crate::error::{Interruption, PipelineError};
+use crate::error::PipelineError;
 use crate::event::{Op, SnapshotMarker};
 use crate::kafka::{self, OutRecord};
 use crate::kafka_state::KafkaStateStore;
@@ -464,20 +463,19 @@ impl SnapshotPhase<'_> {
             let topics = config.routed_topics(&topics);
             kafka::ensure_topics(&config.kafka, &topics, config.kafka.topic_partitions).await?;
         }
-        if config.source.include_schema_changes {
-            publish_snapshot_schema(
+        let schema_changes = if config.source.include_schema_changes {
+            snapshot_schema_changes(
                 config,
                 flavor,
                 &mut consistent.connections[0],
                 plan,
                 start,
                 schema_change_schemas,
-                &run.producer,
-                &run.budget,
-                &mut run.deliveries,
             )
-            .await?;
-        }
+            .await?
+        } else {
+            Vec::new()
+        };
         snapshot::run(
             SnapshotContext {
                 prefix: &config.kafka.topic_prefix,
@@ -493,6 +491,7 @@ impl SnapshotPhase<'_> {
                 flavor,
                 events: &config.kafka.events,
                 registry: run.registry.clone(),
+                schema_changes,
             },
             consistent,
             plan,
@@ -585,21 +584,18 @@ fn start_lag_monitor(
     confirmed
 }
 
-/// Writes the initial snapshot's schema changes (see [`ddl::snapshot`]) for the tables of
-/// `plan`, read on `conn` under the snapshot, and waits until Kafka has acknowledged them all.
-/// Written at every start of a snapshot (again when one resumes): at least once.
-#[allow(clippy::too_many_arguments)]
-async fn publish_snapshot_schema(
+/// The initial snapshot's schema changes (see [`ddl::snapshot`]) for the tables of `plan`,
+/// read on `conn` under the snapshot, as records the snapshot delivers before its rows (the
+/// first chunk to finish covers them). Written at every start of a snapshot (again when one
+/// resumes): at least once.
+async fn snapshot_schema_changes(
     config: &MysqlPipelineConfig,
     flavor: Flavor,
     conn: &mut mysql_async::Conn,
     plan: &SnapshotPlan,
     position: &BinlogPosition,
     schemas: Option<&crate::event::schema::RenderedSchemas>,
-    producer: &Arc<kafka::PipelineProducer>,
-    budget: &InFlightBudget,
-    deliveries: &mut tokio::sync::mpsc::UnboundedReceiver<kafka::DeliveryEvent>,
-) -> Result<(), PipelineError> {
+) -> Result<Vec<OutRecord>, PipelineError> {
     let mut tables: Vec<_> = plan.chunks.iter().map(|c| c.table.clone()).collect();
     tables.dedup();
     let changes = ddl::snapshot(conn, flavor, &tables).await?;
@@ -623,7 +619,7 @@ async fn publish_snapshot_schema(
         thread: None,
         snapshot: SnapshotMarker::True,
     };
-    let records: Vec<OutRecord> = changes
+    Ok(changes
         .iter()
         .map(|change| {
             super::schema::wrap_schema_change(
@@ -632,39 +628,7 @@ async fn publish_snapshot_schema(
                 change.record(&topic, &config.kafka.topic_prefix, &source, now_micros),
             )
         })
-        .collect();
-    let metrics = Arc::new(TableMetrics::new(&config.kafka.topic_prefix));
-    let transforms = crate::source::transform_chain(config, None)?;
-    let count = crate::source::chunked::publish(
-        producer,
-        budget,
-        records,
-        &metrics,
-        now_micros,
-        transforms.as_deref(),
-    )
-    .await?;
-    let mut acked = 0;
-    while acked < count {
-        match deliveries.recv().await {
-            Some(kafka::DeliveryEvent::Acked(_)) => acked += 1,
-            Some(kafka::DeliveryEvent::Failed { error, .. }) => {
-                return Err(PipelineError::fatal(
-                    format!("Kafka refused a schema-change record for topic {topic}: {error}"),
-                    delivery::rejection_hint(&error),
-                ));
-            }
-            Some(_) => {}
-            None => {
-                return Err(PipelineError::retryable(
-                    "the producer stopped during the snapshot",
-                    Interruption::DeliveryReportsClosed,
-                ));
-            }
-        }
-    }
-    tracing::info!(events = count, topic = %topic, "snapshot: schema changes written");
-    Ok(())
+        .collect())
 }
 
 /// Where a record came from, from its headers: `binlog.000003:1234`.
