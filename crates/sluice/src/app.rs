@@ -121,7 +121,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             let file = pipeline.as_deref().map(PipelineFile::load).transpose()?;
             let findings = match file {
                 Some(PipelineFile::Mysql(config)) => {
-                    runtime()?.block_on(crate::doctor::diagnose_mysql(&config))
+                    runtime()?.block_on(crate::doctor::diagnose_mysql(&config, true))
                 }
                 Some(PipelineFile::Files(_)) => anyhow::bail!(
                     "{} is a Kafka → files pipeline: `sluice doctor` inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines; use `sluice check` for this one",
@@ -140,6 +140,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                             .or(brokers),
                         pipeline,
                         kafka_client: None,
+                        read_health: true,
                     };
                     runtime()?.block_on(crate::doctor::diagnose(&target))
                 }
@@ -256,6 +257,7 @@ fn postgres_doctor(config: Arc<PgPipelineConfig>) -> Doctor {
                 brokers: Some(config.kafka.brokers.clone()),
                 pipeline: Some((*config).clone()),
                 kafka_client: None,
+                read_health: false,
             };
             serde_json::to_value(crate::doctor::diagnose(&target).await).unwrap_or_default()
         })
@@ -267,7 +269,8 @@ fn mysql_doctor(config: Arc<MysqlPipelineConfig>) -> Doctor {
     Arc::new(move || {
         let config = Arc::clone(&config);
         Box::pin(async move {
-            serde_json::to_value(crate::doctor::diagnose_mysql(&config).await).unwrap_or_default()
+            serde_json::to_value(crate::doctor::diagnose_mysql(&config, false).await)
+                .unwrap_or_default()
         })
     })
 }

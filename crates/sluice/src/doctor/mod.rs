@@ -17,6 +17,7 @@
 //! - `pipeline`: the pipeline's own batching, in-flight budget and checkpoint interval.
 //! - `report`: the exit code and the human output.
 //! - `slots`: `sluice slots` for PostgreSQL.
+//! - `verification`: the running pipeline's last scheduled verification (its `/health`).
 //!
 //! This file runs the checks a target allows ([`diagnose`], [`diagnose_mysql`]).
 
@@ -35,6 +36,7 @@ mod report;
 mod slots;
 mod standby;
 mod target;
+mod verification;
 mod versions;
 mod wal_budget;
 mod wal_disk;
@@ -50,10 +52,20 @@ pub use slots::{SlotRow, render_slots, slots};
 pub use target::Target;
 
 /// The findings for a MySQL/MariaDB → Kafka pipeline: its server, binlog retention and saved
-/// position, and the Kafka checks.
-pub async fn diagnose_mysql(config: &MysqlPipelineConfig) -> Vec<Finding> {
+/// position, and the Kafka checks; with `read_health`, the running pipeline's last scheduled
+/// verification (from its `/health`).
+pub async fn diagnose_mysql(config: &MysqlPipelineConfig, read_health: bool) -> Vec<Finding> {
     let mut findings = Vec::new();
     mysql::checks(config, &mut findings).await;
+    if read_health {
+        verification::checks(
+            &config.name,
+            &config.admin,
+            config.verify_interval_s,
+            &mut findings,
+        )
+        .await;
+    }
     let target = Target {
         brokers: Some(config.kafka.brokers.clone()),
         kafka_client: Some(config.kafka.client.clone()),
@@ -110,6 +122,15 @@ pub async fn diagnose(target: &Target) -> Vec<Finding> {
     }
     if let Some(pipeline) = &target.pipeline {
         pipeline_checks(pipeline, &mut findings);
+        if target.read_health {
+            verification::checks(
+                &pipeline.name,
+                &pipeline.admin,
+                pipeline.verify_interval_s,
+                &mut findings,
+            )
+            .await;
+        }
         if let Some(registry) = &pipeline.schema_registry
             && pipeline.kafka.events.uses_avro()
         {

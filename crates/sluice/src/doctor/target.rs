@@ -18,6 +18,9 @@ pub struct Target {
     pub brokers: Option<String>,
     /// `[kafka.client]` of a pipeline that is not a PostgreSQL one (security settings).
     pub kafka_client: Option<BTreeMap<String, String>>,
+    /// Read the running pipeline's `/health` (its last scheduled verification): `sluice
+    /// doctor`, not the pipeline's own admin API (which holds it already).
+    pub read_health: bool,
 }
 
 pub(super) async fn setting(client: &Client, name: &str) -> Result<String, tokio_postgres::Error> {

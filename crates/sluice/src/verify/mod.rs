@@ -43,6 +43,7 @@ use self::topic::Cutoff;
 use crate::pipeline_file::PipelineFile;
 use crate::sink::config::SinkConfig;
 use crate::source::postgres::config::PgPipelineConfig;
+use crate::source::postgres::slot_state::SlotRecord;
 
 /// Default rows a second read from the source.
 pub const DEFAULT_RATE: u64 = 100_000;
@@ -78,7 +79,8 @@ pub struct VerifyArgs {
     #[arg(long, default_value_t = 120, value_name = "SECONDS")]
     pub wait_timeout: u64,
     /// Request an incremental snapshot of the differing keys (through the pipeline's
-    /// `source.postgres.signal_table`), so that the topic converges.
+    /// `source.postgres.signal_table` or `source.mysql.signal_table`), so that the topic
+    /// converges.
     #[arg(long)]
     pub repair: bool,
 }
@@ -145,19 +147,26 @@ pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
             SinkConfig::Postgres(target) if !args.repair => {
                 sink::verify_sink(&config, target, &args.tables, &args.limits()).await
             }
+            // Writing a key's newest record into the target from here would race with the
+            // running sink (it could overwrite a newer row the sink applies meanwhile) and
+            // would have to convert records exactly as the sink does; the sink converges by
+            // itself when the topic gets a newer record of the key (docs/verify.md).
             SinkConfig::Postgres(_) => Err(anyhow::anyhow!(
-                "--repair: not for Kafka → PostgreSQL pipelines (a differing key converges when its topic gets a newer record)"
+                "--repair: not for Kafka → PostgreSQL pipelines: a row written from outside the sink could overwrite a newer one the running sink applies meanwhile; a differing key converges when its topic gets a newer record (for a PostgreSQL or MySQL source: `sluice verify --repair` on the source's pipeline file), or restore the rows the report lists by hand"
             )),
             _ => Err(anyhow::anyhow!(
                 "{}: `sluice verify` verifies Kafka → PostgreSQL sinks, not files or Iceberg tables (not yet)",
                 args.pipeline.display()
             )),
         },
-        Ok(PipelineFile::Mysql(_)) if args.repair => Err(anyhow::anyhow!(
-            "--repair: not for MySQL/MariaDB pipelines yet (request an incremental snapshot of the keys through source.mysql.signal_table)"
-        )),
         Ok(PipelineFile::Mysql(config)) => {
-            mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout).await
+            let mut report =
+                mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout)
+                    .await?;
+            if args.repair {
+                report.repair = Some(mysql::repair(&config, &report).await?);
+            }
+            Ok(report)
         }
         Err(error) => Err(error.into()),
     }
@@ -278,6 +287,8 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     let avro = AvroTopics::new(events, config.schema_registry.as_ref())?;
     let snapshot = SourceSnapshot::open(config).await.map_err(explained)?;
     let position = snapshot.position;
+    // Before reading anything: a pipeline still in its initial snapshot is not waited for.
+    initial_snapshot_done(config, position).await?;
     let mut captured = snapshot.tables(config).await.map_err(explained)?;
     // The outbox table's topics are per aggregate; the signal table's rows are signals.
     captured.retain(|t| {
@@ -322,6 +333,9 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     report.source_rows = source_rows;
     report.source_ms = source_started.elapsed().as_millis() as u64;
     wait_for_pipeline(&snapshot, config, position, args.wait_timeout).await?;
+    // Again: a slot created after the position (its snapshot began meanwhile) confirms it at
+    // once, while the snapshot's rows are not in the topics yet.
+    initial_snapshot_done(config, position).await?;
     let consumer = compare::consumer(&config.name, &config.kafka.brokers, &config.kafka.client)?;
     let topic_started = Instant::now();
     let cutoff = Cutoff::CommitLsn(position.0);
@@ -351,6 +365,53 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
         report.repair = Some(repair(config, &report).await?);
     }
     Ok(report)
+}
+
+/// Whether the pipeline's topics can hold the tables as of `position`, by its state (its
+/// slot record): not while its initial snapshot (or the snapshot of a recreated slot) is
+/// unfinished, whose rows are not all in the topics; nor when its slot was created at or after
+/// `position`, as the snapshot's rows then carry that later position and are left out as
+/// changes after the verification's. Without a record (the state directory is on the
+/// pipeline's machine) nothing can be told, and the comparison goes on.
+///
+/// # Errors
+///
+/// "initial snapshot in progress", or the slot newer than the position (verify again), or the
+/// state could not be read.
+async fn initial_snapshot_done(
+    config: &PgPipelineConfig,
+    position: sluice_engine::Lsn,
+) -> anyhow::Result<()> {
+    let (record, location) = source::pipeline_record(config).await.map_err(explained)?;
+    let Some(record) = record else {
+        tracing::debug!(%location, "no pipeline state: the initial snapshot is taken as done");
+        return Ok(());
+    };
+    match snapshot_problem(&record, position, &config.name, &location) {
+        Some(problem) => Err(anyhow::anyhow!(problem)),
+        None => Ok(()),
+    }
+}
+
+/// Why the pipeline whose slot record is `record` cannot be compared at `position` (see
+/// [`initial_snapshot_done`]); `None` when it can.
+fn snapshot_problem(
+    record: &SlotRecord,
+    position: sluice_engine::Lsn,
+    pipeline: &str,
+    location: &str,
+) -> Option<String> {
+    if record.snapshot_pending {
+        return Some(format!(
+            "initial snapshot in progress: the pipeline {pipeline:?} has not finished snapshotting its tables (its state {location}), so its topics do not hold them yet; verify again once it streams (/health state \"streaming\")"
+        ));
+    }
+    (record.created_by_sluice && record.first_lsn >= position).then(|| {
+        format!(
+            "the pipeline's slot {:?} was created at {}, after the verification's position {position}: its initial snapshot's rows are newer than the verification's snapshot; verify again",
+            record.slot, record.first_lsn
+        )
+    })
 }
 
 /// Waits until the pipeline's slot confirmed `position`: every change before it is then in
@@ -458,4 +519,41 @@ async fn repair(config: &PgPipelineConfig, report: &Report) -> anyhow::Result<re
         }
     }
     Ok(repair)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_engine::Lsn;
+
+    fn record(first: u64, pending: bool, created: bool) -> SlotRecord {
+        SlotRecord {
+            first_lsn: Lsn(first),
+            confirmed_lsn: Lsn(first),
+            snapshot_pending: pending,
+            created_by_sluice: created,
+            ..SlotRecord::creating("1", "sluice_p")
+        }
+    }
+
+    #[test]
+    fn a_pipeline_snapshotting_or_with_a_newer_slot_cannot_be_compared() {
+        let at = Lsn(1000);
+        let problem = |r: &SlotRecord| snapshot_problem(r, at, "p", "state");
+        let pending = problem(&record(10, true, true)).unwrap();
+        assert!(
+            pending.starts_with("initial snapshot in progress"),
+            "{pending}"
+        );
+        // Its slot (and so its snapshot's rows) is newer than the verification's position.
+        let newer = problem(&record(1000, false, true)).unwrap();
+        assert!(
+            newer.contains("after the verification's position"),
+            "{newer}"
+        );
+        assert!(problem(&record(2000, false, true)).is_some());
+        assert_eq!(problem(&record(999, false, true)), None);
+        // An adopted slot (a takeover) has no snapshot of sluice's.
+        assert_eq!(problem(&record(2000, false, false)), None);
+    }
 }

@@ -545,22 +545,174 @@ async fn wait_for_pipeline(
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(timeout);
     loop {
-        let (saved, location) = crate::source::mysql::stream::saved_position(config)
+        let (saved, location) = crate::source::mysql::stream::saved_progress(config)
             .await
             .map_err(compare::explained)?;
         match saved {
             None => anyhow::bail!(
                 "the pipeline has saved no position ({location}): has it run? (verify reads its state store)"
             ),
-            Some(saved)
+            Some((_, true)) => anyhow::bail!(
+                "initial snapshot in progress: the pipeline {:?} has not finished snapshotting its tables (its state {location}), so its topics do not hold them yet; verify again once it streams (/health state \"streaming\")",
+                config.name
+            ),
+            Some((saved, _))
                 if (saved.file.as_str(), saved.pos) >= (position.file.as_str(), position.pos) =>
             {
                 return Ok(());
             }
-            Some(saved) if Instant::now() >= deadline => anyhow::bail!(
+            Some((saved, _)) if Instant::now() >= deadline => anyhow::bail!(
                 "the pipeline did not reach the verification's position {position} within {timeout} s (its saved position is {saved}, {location}): is it running? (--wait-timeout)"
             ),
             Some(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
+    }
+}
+
+/// Keys per signal (a filter of `(key) IN (…)` values).
+const KEYS_PER_SIGNAL: usize = 500;
+
+/// `--repair` on a MySQL/MariaDB pipeline: inserts signals into its signal table
+/// (`source.mysql.signal_table`) for incremental snapshots of exactly the differing keys present
+/// in the source, as for PostgreSQL. Keys whose values are not written as SQL here (a key
+/// column other than an integer or a character type) are named in a hint instead.
+///
+/// # Errors
+///
+/// No signal table, or the server refused the signals.
+pub async fn repair(
+    config: &MysqlPipelineConfig,
+    report: &Report,
+) -> anyhow::Result<super::report::Repair> {
+    use super::report::DifferenceKind;
+    let mut repair = super::report::Repair::default();
+    let mut signals: Vec<(String, String)> = Vec::new();
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    for table in report.tables.iter().filter(|t| !t.repairable.is_empty()) {
+        let extra = table
+            .repairable
+            .iter()
+            .filter(|d| d.kind == DifferenceKind::MissingInSource)
+            .count();
+        if extra > 0 {
+            repair.hints.push(format!(
+                "{}: {extra} key(s) are in the topic but not in the table: an incremental snapshot cannot delete them; produce their tombstones (null values) to {}",
+                table.table, table.topic
+            ));
+        }
+        let keys: Vec<&Vec<Option<String>>> = table
+            .repairable
+            .iter()
+            .filter(|d| d.kind != DifferenceKind::MissingInSource)
+            .map(|d| &d.key_text)
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        let literals: Option<Vec<String>> = keys
+            .iter()
+            .map(|key| {
+                let values: Option<Vec<String>> = key
+                    .iter()
+                    .zip(&table.key_classes)
+                    .map(|(value, class)| key_literal(value.as_deref()?, class))
+                    .collect();
+                values.map(|v| format!("({})", v.join(", ")))
+            })
+            .collect();
+        let Some(literals) = literals else {
+            repair.hints.push(format!(
+                "{}: its key's type is not written as SQL by --repair (integer and character keys are): request an incremental snapshot of the listed keys through {} by hand",
+                table.table,
+                config.source.signal_table.as_deref().unwrap_or("source.mysql.signal_table")
+            ));
+            continue;
+        };
+        let columns: Vec<String> = table.key_columns.iter().map(|c| quote(c)).collect();
+        for (n, chunk) in literals.chunks(KEYS_PER_SIGNAL).enumerate() {
+            let filter = format!("({}) IN ({})", columns.join(", "), chunk.join(", "));
+            let data = serde_json::json!({
+                "data-collections": [table.table],
+                "type": "incremental",
+                "additional-conditions": [{"data-collection": table.table, "filter": filter}],
+            });
+            signals.push((
+                format!("verify-{stamp}-{}-{n}", table.table),
+                data.to_string(),
+            ));
+            repair.keys += chunk.len() as u64;
+        }
+    }
+    if signals.is_empty() {
+        return Ok(repair);
+    }
+    let Some(signal_table) = &config.source.signal_table else {
+        anyhow::bail!(
+            "--repair needs source.mysql.signal_table (the pipeline's signal table, e.g. \"inventory.sluice_signal\")"
+        );
+    };
+    let (database, name) = crate::config::parse_table_name(signal_table)
+        .ok_or_else(|| anyhow::anyhow!("source.mysql.signal_table is not database.table"))?;
+    let mut conn = server::connect(&config.source)
+        .await
+        .map_err(compare::explained)?;
+    let insert = format!(
+        "INSERT INTO {}.{} (id, type, data) VALUES (?, 'execute-snapshot', ?)",
+        quote(database),
+        quote(name)
+    );
+    for (id, data) in signals {
+        conn.exec_drop(&insert, (&id, &data)).await.map_err(|e| {
+            anyhow::anyhow!("cannot insert the repair signal into {signal_table}: {e}")
+        })?;
+        repair.signals.push(id);
+    }
+    let _ = conn.disconnect().await;
+    Ok(repair)
+}
+
+/// A key value as SQL for the repair's filter: an integer as itself, a character value as a
+/// `utf8mb4` literal of its bytes (`_utf8mb4 X'…'`, which no quoting or `sql_mode` can change),
+/// compared by its bytes; `None` for other types (their canonical text is not a literal of
+/// the column's type).
+fn key_literal(text: &str, class: &ColumnClass) -> Option<String> {
+    match class {
+        ColumnClass::Int => {
+            let digits = text.strip_prefix('-').unwrap_or(text);
+            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| text.to_owned())
+        }
+        ColumnClass::Text | ColumnClass::Enum | ColumnClass::Bpchar => {
+            let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+            Some(format!("_utf8mb4 X'{hex}' COLLATE utf8mb4_bin"))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::{SqlDialect, check_condition};
+
+    #[test]
+    fn repair_keys_are_sql_of_their_bytes_or_refused() {
+        assert_eq!(
+            key_literal("-42", &ColumnClass::Int).as_deref(),
+            Some("-42")
+        );
+        // Hostile text never leaves its literal: it is hex.
+        let text = key_literal("a' OR 1=1; -- \\", &ColumnClass::Text).unwrap();
+        assert_eq!(
+            text,
+            "_utf8mb4 X'6127204f5220313d313b202d2d205c' COLLATE utf8mb4_bin"
+        );
+        assert_eq!(key_literal("1 OR 1=1", &ColumnClass::Int), None);
+        assert_eq!(key_literal("", &ColumnClass::Int), None);
+        assert_eq!(key_literal("2020-01-01", &ColumnClass::Date), None);
+        let filter = format!("(`id`, `name`) IN ((7, {text}))");
+        assert_eq!(check_condition(SqlDialect::Mysql, &filter), Ok(()));
     }
 }

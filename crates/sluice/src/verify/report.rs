@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::canonical::ColumnClass;
 use super::source::TablePlan;
 use super::topic::ReadStats;
 
@@ -78,6 +79,9 @@ pub struct TableReport {
     /// The key's columns.
     #[serde(skip)]
     pub key_columns: Vec<String>,
+    /// How the key's columns compare (which form their text values have, for `--repair`).
+    #[serde(skip)]
+    pub key_classes: Vec<ColumnClass>,
     /// Keys whose newest event lacks unchanged TOASTed values (compared key by key, on the
     /// values they carry).
     pub partial_keys: u64,
@@ -225,6 +229,7 @@ impl TableReport {
                 })
                 .collect(),
             key_columns: plan.key.iter().map(|c| c.name.clone()).collect(),
+            key_classes: plan.key.iter().map(|c| c.class.clone()).collect(),
             partial_keys: 0,
             passes: 0,
             read: ReadStats::default(),
@@ -250,6 +255,7 @@ impl TableReport {
             columns_compared: Vec::new(),
             columns_not_compared: Vec::new(),
             key_columns: Vec::new(),
+            key_classes: Vec::new(),
             partial_keys: 0,
             passes: 0,
             read: ReadStats::default(),

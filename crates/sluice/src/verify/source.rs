@@ -9,18 +9,22 @@
 //! verification: it is temporary and goes with the connection, which stays open (idle) while the
 //! snapshot is used, as an exported snapshot lives only that long.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_engine::Lsn;
 use tokio_postgres::Client;
 
 use super::canonical::{ArrayElement, ColumnClass, bucket_sql, form_sql, hash_sql};
+use crate::config::StateStoreKind;
 use crate::error::{PipelineError, classify_pg};
 use crate::event::EventOptions;
+use crate::kafka_state::KafkaStateStore;
 use crate::source::postgres::config::{PgPipelineConfig, PostgresSourceConfig};
 use crate::source::postgres::encode::ColumnTreatment;
 use crate::source::postgres::replication::ReplicationConnection;
 use crate::source::postgres::setup::{CapturedTable, PgCatalog};
+use crate::source::postgres::slot_state::{SlotRecord, SlotStateFile};
 use crate::sql::quote_ident;
 
 /// A compared column.
@@ -246,6 +250,36 @@ impl SourceSnapshot {
     pub async fn slot_confirmed(&self, slot: &str) -> Result<Option<Lsn>, PipelineError> {
         Ok(self.catalog.slot(slot).await?.map(|s| s.confirmed_flush))
     }
+}
+
+/// The pipeline's slot record in its state store (a Kafka state store is read without fencing
+/// the running pipeline), with where it is kept; `None` when nothing is stored there (the state
+/// directory is on another machine, or the pipeline never ran).
+///
+/// # Errors
+///
+/// The store cannot be read, or the record parsed.
+pub async fn pipeline_record(
+    config: &PgPipelineConfig,
+) -> Result<(Option<SlotRecord>, String), PipelineError> {
+    let state = match config.state_store {
+        StateStoreKind::Local => {
+            let dir = config.state_dir();
+            if !dir.is_dir() {
+                let file = dir.join(format!("{}.slot.json", config.name));
+                return Ok((None, file.display().to_string()));
+            }
+            SlotStateFile::open(&dir, &config.name)?
+        }
+        StateStoreKind::Kafka => {
+            let topic = config.state_topic();
+            match KafkaStateStore::read_only(&config.kafka, topic, &config.name).await? {
+                Some(store) => SlotStateFile::open_in(Arc::new(store), &config.name)?,
+                None => return Ok((None, format!("kafka topic {topic}"))),
+            }
+        }
+    };
+    Ok((state.record().cloned(), state.location()))
 }
 
 /// What a pipeline says about one table's columns, for [`plan_table`].

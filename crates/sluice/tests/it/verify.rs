@@ -637,14 +637,21 @@ async fn verify_mysql_server(server: crate::mysql::Server) {
     root.query_drop(format!("INSERT INTO {database}.t (id, v) VALUES (0, 0)"))
         .await
         .unwrap();
+    // The signal table `--repair` writes to (sluice creates it).
+    root.query_drop(format!(
+        "GRANT CREATE, INSERT, DELETE ON {database}.* TO 'sluice'@'127.0.0.1'"
+    ))
+    .await
+    .unwrap();
     let prefix = unique("vmy");
     let admin = free_port();
     let dir = test_dir(&database);
-    let mut sluice = Sluice::start(
-        &dir,
-        &pipeline(server, &database, &database, &prefix, admin),
-        admin,
+    let toml = pipeline(server, &database, &database, &prefix, admin).replacen(
+        "heartbeat_interval_ms = 1000",
+        &format!("heartbeat_interval_ms = 1000\nsignal_table = \"{database}.sluice_signal\""),
+        1,
     );
+    let mut sluice = Sluice::start(&dir, &toml, admin);
     sluice.wait_streaming(Duration::from_secs(60));
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -728,6 +735,16 @@ async fn verify_mysql_server(server: crate::mysql::Server) {
     assert_eq!(five["source"]["id"], 5, "{report:#}");
     assert!(five["source"]["note"].is_string(), "{report:#}");
     assert_eq!(five["topic"]["note"], "tampered", "{report:#}");
+
+    // Repaired: the pipeline snapshots exactly keys 5 and 7 again (its signal table).
+    let (code, report) = verify(&sluice.file, &["--repair"]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(report["repair"]["keys"], 2, "{report:#}");
+    crate::support::wait_until(
+        "verify to find the repaired keys equal",
+        Duration::from_secs(60),
+        || verify(&sluice.file, &[]).0 == 0,
+    );
     sluice.stop();
     root.query_drop(format!("DROP DATABASE {database}"))
         .await
@@ -815,6 +832,95 @@ async fn scheduled_verification_shows_in_health_and_metrics() {
             "{:?}",
             sluice.get("/metrics")
         );
+
+        // `sluice doctor` on the pipeline file reads the running pipeline's /health: the
+        // failed verification is critical (exit code 2), with the repair named.
+        let output = Command::new(sluice_bin())
+            .args(["doctor", "--json", "--pipeline"])
+            .arg(&sluice.file)
+            .output()
+            .expect("run sluice doctor");
+        let findings: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
+        let failed = findings
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["code"] == "pipeline.verification_failed")
+            .unwrap_or_else(|| panic!("no pipeline.verification_failed in {findings:#}"));
+        assert_eq!(failed["severity"], "critical", "{failed:#}");
+        assert_eq!(failed["evidence"]["differences_found"], 1, "{failed:#}");
+        assert!(
+            failed["fix"].as_str().unwrap().contains("--repair"),
+            "{failed:#}"
+        );
+        assert_eq!(output.status.code(), Some(2), "{findings:#}");
+    })
+    .catch_unwind()
+    .await;
+    drop_slot_and_publication(&client, &name).await;
+    let _ = client
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// A pipeline whose initial snapshot has not finished (stopped by a crash point right after
+/// creating its slot): `verify` says so (exit code 2, "initial snapshot in progress") instead
+/// of reporting every row missing from the topic; once the pipeline ran its snapshot, equal.
+#[tokio::test(flavor = "multi_thread")]
+async fn verify_during_the_initial_snapshot_cannot_verify() {
+    let _broker = broker_shared().await;
+    let client = pg().await;
+    let name = unique("verify_snap");
+    let schema = name.clone();
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema};
+             CREATE TABLE {schema}.t (id bigint PRIMARY KEY, note text);
+             INSERT INTO {schema}.t SELECT g, 'row ' || g FROM generate_series(1, 100) g;"
+        ))
+        .await
+        .unwrap();
+    let outcome = AssertUnwindSafe(async {
+        let admin = free_port();
+        let dir = test_dir(&name);
+        let toml = pipeline_toml(&name, &schema, &name, admin, "");
+        let mut sluice = Sluice::start_with_env(
+            &dir,
+            &toml,
+            admin,
+            vec![(
+                "FAILPOINTS".to_owned(),
+                "snapshot::slot_created=return".to_owned(),
+            )],
+        );
+        crate::support::wait_until(
+            "sluice to stop at snapshot::slot_created (build with --features sluice/failpoints)",
+            Duration::from_secs(60),
+            || sluice.exited().is_some(),
+        );
+        let (code, report) = verify(&sluice.file, &["--wait-timeout", "5"]);
+        assert_eq!(code, 2, "{report:#}");
+        assert!(
+            report["error"]
+                .as_str()
+                .unwrap()
+                .starts_with("initial snapshot in progress"),
+            "{report:#}"
+        );
+
+        let sluice = Sluice::start(&dir, &toml, admin);
+        sluice.wait_streaming(Duration::from_secs(60));
+        let (code, report) = verify(&sluice.file, &[]);
+        assert_eq!(code, 0, "{report:#}");
+        assert_eq!(report["source_rows"], 100, "{report:#}");
     })
     .catch_unwind()
     .await;

@@ -41,6 +41,19 @@ pub(super) struct SavedState {
 pub async fn saved_position(
     config: &MysqlPipelineConfig,
 ) -> Result<(Option<BinlogPosition>, String), PipelineError> {
+    let (saved, location) = saved_progress(config).await?;
+    Ok((saved.map(|(position, _)| position), location))
+}
+
+/// [`saved_position`] with whether the initial snapshot is unfinished (`true`: the position is
+/// the snapshot's, and its rows are not all in the topics yet).
+///
+/// # Errors
+///
+/// When the store cannot be read, or the document parsed.
+pub async fn saved_progress(
+    config: &MysqlPipelineConfig,
+) -> Result<(Option<(BinlogPosition, bool)>, String), PipelineError> {
     let key = format!("{}.mysql", config.name);
     let store: Arc<dyn StateStore> = match config.state_store {
         StateStoreKind::Local => {
@@ -64,8 +77,9 @@ pub async fn saved_position(
             }
         }
     };
-    let position = load_state(store.as_ref(), &key)?.map(|saved| saved.position);
-    Ok((position, store.location(&key)))
+    let saved =
+        load_state(store.as_ref(), &key)?.map(|saved| (saved.position, saved.snapshot.is_some()));
+    Ok((saved, store.location(&key)))
 }
 
 /// Saves `position` as the position the pipeline of `config` starts from (its local state

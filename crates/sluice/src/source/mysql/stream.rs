@@ -35,7 +35,7 @@ use super::rows::{self, RowPlan};
 use super::server::{self, BinlogPosition, BinlogSeq, Flavor, GtidState, MariadbGtid};
 use super::snapshot::{self, SnapshotContext, SnapshotPlan};
 use super::state::{load_state, open_directory, save_checkpoint, save_state};
-pub use super::state::{saved_position, seed_position};
+pub use super::state::{saved_position, saved_progress, seed_position};
 use crate::config::{SnapshotMode, StateStoreKind};
 use crate::delivery::{self, Intake, Source};
 use crate::error::PipelineError;
