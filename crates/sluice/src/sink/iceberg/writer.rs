@@ -13,7 +13,7 @@
 //!   holds (walking back from the current snapshot), so a restarted sink writes no row twice.
 //! - **Fencing.** A commit first reads the table and checks that the newest offset recorded
 //!   for its sub-partition is the one this writer recovered or last committed; then commits
-//!   on top of exactly that metadata ([`super::catalog::Pinned`]). Another sub-partition's
+//!   on top of exactly that metadata ([`super::client::Pinned`]). Another sub-partition's
 //!   commit in between makes it read and check again; another writer's commit for the same
 //!   sub-partition (a zombie, or this writer's own commit whose answer was lost) ends the run,
 //!   whose restart recovers from the table. Data files of a commit that did not happen are
