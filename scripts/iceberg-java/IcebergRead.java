@@ -35,18 +35,30 @@ public class IcebergRead {
   static final DateTimeFormatter ZONED = DateTimeFormatter.ofPattern("yyyy-MM-dd'T'HH:mm:ss.SSSSSSxxx");
   static final DateTimeFormatter TIME = DateTimeFormatter.ofPattern("HH:mm:ss.SSSSSS");
 
-  public static void main(String[] args) throws Exception {
-    List<String> positional = new ArrayList<>();
-    boolean count = false;
-    for (String arg : args) {
-      if (arg.equals("--count")) count = true;
-      else positional.add(arg);
+  /**
+   * A REST catalog at uri, the tables' files on S3 through S3FileIO: the endpoint from
+   * S3_ENDPOINT (path-style, as for moto or MinIO), credentials and region from the AWS_*
+   * variables (region us-east-1 when unset).
+   */
+  static org.apache.iceberg.catalog.Catalog restCatalog(String uri, String name) {
+    Map<String, String> props = new HashMap<>();
+    props.put("uri", uri);
+    props.put("io-impl", "org.apache.iceberg.aws.s3.S3FileIO");
+    String endpoint = System.getenv("S3_ENDPOINT");
+    if (endpoint != null) {
+      props.put("s3.endpoint", endpoint);
+      props.put("s3.path-style-access", "true");
     }
-    if (positional.size() != 3) {
-      System.err.println("usage: IcebergRead CATALOG_URI CATALOG_NAME NAMESPACE.TABLE [--count]");
-      System.exit(2);
-    }
-    URI uri = URI.create(positional.get(0).replaceFirst("^postgres(ql)?://", "postgresql://"));
+    String region = System.getenv("AWS_REGION");
+    props.put("client.region", region == null ? "us-east-1" : region);
+    org.apache.iceberg.rest.RESTCatalog catalog = new org.apache.iceberg.rest.RESTCatalog();
+    catalog.setConf(new org.apache.hadoop.conf.Configuration());
+    catalog.initialize(name, props);
+    return catalog;
+  }
+
+  static org.apache.iceberg.catalog.Catalog jdbcCatalog(String text, String name) {
+    URI uri = URI.create(text.replaceFirst("^postgres(ql)?://", "postgresql://"));
     Map<String, String> props = new HashMap<>();
     String host = uri.getHost() == null ? "localhost" : uri.getHost();
     String port = uri.getPort() < 0 ? "" : ":" + uri.getPort();
@@ -63,7 +75,27 @@ public class IcebergRead {
     props.put("jdbc.schema-version", "V1");
     JdbcCatalog catalog = new JdbcCatalog();
     catalog.setConf(new org.apache.hadoop.conf.Configuration());
-    catalog.initialize(positional.get(1), props);
+    catalog.initialize(name, props);
+    return catalog;
+  }
+
+  public static void main(String[] args) throws Exception {
+    List<String> positional = new ArrayList<>();
+    boolean count = false;
+    for (String arg : args) {
+      if (arg.equals("--count")) count = true;
+      else positional.add(arg);
+    }
+    if (positional.size() != 3) {
+      System.err.println("usage: IcebergRead CATALOG_URI CATALOG_NAME NAMESPACE.TABLE [--count]");
+      System.exit(2);
+    }
+    org.apache.iceberg.catalog.Catalog catalog;
+    if (positional.get(0).startsWith("http://") || positional.get(0).startsWith("https://")) {
+      catalog = restCatalog(positional.get(0), positional.get(1));
+    } else {
+      catalog = jdbcCatalog(positional.get(0), positional.get(1));
+    }
     Table table = catalog.loadTable(TableIdentifier.parse(positional.get(2)));
     List<Types.NestedField> columns = table.schema().columns();
     List<String> lines = new ArrayList<>();
@@ -101,7 +133,7 @@ public class IcebergRead {
       lines.sort(null);
       for (String line : lines) System.out.println(line);
     }
-    catalog.close();
+    if (catalog instanceof java.io.Closeable) ((java.io.Closeable) catalog).close();
   }
 
   static String json(Object value) {

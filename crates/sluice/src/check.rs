@@ -582,38 +582,24 @@ fn check_sink_registry(config: &crate::registry::RegistryConfig) -> anyhow::Resu
 
 /// `sluice check` for a PostgreSQL sink: the target database answers, every topic's table
 /// exists with the privileges the sink needs, and the progress table exists or can be created.
-/// Reaches the Iceberg SQL catalog and names each topic's table and its state (snapshots,
+/// Reaches the Iceberg catalog (SQL or REST) and names each topic's table and its state (snapshots,
 /// data files and rows of the current snapshot). Prints its lines; `false` when the catalog
 /// cannot be read or a table is missing without `auto_create`.
 fn check_iceberg_target(
     iceberg: &crate::sink::iceberg::config::IcebergSinkConfig,
     topics: &[String],
 ) -> anyhow::Result<bool> {
-    use iceberg::Catalog as _;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let target = crate::pg_connect::redact_url(&iceberg.catalog_uri);
-    let mut connect = match crate::pg_connect::PgConnectConfig::parse(&iceberg.catalog_uri) {
-        Ok(connect) => connect,
+    let catalog = match crate::sink::iceberg::writer::open_catalog("check", iceberg) {
+        Ok(catalog) => catalog,
         Err(error) => {
-            println!(
-                "catalog {target}: FAILED: {}",
-                error
-                    .0
-                    .replace("source.postgres.url", "sink.iceberg.catalog_uri")
-            );
+            println!("catalog {target}: FAILED: {error}");
             return Ok(false);
         }
     };
-    if connect.pg.get_connect_timeout().is_none() {
-        connect.pg.connect_timeout(CHECK_TIMEOUT);
-    }
-    let catalog = crate::sink::iceberg::catalog::PgCatalog::new(
-        connect,
-        iceberg.catalog_name.clone(),
-        iceberg.warehouse.clone(),
-    );
     let namespace = iceberg::NamespaceIdent::new(iceberg.namespace.clone());
     match runtime.block_on(async {
         tokio::time::timeout(CHECK_TIMEOUT, catalog.namespace_exists(&namespace)).await
@@ -626,7 +612,7 @@ fn check_iceberg_target(
         ),
         Ok(Err(error)) => {
             println!("catalog {target}: FAILED: {error}");
-            println!("  fix: check sink.iceberg.catalog_uri and that the database is up");
+            println!("  fix: check sink.iceberg.catalog_uri and that the catalog is up");
             return Ok(false);
         }
         Err(_) => {

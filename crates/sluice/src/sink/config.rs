@@ -1054,8 +1054,16 @@ mod tests {
             iceberg.mode,
             crate::sink::iceberg::config::IcebergMode::Upsert
         );
-        let no_warehouse = |name: &str| match name {
+        // The REST catalog and an S3 warehouse.
+        let rest = |name: &str| match name {
+            "ICEBERG_CATALOG_URI" => Some("https://catalog.example:8181/api".to_owned()),
             "ICEBERG_WAREHOUSE" => Some("s3://bucket/wh".to_owned()),
+            other => iceberg_env(other),
+        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &rest).unwrap();
+        assert!(config.iceberg().unwrap().is_rest());
+        let no_warehouse = |name: &str| match name {
+            "ICEBERG_WAREHOUSE" => Some("gs://bucket/wh".to_owned()),
             other => iceberg_env(other),
         };
         let error = SinkPipelineConfig::from_toml(text, "t.toml", &no_warehouse)

@@ -118,6 +118,36 @@ pub fn parse_s3_url(url: &str) -> Result<(&str, &str), String> {
     Ok((bucket, prefix.trim_matches('/')))
 }
 
+/// An S3 client for `bucket`: settings from the environment (`AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`, `AWS_ENDPOINT`,
+/// `AWS_ALLOW_HTTP`, …), overridden by `config`.
+///
+/// # Errors
+///
+/// An invalid setting (nothing is contacted yet).
+pub fn s3_client(
+    bucket: &str,
+    config: &S3Config,
+) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    if let Some(endpoint) = &config.endpoint {
+        builder = builder.with_endpoint(endpoint);
+    }
+    if let Some(region) = &config.region {
+        builder = builder.with_region(region);
+    }
+    if let Some(key) = &config.access_key_id {
+        builder = builder.with_access_key_id(key);
+    }
+    if let Some(secret) = &config.secret_access_key {
+        builder = builder.with_secret_access_key(secret);
+    }
+    if let Some(allow_http) = config.allow_http {
+        builder = builder.with_allow_http(allow_http);
+    }
+    Ok(Arc::new(builder.build()?))
+}
+
 impl ObjectTarget {
     /// An S3 client for `url` (`s3://bucket/prefix`): settings from the environment
     /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
@@ -136,25 +166,9 @@ impl ObjectTarget {
                 store: "S3",
                 source: problem.into(),
             })?;
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-        if let Some(endpoint) = &config.endpoint {
-            builder = builder.with_endpoint(endpoint);
-        }
-        if let Some(region) = &config.region {
-            builder = builder.with_region(region);
-        }
-        if let Some(key) = &config.access_key_id {
-            builder = builder.with_access_key_id(key);
-        }
-        if let Some(secret) = &config.secret_access_key {
-            builder = builder.with_secret_access_key(secret);
-        }
-        if let Some(allow_http) = config.allow_http {
-            builder = builder.with_allow_http(allow_http);
-        }
-        let s3 = builder.build()?;
+        let s3 = s3_client(bucket, config)?;
         let store: Arc<dyn ObjectStore> = if prefix.is_empty() {
-            Arc::new(s3)
+            s3
         } else {
             Arc::new(PrefixStore::new(s3, prefix))
         };

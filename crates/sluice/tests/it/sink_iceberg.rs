@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::sink::create_topic;
 use crate::sink_pg::{drop_database, target_database};
-use crate::support::{Sluice, broker_shared, free_port, stack, test_dir, unique};
+use crate::support::{Sluice, broker_shared, free_port, s3_endpoint, stack, test_dir, unique};
 
 fn sink_toml(
     name: &str,
@@ -203,6 +203,14 @@ fn produce_events(topic: &str, keys: u64, events: u64) -> BTreeMap<u64, Value> {
     expected
 }
 
+/// The readers' S3 credentials (for a REST catalog's tables on the dev stack's S3 server,
+/// which takes any key; `S3_ENDPOINT` comes from the dev stack's environment).
+const READER_ENV: [(&str, &str); 3] = [
+    ("AWS_ACCESS_KEY_ID", "sluice"),
+    ("AWS_SECRET_ACCESS_KEY", "sluice-dev"),
+    ("AWS_REGION", "us-east-1"),
+];
+
 /// Makes pyiceberg's venv (scripts/iceberg-venv) once, before any wait is timed: the first
 /// run installs it from PyPI.
 fn reader_ready() {
@@ -223,6 +231,7 @@ fn read_table(catalog: &str, table: &str, flags: &[&str]) -> Result<String, Stri
     let output = Command::new(script)
         .args([catalog, "sluice", table])
         .args(flags)
+        .envs(READER_ENV)
         .output()
         .map_err(|e| format!("cannot run {script}: {e}"))?;
     if output.status.success() {
@@ -241,6 +250,7 @@ fn read_table_java(catalog: &str, table: &str) -> String {
     );
     let output = Command::new(script)
         .args([catalog, "sluice", table])
+        .envs(READER_ENV)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {script}: {e}"));
     assert!(
@@ -315,6 +325,8 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
     let dir = test_dir(&name);
     let warehouse = dir.join("warehouse");
     let port = free_port();
+    // partition_by: the table is made partitioned by the month of `born` (dates over ~3
+    // years: several partitions in each commit).
     let toml = sink_toml(
         &name,
         &topic,
@@ -322,6 +334,10 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
         warehouse.to_str().unwrap(),
         port,
         "",
+    )
+    .replace(
+        "auto_create = true\n",
+        "auto_create = true\npartition_by = [\"month(born)\"]\n",
     );
     let sink = Sluice::start(&dir, &toml, port);
     wait_rows(
@@ -333,8 +349,21 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
     );
     let read = rows_by_seq(&read_table(&catalog, "cdc.items", &[]).unwrap());
     assert_rows(&expected, &read);
+    // The Iceberg Java library reads the partitioned table the same.
+    let java = rows_by_seq(&read_table_java(&catalog, "cdc.items"));
+    assert_rows(&expected, &java);
     // Every snapshot names the offsets it covers.
     let snapshots = read_table(&catalog, "cdc.items", &["--snapshots"]).unwrap();
+    let partitions = |line: &str| {
+        serde_json::from_str::<Value>(line).unwrap()["summary"]["changed-partition-count"]
+            .as_str()
+            .and_then(|n| n.parse::<u32>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        snapshots.lines().all(|line| partitions(line) > 1),
+        "a commit's rows in several partitions: {snapshots}"
+    );
     let key = format!("sluice.kafka-offsets.{name}");
     assert!(
         snapshots.lines().all(|line| line.contains(&key)),
@@ -525,15 +554,38 @@ enum Change {
 /// without a row, else an update; a delete with its old row and a tombstone), keyed by
 /// `{"id": …}`; applies them to `model` (key → seq of its row).
 fn produce_changes(topic: &str, changes: &[Change], model: &mut BTreeMap<u64, u64>) {
+    produce_changes_without(topic, changes, model, &[]);
+}
+
+/// [`produce_changes`] with the row's columns named in `omit` left out of the events (their
+/// schemas and values): a table of the source before those columns were added.
+fn produce_changes_without(
+    topic: &str,
+    changes: &[Change],
+    model: &mut BTreeMap<u64, u64>,
+    omit: &[&str],
+) {
+    let strip = |mut row: Value| {
+        if let Some(object) = row.as_object_mut() {
+            for column in omit {
+                object.remove(*column);
+            }
+        }
+        row
+    };
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", stack().brokers)
         .set("enable.idempotence", "true")
         .set("linger.ms", "10")
         .create()
         .unwrap();
-    let mut before = row_schema("cdc.app.items.Value");
+    let mut row_fields = row_schema("cdc.app.items.Value");
+    if let Some(fields) = row_fields["fields"].as_array_mut() {
+        fields.retain(|f| !omit.iter().any(|o| f["field"] == *o));
+    }
+    let mut before = row_fields.clone();
     before["field"] = json!("before");
-    let mut after = row_schema("cdc.app.items.Value");
+    let mut after = row_fields;
     after["field"] = json!("after");
     let schema = json!({
         "type": "struct", "optional": false, "name": "cdc.app.items.Envelope",
@@ -576,8 +628,8 @@ fn produce_changes(topic: &str, changes: &[Change], model: &mut BTreeMap<u64, u6
             Change::Upsert(id, seq) => {
                 let old = model.insert(id, seq);
                 let payload = json!({
-                    "before": old.map(|old| row(id, old).0),
-                    "after": row(id, seq).0,
+                    "before": old.map(|old| strip(row(id, old).0)),
+                    "after": strip(row(id, seq).0),
                     "source": {"ts_ms": 1_700_000_000_000_u64 + seq},
                     "op": if old.is_some() { "u" } else { "c" },
                 });
@@ -684,13 +736,18 @@ fn expected_rows(model: &BTreeMap<u64, u64>) -> BTreeMap<u64, Value> {
         .collect()
 }
 
-/// Waits until pyiceberg reads exactly `expected` (each key once).
+/// Waits until pyiceberg reads exactly `expected` (each key once) in `cdc.items`.
 fn wait_table(catalog: &str, expected: &BTreeMap<u64, Value>, sink: &Sluice) {
+    wait_table_at(catalog, "cdc.items", expected, sink);
+}
+
+/// Waits until pyiceberg reads exactly `expected` (each key once) in `table`.
+fn wait_table_at(catalog: &str, table: &str, expected: &BTreeMap<u64, Value>, sink: &Sluice) {
     reader_ready();
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut last = String::new();
     while Instant::now() < deadline {
-        match read_table(catalog, "cdc.items", &[]) {
+        match read_table(catalog, table, &[]) {
             Ok(text) => {
                 let read = rows_by_id(&text);
                 if &read == expected {
@@ -856,4 +913,108 @@ async fn upsert_across_crashes_keeps_each_key_once() {
     drop(sink);
     drop(_client);
     drop_database(&name).await;
+}
+
+/// The Iceberg project's REST catalog server (scripts/iceberg-rest: RESTCatalogServer's
+/// adapter on 127.0.0.1, its warehouse on the dev stack's S3 server), started once per run
+/// (scripts/test starts it beforehand); its base URI and warehouse.
+fn rest_catalog() -> (String, String) {
+    static REST: std::sync::OnceLock<(String, String)> = std::sync::OnceLock::new();
+    REST.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/iceberg-rest");
+        let output = Command::new(script)
+            .arg("up")
+            .output()
+            .expect("run scripts/iceberg-rest up");
+        assert!(
+            output.status.success(),
+            "scripts/iceberg-rest up failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let value = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("export {name}=")))
+                .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+                .to_owned()
+        };
+        (value("ICEBERG_REST_URI"), value("ICEBERG_REST_WAREHOUSE"))
+    })
+    .clone()
+}
+
+/// Upsert mode through the REST catalog protocol into an S3 warehouse: the Iceberg project's
+/// REST catalog server, the dev stack's S3 server (moto); creates, updates, deletes and
+/// primary-key changes in two phases; pyiceberg (RestCatalog, PyArrow's S3 file IO) and the
+/// Iceberg Java library (RESTCatalog, S3FileIO) read exactly the model's rows. With
+/// `auto_evolve`: the first phase's events lack a column the second's have, which the sink
+/// adds to the table; both readers read it, null in rows written before.
+#[tokio::test(flavor = "multi_thread")]
+async fn upsert_through_the_rest_catalog_to_s3() {
+    let _broker = broker_shared().await;
+    let (uri, warehouse) = rest_catalog();
+    let name = unique("icesink_rest");
+    let topic = format!("{name}.app.items");
+    create_topic(&topic, 2).await;
+    let (one, two) = upsert_phases();
+    let mut model = BTreeMap::new();
+    // auto_evolve: the first phase's events lack the column `score`, the second's have it.
+    produce_changes_without(&topic, &one, &mut model, &["score"]);
+    let first_phase_seqs = model.values().copied().max().unwrap_or(0);
+    let expect = |model: &BTreeMap<u64, u64>| {
+        let mut rows = expected_rows(model);
+        for (id, row) in &mut rows {
+            if model[id] <= first_phase_seqs {
+                row["score"] = Value::Null;
+            }
+        }
+        rows
+    };
+    let dir = test_dir(&name);
+    let port = free_port();
+    // The sink reaches moto with any key (the readers too: reader_env); the namespace is the
+    // test's own.
+    let toml = upsert_toml(&name, &topic, &uri, &dir, port)
+        .replace(
+            &format!("warehouse = \"file://{}\"", dir.join("warehouse").display()),
+            &format!("warehouse = \"{warehouse}\""),
+        )
+        .replace("namespace = \"cdc\"\n", &format!("namespace = \"{name}\"\n"))
+        .replace("auto_create = true\n", "auto_create = true\nauto_evolve = true\n")
+        .replace(
+            "\n[admin]\n",
+            &format!(
+                "\n[sink.iceberg.s3]\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"sluice\"\nsecret_access_key = \"sluice-dev\"\nallow_http = true\n\n[admin]\n",
+                s3_endpoint()
+            ),
+        );
+    assert!(
+        toml.contains(&warehouse) && toml.contains("[sink.iceberg.s3]"),
+        "{toml}"
+    );
+    let table = format!("{name}.items");
+    let sink = Sluice::start(&dir, &toml, port);
+    // Before the second phase the table has no `score` (pyiceberg reads none).
+    let mut before_evolve = expected_rows(&model);
+    for row in before_evolve.values_mut() {
+        row.as_object_mut().unwrap().remove("score");
+    }
+    wait_table_at(&uri, &table, &before_evolve, &sink);
+    produce_changes(&topic, &two, &mut model);
+    // After it: the column was added; rows written before it read null there.
+    wait_table_at(&uri, &table, &expect(&model), &sink);
+    let java = rows_by_id(&read_table_java(&uri, &table));
+    assert_eq!(java, expect(&model), "the Java reader's rows");
+    assert!(
+        java.values().any(|r| r["score"].is_number())
+            && java.values().any(|r| r["score"].is_null()),
+        "both evolved and older rows"
+    );
+    let snapshots = read_table(&uri, &table, &["--snapshots"]).unwrap();
+    assert!(
+        snapshots.contains("\"operation\": \"overwrite\"")
+            && snapshots.contains("sluice.kafka-offsets."),
+        "no snapshot with deletes and offsets: {snapshots}"
+    );
+    drop(sink);
 }

@@ -7,10 +7,10 @@
 //! client, without the TLS files, password files and timeouts `pg_connect` gives every other
 //! connection of sluice), and its `update_table` rebases nothing but also pins nothing: a
 //! writer cannot say "commit on top of the metadata I checked". Here a commit is a
-//! compare-and-set of `metadata_location` against the metadata the writer read
-//! ([`Pinned`]), and a lost race is an error that is not retried (`retryable: false`, so the
-//! `iceberg` crate's transaction does not rebase the snapshot onto a newer table in silence):
-//! the writer reads the table again and decides ([`super::writer`]).
+//! compare-and-set of `metadata_location` against the metadata the writer read, and a lost
+//! race is an error that is not retried (`retryable: false`, so the `iceberg` crate's
+//! transaction does not rebase the snapshot onto a newer table in silence): the writer reads
+//! the table again and decides (`client::Pinned` commits the crate's transactions that way).
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -85,13 +85,13 @@ fn unsupported(what: &str) -> Error {
 
 impl PgCatalog {
     /// The catalog `name` in the database of `connect`, new tables under `warehouse`
-    /// (`file:///path`).
-    pub fn new(connect: PgConnectConfig, name: String, warehouse: String) -> Self {
+    /// (`file:///path` or `s3://bucket/prefix`), reached through `file_io`.
+    pub fn new(connect: PgConnectConfig, name: String, warehouse: String, file_io: FileIO) -> Self {
         Self {
             connect,
             name,
             warehouse: warehouse.trim_end_matches('/').to_owned(),
-            file_io: FileIO::new_with_fs(),
+            file_io,
             client: Mutex::new(None),
         }
     }
@@ -160,7 +160,12 @@ impl PgCatalog {
 
     /// Applies `commit` on top of `base` and makes the result current, if `base` is still
     /// the current metadata (compare-and-set); otherwise a conflict that is not retried.
-    async fn commit_on(&self, base: Table, commit: TableCommit) -> Result<Table> {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::CatalogCommitConflicts`] when another commit came first; the catalog's or
+    /// the file system's errors.
+    pub async fn commit_on(&self, base: Table, commit: TableCommit) -> Result<Table> {
         let ident = commit.identifier().clone();
         let base_location = base.metadata_location_result()?.to_owned();
         let staged = commit.apply(base)?;
@@ -391,102 +396,5 @@ impl Catalog for PgCatalog {
     async fn update_table(&self, commit: TableCommit) -> Result<Table> {
         let current = self.load_table(commit.identifier()).await?;
         self.commit_on(current, commit).await
-    }
-}
-
-/// The catalog as one writer sees it: `table` as it read it. A transaction committed through
-/// it builds on that table (the `iceberg` crate's transaction reloads the table before it
-/// commits; here the reload returns the pinned table) and commits only if the table is still
-/// at that metadata; otherwise the commit fails with a conflict that is not retried.
-#[derive(Debug)]
-pub struct Pinned<'a> {
-    /// The catalog.
-    pub catalog: &'a PgCatalog,
-    /// The table as read.
-    pub table: Table,
-}
-
-#[async_trait]
-impl Catalog for Pinned<'_> {
-    async fn list_namespaces(
-        &self,
-        parent: Option<&NamespaceIdent>,
-    ) -> Result<Vec<NamespaceIdent>> {
-        self.catalog.list_namespaces(parent).await
-    }
-
-    async fn create_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<Namespace> {
-        self.catalog.create_namespace(namespace, properties).await
-    }
-
-    async fn get_namespace(&self, namespace: &NamespaceIdent) -> Result<Namespace> {
-        self.catalog.get_namespace(namespace).await
-    }
-
-    async fn namespace_exists(&self, namespace: &NamespaceIdent) -> Result<bool> {
-        self.catalog.namespace_exists(namespace).await
-    }
-
-    async fn update_namespace(
-        &self,
-        namespace: &NamespaceIdent,
-        properties: HashMap<String, String>,
-    ) -> Result<()> {
-        self.catalog.update_namespace(namespace, properties).await
-    }
-
-    async fn drop_namespace(&self, namespace: &NamespaceIdent) -> Result<()> {
-        self.catalog.drop_namespace(namespace).await
-    }
-
-    async fn list_tables(&self, namespace: &NamespaceIdent) -> Result<Vec<TableIdent>> {
-        self.catalog.list_tables(namespace).await
-    }
-
-    async fn create_table(
-        &self,
-        namespace: &NamespaceIdent,
-        creation: TableCreation,
-    ) -> Result<Table> {
-        self.catalog.create_table(namespace, creation).await
-    }
-
-    async fn load_table(&self, table: &TableIdent) -> Result<Table> {
-        if table == self.table.identifier() {
-            Ok(self.table.clone())
-        } else {
-            self.catalog.load_table(table).await
-        }
-    }
-
-    async fn drop_table(&self, table: &TableIdent) -> Result<()> {
-        self.catalog.drop_table(table).await
-    }
-
-    async fn purge_table(&self, table: &TableIdent) -> Result<()> {
-        self.catalog.purge_table(table).await
-    }
-
-    async fn table_exists(&self, table: &TableIdent) -> Result<bool> {
-        self.catalog.table_exists(table).await
-    }
-
-    async fn rename_table(&self, src: &TableIdent, dest: &TableIdent) -> Result<()> {
-        self.catalog.rename_table(src, dest).await
-    }
-
-    async fn register_table(&self, table: &TableIdent, metadata_location: String) -> Result<Table> {
-        self.catalog.register_table(table, metadata_location).await
-    }
-
-    async fn update_table(&self, commit: TableCommit) -> Result<Table> {
-        if commit.identifier() != self.table.identifier() {
-            return Err(unsupported("commit to a table other than the pinned one"));
-        }
-        self.catalog.commit_on(self.table.clone(), commit).await
     }
 }

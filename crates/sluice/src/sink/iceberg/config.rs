@@ -2,13 +2,14 @@
 //!
 //! ```toml
 //! [sink.iceberg]
-//! catalog_uri = "${ICEBERG_CATALOG_URI}"   # postgres://…: the SQL catalog's database
-//! warehouse = "${ICEBERG_WAREHOUSE}"       # file:///path: where tables' files go
+//! catalog_uri = "${ICEBERG_CATALOG_URI}"   # postgres://… (SQL catalog) or http(s)://… (REST)
+//! warehouse = "${ICEBERG_WAREHOUSE}"       # file:///path or s3://bucket/prefix
 //! namespace = "${ICEBERG_NAMESPACE}"
 //! table = "{table}"                        # from topics named <prefix>.<schema>.<table>
 //! mode = "append"                         # or "upsert"
 //! apply_truncates = false                  # upsert: a truncate empties the table
 //! auto_create = true
+//! auto_evolve = true                       # add the columns new events have
 //! [sink.iceberg.tables]                    # per-topic overrides
 //! "cdc.public.orders" = "orders_audit"
 //! ```
@@ -20,6 +21,7 @@ use serde::Deserialize;
 use crate::config::ConfigIssue;
 use crate::pg_connect::PgConnectConfig;
 use crate::sink::kafka_source::KafkaSourceConfig;
+use crate::sink::object::{S3Config, parse_s3_url};
 
 /// Default table template: the source table's name.
 pub const DEFAULT_TABLE_TEMPLATE: &str = "{table}";
@@ -57,14 +59,24 @@ pub enum IcebergMode {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IcebergSinkConfig {
-    /// The SQL catalog's database: a libpq URL with the TLS and authentication options of
-    /// `source.postgres.url` (`postgres://user@host/db?sslmode=…`).
+    /// The catalog: the SQL catalog's database, a libpq URL with the TLS and authentication
+    /// options of `source.postgres.url` (`postgres://user@host/db?sslmode=…`), or a REST
+    /// catalog's base URL (`http(s)://host:port[/path]`, the `/v1/…` routes under it).
     pub catalog_uri: String,
+    /// A REST catalog's bearer token (`"${ICEBERG_TOKEN}"` from the environment).
+    #[serde(default)]
+    pub catalog_token: Option<String>,
     /// The catalog's name (a column of the catalog's tables).
     #[serde(default = "default_catalog_name")]
     pub catalog_name: String,
-    /// Where new tables' files go: `file:///absolute/path`.
+    /// Where tables' files go: `file:///absolute/path` or `s3://bucket/prefix`. With a REST
+    /// catalog, also the `warehouse` the catalog's config is asked for (the server chooses
+    /// new tables' locations).
     pub warehouse: String,
+    /// `[sink.iceberg.s3]`: the S3 client's settings for an `s3://` warehouse (the keys of
+    /// `[sink.files.s3]`; unset ones from the `AWS_*` environment).
+    #[serde(default)]
+    pub s3: S3Config,
     /// The namespace of the tables.
     #[serde(default = "default_namespace")]
     pub namespace: String,
@@ -84,6 +96,16 @@ pub struct IcebergSinkConfig {
     /// Create a missing table (and its namespace) from the first event's Connect schema.
     #[serde(default)]
     pub auto_create: bool,
+    /// Add to a table the columns an event's schema has and the table lacks (optional
+    /// columns), and widen `int` to `long`, `float` to `double`, a decimal's precision;
+    /// never drop, narrow or otherwise retype.
+    #[serde(default)]
+    pub auto_evolve: bool,
+    /// `auto_create`: the new table's partition spec, `transform(column)` each (Iceberg's
+    /// transforms: `identity`, `year`, `month`, `day`, `hour`, `bucket[N]`, `truncate[W]`),
+    /// or a bare column for `identity`. Append mode only.
+    #[serde(default)]
+    pub partition_by: Vec<String>,
     /// Sub-partitions per Kafka partition (by key hash).
     #[serde(default = "default_sub_partitions")]
     pub sub_partitions: u32,
@@ -106,14 +128,18 @@ impl std::fmt::Debug for IcebergSinkConfig {
                 "catalog_uri",
                 &crate::pg_connect::redact_url(&self.catalog_uri),
             )
+            .field("catalog_token", &self.catalog_token.as_ref().map(|_| "***"))
             .field("catalog_name", &self.catalog_name)
             .field("warehouse", &self.warehouse)
+            .field("s3", &self.s3)
             .field("namespace", &self.namespace)
             .field("table", &self.table)
             .field("tables", &self.tables)
             .field("mode", &self.mode)
             .field("apply_truncates", &self.apply_truncates)
             .field("auto_create", &self.auto_create)
+            .field("auto_evolve", &self.auto_evolve)
+            .field("partition_by", &self.partition_by)
             .field("sub_partitions", &self.sub_partitions)
             .field("commit_interval_ms", &self.commit_interval_ms)
             .field("commit_records", &self.commit_records)
@@ -144,6 +170,40 @@ const fn default_target_file_bytes() -> u64 {
     DEFAULT_TARGET_FILE_BYTES
 }
 
+/// One `partition_by` entry: its column and transform (`day(updated)`, `bucket[16](id)`,
+/// `id`).
+///
+/// # Errors
+///
+/// What is wrong with `text`, with the expected form.
+pub fn parse_partition(text: &str) -> Result<(String, iceberg::spec::Transform), String> {
+    let form =
+        "expected transform(column), e.g. \"day(updated_at)\", \"bucket[16](id)\", or a column";
+    let text = text.trim();
+    let (transform, column) = match text.split_once('(') {
+        Some((transform, rest)) => match rest.strip_suffix(')') {
+            Some(column) => (transform.trim(), column.trim()),
+            None => return Err(format!("{text:?}: no closing parenthesis: {form}")),
+        },
+        None => ("identity", text),
+    };
+    if column.is_empty() || column.contains(['(', ')', ',']) {
+        return Err(format!("{text:?} names no column: {form}"));
+    }
+    let parsed: iceberg::spec::Transform = transform
+        .parse()
+        .map_err(|_| format!("{text:?}: {transform:?} is not an Iceberg transform (identity, year, month, day, hour, bucket[N], truncate[W]): {form}"))?;
+    if matches!(
+        parsed,
+        iceberg::spec::Transform::Unknown | iceberg::spec::Transform::Void
+    ) {
+        return Err(format!(
+            "{text:?}: {transform:?} partitions nothing: {form}"
+        ));
+    }
+    Ok((column.to_owned(), parsed))
+}
+
 /// Whether `name` can name a namespace or table: 1-255 characters (the catalog's columns),
 /// no dot (a level separator), no `/` (a path segment of the table's location).
 fn valid_name(name: &str) -> bool {
@@ -154,6 +214,11 @@ fn valid_name(name: &str) -> bool {
 }
 
 impl IcebergSinkConfig {
+    /// Whether `catalog_uri` names a REST catalog (`http(s)://`).
+    pub fn is_rest(&self) -> bool {
+        self.catalog_uri.starts_with("http://") || self.catalog_uri.starts_with("https://")
+    }
+
     /// The table of `topic` (in [`IcebergSinkConfig::namespace`]).
     ///
     /// # Errors
@@ -221,13 +286,23 @@ impl IcebergSinkConfig {
                 problem,
             });
         };
-        if !(self.catalog_uri.starts_with("postgres://")
+        if self.is_rest() {
+            if reqwest::Url::parse(&self.catalog_uri).is_err() {
+                issue(
+                    "sink.iceberg.catalog_uri",
+                    format!(
+                        "{:?} is not a URL: expected http(s)://host[:port][/path] (a REST catalog)",
+                        crate::pg_connect::redact_url(&self.catalog_uri)
+                    ),
+                );
+            }
+        } else if !(self.catalog_uri.starts_with("postgres://")
             || self.catalog_uri.starts_with("postgresql://"))
         {
             issue(
                 "sink.iceberg.catalog_uri",
                 format!(
-                    "{:?} is not a catalog this sluice can use: expected postgres://user[:password]@host[:port]/database (the SQL catalog; REST catalogs are not supported yet)",
+                    "{:?} is not a catalog this sluice can use: expected postgres://user[:password]@host[:port]/database (the SQL catalog) or http(s)://host[:port][/path] (a REST catalog)",
                     crate::pg_connect::redact_url(&self.catalog_uri)
                 ),
             );
@@ -239,6 +314,12 @@ impl IcebergSinkConfig {
                     .replace("source.postgres.url", "sink.iceberg.catalog_uri"),
             );
         }
+        if self.catalog_token.as_deref().is_some_and(|t| !t.is_empty()) && !self.is_rest() {
+            issue(
+                "sink.iceberg.catalog_token",
+                "a bearer token applies to a REST catalog only: expected catalog_uri = \"http(s)://…\", or no catalog_token".into(),
+            );
+        }
         if self.catalog_name.is_empty() || self.catalog_name.len() > 255 {
             issue(
                 "sink.iceberg.catalog_name",
@@ -247,10 +328,15 @@ impl IcebergSinkConfig {
         }
         match self.warehouse.strip_prefix("file://") {
             Some(path) if path.starts_with('/') => {}
+            _ if self.warehouse.starts_with("s3://") => {
+                if let Err(problem) = parse_s3_url(&self.warehouse) {
+                    issue("sink.iceberg.warehouse", problem);
+                }
+            }
             _ => issue(
                 "sink.iceberg.warehouse",
                 format!(
-                    "{:?} is not a warehouse this sluice can write: expected file:///absolute/path (S3 is not supported yet)",
+                    "{:?} is not a warehouse this sluice can write: expected file:///absolute/path or s3://bucket/prefix",
                     self.warehouse
                 ),
             ),
@@ -268,6 +354,17 @@ impl IcebergSinkConfig {
             issue(
                 "sink.iceberg.apply_truncates",
                 "true applies to mode = \"upsert\" only (in \"append\" mode a truncate is a row): expected false, or mode = \"upsert\"".into(),
+            );
+        }
+        for entry in &self.partition_by {
+            if let Err(problem) = parse_partition(entry) {
+                issue("sink.iceberg.partition_by", problem);
+            }
+        }
+        if !self.partition_by.is_empty() && self.mode == IcebergMode::Upsert {
+            issue(
+                "sink.iceberg.partition_by",
+                "applies to mode = \"append\" only (upsert mode writes unpartitioned tables): expected no partition_by, or mode = \"append\"".into(),
             );
         }
         if !(1..=256).contains(&self.sub_partitions) {
@@ -326,6 +423,8 @@ mod tests {
     fn config() -> IcebergSinkConfig {
         IcebergSinkConfig {
             catalog_uri: "postgres://u@localhost/db".into(),
+            catalog_token: None,
+            s3: S3Config::default(),
             catalog_name: DEFAULT_CATALOG_NAME.into(),
             warehouse: "file:///tmp/warehouse".into(),
             namespace: "cdc".into(),
@@ -334,6 +433,8 @@ mod tests {
             mode: IcebergMode::Append,
             apply_truncates: false,
             auto_create: true,
+            auto_evolve: false,
+            partition_by: Vec::new(),
             sub_partitions: 1,
             commit_interval_ms: 1000,
             commit_records: 1000,
@@ -374,6 +475,37 @@ mod tests {
     }
 
     #[test]
+    fn partition_entries_parse_as_transform_and_column() {
+        use iceberg::spec::Transform;
+        assert_eq!(
+            parse_partition("day(updated_at)").unwrap(),
+            ("updated_at".to_owned(), Transform::Day)
+        );
+        assert_eq!(
+            parse_partition(" bucket[16]( id ) ").unwrap(),
+            ("id".to_owned(), Transform::Bucket(16))
+        );
+        assert_eq!(
+            parse_partition("region").unwrap(),
+            ("region".to_owned(), Transform::Identity)
+        );
+        for bad in [
+            "day(",
+            "week(x)",
+            "day()",
+            "void(x)",
+            "bucket[x](id)",
+            "f(a,b)",
+        ] {
+            let problem = parse_partition(bad).unwrap_err();
+            assert!(
+                problem.contains("expected transform(column)"),
+                "{bad}: {problem}"
+            );
+        }
+    }
+
+    #[test]
     fn bad_settings_name_the_key_and_the_form() {
         let issue = config().table_for("orders").unwrap_err();
         assert_eq!(issue.key, "sink.iceberg.table");
@@ -382,10 +514,11 @@ mod tests {
             "{issue:?}"
         );
         let mut c = config();
-        c.catalog_uri = "http://rest:8181".into();
-        c.warehouse = "s3://bucket/wh".into();
+        c.catalog_uri = "mysql://rest:8181".into();
+        c.warehouse = "gs://bucket/wh".into();
         c.namespace = "a.b".into();
         c.apply_truncates = true;
+        c.partition_by = vec!["day(updated".into()];
         c.sub_partitions = 0;
         c.tables.insert("a.b.c".into(), "x/y".into());
         let issues = c.validate(&kafka(&["a.b.c"]));
@@ -397,6 +530,7 @@ mod tests {
                 "sink.iceberg.warehouse",
                 "sink.iceberg.namespace",
                 "sink.iceberg.apply_truncates",
+                "sink.iceberg.partition_by",
                 "sink.iceberg.sub_partitions",
                 "sink.iceberg.tables.\"a.b.c\"",
                 "sink.iceberg.tables.\"other\"",
@@ -409,5 +543,19 @@ mod tests {
         let mut c = config();
         c.tables.clear();
         assert!(c.validate(&kafka(&["cdc.public.orders"])).is_empty());
+        // A REST catalog and an S3 warehouse.
+        c.catalog_uri = "http://127.0.0.1:8181".into();
+        c.warehouse = "s3://bucket/wh".into();
+        c.catalog_token = Some("t".into());
+        assert!(c.validate(&kafka(&["cdc.public.orders"])).is_empty());
+        c.catalog_uri = "http://".into();
+        c.warehouse = "s3:///wh".into();
+        let issues = c.validate(&kafka(&["cdc.public.orders"]));
+        let keys: Vec<&str> = issues.iter().map(|i| i.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["sink.iceberg.catalog_uri", "sink.iceberg.warehouse"],
+            "{issues:?}"
+        );
     }
 }

@@ -204,6 +204,81 @@ pub fn upsert_schema(row: &ConnectSchema, key: &[String]) -> Result<Schema, Stri
         .map_err(|e| format!("cannot make the table's schema: {e}"))
 }
 
+/// `auto_evolve`: `table`'s schema with what `row` has that it lacks — a new optional column
+/// (after the table's, with new field ids) for each field it lacks, and a column widened
+/// where the row's type is the spec's allowed promotion of the table's (`int` to `long`,
+/// `float` to `double`, a decimal to a larger precision of the same scale; not an identifier
+/// field, whose values the upsert key index holds in their type). Never drops,
+/// narrows or retypes otherwise (a value that does not fit its column fails its record as
+/// before). `None` when the table has all of it.
+///
+/// # Errors
+///
+/// A new field named like one of sluice's append columns; a schema the crate refuses.
+pub fn evolved_schema(table: &Schema, row: &ConnectSchema) -> Result<Option<Schema>, String> {
+    let mut fields: Vec<_> = table.as_struct().fields().to_vec();
+    let mut next_id = table.highest_field_id();
+    let mut changed = false;
+    for field in &row.fields {
+        let wanted = iceberg_type(&field.schema);
+        match fields.iter_mut().find(|f| f.name == field.field) {
+            // Identifier fields keep their types: the upsert key index encodes keys by them.
+            Some(existing) if table.identifier_field_ids().any(|id| id == existing.id) => {}
+            Some(existing) => {
+                let widened = match (existing.field_type.as_ref(), &wanted) {
+                    (Type::Primitive(PrimitiveType::Int), Type::Primitive(PrimitiveType::Long))
+                    | (
+                        Type::Primitive(PrimitiveType::Float),
+                        Type::Primitive(PrimitiveType::Double),
+                    ) => true,
+                    (
+                        Type::Primitive(PrimitiveType::Decimal {
+                            precision: had,
+                            scale: s1,
+                        }),
+                        Type::Primitive(PrimitiveType::Decimal {
+                            precision: wants,
+                            scale: s2,
+                        }),
+                    ) => s1 == s2 && wants > had,
+                    _ => false,
+                };
+                if widened {
+                    let mut new = existing.as_ref().clone();
+                    new.field_type = Box::new(wanted);
+                    *existing = Arc::new(new);
+                    changed = true;
+                }
+            }
+            None => {
+                if metadata_columns().any(|c| c == field.field) {
+                    return Err(format!(
+                        "the row has a new column {:?}, a name sluice's append columns use",
+                        field.field
+                    ));
+                }
+                next_id += 1;
+                fields.push(Arc::new(NestedField::optional(
+                    next_id,
+                    &field.field,
+                    wanted,
+                )));
+                changed = true;
+            }
+        }
+    }
+    if !changed {
+        return Ok(None);
+    }
+    Schema::builder()
+        .with_schema_id(table.schema_id() + 1)
+        .with_fields(fields)
+        .with_identifier_field_ids(table.identifier_field_ids())
+        .build()
+        .map(Some)
+        .map_err(|e| format!("cannot make the table's evolved schema: {e}"))
+}
+
 fn metadata_columns() -> impl Iterator<Item = &'static str> {
     [
         OP_COLUMN,
@@ -696,6 +771,7 @@ pub fn cell_at(array: &dyn arrow_array::Array, row: usize) -> Result<Cell, Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sink::postgres::decode::ConnectField;
 
     fn field(kind: &str, name: Option<&str>, params: &[(&str, &str)]) -> ConnectSchema {
         ConnectSchema {
@@ -711,6 +787,74 @@ mod tests {
             fields: Vec::new(),
             items: None,
         }
+    }
+
+    fn row_of(fields: &[(&str, &str)]) -> ConnectSchema {
+        let mut row = field("struct", None, &[]);
+        row.fields = fields
+            .iter()
+            .map(|(name, kind)| ConnectField {
+                field: (*name).to_owned(),
+                schema: field(kind, None, &[]),
+            })
+            .collect();
+        row
+    }
+
+    /// `auto_evolve`: new fields become optional columns after the table's, with new ids;
+    /// `int` widens to `long` (not in a key column); nothing is dropped (a column the row lacks stays), narrowed or
+    /// retyped; the identifier fields stay; a row the table already covers changes nothing.
+    #[test]
+    fn evolution_adds_optional_columns_and_widens_only() {
+        let table = upsert_schema(
+            &row_of(&[
+                ("id", "int32"),
+                ("n", "int32"),
+                ("x", "float64"),
+                ("gone", "string"),
+            ]),
+            &["id".to_owned()],
+        )
+        .unwrap();
+        let row = row_of(&[
+            ("id", "int64"),
+            ("n", "int64"),
+            ("x", "float32"),
+            ("note", "string"),
+            ("flag", "boolean"),
+        ]);
+        let evolved = evolved_schema(&table, &row).unwrap().unwrap();
+        let columns: Vec<(i32, &str, String, bool)> = evolved
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| (f.id, f.name.as_str(), f.field_type.to_string(), f.required))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                (1, "id", "int".to_owned(), true),
+                (2, "n", "long".to_owned(), false),
+                (3, "x", "double".to_owned(), false),
+                (4, "gone", "string".to_owned(), false),
+                (5, "note", "string".to_owned(), false),
+                (6, "flag", "boolean".to_owned(), false),
+            ]
+        );
+        assert_eq!(evolved.identifier_field_ids().collect::<Vec<_>>(), [1]);
+        assert_eq!(evolved.schema_id(), table.schema_id() + 1);
+        assert!(evolved_schema(&evolved, &row).unwrap().is_none());
+        assert!(
+            evolved_schema(&table, &row_of(&[("id", "int64"), ("n", "int32")]))
+                .unwrap()
+                .is_none()
+        );
+        let append = append_schema(&row_of(&[("id", "int64")])).unwrap();
+        assert!(
+            evolved_schema(&append, &row_of(&[("_op", "int32")]))
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

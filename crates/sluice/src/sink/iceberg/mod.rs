@@ -2,9 +2,13 @@
 //! the sink runtime (docs/kafka-to-iceberg.md).
 //!
 //! - [`config`]: the `[sink.iceberg]` section.
+//! - [`client`]: the catalog a sink writes through, SQL or REST, and commits pinned to the
+//!   metadata the writer read.
 //! - [`catalog`]: the SQL catalog in PostgreSQL (the JDBC layout pyiceberg's `SqlCatalog` and
 //!   Java's `JdbcCatalog` read), with commits that lose an optimistic-concurrency race
 //!   reported, never rebased in silence.
+//! - [`rest`]: the REST catalog protocol: updates with requirements, a 409 a lost race.
+//! - [`storage`]: the warehouse's files on the local file system or S3.
 //! - [`decode`]: a record as the row it appends (events with and without schemas).
 //! - [`convert`]: Connect schemas to Iceberg schemas, and the events' JSON values to Arrow
 //!   columns by their Debezium logical types.
@@ -14,8 +18,11 @@
 //!   writer, one snapshot per epoch whose summary records the Kafka offsets it covers.
 
 pub mod catalog;
+pub mod client;
 pub mod config;
 pub mod convert;
 pub mod decode;
+pub mod rest;
+pub mod storage;
 pub mod upsert;
 pub mod writer;

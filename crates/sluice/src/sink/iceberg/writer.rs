@@ -13,7 +13,7 @@
 //!   holds (walking back from the current snapshot), so a restarted sink writes no row twice.
 //! - **Fencing.** A commit first reads the table and checks that the newest offset recorded
 //!   for its sub-partition is the one this writer recovered or last committed; then commits
-//!   on top of exactly that metadata ([`super::catalog::Pinned`]). Another sub-partition's
+//!   on top of exactly that metadata ([`super::client::Pinned`]). Another sub-partition's
 //!   commit in between makes it read and check again; another writer's commit for the same
 //!   sub-partition (a zombie, or this writer's own commit whose answer was lost) ends the run,
 //!   whose restart recovers from the table. Data files of a commit that did not happen are
@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::spec::{DataFile, DataFileFormat, PrimitiveType, Type};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -35,13 +36,17 @@ use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
 use iceberg::writer::file_writer::{
     FileWriter as _, FileWriterBuilder as _, ParquetWriter, ParquetWriterBuilder,
 };
+use iceberg::writer::partitioning::PartitioningWriter as _;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::{CurrentFileStatus as _, IcebergWriter as _, IcebergWriterBuilder as _};
-use iceberg::{Catalog, ErrorKind, NamespaceIdent, TableCreation, TableIdent};
+use iceberg::{ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 
-use super::catalog::{PgCatalog, Pinned};
+use super::catalog::PgCatalog;
+use super::client::{IcebergCatalog, Pinned};
 use super::config::{IcebergMode, IcebergSinkConfig};
 use super::convert::{self, Cell, Read, Rows};
 use super::decode::{Event, SchemaCache, decode_event};
+use super::rest::RestCatalog;
 use super::upsert::{self, Epoch, KeyIndex, Pos};
 use crate::error::PipelineError;
 use crate::pg_connect::PgConnectConfig;
@@ -57,9 +62,59 @@ const COMMIT_ATTEMPTS: u32 = 20;
 /// The snapshot-summary key prefix of the offsets (followed by the consumer group).
 pub const OFFSETS_PROPERTY: &str = "sluice.kafka-offsets.";
 
+/// The catalog of `settings` (nothing is contacted yet); `pipeline` names the sessions.
+///
+/// # Errors
+///
+/// Fatal when the catalog URI or the warehouse's S3 settings are unusable.
+pub fn open_catalog(
+    pipeline: &str,
+    settings: &IcebergSinkConfig,
+) -> Result<IcebergCatalog, PipelineError> {
+    let file_io =
+        super::storage::warehouse_file_io(&settings.warehouse, &settings.s3).map_err(|e| {
+            PipelineError::fatal(
+                format!("sink.iceberg.s3: the S3 client cannot be made: {e}"),
+                "fix [sink.iceberg.s3] or the AWS_* environment",
+            )
+        })?;
+    if settings.is_rest() {
+        let catalog = RestCatalog::new(
+            &settings.catalog_uri,
+            settings.warehouse.clone(),
+            settings.catalog_token.clone().filter(|t| !t.is_empty()),
+            file_io,
+        )
+        .map_err(|e| PipelineError::fatal(e.to_string(), "fix sink.iceberg.catalog_uri"))?;
+        return Ok(IcebergCatalog::Rest(Box::new(catalog)));
+    }
+    let mut connect = PgConnectConfig::parse(&settings.catalog_uri).map_err(|e| {
+        PipelineError::fatal(
+            e.0.replace("source.postgres.url", "sink.iceberg.catalog_uri"),
+            "fix sink.iceberg.catalog_uri",
+        )
+    })?;
+    if connect.pg.get_connect_timeout().is_none() {
+        connect.pg.connect_timeout(Duration::from_secs(10));
+    }
+    connect
+        .pg
+        .keepalives(true)
+        .keepalives_idle(Duration::from_secs(30));
+    if connect.pg.get_application_name().is_none() {
+        connect.pg.application_name(format!("sluice-{pipeline}"));
+    }
+    Ok(IcebergCatalog::Sql(Box::new(PgCatalog::new(
+        connect,
+        settings.catalog_name.clone(),
+        settings.warehouse.clone(),
+        file_io,
+    ))))
+}
+
 /// The catalog, the warehouse and the settings every sub-partition's writer shares.
 pub struct IcebergTarget {
-    catalog: PgCatalog,
+    catalog: IcebergCatalog,
     settings: IcebergSinkConfig,
     /// The summary key of this pipeline's offsets.
     offsets_key: String,
@@ -105,30 +160,8 @@ impl IcebergTarget {
         settings: &IcebergSinkConfig,
         runtime: tokio::runtime::Handle,
     ) -> Result<Self, PipelineError> {
-        let mut connect = PgConnectConfig::parse(&settings.catalog_uri).map_err(|e| {
-            PipelineError::fatal(
-                e.0.replace("source.postgres.url", "sink.iceberg.catalog_uri"),
-                "fix sink.iceberg.catalog_uri",
-            )
-        })?;
-        if connect.pg.get_connect_timeout().is_none() {
-            connect.pg.connect_timeout(Duration::from_secs(10));
-        }
-        connect
-            .pg
-            .keepalives(true)
-            .keepalives_idle(Duration::from_secs(30));
-        if connect.pg.get_application_name().is_none() {
-            connect
-                .pg
-                .application_name(format!("sluice-{}", config.name));
-        }
         Ok(Self {
-            catalog: PgCatalog::new(
-                connect,
-                settings.catalog_name.clone(),
-                settings.warehouse.clone(),
-            ),
+            catalog: open_catalog(&config.name, settings)?,
             settings: settings.clone(),
             offsets_key: format!("{OFFSETS_PROPERTY}{}", config.group_id()),
             runtime,
@@ -227,6 +260,39 @@ struct Layout {
 
 type DataWriter =
     DataFileWriter<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+type DataWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// Append mode's data-file writer: one rolling writer, or one per partition of the table's
+/// partition spec (the batch split by the spec's transforms).
+enum AppendWriter {
+    Plain(Box<DataWriter>),
+    Partitioned {
+        writer: Box<FanoutWriter<DataWriterBuilder>>,
+        splitter: Box<RecordBatchPartitionSplitter>,
+    },
+}
+
+impl AppendWriter {
+    async fn write(&mut self, batch: arrow_array::RecordBatch) -> iceberg::Result<()> {
+        match self {
+            Self::Plain(writer) => writer.write(batch).await,
+            Self::Partitioned { writer, splitter } => {
+                for (key, part) in splitter.split(&batch)? {
+                    writer.write(key, part).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn close(self) -> iceberg::Result<Vec<DataFile>> {
+        match self {
+            Self::Plain(mut writer) => writer.close().await,
+            Self::Partitioned { writer, .. } => (*writer).close().await,
+        }
+    }
+}
 
 /// A sub-partition's upsert state ([`super::upsert`]).
 struct UpsertState {
@@ -308,7 +374,7 @@ pub struct IcebergWriter {
     table: Option<Table>,
     layout: Option<Layout>,
     rows: Option<Rows>,
-    data: Option<DataWriter>,
+    data: Option<AppendWriter>,
     /// The last offset the table records for this sub-partition (what a commit expects).
     committed: Option<i64>,
     /// `mode = "upsert"`: the key index and the epoch's files and changes (made with the
@@ -395,9 +461,11 @@ impl IcebergWriter {
                     IcebergMode::Upsert => convert::upsert_schema(row, &key_fields(key)?),
                 }
                 .map_err(WriteFailure::Record)?;
+                let spec = partition_spec(&schema, &target.settings.partition_by)
+                    .map_err(WriteFailure::Record)?;
                 target
                     .runtime
-                    .block_on(create_table(&target.catalog, &ident, schema))
+                    .block_on(create_table(&target.catalog, &ident, schema, spec))
                     .map_err(|e| run_error(format!("cannot create table {ident}"), e))?
             }
         };
@@ -411,6 +479,15 @@ impl IcebergWriter {
     /// The upsert state of this sub-partition on `table`: its key index rebuilt from the
     /// table's files.
     fn upsert_state(&self, table: &Table) -> Result<UpsertState, WriteFailure> {
+        if !table.metadata().default_partition_spec().is_unpartitioned() {
+            return Err(WriteFailure::Run(PipelineError::fatal(
+                format!(
+                    "table {} is partitioned: upsert mode writes unpartitioned tables",
+                    table.identifier()
+                ),
+                "use an unpartitioned table for mode = \"upsert\"",
+            )));
+        }
         let schema = table.metadata().current_schema();
         let key_ids: Vec<i32> = schema.identifier_field_ids().collect();
         if key_ids.is_empty() {
@@ -484,6 +561,89 @@ impl IcebergWriter {
         })
     }
 
+    /// `auto_evolve`: adds to the table the columns `event`'s schema has and the table lacks,
+    /// and widens the ones the spec allows ([`convert::evolved_schema`]), in a commit of its
+    /// own: what the open epoch holds (written under the old schema) is committed first.
+    /// Another writer's commit in between makes it read the table and check again; a schema
+    /// another writer already evolved is taken as it is.
+    fn ensure_columns(&mut self, event: &Event) -> Result<(), WriteFailure> {
+        let Some((text, row)) = &event.schema else {
+            return Ok(());
+        };
+        if self
+            .layout
+            .as_ref()
+            .is_some_and(|l| l.schema_text.as_deref() == Some(text.as_str()))
+        {
+            return Ok(());
+        }
+        let Some(table) = &self.table else {
+            return Ok(());
+        };
+        if convert::evolved_schema(table.metadata().current_schema(), row)
+            .map_err(WriteFailure::Record)?
+            .is_none()
+        {
+            return Ok(());
+        }
+        if self.records > 0 {
+            let committed = self.commit_epoch();
+            self.clear();
+            committed.map_err(WriteFailure::Run)?;
+        }
+        let ident = self.ident()?.clone();
+        let target = Arc::clone(&self.target);
+        for attempt in 1..=COMMIT_ATTEMPTS {
+            let table = target
+                .runtime
+                .block_on(target.catalog.load_table(&ident))
+                .map_err(|e| run_error(format!("cannot read table {ident}"), e))?;
+            let Some(schema) = convert::evolved_schema(table.metadata().current_schema(), row)
+                .map_err(WriteFailure::Record)?
+            else {
+                self.table = Some(table);
+                break;
+            };
+            let columns = schema.as_struct().fields().len();
+            let committed = target.runtime.block_on(async {
+                let metadata = table
+                    .metadata()
+                    .clone()
+                    .into_builder(Some(table.metadata_location_result()?.to_owned()))
+                    .add_current_schema(schema)?
+                    .build()?
+                    .metadata;
+                target.catalog.commit_metadata(&table, metadata).await
+            });
+            match committed {
+                Ok(table) => {
+                    tracing::info!(table = %ident, columns, "auto_evolve: the table's schema evolved");
+                    self.table = Some(table);
+                    break;
+                }
+                Err(e)
+                    if e.kind() == ErrorKind::CatalogCommitConflicts
+                        && attempt < COMMIT_ATTEMPTS =>
+                {
+                    std::thread::sleep(Duration::from_millis(
+                        u64::from(attempt.min(10)) * rand::random_range(5..25),
+                    ));
+                }
+                Err(e) => {
+                    return Err(run_error(
+                        format!("cannot evolve the schema of table {ident}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        // The layout, the builders and the upsert key positions follow the new schema (new
+        // columns come after the old ones, whose positions stay).
+        self.layout = None;
+        self.rows = None;
+        Ok(())
+    }
+
     /// The layout for `event`'s schema (kept while the schema text is the same).
     fn ensure_layout(&mut self, event: &Event) -> Result<(), String> {
         let text = event.schema.as_ref().map(|(t, _)| t.as_str());
@@ -524,7 +684,7 @@ impl IcebergWriter {
                 .find(|f| schema.field_by_name(&f.field).is_none())
         {
             return Err(format!(
-                "the event has a column {:?} that table {} lacks (sluice does not add columns yet: add it to the table)",
+                "the event has a column {:?} that table {} lacks (add it to the table, or set sink.iceberg.auto_evolve = true)",
                 missing.field,
                 table.identifier()
             ));
@@ -546,7 +706,7 @@ impl IcebergWriter {
                 .find(|k| !layout.columns.iter().any(|(name, ..)| name == *k))
         {
             return Err(format!(
-                "the event has a column {extra:?} that the table lacks (sluice does not add columns yet: add it to the table)"
+                "the event has a column {extra:?} that the table lacks (auto_evolve adds the columns of events with schemas only: add it to the table)"
             ));
         }
         let mut cells = Vec::with_capacity(layout.columns.len());
@@ -609,7 +769,21 @@ impl IcebergWriter {
                         DefaultLocationGenerator::new(metadata)?,
                         DefaultFileNameGenerator::new(prefix, None, DataFileFormat::Parquet),
                     );
-                    *data = Some(DataFileWriterBuilder::new(rolling).build(None).await?);
+                    let builder = DataFileWriterBuilder::new(rolling);
+                    let spec = metadata.default_partition_spec();
+                    *data = Some(if spec.is_unpartitioned() {
+                        AppendWriter::Plain(Box::new(builder.build(None).await?))
+                    } else {
+                        AppendWriter::Partitioned {
+                            writer: Box::new(FanoutWriter::new(builder)),
+                            splitter: Box::new(
+                                RecordBatchPartitionSplitter::try_new_with_computed_values(
+                                    metadata.current_schema().clone(),
+                                    Arc::clone(spec),
+                                )?,
+                            ),
+                        }
+                    });
                 }
                 match data.as_mut() {
                     Some(writer) => writer.write(batch).await,
@@ -828,7 +1002,7 @@ impl IcebergWriter {
         let Some(last_offset) = self.last_offset else {
             return Ok(());
         };
-        let Some(mut writer) = self.data.take() else {
+        let Some(writer) = self.data.take() else {
             // Nothing to append (tombstones, dead-lettered records): the group's committed
             // offset carries the progress.
             return Ok(());
@@ -953,20 +1127,61 @@ pub const ROW_GROUP_ROWS: usize = 65_536;
 /// Encoded bytes per Parquet row group at most (as the files sink's default).
 pub const ROW_GROUP_BYTES: usize = 16 * 1024 * 1024;
 
+/// `partition_by`'s spec over `schema` (`None`: unpartitioned).
+///
+/// # Errors
+///
+/// An entry naming a column the schema lacks, or a transform its type refuses.
+fn partition_spec(
+    schema: &iceberg::spec::Schema,
+    partition_by: &[String],
+) -> Result<Option<iceberg::spec::UnboundPartitionSpec>, String> {
+    if partition_by.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = iceberg::spec::UnboundPartitionSpec::builder();
+    for entry in partition_by {
+        let (column, transform) = super::config::parse_partition(entry)
+            .map_err(|problem| format!("sink.iceberg.partition_by: {problem}"))?;
+        let field = schema.field_by_name(&column).ok_or_else(|| {
+            format!(
+                "sink.iceberg.partition_by: {entry:?} names column {column:?}, which the event's row lacks"
+            )
+        })?;
+        let name = match transform {
+            iceberg::spec::Transform::Identity => column.clone(),
+            iceberg::spec::Transform::Bucket(_) => format!("{column}_bucket"),
+            iceberg::spec::Transform::Truncate(_) => format!("{column}_trunc"),
+            other => format!("{column}_{other}"),
+        };
+        builder = builder
+            .add_partition_field(field.id, name, transform)
+            .map_err(|e| format!("sink.iceberg.partition_by: {entry:?}: {e}"))?;
+    }
+    let spec = builder.build();
+    // The transform must take the column's type (a day of a string column is refused).
+    spec.clone()
+        .bind(schema.clone())
+        .map_err(|e| format!("sink.iceberg.partition_by: {e}"))?;
+    Ok(Some(spec))
+}
+
 /// Creates `ident` with `schema` (and its namespace); a table another writer created first
 /// is loaded instead.
 async fn create_table(
-    catalog: &PgCatalog,
+    catalog: &IcebergCatalog,
     ident: &TableIdent,
     schema: iceberg::spec::Schema,
+    partition_spec: Option<iceberg::spec::UnboundPartitionSpec>,
 ) -> iceberg::Result<Table> {
     let namespace = ident.namespace();
     if !catalog.namespace_exists(namespace).await? {
-        catalog.create_namespace(namespace, HashMap::new()).await?;
+        catalog.create_namespace(namespace).await?;
     }
     let creation = TableCreation::builder()
         .name(ident.name().to_owned())
         .schema(schema)
+        .partition_spec_opt(partition_spec)
         .properties([(
             "write.parquet.compression-codec".to_owned(),
             "zstd".to_owned(),
@@ -988,6 +1203,9 @@ impl SubPartitionWriter for IcebergWriter {
         };
         let event = decode_event(value, &mut self.schemas).map_err(WriteFailure::Record)?;
         self.ensure_table(&event, data.key())?;
+        if self.target.settings.auto_evolve {
+            self.ensure_columns(&event)?;
+        }
         self.ensure_layout(&event).map_err(WriteFailure::Record)?;
         if self.upsert.is_some() && event.op.as_deref() == Some("t") {
             if self.target.settings.apply_truncates
