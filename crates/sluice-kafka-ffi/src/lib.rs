@@ -14,8 +14,12 @@
 //! client's lock inside `rd_kafka_producev`); [`TopicProducer`] holds a topic handle and
 //! produces through it with `rd_kafka_produce`, for `sluice perf produce`.
 //!
+//! The binding's `send` copies every value (`RD_KAFKA_MSG_F_COPY`); [`produce_zero_copy`] hands
+//! librdkafka the encoded buffer itself and keeps it alive in the record's delivery opaque until
+//! the delivery report, for the CDC stream's and the snapshots' records.
+//!
 //! This crate and `sluice-alloc` (mimalloc's purge delay) hold the workspace's only unsafe
-//! code. Here unsafe code is denied except in the `queue` and `topic` modules, and each unsafe
+//! code. Here unsafe code is denied except in the `queue`, `topic` and `zero_copy` modules, and each unsafe
 //! block there carries a `SAFETY:` argument. Its tests run under AddressSanitizer in
 //! `scripts/test`.
 
@@ -25,6 +29,8 @@ mod queue;
 #[cfg(test)]
 mod tests;
 mod topic;
+mod zero_copy;
 
 pub use queue::{BatchMessage, PartitionBatchQueue, borrowed_message_headers};
 pub use topic::TopicProducer;
+pub use zero_copy::{Held, HoldsValue, Refused, produce_zero_copy};

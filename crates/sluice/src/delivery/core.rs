@@ -18,7 +18,7 @@ use super::{ENCODE_BATCH, Encode, Position, unix_micros_now};
 use crate::config::{DeliveryConfig, PermanentErrorPolicy};
 use crate::dead_letter;
 use crate::error::{Interruption, PipelineError, Unencodable};
-use crate::kafka::{Delivery, DeliveryEvent, OutRecord};
+use crate::kafka::{Delivery, DeliveryEvent, Held, OutRecord};
 use crate::runtime::metrics::PipelineMetrics;
 use crate::runtime::status::StatusBoard;
 use crate::transform::{Chain, TransformError};
@@ -428,6 +428,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                     commit_unix_micros,
                     table,
                     bytes,
+                    held: _,
                 } = *delivery;
                 drop(permit);
                 let record = Uncommitted {
@@ -816,6 +817,7 @@ fn encode_batch<C, E: Encode<C>>(
                         commit_unix_micros: failed.origin.commit_unix_micros,
                         table: Arc::clone(&failed.origin.table),
                         bytes: 0,
+                        held: Held::NONE,
                     })
                     .collect();
                 out.push(Encoded::Failed(Box::new(DeliveryEvent::EncodeFailed {
@@ -837,6 +839,7 @@ fn encode_batch<C, E: Encode<C>>(
                 commit_unix_micros: origin.commit_unix_micros,
                 table: Arc::clone(&origin.table),
                 bytes: 0,
+                held: Held::NONE,
             });
             let record = match transforms.map(|chain| chain.apply(&record)) {
                 None => record,
@@ -871,6 +874,7 @@ fn encode_batch<C, E: Encode<C>>(
                     commit_unix_micros: origin.commit_unix_micros,
                     table: Arc::clone(&origin.table),
                     bytes: 0,
+                    held: Held::NONE,
                 })));
             }
         }

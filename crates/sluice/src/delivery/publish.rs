@@ -15,7 +15,9 @@ use rdkafka::producer::{BaseRecord, Producer};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::kafka::{Delivery, DeliveryEvent, OutRecord, PipelineProducer};
+use crate::kafka::{
+    Delivery, DeliveryEvent, OutRecord, PipelineProducer, Refused, produce_zero_copy,
+};
 
 /// Why [`RecordSink::try_send`] did not take a record; the record comes back either way (this
 /// is the slow path, so its size does not matter).
@@ -30,7 +32,7 @@ pub enum SendError {
 /// Where records go: a producer whose delivery reports (carrying the [`Delivery`]) come back on
 /// the pipeline's delivery channel.
 pub trait RecordSink: Send + Sync + 'static {
-    /// Takes a record without waiting (the producer copies it).
+    /// Takes a record without waiting (the producer keeps its value until the delivery report).
     ///
     /// # Errors
     ///
@@ -82,28 +84,32 @@ fn not_transactional() -> KafkaError {
 }
 
 impl RecordSink for PipelineProducer {
-    fn try_send(&self, record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError> {
-        let result = {
-            let mut base = BaseRecord::with_opaque_to(&record.topic, delivery);
-            if let Some(key) = &record.key {
-                base = base.key(key.as_slice());
-            }
-            if let Some(value) = &record.value {
-                base = base.payload(value.as_slice());
-            }
-            base = base.headers(record.owned_headers());
-            if let Some(partition) = record.partition {
-                base = base.partition(partition);
-            }
-            self.send(base)
-                .map_err(|(error, base)| (error, base.delivery_opaque))
+    /// Hands the value over without a copy (`kafka::produce_zero_copy`): it comes back in the
+    /// delivery report, or here if librdkafka refuses the record.
+    fn try_send(&self, mut record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError> {
+        let refused = match produce_zero_copy(
+            self,
+            &record.topic,
+            record.partition,
+            record.key.as_deref(),
+            record.value.take(),
+            &record.headers,
+            delivery,
+        ) {
+            Ok(()) => return Ok(()),
+            Err(refused) => *refused,
         };
-        match result {
-            Ok(()) => Ok(()),
-            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), delivery)) => {
+        let Refused {
+            error,
+            value,
+            opaque: delivery,
+        } = refused;
+        record.value = value;
+        match error {
+            KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull) => {
                 Err(SendError::QueueFull(record, delivery))
             }
-            Err((error, delivery)) => Err(SendError::Refused(error, record, delivery)),
+            error => Err(SendError::Refused(error, record, delivery)),
         }
     }
 

@@ -46,6 +46,7 @@ use rdkafka::admin::AdminClient;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
 use rdkafka::error::RDKafkaErrorCode;
+pub use sluice_kafka_ffi::{Held, Refused, produce_zero_copy};
 use std::collections::BTreeMap;
 use std::time::Duration;
 

@@ -18,6 +18,7 @@ use rdkafka::producer::ThreadedProducer;
 use rdkafka::statistics::Statistics;
 use sluice_engine::InFlightPermit;
 use sluice_engine::Seq;
+use sluice_kafka_ffi::{Held, HoldsValue};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -116,6 +117,14 @@ pub struct Delivery {
     pub table: Arc<m::TableMetrics>,
     /// Key and value bytes, for the per-table byte counter.
     pub bytes: u32,
+    /// The record's value while librdkafka points into it (the zero-copy produce).
+    pub held: Held,
+}
+
+impl HoldsValue for Delivery {
+    fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
 }
 
 impl Delivery {
@@ -140,6 +149,7 @@ impl Delivery {
             commit_unix_micros: 0,
             table: Arc::clone(&TABLE),
             bytes: 0,
+            held: Held::NONE,
         })
     }
 }
@@ -329,13 +339,17 @@ impl ClientContext for PipelineProducerContext {
 impl ProducerContext for PipelineProducerContext {
     type DeliveryOpaque = Box<Delivery>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, delivery: Self::DeliveryOpaque) {
+    // The value of a record produced through `sluice_kafka_ffi::produce_zero_copy` is in
+    // `delivery.held`: it is taken from there, and `message.payload()` is not read (see there).
+    fn delivery(&self, result: &DeliveryResult<'_>, mut delivery: Self::DeliveryOpaque) {
         if delivery.seq == UNREPORTED {
             // An exactly-once offsets record: its fate is its transaction's.
             return;
         }
+        let value = delivery.held.take();
         let event = match result {
             Ok(_) => {
+                drop(value);
                 self.health.all_brokers_down.store(false, Ordering::Relaxed);
                 DeliveryEvent::Acked(delivery)
             }
@@ -345,7 +359,7 @@ impl ProducerContext for PipelineProducerContext {
                     partition: None,
                     topic: Arc::from(message.topic()),
                     key: message.key().map(<[u8]>::to_vec),
-                    value: message.payload().map(<[u8]>::to_vec),
+                    value,
                     headers: message
                         .headers()
                         .map(|headers| {

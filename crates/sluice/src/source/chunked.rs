@@ -29,7 +29,7 @@ use tokio::task::JoinSet;
 use crate::delivery::{DeliveryCore, Encode, Intake, LoopContext, Position, Source};
 use crate::error::{Interruption, PipelineError, Unencodable};
 use crate::event::SnapshotMarker;
-use crate::kafka::{Delivery, DeliveryEvent, OutRecord, PipelineProducer};
+use crate::kafka::{Delivery, DeliveryEvent, Held, OutRecord, PipelineProducer};
 use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
 use crate::runtime::status::{SnapshotStatus, StatusBoard};
 
@@ -735,6 +735,7 @@ pub async fn publish(
             commit_unix_micros,
             table: Arc::clone(table),
             bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
+            held: Held::NONE,
         });
         if let Err((error, record, delivery)) =
             crate::delivery::send(producer, record, delivery).await
