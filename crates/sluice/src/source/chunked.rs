@@ -58,6 +58,26 @@ impl ChunkPlace {
     }
 }
 
+/// Hands `changes` to [`deliver`] (waiting while its channel is full).
+///
+/// # Errors
+///
+/// Retryable when the delivery has ended (its own error is the run's).
+pub async fn hand_over<C>(
+    channel: &mpsc::Sender<ChunkMessage<C>>,
+    changes: Vec<(C, usize, u32)>,
+) -> Result<(), PipelineError> {
+    channel
+        .send(ChunkMessage::Changes(changes))
+        .await
+        .map_err(|_| {
+            PipelineError::retryable(
+                "the snapshot's delivery stopped",
+                Interruption::PublishChannelClosed,
+            )
+        })
+}
+
 /// What a snapshot worker hands over to [`deliver`].
 pub enum ChunkMessage<C> {
     /// Changes of one chunk, in the chunk's order: each with its share of the in-flight budget

@@ -623,15 +623,7 @@ pub async fn run(
             })
             .collect();
         // The channel holds one message before the delivery below reads it.
-        changes_tx
-            .send(ChunkMessage::Changes(items))
-            .await
-            .map_err(|_| {
-                PipelineError::retryable(
-                    "the snapshot's delivery stopped",
-                    Interruption::PublishChannelClosed,
-                )
-            })?;
+        chunked::hand_over(&changes_tx, items).await?;
         tracing::info!(events = count, "snapshot: schema changes handed over");
     }
     let mut workers = tokio::task::JoinSet::new();
@@ -902,15 +894,7 @@ async fn hand_over(
             (SnapshotItem::Row(change), size, records)
         })
         .collect();
-    changes
-        .send(ChunkMessage::Changes(batch))
-        .await
-        .map_err(|_| {
-            PipelineError::retryable(
-                "the snapshot's delivery stopped",
-                Interruption::PublishChannelClosed,
-            )
-        })?;
+    chunked::hand_over(changes, batch).await?;
     Ok(count)
 }
 

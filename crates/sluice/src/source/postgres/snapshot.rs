@@ -1089,15 +1089,7 @@ impl Worker {
                         (change, size, records)
                     })
                     .collect();
-                changes
-                    .send(ChunkMessage::Changes(batch))
-                    .await
-                    .map_err(|_| {
-                        PipelineError::retryable(
-                            "the snapshot's delivery stopped",
-                            Interruption::PublishChannelClosed,
-                        )
-                    })?;
+                crate::source::chunked::hand_over(changes, batch).await?;
                 return Ok(count);
             }
             Handover::Transactional {
