@@ -145,6 +145,62 @@ pub fn recorded_offset(table: &Table, key: &str, entry: &str) -> Option<i64> {
     None
 }
 
+/// What fences an epoch's commit: the sub-partition, its entry in the snapshot summaries, the
+/// offset its last commit recorded, and what this commit would add.
+struct Fence<'a> {
+    id: &'a SubPartitionId,
+    entry: &'a str,
+    committed: Option<i64>,
+    last_offset: i64,
+    files: usize,
+}
+
+/// Commits an epoch under the catalog's optimistic concurrency. Each attempt reads the table
+/// and refuses when it records another offset for this sub-partition than `fence.committed`
+/// (another writer committed for it: this one is a zombie); then `attempt` commits, on the table
+/// read, a snapshot whose summary records `offsets` (this entry → the epoch's last offset).
+/// A lost race pauses briefly (spreading writers that keep colliding) and reads again.
+fn commit_with_retries(
+    target: &IcebergTarget,
+    ident: &TableIdent,
+    fence: &Fence<'_>,
+    mut attempt: impl FnMut(Table, String) -> iceberg::Result<Table>,
+) -> Result<Table, PipelineError> {
+    let table_label = ident.to_string();
+    for round in 1..=COMMIT_ATTEMPTS {
+        let table = target
+            .runtime
+            .block_on(target.catalog.load_table(ident))
+            .map_err(|e| catalog_error(format!("cannot read table {ident}"), e))?;
+        let recorded = recorded_offset(&table, &target.offsets_key, fence.entry);
+        if recorded != fence.committed {
+            m::iceberg_fenced(&table_label).increment(1);
+            return Err(PipelineError::retryable(
+                format!(
+                    "table {ident} records offset {recorded:?} for {}/{} sub-partition {} where this writer expected {:?}: another writer committed for it (or this writer's last commit went through unanswered); this writer's {} file(s) are left uncommitted and the run restarts from the table",
+                    fence.id.topic, fence.id.partition, fence.id.sub, fence.committed, fence.files
+                ),
+                "fenced",
+            ));
+        }
+        let offsets = serde_json::json!({ fence.entry: fence.last_offset }).to_string();
+        match attempt(table, offsets) {
+            Ok(table) => return Ok(table),
+            Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                m::iceberg_conflicts(&table_label).increment(1);
+                std::thread::sleep(Duration::from_millis(
+                    u64::from(round.min(10)) * rand::random_range(5..25),
+                ));
+            }
+            Err(e) => return Err(catalog_error(format!("cannot commit to table {ident}"), e)),
+        }
+    }
+    Err(PipelineError::retryable(
+        format!("table {ident}: {COMMIT_ATTEMPTS} commits in a row lost the race to other writers"),
+        "commit conflicts",
+    ))
+}
+
 fn catalog_error(what: String, error: iceberg::Error) -> PipelineError {
     PipelineError::retryable(what, error)
 }
@@ -934,63 +990,41 @@ impl IcebergWriter {
         let files = state.closed.clone();
         let rows: u64 = files.iter().map(DataFile::record_count).sum();
         let truncate = state.epoch.truncated();
+        let committed = commit_with_retries(
+            &target,
+            &ident,
+            &Fence {
+                id: &self.id,
+                entry: &self.entry,
+                committed: self.committed,
+                last_offset,
+                files: files.len() + delete_files.len(),
+            },
+            |table, offsets| {
+                target.runtime.block_on(async {
+                    let metadata = upsert::snapshot_metadata(
+                        &table,
+                        &files,
+                        &delete_files,
+                        truncate,
+                        HashMap::from([(target.offsets_key.clone(), offsets)]),
+                    )
+                    .await?;
+                    crate::crash_point!("sink::iceberg::before_swap");
+                    target.catalog.commit_metadata(&table, metadata).await
+                })
+            },
+        )?;
         let table_label = ident.to_string();
-        for attempt in 1..=COMMIT_ATTEMPTS {
-            let table = target
-                .runtime
-                .block_on(target.catalog.load_table(&ident))
-                .map_err(|e| catalog_error(format!("cannot read table {ident}"), e))?;
-            let recorded = recorded_offset(&table, &target.offsets_key, &self.entry);
-            if recorded != self.committed {
-                m::iceberg_fenced(&table_label).increment(1);
-                return Err(PipelineError::retryable(
-                    format!(
-                        "table {ident} records offset {recorded:?} for {}/{} sub-partition {} where this writer expected {:?}: another writer committed for it (or this writer's last commit went through unanswered); this writer's files are left uncommitted and the run restarts from the table",
-                        self.id.topic, self.id.partition, self.id.sub, self.committed,
-                    ),
-                    "fenced",
-                ));
-            }
-            let offsets = serde_json::json!({ &self.entry: last_offset }).to_string();
-            let committed = target.runtime.block_on(async {
-                let metadata = upsert::snapshot_metadata(
-                    &table,
-                    &files,
-                    &delete_files,
-                    truncate,
-                    HashMap::from([(target.offsets_key.clone(), offsets)]),
-                )
-                .await?;
-                crate::crash_point!("sink::iceberg::before_swap");
-                target.catalog.commit_metadata(&table, metadata).await
-            });
-            match committed {
-                Ok(table) => {
-                    self.committed = Some(last_offset);
-                    self.table = Some(table);
-                    std::mem::take(&mut state.epoch).apply_to(&mut state.index);
-                    m::iceberg_commits(&table_label).increment(1);
-                    m::iceberg_files(&table_label).increment(files.len() as u64);
-                    m::iceberg_rows(&table_label).increment(rows);
-                    m::iceberg_deletes(&table_label).increment(deleted_rows);
-                    m::iceberg_commit_duration(&table_label).record(started.elapsed());
-                    return Ok(());
-                }
-                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
-                    m::iceberg_conflicts(&table_label).increment(1);
-                    std::thread::sleep(Duration::from_millis(
-                        u64::from(attempt.min(10)) * rand::random_range(5..25),
-                    ));
-                }
-                Err(e) => return Err(catalog_error(format!("cannot commit to table {ident}"), e)),
-            }
-        }
-        Err(PipelineError::retryable(
-            format!(
-                "table {ident}: {COMMIT_ATTEMPTS} commits in a row lost the race to other writers"
-            ),
-            "commit conflicts",
-        ))
+        self.committed = Some(last_offset);
+        self.table = Some(committed);
+        std::mem::take(&mut state.epoch).apply_to(&mut state.index);
+        m::iceberg_commits(&table_label).increment(1);
+        m::iceberg_files(&table_label).increment(files.len() as u64);
+        m::iceberg_rows(&table_label).increment(rows);
+        m::iceberg_deletes(&table_label).increment(deleted_rows);
+        m::iceberg_commit_duration(&table_label).record(started.elapsed());
+        Ok(())
     }
 
     /// Writes the epoch's files and commits them with the epoch's last offset.
@@ -1018,69 +1052,44 @@ impl IcebergWriter {
             .map_err(|e| catalog_error(format!("cannot finish the data files of {ident}"), e))?;
         let started = Instant::now();
         let rows: u64 = files.iter().map(DataFile::record_count).sum();
-        let table_label = ident.to_string();
-        for attempt in 1..=COMMIT_ATTEMPTS {
-            let table = target
-                .runtime
-                .block_on(target.catalog.load_table(&ident))
-                .map_err(|e| catalog_error(format!("cannot read table {ident}"), e))?;
-            let recorded = recorded_offset(&table, &target.offsets_key, &self.entry);
-            if recorded != self.committed {
-                m::iceberg_fenced(&table_label).increment(1);
-                return Err(PipelineError::retryable(
-                    format!(
-                        "table {ident} records offset {recorded:?} for {}/{} sub-partition {} where this writer expected {:?}: another writer committed for it (or this writer's last commit went through unanswered); this writer's {} data file(s) are left uncommitted and the run restarts from the table",
-                        self.id.topic,
-                        self.id.partition,
-                        self.id.sub,
-                        self.committed,
-                        files.len()
-                    ),
-                    "fenced",
-                ));
-            }
-            let offsets = serde_json::json!({ &self.entry: last_offset }).to_string();
-            let committed = target.runtime.block_on(async {
-                let tx = Transaction::new(&table);
-                let tx = tx
-                    .fast_append()
-                    .with_check_duplicate(false)
-                    .add_data_files(files.clone())
-                    .set_snapshot_properties(HashMap::from([(target.offsets_key.clone(), offsets)]))
-                    .apply(tx)?;
-                tx.commit(&Pinned {
-                    catalog: &target.catalog,
-                    table,
+        let committed = commit_with_retries(
+            &target,
+            &ident,
+            &Fence {
+                id: &self.id,
+                entry: &self.entry,
+                committed: self.committed,
+                last_offset,
+                files: files.len(),
+            },
+            |table, offsets| {
+                target.runtime.block_on(async {
+                    let tx = Transaction::new(&table);
+                    let tx = tx
+                        .fast_append()
+                        .with_check_duplicate(false)
+                        .add_data_files(files.clone())
+                        .set_snapshot_properties(HashMap::from([(
+                            target.offsets_key.clone(),
+                            offsets,
+                        )]))
+                        .apply(tx)?;
+                    tx.commit(&Pinned {
+                        catalog: &target.catalog,
+                        table,
+                    })
+                    .await
                 })
-                .await
-            });
-            match committed {
-                Ok(table) => {
-                    self.committed = Some(last_offset);
-                    self.table = Some(table);
-                    m::iceberg_commits(&table_label).increment(1);
-                    m::iceberg_files(&table_label).increment(files.len() as u64);
-                    m::iceberg_rows(&table_label).increment(rows);
-                    m::iceberg_commit_duration(&table_label).record(started.elapsed());
-                    return Ok(());
-                }
-                Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
-                    m::iceberg_conflicts(&table_label).increment(1);
-                    // Another sub-partition's snapshot came first: read the table and check
-                    // again (a short pause spreads writers that keep colliding).
-                    std::thread::sleep(Duration::from_millis(
-                        u64::from(attempt.min(10)) * rand::random_range(5..25),
-                    ));
-                }
-                Err(e) => return Err(catalog_error(format!("cannot commit to table {ident}"), e)),
-            }
-        }
-        Err(PipelineError::retryable(
-            format!(
-                "table {ident}: {COMMIT_ATTEMPTS} commits in a row lost the race to other writers"
-            ),
-            "commit conflicts",
-        ))
+            },
+        )?;
+        let table_label = ident.to_string();
+        self.committed = Some(last_offset);
+        self.table = Some(committed);
+        m::iceberg_commits(&table_label).increment(1);
+        m::iceberg_files(&table_label).increment(files.len() as u64);
+        m::iceberg_rows(&table_label).increment(rows);
+        m::iceberg_commit_duration(&table_label).record(started.elapsed());
+        Ok(())
     }
 
     fn clear(&mut self) {
