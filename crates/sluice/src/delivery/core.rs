@@ -13,7 +13,7 @@ use sluice_engine::{AckTracker, InFlightBudget, InFlightPermit, Seq};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::publish::{self, Encoded, EncodedBatch, RecordSink};
+use super::publish::{self, Encoded, EncodedBatch, OffsetsRecords, RecordSink};
 use super::{ENCODE_BATCH, Encode, Position, unix_micros_now};
 use crate::config::{DeliveryConfig, PermanentErrorPolicy};
 use crate::dead_letter;
@@ -38,6 +38,8 @@ enum Step<C, P> {
     },
     /// Push a checkpoint: every record before it is of positions at or below it.
     Checkpoint(P),
+    /// Exactly once: end the open transaction here, with these offsets records.
+    CommitPoint(OffsetsRecords),
 }
 
 /// Where a source hands over what it read, in source order: changes (each becoming a known
@@ -70,6 +72,15 @@ impl<C, P: Position> Intake<C, P> {
     /// Queues a checkpoint after the changes queued so far.
     pub fn checkpoint(&mut self, position: P) {
         self.steps.push_back(Step::Checkpoint(position));
+    }
+
+    /// Exactly once: ends the open transaction after the changes queued so far, writing
+    /// `offsets` (the source's progress at this point) to the offsets topic in it (a
+    /// transaction is begun for them when none is open). A source whose records form groups
+    /// that must commit whole (an initial snapshot's chunks) places these between groups;
+    /// at least once, they are ignored.
+    pub fn commit_point(&mut self, offsets: OffsetsRecords) {
+        self.steps.push_back(Step::CommitPoint(offsets));
     }
 
     /// The newest checkpoint taken into the tracker (changes queued behind it are not).
@@ -148,6 +159,9 @@ pub struct DeliveryCore<C, P, K> {
     tracker: AckTracker<P>,
     budget: InFlightBudget,
     batch: Vec<Admitted<C>>,
+    /// Exactly once: commit points among the admitted changes, each after the first `n` of
+    /// `batch` (in order).
+    commit_points: VecDeque<(usize, OffsetsRecords)>,
     publish_tx: mpsc::Sender<EncodedBatch>,
     sink: Arc<K>,
     delivery: DeliveryConfig,
@@ -246,6 +260,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
             tracker: AckTracker::new(Some(start)),
             budget,
             batch: Vec::new(),
+            commit_points: VecDeque::new(),
             publish_tx,
             sink,
             delivery: delivery.clone(),
@@ -335,6 +350,13 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
                     Some(permit) => self.admit_front(permit)?,
                     None => break,
                 },
+                Step::CommitPoint(_) => {
+                    if let Some(Step::CommitPoint(offsets)) = self.intake.steps.pop_front()
+                        && self.exactly_once
+                    {
+                        self.commit_points.push_back((self.batch.len(), offsets));
+                    }
+                }
             }
         }
         Ok(())
@@ -368,7 +390,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
     }
 
     /// Sends the admitted changes to be encoded (in parallel, by encoders `encoder` makes) and
-    /// published (in order).
+    /// published (in order). An encoding batch ends at each commit point, which it carries.
     ///
     /// # Errors
     ///
@@ -377,14 +399,28 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         &mut self,
         mut encoder: impl FnMut() -> E,
     ) -> Result<(), PipelineError> {
-        while !self.batch.is_empty() {
-            let take = self.batch.len().min(ENCODE_BATCH);
+        while !self.batch.is_empty() || !self.commit_points.is_empty() {
+            let next_point = self.commit_points.front().map(|(at, _)| *at);
+            let take = self
+                .batch
+                .len()
+                .min(ENCODE_BATCH)
+                .min(next_point.unwrap_or(usize::MAX));
             let batch: Vec<Admitted<C>> = self.batch.drain(..take).collect();
+            for (at, _) in &mut self.commit_points {
+                *at -= take;
+            }
+            let commit_point = match next_point {
+                Some(at) if at == take => self.commit_points.pop_front().map(|(_, o)| o),
+                _ => None,
+            };
             let encoder = encoder();
             let transforms = self.transforms.clone();
             let position_of = self.position_of;
             let handle = tokio::task::spawn_blocking(move || {
-                encode_batch(batch, &encoder, transforms.as_deref(), position_of)
+                let mut out = encode_batch(batch, &encoder, transforms.as_deref(), position_of);
+                out.extend(commit_point.map(Encoded::CommitPoint));
+                out
             });
             self.publish_tx.send(handle).await.map_err(|_| {
                 PipelineError::retryable(
@@ -672,6 +708,7 @@ impl<C: Send + 'static, P: Position, K: RecordSink> DeliveryCore<C, P, K> {
         );
         self.intake.steps.clear();
         self.batch.clear();
+        self.commit_points.clear();
         let deadline = tokio::time::Instant::now() + self.drain_deadline;
         let mut events = Vec::new();
         // Exactly once: the publisher commits the open transaction on its timer.

@@ -7,7 +7,9 @@
 //! transaction before the first record it hands over, and commits it on a time and byte budget
 //! (`delivery.transaction_interval_ms`, `delivery.transaction_max_bytes`), never inside a
 //! change (only between encoding batches, which hold whole changes) nor inside a group of
-//! changes the source needs committed whole (a [`Boundary`]: an incremental snapshot's chunk):
+//! changes the source needs committed whole (a [`Boundary`]: an incremental snapshot's chunk;
+//! or, for a source that places them, only at its commit points: an initial snapshot's, see
+//! [`super::Intake::commit_point`]):
 //! before the commit it writes the offsets records — the position of the newest record in the
 //! transaction, keyed by the pipeline, and whatever progress the source keeps with it — to a
 //! compacted offsets topic, inside the transaction. The commit runs on the
@@ -134,8 +136,8 @@ struct Open {
     deadline: Option<tokio::time::Instant>,
     /// Record bytes handed over in it.
     bytes: u64,
-    /// Its newest record.
-    last: Seq,
+    /// Its newest record (`None`: it holds only a commit point's offsets records).
+    last: Option<Seq>,
     /// The offsets records for its newest record (a key's newest value).
     values: Vec<(Vec<u8>, Vec<u8>)>,
     /// Whether it may commit after its newest record (see [`Boundary`]).
@@ -204,6 +206,22 @@ pub(super) async fn publish<K: RecordSink>(
                 for (n, item) in encoded.into_iter().enumerate() {
                     let (record, delivery) = match item {
                         Encoded::Record(record, delivery) => (record, delivery),
+                        // The source ends the transaction here (the batch's last item): its
+                        // offsets records go in, begun for them if none is open.
+                        Encoded::CommitPoint(offsets) => {
+                            if open.is_none() {
+                                match begin(&*sink, &events, transactions.interval) {
+                                    Some(begun) => open = Some(begun),
+                                    None => return,
+                                }
+                            }
+                            if let Some(o) = open.as_mut() {
+                                o.set_values(offsets);
+                                o.at_boundary = true;
+                                o.due = true;
+                            }
+                            continue;
+                        }
                         Encoded::Failed(event) => {
                             let _ = events.send(*event);
                             abort(&sink).await;
@@ -218,7 +236,7 @@ pub(super) async fn publish<K: RecordSink>(
                             let seq = delivery.seq;
                             let _ = events.send(DeliveryEvent::Acked(delivery));
                             match open.as_mut() {
-                                Some(o) => o.last = seq,
+                                Some(o) => o.last = Some(seq),
                                 None => {
                                     let _ = events.send(DeliveryEvent::Committed { through: seq });
                                 }
@@ -227,25 +245,14 @@ pub(super) async fn publish<K: RecordSink>(
                         }
                     };
                     if open.is_none() {
-                        if let Err(error) = sink.begin_transaction() {
-                            let _ = events.send(DeliveryEvent::TransactionFailed {
-                                what: "cannot begin a Kafka transaction",
-                                error,
-                            });
-                            return;
+                        match begin(&*sink, &events, transactions.interval) {
+                            Some(begun) => open = Some(begun),
+                            None => return,
                         }
-                        open = Some(Open {
-                            deadline: Some(tokio::time::Instant::now() + transactions.interval),
-                            bytes: 0,
-                            last: delivery.seq,
-                            values: Vec::new(),
-                            at_boundary: true,
-                            due: false,
-                        });
                     }
                     if let Some(o) = open.as_mut() {
                         o.bytes += record.len() as u64;
-                        o.last = delivery.seq;
+                        o.last = Some(delivery.seq);
                         if Some(n) == last_record {
                             o.set_values((transactions.position_value)(&record));
                             o.at_boundary =
@@ -274,6 +281,29 @@ pub(super) async fn publish<K: RecordSink>(
             }
         }
     }
+}
+
+/// Begins a transaction (reporting a failure to the loop): the one the publisher fills next.
+fn begin<K: RecordSink>(
+    sink: &K,
+    events: &mpsc::UnboundedSender<DeliveryEvent>,
+    interval: Duration,
+) -> Option<Open> {
+    if let Err(error) = sink.begin_transaction() {
+        let _ = events.send(DeliveryEvent::TransactionFailed {
+            what: "cannot begin a Kafka transaction",
+            error,
+        });
+        return None;
+    }
+    Some(Open {
+        deadline: Some(tokio::time::Instant::now() + interval),
+        bytes: 0,
+        last: None,
+        values: Vec::new(),
+        at_boundary: true,
+        due: false,
+    })
 }
 
 /// Waits until `deadline` (forever without one).
@@ -305,7 +335,9 @@ async fn commit<K: RecordSink>(
     match committed {
         Ok(Ok(())) => {
             crate::crash_point!("exactly_once::after_commit");
-            let _ = events.send(DeliveryEvent::Committed { through: last });
+            if let Some(through) = last {
+                let _ = events.send(DeliveryEvent::Committed { through });
+            }
             true
         }
         Ok(Err(error)) => {

@@ -43,7 +43,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use self::core::{BatchLimit, DeliveryCore, Intake, TopicLimit, refused_record};
-pub use self::publish::{RecordSink, SendError, rejection_hint, send};
+pub use self::publish::{OffsetsRecords, RecordSink, SendError, rejection_hint, send};
 use crate::error::{Interruption, PipelineError};
 use crate::kafka::{DeliveryEvent, KafkaHealth, OutRecord};
 use crate::runtime::metrics::TableMetrics;
@@ -265,6 +265,10 @@ pub async fn run<S: Source, K: RecordSink>(
             }
             _ = status_tick.tick() => {
                 let reply = source.before_checkpoint(&mut core.intake).await?;
+                // What the source queued there (an initial snapshot's commit point, taken in
+                // while reads are held back) goes on now.
+                core.process_steps()?;
+                core.dispatch(|| source.encoder()).await?;
                 confirm(source, core, reply).await?;
                 let watermark = core.watermark();
                 source.after_checkpoint(&mut core.intake, watermark).await?;

@@ -180,7 +180,13 @@ pub(super) enum Encoded {
     Failed(Box<DeliveryEvent>),
     /// A transform dropped the record: its place is acknowledged at once.
     Skipped(Box<Delivery>),
+    /// Exactly once: the source's commit point ([`super::Intake::commit_point`]), always the
+    /// last item of its batch.
+    CommitPoint(OffsetsRecords),
 }
+
+/// Offsets records (key, value) written to the offsets topic inside a transaction.
+pub type OffsetsRecords = Vec<(Vec<u8>, Vec<u8>)>;
 
 // The hot value stays small enough to be moved with a few register moves.
 const _: () = assert!(std::mem::size_of::<Encoded>() <= 128);
@@ -211,6 +217,8 @@ pub(super) async fn publish<K: RecordSink>(
                     let _ = events.send(DeliveryEvent::Acked(delivery));
                     continue;
                 }
+                // At least once, no transaction to end.
+                Encoded::CommitPoint(_) => continue,
             };
             if let Err((error, record, delivery)) = send(&*sink, record, delivery).await {
                 let _ = events.send(DeliveryEvent::Failed {

@@ -1126,3 +1126,194 @@ async fn an_encoder_that_applies_the_chain_itself_gets_no_chain_and_its_dropped_
     assert_eq!(h.core.watermark(), Lsn(20));
     assert_eq!(h.core.budget().in_flight_records(), 0);
 }
+
+/// A transactional producer that logs what it is asked, in order (and keeps the records'
+/// bookkeeping for the test to acknowledge).
+#[derive(Default)]
+struct TransactionLog(Mutex<Vec<String>>, Mutex<Vec<Delivery>>);
+
+impl RecordSink for TransactionLog {
+    fn try_send(&self, record: OutRecord, delivery: Box<Delivery>) -> Result<(), SendError> {
+        let value = String::from_utf8_lossy(record.value.as_deref().unwrap_or_default());
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("send {value} #{}", delivery.seq.0));
+        self.1.lock().unwrap().push(*delivery);
+        Ok(())
+    }
+
+    fn begin_transaction(&self) -> rdkafka::error::KafkaResult<()> {
+        self.0.lock().unwrap().push("begin".into());
+        Ok(())
+    }
+
+    fn commit_transaction(&self, _timeout: Duration) -> rdkafka::error::KafkaResult<()> {
+        self.0.lock().unwrap().push("commit".into());
+        Ok(())
+    }
+
+    fn abort_transaction(&self, _timeout: Duration) -> rdkafka::error::KafkaResult<()> {
+        self.0.lock().unwrap().push("abort".into());
+        Ok(())
+    }
+
+    fn send_unreported(
+        &self,
+        topic: &str,
+        key: &[u8],
+        value: &[u8],
+    ) -> rdkafka::error::KafkaResult<()> {
+        let (key, value) = (String::from_utf8_lossy(key), String::from_utf8_lossy(value));
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("offsets {topic} {key}={value}"));
+        Ok(())
+    }
+}
+
+impl TransactionLog {
+    /// Waits (bounded) until the log holds `count` entries, and returns it.
+    async fn wait(&self, count: usize) -> Vec<String> {
+        for _ in 0..10_000 {
+            {
+                let log = self.0.lock().unwrap();
+                if log.len() >= count {
+                    return log.clone();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        panic!(
+            "the log never reached {count} entries: {:?}",
+            self.0.lock().unwrap()
+        );
+    }
+}
+
+/// Exactly once: a transaction ends exactly at a source's commit point, holding the offsets
+/// records given there, and never elsewhere (the source says no record is a boundary); the
+/// checkpoint after the point passes only once that transaction has committed; a commit point
+/// with no record before it still writes its offsets records in a transaction of their own.
+#[tokio::test]
+async fn exactly_once_transactions_end_at_the_sources_commit_points() {
+    let producer = Arc::new(TransactionLog::default());
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let budget = InFlightBudget::new(
+        NonZeroU32::new(1 << 20).unwrap(),
+        NonZeroU32::new(1000).unwrap(),
+    );
+    let transactions = super::exactly_once::Transactions {
+        offsets_topic: Arc::from("offsets"),
+        position_value: Arc::new(|_: &OutRecord| Vec::new()),
+        boundary: Some(Arc::new(|_: &OutRecord| false)),
+        interval: Duration::from_millis(1),
+        max_bytes: 1,
+    };
+    let (mut core, _publisher) =
+        DeliveryCore::<TestChange, Lsn, TransactionLog>::start_exactly_once(
+            Arc::clone(&producer),
+            budget,
+            Lsn(1),
+            &DeliveryConfig::default(),
+            PipelineMetrics::new(),
+            events_tx,
+            position_of,
+            transactions,
+        );
+    let offsets = |value: &str| vec![(b"p.snapshot".to_vec(), value.as_bytes().to_vec())];
+    core.intake.admit(change(1, 10), 100, 1);
+    core.intake.admit(change(2, 10), 100, 1);
+    core.intake.commit_point(offsets("chunks 0"));
+    core.intake.checkpoint(Lsn(10));
+    core.intake.admit(change(3, 20), 100, 1);
+    core.intake.checkpoint(Lsn(20));
+    core.process_steps().unwrap();
+    core.dispatch(encoder).await.unwrap();
+    let log = producer.wait(6).await;
+    assert_eq!(
+        log[..6],
+        [
+            "begin",
+            "send 1#0 #0",
+            "send 2#0 #1",
+            "offsets offsets p.snapshot=chunks 0",
+            "commit",
+            "begin"
+        ],
+        "{log:?}"
+    );
+    // Its time and byte budgets ran out long ago: still no commit without a commit point.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(producer.wait(7).await[6..], ["send 3#0 #3"]);
+    assert_eq!(
+        producer.0.lock().unwrap().len(),
+        7,
+        "a commit without a commit point"
+    );
+    // Every record acknowledged by Kafka: the watermark passes the committed point only.
+    let delivered: Vec<Delivery> = producer.1.lock().unwrap().drain(..).collect();
+    for delivery in delivered {
+        core.on_delivery(DeliveryEvent::Acked(Box::new(delivery)))
+            .await
+            .unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while core.watermark() != Lsn(10) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watermark {:?}",
+            core.watermark()
+        );
+        if let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(20), events.recv()).await
+        {
+            core.on_delivery(event).await.unwrap();
+        }
+    }
+    for _ in 0..5 {
+        if let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(20), events.recv()).await
+        {
+            core.on_delivery(event).await.unwrap();
+        }
+    }
+    assert_eq!(
+        core.watermark(),
+        Lsn(10),
+        "past a record whose transaction is open"
+    );
+    // A commit point with nothing before it in its transaction: the third record's
+    // transaction ends there, and a second point is a transaction of its own.
+    core.intake.commit_point(offsets("chunks 0,1"));
+    core.intake.checkpoint(Lsn(30));
+    core.intake.commit_point(offsets("chunks 0,1,2"));
+    core.process_steps().unwrap();
+    core.dispatch(encoder).await.unwrap();
+    let log = producer.wait(12).await;
+    assert_eq!(
+        log[7..12],
+        [
+            "offsets offsets p.snapshot=chunks 0,1",
+            "commit",
+            "begin",
+            "offsets offsets p.snapshot=chunks 0,1,2",
+            "commit"
+        ],
+        "{log:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while core.watermark() != Lsn(30) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watermark {:?}",
+            core.watermark()
+        );
+        if let Ok(Some(event)) =
+            tokio::time::timeout(Duration::from_millis(20), events.recv()).await
+        {
+            core.on_delivery(event).await.unwrap();
+        }
+    }
+}

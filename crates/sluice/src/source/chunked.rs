@@ -13,24 +13,32 @@
 //! encoding, `[transforms]`, the delivery policy for refused records (retry, stop or dead
 //! letter) and the drain on shutdown are the core's, as for a streamed change.
 //!
-//! Exactly once, chunks are committed in Kafka transactions holding whole chunks only
-//! ([`drive_transactional`]): the workers produce their records themselves ([`publish`]),
-//! under a gate the committer takes.
+//! Exactly once ([`ChunkCommits`]), the same core runs Kafka transactions that hold whole
+//! chunks only: each worker holds a gate shared while it reads a chunk; every transaction
+//! interval the snapshot takes the gate exclusively (the chunks being read finish, no new one
+//! starts), places a commit point there (the snapshot record listing every finished chunk,
+//! written to the offsets topic in the transaction) and releases the gate. The chunks are
+//! recorded as finished once that transaction has committed (the core acknowledges records
+//! only at commits), so a crash never leaves a chunk half visible to `read_committed`
+//! consumers nor recorded before its records.
 
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::error::KafkaError;
-use sluice_engine::{InFlightBudget, Seq};
-use tokio::sync::mpsc;
+use futures::FutureExt;
+use sluice_engine::InFlightBudget;
+use tokio::sync::{OwnedRwLockWriteGuard, RwLock, mpsc};
 use tokio::task::JoinSet;
 
+use crate::delivery::exactly_once::{ChunksValue, Transactions};
 use crate::delivery::{DeliveryCore, Encode, Intake, LoopContext, Position, Source};
-use crate::error::{Interruption, PipelineError, Unencodable};
+use crate::error::{Interruption, PipelineError};
 use crate::event::SnapshotMarker;
-use crate::kafka::{Delivery, DeliveryEvent, Held, OutRecord, PipelineProducer};
-use crate::runtime::metrics::{PipelineMetrics, TableMetrics};
+use crate::kafka::{DeliveryEvent, OutRecord};
+use crate::runtime::metrics::PipelineMetrics;
 use crate::runtime::status::{SnapshotStatus, StatusBoard};
 
 /// A chunk's place in its table and in the snapshot, for Debezium's `source.snapshot` markers.
@@ -138,6 +146,39 @@ pub struct ChunkDelivery<'a, K> {
     pub chunks_total: usize,
     /// Chunks already finished (by an earlier run).
     pub chunks_done: usize,
+    /// Exactly once: how chunks are committed (`None`: at least once).
+    pub commits: Option<ChunkCommits>,
+}
+
+/// Exactly once: what [`deliver`] needs to commit chunks in transactions holding whole chunks.
+pub struct ChunkCommits {
+    /// Held shared by each worker while it reads a chunk (from before its first change is
+    /// handed over until after its [`ChunkMessage::Read`]); taken exclusively for a commit
+    /// point, so no chunk is ever half in a transaction.
+    pub gate: Arc<RwLock<()>>,
+    /// The compacted topic of committed positions.
+    pub offsets_topic: Arc<str>,
+    /// The snapshot record's key.
+    pub key: Arc<[u8]>,
+    /// The snapshot record's value for the finished chunks.
+    pub value: ChunksValue,
+    /// How often a commit point is placed (`delivery.transaction_interval_ms`).
+    pub interval: Duration,
+    /// The chunks committed as finished by earlier runs.
+    pub done: Vec<usize>,
+}
+
+/// Exactly once: a [`ChunkSource`]'s commit points.
+struct Commits {
+    gate: Arc<RwLock<()>>,
+    key: Arc<[u8]>,
+    value: ChunksValue,
+    /// Every chunk finished, committed or in the open transaction (the snapshot record's list).
+    done: Vec<usize>,
+    /// Chunks read since the last commit point.
+    since_commit: usize,
+    /// The exclusive hold on the gate being waited for.
+    closing: Option<Pin<Box<dyn Future<Output = OwnedRwLockWriteGuard<()>> + Send>>>,
 }
 
 /// Runs the workers' chunks through a delivery core until every chunk is finished: `changes`
@@ -175,8 +216,31 @@ where
         board,
         chunks_total,
         chunks_done,
+        commits,
     } = kafka;
     let started = Instant::now();
+    let mut status_interval = PROGRESS_TICK;
+    let mut transactions = None;
+    let commits = commits.map(|c| {
+        status_interval = c.interval.clamp(Duration::from_millis(1), PROGRESS_TICK);
+        transactions = Some(Transactions {
+            offsets_topic: c.offsets_topic,
+            // The snapshot record is written at the commit points only, and a transaction
+            // ends at those only.
+            position_value: Arc::new(|_| Vec::new()),
+            boundary: Some(Arc::new(|_| false)),
+            interval: c.interval,
+            max_bytes: u64::MAX,
+        });
+        Commits {
+            gate: c.gate,
+            key: c.key,
+            value: c.value,
+            done: c.done,
+            since_commit: 0,
+            closing: None,
+        }
+    });
     let mut source = ChunkSource {
         changes,
         changes_open: true,
@@ -192,17 +256,30 @@ where
         finished,
         started,
         last_log: started,
+        commits,
     };
     if !source.finished() {
-        let (mut core, publisher) = DeliveryCore::start(
-            Arc::clone(producer),
-            budget.clone(),
-            ChunksRead(0),
-            delivery,
-            unshown_metrics(),
-            events,
-            position_of,
-        );
+        let (mut core, publisher) = match transactions {
+            None => DeliveryCore::start(
+                Arc::clone(producer),
+                budget.clone(),
+                ChunksRead(0),
+                delivery,
+                unshown_metrics(),
+                events,
+                position_of,
+            ),
+            Some(transactions) => DeliveryCore::start_exactly_once(
+                Arc::clone(producer),
+                budget.clone(),
+                ChunksRead(0),
+                delivery,
+                unshown_metrics(),
+                events,
+                position_of,
+                transactions,
+            ),
+        };
         core.set_transforms(transforms);
         let result = crate::delivery::run(
             &mut source,
@@ -210,7 +287,7 @@ where
             deliveries,
             LoopContext {
                 shutdown,
-                status_interval: PROGRESS_TICK,
+                status_interval,
                 status: None,
             },
         )
@@ -270,6 +347,8 @@ struct ChunkSource<'a, C, N, F> {
     finished: F,
     started: Instant,
     last_log: Instant,
+    /// Exactly once: the commit points.
+    commits: Option<Commits>,
 }
 
 /// What [`ChunkSource`] reads.
@@ -280,6 +359,8 @@ enum ChunkEvent<C> {
     AllRead,
     /// A worker ended.
     Worker(Result<Result<(), PipelineError>, tokio::task::JoinError>),
+    /// Exactly once: the gate is held exclusively (no chunk is being read).
+    Closed(OwnedRwLockWriteGuard<()>),
 }
 
 impl<C, N, F> ChunkSource<'_, C, N, F> {
@@ -295,6 +376,66 @@ impl<C, N, F> ChunkSource<'_, C, N, F> {
             ));
         }
         Ok(())
+    }
+
+    /// Takes a worker's message in: changes are admitted; a chunk read is a checkpoint after
+    /// them (exactly once, it waits for the next commit point instead).
+    fn take(&mut self, message: ChunkMessage<C>, intake: &mut Intake<C, ChunksRead>) {
+        match message {
+            ChunkMessage::Changes(changes) => {
+                for (change, size, records) in changes {
+                    intake.admit(change, size, records);
+                }
+            }
+            ChunkMessage::Read { chunk, rows } => {
+                self.read.push_back(chunk);
+                self.handed_over += 1;
+                self.rows += rows;
+                match &mut self.commits {
+                    Some(commits) => {
+                        commits.done.push(chunk);
+                        commits.since_commit += 1;
+                    }
+                    None => intake.checkpoint(ChunksRead(self.handed_over)),
+                }
+            }
+        }
+    }
+
+    /// Exactly once, with the gate held exclusively (`_closed`) or every worker gone: takes in
+    /// what the workers handed over before, then places a commit point (the snapshot record
+    /// with every finished chunk) and the checkpoint of the chunks read since the last one.
+    fn commit_point(
+        &mut self,
+        _closed: Option<OwnedRwLockWriteGuard<()>>,
+        intake: &mut Intake<C, ChunksRead>,
+    ) {
+        loop {
+            match self.changes.try_recv() {
+                Ok(message) => self.take(message, intake),
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    self.changes_open = false;
+                    break;
+                }
+                Err(mpsc::error::TryRecvError::Empty) => break,
+            }
+        }
+        let Some(commits) = self.commits.as_mut() else {
+            return;
+        };
+        if commits.since_commit == 0 {
+            return;
+        }
+        commits.since_commit = 0;
+        intake.commit_point(vec![(commits.key.to_vec(), (commits.value)(&commits.done))]);
+        intake.checkpoint(ChunksRead(self.handed_over));
+    }
+
+    /// Exactly once: once every worker is gone, the last chunks' commit point (no gate needed).
+    fn commit_the_rest(&mut self, intake: &mut Intake<C, ChunksRead>) {
+        if self.commits.is_some() && !self.changes_open && self.workers.is_empty() {
+            self.commit_point(None, intake);
+        }
     }
 
     fn log_progress(&mut self) {
@@ -340,13 +481,20 @@ where
     const CONFIRMS_ON_ACK: bool = true;
 
     async fn read(&mut self) -> ChunkEvent<C> {
+        let closing = self.commits.as_mut().and_then(|c| c.closing.as_mut());
+        let closed = async {
+            match closing {
+                Some(closing) => closing.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             message = self.changes.recv(), if self.changes_open => match message {
                 Some(message) => ChunkEvent::Message(message),
                 None => ChunkEvent::AllRead,
             },
             Some(joined) = self.workers.join_next() => ChunkEvent::Worker(joined),
-            else => std::future::pending().await,
+            guard = closed => ChunkEvent::Closed(guard),
         }
     }
 
@@ -356,35 +504,53 @@ where
         intake: &mut Intake<C, ChunksRead>,
     ) -> Result<bool, PipelineError> {
         match message {
-            ChunkEvent::Message(ChunkMessage::Changes(changes)) => {
-                for (change, size, records) in changes {
-                    intake.admit(change, size, records);
-                }
-            }
-            ChunkEvent::Message(ChunkMessage::Read { chunk, rows }) => {
-                self.read.push_back(chunk);
-                self.handed_over += 1;
-                self.rows += rows;
-                intake.checkpoint(ChunksRead(self.handed_over));
-            }
+            ChunkEvent::Message(message) => self.take(message, intake),
             ChunkEvent::AllRead => {
                 self.changes_open = false;
                 self.check_complete()?;
+                self.commit_the_rest(intake);
             }
-            ChunkEvent::Worker(Ok(Ok(()))) => self.check_complete()?,
+            ChunkEvent::Worker(Ok(Ok(()))) => {
+                self.check_complete()?;
+                self.commit_the_rest(intake);
+            }
             ChunkEvent::Worker(Ok(Err(error))) => return Err(error),
             ChunkEvent::Worker(Err(error)) => {
                 return Err(PipelineError::retryable("a snapshot worker failed", error));
+            }
+            ChunkEvent::Closed(guard) => {
+                if let Some(commits) = self.commits.as_mut() {
+                    commits.closing = None;
+                }
+                self.commit_point(Some(guard), intake);
             }
         }
         Ok(false)
     }
 
+    /// Exactly once, every transaction interval (the status timer's): asks for the gate
+    /// exclusively, which [`Source::read`] then sees held. While reads are held back (the
+    /// tracker full of records waiting for their commit), the workers' changes are taken in
+    /// here, so that the chunks being read can finish and the commit point come.
     async fn before_checkpoint(
         &mut self,
-        _intake: &mut Intake<C, ChunksRead>,
+        intake: &mut Intake<C, ChunksRead>,
     ) -> Result<bool, PipelineError> {
         self.log_progress();
+        let Some(commits) = self.commits.as_mut() else {
+            return Ok(false);
+        };
+        let closing = commits
+            .closing
+            .get_or_insert_with(|| Box::pin(Arc::clone(&commits.gate).write_owned()));
+        if let Some(guard) = closing.as_mut().now_or_never() {
+            commits.closing = None;
+            self.commit_point(Some(guard), intake);
+        } else {
+            while let Ok(message) = self.changes.try_recv() {
+                self.take(message, intake);
+            }
+        }
         Ok(false)
     }
 
@@ -428,349 +594,6 @@ where
     }
 }
 
-/// What [`drive_transactional`] watches.
-pub struct Progress<'a> {
-    /// The producer's delivery reports.
-    pub deliveries: &'a mut mpsc::UnboundedReceiver<DeliveryEvent>,
-    /// Stop early.
-    pub shutdown: &'a tokio_util::sync::CancellationToken,
-    /// The status board (progress).
-    pub board: &'a StatusBoard,
-    /// Chunks in the plan.
-    pub chunks_total: usize,
-    /// Chunks already finished (by an earlier run).
-    pub chunks_done: usize,
-    /// What a refused record becomes, and where its dead letter goes.
-    pub policy: RefusalPolicy<'a>,
-}
-
-/// What [`drive_transactional`] does with a record Kafka refuses: the pipeline's delivery
-/// policy decides whether the run is retried or stopped (exactly once takes no dead letters).
-pub struct RefusalPolicy<'a> {
-    /// The pipeline's `[delivery]`.
-    pub delivery: &'a crate::config::DeliveryConfig,
-    /// Where a record came from in the source, as operators read it (from its headers).
-    pub position_of: fn(&OutRecord) -> String,
-}
-
-/// Exactly once: what [`drive_transactional`] needs to commit chunks.
-pub struct ChunkTransactions {
-    /// The transactional producer the workers produce with.
-    pub producer: Arc<PipelineProducer>,
-    /// Held shared by each worker while it reads a chunk; the committer holds it exclusively,
-    /// so a transaction holds whole chunks only.
-    pub gate: Arc<tokio::sync::RwLock<()>>,
-    /// The compacted topic of committed positions.
-    pub offsets_topic: Arc<str>,
-    /// The snapshot record's key.
-    pub key: Arc<[u8]>,
-    /// The snapshot record's value for the finished chunks.
-    pub value: crate::delivery::exactly_once::ChunksValue,
-    /// How often a transaction commits.
-    pub interval: Duration,
-    /// The chunks finished by earlier runs.
-    pub done: Vec<usize>,
-}
-
-/// Exactly once: begins a transaction for the snapshot's records.
-///
-/// # Errors
-///
-/// Retryable (the run restarts from what is committed).
-pub async fn begin(producer: &Arc<PipelineProducer>) -> Result<(), PipelineError> {
-    use rdkafka::producer::Producer as _;
-    producer.begin_transaction().map_err(|e| {
-        crate::delivery::exactly_once::transaction_error("cannot begin a Kafka transaction", e)
-    })
-}
-
-/// The snapshot exactly once: the workers produce their chunks' records ([`publish`]) in the
-/// open transaction; every `interval`, the committer takes the gate (workers finish the
-/// chunks they are reading and wait), writes the snapshot record — every finished chunk —
-/// to the offsets topic and commits the transaction holding those chunks' records and the
-/// record together; only then are the chunks recorded as finished (`finished`) and counted.
-/// A crash before the commit aborts the transaction, so no record of a chunk that is read
-/// again is ever visible to `read_committed` consumers.
-///
-/// # Errors
-///
-/// A worker's error, the producer's end, a record Kafka refused, shutdown, and a transaction
-/// that cannot be committed (it is aborted).
-pub async fn drive_transactional(
-    progress: Progress<'_>,
-    mut workers: JoinSet<Result<(), PipelineError>>,
-    mut sent: mpsc::UnboundedReceiver<(usize, u64)>,
-    mut finished: impl FnMut(&[usize]) -> Result<(), PipelineError>,
-    transactions: ChunkTransactions,
-) -> Result<u64, PipelineError> {
-    let Progress {
-        deliveries,
-        shutdown,
-        board,
-        chunks_total,
-        mut chunks_done,
-        policy,
-    } = progress;
-    let ChunkTransactions {
-        producer,
-        gate,
-        offsets_topic,
-        key,
-        value,
-        interval,
-        mut done,
-    } = transactions;
-    let started = Instant::now();
-    let mut rows = 0u64;
-    let mut read: Vec<usize> = Vec::new();
-    let mut events = Vec::new();
-    let mut tick = tokio::time::interval(interval);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut workers_running = true;
-    loop {
-        let last_round = !workers_running && workers.is_empty();
-        if !last_round {
-            tokio::select! {
-                count = deliveries.recv_many(&mut events, 4096) => {
-                    if count == 0 {
-                        return Err(PipelineError::retryable("the producer stopped", Interruption::DeliveryChannelClosed));
-                    }
-                    delivered(&mut events, &policy)?;
-                    continue;
-                }
-                message = sent.recv(), if workers_running => {
-                    match message {
-                        Some((chunk, records)) => {
-                            rows += records;
-                            read.push(chunk);
-                        }
-                        None => workers_running = false,
-                    }
-                    continue;
-                }
-                Some(result) = workers.join_next() => {
-                    match result {
-                        Ok(Ok(())) => {}
-                        Ok(Err(error)) => return Err(error),
-                        Err(error) => return Err(PipelineError::retryable("a snapshot worker failed", error)),
-                    }
-                    continue;
-                }
-                () = shutdown.cancelled() => {
-                    return Err(PipelineError::retryable(
-                        "stopped during the snapshot (its uncommitted chunks are read on the next start)",
-                        Interruption::Shutdown,
-                    ));
-                }
-                _ = tick.tick() => {}
-            }
-        }
-        // Commit: take the gate (draining delivery reports meanwhile: they free the budget the
-        // workers wait for), so no chunk is half in the transaction.
-        let exclusive = Arc::clone(&gate).write_owned();
-        tokio::pin!(exclusive);
-        let guard = loop {
-            tokio::select! {
-                guard = &mut exclusive => break guard,
-                count = deliveries.recv_many(&mut events, 4096) => {
-                    if count == 0 {
-                        return Err(PipelineError::retryable("the producer stopped", Interruption::DeliveryChannelClosed));
-                    }
-                    delivered(&mut events, &policy)?;
-                }
-            }
-        };
-        while let Ok((chunk, records)) = sent.try_recv() {
-            rows += records;
-            read.push(chunk);
-        }
-        if !read.is_empty() {
-            done.extend(read.iter().copied());
-            let record = value(&done);
-            let (producer, topic, key) = (
-                Arc::clone(&producer),
-                Arc::clone(&offsets_topic),
-                Arc::clone(&key),
-            );
-            let last = last_round;
-            let committed = tokio::task::spawn_blocking(move || {
-                use crate::delivery::RecordSink;
-                RecordSink::send_unreported(&*producer, &topic, &key, &record)?;
-                crate::crash_point!("exactly_once::before_commit");
-                RecordSink::commit_transaction(
-                    &*producer,
-                    crate::delivery::exactly_once::TRANSACTION_TIMEOUT,
-                )?;
-                if !last {
-                    RecordSink::begin_transaction(&*producer)?;
-                }
-                Ok::<(), KafkaError>(())
-            })
-            .await
-            .map_err(|e| PipelineError::retryable("the commit task failed", e))?;
-            if let Err(error) = committed {
-                return Err(crate::delivery::exactly_once::transaction_error(
-                    "cannot commit the snapshot's Kafka transaction",
-                    error,
-                ));
-            }
-            crate::crash_point!("exactly_once::after_commit");
-            chunks_done += read.len();
-            finished(&read)?;
-            read.clear();
-            crate::crash_point!("snapshot::chunks_recorded");
-            board.update(|s| {
-                s.snapshot = Some(SnapshotStatus {
-                    chunks_total,
-                    chunks_done,
-                    rows,
-                });
-            });
-        } else if last_round {
-            // Nothing left to commit: end the (empty) transaction begun after the last commit.
-            let producer = Arc::clone(&producer);
-            let aborted = tokio::task::spawn_blocking(move || {
-                use rdkafka::producer::Producer as _;
-                producer.abort_transaction(crate::delivery::exactly_once::TRANSACTION_TIMEOUT)
-            })
-            .await
-            .map_err(|e| PipelineError::retryable("the abort task failed", e))?;
-            aborted.map_err(|e| {
-                crate::delivery::exactly_once::transaction_error(
-                    "cannot end the snapshot's Kafka transaction",
-                    e,
-                )
-            })?;
-        }
-        drop(guard);
-        if last_round {
-            break;
-        }
-    }
-    if chunks_done < chunks_total {
-        return Err(PipelineError::retryable(
-            "the snapshot's workers ended before every chunk was read",
-            Interruption::SnapshotIncomplete,
-        ));
-    }
-    tracing::info!(
-        rows,
-        chunks = chunks_total,
-        seconds = started.elapsed().as_secs_f64(),
-        "snapshot: done (exactly once); streaming from the consistent point"
-    );
-    Ok(rows)
-}
-
-/// Exactly once: applies the snapshot's delivery reports (counters; a refused record ends the
-/// run, and its transaction can never commit: exactly once takes no dead-letter policy).
-fn delivered(
-    events: &mut Vec<DeliveryEvent>,
-    policy: &RefusalPolicy<'_>,
-) -> Result<(), PipelineError> {
-    for event in events.drain(..) {
-        match event {
-            DeliveryEvent::Acked(delivery) => {
-                delivery.table.records.increment(1);
-                delivery.table.bytes.increment(u64::from(delivery.bytes));
-            }
-            DeliveryEvent::Failed { error, record, .. } => {
-                let position = (policy.position_of)(&record);
-                crate::delivery::refused_record(policy.delivery, &error, &record, &position)?;
-                return Err(PipelineError::fatal(
-                    format!(
-                        "Kafka refused a snapshot record for topic {} ({position}): {error}",
-                        record.topic
-                    ),
-                    "exactly once takes no dead-letter topic: a refused record aborts its transaction",
-                ));
-            }
-            DeliveryEvent::EncodeFailed {
-                reason, position, ..
-            } => {
-                return Err(PipelineError::fatal_with(
-                    format!("cannot encode the snapshot row at {position}"),
-                    "this is a bug in sluice: report it with the table's column types",
-                    Unencodable(reason),
-                ));
-            }
-            DeliveryEvent::Committed { .. } => {}
-            DeliveryEvent::TransactionFailed { what, error } => {
-                return Err(crate::delivery::exactly_once::transaction_error(
-                    what, error,
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Exactly once: produces `records` within the budget, inside the open transaction (their
-/// fate is the transaction's, so their delivery reports only count). A record the producer
-/// refuses at once (larger than its `message.max.bytes`) is reported on the delivery channel
-/// like one the broker refuses. Returns how many were produced.
-///
-/// `transforms` apply to the records first; those they drop are not produced (nor counted).
-/// A record they refuse stops the snapshot (reported as an encoding failure).
-///
-/// # Errors
-///
-/// None: refusals are reported, not returned (the `Result` is kept for the callers' `?`).
-pub async fn publish(
-    producer: &PipelineProducer,
-    budget: &InFlightBudget,
-    records: Vec<OutRecord>,
-    table: &Arc<TableMetrics>,
-    commit_unix_micros: i64,
-    transforms: Option<&crate::transform::Chain>,
-) -> Result<u64, PipelineError> {
-    use rdkafka::producer::Producer as _;
-    let records = match crate::transform::apply_all(transforms, records) {
-        Ok(records) => records,
-        Err(refused) => {
-            let (error, record) = *refused;
-            let _ = producer
-                .context()
-                .deliveries()
-                .send(DeliveryEvent::EncodeFailed {
-                    reason: error.to_string(),
-                    topic: Arc::clone(&record.topic),
-                    position: format!("a snapshot record of topic {}", record.topic),
-                    description: Vec::new(),
-                    deliveries: Vec::new(),
-                    hint: Some(format!(
-                        "fix [transforms.{}] for such records (e.g. a predicate that leaves them out)",
-                        error.name
-                    )),
-                });
-            return Ok(0);
-        }
-    };
-    let count = records.len() as u64;
-    for record in records {
-        let permit = budget.acquire(record.len().max(1)).await;
-        let delivery = Box::new(Delivery {
-            seq: Seq(0),
-            permit: Arc::new(permit),
-            commit_unix_micros,
-            table: Arc::clone(table),
-            bytes: u32::try_from(record.len()).unwrap_or(u32::MAX),
-            held: Held::NONE,
-        });
-        if let Err((error, record, delivery)) =
-            crate::delivery::send(producer, record, delivery).await
-        {
-            // The receiver is gone only when the run ended.
-            let _ = producer.context().deliveries().send(DeliveryEvent::Failed {
-                error,
-                record,
-                delivery,
-            });
-        }
-    }
-    Ok(count)
-}
-
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroU32;
@@ -778,6 +601,8 @@ mod tests {
 
     use super::*;
     use crate::delivery::{FailedChange, Origin, SendError};
+    use crate::kafka::Delivery;
+    use crate::runtime::metrics::TableMetrics;
 
     /// A producer that keeps what it is given; the test acknowledges it.
     #[derive(Default)]
@@ -891,6 +716,7 @@ mod tests {
                 board: &board,
                 chunks_total: 12,
                 chunks_done: 10,
+                commits: None,
             },
             workers,
             received,

@@ -646,6 +646,8 @@ pub async fn run(
             board: ctx.board,
             chunks_total: plan.chunks.len(),
             chunks_done,
+            // MySQL's exactly once is not offered (config validation refuses it).
+            commits: None,
         },
         workers,
         changes_rx,

@@ -54,7 +54,7 @@ use crate::error::{Interruption, PipelineError, classify_pg};
 use crate::event::SnapshotMarker;
 use crate::kafka::{DeliveryEvent, OutRecord, PipelineProducer};
 use crate::runtime::metrics::{self as m, TableMetrics};
-use crate::source::chunked::ChunkMessage;
+use crate::source::chunked::{ChunkCommits, ChunkMessage};
 
 /// What a snapshot needs from the run.
 pub struct SnapshotContext<'a> {
@@ -151,14 +151,7 @@ pub async fn run(
     let plan_arc = Arc::new(plan.chunks.clone());
     let source = Arc::new(ctx.config.source.clone());
     let transforms = crate::source::transform_chain(ctx.config, ctx.identity.registry.as_ref())?;
-    let (handover, receiver) = handover(
-        ctx.exactly_once,
-        ctx.producer,
-        ctx.budget,
-        transforms.as_ref(),
-        workers,
-    )
-    .await?;
+    let (handover, receiver) = handover(ctx.exactly_once, workers);
     let mut handles = tokio::task::JoinSet::new();
     for catalog in connections {
         let worker = Worker {
@@ -240,37 +233,26 @@ async fn open_connections(
     Ok((connections, resumed_at))
 }
 
-/// How the workers hand over what they read, and its counterpart for the run: at least once,
-/// their rows go to the delivery core; exactly once, they produce them in the snapshot's
-/// transactions (begun here), holding the gate shared while they read a chunk (the committer
-/// takes it exclusively, so a transaction holds whole chunks only).
-async fn handover(
+/// How the workers hand over what they read to the delivery core, and its counterpart for
+/// the run. Exactly once, the workers also hold the gate shared while they read a chunk (the
+/// snapshot takes it exclusively for a commit point, so a transaction holds whole chunks only).
+fn handover(
     exactly_once: Option<super::exactly_once::SnapshotTransactions>,
-    producer: &Arc<PipelineProducer>,
-    budget: &InFlightBudget,
-    transforms: Option<&Arc<crate::transform::Chain>>,
     workers: usize,
-) -> Result<(Handover, Receiver), PipelineError> {
-    let Some(transactions) = exactly_once else {
-        let (changes_tx, changes_rx) = mpsc::channel(workers);
-        return Ok((Handover::Core(changes_tx), Receiver::Core(changes_rx)));
+) -> (Handover, Receiver) {
+    let (changes_tx, changes) = mpsc::channel(workers);
+    let gate = exactly_once
+        .as_ref()
+        .map(|_| Arc::new(tokio::sync::RwLock::new(())));
+    let handover = Handover {
+        changes: changes_tx,
+        gate: gate.clone(),
     };
-    crate::source::chunked::begin(producer).await?;
-    let (sent_tx, sent_rx) = mpsc::unbounded_channel::<(usize, u64)>();
-    let gate = Arc::new(tokio::sync::RwLock::new(()));
-    let handover = Handover::Transactional {
-        producer: Arc::clone(producer),
-        budget: budget.clone(),
-        transforms: transforms.cloned(),
-        gate: Arc::clone(&gate),
-        sent: sent_tx,
+    let receiver = Receiver {
+        changes,
+        commits: gate.zip(exactly_once),
     };
-    let receiver = Receiver::Transactional {
-        sent: sent_rx,
-        gate,
-        transactions,
-    };
-    Ok((handover, receiver))
+    (handover, receiver)
 }
 
 /// What [`drive`] needs of the run besides the workers.
@@ -287,9 +269,9 @@ struct Driven<'a> {
     committed_done: Vec<usize>,
 }
 
-/// Delivers what the workers read until every chunk is finished: through the delivery core
-/// (at least once) or in the snapshot's transactions (exactly once). `finished` records chunks
-/// as they finish.
+/// Delivers what the workers read through the delivery core until every chunk is finished
+/// (exactly once, in transactions holding whole chunks). `finished` records chunks as they
+/// finish.
 async fn drive(
     driven: Driven<'_>,
     receiver: Receiver,
@@ -297,70 +279,42 @@ async fn drive(
     handles: tokio::task::JoinSet<Result<(), PipelineError>>,
     finished: impl FnMut(&[usize]) -> Result<(), PipelineError>,
 ) -> Result<u64, PipelineError> {
-    match receiver {
-        Receiver::Transactional {
-            sent,
-            gate,
-            transactions,
-        } => {
-            let progress = crate::source::chunked::Progress {
-                deliveries: driven.deliveries,
-                shutdown: driven.shutdown,
-                board: driven.board,
-                chunks_total: driven.chunks_total,
-                chunks_done: driven.chunks_done,
-                policy: crate::source::chunked::RefusalPolicy {
-                    delivery: &driven.config.delivery,
-                    position_of: super::encode::record_position,
-                },
-            };
-            crate::source::chunked::drive_transactional(
-                progress,
-                handles,
-                sent,
-                finished,
-                crate::source::chunked::ChunkTransactions {
-                    producer: Arc::clone(driven.producer),
-                    gate,
-                    offsets_topic: transactions.offsets_topic,
-                    key: transactions.key,
-                    value: transactions.value,
-                    interval: transactions.interval,
-                    done: driven.committed_done,
-                },
-            )
-            .await
-        }
-        Receiver::Core(changes) => {
-            let events = driven.config.kafka.events.clone();
-            crate::source::chunked::deliver(
-                crate::source::chunked::ChunkDelivery {
-                    producer: driven.producer,
-                    deliveries: driven.deliveries,
-                    events: driven.producer.context().deliveries().clone(),
-                    budget: driven.budget,
-                    delivery: &driven.config.delivery,
-                    position_of: super::encode::record_position,
-                    transforms,
-                    shutdown: driven.shutdown,
-                    board: driven.board,
-                    chunks_total: driven.chunks_total,
-                    chunks_done: driven.chunks_done,
-                },
-                handles,
-                changes,
-                move || ReadEncoder {
-                    options: EncodeOptions {
-                        tombstones: false,
-                        events: events.clone(),
-                        now_unix_nanos: crate::delivery::unix_nanos_now(),
-                    },
-                },
-                finished,
-            )
-            .await
-        }
-    }
+    let events = driven.config.kafka.events.clone();
+    let commits = receiver.commits.map(|(gate, transactions)| ChunkCommits {
+        gate,
+        offsets_topic: transactions.offsets_topic,
+        key: transactions.key,
+        value: transactions.value,
+        interval: transactions.interval,
+        done: driven.committed_done,
+    });
+    crate::source::chunked::deliver(
+        crate::source::chunked::ChunkDelivery {
+            producer: driven.producer,
+            deliveries: driven.deliveries,
+            events: driven.producer.context().deliveries().clone(),
+            budget: driven.budget,
+            delivery: &driven.config.delivery,
+            position_of: super::encode::record_position,
+            transforms,
+            shutdown: driven.shutdown,
+            board: driven.board,
+            chunks_total: driven.chunks_total,
+            chunks_done: driven.chunks_done,
+            commits,
+        },
+        handles,
+        receiver.changes,
+        move || ReadEncoder {
+            options: EncodeOptions {
+                tombstones: false,
+                events: events.clone(),
+                now_unix_nanos: crate::delivery::unix_nanos_now(),
+            },
+        },
+        finished,
+    )
+    .await
 }
 
 /// A resumed snapshot: the rows of `tables` (the unfinished chunks') changed since the
@@ -828,9 +782,9 @@ impl Worker {
             if self.shutdown.is_cancelled() {
                 break;
             }
-            let _shared = match &self.handover {
-                Handover::Transactional { gate, .. } => Some(gate.read().await),
-                Handover::Core(_) => None,
+            let _shared = match &self.handover.gate {
+                Some(gate) => Some(gate.read().await),
+                None => None,
             };
             let span = tracing::info_span!(
                 "snapshot_chunk",
@@ -838,20 +792,13 @@ impl Worker {
                 chunk = chunk_id
             );
             let rows = self.read_chunk(chunk_id).instrument(span).await?;
-            match &self.handover {
-                Handover::Core(changes) => {
-                    let read = ChunkMessage::Read {
-                        chunk: chunk_id,
-                        rows,
-                    };
-                    if changes.send(read).await.is_err() {
-                        // The delivery ended (its error is the run's).
-                        break;
-                    }
-                }
-                Handover::Transactional { sent, .. } => {
-                    let _ = sent.send((chunk_id, rows));
-                }
+            let read = ChunkMessage::Read {
+                chunk: chunk_id,
+                rows,
+            };
+            if self.handover.changes.send(read).await.is_err() {
+                // The delivery ended (its error is the run's).
+                break;
             }
         }
         let _ = self.catalog.client().batch_execute("COMMIT").await;
@@ -1074,59 +1021,21 @@ impl Worker {
                 transaction: None,
                 last_commit_end: None,
             };
-        let (producer, budget, transforms) = match &self.handover {
-            Handover::Core(changes) => {
-                let count = rows.len() as u64;
-                let batch = rows
-                    .into_iter()
-                    .enumerate()
-                    .map(|(n, (row, marker))| {
-                        // As an incremental snapshot's rows: the values twice (escaped, and
-                        // the slack of numbers written as text) and the envelope.
-                        let size = (row_bytes(&row) * 2 + relation.envelope_overhead).max(1);
-                        let change = change(n, row, marker, size);
-                        let records = change.record_count(false);
-                        (change, size, records)
-                    })
-                    .collect();
-                crate::source::chunked::hand_over(changes, batch).await?;
-                return Ok(count);
-            }
-            Handover::Transactional {
-                producer,
-                budget,
-                transforms,
-                ..
-            } => (producer, budget, transforms),
-        };
-        let options = EncodeOptions {
-            tombstones: false,
-            events: self.events.clone(),
-            now_unix_nanos: crate::delivery::unix_nanos_now(),
-        };
-        let changes: Vec<RowChange> = rows
+        let count = rows.len() as u64;
+        let batch = rows
             .into_iter()
             .enumerate()
-            .map(|(n, (row, marker))| change(n, row, marker, 0))
+            .map(|(n, (row, marker))| {
+                // As an incremental snapshot's rows: the values twice (escaped, and the slack
+                // of numbers written as text) and the envelope.
+                let size = (row_bytes(&row) * 2 + relation.envelope_overhead).max(1);
+                let change = change(n, row, marker, size);
+                let records = change.record_count(false);
+                (change, size, records)
+            })
             .collect();
-        let records = tokio::task::spawn_blocking(move || {
-            let mut out = Vec::with_capacity(changes.len());
-            for change in &changes {
-                encode_change(change, &options, &mut out);
-            }
-            out
-        })
-        .await
-        .map_err(|e| PipelineError::retryable("the snapshot encoder failed", e))?;
-        crate::source::chunked::publish(
-            producer,
-            budget,
-            records,
-            &relation.metrics,
-            commit_unix_micros,
-            transforms.as_deref(),
-        )
-        .await
+        crate::source::chunked::hand_over(&self.handover.changes, batch).await?;
+        Ok(count)
     }
 }
 
@@ -1141,34 +1050,22 @@ fn row_bytes(row: &TupleData) -> usize {
         .sum()
 }
 
-/// Where a worker's rows go.
+/// Where a worker's rows go: to the delivery core ([`crate::source::chunked::deliver`]).
 #[derive(Clone)]
-enum Handover {
-    /// At least once: to the delivery core ([`crate::source::chunked::deliver`]).
-    Core(mpsc::Sender<ChunkMessage<RowChange>>),
-    /// Exactly once: encoded and produced by the worker inside the snapshot's transactions
-    /// ([`crate::source::chunked::drive_transactional`]).
-    Transactional {
-        producer: Arc<PipelineProducer>,
-        budget: InFlightBudget,
-        transforms: Option<Arc<crate::transform::Chain>>,
-        /// Held shared while a chunk is read.
-        gate: Arc<tokio::sync::RwLock<()>>,
-        /// Each chunk read, with its record count.
-        sent: mpsc::UnboundedSender<(usize, u64)>,
-    },
+struct Handover {
+    changes: mpsc::Sender<ChunkMessage<RowChange>>,
+    /// Exactly once: held shared while a chunk is read.
+    gate: Option<Arc<tokio::sync::RwLock<()>>>,
 }
 
-/// What the run reads the workers' progress from: the counterpart of [`Handover`].
-enum Receiver {
-    /// At least once: the workers' changes.
-    Core(mpsc::Receiver<ChunkMessage<RowChange>>),
-    /// Exactly once: the chunks read, and the gate and transactions to commit them with.
-    Transactional {
-        sent: mpsc::UnboundedReceiver<(usize, u64)>,
-        gate: Arc<tokio::sync::RwLock<()>>,
-        transactions: super::exactly_once::SnapshotTransactions,
-    },
+/// What the run reads the workers' changes from: the counterpart of [`Handover`].
+struct Receiver {
+    changes: mpsc::Receiver<ChunkMessage<RowChange>>,
+    /// Exactly once: the gate and how the snapshot's transactions record finished chunks.
+    commits: Option<(
+        Arc<tokio::sync::RwLock<()>>,
+        super::exactly_once::SnapshotTransactions,
+    )>,
 }
 
 /// Encodes the snapshot's rows in the delivery core.
