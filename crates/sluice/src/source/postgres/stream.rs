@@ -283,7 +283,9 @@ async fn created_while_stopped(
 const CATALOG_REREADS: u32 = 10;
 const CATALOG_REREAD_PAUSE: Duration = Duration::from_millis(50);
 
-/// Runs the pipeline until shutdown (`Ok`) or an error.
+/// Runs the pipeline until shutdown (`Ok`) or an error: the slot secured ([`open_slot`]), the
+/// Kafka side set up, the initial snapshot when one is pending ([`initial_snapshot`]), then
+/// the stream ([`stream`]).
 ///
 /// # Errors
 ///
@@ -292,9 +294,105 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let config = &ctx.config;
     // Kafka first: before a slot starts retaining WAL for the pipeline.
     crate::source::run::probe_kafka(config, &ctx.shutdown).await?;
+    let (mut opened, connection) = open_slot(ctx).await?;
+    let database = opened.catalog.database().await?;
+    let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
+    let topics: Vec<String> = opened
+        .tables
+        .iter()
+        .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
+        .map(|t| format!("{}.{}", config.kafka.topic_prefix, t.qualified()))
+        .collect();
+    let exactly_once = config.delivery.guarantee == crate::config::DeliveryGuarantee::ExactlyOnce;
+    let mut run = RunSkeleton::setup(
+        config,
+        &ctx.board,
+        &ctx.batch_size_cap,
+        KafkaSetup {
+            change_topics: topics,
+            other_topics: config.delivery.dead_letter_topic.iter().cloned().collect(),
+            transactional_id: exactly_once
+                .then(|| delivery::exactly_once::transactional_id(&config.name)),
+        },
+    )
+    .await?;
+    tracing::info!(
+        slot = %opened.slot_name,
+        confirmed_flush = %opened.slot.confirmed_flush,
+        tables = opened.tables.len(),
+        "resuming from the slot's confirmed position"
+    );
+    let identity = SourceIdentity {
+        server_name: config.kafka.topic_prefix.clone(),
+        database,
+        registry: run.registry.clone(),
+    };
+    // Exactly once: fence older instances (aborting what they left open), then read back what
+    // was committed.
+    let committed = if exactly_once {
+        Some(
+            super::exactly_once::Committed::start(
+                config,
+                &run.producer,
+                &opened.system.systemid,
+                opened.consistent_point(),
+            )
+            .await?,
+        )
+    } else {
+        None
+    };
+    let Some(connection) = initial_snapshot(
+        ctx,
+        &mut run,
+        &mut opened,
+        connection,
+        &identity,
+        committed.as_ref(),
+        outbox_table.as_deref(),
+    )
+    .await?
+    else {
+        run.end_before_streaming();
+        tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
+        return Ok(());
+    };
+    stream(ctx, run, opened, connection, identity, committed).await
+}
+
+/// What a run holds once its slot is secured.
+struct Opened {
+    catalog: PgCatalog,
+    /// A standby (16+): the slot lives there; what it cannot write goes to the primary.
+    standby: Option<Arc<Standby>>,
+    slot_state: SlotStateFile,
+    capture: Capture,
+    tables: Vec<CapturedTable>,
+    signal_table: Option<CapturedTable>,
+    slot_name: String,
+    system: SystemIdentity,
+    /// A new slot's exported snapshot and consistent point.
+    exported: Option<(String, Lsn)>,
+    slot: super::setup::SlotInfo,
+}
+
+impl Opened {
+    /// Where the initial snapshot reads the tables: a new slot's consistent point, else the
+    /// slot's confirmed position.
+    fn consistent_point(&self) -> Lsn {
+        self.exported
+            .as_ref()
+            .map_or(self.slot.confirmed_flush, |e| e.1)
+    }
+}
+
+/// Connects, plans what is captured and secures the slot: a new pipeline's slot is created
+/// with an exported snapshot (the database exactly at the slot's consistent point, to read the
+/// tables under), recorded before it exists. Returns it with the replication connection.
+async fn open_slot(ctx: &RunContext) -> Result<(Opened, ReplicationConnection), PipelineError> {
+    let config = &ctx.config;
     let catalog = PgCatalog::connect(config).await?;
     catalog.check_wal_level().await?;
-    // A standby (16+): the slot lives there; what it cannot write goes to the primary.
     let standby = super::standby::detect(&catalog, config)
         .await?
         .map(Arc::new);
@@ -317,7 +415,6 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
     let signal_table = capture.signal_table.take();
     let slot_name = config.slot_name();
     let (mut connection, system) = replication_connection(config).await?;
-    let mode = config.source.snapshot;
     if slot_state
         .record()
         .is_some_and(|r| r.wal_budget_drop.is_some())
@@ -327,10 +424,8 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         // it stopped before recording it): it goes, the captured tables are republished.
         catalog.drop_slot(&slot_name).await?;
     }
-    // A new pipeline on a new slot: create the slot with an exported snapshot, the database
-    // exactly at the slot's consistent point, to read the tables under.
     let mut exported: Option<(String, Lsn)> = None;
-    if mode != SnapshotMode::Never
+    if config.source.snapshot != SnapshotMode::Never
         && slot_state.record().is_none_or(|r| r.creating)
         && catalog.slot(&slot_name).await?.is_none()
     {
@@ -339,13 +434,7 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         tokio::task::block_in_place(|| {
             slot_state.save(SlotRecord::creating(&system.systemid, &slot_name))
         })
-        .map_err(|e| {
-            PipelineError::fatal_with(
-                format!("cannot write the state file {}", slot_state.location()),
-                "make state_dir writable",
-                e,
-            )
-        })?;
+        .map_err(|e| state_unwritable(&slot_state, e))?;
         let creation = create_slot_exporting_snapshot(&mut connection, &slot_name, config);
         exported = Some(match &standby {
             Some(standby) => while_creating_on(standby, &ctx.board, creation).await?,
@@ -374,105 +463,127 @@ pub async fn run_once(ctx: &RunContext) -> Result<(), PipelineError> {
         }
         _ => securing.await?,
     };
-    let database = catalog.database().await?;
-    let outbox_table = config.source.outbox.as_ref().map(|o| o.table.clone());
-    let topics: Vec<String> = tables
+    let opened = Opened {
+        catalog,
+        standby,
+        slot_state,
+        capture,
+        tables,
+        signal_table,
+        slot_name,
+        system,
+        exported,
+        slot,
+    };
+    Ok((opened, connection))
+}
+
+/// The state file cannot be written.
+fn state_unwritable(
+    state: &SlotStateFile,
+    error: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> PipelineError {
+    PipelineError::fatal_with(
+        format!("cannot write the state file {}", state.location()),
+        "make state_dir writable",
+        error,
+    )
+}
+
+/// The initial snapshot, when the slot's record says one is pending: its plan made (or the
+/// unfinished one resumed) and read under the exported snapshot. Returns the replication
+/// connection to stream from, or `None` when nothing streams (`snapshot = "initial_only"`:
+/// the slot was dropped).
+async fn initial_snapshot(
+    ctx: &RunContext,
+    run: &mut RunSkeleton,
+    opened: &mut Opened,
+    connection: ReplicationConnection,
+    identity: &SourceIdentity,
+    committed: Option<&super::exactly_once::Committed>,
+    outbox_table: Option<&str>,
+) -> Result<Option<ReplicationConnection>, PipelineError> {
+    let config = &ctx.config;
+    let mode = config.source.snapshot;
+    if mode == SnapshotMode::Never
+        || !opened
+            .slot_state
+            .record()
+            .is_some_and(|r| r.snapshot_pending)
+    {
+        return Ok(Some(connection));
+    }
+    run.show_budget();
+    ctx.board.set_state(PipelineState::Snapshotting);
+    let snapshot_tables: Vec<_> = opened
+        .tables
         .iter()
-        .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
-        .map(|t| format!("{}.{}", config.kafka.topic_prefix, t.qualified()))
+        .filter(|t| outbox_table != Some(t.qualified().as_str()))
+        .cloned()
         .collect();
-    let exactly_once = config.delivery.guarantee == crate::config::DeliveryGuarantee::ExactlyOnce;
-    let mut run = RunSkeleton::setup(
-        config,
-        &ctx.board,
-        &ctx.batch_size_cap,
-        KafkaSetup {
-            change_topics: topics,
-            other_topics: config.delivery.dead_letter_topic.iter().cloned().collect(),
-            transactional_id: exactly_once
-                .then(|| delivery::exactly_once::transactional_id(&config.name)),
+    let consistent_point = opened.consistent_point();
+    let exported_name = opened.exported.as_ref().map(|e| e.0.as_str());
+    let slot_state = &mut opened.slot_state;
+    let mut plan = match slot_state.record().and_then(|r| r.snapshot_plan.clone()) {
+        Some(plan) => plan,
+        None => {
+            let plan = SnapshotPlan::build(config, &snapshot_tables, exported_name).await?;
+            save_plan(slot_state, &plan)?;
+            plan
+        }
+    };
+    snapshot::run(
+        SnapshotContext {
+            config,
+            identity,
+            producer: &run.producer,
+            deliveries: &mut run.deliveries,
+            budget: &run.budget,
+            consistent_point,
+            shutdown: &ctx.shutdown,
+            board: &ctx.board,
+            exactly_once: committed.map(|c| c.snapshot_transactions(config)),
         },
+        &mut plan,
+        exported_name,
+        |plan| save_plan(slot_state, plan),
     )
     .await?;
-    tracing::info!(
-        slot = %slot_name,
-        confirmed_flush = %slot.confirmed_flush,
-        tables = tables.len(),
-        "resuming from the slot's confirmed position"
-    );
-    let identity = SourceIdentity {
-        server_name: config.kafka.topic_prefix.clone(),
-        database,
-        registry: run.registry.clone(),
-    };
-    // Exactly once: fence older instances (aborting what they left open), then read back what
-    // was committed.
-    let committed = if exactly_once {
-        Some(
-            super::exactly_once::Committed::start(
-                config,
-                &run.producer,
-                &system.systemid,
-                exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
-            )
-            .await?,
-        )
-    } else {
-        None
-    };
-
-    if mode != SnapshotMode::Never && slot_state.record().is_some_and(|r| r.snapshot_pending) {
-        run.show_budget();
-        ctx.board.set_state(PipelineState::Snapshotting);
-        let snapshot_tables: Vec<_> = tables
-            .iter()
-            .filter(|t| outbox_table.as_deref() != Some(t.qualified().as_str()))
-            .cloned()
-            .collect();
-        let exported_name = exported.as_ref().map(|e| e.0.as_str());
-        let mut plan = match slot_state.record().and_then(|r| r.snapshot_plan.clone()) {
-            Some(plan) => plan,
-            None => {
-                let plan = SnapshotPlan::build(config, &snapshot_tables, exported_name).await?;
-                save_plan(&mut slot_state, &plan)?;
-                plan
-            }
-        };
-        snapshot::run(
-            SnapshotContext {
-                config,
-                identity: &identity,
-                producer: &run.producer,
-                deliveries: &mut run.deliveries,
-                budget: &run.budget,
-                consistent_point: exported.as_ref().map_or(slot.confirmed_flush, |e| e.1),
-                shutdown: &ctx.shutdown,
-                board: &ctx.board,
-                exactly_once: committed.as_ref().map(|c| c.snapshot_transactions(config)),
-            },
-            &mut plan,
-            exported_name,
-            |plan| save_plan(&mut slot_state, plan),
-        )
-        .await?;
-        if mode == SnapshotMode::InitialOnly {
-            // Nothing streams: the slot would only retain WAL. A later run snapshots anew.
-            drop(connection);
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            catalog.drop_slot(&slot_name).await?;
-            let _ = slot_state.remove();
-            run.end_before_streaming();
-            tracing::info!("snapshot done; snapshot = \"initial_only\": stopping");
-            return Ok(());
-        }
-        tokio::task::block_in_place(|| slot_state.set_snapshot_pending(false)).map_err(|e| {
-            PipelineError::fatal_with(
-                format!("cannot write the state file {}", slot_state.location()),
-                "make state_dir writable",
-                e,
-            )
-        })?;
+    if mode == SnapshotMode::InitialOnly {
+        // Nothing streams: the slot would only retain WAL. A later run snapshots anew.
+        drop(connection);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        opened.catalog.drop_slot(&opened.slot_name).await?;
+        let _ = opened.slot_state.remove();
+        return Ok(None);
     }
+    tokio::task::block_in_place(|| opened.slot_state.set_snapshot_pending(false))
+        .map_err(|e| state_unwritable(&opened.slot_state, e))?;
+    Ok(Some(connection))
+}
+
+/// Streams from the slot through the delivery core until shutdown or an error, with the slot
+/// monitor and the incremental snapshots beside it.
+async fn stream(
+    ctx: &RunContext,
+    mut run: RunSkeleton,
+    opened: Opened,
+    connection: ReplicationConnection,
+    identity: SourceIdentity,
+    committed: Option<super::exactly_once::Committed>,
+) -> Result<(), PipelineError> {
+    let config = &ctx.config;
+    let Opened {
+        catalog,
+        standby,
+        slot_state,
+        capture,
+        signal_table,
+        slot_name,
+        system,
+        slot,
+        ..
+    } = opened;
     let stream = start_streaming(
         connection,
         &catalog,
@@ -2251,13 +2362,8 @@ impl ProgressWatch {
 
 /// Persists the snapshot plan (finished chunks) in the state file.
 fn save_plan(state: &mut SlotStateFile, plan: &SnapshotPlan) -> Result<(), PipelineError> {
-    tokio::task::block_in_place(|| state.set_snapshot_plan(plan)).map_err(|e| {
-        PipelineError::fatal_with(
-            format!("cannot write the state file {}", state.location()),
-            "make state_dir writable",
-            e,
-        )
-    })
+    tokio::task::block_in_place(|| state.set_snapshot_plan(plan))
+        .map_err(|e| state_unwritable(state, e))
 }
 
 /// `CREATE_REPLICATION_SLOT … EXPORT_SNAPSHOT`: returns the snapshot's name and the slot's
@@ -2389,13 +2495,7 @@ async fn secure_slot(
                 creating: false,
                 wal_budget_drop: None,
             })
-            .map_err(|e| {
-                PipelineError::fatal_with(
-                    format!("cannot write the state file {}", state.location()),
-                    "make state_dir writable",
-                    e,
-                )
-            })?;
+            .map_err(|e| state_unwritable(state, e))?;
     }
     Ok(slot)
 }
