@@ -19,6 +19,7 @@
 //!   skips what it has applied, as it does with committed files.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,12 +33,13 @@ use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
 use crate::sink::postgres::config::{PostgresSinkConfig, TableName, quote_ident};
 use crate::sink::postgres::convert::{
-    self, ColumnConversion, EventEncoding, Placeholders, PreparedRow, TargetColumn,
+    self, ColumnConversion, ColumnSets, EventEncoding, Placeholders, PreparedRow, TargetColumn,
 };
 use crate::sink::postgres::ddl;
 use crate::sink::postgres::decode::{self, Change, ConnectSchema, SchemaCache};
 use crate::sink::worker::{
-    DeadLetter, FailureSettings, Reclaim, RecordData, SubPartitionWriter, WriteFailure,
+    DeadLetter, FailureSettings, Reclaim, RecordData, RecordLayout, SubPartitionWriter,
+    WriteFailure,
 };
 
 /// How long a connection attempt to the target may take (unless the URL sets
@@ -61,6 +63,8 @@ pub struct PgTarget {
     recovery: Mutex<Option<Client>>,
     /// The forms of the unavailable-value placeholder.
     placeholders: Placeholders,
+    /// The bytes a writer's open batch may stage ([`crate::sink::postgres::config::batch_bytes`]).
+    batch_bytes: usize,
 }
 
 impl PgTarget {
@@ -115,6 +119,10 @@ impl PgTarget {
             runtime,
             recovery: Mutex::new(None),
             placeholders: Placeholders::new(&settings.unavailable_value_placeholder),
+            batch_bytes: crate::sink::postgres::config::batch_bytes(
+                config.delivery.memory_limit,
+                settings.sub_partitions,
+            ),
         })
     }
 
@@ -260,7 +268,8 @@ impl PgTarget {
             }),
             shape: None,
             progress: (last_offset + 1).max(0),
-            batch: Vec::new(),
+            batch: Batch::default(),
+            column_sets: ColumnSets::default(),
             schemas: SchemaCache::default(),
             failure,
             dead_letter,
@@ -440,11 +449,170 @@ impl Reclaim for PgSession {
     }
 }
 
-/// A staged change and its record (for the dead-letter topic).
+/// The open batch: its changes, and their records' bytes in one buffer kept from batch to
+/// batch (no allocation per record, and no copy of a record's key and row besides the record).
+#[derive(Debug, Default)]
+struct Batch {
+    /// The records as consumed (for the dead-letter topic), and the keys and rows that are
+    /// not part of them (a decoded Avro record's).
+    arena: Vec<u8>,
+    staged: Vec<Staged>,
+}
+
+/// A staged change: its parts are ranges of [`Batch::arena`].
 #[derive(Debug)]
 struct Staged {
-    change: Change,
-    data: RecordData,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    /// The record as consumed.
+    record: Range<usize>,
+    layout: RecordLayout,
+    key: Range<usize>,
+    change: StagedChange,
+}
+
+/// What a staged change does (its key and row in the arena).
+#[derive(Debug)]
+enum StagedChange {
+    Upsert {
+        row: Range<usize>,
+        event: bool,
+        schema: Option<Arc<ConnectSchema>>,
+        unavailable: Vec<String>,
+    },
+    Delete,
+    Truncate,
+}
+
+/// A staged change as the apply reads it.
+enum View<'a> {
+    /// Insert or update `row` (see [`Change::Upsert`]).
+    Upsert {
+        row: &'a str,
+        event: bool,
+        schema: Option<&'a Arc<ConnectSchema>>,
+        unavailable: &'a [String],
+    },
+    Delete,
+    Truncate,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.staged.len()
+    }
+
+    /// The bytes staged.
+    fn bytes(&self) -> usize {
+        self.arena.len() + self.staged.len() * std::mem::size_of::<Staged>()
+    }
+
+    /// Stages `data` as `change` (whose key and row are borrowed from `data`).
+    fn push(&mut self, data: &RecordData, change: Change<'_>) {
+        let original = data.original();
+        let (bytes, layout) = original
+            .parts()
+            .unwrap_or_else(|| unreachable!("an original record is not decoded"));
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        let record = start..self.arena.len();
+        // A key or row inside the record's own bytes is a range of them; else (a decoded
+        // record's) it is added.
+        let stored = data.parts().map(|(bytes, _)| bytes);
+        let mut place = |part: &[u8]| -> Range<usize> {
+            if let Some(within) = stored.and_then(|bytes| offset_within(bytes, part)) {
+                return start + within..start + within + part.len();
+            }
+            let at = self.arena.len();
+            self.arena.extend_from_slice(part);
+            at..self.arena.len()
+        };
+        let key = place(change.key());
+        let change = match change {
+            Change::Upsert {
+                row,
+                event,
+                schema,
+                unavailable,
+                ..
+            } => StagedChange::Upsert {
+                row: place(row.as_bytes()),
+                event,
+                schema,
+                unavailable,
+            },
+            Change::Delete { .. } => StagedChange::Delete,
+            Change::Truncate => StagedChange::Truncate,
+        };
+        self.staged.push(Staged {
+            offset: data.offset,
+            timestamp_ms: data.timestamp_ms,
+            record,
+            layout,
+            key,
+            change,
+        });
+    }
+
+    /// The record key of change `index` (empty for a truncate).
+    fn key(&self, index: usize) -> &[u8] {
+        &self.arena[self.staged[index].key.clone()]
+    }
+
+    fn view(&self, index: usize) -> View<'_> {
+        match &self.staged[index].change {
+            StagedChange::Upsert {
+                row,
+                event,
+                schema,
+                unavailable,
+            } => View::Upsert {
+                // Staged from a `&str`: always UTF-8.
+                row: std::str::from_utf8(&self.arena[row.clone()]).unwrap_or_default(),
+                event: *event,
+                schema: schema.as_ref(),
+                unavailable,
+            },
+            StagedChange::Delete => View::Delete,
+            StagedChange::Truncate => View::Truncate,
+        }
+    }
+
+    fn is_truncate(&self, index: usize) -> bool {
+        matches!(self.staged[index].change, StagedChange::Truncate)
+    }
+
+    fn offset(&self, index: usize) -> i64 {
+        self.staged[index].offset
+    }
+
+    /// Change `index`'s record as consumed (for the dead-letter topic).
+    fn record(&self, index: usize) -> RecordData {
+        let staged = &self.staged[index];
+        RecordData::from_parts(
+            staged.offset,
+            staged.timestamp_ms,
+            &self.arena[staged.record.clone()],
+            staged.layout,
+        )
+    }
+
+    /// Empties the batch; keeps the arena's memory for the next one, up to `keep` bytes (a
+    /// batch that grew past it for one large record gives the rest back).
+    fn clear(&mut self, keep: usize) {
+        self.arena.clear();
+        self.staged.clear();
+        if self.arena.capacity() > keep.saturating_mul(2) {
+            self.arena.shrink_to(keep);
+            self.staged.shrink_to(0);
+        }
+    }
+}
+
+/// Where `part` starts within `whole`, when it is a slice of it.
+fn offset_within(whole: &[u8], part: &[u8]) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (start + part.len() <= whole.len()).then_some(start)
 }
 
 /// What the writer knows of its table.
@@ -459,7 +627,7 @@ struct TableShape {
     plans: Vec<(Option<Arc<ConnectSchema>>, Plan)>,
 }
 
-/// The conversions of a row's columns.
+/// The conversions of a row's columns, sorted by name.
 type Plan = Arc<[(String, ColumnConversion)]>;
 
 impl TableShape {
@@ -478,7 +646,7 @@ impl TableShape {
         if let Some((_, plan)) = self.plans.iter().find(|(known, _)| same(known)) {
             return Arc::clone(plan);
         }
-        let plan: Plan = self
+        let mut plan: Vec<(String, ColumnConversion)> = self
             .columns
             .iter()
             .filter_map(|column| {
@@ -501,6 +669,9 @@ impl TableShape {
                 conversion.map(|c| (column.name.clone(), c))
             })
             .collect();
+        // By name: `convert::prepare_row_in` looks names up in it.
+        plan.sort_by(|a, b| a.0.cmp(&b.0));
+        let plan: Plan = plan.into();
         // A few schemas per table at most (one per version of the source table).
         if self.plans.len() >= 16 {
             self.plans.clear();
@@ -552,7 +723,9 @@ pub struct PgWriter {
     /// The progress table's `next_offset` for this sub-partition (what the next transaction
     /// expects to find).
     progress: i64,
-    batch: Vec<Staged>,
+    batch: Batch,
+    /// The column sets of the rows prepared, shared between rows.
+    column_sets: ColumnSets,
     schemas: SchemaCache,
     failure: FailureSettings,
     dead_letter: Option<Arc<DeadLetter>>,
@@ -659,10 +832,8 @@ impl PgWriter {
             return Ok(());
         }
         let table = self.table()?.clone();
-        let Some(first_key) = self
-            .batch
-            .iter()
-            .map(|s| s.change.key())
+        let Some(first_key) = (0..self.batch.len())
+            .map(|index| self.batch.key(index))
             .find(|k| !k.is_empty())
         else {
             // Truncates only: the table's columns, no key needed.
@@ -695,13 +866,13 @@ impl PgWriter {
         }
         let mut columns = self.read_columns(client, &table)?;
         if columns.is_empty() {
-            let first_row = self.batch.iter().find_map(|s| match &s.change {
-                Change::Upsert { row, schema, .. } => Some((row, schema)),
+            let first_row = (0..self.batch.len()).find_map(|index| match self.batch.view(index) {
+                View::Upsert { row, schema, .. } => Some((row, schema)),
                 _ => None,
             });
             match first_row {
                 Some((row, schema)) if self.target.settings.auto_create => {
-                    let new = ddl::columns_of(row, schema.as_deref(), &key).map_err(|e| {
+                    let new = ddl::columns_of(row, schema.map(|s| &**s), &key).map_err(|e| {
                         PipelineError::fatal(
                             format!(
                                 "cannot create {table} from a record of {:?}: {e}",
@@ -749,13 +920,11 @@ impl PgWriter {
         };
         // The first row carrying each column the table lacks.
         let mut missing: Vec<(String, usize)> = Vec::new();
-        for (index, staged) in self.batch.iter().enumerate() {
-            let Change::Upsert { row, .. } = &staged.change else {
+        for index in 0..self.batch.len() {
+            let View::Upsert { row, .. } = self.batch.view(index) else {
                 continue;
             };
-            let fields: HashMap<std::borrow::Cow<'_, str>, serde::de::IgnoredAny> =
-                serde_json::from_str(row).unwrap_or_default();
-            for name in fields.into_keys() {
+            for (name, _) in convert::fields(row).unwrap_or_default() {
                 if !shape.has_column(&name) && !missing.iter().any(|(m, _)| *m == name) {
                     missing.push((name.into_owned(), index));
                 }
@@ -780,10 +949,10 @@ impl PgWriter {
             }
             let mut new = Vec::new();
             for (name, index) in &missing {
-                let Change::Upsert { row, schema, .. } = &self.batch[*index].change else {
+                let View::Upsert { row, schema, .. } = self.batch.view(*index) else {
                     continue;
                 };
-                let all = ddl::columns_of(row, schema.as_deref(), &[]).unwrap_or_default();
+                let all = ddl::columns_of(row, schema.map(|s| &**s), &[]).unwrap_or_default();
                 if let Some(column) = all.into_iter().find(|c| &c.name == name) {
                     new.push(column);
                 }
@@ -806,14 +975,13 @@ impl PgWriter {
         let mut refused = Vec::new();
         let placeholders = &self.target.placeholders;
         let encoding = self.target.settings.event_encoding();
-        for (index, staged) in self.batch.iter().enumerate() {
-            let Change::Upsert {
+        for index in 0..self.batch.len() {
+            let View::Upsert {
                 row,
                 event,
                 schema,
                 unavailable,
-                ..
-            } = &staged.change
+            } = self.batch.view(index)
             else {
                 rows.push(None);
                 continue;
@@ -822,16 +990,19 @@ impl PgWriter {
                 rows.push(None);
                 continue;
             };
-            let (plan, placeholders) = if !*event && schema.is_none() {
+            let (plan, placeholders) = if !event && schema.is_none() {
                 // A plain JSON row: applied as it is.
                 (Plan::from(Vec::new()), None)
             } else {
-                (
-                    shape.plan(schema.as_ref(), &encoding),
-                    event.then_some(placeholders),
-                )
+                (shape.plan(schema, &encoding), event.then_some(placeholders))
             };
-            match convert::prepare_row(row, &plan, placeholders, unavailable) {
+            match convert::prepare_row_in(
+                row,
+                &plan,
+                placeholders,
+                unavailable,
+                &mut self.column_sets,
+            ) {
                 Ok(prepared) => rows.push(Some(prepared)),
                 Err(reason) => {
                     refused.push((index, format!("a value cannot be converted: {reason}")));
@@ -862,22 +1033,21 @@ impl PgWriter {
         let keys: Vec<String> = shape.key.iter().map(|k| quote_ident(k)).collect();
         let mut statements = Vec::new();
         let (mut upserted_total, mut deleted_total) = (0, 0);
-        for segment in indices.split(|i| matches!(self.batch[*i].change, Change::Truncate)) {
+        for segment in indices.split(|i| self.batch.is_truncate(*i)) {
             // Per key: whether it is deleted first, and its row afterwards (`None`: deleted).
             let mut net: HashMap<&[u8], (bool, Option<std::borrow::Cow<'_, PreparedRow>>)> =
                 HashMap::with_capacity(segment.len());
             // Keys in the order of their first change.
             let mut order: Vec<&[u8]> = Vec::with_capacity(segment.len());
             for &index in segment {
-                let change = &self.batch[index].change;
-                let key = change.key();
+                let key = self.batch.key(index);
                 let entry = net.entry(key).or_insert_with(|| {
                     order.push(key);
                     (false, None)
                 });
-                match change {
-                    Change::Delete { .. } => *entry = (true, None),
-                    Change::Upsert { .. } => {
+                match self.batch.view(index) {
+                    View::Delete => *entry = (true, None),
+                    View::Upsert { .. } => {
                         let Some(row) = rows[index].as_ref() else {
                             continue;
                         };
@@ -893,7 +1063,7 @@ impl PgWriter {
                             None => std::borrow::Cow::Borrowed(row),
                         });
                     }
-                    Change::Truncate => {}
+                    View::Truncate => {}
                 }
             }
             let mut deletes = String::from("[");
@@ -915,7 +1085,7 @@ impl PgWriter {
                     continue;
                 };
                 let group = groups
-                    .entry((&row.columns, !row.unavailable.is_empty()))
+                    .entry((&*row.columns, !row.unavailable.is_empty()))
                     .or_insert_with(|| (String::from("["), 0));
                 if group.1 > 0 {
                     group.0.push(',');
@@ -1129,7 +1299,7 @@ impl PgWriter {
         };
         let id = &self.id;
         let table = self.table()?;
-        let offset = self.batch[*first].data.offset;
+        let offset = self.batch.offset(*first);
         let what = format!(
             "record {}/{} offset {offset} cannot be applied to {table}: {reason}",
             id.topic, id.partition
@@ -1137,7 +1307,7 @@ impl PgWriter {
         match (self.failure.policy, &self.dead_letter) {
             (FailurePolicy::DeadLetter, Some(dead_letter)) => {
                 for (index, reason) in refused {
-                    let data = &self.batch[*index].data;
+                    let data = self.batch.record(*index);
                     tracing::warn!(
                         topic = %id.topic,
                         partition = id.partition,
@@ -1146,7 +1316,7 @@ impl PgWriter {
                         dead_letter_topic = %dead_letter.topic,
                         "record sent to the dead-letter topic"
                     );
-                    dead_letter.send(&id.topic, id.partition, data, reason)?;
+                    dead_letter.send(&id.topic, id.partition, &data, reason)?;
                     rejected.insert(*index);
                 }
                 Ok(())
@@ -1267,7 +1437,7 @@ impl PgWriter {
     }
 
     fn clear(&mut self) {
-        self.batch.clear();
+        self.batch.clear(self.target.batch_bytes);
         self.last_offset = None;
         self.last_timestamp_ms = None;
         self.records = 0;
@@ -1285,12 +1455,9 @@ impl SubPartitionWriter for PgWriter {
                     .into(),
             ));
         }
-        self.batch.push(Staged {
-            change,
-            // Kept for the dead-letter topic: the record as consumed (Avro's bytes, not the
-            // larger JSON with schemas it was read as).
-            data: data.original().clone(),
-        });
+        // Kept for the dead-letter topic: the record as consumed (Avro's bytes, not the larger
+        // JSON with schemas it was read as), the change's key and row as parts of it.
+        self.batch.push(data, change);
         if data.timestamp_ms.is_some() {
             self.last_timestamp_ms = data.timestamp_ms;
         }
@@ -1314,6 +1481,7 @@ impl SubPartitionWriter for PgWriter {
 
     fn is_full(&self) -> bool {
         self.records >= self.target.settings.batch_records
+            || self.batch.bytes() >= self.target.batch_bytes
     }
 
     fn max_age(&self) -> Duration {
