@@ -23,6 +23,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::SinkExt as _;
 use tokio_postgres::Client;
 
 use crate::error::PipelineError;
@@ -262,6 +263,7 @@ impl PgTarget {
             table,
             id,
             client: None,
+            copy_staging: false,
             session: Arc::new(PgSession {
                 target: Arc::clone(self),
                 slot: Mutex::default(),
@@ -681,11 +683,19 @@ impl TableShape {
     }
 }
 
+/// The temporary table a batch's upserted rows are copied into (`COPY … FROM STDIN`) before one
+/// `INSERT … SELECT … ON CONFLICT` merges them into the target: one JSON document per row, and
+/// the number of the statement that reads it. Created in each transaction that uses it when
+/// the session has none yet (so a session a pooler hands over works too); emptied at commit.
+const STAGING_TABLE: &str = "pg_temp.sluice_staging";
+
 /// One statement of a batch's transaction.
 struct Statement {
     sql: String,
     /// Its JSON parameter (`None`: none).
     json: Option<String>,
+    /// The rows to copy into [`STAGING_TABLE`] before it runs (`COPY`'s text format).
+    copy: Option<bytes::Bytes>,
     /// The rows it must change (`None`: any number): an update of rows that must be in the
     /// table already.
     expect: Option<u64>,
@@ -696,7 +706,30 @@ impl Statement {
         Self {
             sql,
             json,
+            copy: None,
             expect: None,
+        }
+    }
+}
+
+/// Appends `text` as a field of `COPY`'s text format (backslash, newline, carriage return
+/// and tab escaped).
+fn push_copy_field(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    if !bytes
+        .iter()
+        .any(|b| matches!(b, b'\\' | b'\n' | b'\r' | b'\t'))
+    {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    for &byte in bytes {
+        match byte {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            other => out.push(other),
         }
     }
 }
@@ -717,6 +750,10 @@ pub struct PgWriter {
     table: Result<TableName, String>,
     id: SubPartitionId,
     client: Option<Client>,
+    /// Whether the session may create [`STAGING_TABLE`] (the `TEMPORARY` privilege on the
+    /// database, which every role has unless revoked): upserts go through it; otherwise
+    /// they are a JSON array parameter.
+    copy_staging: bool,
     /// What the intake closes when it gives up on this writer's worker.
     session: Arc<PgSession>,
     shape: Option<TableShape>,
@@ -822,6 +859,29 @@ impl PgWriter {
                 self.target
                     .sql_error(&format!("cannot change the schema of {table}"), e)
             })
+    }
+
+    /// Whether the session may create temporary tables (for [`STAGING_TABLE`]).
+    fn may_create_temporary_tables(&self, client: &Client) -> bool {
+        let allowed = self.target.runtime.block_on(client.query_one(
+            "SELECT has_database_privilege(current_database(), 'TEMPORARY')",
+            &[],
+        ));
+        match allowed {
+            Ok(row) => {
+                let allowed: bool = row.get(0);
+                if !allowed {
+                    tracing::info!(
+                        "the target role may not create temporary tables: batches are applied without COPY"
+                    );
+                }
+                allowed
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot read the TEMPORARY privilege on the target database: batches are applied without COPY");
+                false
+            }
+        }
     }
 
     /// Loads the table's columns and the key columns (from the first key of the batch);
@@ -1020,10 +1080,13 @@ impl PgWriter {
     /// `INSERT` names only those (the others take their defaults) and its `ON CONFLICT DO
     /// UPDATE` sets only those (the others keep their values); a row with unavailable columns
     /// (unchanged TOASTed values) is an `UPDATE` of those it carries, which must find the row.
+    /// With `copy`, an `INSERT`'s rows are copied into [`STAGING_TABLE`] first and read from
+    /// there; otherwise they are its parameter, a JSON array.
     fn statements(
         &self,
         indices: &[usize],
         rows: &[Option<PreparedRow>],
+        copy: bool,
     ) -> Result<(Vec<Statement>, u64, u64), PipelineError> {
         let table = self.table()?.quoted();
         let Some(shape) = &self.shape else {
@@ -1068,8 +1131,8 @@ impl PgWriter {
             }
             let mut deletes = String::from("[");
             let mut deleted = 0u64;
-            // (columns, whether the row must exist) → (JSON array, rows).
-            let mut groups: std::collections::BTreeMap<(&[String], bool), (String, u64)> =
+            // (columns, whether the row must exist) → the rows' JSON.
+            let mut groups: std::collections::BTreeMap<(&[String], bool), Vec<&str>> =
                 std::collections::BTreeMap::new();
             let mut seen: HashSet<&str> = HashSet::new();
             for key in &order {
@@ -1084,14 +1147,10 @@ impl PgWriter {
                 let Some(row) = row else {
                     continue;
                 };
-                let group = groups
+                groups
                     .entry((&*row.columns, !row.unavailable.is_empty()))
-                    .or_insert_with(|| (String::from("["), 0));
-                if group.1 > 0 {
-                    group.0.push(',');
-                }
-                group.0.push_str(&row.json);
-                group.1 += 1;
+                    .or_default()
+                    .push(&row.json);
                 seen.extend(row.columns.iter().map(String::as_str));
             }
             deletes.push(']');
@@ -1115,9 +1174,24 @@ impl PgWriter {
                 ));
             }
             let mut upserted = 0u64;
-            for ((columns, must_exist), (mut json, count)) in groups {
-                json.push(']');
+            for ((columns, must_exist), group) in groups {
+                let count = group.len() as u64;
                 upserted += count;
+                // The rows as one JSON array (a statement's parameter).
+                let json_array = || {
+                    let mut json = String::with_capacity(
+                        group.iter().map(|row| row.len() + 1).sum::<usize>() + 2,
+                    );
+                    json.push('[');
+                    for (at, row) in group.iter().enumerate() {
+                        if at > 0 {
+                            json.push(',');
+                        }
+                        json.push_str(row);
+                    }
+                    json.push(']');
+                    json
+                };
                 // In table order.
                 let columns: Vec<String> = shape
                     .columns
@@ -1140,7 +1214,8 @@ impl PgWriter {
                             sets.join(", "),
                             matches.join(" AND ")
                         ),
-                        json: Some(json),
+                        json: Some(json_array()),
+                        copy: None,
                         expect: Some(count),
                     });
                     continue;
@@ -1155,12 +1230,41 @@ impl PgWriter {
                     format!("UPDATE SET {}", updates.join(", "))
                 };
                 let list = columns.join(", ");
+                if copy {
+                    // Copied into the staging table, then merged by one statement: no JSON
+                    // array of the whole group parsed as one value.
+                    let number = statements.len();
+                    let tag = format!("{number}\t");
+                    let mut data = Vec::with_capacity(
+                        group
+                            .iter()
+                            .map(|row| row.len() + tag.len() + 1)
+                            .sum::<usize>(),
+                    );
+                    for row in &group {
+                        data.extend_from_slice(tag.as_bytes());
+                        push_copy_field(&mut data, row);
+                        data.push(b'\n');
+                    }
+                    let selected: Vec<String> = columns.iter().map(|c| format!("r.{c}")).collect();
+                    statements.push(Statement {
+                        sql: format!(
+                            "INSERT INTO {table} ({list}) SELECT {} FROM {STAGING_TABLE} AS s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.doc) AS r WHERE s.g = {number} ON CONFLICT ({}) DO {action}",
+                            selected.join(", "),
+                            keys.join(", ")
+                        ),
+                        json: None,
+                        copy: Some(data.into()),
+                        expect: None,
+                    });
+                    continue;
+                }
                 statements.push(Statement::new(
                     format!(
                         "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
                         keys.join(", ")
                     ),
-                    Some(json),
+                    Some(json_array()),
                 ));
             }
             upserted_total += upserted;
@@ -1190,7 +1294,23 @@ impl PgWriter {
         let sub = id.sub as i32;
         self.target.runtime.block_on(async {
             let transaction = client.transaction().await?;
+            if statements.iter().any(|s| s.copy.is_some()) {
+                transaction
+                    .batch_execute(&format!(
+                        "SET LOCAL client_min_messages = warning;
+                         CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (g integer NOT NULL, doc jsonb NOT NULL) ON COMMIT DELETE ROWS"
+                    ))
+                    .await?;
+            }
             for statement in statements {
+                if let Some(data) = &statement.copy {
+                    let sink = transaction
+                        .copy_in(&format!("COPY {STAGING_TABLE} (g, doc) FROM STDIN"))
+                        .await?;
+                    let mut sink = std::pin::pin!(sink);
+                    sink.send(data.clone()).await?;
+                    sink.as_mut().finish().await?;
+                }
                 let changed = match &statement.json {
                     Some(json) => transaction.execute(statement.sql.as_str(), &[json]).await?,
                     None => transaction.execute(statement.sql.as_str(), &[]).await?,
@@ -1246,7 +1366,7 @@ impl PgWriter {
             runtime
                 .block_on(transaction.batch_execute("SAVEPOINT sluice_one"))
                 .map_err(failed)?;
-            for statement in self.statements(&[index], rows)?.0 {
+            for statement in self.statements(&[index], rows, false)?.0 {
                 let sql = statement.sql.as_str();
                 let executed = match &statement.json {
                     Some(json) => runtime.block_on(transaction.execute(sql, &[json])),
@@ -1344,7 +1464,11 @@ impl PgWriter {
         let next = last_offset + 1;
         let mut client = match self.client.take() {
             Some(client) if !client.is_closed() => client,
-            _ => self.session.connect()?,
+            _ => {
+                let client = self.session.connect()?;
+                self.copy_staging = self.may_create_temporary_tables(&client);
+                client
+            }
         };
         self.load_shape(&mut client)?;
         self.ensure_columns(&mut client)?;
@@ -1372,7 +1496,8 @@ impl PgWriter {
             let indices: Vec<usize> = (0..self.batch.len())
                 .filter(|index| !rejected.contains(index))
                 .collect();
-            let (statements, upserted, deleted) = self.statements(&indices, &rows)?;
+            let (statements, upserted, deleted) =
+                self.statements(&indices, &rows, self.copy_staging)?;
             let refused = match self.transact(&mut client, &statements, next) {
                 Ok(Transacted::Committed) => break Attempt::Committed { upserted, deleted },
                 Ok(Transacted::Fenced) => break Attempt::Fenced,
@@ -1504,5 +1629,46 @@ impl SubPartitionWriter for PgWriter {
 
     fn reclaimer(&self) -> Option<Arc<dyn Reclaim>> {
         Some(Arc::clone(&self.session) as Arc<dyn Reclaim>)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_fields_escape_what_copy_text_reads_as_escapes_or_separators() {
+        let mut out = Vec::new();
+        push_copy_field(&mut out, r#"{"a":"plain"}"#);
+        assert_eq!(out, br#"{"a":"plain"}"#);
+        out.clear();
+        push_copy_field(&mut out, "{\"q\":\"say \\\"hi\\\"\",\n\t\"r\":1}\r\\.");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"q\":\"say \\\\\"hi\\\\\"\",\\n\\t\"r\":1}\\r\\\\."
+        );
+    }
+
+    #[test]
+    fn a_staged_key_and_row_are_ranges_of_the_record() {
+        let key = br#"{"id":7}"#;
+        let value = br#"{"before":null,"after":{"id":7,"n":"x"},"op":"c"}"#;
+        let data = RecordData::new(41, Some(key), Some(value), Some(5));
+        let mut batch = Batch::default();
+        let change = decode::decode(data.key(), data.value(), &mut SchemaCache::default())
+            .expect("a change event");
+        batch.push(&data, change);
+        // Nothing but the record is stored.
+        assert_eq!(batch.arena.len(), data.size());
+        assert_eq!(batch.key(0), key);
+        assert!(matches!(batch.view(0), View::Upsert { row, .. } if row == r#"{"id":7,"n":"x"}"#));
+        let record = batch.record(0);
+        assert_eq!(
+            (record.offset, record.key(), record.value()),
+            (41, Some(&key[..]), Some(&value[..]))
+        );
+        assert_eq!(record.timestamp_ms, Some(5));
+        batch.clear(1024);
+        assert_eq!((batch.len(), batch.bytes()), (0, 0));
     }
 }
