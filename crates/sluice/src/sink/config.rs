@@ -917,6 +917,43 @@ mod tests {
     }
 
     #[test]
+    fn a_postgres_sink_fetches_a_sixteenth_of_its_prefetch_and_a_files_sink_the_default() {
+        let postgres = |extra: &str| {
+            let config = SinkPipelineConfig::from_toml(
+                &format!(
+                    r#"
+                    name = "to_pg"
+                    [source.kafka]
+                    brokers = "127.0.0.1:9092"
+                    topics = ["orders"]
+                    {extra}
+                    [sink.postgres]
+                    url = "postgres://u@localhost/db"
+                    table = "orders"
+                    "#
+                ),
+                "t.toml",
+                &env,
+            )
+            .unwrap();
+            consumer_config(&config)
+                .get("max.partition.fetch.bytes")
+                .map(str::to_owned)
+        };
+        assert_eq!(postgres("").as_deref(), Some("262144"));
+        // A property set in the pipeline file wins.
+        assert_eq!(
+            postgres(r#"properties = { "max.partition.fetch.bytes" = "1048576" }"#).as_deref(),
+            Some("1048576")
+        );
+        let files = SinkPipelineConfig::from_toml(MINIMAL, "t.toml", &env).unwrap();
+        assert_eq!(
+            consumer_config(&files).get("max.partition.fetch.bytes"),
+            None
+        );
+    }
+
+    #[test]
     fn parquet_defaults_to_snappy() {
         let text = MINIMAL.replace("${FORMAT:-jsonl}", "parquet");
         let config = SinkPipelineConfig::from_toml(&text, "t.toml", &env).unwrap();

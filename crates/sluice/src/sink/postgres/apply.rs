@@ -1649,6 +1649,60 @@ mod tests {
         );
     }
 
+    /// A writer's batch is full at its share of `delivery.memory_limit` long before
+    /// `batch_records`: 16 MiB / 32 / 4 sub-partitions = 128 KiB of ~1 KiB records.
+    #[test]
+    fn a_batch_is_full_at_its_share_of_the_memory_limit() {
+        let config = SinkPipelineConfig::from_toml(
+            r#"
+            name = "to_pg"
+            [source.kafka]
+            brokers = "127.0.0.1:9092"
+            topics = ["orders"]
+            [sink.postgres]
+            url = "postgres://u@127.0.0.1:1/db"
+            table = "orders"
+            sub_partitions = 4
+            [delivery]
+            memory_limit = "16MiB"
+            "#,
+            "t.toml",
+            &|_: &str| None,
+        )
+        .expect("a valid pipeline");
+        let settings = config.postgres().expect("a PostgreSQL sink").clone();
+        assert_eq!(settings.batch_records, 5_000);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let target =
+            Arc::new(PgTarget::open(&config, &settings, runtime.handle().clone()).expect("opened"));
+        let id = SubPartitionId {
+            topic: "orders".into(),
+            partition: 0,
+            sub: 0,
+        };
+        let failure = FailureSettings {
+            policy: FailurePolicy::Stop,
+            retry_max_attempts: 1,
+            retry_backoff: Duration::from_millis(1),
+        };
+        let mut writer = target.writer(id, -1, failure, None);
+        let padding = "x".repeat(1000);
+        let mut offset = 0;
+        while !writer.is_full() {
+            let value = format!(r#"{{"after":{{"id":{offset},"pad":"{padding}"}},"op":"c"}}"#);
+            let key = format!(r#"{{"id":{offset}}}"#);
+            let data = RecordData::new(offset, Some(key.as_bytes()), Some(value.as_bytes()), None);
+            writer.write(&data).expect("a change event");
+            offset += 1;
+        }
+        assert!((100..=130).contains(&offset), "full after {offset} records");
+        writer.discard();
+        assert_eq!(writer.records(), 0);
+        assert!(!writer.is_full());
+    }
+
     #[test]
     fn a_staged_key_and_row_are_ranges_of_the_record() {
         let key = br#"{"id":7}"#;

@@ -349,6 +349,16 @@ impl PostgresSinkConfig {
 mod tests {
     use super::*;
 
+    #[test]
+    fn batches_get_a_32nd_of_the_memory_limit_split_between_the_sub_partitions() {
+        assert_eq!(batch_bytes(128 << 20, 4), 1 << 20);
+        assert_eq!(batch_bytes(128 << 20, 1), 4 << 20);
+        assert_eq!(batch_bytes(1 << 30, 8), 4 << 20);
+        // Never below 64 KiB (nor a division by zero).
+        assert_eq!(batch_bytes(16 << 20, 64), 64 << 10);
+        assert_eq!(batch_bytes(128 << 20, 0), 4 << 20);
+    }
+
     fn config(table: &str) -> PostgresSinkConfig {
         PostgresSinkConfig {
             url: "postgres://u@localhost/db".into(),
