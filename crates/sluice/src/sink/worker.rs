@@ -52,6 +52,14 @@ pub struct RecordData {
     decoded: Option<Arc<Decoded>>,
 }
 
+/// Where the key, value and headers lie in a record's bytes ([`RecordData::parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLayout {
+    key_len: Option<usize>,
+    has_value: bool,
+    headers_at: usize,
+}
+
 /// What a decoded record came from.
 #[derive(Debug)]
 struct Decoded {
@@ -183,6 +191,39 @@ impl RecordData {
     /// Key, value and header bytes, as the queue budget counts them.
     pub fn size(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// The record's stored form, to keep it elsewhere without a `RecordData` of its own (a
+    /// writer's arena) and to rebuild it with [`RecordData::from_parts`]: its bytes (key,
+    /// value, headers) and their layout. `None` for a decoded record (its original is what a
+    /// dead-lettered record carries).
+    pub fn parts(&self) -> Option<(&[u8], RecordLayout)> {
+        self.decoded.is_none().then_some((
+            self.bytes.as_slice(),
+            RecordLayout {
+                key_len: self.key_len,
+                has_value: self.has_value,
+                headers_at: self.headers_at,
+            },
+        ))
+    }
+
+    /// The record of `bytes` laid out as `layout` (from [`RecordData::parts`]).
+    pub fn from_parts(
+        offset: i64,
+        timestamp_ms: Option<i64>,
+        bytes: &[u8],
+        layout: RecordLayout,
+    ) -> Self {
+        Self {
+            offset,
+            timestamp_ms,
+            bytes: bytes.to_vec(),
+            key_len: layout.key_len,
+            has_value: layout.has_value,
+            headers_at: layout.headers_at,
+            decoded: None,
+        }
     }
 }
 

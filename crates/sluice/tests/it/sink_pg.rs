@@ -879,7 +879,7 @@ async fn typed_changes_replicate(schemas: bool) {
     source
         .batch_execute(&format!(
             "INSERT INTO {t} (id, n, amount, ratio, label, flag, born, seen, seen_ms, at, t, payload, doc, uid)
-             SELECT g, g % 7, (g * 1.25)::numeric(12,2) - 500, g / 7.0, 'row ' || g, g % 2 = 0,
+             SELECT g, g % 7, (g * 1.25)::numeric(12,2) - 500, g / 7.0, 'row ' || g || E'\\t\\\\\\n\\r.', g % 2 = 0,
                     DATE '2000-01-01' + (g % 9000)::int - 4000,
                     TIMESTAMP '2026-11-25 10:00:00.123456' + g * interval '1 second 1 microsecond',
                     TIMESTAMP '2026-11-25 10:00:00.123' + g * interval '1 minute',

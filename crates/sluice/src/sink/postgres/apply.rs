@@ -19,9 +19,11 @@
 //!   skips what it has applied, as it does with committed files.
 
 use std::collections::{HashMap, HashSet};
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::SinkExt as _;
 use tokio_postgres::Client;
 
 use crate::error::PipelineError;
@@ -32,12 +34,13 @@ use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
 use crate::sink::postgres::config::{PostgresSinkConfig, TableName, quote_ident};
 use crate::sink::postgres::convert::{
-    self, ColumnConversion, EventEncoding, Placeholders, PreparedRow, TargetColumn,
+    self, ColumnConversion, ColumnSets, EventEncoding, Placeholders, PreparedRow, TargetColumn,
 };
 use crate::sink::postgres::ddl;
 use crate::sink::postgres::decode::{self, Change, ConnectSchema, SchemaCache};
 use crate::sink::worker::{
-    DeadLetter, FailureSettings, Reclaim, RecordData, SubPartitionWriter, WriteFailure,
+    DeadLetter, FailureSettings, Reclaim, RecordData, RecordLayout, SubPartitionWriter,
+    WriteFailure,
 };
 
 /// How long a connection attempt to the target may take (unless the URL sets
@@ -61,6 +64,8 @@ pub struct PgTarget {
     recovery: Mutex<Option<Client>>,
     /// The forms of the unavailable-value placeholder.
     placeholders: Placeholders,
+    /// The bytes a writer's open batch may stage ([`crate::sink::postgres::config::batch_bytes`]).
+    batch_bytes: usize,
 }
 
 impl PgTarget {
@@ -115,6 +120,10 @@ impl PgTarget {
             runtime,
             recovery: Mutex::new(None),
             placeholders: Placeholders::new(&settings.unavailable_value_placeholder),
+            batch_bytes: crate::sink::postgres::config::batch_bytes(
+                config.delivery.memory_limit,
+                settings.sub_partitions,
+            ),
         })
     }
 
@@ -254,13 +263,15 @@ impl PgTarget {
             table,
             id,
             client: None,
+            copy_staging: false,
             session: Arc::new(PgSession {
                 target: Arc::clone(self),
                 slot: Mutex::default(),
             }),
             shape: None,
             progress: (last_offset + 1).max(0),
-            batch: Vec::new(),
+            batch: Batch::default(),
+            column_sets: ColumnSets::default(),
             schemas: SchemaCache::default(),
             failure,
             dead_letter,
@@ -440,11 +451,170 @@ impl Reclaim for PgSession {
     }
 }
 
-/// A staged change and its record (for the dead-letter topic).
+/// The open batch: its changes, and their records' bytes in one buffer kept from batch to
+/// batch (no allocation per record, and no copy of a record's key and row besides the record).
+#[derive(Debug, Default)]
+struct Batch {
+    /// The records as consumed (for the dead-letter topic), and the keys and rows that are
+    /// not part of them (a decoded Avro record's).
+    arena: Vec<u8>,
+    staged: Vec<Staged>,
+}
+
+/// A staged change: its parts are ranges of [`Batch::arena`].
 #[derive(Debug)]
 struct Staged {
-    change: Change,
-    data: RecordData,
+    offset: i64,
+    timestamp_ms: Option<i64>,
+    /// The record as consumed.
+    record: Range<usize>,
+    layout: RecordLayout,
+    key: Range<usize>,
+    change: StagedChange,
+}
+
+/// What a staged change does (its key and row in the arena).
+#[derive(Debug)]
+enum StagedChange {
+    Upsert {
+        row: Range<usize>,
+        event: bool,
+        schema: Option<Arc<ConnectSchema>>,
+        unavailable: Vec<String>,
+    },
+    Delete,
+    Truncate,
+}
+
+/// A staged change as the apply reads it.
+enum View<'a> {
+    /// Insert or update `row` (see [`Change::Upsert`]).
+    Upsert {
+        row: &'a str,
+        event: bool,
+        schema: Option<&'a Arc<ConnectSchema>>,
+        unavailable: &'a [String],
+    },
+    Delete,
+    Truncate,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.staged.len()
+    }
+
+    /// The bytes staged.
+    fn bytes(&self) -> usize {
+        self.arena.len() + self.staged.len() * std::mem::size_of::<Staged>()
+    }
+
+    /// Stages `data` as `change` (whose key and row are borrowed from `data`).
+    fn push(&mut self, data: &RecordData, change: Change<'_>) {
+        let original = data.original();
+        let (bytes, layout) = original
+            .parts()
+            .unwrap_or_else(|| unreachable!("an original record is not decoded"));
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        let record = start..self.arena.len();
+        // A key or row inside the record's own bytes is a range of them; else (a decoded
+        // record's) it is added.
+        let stored = data.parts().map(|(bytes, _)| bytes);
+        let mut place = |part: &[u8]| -> Range<usize> {
+            if let Some(within) = stored.and_then(|bytes| offset_within(bytes, part)) {
+                return start + within..start + within + part.len();
+            }
+            let at = self.arena.len();
+            self.arena.extend_from_slice(part);
+            at..self.arena.len()
+        };
+        let key = place(change.key());
+        let change = match change {
+            Change::Upsert {
+                row,
+                event,
+                schema,
+                unavailable,
+                ..
+            } => StagedChange::Upsert {
+                row: place(row.as_bytes()),
+                event,
+                schema,
+                unavailable,
+            },
+            Change::Delete { .. } => StagedChange::Delete,
+            Change::Truncate => StagedChange::Truncate,
+        };
+        self.staged.push(Staged {
+            offset: data.offset,
+            timestamp_ms: data.timestamp_ms,
+            record,
+            layout,
+            key,
+            change,
+        });
+    }
+
+    /// The record key of change `index` (empty for a truncate).
+    fn key(&self, index: usize) -> &[u8] {
+        &self.arena[self.staged[index].key.clone()]
+    }
+
+    fn view(&self, index: usize) -> View<'_> {
+        match &self.staged[index].change {
+            StagedChange::Upsert {
+                row,
+                event,
+                schema,
+                unavailable,
+            } => View::Upsert {
+                // Staged from a `&str`: always UTF-8.
+                row: std::str::from_utf8(&self.arena[row.clone()]).unwrap_or_default(),
+                event: *event,
+                schema: schema.as_ref(),
+                unavailable,
+            },
+            StagedChange::Delete => View::Delete,
+            StagedChange::Truncate => View::Truncate,
+        }
+    }
+
+    fn is_truncate(&self, index: usize) -> bool {
+        matches!(self.staged[index].change, StagedChange::Truncate)
+    }
+
+    fn offset(&self, index: usize) -> i64 {
+        self.staged[index].offset
+    }
+
+    /// Change `index`'s record as consumed (for the dead-letter topic).
+    fn record(&self, index: usize) -> RecordData {
+        let staged = &self.staged[index];
+        RecordData::from_parts(
+            staged.offset,
+            staged.timestamp_ms,
+            &self.arena[staged.record.clone()],
+            staged.layout,
+        )
+    }
+
+    /// Empties the batch; keeps the arena's memory for the next one, up to `keep` bytes (a
+    /// batch that grew past it for one large record gives the rest back).
+    fn clear(&mut self, keep: usize) {
+        self.arena.clear();
+        self.staged.clear();
+        if self.arena.capacity() > keep.saturating_mul(2) {
+            self.arena.shrink_to(keep);
+            self.staged.shrink_to(0);
+        }
+    }
+}
+
+/// Where `part` starts within `whole`, when it is a slice of it.
+fn offset_within(whole: &[u8], part: &[u8]) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (start + part.len() <= whole.len()).then_some(start)
 }
 
 /// What the writer knows of its table.
@@ -459,7 +629,7 @@ struct TableShape {
     plans: Vec<(Option<Arc<ConnectSchema>>, Plan)>,
 }
 
-/// The conversions of a row's columns.
+/// The conversions of a row's columns, sorted by name.
 type Plan = Arc<[(String, ColumnConversion)]>;
 
 impl TableShape {
@@ -478,7 +648,7 @@ impl TableShape {
         if let Some((_, plan)) = self.plans.iter().find(|(known, _)| same(known)) {
             return Arc::clone(plan);
         }
-        let plan: Plan = self
+        let mut plan: Vec<(String, ColumnConversion)> = self
             .columns
             .iter()
             .filter_map(|column| {
@@ -501,6 +671,9 @@ impl TableShape {
                 conversion.map(|c| (column.name.clone(), c))
             })
             .collect();
+        // By name: `convert::prepare_row_in` looks names up in it.
+        plan.sort_by(|a, b| a.0.cmp(&b.0));
+        let plan: Plan = plan.into();
         // A few schemas per table at most (one per version of the source table).
         if self.plans.len() >= 16 {
             self.plans.clear();
@@ -510,11 +683,19 @@ impl TableShape {
     }
 }
 
+/// The temporary table a batch's upserted rows are copied into (`COPY … FROM STDIN`) before one
+/// `INSERT … SELECT … ON CONFLICT` merges them into the target: one JSON document per row, and
+/// the number of the statement that reads it. Created in each transaction that uses it when
+/// the session has none yet (so a session a pooler hands over works too); emptied at commit.
+const STAGING_TABLE: &str = "pg_temp.sluice_staging";
+
 /// One statement of a batch's transaction.
 struct Statement {
     sql: String,
     /// Its JSON parameter (`None`: none).
     json: Option<String>,
+    /// The rows to copy into [`STAGING_TABLE`] before it runs (`COPY`'s text format).
+    copy: Option<bytes::Bytes>,
     /// The rows it must change (`None`: any number): an update of rows that must be in the
     /// table already.
     expect: Option<u64>,
@@ -525,7 +706,30 @@ impl Statement {
         Self {
             sql,
             json,
+            copy: None,
             expect: None,
+        }
+    }
+}
+
+/// Appends `text` as a field of `COPY`'s text format (backslash, newline, carriage return
+/// and tab escaped).
+fn push_copy_field(out: &mut Vec<u8>, text: &str) {
+    let bytes = text.as_bytes();
+    if !bytes
+        .iter()
+        .any(|b| matches!(b, b'\\' | b'\n' | b'\r' | b'\t'))
+    {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    for &byte in bytes {
+        match byte {
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            other => out.push(other),
         }
     }
 }
@@ -546,13 +750,19 @@ pub struct PgWriter {
     table: Result<TableName, String>,
     id: SubPartitionId,
     client: Option<Client>,
+    /// Whether the session may create [`STAGING_TABLE`] (the `TEMPORARY` privilege on the
+    /// database, which every role has unless revoked): upserts go through it; otherwise
+    /// they are a JSON array parameter.
+    copy_staging: bool,
     /// What the intake closes when it gives up on this writer's worker.
     session: Arc<PgSession>,
     shape: Option<TableShape>,
     /// The progress table's `next_offset` for this sub-partition (what the next transaction
     /// expects to find).
     progress: i64,
-    batch: Vec<Staged>,
+    batch: Batch,
+    /// The column sets of the rows prepared, shared between rows.
+    column_sets: ColumnSets,
     schemas: SchemaCache,
     failure: FailureSettings,
     dead_letter: Option<Arc<DeadLetter>>,
@@ -651,6 +861,29 @@ impl PgWriter {
             })
     }
 
+    /// Whether the session may create temporary tables (for [`STAGING_TABLE`]).
+    fn may_create_temporary_tables(&self, client: &Client) -> bool {
+        let allowed = self.target.runtime.block_on(client.query_one(
+            "SELECT has_database_privilege(current_database(), 'TEMPORARY')",
+            &[],
+        ));
+        match allowed {
+            Ok(row) => {
+                let allowed: bool = row.get(0);
+                if !allowed {
+                    tracing::info!(
+                        "the target role may not create temporary tables: batches are applied without COPY"
+                    );
+                }
+                allowed
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot read the TEMPORARY privilege on the target database: batches are applied without COPY");
+                false
+            }
+        }
+    }
+
     /// Loads the table's columns and the key columns (from the first key of the batch);
     /// creates the table when it is missing and `auto_create` is on.
     fn load_shape(&mut self, client: &mut Client) -> Result<(), PipelineError> {
@@ -659,10 +892,8 @@ impl PgWriter {
             return Ok(());
         }
         let table = self.table()?.clone();
-        let Some(first_key) = self
-            .batch
-            .iter()
-            .map(|s| s.change.key())
+        let Some(first_key) = (0..self.batch.len())
+            .map(|index| self.batch.key(index))
             .find(|k| !k.is_empty())
         else {
             // Truncates only: the table's columns, no key needed.
@@ -695,13 +926,13 @@ impl PgWriter {
         }
         let mut columns = self.read_columns(client, &table)?;
         if columns.is_empty() {
-            let first_row = self.batch.iter().find_map(|s| match &s.change {
-                Change::Upsert { row, schema, .. } => Some((row, schema)),
+            let first_row = (0..self.batch.len()).find_map(|index| match self.batch.view(index) {
+                View::Upsert { row, schema, .. } => Some((row, schema)),
                 _ => None,
             });
             match first_row {
                 Some((row, schema)) if self.target.settings.auto_create => {
-                    let new = ddl::columns_of(row, schema.as_deref(), &key).map_err(|e| {
+                    let new = ddl::columns_of(row, schema.map(|s| &**s), &key).map_err(|e| {
                         PipelineError::fatal(
                             format!(
                                 "cannot create {table} from a record of {:?}: {e}",
@@ -749,13 +980,11 @@ impl PgWriter {
         };
         // The first row carrying each column the table lacks.
         let mut missing: Vec<(String, usize)> = Vec::new();
-        for (index, staged) in self.batch.iter().enumerate() {
-            let Change::Upsert { row, .. } = &staged.change else {
+        for index in 0..self.batch.len() {
+            let View::Upsert { row, .. } = self.batch.view(index) else {
                 continue;
             };
-            let fields: HashMap<std::borrow::Cow<'_, str>, serde::de::IgnoredAny> =
-                serde_json::from_str(row).unwrap_or_default();
-            for name in fields.into_keys() {
+            for (name, _) in convert::fields(row).unwrap_or_default() {
                 if !shape.has_column(&name) && !missing.iter().any(|(m, _)| *m == name) {
                     missing.push((name.into_owned(), index));
                 }
@@ -780,10 +1009,10 @@ impl PgWriter {
             }
             let mut new = Vec::new();
             for (name, index) in &missing {
-                let Change::Upsert { row, schema, .. } = &self.batch[*index].change else {
+                let View::Upsert { row, schema, .. } = self.batch.view(*index) else {
                     continue;
                 };
-                let all = ddl::columns_of(row, schema.as_deref(), &[]).unwrap_or_default();
+                let all = ddl::columns_of(row, schema.map(|s| &**s), &[]).unwrap_or_default();
                 if let Some(column) = all.into_iter().find(|c| &c.name == name) {
                     new.push(column);
                 }
@@ -806,14 +1035,13 @@ impl PgWriter {
         let mut refused = Vec::new();
         let placeholders = &self.target.placeholders;
         let encoding = self.target.settings.event_encoding();
-        for (index, staged) in self.batch.iter().enumerate() {
-            let Change::Upsert {
+        for index in 0..self.batch.len() {
+            let View::Upsert {
                 row,
                 event,
                 schema,
                 unavailable,
-                ..
-            } = &staged.change
+            } = self.batch.view(index)
             else {
                 rows.push(None);
                 continue;
@@ -822,16 +1050,19 @@ impl PgWriter {
                 rows.push(None);
                 continue;
             };
-            let (plan, placeholders) = if !*event && schema.is_none() {
+            let (plan, placeholders) = if !event && schema.is_none() {
                 // A plain JSON row: applied as it is.
                 (Plan::from(Vec::new()), None)
             } else {
-                (
-                    shape.plan(schema.as_ref(), &encoding),
-                    event.then_some(placeholders),
-                )
+                (shape.plan(schema, &encoding), event.then_some(placeholders))
             };
-            match convert::prepare_row(row, &plan, placeholders, unavailable) {
+            match convert::prepare_row_in(
+                row,
+                &plan,
+                placeholders,
+                unavailable,
+                &mut self.column_sets,
+            ) {
                 Ok(prepared) => rows.push(Some(prepared)),
                 Err(reason) => {
                     refused.push((index, format!("a value cannot be converted: {reason}")));
@@ -849,10 +1080,13 @@ impl PgWriter {
     /// `INSERT` names only those (the others take their defaults) and its `ON CONFLICT DO
     /// UPDATE` sets only those (the others keep their values); a row with unavailable columns
     /// (unchanged TOASTed values) is an `UPDATE` of those it carries, which must find the row.
+    /// With `copy`, an `INSERT`'s rows are copied into [`STAGING_TABLE`] first and read from
+    /// there; otherwise they are its parameter, a JSON array.
     fn statements(
         &self,
         indices: &[usize],
         rows: &[Option<PreparedRow>],
+        copy: bool,
     ) -> Result<(Vec<Statement>, u64, u64), PipelineError> {
         let table = self.table()?.quoted();
         let Some(shape) = &self.shape else {
@@ -862,22 +1096,21 @@ impl PgWriter {
         let keys: Vec<String> = shape.key.iter().map(|k| quote_ident(k)).collect();
         let mut statements = Vec::new();
         let (mut upserted_total, mut deleted_total) = (0, 0);
-        for segment in indices.split(|i| matches!(self.batch[*i].change, Change::Truncate)) {
+        for segment in indices.split(|i| self.batch.is_truncate(*i)) {
             // Per key: whether it is deleted first, and its row afterwards (`None`: deleted).
             let mut net: HashMap<&[u8], (bool, Option<std::borrow::Cow<'_, PreparedRow>>)> =
                 HashMap::with_capacity(segment.len());
             // Keys in the order of their first change.
             let mut order: Vec<&[u8]> = Vec::with_capacity(segment.len());
             for &index in segment {
-                let change = &self.batch[index].change;
-                let key = change.key();
+                let key = self.batch.key(index);
                 let entry = net.entry(key).or_insert_with(|| {
                     order.push(key);
                     (false, None)
                 });
-                match change {
-                    Change::Delete { .. } => *entry = (true, None),
-                    Change::Upsert { .. } => {
+                match self.batch.view(index) {
+                    View::Delete => *entry = (true, None),
+                    View::Upsert { .. } => {
                         let Some(row) = rows[index].as_ref() else {
                             continue;
                         };
@@ -893,13 +1126,13 @@ impl PgWriter {
                             None => std::borrow::Cow::Borrowed(row),
                         });
                     }
-                    Change::Truncate => {}
+                    View::Truncate => {}
                 }
             }
             let mut deletes = String::from("[");
             let mut deleted = 0u64;
-            // (columns, whether the row must exist) → (JSON array, rows).
-            let mut groups: std::collections::BTreeMap<(&[String], bool), (String, u64)> =
+            // (columns, whether the row must exist) → the rows' JSON.
+            let mut groups: std::collections::BTreeMap<(&[String], bool), Vec<&str>> =
                 std::collections::BTreeMap::new();
             let mut seen: HashSet<&str> = HashSet::new();
             for key in &order {
@@ -914,14 +1147,10 @@ impl PgWriter {
                 let Some(row) = row else {
                     continue;
                 };
-                let group = groups
-                    .entry((&row.columns, !row.unavailable.is_empty()))
-                    .or_insert_with(|| (String::from("["), 0));
-                if group.1 > 0 {
-                    group.0.push(',');
-                }
-                group.0.push_str(&row.json);
-                group.1 += 1;
+                groups
+                    .entry((&*row.columns, !row.unavailable.is_empty()))
+                    .or_default()
+                    .push(&row.json);
                 seen.extend(row.columns.iter().map(String::as_str));
             }
             deletes.push(']');
@@ -945,9 +1174,24 @@ impl PgWriter {
                 ));
             }
             let mut upserted = 0u64;
-            for ((columns, must_exist), (mut json, count)) in groups {
-                json.push(']');
+            for ((columns, must_exist), group) in groups {
+                let count = group.len() as u64;
                 upserted += count;
+                // The rows as one JSON array (a statement's parameter).
+                let json_array = || {
+                    let mut json = String::with_capacity(
+                        group.iter().map(|row| row.len() + 1).sum::<usize>() + 2,
+                    );
+                    json.push('[');
+                    for (at, row) in group.iter().enumerate() {
+                        if at > 0 {
+                            json.push(',');
+                        }
+                        json.push_str(row);
+                    }
+                    json.push(']');
+                    json
+                };
                 // In table order.
                 let columns: Vec<String> = shape
                     .columns
@@ -970,7 +1214,8 @@ impl PgWriter {
                             sets.join(", "),
                             matches.join(" AND ")
                         ),
-                        json: Some(json),
+                        json: Some(json_array()),
+                        copy: None,
                         expect: Some(count),
                     });
                     continue;
@@ -985,12 +1230,41 @@ impl PgWriter {
                     format!("UPDATE SET {}", updates.join(", "))
                 };
                 let list = columns.join(", ");
+                if copy {
+                    // Copied into the staging table, then merged by one statement: no JSON
+                    // array of the whole group parsed as one value.
+                    let number = statements.len();
+                    let tag = format!("{number}\t");
+                    let mut data = Vec::with_capacity(
+                        group
+                            .iter()
+                            .map(|row| row.len() + tag.len() + 1)
+                            .sum::<usize>(),
+                    );
+                    for row in &group {
+                        data.extend_from_slice(tag.as_bytes());
+                        push_copy_field(&mut data, row);
+                        data.push(b'\n');
+                    }
+                    let selected: Vec<String> = columns.iter().map(|c| format!("r.{c}")).collect();
+                    statements.push(Statement {
+                        sql: format!(
+                            "INSERT INTO {table} ({list}) SELECT {} FROM {STAGING_TABLE} AS s CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.doc) AS r WHERE s.g = {number} ON CONFLICT ({}) DO {action}",
+                            selected.join(", "),
+                            keys.join(", ")
+                        ),
+                        json: None,
+                        copy: Some(data.into()),
+                        expect: None,
+                    });
+                    continue;
+                }
                 statements.push(Statement::new(
                     format!(
                         "INSERT INTO {table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{table}, $1::text::jsonb) ON CONFLICT ({}) DO {action}",
                         keys.join(", ")
                     ),
-                    Some(json),
+                    Some(json_array()),
                 ));
             }
             upserted_total += upserted;
@@ -1020,7 +1294,23 @@ impl PgWriter {
         let sub = id.sub as i32;
         self.target.runtime.block_on(async {
             let transaction = client.transaction().await?;
+            if statements.iter().any(|s| s.copy.is_some()) {
+                transaction
+                    .batch_execute(&format!(
+                        "SET LOCAL client_min_messages = warning;
+                         CREATE TEMP TABLE IF NOT EXISTS {STAGING_TABLE} (g integer NOT NULL, doc jsonb NOT NULL) ON COMMIT DELETE ROWS"
+                    ))
+                    .await?;
+            }
             for statement in statements {
+                if let Some(data) = &statement.copy {
+                    let sink = transaction
+                        .copy_in(&format!("COPY {STAGING_TABLE} (g, doc) FROM STDIN"))
+                        .await?;
+                    let mut sink = std::pin::pin!(sink);
+                    sink.send(data.clone()).await?;
+                    sink.as_mut().finish().await?;
+                }
                 let changed = match &statement.json {
                     Some(json) => transaction.execute(statement.sql.as_str(), &[json]).await?,
                     None => transaction.execute(statement.sql.as_str(), &[]).await?,
@@ -1076,7 +1366,7 @@ impl PgWriter {
             runtime
                 .block_on(transaction.batch_execute("SAVEPOINT sluice_one"))
                 .map_err(failed)?;
-            for statement in self.statements(&[index], rows)?.0 {
+            for statement in self.statements(&[index], rows, false)?.0 {
                 let sql = statement.sql.as_str();
                 let executed = match &statement.json {
                     Some(json) => runtime.block_on(transaction.execute(sql, &[json])),
@@ -1129,7 +1419,7 @@ impl PgWriter {
         };
         let id = &self.id;
         let table = self.table()?;
-        let offset = self.batch[*first].data.offset;
+        let offset = self.batch.offset(*first);
         let what = format!(
             "record {}/{} offset {offset} cannot be applied to {table}: {reason}",
             id.topic, id.partition
@@ -1137,7 +1427,7 @@ impl PgWriter {
         match (self.failure.policy, &self.dead_letter) {
             (FailurePolicy::DeadLetter, Some(dead_letter)) => {
                 for (index, reason) in refused {
-                    let data = &self.batch[*index].data;
+                    let data = self.batch.record(*index);
                     tracing::warn!(
                         topic = %id.topic,
                         partition = id.partition,
@@ -1146,7 +1436,7 @@ impl PgWriter {
                         dead_letter_topic = %dead_letter.topic,
                         "record sent to the dead-letter topic"
                     );
-                    dead_letter.send(&id.topic, id.partition, data, reason)?;
+                    dead_letter.send(&id.topic, id.partition, &data, reason)?;
                     rejected.insert(*index);
                 }
                 Ok(())
@@ -1174,7 +1464,11 @@ impl PgWriter {
         let next = last_offset + 1;
         let mut client = match self.client.take() {
             Some(client) if !client.is_closed() => client,
-            _ => self.session.connect()?,
+            _ => {
+                let client = self.session.connect()?;
+                self.copy_staging = self.may_create_temporary_tables(&client);
+                client
+            }
         };
         self.load_shape(&mut client)?;
         self.ensure_columns(&mut client)?;
@@ -1202,7 +1496,8 @@ impl PgWriter {
             let indices: Vec<usize> = (0..self.batch.len())
                 .filter(|index| !rejected.contains(index))
                 .collect();
-            let (statements, upserted, deleted) = self.statements(&indices, &rows)?;
+            let (statements, upserted, deleted) =
+                self.statements(&indices, &rows, self.copy_staging)?;
             let refused = match self.transact(&mut client, &statements, next) {
                 Ok(Transacted::Committed) => break Attempt::Committed { upserted, deleted },
                 Ok(Transacted::Fenced) => break Attempt::Fenced,
@@ -1267,7 +1562,7 @@ impl PgWriter {
     }
 
     fn clear(&mut self) {
-        self.batch.clear();
+        self.batch.clear(self.target.batch_bytes);
         self.last_offset = None;
         self.last_timestamp_ms = None;
         self.records = 0;
@@ -1285,12 +1580,9 @@ impl SubPartitionWriter for PgWriter {
                     .into(),
             ));
         }
-        self.batch.push(Staged {
-            change,
-            // Kept for the dead-letter topic: the record as consumed (Avro's bytes, not the
-            // larger JSON with schemas it was read as).
-            data: data.original().clone(),
-        });
+        // Kept for the dead-letter topic: the record as consumed (Avro's bytes, not the larger
+        // JSON with schemas it was read as), the change's key and row as parts of it.
+        self.batch.push(data, change);
         if data.timestamp_ms.is_some() {
             self.last_timestamp_ms = data.timestamp_ms;
         }
@@ -1314,6 +1606,7 @@ impl SubPartitionWriter for PgWriter {
 
     fn is_full(&self) -> bool {
         self.records >= self.target.settings.batch_records
+            || self.batch.bytes() >= self.target.batch_bytes
     }
 
     fn max_age(&self) -> Duration {
@@ -1336,5 +1629,100 @@ impl SubPartitionWriter for PgWriter {
 
     fn reclaimer(&self) -> Option<Arc<dyn Reclaim>> {
         Some(Arc::clone(&self.session) as Arc<dyn Reclaim>)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_fields_escape_what_copy_text_reads_as_escapes_or_separators() {
+        let mut out = Vec::new();
+        push_copy_field(&mut out, r#"{"a":"plain"}"#);
+        assert_eq!(out, br#"{"a":"plain"}"#);
+        out.clear();
+        push_copy_field(&mut out, "{\"q\":\"say \\\"hi\\\"\",\n\t\"r\":1}\r\\.");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"q\":\"say \\\\\"hi\\\\\"\",\\n\\t\"r\":1}\\r\\\\."
+        );
+    }
+
+    /// A writer's batch is full at its share of `delivery.memory_limit` long before
+    /// `batch_records`: 16 MiB / 32 / 4 sub-partitions = 128 KiB of ~1 KiB records.
+    #[test]
+    fn a_batch_is_full_at_its_share_of_the_memory_limit() {
+        let config = SinkPipelineConfig::from_toml(
+            r#"
+            name = "to_pg"
+            [source.kafka]
+            brokers = "127.0.0.1:9092"
+            topics = ["orders"]
+            [sink.postgres]
+            url = "postgres://u@127.0.0.1:1/db"
+            table = "orders"
+            sub_partitions = 4
+            [delivery]
+            memory_limit = "16MiB"
+            "#,
+            "t.toml",
+            &|_: &str| None,
+        )
+        .expect("a valid pipeline");
+        let settings = config.postgres().expect("a PostgreSQL sink").clone();
+        assert_eq!(settings.batch_records, 5_000);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime");
+        let target =
+            Arc::new(PgTarget::open(&config, &settings, runtime.handle().clone()).expect("opened"));
+        let id = SubPartitionId {
+            topic: "orders".into(),
+            partition: 0,
+            sub: 0,
+        };
+        let failure = FailureSettings {
+            policy: FailurePolicy::Stop,
+            retry_max_attempts: 1,
+            retry_backoff: Duration::from_millis(1),
+        };
+        let mut writer = target.writer(id, -1, failure, None);
+        let padding = "x".repeat(1000);
+        let mut offset = 0;
+        while !writer.is_full() {
+            let value = format!(r#"{{"after":{{"id":{offset},"pad":"{padding}"}},"op":"c"}}"#);
+            let key = format!(r#"{{"id":{offset}}}"#);
+            let data = RecordData::new(offset, Some(key.as_bytes()), Some(value.as_bytes()), None);
+            writer.write(&data).expect("a change event");
+            offset += 1;
+        }
+        assert!((100..=130).contains(&offset), "full after {offset} records");
+        writer.discard();
+        assert_eq!(writer.records(), 0);
+        assert!(!writer.is_full());
+    }
+
+    #[test]
+    fn a_staged_key_and_row_are_ranges_of_the_record() {
+        let key = br#"{"id":7}"#;
+        let value = br#"{"before":null,"after":{"id":7,"n":"x"},"op":"c"}"#;
+        let data = RecordData::new(41, Some(key), Some(value), Some(5));
+        let mut batch = Batch::default();
+        let change = decode::decode(data.key(), data.value(), &mut SchemaCache::default())
+            .expect("a change event");
+        batch.push(&data, change);
+        // Nothing but the record is stored.
+        assert_eq!(batch.arena.len(), data.size());
+        assert_eq!(batch.key(0), key);
+        assert!(matches!(batch.view(0), View::Upsert { row, .. } if row == r#"{"id":7,"n":"x"}"#));
+        let record = batch.record(0);
+        assert_eq!(
+            (record.offset, record.key(), record.value()),
+            (41, Some(&key[..]), Some(&value[..]))
+        );
+        assert_eq!(record.timestamp_ms, Some(5));
+        batch.clear(1024);
+        assert_eq!((batch.len(), batch.bytes()), (0, 0));
     }
 }

@@ -19,8 +19,27 @@ use crate::sink::kafka_source::KafkaSourceConfig;
 
 /// Default table template: the source's schema and table.
 pub const DEFAULT_TABLE_TEMPLATE: &str = "{schema}.{table}";
-/// Default records per transaction (per sub-partition).
+/// Default records per transaction (per sub-partition); the batch's bytes are bounded too
+/// ([`batch_bytes`]).
 pub const DEFAULT_BATCH_RECORDS: u64 = 5_000;
+/// The share of `delivery.memory_limit` the staged batches of one Kafka partition's
+/// sub-partitions hold together (split evenly between them): 4 MiB at the default 128 MiB, 1 MiB
+/// per sub-partition at the default 4 (about 1,000 change events of ~1 KB).
+///
+/// A batch costs several times its records' bytes at its peak (the records, their converted
+/// rows, the statement's data, what the allocator keeps of them for a while) on each
+/// sub-partition's thread at once: with 5,000 records per batch and no byte bound the sink
+/// peaked at 162–179 MiB at 4 sub-partitions, with 1,000 records at 116 MiB, at the same rate
+/// within the noise (bench/PROFILE.md, "PostgreSQL sink memory").
+pub const BATCH_SHARE_OF_MEMORY_LIMIT: u64 = 32;
+
+/// The bytes a sub-partition's open batch may stage (its records as consumed) before it is
+/// applied: a [`BATCH_SHARE_OF_MEMORY_LIMIT`]th of `memory_limit` split between the
+/// `sub_partitions`, at least 64 KiB. A record larger than that is applied alone.
+pub fn batch_bytes(memory_limit: u64, sub_partitions: u32) -> usize {
+    let bytes = memory_limit / BATCH_SHARE_OF_MEMORY_LIMIT / u64::from(sub_partitions.max(1));
+    usize::try_from(bytes.max(64 * 1024)).unwrap_or(usize::MAX)
+}
 /// Default sub-partitions per Kafka partition.
 pub const DEFAULT_SUB_PARTITIONS: u32 = 4;
 /// Default age of an open batch before it is applied.
@@ -45,7 +64,8 @@ pub struct PostgresSinkConfig {
     /// Sub-partitions per Kafka partition (by key hash): the parallelism per partition.
     #[serde(default = "default_sub_partitions")]
     pub sub_partitions: u32,
-    /// Records per transaction at most.
+    /// Records per transaction at most (the batch's bytes are bounded by
+    /// `delivery.memory_limit` too, see [`batch_bytes`]).
     #[serde(default = "default_batch_records")]
     pub batch_records: u64,
     /// Age of an open batch before it is applied (records arriving slowly).
@@ -328,6 +348,16 @@ impl PostgresSinkConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batches_get_a_32nd_of_the_memory_limit_split_between_the_sub_partitions() {
+        assert_eq!(batch_bytes(128 << 20, 4), 1 << 20);
+        assert_eq!(batch_bytes(128 << 20, 1), 4 << 20);
+        assert_eq!(batch_bytes(1 << 30, 8), 4 << 20);
+        // Never below 64 KiB (nor a division by zero).
+        assert_eq!(batch_bytes(16 << 20, 64), 64 << 10);
+        assert_eq!(batch_bytes(128 << 20, 0), 4 << 20);
+    }
 
     fn config(table: &str) -> PostgresSinkConfig {
         PostgresSinkConfig {

@@ -10,7 +10,11 @@
 //! the epoch, a `bytea` column receiving a string receives base64, and so on. Plain JSON rows
 //! (no `op`) are never converted.
 
+use std::borrow::Cow;
+use std::sync::Arc;
+
 use base64::Engine as _;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::decode::ConnectSchema;
@@ -534,11 +538,103 @@ fn hex_bytes(text: &str) -> Option<Vec<u8>> {
 pub struct PreparedRow {
     /// The JSON object's text.
     pub json: String,
-    /// Its fields (the columns it sets), sorted.
-    pub columns: Vec<String>,
+    /// Its fields (the columns it sets), sorted; shared by the rows with the same fields
+    /// ([`ColumnSets`]).
+    pub columns: Arc<[String]>,
     /// The columns the change did not carry a value for (unchanged TOASTed values: a
     /// placeholder, or listed in sluice's `unavailable_columns`), sorted.
     pub unavailable: Vec<String>,
+}
+
+/// The column sets of the rows prepared so far, so that rows with the same fields share one
+/// list of names instead of a `Vec<String>` each.
+#[derive(Debug, Default)]
+pub struct ColumnSets {
+    known: Vec<Arc<[String]>>,
+}
+
+impl ColumnSets {
+    /// A handful per table at most (rows of one source table, a few versions of it).
+    const MAX: usize = 16;
+
+    /// The shared set of `names` (sorted, no duplicates).
+    fn get(&mut self, names: &[&str]) -> Arc<[String]> {
+        if let Some(known) = self.known.iter().find(|known| {
+            known.len() == names.len() && known.iter().zip(names).all(|(a, b)| a == b)
+        }) {
+            return Arc::clone(known);
+        }
+        let set: Arc<[String]> = names.iter().map(|n| (*n).to_owned()).collect();
+        if self.known.len() >= Self::MAX {
+            self.known.clear();
+        }
+        self.known.push(Arc::clone(&set));
+        set
+    }
+}
+
+/// A field name as it is in the row's text when it has no escapes (borrowed), unescaped
+/// otherwise.
+struct FieldName<'a>(Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for FieldName<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Name;
+        impl<'de> serde::de::Visitor<'de> for Name {
+            type Value = FieldName<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(FieldName(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(FieldName(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(FieldName(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_str(Name)
+    }
+}
+
+/// The fields of a JSON object's text in order, their values as text: read without building a
+/// `serde_json::Map` (a node, a `String` and a `Value` per field).
+struct Fields<'a>(Vec<(Cow<'a, str>, &'a RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for Fields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> serde::de::Visitor<'de> for Object {
+            type Value = Fields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(map.size_hint().unwrap_or(8).min(64));
+                while let Some((name, value)) = map.next_entry::<FieldName<'de>, &'de RawValue>()? {
+                    fields.push((name.0, value));
+                }
+                Ok(Fields(fields))
+            }
+        }
+        deserializer.deserialize_map(Object)
+    }
+}
+
+/// The fields of `row` (a JSON object's text), in order, with their values' text.
+///
+/// # Errors
+///
+/// The row is not a JSON object.
+pub fn fields(row: &str) -> Result<Vec<(Cow<'_, str>, &RawValue)>, String> {
+    serde_json::from_str::<Fields<'_>>(row)
+        .map(|f| f.0)
+        .map_err(|e| format!("the row is not a JSON object: {e}"))
 }
 
 /// Converts the fields of `row` (a JSON object's text) named in `plan` and leaves out the
@@ -554,47 +650,108 @@ pub fn prepare_row(
     placeholders: Option<&Placeholders>,
     listed: &[String],
 ) -> Result<PreparedRow, String> {
+    prepare_row_in(row, plan, placeholders, listed, &mut ColumnSets::default())
+}
+
+/// [`prepare_row`], the row's column set shared through `sets`.
+///
+/// The row is read field by field ([`fields`]): a field without a conversion is copied as it
+/// is, a converted one is parsed alone. A name that comes twice keeps its last value, as
+/// `serde_json::Map` and `jsonb` do.
+///
+/// # Errors
+///
+/// A field whose value is not a valid encoding, named.
+pub fn prepare_row_in(
+    row: &str,
+    plan: &[(String, ColumnConversion)],
+    placeholders: Option<&Placeholders>,
+    listed: &[String],
+    sets: &mut ColumnSets,
+) -> Result<PreparedRow, String> {
+    let fields = fields(row)?;
     let check = placeholders.filter(|p| p.may_hold(row));
-    if plan.is_empty() && check.is_none() && listed.is_empty() {
-        // Nothing to change: only the field names are read.
-        let fields: std::collections::BTreeMap<String, serde::de::IgnoredAny> =
-            serde_json::from_str(row).map_err(|e| format!("the row is not a JSON object: {e}"))?;
-        return Ok(PreparedRow {
-            json: row.to_owned(),
-            columns: fields.into_keys().collect(),
-            unavailable: Vec::new(),
-        });
-    }
-    let mut object: Map<String, Value> =
-        serde_json::from_str(row).map_err(|e| format!("the row is not a JSON object: {e}"))?;
     let mut unavailable: Vec<String> = listed.to_vec();
     if let Some(placeholders) = check {
-        for (name, value) in &object {
-            if placeholders.holds(value) && !unavailable.contains(name) {
-                unavailable.push(name.clone());
+        for (name, value) in &fields {
+            if !placeholders.may_hold(value.get()) || unavailable.iter().any(|u| u == name) {
+                continue;
+            }
+            let value: Value =
+                serde_json::from_str(value.get()).map_err(|e| format!("column {name:?}: {e}"))?;
+            if placeholders.holds(&value) {
+                unavailable.push(name.clone().into_owned());
             }
         }
     }
-    for name in &unavailable {
-        object.remove(name);
+    // The fields written: the last of each name, none unavailable.
+    let mut order: Vec<(&str, usize)> = fields
+        .iter()
+        .enumerate()
+        .map(|(index, (name, _))| (name.as_ref(), index))
+        .collect();
+    order.sort_unstable();
+    let mut kept = vec![false; fields.len()];
+    let mut names: Vec<&str> = Vec::with_capacity(order.len());
+    for (at, (name, index)) in order.iter().enumerate() {
+        let last = order.get(at + 1).is_none_or(|(next, _)| next != name);
+        if last && !unavailable.iter().any(|u| u == name) {
+            kept[*index] = true;
+            names.push(name);
+        }
     }
-    for (column, conversion) in plan {
-        let Some(value) = object.get_mut(column) else {
-            continue;
-        };
-        conversion.apply(value).map_err(|e| {
-            format!(
-                "column {column:?}: {e} ({:?}): {value}",
-                conversion.conversion
-            )
-        })?;
-    }
+    let duplicates_or_gaps = names.len() != fields.len();
+    let conversion_of = |name: &str| {
+        if plan.len() <= 8 {
+            plan.iter().find(|(c, _)| c == name).map(|(_, c)| *c)
+        } else {
+            plan.binary_search_by(|(c, _)| c.as_str().cmp(name))
+                .ok()
+                .map(|at| plan[at].1)
+        }
+    };
+    let json = if !duplicates_or_gaps && fields.iter().all(|(n, _)| conversion_of(n).is_none()) {
+        // Nothing to change.
+        row.to_owned()
+    } else {
+        let mut json = String::with_capacity(row.len() + 32);
+        json.push('{');
+        for ((name, value), _) in fields.iter().zip(&kept).filter(|(_, kept)| **kept) {
+            if json.len() > 1 {
+                json.push(',');
+            }
+            match name {
+                // A name read without unescaping has nothing to escape.
+                Cow::Borrowed(name) => {
+                    json.push('"');
+                    json.push_str(name);
+                    json.push('"');
+                }
+                Cow::Owned(name) => json.push_str(&Value::from(name.as_str()).to_string()),
+            }
+            json.push(':');
+            match conversion_of(name) {
+                Some(conversion) => {
+                    let mut parsed: Value = serde_json::from_str(value.get())
+                        .map_err(|e| format!("column {name:?}: {e}"))?;
+                    conversion.apply(&mut parsed).map_err(|e| {
+                        format!(
+                            "column {name:?}: {e} ({:?}): {parsed}",
+                            conversion.conversion
+                        )
+                    })?;
+                    json.push_str(&parsed.to_string());
+                }
+                None => json.push_str(value.get()),
+            }
+        }
+        json.push('}');
+        json
+    };
     unavailable.sort();
-    let columns: Vec<String> = object.keys().cloned().collect();
-    let json = serde_json::to_string(&object).map_err(|e| e.to_string())?;
     Ok(PreparedRow {
         json,
-        columns,
+        columns: sets.get(&names),
         unavailable,
     })
 }
@@ -611,7 +768,7 @@ pub fn merge_rows(earlier: &PreparedRow, later: &PreparedRow) -> Result<Prepared
             .unavailable
             .iter()
             .chain(&later.unavailable)
-            .filter(|c| !columns.contains(c))
+            .filter(|c| !columns.contains(*c))
             .cloned()
             .collect();
         unavailable.sort();
@@ -621,7 +778,7 @@ pub fn merge_rows(earlier: &PreparedRow, later: &PreparedRow) -> Result<Prepared
     if earlier.columns.iter().all(|c| later.columns.contains(c)) {
         return Ok(PreparedRow {
             json: later.json.clone(),
-            columns: later.columns.clone(),
+            columns: Arc::clone(&later.columns),
             unavailable: unavailable(&later.columns),
         });
     }
@@ -629,7 +786,7 @@ pub fn merge_rows(earlier: &PreparedRow, later: &PreparedRow) -> Result<Prepared
         serde_json::from_str(&earlier.json).map_err(|e| e.to_string())?;
     let newer: Map<String, Value> = serde_json::from_str(&later.json).map_err(|e| e.to_string())?;
     object.extend(newer);
-    let columns: Vec<String> = object.keys().cloned().collect();
+    let columns: Arc<[String]> = object.keys().cloned().collect();
     let unavailable = unavailable(&columns);
     Ok(PreparedRow {
         json: serde_json::to_string(&object).map_err(|e| e.to_string())?,
@@ -1084,7 +1241,7 @@ mod tests {
             json!({"id": 1, "d": "1970-01-02", "b": null,
                    "ds": [["1970-01-01", null], ["infinity", "1970-01-02"]]})
         );
-        assert_eq!(row.columns, ["b", "d", "ds", "id"]);
+        assert_eq!(*row.columns, ["b", "d", "ds", "id"]);
         assert!(row.unavailable.is_empty());
         let same = prepare_row(r#"{"id":1}"#, &[], None, &[]).unwrap();
         assert_eq!(same.json, r#"{"id":1}"#);
@@ -1164,7 +1321,7 @@ mod tests {
             let prepared = prepare_row(&row, &[], Some(&p), &[]).unwrap();
             assert_eq!(prepared.json, r#"{"id":1,"small":"s"}"#, "{form}");
             assert_eq!(prepared.unavailable, ["big"]);
-            assert_eq!(prepared.columns, ["id", "small"]);
+            assert_eq!(*prepared.columns, ["id", "small"]);
         }
         for other in [
             json!("__debezium_unavailable_valu"),
@@ -1207,6 +1364,6 @@ mod tests {
         // Two placeholders: still unavailable.
         let merged = merge_rows(&toast, &toast).unwrap();
         assert_eq!(merged.unavailable, ["big"]);
-        assert_eq!(merged.columns, ["id", "small"]);
+        assert_eq!(*merged.columns, ["id", "small"]);
     }
 }

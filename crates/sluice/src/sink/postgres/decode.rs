@@ -63,15 +63,15 @@ impl ConnectSchema {
     }
 }
 
-/// One change of a table.
+/// One change of a table, its key and row borrowed from the record.
 #[derive(Debug)]
-pub enum Change {
+pub enum Change<'a> {
     /// Insert or update the row (JSON text of an object) of `key`.
     Upsert {
         /// The record key: a JSON object of the key columns.
-        key: Vec<u8>,
+        key: &'a [u8],
         /// The row.
-        row: String,
+        row: &'a str,
         /// Whether the row comes from a change event (its values in Debezium's encodings,
         /// converted before applying) rather than a plain JSON row (applied as it is).
         event: bool,
@@ -84,13 +84,13 @@ pub enum Change {
     /// Delete the row of `key`.
     Delete {
         /// The record key.
-        key: Vec<u8>,
+        key: &'a [u8],
     },
     /// Empty the table.
     Truncate,
 }
 
-impl Change {
+impl Change<'_> {
     /// The record key (empty for a truncate).
     pub fn key(&self) -> &[u8] {
         match self {
@@ -166,7 +166,7 @@ impl SchemaCache {
 }
 
 /// The record key's JSON object of key columns (a key with schemas is unwrapped).
-fn key_object(key: &[u8]) -> Result<Vec<u8>, String> {
+fn key_object(key: &[u8]) -> Result<&[u8], String> {
     let trimmed = key.trim_ascii_start();
     if !trimmed.starts_with(b"{") {
         return Err("the record key is not a JSON object of the key columns".into());
@@ -176,21 +176,21 @@ fn key_object(key: &[u8]) -> Result<Vec<u8>, String> {
         if !payload.starts_with('{') {
             return Err("the record key's payload is not a JSON object of the key columns".into());
         }
-        return Ok(payload.as_bytes().to_vec());
+        return Ok(payload.as_bytes());
     }
     // A key that only starts like an object (`{"id":`) is no key: without this check an
     // upsert went ahead on its value's row alone.
     serde_json::from_slice::<serde::de::IgnoredAny>(trimmed)
         .map_err(|e| format!("the record key is not a JSON object of the key columns: {e}"))?;
-    Ok(key.to_vec())
+    Ok(key)
 }
 
 /// A record as the change it stands for; `Err`: why it is none (the failure policy decides).
-pub fn decode(
-    key: Option<&[u8]>,
-    value: Option<&[u8]>,
+pub fn decode<'a>(
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
     schemas: &mut SchemaCache,
-) -> Result<Change, String> {
+) -> Result<Change<'a>, String> {
     let Some(value) = value else {
         let key = key.ok_or_else(|| {
             "the record has no key: the PostgreSQL sink applies changes by key".to_owned()
@@ -231,7 +231,7 @@ pub fn decode(
         Some("c" | "r" | "u") => match envelope.after {
             Some(after) if after.get().starts_with('{') => Ok(Change::Upsert {
                 key,
-                row: after.get().to_owned(),
+                row: after.get(),
                 event: true,
                 schema: match schema {
                     Some(schema) => schemas.row_schema(schema, true)?,
@@ -247,7 +247,7 @@ pub fn decode(
         )),
         None => Ok(Change::Upsert {
             key,
-            row: body.to_owned(),
+            row: body,
             event: false,
             schema: match schema {
                 Some(schema) => schemas.row_schema(schema, false)?,
@@ -262,7 +262,7 @@ pub fn decode(
 mod tests {
     use super::*;
 
-    fn change(key: Option<&str>, value: Option<&str>) -> Result<Change, String> {
+    fn change<'a>(key: Option<&'a str>, value: Option<&'a str>) -> Result<Change<'a>, String> {
         decode(
             key.map(str::as_bytes),
             value.map(str::as_bytes),
