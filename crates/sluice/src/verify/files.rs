@@ -49,7 +49,7 @@ use crate::sink::worker::{RecordData, WriteFailure, sub_partition};
 pub const RANGE_OFFSETS: i64 = 10_000;
 
 /// A range: partition and `offset / RANGE_OFFSETS`.
-type RangeId = (i32, i64);
+pub(super) type RangeId = (i32, i64);
 
 /// The last committed epochs' files: staged path, final path.
 type StagedFiles = Vec<(PathBuf, PathBuf)>;
@@ -58,7 +58,7 @@ type StagedFiles = Vec<(PathBuf, PathBuf)>;
 type FileCopy = (i64, String, String);
 
 /// A range's count and sum of record hashes.
-type Sums = BTreeMap<RangeId, (u64, i128)>;
+pub(super) type Sums = BTreeMap<RangeId, (u64, i128)>;
 
 /// How the sink turns a record into file content: the pipeline's settings.
 struct Writing {
@@ -620,7 +620,7 @@ pub async fn verify_files(
 
 /// The (topic, partition, offset) of every record in the dead-letter topic that a sink put
 /// there (its `sluice.dlq.*` headers).
-fn dead_lettered(
+pub(super) fn dead_lettered(
     consumer: &BaseConsumer,
     topic: &str,
 ) -> anyhow::Result<HashSet<(String, i32, i64)>> {
@@ -658,7 +658,10 @@ fn dead_lettered(
 }
 
 /// A topic's partitions and their low and high watermarks.
-fn partitions(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
+pub(super) fn partitions(
+    consumer: &BaseConsumer,
+    topic: &str,
+) -> anyhow::Result<BTreeMap<i32, (i64, i64)>> {
     let metadata = consumer
         .fetch_metadata(Some(topic), Duration::from_secs(30))
         .with_context(|| format!("cannot read the metadata of topic {topic}"))?;
@@ -686,7 +689,7 @@ fn partitions(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<BTreeMap<i
 }
 
 /// Reads each partition of `ranges` from its start to its end (exclusive), read committed.
-fn read_ranges(
+pub(super) fn read_ranges(
     consumer: &BaseConsumer,
     topic: &str,
     ranges: &BTreeMap<i32, (i64, i64)>,
@@ -1055,7 +1058,7 @@ fn verify_topic(
 }
 
 /// A record's text cut for the report.
-fn shown(text: &str) -> String {
+pub(super) fn shown(text: &str) -> String {
     const MAX: usize = 2000;
     if text.len() <= MAX {
         return text.to_owned();

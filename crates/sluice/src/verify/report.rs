@@ -15,8 +15,8 @@ pub struct Report {
     /// `equal`, `differences` or `not_verified`.
     pub status: &'static str,
     /// What was compared: `source` (the source's tables with their topics), `sink` (a
-    /// sink's target tables with the topics it applies) or `files` (a files sink's output
-    /// root with its topics).
+    /// sink's target tables with the topics it applies), `files` (a files sink's output root
+    /// with its topics) or `iceberg` (an Iceberg sink's tables with their topics).
     pub kind: &'static str,
     /// The position compared at (the source snapshot's LSN; for a sink, the applied offsets).
     pub position: String,
@@ -410,7 +410,8 @@ fn render_differences(out: &mut String, table: &TableReport, files: bool) {
             DifferenceKind::MissingInSource => "in the topic only".to_owned(),
             DifferenceKind::MissingInTable => "missing in the table".to_owned(),
             DifferenceKind::MissingInFiles => "missing in the files".to_owned(),
-            DifferenceKind::Duplicated => "in the files more than once".to_owned(),
+            DifferenceKind::Duplicated if files => "in the files more than once".to_owned(),
+            DifferenceKind::Duplicated => "in the table more than once".to_owned(),
             DifferenceKind::Unreadable => "cannot be read".to_owned(),
             DifferenceKind::Differs if d.columns.is_empty() => "differs".to_owned(),
             DifferenceKind::Differs => format!("differs in {}", d.columns.join(", ")),

@@ -50,7 +50,7 @@ fn create_table(schema: &str, table: &str, rows: i64) -> String {
 }
 
 /// Runs `sluice verify FILE --json ARGS`: the exit code and the report.
-fn verify(file: &std::path::Path, args: &[&str]) -> (i32, Value) {
+pub(crate) fn verify(file: &std::path::Path, args: &[&str]) -> (i32, Value) {
     let started = Instant::now();
     let output = Command::new(sluice_bin())
         .arg("verify")
@@ -934,7 +934,7 @@ async fn verify_during_the_initial_snapshot_cannot_verify() {
 }
 
 /// The differences of a files report: kind and `partition/offset`, sorted.
-fn offset_differences(report: &Value) -> Vec<(String, String)> {
+pub(crate) fn offset_differences(report: &Value) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = report["tables"]
         .as_array()
         .unwrap()
