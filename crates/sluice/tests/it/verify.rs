@@ -973,7 +973,16 @@ async fn files_scenario(format: &str) {
     let dir = test_dir(&name);
     let root = dir.join("out");
     let port = free_port();
-    let toml = sink_toml(&name, &topic, &root, port, format, 2, "");
+    // JSON Lines: verified on a schedule too (verify_interval_s), in the running sink.
+    let scheduled = format == "jsonl";
+    let mut toml = sink_toml(&name, &topic, &root, port, format, 2, "");
+    if scheduled {
+        toml = toml.replacen(
+            &format!("name = \"{name}\"\n"),
+            &format!("name = \"{name}\"\nverify_interval_s = 1\n"),
+            1,
+        );
+    }
     let mut sink = Sluice::start(&dir, &toml, port);
     let sink_ref = &sink;
     tokio::task::block_in_place(|| {
@@ -986,7 +995,23 @@ async fn files_scenario(format: &str) {
     assert_eq!(t["status"], "equal", "{report:#}");
     assert_eq!(t["source_rows"], 3000, "{report:#}");
     assert_eq!(t["topic_keys"], 3000, "{report:#}");
-    assert!(sink.stop(), "graceful stop failed:\n{}", sink.log_text());
+    let verification = |sink: &Sluice| -> Value {
+        sink.get("/health")
+            .and_then(|h| serde_json::from_str::<Value>(&h).ok())
+            .map(|h| h["verification"].clone())
+            .unwrap_or_default()
+    };
+    if scheduled {
+        // (A run that began before the last epochs committed finds fewer records equal.)
+        crate::support::wait_until(
+            "a scheduled verification of the sink to find the 3,000 records equal",
+            Duration::from_secs(60),
+            || {
+                let v = verification(&sink);
+                v["status"] == "equal" && v["rows_compared"] == 3000
+            },
+        );
+    }
 
     // Faults, by hand: in one file the 3rd record removed, the 5th changed, and the 2nd
     // written again at its end.
@@ -999,6 +1024,40 @@ async fn files_scenario(format: &str) {
     } else {
         tamper_jsonl(&files[0])
     };
+    if scheduled {
+        // The running sink's next verification finds them; `sluice doctor` reads it from
+        // /health (critical, exit code 2).
+        // (A run reading the file while it was rewritten may count other differences.)
+        crate::support::wait_until(
+            "a scheduled verification of the sink to find the 3 differences",
+            Duration::from_secs(60),
+            || {
+                let v = verification(&sink);
+                v["status"] == "differences" && v["differences_found"] == 3
+            },
+        );
+        let output = Command::new(sluice_bin())
+            .args(["doctor", "--json", "--pipeline"])
+            .arg(&sink.file)
+            .output()
+            .expect("run sluice doctor");
+        let findings: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stdout)
+            )
+        });
+        assert!(
+            findings
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["code"] == "pipeline.verification_failed" && f["severity"] == "critical"),
+            "{findings:#}"
+        );
+        assert_eq!(output.status.code(), Some(2), "{findings:#}");
+    }
+    assert!(sink.stop(), "graceful stop failed:\n{}", sink.log_text());
     let (code, report) = verify(&sink.file, &[]);
     assert_eq!(code, 1, "{report:#}");
     assert_eq!(report["status"], "differences", "{report:#}");
