@@ -598,11 +598,10 @@ pub async fn verify_files(
     ));
     report.kind = "files";
     let started = Instant::now();
-    let listed = list_files(&files.path)?;
     for topic in &topics {
         let table = tokio::task::block_in_place(|| {
             verify_topic(
-                &consumer, &root, subs, &writing, topic, &listed, &dead, limits, files,
+                &consumer, &root, subs, &writing, topic, &dead, limits, files,
             )
         });
         report.tables.push(table.unwrap_or_else(|error| {
@@ -778,17 +777,25 @@ fn files_of(
     let mut out: Vec<OutputFile> = listed.get(topic).cloned().unwrap_or_default();
     let known: HashSet<PathBuf> = out.iter().map(|f| f.path.clone()).collect();
     for (staged, fin) in last_files {
-        if known.contains(fin) || fin.exists() {
+        if known.contains(fin) {
             continue;
         }
+        // Renamed since the listing, or still under its staged name (the staged name first:
+        // the sink renames, so the final name exists once the staged one is gone).
+        let path = if staged.exists() {
+            staged
+        } else if fin.exists() {
+            fin
+        } else {
+            continue;
+        };
         if let Some((_, partition, sub, first)) = fin
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(parse_name)
-            && staged.exists()
         {
             out.push(OutputFile {
-                path: staged.clone(),
+                path: path.clone(),
                 partition,
                 sub,
                 first,
@@ -816,7 +823,6 @@ fn verify_topic(
     subs: u32,
     writing: &Writing,
     topic: &str,
-    listed: &BTreeMap<String, Vec<OutputFile>>,
     dead: &HashSet<(String, i32, i64)>,
     limits: &Limits,
     config: &FilesSinkConfig,
@@ -824,7 +830,8 @@ fn verify_topic(
     let marks = partitions(consumer, topic)?;
     // The cut first: files committed after it only add offsets past it.
     let (cut, last_files) = cut_of(root, subs, topic, &marks)?;
-    let files = files_of(listed, topic, &last_files);
+    let listed = list_files(&config.path)?;
+    let files = files_of(&listed, topic, &last_files);
     let topic_json = serde_json::to_string(topic)?;
     let mut seen = Seen::default();
     let low = |p: i32| marks.get(&p).map_or(0, |m| m.0);
