@@ -100,7 +100,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         &config.admin,
                         &config.restart,
                         None,
-                        None,
+                        scheduled_verification(
+                            &pipeline,
+                            config.verify_interval_s,
+                            config.verify_rate_limit,
+                        ),
                         |board| SinkPipeline::new(Arc::clone(&config), board),
                     )?;
                 }
@@ -123,10 +127,9 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(PipelineFile::Mysql(config)) => {
                     runtime()?.block_on(crate::doctor::diagnose_mysql(&config, true))
                 }
-                Some(PipelineFile::Files(_)) => anyhow::bail!(
-                    "{} is a Kafka → files pipeline: `sluice doctor` inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines; use `sluice check` for this one",
-                    pipeline.unwrap_or_default().display()
-                ),
+                Some(PipelineFile::Files(config)) => {
+                    runtime()?.block_on(crate::doctor::diagnose_sink(&config))
+                }
                 file => {
                     let pipeline = match file {
                         Some(PipelineFile::Postgres(config)) => Some(*config),

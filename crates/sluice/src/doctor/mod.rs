@@ -75,6 +75,28 @@ pub async fn diagnose_mysql(config: &MysqlPipelineConfig, read_health: bool) -> 
     findings
 }
 
+/// The findings for a Kafka → sink pipeline (files, PostgreSQL, Iceberg): the running
+/// pipeline's last scheduled verification (from its `/health`) and the Kafka checks (`sluice
+/// check` covers the rest of its configuration).
+pub async fn diagnose_sink(config: &crate::sink::config::SinkPipelineConfig) -> Vec<Finding> {
+    let mut findings = Vec::new();
+    verification::checks(
+        &config.name,
+        &config.admin,
+        config.verify_interval_s,
+        &mut findings,
+    )
+    .await;
+    let kafka = config.kafka();
+    let target = Target {
+        brokers: Some(kafka.brokers.clone()),
+        kafka_client: Some(kafka.client.clone()),
+        ..Target::default()
+    };
+    kafka_checks(&kafka.brokers, &target, &mut findings).await;
+    findings
+}
+
 /// Runs every check that the target allows.
 pub async fn diagnose(target: &Target) -> Vec<Finding> {
     let mut findings = Vec::new();

@@ -106,6 +106,17 @@ pub struct SinkPipelineConfig {
     /// `source.kafka.format = "avro"`); the section the sources write through.
     #[serde(default)]
     pub schema_registry: Option<crate::registry::RegistryConfig>,
+    /// Scheduled verification: `sluice verify` of this pipeline (its sink's tables or files
+    /// against the topics) every this many seconds while it runs (docs/verify.md,
+    /// "Scheduled"); off when left out.
+    pub verify_interval_s: Option<u64>,
+    /// The scheduled verification's rate limit: rows read from a PostgreSQL target per second.
+    #[serde(default = "default_verify_rate_limit")]
+    pub verify_rate_limit: u64,
+}
+
+const fn default_verify_rate_limit() -> u64 {
+    crate::config::DEFAULT_VERIFY_RATE_LIMIT
 }
 
 /// The source section of a sink pipeline: exactly one source kind.
@@ -501,6 +512,12 @@ impl SinkPipelineConfig {
                     "{:?} is not a valid name: expected 1-40 characters of a-z, 0-9 and _",
                     self.name
                 ),
+            );
+        }
+        if self.verify_interval_s == Some(0) {
+            issue(
+                "verify_interval_s",
+                "0: expected the seconds between scheduled verifications (at least 1; e.g. 3600), or leave the key out to turn them off".into(),
             );
         }
         let kafka = self.kafka();

@@ -18,7 +18,7 @@ use crate::sink::worker::{
 };
 
 /// The files writers' settings from the pipeline file.
-pub(super) fn worker_settings(
+pub(crate) fn worker_settings(
     config: &SinkPipelineConfig,
     files: &FilesSinkConfig,
 ) -> Result<WorkerSettings, PipelineError> {

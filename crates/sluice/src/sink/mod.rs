@@ -58,7 +58,7 @@
 
 pub mod avro;
 pub mod config;
-mod destination;
+pub(crate) mod destination;
 pub mod files;
 pub mod iceberg;
 mod intake;

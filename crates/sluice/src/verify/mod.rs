@@ -18,11 +18,15 @@
 //! checksums computed by MySQL, and its topics up to the records of that position. A Kafka →
 //! PostgreSQL sink ([`sink`]) is compared the same way, its target tables in the place of the
 //! source's, read under one snapshot with the sink's progress table: its topics are read up to
-//! the offsets the sink has applied.
+//! the offsets the sink has applied. A Kafka → files sink ([`files`]) is compared offset by
+//! offset with its topics, up to its committed states; a Kafka → Iceberg sink ([`iceberg`])
+//! table by table, up to the offsets its snapshot records.
 
 pub mod avro;
 pub mod canonical;
 pub mod compare;
+pub mod files;
+pub mod iceberg;
 pub mod mysql;
 pub mod report;
 pub mod sink;
@@ -51,8 +55,8 @@ pub const DEFAULT_RATE: u64 = 100_000;
 /// `sluice verify`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct VerifyArgs {
-    /// The pipeline file (TOML) of a PostgreSQL → Kafka, MySQL/MariaDB → Kafka or Kafka →
-    /// PostgreSQL pipeline.
+    /// The pipeline file (TOML) of a PostgreSQL → Kafka, MySQL/MariaDB → Kafka, Kafka →
+    /// PostgreSQL, Kafka → files or Kafka → Iceberg pipeline.
     pub pipeline: PathBuf,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -154,9 +158,21 @@ pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
             SinkConfig::Postgres(_) => Err(anyhow::anyhow!(
                 "--repair: not for Kafka → PostgreSQL pipelines: a row written from outside the sink could overwrite a newer one the running sink applies meanwhile; a differing key converges when its topic gets a newer record (for a PostgreSQL or MySQL source: `sluice verify --repair` on the source's pipeline file), or restore the rows the report lists by hand"
             )),
-            _ => Err(anyhow::anyhow!(
-                "{}: `sluice verify` verifies Kafka → PostgreSQL sinks, not files or Iceberg tables (not yet)",
-                args.pipeline.display()
+            SinkConfig::Files(files) if !args.repair => {
+                files::verify_files(&config, files, &args.limits()).await
+            }
+            // A files sink's output is an archive of the topic: a missing or changed record
+            // is restored by reading it again, which only the sink (its epochs and states)
+            // can do without breaking exactly-once.
+            SinkConfig::Files(_) => Err(anyhow::anyhow!(
+                "--repair: not for Kafka → files pipelines: the files are the sink's committed epochs; restore a missing or changed record from the topic (the report lists its partition and offset), or write the output again into a new sink.files.path"
+            )),
+            SinkConfig::Iceberg(settings) if !args.repair => {
+                iceberg::verify_iceberg(&config, settings, &args.tables, &args.limits()).await
+            }
+            // As for a PostgreSQL sink: a row written from outside the sink races with it.
+            SinkConfig::Iceberg(_) => Err(anyhow::anyhow!(
+                "--repair: not for Kafka → Iceberg pipelines: rows written from outside the sink would race with its commits; a differing key converges when its topic gets a newer record (for a PostgreSQL or MySQL source: `sluice verify --repair` on the source's pipeline file)"
             )),
         },
         Ok(PipelineFile::Mysql(config)) => {

@@ -624,7 +624,7 @@ pub async fn repair(
             .collect();
         let Some(literals) = literals else {
             repair.hints.push(format!(
-                "{}: its key's type is not written as SQL by --repair (integer and character keys are): request an incremental snapshot of the listed keys through {} by hand",
+                "{}: its key's type is not written as SQL by --repair (integers, character types, decimals, binary, dates, datetimes, timestamps and bits are): request an incremental snapshot of the listed keys through {} by hand",
                 table.table,
                 config.source.signal_table.as_deref().unwrap_or("source.mysql.signal_table")
             ));
@@ -673,21 +673,54 @@ pub async fn repair(
     Ok(repair)
 }
 
-/// A key value as SQL for the repair's filter: an integer as itself, a character value as a
-/// `utf8mb4` literal of its bytes (`_utf8mb4 X'…'`, which no quoting or `sql_mode` can change),
-/// compared by its bytes; `None` for other types (their canonical text is not a literal of
-/// the column's type).
+/// A key value as SQL for the repair's filter, from its canonical text (what the verification's
+/// SQL computed, so its form is known, but checked character by character all the same: a
+/// literal is built only from text of exactly that form, never quoted through):
+///
+/// - an integer (and `YEAR`) as itself;
+/// - a character value as a `utf8mb4` literal of its bytes (`_utf8mb4 X'…'`, which no quoting
+///   or `sql_mode` can change), compared by its bytes;
+/// - a `DECIMAL` as its exact decimal text (`-12.50`);
+/// - a binary value (its canonical text is lowercase hex) as `X'…'`;
+/// - a `DATE` (days since 1970-01-01) as `DATE '1970-01-01' + INTERVAL n DAY`;
+/// - a `DATETIME` or a `TIMESTAMP` (microseconds since 1970-01-01 00:00:00, a `TIMESTAMP` in
+///   UTC, the time zone of the pipeline's snapshot session) as
+///   `TIMESTAMP '1970-01-01 00:00:00' + INTERVAL n MICROSECOND`;
+/// - a `BIT(1)` (`true`/`false`) as `b'1'`/`b'0'`.
+///
+/// `None` for anything else, or text not of its class's form.
 fn key_literal(text: &str, class: &ColumnClass) -> Option<String> {
+    let integer = |t: &str| {
+        let digits = t.strip_prefix('-').unwrap_or(t);
+        (!digits.is_empty() && digits.len() <= 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| t.to_owned())
+    };
     match class {
-        ColumnClass::Int => {
-            let digits = text.strip_prefix('-').unwrap_or(text);
-            (!digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| text.to_owned())
-        }
+        ColumnClass::Int => integer(text),
         ColumnClass::Text | ColumnClass::Enum | ColumnClass::Bpchar => {
             let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
             Some(format!("_utf8mb4 X'{hex}' COLLATE utf8mb4_bin"))
         }
+        ColumnClass::Numeric { .. } => {
+            let unsigned = text.strip_prefix('-').unwrap_or(text);
+            let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, "0"));
+            let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+            (digits(whole) && digits(fraction) && unsigned.len() <= 80).then(|| text.to_owned())
+        }
+        ColumnClass::Bytea => (text.len().is_multiple_of(2)
+            && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| format!("X'{text}'")),
+        ColumnClass::Date => {
+            integer(text).map(|days| format!("(DATE '1970-01-01' + INTERVAL {days} DAY)"))
+        }
+        ColumnClass::Timestamp(_) | ColumnClass::Timestamptz => integer(text).map(|micros| {
+            format!("(TIMESTAMP '1970-01-01 00:00:00' + INTERVAL {micros} MICROSECOND)")
+        }),
+        ColumnClass::Bool => match text {
+            "true" => Some("b'1'".to_owned()),
+            "false" => Some("b'0'".to_owned()),
+            _ => None,
+        },
         _ => None,
     }
 }
@@ -714,5 +747,66 @@ mod tests {
         assert_eq!(key_literal("2020-01-01", &ColumnClass::Date), None);
         let filter = format!("(`id`, `name`) IN ((7, {text}))");
         assert_eq!(check_condition(SqlDialect::Mysql, &filter), Ok(()));
+    }
+
+    /// Decimals, binary values, dates, datetimes, timestamps and bits are literals of their
+    /// canonical text's exact form; anything else in that text (hostile or not) is refused.
+    #[test]
+    fn repair_keys_of_other_types_are_literals_of_their_form_only() {
+        let decimal = ColumnClass::Numeric { scale: Some(2) };
+        let micros = ColumnClass::Timestamp(TemporalUnit::Micros);
+        let cases: [(&str, &ColumnClass, Option<&str>); 22] = [
+            ("-12.50", &decimal, Some("-12.50")),
+            ("7", &decimal, Some("7")),
+            ("1.5e3", &decimal, None),
+            ("1.", &decimal, None),
+            (".5", &decimal, None),
+            ("1.5 OR 1=1", &decimal, None),
+            ("0x41", &decimal, None),
+            ("00ff10", &ColumnClass::Bytea, Some("X'00ff10'")),
+            ("", &ColumnClass::Bytea, Some("X''")),
+            ("0ff", &ColumnClass::Bytea, None),
+            ("00FF", &ColumnClass::Bytea, None),
+            ("00'; DROP TABLE t; --", &ColumnClass::Bytea, None),
+            (
+                "18262",
+                &ColumnClass::Date,
+                Some("(DATE '1970-01-01' + INTERVAL 18262 DAY)"),
+            ),
+            (
+                "-1",
+                &ColumnClass::Date,
+                Some("(DATE '1970-01-01' + INTERVAL -1 DAY)"),
+            ),
+            ("18262 DAY) OR (1", &ColumnClass::Date, None),
+            (
+                "1577836800123456",
+                &micros,
+                Some("(TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 1577836800123456 MICROSECOND)"),
+            ),
+            ("1e15", &micros, None),
+            (
+                "5",
+                &ColumnClass::Timestamptz,
+                Some("(TIMESTAMP '1970-01-01 00:00:00' + INTERVAL 5 MICROSECOND)"),
+            ),
+            ("true", &ColumnClass::Bool, Some("b'1'")),
+            ("false", &ColumnClass::Bool, Some("b'0'")),
+            ("1", &ColumnClass::Bool, None),
+            ("99999999999999999999999", &ColumnClass::Date, None),
+        ];
+        let mut literals = Vec::new();
+        for (text, class, want) in cases {
+            let got = key_literal(text, class);
+            assert_eq!(got.as_deref(), want, "{text:?} as {class:?}");
+            literals.extend(got);
+        }
+        // Every literal keeps the filter one condition of values.
+        let filter = format!("(`k`) IN (({}))", literals.join("), ("));
+        assert_eq!(
+            check_condition(SqlDialect::Mysql, &filter),
+            Ok(()),
+            "{filter}"
+        );
     }
 }

@@ -14,8 +14,9 @@ use super::topic::ReadStats;
 pub struct Report {
     /// `equal`, `differences` or `not_verified`.
     pub status: &'static str,
-    /// What was compared: `source` (the source's tables with their topics) or `sink` (a
-    /// sink's target tables with the topics it applies).
+    /// What was compared: `source` (the source's tables with their topics), `sink` (a
+    /// sink's target tables with the topics it applies), `files` (a files sink's output root
+    /// with its topics) or `iceberg` (an Iceberg sink's tables with their topics).
     pub kind: &'static str,
     /// The position compared at (the source snapshot's LSN; for a sink, the applied offsets).
     pub position: String,
@@ -118,6 +119,12 @@ pub enum DifferenceKind {
     MissingInTable,
     /// In both, with other values.
     Differs,
+    /// In the topic's committed range, in no file (a files sink).
+    MissingInFiles,
+    /// In more than one file, or twice in one (a files sink).
+    Duplicated,
+    /// A line or row of a file that cannot be read (a files sink).
+    Unreadable,
 }
 
 /// One differing key.
@@ -278,7 +285,7 @@ pub fn render(report: &Report) -> String {
     );
     for table in &report.tables {
         // The direction data flows.
-        let (from, to) = if report.kind == "sink" {
+        let (from, to) = if report.kind != "source" {
             (&table.topic, &table.table)
         } else {
             (&table.table, &table.topic)
@@ -291,6 +298,26 @@ pub fn render(report: &Report) -> String {
                     table.reason.as_deref().unwrap_or("")
                 );
                 continue;
+            }
+            TableStatus::Equal if report.kind == "files" => {
+                let _ = writeln!(
+                    out,
+                    "{from} -> {to}: equal ({} records in files, {} offset ranges)",
+                    table.source_rows, table.buckets
+                );
+            }
+            TableStatus::Differs if report.kind == "files" => {
+                let _ = writeln!(
+                    out,
+                    "{from} -> {to}: DIFFERS: {} records in the files, {} in the topic's committed range; {} of {} offset ranges differ; {} differing offset(s) found in {} range(s) compared offset by offset",
+                    table.source_rows,
+                    table.topic_keys,
+                    table.buckets_differing,
+                    table.buckets,
+                    table.differences_found,
+                    table.buckets_narrowed
+                );
+                render_differences(&mut out, table, true);
             }
             TableStatus::Equal => {
                 let _ = writeln!(
@@ -310,29 +337,7 @@ pub fn render(report: &Report) -> String {
                     table.differences_found,
                     table.buckets_narrowed
                 );
-                for d in &table.differences {
-                    let what = match d.kind {
-                        DifferenceKind::MissingInTopic => "missing in the topic".to_owned(),
-                        DifferenceKind::MissingInSource => "in the topic only".to_owned(),
-                        DifferenceKind::MissingInTable => "missing in the table".to_owned(),
-                        DifferenceKind::Differs if d.columns.is_empty() => "differs".to_owned(),
-                        DifferenceKind::Differs => format!("differs in {}", d.columns.join(", ")),
-                    };
-                    let _ = writeln!(out, "  key {}: {what}", d.key);
-                    if let Some(source) = &d.source {
-                        let _ = writeln!(out, "    table: {source}");
-                    }
-                    if let Some(topic) = &d.topic {
-                        let _ = writeln!(out, "    topic: {topic}");
-                    }
-                }
-                if table.differences_found > table.differences.len() as u64 {
-                    let _ = writeln!(
-                        out,
-                        "  … {} more (--max-keys, --json)",
-                        table.differences_found - table.differences.len() as u64
-                    );
-                }
+                render_differences(&mut out, table, false);
             }
         }
         if !table.columns_not_compared.is_empty() {
@@ -343,12 +348,24 @@ pub fn render(report: &Report) -> String {
                 .collect();
             let _ = writeln!(out, "  not compared: {}", list.join(", "));
         }
-        if table.read.unpositioned > 0 {
+        if table.read.unpositioned > 0 && report.kind != "files" {
             let _ = writeln!(
                 out,
                 "  {} record(s) without sluice's position header were taken as before the position",
                 table.read.unpositioned
             );
+        }
+        if report.kind == "files" && table.read.after_position > 0 {
+            let _ = writeln!(
+                out,
+                "  {} record(s) after the committed state (written meanwhile, or not yet committed) were left out",
+                table.read.after_position
+            );
+        }
+        if report.kind == "files"
+            && let Some(problem) = &table.read.first_problem
+        {
+            let _ = writeln!(out, "  {problem}");
         }
         if report.kind == "sink" && table.read.after_position > 0 {
             let _ = writeln!(
@@ -383,4 +400,40 @@ pub fn render(report: &Report) -> String {
         }
     );
     out
+}
+
+/// The differences of a table, and how many more there are.
+fn render_differences(out: &mut String, table: &TableReport, files: bool) {
+    for d in &table.differences {
+        let what = match d.kind {
+            DifferenceKind::MissingInTopic => "missing in the topic".to_owned(),
+            DifferenceKind::MissingInSource => "in the topic only".to_owned(),
+            DifferenceKind::MissingInTable => "missing in the table".to_owned(),
+            DifferenceKind::MissingInFiles => "missing in the files".to_owned(),
+            DifferenceKind::Duplicated if files => "in the files more than once".to_owned(),
+            DifferenceKind::Duplicated => "in the table more than once".to_owned(),
+            DifferenceKind::Unreadable => "cannot be read".to_owned(),
+            DifferenceKind::Differs if d.columns.is_empty() => "differs".to_owned(),
+            DifferenceKind::Differs => format!("differs in {}", d.columns.join(", ")),
+        };
+        if d.key.is_null() {
+            let _ = writeln!(out, "  a record: {what}");
+        } else {
+            let _ = writeln!(out, "  key {}: {what}", d.key);
+        }
+        if let Some(source) = &d.source {
+            let side = if files { "files" } else { "table" };
+            let _ = writeln!(out, "    {side}: {source}");
+        }
+        if let Some(topic) = &d.topic {
+            let _ = writeln!(out, "    topic: {topic}");
+        }
+    }
+    if table.differences_found > table.differences.len() as u64 {
+        let _ = writeln!(
+            out,
+            "  … {} more (--max-keys, --json)",
+            table.differences_found - table.differences.len() as u64
+        );
+    }
 }

@@ -204,7 +204,10 @@ async fn verify_one(
 
 /// The topics the sink reads: those named, and those its patterns match now (internal topics
 /// left out).
-fn topics(consumer: &BaseConsumer, config: &SinkPipelineConfig) -> anyhow::Result<Vec<String>> {
+pub(super) fn topics(
+    consumer: &BaseConsumer,
+    config: &SinkPipelineConfig,
+) -> anyhow::Result<Vec<String>> {
     let kafka = config.kafka();
     let metadata = consumer
         .fetch_metadata(None, Duration::from_secs(30))

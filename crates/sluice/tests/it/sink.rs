@@ -91,7 +91,7 @@ pub(crate) fn end_offsets(topic: &str, partitions: i32) -> BTreeMap<i32, i64> {
         .collect()
 }
 
-fn sink_toml(
+pub(crate) fn sink_toml(
     name: &str,
     topic: &str,
     root: &Path,
@@ -156,7 +156,7 @@ pub(crate) fn parse_name(name: &str) -> Option<(i32, u32, i64, i64)> {
     Some((partition, sub, first.parse().ok()?, last.parse().ok()?))
 }
 
-fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(crate) fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -301,7 +301,12 @@ pub(crate) fn verify(rows: &[Row], ends: &BTreeMap<i32, i64>, dead: &HashSet<(i3
 /// Waits until the output holds `expected` distinct offsets. A file is parsed again only when
 /// its size or modification time changed (a poll used to parse every file, ~300,000 rows each
 /// time in a debug build, competing with the sink for the two cores).
-fn wait_for_output(root: &Path, expected: usize, timeout: Duration, sluices: &[&Sluice]) {
+pub(crate) fn wait_for_output(
+    root: &Path,
+    expected: usize,
+    timeout: Duration,
+    sluices: &[&Sluice],
+) {
     let deadline = Instant::now() + timeout;
     type Seen = (u64, Option<std::time::SystemTime>, Vec<(i32, i64)>);
     let mut parsed: HashMap<PathBuf, Seen> = HashMap::new();

@@ -261,6 +261,46 @@ fn read_table_java(catalog: &str, table: &str) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Changes `table` behind the sink's back with pyiceberg (the faults `sluice verify` must
+/// find): deletes the rows `delete` selects, and sets `name` to "tampered" in the rows
+/// `change` selects, unless empty (an overwrite: the old rows deleted, the changed ones
+/// appended).
+fn tamper(catalog: &str, table: &str, delete: &str, change: &str) {
+    reader_ready();
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/iceberg-venv");
+    let python = Command::new(venv)
+        .output()
+        .expect("run scripts/iceberg-venv");
+    let python = String::from_utf8_lossy(&python.stdout).trim().to_owned();
+    let code = r#"
+import sys, warnings
+warnings.filterwarnings("ignore")
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+uri, ident, delete, change = sys.argv[1:]
+for scheme in ("postgres://", "postgresql://"):
+    if uri.startswith(scheme):
+        uri = "postgresql+psycopg2://" + uri[len(scheme):]
+table = SqlCatalog("sluice", uri=uri).load_table(ident)
+table.delete(delete)
+if change:
+    rows = table.scan(row_filter=change).to_arrow()
+    at = rows.schema.get_field_index("name")
+    rows = rows.set_column(at, rows.schema.field(at), pa.array(["tampered"] * len(rows), type=rows.schema.field(at).type))
+    table.overwrite(rows, overwrite_filter=change)
+"#;
+    let output = Command::new(python)
+        .args(["-c", code, catalog, table, delete, change])
+        .envs(READER_ENV)
+        .output()
+        .expect("run pyiceberg");
+    assert!(
+        output.status.success(),
+        "pyiceberg could not change {table}:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
 /// Waits until pyiceberg counts `rows` rows in `table`.
 fn wait_rows(catalog: &str, table: &str, rows: usize, timeout: Duration, sink: &Sluice) {
     reader_ready();
@@ -374,6 +414,15 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
             .unwrap_or(0.0)
             >= 2.0
     );
+    // `sluice verify` reads the partitioned table equal: every offset up to the snapshots'
+    // is one row, the row the sink writes for its record.
+    let (code, report) = crate::verify::verify(&sink.file, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(
+        report["tables"][0]["source_rows"],
+        expected.len(),
+        "{report:#}"
+    );
     drop(sink);
     drop(_client);
     drop_database(&name).await;
@@ -439,6 +488,31 @@ async fn a_sink_killed_after_a_commit_writes_no_row_twice() {
     );
     let read = rows_by_seq(&read_table(&catalog, "cdc.items", &[]).unwrap());
     assert_rows(&expected, &read);
+    // `sluice verify` after the crash: every offset up to the snapshots' is one row (none
+    // twice), the row the sink writes for its record; then a row deleted behind the sink's
+    // back (pyiceberg) is found by its partition and offset.
+    let (code, report) = crate::verify::verify(&sink.file, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(
+        report["tables"][0]["source_rows"],
+        expected.len(),
+        "{report:#}"
+    );
+    let want = read_table(&catalog, "cdc.items", &[])
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["seq"] == 3)
+        .map(|r| format!("{}/{}", r["_kafka_partition"], r["_kafka_offset"]))
+        .expect("a row of seq 3");
+    tamper(&catalog, "cdc.items", "seq == 3", "");
+    let (code, report) = crate::verify::verify(&sink.file, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        crate::verify::offset_differences(&report),
+        [("missing_in_table".to_owned(), want)],
+        "{report:#}"
+    );
     drop(sink);
     drop(_client);
     drop_database(&name).await;
@@ -851,6 +925,40 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
         java,
         expected_rows(&model),
         "the Java reader's rows after the truncate"
+    );
+    // `sluice verify`: the table equals the newest record per key (the truncate included),
+    // up to the offsets its snapshot records; then a row deleted and a row changed behind
+    // the sink's back are found by their keys.
+    let (code, report) = crate::verify::verify(&sink.file, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["kind"], "iceberg", "{report:#}");
+    assert_eq!(
+        report["tables"][0]["source_rows"],
+        model.len(),
+        "{report:#}"
+    );
+    tamper(&catalog, "cdc.items", "id == 5", "id == 7777");
+    let (code, report) = crate::verify::verify(&sink.file, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let mut found: Vec<(String, String)> = report["tables"][0]["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["kind"].as_str().unwrap().to_owned(),
+                d["key"]["id"].to_string(),
+            )
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [
+            ("differs".to_owned(), "7777".to_owned()),
+            ("missing_in_table".to_owned(), "5".to_owned()),
+        ],
+        "{report:#}"
     );
     drop(sink);
     drop(_client);

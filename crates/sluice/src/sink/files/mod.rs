@@ -114,8 +114,8 @@ mod root;
 mod tests;
 
 pub use self::epoch::Epoch;
-pub use self::open::{FileSettings, OpenFile, OutputRecord, WriteError};
+pub use self::open::{FileSettings, OpenFile, OutputRecord, WriteError, write_line};
 pub use self::root::{
-    CommitError, CommitRefused, OutputRoot, Ownership, ROOT_MARKER, Recovered, RootError,
-    STATE_DIR, StateError, SubPartitionId,
+    CommitError, CommitRefused, Committed, OutputRoot, Ownership, ROOT_MARKER, Recovered,
+    RootError, STATE_DIR, StateError, SubPartitionId,
 };

@@ -178,10 +178,11 @@ impl OpenFile {
     }
 }
 
-/// Writes one JSON line; returns the uncompressed bytes written.
+/// Writes one JSON line; returns the uncompressed bytes written (`sluice verify` renders the
+/// line a record should have with it).
 ///
 /// Straight into the file's buffer, piece by piece: no per-record string is built.
-pub(super) fn write_line<W: Write>(
+pub fn write_line<W: Write>(
     out: &mut W,
     record: &OutputRecord<'_>,
     settings: &FileSettings,

@@ -186,6 +186,21 @@ impl From<SubState> for Recovered {
     }
 }
 
+/// A sub-partition's committed state as a reader sees it (`sluice verify`): what the files
+/// hold, read without claiming anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The highest offset of the last committed epoch (-1: none): every record of the
+    /// sub-partition up to it is in a committed file.
+    pub last_offset: i64,
+    /// Offsets after `last_offset` in no file (dead-lettered after a processing timeout).
+    pub skipped: Vec<i64>,
+    /// The last committed epoch's files: staged path and final path. Until its renames are
+    /// done (a crash between the state and the renames, or a commit in progress) some are
+    /// still under their staged names.
+    pub files: Vec<(PathBuf, PathBuf)>,
+}
+
 /// The output root; see the [module docs](super).
 #[derive(Debug)]
 pub struct OutputRoot {
@@ -342,6 +357,52 @@ impl OutputRoot {
             root: staging.to_owned(),
             objects: Some(objects),
         })
+    }
+
+    /// The local root at `root` as it is, for reading only (nothing is created or claimed):
+    /// `None` when it holds no marker (the sink never ran there); else its number of
+    /// sub-partitions.
+    ///
+    /// # Errors
+    ///
+    /// The marker cannot be read.
+    pub fn open_existing(root: &Path) -> io::Result<Option<(Self, u32)>> {
+        let bytes = match fs::read(root.join(ROOT_MARKER)) {
+            Ok(bytes) => bytes,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        let marker: RootMarker = serde_json::from_slice(&bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let opened = Self {
+            root: root.to_owned(),
+            objects: None,
+        };
+        Ok(Some((opened, marker.sub_partitions)))
+    }
+
+    /// The committed state of a local sub-partition, read without claiming it (`None`:
+    /// nothing committed).
+    ///
+    /// # Errors
+    ///
+    /// The state cannot be read.
+    pub fn committed(&self, id: &SubPartitionId) -> Result<Option<Committed>, StateError> {
+        let (_, state) = self.read_local_state(id)?;
+        Ok(state.map(|state| Committed {
+            last_offset: state.last_offset,
+            skipped: state
+                .skipped
+                .iter()
+                .copied()
+                .filter(|o| *o > state.last_offset)
+                .collect(),
+            files: state
+                .renames
+                .iter()
+                .map(|(staged, fin)| (self.staging_dir(id).join(staged), self.root.join(fin)))
+                .collect(),
+        }))
     }
 
     /// The root directory (the local staging root with an object store).

@@ -307,11 +307,102 @@ enum Fill {
     KafkaOffset,
 }
 
-/// The table's columns as this writer fills them.
-struct Layout {
+/// The table's columns as the writer fills them.
+pub struct Layout {
     columns: Vec<(String, PrimitiveType, Fill)>,
     /// The schema text the units were read from.
     schema_text: Option<String>,
+}
+
+impl Layout {
+    /// How the sink fills `table`'s columns from events of `event`'s schema.
+    ///
+    /// # Errors
+    ///
+    /// A nested column, or a column of the event the table lacks (the record fails).
+    pub fn of(table: &Table, event: &Event) -> Result<Self, String> {
+        let text = event.schema.as_ref().map(|(t, _)| t.as_str());
+        let schema = table.metadata().current_schema();
+        let row_schema = event.schema.as_ref().map(|(_, s)| s);
+        let mut columns = Vec::new();
+        for field in schema.as_struct().fields() {
+            let Type::Primitive(ty) = field.field_type.as_ref() else {
+                return Err(format!(
+                    "column {:?} of table {} is nested: sluice writes primitive columns only",
+                    field.name,
+                    table.identifier()
+                ));
+            };
+            let fill = match field.name.as_str() {
+                convert::OP_COLUMN => Fill::Op,
+                convert::EVENT_TS_COLUMN => Fill::EventTs,
+                convert::SOURCE_TS_COLUMN => Fill::SourceTs,
+                convert::SOURCE_POSITION_COLUMN => Fill::SourcePosition,
+                convert::KAFKA_PARTITION_COLUMN => Fill::KafkaPartition,
+                convert::KAFKA_OFFSET_COLUMN => Fill::KafkaOffset,
+                name => Fill::Field(Read::of(row_schema.and_then(|s| s.field(name)))),
+            };
+            columns.push((field.name.clone(), ty.clone(), fill));
+        }
+        if let Some(row) = row_schema
+            && let Some(missing) = row
+                .fields
+                .iter()
+                .find(|f| schema.field_by_name(&f.field).is_none())
+        {
+            return Err(format!(
+                "the event has a column {:?} that table {} lacks (add it to the table, or set sink.iceberg.auto_evolve = true)",
+                missing.field,
+                table.identifier()
+            ));
+        }
+        Ok(Layout {
+            columns,
+            schema_text: text.map(str::to_owned),
+        })
+    }
+
+    /// The cells of `event`'s row, one per column, for the record at `partition`/`offset`
+    /// (what the sink writes; `sluice verify` compares the table's rows with them).
+    ///
+    /// # Errors
+    ///
+    /// A value that does not fit its column (the record fails).
+    pub fn cells(&self, event: &Event, partition: i32, offset: i64) -> Result<Vec<Cell>, String> {
+        if event.schema.is_none()
+            && let Some(row) = &event.row
+            && let Some(extra) = row
+                .keys()
+                .find(|k| !self.columns.iter().any(|(name, ..)| name == *k))
+        {
+            return Err(format!(
+                "the event has a column {extra:?} that the table lacks (auto_evolve adds the columns of events with schemas only: add it to the table)"
+            ));
+        }
+        let mut cells = Vec::with_capacity(self.columns.len());
+        for (name, ty, fill) in &self.columns {
+            let cell = match fill {
+                Fill::Field(read) => match event.row.as_ref().and_then(|r| r.get(name)) {
+                    Some(value) => convert::convert(value, ty, *read)
+                        .map_err(|e| format!("column {name:?}: {e}"))?,
+                    None => Cell::Null,
+                },
+                Fill::Op => event.op.clone().map_or(Cell::Null, Cell::Str),
+                Fill::EventTs => event.event_ts.map_or(Cell::Null, Cell::I64),
+                Fill::SourceTs => event.source_ts.map_or(Cell::Null, Cell::I64),
+                Fill::SourcePosition => event.source_position.clone().map_or(Cell::Null, Cell::Str),
+                Fill::KafkaPartition => Cell::I32(partition),
+                Fill::KafkaOffset => Cell::I64(offset),
+            };
+            cells.push(cell);
+        }
+        Ok(cells)
+    }
+
+    /// The columns' names, in the table's order.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.columns.iter().map(|(name, ..)| name.as_str())
+    }
 }
 
 type DataWriter =
@@ -711,78 +802,14 @@ impl IcebergWriter {
         let Some(table) = &self.table else {
             return Err("no table".into());
         };
-        let schema = table.metadata().current_schema();
-        let row_schema = event.schema.as_ref().map(|(_, s)| s);
-        let mut columns = Vec::new();
-        for field in schema.as_struct().fields() {
-            let Type::Primitive(ty) = field.field_type.as_ref() else {
-                return Err(format!(
-                    "column {:?} of table {} is nested: sluice writes primitive columns only",
-                    field.name,
-                    table.identifier()
-                ));
-            };
-            let fill = match field.name.as_str() {
-                convert::OP_COLUMN => Fill::Op,
-                convert::EVENT_TS_COLUMN => Fill::EventTs,
-                convert::SOURCE_TS_COLUMN => Fill::SourceTs,
-                convert::SOURCE_POSITION_COLUMN => Fill::SourcePosition,
-                convert::KAFKA_PARTITION_COLUMN => Fill::KafkaPartition,
-                convert::KAFKA_OFFSET_COLUMN => Fill::KafkaOffset,
-                name => Fill::Field(Read::of(row_schema.and_then(|s| s.field(name)))),
-            };
-            columns.push((field.name.clone(), ty.clone(), fill));
-        }
-        if let Some(row) = row_schema
-            && let Some(missing) = row
-                .fields
-                .iter()
-                .find(|f| schema.field_by_name(&f.field).is_none())
-        {
-            return Err(format!(
-                "the event has a column {:?} that table {} lacks (add it to the table, or set sink.iceberg.auto_evolve = true)",
-                missing.field,
-                table.identifier()
-            ));
-        }
-        self.layout = Some(Layout {
-            columns,
-            schema_text: text.map(str::to_owned),
-        });
+        self.layout = Some(Layout::of(table, event)?);
         Ok(())
     }
 
     /// The cells of `event`'s row, one per column.
     fn cells(&self, event: &Event, data: &RecordData) -> Result<Vec<Cell>, String> {
         let layout = self.layout.as_ref().ok_or("no layout")?;
-        if event.schema.is_none()
-            && let Some(row) = &event.row
-            && let Some(extra) = row
-                .keys()
-                .find(|k| !layout.columns.iter().any(|(name, ..)| name == *k))
-        {
-            return Err(format!(
-                "the event has a column {extra:?} that the table lacks (auto_evolve adds the columns of events with schemas only: add it to the table)"
-            ));
-        }
-        let mut cells = Vec::with_capacity(layout.columns.len());
-        for (name, ty, fill) in &layout.columns {
-            let cell = match fill {
-                Fill::Field(read) => match event.row.as_ref().and_then(|r| r.get(name)) {
-                    Some(value) => convert::convert(value, ty, *read)
-                        .map_err(|e| format!("column {name:?}: {e}"))?,
-                    None => Cell::Null,
-                },
-                Fill::Op => event.op.clone().map_or(Cell::Null, Cell::Str),
-                Fill::EventTs => event.event_ts.map_or(Cell::Null, Cell::I64),
-                Fill::SourceTs => event.source_ts.map_or(Cell::Null, Cell::I64),
-                Fill::SourcePosition => event.source_position.clone().map_or(Cell::Null, Cell::Str),
-                Fill::KafkaPartition => Cell::I32(self.id.partition),
-                Fill::KafkaOffset => Cell::I64(data.offset),
-            };
-            cells.push(cell);
-        }
-        Ok(cells)
+        layout.cells(event, self.id.partition, data.offset)
     }
 
     /// Sends the buffered rows to the data-file writer (opened on first use).
