@@ -61,37 +61,7 @@ pub(super) fn run_once(
     )?;
     let destination = open_destination(config, &runtime)?;
     let root_description = destination.describe();
-    let dead_letter = match (
-        &config.delivery.dead_letter_topic,
-        config.delivery.on_failure,
-    ) {
-        (Some(topic), FailurePolicy::DeadLetter) => {
-            let kafka = config.kafka();
-            let producer: FutureProducer =
-                crate::kafka::client_config(&kafka.brokers, &kafka.client)
-                    .set("enable.idempotence", "true")
-                    .set("acks", "all")
-                    .set("linger.ms", "5")
-                    // A dead-letter topic that cannot be written fails the record within
-                    // processing_timeout_ms's default rather than librdkafka's 5 minutes.
-                    .set("message.timeout.ms", "30000")
-                    .create()
-                    .map_err(|e| {
-                        PipelineError::fatal_with(
-                            "cannot create the dead-letter producer",
-                            "check source.kafka.brokers",
-                            e,
-                        )
-                    })?;
-            Some(Arc::new(DeadLetter {
-                producer,
-                topic: topic.clone(),
-                runtime,
-                max_value_bytes: config.delivery.dead_letter_max_value_bytes,
-            }))
-        }
-        _ => None,
-    };
+    let dead_letter = dead_letter_producer(config, runtime)?;
     let (events_tx, events_rx) = std::sync::mpsc::channel();
     // Pause and restart requests through the admin API, seen by the poll loop.
     let mut control = board.control();
@@ -122,33 +92,14 @@ pub(super) fn run_once(
             consumed: ::metrics::counter!(metrics::RECORDS_CONSUMED),
         }),
     };
-    let consumer: Arc<BaseConsumer<SinkContext>> = Arc::new(
-        consumer_config(config)
-            .create_with_context(context)
-            .map_err(|e| {
-                PipelineError::fatal_with(
-                    "cannot create the Kafka consumer",
-                    "check source.kafka.brokers and source.kafka.properties",
-                    e,
-                )
-            })?,
-    );
-    let subscription = config.kafka().subscription();
-    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
-    consumer.subscribe(&topics).map_err(|e| {
-        PipelineError::fatal_with(
-            "cannot subscribe to the source topics",
-            "check source.kafka.topics",
-            e,
-        )
-    })?;
+    let consumer = subscribe(config, context)?;
     board.set_state(if requested.paused {
         PipelineState::Paused
     } else {
         PipelineState::Streaming
     });
     tracing::info!(
-        topics = ?subscription,
+        topics = ?config.kafka().subscription(),
         group = %config.group_id(),
         root = %root_description,
         "sink started"
@@ -231,6 +182,78 @@ pub(super) fn run_once(
     };
     // The partition queues hold the consumer: they go first.
     drop(queues);
+    end_run(consumer, result)
+}
+
+/// The dead-letter producer, when failed records go to a dead-letter topic.
+fn dead_letter_producer(
+    config: &SinkPipelineConfig,
+    runtime: tokio::runtime::Handle,
+) -> Result<Option<Arc<DeadLetter>>, PipelineError> {
+    let (Some(topic), FailurePolicy::DeadLetter) = (
+        &config.delivery.dead_letter_topic,
+        config.delivery.on_failure,
+    ) else {
+        return Ok(None);
+    };
+    let kafka = config.kafka();
+    let producer: FutureProducer = crate::kafka::client_config(&kafka.brokers, &kafka.client)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        // A dead-letter topic that cannot be written fails the record within
+        // processing_timeout_ms's default rather than librdkafka's 5 minutes.
+        .set("message.timeout.ms", "30000")
+        .create()
+        .map_err(|e| {
+            PipelineError::fatal_with(
+                "cannot create the dead-letter producer",
+                "check source.kafka.brokers",
+                e,
+            )
+        })?;
+    Ok(Some(Arc::new(DeadLetter {
+        producer,
+        topic: topic.clone(),
+        runtime,
+        max_value_bytes: config.delivery.dead_letter_max_value_bytes,
+    })))
+}
+
+/// The run's consumer, with `context`, subscribed to the source topics.
+fn subscribe(
+    config: &SinkPipelineConfig,
+    context: SinkContext,
+) -> Result<Arc<BaseConsumer<SinkContext>>, PipelineError> {
+    let consumer: Arc<BaseConsumer<SinkContext>> = Arc::new(
+        consumer_config(config)
+            .create_with_context(context)
+            .map_err(|e| {
+                PipelineError::fatal_with(
+                    "cannot create the Kafka consumer",
+                    "check source.kafka.brokers and source.kafka.properties",
+                    e,
+                )
+            })?,
+    );
+    let subscription = config.kafka().subscription();
+    let topics: Vec<&str> = subscription.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(|e| {
+        PipelineError::fatal_with(
+            "cannot subscribe to the source topics",
+            "check source.kafka.topics",
+            e,
+        )
+    })?;
+    Ok(consumer)
+}
+
+/// Ends a run: a clean end commits every open file (or batch) and releases the partitions, a
+/// failed one aborts them; then the destination closes and the consumer leaves the group.
+fn end_run(
+    consumer: Arc<BaseConsumer<SinkContext>>,
+    result: Result<RunEnd, PipelineError>,
+) -> Result<RunEnd, PipelineError> {
     let mut intake = lock(consumer.context());
     match result {
         Ok(_) => {
