@@ -174,6 +174,19 @@ pub enum FileFormat {
     Parquet,
 }
 
+/// How a Parquet file's value columns are made (`sink.files.parquet_columns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ParquetColumns {
+    /// One column per top-level field of a file's first value, of the kind its JSON value
+    /// suggests (objects and arrays as JSON text), plus `_extra`.
+    #[default]
+    Inferred,
+    /// Columns typed from each record's Connect schema (JSON with schemas), a change event
+    /// unwrapped to its row (`crate::sink::typed::file`).
+    Typed,
+}
+
 /// Compression of output files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -235,6 +248,10 @@ pub struct FilesSinkConfig {
     /// Parquet file's memory whatever the records' size.
     #[serde(default = "default_parquet_row_group_bytes")]
     pub parquet_row_group_bytes: usize,
+    /// `inferred` (from each file's first value) or `typed` (from each record's Connect
+    /// schema, change events unwrapped).
+    #[serde(default)]
+    pub parquet_columns: ParquetColumns,
 }
 
 /// What happens to a record that cannot be written (not JSON, a template field missing or
@@ -439,6 +456,12 @@ fn validate_files(files: &FilesSinkConfig, issue: &mut impl FnMut(&str, String))
             ),
         );
     }
+    if files.parquet_columns == ParquetColumns::Typed && files.format != FileFormat::Parquet {
+        issue(
+            "sink.files.parquet_columns",
+            "\"typed\" makes Parquet columns: expected format = \"parquet\" with it (or leave parquet_columns out)".into(),
+        );
+    }
     if files.parquet_row_group_records == 0 {
         issue(
             "sink.files.parquet_row_group_records",
@@ -576,6 +599,14 @@ impl SinkPipelineConfig {
         };
         if let Some(files) = self.files() {
             validate_files(files, &mut issue);
+            if files.parquet_columns == ParquetColumns::Typed
+                && kafka.value_format() == crate::event::EventFormat::Avro
+            {
+                issue(
+                    "sink.files.parquet_columns",
+                    "\"typed\" reads JSON values with schemas; Avro values already give Parquet their schema's types: expected parquet_columns = \"inferred\" (the default) with source.kafka's Avro values".into(),
+                );
+            }
         }
         let delivery = &self.delivery;
         match (delivery.on_failure, &delivery.dead_letter_topic) {

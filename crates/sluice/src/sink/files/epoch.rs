@@ -80,7 +80,16 @@ impl Epoch {
         record: &OutputRecord<'_>,
         settings: &FileSettings,
     ) -> io::Result<()> {
-        let index = match self.files.iter().position(|f| f.dir == dir) {
+        let open = self.files.iter().position(|f| f.dir == dir && f.is_open());
+        // A typed Parquet file takes rows of its columns only: one whose schema changed
+        // (a column added upstream) finishes it, and the record starts the directory's next
+        // file (its name carries other offsets).
+        if let Some(index) = open
+            && !self.files[index].accepts(record)
+        {
+            self.files[index].finish()?;
+        }
+        let index = match open.filter(|i| self.files[*i].is_open()) {
             Some(index) => index,
             None => {
                 if self.files.is_empty() {
