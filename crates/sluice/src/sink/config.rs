@@ -948,6 +948,31 @@ mod tests {
     }
 
     #[test]
+    fn typed_parquet_columns_need_parquet_and_json() {
+        let parquet = MINIMAL.replace("${FORMAT:-jsonl}", "parquet");
+        let typed = format!("{parquet}\nparquet_columns = \"typed\"\n");
+        let config = SinkPipelineConfig::from_toml(&typed, "t.toml", &env).unwrap();
+        assert_eq!(
+            config.files().unwrap().parquet_columns,
+            ParquetColumns::Typed
+        );
+        let jsonl = issues(&format!("{MINIMAL}\nparquet_columns = \"typed\"\n"));
+        assert_eq!(jsonl[0].key, "sink.files.parquet_columns", "{jsonl:?}");
+        assert!(jsonl[0].problem.contains("format = \"parquet\""), "{jsonl:?}");
+        let avro = issues(&format!(
+            "{}\n[schema_registry]\nurl = \"http://r:8081\"\n",
+            typed.replace(
+                "topics = [\"orders\"]",
+                "topics = [\"orders\"]\nformat = \"avro\""
+            )
+        ));
+        assert_eq!(avro[0].key, "sink.files.parquet_columns", "{avro:?}");
+        let wrong = issues(&format!("{parquet}\nparquet_columns = \"strict\"\n"));
+        assert_eq!(wrong[0].key, "sink.files.parquet_columns", "{wrong:?}");
+        assert!(wrong[0].problem.contains("typed"), "{wrong:?}");
+    }
+
+    #[test]
     fn unknown_keys_and_wrong_enums_name_the_key() {
         let issues = issues(&MINIMAL.replace("format =", "fromat ="));
         assert_eq!(issues[0].key, "sink.files.fromat");
