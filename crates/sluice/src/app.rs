@@ -123,8 +123,11 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                 Some(PipelineFile::Mysql(config)) => {
                     runtime()?.block_on(crate::doctor::diagnose_mysql(&config, true))
                 }
+                Some(PipelineFile::Files(config)) if config.iceberg().is_some() => {
+                    runtime()?.block_on(crate::doctor::diagnose_iceberg(&config))
+                }
                 Some(PipelineFile::Files(_)) => anyhow::bail!(
-                    "{} is a Kafka → files pipeline: `sluice doctor` inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines; use `sluice check` for this one",
+                    "{} is a Kafka → files or PostgreSQL pipeline: `sluice doctor` inspects PostgreSQL and MySQL/MariaDB → Kafka pipelines and Kafka → Iceberg sinks; use `sluice check` for this one",
                     pipeline.unwrap_or_default().display()
                 ),
                 file => {

@@ -958,7 +958,10 @@ mod tests {
         );
         let jsonl = issues(&format!("{MINIMAL}\nparquet_columns = \"typed\"\n"));
         assert_eq!(jsonl[0].key, "sink.files.parquet_columns", "{jsonl:?}");
-        assert!(jsonl[0].problem.contains("format = \"parquet\""), "{jsonl:?}");
+        assert!(
+            jsonl[0].problem.contains("format = \"parquet\""),
+            "{jsonl:?}"
+        );
         let avro = issues(&format!(
             "{}\n[schema_registry]\nurl = \"http://r:8081\"\n",
             typed.replace(

@@ -374,7 +374,47 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
             .unwrap_or(0.0)
             >= 2.0
     );
+    // `sluice doctor` reads the same table: its snapshots, and the current one's data files
+    // (counted from its manifests) as many as the snapshot's summary says; with ~8 writers
+    // committing files to the same month partitions, small-file warnings may be due.
     drop(sink);
+    let file = dir.join("pipeline.toml");
+    let (_, doctor) =
+        crate::doctor::sluice_json(&["doctor", "--pipeline", file.to_str().unwrap()], &[]);
+    let one = |codes: &[&str]| {
+        let found: Vec<&Value> = doctor
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| codes.contains(&f["code"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(found.len(), 1, "{codes:?} in {doctor:#}");
+        found[0].clone()
+    };
+    let files = one(&["iceberg.data_files", "iceberg.small_files"]);
+    // Append only adds files: the current snapshot's total is the largest (the metadata
+    // lists snapshots in no particular order).
+    let total_files = snapshots
+        .lines()
+        .filter_map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["summary"]["total-data-files"]
+                .as_str()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .max();
+    assert_eq!(
+        files["evidence"]["data_files"].as_u64(),
+        total_files,
+        "{files:#}"
+    );
+    assert_eq!(files["evidence"]["table"], "cdc.items");
+    let snapshot_finding = one(&["iceberg.snapshots"]);
+    assert_eq!(
+        snapshot_finding["evidence"]["snapshots"],
+        json!(snapshots.lines().count()),
+        "{snapshot_finding:#}"
+    );
+    assert_eq!(snapshot_finding["severity"], "ok");
     drop(_client);
     drop_database(&name).await;
 }
