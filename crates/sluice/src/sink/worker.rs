@@ -938,6 +938,9 @@ impl FilesWriter {
         let object = text.trim_start().starts_with('{');
         let fields = if object && self.split_fields {
             Some(parse_object(text).map_err(invalid)?)
+        } else if typed.is_some() {
+            // Parsed whole into its typed row already; a typed file reads nothing else of it.
+            None
         } else {
             // Checked without keeping anything: no list of fields to build.
             serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(invalid)?;

@@ -80,16 +80,15 @@ impl Epoch {
         record: &OutputRecord<'_>,
         settings: &FileSettings,
     ) -> io::Result<()> {
-        let open = self.files.iter().position(|f| f.dir == dir && f.is_open());
-        // A typed Parquet file takes rows of its columns only: one whose schema changed
-        // (a column added upstream) finishes it, and the record starts the directory's next
-        // file (its name carries other offsets).
-        if let Some(index) = open
-            && !self.files[index].accepts(record)
-        {
-            self.files[index].finish()?;
-        }
-        let index = match open.filter(|i| self.files[*i].is_open()) {
+        // A typed Parquet file takes rows of its columns only: a record whose schema gives
+        // other columns (a column added upstream, another table routed to the topic) goes to
+        // the directory's file of those columns, started for it in this epoch (file names
+        // carry their offsets, so both are kept).
+        let open = self
+            .files
+            .iter()
+            .position(|f| f.dir == dir && f.is_open() && f.accepts(record));
+        let index = match open {
             Some(index) => index,
             None => {
                 if self.files.is_empty() {

@@ -1301,9 +1301,13 @@ impl SubPartitionWriter for IcebergWriter {
     }
 
     fn commit(&mut self) -> Result<(), PipelineError> {
+        let records = self.records;
         let result = self.commit_epoch();
         self.clear();
         if result.is_ok() {
+            // The sink runtime's counter, as the files and PostgreSQL sinks count it: every
+            // record of the epoch (tombstones and dead-lettered ones too) is durable now.
+            crate::sink::metrics::records_committed().increment(records);
             crate::crash_point!("sink::iceberg::committed");
         }
         result

@@ -15,9 +15,9 @@
 //!   sink's `append` tables.
 //!
 //! A file holds one layout. A record whose schema makes another layout (a column added
-//! upstream) does not fit the open file: the epoch finishes that file and starts another in
-//! the same directory ([`crate::sink::files::Epoch::write`]); file names carry their first and
-//! last offsets, so both are kept. A value that does not fit its column fails the record,
+//! upstream, another table routed to the topic) goes to the directory's open file of that
+//! layout, or a new one the epoch starts for it ([`crate::sink::files::Epoch::write`]); file
+//! names carry their first and last offsets, so all are kept. A value that does not fit its column fails the record,
 //! which follows `delivery.on_failure`; nothing of it is written.
 
 use std::fs::File;
