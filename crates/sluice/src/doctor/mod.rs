@@ -14,6 +14,8 @@
 //! - `wal_budget`: the pipeline's WAL budget against `max_slot_wal_keep_size` and its slot.
 //! - `postgres`: the PostgreSQL server's settings, slots, privileges and captured tables.
 //! - `kafka`: the brokers and the pipeline's topics.
+//! - `iceberg`: a Kafka → Iceberg sink's tables: small files, delete files and snapshots
+//!   piling up.
 //! - `pipeline`: the pipeline's own batching, in-flight budget and checkpoint interval.
 //! - `report`: the exit code and the human output.
 //! - `slots`: `sluice slots` for PostgreSQL.
@@ -27,6 +29,7 @@ use crate::source::mysql::config::MysqlPipelineConfig;
 
 mod failover;
 mod finding;
+mod iceberg;
 mod kafka;
 mod mysql;
 mod pipeline;
@@ -76,8 +79,9 @@ pub async fn diagnose_mysql(config: &MysqlPipelineConfig, read_health: bool) -> 
 }
 
 /// The findings for a Kafka → sink pipeline (files, PostgreSQL, Iceberg): the running
-/// pipeline's last scheduled verification (from its `/health`) and the Kafka checks (`sluice
-/// check` covers the rest of its configuration).
+/// pipeline's last scheduled verification (from its `/health`), an Iceberg sink's catalog and
+/// the tables of its topics (small files, delete files, snapshots), and the Kafka checks
+/// (`sluice check` covers the rest of its configuration).
 pub async fn diagnose_sink(config: &crate::sink::config::SinkPipelineConfig) -> Vec<Finding> {
     let mut findings = Vec::new();
     verification::checks(
@@ -87,6 +91,9 @@ pub async fn diagnose_sink(config: &crate::sink::config::SinkPipelineConfig) -> 
         &mut findings,
     )
     .await;
+    if config.iceberg().is_some() {
+        iceberg::checks(config, &mut findings).await;
+    }
     let kafka = config.kafka();
     let target = Target {
         brokers: Some(kafka.brokers.clone()),

@@ -200,6 +200,19 @@ pub enum FileFormat {
     Parquet,
 }
 
+/// How a Parquet file's value columns are made (`sink.files.parquet_columns`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ParquetColumns {
+    /// One column per top-level field of a file's first value, of the kind its JSON value
+    /// suggests (objects and arrays as JSON text), plus `_extra`.
+    #[default]
+    Inferred,
+    /// Columns typed from each record's Connect schema (JSON with schemas), a change event
+    /// unwrapped to its row (`crate::sink::typed::file`).
+    Typed,
+}
+
 /// Compression of output files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -261,6 +274,10 @@ pub struct FilesSinkConfig {
     /// Parquet file's memory whatever the records' size.
     #[serde(default = "default_parquet_row_group_bytes")]
     pub parquet_row_group_bytes: usize,
+    /// `inferred` (from each file's first value) or `typed` (from each record's Connect
+    /// schema, change events unwrapped).
+    #[serde(default)]
+    pub parquet_columns: ParquetColumns,
 }
 
 /// What happens to a record that cannot be written (not JSON, a template field missing or
@@ -465,6 +482,12 @@ fn validate_files(files: &FilesSinkConfig, issue: &mut impl FnMut(&str, String))
             ),
         );
     }
+    if files.parquet_columns == ParquetColumns::Typed && files.format != FileFormat::Parquet {
+        issue(
+            "sink.files.parquet_columns",
+            "\"typed\" makes Parquet columns: expected format = \"parquet\" with it (or leave parquet_columns out)".into(),
+        );
+    }
     if files.parquet_row_group_records == 0 {
         issue(
             "sink.files.parquet_row_group_records",
@@ -608,6 +631,14 @@ impl SinkPipelineConfig {
         };
         if let Some(files) = self.files() {
             validate_files(files, &mut issue);
+            if files.parquet_columns == ParquetColumns::Typed
+                && kafka.value_format() == crate::event::EventFormat::Avro
+            {
+                issue(
+                    "sink.files.parquet_columns",
+                    "\"typed\" reads JSON values with schemas; Avro values already give Parquet their schema's types: expected parquet_columns = \"inferred\" (the default) with source.kafka's Avro values".into(),
+                );
+            }
         }
         let delivery = &self.delivery;
         match (delivery.on_failure, &delivery.dead_letter_topic) {
@@ -983,6 +1014,34 @@ mod tests {
         let issues = issues(&format!("{text}\nparquet_row_group_bytes = 100\n"));
         assert_eq!(issues[0].key, "sink.files.parquet_row_group_bytes");
         assert!(issues[0].problem.contains("at least 1024"), "{issues:?}");
+    }
+
+    #[test]
+    fn typed_parquet_columns_need_parquet_and_json() {
+        let parquet = MINIMAL.replace("${FORMAT:-jsonl}", "parquet");
+        let typed = format!("{parquet}\nparquet_columns = \"typed\"\n");
+        let config = SinkPipelineConfig::from_toml(&typed, "t.toml", &env).unwrap();
+        assert_eq!(
+            config.files().unwrap().parquet_columns,
+            ParquetColumns::Typed
+        );
+        let jsonl = issues(&format!("{MINIMAL}\nparquet_columns = \"typed\"\n"));
+        assert_eq!(jsonl[0].key, "sink.files.parquet_columns", "{jsonl:?}");
+        assert!(
+            jsonl[0].problem.contains("format = \"parquet\""),
+            "{jsonl:?}"
+        );
+        let avro = issues(&format!(
+            "{}\n[schema_registry]\nurl = \"http://r:8081\"\n",
+            typed.replace(
+                "topics = [\"orders\"]",
+                "topics = [\"orders\"]\nformat = \"avro\""
+            )
+        ));
+        assert_eq!(avro[0].key, "sink.files.parquet_columns", "{avro:?}");
+        let wrong = issues(&format!("{parquet}\nparquet_columns = \"strict\"\n"));
+        assert_eq!(wrong[0].key, "sink.files.parquet_columns", "{wrong:?}");
+        assert!(wrong[0].problem.contains("typed"), "{wrong:?}");
     }
 
     #[test]

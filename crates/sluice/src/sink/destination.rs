@@ -37,6 +37,7 @@ pub(crate) fn worker_settings(
         roll_bytes: files.roll_bytes,
         roll_interval: Duration::from_millis(files.roll_interval_ms),
         skip_tombstones: files.skip_tombstones,
+        typed_columns: files.parquet_columns == crate::sink::config::ParquetColumns::Typed,
     })
 }
 

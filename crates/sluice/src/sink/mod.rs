@@ -68,6 +68,7 @@ pub mod object;
 pub mod parquet;
 pub mod postgres;
 pub mod template;
+pub mod typed;
 pub mod worker;
 
 use std::sync::Arc;

@@ -461,13 +461,8 @@ impl ParquetFile {
         }
         fields.push(Field::new("_extra", DataType::Utf8, true));
         let schema = Arc::new(Schema::new(fields));
-        let compression = match compression {
-            FileCompression::Zstd => Compression::ZSTD(ZstdLevel::default()),
-            FileCompression::Snappy => Compression::SNAPPY,
-            FileCompression::None | FileCompression::Gzip => Compression::UNCOMPRESSED,
-        };
         let props = WriterProperties::builder()
-            .set_compression(compression)
+            .set_compression(self::compression(compression))
             // Offsets never repeat within a file, however few rows it has.
             .set_column_dictionary_enabled(ColumnPath::from("_offset"), false)
             .set_max_row_group_row_count(Some(row_group_records))
@@ -637,6 +632,16 @@ impl ParquetFile {
         buffered
             .into_inner()
             .map_err(|e| parquet::errors::ParquetError::External(Box::new(e.into_error())))
+    }
+}
+
+/// Parquet's codec for the sink's `compression` (gzip, JSON Lines' only, is refused by the
+/// configuration's validation).
+pub fn compression(compression: FileCompression) -> Compression {
+    match compression {
+        FileCompression::Zstd => Compression::ZSTD(ZstdLevel::default()),
+        FileCompression::Snappy => Compression::SNAPPY,
+        FileCompression::None | FileCompression::Gzip => Compression::UNCOMPRESSED,
     }
 }
 

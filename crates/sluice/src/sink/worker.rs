@@ -30,6 +30,9 @@ use crate::sink::files::{
 use crate::sink::metrics as m;
 use crate::sink::parquet::ParquetRow;
 use crate::sink::template::{PathTemplate, RenderInput, parse_object};
+use crate::sink::typed::cells::Cell;
+use crate::sink::typed::event::{SchemaCache, decode_event};
+use crate::sink::typed::file::{Layout, Place, TypedRow};
 
 /// A record as consumed: offsets and bytes, nothing decoded. Key, value and headers share one
 /// allocation (the headers kept as their bytes, read only when the record is dead-lettered).
@@ -402,6 +405,8 @@ pub struct WorkerSettings {
     pub roll_interval: Duration,
     /// Skip null values instead of failing them.
     pub skip_tombstones: bool,
+    /// Parquet columns typed from each record's Connect schema (`parquet_columns = "typed"`).
+    pub typed_columns: bool,
 }
 
 /// The dead-letter topic's producer.
@@ -848,6 +853,45 @@ pub struct FilesWriter {
     /// Whether a value's top-level fields are split out: for Parquet's columns or a path
     /// template that names a field. Otherwise a value is only checked to be JSON.
     split_fields: bool,
+    /// `parquet_columns = "typed"`: the last schema seen and its layout.
+    typed: Option<TypedState>,
+}
+
+/// A record's typed row: its file layout and its cells.
+type LaidOut = (Arc<Layout>, Vec<Cell>);
+
+/// The typed Parquet columns of a writer's records (`parquet_columns = "typed"`).
+#[derive(Default)]
+struct TypedState {
+    schemas: SchemaCache,
+    layout: Option<Arc<Layout>>,
+}
+
+impl TypedState {
+    /// `value` as its layout and cells; `None`: no row (a null payload, which goes as a
+    /// tombstone).
+    fn row(&mut self, value: &[u8], at: &Place<'_>) -> Result<Option<LaidOut>, String> {
+        let event = decode_event(value, &mut self.schemas)?;
+        if event.null_payload {
+            return Ok(None);
+        }
+        let Some((_, row)) = &event.schema else {
+            return Err(
+                "the value has no Connect schema: sink.files.parquet_columns = \"typed\" needs JSON with schemas ({\"schema\":…,\"payload\":…}: sluice's kafka.events.format = \"json_with_schemas\", Connect's value.converter.schemas.enable=true)".into(),
+            );
+        };
+        let envelope = event.op.is_some();
+        let layout = match &self.layout {
+            Some(layout) if layout.is_for(row, envelope) => Arc::clone(layout),
+            _ => {
+                let layout = Arc::new(Layout::new(row, envelope)?);
+                self.layout = Some(Arc::clone(&layout));
+                layout
+            }
+        };
+        let cells = layout.cells(&event, at)?;
+        Ok(Some((layout, cells)))
+    }
 }
 
 impl FilesWriter {
@@ -862,8 +906,10 @@ impl FilesWriter {
         settings: Arc<WorkerSettings>,
     ) -> Self {
         let epoch = Epoch::new(&root, id.clone(), last_epoch, skipped, ownership);
-        let split_fields =
-            settings.files.format == FileFormat::Parquet || settings.template.uses_fields();
+        let typed = (settings.typed_columns && settings.files.format == FileFormat::Parquet)
+            .then(TypedState::default);
+        let split_fields = (settings.files.format == FileFormat::Parquet && typed.is_none())
+            || settings.template.uses_fields();
         Self {
             topic_json: serde_json::to_string(&id.topic).unwrap_or_else(|_| "\"\"".into()),
             id,
@@ -872,6 +918,7 @@ impl FilesWriter {
             epoch,
             dir: String::new(),
             split_fields,
+            typed,
         }
     }
 
@@ -899,6 +946,31 @@ impl FilesWriter {
                 "null value (tombstone) and sink.files.skip_tombstones = false".into(),
             ));
         };
+        let typed = match &mut self.typed {
+            Some(state) => {
+                let at = Place {
+                    topic: &self.id.topic,
+                    partition: self.id.partition,
+                    offset: data.offset,
+                    timestamp_ms: data.timestamp_ms,
+                    key: data.key(),
+                };
+                match state.row(value, &at).map_err(WriteError::Record)? {
+                    Some(row) => Some(row),
+                    // A null payload: a delete unwrapped in `tombstone` mode.
+                    None if self.settings.skip_tombstones => {
+                        self.epoch.note(data.offset);
+                        return Ok(());
+                    }
+                    None => {
+                        return Err(WriteError::Record(
+                            "null payload (ExtractNewRecordState's delete in `tombstone` mode) and sink.files.skip_tombstones = false".into(),
+                        ));
+                    }
+                }
+            }
+            None => None,
+        };
         // simdutf8: vectorised; std's check was ~2.5 % of a worker's time.
         let text = simdutf8::basic::from_utf8(value)
             .map_err(|_| WriteError::Record("value is not UTF-8, so not JSON".into()))?;
@@ -907,6 +979,9 @@ impl FilesWriter {
         let object = text.trim_start().starts_with('{');
         let fields = if object && self.split_fields {
             Some(parse_object(text).map_err(invalid)?)
+        } else if typed.is_some() {
+            // Parsed whole into its typed row already; a typed file reads nothing else of it.
+            None
         } else {
             // Checked without keeping anything: no list of fields to build.
             serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(invalid)?;
@@ -938,6 +1013,9 @@ impl FilesWriter {
                 kinds: data.value_kinds(),
             },
             topic_json: &self.topic_json,
+            typed: typed
+                .as_ref()
+                .map(|(layout, cells)| TypedRow { layout, cells }),
         };
         self.epoch.write(&self.dir, &record, &self.settings.files)?;
         Ok(())
@@ -1080,6 +1158,7 @@ mod tests {
             roll_bytes: 1 << 30,
             roll_interval,
             skip_tombstones: true,
+            typed_columns: false,
         })
     }
 

@@ -183,7 +183,11 @@ impl Writing {
         match self.settings.format {
             FileFormat::Jsonl => {
                 let mut line = Vec::with_capacity(text.len() + 128);
-                let record = OutputRecord { row, topic_json };
+                let record = OutputRecord {
+                    row,
+                    topic_json,
+                    typed: None,
+                };
                 // Writing into a Vec cannot fail.
                 let _ = crate::sink::files::write_line(&mut line, &record, &self.settings);
                 if line.last() == Some(&b'\n') {
@@ -568,6 +572,11 @@ pub async fn verify_files(
     if let Some(url) = &files.url {
         anyhow::bail!(
             "sink.files.url = {url:?}: verify reads local output roots only (an object store's files: not yet)"
+        );
+    }
+    if files.parquet_columns == crate::sink::config::ParquetColumns::Typed {
+        anyhow::bail!(
+            "sink.files.parquet_columns = \"typed\": verify compares the inferred layout's columns (typed files unwrap the events into the source row's columns: not yet)"
         );
     }
     if files.format == FileFormat::Jsonl && !files.metadata {

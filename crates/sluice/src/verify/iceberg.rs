@@ -39,10 +39,11 @@ use crate::sink::avro::{AvroDecoder, Output};
 use crate::sink::config::SinkPipelineConfig;
 use crate::sink::files::SubPartitionId;
 use crate::sink::iceberg::config::{IcebergMode, IcebergSinkConfig};
-use crate::sink::iceberg::convert::{self, Cell};
-use crate::sink::iceberg::decode::{SchemaCache, decode_event};
+use crate::sink::iceberg::convert;
 use crate::sink::iceberg::upsert::key_bytes;
 use crate::sink::iceberg::writer::{Layout, OFFSETS_PROPERTY, offsets_entry, recorded_offset};
+use crate::sink::typed::cells::{Cell, cell_at};
+use crate::sink::typed::event::{SchemaCache, decode_event};
 use crate::sink::worker::{RecordData, WriteFailure, sub_partition};
 
 /// A row as the sink writes it: its cells, hashed.
@@ -354,7 +355,7 @@ impl Check<'_> {
                 let cells = batch
                     .columns()
                     .iter()
-                    .map(|c| convert::cell_at(c.as_ref(), row))
+                    .map(|c| cell_at(c.as_ref(), row))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| anyhow::anyhow!("table {}: {e}", self.qualified))?;
                 each(cells);

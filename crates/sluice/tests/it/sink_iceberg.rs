@@ -423,7 +423,47 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
         expected.len(),
         "{report:#}"
     );
+    // `sluice doctor` reads the same table: its snapshots, and the current one's data files
+    // (counted from its manifests) as many as the snapshot's summary says; with ~8 writers
+    // committing files to the same month partitions, small-file warnings may be due.
     drop(sink);
+    let file = dir.join("pipeline.toml");
+    let (_, doctor) =
+        crate::doctor::sluice_json(&["doctor", "--pipeline", file.to_str().unwrap()], &[]);
+    let one = |codes: &[&str]| {
+        let found: Vec<&Value> = doctor
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| codes.contains(&f["code"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(found.len(), 1, "{codes:?} in {doctor:#}");
+        found[0].clone()
+    };
+    let files = one(&["iceberg.data_files", "iceberg.small_files"]);
+    // Append only adds files: the current snapshot's total is the largest (the metadata
+    // lists snapshots in no particular order).
+    let total_files = snapshots
+        .lines()
+        .filter_map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["summary"]["total-data-files"]
+                .as_str()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .max();
+    assert_eq!(
+        files["evidence"]["data_files"].as_u64(),
+        total_files,
+        "{files:#}"
+    );
+    assert_eq!(files["evidence"]["table"], "cdc.items");
+    let snapshot_finding = one(&["iceberg.snapshots"]);
+    assert_eq!(
+        snapshot_finding["evidence"]["snapshots"],
+        json!(snapshots.lines().count()),
+        "{snapshot_finding:#}"
+    );
+    assert_eq!(snapshot_finding["severity"], "ok");
     drop(_client);
     drop_database(&name).await;
 }
@@ -1125,4 +1165,273 @@ async fn upsert_through_the_rest_catalog_to_s3() {
         "no snapshot with deletes and offsets: {snapshots}"
     );
     drop(sink);
+}
+
+/// scripts/parquet-read's output for the Parquet files under `dir`: each file's column types,
+/// and its rows (pyarrow, the Arrow project's Python library).
+fn read_parquet(dir: &std::path::Path) -> (BTreeMap<String, Value>, Vec<(String, Value)>) {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .map(|e| e.unwrap().path())
+                .filter(|p| p.extension().is_some_and(|e| e == "parquet"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    let mut types = BTreeMap::new();
+    let mut rows = Vec::new();
+    if files.is_empty() {
+        return (types, rows);
+    }
+    reader_ready();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/parquet-read");
+    let output = Command::new(script).args(&files).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let line: Value = serde_json::from_str(line).unwrap();
+        let file = line["file"].as_str().unwrap().to_owned();
+        if let Some(t) = line.get("types") {
+            types.insert(file, t.clone());
+        } else {
+            rows.push((file, line["row"].clone()));
+        }
+    }
+    (types, rows)
+}
+
+/// The files sink's typed Parquet (`parquet_columns = "typed"`), read back with pyarrow:
+/// Debezium change events with schemas become rows of typed columns (a decimal with its
+/// scale, a date, timestamps with and without zone, a UUID, nulls) with the operation,
+/// timestamps and source position, a delete as its `before` row with `_op` "d" (its tombstone
+/// skipped); a column added mid-stream starts a new file in the same epoch; rows unwrapped
+/// upstream (ExtractNewRecordState) keep their own columns, a `rewrite` delete its
+/// `__deleted`, a `tombstone`-mode delete (null payload) is skipped.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_sink_typed_parquet_read_by_pyarrow() {
+    let _broker = broker_shared().await;
+    let name = unique("typedpq");
+    let topic = format!("{name}.app.items");
+    let rows_topic = format!("{name}.rows");
+    create_topic(&topic, 1).await;
+    create_topic(&rows_topic, 1).await;
+    let mut expected = produce_events(&topic, 20, 60);
+    // Then a column appears (`note`) and `name` is null: a new layout in the same epoch.
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", stack().brokers)
+        .create()
+        .unwrap();
+    let mut wider = row_schema("cdc.app.items.Value");
+    wider["fields"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"field": "note", "type": "string", "optional": true}));
+    let mut after = wider.clone();
+    after["field"] = json!("after");
+    let envelope = json!({
+        "type": "struct", "optional": false, "name": "cdc.app.items.Envelope",
+        "fields": [after,
+            {"field": "source", "type": "struct", "optional": false, "fields": [
+                {"field": "ts_ms", "type": "int64", "optional": false},
+                {"field": "lsn", "type": "int64", "optional": true}]},
+            {"field": "op", "type": "string", "optional": false},
+            {"field": "ts_ms", "type": "int64", "optional": true}]
+    });
+    let ts = |ms: u64| {
+        chrono::DateTime::from_timestamp_millis(ms as i64)
+            .unwrap()
+            .format("%Y-%m-%dT%H:%M:%S%.6f+00:00")
+            .to_string()
+    };
+    for seq in 60..63_u64 {
+        let (mut event_row, mut read) = row(seq % 20, seq);
+        event_row["name"] = Value::Null;
+        event_row["note"] = json!(format!("n{seq}"));
+        read["name"] = Value::Null;
+        read["note"] = json!(format!("n{seq}"));
+        let payload = json!({"after": event_row, "op": "u", "ts_ms": 1_700_000_000_500_u64 + seq,
+            "source": {"ts_ms": 1_700_000_000_000_u64 + seq, "lsn": 1000 + seq}});
+        let value = json!({"schema": envelope, "payload": payload}).to_string();
+        let key = json!({"id": seq % 20}).to_string();
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&value))
+            .unwrap();
+        read["_op"] = json!("u");
+        read["_source_position"] = json!((1000 + seq).to_string());
+        read["_source_ts"] = json!(ts(1_700_000_000_000 + seq));
+        read["_event_ts"] = json!(ts(1_700_000_000_500 + seq));
+        expected.insert(seq, read);
+    }
+    // Rows unwrapped upstream (ExtractNewRecordState, delete.tombstone.handling.mode =
+    // "rewrite"): an insert, a rewritten delete; then a `tombstone`-mode delete.
+    let mut unwrapped = row_schema("cdc.app.items.Value");
+    unwrapped["fields"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"field": "__deleted", "type": "string", "optional": true}));
+    let mut unwrapped_expected = BTreeMap::new();
+    for (seq, deleted) in [(100_u64, "false"), (101, "true")] {
+        let (mut event_row, mut read) = row(1, seq);
+        event_row["__deleted"] = json!(deleted);
+        read["__deleted"] = json!(deleted);
+        let value = json!({"schema": unwrapped, "payload": event_row}).to_string();
+        producer
+            .send(
+                BaseRecord::to(&rows_topic)
+                    .key("{\"id\":1}")
+                    .payload(&value),
+            )
+            .unwrap();
+        unwrapped_expected.insert(seq, read);
+    }
+    let null_payload = json!({"schema": unwrapped, "payload": null}).to_string();
+    producer
+        .send(
+            BaseRecord::to(&rows_topic)
+                .key("{\"id\":1}")
+                .payload(&null_payload),
+        )
+        .unwrap();
+    producer.flush(Duration::from_secs(30)).unwrap();
+
+    let dir = test_dir(&name);
+    let out = dir.join("out");
+    let port = free_port();
+    let toml = format!(
+        r#"
+name = "{name}"
+
+[source.kafka]
+brokers = "{brokers}"
+topics = ["{topic}", "{rows_topic}"]
+group_id = "{name}"
+
+[sink.files]
+path = "{out}"
+path_template = "{{topic}}/"
+format = "parquet"
+parquet_columns = "typed"
+sub_partitions = 1
+roll_interval_ms = 1500
+
+[admin]
+listen = "127.0.0.1:{port}"
+"#,
+        brokers = stack().brokers,
+        out = out.display(),
+    );
+    let sink = Sluice::start(&dir, &toml, port);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (types, rows) = loop {
+        let (types, rows) = read_parquet(&out.join(&topic));
+        if rows.len() >= expected.len() {
+            break (types, rows);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {} rows ({} read); sink log:\n{}",
+            expected.len(),
+            rows.len(),
+            sink.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    // Column types, from pyarrow.
+    let first = types.values().next().unwrap();
+    let want = json!({
+        "_topic": "string", "_partition": "int32", "_offset": "int64",
+        "_timestamp_ms": "int64", "_key": "large_binary",
+        "id": "int32", "seq": "int64", "name": "string", "price": "decimal128(10, 2)",
+        "born": "date32[day]", "updated": "timestamp[us]",
+        "created": "timestamp[us, tz=+00:00]", "uid": "fixed_size_binary[16]",
+        "flag": "bool", "score": "double", "_op": "string",
+        "_event_ts": "timestamp[us, tz=+00:00]", "_source_ts": "timestamp[us, tz=+00:00]",
+        "_source_position": "string",
+    });
+    assert_eq!(first, &want, "the first file's column types");
+    let last = types.values().last().unwrap();
+    assert_eq!(last["note"], "string", "the file after the schema change");
+    // Values, each row once; a file holds one layout: the rows before the change lack `note`.
+    let mut read = BTreeMap::new();
+    let mut offsets = std::collections::BTreeSet::new();
+    let mut files_of_layout = BTreeMap::new();
+    for (file, mut row) in rows {
+        let object = row.as_object_mut().unwrap();
+        for column in ["_topic", "_partition", "_timestamp_ms"] {
+            object.remove(column);
+        }
+        let offset = object.remove("_offset").unwrap().as_i64().unwrap();
+        assert!(offsets.insert(offset), "offset {offset} twice");
+        let key = object.remove("_key").unwrap();
+        let seq = object["seq"].as_u64().unwrap();
+        assert_eq!(
+            key.as_str().unwrap(),
+            hex(format!("{{\"id\":{}}}", seq % 20).as_bytes()),
+            "row seq {seq}'s key"
+        );
+        files_of_layout
+            .entry(object.contains_key("note"))
+            .or_insert_with(std::collections::BTreeSet::new)
+            .insert(file);
+        assert!(read.insert(seq, row).is_none(), "seq {seq} twice");
+    }
+    let hex_uid = |rows: &mut BTreeMap<u64, Value>| {
+        for row in rows.values_mut() {
+            let uid = row["uid"].as_str().unwrap().replace('-', "");
+            row["uid"] = json!(uid);
+        }
+    };
+    hex_uid(&mut expected);
+    assert_rows(&expected, &read);
+    assert!(
+        read.values().any(|r| r["_op"] == "d"),
+        "deletes are their before rows"
+    );
+    assert_eq!(files_of_layout.len(), 2, "{files_of_layout:?}");
+    assert!(
+        files_of_layout[&false].is_disjoint(&files_of_layout[&true]),
+        "rows of two layouts in one file: {files_of_layout:?}"
+    );
+    // The rows unwrapped upstream: their own columns, no `_op`; the null payload skipped.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (types, rows) = loop {
+        let found = read_parquet(&out.join(&rows_topic));
+        if found.1.len() >= 2 || Instant::now() > deadline {
+            break found;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    let types = types.values().next().unwrap();
+    assert_eq!(types["__deleted"], "string");
+    assert!(types.get("_op").is_none(), "{types}");
+    let mut read = BTreeMap::new();
+    for (_, mut row) in rows {
+        let object = row.as_object_mut().unwrap();
+        for column in ["_topic", "_partition", "_timestamp_ms", "_offset", "_key"] {
+            object.remove(column);
+        }
+        read.insert(object["seq"].as_u64().unwrap(), row);
+    }
+    hex_uid(&mut unwrapped_expected);
+    assert_eq!(read, unwrapped_expected);
+    // Every record counted as committed: the tombstones and the null payload too.
+    let ends =
+        crate::sink::end_offsets(&topic, 1)[&0] + crate::sink::end_offsets(&rows_topic, 1)[&0];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while sink
+        .metric("sluice_sink_records_committed_total")
+        .unwrap_or(0.0)
+        < ends as f64
+    {
+        assert!(Instant::now() < deadline, "records committed");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -80,7 +80,15 @@ impl Epoch {
         record: &OutputRecord<'_>,
         settings: &FileSettings,
     ) -> io::Result<()> {
-        let index = match self.files.iter().position(|f| f.dir == dir) {
+        // A typed Parquet file takes rows of its columns only: a record whose schema gives
+        // other columns (a column added upstream, another table routed to the topic) goes to
+        // the directory's file of those columns, started for it in this epoch (file names
+        // carry their offsets, so both are kept).
+        let open = self
+            .files
+            .iter()
+            .position(|f| f.dir == dir && f.is_open() && f.accepts(record));
+        let index = match open {
             Some(index) => index,
             None => {
                 if self.files.is_empty() {

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use crate::sink::config::{FileCompression, FileFormat};
 use crate::sink::parquet::{ParquetFile, ParquetRow};
+use crate::sink::typed::file::{TypedParquetFile, TypedRow};
 
 /// How output files are written.
 #[derive(Debug, Clone)]
@@ -41,6 +42,8 @@ pub struct OutputRecord<'a> {
     pub row: ParquetRow<'a>,
     /// The topic as a JSON string (quoted, escaped).
     pub topic_json: &'a str,
+    /// Its typed row (`parquet_columns = "typed"`).
+    pub typed: Option<TypedRow<'a>>,
 }
 
 enum Body {
@@ -48,6 +51,7 @@ enum Body {
     Gzip(flate2::write::GzEncoder<BufWriter<File>>),
     Zstd(zstd::stream::write::Encoder<'static, BufWriter<File>>),
     Parquet(Box<ParquetFile>),
+    Typed(Box<TypedParquetFile>),
 }
 
 /// An open output file of an epoch.
@@ -107,6 +111,18 @@ impl OpenFile {
     ) -> io::Result<Self> {
         let file = OpenOptions::new().write(true).create_new(true).open(path)?;
         let body = match (settings.format, settings.compression) {
+            (FileFormat::Parquet, compression) if let Some(typed) = &first.typed => {
+                Body::Typed(Box::new(
+                    TypedParquetFile::create(
+                        file,
+                        typed.layout,
+                        compression,
+                        settings.parquet_row_group_records,
+                        settings.parquet_row_group_bytes,
+                    )
+                    .map_err(parquet_io)?,
+                ))
+            }
             (FileFormat::Parquet, compression) => Body::Parquet(Box::new(
                 ParquetFile::create(
                     file,
@@ -150,6 +166,16 @@ impl OpenFile {
                 file.append(row).map_err(parquet_io)?;
                 self.bytes = file.size();
             }
+            Some(Body::Typed(file)) => {
+                let typed = record.typed.as_ref().ok_or_else(|| {
+                    io::Error::other(
+                        "a record without its typed row in a typed file (a sluice bug)",
+                    )
+                })?;
+                file.append(typed, row.value.len() + row.key.map_or(0, <[u8]>::len))
+                    .map_err(parquet_io)?;
+                self.bytes = file.size();
+            }
             Some(Body::Plain(out)) => self.bytes += write_line(out, record, settings)?,
             Some(Body::Gzip(out)) => self.bytes += write_line(out, record, settings)?,
             Some(Body::Zstd(out)) => self.bytes += write_line(out, record, settings)?,
@@ -158,6 +184,20 @@ impl OpenFile {
         self.records += 1;
         self.last_offset = row.offset;
         Ok(())
+    }
+
+    /// Whether records can still be appended (not finished or closed).
+    pub(super) fn is_open(&self) -> bool {
+        self.body.is_some()
+    }
+
+    /// Whether `record` fits this file: a typed file takes rows of its columns only.
+    pub(super) fn accepts(&self, record: &OutputRecord<'_>) -> bool {
+        match (&self.body, &record.typed) {
+            (Some(Body::Typed(file)), Some(typed)) => file.accepts(typed.layout),
+            (Some(Body::Typed(_)), None) | (Some(_), Some(_)) => false,
+            _ => true,
+        }
     }
 
     /// Closes the file without finishing it (its staged name stays on disk).
@@ -172,6 +212,7 @@ impl OpenFile {
             Some(Body::Gzip(out)) => out.finish()?.into_inner().map_err(|e| e.into_error())?,
             Some(Body::Zstd(out)) => out.finish()?.into_inner().map_err(|e| e.into_error())?,
             Some(Body::Parquet(file)) => file.finish().map_err(parquet_io)?,
+            Some(Body::Typed(file)) => file.finish().map_err(parquet_io)?,
             None => return Ok(()),
         };
         file.sync_all()

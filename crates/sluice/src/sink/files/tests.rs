@@ -36,6 +36,7 @@ fn write(epoch: &mut Epoch, dir: &str, offset: i64, value: &str) {
             kinds: None,
         },
         topic_json: "\"t\"",
+        typed: None,
     };
     epoch.write(dir, &record, &settings()).unwrap();
 }
@@ -219,6 +220,7 @@ fn keys_are_json_when_they_are_objects_arrays_or_strings() {
                 kinds: None,
             },
             topic_json: "\"t\"",
+            typed: None,
         };
         let mut out = Vec::new();
         write_line(&mut out, &record, &settings()).unwrap();
@@ -246,6 +248,7 @@ fn a_pretty_printed_record_stays_on_one_line() {
             kinds: None,
         },
         topic_json: "\"t\"",
+        typed: None,
     };
     let mut out = Vec::new();
     let written = write_line(&mut out, &record, &settings()).unwrap();
@@ -320,6 +323,7 @@ fn compressed_json_lines_round_trip() {
                     kinds: None,
                 },
                 topic_json: "\"t\"",
+                typed: None,
             };
             epoch.write("", &record, &settings).unwrap();
         }

@@ -9,9 +9,8 @@
 //!   reported, never rebased in silence.
 //! - [`rest`]: the REST catalog protocol: updates with requirements, a 409 a lost race.
 //! - [`storage`]: the warehouse's files on the local file system or S3.
-//! - [`decode`]: a record as the row it appends (events with and without schemas).
-//! - [`convert`]: Connect schemas to Iceberg schemas, and the events' JSON values to Arrow
-//!   columns by their Debezium logical types.
+//! - [`convert`]: Connect schemas to Iceberg table schemas (the events' rows and their values'
+//!   conversion are [`crate::sink::typed`]'s, shared with the files sink).
 //! - [`upsert`]: `mode = "upsert"`: the key index and the snapshots that add position
 //!   deletes.
 //! - [`writer`]: a sub-partition's writer: Parquet data files through the `iceberg` crate's
@@ -21,7 +20,6 @@ pub mod catalog;
 pub mod client;
 pub mod config;
 pub mod convert;
-pub mod decode;
 pub mod rest;
 pub mod storage;
 pub mod upsert;

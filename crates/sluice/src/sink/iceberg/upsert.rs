@@ -40,7 +40,7 @@ use iceberg::{Error, ErrorKind};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::convert::{self, Cell};
+use crate::sink::typed::cells::{self, Cell};
 
 /// The reserved field id of a position-delete file's `file_path` column (the spec's).
 pub const DELETE_FILE_PATH_ID: i32 = 2_147_483_546;
@@ -393,7 +393,7 @@ pub async fn rebuild(table: &Table, owner: &str, key_ids: &[i32]) -> iceberg::Re
                     let cells = batch
                         .columns()
                         .iter()
-                        .map(|c| convert::cell_at(c.as_ref(), at))
+                        .map(|c| cells::cell_at(c.as_ref(), at))
                         .collect::<Result<Vec<_>, _>>()
                         .map_err(|e| unexpected(format!("{path}: {e}")))?;
                     let key = key_bytes(&cells).map_err(|e| unexpected(format!("{path}: {e}")))?;

@@ -1,7 +1,7 @@
 //! A sub-partition's writer: rows into Parquet data files through the `iceberg` crate's
 //! writer, one snapshot per epoch, exactly once.
 //!
-//! - **Rows.** Each record is decoded ([`super::decode`]), its values converted for the table's
+//! - **Rows.** Each record is decoded ([`crate::sink::typed::event`]), its values converted for the table's
 //!   columns ([`super::convert`]) and appended to Arrow builders; every [`FLUSH_ROWS`] rows
 //!   they go to the crate's rolling data-file writer (Parquet with the table's field ids, a
 //!   new file past `target_file_bytes`).
@@ -44,8 +44,7 @@ use iceberg::{ErrorKind, NamespaceIdent, TableCreation, TableIdent};
 use super::catalog::PgCatalog;
 use super::client::{IcebergCatalog, Pinned};
 use super::config::{IcebergMode, IcebergSinkConfig};
-use super::convert::{self, Cell, Read, Rows};
-use super::decode::{Event, SchemaCache, decode_event};
+use super::convert;
 use super::rest::RestCatalog;
 use super::upsert::{self, Epoch, KeyIndex, Pos};
 use crate::error::PipelineError;
@@ -53,6 +52,8 @@ use crate::pg_connect::PgConnectConfig;
 use crate::sink::config::SinkPipelineConfig;
 use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
+use crate::sink::typed::cells::{self, Cell, Read, Rows};
+use crate::sink::typed::event::{Event, SchemaCache, decode_event};
 use crate::sink::worker::{RecordData, SubPartitionWriter, WriteFailure};
 
 /// Rows buffered in Arrow builders before they go to the data-file writer.
@@ -383,7 +384,7 @@ impl Layout {
         for (name, ty, fill) in &self.columns {
             let cell = match fill {
                 Fill::Field(read) => match event.row.as_ref().and_then(|r| r.get(name)) {
-                    Some(value) => convert::convert(value, ty, *read)
+                    Some(value) => cells::convert(value, ty, *read)
                         .map_err(|e| format!("column {name:?}: {e}"))?,
                     None => Cell::Null,
                 },
@@ -1238,6 +1239,16 @@ impl SubPartitionWriter for IcebergWriter {
             return Ok(());
         };
         let event = decode_event(value, &mut self.schemas).map_err(WriteFailure::Record)?;
+        if event.null_payload {
+            if self.upsert.is_some() {
+                return Err(WriteFailure::Record(
+                    "a null payload (ExtractNewRecordState's delete in its `tombstone` mode) has no row to delete by: upsert needs the delete events (no unwrap, or delete.tombstone.handling.mode = \"rewrite\")".into(),
+                ));
+            }
+            // Append: as a tombstone, no row.
+            self.note(data.offset);
+            return Ok(());
+        }
         self.ensure_table(&event, data.key())?;
         if self.target.settings.auto_evolve {
             self.ensure_columns(&event)?;
@@ -1272,7 +1283,7 @@ impl SubPartitionWriter for IcebergWriter {
                 return Ok(());
             }
             if let Some(rows) = self.rows.as_mut() {
-                rows.push(cells).map_err(WriteFailure::Record)?;
+                rows.push(&cells).map_err(WriteFailure::Record)?;
                 let pos = state.place_row();
                 state.epoch.change(&state.index, key, Some(pos));
                 self.rows_written += 1;
@@ -1284,7 +1295,7 @@ impl SubPartitionWriter for IcebergWriter {
             return Ok(());
         }
         if let Some(rows) = self.rows.as_mut() {
-            rows.push(cells).map_err(WriteFailure::Record)?;
+            rows.push(&cells).map_err(WriteFailure::Record)?;
             self.rows_written += 1;
             if rows.len() >= FLUSH_ROWS {
                 self.flush().map_err(WriteFailure::Run)?;
@@ -1317,9 +1328,13 @@ impl SubPartitionWriter for IcebergWriter {
     }
 
     fn commit(&mut self) -> Result<(), PipelineError> {
+        let records = self.records;
         let result = self.commit_epoch();
         self.clear();
         if result.is_ok() {
+            // The sink runtime's counter, as the files and PostgreSQL sinks count it: every
+            // record of the epoch (tombstones and dead-lettered ones too) is durable now.
+            crate::sink::metrics::records_committed().increment(records);
             crate::crash_point!("sink::iceberg::committed");
         }
         result

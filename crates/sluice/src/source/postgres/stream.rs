@@ -283,9 +283,9 @@ async fn created_while_stopped(
 const CATALOG_REREADS: u32 = 10;
 const CATALOG_REREAD_PAUSE: Duration = Duration::from_millis(50);
 
-/// Runs the pipeline until shutdown (`Ok`) or an error: the slot secured ([`open_slot`]), the
-/// Kafka side set up, the initial snapshot when one is pending ([`initial_snapshot`]), then
-/// the stream ([`stream`]).
+/// Runs the pipeline until shutdown (`Ok`) or an error: the slot secured (`open_slot`), the
+/// Kafka side set up, the initial snapshot when one is pending (`initial_snapshot`), then the
+/// stream (`stream`).
 ///
 /// # Errors
 ///

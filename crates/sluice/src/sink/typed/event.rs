@@ -1,6 +1,7 @@
-//! A record as the row it appends: the row image of a change event (`after`, or `before` for
+//! A record as the row it holds: the row image of a change event (`after`, or `before` for
 //! a delete), its operation, timestamps and source position, and the row's Connect schema
-//! when the value carries one (JsonConverter with schemas).
+//! when the value carries one (JsonConverter with schemas). A value that is not a change event
+//! (a row unwrapped upstream by `ExtractNewRecordState`) is the row itself.
 
 use std::sync::Arc;
 
@@ -15,8 +16,16 @@ use crate::sink::postgres::decode::ConnectSchema;
 struct WithSchema<'a> {
     #[serde(borrow, default)]
     schema: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    payload: Option<&'a RawValue>,
+    /// `Some(None)`: a null payload.
+    #[serde(borrow, default, deserialize_with = "present")]
+    payload: Option<Option<&'a RawValue>>,
+}
+
+/// A member that is present, null or not (serde reads a null `Option` as absent).
+fn present<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Option<&'de RawValue>>, D::Error> {
+    Option::<&'de RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// A record as the row it appends.
@@ -34,6 +43,10 @@ pub struct Event {
     pub source_position: Option<String>,
     /// The row's Connect schema (`after`'s, or the value's), when the value has one.
     pub schema: Option<RowSchema>,
+    /// The value has a schema and a null payload (`{"schema":…,"payload":null}`: what
+    /// `ExtractNewRecordState` makes of a delete in its `tombstone` mode): no row, no
+    /// operation.
+    pub null_payload: bool,
 }
 
 /// Decodes a record's value (`None`: a tombstone, which appends nothing).
@@ -47,7 +60,22 @@ pub fn decode_event(value: &[u8], schemas: &mut SchemaCache) -> Result<Event, St
     let outer: WithSchema<'_> =
         serde_json::from_str(text).map_err(|e| format!("the value is not a JSON object: {e}"))?;
     let (body, schema_text) = match (outer.schema, outer.payload) {
-        (Some(schema), Some(payload)) => (payload.get(), Some(schema.get())),
+        (Some(schema), Some(Some(payload))) => (payload.get(), Some(schema.get())),
+        (Some(schema), Some(None)) => {
+            let schema = match schema.get() {
+                "null" => None,
+                text => schemas.row_schema(text, false)?,
+            };
+            return Ok(Event {
+                row: None,
+                op: None,
+                event_ts: None,
+                source_ts: None,
+                source_position: None,
+                schema,
+                null_payload: true,
+            });
+        }
         _ => (text, None),
     };
     let Value::Object(mut body) =
@@ -73,6 +101,7 @@ pub fn decode_event(value: &[u8], schemas: &mut SchemaCache) -> Result<Event, St
             source_ts: None,
             source_position: None,
             schema,
+            null_payload: false,
         });
     };
     let micros = |v: Option<&Value>| v.and_then(Value::as_i64).map(|ms| ms.saturating_mul(1000));
@@ -99,6 +128,7 @@ pub fn decode_event(value: &[u8], schemas: &mut SchemaCache) -> Result<Event, St
         source_ts,
         source_position,
         schema,
+        null_payload: false,
     })
 }
 
@@ -166,6 +196,12 @@ mod tests {
         let plain = decode(br#"{"id":1,"op":"not an event"}"#).unwrap();
         assert_eq!(plain.op, None);
         assert!(decode(br#"{"after":null,"source":{},"op":"u"}"#).is_err());
+        let deleted = decode(
+            br#"{"schema":{"type":"struct","fields":[{"field":"id","type":"int32"}]},"payload":null}"#,
+        )
+        .unwrap();
+        assert!(deleted.null_payload && deleted.row.is_none() && deleted.op.is_none());
+        assert_eq!(deleted.schema.unwrap().1.fields[0].field, "id");
         assert!(decode(b"[1]").is_err());
     }
 }
