@@ -351,12 +351,6 @@ pub(crate) fn wait_for_output(
     }
 }
 
-pub(crate) fn assigned(sluice: &Sluice) -> f64 {
-    sluice
-        .metric("sluice_sink_assigned_partitions")
-        .unwrap_or(0.0)
-}
-
 pub(crate) fn committed_records(sluice: &Sluice) -> f64 {
     sluice
         .metric("sluice_sink_records_committed_total")

@@ -17,7 +17,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::sink::{
-    Row, ZombieRun, assigned, committed_records, create_topic, end_offsets, parse_name, produce,
+    Row, ZombieRun, committed_records, create_topic, end_offsets, parse_name, produce,
     rows_of_file, verify, zombie_writer,
 };
 use crate::support::{
@@ -221,8 +221,8 @@ fn wait_for_group(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, sluice: &
     }
 }
 
-/// Keyed JSON Lines on S3, SIGKILLed three times while it uploads: every offset in exactly
-/// one object, per-key order, every object committed, files larger than a part uploaded (in
+/// Keyed JSON Lines on S3, SIGKILLed three times mid-commit (its objects uploaded, its state
+/// not written; reached with a failpoint): every offset in exactly one object, per-key order, every object committed, files larger than a part uploaded (in
 /// parts) and copied.
 #[tokio::test(flavor = "multi_thread")]
 async fn s3_every_offset_exactly_once_across_sigkills() {
@@ -243,22 +243,60 @@ async fn s3_every_offset_exactly_once_across_sigkills() {
     let port = free_port();
     let toml = s3_sink_toml(&name, &topic, &dir.join("staging"), &bucket, port)
         .replace("roll_records = 60000", "roll_records = 30000");
-    let mut sluice = Sluice::start(&dir, &toml, port);
-    for kill in 1..=3 {
-        // Kill while it uploads: a moment after this process committed its first epoch.
+    // Each run but the last holds one of its epoch commits (a random one of its first four
+    // with records; the last killed run its first, as an earlier run may have taken most of
+    // the records) at the gate `sink::files::uploaded` on a file that never appears, and is
+    // killed there: its objects uploaded to the staging prefix, its state not written.
+    const KILLS: u32 = 3;
+    let gate = |kill: u32| -> Vec<(String, String)> {
+        let skip = if kill == KILLS {
+            0
+        } else {
+            rand::rng().random_range(0..4)
+        };
+        let path = dir.join(format!("gate-{kill}-never-created"));
+        vec![(
+            "FAILPOINTS".to_owned(),
+            format!(
+                "sink::files::uploaded={skip}*off->1*return({})->off",
+                path.display()
+            ),
+        )]
+    };
+    let mut sluice = Sluice::start_with_env(&dir, &toml, port, gate(1));
+    for kill in 1..=KILLS {
+        // The log is appended to across restarts: this run's hold is the kill-th.
+        let held = |sluice: &Sluice| {
+            sluice
+                .log_text()
+                .matches("failpoint: waiting for the gate file")
+                .count()
+        };
         let deadline = Instant::now() + Duration::from_secs(120);
-        while (assigned(&sluice) < 1.0 || committed_records(&sluice) < 1.0)
-            && Instant::now() < deadline
-        {
+        while held(&sluice) < kill as usize && Instant::now() < deadline {
+            assert!(
+                sluice.exited().is_none(),
+                "sink s3: the process exited before kill {kill}:\n{}",
+                sluice.log_text()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let pause = rand::rng().random_range(0..2000);
-        tokio::time::sleep(Duration::from_millis(pause)).await;
+        assert_eq!(
+            held(&sluice),
+            kill as usize,
+            "sink s3: kill {kill} would not land mid-commit (no commit held at the gate):\n{}",
+            sluice.log_text()
+        );
         let committed = committed_records(&sluice);
         sluice.kill();
         println!(
-            "sink s3: SIGKILL {kill} after {pause} ms of work ({committed} records committed by that process)"
+            "sink s3: SIGKILL {kill} with an epoch's objects uploaded and its state not written ({committed} records committed by that process)"
         );
+        sluice.env = if kill < KILLS {
+            gate(kill + 1)
+        } else {
+            Vec::new()
+        };
         sluice.restart();
     }
     let sluice_ref = &sluice;
@@ -296,8 +334,13 @@ async fn s3_every_offset_exactly_once_across_sigkills() {
         .log_text()
         .matches("deleting a staged object of an uncommitted epoch")
         .count();
+    // Each kill left its held epoch's uploads in the staging prefix: the next run deleted them.
+    assert!(
+        orphans_deleted >= KILLS as usize,
+        "{orphans_deleted} staged objects deleted after {KILLS} kills mid-commit"
+    );
     println!(
-        "sink s3: {RECORDS} records, 3 SIGKILLs: {} objects ({multipart} larger than a part), every offset exactly once; {orphans_deleted} staged objects of uncommitted epochs deleted on recovery",
+        "sink s3: {RECORDS} records, {KILLS} SIGKILLs: {} objects ({multipart} larger than a part), every offset exactly once; {orphans_deleted} staged objects of uncommitted epochs deleted on recovery",
         listing.parts.len()
     );
 }

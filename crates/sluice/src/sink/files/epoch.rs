@@ -231,6 +231,9 @@ impl Epoch {
         for (staged, _) in &state.renames {
             objects.upload(&self.staging.join(staged), &self.id.staging_key(staged))?;
         }
+        // Tests stop a worker here: its objects uploaded to the staging prefix, its state not
+        // yet written.
+        crate::gate_point!("sink::files::uploaded");
         #[cfg(feature = "failpoints")]
         abort_after_upload_hook();
         let bytes = serde_json::to_vec(state).map_err(StateError::from)?;
