@@ -53,6 +53,37 @@ impl std::fmt::Debug for AvroTopics {
     }
 }
 
+/// The Avro reading of a sink pipeline's records, made as its sink makes it (with `output`);
+/// `None` when they are JSON.
+///
+/// # Errors
+///
+/// Avro without `[schema_registry]`, or its TLS files cannot be read.
+pub fn sink_decoder(
+    config: &crate::sink::config::SinkPipelineConfig,
+    output: Output,
+) -> anyhow::Result<Option<AvroDecoder>> {
+    let kafka = config.kafka();
+    if !kafka.uses_avro() {
+        return Ok(None);
+    }
+    let Some(registry) = &config.schema_registry else {
+        anyhow::bail!(
+            "source.kafka reads Avro and no [schema_registry] is configured: add [schema_registry] url = \"http://registry:8081\""
+        );
+    };
+    let registry =
+        Registry::new(registry.clone()).map_err(|e| anyhow::anyhow!("[schema_registry]: {e}"))?;
+    Ok(Some(AvroDecoder::new(
+        Arc::new(registry),
+        tokio::runtime::Handle::current(),
+        kafka.key_format(),
+        kafka.value_format(),
+        output,
+        REGISTRY_WAIT,
+    )))
+}
+
 impl AvroTopics {
     /// The reading of `events`' Avro keys and values through `registry`; `None` when the events
     /// are JSON.

@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
@@ -84,26 +83,7 @@ impl Writing {
     fn new(config: &SinkPipelineConfig, files: &FilesSinkConfig) -> anyhow::Result<Self> {
         let settings =
             crate::sink::destination::worker_settings(config, files).map_err(compare::explained)?;
-        let kafka = config.kafka();
-        let avro = if kafka.uses_avro() {
-            let Some(registry) = &config.schema_registry else {
-                anyhow::bail!(
-                    "source.kafka reads Avro and no [schema_registry] is configured: add [schema_registry] url = \"http://registry:8081\""
-                );
-            };
-            let registry = crate::registry::Registry::new(registry.clone())
-                .map_err(|e| anyhow::anyhow!("[schema_registry]: {e}"))?;
-            Some(AvroDecoder::new(
-                Arc::new(registry),
-                tokio::runtime::Handle::current(),
-                kafka.key_format(),
-                kafka.value_format(),
-                Output::Plain,
-                Duration::from_secs(30),
-            ))
-        } else {
-            None
-        };
+        let avro = super::avro::sink_decoder(config, Output::Plain)?;
         let split_fields = files.format == FileFormat::Parquet || settings.template.uses_fields();
         Ok(Self {
             settings: settings.files,

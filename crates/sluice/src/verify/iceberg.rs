@@ -19,8 +19,7 @@
 //!   than `--memory-mb` holds: not verified).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use arrow_array::RecordBatch;
@@ -178,25 +177,7 @@ pub async fn verify_iceberg(
     let catalog =
         crate::sink::iceberg::writer::open_catalog(&config.name, settings).map_err(explained)?;
     let kafka = config.kafka();
-    let avro = if kafka.uses_avro() {
-        let Some(registry) = &config.schema_registry else {
-            anyhow::bail!(
-                "source.kafka reads Avro and no [schema_registry] is configured: add [schema_registry] url = \"http://registry:8081\""
-            );
-        };
-        let registry = crate::registry::Registry::new(registry.clone())
-            .map_err(|e| anyhow::anyhow!("[schema_registry]: {e}"))?;
-        Some(AvroDecoder::new(
-            Arc::new(registry),
-            tokio::runtime::Handle::current(),
-            kafka.key_format(),
-            kafka.value_format(),
-            Output::WithSchemas,
-            Duration::from_secs(30),
-        ))
-    } else {
-        None
-    };
+    let avro = super::avro::sink_decoder(config, Output::WithSchemas)?;
     let consumer = compare::consumer(&config.name, &kafka.brokers, &kafka.client)?;
     let topics = tokio::task::block_in_place(|| super::sink::topics(&consumer, config))?;
     let dead = match &config.delivery.dead_letter_topic {
