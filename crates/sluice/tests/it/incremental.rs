@@ -447,6 +447,7 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
     ] {
         client.batch_execute(sql).await.unwrap();
     }
+    hold_commits_until_effective(&client, &cluster.url, &name).await;
     let stuck_url = cluster.url.clone();
     let stuck_table = format!("{name}.t");
     let stuck = tokio::spawn(async move {
@@ -471,6 +472,11 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
     .unwrap();
     assert_eq!(streamed.len(), 1, "{streamed:?}");
     assert_eq!(streamed[0].value.as_ref().unwrap()["after"]["v"], 1);
+    assert_eq!(
+        sync_rep_waiters(&client, &format!("%UPDATE {name}.t %")).await,
+        1,
+        "the update's commit waits for the standby"
+    );
     let visible: i64 = client
         .query_one(&format!("SELECT v FROM {name}.t WHERE id = 5"), &[])
         .await
@@ -555,6 +561,65 @@ async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
     drop(cluster);
+}
+
+/// Sessions whose commit waits for a synchronous standby, running a statement like `query`.
+async fn sync_rep_waiters(client: &tokio_postgres::Client, query: &str) -> i64 {
+    client
+        .query_one(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND query LIKE $1",
+            &[&query],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// `pg_reload_conf()` returns before the checkpointer has read the new
+/// `synchronous_standby_names` (it publishes "standbys are defined" to the backends); a commit
+/// made meanwhile does not wait. Commit probes to a table outside the pipeline's schema until
+/// one is seen waiting, then cancel it (the cancelled probe commits locally).
+async fn hold_commits_until_effective(client: &tokio_postgres::Client, url: &str, name: &str) {
+    let probe_table = format!("{name}_probe.p");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}_probe; CREATE TABLE {probe_table} (v bigint)"
+        ))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(30));
+    loop {
+        let probe = crate::support::pg_at(url).await;
+        let pid: i32 = probe
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let insert = format!("SET synchronous_commit = on; INSERT INTO {probe_table} VALUES (1)");
+        let commit = tokio::spawn(async move { probe.batch_execute(&insert).await });
+        let waiting = loop {
+            if sync_rep_waiters(client, &format!("%INSERT INTO {probe_table}%")).await > 0 {
+                break true;
+            }
+            if commit.is_finished() {
+                break false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if waiting {
+            client
+                .query_one("SELECT pg_cancel_backend($1)", &[&pid])
+                .await
+                .unwrap();
+            let _ = commit.await;
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "commits never started waiting for the synchronous standby"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// The admin API answers a snapshot request once it is in the state file: a crash right after
