@@ -8,8 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, test_dir,
-    unique, wait_until,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, test_dir, unique, wait_until,
 };
 
 fn registry_url() -> String {
@@ -106,7 +105,6 @@ fn avro_toml(name: &str, port: u16) -> String {
 /// decoding.
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_records_decode_by_registry_id_and_equal_the_table() {
-    let _broker = broker_shared().await;
     let name = unique("avro");
     let client = pg().await;
     client
@@ -296,7 +294,6 @@ async fn int_table_streaming(prefix: &str) -> IntTable {
 /// change.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
-    let _broker = broker_shared().await;
     let IntTable {
         name,
         client,
@@ -381,7 +378,6 @@ async fn a_refused_schema_change_stops_naming_the_subject_and_loses_nothing() {
 /// their integers could not be written, and the pipeline stopped.)
 #[tokio::test(flavor = "multi_thread")]
 async fn changes_before_a_type_change_made_while_stopped_keep_their_type() {
-    let _broker = broker_shared().await;
     let IntTable {
         name,
         client,
@@ -431,7 +427,6 @@ async fn changes_before_a_type_change_made_while_stopped_keep_their_type() {
 /// arrives.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unreachable_registry_is_retried_shown_in_health_and_loses_nothing() {
-    let _broker = broker_shared().await;
     let name = unique("avro_down");
     let client = pg().await;
     client
@@ -501,7 +496,6 @@ async fn mysql_avro_records_decode_and_equal_the_table_across_an_added_column() 
 
     use crate::mysql::{Server, pipeline};
 
-    let _broker = broker_shared().await;
     let server = Server::Mysql;
     let _server = server.shared().await;
     let name = unique("my_avro");

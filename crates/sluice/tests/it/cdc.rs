@@ -6,8 +6,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
-    read_topic, slot_confirmed, test_dir, unique,
+    Record, Sluice, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml, read_topic,
+    slot_confirmed, test_dir, unique,
 };
 
 /// 100,000 rows inserted, updated and deleted in mixed transactions (single-row and
@@ -34,7 +34,6 @@ pub(crate) async fn mixed_workload(
     big: i64,
 ) {
     assert!(big >= 6_000, "the key changes below need ids up to 6,000");
-    let _broker = broker_shared().await;
     let name = unique("mixed");
     let schema = name.clone();
     let client = pg_at(server).await;
@@ -282,7 +281,6 @@ const SLUICE_EVENTS: &str = "\n[kafka.events]\nembed_json = true\ndecimal_handli
 /// truncates and logical messages are events too.
 #[tokio::test(flavor = "multi_thread")]
 async fn types_schema_changes_truncates_and_messages() {
-    let _broker = broker_shared().await;
     let name = unique("types");
     let client = pg().await;
     client
@@ -406,7 +404,6 @@ fn typed_row_json(id: i32) -> Value {
 /// bytea_output); the row snapshotted and the same row streamed must both be the documented JSON.
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_and_stream_encode_every_type_alike() {
-    let _broker = broker_shared().await;
     let name = unique("typesnap");
     let client = pg().await;
     client

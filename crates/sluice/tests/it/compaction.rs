@@ -19,7 +19,7 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-use crate::support::{broker_shared, free_port, sluice_bin, stack, unique, wait_until};
+use crate::support::{free_port, sluice_bin, stack, unique, wait_until};
 
 /// A throwaway single-node KRaft broker; killed and removed on drop.
 struct ThrowawayKafka {
@@ -285,7 +285,6 @@ struct Case {
 async fn plan_predicts_what_the_cleaner_does() {
     // Needs no shared broker, but the shared lock keeps it out of broker restarts' way
     // (the machine is small).
-    let _broker = broker_shared().await;
     let _ = stack();
     // Exactly 1 MiB of dedupe buffer per thread: the model says the broker refuses it, and it
     // does (at `StorageTool format` already, which validates the configuration). Checked on a
@@ -542,7 +541,6 @@ pub(crate) async fn topic_configs(brokers: &str, topic: &str) -> HashMap<String,
 /// captured topic that is not compacted although the pipeline asks for it.
 #[tokio::test(flavor = "multi_thread")]
 async fn cdc_topics_are_created_compacted_and_doctor_names_the_one_that_is_not() {
-    let _broker = broker_shared().await;
     let name = unique("compacted");
     let brokers = stack().brokers;
     let client = crate::support::pg().await;
@@ -612,7 +610,6 @@ async fn cdc_topics_are_created_compacted_and_doctor_names_the_one_that_is_not()
 /// passes of an offset map of `--keys-per-pass` keys; a partition that does not exist is named.
 #[tokio::test(flavor = "multi_thread")]
 async fn scan_counts_keys_tombstones_and_null_keys() {
-    let _broker = broker_shared().await;
     let brokers = stack().brokers;
     let topic = unique("compaction_scan");
     create_topic(&brokers, &topic, &[]).await;
@@ -739,7 +736,6 @@ async fn republication_rebuilds_a_compacted_topic_with_tombstones() {
         Sluice, drop_slot_and_publication, http_json, pg, pipeline_toml, read_topic, test_dir,
     };
 
-    let _broker = broker_shared().await;
     let name = unique("republish");
     let client = pg().await;
     let rows = republish_rows();

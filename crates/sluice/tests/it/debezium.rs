@@ -32,8 +32,8 @@ mod type_table;
 use compare::{Diff, J, Rec, canonical_number, golden_dir, read_topics, statements};
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
-    slot_confirmed, stack, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml, slot_confirmed, stack,
+    test_dir, unique,
 };
 
 /// The capture's topic prefix and database (`source.name`, `source.db` in the golden files).
@@ -305,7 +305,6 @@ fn compare(combination: &str, ours: &BTreeMap<String, Vec<Rec>>, diff: &mut Diff
 
 #[tokio::test(flavor = "multi_thread")]
 async fn events_match_debezium_golden_files() {
-    let _broker = broker_shared().await;
     let started = Instant::now();
     // One sluice run per combination captured with an option sluice has, side by side.
     let (
@@ -367,7 +366,6 @@ async fn events_match_debezium_golden_files() {
 /// The other tables are compared too, as in the defaults.
 #[tokio::test(flavor = "multi_thread")]
 async fn partitioned_tables_match_debezium_golden_files() {
-    let _broker = broker_shared().await;
     let started = Instant::now();
     let sql = |names: [&str; 2]| -> Vec<String> {
         names
@@ -439,7 +437,6 @@ async fn partitioned_tables_match_debezium_golden_files() {
 /// the others do not.
 #[tokio::test(flavor = "multi_thread")]
 async fn column_propagate_source_type_names_the_source_types() {
-    let _broker = broker_shared().await;
     let setup = [
         "CREATE DOMAIN price AS numeric(8,2);",
         "CREATE TABLE items (id integer PRIMARY KEY, code varchar(12) NOT NULL, amount price, \
@@ -530,7 +527,6 @@ fn unknown_option_values_are_refused_with_the_supported_ones() {
 /// delete or tombstone.
 #[tokio::test(flavor = "multi_thread")]
 async fn skipped_operations_and_tombstones_by_debeziums_names() {
-    let _broker = broker_shared().await;
     let ours = run_sluice(
         "\n[kafka.events]\nskipped_operations = \"c,d\"\ntombstones_on_delete = false\n",
     )

@@ -32,7 +32,7 @@ use rdkafka::client::DefaultClientContext;
 
 use crate::debezium::compare::{Diff, J, Rec, golden_dir, ratchet_report, read_topics, statements};
 use crate::mysql::{Server, pipeline};
-use crate::support::{Sluice, broker_shared, free_port, read_topic, stack, test_dir, unique};
+use crate::support::{Sluice, free_port, read_topic, stack, test_dir, unique};
 
 /// The capture's topic prefix and database (`source.name`, `source.db` in the golden files).
 const GOLDEN_PREFIX: &str = "dbzmy";
@@ -296,7 +296,6 @@ pub(crate) async fn run_sluice_then<T: Send + 'static>(
 /// `schemas-enable`; `extra`: the pipeline lines that give it), with the ratchet of the server
 /// and combination.
 async fn events_match_debezium(server: Server, combination: &str, extra: &str) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let started = Instant::now();
     let ours = run_sluice(server, extra).await;

@@ -11,8 +11,8 @@ use rdkafka::client::DefaultClientContext;
 use serde_json::Value;
 
 use crate::support::{
-    ThrowawayPg, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
-    sluice_bin, stack, test_dir, unique,
+    ThrowawayPg, drop_slot_and_publication, free_port, pg, pipeline_toml, sluice_bin, stack,
+    test_dir, unique,
 };
 
 /// Runs `sluice <args> --json`; returns (exit code, parsed output).
@@ -119,7 +119,6 @@ async fn abandoned_slot_is_reported_with_the_wal_it_retains() {
 /// left out of an existing publication, and `max_slot_wal_keep_size` unset.
 #[tokio::test(flavor = "multi_thread")]
 async fn tables_without_keys_and_outside_the_publication_are_named() {
-    let _broker = broker_shared().await;
     let name = unique("doc");
     let client = pg().await;
     client
@@ -186,7 +185,6 @@ async fn tables_without_keys_and_outside_the_publication_are_named() {
 /// lists a partitioned table and one of its partitions: both are named, with the SQL to fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hand_made_publication_that_misses_the_partition_root_or_lists_both_is_named() {
-    let _broker = broker_shared().await;
     let name = unique("docpart");
     let client = pg().await;
     client
@@ -308,7 +306,6 @@ async fn standbys_without_failover_slots_are_a_warning() {
 /// write: critical, with the command that fixes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn min_insync_replicas_above_the_replication_factor_is_critical() {
-    let _broker = broker_shared().await;
     let name = unique("isr");
     let client = pg().await;
     client
@@ -373,7 +370,6 @@ async fn min_insync_replicas_above_the_replication_factor_is_critical() {
 /// database (the publication must be created): each is named with the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn missing_privileges_are_reported() {
-    let _broker = broker_shared().await;
     let client = pg().await;
     let name = unique("docpriv");
     let role = format!("{name}_role");

@@ -14,8 +14,8 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml,
-    read_topic_with, test_dir, unique, wait_until,
+    Sluice, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml, read_topic_with,
+    test_dir, unique, wait_until,
 };
 
 fn env_or(name: &str, default: i64) -> i64 {
@@ -141,7 +141,6 @@ fn crash_at(sluice: &mut Sluice, failpoint: &str, passes: u32) {
 /// exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_streaming_survives_crashes_without_duplicates() {
-    let _broker = broker_shared().await;
     let name = unique("eos_stream");
     let rows = env_or("SLUICE_IT_EOS_ROWS", 20_000);
     let mut rng = rng("exactly_once_streaming");
@@ -219,7 +218,6 @@ async fn exactly_once_streaming_survives_crashes_without_duplicates() {
 /// per key equals the table.
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_snapshot_survives_crashes_without_duplicates() {
-    let _broker = broker_shared().await;
     let name = unique("eos_snap");
     let rows = env_or("SLUICE_IT_EOS_SNAPSHOT_ROWS", 50_000);
     let mut rng = rng("exactly_once_snapshot");
@@ -530,7 +528,6 @@ fn assert_every_change_once(
 /// after the last committed chunk instead of reading it again.
 #[tokio::test(flavor = "multi_thread")]
 async fn exactly_once_incremental_snapshot_survives_crashes_without_duplicates() {
-    let _broker = broker_shared().await;
     let name = unique("eos_incr");
     let rows = env_or("SLUICE_IT_EOS_INCREMENTAL_ROWS", 20_000);
     let mut rng = rng("exactly_once_incremental");

@@ -9,8 +9,8 @@ use serde_json::json;
 
 use crate::doctor::{findings, sluice_json};
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pg_version,
-    pipeline_toml_at, read_topic, stack, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pg_at, pg_version, pipeline_toml_at,
+    read_topic, stack, test_dir, unique,
 };
 
 /// `host:port` of a URL `postgres://user@host:port/db…`.
@@ -33,7 +33,6 @@ fn with_database(url: &str, database: &str) -> String {
 /// second, and the pipeline streams from it.
 #[tokio::test(flavor = "multi_thread")]
 async fn read_write_target_passes_over_a_read_only_host() {
-    let _broker = broker_shared().await;
     let name = unique("rw");
     let other = pg_version(18);
     let other_admin = pg_at(&other.url).await;
@@ -169,7 +168,6 @@ async fn doctor_names_failover_pieces_and_the_idle_slot_timeout_on_18() {
 /// (100,000 operations on 17).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_primary_failover_under_two_instances_loses_nothing() {
-    let _broker = broker_shared().await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/failover-demo");
     let output = tokio::process::Command::new("timeout")
         .args(["--kill-after=10", "600", script])

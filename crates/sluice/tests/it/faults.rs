@@ -10,9 +10,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 
 use crate::support::{
-    Sluice, ThrowawayPg, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication,
-    free_port, pg, pg_at, pipeline_toml, pipeline_toml_at, read_topic, sluice_bin, stack, test_dir,
-    unique, wait_until,
+    Sluice, ThrowawayPg, dev_stack, drop_slot_and_publication, fault_broker, fault_brokers,
+    free_port, on_fault_broker, pg, pg_at, pipeline_toml, pipeline_toml_at, read_topic,
+    read_topic_at, sluice_bin, stack, test_dir, unique, wait_until,
 };
 
 /// Creates `schema.t (id bigint primary key, payload text)`.
@@ -53,9 +53,19 @@ pub(crate) fn read_all_ids(
     count: usize,
     timeout: Duration,
 ) -> (HashMap<i64, usize>, usize) {
+    read_all_ids_at(&stack().brokers, topic, count, timeout)
+}
+
+/// [`read_all_ids`] from the broker at `brokers`.
+fn read_all_ids_at(
+    brokers: &str,
+    topic: &str,
+    count: usize,
+    timeout: Duration,
+) -> (HashMap<i64, usize>, usize) {
     let mut seen: HashMap<i64, usize> = HashMap::new();
     let mut counted = 0;
-    let records = read_topic(topic, timeout, |records| {
+    let records = read_topic_at(brokers, topic, timeout, &[], |records| {
         for record in &records[counted..] {
             let id = record.key.as_ref().unwrap()["id"].as_i64().unwrap();
             *seen.entry(id).or_default() += 1;
@@ -81,7 +91,6 @@ async fn sigkill_during_load_loses_nothing() {
 /// The body of [`sigkill_during_load_loses_nothing`], on the PostgreSQL server at `server`
 /// (`versions` runs it on another major version's).
 pub(crate) async fn sigkill_during_load(server: &str) {
-    let _broker = broker_shared().await;
     let name = unique("kill");
     let client = pg_at(server).await;
     create_table(&client, &name).await;
@@ -146,13 +155,15 @@ pub(crate) async fn sigkill_during_load(server: &str) {
 /// sluice resumes by itself and nothing is lost.
 #[tokio::test(flavor = "multi_thread")]
 async fn walsender_kill_and_broker_restart_are_survived() {
-    let _broker = broker_exclusive().await;
+    let _broker = fault_broker().await;
+    let brokers = fault_brokers();
     let name = unique("resume");
     let client = pg().await;
     create_table(&client, &name).await;
     let port = free_port();
     let dir = test_dir(&name);
-    let sluice = Sluice::start(&dir, &pipeline_toml(&name, &name, &name, port, ""), port);
+    let toml = on_fault_broker(&pipeline_toml(&name, &name, &name, port, ""));
+    let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
 
     const ROWS: i64 = 60_000;
@@ -191,7 +202,7 @@ async fn walsender_kill_and_broker_restart_are_survived() {
     // the admin request gave up, 45 s later: the test took ~25-70 s by that race.)
     sluice.wait_streaming(Duration::from_secs(60));
 
-    tokio::task::spawn_blocking(|| dev_stack(&["stop-kafka"]))
+    tokio::task::spawn_blocking(|| dev_stack(&["stop-fault-kafka"]))
         .await
         .unwrap();
     // While the broker is away the pipeline says so: librdkafka reports every broker down (the
@@ -206,14 +217,14 @@ async fn walsender_kill_and_broker_restart_are_survived() {
             })
         },
     );
-    tokio::task::spawn_blocking(|| dev_stack(&["start-kafka"]))
+    tokio::task::spawn_blocking(|| dev_stack(&["start-fault-kafka"]))
         .await
         .unwrap();
     writer.await.unwrap();
 
     let topic = format!("{name}.{name}.t");
     let (per_id, total) = tokio::task::spawn_blocking(move || {
-        read_all_ids(&topic, ROWS as usize, Duration::from_secs(180))
+        read_all_ids_at(&brokers, &topic, ROWS as usize, Duration::from_secs(180))
     })
     .await
     .unwrap();
@@ -236,8 +247,9 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// Runs Kafka's own `ConfigCommand` (from the dev stack's jars) with `--alter` and `args`.
-fn kafka_config_alter(args: &[&str]) {
+/// Runs Kafka's own `ConfigCommand` (from the dev stack's jars) against `brokers` with
+/// `--alter` and `args`.
+fn kafka_config_alter(brokers: &str, args: &[&str]) {
     let libs = std::env::var("KAFKA_LIBS")
         .unwrap_or_else(|_| panic!("KAFKA_LIBS is not set: eval \"$(scripts/dev-stack env)\""));
     // A short-lived client: the JIT's first tier only and the serial collector (~40% less CPU
@@ -252,7 +264,7 @@ fn kafka_config_alter(args: &[&str]) {
             &format!("{libs}/*"),
             "kafka.admin.ConfigCommand",
         ])
-        .args(["--bootstrap-server", &stack().brokers, "--alter"])
+        .args(["--bootstrap-server", brokers, "--alter"])
         .args(args)
         .output()
         .expect("run kafka.admin.ConfigCommand");
@@ -276,14 +288,17 @@ fn throttle_producer(client_id: &str, bytes_per_s: Option<u64>) {
             "producer_byte_rate".to_owned(),
         ],
     };
-    kafka_config_alter(&[
-        &config[0],
-        &config[1],
-        "--entity-type",
-        "clients",
-        "--entity-name",
-        client_id,
-    ]);
+    kafka_config_alter(
+        &stack().brokers,
+        &[
+            &config[0],
+            &config[1],
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            client_id,
+        ],
+    );
 }
 
 /// A backlog on one partition while Kafka takes records far more slowly than PostgreSQL sends
@@ -295,7 +310,6 @@ fn throttle_producer(client_id: &str, bytes_per_s: Option<u64>) {
 /// the assertions fail).
 #[tokio::test(flavor = "multi_thread")]
 async fn backlog_on_one_partition_stays_within_budget() {
-    let _broker = broker_shared().await;
     let name = unique("budget");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -516,7 +530,6 @@ async fn wrong_wal_level_stops_with_the_fix() {
 /// advance, so once sluice runs against the broker every row arrives.
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_broker_is_retried_and_loses_nothing() {
-    let _broker = broker_shared().await;
     let name = unique("nobroker");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -565,7 +578,6 @@ async fn unreachable_broker_is_retried_and_loses_nothing() {
 /// its reason in headers and the rows after it arrive.
 #[tokio::test(flavor = "multi_thread")]
 async fn oversized_row_stops_or_is_dead_lettered() {
-    let _broker = broker_shared().await;
     let name = unique("big");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -656,7 +668,6 @@ async fn oversized_row_stops_or_is_dead_lettered() {
 /// with its reason, topic and position, and the rest of the snapshot arrives.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_oversized_snapshot_row_stops_or_is_dead_lettered() {
-    let _broker = broker_shared().await;
     let name = unique("bigsnap");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -756,7 +767,6 @@ async fn an_oversized_snapshot_row_stops_or_is_dead_lettered() {
 /// topic (an incremental read, with its reason and position) and the chunk's other rows arrive.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_oversized_incremental_snapshot_row_is_dead_lettered() {
-    let _broker = broker_shared().await;
     let name = unique("bigincr");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -846,7 +856,6 @@ async fn an_oversized_incremental_snapshot_row_is_dead_lettered() {
 /// completes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_held_lock_is_waited_for_boundedly_and_retried() {
-    let _broker = broker_shared().await;
     let name = unique("lockwait");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -946,7 +955,6 @@ async fn pipeline_with_a_failing_encoder(
 /// topic, the other changes are delivered, and the pipeline keeps streaming without a restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_encoder_failure_is_dead_lettered_with_its_position() {
-    let _broker = broker_shared().await;
     let name = unique("encdlq");
     let client = pg().await;
     let dlq = format!("{name}.dlq");
@@ -1017,7 +1025,6 @@ async fn an_encoder_failure_is_dead_lettered_with_its_position() {
 /// change is not lost: after a fix (here: the failpoint gone) it is delivered.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_encoder_failure_stops_with_the_position_and_loses_nothing() {
-    let _broker = broker_shared().await;
     let name = unique("encstop");
     let client = pg().await;
     let mut sluice = pipeline_with_a_failing_encoder(&client, &name, "").await;
@@ -1054,31 +1061,37 @@ async fn an_encoder_failure_stops_with_the_position_and_loses_nothing() {
 }
 
 /// Sets the cluster-wide default `message.max.bytes` (the default `max.message.bytes` of new
-/// topics) for as long as it lives.
-struct SmallerDefaultMessageSize;
+/// topics) of the broker at `brokers` for as long as it lives.
+struct SmallerDefaultMessageSize(String);
 
 impl SmallerDefaultMessageSize {
-    fn set(bytes: u64) -> Self {
-        kafka_config_alter(&[
-            "--add-config",
-            &format!("message.max.bytes={bytes}"),
-            "--entity-type",
-            "brokers",
-            "--entity-default",
-        ]);
-        Self
+    fn set(brokers: String, bytes: u64) -> Self {
+        kafka_config_alter(
+            &brokers,
+            &[
+                "--add-config",
+                &format!("message.max.bytes={bytes}"),
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+            ],
+        );
+        Self(brokers)
     }
 }
 
 impl Drop for SmallerDefaultMessageSize {
     fn drop(&mut self) {
-        kafka_config_alter(&[
-            "--delete-config",
-            "message.max.bytes",
-            "--entity-type",
-            "brokers",
-            "--entity-default",
-        ]);
+        kafka_config_alter(
+            &self.0,
+            &[
+                "--delete-config",
+                "message.max.bytes",
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+            ],
+        );
     }
 }
 
@@ -1089,29 +1102,35 @@ impl Drop for SmallerDefaultMessageSize {
 /// limit (a refused batch is not a refused record), and every row arrives.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_topic_created_while_running_lowers_the_batch_size() {
-    let _broker = broker_exclusive().await;
+    let _broker = fault_broker().await;
+    let brokers = fault_brokers();
     let name = unique("batchcap");
     let client = pg().await;
     create_table(&client, &name).await;
     let port = free_port();
     let dir = test_dir(&name);
-    let toml = pipeline_toml(
-        &name,
-        &name,
-        &name,
-        port,
-        "[kafka.producer]\n\"compression.type\" = \"none\"\n\"linger.ms\" = \"50\"\n",
-    )
-    .replace(
-        "[source.postgres]\n",
-        "[source.postgres]\nsnapshot = \"never\"\ntable_refresh_interval_ms = 500\n",
+    let toml = on_fault_broker(
+        &pipeline_toml(
+            &name,
+            &name,
+            &name,
+            port,
+            "[kafka.producer]\n\"compression.type\" = \"none\"\n\"linger.ms\" = \"50\"\n",
+        )
+        .replace(
+            "[source.postgres]\n",
+            "[source.postgres]\nsnapshot = \"never\"\ntable_refresh_interval_ms = 500\n",
+        ),
     );
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
     const LIMIT: u64 = 150_000;
-    let smaller = tokio::task::spawn_blocking(|| SmallerDefaultMessageSize::set(LIMIT))
-        .await
-        .unwrap();
+    let smaller = tokio::task::spawn_blocking({
+        let brokers = brokers.clone();
+        || SmallerDefaultMessageSize::set(brokers, LIMIT)
+    })
+    .await
+    .unwrap();
     // 300 rows of ~1 kB in one transaction: uncompressed batches of ~300 kB at batch.size 1 MB.
     client
         .batch_execute(&format!(
@@ -1121,10 +1140,12 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
         .await
         .unwrap();
     let topic = format!("{name}.{name}.big");
-    let (per_id, _) =
-        tokio::task::spawn_blocking(move || read_all_ids(&topic, 300, Duration::from_secs(90)))
-            .await
-            .unwrap();
+    let (per_id, _) = tokio::task::spawn_blocking({
+        let brokers = brokers.clone();
+        move || read_all_ids_at(&brokers, &topic, 300, Duration::from_secs(90))
+    })
+    .await
+    .unwrap();
     assert_eq!(per_id.len(), 300, "every row\n{}", sluice.log_text());
     assert!(
         sluice
@@ -1139,21 +1160,25 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
     let topic = format!("{name}.{name}.big");
     {
         let topic = topic.clone();
+        let brokers = brokers.clone();
         tokio::task::spawn_blocking(move || {
-            kafka_config_alter(&[
-                "--add-config",
-                &format!("max.message.bytes={LOWER}"),
-                "--entity-type",
-                "topics",
-                "--entity-name",
-                &topic,
-            ])
+            kafka_config_alter(
+                &brokers,
+                &[
+                    "--add-config",
+                    &format!("max.message.bytes={LOWER}"),
+                    "--entity-type",
+                    "topics",
+                    "--entity-name",
+                    &topic,
+                ],
+            )
         })
         .await
         .unwrap();
     }
     let deadline = Instant::now() + crate::support::bound(Duration::from_secs(30));
-    while crate::compaction::topic_configs(&stack().brokers, &topic)
+    while crate::compaction::topic_configs(&brokers, &topic)
         .await
         .get("max.message.bytes")
         != Some(&LOWER.to_string())
@@ -1170,10 +1195,11 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
         ))
         .await
         .unwrap();
-    let (per_id, _) =
-        tokio::task::spawn_blocking(move || read_all_ids(&topic, 600, Duration::from_secs(90)))
-            .await
-            .unwrap();
+    let (per_id, _) = tokio::task::spawn_blocking(move || {
+        read_all_ids_at(&brokers, &topic, 600, Duration::from_secs(90))
+    })
+    .await
+    .unwrap();
     assert_eq!(per_id.len(), 600, "every row\n{}", sluice.log_text());
     assert!(
         sluice
@@ -1195,7 +1221,6 @@ async fn a_topic_created_while_running_lowers_the_batch_size() {
 /// restarts, and the changes made meanwhile arrive.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_loop_operation_is_cut_at_the_loop_deadline() {
-    let _broker = broker_shared().await;
     let name = unique("loopdeadline");
     let client = pg().await;
     create_table(&client, &name).await;

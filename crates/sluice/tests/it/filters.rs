@@ -7,8 +7,8 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use sha2::Digest as _;
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    stack, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, stack, test_dir,
+    unique,
 };
 
 fn sha256_hex(text: &str) -> String {
@@ -23,7 +23,6 @@ fn sha256_hex(text: &str) -> String {
 /// rules, the key keeps its value, and the excluded table gets no topic.
 #[tokio::test(flavor = "multi_thread")]
 async fn excluded_tables_and_column_rules_apply_to_snapshot_and_stream() {
-    let _broker = broker_shared().await;
     let name = unique("filters");
     let client = pg().await;
     client
@@ -101,7 +100,6 @@ async fn excluded_tables_and_column_rules_apply_to_snapshot_and_stream() {
 /// columns of their time, and each change is an event on the schema-changes topic, in order.
 #[tokio::test(flavor = "multi_thread")]
 async fn schema_changes_are_events_on_their_own_topic() {
-    let _broker = broker_shared().await;
     let name = unique("schemachg");
     let client = pg().await;
     client
@@ -202,7 +200,6 @@ async fn publication_tables(
 /// excluded column's values never reach Kafka; `sluice check` shows the filters.
 #[tokio::test(flavor = "multi_thread")]
 async fn row_filters_and_column_lists_are_pushed_down_to_the_publication() {
-    let _broker = broker_shared().await;
     let name = unique("pushdown");
     let client = pg().await;
     client
@@ -377,7 +374,6 @@ async fn row_filters_and_column_lists_are_pushed_down_to_the_publication() {
 /// existing publication is brought in step (ALTER PUBLICATION) and the log says what changed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_row_filter_outside_the_replica_identity_is_refused_and_changes_are_applied() {
-    let _broker = broker_shared().await;
     let name = unique("badfilter");
     let client = pg().await;
     client
@@ -467,7 +463,6 @@ async fn a_row_filter_outside_the_replica_identity_is_refused_and_changes_are_ap
 /// with no change of its own streamed to trigger that —, and its later changes stream.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_table_created_in_a_filtered_schema_is_published_and_snapshotted() {
-    let _broker = broker_shared().await;
     let name = unique("newfilt");
     let client = pg().await;
     client

@@ -11,8 +11,8 @@ use tokio::net::{TcpListener, TcpStream};
 
 use crate::faults::{create_table, insert_range, read_all_ids};
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, stack,
-    test_dir, unique, wait_until,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, stack, test_dir, unique,
+    wait_until,
 };
 
 /// The pipeline file of instance `instance`: state in the topic `<name>.state`, the given
@@ -60,7 +60,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 /// reported.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_takes_over_from_a_killed_active_instance_five_times_losing_nothing() {
-    let _broker = broker_shared().await;
     let name = unique("ha");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -237,7 +236,6 @@ async fn pipe(
 /// standby and produces nothing more, and every row is in Kafka.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_active_instance_is_replaced_and_never_writes_again() {
-    let _broker = broker_shared().await;
     let name = unique("hapart");
     let client = pg().await;
     create_table(&client, &name).await;

@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, http_json, pg,
-    pipeline_toml, read_topic, test_dir, unique, wait_until,
+    Record, Sluice, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml, read_topic,
+    test_dir, unique, wait_until,
 };
 
 /// The ids an incremental snapshot published (`op: "r"`, `source.snapshot: "incremental"`).
@@ -50,7 +50,6 @@ async fn signal(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_snapshot_filters_are_refused_or_harmless() {
-    let _broker = broker_shared().await;
     let name = unique("hostile");
     let client = pg().await;
     let canary = format!("{name}.canary");

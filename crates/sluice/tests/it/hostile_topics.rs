@@ -22,7 +22,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::sink::create_topic;
-use crate::support::{Sluice, broker_shared, free_port, stack, test_dir, unique, wait_until};
+use crate::support::{Sluice, free_port, stack, test_dir, unique, wait_until};
 
 /// The 10 MB value.
 const BIG: usize = 10 * 1024 * 1024;
@@ -510,7 +510,6 @@ fn output_offsets(root: &Path) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn files_sink_dead_letters_every_hostile_record_and_writes_every_valid_one_once() {
-    let _broker = broker_shared().await;
     let name = unique("hostile_files");
     let topic = name.clone();
     let dead_letter_topic = format!("{name}_dlq");
@@ -572,7 +571,6 @@ async fn files_sink_dead_letters_every_hostile_record_and_writes_every_valid_one
 
 #[tokio::test(flavor = "multi_thread")]
 async fn files_sink_stops_on_each_hostile_record_naming_where_and_why() {
-    let _broker = broker_shared().await;
     for (index, bad) in files_records()
         .into_iter()
         .filter(|r| r.refused.is_some())
@@ -757,7 +755,6 @@ async fn pg_table(target: &tokio_postgres::Client) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pg_sink_dead_letters_every_hostile_record_and_applies_every_valid_one_once() {
-    let _broker = broker_shared().await;
     let name = unique("hostile_pg");
     let (url, target) = crate::sink_pg::target_database(&name).await;
     pg_table(&target).await;
@@ -847,7 +844,6 @@ async fn pg_sink_dead_letters_every_hostile_record_and_applies_every_valid_one_o
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pg_sink_stops_on_each_hostile_record_naming_where_and_why() {
-    let _broker = broker_shared().await;
     let name = unique("hostile_pg_stop");
     let (url, target) = crate::sink_pg::target_database(&name).await;
     pg_table(&target).await;

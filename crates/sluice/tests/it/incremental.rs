@@ -11,8 +11,8 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, http_json, pg,
-    pipeline_toml, read_topic, test_dir, unique, wait_until,
+    Record, Sluice, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml, read_topic,
+    test_dir, unique, wait_until,
 };
 
 /// Rows of the big table: `SLUICE_IT_INCREMENTAL_ROWS` (default 100,000, which keeps the suite
@@ -172,7 +172,6 @@ pub(crate) async fn table_contents(
 /// older than a streamed change before it, and the newest event per key equals the table.
 #[tokio::test(flavor = "multi_thread")]
 async fn incremental_snapshot_under_concurrent_writes_never_overwrites_newer_changes() {
-    let _broker = broker_shared().await;
     let name = unique("incr");
     let client = pg().await;
     let rows = rows();
@@ -285,7 +284,6 @@ fn state_after_done(state_file: &std::path::Path) -> bool {
 /// log and the others go on.
 #[tokio::test(flavor = "multi_thread")]
 async fn api_snapshot_with_a_filter_and_a_table_joining_while_running() {
-    let _broker = broker_shared().await;
     let name = unique("incrapi");
     let client = pg().await;
     client
@@ -413,7 +411,6 @@ async fn api_snapshot_with_a_filter_and_a_table_joining_while_running() {
 /// table, releases the commit, and checks the streamed update stays the newest event.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
-    let _broker = broker_shared().await;
     let cluster =
         tokio::task::spawn_blocking(|| crate::support::ThrowawayPg::start(&["wal_level=logical"]))
             .await
@@ -626,7 +623,6 @@ async fn hold_commits_until_effective(client: &tokio_postgres::Client, url: &str
 /// the answer does not lose it, the restarted pipeline carries it out.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_accepted_api_request_survives_a_crash() {
-    let _broker = broker_shared().await;
     let name = unique("incrdur");
     let client = pg().await;
     client

@@ -12,9 +12,7 @@ use mysql_async::prelude::Queryable;
 use serde_json::{Value, json};
 
 use crate::faults::run_sluice;
-use crate::support::{
-    Record, Sluice, broker_shared, free_port, read_topic, sluice_bin, stack, test_dir, unique,
-};
+use crate::support::{Record, Sluice, free_port, read_topic, sluice_bin, stack, test_dir, unique};
 
 /// Which server a test runs against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,7 +200,6 @@ fn types_row_after() -> Value {
 }
 
 async fn types_and_order(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let Streaming {
         mut root,
@@ -434,7 +431,6 @@ async fn run(conn: &mut mysql_async::Conn, statements: Vec<String>) {
 /// database resolving an unqualified name) arrive on the `<topic_prefix>` topic in binlog
 /// order; DDL on a database the include list does not reach is not written.
 async fn schema_changes(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let Streaming {
         mut root,
@@ -611,7 +607,6 @@ async fn nothing_lost_after_sigkill(server: Server) {
         .unwrap_or_else(|| rand::rng().random());
     println!("{server:?} SIGKILLs: SLUICE_IT_MYSQL_KILL_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let Streaming {
         mut root,
@@ -758,7 +753,6 @@ pub(crate) fn ids(records: &[Record]) -> BTreeMap<u32, usize> {
 /// ~300 kB of small rows arrives.
 async fn a_topic_with_a_small_max_message_bytes_lowers_the_batch_size(server: Server) {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let database = unique("my_batchcap");
     let prefix = unique("mbc");
@@ -844,7 +838,6 @@ async fn mariadb_a_topic_with_a_small_max_message_bytes_lowers_the_batch_size() 
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_streamed_changes_go_through_the_transforms() {
     let server = Server::Mysql;
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let database = unique("my_route");
     let prefix = unique("mrt");
@@ -912,7 +905,6 @@ async fn survives_a_killed_connection_and_a_server_restart(server: Server) {
     const PER_TX: u32 = 10;
     /// What sluice logs as each run starts streaming.
     const RESUMING: &str = "resuming from the saved binlog position";
-    let _broker = broker_shared().await;
     let _server = server.exclusive().await;
     let Streaming {
         mut root,
@@ -1118,7 +1110,6 @@ async fn mysql_check_names_missing_privileges() {
 /// A saved position whose binlog the server no longer has stops the pipeline (no endless
 /// retries) with the fix named.
 async fn a_lost_position_stops_with_the_fix(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique("my_lost");
     let state = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
@@ -1211,7 +1202,6 @@ async fn mysql_a_lost_position_stops_with_the_fix() {
 /// file's), the server's, how far behind in bytes and binlog files; a saved position whose
 /// binlog file the server no longer has (older than its oldest) is named purged, with the fix.
 async fn slots_shows_the_saved_position_against_the_server(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let Streaming {
         mut root,
@@ -1333,7 +1323,6 @@ pub(crate) fn binlog_place(record: &Record) -> (String, u64) {
 /// chunks: a table split in two chunks, a one-row table, an empty one, one without a key);
 /// then a change made after the snapshot streams, at a binlog position after the snapshot's.
 async fn snapshot_reads_then_streams(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique("my_snap");
     let database = name.clone();
@@ -1644,7 +1633,6 @@ pub(crate) async fn table_rows(
 /// `snapshot::chunks_recorded` crash point and restarted; afterwards the newest event per key
 /// in the topic equals the table, row for row.
 async fn snapshot_under_writes(server: Server, crash: bool) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique(if crash { "my_snapkill" } else { "my_snapw" });
     let database = name.clone();
@@ -1794,7 +1782,6 @@ async fn mysql_snapshot_crashed_mid_way_ends_equal_to_the_table() {
 /// BIT(1) a boolean, BIT(n) base64 of little-endian bytes, ENUM and SET their labels (the
 /// binlog's index and bit mask resolved with the TABLE_MAP's labels), GEOMETRY `{wkb, srid}`.
 async fn bits_enums_sets_geometries(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique("my_bits");
     let database = name.clone();
@@ -1888,7 +1875,6 @@ async fn mixed_workload_arrives_as_committed(server: Server) {
         .unwrap_or_else(|| rand::rng().random());
     println!("{server:?} mixed workload: SLUICE_IT_MYSQL_MIXED_SEED={seed}");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let Streaming {
         mut root,

@@ -11,14 +11,13 @@ use crate::ha::{health, is_active_and_streaming, is_standby};
 use crate::mysql::{Server, binlog_place, database_with_table, ids, pipeline, spawn_inserts};
 use crate::sink::signal;
 use crate::support::{
-    Sluice, broker_shared, free_port, read_topic, state_documents, test_dir, unique, wait_until,
+    Sluice, free_port, read_topic, state_documents, test_dir, unique, wait_until,
 };
 
-/// What each test here starts from: the broker and the server shared with other tests, a
+/// What each test here starts from: the server shared with other tests, a
 /// database of its own with table `t (id INT PRIMARY KEY, v VARCHAR(20))`, a topic prefix of its
 /// own and a root connection.
 struct Setup {
-    _broker: tokio::sync::RwLockReadGuard<'static, ()>,
     _server: tokio::sync::RwLockReadGuard<'static, ()>,
     database: String,
     prefix: String,
@@ -27,7 +26,6 @@ struct Setup {
 
 impl Setup {
     async fn new(server: Server, database: &str, prefix: &str) -> Self {
-        let _broker = broker_shared().await;
         let _server = server.shared().await;
         let database = unique(database);
         let root = database_with_table(
@@ -37,7 +35,6 @@ impl Setup {
         )
         .await;
         Self {
-            _broker,
             _server,
             database,
             prefix: unique(prefix),
@@ -123,7 +120,6 @@ async fn a_standby_takes_over_from_a_killed_active_instance(server: Server) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20_000);
     let Setup {
-        _broker,
         _server,
         database,
         prefix,
@@ -321,7 +317,6 @@ async fn insert_ids(root: &mut mysql_async::Conn, database: &str, from: u32, to:
 /// produces nothing more; every row is in the topic.
 async fn a_frozen_active_instance_is_replaced_and_its_dump_ended(server: Server) {
     let Setup {
-        _broker,
         _server,
         database,
         prefix,
@@ -429,7 +424,6 @@ async fn a_frozen_active_instance_is_replaced_and_its_dump_ended(server: Server)
 /// sluice does not), not after `net_write_timeout` (60 s by default).
 async fn a_new_dump_of_the_same_replica_ends_a_frozen_former_one(server: Server) {
     let Setup {
-        _broker,
         _server,
         database,
         prefix,

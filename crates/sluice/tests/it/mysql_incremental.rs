@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::mysql::{Server, keyed_changes, pipeline_with, state_file, table_rows, table_with_rows};
 use crate::support::{
-    Record, Sluice, broker_shared, free_port, http_json, read_topic, test_dir, unique, wait_until,
+    Record, Sluice, free_port, http_json, read_topic, test_dir, unique, wait_until,
 };
 
 /// Rows of the snapshotted table.
@@ -194,7 +194,6 @@ fn finished(name: &str, id: &str) -> bool {
 /// resumes after the saved chunk. Per key no chunk row is older than a streamed change before
 /// it, the request finishes, and the newest event per key equals the table.
 async fn signal_snapshot_under_writes(server: Server, crash: bool) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     snapshot_under_writes(server, crash, 2).await;
 }
@@ -345,7 +344,6 @@ async fn mysql_incremental_snapshot_crashed_mid_way_resumes_and_finishes() {
 /// writing a group and committing it. Takes the server for itself (global settings).
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk() {
-    let _broker = broker_shared().await;
     let server = Server::Mysql;
     let _server = server.exclusive().await;
     let mut root = server.root().await;
@@ -372,7 +370,6 @@ async fn mysql_a_streamed_commit_not_yet_visible_is_not_overwritten_by_a_chunk()
 /// `incremental`, and is answered once recorded; a republication (tombstones) is refused for
 /// a MySQL source; the request finishes (status and state file).
 async fn api_snapshot_with_a_filter(server: Server) {
-    let _broker = broker_shared().await;
     let _server = server.shared().await;
     let name = unique("my_incrapi");
     let mut root = table_with_signal_table(server, &name, 1000).await;

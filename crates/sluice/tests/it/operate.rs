@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::support::{
-    Sluice, broker_exclusive, broker_shared, dev_stack, drop_slot_and_publication, free_port,
-    http_request, pg, pipeline_toml, read_topic, test_dir, unique, wait_slot_inactive, wait_until,
+    Sluice, dev_stack, drop_slot_and_publication, fault_broker, fault_brokers, free_port,
+    http_request, on_fault_broker, pg, pipeline_toml, read_topic, read_topic_at, test_dir, unique,
+    wait_slot_inactive, wait_until,
 };
 
 async fn create_table(client: &tokio_postgres::Client, schema: &str) {
@@ -34,7 +35,17 @@ async fn insert(client: &tokio_postgres::Client, schema: &str, from: i64, to: i6
 
 /// Distinct ids in the topic once at least `count` are there (or the timeout passes).
 fn ids_in_topic(topic: &str, count: usize, timeout: Duration) -> std::collections::HashSet<i64> {
-    let records = read_topic(topic, timeout, |records| {
+    ids_in_topic_at(&crate::support::stack().brokers, topic, count, timeout)
+}
+
+/// [`ids_in_topic`] from the broker at `brokers`.
+fn ids_in_topic_at(
+    brokers: &str,
+    topic: &str,
+    count: usize,
+    timeout: Duration,
+) -> std::collections::HashSet<i64> {
+    let records = read_topic_at(brokers, topic, timeout, &[], |records| {
         records
             .iter()
             .filter_map(|r| r.key.as_ref()?["id"].as_i64())
@@ -74,7 +85,6 @@ fn state(sluice: &Sluice, name: &str, token: &str) -> Value {
 /// them, restart restarts and is counted; the token guards the API.
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_api_pauses_resumes_and_restarts_behind_its_token() {
-    let _broker = broker_shared().await;
     let name = unique("admin");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -236,7 +246,6 @@ async fn admin_api_pauses_resumes_and_restarts_behind_its_token() {
 /// with their delays, and the pipeline recovers with every row delivered.
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_connections_back_off_longer_each_time_and_recover() {
-    let _broker = broker_shared().await;
     let name = unique("backoff");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -342,7 +351,6 @@ async fn killed_connections_back_off_longer_each_time_and_recover() {
 /// too, it re-snapshots and the gap is closed.
 #[tokio::test(flavor = "multi_thread")]
 async fn dropped_or_recreated_slot_stops_the_pipeline_loudly() {
-    let _broker = broker_shared().await;
     let name = unique("slotloss");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -492,19 +500,20 @@ async fn dropped_or_recreated_slot_stops_the_pipeline_loudly() {
 /// the flag clears and every row arrives.
 #[tokio::test(flavor = "multi_thread")]
 async fn broker_outage_is_reported_as_stalled_progress() {
-    let _broker = broker_exclusive().await;
+    let _broker = fault_broker().await;
+    let brokers = fault_brokers();
     let name = unique("stall");
     let client = pg().await;
     create_table(&client, &name).await;
     let port = free_port();
     let dir = test_dir(&name);
-    let toml = pipeline_toml(&name, &name, &name, port, "").replace(
+    let toml = on_fault_broker(&pipeline_toml(&name, &name, &name, port, "")).replace(
         "[source.postgres]\n",
         "[source.postgres]\nprogress_timeout_ms = 2000\n",
     );
     let sluice = Sluice::start(&dir, &toml, port);
     sluice.wait_streaming(Duration::from_secs(60));
-    tokio::task::spawn_blocking(|| dev_stack(&["stop-kafka"]))
+    tokio::task::spawn_blocking(|| dev_stack(&["stop-fault-kafka"]))
         .await
         .unwrap();
     let stalled = |sluice: &Sluice| {
@@ -527,7 +536,7 @@ async fn broker_outage_is_reported_as_stalled_progress() {
     }
     assert_eq!(sluice.metric("sluice_source_stalled"), Some(1.0));
     assert!(sluice.log_text().contains("no progress"));
-    tokio::task::spawn_blocking(|| dev_stack(&["start-kafka"]))
+    tokio::task::spawn_blocking(|| dev_stack(&["start-fault-kafka"]))
         .await
         .unwrap();
     wait_until("the stall to clear", Duration::from_secs(120), || {
@@ -535,10 +544,11 @@ async fn broker_outage_is_reported_as_stalled_progress() {
     });
     let topic = format!("{name}.{name}.t");
     let rows = next as usize;
-    let seen =
-        tokio::task::spawn_blocking(move || ids_in_topic(&topic, rows, Duration::from_secs(120)))
-            .await
-            .unwrap();
+    let seen = tokio::task::spawn_blocking(move || {
+        ids_in_topic_at(&brokers, &topic, rows, Duration::from_secs(120))
+    })
+    .await
+    .unwrap();
     assert_eq!(seen.len(), rows);
     drop(sluice);
     drop_slot_and_publication(&client, &name).await;
@@ -560,7 +570,6 @@ fn chromium() -> PathBuf {
 /// traffic: every chart has drawn samples, and a screenshot is saved with the test's output.
 #[tokio::test(flavor = "multi_thread")]
 async fn status_page_charts_a_running_pipeline_in_a_browser() {
-    let _broker = broker_shared().await;
     let name = unique("page");
     let client = pg().await;
     create_table(&client, &name).await;

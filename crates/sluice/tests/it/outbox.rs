@@ -6,8 +6,8 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    stack, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, stack, test_dir,
+    unique,
 };
 
 /// Events of two aggregate types land on their own topics, keyed by aggregate id, with the
@@ -15,7 +15,6 @@ use crate::support::{
 /// transaction emits exactly the insert; the outbox table gets no change-event topic.
 #[tokio::test(flavor = "multi_thread")]
 async fn outbox_rows_are_routed_by_aggregate_type() {
-    let _broker = broker_shared().await;
     let name = unique("outbox");
     let client = pg().await;
     client
@@ -140,7 +139,6 @@ async fn outbox_rows_are_routed_by_aggregate_type() {
 /// values and headers in the same order (the position headers included: the same commits).
 #[tokio::test(flavor = "multi_thread")]
 async fn event_router_transform_routes_as_the_outbox_section_does() {
-    let _broker = broker_shared().await;
     let name = unique("evrouter");
     let client = pg().await;
     client

@@ -12,8 +12,8 @@ use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml,
-    read_topic, stack, test_dir, unique, wait_until,
+    Record, Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, stack,
+    test_dir, unique, wait_until,
 };
 
 /// `id → v` of the topic's newest event per key (deleted keys are absent).
@@ -48,7 +48,6 @@ fn reads(records: &[Record]) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_partitioned_table_is_one_topic_and_an_attached_table_is_snapshotted_once() {
-    let _broker = broker_shared().await;
     let name = unique("parts");
     let client = pg().await;
     // Ids: 1-100 in January, 101-200 in February, 201-250 in March (a sub-partitioned
@@ -279,7 +278,6 @@ async fn a_partitioned_table_is_one_topic_and_an_attached_table_is_snapshotted_o
 /// table covers its partitions.
 #[tokio::test(flavor = "multi_thread")]
 async fn under_leaves_each_partition_is_a_table_and_a_created_one_is_streamed_only() {
-    let _broker = broker_shared().await;
     let name = unique("leaves");
     let client = pg().await;
     // Before 15 the publication lists tables (no `TABLES IN SCHEMA`): a partition is published

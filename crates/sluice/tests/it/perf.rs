@@ -4,11 +4,10 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::support::{broker_shared, read_topic, sluice_bin, stack, unique};
+use crate::support::{read_topic, sluice_bin, stack, unique};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn perf_produce_writes_keyed_records_and_consume_reads_them() {
-    let _broker = broker_shared().await;
     let topic = unique("perf");
     let output = Command::new(sluice_bin())
         .args([

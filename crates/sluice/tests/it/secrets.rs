@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, http_request, pg, read_topic,
-    sluice_bin, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, http_request, pg, read_topic, sluice_bin,
+    test_dir, unique,
 };
 
 fn var(name: &str) -> String {
@@ -160,7 +160,6 @@ fn write(dir: &Path, file: &str, text: &str) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn no_secret_appears_in_anything_sluice_writes() {
-    let _kafka = broker_shared().await;
     let tls_url = var("PG_TLS_URL");
     let pg_password = tls_url
         .split_once("sluice_scram:")

@@ -9,8 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Sluice, ThrowawayPg, broker_shared, free_port, pipeline_toml, read_topic, test_dir, unique,
-    wait_until,
+    Sluice, ThrowawayPg, free_port, pipeline_toml, read_topic, test_dir, unique, wait_until,
 };
 
 /// A loopback TCP proxy whose connections can be frozen: a frozen connection stays open but
@@ -121,7 +120,6 @@ fn forward(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_silent_replication_connection_is_replaced_and_nothing_is_lost() {
-    let _broker = broker_shared().await;
     // A cluster of its own: the frozen walsender keeps the slot until wal_sender_timeout ends
     // it, and the shared server's 60 s would only slow the test down.
     let cluster = tokio::task::spawn_blocking(|| {

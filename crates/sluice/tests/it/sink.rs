@@ -18,7 +18,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
 use crate::support::{
-    Sluice, broker_shared, free_port, http_request, read_topic, stack, test_dir, unique, wait_until,
+    Sluice, free_port, http_request, read_topic, stack, test_dir, unique, wait_until,
 };
 
 pub(crate) async fn create_topic(topic: &str, partitions: i32) {
@@ -360,7 +360,6 @@ pub(crate) fn committed_records(sluice: &Sluice) -> f64 {
 /// Produces, runs the sink, kills it `kills` times at random moments while it works, and
 /// checks every offset is in exactly one file with per-key order.
 async fn exactly_once_across_kills(format: &str, records: u64, subs: u32, kills: u32) {
-    let _broker = broker_shared().await;
     let name = unique(&format!("sink_{format}"));
     let topic = name.clone();
     create_topic(&topic, 2).await;
@@ -492,7 +491,6 @@ async fn parquet_every_offset_exactly_once_across_sigkills() {
 /// takes its partitions over from the files.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_processes_in_a_group_one_killed() {
-    let _broker = broker_shared().await;
     let name = unique("sink_group");
     let topic = name.clone();
     create_topic(&topic, 2).await;
@@ -586,7 +584,6 @@ async fn two_processes_in_a_group_one_killed() {
 /// their reason; everything else is written.
 #[tokio::test(flavor = "multi_thread")]
 async fn poison_records_go_to_the_dead_letter_topic() {
-    let _broker = broker_shared().await;
     let name = unique("sink_dlq");
     let topic = name.clone();
     let dead_letter_topic = format!("{name}_dlq");
@@ -697,7 +694,6 @@ async fn poison_records_go_to_the_dead_letter_topic() {
 /// The number of sub-partitions is fixed per output root.
 #[tokio::test(flavor = "multi_thread")]
 async fn changing_sub_partitions_for_a_root_is_refused() {
-    let _broker = broker_shared().await;
     let name = unique("sink_subs");
     let topic = name.clone();
     create_topic(&topic, 1).await;
@@ -777,7 +773,6 @@ fn distinct_offsets(root: &Path) -> usize {
 /// is counted; every offset is still in exactly one file.
 #[tokio::test(flavor = "multi_thread")]
 async fn admin_api_pauses_resumes_and_restarts_a_sink() {
-    let _broker = broker_shared().await;
     let name = unique("sink_admin");
     let topic = name.clone();
     create_topic(&topic, 2).await;
@@ -864,7 +859,6 @@ async fn admin_api_pauses_resumes_and_restarts_a_sink() {
 /// is written exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
-    let _broker = broker_shared().await;
     let name = unique("sink_hang");
     let topic = name.clone();
     let dead_letter_topic = format!("{name}_dlq");
@@ -953,7 +947,6 @@ async fn a_hung_record_is_dead_lettered_after_the_processing_timeout() {
 /// pipeline stops restarting, saying why and what to look at.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pipeline_stops_restarting_past_max_abandoned_workers() {
-    let _broker = broker_shared().await;
     let name = unique("sink_abandon_cap");
     let topic = name.clone();
     create_topic(&topic, 1).await;
@@ -1206,7 +1199,6 @@ fn uncommitted_files(root: &Path) -> Vec<PathBuf> {
 /// exactly one committed file.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zombie_writer_cannot_commit_files() {
-    let _broker = broker_shared().await;
     let name = unique("sink_zombie");
     let topic = name.clone();
     let root = test_dir(&name).join("out");

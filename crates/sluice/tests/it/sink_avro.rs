@@ -20,8 +20,8 @@ use serde_json::Value;
 use crate::sink::create_topic;
 use crate::sink_pg::{assert_equal_to_source, drop_database, sink_toml, target_database};
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    stack, test_dir, unique, wait_until,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, stack, test_dir,
+    unique, wait_until,
 };
 
 fn registry_url() -> String {
@@ -124,7 +124,6 @@ async fn workload(source: &tokio_postgres::Client, t: &str) {
 /// partition, offset and the reason.
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_events_replicate_into_postgres_with_typed_auto_created_tables() {
-    let _broker = broker_shared().await;
     let name = unique("avro_pgsink");
     let schema = name.clone();
     let source = pg().await;
@@ -374,7 +373,6 @@ max_backoff_ms = 2000
 /// dead-letter topic with the reason.
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_events_become_json_lines_and_parquet_equal_to_the_json_events() {
-    let _broker = broker_shared().await;
     let name = unique("avro_files");
     let json_name = format!("{name}_j");
     let schema = name.clone();
@@ -552,7 +550,6 @@ async fn avro_events_become_json_lines_and_parquet_equal_to_the_json_events() {
 /// tried in turn), every record arrives, once and in order.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sink_whose_registry_does_not_answer_shows_it_and_loses_nothing() {
-    let _broker = broker_shared().await;
     let name = unique("avro_sink_down");
     let source = pg().await;
     source

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::sink::create_topic;
 use crate::sink_pg::{drop_database, target_database};
-use crate::support::{Sluice, broker_shared, free_port, s3_endpoint, stack, test_dir, unique};
+use crate::support::{Sluice, free_port, s3_endpoint, stack, test_dir, unique};
 
 fn sink_toml(
     name: &str,
@@ -356,7 +356,6 @@ fn assert_rows(expected: &BTreeMap<u64, Value>, read: &BTreeMap<u64, Value>) {
 /// produced, each once, with their values.
 #[tokio::test(flavor = "multi_thread")]
 async fn append_rows_read_by_pyiceberg_equal_the_events() {
-    let _broker = broker_shared().await;
     let name = unique("icesink_append");
     let (catalog, _client) = target_database(&name).await;
     let topic = format!("{name}.app.items");
@@ -474,7 +473,6 @@ async fn append_rows_read_by_pyiceberg_equal_the_events() {
 /// table's snapshots record, and pyiceberg reads every event once.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sink_killed_after_a_commit_writes_no_row_twice() {
-    let _broker = broker_shared().await;
     let name = unique("icesink_kill");
     let (catalog, _client) = target_database(&name).await;
     let topic = format!("{name}.app.items");
@@ -910,7 +908,6 @@ fn upsert_toml(name: &str, topic: &str, catalog: &str, dir: &std::path::Path, po
 /// table and later changes of old and new keys are applied on the empty table.
 #[tokio::test(flavor = "multi_thread")]
 async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
-    let _broker = broker_shared().await;
     let name = unique("icesink_upsert");
     let (catalog, _client) = target_database(&name).await;
     let topic = format!("{name}.app.items");
@@ -1012,7 +1009,6 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
 /// exactly the model's rows: no key twice, none missing.
 #[tokio::test(flavor = "multi_thread")]
 async fn upsert_across_crashes_keeps_each_key_once() {
-    let _broker = broker_shared().await;
     let name = unique("icesink_upcrash");
     let (catalog, _client) = target_database(&name).await;
     let topic = format!("{name}.app.items");
@@ -1099,7 +1095,6 @@ fn rest_catalog() -> (String, String) {
 /// adds to the table; both readers read it, null in rows written before.
 #[tokio::test(flavor = "multi_thread")]
 async fn upsert_through_the_rest_catalog_to_s3() {
-    let _broker = broker_shared().await;
     let (uri, warehouse) = rest_catalog();
     let name = unique("icesink_rest");
     let topic = format!("{name}.app.items");
@@ -1213,7 +1208,6 @@ fn read_parquet(dir: &std::path::Path) -> (BTreeMap<String, Value>, Vec<(String,
 /// `__deleted`, a `tombstone`-mode delete (null payload) is skipped.
 #[tokio::test(flavor = "multi_thread")]
 async fn files_sink_typed_parquet_read_by_pyarrow() {
-    let _broker = broker_shared().await;
     let name = unique("typedpq");
     let topic = format!("{name}.app.items");
     let rows_topic = format!("{name}.rows");

@@ -9,9 +9,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use tokio_postgres::Client;
 
 use crate::sink::create_topic;
-use crate::support::{
-    Sluice, broker_shared, free_port, pg, pg_at, pipeline_toml, stack, test_dir, unique,
-};
+use crate::support::{Sluice, free_port, pg, pg_at, pipeline_toml, stack, test_dir, unique};
 
 /// A new database on the stack's server; returns its URL and a connection.
 pub(crate) async fn target_database(name: &str) -> (String, Client) {
@@ -151,7 +149,6 @@ pub(crate) async fn assert_equal_to_source(
 /// table equals the source table row by row (`EXCEPT` both ways over a copy of the source).
 #[tokio::test(flavor = "multi_thread")]
 async fn cdc_changes_replicate_into_another_database() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink");
     let schema = name.clone();
     let columns = "id bigint PRIMARY KEY, n integer NOT NULL, label text, flag boolean, at timestamptz, counter bigint NOT NULL DEFAULT 0";
@@ -386,7 +383,6 @@ pub(crate) async fn assert_applied_once(
 /// and there must be none; the table must equal the expected rows, counters included.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_kill");
     let (url, target) = target_database(&name).await;
     counters_table(&target).await;
@@ -450,7 +446,6 @@ async fn a_sink_killed_after_a_batch_commit_applies_nothing_twice() {
 /// too — is applied; the refused change's key keeps its previous row.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_rows_go_to_the_dead_letter_topic_and_the_rest_applies() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_poison");
     let (url, target) = target_database(&name).await;
     target
@@ -560,7 +555,6 @@ fn cpu_seconds(pid: u32) -> f64 {
 #[ignore = "a measurement: run it with --ignored --nocapture"]
 async fn apply_rate() {
     use futures::SinkExt;
-    let _broker = broker_shared().await;
     let changes: u64 = std::env::var("SINK_PG_CHANGES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -686,7 +680,6 @@ async fn apply_rate() {
 /// the record's position and PostgreSQL's reason; nothing of its batch is applied.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_row_stops_the_pipeline_by_default() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_stop");
     let (url, target) = target_database(&name).await;
     target
@@ -742,7 +735,6 @@ async fn a_refused_row_stops_the_pipeline_by_default() {
 /// missing) and the progress table; a missing table makes it "not ready".
 #[tokio::test(flavor = "multi_thread")]
 async fn check_reports_the_target_tables() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_check");
     let (url, target) = target_database(&name).await;
     target
@@ -815,7 +807,6 @@ const TYPED_COLUMNS: &str =
 /// created by hand and the sink reads the encodings from its column types. Afterwards the
 /// target equals the source, every row and column compared.
 async fn typed_changes_replicate(schemas: bool) {
-    let _broker = broker_shared().await;
     let name = unique(if schemas {
         "pgsink_typed_s"
     } else {
@@ -1047,7 +1038,6 @@ fn kill_changes() -> u64 {
 /// equals the expected rows, counters included.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sink_sigkilled_five_times_applies_every_change_once() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_kill5");
     let (url, target) = target_database(&name).await;
     counters_table(&target).await;
@@ -1105,7 +1095,6 @@ async fn a_sink_sigkilled_five_times_applies_every_change_once() {
 /// `on_failure` (here: stop, naming the key to set).
 #[tokio::test(flavor = "multi_thread")]
 async fn truncate_events_empty_the_table_when_enabled() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_trunc");
     let (url, target) = target_database(&name).await;
     target

@@ -31,7 +31,7 @@ use tokio_postgres::Client;
 use crate::debezium::compare::statements;
 use crate::sink::create_topic;
 use crate::sink_pg::{drop_database, sink_toml, target_database, wait_zero};
-use crate::support::{Sluice, broker_shared, free_port, test_dir, unique};
+use crate::support::{Sluice, free_port, test_dir, unique};
 
 /// The PostgreSQL combinations of `tests/debezium/`.
 const COMBINATIONS: [&str; 7] = [
@@ -406,7 +406,6 @@ fn names(known: &(&str, &str, &str, &str, &str), difference: &Difference) -> boo
 
 #[tokio::test(flavor = "multi_thread")]
 async fn debeziums_golden_events_rebuild_the_source_tables() {
-    let _broker = broker_shared().await;
     let started = Instant::now();
     let name = unique("pgsink_dbz");
     let (url, client) = target_database(&name).await;
@@ -765,7 +764,6 @@ const YEAR_ZERO: &str = "YEAR 0: Debezium writes 2000 in its snapshot and 1900 w
 #[tokio::test(flavor = "multi_thread")]
 async fn debeziums_golden_mysql_events_rebuild_the_source_tables() {
     use mysql_async::prelude::Queryable;
-    let _broker = broker_shared().await;
     let _mysql = crate::mysql::Server::Mysql.shared().await;
     let started = Instant::now();
     let name = unique("pgsink_dbzmy");

@@ -9,7 +9,7 @@ use crate::sink::create_topic;
 use crate::sink_pg::{
     assert_applied_once, counters_table, drop_database, produce_changes, sink_toml, target_database,
 };
-use crate::support::{Sluice, broker_shared, free_port, pg_at, test_dir, unique};
+use crate::support::{Sluice, free_port, pg_at, test_dir, unique};
 
 /// Threads of process `pid`.
 fn threads(pid: u32) -> usize {
@@ -30,7 +30,6 @@ fn restarts(sink: &Sluice) -> u64 {
 async fn restarts_against_a_locked_table_leave_no_thread_or_backend_behind() {
     const RESTARTS: u64 = 20;
     const SUB_PARTITIONS: i64 = 4;
-    let _broker = broker_shared().await;
     let name = unique("pgsink_locked");
     let (url, target) = target_database(&name).await;
     counters_table(&target).await;

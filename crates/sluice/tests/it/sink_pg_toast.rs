@@ -21,9 +21,7 @@ use tokio_postgres::Client;
 
 use crate::sink::create_topic;
 use crate::sink_pg::{drop_database, sink_toml, target_database, wait_zero};
-use crate::support::{
-    Sluice, broker_shared, free_port, pg, pipeline_toml, stack, test_dir, unique,
-};
+use crate::support::{Sluice, free_port, pg, pipeline_toml, stack, test_dir, unique};
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -55,7 +53,6 @@ async fn unchanged_toast_values_survive_cdc_into_another_database() {
     let rows = env_u64("SLUICE_IT_PGSINK_TOAST_ROWS", 2_000) as i64;
     let big_bytes = env_u64("SLUICE_IT_PGSINK_TOAST_BIG_BYTES", 65_536) as i64;
     let big_every = env_u64("SLUICE_IT_PGSINK_TOAST_BIG_EVERY", 100) as i64;
-    let _broker = broker_shared().await;
     let name = unique("pgsink_toast");
     let schema = name.clone();
     // STORAGE EXTERNAL: out of line and uncompressed, so every value above ~2 kB is TOASTed.
@@ -237,7 +234,6 @@ async fn unchanged_toast_values_survive_cdc_into_another_database() {
 /// does not carry take their default on insert and keep their value on update.
 #[tokio::test(flavor = "multi_thread")]
 async fn placeholders_and_absent_columns_as_a_user_sees_them() {
-    let _broker = broker_shared().await;
     let name = unique("pgsink_ph");
     let (url, target) = target_database(&name).await;
     target

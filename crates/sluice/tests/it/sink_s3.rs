@@ -20,9 +20,7 @@ use crate::sink::{
     Row, ZombieRun, committed_records, create_topic, end_offsets, parse_name, produce,
     rows_of_file, verify, zombie_writer,
 };
-use crate::support::{
-    Sluice, broker_shared, free_port, http_request, s3_endpoint, stack, test_dir, unique,
-};
+use crate::support::{Sluice, free_port, http_request, s3_endpoint, stack, test_dir, unique};
 
 /// A new bucket on the dev stack's S3 server; returns its name.
 fn create_bucket(prefix: &str) -> String {
@@ -226,7 +224,6 @@ fn wait_for_group(group: &str, topic: &str, ends: &BTreeMap<i32, i64>, sluice: &
 /// parts) and copied.
 #[tokio::test(flavor = "multi_thread")]
 async fn s3_every_offset_exactly_once_across_sigkills() {
-    let _broker = broker_shared().await;
     let name = unique("sink_s3");
     let topic = name.clone();
     let bucket = create_bucket("sink-s3");
@@ -351,7 +348,6 @@ async fn s3_every_offset_exactly_once_across_sigkills() {
 /// is in two objects.
 #[tokio::test(flavor = "multi_thread")]
 async fn s3_crash_between_upload_and_state_put_leaves_no_duplicate() {
-    let _broker = broker_shared().await;
     let name = unique("sink_s3_crash");
     let topic = name.clone();
     let bucket = create_bucket("sink-s3-crash");
@@ -441,7 +437,6 @@ async fn s3_crash_between_upload_and_state_put_leaves_no_duplicate() {
 /// exactly one committed object.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zombie_writer_cannot_commit_objects() {
-    let _broker = broker_shared().await;
     let name = unique("sink_s3_zombie");
     let topic = name.clone();
     let bucket = create_bucket("sink-s3-zombie");

@@ -10,7 +10,7 @@ use rand::Rng;
 use serde_json::Value;
 
 use crate::support::{
-    Record, Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
+    Record, Sluice, drop_slot_and_publication, free_port, pg, pg_at, pipeline_toml,
     pipeline_toml_at, read_topic, test_dir, unique, wait_until,
 };
 
@@ -173,7 +173,6 @@ async fn initial_snapshot_is_consistent_with_concurrent_changes() {
 /// The body of [`initial_snapshot_is_consistent_with_concurrent_changes`], on the PostgreSQL
 /// server at `server` (`versions` runs it on another major version's).
 pub(crate) async fn snapshot_under_writes(server: &str) {
-    let _broker = broker_shared().await;
     let name = unique("snap");
     let client = pg_at(server).await;
     let rows = rows_per_table();
@@ -258,7 +257,6 @@ pub(crate) fn wait_crash(sluice: &mut Sluice) {
 /// records were acknowledged would lose them (Kafka would not equal the tables).
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
-    let _broker = broker_shared().await;
     let name = unique("snapkill");
     let client = pg().await;
     let rows = rows_per_table();
@@ -330,7 +328,6 @@ async fn killed_snapshot_resumes_at_its_unfinished_chunks() {
 /// existing row missing) but snapshot under a new snapshot: every row is read once.
 #[tokio::test(flavor = "multi_thread")]
 async fn crash_between_slot_creation_and_its_record_still_snapshots() {
-    let _broker = broker_shared().await;
     let name = unique("snapslot");
     let client = pg().await;
     let rows = 2_000;
@@ -384,7 +381,6 @@ async fn crash_between_slot_creation_and_its_record_still_snapshots() {
 /// `snapshot = "never"`: rows that existed before the slot are not read; new changes stream.
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_never_streams_only_new_changes() {
-    let _broker = broker_shared().await;
     let name = unique("snapnever");
     let client = pg().await;
     create_tables(&client, &name, 100).await;
@@ -421,7 +417,6 @@ async fn snapshot_never_streams_only_new_changes() {
 /// `last` once in the whole snapshot.
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_markers_survive_tables_that_split_exactly_into_chunks() {
-    let _broker = broker_shared().await;
     let name = unique("snapmark");
     let client = pg().await;
     create_tables(&client, &name, 100).await;
@@ -523,7 +518,6 @@ fn plan_chunks(name: &str) -> Vec<Value> {
 /// Kafka exactly once.
 #[tokio::test(flavor = "multi_thread")]
 async fn tables_without_a_single_column_key_are_split_by_pages() {
-    let _broker = broker_shared().await;
     let name = unique("snapctid");
     let client = pg().await;
     let rows = 30_000;
@@ -570,7 +564,6 @@ async fn tables_without_a_single_column_key_are_split_by_pages() {
 /// the table), and every row is in Kafka.
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_page_range_snapshot_reads_only_its_unfinished_chunks() {
-    let _broker = broker_shared().await;
     let name = unique("snapctidkill");
     let client = pg().await;
     let rows = 120_000;

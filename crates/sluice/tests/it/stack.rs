@@ -7,13 +7,12 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 
-use crate::support::{broker_shared, pg, read_topic, stack, unique};
+use crate::support::{pg, read_topic, stack, unique};
 
 /// Creates a topic, produces a record and reads it back; opens a logical replication slot and
 /// reads one change from it.
 #[tokio::test(flavor = "multi_thread")]
 async fn kafka_round_trip_and_logical_slot() {
-    let _broker = broker_shared().await;
     let stack = stack();
     let topic = unique("it_stack");
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()

@@ -7,8 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{
-    Sluice, broker_shared, free_port, pg_at, pg_versions, pipeline_toml_at, read_topic, test_dir,
-    unique,
+    Sluice, free_port, pg_at, pg_versions, pipeline_toml_at, read_topic, test_dir, unique,
 };
 
 /// A primary and its physical standby.
@@ -36,7 +35,6 @@ fn pair(version: u32) -> &'static Pair {
 /// (written on the primary) keep moving the standby slot's confirmed position.
 #[tokio::test(flavor = "multi_thread")]
 async fn snapshot_and_changes_arrive_from_a_standby() {
-    let _broker = broker_shared().await;
     let pair = pair(18);
     let primary = pg_at(&pair.primary_url).await;
     let standby = pg_at(&pair.standby_url).await;

@@ -466,11 +466,22 @@ pub fn read_topic_with(
     topic: &str,
     timeout: Duration,
     settings: &[(&str, &str)],
+    done: impl FnMut(&[Record]) -> bool,
+) -> Vec<Record> {
+    read_topic_at(&stack().brokers, topic, timeout, settings, done)
+}
+
+/// [`read_topic_with`] from the broker at `brokers` (e.g. [`fault_brokers`]).
+pub fn read_topic_at(
+    brokers: &str,
+    topic: &str,
+    timeout: Duration,
+    settings: &[(&str, &str)],
     mut done: impl FnMut(&[Record]) -> bool,
 ) -> Vec<Record> {
     let mut config = ClientConfig::new();
     config
-        .set("bootstrap.servers", stack().brokers)
+        .set("bootstrap.servers", brokers)
         .set("group.id", unique("it-reader"))
         .set("enable.auto.commit", "false");
     for (key, value) in settings {
@@ -511,8 +522,9 @@ pub fn read_topic_with(
         if let Some(message) = consumer.poll(Duration::from_millis(200)) {
             let message = match message {
                 Ok(message) => message,
-                // A broker restart by another test (faults::, silence::) reaches this consumer
-                // as an error event; librdkafka reconnects on its own, so it is waited out.
+                // A broker restart (the fault broker's tests stop it while reading) reaches
+                // this consumer as an error event; librdkafka reconnects on its own, so it is
+                // waited out.
                 Err(rdkafka::error::KafkaError::MessageConsumption(
                     rdkafka::types::RDKafkaErrorCode::AllBrokersDown
                     | rdkafka::types::RDKafkaErrorCode::BrokerTransportFailure,
@@ -670,18 +682,35 @@ pub async fn drop_slot_and_publication(client: &Client, name: &str) {
         .await;
 }
 
-/// Tests that restart the broker take this exclusively; every other test holds it shared, so a
-/// broker restart never disturbs a test that is not about it.
-static BROKER: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
-
-/// Shared use of the broker.
-pub async fn broker_shared() -> tokio::sync::RwLockReadGuard<'static, ()> {
-    BROKER.read().await
+/// The second broker (`scripts/dev-stack fault-kafka-up`), for the tests that stop a broker or
+/// change its defaults: no other test uses it, so those tests never disturb the others (they
+/// once held the stack's broker exclusively, and every other test waited for them).
+pub fn fault_brokers() -> String {
+    std::env::var("KAFKA_FAULT_BROKERS").unwrap_or_else(|_| {
+        panic!(
+            "KAFKA_FAULT_BROKERS is not set: start the fault broker and load its setting: \
+             `scripts/dev-stack fault-kafka-up && eval \"$(scripts/dev-stack env)\"` \
+             (scripts/test does both)"
+        )
+    })
 }
 
-/// Exclusive use of the broker (to stop and restart it).
-pub async fn broker_exclusive() -> tokio::sync::RwLockWriteGuard<'static, ()> {
-    BROKER.write().await
+/// A pipeline file's `[kafka]` section pointed at the fault broker instead of the stack's.
+pub fn on_fault_broker(toml: &str) -> String {
+    let stack = format!("brokers = \"{}\"", stack().brokers);
+    assert!(toml.contains(&stack), "no {stack} in {toml}");
+    toml.replace(&stack, &format!("brokers = \"{}\"", fault_brokers()))
+}
+
+/// Exclusive use of the fault broker, taken by each test that uses it; started again first if
+/// an earlier test failed while it was stopped (so that one failure does not fail the rest).
+pub async fn fault_broker() -> tokio::sync::MutexGuard<'static, ()> {
+    static FAULT_BROKER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let guard = FAULT_BROKER.lock().await;
+    tokio::task::spawn_blocking(|| dev_stack(&["start-fault-kafka"]))
+        .await
+        .unwrap();
+    guard
 }
 
 /// Runs `scripts/dev-stack <args>` from the repository root.

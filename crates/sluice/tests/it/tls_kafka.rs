@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use crate::faults::run_sluice;
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    test_dir, unique, wait_until,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, test_dir, unique,
+    wait_until,
 };
 
 fn var(name: &str) -> String {
@@ -74,7 +74,6 @@ async fn stream_through(name: &str, brokers: &str, client_settings: &str, rows: 
 /// makes takes `[kafka.client]`.
 #[tokio::test(flavor = "multi_thread")]
 async fn cdc_streams_over_sasl_ssl_with_scram_sha_512() {
-    let _broker = broker_shared().await;
     let name = unique("saslssl");
     let client = format!(
         "\"security.protocol\" = \"SASL_SSL\"\n\"sasl.mechanism\" = \"SCRAM-SHA-512\"\n\
@@ -90,7 +89,6 @@ async fn cdc_streams_over_sasl_ssl_with_scram_sha_512() {
 /// PostgreSQL → Kafka through the SSL listener that requires a client certificate (mTLS).
 #[tokio::test(flavor = "multi_thread")]
 async fn cdc_streams_over_ssl_with_a_client_certificate() {
-    let _broker = broker_shared().await;
     let name = unique("mtls");
     let tls = var("SLUICE_TLS_DIR");
     let client = format!(
@@ -179,7 +177,6 @@ fn wrong_settings() -> Vec<WrongSetting> {
 /// not retried) before it creates a replication slot.
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_kafka_settings_fail_fast_with_the_key_to_change() {
-    let _broker = broker_shared().await;
     let client = pg().await;
     let cases = wrong_settings();
     let mut handles = Vec::new();
@@ -252,7 +249,6 @@ async fn wrong_kafka_settings_fail_fast_with_the_key_to_change() {
 /// the changes made meanwhile are not lost: once the password is fixed, they arrive.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_password_stops_the_pipeline_and_loses_nothing() {
-    let _broker = broker_shared().await;
     let name = unique("badpass");
     let client = pg().await;
     client
@@ -387,7 +383,6 @@ async fn kafka_to_files_over_sasl_ssl_with_scram_sha_512() {
     use rdkafka::ClientConfig;
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
-    let _broker = broker_shared().await;
     let name = unique("sinkscram");
     crate::sink::create_topic(&name, 3).await;
     let values: Vec<String> = (0..600)

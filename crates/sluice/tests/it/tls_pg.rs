@@ -11,8 +11,8 @@ use std::time::Duration;
 use sluice::pg_connect::connect_sql_url;
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    stack, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, stack, test_dir,
+    unique,
 };
 
 fn env_var(name: &str) -> String {
@@ -33,7 +33,6 @@ async fn streams_over(url: &str, label: &str) {
 
 /// [`streams_over`] with `keys` (TOML lines) added to `[source.postgres]`.
 async fn streams_over_with(url: &str, keys: &str, label: &str) {
-    let _kafka = broker_shared().await;
     let client = pg().await;
     let name = unique(label);
     client
@@ -277,7 +276,6 @@ async fn unix_socket_host() {
 /// A short pipeline (3 snapshot rows, 3 streamed inserts) through `url`; checks whether each of
 /// sluice's backends (the walsender included) is encrypted as `tls` says.
 async fn streams_a_few_rows(url: &str, label: &str, tls: bool) {
-    let _kafka = broker_shared().await;
     let client = pg().await;
     let name = unique(label);
     client

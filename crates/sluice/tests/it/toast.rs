@@ -7,8 +7,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, test_dir, unique,
 };
 
 /// Creates a table with an out-of-line (EXTERNAL, uncompressed) 20 kB value, runs a pipeline
@@ -75,7 +74,6 @@ async fn update_event(prefix: &str, extra: &str, events: &str) -> (Value, String
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toast_is_debezium_placeholder_by_default() {
-    let _broker = broker_shared().await;
     let (update, _) = update_event("toastdbz", "", "").await;
     let after = update["after"].as_object().unwrap();
     assert_eq!(after["v"], 1);
@@ -86,7 +84,6 @@ async fn unchanged_toast_is_debezium_placeholder_by_default() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toast_is_marked_unavailable_per_column() {
-    let _broker = broker_shared().await;
     let (update, _) = update_event(
         "toastmark",
         "",
@@ -105,7 +102,6 @@ async fn unchanged_toast_is_marked_unavailable_per_column() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn unchanged_toast_is_reread_when_configured() {
-    let _broker = broker_shared().await;
     let (update, body) = update_event("toastread", "unchanged_toast = \"reread\"", "").await;
     let after = update["after"].as_object().unwrap();
     assert_eq!(after["v"], 1);

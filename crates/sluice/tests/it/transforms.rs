@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use crate::debezium::compare::{Diff, J, Rec, golden_dir, ratchet_report, read_topics, statements};
 use crate::debezium::{normalise, run_sluice_then};
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic,
-    read_topic_with, slot_confirmed, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, read_topic, read_topic_with,
+    slot_confirmed, test_dir, unique,
 };
 
 /// As `debezium::RUN_DEPENDENT`, and the run-dependent fields `add.fields` adds.
@@ -326,7 +326,6 @@ async fn run(combination: &str, extra: String) -> BTreeMap<String, Vec<Rec>> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn transforms_match_kafka_connect_golden_files() {
-    let _broker = broker_shared().await;
     let started = Instant::now();
     let all = std::env::var_os("SLUICE_TRANSFORM_PARITY_ALL").is_some();
     // SLUICE_TRANSFORM_PARITY=a,b: those combinations only (e.g. after a new capture).
@@ -431,7 +430,6 @@ async fn filtered_changes_move_the_confirmed_position_under_exactly_once() {
 }
 
 async fn filtered_changes_move_the_position(tag: &str, delivery: &str) {
-    let _broker = broker_shared().await;
     let name = unique(tag);
     let client = pg().await;
     client
@@ -510,7 +508,6 @@ async fn filtered_changes_move_the_position(tag: &str, delivery: &str) {
 /// its key, as in Debezium.
 #[tokio::test(flavor = "multi_thread")]
 async fn partition_routing_sends_changes_to_debeziums_partitions() {
-    let _broker = broker_shared().await;
     let name = unique("smtparts");
     let client = pg().await;
     client

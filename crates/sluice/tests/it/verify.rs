@@ -15,8 +15,8 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use serde_json::Value;
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg, pipeline_toml, sluice_bin,
-    stack, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg, pipeline_toml, sluice_bin, stack, test_dir,
+    unique,
 };
 
 /// Rows in the table (thousands: the test runs in seconds).
@@ -163,7 +163,6 @@ fn differences(report: &Value) -> Vec<(String, String)> {
 /// requests their incremental snapshot and verify turns equal again.
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_is_equal_under_changes_and_finds_and_repairs_faults() {
-    let _broker = broker_shared().await;
     let client = pg().await;
     let name = unique("verify");
     let schema = name.clone();
@@ -336,7 +335,6 @@ async fn verify_says_when_it_cannot_verify() {
 /// registry does not hold leaves the table not verified (exit code 2), not "different".
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_reads_avro_topics_as_json_ones() {
-    let _broker = broker_shared().await;
     let client = pg().await;
     let json_name = unique("verify_json");
     let avro_name = unique("verify_avro");
@@ -479,7 +477,6 @@ async fn verify_sink_compares_applied_records_and_finds_changed_and_missing_rows
         assert_applied_once, counters_table, drop_database, produce_changes, sink_toml,
         target_database,
     };
-    let _broker = broker_shared().await;
     let name = unique("verify_sink");
     let (url, target) = target_database(&name).await;
     counters_table(&target).await;
@@ -600,7 +597,6 @@ async fn verify_mysql_server(server: crate::mysql::Server) {
 
     use crate::mysql::{database_with_table, pipeline};
     let _server = server.shared().await;
-    let _broker = broker_shared().await;
     let database = unique("verify_my");
     let mut root = database_with_table(
         server,
@@ -756,7 +752,6 @@ async fn verify_mysql_server(server: crate::mysql::Server) {
 /// the topic is replaced, the differences (the time of the last success kept).
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduled_verification_shows_in_health_and_metrics() {
-    let _broker = broker_shared().await;
     let client = pg().await;
     let name = unique("verify_sched");
     let schema = name.clone();
@@ -876,7 +871,6 @@ async fn scheduled_verification_shows_in_health_and_metrics() {
 /// of reporting every row missing from the topic; once the pipeline ran its snapshot, equal.
 #[tokio::test(flavor = "multi_thread")]
 async fn verify_during_the_initial_snapshot_cannot_verify() {
-    let _broker = broker_shared().await;
     let client = pg().await;
     let name = unique("verify_snap");
     let schema = name.clone();
@@ -958,7 +952,6 @@ async fn files_scenario(format: &str) {
     use crate::sink::{
         create_topic, files_under, produce as produce_values, sink_toml, wait_for_output,
     };
-    let _broker = broker_shared().await;
     let name = unique(&format!("verify_files_{format}"));
     let topic = name.clone();
     create_topic(&topic, 2).await;

@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, pg_at, pg_version,
-    pipeline_toml_at, read_topic, test_dir, unique,
+    Sluice, drop_slot_and_publication, free_port, pg_at, pg_version, pipeline_toml_at, read_topic,
+    test_dir, unique,
 };
 
 /// [`crate::cdc::mixed_transactions_arrive_as_committed`] on PostgreSQL 18, sluice reading over
@@ -35,7 +35,6 @@ async fn sigkill_during_load_loses_nothing_on_18() {
 /// server; without it (the default, as Debezium) the column is absent from them all.
 #[tokio::test(flavor = "multi_thread")]
 async fn generated_columns_are_captured_when_asked_on_18() {
-    let _broker = broker_shared().await;
     let server = pg_version(18);
     let client = pg_at(&server.url).await;
     for publish in [true, false] {

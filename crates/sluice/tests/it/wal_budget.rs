@@ -14,8 +14,8 @@ use serde_json::Value;
 use tokio_postgres::Client;
 
 use crate::support::{
-    Sluice, broker_shared, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml,
-    read_topic, test_dir, unique, wait_slot_inactive, wait_until,
+    Sluice, drop_slot_and_publication, free_port, http_json, pg, pipeline_toml, read_topic,
+    test_dir, unique, wait_slot_inactive, wait_until,
 };
 
 const MIB: i64 = 1 << 20;
@@ -124,7 +124,6 @@ fn level_at_least(status: &Value, levels: &[&str]) {
 /// stays, doctor reports it, and streaming resumes.
 #[tokio::test(flavor = "multi_thread")]
 async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
-    let _broker = broker_shared().await;
     let name = unique("walbudget");
     let client = pg().await;
     create_table(&client, &name).await;
@@ -308,7 +307,6 @@ async fn wal_budget_warns_at_50_and_80_percent_and_alert_keeps_the_slot() {
 /// deleted while the slot was held back.
 #[tokio::test(flavor = "multi_thread")]
 async fn wal_budget_drop_slot_drops_the_slot_and_the_next_run_republishes() {
-    let _broker = broker_shared().await;
     let name = unique("walbudgetdrop");
     let client = pg().await;
     create_table(&client, &name).await;

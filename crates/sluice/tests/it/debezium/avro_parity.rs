@@ -32,7 +32,7 @@ use super::{
     GOLDEN_PREFIX, RUN_DEPENDENT, TRANSACTION_TABLE, golden_root, mask_transactions, normalise,
     root, run_sluice_with_then,
 };
-use crate::support::{broker_shared, stack, test_dir, unique};
+use crate::support::{stack, test_dir, unique};
 
 /// The combinations captured in Avro and the `[kafka.events]` options that give each.
 const COMBINATIONS: &[(&str, &str)] = &[
@@ -578,7 +578,6 @@ pub(crate) fn compare_dumps(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn avro_matches_debezium_golden_files() {
-    let _broker = broker_shared().await;
     let started = Instant::now();
     // Five combinations in the suite (each is a sluice run and a decoder, in parallel with the
     // rest of the suite); every one with SLUICE_AVRO_PARITY_ALL=1.

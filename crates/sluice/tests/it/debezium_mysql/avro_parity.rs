@@ -27,7 +27,7 @@ use crate::debezium::avro_parity::{
 };
 use crate::debezium::compare::{Diff, J, Parser, Rec, ratchet_report_known};
 use crate::mysql::Server;
-use crate::support::{broker_shared, read_topic, stack, test_dir, unique};
+use crate::support::{read_topic, stack, test_dir, unique};
 
 /// The combinations the MySQL source writes, and the `[kafka.events]` options that give each.
 const COMBINATIONS: &[(&str, &str)] = &[
@@ -181,7 +181,6 @@ async fn run_avro(options: &str) -> Dump {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mysql_avro_matches_debezium_golden_files() {
-    let _broker = broker_shared().await;
     let _server = Server::Mysql.shared().await;
     let started = Instant::now();
     // SLUICE_AVRO_PARITY=name,name runs only those.
