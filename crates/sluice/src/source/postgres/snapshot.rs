@@ -502,7 +502,15 @@ impl SnapshotPlan {
                 continue;
             };
             let (column, sql_type): (String, String) = (key.get(0), key.get(1));
-            let boundaries: Vec<String> = client
+            let even = if filter.is_empty() {
+                even_integer_boundaries(client, table, &column, &sql_type, chunk_rows).await?
+            } else {
+                None
+            };
+            let boundaries: Vec<String> = if let Some(boundaries) = even {
+                boundaries
+            } else {
+                client
                 .query(
                     &format!(
                         "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn, \
@@ -518,7 +526,8 @@ impl SnapshotPlan {
                 .map_err(|e| classify_pg(format!("cannot split {qualified} into chunks"), e))?
                 .iter()
                 .map(|r| r.get(0))
-                .collect();
+                .collect()
+            };
             // No boundary at the last row (`rn < total`): the table's last chunk is never empty,
             // so its last row carries the `last…` marker even when the rows split exactly.
             let mut lower = None;
@@ -603,6 +612,86 @@ async fn ends_of_snapshot(
         }
     }
     Ok((first, last))
+}
+
+/// The most key values per row (the key's range over the row count) for which an integer key
+/// is split by arithmetic: above it the keys are too sparse or clustered for even widths to hold
+/// even row counts, and the boundaries are read from the rows.
+const EVEN_SPLIT_MAX_SPREAD: f64 = 10.0;
+
+/// Boundaries of chunks of about `chunk_rows` rows for a table whose single-column key is an
+/// integer spread evenly over its range, from the key's minimum and maximum (two index probes)
+/// and the row count estimated as [`page_ranges`] does; `None` for other keys and for keys too
+/// sparse (see [`EVEN_SPLIT_MAX_SPREAD`]). Reading the boundaries from the rows (`row_number()`
+/// over the whole key) sorts the table before its first row is sent: 15 s of a 90 s snapshot of
+/// 10,000,000 rows (bench/peers); this is what Flink CDC's "even distribution" split does.
+/// No boundary at or above the maximum: the last chunk holds the last row, as the other split.
+async fn even_integer_boundaries(
+    client: &tokio_postgres::Client,
+    table: &CapturedTable,
+    column: &str,
+    sql_type: &str,
+    chunk_rows: i64,
+) -> Result<Option<Vec<String>>, PipelineError> {
+    if !matches!(sql_type, "smallint" | "integer" | "bigint") {
+        return Ok(None);
+    }
+    let name = format!(
+        "{}.{}",
+        quote_ident(&table.schema),
+        quote_ident(&table.table)
+    );
+    let row = client
+        .query_one(
+            &format!(
+                "SELECT min({col})::bigint, max({col})::bigint, \
+                 (SELECT CASE WHEN c.reltuples > 0 AND c.relpages > 0 \
+                    THEN c.reltuples / c.relpages * \
+                         (pg_relation_size(c.oid) / current_setting('block_size')::bigint) END \
+                  FROM pg_class c WHERE c.oid = $1::text::regclass AND c.relkind = 'r') \
+                 FROM {name}",
+                col = quote_ident(column),
+            ),
+            &[&name],
+        )
+        .await
+        .map_err(|e| {
+            classify_pg(
+                format!("cannot read the key range of {}", table.qualified()),
+                e,
+            )
+        })?;
+    let (Some(min), Some(max)): (Option<i64>, Option<i64>) = (row.get(0), row.get(1)) else {
+        return Ok(Some(Vec::new()));
+    };
+    let rows = match row.get::<_, Option<f64>>(2) {
+        Some(rows) if rows >= 1.0 => rows,
+        // No statistics (never analysed) or a partitioned table: counted.
+        _ => client
+            .query_one(&format!("SELECT count(*) FROM {name}"), &[])
+            .await
+            .map_err(|e| classify_pg(format!("cannot count the rows of {}", table.qualified()), e))?
+            .get::<_, i64>(0) as f64,
+    };
+    Ok(even_split(min, max, rows, chunk_rows))
+}
+
+/// The boundaries [`even_integer_boundaries`] makes of a key range `min..=max` over `rows` rows;
+/// `None` when the keys are too sparse.
+fn even_split(min: i64, max: i64, rows: f64, chunk_rows: i64) -> Option<Vec<String>> {
+    let span = i128::from(max) - i128::from(min) + 1;
+    let rows = rows.max(1.0);
+    if span as f64 / rows > EVEN_SPLIT_MAX_SPREAD {
+        return None;
+    }
+    let width = ((chunk_rows as f64 * span as f64 / rows).ceil() as i128).max(1);
+    let mut boundaries = Vec::new();
+    let mut boundary = i128::from(min) - 1 + width;
+    while boundary < i128::from(max) {
+        boundaries.push(boundary.to_string());
+        boundary += width;
+    }
+    Some(boundaries)
 }
 
 /// Splits a table into page ranges of about `chunk_rows` rows (rows per page from the
@@ -1235,4 +1324,37 @@ pub(super) async fn relation_info(
         (None, None) => {}
     }
     Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::even_split;
+
+    #[test]
+    fn a_dense_key_is_split_into_even_widths_with_the_last_row_in_the_last_chunk() {
+        let boundaries = even_split(1, 100_000, 100_000.0, 10_000).unwrap();
+        assert_eq!(boundaries.len(), 9);
+        assert_eq!(boundaries[0], "10000");
+        assert_eq!(boundaries[8], "90000");
+        // Exactly one chunk's worth: no boundary, one chunk.
+        assert_eq!(
+            even_split(1, 10_000, 10_000.0, 10_000).unwrap(),
+            Vec::<String>::new()
+        );
+        // A key with gaps (every other value used): twice the width.
+        assert_eq!(
+            even_split(2, 40_000, 20_000.0, 10_000).unwrap(),
+            vec!["20001".to_owned()]
+        );
+    }
+
+    #[test]
+    fn sparse_or_extreme_keys_are_left_to_the_rows() {
+        // One row far away from the rest: the range is 1,000 times the rows.
+        assert_eq!(even_split(1, 1_000_000, 1_000.0, 100), None);
+        // The full bigint range, dense by the estimate: no overflow.
+        let boundaries = even_split(i64::MIN, i64::MAX, 2f64.powi(64), 1 << 62).unwrap();
+        assert_eq!(boundaries.len(), 3);
+        assert_eq!(boundaries[2], ((1i64 << 62) - 1).to_string());
+    }
 }
