@@ -163,8 +163,10 @@ pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
     // taken: with librdkafka's 1 MiB of compressed records per partition and fetch (~7 MiB of
     // change events decompressed), its queue overshot the prefetch by a fetch or more
     // (heaptrack: 26 MiB in lz4 buffers at the PostgreSQL sink's peak, bench/PROFILE.md
-    // "PostgreSQL sink memory"). Every sink fetches a 16th of its prefetch instead; the files
-    // sink, the fastest, kept its rate at it ("Files sink: the fetch size").
+    // "PostgreSQL sink memory"). Every sink fetches a 16th of its prefetch instead: the files
+    // sink peaked 18-30 MiB lower on three partitions of change events, its rate and the
+    // consumer's alone unchanged within a loaded machine's noise (bench/PROFILE.md, "Files
+    // sink: the fetch size").
     client.set(
         "max.partition.fetch.bytes",
         (config.prefetch_kbytes() * 1024 / FETCH_SHARE_OF_PREFETCH).to_string(),
