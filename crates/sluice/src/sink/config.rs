@@ -62,9 +62,9 @@ pub const QUEUE_SHARE_OF_MEMORY_LIMIT: u64 = 32;
 /// 181) paid 10–30 % more CPU per record and 12–16 % less rate at 2 and 4 sub-partitions,
 /// so it keeps the default; `MIMALLOC_PURGE_DELAY=100` makes that trade for it.
 pub const ALLOCATOR_PURGE_DELAY_MS: i64 = 100;
-/// The PostgreSQL sink fetches at most a 16th of its prefetch per partition and request
+/// A sink fetches at most a 16th of its prefetch per partition and request
 /// (`max.partition.fetch.bytes`, 256 KiB at the default `memory_limit`; see `consumer_config`).
-pub const PG_FETCH_SHARE_OF_PREFETCH: u64 = 16;
+pub const FETCH_SHARE_OF_PREFETCH: u64 = 16;
 /// Default per-partition queue limit in records (the byte limit is derived from
 /// `delivery.memory_limit`, see [`QUEUE_SHARE_OF_MEMORY_LIMIT`]).
 pub const DEFAULT_MAX_QUEUED_RECORDS_PER_PARTITION: u32 = 50_000;
@@ -159,18 +159,18 @@ pub fn consumer_config(config: &SinkPipelineConfig) -> ClientConfig {
         "queued.max.messages.kbytes",
         config.prefetch_kbytes().to_string(),
     );
-    if matches!(config.sink, SinkConfig::Postgres(_)) {
-        // A fetch response's records stay in one buffer, decompressed, until the last of
-        // them is taken: with librdkafka's 1 MiB of compressed records per partition and
-        // fetch (~7 MiB of change events decompressed), its queue overshot the prefetch by a
-        // fetch or more (heaptrack: 26 MiB in lz4 buffers at the PostgreSQL sink's peak,
-        // bench/PROFILE.md "PostgreSQL sink memory"). The PostgreSQL sink takes ~100,000
-        // records/s, far below what smaller fetches deliver; the files sinks keep the default.
-        client.set(
-            "max.partition.fetch.bytes",
-            (config.prefetch_kbytes() * 1024 / PG_FETCH_SHARE_OF_PREFETCH).to_string(),
-        );
-    }
+    // A fetch response's records stay in one buffer, decompressed, until the last of them is
+    // taken: with librdkafka's 1 MiB of compressed records per partition and fetch (~7 MiB of
+    // change events decompressed), its queue overshot the prefetch by a fetch or more
+    // (heaptrack: 26 MiB in lz4 buffers at the PostgreSQL sink's peak, bench/PROFILE.md
+    // "PostgreSQL sink memory"). Every sink fetches a 16th of its prefetch instead: the files
+    // sink peaked 18-30 MiB lower on three partitions of change events, its rate and the
+    // consumer's alone unchanged within a loaded machine's noise (bench/PROFILE.md, "Files
+    // sink: the fetch size").
+    client.set(
+        "max.partition.fetch.bytes",
+        (config.prefetch_kbytes() * 1024 / FETCH_SHARE_OF_PREFETCH).to_string(),
+    );
     for (key, value) in &kafka.properties {
         client.set(key, value);
     }
@@ -965,7 +965,7 @@ mod tests {
     }
 
     #[test]
-    fn a_postgres_sink_fetches_a_sixteenth_of_its_prefetch_and_a_files_sink_the_default() {
+    fn a_sink_fetches_a_sixteenth_of_its_prefetch_per_partition() {
         let postgres = |extra: &str| {
             let config = SinkPipelineConfig::from_toml(
                 &format!(
@@ -997,7 +997,18 @@ mod tests {
         let files = SinkPipelineConfig::from_toml(MINIMAL, "t.toml", &env).unwrap();
         assert_eq!(
             consumer_config(&files).get("max.partition.fetch.bytes"),
-            None
+            Some("262144")
+        );
+        // From the memory limit: a 32nd of it is the prefetch, a 16th of that one fetch.
+        let larger = SinkPipelineConfig::from_toml(
+            &format!("{MINIMAL}\n[delivery]\nmemory_limit = \"512MiB\"\n"),
+            "t.toml",
+            &env,
+        )
+        .unwrap();
+        assert_eq!(
+            consumer_config(&larger).get("max.partition.fetch.bytes"),
+            Some("1048576")
         );
     }
 
