@@ -153,8 +153,28 @@ pub struct Repair {
     pub keys: u64,
     /// The signals' ids.
     pub signals: Vec<String>,
+    /// The keys requested, per table.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<Requested>,
+    /// A sink's repair: the name of the source pipeline whose signal table got the signals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_pipeline: Option<String>,
     /// What it could not repair, and how to.
     pub hints: Vec<String>,
+}
+
+/// The keys of one table whose incremental snapshot was requested.
+#[derive(Debug, Clone, Serialize)]
+pub struct Requested {
+    /// The verified table (`schema.table`; a sink's target table).
+    pub table: String,
+    /// A sink's repair: the source pipeline's table snapshotted (`schema.table`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_table: Option<String>,
+    /// How many keys.
+    pub keys: u64,
+    /// The first `--max-keys` of them, as the report lists keys.
+    pub listed: Vec<Value>,
 }
 
 impl ReadStats {
@@ -386,6 +406,28 @@ pub fn render(report: &Report) -> String {
                 repair.signals.join(", ")
             }
         );
+        for requested in &repair.requested {
+            let keys: Vec<String> = requested.listed.iter().map(Value::to_string).collect();
+            let more = requested.keys.saturating_sub(requested.listed.len() as u64);
+            let _ = writeln!(
+                out,
+                "  {}{}: {} key(s): {}{}",
+                requested.table,
+                match (&requested.source_table, &repair.source_pipeline) {
+                    (Some(table), Some(pipeline)) =>
+                        format!(" (snapshot of {table} by the pipeline {pipeline:?})"),
+                    (Some(table), None) => format!(" (snapshot of {table})"),
+                    _ => String::new(),
+                },
+                requested.keys,
+                keys.join(", "),
+                if more > 0 {
+                    format!(" … {more} more (--max-keys)")
+                } else {
+                    String::new()
+                }
+            );
+        }
         for hint in &repair.hints {
             let _ = writeln!(out, "  {hint}");
         }
