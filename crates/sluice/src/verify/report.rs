@@ -479,3 +479,40 @@ fn render_differences(out: &mut String, table: &TableReport, files: bool) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sinks_repair_lists_the_keys_requested_and_the_source_table() {
+        let mut report = Report::new("p".into());
+        report.kind = "sink";
+        report.repair = Some(Repair {
+            keys: 3,
+            signals: vec!["verify-1-app.items-0".into()],
+            requested: vec![Requested {
+                table: "app.items".into(),
+                source_table: Some("public.items".into()),
+                keys: 3,
+                listed: vec![serde_json::json!({"id": 3}), serde_json::json!({"id": 6})],
+            }],
+            source_pipeline: Some("cdc".into()),
+            hints: vec!["app.other: not requested: …".into()],
+        });
+        let text = render(&report);
+        assert!(
+            text.contains(
+                "  app.items (snapshot of public.items by the pipeline \"cdc\"): 3 key(s): {\"id\":3}, {\"id\":6} … 1 more (--max-keys)\n  app.other: not requested: …\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["repair"]["source_pipeline"], "cdc");
+        assert_eq!(
+            json["repair"]["requested"][0]["source_table"],
+            "public.items"
+        );
+        assert_eq!(json["repair"]["requested"][0]["listed"][1]["id"], 6);
+    }
+}

@@ -257,9 +257,11 @@ async fn cdc_changes_replicate_into_another_database() {
 
 /// `sluice verify` of the sink of [`cdc_changes_replicate_into_another_database`] (both
 /// pipelines running): equal; a row changed and a row deleted in the target by hand are found
-/// with their keys (exit code 1); `--repair` without the source pipeline is refused, with it
-/// requests exactly those two keys through the source pipeline's signal table; the sink then
-/// applies the rows read again: verify equal (exit code 0), the target equal to the source.
+/// with their keys (exit code 1), and a row added that the source does not hold; `--repair`
+/// without the source pipeline is refused, with it requests exactly the two keys the source
+/// holds through the source pipeline's signal table and says why the third is left out; the
+/// sink then applies the rows read again: verify equal (exit code 0), the target equal to the
+/// source.
 async fn repair_of_the_sink(
     source: &Client,
     target: &Client,
@@ -282,7 +284,8 @@ async fn repair_of_the_sink(
     target
         .batch_execute(&format!(
             "UPDATE {t} SET label = 'tampered', counter = counter + 100 WHERE id = {changed};
-             DELETE FROM {t} WHERE id = {deleted};"
+             DELETE FROM {t} WHERE id = {deleted};
+             INSERT INTO {t} (id, n) VALUES (99999, 1);"
         ))
         .await
         .unwrap();
@@ -293,6 +296,7 @@ async fn repair_of_the_sink(
         [
             ("differs".to_owned(), changed.to_string()),
             ("missing_in_table".to_owned(), deleted.to_string()),
+            ("missing_in_topic".to_owned(), "99999".to_owned()),
         ],
         "{report:#}"
     );
@@ -320,7 +324,19 @@ async fn repair_of_the_sink(
         .collect();
     listed.sort_unstable();
     assert_eq!(listed, [changed, deleted], "{report:#}");
-    assert_eq!(repair["hints"], serde_json::json!([]), "{report:#}");
+    // The row the source does not hold either: left out, and the report says why and how.
+    let hints = repair["hints"].as_array().unwrap();
+    assert_eq!(hints.len(), 1, "{report:#}");
+    let hint = hints[0].as_str().unwrap();
+    assert!(
+        hint.contains("1 key(s) in the table but not live in the topic are not in")
+            && hint.contains("delete those rows"),
+        "{report:#}"
+    );
+    target
+        .batch_execute(&format!("DELETE FROM {t} WHERE id = 99999"))
+        .await
+        .unwrap();
     let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
     loop {
         let (code, report) = verify(&sink.file, &[]);
