@@ -852,15 +852,22 @@ impl Check<'_> {
                 shown_key(&row)
             };
             let source = (!row.is_null()).then_some(row);
-            table.differences.push(Difference {
+            let difference = Difference {
                 kind,
                 key: key_json,
                 key_text: Vec::new(),
                 columns: columns_differing(source.as_ref(), topic_row.as_ref()),
                 source,
                 topic: topic_row,
-            });
+            };
+            // For `--repair --source-pipeline`: the listed keys (the first --max-keys).
+            table.repairable.push(difference.clone());
+            table.differences.push(difference);
         }
+        table.key_columns = key_at
+            .iter()
+            .filter_map(|at| names.get(*at).cloned())
+            .collect();
         Ok(())
     }
 }

@@ -45,6 +45,7 @@ use self::source::{Buckets, SourceSnapshot, TablePlan};
 use self::topic::Cutoff;
 use crate::pipeline_file::PipelineFile;
 use crate::sink::config::SinkConfig;
+use crate::sink::iceberg::config::IcebergMode;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::slot_state::SlotRecord;
 
@@ -153,10 +154,10 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
     let file = PipelineFile::load(&args.pipeline)?;
     if args.source_pipeline.is_some()
-        && !matches!(&file, PipelineFile::Files(c) if matches!(c.sink, SinkConfig::Postgres(_)))
+        && !matches!(&file, PipelineFile::Files(c) if !matches!(c.sink, SinkConfig::Files(_)))
     {
         anyhow::bail!(
-            "--source-pipeline: only for a Kafka → PostgreSQL pipeline (with --repair); a source pipeline's --repair uses its own signal table"
+            "--source-pipeline: only for a Kafka → PostgreSQL or Kafka → Iceberg (upsert) pipeline, with --repair; a source pipeline's --repair uses its own signal table"
         );
     }
     match file {
@@ -173,7 +174,15 @@ pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
                 // The sink applies the re-read rows itself: nothing is written into its tables
                 // from outside (docs/verify.md, "Repair of a sink").
                 if let Some(source) = args.source_pipeline.as_ref().filter(|_| args.repair) {
-                    report.repair = Some(repair::from_sink(&report, source, args.max_keys).await?);
+                    report.repair = Some(
+                        repair::from_sink(
+                            &report,
+                            source,
+                            args.max_keys,
+                            repair::SinkKind::Postgres,
+                        )
+                        .await?,
+                    );
                 }
                 Ok(report)
             }
@@ -190,9 +199,31 @@ pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
             SinkConfig::Iceberg(settings) if !args.repair => {
                 iceberg::verify_iceberg(&config, settings, &args.tables, &args.limits()).await
             }
-            // As for a PostgreSQL sink: a row written from outside the sink races with it.
+            // An upsert table as a PostgreSQL sink: through the source pipeline.
+            SinkConfig::Iceberg(settings) if settings.mode == IcebergMode::Upsert => {
+                let Some(source) = &args.source_pipeline else {
+                    anyhow::bail!(
+                        "--repair on a Kafka → Iceberg pipeline needs --source-pipeline FILE: the pipeline file of the PostgreSQL → Kafka pipeline that writes its topics (the differing keys' incremental snapshot is requested through its signal table, and the sink applies the rows read again); rows written into the table from outside the sink would race with its commits"
+                    );
+                };
+                let mut report =
+                    iceberg::verify_iceberg(&config, settings, &args.tables, &args.limits())
+                        .await?;
+                report.repair = Some(
+                    repair::from_sink(
+                        &report,
+                        source,
+                        args.max_keys,
+                        repair::SinkKind::IcebergUpsert,
+                    )
+                    .await?,
+                );
+                Ok(report)
+            }
+            // An append table is compared offset by offset: a snapshot's record is a new row
+            // at a new offset.
             SinkConfig::Iceberg(_) => Err(anyhow::anyhow!(
-                "--repair: not for Kafka → Iceberg pipelines: rows written from outside the sink would race with its commits, and an append table's missing offset cannot be re-created; a differing key of an upsert table converges when its topic gets a newer record (for a PostgreSQL or MySQL source: `sluice verify --repair` on the source's pipeline file, or an incremental snapshot of the key through its signal table)"
+                "--repair: not for Kafka → Iceberg pipelines in append mode: the table is compared offset by offset, and a missing or changed offset cannot be re-created (a snapshot's record would be a new row at a new offset); restore it from the topic (the report lists its partition and offset)"
             )),
         },
         PipelineFile::Mysql(config) => {

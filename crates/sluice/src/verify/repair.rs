@@ -139,6 +139,7 @@ pub async fn from_sink(
     report: &Report,
     source_file: &Path,
     max_keys: usize,
+    sink: SinkKind,
 ) -> anyhow::Result<Repair> {
     let shown = source_file.display();
     let config = match PipelineFile::load(source_file)
@@ -207,7 +208,7 @@ pub async fn from_sink(
                 continue;
             }
         };
-        let (request, hints) = map_keys(catalog.client(), &plan, table).await;
+        let (request, hints) = map_keys(catalog.client(), &plan, table, sink).await;
         repair.hints.extend(hints);
         if let Some(request) = request {
             sink_table.insert(request.table.clone(), table.table.clone());
@@ -228,6 +229,16 @@ pub async fn from_sink(
         })
         .collect();
     Ok(repair)
+}
+
+/// The sink a repair is for: what the re-sent rows can restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkKind {
+    /// Kafka → PostgreSQL: an upsert of the whole row restores a changed or missing row.
+    Postgres,
+    /// Kafka → Iceberg in upsert mode: the sink replaces only the rows of its own files, so
+    /// only missing rows are restored (a row another writer changed would stay beside).
+    IcebergUpsert,
 }
 
 /// Whether a key column's values in a record key (and in a sink table's JSON of the row) are
@@ -263,6 +274,7 @@ async fn map_keys(
     client: &Client,
     plan: &TablePlan,
     table: &TableReport,
+    kind: SinkKind,
 ) -> (Option<TableReport>, Vec<String>) {
     let sink = &table.table;
     let source = &plan.qualified;
@@ -293,7 +305,16 @@ async fn map_keys(
             return (None, hints);
         }
     };
+    let unlisted = table
+        .differences_found
+        .saturating_sub(table.repairable.len() as u64);
+    if unlisted > 0 {
+        hints.push(format!(
+            "{sink}: {unlisted} more differing key(s) were not listed (--max-keys): not requested; raise --max-keys, or repair again"
+        ));
+    }
     let mut other = 0u64;
+    let mut foreign = 0u64;
     let mut unmapped = 0u64;
     let mut keys: Vec<(&Difference, Vec<String>)> = Vec::new();
     for difference in &table.repairable {
@@ -304,6 +325,10 @@ async fn map_keys(
                 | DifferenceKind::MissingInTopic
         ) {
             other += 1;
+            continue;
+        }
+        if kind == SinkKind::IcebergUpsert && difference.kind != DifferenceKind::MissingInTable {
+            foreign += 1;
             continue;
         }
         let values: Option<Vec<String>> = difference.key.as_object().and_then(|fields| {
@@ -324,6 +349,11 @@ async fn map_keys(
     if other > 0 {
         hints.push(format!(
             "{sink}: {other} difference(s) that are not a key's row (a key in several rows): not requested; a snapshot cannot remove a row"
+        ));
+    }
+    if foreign > 0 {
+        hints.push(format!(
+            "{sink}: {foreign} key(s) whose row differs from the topic's, or that the topic does not hold live: not requested: an upsert table's sink replaces only the rows of its own files (its key index), so a row another writer put there would stay beside the one sent again; delete those rows with an Iceberg engine (Spark, pyiceberg), then repair again (they are then missing in the table)"
         ));
     }
     if unmapped > 0 {
