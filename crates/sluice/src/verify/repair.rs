@@ -22,6 +22,7 @@ use super::canonical::ColumnClass;
 use super::compare::explained;
 use super::report::{Difference, DifferenceKind, Repair, Report, Requested, TableReport};
 use super::source::{self, TablePlan};
+use crate::event::{DecimalHandlingMode, EventOptions};
 use crate::pipeline_file::PipelineFile;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::setup::PgCatalog;
@@ -208,7 +209,8 @@ pub async fn from_sink(
                 continue;
             }
         };
-        let (request, hints) = map_keys(catalog.client(), &plan, table, sink).await;
+        let (request, hints) =
+            map_keys(catalog.client(), &plan, table, sink, &config.kafka.events).await;
         repair.hints.extend(hints);
         if let Some(request) = request {
             sink_table.insert(request.table.clone(), table.table.clone());
@@ -243,18 +245,19 @@ pub enum SinkKind {
 
 /// Whether a key column's values in a record key (and in a sink table's JSON of the row) are
 /// text its type reads back as the same value. Others (dates, times and timestamps as numbers,
-/// bytea as base64, intervals, floats, arrays) are not mapped.
-fn mappable(class: &ColumnClass) -> bool {
-    matches!(
-        class,
+/// bytea as base64, numerics as bytes, intervals, floats, arrays) are not mapped.
+fn mappable(class: &ColumnClass, events: &EventOptions) -> bool {
+    match class {
         ColumnClass::Int
-            | ColumnClass::Text
-            | ColumnClass::Enum
-            | ColumnClass::Bpchar
-            | ColumnClass::Bool
-            | ColumnClass::Numeric { .. }
-            | ColumnClass::Timestamptz
-    )
+        | ColumnClass::Text
+        | ColumnClass::Enum
+        | ColumnClass::Bpchar
+        | ColumnClass::Bool
+        | ColumnClass::Timestamptz => true,
+        // `precise` (the default) writes base64 bytes or `{scale, value}`.
+        ColumnClass::Numeric { .. } => events.decimal_handling_mode == DecimalHandlingMode::String,
+        _ => false,
+    }
 }
 
 /// The text of a key field's JSON value, when it is a scalar.
@@ -275,14 +278,15 @@ async fn map_keys(
     plan: &TablePlan,
     table: &TableReport,
     kind: SinkKind,
+    events: &EventOptions,
 ) -> (Option<TableReport>, Vec<String>) {
     let sink = &table.table;
     let source = &plan.qualified;
     let mut hints = Vec::new();
     let key_names: Vec<&str> = plan.key.iter().map(|c| c.name.as_str()).collect();
-    if let Some(column) = plan.key.iter().find(|c| !mappable(&c.class)) {
+    if let Some(column) = plan.key.iter().find(|c| !mappable(&c.class, events)) {
         hints.push(format!(
-            "{sink}: not requested: key column {:?} of {source} is of a type whose record values --repair does not map back (integers, character types, uuid, booleans, numerics and timestamptz are): request an incremental snapshot of the listed keys through the source pipeline's signal table by hand",
+            "{sink}: not requested: key column {:?} of {source} is of a type whose record values --repair does not map back (integers, character types, uuid, booleans, timestamptz, and numerics with decimal_handling_mode = \"string\" are): request an incremental snapshot of the listed keys through the source pipeline's signal table by hand",
             column.name
         ));
         return (None, hints);
@@ -481,4 +485,34 @@ fn explained_pg(error: &tokio_postgres::Error) -> String {
     error
         .as_db_error()
         .map_or_else(|| error.to_string(), |db| db.message().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_keys_whose_record_values_are_their_text_are_mapped() {
+        let default = EventOptions::default();
+        let string = EventOptions {
+            decimal_handling_mode: DecimalHandlingMode::String,
+            ..EventOptions::default()
+        };
+        assert!(mappable(&ColumnClass::Int, &default));
+        assert!(mappable(&ColumnClass::Text, &default));
+        assert!(mappable(&ColumnClass::Timestamptz, &default));
+        // Base64 bytes under `precise`, the default.
+        let numeric = ColumnClass::Numeric { scale: Some(2) };
+        assert!(!mappable(&numeric, &default));
+        assert!(mappable(&numeric, &string));
+        assert!(!mappable(&ColumnClass::Date, &default));
+        assert!(!mappable(&ColumnClass::Bytea, &default));
+        assert_eq!(
+            key_value_text(&serde_json::json!("a'b")).as_deref(),
+            Some("a'b")
+        );
+        assert_eq!(key_value_text(&serde_json::json!(7)).as_deref(), Some("7"));
+        assert_eq!(key_value_text(&serde_json::json!({"a": 1})), None);
+        assert_eq!(key_value_text(&Value::Null), None);
+    }
 }
