@@ -84,12 +84,13 @@ pub struct VerifyArgs {
     pub wait_timeout: u64,
     /// Request an incremental snapshot of the differing keys (through the pipeline's
     /// `source.postgres.signal_table` or `source.mysql.signal_table`), so that the topic
-    /// converges. For a Kafka → PostgreSQL pipeline, through the source pipeline of
-    /// `--source-pipeline`: the sink then applies the rows read again.
+    /// converges. For a Kafka → PostgreSQL pipeline (or the missing rows of a Kafka → Iceberg
+    /// upsert table), through the source pipeline of `--source-pipeline`: the sink then applies
+    /// the rows read again.
     #[arg(long)]
     pub repair: bool,
-    /// With `--repair` on a Kafka → PostgreSQL pipeline: the pipeline file of the PostgreSQL →
-    /// Kafka pipeline that writes the sink's topics. The differing keys are mapped to its
+    /// With `--repair` on a Kafka → PostgreSQL or Kafka → Iceberg (upsert) pipeline: the
+    /// pipeline file of the PostgreSQL → Kafka pipeline that writes the sink's topics. The differing keys are mapped to its
     /// tables and primary keys, and their incremental snapshot is requested through its
     /// `source.postgres.signal_table`.
     #[arg(long, value_name = "FILE", requires = "repair")]
