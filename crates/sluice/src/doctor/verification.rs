@@ -81,7 +81,7 @@ fn judge(name: &str, health: &Value, interval_s: u64, now_ms: u64) -> Finding {
             ),
             &evidence,
             format!(
-                "{list}; `sluice verify <pipeline file> --repair` requests an incremental snapshot of exactly those keys (docs/verify.md, Repair)"
+                "{list}; `sluice verify <pipeline file> --repair` (a Kafka → PostgreSQL sink's: with `--source-pipeline <the file of the pipeline writing its topics>`) requests an incremental snapshot of exactly those keys (docs/verify.md, Repair)"
             ),
         ),
         "equal" => {

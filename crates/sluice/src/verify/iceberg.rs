@@ -189,32 +189,16 @@ pub async fn verify_iceberg(
         "the offsets the tables' snapshots record ({offsets_key})"
     ));
     report.kind = "iceberg";
-    let mut by_table: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for topic in &topics {
-        match settings.table_for(topic) {
-            Ok(name) => by_table
-                .entry(format!("{}.{name}", settings.namespace))
-                .or_default()
-                .push(topic.clone()),
-            Err(issue) => report.tables.push(TableReport::not_verified(
-                String::new(),
-                topic.clone(),
-                format!("{}: {}", issue.key, issue.problem),
-            )),
-        }
-    }
-    if !tables.is_empty() {
-        for wanted in tables {
-            if !by_table.contains_key(wanted) {
-                anyhow::bail!(
-                    "--table {wanted}: not a table this sink writes (its topics go to: {})",
-                    by_table.keys().cloned().collect::<Vec<_>>().join(", ")
-                );
-            }
-        }
-        by_table.retain(|table, _| tables.contains(table));
-        report.tables.clear();
-    }
+    let by_table = super::sink::tables_of_topics(
+        &topics,
+        |topic| {
+            settings
+                .table_for(topic)
+                .map(|name| format!("{}.{name}", settings.namespace))
+        },
+        tables,
+        &mut report,
+    )?;
     let started = Instant::now();
     for (qualified, topics) in &by_table {
         let [topic] = topics.as_slice() else {
@@ -868,15 +852,22 @@ impl Check<'_> {
                 shown_key(&row)
             };
             let source = (!row.is_null()).then_some(row);
-            table.differences.push(Difference {
+            let difference = Difference {
                 kind,
                 key: key_json,
                 key_text: Vec::new(),
                 columns: columns_differing(source.as_ref(), topic_row.as_ref()),
                 source,
                 topic: topic_row,
-            });
+            };
+            // For `--repair --source-pipeline`: the listed keys (the first --max-keys).
+            table.repairable.push(difference.clone());
+            table.differences.push(difference);
         }
+        table.key_columns = key_at
+            .iter()
+            .filter_map(|at| names.get(*at).cloned())
+            .collect();
         Ok(())
     }
 }

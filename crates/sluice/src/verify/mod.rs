@@ -28,6 +28,7 @@ pub mod compare;
 pub mod files;
 pub mod iceberg;
 pub mod mysql;
+pub mod repair;
 pub mod report;
 pub mod sink;
 pub mod source;
@@ -37,15 +38,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-
 use self::avro::AvroTopics;
 use self::compare::{Limits, Side, explained, verify_table};
-use self::report::{DifferenceKind, Report, TableReport};
+use self::report::{Report, TableReport};
 use self::source::{Buckets, SourceSnapshot, TablePlan};
 use self::topic::Cutoff;
 use crate::pipeline_file::PipelineFile;
 use crate::sink::config::SinkConfig;
+use crate::sink::iceberg::config::IcebergMode;
 use crate::source::postgres::config::PgPipelineConfig;
 use crate::source::postgres::slot_state::SlotRecord;
 
@@ -84,9 +84,17 @@ pub struct VerifyArgs {
     pub wait_timeout: u64,
     /// Request an incremental snapshot of the differing keys (through the pipeline's
     /// `source.postgres.signal_table` or `source.mysql.signal_table`), so that the topic
-    /// converges.
+    /// converges. For a Kafka → PostgreSQL pipeline (or the missing rows of a Kafka → Iceberg
+    /// upsert table), through the source pipeline of `--source-pipeline`: the sink then applies
+    /// the rows read again.
     #[arg(long)]
     pub repair: bool,
+    /// With `--repair` on a Kafka → PostgreSQL or Kafka → Iceberg (upsert) pipeline: the
+    /// pipeline file of the PostgreSQL → Kafka pipeline that writes the sink's topics. The differing keys are mapped to its
+    /// tables and primary keys, and their incremental snapshot is requested through its
+    /// `source.postgres.signal_table`.
+    #[arg(long, value_name = "FILE", requires = "repair")]
+    pub source_pipeline: Option<PathBuf>,
 }
 
 impl VerifyArgs {
@@ -145,37 +153,81 @@ pub async fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
 ///
 /// It could not verify (a server, the brokers, the pipeline's position, the file).
 pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
-    match PipelineFile::load(&args.pipeline) {
-        Ok(PipelineFile::Postgres(config)) => verify_postgres(&config, args).await,
-        Ok(PipelineFile::Files(config)) => match &config.sink {
-            SinkConfig::Postgres(target) if !args.repair => {
-                sink::verify_sink(&config, target, &args.tables, &args.limits()).await
+    let file = PipelineFile::load(&args.pipeline)?;
+    if args.source_pipeline.is_some()
+        && !matches!(&file, PipelineFile::Files(c) if !matches!(c.sink, SinkConfig::Files(_)))
+    {
+        anyhow::bail!(
+            "--source-pipeline: only for a Kafka → PostgreSQL or Kafka → Iceberg (upsert) pipeline, with --repair; a source pipeline's --repair uses its own signal table"
+        );
+    }
+    match file {
+        PipelineFile::Postgres(config) => verify_postgres(&config, args).await,
+        PipelineFile::Files(config) => match &config.sink {
+            SinkConfig::Postgres(target) => {
+                if args.repair && args.source_pipeline.is_none() {
+                    anyhow::bail!(
+                        "--repair on a Kafka → PostgreSQL pipeline needs --source-pipeline FILE: the pipeline file of the PostgreSQL → Kafka pipeline that writes its topics (the differing keys' incremental snapshot is requested through its signal table, and the sink applies the rows read again); a row written into the target from outside the sink could overwrite a newer one the running sink applies meanwhile"
+                    );
+                }
+                let mut report =
+                    sink::verify_sink(&config, target, &args.tables, &args.limits()).await?;
+                // The sink applies the re-read rows itself: nothing is written into its tables
+                // from outside (docs/verify.md, "Repair of a sink").
+                if let Some(source) = args.source_pipeline.as_ref().filter(|_| args.repair) {
+                    report.repair = Some(
+                        repair::from_sink(
+                            &report,
+                            source,
+                            args.max_keys,
+                            repair::SinkKind::Postgres,
+                        )
+                        .await?,
+                    );
+                }
+                Ok(report)
             }
-            // Writing a key's newest record into the target from here would race with the
-            // running sink (it could overwrite a newer row the sink applies meanwhile) and
-            // would have to convert records exactly as the sink does; the sink converges by
-            // itself when the topic gets a newer record of the key (docs/verify.md).
-            SinkConfig::Postgres(_) => Err(anyhow::anyhow!(
-                "--repair: not for Kafka → PostgreSQL pipelines: a row written from outside the sink could overwrite a newer one the running sink applies meanwhile; a differing key converges when its topic gets a newer record (for a PostgreSQL or MySQL source: `sluice verify --repair` on the source's pipeline file), or restore the rows the report lists by hand"
-            )),
             SinkConfig::Files(files) if !args.repair => {
                 files::verify_files(&config, files, &args.limits()).await
             }
             // A files sink's output is an archive of the topic: a missing or changed record
             // is restored by reading it again, which only the sink (its epochs and states)
-            // can do without breaking exactly-once.
+            // can do without breaking exactly-once; a snapshot's record is a new offset, not
+            // the missing one.
             SinkConfig::Files(_) => Err(anyhow::anyhow!(
-                "--repair: not for Kafka → files pipelines: the files are the sink's committed epochs; restore a missing or changed record from the topic (the report lists its partition and offset), or write the output again into a new sink.files.path"
+                "--repair: not for Kafka → files pipelines: the files are the sink's committed epochs, and a missing offset cannot be re-created (a snapshot's record would be a new one); restore a missing or changed record from the topic (the report lists its partition and offset), or write the output again into a new sink.files.path"
             )),
             SinkConfig::Iceberg(settings) if !args.repair => {
                 iceberg::verify_iceberg(&config, settings, &args.tables, &args.limits()).await
             }
-            // As for a PostgreSQL sink: a row written from outside the sink races with it.
+            // An upsert table as a PostgreSQL sink: through the source pipeline.
+            SinkConfig::Iceberg(settings) if settings.mode == IcebergMode::Upsert => {
+                let Some(source) = &args.source_pipeline else {
+                    anyhow::bail!(
+                        "--repair on a Kafka → Iceberg pipeline needs --source-pipeline FILE: the pipeline file of the PostgreSQL → Kafka pipeline that writes its topics (the differing keys' incremental snapshot is requested through its signal table, and the sink applies the rows read again); rows written into the table from outside the sink would race with its commits"
+                    );
+                };
+                let mut report =
+                    iceberg::verify_iceberg(&config, settings, &args.tables, &args.limits())
+                        .await?;
+                report.repair = Some(
+                    repair::from_sink(
+                        &report,
+                        source,
+                        args.max_keys,
+                        repair::SinkKind::IcebergUpsert,
+                    )
+                    .await?,
+                );
+                Ok(report)
+            }
+            // An append table is compared offset by offset: a snapshot's record is a new row
+            // at a new offset.
             SinkConfig::Iceberg(_) => Err(anyhow::anyhow!(
-                "--repair: not for Kafka → Iceberg pipelines: rows written from outside the sink would race with its commits; a differing key converges when its topic gets a newer record (for a PostgreSQL or MySQL source: `sluice verify --repair` on the source's pipeline file)"
+                "--repair: not for Kafka → Iceberg pipelines in append mode: the table is compared offset by offset, and a missing or changed offset cannot be re-created (a snapshot's record would be a new row at a new offset); restore it from the topic (the report lists its partition and offset)"
             )),
         },
-        Ok(PipelineFile::Mysql(config)) => {
+        PipelineFile::Mysql(config) => {
             let mut report =
                 mysql::verify_mysql(&config, &args.tables, &args.limits(), args.wait_timeout)
                     .await?;
@@ -184,7 +236,6 @@ pub async fn verify_file(args: &VerifyArgs) -> anyhow::Result<Report> {
             }
             Ok(report)
         }
-        Err(error) => Err(error.into()),
     }
 }
 
@@ -210,6 +261,7 @@ pub async fn scheduled(
         max_keys: 20,
         wait_timeout: 120,
         repair: false,
+        source_pipeline: None,
     };
     loop {
         tokio::time::sleep(interval).await;
@@ -277,28 +329,8 @@ pub async fn scheduled(
     }
 }
 
-/// What the pipeline's configuration lets verify compare; `Err` names what does not.
-fn check_supported(config: &PgPipelineConfig) -> anyhow::Result<()> {
-    let events = &config.kafka.events;
-    if !config.transforms.is_empty() {
-        anyhow::bail!(
-            "the pipeline has [transforms]: verify compares Debezium's envelopes in the default topics, not transformed records"
-        );
-    }
-    let skipped = events.skipped_operations;
-    if skipped.create || skipped.update || skipped.delete {
-        anyhow::bail!(
-            "kafka.events.skipped_operations leaves out inserts, updates or deletes: the topics cannot hold what the tables hold"
-        );
-    }
-    if config.source.outbox.is_some() {
-        tracing::info!("outbox tables are not verified (their topics are per aggregate)");
-    }
-    Ok(())
-}
-
 async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow::Result<Report> {
-    check_supported(config)?;
+    source::check_supported(config)?;
     let events = &config.kafka.events;
     let avro = AvroTopics::new(events, config.schema_registry.as_ref())?;
     let snapshot = SourceSnapshot::open(config).await.map_err(explained)?;
@@ -378,7 +410,7 @@ async fn verify_postgres(config: &PgPipelineConfig, args: &VerifyArgs) -> anyhow
     report.tables.sort_by(|a, b| a.table.cmp(&b.table));
     drop(snapshot);
     if args.repair {
-        report.repair = Some(repair(config, &report).await?);
+        report.repair = Some(repair::request_postgres(config, &report, args.max_keys).await?);
     }
     Ok(report)
 }
@@ -452,89 +484,6 @@ async fn wait_for_pipeline(
             Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-}
-
-/// Keys per signal (a filter of `(key) IN (…)` values).
-const KEYS_PER_SIGNAL: usize = 500;
-
-/// Inserts signals for incremental snapshots of the differing keys present in the source.
-async fn repair(config: &PgPipelineConfig, report: &Report) -> anyhow::Result<report::Repair> {
-    use crate::sql::{quote_ident, quote_pg_literal};
-    let mut repair = report::Repair::default();
-    let wanted: Vec<&TableReport> = report
-        .tables
-        .iter()
-        .filter(|t| !t.repairable.is_empty())
-        .collect();
-    if wanted.is_empty() {
-        return Ok(repair);
-    }
-    let Some(signal_table) = &config.source.signal_table else {
-        anyhow::bail!(
-            "--repair needs source.postgres.signal_table (the pipeline's signal table, e.g. \"public.sluice_signal\")"
-        );
-    };
-    let (schema, name) = crate::config::parse_table_name(signal_table)
-        .context("source.postgres.signal_table is not schema.table")?;
-    let signal = format!("{}.{}", quote_ident(schema), quote_ident(name));
-    let catalog = crate::source::postgres::setup::PgCatalog::connect(config)
-        .await
-        .map_err(explained)?;
-    let stamp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    for table in wanted {
-        let keys: Vec<&Vec<Option<String>>> = table
-            .repairable
-            .iter()
-            .filter(|d| d.kind != DifferenceKind::MissingInSource)
-            .map(|d| &d.key_text)
-            .collect();
-        let extra = table
-            .repairable
-            .iter()
-            .filter(|d| d.kind == DifferenceKind::MissingInSource)
-            .count();
-        if extra > 0 {
-            repair.hints.push(format!(
-                "{}: {extra} key(s) are in the topic but not in the table: an incremental snapshot cannot delete them; request a republication (POST /api/v1/pipelines/{}/snapshots with {{\"tables\": [\"{}\"], \"tombstones\": true}})",
-                table.table, config.name, table.table
-            ));
-        }
-        let columns: Vec<String> = table.key_columns.iter().map(|c| quote_ident(c)).collect();
-        for (n, chunk) in keys.chunks(KEYS_PER_SIGNAL).enumerate() {
-            let tuples: Vec<String> = chunk
-                .iter()
-                .map(|key| {
-                    let values: Vec<String> = key
-                        .iter()
-                        .map(|v| v.as_deref().map_or("NULL".to_owned(), quote_pg_literal))
-                        .collect();
-                    format!("({})", values.join(", "))
-                })
-                .collect();
-            let filter = format!("({}) IN ({})", columns.join(", "), tuples.join(", "));
-            let id = format!("verify-{stamp}-{}-{n}", table.table);
-            let data = serde_json::json!({
-                "data-collections": [table.table],
-                "type": "incremental",
-                "additional-conditions": [{"data-collection": table.table, "filter": filter}],
-            });
-            catalog
-                .client()
-                .execute(
-                    &format!(
-                        "INSERT INTO {signal} (id, type, data) VALUES ($1, 'execute-snapshot', $2)"
-                    ),
-                    &[&id, &data.to_string()],
-                )
-                .await
-                .with_context(|| format!("cannot insert the repair signal into {signal_table}"))?;
-            repair.signals.push(id);
-            repair.keys += chunk.len() as u64;
-        }
-    }
-    Ok(repair)
 }
 
 #[cfg(test)]

@@ -153,8 +153,28 @@ pub struct Repair {
     pub keys: u64,
     /// The signals' ids.
     pub signals: Vec<String>,
+    /// The keys requested, per table.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requested: Vec<Requested>,
+    /// A sink's repair: the name of the source pipeline whose signal table got the signals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_pipeline: Option<String>,
     /// What it could not repair, and how to.
     pub hints: Vec<String>,
+}
+
+/// The keys of one table whose incremental snapshot was requested.
+#[derive(Debug, Clone, Serialize)]
+pub struct Requested {
+    /// The verified table (`schema.table`; a sink's target table).
+    pub table: String,
+    /// A sink's repair: the source pipeline's table snapshotted (`schema.table`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_table: Option<String>,
+    /// How many keys.
+    pub keys: u64,
+    /// The first `--max-keys` of them, as the report lists keys.
+    pub listed: Vec<Value>,
 }
 
 impl ReadStats {
@@ -386,6 +406,28 @@ pub fn render(report: &Report) -> String {
                 repair.signals.join(", ")
             }
         );
+        for requested in &repair.requested {
+            let keys: Vec<String> = requested.listed.iter().map(Value::to_string).collect();
+            let more = requested.keys.saturating_sub(requested.listed.len() as u64);
+            let _ = writeln!(
+                out,
+                "  {}{}: {} key(s): {}{}",
+                requested.table,
+                match (&requested.source_table, &repair.source_pipeline) {
+                    (Some(table), Some(pipeline)) =>
+                        format!(" (snapshot of {table} by the pipeline {pipeline:?})"),
+                    (Some(table), None) => format!(" (snapshot of {table})"),
+                    _ => String::new(),
+                },
+                requested.keys,
+                keys.join(", "),
+                if more > 0 {
+                    format!(" … {more} more (--max-keys)")
+                } else {
+                    String::new()
+                }
+            );
+        }
         for hint in &repair.hints {
             let _ = writeln!(out, "  {hint}");
         }
@@ -435,5 +477,42 @@ fn render_differences(out: &mut String, table: &TableReport, files: bool) {
             "  … {} more (--max-keys, --json)",
             table.differences_found - table.differences.len() as u64
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sinks_repair_lists_the_keys_requested_and_the_source_table() {
+        let mut report = Report::new("p".into());
+        report.kind = "sink";
+        report.repair = Some(Repair {
+            keys: 3,
+            signals: vec!["verify-1-app.items-0".into()],
+            requested: vec![Requested {
+                table: "app.items".into(),
+                source_table: Some("public.items".into()),
+                keys: 3,
+                listed: vec![serde_json::json!({"id": 3}), serde_json::json!({"id": 6})],
+            }],
+            source_pipeline: Some("cdc".into()),
+            hints: vec!["app.other: not requested: …".into()],
+        });
+        let text = render(&report);
+        assert!(
+            text.contains(
+                "  app.items (snapshot of public.items by the pipeline \"cdc\"): 3 key(s): {\"id\":3}, {\"id\":6} … 1 more (--max-keys)\n  app.other: not requested: …\n"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["repair"]["source_pipeline"], "cdc");
+        assert_eq!(
+            json["repair"]["requested"][0]["source_table"],
+            "public.items"
+        );
+        assert_eq!(json["repair"]["requested"][0]["listed"][1]["id"], 6);
     }
 }

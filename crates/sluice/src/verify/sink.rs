@@ -22,6 +22,7 @@ use super::compare::{self, Limits, Side, explained, verify_table};
 use super::report::{Report, TableReport};
 use super::source::{self, PlanRules};
 use super::topic::Cutoff;
+use crate::error::ConfigIssue;
 use crate::event::EventOptions;
 use crate::sink::config::SinkPipelineConfig;
 use crate::sink::postgres::config::PostgresSinkConfig;
@@ -70,8 +71,6 @@ pub async fn verify_sink(
     let client = snapshot(config, target).await?;
     let applied = progress(&client, config, target).await?;
     let subs = config.sub_partitions();
-    // Target table → its topics.
-    let mut by_table: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut report = Report::new(format!(
         "the offsets applied in {} ({} topic(s), {} partition(s))",
         target.progress_table(),
@@ -79,31 +78,13 @@ pub async fn verify_sink(
         applied.values().map(|a| a.next.len()).sum::<usize>()
     ));
     report.kind = "sink";
-    for topic in &topics {
-        match target.table_for(topic) {
-            Ok(table) => by_table
-                .entry(table.to_string())
-                .or_default()
-                .push(topic.clone()),
-            Err(issue) => report.tables.push(TableReport::not_verified(
-                String::new(),
-                topic.clone(),
-                format!("{}: {}", issue.key, issue.problem),
-            )),
-        }
-    }
-    if !tables.is_empty() {
-        for wanted in tables {
-            if !by_table.contains_key(wanted) {
-                anyhow::bail!(
-                    "--table {wanted}: not a table this sink writes (its topics go to: {})",
-                    by_table.keys().cloned().collect::<Vec<_>>().join(", ")
-                );
-            }
-        }
-        by_table.retain(|table, _| tables.contains(table));
-        report.tables.clear();
-    }
+    // Target table → its topics.
+    let by_table = tables_of_topics(
+        &topics,
+        |topic| target.table_for(topic).map(|t| t.to_string()),
+        tables,
+        &mut report,
+    )?;
     let started = Instant::now();
     for (table, topics) in &by_table {
         let [topic] = topics.as_slice() else {
@@ -152,6 +133,45 @@ pub async fn verify_sink(
     report.topic_ms = started.elapsed().as_millis() as u64;
     report.tables.sort_by(|a, b| a.table.cmp(&b.table));
     Ok(report)
+}
+
+/// A sink's topics grouped by the target table each goes to (`table_for`); a topic whose
+/// table cannot be told (the [`ConfigIssue`]) is reported as not verified. With `tables`, only
+/// those (each must be one of the sink's, else `Err`), and nothing else reported.
+///
+/// # Errors
+///
+/// A table of `tables` that no topic goes to.
+pub(super) fn tables_of_topics(
+    topics: &[String],
+    table_for: impl Fn(&str) -> Result<String, ConfigIssue>,
+    tables: &[String],
+    report: &mut Report,
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let mut by_table: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for topic in topics {
+        match table_for(topic) {
+            Ok(table) => by_table.entry(table).or_default().push(topic.clone()),
+            Err(issue) => report.tables.push(TableReport::not_verified(
+                String::new(),
+                topic.clone(),
+                format!("{}: {}", issue.key, issue.problem),
+            )),
+        }
+    }
+    if !tables.is_empty() {
+        for wanted in tables {
+            if !by_table.contains_key(wanted) {
+                anyhow::bail!(
+                    "--table {wanted}: not a table this sink writes (its topics go to: {})",
+                    by_table.keys().cloned().collect::<Vec<_>>().join(", ")
+                );
+            }
+        }
+        by_table.retain(|table, _| tables.contains(table));
+        report.tables.clear();
+    }
+    Ok(by_table)
 }
 
 /// One target table against its topic; the report and the table's rows.

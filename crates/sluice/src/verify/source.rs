@@ -58,7 +58,7 @@ pub struct TablePlan {
 }
 
 impl TablePlan {
-    fn where_clause(&self, extra: Option<&str>) -> String {
+    pub(super) fn where_clause(&self, extra: Option<&str>) -> String {
         let mut conditions: Vec<String> = Vec::new();
         if let Some(filter) = &self.filter {
             conditions.push(format!("({filter})"));
@@ -199,7 +199,8 @@ impl SourceSnapshot {
         self.catalog.captured_tables(config).await
     }
 
-    /// What of `table` is compared; `Err` says why it cannot be verified.
+    /// What of `table` is compared; `Err` says why it cannot be verified (see
+    /// [`plan_captured`]).
     ///
     /// # Errors
     ///
@@ -209,37 +210,7 @@ impl SourceSnapshot {
         config: &PgPipelineConfig,
         table: &CapturedTable,
     ) -> Result<Result<TablePlan, String>, PipelineError> {
-        let qualified = table.qualified();
-        let pg: &PostgresSourceConfig = &config.source;
-        if !table.has_primary_key {
-            return Ok(Err(
-                "no primary key: its records have no key to compare by".into()
-            ));
-        }
-        let rule_names = table.rule_names();
-        let left_out = |name: &str| match pg.column_treatment_of(&rule_names, name) {
-            ColumnTreatment::Exclude => Some("excluded (source.postgres.columns.exclude)"),
-            ColumnTreatment::Hash => Some("hashed (source.postgres.columns.hash)"),
-            ColumnTreatment::Mask => Some("masked (source.postgres.columns.mask)"),
-            _ => None,
-        };
-        plan_table(
-            self.client(),
-            &PlanRules {
-                quoted: format!(
-                    "{}.{}",
-                    quote_ident(&table.schema),
-                    quote_ident(&table.table)
-                ),
-                topic: format!("{}.{qualified}", config.kafka.topic_prefix),
-                qualified,
-                events: &config.kafka.events,
-                left_out: &left_out,
-                generated: (!pg.publish_generated_columns).then_some("generated (not published)"),
-                filter: pg.row_filter_of(&rule_names),
-            },
-        )
-        .await
+        plan_captured(self.client(), config, table).await
     }
 
     /// The pipeline slot's confirmed position (`None`: no such slot).
@@ -250,6 +221,75 @@ impl SourceSnapshot {
     pub async fn slot_confirmed(&self, slot: &str) -> Result<Option<Lsn>, PipelineError> {
         Ok(self.catalog.slot(slot).await?.map(|s| s.confirmed_flush))
     }
+}
+
+/// What of the captured `table` is compared, by the pipeline's rules (its columns excluded,
+/// hashed or masked, its row filter), read with `client` (under the verification's snapshot,
+/// or, for a sink's repair, the current catalog); `Err` says why it cannot be verified.
+///
+/// # Errors
+///
+/// `Ok(Err(reason))` for a table that cannot be verified; `Err` for failed queries.
+pub async fn plan_captured(
+    client: &Client,
+    config: &PgPipelineConfig,
+    table: &CapturedTable,
+) -> Result<Result<TablePlan, String>, PipelineError> {
+    let qualified = table.qualified();
+    let pg: &PostgresSourceConfig = &config.source;
+    if !table.has_primary_key {
+        return Ok(Err(
+            "no primary key: its records have no key to compare by".into()
+        ));
+    }
+    let rule_names = table.rule_names();
+    let left_out = |name: &str| match pg.column_treatment_of(&rule_names, name) {
+        ColumnTreatment::Exclude => Some("excluded (source.postgres.columns.exclude)"),
+        ColumnTreatment::Hash => Some("hashed (source.postgres.columns.hash)"),
+        ColumnTreatment::Mask => Some("masked (source.postgres.columns.mask)"),
+        _ => None,
+    };
+    plan_table(
+        client,
+        &PlanRules {
+            quoted: format!(
+                "{}.{}",
+                quote_ident(&table.schema),
+                quote_ident(&table.table)
+            ),
+            topic: format!("{}.{qualified}", config.kafka.topic_prefix),
+            qualified,
+            events: &config.kafka.events,
+            left_out: &left_out,
+            generated: (!pg.publish_generated_columns).then_some("generated (not published)"),
+            filter: pg.row_filter_of(&rule_names),
+        },
+    )
+    .await
+}
+
+/// What the pipeline's configuration lets verify compare; `Err` names what does not.
+///
+/// # Errors
+///
+/// Transforms, or operations left out of the topics.
+pub fn check_supported(config: &PgPipelineConfig) -> anyhow::Result<()> {
+    let events = &config.kafka.events;
+    if !config.transforms.is_empty() {
+        anyhow::bail!(
+            "the pipeline has [transforms]: verify compares Debezium's envelopes in the default topics, not transformed records"
+        );
+    }
+    let skipped = events.skipped_operations;
+    if skipped.create || skipped.update || skipped.delete {
+        anyhow::bail!(
+            "kafka.events.skipped_operations leaves out inserts, updates or deletes: the topics cannot hold what the tables hold"
+        );
+    }
+    if config.source.outbox.is_some() {
+        tracing::info!("outbox tables are not verified (their topics are per aggregate)");
+    }
+    Ok(())
 }
 
 /// The pipeline's slot record in its state store (a Kafka state store is read without fencing

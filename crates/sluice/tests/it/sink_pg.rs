@@ -170,9 +170,13 @@ async fn cdc_changes_replicate_into_another_database() {
     create_topic(&topic, 2).await;
 
     let cdc_port = free_port();
+    // The signal table: `verify --repair --source-pipeline` below requests snapshots there.
     let cdc = Sluice::start(
         &test_dir(&format!("{name}_cdc")),
-        &pipeline_toml(&name, &schema, &name, cdc_port, ""),
+        &pipeline_toml(&name, &schema, &name, cdc_port, "").replace(
+            "[kafka]",
+            &format!("signal_table = \"{schema}.sluice_signal\"\n\n[kafka]"),
+        ),
         cdc_port,
     );
     cdc.wait_streaming(Duration::from_secs(60));
@@ -240,11 +244,117 @@ async fn cdc_changes_replicate_into_another_database() {
         .unwrap()
         .get(0);
     assert_eq!(moved, 500, "rows whose primary key changed");
+    repair_of_the_sink(&source, &target, &schema, &cdc, &sink).await;
     drop(cdc);
     drop(sink);
     crate::support::drop_slot_and_publication(&source, &name).await;
     drop(target);
     drop_database(&name).await;
+}
+
+/// `sluice verify` of the sink of [`cdc_changes_replicate_into_another_database`] (both
+/// pipelines running): equal; a row changed and a row deleted in the target by hand are found
+/// with their keys (exit code 1), and a row added that the source does not hold; `--repair`
+/// without the source pipeline is refused, with it requests exactly the two keys the source
+/// holds through the source pipeline's signal table and says why the third is left out; the
+/// sink then applies the rows read again: verify equal (exit code 0), the target equal to the
+/// source.
+async fn repair_of_the_sink(
+    source: &Client,
+    target: &Client,
+    schema: &str,
+    cdc: &Sluice,
+    sink: &Sluice,
+) {
+    use crate::verify::{differences, verify};
+    let t = format!("{schema}.items");
+    let (code, report) = verify(&sink.file, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    let ids: Vec<i64> = source
+        .query(&format!("SELECT id FROM {t} ORDER BY id LIMIT 2"), &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let (changed, deleted) = (ids[0], ids[1]);
+    target
+        .batch_execute(&format!(
+            "UPDATE {t} SET label = 'tampered', counter = counter + 100 WHERE id = {changed};
+             DELETE FROM {t} WHERE id = {deleted};
+             INSERT INTO {t} (id, n) VALUES (99999, 1);"
+        ))
+        .await
+        .unwrap();
+    let (code, report) = verify(&sink.file, &[]);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        differences(&report),
+        [
+            ("differs".to_owned(), changed.to_string()),
+            ("missing_in_table".to_owned(), deleted.to_string()),
+            ("missing_in_topic".to_owned(), "99999".to_owned()),
+        ],
+        "{report:#}"
+    );
+    let (code, report) = verify(&sink.file, &["--repair"]);
+    assert_eq!(code, 2, "{report:#}");
+    assert!(
+        report["error"]
+            .as_str()
+            .unwrap()
+            .contains("--source-pipeline"),
+        "{report:#}"
+    );
+    let source_file = cdc.file.to_str().unwrap();
+    let (code, report) = verify(&sink.file, &["--repair", "--source-pipeline", source_file]);
+    assert_eq!(code, 1, "{report:#}");
+    let repair = &report["repair"];
+    assert_eq!(repair["keys"], 2, "{report:#}");
+    assert_eq!(repair["requested"][0]["table"], t, "{report:#}");
+    assert_eq!(repair["requested"][0]["source_table"], t, "{report:#}");
+    let mut listed: Vec<i64> = repair["requested"][0]["listed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["id"].as_i64().unwrap())
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, [changed, deleted], "{report:#}");
+    // The row the source does not hold either: left out, and the report says why and how.
+    let hints = repair["hints"].as_array().unwrap();
+    assert_eq!(hints.len(), 1, "{report:#}");
+    let hint = hints[0].as_str().unwrap();
+    assert!(
+        hint.contains("1 key(s) in the table but not live in the topic are not in")
+            && hint.contains("delete those rows"),
+        "{report:#}"
+    );
+    target
+        .batch_execute(&format!("DELETE FROM {t} WHERE id = 99999"))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + crate::support::bound(Duration::from_secs(60));
+    loop {
+        let (code, report) = verify(&sink.file, &[]);
+        if code == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink not repaired within 60 s: {report:#}\nsource pipeline:\n{}\nsink:\n{}",
+            cdc.log_text(),
+            sink.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    target
+        .batch_execute(&format!("DROP TABLE {schema}.expected"))
+        .await
+        .unwrap();
+    let counts =
+        assert_equal_to_source(source, target, schema, Duration::from_secs(30), sink).await;
+    assert_eq!(counts, (1000, 1000), "rows in the target and the source");
 }
 
 /// The Debezium event of update `counter` of key `id` (counter 0: the insert); `None`: the

@@ -141,7 +141,7 @@ fn table_report<'a>(report: &'a Value, table: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {table} in {report:#}"))
 }
 
-fn differences(report: &Value) -> Vec<(String, String)> {
+pub(crate) fn differences(report: &Value) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = report["tables"]
         .as_array()
         .unwrap()
