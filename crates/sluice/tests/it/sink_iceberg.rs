@@ -1445,7 +1445,6 @@ async fn upsert_table_repaired_through_the_source_pipeline() {
         eprintln!("skipped: SLUICE_IT_ICEBERG_REPAIR is not set");
         return;
     }
-    let _broker = broker_shared().await;
     let name = unique("icesink_repair");
     let schema = name.clone();
     let source = crate::support::pg().await;
