@@ -103,7 +103,7 @@ pub struct IcebergSinkConfig {
     pub auto_evolve: bool,
     /// `auto_create`: the new table's partition spec, `transform(column)` each (Iceberg's
     /// transforms: `identity`, `year`, `month`, `day`, `hour`, `bucket[N]`, `truncate[W]`),
-    /// or a bare column for `identity`. Append mode only.
+    /// or a bare column for `identity`.
     #[serde(default)]
     pub partition_by: Vec<String>,
     /// Sub-partitions per Kafka partition (by key hash).
@@ -360,12 +360,6 @@ impl IcebergSinkConfig {
             if let Err(problem) = parse_partition(entry) {
                 issue("sink.iceberg.partition_by", problem);
             }
-        }
-        if !self.partition_by.is_empty() && self.mode == IcebergMode::Upsert {
-            issue(
-                "sink.iceberg.partition_by",
-                "applies to mode = \"append\" only (upsert mode writes unpartitioned tables): expected no partition_by, or mode = \"append\"".into(),
-            );
         }
         if !(1..=256).contains(&self.sub_partitions) {
             issue(
