@@ -690,7 +690,8 @@ async fn zombie_loses_the_commit_race(toml: String, topic: String, catalog: &str
 
 /// The zombie-writer race ([`zombie_loses_the_commit_race`]) on both catalogs and in both
 /// modes: append through the SQL catalog (its compare-and-set refuses the zombie) and upsert
-/// through the REST catalog to S3 (the server's `assert-ref-snapshot-id` requirement does).
+/// through the REST catalog to S3 (the server's `assert-ref-snapshot-id` requirement does;
+/// the writers sign in with OAuth2 client credentials at the server's token endpoint).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_zombie_writers_commit_loses_the_catalog_race() {
     #[cfg(not(feature = "failpoints"))]
@@ -718,12 +719,18 @@ async fn a_zombie_writers_commit_loses_the_catalog_race() {
         let name = unique("icesink_rfence");
         let topic = format!("{name}.app.items");
         let dir = test_dir(&name);
+        // Signed in with OAuth2 client credentials at the server's token endpoint.
         let toml = on_rest(
             upsert_toml(&name, &topic, &uri, &dir, free_port()),
             &name,
             &dir,
             &warehouse,
+        )
+        .replace(
+            "[sink.iceberg]\n",
+            "[sink.iceberg]\ncatalog_credential = \"sluice:not-checked\"\n",
         );
+        assert!(toml.contains("catalog_credential"), "{toml}");
         zombie_loses_the_commit_race(toml, topic, &uri, &format!("{name}.items")).await;
     }
 }

@@ -45,7 +45,7 @@ use super::catalog::PgCatalog;
 use super::client::{IcebergCatalog, Pinned};
 use super::config::{IcebergMode, IcebergSinkConfig};
 use super::convert;
-use super::rest::RestCatalog;
+use super::rest::{RestAuth, RestCatalog};
 use super::upsert::{self, Epoch, KeyIndex, Partitioner, Pos};
 use crate::error::PipelineError;
 use crate::pg_connect::PgConnectConfig;
@@ -81,10 +81,31 @@ pub fn open_catalog(
             )
         })?;
     if settings.is_rest() {
+        let auth = match (
+            settings.catalog_token.as_deref().filter(|t| !t.is_empty()),
+            settings
+                .catalog_credential
+                .as_deref()
+                .filter(|c| !c.is_empty()),
+        ) {
+            (Some(token), _) => RestAuth::Token(token.to_owned()),
+            (None, Some(credential)) => RestAuth::credential(
+                credential,
+                settings
+                    .catalog_oauth2_server_uri
+                    .clone()
+                    .unwrap_or_else(|| RestCatalog::default_token_endpoint(&settings.catalog_uri)),
+                settings
+                    .catalog_scope
+                    .clone()
+                    .unwrap_or_else(|| "catalog".to_owned()),
+            ),
+            (None, None) => RestAuth::None,
+        };
         let catalog = RestCatalog::new(
             &settings.catalog_uri,
             settings.warehouse.clone(),
-            settings.catalog_token.clone().filter(|t| !t.is_empty()),
+            auth,
             file_io,
         )
         .map_err(|e| PipelineError::fatal(e.to_string(), "fix sink.iceberg.catalog_uri"))?;
