@@ -86,6 +86,13 @@ struct TokenAnswer {
     expires_in: Option<u64>,
 }
 
+/// When to fetch another token than one received at `now` for `expires_in` seconds: a tenth
+/// of its life (at most a minute) before it expires; `None` (never) for a lifetime past what
+/// an instant holds (the number is the server's: no overflow panics).
+fn renew_at(now: Instant, expires_in: u64) -> Option<Instant> {
+    now.checked_add(Duration::from_secs(expires_in - (expires_in / 10).min(60)))
+}
+
 /// A REST catalog.
 pub struct RestCatalog {
     /// `<catalog_uri>/v1`.
@@ -323,10 +330,9 @@ impl RestCatalog {
             refused("the answer has no access_token (not an OAuth2 token answer)".into())
                 .with_source(e)
         })?;
-        // Renewed a tenth of its life (at most a minute) before it expires.
         let renew_at = answer
             .expires_in
-            .map(|secs| Instant::now() + Duration::from_secs(secs - (secs / 10).min(60)));
+            .and_then(|secs| renew_at(Instant::now(), secs));
         *self
             .token
             .lock()
@@ -785,6 +791,15 @@ mod tests {
             namespace_segment(&NamespaceIdent::from_strs(["a", "b"]).unwrap()),
             "a%1Fb"
         );
+    }
+
+    #[test]
+    fn tokens_are_renewed_before_they_expire() {
+        let now = Instant::now();
+        assert_eq!(renew_at(now, 100), Some(now + Duration::from_secs(90)));
+        assert_eq!(renew_at(now, 3600), Some(now + Duration::from_secs(3540)));
+        assert_eq!(renew_at(now, 0), Some(now));
+        assert_eq!(renew_at(now, u64::MAX), None);
     }
 
     /// OAuth2 client credentials against a catalog that wants a bearer token (a token
