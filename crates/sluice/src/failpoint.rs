@@ -41,6 +41,10 @@
 //! - `sink::iceberg::before_swap` (crash): in an Iceberg sink upsert commit, after the
 //!   epoch's data and delete files, manifests and manifest list are written and before the
 //!   catalog's pointer is swapped (the commit did not happen).
+//! - `sink::iceberg::before_commit` (gate): in an Iceberg sink commit (either mode), after the
+//!   writer read the table and checked that it still owns its sub-partition, before the commit
+//!   is sent to the catalog (on every attempt). In-process tests hold one writer there with
+//!   `fail::cfg_callback` while another commits.
 //! - `sink::files::commit` (gate): in a files sink epoch commit, after the epoch's files are
 //!   finished and before anything of the commit is written (uploads, state). Armed with
 //!   `return(PATH)`, the worker logs `failpoint: waiting for the gate file` and blocks until

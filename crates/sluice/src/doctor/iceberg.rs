@@ -155,7 +155,7 @@ fn unreachable(iceberg: &IcebergSinkConfig, error: &str) -> Finding {
             "catalog_uri",
             crate::pg_connect::redact_url(&iceberg.catalog_uri).into(),
         )],
-        "check sink.iceberg.catalog_uri (and catalog_token) and that the catalog is up",
+        "check sink.iceberg.catalog_uri (and catalog_token or catalog_credential) and that the catalog is up",
     )
 }
 

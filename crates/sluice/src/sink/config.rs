@@ -1201,6 +1201,16 @@ mod tests {
         };
         let config = SinkPipelineConfig::from_toml(text, "t.toml", &rest).unwrap();
         assert!(config.iceberg().unwrap().is_rest());
+        // OAuth2 client credentials from the environment.
+        let oauth = |name: &str| match name {
+            "ICEBERG_CREDENTIAL" => Some("sluice:secret".to_owned()),
+            other => rest(other),
+        };
+        let config = SinkPipelineConfig::from_toml(text, "t.toml", &oauth).unwrap();
+        assert_eq!(
+            config.iceberg().unwrap().catalog_credential.as_deref(),
+            Some("sluice:secret")
+        );
         let no_warehouse = |name: &str| match name {
             "ICEBERG_WAREHOUSE" => Some("gs://bucket/wh".to_owned()),
             other => iceberg_env(other),

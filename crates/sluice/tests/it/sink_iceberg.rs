@@ -556,31 +556,73 @@ async fn a_sink_killed_after_a_commit_writes_no_row_twice() {
     drop_database(&name).await;
 }
 
-/// Fencing: two writers of the same sub-partition (a zombie that lost its assignment and the
-/// writer that took it over) both start from what the table holds; the one that commits
-/// second finds the table's offset for the sub-partition moved and its commit is discarded
-/// (the table keeps the first writer's rows only), while a writer of another sub-partition
-/// commits on top (its offset is its own).
-#[tokio::test(flavor = "multi_thread")]
-async fn a_second_writer_of_a_sub_partition_is_fenced() {
+/// Holds the thread named `thread` at failpoint `point` (a gate point) until released; other
+/// threads pass (the `it` binary runs other tests in the same process).
+#[cfg(feature = "failpoints")]
+struct Held {
+    point: &'static str,
+    reached: std::sync::mpsc::Receiver<()>,
+    release: Option<std::sync::mpsc::Sender<()>>,
+}
+
+#[cfg(feature = "failpoints")]
+impl Held {
+    fn at(point: &'static str, thread: &'static str) -> Self {
+        use std::sync::{Mutex, mpsc};
+        let (reached_tx, reached) = mpsc::channel();
+        let (release, release_rx) = mpsc::channel::<()>();
+        let (reached_tx, release_rx) = (Mutex::new(reached_tx), Mutex::new(release_rx));
+        fail::cfg_callback(point, move || {
+            if std::thread::current().name() == Some(thread) {
+                let _ = reached_tx.lock().unwrap().send(());
+                let _ = release_rx.lock().unwrap().recv();
+            }
+        })
+        .unwrap();
+        Self {
+            point,
+            reached,
+            release: Some(release),
+        }
+    }
+
+    /// Waits until the thread is held at the point.
+    fn wait_reached(&self) {
+        self.reached
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("no thread reached {}", self.point));
+    }
+
+    /// Lets the held thread (and any later pass) through.
+    fn release(&mut self) {
+        self.release.take();
+    }
+}
+
+#[cfg(feature = "failpoints")]
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.release.take();
+        fail::remove(self.point);
+    }
+}
+
+/// The zombie-writer race on `toml`'s table `table` (read back through `catalog`): two writers
+/// of one sub-partition — a zombie that lost its assignment and the writer that took it over —
+/// both start from what the table holds. The zombie reads the table, finds its sub-partition's
+/// offset as it expects, and is held there (the `sink::iceberg::before_commit` gate) while the
+/// owner commits, and a writer of another sub-partition commits on top. Let through, the
+/// zombie's commit, built on the table it read, must be refused by the catalog (the SQL
+/// catalog's compare-and-set, the REST catalog's requirements); reading the table again, it
+/// finds the owner's offset and is discarded. The table holds the owner's and the other
+/// sub-partition's rows, each once, and none of the zombie's.
+#[cfg(feature = "failpoints")]
+async fn zombie_loses_the_commit_race(toml: String, topic: String, catalog: &str, table: &str) {
     use sluice::sink::files::SubPartitionId;
     use sluice::sink::iceberg::writer::IcebergTarget;
     use sluice::sink::worker::RecordData;
     use sluice::sink::worker::SubPartitionWriter;
 
-    let name = unique("icesink_fence");
-    let (catalog, _client) = target_database(&name).await;
-    let topic = format!("{name}.app.items");
-    let dir = test_dir(&name);
-    let warehouse = dir.join("warehouse");
-    let toml = sink_toml(
-        &name,
-        &topic,
-        &catalog,
-        warehouse.to_str().unwrap(),
-        free_port(),
-        "",
-    );
     let config =
         sluice::sink::config::SinkPipelineConfig::from_toml(&toml, "t.toml", &|_| None).unwrap();
     let handle = tokio::runtime::Handle::current();
@@ -613,9 +655,16 @@ async fn a_second_writer_of_a_sub_partition_is_fenced() {
         write(&mut zombie, 0..20);
         write(&mut owner, 0..10);
         write(&mut other, 20..30);
+        let mut held = Held::at("sink::iceberg::before_commit", "iceberg-zombie");
+        let zombie = std::thread::Builder::new()
+            .name("iceberg-zombie".into())
+            .spawn(move || zombie.commit().map_err(|e| e.to_string()))
+            .unwrap();
+        held.wait_reached();
         owner.commit().unwrap();
-        let fenced = zombie.commit().unwrap_err().to_string();
         other.commit().unwrap();
+        held.release();
+        let fenced = zombie.join().unwrap().unwrap_err();
         let recovered = target.recover(&id(0)).unwrap().unwrap().last_offset;
         let other_recovered = target.recover(&id(1)).unwrap().unwrap().last_offset;
         let expected: Vec<u64> = (0..10).chain(20..30).collect();
@@ -624,10 +673,152 @@ async fn a_second_writer_of_a_sub_partition_is_fenced() {
     .join()
     .unwrap();
     let (fenced, recovered, other_recovered) = outcome;
-    assert!(fenced.contains("another writer committed"), "{fenced}");
+    assert!(
+        fenced.contains("another writer committed")
+            && fenced.contains("1 commit(s) of them refused by the catalog"),
+        "{fenced}"
+    );
     assert_eq!((recovered, other_recovered), (9, 29));
-    let read = rows_by_seq(&read_table(&catalog, "cdc.items", &[]).unwrap());
-    assert_eq!(read.keys().copied().collect::<Vec<_>>(), expected);
+    // What a reader sees: the owner's and the other sub-partition's rows, each once.
+    let text = read_table(catalog, table, &[]).unwrap();
+    let ids: Vec<u64> = rows_by_id(&text).keys().copied().collect();
+    assert_eq!(ids, expected, "the rows of {table}");
+    assert_eq!(text.lines().count(), expected.len(), "{text}");
+}
+
+/// The zombie-writer race ([`zombie_loses_the_commit_race`]) on both catalogs and in both
+/// modes: append through the SQL catalog (its compare-and-set refuses the zombie) and upsert
+/// through the REST catalog to S3 (the server's `assert-ref-snapshot-id` requirement does;
+/// the writers sign in with OAuth2 client credentials at the server's token endpoint).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_zombie_writers_commit_loses_the_catalog_race() {
+    #[cfg(not(feature = "failpoints"))]
+    panic!("this test holds a writer at a failpoint: build with --features sluice/failpoints");
+    #[cfg(feature = "failpoints")]
+    {
+        let name = unique("icesink_fence");
+        let (catalog, _client) = target_database(&name).await;
+        let topic = format!("{name}.app.items");
+        let dir = test_dir(&name);
+        let warehouse = dir.join("warehouse");
+        let toml = sink_toml(
+            &name,
+            &topic,
+            &catalog,
+            warehouse.to_str().unwrap(),
+            free_port(),
+            "",
+        );
+        zombie_loses_the_commit_race(toml, topic, &catalog, "cdc.items").await;
+        drop(_client);
+        drop_database(&name).await;
+
+        let (uri, warehouse) = rest_catalog();
+        let name = unique("icesink_rfence");
+        let topic = format!("{name}.app.items");
+        let dir = test_dir(&name);
+        // Signed in with OAuth2 client credentials at the server's token endpoint.
+        let toml = on_rest(
+            upsert_toml(&name, &topic, &uri, &dir, free_port()),
+            &name,
+            &dir,
+            &warehouse,
+        )
+        .replace(
+            "[sink.iceberg]\n",
+            "[sink.iceberg]\ncatalog_credential = \"sluice:not-checked\"\n",
+        );
+        assert!(toml.contains("catalog_credential"), "{toml}");
+        zombie_loses_the_commit_race(toml, topic, &uri, &format!("{name}.items")).await;
+    }
+}
+
+/// Events without schemas (plain JSON rows, as `ExtractNewRecordState` leaves them with
+/// `schemas.enable=false`) in upsert mode, through the sink's writer: `auto_create` makes the
+/// table from the first row's values (the key's field its identifier), and `auto_evolve` adds
+/// a column for each new field once a value types it (a number with a fraction → `double`, a
+/// boolean → `boolean`, an array → `string`, its JSON); a field that is only ever null adds
+/// nothing. pyiceberg reads each key's newest row, the new columns null in rows written
+/// before them.
+#[tokio::test(flavor = "multi_thread")]
+async fn plain_json_rows_create_and_evolve_the_table() {
+    use sluice::sink::files::SubPartitionId;
+    use sluice::sink::iceberg::writer::IcebergTarget;
+    use sluice::sink::worker::{RecordData, SubPartitionWriter};
+
+    let name = unique("icesink_plain");
+    let (catalog, _client) = target_database(&name).await;
+    let topic = format!("{name}.app.items");
+    let dir = test_dir(&name);
+    let toml = upsert_toml(&name, &topic, &catalog, &dir, free_port()).replace(
+        "auto_create = true\n",
+        "auto_create = true\nauto_evolve = true\n",
+    );
+    let config =
+        sluice::sink::config::SinkPipelineConfig::from_toml(&toml, "t.toml", &|_| None).unwrap();
+    let handle = tokio::runtime::Handle::current();
+    let rows = [
+        json!({"id": 1, "name": "one", "qty": 10}),
+        json!({"id": 2, "name": "two", "qty": 20, "note": null}),
+        json!({"id": 3, "name": "three", "qty": -3}),
+        // The second epoch: new fields, key 2 updated.
+        json!({"id": 2, "name": "two'", "qty": 21, "score": 2.5, "tags": ["a", "b"], "note": null}),
+        json!({"id": 4, "name": "four", "qty": 40, "active": true}),
+    ];
+    std::thread::spawn(move || {
+        let target = std::sync::Arc::new(
+            IcebergTarget::open(&config, config.iceberg().unwrap(), handle).unwrap(),
+        );
+        let mut writer = target.writer(
+            SubPartitionId {
+                topic,
+                partition: 0,
+                sub: 0,
+            },
+            -1,
+        );
+        for (offset, row) in rows.iter().enumerate() {
+            let key = json!({"id": row["id"]}).to_string();
+            let value = row.to_string();
+            let data = RecordData::new(
+                offset as i64,
+                Some(key.as_bytes()),
+                Some(value.as_bytes()),
+                None,
+            );
+            if let Err(e) = writer.write(&data) {
+                panic!("offset {offset}: {e:?}");
+            }
+            if offset == 2 {
+                writer.commit().unwrap();
+            }
+        }
+        writer.commit().unwrap();
+    })
+    .join()
+    .unwrap();
+    let read = rows_by_id(&read_table(&catalog, "cdc.items", &[]).unwrap());
+    let row = |id, name, qty, score: Value, tags: Value, active: Value| json!({"id": id, "name": name, "qty": qty, "score": score, "tags": tags, "active": active});
+    let expected = BTreeMap::from([
+        (1, row(1, "one", 10, Value::Null, Value::Null, Value::Null)),
+        (
+            2,
+            row(
+                2,
+                "two'",
+                21,
+                json!(2.5),
+                json!("[\"a\",\"b\"]"),
+                Value::Null,
+            ),
+        ),
+        (
+            3,
+            row(3, "three", -3, Value::Null, Value::Null, Value::Null),
+        ),
+        (4, row(4, "four", 40, Value::Null, Value::Null, json!(true))),
+    ]);
+    assert_eq!(read, expected);
     drop(_client);
     drop_database(&name).await;
 }
@@ -905,7 +1096,12 @@ fn upsert_toml(name: &str, topic: &str, catalog: &str, dir: &std::path::Path, po
 /// changes and rows created and deleted in one epoch, in two phases (so the second phase's
 /// updates and deletes hit rows the first committed); pyiceberg and the Iceberg Java library
 /// read exactly the model's rows, each key once, every column; then a truncate empties the
-/// table and later changes of old and new keys are applied on the empty table.
+/// table and later changes of old and new keys are applied on the empty table. The table is
+/// partitioned (`partition_by = ["flag"]`), and updates move keys from one partition to the
+/// other: each old row is deleted by a delete file of its own partition, which readers only
+/// apply to the data files of that partition. (An identity partition: pyiceberg, which
+/// changes the table below, needs `pyiceberg-core` for other transforms; the crash test
+/// partitions by year and bucket.)
 #[tokio::test(flavor = "multi_thread")]
 async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
     let name = unique("icesink_upsert");
@@ -915,15 +1111,25 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
     let (one, two) = upsert_phases();
     let mut model = BTreeMap::new();
     produce_changes(&topic, &one, &mut model);
+    let flag = |seq: u64| row(0, seq).1["flag"].as_bool().unwrap();
+    let first_flags: BTreeMap<u64, bool> =
+        model.iter().map(|(id, seq)| (*id, flag(*seq))).collect();
     let dir = test_dir(&name);
     let port = free_port();
-    let sink = Sluice::start(
-        &dir,
-        &upsert_toml(&name, &topic, &catalog, &dir, port),
-        port,
+    let toml = upsert_toml(&name, &topic, &catalog, &dir, port).replace(
+        "mode = \"upsert\"\n",
+        "mode = \"upsert\"\npartition_by = [\"flag\"]\n",
     );
+    assert!(toml.contains("partition_by"), "{toml}");
+    let sink = Sluice::start(&dir, &toml, port);
     wait_table(&catalog, &expected_rows(&model), &sink);
     produce_changes(&topic, &two, &mut model);
+    // Keys whose row moved to the other partition since the first phase committed.
+    let moved = model
+        .iter()
+        .filter(|(id, seq)| first_flags.get(id).is_some_and(|f| *f != flag(**seq)))
+        .count();
+    assert!(moved > 10, "{moved} keys moved partitions");
     wait_table(&catalog, &expected_rows(&model), &sink);
     // The second reader: the Iceberg Java library reads the same rows.
     let java = rows_by_id(&read_table_java(&catalog, "cdc.items"));
@@ -937,6 +1143,16 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
     assert!(
         snapshots.lines().all(|l| l.contains("\"total-records\"")),
         "{snapshots}"
+    );
+    // Commits with deletes in several partitions: a delete file each.
+    assert!(
+        snapshots.lines().any(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["summary"]["added-delete-files"]
+                .as_str()
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n > 1)
+        }),
+        "no commit with delete files in several partitions: {snapshots}"
     );
     assert!(
         snapshots.contains("\"total-position-deletes\""),
@@ -1006,7 +1222,9 @@ async fn upsert_table_read_by_pyiceberg_equals_the_changes() {
 /// are written but before the catalog's pointer moves, restarts, aborts again right after
 /// its third commit (before any Kafka offset is committed), and restarts; every record is
 /// delivered again each time, the key index is rebuilt from the table, and pyiceberg reads
-/// exactly the model's rows: no key twice, none missing.
+/// exactly the model's rows: no key twice, none missing. The table is partitioned by the
+/// year of `born` and a bucket of the key (updates move keys between years): the index is
+/// rebuilt from data and delete files of several partitions.
 #[tokio::test(flavor = "multi_thread")]
 async fn upsert_across_crashes_keeps_each_key_once() {
     let name = unique("icesink_upcrash");
@@ -1020,7 +1238,12 @@ async fn upsert_across_crashes_keeps_each_key_once() {
     let dir = test_dir(&name);
     let port = free_port();
     let toml = upsert_toml(&name, &topic, &catalog, &dir, port)
-        .replace("commit_records = 400", "commit_records = 60");
+        .replace("commit_records = 400", "commit_records = 60")
+        .replace(
+            "mode = \"upsert\"\n",
+            "mode = \"upsert\"\npartition_by = [\"year(born)\", \"bucket[2](id)\"]\n",
+        );
+    assert!(toml.contains("partition_by"), "{toml}");
     let mut sink = Sluice::start_with_env(
         &dir,
         &toml,
@@ -1087,6 +1310,24 @@ fn rest_catalog() -> (String, String) {
     .clone()
 }
 
+/// `toml` (made with the test directory `dir`) writing to the REST catalog's S3 `warehouse`:
+/// the sink reaches moto with any key (the readers too: [`READER_ENV`]); the namespace is the
+/// test's own (`name`).
+fn on_rest(toml: String, name: &str, dir: &std::path::Path, warehouse: &str) -> String {
+    toml.replace(
+        &format!("warehouse = \"file://{}\"", dir.join("warehouse").display()),
+        &format!("warehouse = \"{warehouse}\""),
+    )
+    .replace("namespace = \"cdc\"\n", &format!("namespace = \"{name}\"\n"))
+    .replace(
+        "\n[admin]\n",
+        &format!(
+            "\n[sink.iceberg.s3]\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"sluice\"\nsecret_access_key = \"sluice-dev\"\nallow_http = true\n\n[admin]\n",
+            s3_endpoint()
+        ),
+    )
+}
+
 /// Upsert mode through the REST catalog protocol into an S3 warehouse: the Iceberg project's
 /// REST catalog server, the dev stack's S3 server (moto); creates, updates, deletes and
 /// primary-key changes in two phases; pyiceberg (RestCatalog, PyArrow's S3 file IO) and the
@@ -1115,22 +1356,16 @@ async fn upsert_through_the_rest_catalog_to_s3() {
     };
     let dir = test_dir(&name);
     let port = free_port();
-    // The sink reaches moto with any key (the readers too: reader_env); the namespace is the
-    // test's own.
-    let toml = upsert_toml(&name, &topic, &uri, &dir, port)
-        .replace(
-            &format!("warehouse = \"file://{}\"", dir.join("warehouse").display()),
-            &format!("warehouse = \"{warehouse}\""),
-        )
-        .replace("namespace = \"cdc\"\n", &format!("namespace = \"{name}\"\n"))
-        .replace("auto_create = true\n", "auto_create = true\nauto_evolve = true\n")
-        .replace(
-            "\n[admin]\n",
-            &format!(
-                "\n[sink.iceberg.s3]\nendpoint = \"{}\"\nregion = \"us-east-1\"\naccess_key_id = \"sluice\"\nsecret_access_key = \"sluice-dev\"\nallow_http = true\n\n[admin]\n",
-                s3_endpoint()
-            ),
-        );
+    let toml = on_rest(
+        upsert_toml(&name, &topic, &uri, &dir, port),
+        &name,
+        &dir,
+        &warehouse,
+    )
+    .replace(
+        "auto_create = true\n",
+        "auto_create = true\nauto_evolve = true\n",
+    );
     assert!(
         toml.contains(&warehouse) && toml.contains("[sink.iceberg.s3]"),
         "{toml}"

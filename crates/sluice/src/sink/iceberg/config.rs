@@ -66,6 +66,18 @@ pub struct IcebergSinkConfig {
     /// A REST catalog's bearer token (`"${ICEBERG_TOKEN}"` from the environment).
     #[serde(default)]
     pub catalog_token: Option<String>,
+    /// A REST catalog's OAuth2 client credentials, `client_id:client_secret` (or the secret
+    /// alone), exchanged for a bearer token (the `client_credentials` grant; pyiceberg's and
+    /// Java's `credential`).
+    #[serde(default)]
+    pub catalog_credential: Option<String>,
+    /// The OAuth2 token endpoint `catalog_credential` goes to (pyiceberg's and Java's
+    /// `oauth2-server-uri`; default `<catalog_uri>/v1/oauth/tokens`).
+    #[serde(default)]
+    pub catalog_oauth2_server_uri: Option<String>,
+    /// The scope `catalog_credential` asks for (default `catalog`, as pyiceberg and Java).
+    #[serde(default)]
+    pub catalog_scope: Option<String>,
     /// The catalog's name (a column of the catalog's tables).
     #[serde(default = "default_catalog_name")]
     pub catalog_name: String,
@@ -103,7 +115,7 @@ pub struct IcebergSinkConfig {
     pub auto_evolve: bool,
     /// `auto_create`: the new table's partition spec, `transform(column)` each (Iceberg's
     /// transforms: `identity`, `year`, `month`, `day`, `hour`, `bucket[N]`, `truncate[W]`),
-    /// or a bare column for `identity`. Append mode only.
+    /// or a bare column for `identity`.
     #[serde(default)]
     pub partition_by: Vec<String>,
     /// Sub-partitions per Kafka partition (by key hash).
@@ -129,6 +141,12 @@ impl std::fmt::Debug for IcebergSinkConfig {
                 &crate::pg_connect::redact_url(&self.catalog_uri),
             )
             .field("catalog_token", &self.catalog_token.as_ref().map(|_| "***"))
+            .field(
+                "catalog_credential",
+                &self.catalog_credential.as_ref().map(|_| "***"),
+            )
+            .field("catalog_oauth2_server_uri", &self.catalog_oauth2_server_uri)
+            .field("catalog_scope", &self.catalog_scope)
             .field("catalog_name", &self.catalog_name)
             .field("warehouse", &self.warehouse)
             .field("s3", &self.s3)
@@ -320,6 +338,48 @@ impl IcebergSinkConfig {
                 "a bearer token applies to a REST catalog only: expected catalog_uri = \"http(s)://…\", or no catalog_token".into(),
             );
         }
+        let credential = self.catalog_credential.as_deref();
+        if credential.is_some_and(|c| !c.is_empty()) {
+            if !self.is_rest() {
+                issue(
+                    "sink.iceberg.catalog_credential",
+                    "OAuth2 client credentials apply to a REST catalog only: expected catalog_uri = \"http(s)://…\", or no catalog_credential".into(),
+                );
+            } else if self.catalog_token.as_deref().is_some_and(|t| !t.is_empty()) {
+                issue(
+                    "sink.iceberg.catalog_credential",
+                    "set with catalog_token: expected one of them (a token as it is, or client credentials exchanged for one)".into(),
+                );
+            }
+        }
+        if credential
+            .is_some_and(|c| !c.is_empty() && c.split_once(':').map_or(c, |(_, s)| s).is_empty())
+        {
+            issue(
+                "sink.iceberg.catalog_credential",
+                "an empty client secret: expected \"client_id:client_secret\" or the secret alone"
+                    .into(),
+            );
+        }
+        for (key, value) in [
+            ("catalog_oauth2_server_uri", &self.catalog_oauth2_server_uri),
+            ("catalog_scope", &self.catalog_scope),
+        ] {
+            if value.is_some() && credential.is_none_or(str::is_empty) {
+                issue(
+                    &format!("sink.iceberg.{key}"),
+                    "applies with catalog_credential only: expected catalog_credential = \"client_id:client_secret\", or no such key".into(),
+                );
+            }
+        }
+        if let Some(server) = &self.catalog_oauth2_server_uri
+            && !(server.starts_with("http://") || server.starts_with("https://"))
+        {
+            issue(
+                "sink.iceberg.catalog_oauth2_server_uri",
+                format!("{server:?}: expected an http(s):// URL of the OAuth2 token endpoint"),
+            );
+        }
         if self.catalog_name.is_empty() || self.catalog_name.len() > 255 {
             issue(
                 "sink.iceberg.catalog_name",
@@ -360,12 +420,6 @@ impl IcebergSinkConfig {
             if let Err(problem) = parse_partition(entry) {
                 issue("sink.iceberg.partition_by", problem);
             }
-        }
-        if !self.partition_by.is_empty() && self.mode == IcebergMode::Upsert {
-            issue(
-                "sink.iceberg.partition_by",
-                "applies to mode = \"append\" only (upsert mode writes unpartitioned tables): expected no partition_by, or mode = \"append\"".into(),
-            );
         }
         if !(1..=256).contains(&self.sub_partitions) {
             issue(
@@ -424,6 +478,9 @@ mod tests {
         IcebergSinkConfig {
             catalog_uri: "postgres://u@localhost/db".into(),
             catalog_token: None,
+            catalog_credential: None,
+            catalog_oauth2_server_uri: None,
+            catalog_scope: None,
             s3: S3Config::default(),
             catalog_name: DEFAULT_CATALOG_NAME.into(),
             warehouse: "file:///tmp/warehouse".into(),
@@ -503,6 +560,51 @@ mod tests {
                 "{bad}: {problem}"
             );
         }
+    }
+
+    #[test]
+    fn oauth2_settings_need_a_rest_catalog_and_a_credential() {
+        let keys = |c: &IcebergSinkConfig| -> Vec<String> {
+            c.validate(&kafka(&["cdc.public.orders"]))
+                .into_iter()
+                .map(|i| i.key)
+                .collect()
+        };
+        let mut c = config();
+        c.tables.clear();
+        c.catalog_credential = Some("id:secret".into());
+        c.catalog_scope = Some("catalog".into());
+        assert_eq!(keys(&c), ["sink.iceberg.catalog_credential"], "SQL catalog");
+        c.catalog_uri = "https://catalog.example/api".into();
+        assert!(keys(&c).is_empty(), "{:?}", keys(&c));
+        c.catalog_oauth2_server_uri = Some("https://idp.example/token".into());
+        assert!(keys(&c).is_empty(), "{:?}", keys(&c));
+        c.catalog_token = Some("t".into());
+        assert_eq!(
+            keys(&c),
+            ["sink.iceberg.catalog_credential"],
+            "token and credential"
+        );
+        c.catalog_token = None;
+        c.catalog_credential = Some("id:".into());
+        assert_eq!(
+            keys(&c),
+            ["sink.iceberg.catalog_credential"],
+            "empty secret"
+        );
+        c.catalog_credential = None;
+        c.catalog_oauth2_server_uri = Some("idp.example/token".into());
+        assert_eq!(
+            keys(&c),
+            [
+                "sink.iceberg.catalog_oauth2_server_uri",
+                "sink.iceberg.catalog_scope",
+                "sink.iceberg.catalog_oauth2_server_uri",
+            ]
+        );
+        // The secret is never in the settings' Debug form.
+        c.catalog_credential = Some("id:hunter2".into());
+        assert!(!format!("{c:?}").contains("hunter2"));
     }
 
     #[test]

@@ -130,6 +130,52 @@ pub fn upsert_schema(row: &ConnectSchema, key: &[String]) -> Result<Schema, Stri
         .map_err(|e| format!("cannot make the table's schema: {e}"))
 }
 
+/// The Connect schema of a row that has none (plain JSON), inferred from its values by the
+/// rules of the files sink's inferred Parquet (docs/kafka-to-iceberg.md, "Events without
+/// schemas"): a string → `string`, an integer that fits 64 bits → `int64` (`long`), another
+/// number → `float64` (`double`), a boolean → `boolean`, an object or an array → `string` (its
+/// JSON text). Fields whose value is null have nothing to type them by and are left out (a
+/// later event's value adds them with `auto_evolve`), as are those `wanted` refuses.
+pub fn inferred_row_schema(
+    row: &serde_json::Map<String, serde_json::Value>,
+    wanted: impl Fn(&str) -> bool,
+) -> ConnectSchema {
+    use crate::sink::postgres::decode::ConnectField;
+    use serde_json::Value;
+    let fields = row
+        .iter()
+        .filter(|(name, _)| wanted(name))
+        .filter_map(|(name, value)| {
+            let kind = match value {
+                Value::Null => return None,
+                Value::Bool(_) => "boolean",
+                Value::Number(n) if n.is_i64() => "int64",
+                Value::Number(_) => "float64",
+                Value::String(_) | Value::Array(_) | Value::Object(_) => "string",
+            };
+            Some(ConnectField {
+                field: name.clone(),
+                schema: ConnectSchema {
+                    kind: kind.to_owned(),
+                    optional: true,
+                    name: None,
+                    parameters: None,
+                    fields: Vec::new(),
+                    items: None,
+                },
+            })
+        })
+        .collect();
+    ConnectSchema {
+        kind: "struct".to_owned(),
+        optional: true,
+        name: None,
+        parameters: None,
+        fields,
+        items: None,
+    }
+}
+
 /// `auto_evolve`: `table`'s schema with what `row` has that it lacks — a new optional column
 /// (after the table's, with new field ids) for each field it lacks, and a column widened
 /// where the row's type is the spec's allowed promotion of the table's (`int` to `long`,

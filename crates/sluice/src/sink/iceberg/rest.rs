@@ -12,10 +12,14 @@
 //! spec): the server applies them only if they still hold, else answers 409 — a lost race,
 //! reported as a conflict that is not retried here (the writer reads the table again and
 //! decides, as with the SQL catalog's compare-and-set). The server writes the metadata file.
+//!
+//! Authentication: a bearer token as given, or OAuth2 client credentials exchanged for one
+//! at the token endpoint (the `client_credentials` grant, as pyiceberg's and Java's
+//! `credential`: [`RestAuth::Credential`]), fetched again before it expires and after a 401.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use iceberg::io::FileIO;
 use iceberg::spec::{SnapshotReference, SnapshotRetention, TableMetadata};
@@ -29,12 +33,74 @@ use serde::Deserialize;
 /// Time a catalog call may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How a REST catalog's requests are authenticated.
+#[derive(Clone, Default)]
+pub enum RestAuth {
+    /// None.
+    #[default]
+    None,
+    /// A bearer token, sent as it is.
+    Token(String),
+    /// OAuth2 client credentials: exchanged for a bearer token at `server` (the
+    /// `client_credentials` grant, form-encoded, with `scope`).
+    Credential {
+        /// The client id (`None`: the credential is the secret alone).
+        client_id: Option<String>,
+        /// The client secret.
+        secret: String,
+        /// The token endpoint.
+        server: String,
+        /// The scope asked for.
+        scope: String,
+    },
+}
+
+impl RestAuth {
+    /// The credentials of `credential` (`client_id:client_secret`, or the secret alone, as
+    /// pyiceberg and Java read it) for the token endpoint `server` and `scope`.
+    pub fn credential(credential: &str, server: String, scope: String) -> Self {
+        let (client_id, secret) = match credential.split_once(':') {
+            Some((id, secret)) => (Some(id.to_owned()), secret.to_owned()),
+            None => (None, credential.to_owned()),
+        };
+        Self::Credential {
+            client_id,
+            secret,
+            server,
+            scope,
+        }
+    }
+}
+
+/// A token from the OAuth2 server, and when to fetch another.
+struct Token {
+    value: String,
+    renew_at: Option<Instant>,
+}
+
+/// The token endpoint's answer (RFC 6749 section 5.1).
+#[derive(Deserialize)]
+struct TokenAnswer {
+    access_token: String,
+    #[serde(default)]
+    expires_in: Option<u64>,
+}
+
+/// When to fetch another token than one received at `now` for `expires_in` seconds: a tenth
+/// of its life (at most a minute) before it expires; `None` (never) for a lifetime past what
+/// an instant holds (the number is the server's: no overflow panics).
+fn renew_at(now: Instant, expires_in: u64) -> Option<Instant> {
+    now.checked_add(Duration::from_secs(expires_in - (expires_in / 10).min(60)))
+}
+
 /// A REST catalog.
 pub struct RestCatalog {
     /// `<catalog_uri>/v1`.
     base: String,
     warehouse: String,
-    token: Option<String>,
+    auth: RestAuth,
+    /// [`RestAuth::Credential`]'s current token.
+    token: Mutex<Option<Token>>,
     http: reqwest::Client,
     file_io: FileIO,
     /// The path prefix the server's config names (`overrides.prefix`), once read.
@@ -149,17 +215,12 @@ fn conflict(table: &TableIdent, answer: &Answer) -> Error {
 
 impl RestCatalog {
     /// The catalog at `uri` (`http(s)://host[:port][/path]`), tables' files reached through
-    /// `file_io`, `token` sent as a bearer token.
+    /// `file_io`, requests authenticated by `auth`.
     ///
     /// # Errors
     ///
     /// When the HTTP client cannot be made.
-    pub fn new(
-        uri: &str,
-        warehouse: String,
-        token: Option<String>,
-        file_io: FileIO,
-    ) -> Result<Self> {
+    pub fn new(uri: &str, warehouse: String, auth: RestAuth, file_io: FileIO) -> Result<Self> {
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
@@ -172,21 +233,151 @@ impl RestCatalog {
         Ok(Self {
             base: format!("{}/v1", uri.trim_end_matches('/')),
             warehouse,
-            token,
+            auth,
+            token: Mutex::new(None),
             http,
             file_io,
             prefix: Mutex::new(None),
         })
     }
 
+    /// The default token endpoint of the catalog at `uri`: `<uri>/v1/oauth/tokens` (where
+    /// pyiceberg and Java ask when no `oauth2-server-uri` is set).
+    pub fn default_token_endpoint(uri: &str) -> String {
+        format!("{}/v1/oauth/tokens", uri.trim_end_matches('/'))
+    }
+
+    /// The bearer token to send (`None`: no authentication): the given token, or the OAuth2
+    /// server's current one (fetched when there is none or it is about to expire).
+    async fn bearer(&self) -> Result<Option<String>> {
+        let RestAuth::Credential {
+            client_id,
+            secret,
+            server,
+            scope,
+        } = &self.auth
+        else {
+            return Ok(match &self.auth {
+                RestAuth::Token(token) => Some(token.clone()),
+                _ => None,
+            });
+        };
+        if let Some(token) = self
+            .token
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|t| t.renew_at.is_none_or(|at| Instant::now() < at))
+        {
+            return Ok(Some(token.value.clone()));
+        }
+        let mut form = vec![("grant_type", "client_credentials")];
+        if let Some(id) = client_id {
+            form.push(("client_id", id));
+        }
+        form.push(("client_secret", secret));
+        form.push(("scope", scope));
+        // application/x-www-form-urlencoded, every byte but the unreserved ones escaped.
+        let form = form
+            .iter()
+            .map(|(name, value)| format!("{}={}", segment(name), segment(value)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let refused = |what: String| {
+            Error::new(
+                ErrorKind::Unexpected,
+                format!("the REST catalog's OAuth2 server at {server}: {what}"),
+            )
+        };
+        let response = self
+            .http
+            .post(server)
+            .header(
+                reqwest::header::CONTENT_TYPE,
+                "application/x-www-form-urlencoded",
+            )
+            .body(form)
+            .send()
+            .await
+            .map_err(|e| {
+                refused("cannot be reached".into())
+                    .with_retryable(true)
+                    .with_source(e)
+            })?;
+        let status = response.status().as_u16();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|e| refused("the answer was cut".into()).with_source(e))?;
+        if status != 200 {
+            // RFC 6749's error answer ({"error", "error_description"}); the secret is never
+            // in the message.
+            #[derive(Deserialize)]
+            struct Refusal {
+                error: String,
+                #[serde(default)]
+                error_description: Option<String>,
+            }
+            let why = serde_json::from_slice::<Refusal>(&body).map_or_else(
+                |_| String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned(),
+                |r| format!("{}: {}", r.error, r.error_description.unwrap_or_default()),
+            );
+            return Err(refused(format!(
+                "the client credentials were refused: HTTP {status} {why} (check sink.iceberg.catalog_credential)"
+            )));
+        }
+        let answer: TokenAnswer = serde_json::from_slice(&body).map_err(|e| {
+            refused("the answer has no access_token (not an OAuth2 token answer)".into())
+                .with_source(e)
+        })?;
+        let renew_at = answer
+            .expires_in
+            .and_then(|secs| renew_at(Instant::now(), secs));
+        *self
+            .token
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Token {
+            value: answer.access_token.clone(),
+            renew_at,
+        });
+        Ok(Some(answer.access_token))
+    }
+
+    /// Sends a request (again with a new token after a 401, when the token came from the
+    /// OAuth2 server: it may have been revoked or expired early).
     async fn request(
         &self,
         method: reqwest::Method,
         url: &str,
         body: Option<Vec<u8>>,
     ) -> Result<Answer> {
+        let renews = matches!(self.auth, RestAuth::Credential { .. });
+        let bearer = self.bearer().await?;
+        let again = if renews { body.clone() } else { None };
+        let answer = self
+            .send(method.clone(), url, body, bearer.as_deref())
+            .await?;
+        if answer.status == 401 && renews {
+            let body = again;
+            self.token
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            let bearer = self.bearer().await?;
+            return self.send(method, url, body, bearer.as_deref()).await;
+        }
+        Ok(answer)
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Option<Vec<u8>>,
+        bearer: Option<&str>,
+    ) -> Result<Answer> {
         let mut request = self.http.request(method, url);
-        if let Some(token) = &self.token {
+        if let Some(token) = bearer {
             request = request.bearer_auth(token);
         }
         if let Some(body) = body {
@@ -600,5 +791,149 @@ mod tests {
             namespace_segment(&NamespaceIdent::from_strs(["a", "b"]).unwrap()),
             "a%1Fb"
         );
+    }
+
+    #[test]
+    fn tokens_are_renewed_before_they_expire() {
+        let now = Instant::now();
+        assert_eq!(renew_at(now, 100), Some(now + Duration::from_secs(90)));
+        assert_eq!(renew_at(now, 3600), Some(now + Duration::from_secs(3540)));
+        assert_eq!(renew_at(now, 0), Some(now));
+        assert_eq!(renew_at(now, u64::MAX), None);
+    }
+
+    /// OAuth2 client credentials against a catalog that wants a bearer token (a token
+    /// endpoint and the routes the sink calls first, on 127.0.0.1): the credentials go
+    /// form-encoded with the `client_credentials` grant, the token is fetched once and sent
+    /// as `Bearer`, fetched again after a 401 (the server rotated it); refused credentials
+    /// name the key and never the secret.
+    #[tokio::test]
+    async fn client_credentials_become_a_bearer_token_renewed_after_a_401() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU32, Ordering};
+
+        use axum::http::{HeaderMap, StatusCode};
+
+        #[derive(Default)]
+        struct Server {
+            issued: AtomicU32,
+            current: Mutex<Option<String>>,
+        }
+        let server = Arc::new(Server::default());
+        let authorized = |server: &Server, headers: &HeaderMap| {
+            let current = server.current.lock().unwrap().clone();
+            current.is_some_and(|token| {
+                headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v == format!("Bearer {token}"))
+            })
+        };
+        let tokens = {
+            let server = Arc::clone(&server);
+            move |body: String| {
+                let server = Arc::clone(&server);
+                async move {
+                    if body
+                        != "grant_type=client_credentials&client_id=sluice&client_secret=s%3Acr%20t&scope=catalog"
+                    {
+                        return (
+                            StatusCode::UNAUTHORIZED,
+                            r#"{"error":"invalid_client","error_description":"unknown client"}"#
+                                .to_owned(),
+                        );
+                    }
+                    let n = server.issued.fetch_add(1, Ordering::SeqCst) + 1;
+                    let token = format!("token-{n}");
+                    *server.current.lock().unwrap() = Some(token.clone());
+                    (
+                        StatusCode::OK,
+                        serde_json::json!({"access_token": token, "token_type": "bearer", "expires_in": 3600})
+                            .to_string(),
+                    )
+                }
+            }
+        };
+        let config = {
+            let server = Arc::clone(&server);
+            move |headers: HeaderMap| {
+                let ok = authorized(&server, &headers);
+                async move {
+                    if ok {
+                        (StatusCode::OK, r#"{"overrides":{},"defaults":{}}"#)
+                    } else {
+                        (
+                            StatusCode::UNAUTHORIZED,
+                            r#"{"error":{"message":"no","type":"NotAuthorizedException","code":401}}"#,
+                        )
+                    }
+                }
+            }
+        };
+        let namespace = {
+            let server = Arc::clone(&server);
+            move |headers: HeaderMap| {
+                let ok = authorized(&server, &headers);
+                async move {
+                    if ok {
+                        (StatusCode::OK, r#"{"namespace":["cdc"],"properties":{}}"#)
+                    } else {
+                        (
+                            StatusCode::UNAUTHORIZED,
+                            r#"{"error":{"message":"no","type":"NotAuthorizedException","code":401}}"#,
+                        )
+                    }
+                }
+            }
+        };
+        let app = axum::Router::new()
+            .route("/v1/oauth/tokens", axum::routing::post(tokens))
+            .route("/v1/config", axum::routing::get(config))
+            .route("/v1/namespaces/{ns}", axum::routing::get(namespace));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+        let file_io =
+            super::super::storage::warehouse_file_io("file:///tmp", &Default::default()).unwrap();
+        let catalog = |auth: RestAuth| {
+            RestCatalog::new(&uri, "file:///tmp".into(), auth, file_io.clone()).unwrap()
+        };
+        let cdc = NamespaceIdent::new("cdc".into());
+        let credential = |secret: &str| {
+            RestAuth::credential(
+                &format!("sluice:{secret}"),
+                RestCatalog::default_token_endpoint(&uri),
+                "catalog".into(),
+            )
+        };
+
+        let with = catalog(credential("s:cr t"));
+        assert!(with.namespace_exists(&cdc).await.unwrap());
+        assert!(with.namespace_exists(&cdc).await.unwrap());
+        assert_eq!(server.issued.load(Ordering::SeqCst), 1, "one token, reused");
+        // The server rotates its token: the next call meets a 401 and fetches a new one.
+        *server.current.lock().unwrap() = Some("rotated".into());
+        let fresh = catalog(credential("s:cr t"));
+        assert!(fresh.namespace_exists(&cdc).await.unwrap());
+        assert!(with.namespace_exists(&cdc).await.unwrap());
+        assert_eq!(server.issued.load(Ordering::SeqCst), 3);
+
+        let refused = catalog(credential("wrong-secret"))
+            .namespace_exists(&cdc)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("invalid_client") && refused.contains("catalog_credential"),
+            "{refused}"
+        );
+        assert!(!refused.contains("wrong-secret"), "{refused}");
+        let anonymous = catalog(RestAuth::None)
+            .namespace_exists(&cdc)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(anonymous.contains("HTTP 401"), "{anonymous}");
+        serving.abort();
     }
 }

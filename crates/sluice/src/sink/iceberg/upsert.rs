@@ -30,11 +30,13 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch, StringArray};
 use iceberg::spec::{
-    DataContentType, DataFile, FormatVersion, MAIN_BRANCH, ManifestContentType, ManifestListWriter,
-    ManifestWriterBuilder, NestedField, Operation, PrimitiveType, Schema, Snapshot,
-    SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Summary, TableMetadata, Type,
+    DataContentType, DataFile, Datum, FormatVersion, Literal, MAIN_BRANCH, ManifestContentType,
+    ManifestListWriter, ManifestWriterBuilder, NestedField, Operation, PrimitiveType, Schema,
+    Snapshot, SnapshotReference, SnapshotRetention, SnapshotSummaryCollector, Struct, Summary,
+    TableMetadata, Type,
 };
 use iceberg::table::Table;
+use iceberg::transform::{BoxedTransformFunction, create_transform_function};
 use iceberg::writer::file_writer::{FileWriter as _, FileWriterBuilder as _, ParquetWriterBuilder};
 use iceberg::{Error, ErrorKind};
 use parquet::arrow::ProjectionMask;
@@ -65,30 +67,38 @@ pub struct Pos {
 /// figure measured per key).
 #[derive(Debug, Default)]
 pub struct KeyIndex {
-    /// The data files the index names, by number.
-    files: Vec<Arc<str>>,
+    /// The data files the index names, by number, with their partitions (the partition of the
+    /// table's spec the file's rows are in; empty for an unpartitioned table).
+    files: Vec<(Arc<str>, Struct)>,
     numbers: HashMap<Arc<str>, u32>,
     live: HashMap<Box<[u8]>, Pos>,
 }
 
 impl KeyIndex {
-    /// The number of `path`, given one if it has none.
-    pub fn file_number(&mut self, path: &str) -> u32 {
+    /// The number of `path` (a data file of `partition`), given one if it has none.
+    pub fn file_number(&mut self, path: &str, partition: &Struct) -> u32 {
         if let Some(number) = self.numbers.get(path) {
             return *number;
         }
         let number = u32::try_from(self.files.len()).unwrap_or(u32::MAX);
         let path: Arc<str> = Arc::from(path);
-        self.files.push(Arc::clone(&path));
+        self.files.push((Arc::clone(&path), partition.clone()));
         self.numbers.insert(path, number);
         number
+    }
+
+    /// The partition of file `number`.
+    fn partition(&self, number: u32) -> Option<&Struct> {
+        self.files
+            .get(number as usize)
+            .map(|(_, partition)| partition)
     }
 
     /// The path of file `number`.
     pub fn path(&self, number: u32) -> &str {
         self.files
             .get(number as usize)
-            .map_or("", |path| path.as_ref())
+            .map_or("", |(path, _)| path.as_ref())
     }
 
     /// Where `key`'s live row is, if it has one.
@@ -156,17 +166,30 @@ impl Epoch {
         self.truncated
     }
 
-    /// The epoch's deletes as (file path, position), sorted and without repeats (the spec
-    /// asks a position-delete file to be sorted by path, then position).
-    pub fn sorted_deletes<'a>(&self, index: &'a KeyIndex) -> Vec<(&'a str, u64)> {
-        let mut deletes: Vec<(&str, u64)> = self
-            .deletes
-            .iter()
-            .map(|pos| (index.path(pos.file), pos.row))
-            .collect();
-        deletes.sort_unstable();
-        deletes.dedup();
-        deletes
+    /// The epoch's deletes as (file path, position) by the partition of their data files (a
+    /// position-delete file holds deletes of one partition: readers apply it to the data files
+    /// of its partition), each sorted and without repeats (the spec asks a position-delete
+    /// file to be sorted by path, then position).
+    pub fn sorted_deletes<'a>(
+        &self,
+        index: &'a KeyIndex,
+    ) -> Vec<(&'a Struct, Vec<(&'a str, u64)>)> {
+        static UNPARTITIONED: std::sync::LazyLock<Struct> = std::sync::LazyLock::new(Struct::empty);
+        let mut by_partition: Vec<(&Struct, Vec<(&str, u64)>)> = Vec::new();
+        let mut places: HashMap<&Struct, usize> = HashMap::new();
+        for pos in &self.deletes {
+            let partition = index.partition(pos.file).unwrap_or(&UNPARTITIONED);
+            let at = *places.entry(partition).or_insert_with(|| {
+                by_partition.push((partition, Vec::new()));
+                by_partition.len() - 1
+            });
+            by_partition[at].1.push((index.path(pos.file), pos.row));
+        }
+        for (_, deletes) in &mut by_partition {
+            deletes.sort_unstable();
+            deletes.dedup();
+        }
+        by_partition
     }
 
     /// Makes the epoch's changes the index's (after its commit).
@@ -306,6 +329,100 @@ async fn read_parquet(
     Ok(batches)
 }
 
+/// The partition of a row of the table's default partition spec, from the row's cells (one
+/// per column, in the table's order): each partition field's transform applied to its source
+/// column's value.
+pub struct Partitioner {
+    /// Per partition field: its source column's position, the column's type, the transform.
+    fields: Vec<(usize, PrimitiveType, BoxedTransformFunction)>,
+}
+
+impl Partitioner {
+    /// The partitioner of `metadata`'s default spec; `None` for an unpartitioned table.
+    ///
+    /// # Errors
+    ///
+    /// A partition field whose source is not a top-level primitive column, or whose transform
+    /// the `iceberg` crate does not know.
+    pub fn of(metadata: &TableMetadata) -> Result<Option<Self>, String> {
+        let spec = metadata.default_partition_spec();
+        if spec.is_unpartitioned() {
+            return Ok(None);
+        }
+        let schema = metadata.current_schema();
+        let columns = schema.as_struct().fields();
+        let mut fields = Vec::new();
+        for field in spec.fields() {
+            let at = columns
+                .iter()
+                .position(|c| c.id == field.source_id)
+                .ok_or_else(|| {
+                    format!(
+                        "partition field {:?} is of field {}, which is not a top-level column",
+                        field.name, field.source_id
+                    )
+                })?;
+            let Type::Primitive(ty) = columns[at].field_type.as_ref() else {
+                return Err(format!(
+                    "partition field {:?} is of column {:?}, which is nested",
+                    field.name, columns[at].name
+                ));
+            };
+            let transform = create_transform_function(&field.transform)
+                .map_err(|e| format!("partition field {:?}: {e}", field.name))?;
+            fields.push((at, ty.clone(), transform));
+        }
+        Ok(Some(Self { fields }))
+    }
+
+    /// The partition of the row `cells`.
+    ///
+    /// # Errors
+    ///
+    /// A value that its column's type or its transform refuses.
+    pub fn partition(&self, cells: &[Cell]) -> Result<Struct, String> {
+        let mut values = Vec::with_capacity(self.fields.len());
+        for (at, ty, transform) in &self.fields {
+            let value = match cells.get(*at).map(|cell| datum(cell, ty)).transpose()? {
+                Some(Some(datum)) => transform
+                    .transform_literal(&datum)
+                    .map_err(|e| format!("the partition of {datum}: {e}"))?
+                    .map(|d| Literal::Primitive(d.literal().clone())),
+                _ => None,
+            };
+            values.push(value);
+        }
+        Ok(Struct::from_iter(values))
+    }
+}
+
+/// `cell` of a column of type `ty` as the `iceberg` crate's value (`None`: null).
+fn datum(cell: &Cell, ty: &PrimitiveType) -> Result<Option<Datum>, String> {
+    let datum = match (ty, cell) {
+        (_, Cell::Null) => return Ok(None),
+        (PrimitiveType::Boolean, Cell::Bool(v)) => Datum::bool(*v),
+        (PrimitiveType::Int, Cell::I32(v)) => Datum::int(*v),
+        (PrimitiveType::Date, Cell::I32(v)) => Datum::date(*v),
+        (PrimitiveType::Long, Cell::I64(v)) => Datum::long(*v),
+        (PrimitiveType::Time, Cell::I64(v)) => Datum::time_micros(*v).map_err(|e| e.to_string())?,
+        (PrimitiveType::Timestamp, Cell::I64(v)) => Datum::timestamp_micros(*v),
+        (PrimitiveType::Timestamptz, Cell::I64(v)) => Datum::timestamptz_micros(*v),
+        (PrimitiveType::Float, Cell::F32(v)) => Datum::float(*v),
+        (PrimitiveType::Double, Cell::F64(v)) => Datum::double(*v),
+        (PrimitiveType::Decimal { .. }, Cell::I128(v)) => {
+            Datum::try_from_bytes(&v.to_be_bytes(), ty.clone()).map_err(|e| e.to_string())?
+        }
+        (PrimitiveType::String, Cell::Str(v)) => Datum::string(v),
+        (PrimitiveType::Uuid, Cell::Bytes(v)) => Datum::uuid(
+            uuid::Uuid::from_slice(v).map_err(|e| format!("a uuid of {} bytes: {e}", v.len()))?,
+        ),
+        (PrimitiveType::Binary, Cell::Bytes(v)) => Datum::binary(v.iter().copied()),
+        (PrimitiveType::Fixed(_), Cell::Bytes(v)) => Datum::fixed(v.iter().copied()),
+        (ty, cell) => return Err(format!("a {cell:?} in a column of type {ty}")),
+    };
+    Ok(Some(datum))
+}
+
 /// What [`rebuild`] found.
 pub struct Rebuilt {
     /// The index of the sub-partition's keys.
@@ -330,8 +447,9 @@ pub async fn rebuild(table: &Table, owner: &str, key_ids: &[i32]) -> iceberg::Re
         return Ok(Rebuilt { index, duplicates });
     };
     let list = table.manifest_list_reader(snapshot).load().await?;
-    let mut data: Vec<(i64, String)> = Vec::new();
+    let mut data: Vec<(i64, String, Struct)> = Vec::new();
     let mut delete_files: Vec<String> = Vec::new();
+    let spec_id = metadata.default_partition_spec_id();
     for manifest in list.entries() {
         let manifest = manifest.load_manifest(table.file_io()).await?;
         for entry in manifest.entries() {
@@ -339,11 +457,22 @@ pub async fn rebuild(table: &Table, owner: &str, key_ids: &[i32]) -> iceberg::Re
             if !entry.is_alive() || !file.file_path().starts_with(owner) {
                 continue;
             }
+            if manifest.metadata().partition_spec().spec_id() != spec_id {
+                return Err(Error::new(
+                    ErrorKind::FeatureUnsupported,
+                    format!(
+                        "{} was written with partition spec {}, and the table's is {spec_id}: sluice's upsert writes tables whose partition spec never changed",
+                        file.file_path(),
+                        manifest.metadata().partition_spec().spec_id()
+                    ),
+                ));
+            }
             match file.content_type() {
                 DataContentType::Data => {
                     data.push((
                         entry.sequence_number().unwrap_or(0),
                         file.file_path().into(),
+                        file.partition().clone(),
                     ));
                 }
                 DataContentType::PositionDeletes => delete_files.push(file.file_path().into()),
@@ -381,10 +510,10 @@ pub async fn rebuild(table: &Table, owner: &str, key_ids: &[i32]) -> iceberg::Re
     }
     // Oldest first (an epoch's files in the order written: their names count up), so a newer
     // row of a key wins.
-    data.sort();
+    data.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
     let none = HashSet::new();
-    for (_, path) in &data {
-        let file = index.file_number(path);
+    for (_, path, partition) in &data {
+        let file = index.file_number(path, partition);
         let gone = deleted.get(path).unwrap_or(&none);
         let mut row = 0u64;
         for batch in read_parquet(table, path, key_ids).await? {
@@ -426,7 +555,8 @@ fn delete_schema() -> iceberg::Result<Schema> {
         .build()
 }
 
-/// Writes `deletes` (sorted) as a position-delete file at `path`.
+/// Writes `deletes` (sorted, of data files of `partition` of the table's spec) as a
+/// position-delete file at `path`.
 ///
 /// # Errors
 ///
@@ -434,6 +564,7 @@ fn delete_schema() -> iceberg::Result<Schema> {
 pub async fn write_delete_file(
     table: &Table,
     path: String,
+    partition: &Struct,
     deletes: &[(&str, u64)],
     properties: parquet::file::properties::WriterProperties,
 ) -> iceberg::Result<DataFile> {
@@ -459,7 +590,9 @@ pub async fn write_delete_file(
     let mut file = built
         .pop()
         .ok_or_else(|| unexpected("the delete file has no rows".into()))?;
-    file.content(DataContentType::PositionDeletes);
+    file.content(DataContentType::PositionDeletes)
+        .partition(partition.clone())
+        .partition_spec_id(table.metadata().default_partition_spec_id());
     file.build()
         .map_err(|e| unexpected(format!("cannot describe the delete file {path}: {e}")))
 }
@@ -638,8 +771,8 @@ mod tests {
     #[test]
     fn changes_of_a_key_in_an_epoch_collapse_to_the_newest() {
         let mut index = KeyIndex::default();
-        let old = index.file_number("old.parquet");
-        let new = index.file_number("new.parquet");
+        let old = index.file_number("old.parquet", &Struct::empty());
+        let new = index.file_number("new.parquet", &Struct::empty());
         index.live.insert(key(1), Pos { file: old, row: 0 });
         index.live.insert(key(2), Pos { file: old, row: 1 });
         let mut epoch = Epoch::default();
@@ -653,7 +786,10 @@ mod tests {
         epoch.change(&index, key(4), None);
         assert_eq!(
             epoch.sorted_deletes(&index),
-            [("new.parquet", 0), ("new.parquet", 2), ("old.parquet", 0)]
+            [(
+                &Struct::empty(),
+                vec![("new.parquet", 0), ("new.parquet", 2), ("old.parquet", 0)]
+            )]
         );
         epoch.apply_to(&mut index);
         assert_eq!(index.get(&key(1)), Some(Pos { file: new, row: 1 }));
@@ -665,15 +801,18 @@ mod tests {
     #[test]
     fn a_truncate_deletes_the_epochs_rows_and_forgets_the_committed_ones() {
         let mut index = KeyIndex::default();
-        let old = index.file_number("old.parquet");
-        let new = index.file_number("new.parquet");
+        let old = index.file_number("old.parquet", &Struct::empty());
+        let new = index.file_number("new.parquet", &Struct::empty());
         index.live.insert(key(1), Pos { file: old, row: 0 });
         let mut epoch = Epoch::default();
         epoch.change(&index, key(2), Some(Pos { file: new, row: 0 }));
         epoch.truncate();
         // Key 1's committed row leaves with the truncate: its update deletes nothing more.
         epoch.change(&index, key(1), Some(Pos { file: new, row: 1 }));
-        assert_eq!(epoch.sorted_deletes(&index), [("new.parquet", 0)]);
+        assert_eq!(
+            epoch.sorted_deletes(&index),
+            [(&Struct::empty(), vec![("new.parquet", 0)])]
+        );
         assert!(epoch.truncated());
         epoch.apply_to(&mut index);
         assert_eq!(index.get(&key(1)), Some(Pos { file: new, row: 1 }));
@@ -702,6 +841,76 @@ mod tests {
         add_totals(&mut summary, None, true);
         assert_eq!(summary["total-records"], "5");
         assert_eq!(summary["total-position-deletes"], "3");
+    }
+
+    #[test]
+    fn a_rows_partition_is_its_columns_transformed() {
+        use iceberg::spec::{PartitionSpec, Transform, UnboundPartitionSpec};
+        let schema = Schema::builder()
+            .with_fields([
+                Arc::new(NestedField::required(
+                    1,
+                    "id",
+                    Type::Primitive(PrimitiveType::Long),
+                )),
+                Arc::new(NestedField::optional(
+                    2,
+                    "born",
+                    Type::Primitive(PrimitiveType::Date),
+                )),
+                Arc::new(NestedField::optional(
+                    3,
+                    "flag",
+                    Type::Primitive(PrimitiveType::Boolean),
+                )),
+            ])
+            .build()
+            .unwrap();
+        let spec: PartitionSpec = UnboundPartitionSpec::builder()
+            .add_partition_field(2, "born_year", Transform::Year)
+            .unwrap()
+            .add_partition_field(1, "id_bucket", Transform::Bucket(16))
+            .unwrap()
+            .add_partition_field(3, "flag", Transform::Identity)
+            .unwrap()
+            .build()
+            .bind(schema.clone())
+            .unwrap();
+        let metadata = iceberg::spec::TableMetadataBuilder::new(
+            schema,
+            spec,
+            iceberg::spec::SortOrder::unsorted_order(),
+            "file:///w/t".into(),
+            FormatVersion::V2,
+            HashMap::new(),
+        )
+        .unwrap()
+        .build()
+        .unwrap()
+        .metadata;
+        let partitioner = Partitioner::of(&metadata).unwrap().unwrap();
+        // 2024-02-29 is day 19782; the spec's bucket of the long 34 is 3 (Murmur3, as Java).
+        let partition = partitioner
+            .partition(&[Cell::I64(34), Cell::I32(19_782), Cell::Null])
+            .unwrap();
+        assert_eq!(
+            partition,
+            Struct::from_iter([Some(Literal::int(2024 - 1970)), Some(Literal::int(3)), None])
+        );
+        // A cell of another type than its column's is refused, not guessed.
+        assert!(
+            partitioner
+                .partition(&[Cell::Str("34".into()), Cell::I32(0), Cell::Null])
+                .is_err()
+        );
+        let unpartitioned = metadata
+            .into_builder(None)
+            .add_default_partition_spec(UnboundPartitionSpec::builder().build())
+            .unwrap()
+            .build()
+            .unwrap()
+            .metadata;
+        assert!(Partitioner::of(&unpartitioned).unwrap().is_none());
     }
 
     #[test]

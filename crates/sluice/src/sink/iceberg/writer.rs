@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::spec::{DataFile, DataFileFormat, PrimitiveType, Type};
+use iceberg::spec::{DataFile, DataFileFormat, PrimitiveType, Struct, Type};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::writer::base_writer::data_file_writer::{DataFileWriter, DataFileWriterBuilder};
@@ -45,13 +45,14 @@ use super::catalog::PgCatalog;
 use super::client::{IcebergCatalog, Pinned};
 use super::config::{IcebergMode, IcebergSinkConfig};
 use super::convert;
-use super::rest::RestCatalog;
-use super::upsert::{self, Epoch, KeyIndex, Pos};
+use super::rest::{RestAuth, RestCatalog};
+use super::upsert::{self, Epoch, KeyIndex, Partitioner, Pos};
 use crate::error::PipelineError;
 use crate::pg_connect::PgConnectConfig;
 use crate::sink::config::SinkPipelineConfig;
 use crate::sink::files::{Recovered, SubPartitionId};
 use crate::sink::metrics as m;
+use crate::sink::postgres::decode::ConnectSchema;
 use crate::sink::typed::cells::{self, Cell, Read, Rows};
 use crate::sink::typed::event::{Event, SchemaCache, decode_event};
 use crate::sink::worker::{RecordData, SubPartitionWriter, WriteFailure};
@@ -80,10 +81,31 @@ pub fn open_catalog(
             )
         })?;
     if settings.is_rest() {
+        let auth = match (
+            settings.catalog_token.as_deref().filter(|t| !t.is_empty()),
+            settings
+                .catalog_credential
+                .as_deref()
+                .filter(|c| !c.is_empty()),
+        ) {
+            (Some(token), _) => RestAuth::Token(token.to_owned()),
+            (None, Some(credential)) => RestAuth::credential(
+                credential,
+                settings
+                    .catalog_oauth2_server_uri
+                    .clone()
+                    .unwrap_or_else(|| RestCatalog::default_token_endpoint(&settings.catalog_uri)),
+                settings
+                    .catalog_scope
+                    .clone()
+                    .unwrap_or_else(|| "catalog".to_owned()),
+            ),
+            (None, None) => RestAuth::None,
+        };
         let catalog = RestCatalog::new(
             &settings.catalog_uri,
             settings.warehouse.clone(),
-            settings.catalog_token.clone().filter(|t| !t.is_empty()),
+            auth,
             file_io,
         )
         .map_err(|e| PipelineError::fatal(e.to_string(), "fix sink.iceberg.catalog_uri"))?;
@@ -168,6 +190,8 @@ fn commit_with_retries(
     mut attempt: impl FnMut(Table, String) -> iceberg::Result<Table>,
 ) -> Result<Table, PipelineError> {
     let table_label = ident.to_string();
+    // Commits the catalog refused (another commit came first).
+    let mut refused = 0;
     for round in 1..=COMMIT_ATTEMPTS {
         let table = target
             .runtime
@@ -178,16 +202,20 @@ fn commit_with_retries(
             m::iceberg_fenced(&table_label).increment(1);
             return Err(PipelineError::retryable(
                 format!(
-                    "table {ident} records offset {recorded:?} for {}/{} sub-partition {} where this writer expected {:?}: another writer committed for it (or this writer's last commit went through unanswered); this writer's {} file(s) are left uncommitted and the run restarts from the table",
+                    "table {ident} records offset {recorded:?} for {}/{} sub-partition {} where this writer expected {:?}: another writer committed for it (or this writer's last commit went through unanswered); this writer's {} file(s) are left uncommitted ({refused} commit(s) of them refused by the catalog before) and the run restarts from the table",
                     fence.id.topic, fence.id.partition, fence.id.sub, fence.committed, fence.files
                 ),
                 "fenced",
             ));
         }
+        // Tests hold a writer here, its fence checked and its commit not sent, while another
+        // writer commits for the same sub-partition (the zombie-writer race).
+        crate::gate_point!("sink::iceberg::before_commit");
         let offsets = serde_json::json!({ fence.entry: fence.last_offset }).to_string();
         match attempt(table, offsets) {
             Ok(table) => return Ok(table),
             Err(e) if e.kind() == ErrorKind::CatalogCommitConflicts => {
+                refused += 1;
                 m::iceberg_conflicts(&table_label).increment(1);
                 std::thread::sleep(Duration::from_millis(
                     u64::from(round.min(10)) * rand::random_range(5..25),
@@ -370,14 +398,15 @@ impl Layout {
     ///
     /// A value that does not fit its column (the record fails).
     pub fn cells(&self, event: &Event, partition: i32, offset: i64) -> Result<Vec<Cell>, String> {
+        // A field the table lacks would be lost (a null one holds nothing to lose).
         if event.schema.is_none()
             && let Some(row) = &event.row
-            && let Some(extra) = row
-                .keys()
-                .find(|k| !self.columns.iter().any(|(name, ..)| name == *k))
+            && let Some((extra, _)) = row
+                .iter()
+                .find(|(k, v)| !v.is_null() && !self.columns.iter().any(|(name, ..)| name == *k))
         {
             return Err(format!(
-                "the event has a column {extra:?} that the table lacks (auto_evolve adds the columns of events with schemas only: add it to the table)"
+                "the event has a column {extra:?} that the table lacks (add it to the table, or set sink.iceberg.auto_evolve = true)"
             ));
         }
         let mut cells = Vec::with_capacity(self.columns.len());
@@ -448,14 +477,18 @@ struct UpsertState {
     owner: String,
     /// The positions of the key columns among the table's columns.
     key_columns: Vec<usize>,
+    /// The partition of a row (`None`: the table is unpartitioned).
+    partitioner: Option<Partitioner>,
     /// Where each committed key's live row is.
     index: KeyIndex,
     /// The open epoch's changes.
     epoch: Epoch,
     /// The open epoch's name (its files' names start with it).
     epoch_name: String,
-    /// The data file rows go to now.
-    file: Option<OpenFile>,
+    /// The data file rows of each partition go to now (one for an unpartitioned table).
+    files: HashMap<Struct, OpenFile>,
+    /// Rows in the open files' builders, not yet sent to their writers.
+    buffered: usize,
     /// The epoch's data files written and closed.
     closed: Vec<DataFile>,
     /// Data files started in the epoch.
@@ -469,6 +502,8 @@ struct OpenFile {
     number: u32,
     /// Rows placed in the file (written or still in the builders).
     rows: u64,
+    /// The rows placed and not yet sent to the writer.
+    buffer: Rows,
     writer: Option<ParquetWriter>,
 }
 
@@ -477,37 +512,46 @@ impl UpsertState {
         format!("{:016x}", rand::random::<u64>())
     }
 
-    /// The position the next row takes.
-    fn place_row(&mut self) -> Pos {
-        let file = match &mut self.file {
-            Some(file) => file,
-            None => {
+    /// Places the row `cells` (of `schema`) in the open data file of its partition: the
+    /// position it takes.
+    fn place_row(&mut self, cells: &[Cell], schema: &iceberg::spec::Schema) -> Result<Pos, String> {
+        let partition = match &self.partitioner {
+            Some(partitioner) => partitioner.partition(cells)?,
+            None => Struct::empty(),
+        };
+        let file = match self.files.entry(partition) {
+            std::collections::hash_map::Entry::Occupied(open) => open.into_mut(),
+            std::collections::hash_map::Entry::Vacant(vacant) => {
                 self.files_started += 1;
                 let path = format!(
                     "{}{}-{:05}.parquet",
                     self.owner, self.epoch_name, self.files_started
                 );
-                let number = self.index.file_number(&path);
-                self.file.insert(OpenFile {
+                let number = self.index.file_number(&path, vacant.key());
+                vacant.insert(OpenFile {
                     path,
                     number,
                     rows: 0,
+                    buffer: Rows::new(schema)?,
                     writer: None,
                 })
             }
         };
+        file.buffer.push(cells)?;
         let pos = Pos {
             file: file.number,
             row: file.rows,
         };
         file.rows += 1;
-        pos
+        self.buffered += 1;
+        Ok(pos)
     }
 
     fn clear(&mut self) {
         self.epoch = Epoch::default();
         self.epoch_name = Self::new_epoch_name();
-        self.file = None;
+        self.files.clear();
+        self.buffered = 0;
         self.closed.clear();
         self.files_started = 0;
     }
@@ -599,10 +643,19 @@ impl IcebergWriter {
                 )));
             }
             None => {
-                let Some((_, row)) = &event.schema else {
-                    return Err(WriteFailure::Record(format!(
-                        "table {ident} does not exist, and auto_create makes it from the events' schemas: this event has none (JsonConverter's schemas.enable)"
-                    )));
+                // An event without a schema (plain JSON): the types its values suggest.
+                let inferred;
+                let row = match (&event.schema, &event.row) {
+                    (Some((_, row)), _) => row,
+                    (None, Some(values)) => {
+                        inferred = convert::inferred_row_schema(values, |_| true);
+                        &inferred
+                    }
+                    (None, None) => {
+                        return Err(WriteFailure::Record(format!(
+                            "table {ident} does not exist, and auto_create makes it from an event's row: this event has none"
+                        )));
+                    }
                 };
                 let schema = match target.settings.mode {
                     IcebergMode::Append => convert::append_schema(row),
@@ -627,15 +680,6 @@ impl IcebergWriter {
     /// The upsert state of this sub-partition on `table`: its key index rebuilt from the
     /// table's files.
     fn upsert_state(&self, table: &Table) -> Result<UpsertState, WriteFailure> {
-        if !table.metadata().default_partition_spec().is_unpartitioned() {
-            return Err(WriteFailure::Run(PipelineError::fatal(
-                format!(
-                    "table {} is partitioned: upsert mode writes unpartitioned tables",
-                    table.identifier()
-                ),
-                "use an unpartitioned table for mode = \"upsert\"",
-            )));
-        }
         let schema = table.metadata().current_schema();
         let key_ids: Vec<i32> = schema.identifier_field_ids().collect();
         if key_ids.is_empty() {
@@ -666,6 +710,12 @@ impl IcebergWriter {
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        let partitioner = Partitioner::of(table.metadata()).map_err(|e| {
+            WriteFailure::Run(PipelineError::fatal(
+                format!("table {}: {e}", table.identifier()),
+                "partition upsert tables by top-level columns with Iceberg's transforms",
+            ))
+        })?;
         let owner = upsert::owner_dir(
             table.metadata().location(),
             &self.id.topic,
@@ -700,10 +750,12 @@ impl IcebergWriter {
         Ok(UpsertState {
             owner,
             key_columns,
+            partitioner,
             index: rebuilt.index,
             epoch: Epoch::with_deletes(rebuilt.duplicates),
             epoch_name: UpsertState::new_epoch_name(),
-            file: None,
+            files: HashMap::new(),
+            buffered: 0,
             closed: Vec::new(),
             files_started: 0,
         })
@@ -716,7 +768,7 @@ impl IcebergWriter {
     /// another writer already evolved is taken as it is.
     fn ensure_columns(&mut self, event: &Event) -> Result<(), WriteFailure> {
         let Some((text, row)) = &event.schema else {
-            return Ok(());
+            return self.ensure_inferred_columns(event);
         };
         if self
             .layout
@@ -725,6 +777,31 @@ impl IcebergWriter {
         {
             return Ok(());
         }
+        self.evolve_to(row)
+    }
+
+    /// `auto_evolve` for an event without a schema (plain JSON): adds a column for each field
+    /// with a value that the table lacks, typed as its value suggests
+    /// ([`convert::inferred_row_schema`]); existing columns stay as they are.
+    fn ensure_inferred_columns(&mut self, event: &Event) -> Result<(), WriteFailure> {
+        let (Some(values), Some(table)) = (&event.row, &self.table) else {
+            return Ok(());
+        };
+        let schema = table.metadata().current_schema();
+        let new = |name: &str| schema.field_by_name(name).is_none();
+        if !values
+            .iter()
+            .any(|(name, value)| !value.is_null() && new(name))
+        {
+            return Ok(());
+        }
+        let inferred = convert::inferred_row_schema(values, new);
+        self.evolve_to(&inferred)
+    }
+
+    /// `auto_evolve`: evolves the table to hold `row` ([`convert::evolved_schema`]), if it
+    /// does not yet.
+    fn evolve_to(&mut self, row: &ConnectSchema) -> Result<(), WriteFailure> {
         let Some(table) = &self.table else {
             return Ok(());
         };
@@ -882,95 +959,63 @@ impl IcebergWriter {
             })
     }
 
-    /// Upsert mode: sends the buffered rows to the open data file (where their positions
-    /// were placed), and closes the file past `target_file_bytes`.
+    /// Upsert mode: sends the open files' buffered rows to their writers (opened on first
+    /// use), and closes a file past `target_file_bytes`.
     fn flush_upsert(&mut self) -> Result<(), PipelineError> {
-        let Some(rows) = self.rows.as_mut().filter(|r| !r.is_empty()) else {
-            return Ok(());
-        };
-        let batch = rows
-            .take()
-            .map_err(|e| PipelineError::fatal(format!("cannot assemble rows: {e}"), "report it"))?;
         let (Some(table), Some(state)) = (self.table.as_ref(), self.upsert.as_mut()) else {
-            return Err(PipelineError::fatal("rows without a table", "report it"));
+            return Ok(());
         };
-        let Some(file) = state.file.as_mut() else {
-            return Err(PipelineError::fatal(
-                "rows without a data file",
-                "report it",
-            ));
-        };
-        let target = Arc::clone(&self.target);
-        let full = target
-            .runtime
-            .block_on(async {
-                if file.writer.is_none() {
-                    let parquet = ParquetWriterBuilder::new(
-                        parquet_properties(),
-                        table.metadata().current_schema().clone(),
-                    );
-                    file.writer = Some(
-                        parquet
-                            .build(table.file_io().new_output(&file.path)?)
-                            .await?,
-                    );
-                }
-                match file.writer.as_mut() {
-                    Some(writer) => {
-                        writer.write(&batch).await?;
-                        Ok(writer.current_written_size() as u64
-                            >= target.settings.target_file_bytes)
-                    }
-                    None => Ok(false),
-                }
-            })
-            .map_err(|e| {
-                catalog_error(
-                    format!("cannot write a data file of table {}", table.identifier()),
-                    e,
-                )
-            })?;
-        if full {
-            self.close_upsert_file()?;
+        if state.buffered == 0 {
+            return Ok(());
         }
-        Ok(())
-    }
-
-    /// Upsert mode: closes the open data file (its rows flushed) into the epoch's files.
-    fn close_upsert_file(&mut self) -> Result<(), PipelineError> {
-        let Some(state) = self.upsert.as_mut() else {
-            return Ok(());
-        };
-        let Some(file) = state.file.take() else {
-            return Ok(());
-        };
-        let Some(writer) = file.writer else {
-            return Ok(());
-        };
-        let built =
-            self.target.runtime.block_on(writer.close()).map_err(|e| {
-                catalog_error(format!("cannot finish the data file {}", file.path), e)
-            })?;
-        for mut builder in built {
-            builder.content(iceberg::spec::DataContentType::Data);
-            let data_file = builder.build().map_err(|e| {
-                PipelineError::fatal(
-                    format!("cannot describe the data file {}: {e}", file.path),
-                    "report it",
-                )
-            })?;
-            if data_file.record_count() != file.rows {
-                return Err(PipelineError::fatal(
-                    format!(
-                        "data file {} holds {} rows where {} were placed in it",
-                        file.path,
-                        data_file.record_count(),
-                        file.rows
-                    ),
-                    "report it",
-                ));
+        let target = Arc::clone(&self.target);
+        let mut full = Vec::new();
+        for (partition, file) in &mut state.files {
+            if file.buffer.is_empty() {
+                continue;
             }
-            state.closed.push(data_file);
+            let batch = file.buffer.take().map_err(|e| {
+                PipelineError::fatal(format!("cannot assemble rows: {e}"), "report it")
+            })?;
+            let past_target = target
+                .runtime
+                .block_on(async {
+                    if file.writer.is_none() {
+                        let parquet = ParquetWriterBuilder::new(
+                            parquet_properties(),
+                            table.metadata().current_schema().clone(),
+                        );
+                        file.writer = Some(
+                            parquet
+                                .build(table.file_io().new_output(&file.path)?)
+                                .await?,
+                        );
+                    }
+                    match file.writer.as_mut() {
+                        Some(writer) => {
+                            writer.write(&batch).await?;
+                            Ok(writer.current_written_size() as u64
+                                >= target.settings.target_file_bytes)
+                        }
+                        None => Ok(false),
+                    }
+                })
+                .map_err(|e| {
+                    catalog_error(
+                        format!("cannot write a data file of table {}", table.identifier()),
+                        e,
+                    )
+                })?;
+            if past_target {
+                full.push(partition.clone());
+            }
+        }
+        state.buffered = 0;
+        for partition in full {
+            if let Some(file) = state.files.remove(&partition) {
+                let data_file = close_upsert_file(&self.target, file, &partition, table)?;
+                state.closed.extend(data_file);
+            }
         }
         Ok(())
     }
@@ -979,7 +1024,12 @@ impl IcebergWriter {
     /// the epoch's last offset; the epoch's changes join the key index once committed.
     fn commit_upsert(&mut self) -> Result<(), PipelineError> {
         self.flush()?;
-        self.close_upsert_file()?;
+        if let (Some(table), Some(state)) = (self.table.as_ref(), self.upsert.as_mut()) {
+            for (partition, file) in state.files.drain() {
+                let data_file = close_upsert_file(&self.target, file, &partition, table)?;
+                state.closed.extend(data_file);
+            }
+        }
         let Some(last_offset) = self.last_offset else {
             return Ok(());
         };
@@ -997,23 +1047,29 @@ impl IcebergWriter {
             return Ok(());
         }
         let started = Instant::now();
+        // A position-delete file per partition of the rows it deletes.
         let deletes = state.epoch.sorted_deletes(&state.index);
-        let delete_files = if deletes.is_empty() {
-            Vec::new()
-        } else {
-            let path = format!("{}{}-deletes.parquet", state.owner, state.epoch_name);
+        let mut delete_files = Vec::with_capacity(deletes.len());
+        let mut deleted_rows = 0u64;
+        for (n, (partition, deletes)) in deletes.iter().enumerate() {
+            let path = if n == 0 {
+                format!("{}{}-deletes.parquet", state.owner, state.epoch_name)
+            } else {
+                format!("{}{}-deletes-{n:05}.parquet", state.owner, state.epoch_name)
+            };
             let file = target
                 .runtime
                 .block_on(upsert::write_delete_file(
                     table,
                     path,
-                    &deletes,
+                    partition,
+                    deletes,
                     delete_file_properties(),
                 ))
                 .map_err(|e| catalog_error(format!("cannot write the deletes of {ident}"), e))?;
-            vec![file]
-        };
-        let deleted_rows = deletes.len() as u64;
+            delete_files.push(file);
+            deleted_rows += deletes.len() as u64;
+        }
         drop(deletes);
         let files = state.closed.clone();
         let rows: u64 = files.iter().map(DataFile::record_count).sum();
@@ -1131,6 +1187,49 @@ impl IcebergWriter {
         self.rows_written = 0;
         self.opened_at = None;
     }
+}
+
+/// Upsert mode: closes `file` (its rows sent to its writer), a data file of `partition` of
+/// `table`'s spec, into the epoch's data file (`None`: no row went to it).
+fn close_upsert_file(
+    target: &IcebergTarget,
+    file: OpenFile,
+    partition: &Struct,
+    table: &Table,
+) -> Result<Option<DataFile>, PipelineError> {
+    let Some(writer) = file.writer else {
+        return Ok(None);
+    };
+    let built = target
+        .runtime
+        .block_on(writer.close())
+        .map_err(|e| catalog_error(format!("cannot finish the data file {}", file.path), e))?;
+    let mut data_file = None;
+    for mut builder in built {
+        builder
+            .content(iceberg::spec::DataContentType::Data)
+            .partition(partition.clone())
+            .partition_spec_id(table.metadata().default_partition_spec_id());
+        let built = builder.build().map_err(|e| {
+            PipelineError::fatal(
+                format!("cannot describe the data file {}: {e}", file.path),
+                "report it",
+            )
+        })?;
+        if built.record_count() != file.rows {
+            return Err(PipelineError::fatal(
+                format!(
+                    "data file {} holds {} rows where {} were placed in it",
+                    file.path,
+                    built.record_count(),
+                    file.rows
+                ),
+                "report it",
+            ));
+        }
+        data_file = Some(built);
+    }
+    Ok(data_file)
 }
 
 /// The data files' Parquet settings: zstd, and row groups of at most [`ROW_GROUP_ROWS`] rows
@@ -1264,6 +1363,28 @@ impl SubPartitionWriter for IcebergWriter {
             return Ok(());
         }
         let cells = self.cells(&event, data).map_err(WriteFailure::Record)?;
+        if let Some(state) = self.upsert.as_mut() {
+            let key = upsert::key_bytes(state.key_columns.iter().filter_map(|at| cells.get(*at)))
+                .map_err(|e| WriteFailure::Record(format!("upsert: {e}")))?;
+            if event.op.as_deref() == Some("d") {
+                state.epoch.change(&state.index, key, None);
+                self.note(data.offset);
+                return Ok(());
+            }
+            let Some(table) = self.table.as_ref() else {
+                return Err(WriteFailure::Record("no table".into()));
+            };
+            let pos = state
+                .place_row(&cells, table.metadata().current_schema())
+                .map_err(WriteFailure::Record)?;
+            state.epoch.change(&state.index, key, Some(pos));
+            self.rows_written += 1;
+            if state.buffered >= FLUSH_ROWS {
+                self.flush().map_err(WriteFailure::Run)?;
+            }
+            self.note(data.offset);
+            return Ok(());
+        }
         if self.rows.is_none() {
             let table = self
                 .table
@@ -1273,26 +1394,6 @@ impl SubPartitionWriter for IcebergWriter {
                 return Err(WriteFailure::Record("no table".into()));
             };
             self.rows = Some(Rows::new(&schema).map_err(WriteFailure::Record)?);
-        }
-        if let Some(state) = self.upsert.as_mut() {
-            let key = upsert::key_bytes(state.key_columns.iter().filter_map(|at| cells.get(*at)))
-                .map_err(|e| WriteFailure::Record(format!("upsert: {e}")))?;
-            if event.op.as_deref() == Some("d") {
-                state.epoch.change(&state.index, key, None);
-                self.note(data.offset);
-                return Ok(());
-            }
-            if let Some(rows) = self.rows.as_mut() {
-                rows.push(&cells).map_err(WriteFailure::Record)?;
-                let pos = state.place_row();
-                state.epoch.change(&state.index, key, Some(pos));
-                self.rows_written += 1;
-                if rows.len() >= FLUSH_ROWS {
-                    self.flush().map_err(WriteFailure::Run)?;
-                }
-            }
-            self.note(data.offset);
-            return Ok(());
         }
         if let Some(rows) = self.rows.as_mut() {
             rows.push(&cells).map_err(WriteFailure::Record)?;
