@@ -252,11 +252,7 @@ pub async fn plan_captured(
     plan_table(
         client,
         &PlanRules {
-            quoted: format!(
-                "{}.{}",
-                quote_ident(&table.schema),
-                quote_ident(&table.table)
-            ),
+            quoted: table.quoted(),
             topic: format!("{}.{qualified}", config.kafka.topic_prefix),
             qualified,
             events: &config.kafka.events,

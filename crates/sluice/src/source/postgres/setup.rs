@@ -42,6 +42,11 @@ impl CapturedTable {
         format!("{}.{}", self.schema, self.table)
     }
 
+    /// `schema.table` with each name quoted for SQL.
+    pub fn quoted(&self) -> String {
+        format!("{}.{}", quote_ident(&self.schema), quote_ident(&self.table))
+    }
+
     /// `partitions = "leaves"`: the partitioned table at the top of this leaf's tree.
     pub fn root(&self) -> Option<&str> {
         self.ancestors.last().map(String::as_str)

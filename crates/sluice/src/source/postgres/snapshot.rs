@@ -514,10 +514,9 @@ impl SnapshotPlan {
                 .query(
                     &format!(
                         "SELECT k::text FROM (SELECT {col} AS k, row_number() OVER (ORDER BY {col}) AS rn, \
-                         count(*) OVER () AS total FROM {}.{}{filter}) s \
+                         count(*) OVER () AS total FROM {}{filter}) s \
                          WHERE rn % $1 = 0 AND rn < total ORDER BY rn",
-                        quote_ident(&table.schema),
-                        quote_ident(&table.table),
+                        table.quoted(),
                         col = quote_ident(&column),
                     ),
                     &[&chunk_rows],
@@ -636,11 +635,7 @@ async fn even_integer_boundaries(
     if !matches!(sql_type, "smallint" | "integer" | "bigint") {
         return Ok(None);
     }
-    let name = format!(
-        "{}.{}",
-        quote_ident(&table.schema),
-        quote_ident(&table.table)
-    );
+    let name = table.quoted();
     let row = client
         .query_one(
             &format!(
@@ -702,11 +697,7 @@ async fn page_ranges(
     table: &CapturedTable,
     chunk_rows: i64,
 ) -> Result<Vec<PageRange>, PipelineError> {
-    let name = format!(
-        "{}.{}",
-        quote_ident(&table.schema),
-        quote_ident(&table.table)
-    );
+    let name = table.quoted();
     let row = client
         .query_one(
             "SELECT c.relkind::text, \
