@@ -272,22 +272,7 @@ pub fn is_metadata_column(name: &str) -> bool {
 mod tests {
     use super::*;
     use crate::sink::postgres::decode::ConnectField;
-
-    fn field(kind: &str, name: Option<&str>, params: &[(&str, &str)]) -> ConnectSchema {
-        ConnectSchema {
-            kind: kind.into(),
-            optional: true,
-            name: name.map(Into::into),
-            parameters: (!params.is_empty()).then(|| {
-                params
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect()
-            }),
-            fields: Vec::new(),
-            items: None,
-        }
-    }
+    use crate::sink::typed::cells::test_field as field;
 
     fn row_of(fields: &[(&str, &str)]) -> ConnectSchema {
         let mut row = field("struct", None, &[]);

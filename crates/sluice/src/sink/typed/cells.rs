@@ -585,25 +585,29 @@ pub fn cell_at(array: &dyn arrow_array::Array, row: usize) -> Result<Cell, Strin
     })
 }
 
+/// An optional Connect field schema of `kind`, with its logical `name` and `parameters`: for
+/// the tests of the typed conversions (here and the Iceberg sink's).
+#[cfg(test)]
+pub(crate) fn test_field(kind: &str, name: Option<&str>, params: &[(&str, &str)]) -> ConnectSchema {
+    ConnectSchema {
+        kind: kind.into(),
+        optional: true,
+        name: name.map(Into::into),
+        parameters: (!params.is_empty()).then(|| {
+            params
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        }),
+        fields: Vec::new(),
+        items: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::test_field as field;
     use super::*;
-
-    fn field(kind: &str, name: Option<&str>, params: &[(&str, &str)]) -> ConnectSchema {
-        ConnectSchema {
-            kind: kind.into(),
-            optional: true,
-            name: name.map(Into::into),
-            parameters: (!params.is_empty()).then(|| {
-                params
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect()
-            }),
-            fields: Vec::new(),
-            items: None,
-        }
-    }
 
     #[test]
     fn debezium_logical_types_become_iceberg_types() {
