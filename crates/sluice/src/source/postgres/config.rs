@@ -134,7 +134,8 @@ pub struct PostgresSourceConfig {
     /// When to read the captured tables' current rows (`op: "r"`) before streaming.
     #[serde(default)]
     pub snapshot: SnapshotMode,
-    /// Rows fetched per round trip while snapshotting.
+    /// The most rows fetched per round trip while snapshotting (a worker asks for about
+    /// 512 KiB of values per fetch, within this).
     #[serde(default = "default_snapshot_fetch_rows")]
     pub snapshot_fetch_rows: u32,
     /// Tables to leave out (`schema.table` globs, `*` matches any characters), e.g. of a

@@ -371,7 +371,13 @@ fn envelope(
         .map(|s| &*s.value_head);
     let streamed = !matches!(change.kind, ChangeKind::Read { .. });
     let events = &options.events;
-    let mut out = Vec::with_capacity(rel.envelope_overhead + 64 * rel.columns.len());
+    // Sized from the values so that the buffer is not grown (a copy into one twice as large,
+    // which librdkafka then holds until the delivery report: the produce path is zero-copy).
+    let values = before.map_or(0, tuple_bytes)
+        + after.map_or(0, |(row, old)| {
+            tuple_bytes(row) + old.map_or(0, tuple_bytes)
+        });
+    let mut out = Vec::with_capacity(rel.envelope_overhead + values + 16 * rel.columns.len());
     if let Some(head) = schema {
         out.extend_from_slice(head);
     }
@@ -444,6 +450,18 @@ fn envelope(
         return crate::event::avro::to_wire(&rel.name, schema, id, &out);
     }
     out
+}
+
+/// The bytes of a row's values as received (text or binary), a floor for their JSON: quotes
+/// and escapes add to it, and the envelope's capacity has 16 bytes per column for that.
+fn tuple_bytes(row: &TupleData) -> usize {
+    row.0
+        .iter()
+        .map(|datum| match datum {
+            Datum::Text(b) | Datum::Binary(b) => b.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// Writes a row object: every column, as Debezium does (an old key from the server, under

@@ -1003,13 +1003,15 @@ impl Worker {
             );
             (row, marker)
         };
-        let fetch_sql = format!("FETCH FORWARD {} FROM {cursor}", self.fetch);
-        let fetch = || async {
-            client.simple_query(&fetch_sql).await.map_err(|e| {
-                classify_pg(format!("cannot read {} for the snapshot", chunk.table), e)
-            })
+        let fetch = |rows: u32| {
+            let sql = format!("FETCH FORWARD {rows} FROM {cursor}");
+            async move {
+                client.simple_query(&sql).await.map_err(|e| {
+                    classify_pg(format!("cannot read {} for the snapshot", chunk.table), e)
+                })
+            }
         };
-        let mut messages = fetch().await?;
+        let mut messages = fetch(fetch_rows(self.fetch, None)).await?;
         loop {
             if self.shutdown.is_cancelled() {
                 return Err(PipelineError::retryable(
@@ -1017,14 +1019,11 @@ impl Worker {
                     Interruption::Shutdown,
                 ));
             }
-            let mut rows: Vec<TupleData> = messages
-                .iter()
-                .filter_map(|m| match m {
-                    SimpleQueryMessage::Row(row) => Some(text_row(row)),
-                    _ => None,
-                })
-                .collect();
+            // The fetched messages are dropped here, before the rows are published, so that a
+            // worker holds its rows once, not twice, while it reads the next fetch.
+            let (mut rows, bytes) = text_rows(std::mem::take(&mut messages));
             let fetched = rows.len();
+            let next_rows = fetch_rows(self.fetch, Some((fetched, bytes)));
             if !self.changed.is_empty() {
                 rows.retain(|row| !self.changed.leaves_out(&chunk.table, &relation, row));
                 self.left_out.fetch_add(
@@ -1050,7 +1049,7 @@ impl Worker {
             // The next rows are read while these are encoded and produced: one after the other,
             // the worker's connection idled through every encode and the encoder through every
             // fetch.
-            let (published, next) = tokio::join!(self.publish(&relation, batch), fetch());
+            let (published, next) = tokio::join!(self.publish(&relation, batch), fetch(next_rows));
             records += published?;
             messages = next?;
         }
@@ -1198,9 +1197,75 @@ fn null_aggregate_type(table: &str) -> PipelineError {
     )
 }
 
-/// A row read with the simple query protocol (text values), as the encoder takes it.
-pub(super) fn text_row(row: &tokio_postgres::SimpleQueryRow) -> TupleData {
-    TupleData((0..row.len()).map(|i| text_datum(row.get(i))).collect())
+/// A fetch's rows as the encoder takes them: their values copied into one buffer and shared
+/// from it (one allocation per fetch instead of one per value: the allocator's churn was a
+/// tenth of the snapshot's CPU, and what it kept committed most of its peak RSS; bench/PROFILE.md,
+/// "Snapshot: peak RSS by part").
+fn text_rows(messages: Vec<SimpleQueryMessage>) -> (Vec<TupleData>, usize) {
+    let mut buffer = bytes::BytesMut::new();
+    // Every value of every row, in order, as its end in the buffer (`None`: NULL), and each
+    // row's value count: one pass over the rows (reading a value checks its UTF-8).
+    let mut ends: Vec<Option<usize>> = Vec::new();
+    let mut widths: Vec<usize> = Vec::new();
+    for message in &messages {
+        if let SimpleQueryMessage::Row(row) = message {
+            widths.push(row.len());
+            for i in 0..row.len() {
+                ends.push(row.get(i).map(|text| {
+                    buffer.extend_from_slice(text.as_bytes());
+                    buffer.len()
+                }));
+            }
+        }
+    }
+    drop(messages);
+    let buffer = buffer.freeze();
+    let bytes = buffer.len();
+    let mut ends = ends.into_iter();
+    let mut start = 0;
+    let rows = widths
+        .into_iter()
+        .map(|width| {
+            TupleData(
+                ends.by_ref()
+                    .take(width)
+                    .map(|end| match end {
+                        Some(end) => {
+                            let datum = Datum::Text(buffer.slice(start..end));
+                            start = end;
+                            datum
+                        }
+                        None => Datum::Null,
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    (rows, bytes)
+}
+
+/// The values' bytes a worker asks for per fetch (about twice that in memory once read, and two
+/// fetches per worker: one encoded while the next is read). A count of rows alone held 3–4 MB
+/// per fetch of 200-byte rows at 10,000 rows, and ten times that for rows of 2 KB.
+const FETCH_BYTES: usize = 512 * 1024;
+
+/// The rows of a worker's first fetch of a chunk, before any row's size is known.
+const FIRST_FETCH_ROWS: u32 = 1000;
+
+/// How many rows to fetch next: [`FETCH_BYTES`] of rows the size of the last fetch's
+/// (`last`: its rows and its values' bytes), at most `max` (`snapshot_fetch_rows`) and at
+/// least one.
+fn fetch_rows(max: u32, last: Option<(usize, usize)>) -> u32 {
+    let max = max.max(1);
+    match last {
+        Some((rows, bytes)) if rows > 0 => {
+            let per_row = (bytes / rows).max(1);
+            u32::try_from(FETCH_BYTES / per_row)
+                .unwrap_or(max)
+                .clamp(1, max)
+        }
+        _ => max.min(FIRST_FETCH_ROWS),
+    }
 }
 
 /// One value of a row read as text.
@@ -1319,7 +1384,24 @@ pub(super) async fn relation_info(
 
 #[cfg(test)]
 mod tests {
-    use super::even_split;
+    use super::{FETCH_BYTES, even_split, fetch_rows};
+
+    #[test]
+    fn a_fetch_asks_for_its_share_of_bytes_within_the_configured_rows() {
+        // 200-byte rows: 2,621 of them make the fetch's bytes.
+        assert_eq!(fetch_rows(10_000, Some((1000, 200_000))), 2621);
+        // Wide rows: fewer, but at least one.
+        assert_eq!(fetch_rows(10_000, Some((10, 10 * FETCH_BYTES))), 1);
+        assert_eq!(fetch_rows(10_000, Some((2, 100 * FETCH_BYTES))), 1);
+        // Narrow rows: no more than `snapshot_fetch_rows`.
+        assert_eq!(fetch_rows(10_000, Some((10_000, 100_000))), 10_000);
+        assert_eq!(fetch_rows(500, Some((1000, 200_000))), 500);
+        // The first fetch, or after an empty one: 1,000 rows, or fewer if so configured.
+        assert_eq!(fetch_rows(10_000, None), 1000);
+        assert_eq!(fetch_rows(10_000, Some((0, 0))), 1000);
+        assert_eq!(fetch_rows(200, None), 200);
+        assert_eq!(fetch_rows(0, None), 1);
+    }
 
     #[test]
     fn a_dense_key_is_split_into_even_widths_with_the_last_row_in_the_last_chunk() {
