@@ -453,8 +453,9 @@ fn envelope(
 }
 
 /// The bytes of a row's values as received (text or binary), a floor for their JSON: quotes
-/// and escapes add to it, and the envelope's capacity has 16 bytes per column for that.
-fn tuple_bytes(row: &TupleData) -> usize {
+/// and escapes add to it (the envelope's capacity has 16 bytes per column for that, and a
+/// snapshot's size estimate counts the values twice).
+pub(super) fn tuple_bytes(row: &TupleData) -> usize {
     row.0
         .iter()
         .map(|datum| match datum {

@@ -1107,7 +1107,8 @@ impl Worker {
             .map(|(n, (row, marker))| {
                 // As an incremental snapshot's rows: the values twice (escaped, and the slack
                 // of numbers written as text) and the envelope.
-                let size = (row_bytes(&row) * 2 + relation.envelope_overhead).max(1);
+                let size =
+                    (super::encode::tuple_bytes(&row) * 2 + relation.envelope_overhead).max(1);
                 let change = change(n, row, marker, size);
                 let records = change.record_count(false);
                 (change, size, records)
@@ -1116,17 +1117,6 @@ impl Worker {
         crate::source::chunked::hand_over(&self.handover.changes, batch).await?;
         Ok(count)
     }
-}
-
-/// The bytes of a row's values.
-fn row_bytes(row: &TupleData) -> usize {
-    row.0
-        .iter()
-        .map(|d| match d {
-            Datum::Text(b) | Datum::Binary(b) => b.len(),
-            _ => 4,
-        })
-        .sum()
 }
 
 /// Where a worker's rows go: to the delivery core ([`crate::source::chunked::deliver`]).
