@@ -1187,10 +1187,10 @@ fn null_aggregate_type(table: &str) -> PipelineError {
     )
 }
 
-/// A fetch's rows as the encoder takes them: their values copied into one buffer and shared
-/// from it (one allocation per fetch instead of one per value: the allocator's churn was a
-/// tenth of the snapshot's CPU, and what it kept committed most of its peak RSS; bench/PROFILE.md,
-/// "Snapshot: peak RSS by part").
+/// A fetch's rows as the encoder takes them, and their values' bytes: the values copied into
+/// one buffer and shared from it (one allocation per fetch instead of one per value; the
+/// allocator is ~15 % of the snapshot's CPU, bench/PROFILE.md, "Snapshot: fetches by bytes,
+/// and the purge delay's price").
 fn text_rows(messages: Vec<SimpleQueryMessage>) -> (Vec<TupleData>, usize) {
     let mut buffer = bytes::BytesMut::new();
     // Every value of every row, in order, as its end in the buffer (`None`: NULL), and each
