@@ -59,9 +59,20 @@ pub async fn pg() -> Client {
     pg_at(&stack().pg_url).await
 }
 
-/// A SQL connection to `url`.
+/// A SQL connection to `url`, named after the test (`application_name`: the test thread's
+/// name, unless `url` names one), so that what sluice reports about other sessions (a
+/// transaction a slot's creation waits for) says which test holds it.
 pub async fn pg_at(url: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(url, NoTls)
+    let mut config: tokio_postgres::Config = url
+        .parse()
+        .unwrap_or_else(|e| panic!("not a PostgreSQL connection string: {url}: {e}"));
+    if config.get_application_name().is_none()
+        && let Some(test) = std::thread::current().name()
+    {
+        config.application_name(test);
+    }
+    let (client, connection) = config
+        .connect(NoTls)
         .await
         .unwrap_or_else(|e| panic!("cannot connect to PostgreSQL at {url}: {e}; {HOW_TO_START}"));
     tokio::spawn(async move {

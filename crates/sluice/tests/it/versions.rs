@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::support::{
     Sluice, drop_slot_and_publication, free_port, pg_at, pg_version, pipeline_toml_at, read_topic,
-    test_dir, unique,
+    test_dir, unique, wait_until,
 };
 
 /// [`crate::cdc::mixed_transactions_arrive_as_committed`] on PostgreSQL 18, sluice reading over
@@ -91,4 +91,101 @@ async fn generated_columns_are_captured_when_asked_on_18() {
         drop(sluice);
         drop_slot_and_publication(&client, &name).await;
     }
+}
+
+/// A new slot's creation waits for every transaction that had written when it began, in any
+/// database: sluice names such a transaction (pid, application, state, how to end it) in its
+/// log and in `/health`'s hint while it waits, and clears the hint once the slot exists. On
+/// the 18 server, whose other tests are few: the held transaction delays every slot created
+/// meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slot_creation_names_the_open_transaction_it_waits_for_on_18() {
+    let server = pg_version(18);
+    let client = pg_at(&server.url).await;
+    let name = unique("slotwait");
+    client
+        .batch_execute(&format!(
+            "CREATE SCHEMA {name}; CREATE TABLE {name}.t (id int PRIMARY KEY);"
+        ))
+        .await
+        .unwrap();
+    // Idle in a transaction that has an xid (it wrote nothing: pg_current_xact_id assigns one).
+    let holder = pg_at(&server.url).await;
+    let pid: i32 = holder
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    holder
+        .batch_execute("BEGIN; SELECT pg_current_xact_id();")
+        .await
+        .unwrap();
+    let port = free_port();
+    let dir = test_dir(&name);
+    let toml = pipeline_toml_at(&server.url, &name, &name, &name, port, "");
+    // Held for 4 s once the slot exists (the hint must be gone before streaming clears it).
+    let sluice = Sluice::start_with_env(
+        &dir,
+        &toml,
+        port,
+        vec![(
+            "FAILPOINTS".to_owned(),
+            "snapshot::slot_created=sleep(4000)".to_owned(),
+        )],
+    );
+    let named = format!("SELECT pg_terminate_backend({pid})");
+    sluice.wait_log(
+        "the open transaction named",
+        Duration::from_secs(40),
+        |log| log.contains(&named),
+    );
+    let line = sluice
+        .log_text()
+        .lines()
+        .find(|l| l.contains(&named))
+        .unwrap()
+        .to_owned();
+    // The test's name, as PostgreSQL keeps it (63 bytes).
+    let test: String = std::thread::current()
+        .name()
+        .unwrap()
+        .chars()
+        .take(63)
+        .collect();
+    for part in [
+        format!("creating replication slot \"sluice_{name}\" has waited"),
+        format!("pid {pid} (database \"postgres\""),
+        format!("application \"{test}\", idle in transaction"),
+    ] {
+        assert!(line.contains(&part), "{part:?} not in {line}");
+    }
+    let health = crate::ha::health(&sluice);
+    assert!(
+        health["hint"].as_str().is_some_and(|h| h.contains(&named)),
+        "{health}"
+    );
+    assert_eq!(health["state"], "starting", "{health}");
+
+    holder.batch_execute("COMMIT").await.unwrap();
+    // The creation completes at the next running-xacts record: asked for now, not in 15 s.
+    client
+        .batch_execute("SELECT pg_log_standby_snapshot()")
+        .await
+        .unwrap();
+    let mut cleared = serde_json::Value::Null;
+    wait_until("the hint cleared", Duration::from_secs(30), || {
+        cleared = crate::ha::health(&sluice);
+        cleared["hint"].is_null()
+    });
+    assert!(
+        sluice
+            .log_text()
+            .contains("created replication slot with an exported snapshot"),
+        "{}",
+        sluice.log_text()
+    );
+    assert_ne!(cleared["state"], "streaming", "{cleared}");
+    sluice.wait_streaming(Duration::from_secs(60));
+    drop(sluice);
+    drop_slot_and_publication(&client, &name).await;
 }

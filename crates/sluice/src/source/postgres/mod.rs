@@ -16,6 +16,7 @@
 //! - [`encode`]: row changes to Debezium envelopes.
 //! - `outbox`: the outbox router: outbox rows as routed events, their schemas per topic.
 //! - [`avro`]: row changes as Avro binary, written straight from the tuples.
+//! - [`slot_wait`]: what a new slot's creation waits for (open transactions), named.
 //! - [`slot_state`]: slot safety: the slot's identity and last confirmed position between runs.
 //! - [`snapshot`]: the initial snapshot (`op: "r"`), consistent with the stream.
 //! - [`resumed`]: a resumed snapshot leaves the rows changed since its start to the stream.
@@ -47,6 +48,7 @@ pub mod schema;
 pub mod setup;
 mod silence;
 pub mod slot_state;
+pub mod slot_wait;
 pub mod snapshot;
 pub mod standby;
 pub mod stream;

@@ -438,7 +438,10 @@ async fn open_slot(ctx: &RunContext) -> Result<(Opened, ReplicationConnection), 
         let creation = create_slot_exporting_snapshot(&mut connection, &slot_name, config);
         exported = Some(match &standby {
             Some(standby) => while_creating_on(standby, &ctx.board, creation).await?,
-            None => creation.await?,
+            None => {
+                super::slot_wait::while_creating(catalog.client(), &ctx.board, &slot_name, creation)
+                    .await?
+            }
         });
         crate::crash_point!("snapshot::slot_created");
     }
@@ -460,6 +463,12 @@ async fn open_slot(ctx: &RunContext) -> Result<(Opened, ReplicationConnection), 
         // Only a slot still to be created waits for the primary.
         Some(standby) if exported.is_none() && catalog.slot(&slot_name).await?.is_none() => {
             while_creating_on(standby, &ctx.board, securing).await?
+        }
+        // On the primary, a slot still to be created (snapshot = "never") says what it waits
+        // for, as above.
+        None => {
+            super::slot_wait::while_creating(catalog.client(), &ctx.board, &slot_name, securing)
+                .await?
         }
         _ => securing.await?,
     };
