@@ -120,6 +120,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
             pipeline,
             pg_url,
             brokers,
+            long_transaction_s,
             json,
         } => {
             let file = pipeline.as_deref().map(PipelineFile::load).transpose()?;
@@ -144,6 +145,7 @@ pub fn main(cli: Cli) -> anyhow::Result<ExitCode> {
                         pipeline,
                         kafka_client: None,
                         read_health: true,
+                        long_transaction: Some(std::time::Duration::from_secs(long_transaction_s)),
                     };
                     runtime()?.block_on(crate::doctor::diagnose(&target))
                 }
@@ -261,6 +263,7 @@ fn postgres_doctor(config: Arc<PgPipelineConfig>) -> Doctor {
                 pipeline: Some((*config).clone()),
                 kafka_client: None,
                 read_health: false,
+                long_transaction: None,
             };
             serde_json::to_value(crate::doctor::diagnose(&target).await).unwrap_or_default()
         })

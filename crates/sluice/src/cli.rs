@@ -44,6 +44,10 @@ pub enum Command {
         /// Kafka bootstrap servers when no pipeline file is given.
         #[arg(long, env = "KAFKA_BROKERS")]
         brokers: Option<String>,
+        /// A transaction that wrote (or a prepared one) open this many seconds is named
+        /// (pg.open_transactions): a new slot's creation waits for it.
+        #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+        long_transaction_s: u64,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,

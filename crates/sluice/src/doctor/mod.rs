@@ -52,7 +52,7 @@ use pipeline::pipeline_checks;
 use postgres::{postgres_checks, tls_check};
 pub use report::{exit_code, render};
 pub use slots::{SlotRow, render_slots, slots};
-pub use target::Target;
+pub use target::{LONG_TRANSACTION, Target};
 
 /// The findings for a MySQL/MariaDB → Kafka pipeline: its server, binlog retention and saved
 /// position, and the Kafka checks; with `read_health`, the running pipeline's last scheduled

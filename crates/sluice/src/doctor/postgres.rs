@@ -7,6 +7,8 @@ use tokio_postgres::Client;
 
 use crate::source::postgres::config::{PartitionMode, PgPipelineConfig};
 use crate::source::postgres::setup::SERVER_WAL_LSN;
+use crate::source::postgres::slot_wait;
+use std::time::Duration;
 
 use super::finding::{Finding, Severity, finding};
 use super::target::{Target, setting, setting_number};
@@ -27,6 +29,7 @@ pub(super) async fn postgres_checks(
     wal_level(client, findings).await?;
     slot_headroom(client, target, findings).await?;
     async_commit_latency(client, findings).await?;
+    open_transactions(client, target, findings).await?;
     let version: i64 = setting_number(client, "server_version_num").await?;
     failover_slots(client, version, findings).await?;
     failover::checks(client, target, version / 10_000, findings).await?;
@@ -152,6 +155,58 @@ async fn async_commit_latency(
         },
     );
     Ok(())
+}
+
+/// `pg.open_transactions`: transactions that wrote (or prepared ones) open for longer than the
+/// target's threshold, anywhere in the cluster. A new slot's creation waits for every such
+/// transaction, and a slot of the same database cannot move its restart point (the WAL it
+/// retains) past their start.
+async fn open_transactions(
+    client: &Client,
+    target: &Target,
+    findings: &mut Vec<Finding>,
+) -> Result<(), tokio_postgres::Error> {
+    let threshold = target.long_transaction.unwrap_or(super::LONG_TRANSACTION);
+    let holders = slot_wait::holders(client, threshold).await?;
+    findings.push(open_transactions_finding(threshold, &holders));
+    Ok(())
+}
+
+/// [`open_transactions`]'s finding for the `holders` found open past `threshold`.
+fn open_transactions_finding(threshold: Duration, holders: &[slot_wait::Holder]) -> Finding {
+    let limit = threshold.as_secs();
+    let evidence = [
+        ("threshold_s", limit.into()),
+        (
+            "transactions",
+            serde_json::to_value(holders).unwrap_or_default(),
+        ),
+    ];
+    if holders.is_empty() {
+        return finding(
+            "pg.open_transactions",
+            Severity::Ok,
+            format!("no transaction that wrote has been open for {limit} s or more"),
+            &evidence,
+            "",
+        );
+    }
+    let named: Vec<String> = holders.iter().map(slot_wait::Holder::describe).collect();
+    finding(
+        "pg.open_transactions",
+        Severity::Warning,
+        format!(
+            "{} transaction{} that wrote {} been open for {limit} s or more (at most 3 of each kind are named): a new pipeline's slot creation waits for {}, and no slot of the same database can move its restart point (the WAL it retains) past {} start: {}",
+            holders.len(),
+            if holders.len() == 1 { "" } else { "s" },
+            if holders.len() == 1 { "has" } else { "have" },
+            if holders.len() == 1 { "it" } else { "them" },
+            if holders.len() == 1 { "its" } else { "their" },
+            named.join("; ")
+        ),
+        &evidence,
+        "end them as each one's text says; idle_in_transaction_session_timeout ends sessions that stay idle in a transaction",
+    )
 }
 
 /// `pg.failover_slots`: whether logical decoding waits for the standbys.

@@ -21,7 +21,14 @@ pub struct Target {
     /// Read the running pipeline's `/health` (its last scheduled verification): `sluice
     /// doctor`, not the pipeline's own admin API (which holds it already).
     pub read_health: bool,
+    /// How long a transaction that wrote (or a prepared one) may stay open before
+    /// `pg.open_transactions` names it (`sluice doctor --long-transaction-s`); `None`:
+    /// [`LONG_TRANSACTION`].
+    pub long_transaction: Option<std::time::Duration>,
 }
+
+/// `pg.open_transactions`'s default threshold.
+pub const LONG_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(300);
 
 pub(super) async fn setting(client: &Client, name: &str) -> Result<String, tokio_postgres::Error> {
     Ok(client

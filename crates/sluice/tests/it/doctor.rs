@@ -488,3 +488,104 @@ async fn slot_beyond_max_slot_wal_keep_size_and_little_headroom_are_reported() {
     drop(client);
     drop(cluster);
 }
+
+/// A session idle in a transaction that wrote and a forgotten prepared transaction (a gid with
+/// a quote in it), on a throwaway cluster (`max_prepared_transactions`, and nothing else's slot
+/// creation waits for them): past `--long-transaction-s` both are named with how to end them;
+/// what doctor says to run ends them, and the finding is then ok.
+#[tokio::test(flavor = "multi_thread")]
+async fn open_and_prepared_transactions_are_named_with_how_to_end_them() {
+    let cluster = tokio::task::spawn_blocking(|| {
+        ThrowawayPg::start(&["wal_level=logical", "max_prepared_transactions=2"])
+    })
+    .await
+    .unwrap();
+    let idle = crate::support::pg_at(&cluster.url).await;
+    let pid: i32 = idle
+        .query_one("SELECT pg_backend_pid()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    idle.batch_execute("BEGIN; SELECT pg_current_xact_id();")
+        .await
+        .unwrap();
+    let preparer = crate::support::pg_at(&cluster.url).await;
+    preparer
+        .batch_execute(
+            "BEGIN; CREATE TABLE prepared_t (id int); PREPARE TRANSACTION 'it''s forgotten';",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let brokers = stack().brokers;
+    let doctor = |threshold: &str| {
+        let (code, all) = sluice_json(
+            &[
+                "doctor",
+                "--pg-url",
+                &cluster.url,
+                "--long-transaction-s",
+                threshold,
+            ],
+            &[("KAFKA_BROKERS", &brokers)],
+        );
+        let found = findings(&all, "pg.open_transactions", None);
+        assert_eq!(found.len(), 1, "{all:#}");
+        (code, found[0].clone())
+    };
+
+    let (code, open) = doctor("1");
+    assert_eq!(open["severity"], "warning", "{open:#}");
+    assert_eq!(code, 1, "warnings only");
+    let summary = open["summary"].as_str().unwrap();
+    let test = crate::support::application_name();
+    assert!(
+        summary.starts_with("2 transactions that wrote have been open for 1 s or more"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!(
+            "pid {pid} (database \"postgres\", user \"postgres\", application \"{test}\", idle in transaction"
+        )),
+        "{summary}"
+    );
+    let kinds: Vec<&str> = open["evidence"]["transactions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["session", "prepared"], "{open:#}");
+    // What doctor says to run, run as said.
+    let terminate = format!("SELECT pg_terminate_backend({pid})");
+    assert!(summary.contains(&terminate), "{summary}");
+    let rollback = "ROLLBACK PREPARED 'it''s forgotten'";
+    assert!(
+        summary.contains(&format!("{rollback} in database \"postgres\"")),
+        "{summary}"
+    );
+    let admin = crate::support::pg_at(&cluster.url).await;
+    admin.batch_execute(&terminate).await.unwrap();
+    admin.batch_execute(rollback).await.unwrap();
+    // pg_terminate_backend signals; the backend ends a moment later.
+    let deadline = std::time::Instant::now() + crate::support::bound(Duration::from_secs(10));
+    while admin
+        .query_opt("SELECT 1 FROM pg_stat_activity WHERE pid = $1", &[&pid])
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pid {pid} still there"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let (_, after) = doctor("1");
+    assert_eq!(after["severity"], "ok", "{after:#}");
+    // The default threshold (5 minutes) with nothing that old: ok too.
+    let (_, default) = doctor("300");
+    assert_eq!(default["evidence"]["threshold_s"], 300, "{default:#}");
+    drop(cluster);
+}

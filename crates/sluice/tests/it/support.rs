@@ -81,6 +81,13 @@ pub async fn pg_at(url: &str) -> Client {
     client
 }
 
+/// The `application_name` [`pg_at`]'s sessions carry, as PostgreSQL keeps it (63 bytes): the
+/// test's name.
+pub fn application_name() -> String {
+    let test = std::thread::current().name().unwrap_or_default().to_owned();
+    test.chars().take(63).collect()
+}
+
 /// A free loopback port.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

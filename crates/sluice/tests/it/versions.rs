@@ -145,13 +145,7 @@ async fn a_slot_creation_names_the_open_transaction_it_waits_for_on_18() {
         .find(|l| l.contains(&named))
         .unwrap()
         .to_owned();
-    // The test's name, as PostgreSQL keeps it (63 bytes).
-    let test: String = std::thread::current()
-        .name()
-        .unwrap()
-        .chars()
-        .take(63)
-        .collect();
+    let test = crate::support::application_name();
     for part in [
         format!("creating replication slot \"sluice_{name}\" has waited"),
         format!("pid {pid} (database \"postgres\""),

@@ -7,12 +7,12 @@
 //! transaction`, or a prepared transaction nobody committed, holds it for as long as it
 //! stays: PostgreSQL says nothing, and the pipeline seems to hang before its snapshot. So
 //! after [`NAMED_AFTER`] sluice names them, in the log and in the status's hint, every
-//! [`NAMED_EVERY`] until the slot exists.
+//! [`NAMED_EVERY`] until the slot exists. `sluice doctor` names them too
+//! (`pg.open_transactions`), before a pipeline starts.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use crate::error::{PipelineError, classify_pg};
 use crate::runtime::status::StatusBoard;
 
 /// A creation that takes longer than this is explained.
@@ -21,29 +21,41 @@ pub const NAMED_AFTER: Duration = Duration::from_secs(10);
 pub const NAMED_EVERY: Duration = Duration::from_secs(30);
 
 /// A transaction the creation waits for.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Holder {
     /// A session's transaction that has written.
     Session {
+        /// The session's backend.
         pid: i32,
+        /// Its database.
         database: String,
+        /// Its role.
         user: String,
+        /// Its `application_name`.
         application: String,
+        /// `pg_stat_activity.state` (`idle in transaction`, `active`, …).
         state: String,
+        /// Seconds since the transaction began.
         open_s: f64,
     },
     /// A prepared (two-phase) transaction: no session holds it, it stays until committed or
     /// rolled back.
     Prepared {
+        /// Its global identifier.
         gid: String,
+        /// Its database.
         database: String,
+        /// Its role.
         owner: String,
+        /// Seconds since it was prepared.
         open_s: f64,
     },
 }
 
 impl Holder {
-    fn describe(&self) -> String {
+    /// The transaction, and how to end it.
+    pub fn describe(&self) -> String {
         match self {
             Self::Session {
                 pid,
@@ -90,11 +102,11 @@ pub fn explain(slot: &str, waited: Duration, holders: &[Holder]) -> String {
 ///
 /// # Errors
 ///
-/// The query's failure.
+/// The queries' failure.
 pub async fn holders(
     client: &tokio_postgres::Client,
     before: Duration,
-) -> Result<Vec<Holder>, PipelineError> {
+) -> Result<Vec<Holder>, tokio_postgres::Error> {
     let before = before.as_secs_f64();
     let sessions = client
         .query(
@@ -107,8 +119,7 @@ pub async fn holders(
              ORDER BY a.xact_start LIMIT 3",
             &[&before],
         )
-        .await
-        .map_err(|e| classify_pg("cannot read pg_stat_activity", e))?;
+        .await?;
     let prepared = client
         .query(
             "SELECT gid, database::text, owner::text, \
@@ -118,8 +129,7 @@ pub async fn holders(
              ORDER BY prepared LIMIT 3",
             &[&before],
         )
-        .await
-        .map_err(|e| classify_pg("cannot read pg_prepared_xacts", e))?;
+        .await?;
     let sessions = sessions.into_iter().map(|row| Holder::Session {
         pid: row.get(0),
         database: row.get(1),
@@ -161,7 +171,7 @@ pub async fn while_creating<T>(
                 }
                 Err(error) => tracing::warn!(
                     slot,
-                    error = %error,
+                    error = %crate::error::classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", error),
                     waited_s = waited.as_secs(),
                     "creating the replication slot takes long, and what it waits for cannot be read"
                 ),
