@@ -210,9 +210,10 @@ pub(crate) async fn run_sluice_with_then<T: Send + 'static>(
     let sluice = Sluice::start(&dir, &toml, port);
     // Creating the slot waits for every transaction running in the cluster to end: with the
     // rest of the suite's writers around (and several of these runs at once), that can take
-    // a minute. A CI run once saw two of these runs still creating their slots at 180 s: past
-    // 10 s sluice's log names what the creation waits for (the session's application_name is
-    // the test holding it), which the panic below shows.
+    // a minute. A CI run once saw two of these runs not streaming yet at 180 s, their logs
+    // ending at the topics' creation (which follows the slot's; where the time went, the
+    // excerpt did not show). Past 10 s sluice's log names what a slot's creation waits for
+    // (a test's sessions carry its name as application_name); the panic shows the log.
     sluice.wait_streaming(Duration::from_secs(300));
     for statement in changes {
         client
