@@ -364,7 +364,8 @@ impl Sluice {
     }
 
     /// Waits until `/health` answers with state `streaming` (within `timeout` times [`bound`]'s
-    /// slack).
+    /// slack). On timeout the panic shows the log, then its first line, its warnings and errors
+    /// and `/health` again at the end (the part of a long message a CI excerpt keeps).
     pub fn wait_streaming(&self, timeout: Duration) {
         let timeout = bound(timeout);
         let deadline = Instant::now() + timeout;
@@ -377,9 +378,19 @@ impl Sluice {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        let log = self.log_text();
+        let first = log.lines().next().unwrap_or_default();
+        let warnings: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
         panic!(
-            "sluice did not reach the streaming state within {timeout:?}; log:\n{}",
-            self.log_text()
+            "sluice did not reach the streaming state within {timeout:?}; log:\n{log}\n\
+             --- the log's first line:\n{first}\n--- its warnings and errors ({}):\n{}\n\
+             --- /health now:\n{}",
+            warnings.len(),
+            warnings.join("\n"),
+            self.get("/health").unwrap_or_default()
         );
     }
 }

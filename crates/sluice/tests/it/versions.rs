@@ -95,7 +95,8 @@ async fn generated_columns_are_captured_when_asked_on_18() {
 
 /// A new slot's creation waits for every transaction that had written when it began, in any
 /// database: sluice names such a transaction (pid, application, state, how to end it) in its
-/// log and in `/health`'s hint while it waits, and clears the hint once the slot exists. On
+/// log and in `/health`'s hint while it waits, and clears the hint once the slot exists; so
+/// does a pipeline with `snapshot = "never"`, whose slot is created through SQL. On
 /// the 18 server, whose other tests are few: the held transaction delays every slot created
 /// meanwhile.
 #[tokio::test(flavor = "multi_thread")]
@@ -133,12 +134,23 @@ async fn a_slot_creation_names_the_open_transaction_it_waits_for_on_18() {
             "snapshot::slot_created=sleep(4000)".to_owned(),
         )],
     );
-    let named = format!("SELECT pg_terminate_backend({pid})");
-    sluice.wait_log(
-        "the open transaction named",
-        Duration::from_secs(40),
-        |log| log.contains(&named),
+    // A pipeline that streams only new changes creates its slot through SQL on its own
+    // connection: it names the transaction too.
+    let never = format!("{name}_never");
+    let never_port = free_port();
+    let never_toml = pipeline_toml_at(&server.url, &never, &name, &never, never_port, "").replace(
+        "[source.postgres]\n",
+        "[source.postgres]\nsnapshot = \"never\"\n",
     );
+    let never_sluice = Sluice::start(&test_dir(&never), &never_toml, never_port);
+    let named = format!("SELECT pg_terminate_backend({pid})");
+    for sluice in [&sluice, &never_sluice] {
+        sluice.wait_log(
+            "the open transaction named",
+            Duration::from_secs(40),
+            |log| log.contains(&named),
+        );
+    }
     let line = sluice
         .log_text()
         .lines()
@@ -180,6 +192,9 @@ async fn a_slot_creation_names_the_open_transaction_it_waits_for_on_18() {
     );
     assert_ne!(cleared["state"], "streaming", "{cleared}");
     sluice.wait_streaming(Duration::from_secs(60));
+    never_sluice.wait_streaming(Duration::from_secs(60));
     drop(sluice);
+    drop(never_sluice);
     drop_slot_and_publication(&client, &name).await;
+    drop_slot_and_publication(&client, &never).await;
 }

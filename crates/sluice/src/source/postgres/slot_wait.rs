@@ -13,6 +13,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use super::config::PgPipelineConfig;
+use super::setup::PgCatalog;
+use crate::error::classify_pg;
 use crate::runtime::status::StatusBoard;
 
 /// A creation that takes longer than this is explained.
@@ -149,9 +152,11 @@ pub async fn holders(
 
 /// Runs `creation` (the slot's creation on the primary); once it has taken [`NAMED_AFTER`],
 /// and every [`NAMED_EVERY`] after, logs what it waits for and shows it as the status's hint
-/// (cleared when it ends). `client` is a SQL connection to the same server.
+/// (cleared when it ends). The questions go over a SQL connection of their own, opened at the
+/// first: the creation may be a query on the pipeline's own (`snapshot = "never"`), which would
+/// hold them behind it.
 pub async fn while_creating<T>(
-    client: &tokio_postgres::Client,
+    config: &PgPipelineConfig,
     board: &StatusBoard,
     slot: &str,
     creation: impl Future<Output = T>,
@@ -160,10 +165,26 @@ pub async fn while_creating<T>(
     let explain_loop = async {
         let mut tick =
             tokio::time::interval_at(tokio::time::Instant::now() + NAMED_AFTER, NAMED_EVERY);
+        let mut catalog: Option<PgCatalog> = None;
         loop {
             tick.tick().await;
             let waited = started.elapsed();
-            match holders(client, waited).await {
+            let asked = match &catalog {
+                Some(catalog) => holders(catalog.client(), waited).await.map_err(|e| {
+                    classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
+                }),
+                None => match PgCatalog::connect(config).await {
+                    Ok(connected) => {
+                        let asked = holders(connected.client(), waited).await.map_err(|e| {
+                            classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
+                        });
+                        catalog = Some(connected);
+                        asked
+                    }
+                    Err(error) => Err(error),
+                },
+            };
+            match asked {
                 Ok(found) => {
                     let text = explain(slot, waited, &found);
                     tracing::warn!("{text}");
@@ -171,7 +192,7 @@ pub async fn while_creating<T>(
                 }
                 Err(error) => tracing::warn!(
                     slot,
-                    error = %crate::error::classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", error),
+                    error = %error,
                     waited_s = waited.as_secs(),
                     "creating the replication slot takes long, and what it waits for cannot be read"
                 ),

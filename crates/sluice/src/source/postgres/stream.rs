@@ -439,8 +439,7 @@ async fn open_slot(ctx: &RunContext) -> Result<(Opened, ReplicationConnection), 
         exported = Some(match &standby {
             Some(standby) => while_creating_on(standby, &ctx.board, creation).await?,
             None => {
-                super::slot_wait::while_creating(catalog.client(), &ctx.board, &slot_name, creation)
-                    .await?
+                super::slot_wait::while_creating(config, &ctx.board, &slot_name, creation).await?
             }
         });
         crate::crash_point!("snapshot::slot_created");
@@ -466,10 +465,7 @@ async fn open_slot(ctx: &RunContext) -> Result<(Opened, ReplicationConnection), 
         }
         // On the primary, a slot still to be created (snapshot = "never") says what it waits
         // for, as above.
-        None => {
-            super::slot_wait::while_creating(catalog.client(), &ctx.board, &slot_name, securing)
-                .await?
-        }
+        None => super::slot_wait::while_creating(config, &ctx.board, &slot_name, securing).await?,
         _ => securing.await?,
     };
     let opened = Opened {
