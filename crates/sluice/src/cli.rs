@@ -46,7 +46,7 @@ pub enum Command {
         brokers: Option<String>,
         /// A transaction that wrote (or a prepared one) open this many seconds is named
         /// (pg.open_transactions): a new slot's creation waits for it.
-        #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+        #[arg(long, default_value_t = crate::doctor::LONG_TRANSACTION.as_secs(), value_name = "SECONDS")]
         long_transaction_s: u64,
         /// Print JSON instead of text.
         #[arg(long)]

@@ -34,6 +34,30 @@ pub fn quote_pg_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
+/// A PostgreSQL escape-string literal (`E'…'`) of `value`, for commands sluice shows an
+/// operator to run in a session of their own (whose `standard_conforming_strings` it cannot
+/// know: an `E'…'` literal means the same under either setting). `\` and `'` are escaped, and
+/// control characters written as `\n`, `\r`, `\t` or `\xHH`, so the text stays on one line.
+pub fn pg_escape_literal(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 3);
+    out.push_str("E'");
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("''"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", u32::from(c)));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
 /// A value bound in text form, of whatever type the server infers for its parameter (declare
 /// the parameter [`Type::UNKNOWN`] or cast it, `$1::int8`): the server converts it with the
 /// type's input function, as it would a literal, but it is never part of the statement's text.
@@ -199,6 +223,16 @@ pub fn check_condition(dialect: SqlDialect, condition: &str) -> Result<(), &'sta
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_escape_literal_keeps_quotes_backslashes_and_control_characters_inside() {
+        assert_eq!(pg_escape_literal("it's"), "E'it''s'");
+        assert_eq!(pg_escape_literal(r"a\'b"), r"E'a\\''b'");
+        assert_eq!(
+            pg_escape_literal("one\ntwo\r\t\u{1}\u{7f}é"),
+            r"E'one\ntwo\r\t\x01\x7fé'"
+        );
+    }
 
     #[test]
     fn identifiers_are_quoted_with_their_quotes_doubled() {

@@ -167,7 +167,7 @@ async fn open_transactions(
     findings: &mut Vec<Finding>,
 ) -> Result<(), tokio_postgres::Error> {
     let threshold = target.long_transaction.unwrap_or(super::LONG_TRANSACTION);
-    let holders = slot_wait::holders(client, threshold).await?;
+    let holders = slot_wait::holders(client, threshold, None).await?;
     findings.push(open_transactions_finding(threshold, &holders));
     Ok(())
 }

@@ -490,7 +490,7 @@ async fn slot_beyond_max_slot_wal_keep_size_and_little_headroom_are_reported() {
 }
 
 /// A session idle in a transaction that wrote and a forgotten prepared transaction (a gid with
-/// a quote in it), on a throwaway cluster (`max_prepared_transactions`, and nothing else's slot
+/// a quote and a backslash in it), on a throwaway cluster (`max_prepared_transactions`, and nothing else's slot
 /// creation waits for them): past `--long-transaction-s` both are named with how to end them;
 /// what doctor says to run ends them, and the finding is then ok.
 #[tokio::test(flavor = "multi_thread")]
@@ -512,7 +512,7 @@ async fn open_and_prepared_transactions_are_named_with_how_to_end_them() {
     let preparer = crate::support::pg_at(&cluster.url).await;
     preparer
         .batch_execute(
-            "BEGIN; CREATE TABLE prepared_t (id int); PREPARE TRANSACTION 'it''s forgotten';",
+            "BEGIN; CREATE TABLE prepared_t (id int); PREPARE TRANSACTION 'it''s \\ forgotten';",
         )
         .await
         .unwrap();
@@ -559,7 +559,9 @@ async fn open_and_prepared_transactions_are_named_with_how_to_end_them() {
     // What doctor says to run, run as said.
     let terminate = format!("SELECT pg_terminate_backend({pid})");
     assert!(summary.contains(&terminate), "{summary}");
-    let rollback = "ROLLBACK PREPARED 'it''s forgotten'";
+    // The gid has a quote and a backslash: an escape-string literal means the same whatever
+    // the operator's session's standard_conforming_strings.
+    let rollback = r"ROLLBACK PREPARED E'it''s \\ forgotten'";
     assert!(
         summary.contains(&format!("{rollback} in database \"postgres\"")),
         "{summary}"

@@ -57,6 +57,13 @@ pub enum Holder {
 }
 
 impl Holder {
+    /// Seconds since it began (or was prepared).
+    pub fn open_s(&self) -> f64 {
+        match self {
+            Self::Session { open_s, .. } | Self::Prepared { open_s, .. } => *open_s,
+        }
+    }
+
     /// The transaction, and how to end it.
     pub fn describe(&self) -> String {
         match self {
@@ -76,8 +83,8 @@ impl Holder {
                 owner,
                 open_s,
             } => format!(
-                "prepared transaction {gid:?} (database {database:?}, owner {owner:?}, prepared {open_s:.0} s ago): COMMIT PREPARED or ROLLBACK PREPARED '{}' in database {database:?}",
-                gid.replace('\'', "''")
+                "prepared transaction {gid:?} (database {database:?}, owner {owner:?}, prepared {open_s:.0} s ago): COMMIT PREPARED or ROLLBACK PREPARED {} in database {database:?}",
+                crate::sql::pg_escape_literal(gid)
             ),
         }
     }
@@ -100,8 +107,10 @@ pub fn explain(slot: &str, waited: Duration, holders: &[Holder]) -> String {
     )
 }
 
-/// The oldest transactions (at most 3 of each kind) that have written and were open `before`
-/// seconds ago, anywhere in the cluster.
+/// The oldest transactions (at most 3 of each kind, sessions first) that have written and were
+/// open `before` ago: anywhere in the cluster (what a slot's creation waits for), or, with
+/// `in_database_of` a slot's name, in that slot's database only (what holds its restart point:
+/// the WAL budget's `long_transaction`).
 ///
 /// # Errors
 ///
@@ -109,6 +118,7 @@ pub fn explain(slot: &str, waited: Duration, holders: &[Holder]) -> String {
 pub async fn holders(
     client: &tokio_postgres::Client,
     before: Duration,
+    in_database_of: Option<&str>,
 ) -> Result<Vec<Holder>, tokio_postgres::Error> {
     let before = before.as_secs_f64();
     let sessions = client
@@ -119,8 +129,10 @@ pub async fn holders(
              FROM pg_stat_activity a \
              WHERE a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL \
                AND a.xact_start < now() - make_interval(secs => $1) \
+               AND ($2::text IS NULL OR a.datname = \
+                    (SELECT s.database FROM pg_replication_slots s WHERE s.slot_name = $2)) \
              ORDER BY a.xact_start LIMIT 3",
-            &[&before],
+            &[&before, &in_database_of],
         )
         .await?;
     let prepared = client
@@ -129,8 +141,10 @@ pub async fn holders(
                     extract(epoch FROM now() - prepared)::float8 \
              FROM pg_prepared_xacts \
              WHERE prepared < now() - make_interval(secs => $1) \
+               AND ($2::text IS NULL OR database = \
+                    (SELECT s.database FROM pg_replication_slots s WHERE s.slot_name = $2)) \
              ORDER BY prepared LIMIT 3",
-            &[&before],
+            &[&before, &in_database_of],
         )
         .await?;
     let sessions = sessions.into_iter().map(|row| Holder::Session {
@@ -170,14 +184,16 @@ pub async fn while_creating<T>(
             tick.tick().await;
             let waited = started.elapsed();
             let asked = match &catalog {
-                Some(catalog) => holders(catalog.client(), waited).await.map_err(|e| {
+                Some(catalog) => holders(catalog.client(), waited, None).await.map_err(|e| {
                     classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
                 }),
                 None => match PgCatalog::connect(config).await {
                     Ok(connected) => {
-                        let asked = holders(connected.client(), waited).await.map_err(|e| {
-                            classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
-                        });
+                        let asked = holders(connected.client(), waited, None)
+                            .await
+                            .map_err(|e| {
+                                classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
+                            });
                         catalog = Some(connected);
                         asked
                     }
@@ -244,7 +260,7 @@ mod tests {
         );
         assert!(text.contains("SELECT pg_terminate_backend(4242)"), "{text}");
         assert!(
-            text.contains("ROLLBACK PREPARED 'tx1' in database \"billing\""),
+            text.contains("ROLLBACK PREPARED E'tx1' in database \"billing\""),
             "{text}"
         );
         let quoted = Holder::Prepared {
@@ -254,7 +270,7 @@ mod tests {
             open_s: 1.0,
         };
         assert!(
-            quoted.describe().contains("ROLLBACK PREPARED 'it''s'"),
+            quoted.describe().contains("ROLLBACK PREPARED E'it''s'"),
             "{}",
             quoted.describe()
         );

@@ -3,10 +3,11 @@
 
 use crate::config::human_bytes;
 
-/// A writing transaction open this long (seconds) is named as holding the slot back.
-pub const LONG_TRANSACTION_SECS: f64 = 5.0;
+/// A writing transaction open this long is named as holding the slot back.
+pub const LONG_TRANSACTION: std::time::Duration = std::time::Duration::from_secs(5);
 use crate::error::{PipelineError, classify_pg};
 use crate::runtime::status::{PipelineState, PipelineStatus, WalHolder};
+use crate::source::postgres::slot_wait;
 
 /// What holds the slot back, from the runtime's status: Kafka, delivery, the pipeline's state.
 pub fn from_status(status: &PipelineStatus, pipeline: &str) -> Vec<WalHolder> {
@@ -64,9 +65,9 @@ pub fn from_status(status: &PipelineStatus, pipeline: &str) -> Vec<WalHolder> {
     holders
 }
 
-/// The oldest transaction that holds `slot` back: a client backend whose transaction has
-/// written (it has an xid: decoding restarts before its first change while it is open) and has
-/// been open for [`LONG_TRANSACTION_SECS`] or more.
+/// The oldest transaction that holds `slot` back: one in the slot's database that has written
+/// (it has an xid: decoding restarts before its first change while it is open), or a prepared
+/// one, open for [`LONG_TRANSACTION`] or more.
 ///
 /// # Errors
 ///
@@ -75,34 +76,16 @@ pub async fn long_transaction(
     client: &tokio_postgres::Client,
     slot: &str,
 ) -> Result<Option<WalHolder>, PipelineError> {
-    let row = client
-        .query_opt(
-            "SELECT a.pid, extract(epoch FROM now() - a.xact_start)::float8, \
-                    coalesce(a.state, ''), coalesce(a.application_name, ''), \
-                    coalesce(a.usename::text, '') \
-             FROM pg_stat_activity a \
-             WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid() \
-               AND a.backend_xid IS NOT NULL \
-               AND a.xact_start < now() - make_interval(secs => $2) \
-               AND EXISTS (SELECT 1 FROM pg_replication_slots s WHERE s.slot_name = $1 \
-                           AND s.database = a.datname) \
-             ORDER BY a.xact_start LIMIT 1",
-            &[&slot, &LONG_TRANSACTION_SECS],
-        )
+    let found = slot_wait::holders(client, LONG_TRANSACTION, Some(slot))
         .await
-        .map_err(|e| classify_pg("cannot read pg_stat_activity", e))?;
-    Ok(row.map(|row| {
-        let pid: i32 = row.get(0);
-        let open: f64 = row.get(1);
-        let state: String = row.get(2);
-        let application: String = row.get(3);
-        let user: String = row.get(4);
-        WalHolder {
-            kind: "long_transaction".to_owned(),
-            detail: format!(
-                "a transaction open for {open:.0} s holds the slot's restart point (pid {pid}, user {user:?}, application {application:?}, state {state}): end it, or SELECT pg_terminate_backend({pid})"
-            ),
-        }
+        .map_err(|e| classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e))?;
+    Ok(found.first().map(|holder| WalHolder {
+        kind: "long_transaction".to_owned(),
+        detail: format!(
+            "a transaction open for {:.0} s holds the slot's restart point: {}",
+            holder.open_s(),
+            holder.describe()
+        ),
     }))
 }
 
