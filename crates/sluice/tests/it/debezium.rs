@@ -207,14 +207,14 @@ pub(crate) async fn run_sluice_with_then<T: Send + 'static>(
         &format!("url = \"{base}\""),
         &format!("url = \"{url}\"\n{source}"),
     );
-    let sluice = Sluice::start(&dir, &toml, port);
     // Creating the slot waits for every transaction running in the cluster to end: with the
     // rest of the suite's writers around (and several of these runs at once), that can take
-    // a minute. A CI run once saw two of these runs not streaming yet at 180 s, their logs
-    // ending at the topics' creation (which follows the slot's; where the time went, the
-    // excerpt did not show). Past 10 s sluice's log names what a slot's creation waits for
-    // (a test's sessions carry its name as application_name); the panic shows the log.
-    sluice.wait_streaming(Duration::from_secs(300));
+    // a minute. Past 10 s sluice's log names what a slot's creation waits for (a test's
+    // sessions carry its name as application_name); the panic shows the log. The wait is off
+    // this task's thread: the runs beside this one (`join!`) go on with their changes.
+    let sluice = Sluice::start(&dir, &toml, port)
+        .streaming(Duration::from_secs(300))
+        .await;
     for statement in changes {
         client
             .batch_execute(&statement)

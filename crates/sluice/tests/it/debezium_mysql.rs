@@ -227,8 +227,9 @@ pub(crate) async fn run_sluice_then<T: Send + 'static>(
             pipeline(server, &database, &database, &prefix, admin_port)
         ),
         admin_port,
-    );
-    sluice.wait_streaming(Duration::from_secs(60));
+    )
+    .streaming(Duration::from_secs(60))
+    .await;
     for statement in script("changes.sql") {
         conn.query_drop(&statement)
             .await

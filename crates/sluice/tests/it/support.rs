@@ -393,6 +393,20 @@ impl Sluice {
             self.get("/health").unwrap_or_default()
         );
     }
+
+    /// [`Sluice::wait_streaming`] on a blocking thread, for tests that run several pipelines
+    /// in one task (`join!`, `join_all`): waiting on the task's own thread would stall the
+    /// others, and one of them stalled between its `BEGIN` and `COMMIT` holds back every
+    /// slot's creation in the cluster, so the waiting pipeline never streams (a CI run
+    /// deadlocked so for 300 s).
+    pub async fn streaming(self, timeout: Duration) -> Self {
+        tokio::task::spawn_blocking(move || {
+            self.wait_streaming(timeout);
+            self
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+    }
 }
 
 impl Drop for Sluice {
