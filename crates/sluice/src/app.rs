@@ -223,6 +223,7 @@ async fn probe_health(admin: &str) -> anyhow::Result<ExitCode> {
     } else {
         format!("{base}/health")
     };
+    crate::crypto::install();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .danger_accept_invalid_certs(true)

@@ -29,6 +29,7 @@ pub mod check;
 pub mod cli;
 pub mod compaction;
 pub mod config;
+pub mod crypto;
 pub mod dead_letter;
 pub mod delivery;
 pub mod doctor;

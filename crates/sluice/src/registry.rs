@@ -321,6 +321,7 @@ impl Registry {
     /// A TLS file that cannot be read or parsed.
     pub fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
         let timeout = Duration::from_millis(config.request_timeout_ms);
+        crate::crypto::install();
         let mut builder = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout.min(Duration::from_secs(10)))

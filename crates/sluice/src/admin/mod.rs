@@ -434,7 +434,7 @@ pub fn tls_config(cert: &str, key: &str) -> anyhow::Result<Arc<rustls::ServerCon
             "admin.tls_key = {key:?}: cannot read a PEM private key from it: {e} (set admin.tls_key to the PEM file of the certificate's private key)"
         )
     })?;
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = crate::crypto::provider();
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| anyhow::anyhow!("cannot set up TLS for the admin server: {e}"))?

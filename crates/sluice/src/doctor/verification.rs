@@ -148,6 +148,7 @@ fn health_url(admin: &AdminConfig) -> String {
 /// `/health` as JSON; with TLS, the admin certificate file's certificates are trusted besides
 /// the system's roots.
 async fn fetch(url: &str, admin: &AdminConfig) -> anyhow::Result<Value> {
+    crate::crypto::install();
     let mut builder = reqwest::Client::builder().timeout(TIMEOUT);
     if let Some((cert, _)) = admin.tls_files() {
         let pem = std::fs::read(cert)?;

@@ -16,10 +16,9 @@ use rustls::{
 
 use super::url::{ConfigError, RootCert, TlsSettings, Verify};
 
-/// The crypto provider: aws-lc-rs, which the S3 client already builds into the binary (ring
-/// would be a second provider to compile).
+/// The crypto provider: the binary's one (src/crypto.rs).
 fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+    crate::crypto::provider()
 }
 
 /// The rustls client configuration for these settings.

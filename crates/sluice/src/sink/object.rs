@@ -129,6 +129,7 @@ pub fn s3_client(
     bucket: &str,
     config: &S3Config,
 ) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    crate::crypto::install();
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
     if let Some(endpoint) = &config.endpoint {
         builder = builder.with_endpoint(endpoint);

@@ -38,6 +38,8 @@ fn create_bucket(prefix: &str) -> String {
 
 /// A client of `bucket` under `prefix`, as a reader would have one.
 fn store(bucket: &str) -> Arc<dyn ObjectStore> {
+    // Its reqwest client takes the process's crypto provider, as sluice's does.
+    sluice::crypto::install();
     Arc::new(
         AmazonS3Builder::new()
             .with_bucket_name(bucket)

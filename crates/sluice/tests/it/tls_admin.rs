@@ -30,7 +30,7 @@ async fn https_request(addr: SocketAddr, path: &str, token: Option<&str>) -> Opt
         roots.add(cert.ok()?).ok()?;
     }
     let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
+        rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .ok()?

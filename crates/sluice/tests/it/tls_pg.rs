@@ -509,7 +509,7 @@ async fn tls_listener(cert: &std::path::Path, key: &std::path::Path) -> u16 {
         .collect();
     let key = PrivateKeyDer::from_pem_file(key).unwrap();
     let config = rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
+        rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()

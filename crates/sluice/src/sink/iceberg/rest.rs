@@ -221,6 +221,7 @@ impl RestCatalog {
     ///
     /// When the HTTP client cannot be made.
     pub fn new(uri: &str, warehouse: String, auth: RestAuth, file_io: FileIO) -> Result<Self> {
+        crate::crypto::install();
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(Duration::from_secs(10))
