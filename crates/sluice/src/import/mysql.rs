@@ -57,7 +57,7 @@ pub fn setting(import: &mut Import<'_>, key: &str, value: &str) -> bool {
         | "database.ssl.keystore"
         | "database.ssl.keystore.password" => import.dropped(
             key,
-            "a Java key store: sluice's TLS takes the system roots or the URL's PEM files",
+            "a Java key store: sluice's TLS takes the system roots, or a PEM file of CA certificates as source.mysql.ssl_ca",
             false,
         ),
         "database.include.list"

@@ -2095,3 +2095,65 @@ async fn mariadb_mixed_workload_arrives_as_committed() {
 async fn mysql_mixed_workload_arrives_as_committed() {
     mixed_workload_arrives_as_committed(Server::Mysql).await;
 }
+
+/// TLS to MariaDB through the binary's crypto provider (ring, src/crypto.rs), the server's
+/// chain and host name verified against the dev stack's CA (`ssl_ca`): the server counts the
+/// TLS sessions it accepted, and the snapshot and the streamed changes arrive. With a CA file
+/// that did not sign the server's certificate the pipeline stops, naming `ssl_ca`.
+#[tokio::test(flavor = "multi_thread")]
+async fn mariadb_streams_over_tls_verified_with_ssl_ca() {
+    let server = Server::Mariadb;
+    let _server = server.shared().await;
+    let database = unique("my_tls");
+    let prefix = unique("mtls");
+    let mut root = database_with_table(server, &database, "(id INT PRIMARY KEY, v TEXT)").await;
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (1, 'before')"))
+        .await
+        .unwrap();
+    async fn accepts(root: &mut mysql_async::Conn) -> u64 {
+        let row: Option<(String, u64)> = root
+            .query_first("SHOW GLOBAL STATUS LIKE 'Ssl_accepts'")
+            .await
+            .unwrap();
+        row.expect("Ssl_accepts").1
+    }
+    let before = accepts(&mut root).await;
+    let tls = std::env::var("SLUICE_TLS_DIR").expect("SLUICE_TLS_DIR (scripts/dev-stack env)");
+    let with_ca = |ca: &str, port: u16| {
+        pipeline(server, &database, &database, &prefix, port).replace(
+            "server_id = ",
+            &format!("ssl_ca = \"{tls}/{ca}\"\nserver_id = "),
+        )
+    };
+    // A certificate that is not the server's CA: the pipeline stops, naming the key to set.
+    let port = free_port();
+    let wrong = with_ca("client-sluice_cert.crt", port);
+    let refused = Sluice::start(&test_dir(&format!("{database}_wrong")), &wrong, port);
+    crate::support::wait_until(
+        "the refused certificate named",
+        Duration::from_secs(60),
+        || {
+            let log = refused.log_text();
+            log.contains("invalid peer certificate")
+                && log.contains("does not verify against source.mysql.ssl_ca")
+        },
+    );
+    drop(refused);
+
+    let port = free_port();
+    let sluice = Sluice::start(&test_dir(&database), &with_ca("ca.crt", port), port);
+    sluice.wait_streaming(Duration::from_secs(60));
+    root.query_drop(format!("INSERT INTO {database}.t VALUES (2, 'after')"))
+        .await
+        .unwrap();
+    let records = read_until(&format!("{prefix}.{database}.t"), 2);
+    let ops: Vec<_> = records
+        .iter()
+        .map(|r| r.value.as_ref().map(|v| v["op"].clone()))
+        .collect();
+    assert_eq!(ops, [Some(json!("r")), Some(json!("c"))], "{records:?}");
+    assert!(
+        accepts(&mut root).await > before,
+        "MariaDB accepted no TLS session from sluice"
+    );
+}

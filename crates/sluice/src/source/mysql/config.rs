@@ -34,6 +34,12 @@ pub struct MysqlSourceConfig {
     /// `mysql://user:password@host:port[/db][?require_ssl=true&…]` (mysql_async's URL
     /// parameters).
     pub url: String,
+    /// A PEM file of the CA certificates that sign the server's certificate (a private CA, or a
+    /// cloud provider's bundle such as Amazon RDS's): TLS is then required and the server's
+    /// chain and host name verified against them, besides the system's roots (the URL's
+    /// `verify_ca=false` / `verify_identity=false` still loosen that).
+    #[serde(default)]
+    pub ssl_ca: Option<std::path::PathBuf>,
     /// The server id sluice registers with as a replica: unique among the server's replicas
     /// (and not the server's own `server_id`).
     pub server_id: u32,
@@ -106,6 +112,7 @@ impl fmt::Debug for MysqlSourceConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MysqlSourceConfig")
             .field("url", &redact_url(&self.url))
+            .field("ssl_ca", &self.ssl_ca)
             .field("server_id", &self.server_id)
             .field("include_tables", &self.include_tables)
             .field("exclude_tables", &self.exclude_tables)
@@ -234,6 +241,11 @@ impl SourceSection for MysqlSourceConfig {
                 ),
             ),
         }
+        if let Some(ca) = &self.ssl_ca
+            && let Err(problem) = check_pem_certificates(ca)
+        {
+            issue("source.mysql.ssl_ca", problem);
+        }
         if self.server_id == 0 {
             issue(
                 "source.mysql.server_id",
@@ -314,6 +326,23 @@ impl SourceSection for MysqlSourceConfig {
     }
 }
 
+/// `Ok` when `path` is a readable file holding at least one PEM certificate; otherwise what is
+/// wrong and the form expected.
+fn check_pem_certificates(path: &std::path::Path) -> Result<(), String> {
+    match std::fs::read(path) {
+        Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => Ok(()),
+        Ok(_) => Err(format!(
+            "{}: holds no PEM certificate: expected a file of CA certificates \
+             (-----BEGIN CERTIFICATE-----)",
+            path.display()
+        )),
+        Err(e) => Err(format!(
+            "{}: cannot be read ({e}): expected a PEM file of CA certificates",
+            path.display()
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -362,6 +391,43 @@ mod tests {
         assert_eq!(issues.len(), 1, "{issues:?}");
         assert_eq!(issues[0].key, "kafka.schema_changes_topic");
         assert!(issues[0].problem.contains("include_schema_changes"));
+    }
+
+    #[test]
+    fn an_ssl_ca_that_is_no_pem_file_is_named() {
+        let dir = std::env::temp_dir().join(format!("sluice-ssl-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let not_pem = dir.join("not.pem");
+        std::fs::write(&not_pem, "hello").unwrap();
+        let good = dir.join("ca.pem");
+        std::fs::write(
+            &good,
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        for (path, expected) in [
+            (dir.join("missing.pem"), "cannot be read"),
+            (not_pem, "holds no PEM certificate"),
+        ] {
+            let error = load(&format!(
+                "url = \"mysql://u@h:3306\"\nserver_id = 7\nssl_ca = {:?}",
+                path.display().to_string()
+            ))
+            .unwrap_err();
+            let crate::config::ConfigError::Invalid { issues, .. } = error else {
+                panic!("{error:?}");
+            };
+            assert_eq!(issues.len(), 1, "{issues:?}");
+            assert_eq!(issues[0].key, "source.mysql.ssl_ca");
+            assert!(issues[0].problem.contains(expected), "{issues:?}");
+        }
+        let config = load(&format!(
+            "url = \"mysql://u@h:3306\"\nserver_id = 7\nssl_ca = {:?}",
+            good.display().to_string()
+        ))
+        .unwrap();
+        assert_eq!(config.source.ssl_ca, Some(good));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

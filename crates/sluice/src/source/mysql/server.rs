@@ -44,15 +44,56 @@ pub async fn connect(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> 
             e,
         )
     })?;
-    let opts = OptsBuilder::from_opts(opts).tcp_keepalive(Some(TCP_KEEPALIVE));
+    let mut builder = OptsBuilder::from_opts(opts.clone()).tcp_keepalive(Some(TCP_KEEPALIVE));
+    if let Some(ca) = &source.ssl_ca {
+        // The URL's TLS options (verify_ca, verify_identity) are kept; the CA file is added.
+        let ssl = opts
+            .ssl_opts()
+            .cloned()
+            .unwrap_or_default()
+            .with_root_certs(vec![ca.clone().into()]);
+        builder = builder.ssl_opts(ssl);
+    }
+    let opts = builder;
     let what = || format!("cannot connect to {}", redact_url(&source.url));
     match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
-        Ok(connected) => connected.map_err(|e| PipelineError::retryable(what(), e)),
+        Ok(connected) => connected.map_err(|e| classify_connect(what(), source, e)),
         Err(elapsed) => Err(PipelineError::retryable(
             format!("{}: no answer within {CONNECT_TIMEOUT:?}", what()),
             elapsed,
         )),
     }
+}
+
+/// A server certificate the TLS handshake refused is for an operator to fix (a retry meets the
+/// same certificate): fatal, naming `ssl_ca`. Anything else is retried.
+fn classify_connect(
+    what: String,
+    source: &MysqlSourceConfig,
+    error: mysql_async::Error,
+) -> PipelineError {
+    let mut refused = false;
+    let mut cause: Option<&dyn std::error::Error> = Some(&error);
+    while let Some(e) = cause {
+        refused |= e.to_string().contains("invalid peer certificate");
+        cause = e.source();
+    }
+    if !refused {
+        return PipelineError::retryable(what, error);
+    }
+    let against = match &source.ssl_ca {
+        Some(ca) => format!("source.mysql.ssl_ca ({})", ca.display()),
+        None => "the system's roots".to_owned(),
+    };
+    PipelineError::fatal_with(
+        what,
+        format!(
+            "the server's TLS certificate does not verify against {against}: set \
+             source.mysql.ssl_ca to the PEM file of the CA that signed it (or add \
+             verify_ca=false to the URL to skip the check)"
+        ),
+        error,
+    )
 }
 
 /// Runs `query` within `deadline`: a server that stops answering mid-query fails it (retryable)
