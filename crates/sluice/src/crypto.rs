@@ -24,6 +24,28 @@ pub fn install() {
     });
 }
 
+/// The rustls error in `error`'s chain, also where an `io::Error` wraps it (which `source()`
+/// skips): a refused certificate, a handshake that failed.
+pub fn find_rustls_error<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = current {
+        if let Some(found) = e.downcast_ref::<rustls::Error>() {
+            return Some(found);
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>()
+            && let Some(found) = io
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(found);
+        }
+        current = e.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

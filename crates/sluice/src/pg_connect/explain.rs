@@ -1,8 +1,6 @@
 //! Operator messages for failed connections: TLS verification, a server without TLS and
 //! authentication failures name the setting and the fix.
 
-use std::io;
-
 use rustls::CertificateError;
 
 use super::url::{PgConnectConfig, RootCert};
@@ -100,7 +98,7 @@ pub fn describe_host(config: &tokio_postgres::Config) -> String {
 /// setting and the fix; anything else is tokio-postgres's text.
 pub fn explain(config: &PgConnectConfig, error: &tokio_postgres::Error) -> String {
     let host = host_name(config);
-    if let Some(tls_error) = find_rustls_error(error) {
+    if let Some(tls_error) = crate::crypto::find_rustls_error(error) {
         return tls_message(config, &host, tls_error);
     }
     let text = error.to_string();
@@ -133,24 +131,4 @@ pub(super) fn server_without_tls(error: &tokio_postgres::Error) -> bool {
         current = e.source();
     }
     false
-}
-
-pub(super) fn find_rustls_error<'a>(
-    error: &'a (dyn std::error::Error + 'static),
-) -> Option<&'a rustls::Error> {
-    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = current {
-        if let Some(found) = e.downcast_ref::<rustls::Error>() {
-            return Some(found);
-        }
-        if let Some(io) = e.downcast_ref::<io::Error>()
-            && let Some(found) = io
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        {
-            return Some(found);
-        }
-        current = e.source();
-    }
-    None
 }

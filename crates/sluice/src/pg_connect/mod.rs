@@ -39,7 +39,8 @@ use std::fmt;
 use tokio_postgres::Client;
 use tokio_postgres::config::SslMode as PgSslMode;
 
-use self::explain::{find_rustls_error, host_name, server_without_tls};
+use self::explain::{host_name, server_without_tls};
+use crate::crypto::find_rustls_error;
 
 /// Why a SQL connection could not be opened.
 #[derive(Debug)]

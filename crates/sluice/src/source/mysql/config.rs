@@ -329,8 +329,9 @@ impl SourceSection for MysqlSourceConfig {
 /// `Ok` when `path` is a readable file holding at least one PEM certificate; otherwise what is
 /// wrong and the form expected.
 fn check_pem_certificates(path: &std::path::Path) -> Result<(), String> {
-    match std::fs::read(path) {
-        Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => Ok(()),
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    match CertificateDer::pem_file_iter(path).map(|certs| certs.collect::<Result<Vec<_>, _>>()) {
+        Ok(Ok(certs)) if !certs.is_empty() => Ok(()),
         Ok(_) => Err(format!(
             "{}: holds no PEM certificate: expected a file of CA certificates \
              (-----BEGIN CERTIFICATE-----)",

@@ -44,17 +44,17 @@ pub async fn connect(source: &MysqlSourceConfig) -> Result<Conn, PipelineError> 
             e,
         )
     })?;
-    let mut builder = OptsBuilder::from_opts(opts.clone()).tcp_keepalive(Some(TCP_KEEPALIVE));
-    if let Some(ca) = &source.ssl_ca {
-        // The URL's TLS options (verify_ca, verify_identity) are kept; the CA file is added.
-        let ssl = opts
-            .ssl_opts()
+    // The URL's TLS options (verify_ca, verify_identity) are kept; the CA file is added.
+    let ssl = source.ssl_ca.as_ref().map(|ca| {
+        opts.ssl_opts()
             .cloned()
             .unwrap_or_default()
-            .with_root_certs(vec![ca.clone().into()]);
-        builder = builder.ssl_opts(ssl);
+            .with_root_certs(vec![ca.clone().into()])
+    });
+    let mut opts = OptsBuilder::from_opts(opts).tcp_keepalive(Some(TCP_KEEPALIVE));
+    if ssl.is_some() {
+        opts = opts.ssl_opts(ssl);
     }
-    let opts = builder;
     let what = || format!("cannot connect to {}", redact_url(&source.url));
     match tokio::time::timeout(CONNECT_TIMEOUT, Conn::new(opts)).await {
         Ok(connected) => connected.map_err(|e| classify_connect(what(), source, e)),
@@ -72,13 +72,10 @@ fn classify_connect(
     source: &MysqlSourceConfig,
     error: mysql_async::Error,
 ) -> PipelineError {
-    let mut refused = false;
-    let mut cause: Option<&dyn std::error::Error> = Some(&error);
-    while let Some(e) = cause {
-        refused |= e.to_string().contains("invalid peer certificate");
-        cause = e.source();
-    }
-    if !refused {
+    if !matches!(
+        crate::crypto::find_rustls_error(&error),
+        Some(rustls::Error::InvalidCertificate(_))
+    ) {
         return PipelineError::retryable(what, error);
     }
     let against = match &source.ssl_ca {

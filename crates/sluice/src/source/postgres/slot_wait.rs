@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::config::PgPipelineConfig;
 use super::setup::PgCatalog;
-use crate::error::classify_pg;
+use crate::error::{PipelineError, classify_pg};
 use crate::runtime::status::StatusBoard;
 
 /// A creation that takes longer than this is explained.
@@ -164,6 +164,21 @@ pub async fn holders(
     Ok(sessions.chain(prepared).collect())
 }
 
+/// [`holders`] open `before` ago, over `catalog`, connected at the first question.
+async fn ask(
+    config: &PgPipelineConfig,
+    catalog: &mut Option<PgCatalog>,
+    before: Duration,
+) -> Result<Vec<Holder>, PipelineError> {
+    if catalog.is_none() {
+        *catalog = Some(PgCatalog::connect(config).await?);
+    }
+    let client = catalog.as_ref().expect("connected above").client();
+    holders(client, before, None)
+        .await
+        .map_err(|e| classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e))
+}
+
 /// Runs `creation` (the slot's creation on the primary); once it has taken [`NAMED_AFTER`],
 /// and every [`NAMED_EVERY`] after, logs what it waits for and shows it as the status's hint
 /// (cleared when it ends). The questions go over a SQL connection of their own, opened at the
@@ -183,23 +198,7 @@ pub async fn while_creating<T>(
         loop {
             tick.tick().await;
             let waited = started.elapsed();
-            let asked = match &catalog {
-                Some(catalog) => holders(catalog.client(), waited, None).await.map_err(|e| {
-                    classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
-                }),
-                None => match PgCatalog::connect(config).await {
-                    Ok(connected) => {
-                        let asked = holders(connected.client(), waited, None)
-                            .await
-                            .map_err(|e| {
-                                classify_pg("cannot read pg_stat_activity or pg_prepared_xacts", e)
-                            });
-                        catalog = Some(connected);
-                        asked
-                    }
-                    Err(error) => Err(error),
-                },
-            };
+            let asked = ask(config, &mut catalog, waited).await;
             match asked {
                 Ok(found) => {
                     let text = explain(slot, waited, &found);
